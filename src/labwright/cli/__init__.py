@@ -1,0 +1,61 @@
+"""The `labwright` command: one typer sub-app per file, errors as one line on stderr.
+
+Exit codes: 0 ok, 1 a failed operation, 2 bad input (typer's own usage errors are 2 as well).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from labwright import __version__
+from labwright.cli import bench, bios, cluster, guest, kv, lab, matrix, probe, stack, tabbyapi
+from labwright.errors import LabwrightError
+
+app = typer.Typer(
+    name="labwright",
+    help="Reproducible local-LLM infrastructure for Proxmox VE and LXD/Incus homelabs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+for module in (lab, matrix, stack, guest, tabbyapi, kv, probe, bench, cluster, bios):
+    app.add_typer(module.app, name=module.NAME, help=module.HELP)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"labwright {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """labwright: declarative, verified deploys for a homelab of LXD/Incus and Proxmox VE hosts."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        app(args=argv, standalone_mode=False)
+    except LabwrightError as exc:
+        print(f"labwright: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("labwright: interrupted", file=sys.stderr)
+        return 130
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        print("labwright: aborted", file=sys.stderr)
+        return 1
+    except Exception as exc:  # click's usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return 0

@@ -1,0 +1,74 @@
+"""`labwright lab`: the local LXD lab that tests and the embedded default deploy into."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from labwright.lab import lab as lab_ops
+from labwright.lab.spec import load_lab_spec
+from labwright.ui import Reporter, stdout, table
+
+NAME = "lab"
+HELP = "Build, inspect and remove the local LXD lab declared in an inventory's `lab` group."
+
+app = typer.Typer(no_args_is_help=True, help=HELP)
+
+DEFAULT_INVENTORY = Path("inventories/local.py")
+InventoryOption = typer.Option(
+    DEFAULT_INVENTORY, "--inventory", "-i", help="pyinfra inventory whose `lab` group declares the lab."
+)
+
+
+@app.command()
+def up(
+    inventory: Path = InventoryOption,
+    dry_run: bool = typer.Option(False, "--dry-run", "--plan", help="Say what would change; change nothing."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
+) -> None:
+    """Install/start LXD if needed, preseed the bridge, build the image once, launch the containers.
+
+    Example: labwright lab up -i inventories/local.py
+    """
+    spec = load_lab_spec(inventory)
+    changes = lab_ops.up(spec, Reporter(quiet=quiet), dry_run=dry_run)
+    if not quiet and changes:
+        verb = "would change" if dry_run else "changed"
+        stdout.print(f"lab {spec.name}: {verb} {len(changes)} thing(s)")
+
+
+@app.command()
+def status(
+    inventory: Path = InventoryOption,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Show the lab's containers: state, address, image, age."""
+    spec = load_lab_spec(inventory)
+    rows = lab_ops.status(spec)
+    if as_json:
+        typer.echo(json.dumps([row.__dict__ for row in rows], indent=2))
+        return
+    stdout.print(table(f"lab {spec.name} (bridge {spec.bridge} {spec.subnet})",
+                       ["container", "state", "address", "image", "age"],
+                       [[r.name, r.state, r.address, r.image, r.age] for r in rows]))
+
+
+@app.command()
+def down(
+    inventory: Path = InventoryOption,
+    dry_run: bool = typer.Option(False, "--dry-run", "--plan", help="Say what would be removed; remove nothing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+) -> None:
+    """Remove what `lab up` made for this lab (containers, profile, pool, bridge, image) and nothing else."""
+    spec = load_lab_spec(inventory)
+    if not dry_run and not yes:
+        plan = lab_ops.down(spec, Reporter(quiet=True), dry_run=True)
+        if not plan:
+            stdout.print(f"lab {spec.name}: nothing to remove")
+            return
+        for line in plan:
+            stdout.print(line)
+        typer.confirm(f"remove these from lab {spec.name}?", abort=True)
+    lab_ops.down(spec, Reporter(), dry_run=dry_run)

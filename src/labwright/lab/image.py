@@ -1,0 +1,162 @@
+"""Build (once) and cache the local lab's Debian image with debootstrap.
+
+The recipe is data (``data/lab-image.toml``); its hash names the cached tarball and the LXD image
+alias, so an unchanged recipe is never rebuilt and a changed one always is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from labwright.errors import BadInput, OperationFailed
+
+BUILDER_VERSION = "1"  # bump when this module changes how images are made
+
+METADATA_TEMPLATE = """architecture: {architecture}
+creation_date: {created}
+properties:
+  os: debian
+  release: {suite}
+  description: labwright lab image {suite} ({digest})
+  labwright.recipe: "{digest}"
+templates:
+  /etc/hostname:
+    when: [create, copy]
+    template: hostname.tpl
+"""
+
+
+@dataclass(frozen=True)
+class ImageRecipe:
+    name: str
+    suite: str
+    variant: str
+    architecture: str
+    include: tuple[str, ...]
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        blob = repr((BUILDER_VERSION, self.suite, self.variant, self.architecture, self.include,
+                     sorted(self.files.items()))).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    @property
+    def alias(self) -> str:
+        return f"labwright/{self.name}-{self.digest}"
+
+
+def load_recipe(path: str | os.PathLike[str] | None = None) -> ImageRecipe:
+    """Read an image recipe TOML (default: the packaged one)."""
+    try:
+        if path is None:
+            text = resources.files("labwright.data").joinpath("lab-image.toml").read_text()
+        else:
+            text = Path(path).read_text()
+        doc = tomllib.loads(text)["image"]
+        return ImageRecipe(
+            name=doc["name"],
+            suite=doc["suite"],
+            variant=doc.get("variant", "minbase"),
+            architecture=doc.get("architecture", "x86_64"),
+            include=tuple(doc["include"]),
+            files=dict(doc.get("files", {})),
+        )
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+        raise BadInput(f"image recipe {path or 'lab-image.toml'}: {exc}; fix the file") from exc
+
+
+def host_debian_mirror(sources_dir: str = "/etc/apt") -> str | None:
+    """The Debian archive the host's own apt uses, so the image comes from the same place."""
+    candidates: list[Path] = [Path(sources_dir, "sources.list")]
+    candidates += sorted(Path(sources_dir, "sources.list.d").glob("*.sources"))
+    candidates += sorted(Path(sources_dir, "sources.list.d").glob("*.list"))
+    for path in candidates:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for uri in re.findall(r"^URIs:\s*(\S+)", text, re.M) + re.findall(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)", text, re.M):
+            if re.search(r"/debian/?$", uri):
+                return uri
+    return None
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("LABWRIGHT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "labwright"
+    )
+    path = Path(base, "images")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cached_tarball(recipe: ImageRecipe) -> Path:
+    return cache_dir() / f"{recipe.name}-{recipe.digest}.tar.gz"
+
+
+def build_image(recipe: ImageRecipe, mirror: str | None = None, log=print) -> Path:
+    """Return the cached tarball for ``recipe``, building it with debootstrap if missing."""
+    target = cached_tarball(recipe)
+    if target.exists():
+        return target
+    if shutil.which("debootstrap") is None:
+        raise OperationFailed("debootstrap is not installed; run `apt-get install debootstrap`")
+    mirror = mirror or os.environ.get("LABWRIGHT_DEBIAN_MIRROR") or host_debian_mirror()
+    work = Path(tempfile.mkdtemp(prefix="labwright-image-", dir=cache_dir()))
+    try:
+        rootfs = work / "rootfs"
+        cmd = ["debootstrap", f"--variant={recipe.variant}", f"--include={','.join(recipe.include)}",
+               recipe.suite, str(rootfs)]
+        if mirror:
+            cmd.append(mirror)
+        log(f"debootstrap {recipe.suite} ({len(recipe.include)} packages) into {rootfs}")
+        started = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise OperationFailed(f"debootstrap failed ({tail[0]}); check the mirror and disk space")
+        log(f"debootstrap done in {time.monotonic() - started:.0f}s")
+        for rel, content in recipe.files.items():
+            dest = rootfs / rel.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(content.lstrip("\n"))
+        subprocess.run(["chroot", str(rootfs), "apt-get", "clean"], capture_output=True)
+        meta = work / "meta"
+        (meta / "templates").mkdir(parents=True)
+        (meta / "metadata.yaml").write_text(METADATA_TEMPLATE.format(
+            architecture=recipe.architecture, created=int(time.time()), suite=recipe.suite, digest=recipe.digest))
+        (meta / "templates" / "hostname.tpl").write_text("{{ container.name }}\n")
+        partial = work / "image.tar.gz"
+        # The `S` transform flag keeps symlink targets intact (without it /etc/os-release breaks).
+        proc = subprocess.run(
+            ["tar", "--numeric-owner", "--xattrs", "-czf", str(partial), "-C", str(meta), "metadata.yaml",
+             "templates", "-C", str(rootfs), "--transform", r"s,^\.,rootfs,S", "."],
+            capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise OperationFailed(f"packing the image failed: {proc.stderr.strip()[:200]}")
+        os.replace(partial, target)
+        return target
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def tarball_recipe_digest(tarball: Path) -> str | None:
+    """Read back the recipe digest recorded in a tarball's metadata.yaml (None if absent)."""
+    with tarfile.open(tarball) as tar:
+        member = tar.extractfile("metadata.yaml")
+        if member is None:
+            return None
+        match = re.search(r'labwright\.recipe: "([0-9a-f]+)"', member.read().decode())
+        return match.group(1) if match else None
