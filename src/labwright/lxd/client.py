@@ -288,18 +288,19 @@ class LxdClient:
         name: str,
         path: str,
         data: bytes | IO[bytes],
-        mode: int = 0o644,
-        uid: int = 0,
-        gid: int = 0,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
     ) -> None:
-        headers = {
-            "Content-Type": "application/octet-stream",
-            "X-LXD-type": "file",
-            "X-LXD-mode": f"{mode:04o}",
-            "X-LXD-uid": str(uid),
-            "X-LXD-gid": str(gid),
-            "X-LXD-write": "overwrite",
-        }
+        """Write ``path`` in instance ``name``. Mode/owner left unset keep an existing file's
+        (as an SFTP upload does); a new file then gets 0644 root:root."""
+        headers = {"Content-Type": "application/octet-stream", "X-LXD-type": "file", "X-LXD-write": "overwrite"}
+        if mode is not None:
+            headers["X-LXD-mode"] = f"{mode:04o}"
+        if uid is not None:
+            headers["X-LXD-uid"] = str(uid)
+        if gid is not None:
+            headers["X-LXD-gid"] = str(gid)
         resp = self.raw("POST", f"/1.0/instances/{name}/files", body=data, headers=headers, params={"path": path})
         self._handle("POST", f"{name}:{path}", resp.status, resp.read(), wait=True)
 

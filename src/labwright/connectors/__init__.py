@@ -1,0 +1,1 @@
+"""pyinfra connectors: @lxd/@incus (LXD REST API) and @pct (Proxmox pct over SSH)."""

@@ -1,0 +1,106 @@
+"""pytest fixtures for the real local LXD lab.
+
+Load them with ``pytest_plugins = ["labwright.testing.lab_fixture"]``. A fresh container costs a
+copy of a stopped template container (seconds), not a new debootstrap.
+
+- ``lab``: session-wide: the test lab's bridge/pool/profile and its template container exist.
+- ``lab_container``: a fresh running container (name), deleted after the test.
+- ``make_lab_container``: factory for several fresh containers in one test.
+
+The test lab is separate from the user's own (``lwtest``, bridge ``lwtestbr0``, 10.99.9.0/24) so a
+test run never touches the lab that ``labwright lab up`` made from inventories/local.py.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from labwright.lab import lab as lab_ops
+from labwright.lab.keys import ensure_lab_key
+from labwright.lab.spec import LabSpec, spec_from_group
+from labwright.lxd.client import LxdClient
+from labwright.ui import Reporter
+
+TEST_LAB_DATA = {
+    "lab_name": "lwtest",
+    "lab_subnet": os.environ.get("LABWRIGHT_TEST_SUBNET", "10.99.9.1/24"),
+    "lab_bridge": "lwtestbr0",
+    "lab_pool": "lwtest",
+    "lab_profile": "lwtest",
+    "lab_memory": "1GiB",
+}
+TEMPLATE = "lwtest-template"
+
+
+def test_lab_spec(containers: list[str] | None = None) -> LabSpec:
+    return spec_from_group([f"@lxd/{c}" for c in containers or []], TEST_LAB_DATA, source="test lab")
+
+
+@dataclass
+class Lab:
+    spec: LabSpec
+    client: LxdClient
+    public_key: str
+    private_key_path: str
+
+    def fresh(self, prefix: str = "lwt") -> str:
+        """Copy the template into a new running container and return its name."""
+        name = f"{prefix}-{secrets.token_hex(3)}"
+        self.client.create_instance({
+            "name": name,
+            "type": "container",
+            "source": {"type": "copy", "source": TEMPLATE},
+            "profiles": [self.spec.profile],
+            "config": {lab_ops.LAB_KEY: self.spec.name},
+        })
+        self.client.set_state(name, "start")
+        lab_ops.wait_ready(self.client, name)
+        return name
+
+    def remove(self, name: str) -> None:
+        inst = self.client.instance_or_none(name)
+        if inst is None:
+            return
+        if inst["status"] == "Running":
+            self.client.set_state(name, "stop", force=True)
+        self.client.delete_instance(name)
+
+
+def ensure_test_lab() -> Lab:
+    spec = test_lab_spec([TEMPLATE])
+    report = Reporter(quiet=True)
+    lab_ops.up(spec, report)
+    client = LxdClient()
+    private, public, _ = ensure_lab_key()
+    if client.instance(TEMPLATE)["status"] == "Running":
+        client.set_state(TEMPLATE, "stop", timeout=60)
+    return Lab(spec, client, public, str(private))
+
+
+@pytest.fixture(scope="session")
+def lab() -> Lab:
+    return ensure_test_lab()
+
+
+@pytest.fixture
+def make_lab_container(lab: Lab) -> Iterator[Callable[..., str]]:
+    made: list[str] = []
+
+    def make(prefix: str = "lwt") -> str:
+        name = lab.fresh(prefix)
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        lab.remove(name)
+
+
+@pytest.fixture
+def lab_container(make_lab_container: Callable[..., str]) -> str:
+    return make_lab_container()
