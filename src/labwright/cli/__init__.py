@@ -51,11 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         print("labwright: aborted", file=sys.stderr)
         return 1
-    except Exception as exc:  # click's usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return exc.exit_code
+    except Exception as exc:
+        # Usage errors from the click that typer bundles (typer._click): duck-typed, as its
+        # module path is private and has moved between typer releases.
+        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
+            exc.show()  # type: ignore[attr-defined]
+            return int(exc.exit_code)  # type: ignore[attr-defined]
         raise
     return 0

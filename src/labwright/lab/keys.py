@@ -9,12 +9,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 
-def data_dir() -> Path:
+def data_dir(create: bool = False) -> Path:
     base = os.environ.get("LABWRIGHT_HOME") or os.path.join(
         os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "labwright"
     )
     path = Path(base)
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if create:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
 
 
@@ -24,7 +25,7 @@ def lab_key_path() -> Path:
 
 def ensure_lab_key() -> tuple[Path, str, bool]:
     """Return (private key path, public key line, created?). Never overwrites an existing key."""
-    private = lab_key_path()
+    private = data_dir(create=True) / "lab_ed25519"
     public = private.with_suffix(".pub")
     created = False
     if not private.exists():

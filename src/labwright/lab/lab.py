@@ -60,11 +60,11 @@ def check_subnet_free(spec: LabSpec, client: LxdClient) -> None:
                            "choose a free one")
 
 
-def check_disk(path: str = "/var/lib") -> None:
+def check_disk(path: str = "/var/lib", need: int = MIN_FREE_BYTES) -> None:
     free = shutil.disk_usage(path).free
-    if free < MIN_FREE_BYTES:
-        raise OperationFailed(f"no disk space: {free / 1024**3:.1f} GiB free on {path}, the lab needs 2 GiB; "
-                              "free some space and run again")
+    if free < need:
+        raise OperationFailed(f"no disk space: {free / 1024**3:.1f} GiB free on {path}, the lab needs "
+                              f"{need / 1024**3:.1f} GiB; free some space and run again")
 
 
 # --- infrastructure: network, pool, profile ----------------------------------------------------
@@ -357,7 +357,4 @@ def _empty_pool(client: LxdClient, pool: str) -> None:
 
 
 def _image_in_use(client: LxdClient, fingerprint: str) -> bool:
-    for inst in client.instances():
-        if inst.get("config", {}).get("volatile.base_image") == fingerprint:
-            return True
-    return False
+    return any(inst.get("config", {}).get("volatile.base_image") == fingerprint for inst in client.instances())

@@ -1,0 +1,129 @@
+"""`labwright lab up|status|down` against the real LXD daemon, through the CLI a user runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from labwright.lxd.client import LxdClient
+
+pytestmark = pytest.mark.lab
+
+LAB = """
+lab = (
+    [{hosts}],
+    {{"lab_name": "{name}", "lab_subnet": "{subnet}", "lab_bridge": "{name}br0",
+      "lab_pool": "{name}", "lab_profile": "{name}", "lab_memory": "1GiB"}},
+)
+"""
+
+
+def inventory(tmp_path, name: str, subnet: str, hosts: list[str]):
+    path = tmp_path / f"{name}.py"
+    path.write_text(LAB.format(name=name, subnet=subnet, hosts=", ".join(f'"@lxd/{h}"' for h in hosts)))
+    return path
+
+
+def lw(cli_env, *args):
+    return subprocess.run(["labwright", *args], capture_output=True, text=True, env=cli_env, timeout=600)
+
+
+def the_error(stderr: str) -> str:
+    """The one error line, which must also be the last thing printed."""
+    errors = [line for line in stderr.splitlines() if line.startswith("labwright: error: ")]
+    assert len(errors) == 1 and stderr.splitlines()[-1] == errors[0], stderr
+    return errors[0]
+
+
+def exists(client: LxdClient, path: str) -> bool:
+    return client.get_or_none(path) is not None
+
+
+def test_up_twice_changes_nothing_and_down_removes_only_what_up_made(lab, lab_container, cli_env, tmp_path):
+    client = lab.client
+    inv = inventory(tmp_path, "lwup", "10.99.8.1/24", ["lwup-c1", "lwup-c2"])
+    try:
+        first = lw(cli_env, "lab", "up", "-i", str(inv))
+        assert first.returncode == 0, first.stderr
+        assert "container lwup-c1 launched" in first.stderr and "network lwupbr0" in first.stderr
+
+        status = lw(cli_env, "lab", "status", "-i", str(inv), "--json")
+        rows = {row["name"]: row for row in json.loads(status.stdout)}
+        assert set(rows) == {"lwup-c1", "lwup-c2"}
+        assert all(r["state"] == "Running" and r["address"].startswith("10.99.8.") for r in rows.values())
+        table = lw(cli_env, "lab", "status", "-i", str(inv))
+        for column in ("container", "state", "address", "image", "age"):
+            assert column in table.stdout
+        # The containers are reachable on the bridge and the lab key is installed.
+        keys = client.exec("lwup-c1", ["cat", "/root/.ssh/authorized_keys"]).stdout.decode()
+        assert lab.public_key in keys
+
+        second = lw(cli_env, "lab", "up", "-i", str(inv))
+        assert second.returncode == 0, second.stderr
+        assert "nothing changed" in second.stderr
+        assert "+ " not in second.stderr
+
+        # A stopped container is started again, and only that is reported.
+        client.set_state("lwup-c2", "stop", force=True)
+        third = lw(cli_env, "lab", "up", "-i", str(inv))
+        assert "container lwup-c2 started" in third.stderr and "lwup-c1" not in third.stderr
+
+        plan = lw(cli_env, "lab", "down", "-i", str(inv), "--dry-run")
+        assert plan.returncode == 0 and "would delete container lwup-c1" in plan.stderr
+        assert exists(client, "/1.0/instances/lwup-c1")
+    finally:
+        down = lw(cli_env, "lab", "down", "-i", str(inv), "--yes")
+    assert down.returncode == 0, down.stderr
+    for path in ("/1.0/instances/lwup-c1", "/1.0/instances/lwup-c2", "/1.0/networks/lwupbr0",
+                 "/1.0/storage-pools/lwup", "/1.0/profiles/lwup"):
+        assert not exists(client, path), path
+    # Another lab's container (and its network) are untouched.
+    assert client.instance(lab_container)["status"] == "Running"
+    assert exists(client, f"/1.0/networks/{lab.spec.bridge}")
+    again = lw(cli_env, "lab", "down", "-i", str(inv), "--yes")
+    assert again.returncode == 0 and "already down" in again.stderr
+
+
+def test_up_refuses_a_container_name_labwright_did_not_make(lab, lab_container, cli_env, tmp_path):
+    inv = inventory(tmp_path, "lwfor", "10.99.7.1/24", [lab_container])
+    proc = lw(cli_env, "lab", "up", "-i", str(inv))
+    assert proc.returncode == 2
+    assert f"container '{lab_container}' exists and was not made by labwright lab 'lwfor'" in the_error(proc.stderr)
+    assert not exists(lab.client, "/1.0/networks/lwforbr0"), "nothing may be half-made"
+
+
+def test_up_refuses_a_subnet_already_in_use(lab, cli_env, tmp_path):
+    inv = inventory(tmp_path, "lwsub", "10.99.9.77/24", ["lwsub-c1"])  # the test lab's own subnet
+    proc = lw(cli_env, "lab", "up", "-i", str(inv))
+    assert proc.returncode == 2
+    assert "lab_subnet 10.99.9.0/24 is already in use by lwtestbr0" in the_error(proc.stderr)
+    for path in ("/1.0/networks/lwsubbr0", "/1.0/storage-pools/lwsub", "/1.0/profiles/lwsub",
+                 "/1.0/instances/lwsub-c1"):
+        assert not exists(lab.client, path), path
+
+
+def test_up_refuses_an_lxd_network_labwright_did_not_make(lab, cli_env, tmp_path):
+    client = lab.client
+    client.request("POST", "/1.0/networks", {"name": "lwalienbr0", "type": "bridge",
+                                            "config": {"ipv4.address": "10.99.6.1/24", "ipv6.address": "none"}})
+    try:
+        path = tmp_path / "alien.py"
+        path.write_text('lab = (["@lxd/lwalien-c1"], {"lab_name": "lwalien", "lab_subnet": "10.99.5.1/24", '
+                        '"lab_bridge": "lwalienbr0", "lab_pool": "lwalien", "lab_profile": "lwalien"})\n')
+        proc = lw(cli_env, "lab", "up", "-i", str(path))
+        assert proc.returncode == 2
+        assert "network 'lwalienbr0' exists and was not made by labwright" in the_error(proc.stderr)
+        assert not exists(client, "/1.0/storage-pools/lwalien")
+    finally:
+        client.request("DELETE", "/1.0/networks/lwalienbr0")
+
+
+def test_status_without_permission_on_the_socket_is_one_line(cli_env, repo, tmp_path):
+    tmp_path.chmod(0o777)
+    env = {**cli_env, "HOME": str(tmp_path)}
+    proc = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                           "labwright", "lab", "status"], capture_output=True, text=True, env=env, cwd=repo)
+    assert proc.returncode == 1
+    assert "permission denied on /var/lib/lxd/unix.socket" in the_error(proc.stderr)

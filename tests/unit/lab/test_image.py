@@ -1,0 +1,54 @@
+"""The image recipe: its hash decides rebuilds; the mirror comes from the host's own apt config."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from labwright.errors import BadInput
+from labwright.lab.image import cached_tarball, host_debian_mirror, load_recipe
+
+
+def test_packaged_recipe_is_bookworm_with_systemd_and_ssh():
+    recipe = load_recipe()
+    assert recipe.suite == "bookworm"
+    assert {"systemd-sysv", "openssh-server", "ifupdown"} <= set(recipe.include)
+    assert "iface eth0 inet dhcp" in recipe.files["/etc/network/interfaces"]
+    assert recipe.alias == f"labwright/bookworm-{recipe.digest}"
+
+
+def test_digest_is_stable_and_changes_with_the_recipe(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABWRIGHT_CACHE", str(tmp_path))
+    recipe = load_recipe()
+    assert load_recipe().digest == recipe.digest
+    changed = dataclasses.replace(recipe, include=(*recipe.include, "curl"))
+    assert changed.digest != recipe.digest
+    assert cached_tarball(changed) != cached_tarball(recipe)
+    moved = dataclasses.replace(recipe, files={**recipe.files, "/etc/motd": "hi\n"})
+    assert moved.digest != recipe.digest
+
+
+def test_recipe_file_errors_are_bad_input(tmp_path):
+    bad = tmp_path / "r.toml"
+    bad.write_text("[image]\nname = 'x'\n")
+    with pytest.raises(BadInput, match="r.toml"):
+        load_recipe(bad)
+
+
+def test_mirror_from_deb822_sources(tmp_path):
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\n\n"
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n"
+    )
+    assert host_debian_mirror(str(tmp_path)) == "http://mirror.example/debian"
+
+
+def test_mirror_from_one_line_sources_and_ubuntu_hosts(tmp_path):
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list").write_text("deb [arch=amd64] http://m.example/debian bookworm main\n")
+    assert host_debian_mirror(str(tmp_path)) == "http://m.example/debian"
+    (tmp_path / "sources.list").write_text("deb http://archive.example/ubuntu noble main\n")
+    # An Ubuntu archive has no bookworm: fall back to debootstrap's own default.
+    assert host_debian_mirror(str(tmp_path)) is None
