@@ -183,6 +183,8 @@ class LxdClient:
             raise LxdError(f"{method} {path}: non-JSON answer (HTTP {status})", status) from exc
         if doc.get("type") == "error" or status >= 400:
             message = doc.get("error") or f"HTTP {status}"
+            if status == 403 and self.endpoint.url:
+                message += " (trust this client's certificate on the server: `lxc config trust add`)"
             cls = LxdNotFound if status == 404 else LxdError
             raise cls(f"{method} {path}: {message}", status)
         if doc.get("type") == "async" and wait:
