@@ -36,6 +36,19 @@ def test_exec_output_exit_code_and_stderr_are_faithful(lab_container):
     assert ok is True
 
 
+def test_recorded_outputs_are_tidied_on_disconnect(lab, lab_container):
+    def exec_logs() -> set[str]:
+        return {p for p in lab.client.request("GET", f"/1.0/instances/{lab_container}/logs") if "/exec_" in p}
+
+    before = exec_logs()
+    host = connect(lab_container)
+    for i in range(70):  # more than one batch of deletions
+        assert host.run_shell_command(f"echo {i}")[1].stdout == str(i)
+    assert len(exec_logs() - before) < 70 * 2, "a full batch should have been deleted already"
+    host.disconnect()
+    assert exec_logs() - before == set()
+
+
 def test_stdin_chdir_env_and_nasty_arguments(lab_container):
     host = connect(lab_container)
     ok, out = host.run_shell_command("cat; pwd", _stdin=["first line", "sécond"], _chdir="/etc")

@@ -145,7 +145,7 @@ class LxdConnector(BaseConnector):
     @override
     def disconnect(self) -> None:
         if getattr(self, "client", None) is not None:
-            self.client.close()
+            self.client.shutdown()
 
     # --- commands -----------------------------------------------------------------------------
     @override

@@ -264,6 +264,7 @@ def up(spec: LabSpec, report: Reporter, dry_run: bool = False) -> list[str]:
             report.change(f"container {container.name} started")
         if install_key(client, container.name, public_key):
             report.change(f"lab key installed in {container.name}")
+    client.shutdown()
     if not report.changed:
         report.info("lab is up to date: nothing changed")
     return report.changed

@@ -87,6 +87,9 @@ class LxdClient:
         self.timeout = timeout
         self.project = project
         self._local = threading.local()
+        # Recorded exec outputs pile up in the instance's log dir unless deleted; deleting them in
+        # batches keeps two round trips off every command.
+        self._stale_logs: list[str] = []
 
     # --- transport -------------------------------------------------------------------------
     def _new_connection(self) -> http.client.HTTPConnection:
@@ -113,6 +116,11 @@ class LxdClient:
             conn = self._new_connection()
             self._local.conn = conn
         return conn
+
+    def shutdown(self) -> None:
+        """Tidy up (delete read exec outputs) and close the connection."""
+        self.flush_logs()
+        self.close()
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -280,9 +288,19 @@ class LxdClient:
         data = resp.read()
         if resp.status >= 400:
             return b""
-        # Recorded outputs pile up in the instance's log dir unless removed.
-        self.raw("DELETE", path).read()
+        self._stale_logs.append(path)
+        if len(self._stale_logs) >= 64:
+            self.flush_logs()
         return data
+
+    def flush_logs(self) -> None:
+        """Delete the recorded exec outputs already read."""
+        stale, self._stale_logs = self._stale_logs, []
+        for path in stale:
+            try:
+                self.raw("DELETE", path).read()
+            except (OperationFailed, OSError, http.client.HTTPException):
+                break  # the daemon went away; nothing left to tidy
 
     # --- files ------------------------------------------------------------------------------
     def push_file(
