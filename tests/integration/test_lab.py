@@ -120,7 +120,7 @@ def test_up_refuses_an_lxd_network_labwright_did_not_make(lab, cli_env, tmp_path
         client.request("DELETE", "/1.0/networks/lwalienbr0")
 
 
-def test_status_without_permission_on_the_socket_is_one_line(cli_env, repo, tmp_path):
+def test_status_without_permission_on_the_socket_is_one_line(lab, cli_env, repo, tmp_path):
     tmp_path.chmod(0o777)
     env = {**cli_env, "HOME": str(tmp_path)}
     proc = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
