@@ -1,0 +1,665 @@
+"""pyinfra connector ``@pct/NODE/VMID``: a Proxmox VE container, reached through its node's ``pct``.
+
+pyinfra logs into the node over SSH (paramiko, as root by default) and runs every command as
+``pct exec VMID -- sh -c '<command>'``; files go by SFTP to a private temporary directory on the
+node and then ``pct push``/``pct pull`` into or out of the container. The container needs neither
+sshd nor a network address. sudo/su/env/chdir are applied by pyinfra's own command builder, as in
+pyinfra's connectors. ``connect`` runs ``pct status VMID`` so a missing or stopped container fails
+at once with one clear line.
+
+.. code:: shell
+
+    pyinfra @pct/pve1/101 exec -- uname -a
+    pyinfra @pct/pve1/101 deploys/base.py
+    pyinfra --data pct_ssh_hostname=pve1.example.org --data pct_ssh_key=~/.ssh/pve @pct/pve1/101 exec -- id
+
+An inventory (``inventory.py``) with two containers on one node, given by its DNS name:
+
+.. code:: python
+
+    pve = (
+        ["@pct/pve1/101", "@pct/pve1/102"],
+        {"pct_ssh_hostname": "pve1.example.org", "pct_ssh_key": "~/.ssh/pve_ed25519"},
+    )
+
+NODE may be an alias from ``~/.ssh/config``: its ``HostName``, ``Port``, ``User``,
+``IdentityFile`` and ``UserKnownHostsFile`` are used unless host data sets them. Host keys are
+verified against known_hosts by default; the node's login shell must be POSIX (bash on Proxmox VE).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import shlex
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+import paramiko
+from pyinfra import logger
+from pyinfra.api import QuoteString, StringCommand
+from pyinfra.api.exceptions import ConnectError, InventoryError, PyinfraError
+from pyinfra.api.output import echo, format_text
+from pyinfra.api.util import get_file_io
+from pyinfra.connectors.base import BaseConnector, DataMeta
+from pyinfra.connectors.ssh_util import get_private_key
+from pyinfra.connectors.util import (
+    CommandOutput,
+    OutputLine,
+    execute_command_with_sudo_retry,
+    extract_control_arguments,
+    make_unix_command_for_host,
+    remove_any_sudo_askpass_file,
+)
+from typing_extensions import TypedDict, Unpack, override
+
+if TYPE_CHECKING:
+    from pyinfra.api.arguments import ConnectorArguments
+    from pyinfra.api.host import Host
+    from pyinfra.api.state import State
+
+VMID_MIN = 100  # Proxmox VE's pve-vmid range
+VMID_MAX = 999_999_999
+NAME_EXAMPLE = "@pct/NODE/VMID, e.g. @pct/pve1/101"
+READ_CHUNK = 32768
+GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"  # consulted as well, as OpenSSH does
+# Arguments that make pyinfra's SSH connector hand a file over through a temporary copy.
+HANDOVER_ARGUMENTS = ("_sudo", "_sudo_user", "_doas", "_doas_user", "_dzdo", "_dzdo_user", "_su_user")
+OTHER_USER_ARGUMENTS = ("_su_user", "_sudo_user", "_doas_user", "_dzdo_user")
+
+
+class PctConnectorData(TypedDict, total=False):
+    pct_node: str
+    pct_vmid: int
+    pct_ssh_hostname: str
+    pct_ssh_port: int
+    pct_ssh_user: str
+    pct_ssh_key: str
+    pct_ssh_key_password: str
+    pct_ssh_known_hosts_file: str
+    pct_ssh_strict_host_key_checking: bool
+    pct_ssh_config_file: str
+
+
+connector_data_meta: dict[str, DataMeta] = {
+    "pct_node": DataMeta("Proxmox VE node name (NODE of @pct/NODE/VMID)"),
+    "pct_vmid": DataMeta("Container id (VMID of @pct/NODE/VMID)"),
+    "pct_ssh_hostname": DataMeta("Address or ssh-config alias of the node (default: NODE)"),
+    "pct_ssh_port": DataMeta("SSH port of the node (default: ssh config's Port, else 22)"),
+    "pct_ssh_user": DataMeta("SSH user on the node, who must be able to run pct (default: ssh config's User, "
+                             "else root)"),
+    "pct_ssh_key": DataMeta("Private key file (default: ssh config's IdentityFile, the SSH agent and "
+                            "~/.ssh keys)"),
+    "pct_ssh_key_password": DataMeta("Passphrase of pct_ssh_key"),
+    "pct_ssh_known_hosts_file": DataMeta("known_hosts file (default: ssh config's UserKnownHostsFile, else "
+                                         "~/.ssh/known_hosts)"),
+    "pct_ssh_strict_host_key_checking": DataMeta(
+        "Verify the node's host key against known_hosts; False accepts any key (throwaway labs only)", True
+    ),
+    "pct_ssh_config_file": DataMeta("ssh client config to read NODE's settings from (default: ~/.ssh/config)"),
+}
+
+
+# --- names ------------------------------------------------------------------------------------
+def parse_pct_name(name: str | None) -> tuple[str, int]:
+    """``NODE/VMID`` -> (node, vmid); InventoryError with one line for anything else."""
+    if not name:
+        raise InventoryError(f"@pct needs a node and a container id: {NAME_EXAMPLE}")
+    node, sep, vmid_text = name.rpartition("/")
+    if not sep:
+        raise InventoryError(f"@pct/{name}: expected {NAME_EXAMPLE}")
+    if not node or "/" in node or any(ch.isspace() for ch in node):
+        raise InventoryError(f"@pct/{name}: NODE {node!r} is not a node name or ssh alias ({NAME_EXAMPLE})")
+    if not re.fullmatch(r"[1-9][0-9]*", vmid_text) or not VMID_MIN <= int(vmid_text) <= VMID_MAX:
+        raise InventoryError(f"@pct/{name}: VMID {vmid_text!r} is not a Proxmox container id "
+                             f"(an integer from {VMID_MIN} to {VMID_MAX})")
+    return node, int(vmid_text)
+
+
+# --- node-side command lines (pure: quoting is tested on its own) --------------------------------
+def _path_arg(path: str) -> str:
+    # pct parses a leading '-' as an option; './' keeps the same file (pct resolves relative to /).
+    return f"./{path}" if path.startswith("-") else path
+
+
+def format_perms(perms: int | str) -> str:
+    """pct's --perms value (octal digits) from an int mode or a string like '644'/'0644'."""
+    if isinstance(perms, int):
+        if not 0 <= perms <= 0o7777:
+            raise ValueError(f"file mode {perms:o} out of range")
+        return f"0{perms:o}"
+    if not re.fullmatch(r"0?[0-7]{1,4}", perms):
+        raise ValueError(f"file mode {perms!r} is not octal")
+    return perms if perms.startswith("0") else f"0{perms}"
+
+
+def pct_exec_command(vmid: int, unix_command: str) -> str:
+    """The node's command line running ``unix_command`` (shell syntax) in CT ``vmid``."""
+    return shlex.join(["pct", "exec", str(vmid), "--", "sh", "-c", unix_command])
+
+
+def _transfer_options(perms: int | str | None, user: str | None, group: str | None) -> list[str]:
+    options = []
+    if perms is not None:
+        options += ["--perms", format_perms(perms)]
+    if user:
+        options += ["--user", user]
+    if group:
+        options += ["--group", group]
+    return options
+
+
+def pct_push_command(vmid: int, node_path: str, ct_path: str, perms: int | str | None = None,
+                     user: str | None = None, group: str | None = None) -> str:
+    """Copy the node's ``node_path`` to ``ct_path`` inside CT ``vmid``."""
+    argv = ["pct", "push", str(vmid), _path_arg(node_path), _path_arg(ct_path)]
+    return shlex.join(argv + _transfer_options(perms, user, group))
+
+
+def pct_pull_command(vmid: int, ct_path: str, node_path: str, perms: int | str | None = None) -> str:
+    """Copy ``ct_path`` inside CT ``vmid`` to the node's ``node_path``."""
+    argv = ["pct", "pull", str(vmid), _path_arg(ct_path), _path_arg(node_path)]
+    return shlex.join(argv + _transfer_options(perms, None, None))
+
+
+def pct_status_command(vmid: int) -> str:
+    return shlex.join(["pct", "status", str(vmid)])
+
+
+def parse_pct_status(stdout: str) -> str | None:
+    """'running', 'stopped', ... from ``pct status`` output; None if there is no status line."""
+    match = re.search(r"^status:\s*(\S+)", stdout, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def then_remove(command: str, path: str) -> str:
+    """``command``, then remove ``path`` whatever happened, keeping the command's exit code."""
+    return f"{command}; rc=$?; rm -f {shlex.quote(path)}; exit $rc"
+
+
+def one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def stdin_bytes(stdin: Any) -> bytes:
+    """pyinfra's ``_stdin`` (str, bytes, list of lines or file-like) as bytes, each line newline-terminated
+    as pyinfra's ``write_stdin`` sends it."""
+    if hasattr(stdin, "readlines"):
+        stdin = stdin.readlines()
+    if not isinstance(stdin, list | tuple):
+        stdin = [stdin]
+    out = []
+    for line in stdin:
+        if isinstance(line, str):
+            line = line.encode()
+        out.append(line if line.endswith(b"\n") else line + b"\n")
+    return b"".join(out)
+
+
+# --- ssh target -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SshTarget:
+    hostname: str
+    port: int
+    user: str
+    key_filenames: tuple[str, ...]  # from ssh config, only used when pct_ssh_key is not set
+    known_hosts_file: str
+
+
+def resolve_ssh_target(node: str, data: Mapping[str, Any], ssh_config: paramiko.SSHConfig | None) -> SshTarget:
+    """Where and as whom to log in: host data first, then the ssh config entry for the name, then defaults."""
+    name = data.get("pct_ssh_hostname") or node
+    entry: Mapping[str, Any] = ssh_config.lookup(name) if ssh_config is not None else {}
+    identity_files = entry.get("identityfile") or []
+    known_hosts = data.get("pct_ssh_known_hosts_file") or (entry.get("userknownhostsfile") or "").split(" ")[0]
+    return SshTarget(
+        hostname=entry.get("hostname") or name,
+        port=int(data.get("pct_ssh_port") or entry.get("port") or 22),
+        user=data.get("pct_ssh_user") or entry.get("user") or "root",
+        key_filenames=tuple(os.path.expanduser(p) for p in identity_files if os.path.isfile(os.path.expanduser(p))),
+        known_hosts_file=os.path.expanduser(known_hosts or "~/.ssh/known_hosts"),
+    )
+
+
+class _AcceptWithWarning(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        logger.warning("pct: not verifying the host key of %s (pct_ssh_strict_host_key_checking is off)", hostname)
+
+
+# --- output -----------------------------------------------------------------------------------
+class _LineSplitter:
+    def __init__(self, name: str, emit: Callable[[OutputLine], None]):
+        self.name = name
+        self.emit = emit
+        self.pending = b""
+
+    def feed(self, data: bytes) -> None:
+        *lines, self.pending = (self.pending + data).split(b"\n")
+        for line in lines:
+            self.emit(OutputLine(self.name, line.decode("utf-8", errors="replace")))
+
+    def close(self) -> None:
+        if self.pending:
+            self.emit(OutputLine(self.name, self.pending.decode("utf-8", errors="replace")))
+            self.pending = b""
+
+
+def read_channel(channel: paramiko.Channel, timeout: float | None, emit: Callable[[OutputLine], None]) -> int:
+    """Read stdout and stderr together until the command ends; return its exit status.
+
+    Both streams are drained as data arrives (a full stderr window cannot stall stdout) and the deadline
+    holds with or without gevent's monkey patching, which pyinfra's greenlet readers rely on.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out, err = _LineSplitter("stdout", emit), _LineSplitter("stderr", emit)
+    while True:
+        while channel.recv_ready():
+            out.feed(channel.recv(READ_CHUNK))
+        while channel.recv_stderr_ready():
+            err.feed(channel.recv_stderr(READ_CHUNK))
+        if (channel.eof_received or channel.closed) and not channel.recv_ready() and not channel.recv_stderr_ready():
+            break
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            channel.close()
+            raise TimeoutError(f"command did not finish within {timeout}s")
+        select.select([channel], [], [], remaining)
+    out.close()
+    err.close()
+    remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
+    if not channel.status_event.wait(remaining):
+        channel.close()
+        raise TimeoutError(f"command did not finish within {timeout}s")
+    return channel.recv_exit_status()
+
+
+@dataclass
+class NodeResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class PctConnector(BaseConnector):
+    """Execute in Proxmox VE containers with ``pct`` on their node, over SSH.
+
+    Host data:
+
+    + ``pct_ssh_hostname``: address or ssh-config alias of the node (default: NODE)
+    + ``pct_ssh_port``: SSH port (default: ssh config's Port, else 22)
+    + ``pct_ssh_user``: user on the node, who must be able to run ``pct`` (default: ssh config, else root)
+    + ``pct_ssh_key`` / ``pct_ssh_key_password``: private key file and its passphrase (default: ssh
+      config's IdentityFile, the SSH agent, ~/.ssh keys)
+    + ``pct_ssh_known_hosts_file``: known_hosts to verify the node against (default: ssh config's
+      UserKnownHostsFile, else ~/.ssh/known_hosts)
+    + ``pct_ssh_strict_host_key_checking``: True (default) refuses an unknown or changed host key;
+      False accepts any key (throwaway test nodes only)
+    + ``pct_ssh_config_file``: ssh client config to read (default: ~/.ssh/config)
+    """
+
+    __examples_doc__ = """
+    A container by node name and id; the node is an alias in ``~/.ssh/config``:
+
+    .. code:: shell
+
+        pyinfra @pct/pve1/101 exec -- hostname
+
+    Several containers on a node given by its DNS name:
+
+    .. code:: python
+
+        hosts = (
+            ["@pct/pve1/101", "@pct/pve1/102"],
+            {"pct_ssh_hostname": "pve1.example.org", "pct_ssh_key": "~/.ssh/pve_ed25519"},
+        )
+    """
+
+    handles_execution = True
+    data_cls = PctConnectorData
+    data_meta = connector_data_meta
+    data: PctConnectorData
+
+    client: paramiko.SSHClient | None = None
+    sftp: paramiko.SFTPClient | None = None
+
+    def __init__(self, state: State, host: Host):
+        super().__init__(state, host)
+        self.node_temp_dir: str | None = None
+        self.temp_counter = 0
+
+    @override
+    @staticmethod
+    def make_names_data(name: str | None = None) -> Iterator[tuple[str, dict, list[str]]]:
+        node, vmid = parse_pct_name(name)
+        yield f"@pct/{node}/{vmid}", {"pct_node": node, "pct_vmid": vmid}, ["@pct"]
+
+    @property
+    def node(self) -> str:
+        return self.data["pct_node"]
+
+    @property
+    def vmid(self) -> int:
+        return self.data["pct_vmid"]
+
+    # --- connection ---------------------------------------------------------------------------
+    def _ssh_config(self) -> paramiko.SSHConfig | None:
+        explicit = self.data.get("pct_ssh_config_file")
+        path = os.path.expanduser(explicit or "~/.ssh/config")
+        if not os.path.exists(path):
+            if explicit:
+                raise ConnectError(f"ssh config file {path} (pct_ssh_config_file) does not exist")
+            return None
+        try:
+            return paramiko.SSHConfig.from_path(path)
+        except (OSError, paramiko.ConfigParseError) as exc:
+            raise ConnectError(f"cannot read ssh config {path}: {exc}") from exc
+
+    def _connect_kwargs(self, target: SshTarget) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "hostname": target.hostname, "port": target.port, "username": target.user,
+            "timeout": self.state.config.CONNECT_TIMEOUT, "banner_timeout": self.state.config.CONNECT_TIMEOUT,
+            "auth_timeout": self.state.config.CONNECT_TIMEOUT,
+        }
+        key = self.data.get("pct_ssh_key")
+        if key:
+            try:
+                kwargs["pkey"] = get_private_key(self.state, key, self.data.get("pct_ssh_key_password", ""))
+            except PyinfraError as exc:
+                raise ConnectError(f"SSH key for node {self.node}: {exc}") from exc
+            kwargs.update(allow_agent=False, look_for_keys=False)
+        elif target.key_filenames:
+            kwargs["key_filename"] = list(target.key_filenames)
+        return kwargs
+
+    def _ssh_connect(self, target: SshTarget) -> paramiko.SSHClient:
+        client = paramiko.SSHClient()
+        if self.data.get("pct_ssh_strict_host_key_checking", True):
+            try:
+                client.load_system_host_keys(target.known_hosts_file)
+            except FileNotFoundError:
+                if self.data.get("pct_ssh_known_hosts_file"):
+                    raise ConnectError(f"known_hosts file {target.known_hosts_file} (pct_ssh_known_hosts_file) "
+                                       "does not exist") from None
+            except OSError as exc:
+                raise ConnectError(f"cannot read known_hosts {target.known_hosts_file}: {exc}") from exc
+            if os.path.isfile(GLOBAL_KNOWN_HOSTS):
+                client.load_system_host_keys(GLOBAL_KNOWN_HOSTS)
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        else:
+            client.set_missing_host_key_policy(_AcceptWithWarning())
+
+        kwargs = self._connect_kwargs(target)
+        where = f"{target.user}@{target.hostname}:{target.port}"
+        try:
+            client.connect(**kwargs)
+        except paramiko.BadHostKeyException:
+            entry = target.hostname if target.port == 22 else f"[{target.hostname}]:{target.port}"
+            raise ConnectError(
+                f"host key of node {self.node} ({where}) does NOT match {target.known_hosts_file}: possible "
+                f"man-in-the-middle; if the node was reinstalled, remove the old key: ssh-keygen -R {entry}"
+            ) from None
+        except paramiko.AuthenticationException as exc:
+            key = self.data.get("pct_ssh_key") or ", ".join(target.key_filenames) or "agent and ~/.ssh keys"
+            raise ConnectError(f"SSH login to node {self.node} as {where} refused (key: {key}): {exc}") from None
+        except socket.gaierror as exc:
+            raise ConnectError(f"cannot resolve node {self.node} ({target.hostname}): {exc.strerror}") from None
+        except paramiko.SSHException as exc:
+            if "not found in known_hosts" in str(exc):
+                raise ConnectError(
+                    f"host key of node {self.node} ({where}) is not in {target.known_hosts_file}; add it "
+                    f"(ssh-keyscan -p {target.port} {target.hostname}), set pct_ssh_known_hosts_file, or "
+                    "for a throwaway node set pct_ssh_strict_host_key_checking=false"
+                ) from None
+            raise ConnectError(f"SSH to node {self.node} ({where}) failed: {exc}") from None
+        except (OSError, EOFError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise ConnectError(f"cannot reach node {self.node} over SSH at {where}: {reason}") from None
+        return client
+
+    @override
+    def connect(self) -> None:
+        target = resolve_ssh_target(self.node, self.data, self._ssh_config())
+        logger.debug("Connecting to Proxmox node %s (%s) for CT %s", self.node, target, self.vmid)
+        self.client = self._ssh_connect(target)
+        try:
+            self._check_container(target)
+        except BaseException:
+            self.client.close()
+            self.client = None
+            raise
+
+    def _check_container(self, target: SshTarget) -> None:
+        result = self.run_on_node(pct_status_command(self.vmid))
+        stderr = one_line(result.stderr)
+        if result.exit_code == 127 or "pct: not found" in stderr or "pct: command not found" in stderr:
+            raise ConnectError(f"node {self.node} ({target.hostname}) has no `pct` command: is it a Proxmox VE "
+                               "node, and is pct on the SSH user's PATH?")
+        if "does not exist" in stderr:
+            raise ConnectError(f"CT {self.vmid} does not exist on node {self.node} (pct: {stderr})")
+        if result.exit_code != 0:
+            raise ConnectError(f"`pct status {self.vmid}` failed on node {self.node} "
+                               f"(exit {result.exit_code}): {stderr or one_line(result.stdout)}")
+        status = parse_pct_status(result.stdout)
+        if status != "running":
+            raise ConnectError(f"CT {self.vmid} on node {self.node} is {status or 'in an unknown state'}, "
+                               f"not running; start it with `pct start {self.vmid}`")
+
+    @override
+    def disconnect(self) -> None:
+        if self.client is None:
+            return
+        try:
+            # pyinfra removes sudo askpass helpers only after this returns, when the session is gone.
+            remove_any_sudo_askpass_file(self.host)
+            if self.node_temp_dir:
+                self.run_on_node(shlex.join(["rm", "-rf", self.node_temp_dir]))
+        except (OSError, paramiko.SSHException) as exc:
+            logger.debug("Could not remove %s on node %s: %s", self.node_temp_dir, self.node, exc)
+        finally:
+            if self.sftp is not None:
+                self.sftp.close()
+            self.client.close()
+            self.client = self.sftp = None
+            self.node_temp_dir = None
+
+    # --- node commands ------------------------------------------------------------------------
+    def _open_channel(self, command: str, get_pty: bool = False) -> paramiko.Channel:
+        if self.client is None:
+            raise ConnectError(f"@pct/{self.node}/{self.vmid} is not connected")
+        transport = self.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectError(f"SSH connection to node {self.node} is closed")
+        channel = transport.open_session(timeout=self.state.config.CONNECT_TIMEOUT)
+        if get_pty:
+            channel.get_pty()
+        channel.exec_command(command)
+        return channel
+
+    def run_on_node(self, command: str, stdin: bytes | None = None, timeout: float | None = None) -> NodeResult:
+        """Run a command line on the node itself (not in the container); collect its output."""
+        channel = self._open_channel(command)
+        try:
+            if stdin:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            lines: list[OutputLine] = []
+            code = read_channel(channel, timeout, lines.append)
+        finally:
+            channel.close()
+        output = CommandOutput(lines)
+        return NodeResult(code, output.stdout, output.stderr)
+
+    def _sftp(self) -> paramiko.SFTPClient:
+        if self.sftp is None:
+            assert self.client is not None
+            try:
+                self.sftp = self.client.open_sftp()
+            except paramiko.SSHException as exc:
+                raise ConnectError(f"no SFTP on node {self.node} (is the sftp subsystem enabled in sshd?): "
+                                   f"{exc}") from exc
+        return self.sftp
+
+    def _node_temp_path(self) -> str:
+        """A fresh path in a directory only the SSH user can read, made once per connection."""
+        if self.node_temp_dir is None:
+            result = self.run_on_node("mktemp -d -t labwright-pct.XXXXXXXXXX")
+            if result.exit_code != 0 or not result.stdout.strip():
+                raise OSError(f"mktemp on node {self.node} failed: {one_line(result.stderr)}")
+            self.node_temp_dir = result.stdout.strip()
+        self.temp_counter += 1
+        return f"{self.node_temp_dir}/{self.temp_counter}"
+
+    # --- commands in the container ------------------------------------------------------------
+    @override
+    def run_shell_command(
+        self,
+        command: StringCommand,
+        print_output: bool = False,
+        print_input: bool = False,
+        **arguments: Unpack[ConnectorArguments],
+    ) -> tuple[bool, CommandOutput]:
+        control = extract_control_arguments(arguments)
+        timeout = control.get("_timeout")
+        stdin = control.get("_stdin")
+        get_pty = bool(control.get("_get_pty"))
+        success_codes = control.get("_success_exit_codes")
+
+        def execute() -> tuple[int, CommandOutput]:
+            unix_command = make_unix_command_for_host(self.state, self.host, command, **arguments)
+            node_command = pct_exec_command(self.vmid, unix_command.get_raw_value())
+            logger.debug("--> Running on %s via pct exec %s: %s", self.node, self.vmid, unix_command)
+            if print_input:
+                echo(f"{self.host.print_prefix}>>> {unix_command}", err=True)
+            channel = self._open_channel(node_command, get_pty=get_pty)
+            lines: list[OutputLine] = []
+
+            def emit(line: OutputLine) -> None:
+                lines.append(line)
+                if print_output:
+                    text = line.line if line.buffer_name == "stdout" else format_text(line.line, "red")
+                    echo(f"{self.host.print_prefix}{text}", err=True)
+
+            try:
+                if stdin is not None:
+                    channel.sendall(stdin_bytes(stdin))
+                channel.shutdown_write()
+                code = read_channel(channel, timeout, emit)
+            finally:
+                channel.close()
+            logger.debug("--> Command exit status: %i", code)
+            return code, CommandOutput(lines)
+
+        exit_code, output = execute_command_with_sudo_retry(self.host, arguments, execute)
+        ok = exit_code in success_codes if success_codes else exit_code == 0
+        return ok, output
+
+    # --- files --------------------------------------------------------------------------------
+    def _push(self, filename_or_io: str | IO[Any], ct_path: str, perms: str | None = None,
+              user: str | None = None) -> None:
+        node_path = self._node_temp_path()
+        sftp = self._sftp()
+        try:
+            with get_file_io(filename_or_io) as file_io:
+                sftp.putfo(file_io, node_path)
+        except BaseException:
+            self._remove_on_node(node_path)
+            raise
+        result = self.run_on_node(then_remove(pct_push_command(self.vmid, node_path, ct_path, perms, user), node_path))
+        if result.exit_code != 0:
+            raise OSError(f"pct push {self.vmid} {ct_path} failed on node {self.node}: {one_line(result.stderr)}")
+
+    def _pull(self, ct_path: str, filename_or_io: str | IO[Any]) -> None:
+        node_path = self._node_temp_path()
+        sftp = self._sftp()
+        try:
+            result = self.run_on_node(pct_pull_command(self.vmid, ct_path, node_path))
+            if result.exit_code != 0:
+                raise OSError(f"pct pull {self.vmid} {ct_path} failed on node {self.node}: "
+                              f"{one_line(result.stderr)}")
+            with get_file_io(filename_or_io, "wb") as file_io:
+                sftp.getfo(node_path, file_io)
+        finally:
+            self._remove_on_node(node_path)
+
+    def _remove_on_node(self, node_path: str) -> None:
+        try:
+            self.run_on_node(shlex.join(["rm", "-f", node_path]))
+        except (OSError, paramiko.SSHException) as exc:
+            logger.warning("Could not remove %s on node %s: %s", node_path, self.node, exc)
+
+    @override
+    def put_file(
+        self,
+        filename_or_io,
+        remote_filename,
+        remote_temp_filename=None,
+        print_output: bool = False,
+        print_input: bool = False,
+        **arguments: Unpack[ConnectorArguments],
+    ) -> bool:
+        """Upload by SFTP to the node, then ``pct push``. With sudo/su (as pyinfra's SSH connector does) the
+        file is pushed to a temporary path owned by the target user and copied into place as that user."""
+        given: dict[str, Any] = dict(arguments)
+        if not any(given.get(key) for key in HANDOVER_ARGUMENTS):
+            self._push(filename_or_io, remote_filename)
+        else:
+            # _chdir may need the other user's rights, so it goes with them (as in pyinfra's SSH connector).
+            noauth = {k: v for k, v in given.items() if k not in HANDOVER_ARGUMENTS and k != "_chdir"}
+            temp = remote_temp_filename or self.host.get_temp_filename(remote_filename)
+            other_user = next((str(given[k]) for k in OTHER_USER_ARGUMENTS if given.get(k)), None)
+            # pct push runs as the CT's root, so it can hand the copy straight to the other user.
+            self._push(filename_or_io, temp, perms="0600", user=other_user)
+            try:
+                ok, output = self.run_shell_command(
+                    StringCommand("cp", temp, QuoteString(remote_filename)),
+                    print_output=print_output, print_input=print_input, **arguments,
+                )
+            finally:
+                self.run_shell_command(StringCommand("rm", "-f", temp), **noauth)
+            if not ok:
+                logger.error(f"File upload error: {output.stderr}")
+                return False
+        if print_output:
+            echo(f"{self.host.print_prefix}file uploaded: {remote_filename}", err=True)
+        return True
+
+    @override
+    def get_file(
+        self,
+        remote_filename,
+        filename_or_io,
+        remote_temp_filename=None,
+        print_output: bool = False,
+        print_input: bool = False,
+        **arguments: Unpack[ConnectorArguments],
+    ) -> bool:
+        """``pct pull`` to the node, then download by SFTP. With sudo/su the file is first copied to a
+        readable temporary path by that user, as pyinfra's SSH connector does."""
+        if not any(dict(arguments).get(key) for key in HANDOVER_ARGUMENTS):
+            self._pull(remote_filename, filename_or_io)
+        else:
+            temp = remote_temp_filename or self.host.get_temp_filename(remote_filename)
+            ok, output = self.run_shell_command(
+                StringCommand("cp", QuoteString(remote_filename), temp, "&&", "chmod", "+r", temp),
+                print_output=print_output, print_input=print_input, **arguments,
+            )
+            if not ok:
+                logger.error(f"File download copy temp error: {output.stderr}")
+                return False
+            try:
+                self._pull(temp, filename_or_io)
+            finally:
+                ok, output = self.run_shell_command(
+                    StringCommand("rm", "-f", temp), print_output=print_output, print_input=print_input, **arguments
+                )
+            if not ok:
+                logger.error(f"File download remove temp error: {output.stderr}")
+                return False
+        if print_output:
+            echo(f"{self.host.print_prefix}file downloaded: {remote_filename}", err=True)
+        return True
+
