@@ -1,0 +1,272 @@
+"""deploys/base.py for real, into fresh lab containers over @lxd, checked by the shipped testinfra suite.
+
+The verify suite (tests/verify/test_base.py) runs as users run it, in a subprocess with
+``--hosts=lxc://NAME``; SSH logins are checked with paramiko against the container's address.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from labwright.lab.lab import instance_address
+from labwright.testing.lab_fixture import Lab
+from labwright.testing.pyinfra_output import Totals, pyinfra_totals
+
+pytest_plugins = ["labwright.testing.lab_fixture"]
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+DROPIN = "/etc/ssh/sshd_config.d/50-labwright.conf"
+# The issue's target for a run that has nothing to do; override on a slow or busy machine.
+RERUN_LIMIT_S = float(os.environ.get("LABWRIGHT_BASE_RERUN_LIMIT_S", "5"))
+
+
+@dataclass
+class Deploy:
+    rc: int
+    output: str
+    seconds: float
+
+    @property
+    def totals(self) -> Totals:
+        return pyinfra_totals(self.output)
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "COLUMNS": "200"}
+
+
+def public_key_file(lab: Lab) -> str:
+    return str(Path(lab.private_key_path).with_suffix(".pub"))
+
+
+def deploy(lab: Lab, name: str, *data: str) -> Deploy:
+    """``pyinfra -y @lxd/NAME deploys/base.py`` with the lab key and extra ``--data key=value``."""
+    cmd = [str(BIN / "pyinfra"), "-y", f"@lxd/{name}", "deploys/base.py",
+           "--data", f"admin_ssh_public_key_file={public_key_file(lab)}"]
+    for item in data:
+        cmd += ["--data", item]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+    return Deploy(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
+
+
+def verify(lab: Lab, name: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """The shipped testinfra suite against the container, as a user would run it."""
+    cmd = [sys.executable, "-m", "pytest", "tests/verify/test_base.py", f"--hosts=lxc://{name}", "-q",
+           "-p", "no:cacheprovider", f"--base-admin-key-file={public_key_file(lab)}", *options]
+    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+
+
+def sh(lab: Lab, name: str, script: str) -> str:
+    result = lab.client.exec(name, ["sh", "-c", script])
+    assert result.exit_code == 0, f"{script!r} failed: {result.stderr.decode()}"
+    return result.stdout.decode()
+
+
+def ssh_connect(address: str, user: str, **auth) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    client.connect(address, username=user, timeout=10, banner_timeout=10, auth_timeout=10,
+                   look_for_keys=False, allow_agent=False, **auth)
+    return client
+
+
+@dataclass
+class Deployed:
+    name: str
+    address: str
+    before: subprocess.CompletedProcess[str]
+    first: Deploy
+
+
+@pytest.fixture(scope="module")
+def deployed(lab: Lab):
+    """One fresh container, verified before and deployed once with the default data.
+
+    Tests that change it put it back as they found it (the second-run test relies on that).
+    """
+    name = lab.fresh("lwbase")
+    try:
+        before = verify(lab, name)
+        first = deploy(lab, name)
+        assert first.rc == 0, first.output[-4000:]
+        yield Deployed(name, instance_address(lab.client, name) or "", before, first)
+    finally:
+        lab.remove(name)
+
+
+def assert_passes(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, f"verify suite failed:\n{result.stdout[-4000:]}{result.stderr[-2000:]}"
+
+
+# --- the default deploy ----------------------------------------------------------------------------------
+def test_verify_fails_on_a_fresh_container_and_passes_after_the_deploy(lab, deployed):
+    # The suite must be able to fail: the bare image has no admin user and password logins on.
+    assert deployed.before.returncode == 1, deployed.before.stdout[-3000:]
+    for check in ("test_admin_user_exists_in_group_sudo", "test_sshd_effective_setting",
+                  "passwordauthentication", "test_locale_is_generated"):
+        assert check in deployed.before.stdout
+    assert deployed.first.totals.changed > 0 and deployed.first.totals.error == 0
+    print(f"\nfirst deploy: {deployed.first.seconds:.1f}s, {deployed.first.totals.changed} changed")
+    assert_passes(verify(lab, deployed.name))
+
+
+def test_second_run_changes_nothing_and_is_quick(lab, deployed):
+    again = deploy(lab, deployed.name)
+    assert again.rc == 0, again.output[-4000:]
+    totals = again.totals
+    assert (totals.changed, totals.error) == (0, 0), again.output[-4000:]
+    assert "apt" not in again.output.lower(), "a no-change run must not touch apt"
+    print(f"\nno-change re-run: {again.seconds:.2f}s ({totals.no_change} operations)")
+    assert again.seconds < RERUN_LIMIT_S, f"no-change run took {again.seconds:.1f}s (limit {RERUN_LIMIT_S}s)"
+
+
+def test_admin_logs_in_with_the_lab_key_and_has_passwordless_sudo(lab, deployed):
+    client = ssh_connect(deployed.address, "labadmin", key_filename=lab.private_key_path)
+    try:
+        _, stdout, stderr = client.exec_command("sudo -n id -u")
+        assert stdout.read().decode().strip() == "0", stderr.read().decode()
+        assert stdout.channel.recv_exit_status() == 0
+    finally:
+        client.close()
+    # Root keeps key logins (prohibit-password): pyinfra over SSH still gets in.
+    ssh_connect(deployed.address, "root", key_filename=lab.private_key_path).close()
+
+
+def test_password_logins_are_refused(lab, deployed):
+    # Give both accounts a password first, so a refusal is the server's policy, not a missing password.
+    sh(lab, deployed.name, "printf 'root:Lab-pw-1234\\nlabadmin:Lab-pw-1234\\n' | chpasswd")
+    try:
+        for user in ("root", "labadmin"):
+            with pytest.raises(paramiko.AuthenticationException) as refused:
+                ssh_connect(deployed.address, user, password="Lab-pw-1234")
+            if isinstance(refused.value, paramiko.BadAuthenticationType):
+                assert refused.value.allowed_types == ["publickey"]
+    finally:
+        sh(lab, deployed.name, "usermod -p '*' root && usermod -p '!' labadmin")
+
+
+def test_unattended_upgrades_follow_the_host_data(lab, deployed):
+    on = deploy(lab, deployed.name, "unattended_upgrades=true")
+    assert on.rc == 0, on.output[-4000:]
+    assert on.totals.changed >= 1
+    assert_passes(verify(lab, deployed.name, "--base-unattended-upgrades=on"))
+    stale = verify(lab, deployed.name, "--base-unattended-upgrades=off")
+    assert stale.returncode == 1 and "test_unattended_upgrades_setting" in stale.stdout
+    off = deploy(lab, deployed.name, "unattended_upgrades=false")
+    assert off.rc == 0 and off.totals.changed >= 1, off.output[-4000:]
+    assert_passes(verify(lab, deployed.name, "--base-unattended-upgrades=off"))
+
+
+def test_a_rejected_sshd_dropin_is_never_installed(lab, deployed):
+    live_before = sh(lab, deployed.name, f"sha256sum {DROPIN}")
+    bad = deploy(lab, deployed.name, 'sshd_extra_config=["MaxSessions lots"]')
+    assert bad.rc != 0
+    assert "candidate rejected" in bad.output and "MaxSessions" in bad.output, bad.output[-3000:]
+    assert "Reload ssh" not in bad.output
+    # The live drop-in is byte-for-byte the old one, nothing is left staged, sshd still takes its config.
+    assert sh(lab, deployed.name, f"sha256sum {DROPIN}") == live_before
+    assert sh(lab, deployed.name, "ls -A /etc/ssh/sshd_config.d") == "50-labwright.conf\n"
+    sh(lab, deployed.name, "/usr/sbin/sshd -t && systemctl is-active ssh")
+    assert_passes(verify(lab, deployed.name))
+
+    # Control: the same path installs a valid extra line, and reloads sshd for it.
+    good = deploy(lab, deployed.name, 'sshd_extra_config=["MaxSessions 4"]')
+    assert good.rc == 0 and "Reload ssh" in good.output, good.output[-3000:]
+    assert "maxsessions 4" in sh(lab, deployed.name, "sshd -T")
+    restored = deploy(lab, deployed.name)
+    assert restored.rc == 0 and restored.totals.changed >= 1
+    assert sh(lab, deployed.name, f"sha256sum {DROPIN}") == live_before
+
+
+def test_drift_is_caught_by_verify_and_repaired_by_the_deploy(lab, deployed):
+    sh(lab, deployed.name, f"sed -i 's/^PasswordAuthentication no/PasswordAuthentication yes/' {DROPIN} "
+                           "&& gpasswd -d labadmin sudo && echo Etc/Nowhere > /etc/timezone")
+    drifted = verify(lab, deployed.name)
+    assert drifted.returncode == 1
+    for check in ("passwordauthentication", "test_admin_user_exists_in_group_sudo", "test_etc_timezone"):
+        assert check in drifted.stdout, drifted.stdout[-3000:]
+    repair = deploy(lab, deployed.name)
+    assert repair.rc == 0 and repair.totals.changed >= 3, repair.output[-4000:]
+    assert_passes(verify(lab, deployed.name))
+
+
+def test_missing_key_file_is_a_one_line_error_before_any_change(lab, deployed, tmp_path):
+    absent = tmp_path / "absent.pub"
+    run = deploy(lab, deployed.name, f"admin_ssh_public_key_file={absent}")
+    assert run.rc != 0
+    lines = [line for line in run.output.splitlines() if "admin_ssh_public_key_file" in line]
+    assert len(lines) == 1 and str(absent) in lines[0], run.output
+    assert "Traceback" not in run.output
+    assert "Beginning operation run" not in run.output
+
+
+# --- other data, and an image that lacks packages -------------------------------------------------------
+OTHER = {"admin_user": "ops", "timezone": "Europe/Berlin", "locale": "de_DE.UTF-8", "unattended_upgrades": "true"}
+OTHER_VERIFY = ["--base-admin-user=ops", "--base-timezone=Europe/Berlin", "--base-locale=de_DE.UTF-8",
+                "--base-unattended-upgrades=on"]
+
+
+def test_other_data_deploys_and_verifies(lab, lab_container):
+    data = [f"{k}={v}" for k, v in OTHER.items()]
+    first = deploy(lab, lab_container, *data)
+    assert first.rc == 0, first.output[-4000:]
+    assert_passes(verify(lab, lab_container, *OTHER_VERIFY))
+    # The defaults no longer hold, and the suite says so.
+    assert verify(lab, lab_container).returncode == 1
+    again = deploy(lab, lab_container, *data)
+    assert again.rc == 0 and again.totals.changed == 0, again.output[-4000:]
+    address = instance_address(lab.client, lab_container) or ""
+    ssh_connect(address, "ops", key_filename=lab.private_key_path).close()
+
+
+def apt_mirror_reachable(lab: Lab, name: str) -> bool:
+    return lab.client.exec(name, ["sh", "-c", "timeout 60 apt-get update -qq"]).exit_code == 0
+
+
+def test_missing_packages_are_installed_then_left_alone(lab, lab_container):
+    # The deploy's apt work only happens when a package is missing; make some missing.
+    sh(lab, lab_container, "SUDO_FORCE_REMOVE=yes DEBIAN_FRONTEND=noninteractive "
+                           "apt-get purge -y -q sudo locales unattended-upgrades >/dev/null")
+    if not apt_mirror_reachable(lab, lab_container):
+        pytest.skip("the container cannot reach a Debian mirror")
+    data = [f"{k}={v}" for k, v in OTHER.items()]
+    first = deploy(lab, lab_container, *data)
+    assert first.rc == 0, first.output[-4000:]
+    assert "Install missing base packages" in first.output
+    assert_passes(verify(lab, lab_container, *OTHER_VERIFY))
+    again = deploy(lab, lab_container, *data)
+    assert again.rc == 0 and again.totals.changed == 0, again.output[-4000:]
+
+
+def test_bad_data_is_refused_by_key_name(lab, deployed):
+    for item, key in (("timezone=Mars/Olympus_Mons", "timezone"), ("locale=xx_XX.UTF-8", "locale"),
+                      ("unattended_upgrades=sometimes", "unattended_upgrades"), ("admin_user=Bad.Name", "admin_user")):
+        run = deploy(lab, deployed.name, item)
+        assert run.rc != 0
+        assert f"{key}: " in run.output and "Traceback" not in run.output, run.output[-2000:]
+        assert "Beginning operation run" not in run.output
+
+
+
+def test_sshd_config_without_the_include_is_refused(lab, deployed):
+    # Without the Include the drop-in would be silently ignored; the deploy must say so and stop.
+    include = "Include /etc/ssh/sshd_config.d/"
+    sh(lab, deployed.name, f"sed -i 's|^{include}|#{include}|' /etc/ssh/sshd_config")
+    try:
+        run = deploy(lab, deployed.name)
+        assert run.rc != 0 and "does not Include sshd_config.d" in run.output, run.output[-2000:]
+        assert "Beginning operation run" not in run.output
+    finally:
+        sh(lab, deployed.name, f"sed -i 's|^#{include}|{include}|' /etc/ssh/sshd_config")
+    assert deploy(lab, deployed.name).totals.changed == 0

@@ -1,0 +1,94 @@
+"""Expected values for the testinfra suites in tests/verify.
+
+Each value comes from a pytest option, else an environment variable, else the default that matches
+inventories/local.py, so a plain run checks a host deployed with the local inventory's data:
+
+    pytest tests/verify/test_base.py --hosts=lxc://lw-node1
+    pytest tests/verify/test_base.py --hosts=lxc://web1 --base-timezone=Europe/Berlin --base-unattended-upgrades=on
+    pytest tests/verify/test_base.py --hosts=ssh://labadmin@10.99.0.53 --ssh-identity-file=KEY --sudo
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# option name -> (environment variable, default, help); None: the default is computed (see expected_from)
+BASE_OPTIONS = {
+    "admin-user": ("LABWRIGHT_BASE_ADMIN_USER", "labadmin", "admin user the deploy created"),
+    "admin-key-file": ("LABWRIGHT_BASE_ADMIN_KEY_FILE", None,
+                       "public key file whose keys must be in the admin's authorized_keys"),
+    "timezone": ("LABWRIGHT_BASE_TIMEZONE", "Etc/UTC", "expected timezone"),
+    "locale": ("LABWRIGHT_BASE_LOCALE", "en_US.UTF-8", "expected default locale"),
+    "unattended-upgrades": ("LABWRIGHT_BASE_UNATTENDED_UPGRADES", "off", "expected unattended upgrades: on or off"),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("labwright base", "expected state for tests/verify/test_base.py")
+    for option, (env, default, text) in BASE_OPTIONS.items():
+        shown = default or "the lab key, ~/.local/share/labwright/lab_ed25519.pub"
+        group.addoption(f"--base-{option}", default=None, help=f"{text} (default: ${env}, else {shown})")
+
+
+def default_key_file() -> str:
+    # Same place as labwright.lab.keys.lab_key_path(), without importing labwright (nor creating
+    # its data directory) on a machine that only runs this suite.
+    base = os.environ.get("LABWRIGHT_HOME") or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "labwright")
+    return os.path.join(base, "lab_ed25519.pub")
+
+
+def as_switch(value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise pytest.UsageError(f"--base-unattended-upgrades: {value!r} is not on or off")
+
+
+@dataclass(frozen=True)
+class BaseExpected:
+    admin_user: str
+    admin_key_file: str
+    timezone: str
+    locale: str
+    unattended_upgrades: bool
+
+
+def expected_from(config: pytest.Config) -> BaseExpected:
+    def value(option: str) -> str:
+        env, default, _ = BASE_OPTIONS[option]
+        return config.getoption(f"--base-{option}") or os.environ.get(env) or default or ""
+
+    return BaseExpected(
+        admin_user=value("admin-user"),
+        admin_key_file=os.path.expanduser(value("admin-key-file") or default_key_file()),
+        timezone=value("timezone"),
+        locale=value("locale"),
+        unattended_upgrades=as_switch(value("unattended-upgrades")),
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Check the options once, up front: a typo is a usage error, not twenty failed tests.
+    expected_from(config)
+
+
+@pytest.fixture(scope="session")
+def base_expected(pytestconfig: pytest.Config) -> BaseExpected:
+    return expected_from(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def admin_public_keys(base_expected: BaseExpected) -> list[str]:
+    """The "type base64" part of each key in the expected public key file (comments may differ)."""
+    path = Path(base_expected.admin_key_file)
+    if not path.is_file():
+        pytest.fail(f"public key file {path} does not exist; pass --base-admin-key-file=PATH", pytrace=False)
+    keys = [" ".join(line.split()[:2]) for line in path.read_text().splitlines() if line.strip()]
+    return [k for k in keys if not k.startswith("#")]
