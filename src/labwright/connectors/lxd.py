@@ -20,10 +20,10 @@ from __future__ import annotations
 import io
 import secrets
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pyinfra import logger
-from pyinfra.api import QuoteString, StringCommand
+from pyinfra.api import StringCommand
 from pyinfra.api.exceptions import ConnectError, InventoryError
 from pyinfra.api.output import echo
 from pyinfra.api.util import get_file_io
@@ -37,6 +37,7 @@ from pyinfra.connectors.util import (
 )
 from typing_extensions import TypedDict, Unpack, override
 
+from labwright.connectors._transfer import HandoverTransfer, stdin_bytes
 from labwright.errors import LabwrightError
 from labwright.lab.spec import INSTANCE_NAME
 from labwright.lxd.client import LxdClient
@@ -66,29 +67,12 @@ connector_data_meta: dict[str, DataMeta] = {
     "lxd_project": DataMeta("LXD project"),
 }
 
-SUDO_ARGUMENTS = ("_sudo", "_sudo_user", "_su_user", "_doas", "_doas_user")
-
-
 def lines(data: bytes) -> list[str]:
     text = data.decode("utf-8", errors="replace")
     return text.splitlines()
 
 
-def stdin_bytes(stdin: Any) -> bytes:
-    """pyinfra's ``_stdin`` (str, bytes, list of lines or file-like) as the bytes a pipe would carry."""
-    if hasattr(stdin, "readlines"):
-        stdin = stdin.readlines()
-    if not isinstance(stdin, list | tuple):
-        stdin = [stdin]
-    out = []
-    for line in stdin:
-        if isinstance(line, bytes):
-            line = line.decode()
-        out.append(line if line.endswith("\n") else line + "\n")
-    return "".join(out).encode()
-
-
-class LxdConnector(BaseConnector):
+class LxdConnector(HandoverTransfer, BaseConnector):
     """Execute in LXD containers through the daemon's REST API."""
 
     handles_execution = True
@@ -194,81 +178,31 @@ class LxdConnector(BaseConnector):
         return ok, output
 
     # --- files --------------------------------------------------------------------------------
-    @staticmethod
-    def _needs_handover(arguments: dict[str, Any]) -> bool:
-        return any(arguments.get(key) for key in SUDO_ARGUMENTS)
-
-    @override
-    def put_file(
-        self,
-        filename_or_io,
-        remote_filename,
-        remote_temp_filename=None,
-        print_output: bool = False,
-        print_input: bool = False,
-        **arguments,
-    ) -> bool:
-        """Upload through the files API. With sudo/su (as pyinfra's SSH connector does) the file
-        goes to a temporary path first and is copied into place by the other user."""
+    def _push(self, filename_or_io: str | IO[Any], path: str, perms: str | None = None,
+              user: str | None = None) -> None:
         with get_file_io(filename_or_io) as file_io:
             data = file_io.read()
         if isinstance(data, str):
             data = data.encode()
-        if not self._needs_handover(arguments):
-            try:
-                self.client.push_file(self.instance, remote_filename, data)
-            except LabwrightError as exc:
-                raise OSError(f"upload to {self.instance}:{remote_filename} failed: {exc}") from exc
-        else:
-            temp = remote_temp_filename or self.host.get_temp_filename(remote_filename)
-            self.client.push_file(self.instance, temp, data, mode=0o644)
-            try:
-                ok, output = self.run_shell_command(
-                    StringCommand("cp", temp, QuoteString(remote_filename)),
-                    print_output=print_output, print_input=print_input, **arguments,
-                )
-            finally:
-                self.client.delete_file(self.instance, temp)
-            if not ok:
-                raise OSError(output.stderr)
-        if print_output:
-            echo(f"{self.host.print_prefix}file uploaded: {remote_filename}", err=True)
-        return True
-
-    @override
-    def get_file(
-        self,
-        remote_filename,
-        filename_or_io,
-        remote_temp_filename=None,
-        print_output: bool = False,
-        print_input: bool = False,
-        **arguments,
-    ) -> bool:
-        source = remote_filename
-        temp = None
-        if self._needs_handover(arguments):
-            temp = remote_temp_filename or self.host.get_temp_filename(remote_filename)
-            ok, output = self.run_shell_command(
-                StringCommand("cp", QuoteString(remote_filename), temp, "&&", "chmod", "+r", temp),
-                print_output=print_output, print_input=print_input, **arguments,
-            )
-            if not ok:
-                raise OSError(output.stderr)
-            source = temp
+        uid = None
+        if user is not None:
+            found = self.client.exec(self.instance, ["id", "-u", user])
+            if found.exit_code != 0:
+                raise OSError(f"{self.instance}: no user {user!r} to hand {path} to")
+            uid = int(found.stdout)
         try:
-            buffer = io.BytesIO()
-            self.client.pull_file(self.instance, source, buffer)
+            self.client.push_file(self.instance, path, data, mode=int(perms, 8) if perms else None, uid=uid)
         except LabwrightError as exc:
-            raise OSError(f"download of {self.instance}:{remote_filename} failed: {exc}") from exc
-        finally:
-            if temp:
-                self.run_shell_command(StringCommand("rm", "-f", temp), **arguments)
+            raise OSError(f"upload to {self.instance}:{path} failed: {exc}") from exc
+
+    def _pull(self, path: str, filename_or_io: str | IO[Any]) -> None:
+        buffer = io.BytesIO()
+        try:
+            self.client.pull_file(self.instance, path, buffer)
+        except LabwrightError as exc:
+            raise OSError(f"download of {self.instance}:{path} failed: {exc}") from exc
         with get_file_io(filename_or_io, "wb") as file_io:
             file_io.write(buffer.getvalue())
-        if print_output:
-            echo(f"{self.host.print_prefix}file downloaded: {remote_filename}", err=True)
-        return True
 
 
 class IncusConnector(LxdConnector):

@@ -41,7 +41,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import paramiko
 from pyinfra import logger
-from pyinfra.api import QuoteString, StringCommand
+from pyinfra.api import StringCommand
 from pyinfra.api.exceptions import ConnectError, InventoryError, PyinfraError
 from pyinfra.api.output import echo, format_text
 from pyinfra.api.util import get_file_io
@@ -57,6 +57,8 @@ from pyinfra.connectors.util import (
 )
 from typing_extensions import TypedDict, Unpack, override
 
+from labwright.connectors._transfer import HandoverTransfer, stdin_bytes
+
 if TYPE_CHECKING:
     from pyinfra.api.arguments import ConnectorArguments
     from pyinfra.api.host import Host
@@ -68,8 +70,6 @@ NAME_EXAMPLE = "@pct/NODE/VMID, e.g. @pct/pve1/101"
 READ_CHUNK = 32768
 GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"  # consulted as well, as OpenSSH does
 # Arguments that make pyinfra's SSH connector hand a file over through a temporary copy.
-HANDOVER_ARGUMENTS = ("_sudo", "_sudo_user", "_doas", "_doas_user", "_dzdo", "_dzdo_user", "_su_user")
-OTHER_USER_ARGUMENTS = ("_su_user", "_sudo_user", "_doas_user", "_dzdo_user")
 
 
 class PctConnectorData(TypedDict, total=False):
@@ -185,21 +185,6 @@ def one_line(text: str) -> str:
     return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-def stdin_bytes(stdin: Any) -> bytes:
-    """pyinfra's ``_stdin`` (str, bytes, list of lines or file-like) as bytes, each line newline-terminated
-    as pyinfra's ``write_stdin`` sends it."""
-    if hasattr(stdin, "readlines"):
-        stdin = stdin.readlines()
-    if not isinstance(stdin, list | tuple):
-        stdin = [stdin]
-    out = []
-    for line in stdin:
-        if isinstance(line, str):
-            line = line.encode()
-        out.append(line if line.endswith(b"\n") else line + b"\n")
-    return b"".join(out)
-
-
 # --- ssh target -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SshTarget:
@@ -284,7 +269,7 @@ class NodeResult:
     stderr: str
 
 
-class PctConnector(BaseConnector):
+class PctConnector(HandoverTransfer, BaseConnector):
     """Execute in Proxmox VE containers with ``pct`` on their node, over SSH.
 
     Host data:
@@ -590,76 +575,3 @@ class PctConnector(BaseConnector):
             self.run_on_node(shlex.join(["rm", "-f", node_path]))
         except (OSError, paramiko.SSHException) as exc:
             logger.warning("Could not remove %s on node %s: %s", node_path, self.node, exc)
-
-    @override
-    def put_file(
-        self,
-        filename_or_io,
-        remote_filename,
-        remote_temp_filename=None,
-        print_output: bool = False,
-        print_input: bool = False,
-        **arguments: Unpack[ConnectorArguments],
-    ) -> bool:
-        """Upload by SFTP to the node, then ``pct push``. With sudo/su (as pyinfra's SSH connector does) the
-        file is pushed to a temporary path owned by the target user and copied into place as that user."""
-        given: dict[str, Any] = dict(arguments)
-        if not any(given.get(key) for key in HANDOVER_ARGUMENTS):
-            self._push(filename_or_io, remote_filename)
-        else:
-            # _chdir may need the other user's rights, so it goes with them (as in pyinfra's SSH connector).
-            noauth = {k: v for k, v in given.items() if k not in HANDOVER_ARGUMENTS and k != "_chdir"}
-            temp = remote_temp_filename or self.host.get_temp_filename(remote_filename)
-            other_user = next((str(given[k]) for k in OTHER_USER_ARGUMENTS if given.get(k)), None)
-            # pct push runs as the CT's root, so it can hand the copy straight to the other user.
-            self._push(filename_or_io, temp, perms="0600", user=other_user)
-            try:
-                ok, output = self.run_shell_command(
-                    StringCommand("cp", temp, QuoteString(remote_filename)),
-                    print_output=print_output, print_input=print_input, **arguments,
-                )
-            finally:
-                self.run_shell_command(StringCommand("rm", "-f", temp), **noauth)
-            if not ok:
-                logger.error(f"File upload error: {output.stderr}")
-                return False
-        if print_output:
-            echo(f"{self.host.print_prefix}file uploaded: {remote_filename}", err=True)
-        return True
-
-    @override
-    def get_file(
-        self,
-        remote_filename,
-        filename_or_io,
-        remote_temp_filename=None,
-        print_output: bool = False,
-        print_input: bool = False,
-        **arguments: Unpack[ConnectorArguments],
-    ) -> bool:
-        """``pct pull`` to the node, then download by SFTP. With sudo/su the file is first copied to a
-        readable temporary path by that user, as pyinfra's SSH connector does."""
-        if not any(dict(arguments).get(key) for key in HANDOVER_ARGUMENTS):
-            self._pull(remote_filename, filename_or_io)
-        else:
-            temp = remote_temp_filename or self.host.get_temp_filename(remote_filename)
-            ok, output = self.run_shell_command(
-                StringCommand("cp", QuoteString(remote_filename), temp, "&&", "chmod", "+r", temp),
-                print_output=print_output, print_input=print_input, **arguments,
-            )
-            if not ok:
-                logger.error(f"File download copy temp error: {output.stderr}")
-                return False
-            try:
-                self._pull(temp, filename_or_io)
-            finally:
-                ok, output = self.run_shell_command(
-                    StringCommand("rm", "-f", temp), print_output=print_output, print_input=print_input, **arguments
-                )
-            if not ok:
-                logger.error(f"File download remove temp error: {output.stderr}")
-                return False
-        if print_output:
-            echo(f"{self.host.print_prefix}file downloaded: {remote_filename}", err=True)
-        return True
-
