@@ -1,0 +1,81 @@
+"""pyinfra facts about NVIDIA drivers: the host module version, and whether a container's userspace matches it.
+
+Inside an LXC/LXD container ``/proc/driver/nvidia/version`` is the HOST kernel module's (procfs is the
+host kernel's), so one fact run in the container sees both sides of the match.
+
+**Example:**
+
+.. code:: python
+
+    match = host.get_fact(NvidiaDriverMatch)
+    if match["status"] == "mismatch":
+        ...  # reinstall NVIDIA-Linux-x86_64-{match["host_version"]}.run --no-kernel-module
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from pyinfra.api import FactBase
+
+from labwright.guests.gpu import LIBRARY_DIRS, check_driver_match, parse_driver_version, userspace_versions
+
+_MARK = "@@labwright-nvidia-"
+
+
+def _below(root: str, path: str) -> str:
+    return shlex.quote(root.rstrip("/") + path)
+
+
+def _sections(lines: list[str]) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in lines:
+        if line.startswith(_MARK):
+            current = line.removeprefix(_MARK).strip()
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    return sections
+
+
+class NvidiaDriverVersion(FactBase[Any]):
+    """The NVIDIA kernel module version (``550.54.14``), or None without a driver.
+
+    + root: read below this directory instead of ``/`` (tests use a fake tree)
+    """
+
+    def command(self, root: str = "/") -> str:
+        return f"cat {_below(root, '/proc/driver/nvidia/version')} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        return parse_driver_version("\n".join(output))
+
+
+class NvidiaDriverMatch(FactBase[Any]):
+    """Host module version vs the userspace libraries (``libcuda.so.<ver>``, ``libnvidia-ml.so.<ver>``) and
+    ``nvidia-smi``: ``{"status": match|mismatch|missing-userspace|no-host-driver, "host_version",
+    "userspace": {lib: version}, "message"}``. Only an exact version match is a match.
+
+    + root: read below this directory instead of ``/`` (tests use a fake tree; nvidia-smi is then skipped)
+    """
+
+    def command(self, root: str = "/") -> str:
+        dirs = " ".join(_below(root, d) for d in LIBRARY_DIRS)
+        smi = ("command -v nvidia-smi >/dev/null 2>&1 && timeout 20 nvidia-smi 2>&1 | head -n 12"
+               if root.rstrip("/") == "" else "true")
+        return (
+            f"echo {_MARK}driver; cat {_below(root, '/proc/driver/nvidia/version')} 2>/dev/null; "
+            f"echo {_MARK}libs; for d in {dirs}; do ls -1 \"$d\" 2>/dev/null; done "
+            "| grep -E '^lib(cuda|nvidia-ml)[.]so[.][0-9]' || true; "
+            f"echo {_MARK}smi; {{ {smi}; }} || true"
+        )
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        sections = _sections(list(output))
+        host_version = parse_driver_version("\n".join(sections.get("driver", [])))
+        match = check_driver_match(host_version, userspace_versions(sections.get("libs", [])),
+                                   "\n".join(sections.get("smi", [])))
+        return {"status": match.status, "ok": match.ok, "host_version": match.host_version,
+                "userspace": match.userspace, "message": match.message}

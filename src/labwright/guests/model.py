@@ -1,0 +1,549 @@
+"""The guest model: one ``GuestSpec`` per inventory host that carries ``guest`` data, for both backends.
+
+Parsing is strict and says exactly which field of which host is wrong and how to write it, so a
+typo never reaches a daemon. Backend-specific checks that need the host (does the template exist,
+is the node known, is there an NVIDIA driver) happen in the backends' ``plan``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from labwright.errors import BadInput
+from labwright.lab.spec import INSTANCE_NAME, load_inventory_groups
+
+Backend = Literal["proxmox", "lxd"]
+BACKENDS: tuple[str, ...] = ("proxmox", "lxd")
+GPU_KINDS: tuple[str, ...] = ("nvidia", "none")
+#: How the GPU reaches the container, in each backend's own terms ("auto" picks per host, see docs/guests.md).
+GPU_MODES: dict[str, tuple[str, ...]] = {
+    "lxd": ("auto", "gpu", "unix-char"),  # LXD `gpu` device, or one `unix-char` device per /dev/nvidia* node
+    "proxmox": ("auto", "dev", "classic"),  # PVE >= 8.1 `devN:` entries, or lxc.cgroup2/lxc.mount.entry lines
+}
+#: Container features as Proxmox names them (`features: nesting=1,keyctl=1,...`); `mount` takes fs types.
+FEATURES: tuple[str, ...] = ("nesting", "keyctl", "fuse", "mknod", "force_rw_sys", "mount")
+VMID_MIN, VMID_MAX = 100, 999_999_999
+#: Memory below this many MiB is almost surely GiB written as a bare number ("memory: 8").
+MEMORY_FLOOR_MIB = 64
+#: Above this (4 TiB) a number is almost surely bytes.
+MEMORY_CEILING_MIB = 4 * 1024 * 1024
+
+KNOWN_KEYS = frozenset({
+    "name", "backend", "node", "vmid", "hostname", "template", "image", "cores", "memory", "swap", "rootfs",
+    "net", "unprivileged", "features", "mounts", "gpu", "gpu_mode", "nvidia_runtime", "profiles", "start",
+    "onboot", "lxd_config", "description",
+})
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.I)
+_UNIT_MIB = {"k": 1 / 1024, "m": 1, "": 1, "g": 1024, "t": 1024 * 1024}
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*$")
+_PVE_TEMPLATE = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*:vztmpl/[^/\s]+$")
+_NODE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$")
+_BRIDGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")
+
+
+# --- records -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NetSpec:
+    """One network interface: ``ip`` is ``dhcp``, ``manual`` or an address with its prefix."""
+
+    name: str = "eth0"
+    bridge: str = ""
+    ip: str = "dhcp"
+    gw: str | None = None
+    hwaddr: str | None = None
+    vlan: int | None = None
+    mtu: int | None = None
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    """A host directory bind-mounted into the guest. ``required=False``: a missing source does not stop a start."""
+
+    host: str
+    guest: str
+    readonly: bool = False
+    required: bool = True
+    name: str | None = None
+    shift: bool = False
+
+
+@dataclass(frozen=True)
+class RootfsSpec:
+    """The root disk: ``storage`` (PVE storage or LXD pool; None = the backend's default) and size in GiB."""
+
+    storage: str | None
+    size_gib: int | None
+
+
+@dataclass(frozen=True)
+class GuestSpec:
+    """One declared guest. Sizes are MiB (memory, swap) and GiB (rootfs), whatever the inventory wrote."""
+
+    name: str
+    backend: Backend
+    node: str | None = None  # Proxmox node; for LXD the remote (None: the local daemon)
+    vmid: int | None = None  # Proxmox only
+    hostname: str | None = None
+    template: str | None = None  # Proxmox `STORAGE:vztmpl/FILE`; LXD image alias or fingerprint
+    cores: int | None = None
+    memory: int | None = None
+    swap: int | None = None
+    rootfs: RootfsSpec | None = None
+    net: tuple[NetSpec, ...] = ()
+    unprivileged: bool = True
+    features: tuple[tuple[str, bool | str], ...] = ()
+    mounts: tuple[MountSpec, ...] = ()
+    gpu: str = "none"
+    gpu_mode: str = "auto"
+    nvidia_runtime: bool | None = None  # LXD: None = on when the host has the NVIDIA container tools
+    profiles: tuple[str, ...] | None = None  # LXD only; None = ("default",)
+    start: bool = True  # apply leaves the guest running
+    onboot: bool | None = None
+    lxd_config: tuple[tuple[str, str], ...] = ()  # extra raw LXD config keys, managed like the rest
+    description: str | None = None
+    # Where it came from, for messages, and the inventory data backends need (API URL, SSH address...).
+    host: str = ""
+    source: str = "<data>"
+    host_data: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    node_data: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @property
+    def where(self) -> str:
+        """``inventory.py: guest llm1`` — the prefix of every message about this guest."""
+        return f"{self.source}: guest {self.name}"
+
+    @property
+    def feature_map(self) -> dict[str, bool | str]:
+        return dict(self.features)
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.gpu == "nvidia"
+
+    @property
+    def backend_key(self) -> tuple[str, str | None]:
+        """Guests with the same key share one backend connection."""
+        return self.backend, self.node
+
+
+@dataclass(frozen=True)
+class Change:
+    """One difference between the host and the spec: ``what`` went from ``before`` to ``after``.
+
+    ``before`` None means it did not exist; ``after`` None means it is removed.
+    """
+
+    what: str
+    before: Any = None
+    after: Any = None
+
+    def describe(self) -> str:
+        if self.before is None:
+            return f"+ {self.what}: {_show(self.after)}"
+        if self.after is None:
+            return f"- {self.what}: {_show(self.before)}"
+        return f"~ {self.what}: {_show(self.before)} -> {_show(self.after)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "before": self.before, "after": self.after}
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+@dataclass
+class Plan:
+    """What ``apply`` would do to one guest. ``config_lines`` (Proxmox) are the exact lines it would write."""
+
+    guest: str
+    backend: str
+    action: Literal["create", "update", "none"]
+    changes: list[Change] = field(default_factory=list)
+    config_lines: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "guest": self.guest, "backend": self.backend, "action": self.action,
+            "changes": [c.to_dict() for c in self.changes], "config_lines": list(self.config_lines),
+            "notes": list(self.notes),
+        }
+
+
+# --- value parsers ---------------------------------------------------------------------------
+def parse_mib(value: Any, what: str) -> int:
+    """``8192``, ``"8192"``, ``"8G"``, ``"8GiB"``, ``"512M"`` -> MiB. Units are binary (``G`` = GiB), as in
+    Proxmox and ``free -m``; anything else is refused with the accepted forms."""
+    hint = f'{what}: {value!r} is not a size; write MiB as a number (8192) or with a unit ("8G", "8GiB", "512M")'
+    if isinstance(value, bool):
+        raise BadInput(hint)
+    if isinstance(value, int):
+        mib = value
+    elif isinstance(value, float) and value.is_integer():
+        mib = int(value)
+    elif isinstance(value, str):
+        match = _SIZE.match(value)
+        if not match or (match.group(3) and not match.group(2)):  # "8b"/"8ib": a unit without its prefix
+            raise BadInput(hint)
+        amount = float(match.group(1)) * _UNIT_MIB[match.group(2).lower()]
+        if not amount.is_integer():
+            raise BadInput(f"{what}: {value!r} is not a whole number of MiB; round it (e.g. \"1536M\")")
+        mib = int(amount)
+    else:
+        raise BadInput(hint)
+    if mib < 0:
+        raise BadInput(f"{what}: {value!r} is negative; sizes are 0 or more")
+    return mib
+
+
+def parse_memory(value: Any, what: str) -> int:
+    mib = parse_mib(value, what)
+    if mib < MEMORY_FLOOR_MIB:
+        raise BadInput(f'{what}: {value!r} means {mib} MiB, too small for a guest; for GiB write "{mib}G"')
+    if mib > MEMORY_CEILING_MIB:
+        raise BadInput(f"{what}: {value!r} MiB is over 4 TiB (bytes?); write MiB (8192) or \"8G\"")
+    return mib
+
+
+def parse_gib(value: Any, what: str) -> int:
+    """Disk sizes: a bare number is GiB (as Proxmox's ``local-lvm:64``); units accepted."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = f"{value}G"
+    elif isinstance(value, str) and value.strip().replace(".", "", 1).isdigit():
+        value = value.strip() + "G"
+    mib = parse_mib(value, what)
+    if mib == 0 or mib % 1024:
+        raise BadInput(f"{what}: {value!r} is not a whole number of GiB above 0; write e.g. 64 or \"64G\"")
+    return mib // 1024
+
+
+def _bool(value: Any, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0", "on", "off"):
+        return value.lower() in ("true", "yes", "1", "on")
+    raise BadInput(f"{what}: {value!r} is not true or false")
+
+
+def _int(value: Any, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise BadInput(f"{what}: {value!r} is not a whole number between {low} and {high}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadInput(f"{what}: {value!r} is not a whole number between {low} and {high}") from None
+    if not low <= number <= high:
+        raise BadInput(f"{what}: {number} is outside {low}-{high}")
+    return number
+
+
+def parse_rootfs(value: Any, what: str) -> RootfsSpec:
+    """``"local-lvm:64"``, ``"64"``/``64``/``"64G"`` or ``{"storage": ..., "size": ...}``."""
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"storage", "size"}
+        if unknown:
+            raise BadInput(f"{what}: unknown key(s) {', '.join(sorted(unknown))}; use storage and size")
+        storage, size = value.get("storage"), value.get("size")
+    elif isinstance(value, str) and ":" in value:
+        storage, size = value.split(":", 1)
+    else:
+        storage, size = None, value
+    if storage is not None and not (isinstance(storage, str) and _NODE.match(storage)):
+        raise BadInput(f"{what}: storage {storage!r} is not a storage/pool name such as local-lvm")
+    return RootfsSpec(storage=storage, size_gib=None if size is None else parse_gib(size, f"{what} size"))
+
+
+def parse_net(value: Any, what: str) -> tuple[NetSpec, ...]:
+    items = [value] if isinstance(value, Mapping) else value
+    if not isinstance(items, list | tuple):
+        raise BadInput(f'{what}: {value!r} is not a dict (or list of dicts) like {{"bridge": "vmbr0", "ip": "dhcp"}}')
+    nets: list[NetSpec] = []
+    for index, item in enumerate(items):
+        where = f"{what}[{index}]"
+        if not isinstance(item, Mapping):
+            raise BadInput(f'{where}: {item!r} is not a dict like {{"bridge": "vmbr0", "ip": "dhcp"}}')
+        unknown = set(item) - {"name", "bridge", "ip", "gw", "hwaddr", "vlan", "tag", "mtu"}
+        if unknown:
+            raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use name, bridge, ip, gw, "
+                           "hwaddr, vlan, mtu")
+        name = str(item.get("name", f"eth{index}"))
+        if not re.match(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$", name):
+            raise BadInput(f"{where}: interface name {name!r} is not valid (e.g. eth0)")
+        bridge = item.get("bridge")
+        if not isinstance(bridge, str) or not _BRIDGE.match(bridge):
+            raise BadInput(f"{where}: bridge {bridge!r} is missing or not a bridge name such as vmbr0")
+        ip = str(item.get("ip", "dhcp"))
+        if ip not in ("dhcp", "manual") and not re.match(r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$", ip):
+            raise BadInput(f"{where}: ip {ip!r} must be dhcp, manual or an address with prefix (10.0.0.5/24)")
+        vlan = item.get("vlan", item.get("tag"))
+        mtu = item.get("mtu")
+        nets.append(NetSpec(
+            name=name, bridge=bridge, ip=ip, gw=None if item.get("gw") is None else str(item["gw"]),
+            hwaddr=None if item.get("hwaddr") is None else str(item["hwaddr"]),
+            vlan=None if vlan is None else _int(vlan, f"{where} vlan", 1, 4094),
+            mtu=None if mtu is None else _int(mtu, f"{where} mtu", 576, 65535),
+        ))
+    if len({n.name for n in nets}) != len(nets):
+        raise BadInput(f"{what}: two interfaces share a name; give each a distinct name")
+    return tuple(nets)
+
+
+def parse_mounts(value: Any, what: str) -> tuple[MountSpec, ...]:
+    if not isinstance(value, list | tuple):
+        raise BadInput(f'{what}: {value!r} is not a list like [{{"host": "/tank/models", "guest": "/models"}}]')
+    mounts: list[MountSpec] = []
+    for index, item in enumerate(value):
+        where = f"{what}[{index}]"
+        if not isinstance(item, Mapping):
+            raise BadInput(f'{where}: {item!r} is not a dict like {{"host": "/tank/models", "guest": "/models"}}')
+        unknown = set(item) - {"host", "guest", "readonly", "required", "name", "shift"}
+        if unknown:
+            raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use host, guest, readonly, "
+                           "required, name, shift")
+        host, guest = item.get("host"), item.get("guest")
+        for label, path in (("host", host), ("guest", guest)):
+            if not isinstance(path, str) or not path.startswith("/") or "," in path or "\n" in path:
+                raise BadInput(f"{where}: {label} path {path!r} must be an absolute path without commas")
+        assert isinstance(host, str) and isinstance(guest, str)
+        name = item.get("name")
+        if name is not None and not INSTANCE_NAME.match(str(name)):
+            raise BadInput(f"{where}: name {name!r} must be letters, digits and hyphens")
+        mounts.append(MountSpec(
+            host=host, guest=guest.rstrip("/") or "/", readonly=_bool(item.get("readonly", False), f"{where} readonly"),
+            required=_bool(item.get("required", True), f"{where} required"),
+            name=None if name is None else str(name), shift=_bool(item.get("shift", False), f"{where} shift"),
+        ))
+    guests = [m.guest for m in mounts]
+    if len(set(guests)) != len(guests):
+        raise BadInput(f"{what}: two mounts share a guest path; mount each path once")
+    return tuple(mounts)
+
+
+def parse_features(value: Any, what: str) -> tuple[tuple[str, bool | str], ...]:
+    """``{"nesting": True}`` or ``["nesting", "keyctl"]`` or ``"nesting=1,keyctl=1"``."""
+    if isinstance(value, str):
+        pairs: dict[str, Any] = {}
+        for part in filter(None, value.split(",")):
+            key, _, val = part.partition("=")
+            pairs[key.strip()] = val.strip() if val else True
+        value = pairs
+    elif isinstance(value, list | tuple):
+        value = dict.fromkeys(value, True)
+    if not isinstance(value, Mapping):
+        raise BadInput(f'{what}: {value!r} is not a dict like {{"nesting": True}}')
+    features: dict[str, bool | str] = {}
+    for key, val in value.items():
+        if key not in FEATURES:
+            raise BadInput(f"{what}: unknown feature {key!r}; known: {', '.join(FEATURES)}")
+        if key == "mount":
+            text = ";".join(val) if isinstance(val, list | tuple) else str(val)
+            if not re.match(r"^[a-z0-9]+(;[a-z0-9]+)*$", text):
+                raise BadInput(f"{what}: mount {val!r} must list filesystem types, e.g. \"nfs;cifs\"")
+            features[key] = text
+        else:
+            features[key] = _bool(val, f"{what} {key}")
+    return tuple(sorted(features.items()))
+
+
+# --- the spec --------------------------------------------------------------------------------
+def _name_from_host(host: str) -> tuple[str | None, str | None, int | None]:
+    """(name, node, vmid) implied by a pyinfra host name: ``@lxd/REMOTE:NAME``, ``@pct/NODE/VMID``, ``NAME``."""
+    if host.startswith(("@lxd/", "@incus/")):
+        target = host.split("/", 1)[1]
+        remote, _, name = target.rpartition(":")
+        return name, remote or None, None
+    if host.startswith("@pct/"):
+        parts = host.split("/")
+        if len(parts) == 3 and parts[2].isdigit():
+            return None, parts[1], int(parts[2])
+        return None, None, None
+    if host.startswith("@"):
+        return None, None, None
+    return host, None, None
+
+
+def spec_from_data(
+    host: str,
+    data: Mapping[str, Any],
+    source: str = "<data>",
+    host_data: Mapping[str, Any] | None = None,
+    node_data: Mapping[str, Any] | None = None,
+) -> GuestSpec:
+    """Validate one host's ``guest`` dict into a ``GuestSpec``; every refusal is one line naming the field."""
+    if not isinstance(data, Mapping):
+        raise BadInput(f"{source}: host {host}: `guest` must be a dict, got {type(data).__name__}")
+    host_name, host_node, host_vmid = _name_from_host(host)
+    label = data.get("name") or data.get("hostname") or host_name or host
+    where = f"{source}: guest {label}"
+    unknown = set(data) - KNOWN_KEYS
+    if unknown:
+        raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; see docs/guests.md for the fields")
+
+    backend = data.get("backend")
+    if backend not in BACKENDS:
+        raise BadInput(f"{where}: backend {backend!r} must be one of {', '.join(BACKENDS)}")
+
+    node = data.get("node", host_node)
+    if host_node is not None and node != host_node:
+        raise BadInput(f"{where}: node {node!r} disagrees with the host name {host} (node {host_node})")
+    if node is not None and not (isinstance(node, str) and _NODE.match(node)):
+        raise BadInput(f"{where}: node {node!r} is not a node name such as pve1")
+    vmid: int | None = None
+    if backend == "proxmox":
+        if node is None:
+            raise BadInput(f"{where}: a proxmox guest needs `node` (the PVE node name, e.g. pve1)")
+        raw_vmid = data.get("vmid", host_vmid)
+        if raw_vmid is None:
+            raise BadInput(f"{where}: a proxmox guest needs `vmid` ({VMID_MIN}-{VMID_MAX})")
+        vmid = _int(raw_vmid, f"{where}: vmid", VMID_MIN, VMID_MAX)
+        if host_vmid is not None and vmid != host_vmid:
+            raise BadInput(f"{where}: vmid {vmid} disagrees with the host name {host} (vmid {host_vmid})")
+    elif data.get("vmid") is not None:
+        raise BadInput(f"{where}: vmid is for proxmox guests; an lxd guest is named by `name`")
+
+    # Proxmox's own default hostname is CT<vmid>; an unnamed proxmox guest gets the same, lower-cased.
+    fallback = host_name if backend == "lxd" else (data.get("hostname") or host_name or f"ct{vmid}")
+    name = str(data.get("name") or fallback or "")
+    if not name:
+        raise BadInput(f"{where}: give the guest a `name`")
+    if backend == "lxd" and not INSTANCE_NAME.match(name):
+        raise BadInput(f"{where}: {name!r} is not a valid LXD instance name; use 1-63 letters, digits and "
+                       "hyphens, starting with a letter")
+    hostname = data.get("hostname", name if backend == "proxmox" else None)
+    if hostname is not None and not (isinstance(hostname, str) and _HOSTNAME.match(hostname)):
+        raise BadInput(f"{where}: hostname {hostname!r} is not a valid host name (letters, digits, hyphens)")
+
+    if data.get("template") is not None and data.get("image") is not None:
+        raise BadInput(f"{where}: give `template` or `image`, not both")
+    template = data.get("template", data.get("image"))
+    if template is not None and not isinstance(template, str):
+        raise BadInput(f"{where}: template {template!r} must be a string")
+    if backend == "proxmox" and template is not None and not _PVE_TEMPLATE.match(template):
+        raise BadInput(f"{where}: template {template!r} must be STORAGE:vztmpl/FILE, e.g. "
+                       "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst")
+
+    gpu = data.get("gpu", "none")
+    gpu = "none" if gpu in (None, False) else gpu
+    if gpu not in GPU_KINDS:
+        raise BadInput(f"{where}: gpu {gpu!r} must be nvidia or none")
+    gpu_mode = str(data.get("gpu_mode", "auto"))
+    if gpu_mode not in GPU_MODES[backend]:
+        raise BadInput(f"{where}: gpu_mode {gpu_mode!r} is not a {backend} mode; use {', '.join(GPU_MODES[backend])}")
+
+    profiles = data.get("profiles")
+    if profiles is not None:
+        if backend != "lxd":
+            raise BadInput(f"{where}: profiles are an LXD setting; remove them from this proxmox guest")
+        if not isinstance(profiles, list | tuple) or not all(isinstance(p, str) and p for p in profiles):
+            raise BadInput(f"{where}: profiles must be a list of LXD profile names")
+        profiles = tuple(profiles)
+    lxd_config = data.get("lxd_config") or {}
+    if not isinstance(lxd_config, Mapping) or not all(isinstance(k, str) for k in lxd_config):
+        raise BadInput(f"{where}: lxd_config must be a dict of LXD config keys to values")
+    if lxd_config and backend != "lxd":
+        raise BadInput(f"{where}: lxd_config is an LXD setting; remove it from this proxmox guest")
+    if any(k.startswith("volatile.") for k in lxd_config):
+        raise BadInput(f"{where}: lxd_config cannot set volatile.* keys; LXD owns them")
+
+    def opt(key: str, parse: Any) -> Any:
+        return None if data.get(key) is None else parse(data[key], f"{where}: {key}")
+
+    return GuestSpec(
+        name=name, backend=backend, node=node, vmid=vmid, hostname=hostname, template=template,
+        cores=opt("cores", lambda v, w: _int(v, w, 1, 8192)),
+        memory=opt("memory", parse_memory), swap=opt("swap", parse_mib),
+        rootfs=opt("rootfs", parse_rootfs), net=opt("net", parse_net) or (),
+        unprivileged=_bool(data.get("unprivileged", True), f"{where}: unprivileged"),
+        features=opt("features", parse_features) or (), mounts=opt("mounts", parse_mounts) or (),
+        gpu=gpu, gpu_mode=gpu_mode,
+        nvidia_runtime=opt("nvidia_runtime", _bool), profiles=profiles,
+        start=_bool(data.get("start", True), f"{where}: start"), onboot=opt("onboot", _bool),
+        lxd_config=tuple(sorted((k, _lxd_value(v)) for k, v in lxd_config.items())),
+        description=None if data.get("description") is None else str(data["description"]),
+        host=host, source=source, host_data=dict(host_data or {}), node_data=dict(node_data or {}),
+    )
+
+
+def _lxd_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+# --- inventories -----------------------------------------------------------------------------
+def _groups_hosts(groups: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(group, host, merged data) for every host of every pyinfra group, group data under host data."""
+    hosts: list[tuple[str, str, dict[str, Any]]] = []
+    for group_name, group in groups.items():
+        if isinstance(group, tuple) and len(group) == 2 and isinstance(group[1], dict):
+            members, group_data = group
+        elif isinstance(group, list):
+            members, group_data = group, {}
+        else:
+            continue  # not a group: a helper variable or import in the inventory file
+        if not isinstance(members, list | tuple):
+            continue
+        for entry in members:
+            if isinstance(entry, str):
+                hosts.append((group_name, entry, dict(group_data)))
+            elif isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str):
+                hosts.append((group_name, entry[0], {**group_data, **dict(entry[1] or {})}))
+    return hosts
+
+
+def load_guests(inventory_path: str | Path) -> list[GuestSpec]:
+    """Every host of the inventory whose data has ``guest``, in file order. Two guests with one name,
+    or two Proxmox guests with one vmid, are refused."""
+    source = str(inventory_path)
+    hosts = _groups_hosts(load_inventory_groups(inventory_path))
+    by_host = {host: data for _, host, data in hosts}
+    specs: list[GuestSpec] = []
+    seen: dict[tuple[str, str | None, str], str] = {}
+    seen_vmid: dict[int, str] = {}
+    for _, host, data in hosts:
+        if "guest" not in data:
+            continue
+        guest = data["guest"]
+        node = guest.get("node") if isinstance(guest, Mapping) else None
+        host_node = _name_from_host(host)[1]
+        node_data = by_host.get(str(node or host_node or ""), {})
+        spec = spec_from_data(host, guest, source=source, host_data={k: v for k, v in data.items() if k != "guest"},
+                              node_data=node_data)
+        # LXD names are per daemon; Proxmox hostnames and vmids are per cluster.
+        key = (spec.backend, spec.node if spec.backend == "lxd" else None, spec.name)
+        if key in seen:
+            raise BadInput(f"{source}: guest name {spec.name!r} is declared twice (hosts {seen[key]} and {host}); "
+                           "give each guest its own name")
+        seen[key] = host
+        if spec.vmid is not None:
+            if spec.vmid in seen_vmid:
+                raise BadInput(f"{source}: vmid {spec.vmid} is used twice (hosts {seen_vmid[spec.vmid]} and "
+                               f"{host}); give each guest its own vmid")
+            seen_vmid[spec.vmid] = host
+        specs.append(spec)
+    return specs
+
+
+def select_guests(specs: list[GuestSpec], names: list[str] | None, source: str) -> list[GuestSpec]:
+    """The guests named with ``--guest`` (all when none); an unknown name is refused with the known ones."""
+    if not names:
+        return specs
+    known = {s.name: s for s in specs}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise BadInput(f"{source}: no guest named {', '.join(missing)} (guests: {', '.join(known) or 'none'})")
+    return [known[n] for n in names]
