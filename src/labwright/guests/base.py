@@ -31,7 +31,8 @@ class GuestBackend(ABC):
     @classmethod
     @abstractmethod
     def for_spec(cls, spec: GuestSpec, **options: Any) -> GuestBackend:
-        """Build the backend serving ``spec`` (endpoint from ``spec.node``, ``spec.host_data``/``node_data``)."""
+        """Build the backend serving ``spec`` (endpoint from ``spec.node``, ``spec.host_data``/``node_data``).
+        Options another backend takes (``BackendPool`` passes the same to all) must be accepted and ignored."""
 
     @abstractmethod
     def plan(self, spec: GuestSpec) -> Plan: ...

@@ -14,6 +14,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 from labwright.errors import BadInput
+from labwright.guests.fields import (
+    NAME_PATTERN,
+    MountSpec,
+    NetSpec,
+    RootfsSpec,
+    parse_bool,
+    parse_features,
+    parse_int,
+    parse_memory,
+    parse_mib,
+    parse_mounts,
+    parse_net,
+    parse_rootfs,
+)
 from labwright.lab.spec import INSTANCE_NAME, load_inventory_groups
 
 Backend = Literal["proxmox", "lxd"]
@@ -24,13 +38,7 @@ GPU_MODES: dict[str, tuple[str, ...]] = {
     "lxd": ("auto", "gpu", "unix-char"),  # LXD `gpu` device, or one `unix-char` device per /dev/nvidia* node
     "proxmox": ("auto", "dev", "classic"),  # PVE >= 8.1 `devN:` entries, or lxc.cgroup2/lxc.mount.entry lines
 }
-#: Container features as Proxmox names them (`features: nesting=1,keyctl=1,...`); `mount` takes fs types.
-FEATURES: tuple[str, ...] = ("nesting", "keyctl", "fuse", "mknod", "force_rw_sys", "mount")
 VMID_MIN, VMID_MAX = 100, 999_999_999
-#: Memory below this many MiB is almost surely GiB written as a bare number ("memory: 8").
-MEMORY_FLOOR_MIB = 64
-#: Above this (4 TiB) a number is almost surely bytes.
-MEMORY_CEILING_MIB = 4 * 1024 * 1024
 
 KNOWN_KEYS = frozenset({
     "name", "backend", "node", "vmid", "hostname", "template", "image", "cores", "memory", "swap", "rootfs",
@@ -38,46 +46,8 @@ KNOWN_KEYS = frozenset({
     "onboot", "lxd_config", "description",
 })
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.I)
-_UNIT_MIB = {"k": 1 / 1024, "m": 1, "": 1, "g": 1024, "t": 1024 * 1024}
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*$")
 _PVE_TEMPLATE = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*:vztmpl/[^/\s]+$")
-_NODE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$")
-_BRIDGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")
-
-
-# --- records -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class NetSpec:
-    """One network interface: ``ip`` is ``dhcp``, ``manual`` or an address with its prefix."""
-
-    name: str = "eth0"
-    bridge: str = ""
-    ip: str = "dhcp"
-    gw: str | None = None
-    hwaddr: str | None = None
-    vlan: int | None = None
-    mtu: int | None = None
-
-
-@dataclass(frozen=True)
-class MountSpec:
-    """A host directory bind-mounted into the guest. ``required=False``: a missing source does not stop a start."""
-
-    host: str
-    guest: str
-    readonly: bool = False
-    required: bool = True
-    name: str | None = None
-    shift: bool = False
-
-
-@dataclass(frozen=True)
-class RootfsSpec:
-    """The root disk: ``storage`` (PVE storage or LXD pool; None = the backend's default) and size in GiB."""
-
-    storage: str | None
-    size_gib: int | None
 
 
 @dataclass(frozen=True)
@@ -182,183 +152,6 @@ class Plan:
         }
 
 
-# --- value parsers ---------------------------------------------------------------------------
-def parse_mib(value: Any, what: str) -> int:
-    """``8192``, ``"8192"``, ``"8G"``, ``"8GiB"``, ``"512M"`` -> MiB. Units are binary (``G`` = GiB), as in
-    Proxmox and ``free -m``; anything else is refused with the accepted forms."""
-    hint = f'{what}: {value!r} is not a size; write MiB as a number (8192) or with a unit ("8G", "8GiB", "512M")'
-    if isinstance(value, bool):
-        raise BadInput(hint)
-    if isinstance(value, int):
-        mib = value
-    elif isinstance(value, float) and value.is_integer():
-        mib = int(value)
-    elif isinstance(value, str):
-        match = _SIZE.match(value)
-        if not match or (match.group(3) and not match.group(2)):  # "8b"/"8ib": a unit without its prefix
-            raise BadInput(hint)
-        amount = float(match.group(1)) * _UNIT_MIB[match.group(2).lower()]
-        if not amount.is_integer():
-            raise BadInput(f"{what}: {value!r} is not a whole number of MiB; round it (e.g. \"1536M\")")
-        mib = int(amount)
-    else:
-        raise BadInput(hint)
-    if mib < 0:
-        raise BadInput(f"{what}: {value!r} is negative; sizes are 0 or more")
-    return mib
-
-
-def parse_memory(value: Any, what: str) -> int:
-    mib = parse_mib(value, what)
-    if mib < MEMORY_FLOOR_MIB:
-        raise BadInput(f'{what}: {value!r} means {mib} MiB, too small for a guest; for GiB write "{mib}G"')
-    if mib > MEMORY_CEILING_MIB:
-        raise BadInput(f"{what}: {value!r} MiB is over 4 TiB (bytes?); write MiB (8192) or \"8G\"")
-    return mib
-
-
-def parse_gib(value: Any, what: str) -> int:
-    """Disk sizes: a bare number is GiB (as Proxmox's ``local-lvm:64``); units accepted."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        value = f"{value}G"
-    elif isinstance(value, str) and value.strip().replace(".", "", 1).isdigit():
-        value = value.strip() + "G"
-    mib = parse_mib(value, what)
-    if mib == 0 or mib % 1024:
-        raise BadInput(f"{what}: {value!r} is not a whole number of GiB above 0; write e.g. 64 or \"64G\"")
-    return mib // 1024
-
-
-def _bool(value: Any, what: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0", "on", "off"):
-        return value.lower() in ("true", "yes", "1", "on")
-    raise BadInput(f"{what}: {value!r} is not true or false")
-
-
-def _int(value: Any, what: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise BadInput(f"{what}: {value!r} is not a whole number between {low} and {high}")
-    try:
-        number = int(value)
-    except ValueError:
-        raise BadInput(f"{what}: {value!r} is not a whole number between {low} and {high}") from None
-    if not low <= number <= high:
-        raise BadInput(f"{what}: {number} is outside {low}-{high}")
-    return number
-
-
-def parse_rootfs(value: Any, what: str) -> RootfsSpec:
-    """``"local-lvm:64"``, ``"64"``/``64``/``"64G"`` or ``{"storage": ..., "size": ...}``."""
-    if isinstance(value, Mapping):
-        unknown = set(value) - {"storage", "size"}
-        if unknown:
-            raise BadInput(f"{what}: unknown key(s) {', '.join(sorted(unknown))}; use storage and size")
-        storage, size = value.get("storage"), value.get("size")
-    elif isinstance(value, str) and ":" in value:
-        storage, size = value.split(":", 1)
-    else:
-        storage, size = None, value
-    if storage is not None and not (isinstance(storage, str) and _NODE.match(storage)):
-        raise BadInput(f"{what}: storage {storage!r} is not a storage/pool name such as local-lvm")
-    return RootfsSpec(storage=storage, size_gib=None if size is None else parse_gib(size, f"{what} size"))
-
-
-def parse_net(value: Any, what: str) -> tuple[NetSpec, ...]:
-    items = [value] if isinstance(value, Mapping) else value
-    if not isinstance(items, list | tuple):
-        raise BadInput(f'{what}: {value!r} is not a dict (or list of dicts) like {{"bridge": "vmbr0", "ip": "dhcp"}}')
-    nets: list[NetSpec] = []
-    for index, item in enumerate(items):
-        where = f"{what}[{index}]"
-        if not isinstance(item, Mapping):
-            raise BadInput(f'{where}: {item!r} is not a dict like {{"bridge": "vmbr0", "ip": "dhcp"}}')
-        unknown = set(item) - {"name", "bridge", "ip", "gw", "hwaddr", "vlan", "tag", "mtu"}
-        if unknown:
-            raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use name, bridge, ip, gw, "
-                           "hwaddr, vlan, mtu")
-        name = str(item.get("name", f"eth{index}"))
-        if not re.match(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$", name):
-            raise BadInput(f"{where}: interface name {name!r} is not valid (e.g. eth0)")
-        bridge = item.get("bridge")
-        if not isinstance(bridge, str) or not _BRIDGE.match(bridge):
-            raise BadInput(f"{where}: bridge {bridge!r} is missing or not a bridge name such as vmbr0")
-        ip = str(item.get("ip", "dhcp"))
-        if ip not in ("dhcp", "manual") and not re.match(r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$", ip):
-            raise BadInput(f"{where}: ip {ip!r} must be dhcp, manual or an address with prefix (10.0.0.5/24)")
-        vlan = item.get("vlan", item.get("tag"))
-        mtu = item.get("mtu")
-        nets.append(NetSpec(
-            name=name, bridge=bridge, ip=ip, gw=None if item.get("gw") is None else str(item["gw"]),
-            hwaddr=None if item.get("hwaddr") is None else str(item["hwaddr"]),
-            vlan=None if vlan is None else _int(vlan, f"{where} vlan", 1, 4094),
-            mtu=None if mtu is None else _int(mtu, f"{where} mtu", 576, 65535),
-        ))
-    if len({n.name for n in nets}) != len(nets):
-        raise BadInput(f"{what}: two interfaces share a name; give each a distinct name")
-    return tuple(nets)
-
-
-def parse_mounts(value: Any, what: str) -> tuple[MountSpec, ...]:
-    if not isinstance(value, list | tuple):
-        raise BadInput(f'{what}: {value!r} is not a list like [{{"host": "/tank/models", "guest": "/models"}}]')
-    mounts: list[MountSpec] = []
-    for index, item in enumerate(value):
-        where = f"{what}[{index}]"
-        if not isinstance(item, Mapping):
-            raise BadInput(f'{where}: {item!r} is not a dict like {{"host": "/tank/models", "guest": "/models"}}')
-        unknown = set(item) - {"host", "guest", "readonly", "required", "name", "shift"}
-        if unknown:
-            raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use host, guest, readonly, "
-                           "required, name, shift")
-        host, guest = item.get("host"), item.get("guest")
-        for label, path in (("host", host), ("guest", guest)):
-            if not isinstance(path, str) or not path.startswith("/") or "," in path or "\n" in path:
-                raise BadInput(f"{where}: {label} path {path!r} must be an absolute path without commas")
-        assert isinstance(host, str) and isinstance(guest, str)
-        name = item.get("name")
-        if name is not None and not INSTANCE_NAME.match(str(name)):
-            raise BadInput(f"{where}: name {name!r} must be letters, digits and hyphens")
-        mounts.append(MountSpec(
-            host=host, guest=guest.rstrip("/") or "/", readonly=_bool(item.get("readonly", False), f"{where} readonly"),
-            required=_bool(item.get("required", True), f"{where} required"),
-            name=None if name is None else str(name), shift=_bool(item.get("shift", False), f"{where} shift"),
-        ))
-    guests = [m.guest for m in mounts]
-    if len(set(guests)) != len(guests):
-        raise BadInput(f"{what}: two mounts share a guest path; mount each path once")
-    return tuple(mounts)
-
-
-def parse_features(value: Any, what: str) -> tuple[tuple[str, bool | str], ...]:
-    """``{"nesting": True}`` or ``["nesting", "keyctl"]`` or ``"nesting=1,keyctl=1"``."""
-    if isinstance(value, str):
-        pairs: dict[str, Any] = {}
-        for part in filter(None, value.split(",")):
-            key, _, val = part.partition("=")
-            pairs[key.strip()] = val.strip() if val else True
-        value = pairs
-    elif isinstance(value, list | tuple):
-        value = dict.fromkeys(value, True)
-    if not isinstance(value, Mapping):
-        raise BadInput(f'{what}: {value!r} is not a dict like {{"nesting": True}}')
-    features: dict[str, bool | str] = {}
-    for key, val in value.items():
-        if key not in FEATURES:
-            raise BadInput(f"{what}: unknown feature {key!r}; known: {', '.join(FEATURES)}")
-        if key == "mount":
-            text = ";".join(val) if isinstance(val, list | tuple) else str(val)
-            if not re.match(r"^[a-z0-9]+(;[a-z0-9]+)*$", text):
-                raise BadInput(f"{what}: mount {val!r} must list filesystem types, e.g. \"nfs;cifs\"")
-            features[key] = text
-        else:
-            features[key] = _bool(val, f"{what} {key}")
-    return tuple(sorted(features.items()))
-
-
 # --- the spec --------------------------------------------------------------------------------
 def _name_from_host(host: str) -> tuple[str | None, str | None, int | None]:
     """(name, node, vmid) implied by a pyinfra host name: ``@lxd/REMOTE:NAME``, ``@pct/NODE/VMID``, ``NAME``."""
@@ -400,7 +193,7 @@ def spec_from_data(
     node = data.get("node", host_node)
     if host_node is not None and node != host_node:
         raise BadInput(f"{where}: node {node!r} disagrees with the host name {host} (node {host_node})")
-    if node is not None and not (isinstance(node, str) and _NODE.match(node)):
+    if node is not None and not (isinstance(node, str) and NAME_PATTERN.match(node)):
         raise BadInput(f"{where}: node {node!r} is not a node name such as pve1")
     vmid: int | None = None
     if backend == "proxmox":
@@ -409,7 +202,7 @@ def spec_from_data(
         raw_vmid = data.get("vmid", host_vmid)
         if raw_vmid is None:
             raise BadInput(f"{where}: a proxmox guest needs `vmid` ({VMID_MIN}-{VMID_MAX})")
-        vmid = _int(raw_vmid, f"{where}: vmid", VMID_MIN, VMID_MAX)
+        vmid = parse_int(raw_vmid, f"{where}: vmid", VMID_MIN, VMID_MAX)
         if host_vmid is not None and vmid != host_vmid:
             raise BadInput(f"{where}: vmid {vmid} disagrees with the host name {host} (vmid {host_vmid})")
     elif data.get("vmid") is not None:
@@ -464,14 +257,14 @@ def spec_from_data(
 
     return GuestSpec(
         name=name, backend=backend, node=node, vmid=vmid, hostname=hostname, template=template,
-        cores=opt("cores", lambda v, w: _int(v, w, 1, 8192)),
+        cores=opt("cores", lambda v, w: parse_int(v, w, 1, 8192)),
         memory=opt("memory", parse_memory), swap=opt("swap", parse_mib),
         rootfs=opt("rootfs", parse_rootfs), net=opt("net", parse_net) or (),
-        unprivileged=_bool(data.get("unprivileged", True), f"{where}: unprivileged"),
+        unprivileged=parse_bool(data.get("unprivileged", True), f"{where}: unprivileged"),
         features=opt("features", parse_features) or (), mounts=opt("mounts", parse_mounts) or (),
         gpu=gpu, gpu_mode=gpu_mode,
-        nvidia_runtime=opt("nvidia_runtime", _bool), profiles=profiles,
-        start=_bool(data.get("start", True), f"{where}: start"), onboot=opt("onboot", _bool),
+        nvidia_runtime=opt("nvidia_runtime", parse_bool), profiles=profiles,
+        start=parse_bool(data.get("start", True), f"{where}: start"), onboot=opt("onboot", parse_bool),
         lxd_config=tuple(sorted((k, _lxd_value(v)) for k, v in lxd_config.items())),
         description=None if data.get("description") is None else str(data["description"]),
         host=host, source=source, host_data=dict(host_data or {}), node_data=dict(node_data or {}),
