@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from labwright.lab import image as lab_image
 from labwright.lab import lab as lab_ops
 from labwright.lab.keys import ensure_lab_key
 from labwright.lab.spec import LabSpec, spec_from_group
@@ -74,8 +75,13 @@ class Lab:
 def ensure_test_lab() -> Lab:
     spec = test_lab_spec([TEMPLATE])
     report = Reporter(quiet=True)
-    lab_ops.up(spec, report)
     client = LxdClient()
+    template = client.instance_or_none(TEMPLATE)
+    wanted_image = lab_image.load_recipe().alias
+    if template is not None and template["config"].get(lab_ops.IMAGE_KEY) != wanted_image:
+        # The image recipe changed: rebuild the template so tests run on what `lab up` now makes.
+        Lab(spec, client, "", "").remove(TEMPLATE)
+    lab_ops.up(spec, report)
     private, public, _ = ensure_lab_key()
     if client.instance(TEMPLATE)["status"] == "Running":
         client.set_state(TEMPLATE, "stop", timeout=60)
