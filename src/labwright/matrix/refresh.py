@@ -1,0 +1,278 @@
+"""`labwright matrix refresh`: turn an upstream wheel listing into a wheels_matrix/*.toml file.
+
+Three listing kinds, all reduced to "a URL (and maybe a sha256) per wheel" before the file name is parsed:
+- flash-attn-prebuilt: mjun0812/flash-attention-prebuild-wheels' doc/packages.md (markdown tables of links);
+- pip-index: a PEP 503 / pip `--find-links` HTML page (download.pytorch.org/whl/cu130/torch/ is one);
+- wheel-list: one URL or file name per line, with optional `key=value` words (sha256=, release=, source=, note=)
+  and `# source: ...` / `# base-url: ...` header lines for the whole file.
+What each wheel was built against comes from its file name alone (wheelname.py), so a listing needs nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+from packaging.version import Version
+
+from labwright.errors import BadInput
+from labwright.matrix.model import Component, Wheel
+from labwright.matrix.wheelname import WheelNameError, parse_wheel_filename
+
+KINDS = ("flash-attn-prebuilt", "pip-index", "wheel-list")
+PREBUILT_SOURCE = "mjun0812/flash-attention-prebuild-wheels"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One wheel as a listing names it, before its file name is read."""
+
+    url: str
+    sha256: str = ""
+    source: str = ""
+    release: str = ""
+    note: str = ""
+
+
+@dataclass
+class RefreshReport:
+    path: Path
+    wheels: list[Wheel]
+    skipped: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def guess_kind(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".md":
+        return "flash-attn-prebuilt"
+    if suffix in (".html", ".htm"):
+        return "pip-index"
+    return "wheel-list"
+
+
+_LINK = re.compile(r"\[Download\d+\((?P<release>[^)]*)\)\]\((?P<url>[^)\s]+\.whl)\)")
+
+
+def parse_prebuilt_markdown(text: str) -> tuple[list[Listed], list[str]]:
+    """Links from the prebuilt listing's tables; rows whose columns disagree with the file name are reported."""
+    listed: list[Listed] = []
+    warnings: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        for match in _LINK.finditer(line):
+            listed.append(Listed(url=match["url"], source=PREBUILT_SOURCE, release=match["release"]))
+            if len(cells) >= 3:
+                label = parse_wheel_filename(match["url"]).label
+                if label.torch and label.torch != cells[1]:
+                    warnings.append(f"line {number}: table says torch {cells[1]}, file name says {label.torch}")
+    if not listed:
+        raise BadInput("no [DownloadN(vX)](URL.whl) links found: is this mjun0812's doc/packages.md? "
+                       "pass --kind pip-index or --kind wheel-list for other listings")
+    return listed, warnings
+
+
+class _Anchors(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.hrefs.append(href)
+
+
+def _split_fragment(url: str) -> tuple[str, str]:
+    """`...whl#sha256=abc` -> (`...whl`, `abc`); other fragments are dropped."""
+    base, _, fragment = url.partition("#")
+    digest = fragment[len("sha256="):] if fragment.startswith("sha256=") else ""
+    return base, digest.lower()
+
+
+def parse_pip_index(text: str, base_url: str = "", source: str = "") -> list[Listed]:
+    """Anchors to .whl files in a simple-index page; relative links are resolved against `base_url`."""
+    parser = _Anchors()
+    parser.feed(text)
+    listed = []
+    for href in parser.hrefs:
+        url, digest = _split_fragment(href)
+        if not urlsplit(url).path.endswith(".whl"):
+            continue
+        if base_url and "://" not in url:
+            url = urljoin(base_url if base_url.endswith("/") else base_url + "/", url)
+        listed.append(Listed(url=url, sha256=digest, source=source))
+    if not listed:
+        raise BadInput("no <a href=...whl> links found: is this a pip index page? pass --kind for other listings")
+    return listed
+
+
+def parse_wheel_list(text: str, base_url: str = "", source: str = "") -> list[Listed]:
+    defaults = {"source": source, "base-url": base_url, "note": ""}
+    listed = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            key, sep, value = line.lstrip("#").partition(":")
+            if sep and key.strip() in defaults and not (key.strip() == "source" and source):
+                defaults[key.strip()] = value.strip()
+            continue
+        # `note=` takes the rest of the line, so a note may contain spaces
+        line, _, note = line.partition(" note=")
+        words = line.split()
+        url, digest = _split_fragment(words[0])
+        extra: dict[str, str] = {"note": note.strip()} if note else {}
+        for word in words[1:]:
+            key, sep, value = word.partition("=")
+            if not sep or key not in ("sha256", "release", "source"):
+                raise BadInput(f"line {number}: {word!r} is not key=value with key sha256, release, source or note")
+            extra[key] = value
+        if "://" not in url and defaults["base-url"]:
+            url = defaults["base-url"].rstrip("/") + "/" + url
+        listed.append(Listed(
+            url=url,
+            sha256=(extra.get("sha256") or digest).lower(),
+            source=extra.get("source", defaults["source"]),
+            release=extra.get("release", ""),
+            note=extra.get("note", defaults["note"]),
+        ))
+    return listed
+
+
+def _at_least(version: str, floor: str) -> bool:
+    return bool(floor) and Version(version.split("+", 1)[0]) >= Version(floor)
+
+
+def wheel_from_listed(item: Listed, components: dict[str, Component]) -> Wheel | str:
+    """A Wheel row, or the reason the listed file is not one the matrix keeps."""
+    try:
+        name = parse_wheel_filename(item.url)
+    except WheelNameError as exc:
+        return str(exc)
+    if item.sha256 and not _SHA256.match(item.sha256):
+        return f"{name.filename}: sha256 {item.sha256!r} is not 64 hex digits"
+    label = name.label
+    if label.ngc:
+        return f"{name.filename}: built for NVIDIA container {label.ngc}, not for a pip torch"
+    if label.rocm:
+        return f"{name.filename}: a ROCm build; labwright targets NVIDIA GPUs"
+    component = next((c for c in components.values() if name.name in c.packages), None)
+    is_torch = name.name == "torch"
+    requires_torch = ""
+    cxx11_abi = label.cxx11_abi
+    if component is not None:
+        if component.pure_python:
+            requires_torch = component.requires_torch
+        elif _at_least(name.version, component.pins_build_torch_since) and label.torch_build:
+            requires_torch = f"=={label.torch_build}"
+        if is_torch and _at_least(name.version, component.cxx11_abi_since):
+            cxx11_abi = "TRUE"
+    return Wheel(
+        package=name.name,
+        version=name.version,
+        python=name.python_tag,
+        abi=name.abi_tag,
+        platform=name.platform_tag,
+        torch="" if is_torch else label.torch,
+        torch_build="" if is_torch else label.torch_build,
+        cuda=label.cuda,
+        cxx11_abi=cxx11_abi,
+        url=item.url,
+        sha256=item.sha256,
+        source=item.source,
+        release=item.release,
+        requires_torch=requires_torch,
+        note=item.note,
+    )
+
+
+def _sort_key(wheel: Wheel) -> tuple:
+    release = re.sub(r"[^0-9.]", "", wheel.release).strip(".") or "0"
+    return (wheel.package, Version(wheel.public_version), wheel.version, wheel.python, wheel.platform,
+            Version(release) if re.fullmatch(r"\d+(\.\d+)*", release) else Version("0"), wheel.url)
+
+
+def toml_string(value: str) -> str:
+    # JSON string escapes are valid TOML basic-string escapes.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def render_toml(wheels: list[Wheel], header: dict[str, str | int]) -> str:
+    lines = ["# Generated by `labwright matrix refresh`; edit the listing under sources/ and re-run, not this file."]
+    lines += [f"{k} = {toml_string(v) if isinstance(v, str) else v}" for k, v in header.items()]
+    lines.append("wheels = [")
+    for wheel in wheels:
+        cells = ", ".join(f"{k} = {toml_string(v)}" for k, v in wheel.to_row().items())
+        lines.append(f"  {{ {cells} }},")
+    lines.append("]")
+    return "\n".join(lines) + "\n"
+
+
+def read_listing(path: Path, kind: str, base_url: str = "", source: str = "") -> tuple[list[Listed], list[str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(f"--from {path}: cannot read it ({exc.strerror}): pass an existing listing file") from exc
+    if kind == "flash-attn-prebuilt":
+        return parse_prebuilt_markdown(text)
+    if kind == "pip-index":
+        return parse_pip_index(text, base_url, source), []
+    if kind == "wheel-list":
+        return parse_wheel_list(text, base_url, source), []
+    raise BadInput(f"--kind {kind!r} is unknown: use one of {', '.join(KINDS)}")
+
+
+def refresh(
+    listing: Path,
+    out_dir: Path,
+    components: dict[str, Component],
+    kind: str | None = None,
+    name: str | None = None,
+    base_url: str = "",
+    source: str = "",
+    dry_run: bool = False,
+) -> RefreshReport:
+    """Parse `listing` and write `out_dir/<name or listing stem>.toml`; returns what was kept and skipped."""
+    kind = kind or guess_kind(listing)
+    listed, warnings = read_listing(listing, kind, base_url, source)
+    wheels: dict[str, Wheel] = {}
+    skipped = []
+    for item in listed:
+        row = wheel_from_listed(item, components)
+        if isinstance(row, str):
+            skipped.append(row)
+            continue
+        if row.url in wheels:
+            # the same URL listed twice: keep the one that knows more (a sha256)
+            old = wheels[row.url]
+            wheels[row.url] = row if row.sha256 and not old.sha256 else old
+            continue
+        wheels[row.url] = row
+    if not wheels:
+        raise BadInput(f"--from {listing}: no usable wheels ({len(skipped)} skipped): check --kind ({kind})")
+    ordered = sorted(wheels.values(), key=_sort_key)
+    stem = name or listing.stem
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", stem) or f"{stem}.toml" in ("cuda.toml", "components.toml", "stacks.toml"):
+        raise BadInput(f"--name {stem!r}: use letters, digits, '_', '-' and not cuda/components/stacks")
+    path = out_dir / f"{stem}.toml"
+    try:
+        shown_source = str(listing.resolve().relative_to(out_dir.resolve()))
+    except ValueError:
+        shown_source = listing.name
+    header: dict[str, str | int] = {"kind": kind, "listing": shown_source, "count": len(ordered)}
+    if not dry_run:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".toml.tmp")
+        tmp.write_text(render_toml(ordered, header), encoding="utf-8")
+        tmp.replace(path)  # atomic: a reader never sees half a file
+    return RefreshReport(path=path, wheels=ordered, skipped=skipped, warnings=warnings)
