@@ -1,8 +1,225 @@
 """`labwright matrix`: Wheel compatibility matrix: resolve and check engine stacks (torch, CUDA, flash-attn ...)."""
 
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
 import typer
+
+from labwright.errors import BadInput, OperationFailed
+from labwright.matrix import inputs
+from labwright.matrix.check import BROKEN, UNKNOWN, check_requirements, read_requirement_lines
+from labwright.matrix.load import _components, _read, load_matrix, matrix_dir
+from labwright.matrix.refresh import KINDS
+from labwright.matrix.refresh import refresh as refresh_listing
+from labwright.matrix.resolve import Resolution, StackRequest, resolve_stack
+from labwright.matrix.stacks import compare_with_seed, get_stack, request_for, short_label
+from labwright.matrix.wheelname import platform_matches, python_matches
+from labwright.ui import stdout, table
 
 NAME = "matrix"
 HELP = "Wheel compatibility matrix: resolve and check engine stacks (torch, CUDA, flash-attn ...)."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
+
+
+class StackRefused(OperationFailed):
+    """The requested stack cannot be built from the known wheels: exit 1 (the reasons were printed)."""
+
+
+class PinsBroken(OperationFailed):
+    """Some pinned wheels were built for another torch/CUDA/Python: exit 1 (one line each was printed)."""
+
+
+@app.command()
+def refresh(
+    listing: Path = typer.Option(..., "--from", help="The listing: prebuilt markdown, pip index HTML or a URL list."),
+    kind: str = typer.Option(None, "--kind", help=f"One of {', '.join(KINDS)} (default: from the file suffix)."),
+    out: Path = typer.Option(None, "--out", help="Directory to write NAME.toml into (default: the wheels_matrix)."),
+    name: str = typer.Option(None, "--name", help="Output file stem (default: the listing's stem)."),
+    base_url: str = typer.Option("", "--base-url", help="Prefix for relative links and bare file names."),
+    source: str = typer.Option("", "--source", help="Publisher to record for every wheel (overrides `# source:`)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Parse and count; write nothing."),
+) -> None:
+    """Regenerate a wheels_matrix/*.toml file from an upstream listing.
+
+    Example: labwright matrix refresh --from wheels_matrix/sources/flash_attn_prebuilt.md --kind flash-attn-prebuilt
+    """
+    target = out or matrix_dir()
+    meta = target / "components.toml" if (target / "components.toml").is_file() else matrix_dir() / "components.toml"
+    report = refresh_listing(listing, target, _components(_read(meta)), kind=kind, name=name, base_url=base_url,
+                             source=source, dry_run=dry_run)
+    for warning in report.warnings:
+        stdout.print(f"[yellow]![/] {warning}")
+    verb = "would write" if dry_run else "wrote"
+    stdout.print(f"{verb} {report.path}: {len(report.wheels)} wheels, {len(report.skipped)} skipped")
+    for reason in report.skipped[:5]:
+        stdout.print(f"  skipped {reason}")
+
+
+def _resolution_tables(resolution: Resolution) -> None:
+    rows = [[c.component, c.wheel.package, c.wheel.version, c.reason] for c in resolution.wheels]
+    request = resolution.request
+    title = f"torch {request.torch} CUDA {request.cuda or 'auto'} Python {request.python} ({request.engine})"
+    stdout.print(table(title, ["component", "package", "version", "why"], rows))
+    for chosen in resolution.wheels:
+        stdout.print(f"  {chosen.wheel.package}: {chosen.wheel.url}", soft_wrap=True)
+    if resolution.absent:
+        absent = [[a.name, a.reason] for a in resolution.absent]
+        stdout.print(table("deliberately absent", ["component", "why"], absent))
+    for error in resolution.errors:
+        stdout.print(f"[red]✗ refused:[/] {error}", soft_wrap=True)
+
+
+def _finish(resolution: Resolution, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(resolution.to_json(), indent=2))
+    else:
+        _resolution_tables(resolution)
+    if not resolution.ok:
+        more = f" (+{len(resolution.errors) - 1} more)" if len(resolution.errors) > 1 else ""
+        raise StackRefused(f"stack refused: {resolution.errors[0]}{more}")
+
+
+@app.command()
+def resolve(
+    torch: str = typer.Option(None, "--torch", help="torch version: 2.11.0, or 2.11 for its newest patch."),
+    cuda: str = typer.Option(None, "--cuda", help="CUDA of the torch index: 13.0 (default: highest the driver runs)."),
+    python: str = typer.Option("3.12", "--python", help="CPython version of the target venv."),
+    engine: str = typer.Option("tabbyapi", "--engine", help="tabbyapi or exllamav3: which components are required."),
+    driver: str = typer.Option(None, "--driver", help="NVIDIA driver version on the host (nvidia-smi)."),
+    platform: str = typer.Option("linux_x86_64", "--platform", help=f"One of {', '.join(inputs.PLATFORMS)}."),
+    pin: list[str] = typer.Option([], "--pin", help="Constrain a package: --pin exllamav3==0.0.37 (repeatable)."),
+    stack: str = typer.Option(None, "--stack", help="Resolve a named stack from stacks.toml instead."),
+    as_json: bool = typer.Option(False, "--json", help='Print {"ok", "wheels", "absent", "errors"} as JSON.'),
+) -> None:
+    """Pick the newest compatible wheel of each component, say why, and what is absent and why.
+
+    Exit 0 when the stack resolves, 1 when it is refused, 2 for unparsable input.
+
+    Example: labwright matrix resolve --torch 2.11.0 --cuda 13.0 --python 3.12 --driver 580.65
+    """
+    matrix = load_matrix()
+    if stack:
+        request = request_for(get_stack(stack, matrix), driver=driver)
+    elif not torch:
+        raise BadInput("--torch is missing: give a torch version like --torch 2.11.0 (or --stack NAME)")
+    else:
+        request = StackRequest(torch=torch, cuda=cuda, python=python, engine=engine, driver=driver,
+                               platform=platform, pins=tuple(pin))
+    _finish(resolve_stack(request, matrix), as_json)
+
+
+@app.command()
+def check(
+    requirements: list[str] = typer.Argument(None, help="Pins: wheel URLs, file names, name==version+label."),
+    torch: str = typer.Option(..., "--torch", help="The torch the pins must fit: 2.11.0 (or 2.11.0+cu130)."),
+    requirement_files: list[Path] = typer.Option([], "-r", "--requirement", help="A requirements file (repeatable)."),
+    cuda: str = typer.Option(None, "--cuda", help="CUDA of that torch (default: from its +cuXYZ or a torch pin)."),
+    python: str = typer.Option(None, "--python", help="CPython of the venv; also selects lines by their markers."),
+    platform: str = typer.Option("linux_x86_64", "--platform", help=f"One of {', '.join(inputs.PLATFORMS)}."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print the pins that fit."),
+) -> None:
+    """Exit 0 when every pinned wheel was built for this torch major.minor / CUDA / Python; else one line per pin.
+
+    Example: labwright matrix check --torch 2.11.0 -r requirements.txt
+    """
+    lines = [(f"argument {i}", text) for i, text in enumerate(requirements or [], 1)]
+    for path in requirement_files:
+        lines += read_requirement_lines(path)
+    if not lines:
+        raise BadInput("nothing to check: pass requirements (flash_attn==2.8.3+cu130torch2.11) or -r FILE")
+    verdicts = check_requirements(lines, torch, load_matrix(), cuda=cuda, python=python, platform=platform)
+    for verdict in verdicts:
+        if verdict.status == BROKEN:
+            typer.echo(verdict.line())
+        elif verbose or verdict.status == UNKNOWN:
+            typer.echo(("? " if verdict.status == UNKNOWN else "") + verdict.line())
+    broken = [v for v in verdicts if v.status == BROKEN]
+    if broken:
+        raise PinsBroken(f"{len(broken)} of {len(verdicts)} pinned wheel(s) were not built for torch {torch}")
+
+
+@app.command()
+def show(
+    component: str = typer.Option(None, "--component", help="List this component's wheels (e.g. flash_attn)."),
+    stack: str = typer.Option(None, "--stack", help="Show a named stack and what it resolves to."),
+    torch: str = typer.Option(None, "--torch", help="Only wheels built for this torch major.minor (2.11)."),
+    python: str = typer.Option(None, "--python", help="Only wheels installable on this Python (3.12)."),
+    platform: str = typer.Option("linux_x86_64", "--platform", help="Only wheels for this platform ('all': any)."),
+    limit: int = typer.Option(40, "--limit", help="Print at most this many wheels (newest first)."),
+) -> None:
+    """Read-only view of the matrix: a summary, one component's wheels, or one stack.
+
+    Example: labwright matrix show --component flash_attn --torch 2.11 --python 3.12
+    """
+    matrix = load_matrix()
+    if stack:
+        named = get_stack(stack, matrix)
+        stdout.print(f"{named.name}: {named.description}\n  source: {named.source}\n  pins: {', '.join(named.pins)}")
+        _finish(resolve_stack(request_for(named), matrix), as_json=False)
+        return
+    if component:
+        if component not in matrix.components:
+            raise BadInput(f"--component {component!r} is unknown: use one of {', '.join(matrix.components)}")
+        wheels = matrix.wheels_of(component)
+        if torch:
+            mm = ".".join(inputs.parse_torch(torch).base_version.split(".")[:2])
+            wheels = [w for w in wheels if w.torch in ("", mm) or (w.package == "torch" and w.version.startswith(mm))]
+        if python:
+            wheels = [w for w in wheels if python_matches(w.python, w.abi, inputs.parse_python(python))]
+        if platform != "all":
+            wheels = [w for w in wheels if platform_matches(w.platform, inputs.parse_platform(platform))]
+        wheels = sorted(wheels, key=lambda w: (w.parsed_version, w.release), reverse=True)
+        rows = [[w.package, w.version, w.python, w.platform, w.torch or "-", w.cuda or "-", w.cxx11_abi or "-",
+                 f"{w.source} {w.release}".strip()] for w in wheels[:limit]]
+        stdout.print(table(f"{component}: {len(wheels)} wheel(s), showing {len(rows)}",
+                           ["package", "version", "python", "platform", "torch", "CUDA", "cxx11abi", "source"], rows))
+        return
+    rows = []
+    for name in matrix.components:
+        wheels = matrix.wheels_of(name)
+        versions = sorted({w.parsed_version.public for w in wheels}, key=lambda v: tuple(map(int, v.split(".")[:3]))
+                          if v.replace(".", "").isdigit() else (0,))
+        torches = Counter(w.torch for w in wheels if w.torch)
+        cudas = sorted({w.cuda for w in wheels if w.cuda})
+        rows.append([name, str(len(wheels)), f"{versions[0]} .. {versions[-1]}" if versions else "-",
+                     ", ".join(sorted(torches, key=lambda t: tuple(map(int, t.split("."))))) or "any",
+                     ", ".join(cudas) or "-"])
+    stdout.print(table(f"wheels matrix ({matrix.root})", ["component", "wheels", "versions", "torch", "CUDA"], rows))
+
+
+@app.command()
+def stacks(
+    as_json: bool = typer.Option(False, "--json", help="Print the stacks and their resolutions as JSON."),
+) -> None:
+    """List the named stacks, what each resolves to, and whether that agrees with the row it was recorded from.
+
+    Example: labwright matrix stacks
+    """
+    matrix = load_matrix()
+    rows, payload = [], {}
+    for named in matrix.stacks.values():
+        resolution = resolve_stack(request_for(named), matrix)
+        checks = compare_with_seed(named, resolution)
+        # "-": not part of this stack (tabbyAPI's extras install no flash-attn); "✗": wanted but absent
+        cells = {c: ", ".join(short_label(x.wheel) for x in resolution.chosen(c))
+                 or ("✗" if not named.only or c in named.only else "-")
+                 for c in ("torch", "exllamav3", "flash_attn", "causal_conv1d", "fla")}
+        verdict = ", ".join(f"{c.component} {c.status}" for c in checks if c.status != "agrees") or (
+            "agrees with its row" if checks else "-")
+        rows.append([named.name, *cells.values(), "ok" if resolution.ok else "refused", verdict])
+        payload[named.name] = {"resolution": resolution.to_json(),
+                               "seed": [c.__dict__ | {"disputes": [d.__dict__ for d in c.disputes]} for c in checks]}
+    if as_json:
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    stdout.print(table("named stacks (wheels_matrix/stacks.toml)",
+                       ["stack", "torch", "exllamav3", "flash-attn", "causal-conv1d", "FLA", "resolves", "vs seed"],
+                       rows))
+    for named in matrix.stacks.values():
+        for dispute in named.disputed:
+            line = f"[yellow]![/] {named.name} {dispute.component} {dispute.seed}: {dispute.reason}"
+            stdout.print(line, soft_wrap=True)
