@@ -1,0 +1,122 @@
+"""The ABI verifier's cache: content hashes memoised by file stat, and results keyed by those hashes.
+
+Everything is keyed by sha256 of file contents (an extension's .so, each torch library), so a cached verdict
+can never outlive the bytes it was computed from. Hashing libtorch_cpu.so (434 MB) takes ~0.4 s, too slow
+for a cached run, so each hash is memoised under the file's (size, mtime_ns, inode, ctime_ns), the way git's
+index does: pip replaces a file on install (new inode), so an upgrade always misses the memo.
+
+Layout under ``$LABWRIGHT_CACHE/abi`` (default ``~/.cache/labwright/abi``)::
+
+    v1/hashes.json           path -> [size, mtime_ns, inode, ctime_ns, sha256]
+    v1/elf/<sha>.json        what one shared object needs/exports (DynamicInfo, exports left out)
+    v1/exports/<sha>.txt     the exported dynamic symbols of one torch library, one per line
+    v1/verdict/<key>.json    one extension's static check against one torch library set
+    v1/import/<key>.json     one extension's import result with one Python and one torch library set
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+VERSION = "v1"
+
+
+def cache_root() -> Path:
+    base = os.environ.get("LABWRIGHT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "labwright")
+    return Path(base) / "abi"
+
+
+def key_of(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+class AbiCache:
+    """A directory of small JSON/text files; ``enabled=False`` makes every lookup miss and every store a no-op."""
+
+    def __init__(self, root: Path | None = None, enabled: bool = True):
+        self.root = (root or cache_root()) / VERSION
+        self.enabled = enabled
+        self._hashes: dict[str, list[Any]] | None = None
+        self._hashes_dirty = False
+        self.hashed_bytes = 0  # how much was actually read to hash: 0 on a fully cached run
+
+    # -- content hashes ------------------------------------------------------------------------
+    def _hash_memo(self) -> dict[str, list[Any]]:
+        if self._hashes is None:
+            self._hashes = {}
+            if self.enabled:
+                data = self.load_json("hashes.json")
+                if isinstance(data, dict):
+                    self._hashes = data
+        return self._hashes
+
+    def memoised_sha256(self, path: Path) -> str | None:
+        """The memoised hash if the file is unchanged since it was hashed, else None (no file read)."""
+        st = path.stat()
+        entry = self._hash_memo().get(str(path))
+        if entry and entry[:4] == [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]:
+            return str(entry[4])
+        return None
+
+    def sha256(self, path: Path) -> str:
+        known = self.memoised_sha256(path)
+        if known is not None:
+            return known
+        st = path.stat()
+        with open(path, "rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        self.hashed_bytes += st.st_size
+        self._hash_memo()[str(path)] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, digest]
+        self._hashes_dirty = True
+        return digest
+
+    def flush(self) -> None:
+        if self._hashes_dirty and self._hashes is not None:
+            # Drop entries for files that are gone, so the memo does not grow with every venv ever verified.
+            live = {path: entry for path, entry in self._hashes.items() if os.path.exists(path)}
+            self.store_json("hashes.json", live)
+            self._hashes_dirty = False
+
+    # -- entries -------------------------------------------------------------------------------
+    def load_json(self, name: str) -> Any:
+        if not self.enabled:
+            return None
+        try:
+            return json.loads((self.root / name).read_text())
+        except (OSError, ValueError):
+            return None  # absent or torn: recompute
+
+    def store_json(self, name: str, value: Any) -> None:
+        self._write(name, json.dumps(value, separators=(",", ":")))
+
+    def load_lines(self, name: str) -> list[str] | None:
+        if not self.enabled:
+            return None
+        try:
+            text = (self.root / name).read_text()
+        except OSError:
+            return None
+        return text.split("\n") if text else []
+
+    def store_lines(self, name: str, lines: list[str]) -> None:
+        self._write(name, "\n".join(lines))
+
+    def _write(self, name: str, text: str) -> None:
+        if not self.enabled:
+            return
+        target = self.root / name
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # Write then rename: two verifiers running at once each leave a whole file, never a torn one.
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            os.replace(tmp, target)
+        except OSError:
+            pass  # a read-only or full cache dir only costs speed, never a wrong verdict
