@@ -1,8 +1,177 @@
-"""`labwright guest`: Declarative LXC guests on Proxmox VE and LXD/Incus with NVIDIA passthrough."""
+"""`labwright guest`: declarative LXC guests on Proxmox VE and LXD/Incus, with NVIDIA passthrough.
+
+The commands only parse arguments and print; the work is in labwright.guests (one backend per endpoint).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import typer
+
+from labwright.guests.base import BackendPool
+from labwright.guests.model import Change, GuestSpec, load_guests, select_guests
+from labwright.ui import stdout, table
 
 NAME = "guest"
 HELP = "Declarative LXC guests on Proxmox VE and LXD/Incus with NVIDIA passthrough."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
+
+DEFAULT_INVENTORY = Path("inventories/local.py")
+InventoryArgument = typer.Argument(DEFAULT_INVENTORY, help="pyinfra inventory whose hosts carry `guest` data.")
+GuestOption = typer.Option(None, "--guest", "-g", help="Only this guest (repeat for several); default: all.")
+JsonOption = typer.Option(False, "--json", help="Print JSON instead of text.")
+
+
+def _guests(inventory: Path, names: list[str] | None) -> list[GuestSpec]:
+    specs = select_guests(load_guests(inventory), names, str(inventory))
+    if not specs:
+        stdout.print(f"{inventory}: no hosts with `guest` data")
+    return specs
+
+
+def _label(spec: GuestSpec) -> str:
+    where = f"{spec.node}/{spec.vmid}" if spec.backend == "proxmox" else (spec.node or "local")
+    return f"guest {spec.name} ({spec.backend} {where})"
+
+
+def _print_changes(changes: list[Change], indent: str = "  ") -> None:
+    for change in changes:
+        stdout.print(indent + change.describe(), markup=False)
+
+
+@app.command()
+def plan(
+    inventory: Path = InventoryArgument,
+    guest: list[str] | None = GuestOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Print what `apply` would change (and for Proxmox the exact config lines); touch nothing.
+
+    Example: labwright guest plan inventories/lab.py --guest llm1
+    """
+    results = []
+    with BackendPool() as pool:
+        for spec in _guests(inventory, guest):
+            result = pool.get(spec).plan(spec)
+            results.append(result)
+            if as_json:
+                continue
+            stdout.print(f"{_label(spec)}: {'no change' if result.action == 'none' else result.action}", markup=False)
+            _print_changes(result.changes)
+            if result.config_lines:
+                stdout.print(f"  config lines for /etc/pve/lxc/{spec.vmid}.conf:", markup=False)
+                for line in result.config_lines:
+                    stdout.print(f"    {line}", markup=False)
+            for note in result.notes:
+                stdout.print(f"  note: {note}", markup=False)
+    if as_json:
+        typer.echo(json.dumps([r.to_dict() for r in results], indent=2, default=str))
+
+
+def _run_each(inventory: Path, names: list[str] | None, as_json: bool, verb: str,
+              action: Callable[[Any, GuestSpec], list[Change]]) -> None:
+    """Run ``action`` on every selected guest; print what changed and a count."""
+    report: list[dict[str, Any]] = []
+    changed = 0
+    with BackendPool() as pool:
+        specs = _guests(inventory, names)
+        for spec in specs:
+            changes = action(pool.get(spec), spec)
+            changed += bool(changes)
+            report.append({"guest": spec.name, "backend": spec.backend, "changes": [c.to_dict() for c in changes]})
+            if not as_json:
+                stdout.print(f"{_label(spec)}: {f'{verb}' if changes else 'unchanged'}", markup=False)
+                _print_changes(changes)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=str))
+    elif specs:
+        stdout.print(f"{changed} guest(s) {verb}, {len(specs) - changed} unchanged")
+
+
+@app.command()
+def apply(
+    inventory: Path = InventoryArgument,
+    guest: list[str] | None = GuestOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Make each guest match the inventory and print exactly what changed; a second run changes nothing.
+
+    Example: labwright guest apply inventories/lab.py
+    """
+    _run_each(inventory, guest, as_json, "changed", lambda backend, spec: backend.apply(spec))
+
+
+@app.command()
+def show(
+    inventory: Path = InventoryArgument,
+    guest: list[str] | None = GuestOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Show each guest as the host has it: state, addresses, and drift from the inventory."""
+    with BackendPool() as pool:
+        infos = [pool.get(spec).show(spec) for spec in _guests(inventory, guest)]
+    if as_json:
+        typer.echo(json.dumps(infos, indent=2, default=str))
+        return
+    rows = []
+    for info in infos:
+        in_sync = info.get("in_sync")
+        sync = "-" if not info.get("exists") else ("?" if in_sync is None else ("yes" if in_sync else "no"))
+        rows.append([str(info["name"]), str(info["backend"]), str(info.get("node") or ""), str(info["status"]),
+                     ", ".join(info.get("addresses") or []), sync])
+    stdout.print(table(f"guests in {inventory}", ["guest", "backend", "node", "status", "addresses", "in sync"],
+                       rows))
+    for info in infos:
+        for line in info.get("drift") or []:
+            stdout.print(f"{info['name']}: {line}", markup=False)
+        if info.get("problem"):
+            stdout.print(f"{info['name']}: {info['problem']}", markup=False)
+
+
+@app.command()
+def start(
+    inventory: Path = InventoryArgument,
+    guest: list[str] | None = GuestOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Start the guests (GPU guests get the host's /dev/nvidia-uvm created first)."""
+    _run_each(inventory, guest, as_json, "started", lambda backend, spec: backend.start(spec))
+
+
+@app.command()
+def stop(
+    inventory: Path = InventoryArgument,
+    guest: list[str] | None = GuestOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Stop the guests."""
+    _run_each(inventory, guest, as_json, "stopped", lambda backend, spec: backend.stop(spec))
+
+
+@app.command()
+def destroy(
+    inventory: Path = InventoryArgument,
+    guest: list[str] | None = GuestOption,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Delete the guests labwright made (asks first unless --yes). Instances it did not make are refused.
+
+    Example: labwright guest destroy inventories/lab.py --guest llm1 --yes
+    """
+    if not yes:
+        with BackendPool() as pool:
+            present = [spec for spec in _guests(inventory, guest) if pool.get(spec).exists(spec)]
+        if not present:
+            stdout.print("no guest to destroy")
+            return
+        for spec in present:
+            stdout.print(f"- {_label(spec)}", markup=False)
+        typer.confirm(f"destroy these {len(present)} guest(s) and their disks?", abort=True)
+        guest = [spec.name for spec in present]
+    _run_each(inventory, guest, as_json, "destroyed", lambda backend, spec: backend.destroy(spec))

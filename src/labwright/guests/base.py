@@ -52,6 +52,10 @@ class GuestBackend(ABC):
     @abstractmethod
     def destroy(self, spec: GuestSpec) -> list[Change]: ...
 
+    def exists(self, spec: GuestSpec) -> bool:
+        """Whether the guest exists (cheap; backends may override the default, which calls ``show``)."""
+        return bool(self.show(spec).get("exists"))
+
     def close(self) -> None:  # noqa: B027 - optional hook; most backends hold nothing to release
         """Release connections."""
 

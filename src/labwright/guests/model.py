@@ -43,7 +43,7 @@ VMID_MIN, VMID_MAX = 100, 999_999_999
 KNOWN_KEYS = frozenset({
     "name", "backend", "node", "vmid", "hostname", "template", "image", "cores", "memory", "swap", "rootfs",
     "net", "unprivileged", "features", "mounts", "gpu", "gpu_mode", "nvidia_runtime", "profiles", "start",
-    "onboot", "lxd_config", "description",
+    "onboot", "lxd_config", "description", "clone",
 })
 
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*$")
@@ -60,6 +60,7 @@ class GuestSpec:
     vmid: int | None = None  # Proxmox only
     hostname: str | None = None
     template: str | None = None  # Proxmox `STORAGE:vztmpl/FILE`; LXD image alias or fingerprint
+    clone: str | None = None  # LXD only: create by copying this instance (a golden container) instead
     cores: int | None = None
     memory: int | None = None
     swap: int | None = None
@@ -229,6 +230,15 @@ def spec_from_data(
         raise BadInput(f"{where}: template {template!r} must be STORAGE:vztmpl/FILE, e.g. "
                        "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst")
 
+    clone = data.get("clone")
+    if clone is not None:
+        if backend != "lxd":
+            raise BadInput(f"{where}: clone is an LXD setting; use `template` for a proxmox guest")
+        if not (isinstance(clone, str) and INSTANCE_NAME.match(clone)):
+            raise BadInput(f"{where}: clone {clone!r} must name an existing LXD instance")
+        if template is not None:
+            raise BadInput(f"{where}: give `image` or `clone`, not both")
+
     gpu = data.get("gpu", "none")
     gpu = "none" if gpu in (None, False) else gpu
     if gpu not in GPU_KINDS:
@@ -256,7 +266,7 @@ def spec_from_data(
         return None if data.get(key) is None else parse(data[key], f"{where}: {key}")
 
     return GuestSpec(
-        name=name, backend=backend, node=node, vmid=vmid, hostname=hostname, template=template,
+        name=name, backend=backend, node=node, vmid=vmid, hostname=hostname, template=template, clone=clone,
         cores=opt("cores", lambda v, w: parse_int(v, w, 1, 8192)),
         memory=opt("memory", parse_memory), swap=opt("swap", parse_mib),
         rootfs=opt("rootfs", parse_rootfs), net=opt("net", parse_net) or (),
@@ -335,8 +345,8 @@ def select_guests(specs: list[GuestSpec], names: list[str] | None, source: str) 
     """The guests named with ``--guest`` (all when none); an unknown name is refused with the known ones."""
     if not names:
         return specs
-    known = {s.name: s for s in specs}
+    known = {s.name for s in specs}
     missing = [n for n in names if n not in known]
     if missing:
-        raise BadInput(f"{source}: no guest named {', '.join(missing)} (guests: {', '.join(known) or 'none'})")
-    return [known[n] for n in names]
+        raise BadInput(f"{source}: no guest named {', '.join(missing)} (guests: {', '.join(sorted(known)) or 'none'})")
+    return [s for s in specs if s.name in names]

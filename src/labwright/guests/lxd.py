@@ -1,0 +1,313 @@
+"""The LXD/Incus guest backend: create or update an instance by diffing its own config and devices.
+
+A no-change ``apply`` costs one GET per guest (plus one /1.0/resources per run for GPU guests) and
+writes nothing. The rules of what an instance should look like are in ``lxd_render`` (pure).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import Any
+
+from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed, SafetyCheckFailed
+from labwright.guests.base import GuestBackend
+from labwright.guests.gpu import GpuHost
+from labwright.guests.lxd_render import (
+    MARKER_KEY,
+    Desired,
+    GpuWiring,
+    diff,
+    render,
+    resolve_gpu,
+    restart_needed,
+)
+from labwright.guests.model import Change, GuestSpec, Plan
+from labwright.lxd.client import LxdClient
+from labwright.lxd.remotes import load_client_config, resolve_endpoint
+
+
+class LxdBackend(GuestBackend):
+    """Guests of one LXD/Incus daemon. ``gpu_host`` reads the local machine's NVIDIA nodes (a temp root in
+    tests); it is None for a remote daemon, whose GPUs are known only through its API."""
+
+    name = "lxd"
+
+    def __init__(self, client: LxdClient, gpu_host: GpuHost | None = None, remote: str | None = None):
+        self.client = client
+        self.gpu_host = gpu_host
+        self.remote = remote or "local"
+        # Paths in the spec (mount sources) are this machine's only when the daemon is local.
+        self.local = client.endpoint.socket_path is not None and remote in (None, "local")
+        self._nvidia_cards: int | None = None
+
+    @classmethod
+    def for_spec(cls, spec: GuestSpec, client: LxdClient | None = None, gpu_host: GpuHost | None = None,
+                 **_options: Any) -> LxdBackend:
+        if client is None:
+            endpoint, project = resolve_endpoint(spec.node)
+            client = LxdClient(endpoint, project=project)
+        local = client.endpoint.socket_path is not None
+        return cls(client, (gpu_host or GpuHost("/")) if local else None, spec.node)
+
+    def close(self) -> None:
+        self.client.close()
+
+    # --- reading ------------------------------------------------------------------------------
+    def _instance(self, spec: GuestSpec) -> dict[str, Any] | None:
+        return self.client.instance_or_none(spec.name)
+
+    def _instance_by_name(self, name: str) -> dict[str, Any] | None:
+        return self.client.instance_or_none(name)
+
+    def nvidia_cards(self) -> int:
+        """NVIDIA cards with the nvidia driver as the daemon reports them (cached: one request a run)."""
+        if self._nvidia_cards is None:
+            resources = self.client.request("GET", "/1.0/resources") or {}
+            cards = (resources.get("gpu") or {}).get("cards") or []
+            self._nvidia_cards = sum(1 for c in cards if c.get("driver") == "nvidia" or c.get("vendor_id") == "10de")
+        return self._nvidia_cards
+
+    def _gpu(self, spec: GuestSpec) -> GpuWiring:
+        return resolve_gpu(spec, self.gpu_host, self.nvidia_cards() if spec.wants_gpu else 0)
+
+    def _root_pool(self, profiles: list[str], current: dict[str, Any] | None) -> str | None:
+        if current is not None:
+            return ((current.get("expanded_devices") or {}).get("root") or {}).get("pool")
+        pool = None
+        for profile in profiles:
+            found = self.client.get_or_none(f"/1.0/profiles/{profile}")
+            pool = ((found or {}).get("devices") or {}).get("root", {}).get("pool") or pool
+        return pool
+
+    def _desired(self, spec: GuestSpec, current: dict[str, Any] | None) -> Desired:
+        profiles = list(spec.profiles) if spec.profiles is not None else ["default"]
+        needs_pool = spec.rootfs is not None and spec.rootfs.storage is None
+        pool = self._root_pool(profiles, current) if needs_pool else None
+        return render(spec, self._gpu(spec), pool)
+
+    # --- checks that need the daemon (only for what is about to change: a no-change run skips them) ----
+    def _check_profiles(self, spec: GuestSpec, profiles: list[str]) -> None:
+        for profile in profiles:
+            if self.client.get_or_none(f"/1.0/profiles/{profile}") is None:
+                raise BadInput(f"{spec.where}: profile {profile!r} does not exist on LXD {self.remote}; "
+                               "create it or fix `profiles`")
+
+    def _check_devices(self, spec: GuestSpec, changes: list[Change]) -> None:
+        for change in changes:
+            dev = change.after if change.what.startswith("device ") else None
+            if not isinstance(dev, dict):
+                continue
+            if dev.get("type") == "nic" and self.client.get_or_none(f"/1.0/networks/{dev['parent']}") is None:
+                raise BadInput(f"{spec.where}: bridge {dev['parent']!r} does not exist on LXD {self.remote}; "
+                               "fix `net` or create the bridge")
+            if dev.get("type") == "disk" and dev.get("pool") and \
+                    self.client.get_or_none(f"/1.0/storage-pools/{dev['pool']}") is None:
+                raise BadInput(f"{spec.where}: storage pool {dev['pool']!r} does not exist on LXD {self.remote}; "
+                               "fix `rootfs`")
+            if dev.get("type") == "disk" and dev.get("source") and dev.get("required", "true") == "true" \
+                    and self.local and not os.path.exists(dev["source"]):
+                raise BadInput(f"{spec.where}: mount source {dev['source']} does not exist on this host; create it "
+                               "or mark the mount required: false")
+
+    def _source(self, spec: GuestSpec) -> dict[str, Any]:
+        if spec.clone:
+            if self._instance_by_name(spec.clone) is None:
+                raise BadInput(f"{spec.where}: clone source {spec.clone!r} does not exist on LXD {self.remote}")
+            return {"type": "copy", "source": spec.clone}
+        template = spec.template
+        if not template:
+            raise BadInput(f"{spec.where}: set `image` (an LXD image alias or fingerprint) or `clone` to create "
+                           "this guest")
+        remote, _, alias = template.rpartition(":")
+        if remote:
+            _, config = load_client_config()
+            entry = (config.get("remotes") or {}).get(remote)
+            if not entry or entry.get("protocol") != "simplestreams":
+                raise BadInput(f"{spec.where}: image {template!r}: {remote!r} is not an image server in the lxc "
+                               "config; use a local alias or `lxc remote add` it")
+            return {"type": "image", "mode": "pull", "server": entry["addr"], "protocol": "simplestreams",
+                    "alias": alias}
+        if self.client.image_alias(alias) is not None:
+            return {"type": "image", "alias": alias}
+        if self.client.get_or_none(f"/1.0/images/{alias}") is not None:
+            return {"type": "image", "fingerprint": alias}
+        raise BadInput(f"{spec.where}: image {template!r} does not exist on LXD {self.remote}; "
+                       "list them with `lxc image list`")
+
+    # --- interface ----------------------------------------------------------------------------
+    def plan(self, spec: GuestSpec) -> Plan:
+        plan, _, _ = self._plan(spec)
+        return plan
+
+    def _plan(self, spec: GuestSpec) -> tuple[Plan, dict[str, Any] | None, Desired]:
+        current = self._instance(spec)
+        desired = self._desired(spec, current)
+        if current is None:
+            self._source(spec)
+            profiles = desired.profiles or ["default"]
+            self._check_profiles(spec, profiles)
+            changes = [Change("instance", None, spec.name), Change("profiles", None, ",".join(profiles))]
+            changes += [Change(f"config {k}", None, v) for k, v in sorted(desired.config.items())]
+            changes += [Change(f"device {k}", None, v) for k, v in sorted(desired.devices.items())]
+            self._check_devices(spec, changes)
+            if spec.start:
+                changes.append(Change("state", None, "Running"))
+            return Plan(spec.name, self.name, "create", changes, notes=desired.notes), None, desired
+        changes, _ = diff(spec, current, desired)
+        if desired.profiles is not None and desired.profiles != current.get("profiles"):
+            self._check_profiles(spec, desired.profiles)
+        self._check_devices(spec, changes)
+        notes = list(desired.notes)
+        status = current.get("status")
+        restart = restart_needed(changes)
+        if restart and status == "Running":
+            notes.append(f"{', '.join(restart)} take(s) effect when the guest restarts (guest stop, then apply)")
+        if spec.start and status != "Running":
+            changes.append(Change("state", status, "Running"))
+        elif not spec.start and status == "Running":
+            changes.append(Change("state", status, "Stopped"))
+        return Plan(spec.name, self.name, "update" if changes else "none", changes, notes=notes), current, desired
+
+    def apply(self, spec: GuestSpec) -> list[Change]:
+        plan, current, desired = self._plan(spec)
+        if not plan.changes:
+            return []
+        if current is None:
+            self._create(spec, desired)
+            return plan.changes
+        config_changes = [c for c in plan.changes if c.what != "state"]
+        if config_changes:
+            _, body = diff(spec, current, desired)
+            try:
+                self.client.request("PUT", f"/1.0/instances/{spec.name}", body)
+            except LxdError as exc:
+                raise OperationFailed(f"{spec.where}: LXD refused the update: {_lxd_reason(exc)}") from exc
+        for change in plan.changes:
+            if change.what == "state":
+                self._set_running(spec, change.after == "Running")
+        return plan.changes
+
+    def _create(self, spec: GuestSpec, desired: Desired) -> None:
+        body = {
+            "name": spec.name, "type": "container", "source": self._source(spec),
+            "profiles": desired.profiles or ["default"], "config": desired.config, "devices": desired.devices,
+            "description": spec.description or "",
+        }
+        try:
+            self.client.create_instance(body)
+        except LxdError as exc:
+            self._remove_if_made(spec)
+            raise OperationFailed(f"{spec.where}: LXD could not create it: {_lxd_reason(exc)}") from exc
+        if spec.start:
+            try:
+                self._set_running(spec, True)
+            except OperationFailed:
+                # Nothing half-made stays behind: the guest is removed and the start error goes up.
+                self._remove_if_made(spec)
+                raise
+
+    def _remove_if_made(self, spec: GuestSpec) -> None:
+        current = self._instance(spec)
+        if current is None or (current.get("config") or {}).get(MARKER_KEY) != spec.name:
+            return
+        if current.get("status") == "Running":
+            self.client.set_state(spec.name, "stop", force=True)
+        self.client.delete_instance(spec.name)
+
+    def _preflight(self, spec: GuestSpec) -> None:
+        """Create /dev/nvidia-uvm on this host before a GPU guest starts (see gpu.UVM_PREFLIGHT)."""
+        if not spec.wants_gpu or self.gpu_host is None or str(self.gpu_host.root) != "/":
+            return
+        for command in self.gpu_host.preflight_commands():
+            if shutil.which(command[0]) is None:
+                continue  # the uvm nodes are optional devices: the guest starts and gets them when they appear
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+            if proc.returncode:
+                raise OperationFailed(f"{spec.where}: `{' '.join(command)}` failed on the host: "
+                                      f"{(proc.stderr or proc.stdout).strip()[:200]}")
+
+    def _set_running(self, spec: GuestSpec, running: bool) -> None:
+        if running:
+            self._preflight(spec)
+        try:
+            self.client.set_state(spec.name, "start" if running else "stop", timeout=60)
+        except LxdError as exc:
+            verb = "start" if running else "stop"
+            raise OperationFailed(f"{spec.where}: LXD could not {verb} it: {_lxd_reason(exc)}") from exc
+
+    def show(self, spec: GuestSpec) -> dict[str, Any]:
+        current = self._instance(spec)
+        info: dict[str, Any] = {"name": spec.name, "backend": self.name, "node": self.remote,
+                                "exists": current is not None, "status": "absent"}
+        if current is None:
+            return info
+        state = self.client.instance_state(spec.name) or {}
+        addresses = [
+            f"{addr['address']} ({nic})"
+            for nic, net in (state.get("network") or {}).items() if nic != "lo"
+            for addr in net.get("addresses") or [] if addr.get("family") == "inet"
+        ]
+        try:
+            drift: list[str] | None = [c.describe() for c in self.plan(spec).changes]
+            problem = None
+        except BadInput as exc:  # show is read-only: report what apply would refuse instead of failing
+            drift, problem = None, str(exc)
+        info.update({
+            "status": current.get("status"), "managed": (current.get("config") or {}).get(MARKER_KEY) == spec.name,
+            "profiles": current.get("profiles"), "addresses": addresses,
+            "config": {k: v for k, v in (current.get("config") or {}).items() if not k.startswith("volatile.")},
+            "devices": current.get("devices") or {}, "in_sync": None if drift is None else not drift,
+            "drift": drift or [], "problem": problem,
+        })
+        return info
+
+    def exists(self, spec: GuestSpec) -> bool:
+        return self._instance(spec) is not None
+
+    def start(self, spec: GuestSpec) -> list[Change]:
+        current = self._require(spec)
+        if current.get("status") == "Running":
+            return []
+        self._set_running(spec, True)
+        return [Change("state", current.get("status"), "Running")]
+
+    def stop(self, spec: GuestSpec) -> list[Change]:
+        current = self._require(spec)
+        if current.get("status") != "Running":
+            return []
+        self._set_running(spec, False)
+        return [Change("state", "Running", "Stopped")]
+
+    def destroy(self, spec: GuestSpec) -> list[Change]:
+        current = self._instance(spec)
+        if current is None:
+            return []
+        if (current.get("config") or {}).get(MARKER_KEY) != spec.name:
+            raise SafetyCheckFailed(f"{spec.where}: instance {spec.name} on LXD {self.remote} was not made by "
+                                    f"labwright (no {MARKER_KEY}); delete it yourself with `lxc delete`")
+        if current.get("status") == "Running":
+            self.client.set_state(spec.name, "stop", force=True)
+        try:
+            self.client.delete_instance(spec.name)
+        except LxdNotFound:
+            return []
+        return [Change("instance", spec.name, None)]
+
+    def _require(self, spec: GuestSpec) -> dict[str, Any]:
+        current = self._instance(spec)
+        if current is None:
+            raise OperationFailed(f"{spec.where}: no instance {spec.name} on LXD {self.remote}; "
+                                  "run `labwright guest apply` first")
+        return current
+
+
+def _lxd_reason(exc: LxdError) -> str:
+    """LXD's own message without our 'METHOD /path:' prefix, on one line."""
+    text = str(exc)
+    for prefix in ("PUT ", "POST ", "DELETE ", "GET ", "operation "):
+        if text.startswith(prefix) and ": " in text:
+            text = text.split(": ", 1)[1]
+            break
+    return " ".join(text.split())

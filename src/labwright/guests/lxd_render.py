@@ -1,0 +1,230 @@
+"""What an LXD instance should look like for a ``GuestSpec``, and how it differs from what it is. Pure:
+no daemon calls, so every rule here is unit-tested with plain dicts.
+
+Ownership: labwright manages a fixed set of config keys (``MANAGED_CONFIG``), the raw ``lxd_config``
+keys the spec names, and the devices it made; it records the last two in ``user.labwright.*`` keys
+so a key or device dropped from the spec is removed, while keys and devices someone else added
+(and every ``volatile.*`` key) are left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from labwright.errors import BadInput
+from labwright.guests.gpu import DeviceNode, GpuHost
+from labwright.guests.model import Change, GuestSpec
+
+MARKER_KEY = "user.labwright.guest"  # the guest's name: destroy refuses instances without it
+DEVICES_KEY = "user.labwright.devices"  # comma list of device names labwright manages on this instance
+CONFIG_KEYS_KEY = "user.labwright.config"  # comma list of lxd_config keys labwright manages
+MANAGED_CONFIG = (
+    "limits.cpu", "limits.memory", "limits.memory.swap", "security.nesting", "security.privileged",
+    "security.syscalls.intercept.mknod", "security.syscalls.intercept.mount",
+    "security.syscalls.intercept.mount.allowed", "nvidia.runtime", "boot.autostart",
+)
+#: Keys LXD reads only when the container starts: changing them on a running guest needs a restart.
+RESTART_KEYS = ("security.nesting", "security.privileged", "nvidia.runtime", "limits.memory.swap")
+#: NVIDIA's PCI vendor id: the `gpu` device then takes NVIDIA cards only.
+NVIDIA_VENDOR = "10de"
+#: These nodes appear only once the driver is used (see gpu.UVM_PREFLIGHT); as optional devices LXD
+#: hot-plugs them when they show up instead of refusing to start the container.
+LAZY_NODES = ("nvidia-uvm", "nvidia-uvm-tools")
+#: Proxmox features with no LXD switch because LXD containers have them already.
+FEATURES_BUILT_IN = ("keyctl", "fuse")
+
+
+@dataclass(frozen=True)
+class GpuWiring:
+    """How the GPU reaches one guest: ``gpu`` device, ``unix-char`` nodes, or nothing."""
+
+    mode: str = "none"
+    nodes: tuple[DeviceNode, ...] = ()
+    runtime: bool = False
+    preflight: tuple[tuple[str, ...], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class Desired:
+    config: dict[str, str]
+    devices: dict[str, dict[str, str]]
+    profiles: list[str] | None  # None: leave the instance's profiles alone
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_gpu(spec: GuestSpec, host: GpuHost | None, lxd_nvidia_cards: int) -> GpuWiring:
+    """Pick the wiring. ``host`` is the local machine (None for a remote daemon, whose nodes we cannot
+    read); ``lxd_nvidia_cards`` is how many NVIDIA cards the daemon itself reports (/1.0/resources)."""
+    if not spec.wants_gpu:
+        return GpuWiring()
+    if host is None:
+        if not lxd_nvidia_cards:
+            raise BadInput(f"{spec.where}: gpu: nvidia, but LXD remote {spec.node} reports no NVIDIA GPU with the "
+                           "nvidia driver; install the host driver or set gpu: none")
+        if spec.gpu_mode == "unix-char":
+            raise BadInput(f"{spec.where}: gpu_mode unix-char reads device majors from the host, which only works "
+                           "for the local daemon; use gpu_mode gpu for a remote")
+        return GpuWiring("gpu", runtime=bool(spec.nvidia_runtime))
+    if not host.has_driver():
+        raise BadInput(host.missing_driver_message(spec.where))
+    tools = host.has_container_tools()
+    if spec.nvidia_runtime and not tools:
+        raise BadInput(f"{spec.where}: nvidia_runtime: true, but the host has no nvidia-container-cli; install "
+                       "nvidia-container-toolkit on the host or set nvidia_runtime: false")
+    mode = spec.gpu_mode
+    if mode == "auto":
+        # LXD's own gpu device tracks the card's nodes itself; without a card LXD can see (odd setups, the
+        # test bed's fake nodes) the nodes go in one by one with the majors the host reports.
+        mode = "gpu" if lxd_nvidia_cards else "unix-char"
+    if mode == "gpu":
+        runtime = tools if spec.nvidia_runtime is None else spec.nvidia_runtime
+        return GpuWiring("gpu", runtime=runtime, preflight=tuple(host.preflight_commands()))
+    nodes = {n.name: n for n in host.device_nodes()}
+    majors = host.majors()
+    notes = []
+    for minor, name in enumerate(LAZY_NODES):
+        if name not in nodes and "nvidia-uvm" in majors:
+            nodes[name] = DeviceNode(f"/dev/{name}", host.host_path(f"/dev/{name}"), majors["nvidia-uvm"], minor)
+            notes.append(f"/dev/{name} is missing on the host; passed as optional (major {majors['nvidia-uvm']} "
+                         "from /proc/devices), it appears when the host creates it")
+    if not any(re.fullmatch(r"nvidia\d+", name) for name in nodes):
+        raise BadInput(f"{spec.where}: gpu: nvidia, but the host has no /dev/nvidia0; load the driver "
+                       "(nvidia-modprobe -c 0) or set gpu: none")
+    return GpuWiring("unix-char", nodes=tuple(nodes.values()), preflight=tuple(host.preflight_commands()),
+                     notes=tuple(notes))
+
+
+def mount_device_name(mount_guest: str, name: str | None) -> str:
+    if name:
+        return name
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", mount_guest).strip("-") or "root"
+    return f"mount-{slug}"[:63]
+
+
+def render(spec: GuestSpec, gpu: GpuWiring, root_pool: str | None) -> Desired:
+    """The instance's own config and devices for ``spec`` (profiles supply the rest)."""
+    config: dict[str, str] = {MARKER_KEY: spec.name, "security.privileged": "false" if spec.unprivileged else "true"}
+    notes: list[str] = []
+    if spec.cores is not None:
+        config["limits.cpu"] = str(spec.cores)
+    if spec.memory is not None:
+        config["limits.memory"] = f"{spec.memory}MiB"
+    if spec.swap is not None:
+        # LXD has no swap size, only on/off per container.
+        config["limits.memory.swap"] = "false" if spec.swap == 0 else "true"
+    if spec.onboot is not None:
+        config["boot.autostart"] = "true" if spec.onboot else "false"
+    for feature, value in spec.features:
+        if feature == "nesting":
+            config["security.nesting"] = "true" if value else "false"
+        elif feature == "mknod":
+            config["security.syscalls.intercept.mknod"] = "true" if value else "false"
+        elif feature == "mount":
+            config["security.syscalls.intercept.mount"] = "true"
+            config["security.syscalls.intercept.mount.allowed"] = str(value).replace(";", ",")
+        elif feature in FEATURES_BUILT_IN:
+            notes.append(f"feature {feature}: LXD containers have it already; nothing to set")
+        else:
+            raise BadInput(f"{spec.where}: feature {feature} has no LXD equivalent; remove it for an lxd guest")
+    if gpu.runtime:
+        config["nvidia.runtime"] = "true"
+    extra = dict(spec.lxd_config)
+    config.update(extra)
+    if extra:
+        config[CONFIG_KEYS_KEY] = ",".join(sorted(extra))
+
+    devices: dict[str, dict[str, str]] = {}
+    if spec.rootfs is not None:
+        pool = spec.rootfs.storage or root_pool
+        if not pool:
+            raise BadInput(f"{spec.where}: rootfs needs a storage pool (none in the profiles); write "
+                           "rootfs: \"POOL:SIZE\"")
+        devices["root"] = {"type": "disk", "path": "/", "pool": pool}
+        if spec.rootfs.size_gib:
+            devices["root"]["size"] = f"{spec.rootfs.size_gib}GiB"
+    for net in spec.net:
+        nic = {"type": "nic", "nictype": "bridged", "parent": net.bridge, "name": net.name}
+        if net.hwaddr:
+            nic["hwaddr"] = net.hwaddr
+        if net.mtu:
+            nic["mtu"] = str(net.mtu)
+        if net.vlan:
+            nic["vlan"] = str(net.vlan)
+        if net.ip not in ("dhcp", "manual"):
+            # LXD hands the address out by DHCP on its managed bridges; the prefix and gateway are the bridge's.
+            nic["ipv4.address"] = net.ip.split("/")[0]
+            notes.append(f"{net.name}: {net.ip} is served by the bridge's DHCP as a fixed lease")
+        devices[net.name] = nic
+    for mount in spec.mounts:
+        disk = {"type": "disk", "source": mount.host, "path": mount.guest}
+        if mount.readonly:
+            disk["readonly"] = "true"
+        if not mount.required:
+            disk["required"] = "false"
+        if mount.shift:
+            disk["shift"] = "true"
+        devices[mount_device_name(mount.guest, mount.name)] = disk
+    if gpu.mode == "gpu":
+        devices["gpu"] = {"type": "gpu", "gputype": "physical", "vendorid": NVIDIA_VENDOR}
+    for node in gpu.nodes:
+        char = {"type": "unix-char", "source": node.source, "path": node.path, "major": str(node.major),
+                "minor": str(node.minor), "mode": "0666"}
+        if node.name in LAZY_NODES:
+            char["required"] = "false"
+        devices[node.name] = char
+    config[DEVICES_KEY] = ",".join(sorted(devices))
+    notes.extend(gpu.notes)
+    notes.extend(f"runs on the host first: {' '.join(cmd)}" for cmd in gpu.preflight)
+    profiles = list(spec.profiles) if spec.profiles is not None else None
+    return Desired(config, devices, profiles, notes)
+
+
+def _listed(config: dict[str, Any], key: str) -> set[str]:
+    return {item for item in str(config.get(key, "")).split(",") if item}
+
+
+def diff(spec: GuestSpec, current: dict[str, Any], desired: Desired) -> tuple[list[Change], dict[str, Any]]:
+    """Changes from ``current`` (an instance as GET /1.0/instances/NAME returns it) to ``desired``, and the
+    full PUT body that makes them. ``volatile.*`` and keys/devices labwright does not own are kept."""
+    changes: list[Change] = []
+    config = dict(current.get("config") or {})
+    keys = set(MANAGED_CONFIG) | set(desired.config) | _listed(config, CONFIG_KEYS_KEY)
+    for key in sorted(k for k in keys if not k.startswith("volatile.")):
+        before, after = config.get(key), desired.config.get(key)
+        if before != after:
+            changes.append(Change(f"config {key}", before, after))
+            if after is None:
+                config.pop(key, None)
+            else:
+                config[key] = after
+    devices = {name: dict(dev) for name, dev in (current.get("devices") or {}).items()}
+    names = set(desired.devices) | _listed(current.get("config") or {}, DEVICES_KEY)
+    for name in sorted(names):
+        before_dev, after_dev = devices.get(name), desired.devices.get(name)
+        if before_dev != after_dev:
+            changes.append(Change(f"device {name}", before_dev, after_dev))
+            if after_dev is None:
+                devices.pop(name, None)
+            else:
+                devices[name] = after_dev
+    profiles = list(current.get("profiles") or [])
+    if desired.profiles is not None and desired.profiles != profiles:
+        changes.append(Change("profiles", ",".join(profiles), ",".join(desired.profiles)))
+        profiles = desired.profiles
+    description = current.get("description") or ""
+    if spec.description is not None and spec.description != description:
+        changes.append(Change("description", description, spec.description))
+        description = spec.description
+    body = {
+        "architecture": current.get("architecture"), "config": config, "devices": devices,
+        "ephemeral": current.get("ephemeral", False), "profiles": profiles,
+        "stateful": current.get("stateful", False), "description": description,
+    }
+    return changes, body
+
+
+def restart_needed(changes: list[Change]) -> list[str]:
+    return [c.what.removeprefix("config ") for c in changes if c.what.removeprefix("config ") in RESTART_KEYS]
