@@ -146,7 +146,8 @@ def check_pin(origin: str, text: str, target: Target, matrix: Matrix) -> PinVerd
         try:
             req = Requirement(text)
         except InvalidRequirement as exc:
-            raise BadInput(f"{origin}: {text!r} is not a requirement ({exc}): write name==version or a wheel URL") \
+            first = str(exc).splitlines()[0]
+            raise BadInput(f"{origin}: {text!r} is not a requirement ({first}): write name==version or a wheel URL") \
                 from None
         if not _marker_applies(req.marker, target):
             return None

@@ -61,7 +61,8 @@ def parse_pin(text: str) -> Requirement:
     try:
         return Requirement(text)
     except InvalidRequirement as exc:
-        raise BadInput(f"--pin {text!r} is not a requirement ({exc}): write one like exllamav3==0.0.37") from None
+        first = str(exc).splitlines()[0]
+        raise BadInput(f"--pin {text!r} is not a requirement ({first}): write one like exllamav3==0.0.37") from None
 
 
 def parse_platform(text: str) -> str:

@@ -1,0 +1,100 @@
+"""`labwright matrix` as a user runs it: exit codes, JSON shape, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+FA_29 = ("https://github.com/mjun0812/flash-attention-prebuild-wheels/releases/download/v0.9.0/"
+         "flash_attn-2.8.3+cu128torch2.9-cp312-cp312-linux_x86_64.whl")
+
+
+def run(cli_env, *args, cwd=None):
+    return subprocess.run(["labwright", "matrix", *args], capture_output=True, text=True, env=cli_env, cwd=cwd)
+
+
+def test_resolve_json_is_exactly_the_documented_object(cli_env):
+    proc = run(cli_env, "resolve", "--torch", "2.11.0", "--cuda", "13.0", "--python", "3.12", "--driver", "580.65",
+               "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert list(data) == ["ok", "wheels", "absent", "errors"] and data["ok"] is True
+    flash = next(w for w in data["wheels"] if w["name"] == "flash-attn")
+    assert flash["version"] == "2.8.3+cu130torch2.11"
+    assert data["absent"][0]["name"] == "causal-conv1d"
+
+
+def test_resolve_refusal_exits_1_with_the_reason(cli_env):
+    proc = run(cli_env, "resolve", "--torch", "2.11.0", "--cuda", "13.0", "--driver", "570.86", "--json")
+    assert proc.returncode == 1
+    data = json.loads(proc.stdout)
+    assert data["ok"] is False and data["errors"][0].startswith("driver 570.86 is too old for CUDA 13.0")
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("labwright: error: stack refused: driver 570.86")
+
+
+def test_resolve_human_output_is_a_table(cli_env):
+    proc = run(cli_env, "resolve", "--torch", "2.11.0", "--cuda", "13.0")
+    assert proc.returncode == 0, proc.stderr
+    assert "2.8.3+cu130torch2.11" in proc.stdout and "deliberately absent" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["resolve", "--torch", "banana"], "labwright: error: --torch 'banana' is not a torch version: give one like"),
+        (["resolve", "--torch", "2.11.0", "--cuda", "x"], "labwright: error: --cuda 'x' is not a CUDA version"),
+        (["resolve"], "labwright: error: --torch is missing"),
+        (["resolve", "--stack", "E"], "labwright: error: stack 'E' is unknown"),
+        (["check", "--torch", "banana", FA_29], "labwright: error: --torch 'banana' is not a torch version"),
+        (["check", "--torch", "2.11.0"], "labwright: error: nothing to check"),
+        (["check", "--torch", "2.11.0", "-r", "/nonexistent/req.txt"], "labwright: error: -r /nonexistent/req.txt"),
+        (["show", "--component", "xformers"], "labwright: error: --component 'xformers' is unknown"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(cli_env, args, message):
+    proc = run(cli_env, *args)
+    assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+    assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1
+
+
+def test_check_exit_codes_and_one_line_per_broken_pin(cli_env, tmp_path):
+    req = tmp_path / "requirements.txt"
+    req.write_text(f"flash_attn @ {FA_29}\nexllamav3==0.0.37+cu128.torch2.9.0\nfla-core==0.6.0\n")
+    proc = run(cli_env, "check", "--torch", "2.11.0", "-r", str(req))
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("flash_attn 2.8.3+cu128torch2.9: built for torch 2.9")
+    assert lines[1].startswith("exllamav3 0.0.37+cu128.torch2.9.0: built for torch 2.9.0")
+    ok = run(cli_env, "check", "--torch", "2.11.0", "--cuda", "13.0", "flash-attn==2.8.3+cu130torch2.11")
+    assert ok.returncode == 0 and ok.stdout == "" and ok.stderr == ""
+
+
+def test_show_and_stacks(cli_env):
+    summary = run(cli_env, "show")
+    assert summary.returncode == 0 and "flash_attn" in summary.stdout
+    listing = run(cli_env, "show", "--component", "flash_attn", "--torch", "2.11", "--python", "3.12", "--limit", "5")
+    assert listing.returncode == 0 and "2.8.3+cu130torch2.11" in listing.stdout
+    stacks = run(cli_env, "stacks")
+    assert stacks.returncode == 0
+    for name in ("A", "B", "C", "D", "tabbyapi-cu12", "tabbyapi-cu13"):
+        assert f"│ {name} " in stacks.stdout
+    assert "exllamav3 disputed" in stacks.stdout and "libcudart.so.13" in stacks.stdout
+
+
+def test_refresh_writes_into_out(cli_env, tmp_path):
+    listing = tmp_path / "mine.txt"
+    listing.write_text("# source: me\nhttps://x.invalid/fla_core-0.6.0-py3-none-any.whl sha256=" + "0" * 64 + "\n")
+    proc = run(cli_env, "refresh", "--from", str(listing), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert "1 wheels, 0 skipped" in proc.stdout
+    assert 'source = "me"' in (tmp_path / "out" / "mine.toml").read_text()
+
+
+def test_matrix_dir_from_env(cli_env, tmp_path):
+    proc = run({**cli_env, "LABWRIGHT_MATRIX_DIR": str(tmp_path)}, "show")
+    assert proc.returncode == 2
+    assert proc.stderr == f"labwright: error: LABWRIGHT_MATRIX_DIR={tmp_path} has no components.toml: point it at a " \
+                          "wheels_matrix/ directory\n"
