@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import typer
+from packaging.version import Version
 
 from labwright.errors import BadInput, OperationFailed
 from labwright.matrix import inputs
@@ -181,8 +182,7 @@ def show(
     rows = []
     for name in matrix.components:
         wheels = matrix.wheels_of(name)
-        versions = sorted({w.parsed_version.public for w in wheels}, key=lambda v: tuple(map(int, v.split(".")[:3]))
-                          if v.replace(".", "").isdigit() else (0,))
+        versions = sorted({w.public_version for w in wheels}, key=Version)
         torches = Counter(w.torch for w in wheels if w.torch)
         cudas = sorted({w.cuda for w in wheels if w.cuda})
         rows.append([name, str(len(wheels)), f"{versions[0]} .. {versions[-1]}" if versions else "-",

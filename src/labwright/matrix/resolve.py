@@ -279,7 +279,8 @@ class _Resolver:
             return why + (f"; needs torch{best.requires_torch}" if best.requires_torch else "")
         why = f"newest {component.display} built for torch {torch_mm} + CUDA {best.cuda} ({cp})"
         if pins:
-            why = f"{component.display} {' '.join(str(p) for p in pins)} built for torch {torch_mm} + CUDA {best.cuda}"
+            why = (f"{component.display} {best.public_version} as pinned ({', '.join(str(p) for p in pins)}), "
+                   f"built for torch {torch_mm} + CUDA {best.cuda}")
         why += f"; {best.source} {best.release}".rstrip()
         if best.requires_torch:
             why += f"; its metadata pins torch{best.requires_torch}, which torch {torch.public_version} meets"
