@@ -1,0 +1,103 @@
+"""A fake NVIDIA host layout for tests: ``/proc`` files and real ``mknod`` device nodes below a root.
+
+No GPU is needed: the nodes carry the majors/minors a real driver gives them (195:N for the GPUs,
+195:255 nvidiactl, 195:254 modeset, a dynamic major for nvidia-uvm and nvidia-caps), which is all
+passthrough wiring looks at. Opening them in a container gives ENXIO, as no driver answers.
+
+LXD only passes ``unix-char`` sources that live under ``/dev``, so integration tests put the root in
+a fresh directory below ``/dev`` (``fake_root_in_dev``), never on top of the host's own nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import stat
+from pathlib import Path
+
+DRIVER_VERSION = "550.54.14"
+VERSION_TEXT = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Thu Feb 22 01:44:30 UTC 2024\n"
+    "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+)
+PROC_DEVICES = """Character devices:
+  1 mem
+  4 /dev/vc/0
+  5 /dev/tty
+ 10 misc
+136 pts
+195 nvidia-frontend
+{uvm_major} nvidia-uvm
+{caps_major} nvidia-caps
+226 drm
+
+Block devices:
+  7 loop
+  8 sd
+{uvm_major} blkext
+"""
+
+
+def make_fake_nvidia_host(
+    root: str | Path,
+    driver: str | None = DRIVER_VERSION,
+    gpus: int = 1,
+    uvm_major: int = 509,
+    caps_major: int = 511,
+    with_uvm: bool = True,
+    with_caps: bool = True,
+    extra_files: bool = True,
+) -> Path:
+    """Write ``root/proc/{devices,driver/nvidia/version}`` and mknod ``root/dev/nvidia*``. ``driver=None``
+    makes a host without the driver (no version file, no nodes). Needs root (mknod)."""
+    root = Path(root)
+    (root / "proc").mkdir(parents=True, exist_ok=True)
+    (root / "dev").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "devices").write_text(PROC_DEVICES.format(uvm_major=uvm_major, caps_major=caps_major))
+    if driver is None:
+        return root
+    (root / "proc" / "driver" / "nvidia").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "driver" / "nvidia" / "version").write_text(VERSION_TEXT.format(version=driver))
+    nodes = [(f"nvidia{i}", 195, i) for i in range(gpus)]
+    nodes += [("nvidiactl", 195, 255), ("nvidia-modeset", 195, 254)]
+    if with_uvm:
+        nodes += [("nvidia-uvm", uvm_major, 0), ("nvidia-uvm-tools", uvm_major, 1)]
+    for name, major, minor in nodes:
+        os.mknod(root / "dev" / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    if with_caps:
+        (root / "dev" / "nvidia-caps").mkdir(exist_ok=True)
+        for minor in (1, 2):
+            os.mknod(root / "dev" / "nvidia-caps" / f"nvidia-cap{minor}", 0o444 | stat.S_IFCHR,
+                     os.makedev(caps_major, minor))
+    if extra_files:
+        # Not device nodes: must be ignored by the scan.
+        (root / "dev" / "nvidia-notes.txt").write_text("not a device\n")
+    return root
+
+
+def fake_root_in_dev(prefix: str = "lwtest-nv") -> Path:
+    """A new empty directory below /dev for a fake layout LXD will accept as unix-char sources."""
+    path = Path("/dev") / f"{prefix}-{secrets.token_hex(3)}"
+    path.mkdir()
+    return path
+
+
+def remove_fake_root(root: str | Path) -> None:
+    """Remove a fake layout; refuses the real ``/`` and ``/dev`` whatever it is given."""
+    root = Path(root).resolve()
+    if root in (Path("/"), Path("/dev")) or root.parent == Path("/"):
+        raise ValueError(f"refusing to remove {root}: not a fake layout")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def make_container_libraries(root: str | Path, version: str, directory: str = "/usr/lib/x86_64-linux-gnu") -> None:
+    """The userspace side as a driver install leaves it: versioned files plus unversioned links."""
+    libdir = Path(root) / directory.lstrip("/")
+    libdir.mkdir(parents=True, exist_ok=True)
+    for lib in ("libcuda.so", "libnvidia-ml.so"):
+        (libdir / f"{lib}.{version}").write_bytes(b"\x7fELF fake")
+        for link in (f"{lib}.1", lib):
+            if (libdir / link).is_symlink() or (libdir / link).exists():
+                (libdir / link).unlink()
+            (libdir / link).symlink_to(f"{lib}.{version}")

@@ -1,0 +1,144 @@
+"""Host GPU facts from fake /proc and /dev trees (real mknod nodes), and the driver-match rule."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from labwright.facts.nvidia import NvidiaDriverMatch, NvidiaDriverVersion
+from labwright.guests.gpu import (
+    UVM_PREFLIGHT,
+    GpuHost,
+    check_driver_match,
+    parse_driver_version,
+    parse_nvidia_smi,
+    parse_proc_devices,
+    userspace_versions,
+)
+from labwright.testing.fake_nvidia import make_container_libraries, make_fake_nvidia_host
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+
+OPEN_MODULE = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.133.07  Release Build  "
+               "(dvs-builder@U16-I3-B03-4-3)  Fri Mar 14 07:17:28 UTC 2025\nGCC version:  gcc version 12.2.0\n")
+
+
+def test_driver_version_from_both_module_flavours():
+    assert parse_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 "
+                                "01:44:30 UTC 2024\n") == "550.54.14"
+    assert parse_driver_version(OPEN_MODULE) == "570.133.07"
+    assert parse_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.256  x\n") == "470.256"
+    assert parse_driver_version("") is None
+    assert parse_driver_version("GCC version: 12.2.0 Kernel Module 1.2.3\n") is None
+
+
+def test_proc_devices_character_majors_only():
+    text = "Character devices:\n195 nvidia-frontend\n508 nvidia-uvm\n\nBlock devices:\n259 blkext\n508 md\n"
+    assert parse_proc_devices(text) == {"nvidia-frontend": 195, "nvidia-uvm": 508}
+
+
+def test_userspace_versions_take_versioned_files_only():
+    names = ["libcuda.so", "libcuda.so.1", "libcuda.so.550.54.14", "/usr/lib64/libnvidia-ml.so.550.54.14",
+             "libnvidia-ml.so.1", "libnvidia-encode.so.550.54.14"]
+    assert userspace_versions(names) == {"libcuda.so": "550.54.14", "libnvidia-ml.so": "550.54.14"}
+
+
+def test_nvidia_smi_output():
+    assert parse_nvidia_smi("| NVIDIA-SMI 550.54.14   Driver Version: 550.54.14   CUDA Version: 12.4 |") == \
+        ("550.54.14", False)
+    assert parse_nvidia_smi("Failed to initialize NVML: Driver/library version mismatch\n") == (None, True)
+
+
+@pytest.mark.parametrize(("host", "libs", "smi", "status"), [
+    ("550.54.14", {"libcuda.so": "550.54.14", "libnvidia-ml.so": "550.54.14"}, "", "match"),
+    # same major is NOT enough: NVRM "API mismatch" (570.148.06 vs .08)
+    ("570.148.08", {"libcuda.so": "570.148.06"}, "", "mismatch"),
+    ("550.54.14", {"libcuda.so": "550.54.14", "libnvidia-ml.so": "545.29.06"}, "", "mismatch"),
+    ("550.54.14", {"libcuda.so": "550.54.14"}, "Failed to initialize NVML: Driver/library version mismatch",
+     "mismatch"),
+    ("550.54.14", {}, "", "missing-userspace"),
+    (None, {"libcuda.so": "550.54.14"}, "", "no-host-driver"),
+])
+def test_driver_match_rule(host, libs, smi, status):
+    result = check_driver_match(host, libs, smi)
+    assert result.status == status and result.ok == (status == "match")
+    if status in ("mismatch", "missing-userspace"):
+        assert f"NVIDIA-Linux-x86_64-{host}.run --no-kernel-module" in result.message
+
+
+@needs_root
+def test_device_nodes_and_majors_from_a_fake_host(tmp_path):
+    make_fake_nvidia_host(tmp_path, gpus=2, uvm_major=237, caps_major=238)
+    host = GpuHost(tmp_path)
+    nodes = [(n.path, n.major, n.minor) for n in host.device_nodes()]
+    assert nodes == [
+        ("/dev/nvidia0", 195, 0), ("/dev/nvidia1", 195, 1), ("/dev/nvidia-modeset", 195, 254),
+        ("/dev/nvidia-uvm", 237, 0), ("/dev/nvidia-uvm-tools", 237, 1), ("/dev/nvidiactl", 195, 255),
+        ("/dev/nvidia-caps/nvidia-cap1", 238, 1), ("/dev/nvidia-caps/nvidia-cap2", 238, 2),
+    ]
+    assert host.device_nodes()[0].source == str(tmp_path / "dev" / "nvidia0")
+    assert host.majors() == {"nvidia-frontend": 195, "nvidia-uvm": 237, "nvidia-caps": 238}
+    assert host.driver_version() == "550.54.14" and host.has_driver()
+    assert host.preflight_commands() == []
+    assert not host.has_container_tools()
+    (tmp_path / "usr" / "bin").mkdir(parents=True)
+    (tmp_path / "usr" / "bin" / "nvidia-container-cli").write_text("#!/bin/sh\n")
+    assert host.has_container_tools()
+
+
+@needs_root
+def test_missing_uvm_asks_for_nvidia_modprobe(tmp_path):
+    make_fake_nvidia_host(tmp_path, with_uvm=False)
+    host = GpuHost(tmp_path)
+    assert host.preflight_commands() == [UVM_PREFLIGHT] == [("nvidia-modprobe", "-u", "-c", "0")]
+    assert "nvidia-uvm" not in {n.name for n in host.device_nodes()}
+
+
+def test_host_without_driver(tmp_path):
+    make_fake_nvidia_host(tmp_path, driver=None)
+    host = GpuHost(tmp_path)
+    assert host.driver_version() is None and host.device_nodes() == [] and host.preflight_commands() == []
+    message = host.missing_driver_message("inv.py: guest a")
+    assert message.startswith("inv.py: guest a: gpu: nvidia, but this host has no NVIDIA driver")
+    assert "\n" not in message
+
+
+# --- the pyinfra facts, their shell commands run for real against fake trees --------------------
+def run_fact(fact_cls, root):
+    fact = fact_cls()
+    proc = subprocess.run(["sh", "-c", fact.command(root=str(root))], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return fact.process(proc.stdout.splitlines())
+
+
+@needs_root
+def test_driver_match_fact_reports_a_mismatch_then_a_match(tmp_path):
+    make_fake_nvidia_host(tmp_path, driver="570.148.08")
+    make_container_libraries(tmp_path, "570.148.06")
+    result = run_fact(NvidiaDriverMatch, tmp_path)
+    assert result["status"] == "mismatch" and not result["ok"]
+    assert result["host_version"] == "570.148.08"
+    assert result["userspace"] == {"libcuda.so": "570.148.06", "libnvidia-ml.so": "570.148.06"}
+    assert "libcuda.so 570.148.06" in result["message"]
+    # What re-running the deploy after a host driver upgrade does: reinstall the userspace to match.
+    for lib in ("libcuda.so", "libnvidia-ml.so"):
+        (tmp_path / "usr/lib/x86_64-linux-gnu" / f"{lib}.570.148.06").unlink()
+    make_container_libraries(tmp_path, "570.148.08")
+    assert run_fact(NvidiaDriverMatch, tmp_path)["status"] == "match"
+    assert run_fact(NvidiaDriverVersion, tmp_path) == "570.148.08"
+
+
+def test_driver_match_fact_without_driver_or_libraries(tmp_path):
+    assert run_fact(NvidiaDriverMatch, tmp_path)["status"] == "no-host-driver"
+    assert run_fact(NvidiaDriverVersion, tmp_path) is None
+    (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
+    (tmp_path / "proc/driver/nvidia/version").write_text(OPEN_MODULE)
+    result = run_fact(NvidiaDriverMatch, tmp_path)
+    assert result["status"] == "missing-userspace" and result["host_version"] == "570.133.07"
+
+
+def test_driver_match_fact_on_this_machine_runs():
+    # The real root: no driver on a CI machine, a verdict on a GPU host; either way the command works.
+    assert run_fact(NvidiaDriverMatch, "/")["status"] in ("match", "mismatch", "missing-userspace", "no-host-driver")
