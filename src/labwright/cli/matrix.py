@@ -12,7 +12,7 @@ from packaging.version import Version
 from labwright.errors import BadInput, OperationFailed
 from labwright.matrix import inputs
 from labwright.matrix.check import BROKEN, UNKNOWN, check_requirements, read_requirement_lines
-from labwright.matrix.load import _components, _read, load_matrix, matrix_dir
+from labwright.matrix.load import load_matrix, matrix_dir, read_components
 from labwright.matrix.refresh import KINDS
 from labwright.matrix.refresh import refresh as refresh_listing
 from labwright.matrix.resolve import Resolution, StackRequest, resolve_stack
@@ -50,7 +50,7 @@ def refresh(
     """
     target = out or matrix_dir()
     meta = target / "components.toml" if (target / "components.toml").is_file() else matrix_dir() / "components.toml"
-    report = refresh_listing(listing, target, _components(_read(meta)), kind=kind, name=name, base_url=base_url,
+    report = refresh_listing(listing, target, read_components(meta), kind=kind, name=name, base_url=base_url,
                              source=source, dry_run=dry_run)
     for warning in report.warnings:
         stdout.print(f"[yellow]![/] {warning}")

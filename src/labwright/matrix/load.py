@@ -90,6 +90,11 @@ def _cuda(data: dict[str, Any]) -> dict[str, CudaFloor]:
     return floors
 
 
+def read_components(path: Path) -> dict[str, Component]:
+    """The components declared in a components.toml (refresh needs them before any matrix exists)."""
+    return _components(_read(path))
+
+
 def _components(data: dict[str, Any]) -> dict[str, Component]:
     out = {}
     for name, body in data.get("components", {}).items():

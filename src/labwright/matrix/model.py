@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from labwright.matrix.wheelname import filename_from_url
+from labwright.matrix.wheelname import LocalVersion, filename_from_url
 
 # The fields a wheel row carries in TOML, in the order refresh writes them.
 WHEEL_FIELDS = (
@@ -20,7 +20,7 @@ WHEEL_FIELDS = (
 
 
 @dataclass(frozen=True)
-class Wheel:
+class Wheel(LocalVersion):
     """One downloadable wheel and what it was built against (empty torch/cuda: no coupling, e.g. pure Python)."""
 
     package: str  # canonical project name: "flash-attn"
@@ -42,14 +42,6 @@ class Wheel:
     @property
     def filename(self) -> str:
         return filename_from_url(self.url)
-
-    @property
-    def public_version(self) -> str:
-        return self.version.split("+", 1)[0]
-
-    @property
-    def local(self) -> str:
-        return self.version.split("+", 1)[1] if "+" in self.version else ""
 
     @property
     def parsed_version(self) -> Version:

@@ -37,8 +37,22 @@ class BuildLabel:
     rest: str = ""  # anything after the known tokens (`gite2743ab`, `glibc228`), kept verbatim
 
 
+class LocalVersion:
+    """The public part and the local label of `version`, kept as spelled (packaging would lower-case the label)."""
+
+    version: str
+
+    @property
+    def public_version(self) -> str:
+        return self.version.split("+", 1)[0]
+
+    @property
+    def local(self) -> str:
+        return self.version.split("+", 1)[1] if "+" in self.version else ""
+
+
 @dataclass(frozen=True)
-class WheelName:
+class WheelName(LocalVersion):
     """A parsed wheel file name; `version` keeps the label's spelling (packaging would lower-case it)."""
 
     filename: str
@@ -53,14 +67,6 @@ class WheelName:
     def name(self) -> str:
         """The canonical project name (PEP 503): `flash-attn`."""
         return canonicalize_name(self.distribution)
-
-    @property
-    def public_version(self) -> str:
-        return self.version.split("+", 1)[0]
-
-    @property
-    def local(self) -> str:
-        return self.version.split("+", 1)[1] if "+" in self.version else ""
 
     @property
     def label(self) -> BuildLabel:
