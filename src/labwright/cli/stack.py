@@ -43,13 +43,15 @@ def verify(
     else:
         _print(report)
     if not report.ok:
-        summary = report.to_json()["summary"]
-        what = f"{summary['broken']} of {summary['checked']} extension(s) broken"
-        if report.torch_import is not None and not report.torch_import.ok:
-            what = "torch itself does not import"
         # An error, not typer.Exit: the CLI's main() turns LabwrightError into the exit code and one line.
-        raise OperationFailed(f"{report.python or report.site_dirs[0]}: {what} against torch "
-                              f"{report.torch_version}; reinstall the wheels built for it (see the report)")
+        where = report.python or report.site_dirs[0]
+        if report.torch_import is not None and not report.torch_import.ok:
+            reason = (report.torch_import.error or "no error text").strip().splitlines()[0]
+            raise OperationFailed(f"{where}: torch {report.torch_version} itself does not import ({reason}); "
+                                  "repair or reinstall torch there")
+        summary = report.to_json()["summary"]
+        raise OperationFailed(f"{where}: {summary['broken']} of {summary['checked']} extension(s) broken against "
+                              f"torch {report.torch_version}; install the wheels built for it (see the report)")
 
 
 def _print(report: VerifyReport) -> None:
