@@ -39,7 +39,8 @@ def _root(
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        app(args=argv, standalone_mode=False)
+        # Outside standalone mode click hands back the code of `raise typer.Exit(n)` instead of exiting.
+        result = app(args=argv, standalone_mode=False)
     except LabwrightError as exc:
         print(f"labwright: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -58,4 +59,4 @@ def main(argv: list[str] | None = None) -> int:
             exc.show()  # type: ignore[attr-defined]
             return int(exc.exit_code)  # type: ignore[attr-defined]
         raise
-    return 0
+    return result if isinstance(result, int) else 0

@@ -53,3 +53,15 @@ def test_unknown_option_is_a_usage_error(cli_env):
     proc = run(cli_env, "lab", "up", "--frobnicate")
     assert proc.returncode == 2
     assert "No such option" in proc.stderr
+
+
+def test_typer_exit_codes_reach_the_shell():
+    import typer
+
+    from labwright.cli import app, main
+
+    @app.command("zz-exit-code-probe", hidden=True)
+    def probe() -> None:
+        raise typer.Exit(3)
+
+    assert main(["zz-exit-code-probe"]) == 3
