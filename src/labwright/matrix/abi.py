@@ -190,6 +190,14 @@ class TorchSymbols:
                     return hint
         return None
 
+    def cuda_runtime(self) -> int | None:
+        """The CUDA runtime major torch's libraries link (None for a CPU build)."""
+        for name in sorted(self.torch.libs):
+            major = self.info(name).cuda_runtime_major
+            if major is not None:
+                return major
+        return None
+
     def same_function(self, symbol: str) -> list[str]:
         """Exports that are the same qualified function as a missing symbol, with another signature."""
         qualified = nested_name(symbol)
@@ -259,7 +267,11 @@ def verify(env: Environment, *, do_import: bool = True, cache: AbiCache | None =
                 report.warnings.append("not imported: no Python found for this site-packages (pass --python)")
         _demangle_reports(reports)
         cxx11 = torch.cxx11_abi() if any(r.cxx11_abi is not None for r in reports) else None
+        cuda = torch.cuda_runtime() if any(r.cuda_runtime is not None for r in reports) else None
         for report in reports:
+            if cuda is not None and report.cuda_runtime is not None and report.cuda_runtime != cuda:
+                # libcudart.so.12 beside a cu13 torch loads a second CUDA runtime, if it is there at all.
+                report.warnings.append(f"links CUDA runtime {report.cuda_runtime}, torch links CUDA {cuda}")
             if cxx11 is not None and report.cxx11_abi is not None and report.cxx11_abi != cxx11:
                 report.warnings.append(f"compiled with _GLIBCXX_USE_CXX11_ABI={int(report.cxx11_abi)}, "
                                        f"torch with {int(cxx11)}")

@@ -16,6 +16,7 @@ Layout under ``$LABWRIGHT_CACHE/abi`` (default ``~/.cache/labwright/abi``)::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -115,8 +116,12 @@ class AbiCache:
             target.parent.mkdir(parents=True, exist_ok=True)
             # Write then rename: two verifiers running at once each leave a whole file, never a torn one.
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        except OSError:
+            return  # a read-only cache dir only costs speed, never a wrong verdict
+        try:
             with os.fdopen(fd, "w") as fh:
                 fh.write(text)
             os.replace(tmp, target)
         except OSError:
-            pass  # a read-only or full cache dir only costs speed, never a wrong verdict
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # a full disk: leave no partial temp file behind

@@ -201,3 +201,26 @@ def test_owners_and_metadata(tmp_path):
     assert owned == {str(site / "flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so"): dist_info}
     dist = abi_env.distribution(dist_info, {})
     assert (dist.name, dist.version, dist.requires) == ("flash_attn", "2.8.3+cu130torch2.11", ["einops"])
+
+
+def test_a_different_cuda_runtime_is_a_warning(tmp_path, standins):
+    v1, _, _ = standins
+    stubs = tmp_path / "stubs"
+    for major in (12, 13):
+        compile_shared(stubs / str(major) / f"libcudart.so.{major}", f'extern "C" int cudart_{major}() {{ return 0; }}',
+                       soname=f"libcudart.so.{major}")
+    site = tmp_path / "site-packages"
+    shutil.copytree(v1.tree / "torch", site / "torch")
+    # torch's CUDA library links runtime 13; the extension links runtime 12 (a cu12 wheel beside a cu13 torch).
+    compile_shared(site / "torch" / "lib" / "libc10_cuda.so",
+                   'extern "C" int cudart_13(); int f() { return cudart_13(); }',
+                   library_dirs=[stubs / "13"], extra=["-l:libcudart.so.13"])
+    extension = compile_shared(
+        tmp_path / "build" / f"_C{ext_suffix()}",
+        STANDIN_EXTENSION + 'extern "C" int cudart_12(); int g() { return cudart_12(); }',
+        include_dirs=[v1.include_dir, Path(sysconfig.get_paths()["include"])],
+        library_dirs=[v1.lib_dir, stubs / "12"], libraries=["c10"], extra=["-l:libcudart.so.12"])
+    lay_out(site, v1.tree, extension)
+    [module] = verify_python(site_packages=site, cache=AbiCache(tmp_path / "cache")).modules
+    assert module.cuda_runtime == 12 and module.verdict == "ok"
+    assert "links CUDA runtime 12, torch links CUDA 13" in module.warnings

@@ -1,0 +1,103 @@
+"""ABI verifier time on the real torch 2.13.0 CPU install: cold (empty cache) vs cached, side by side.
+
+The environment is a venv over the real torch 2.13.0 (pip, from this machine's local wheel; made once under
+~/.cache/labwright/test-envs) plus one extension compiled with torch.utils.cpp_extension. Each cold run gets an
+empty cache directory (the OS page cache stays warm: this measures the verifier, not the disk).
+
+    .venv/bin/python benchmarks/abi_verifier.py [-n 5]
+
+Targets (issue 3): under 2 s cold, under 0.2 s cached. For scale it also prints `import torch` alone (the floor
+of any check that really imports) and the whole `labwright stack verify` process on a cached run (CLI start-up
+included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from labwright.matrix.abi import VerifyReport, verify_python
+from labwright.matrix.abi_cache import AbiCache
+from labwright.testing.wheels import build_torch_extension_wheel, overlay_venv, torch_venv
+
+BIN = Path(sys.executable).parent
+
+
+def timed(n: int, run: Callable[[], object]) -> list[float]:
+    samples = []
+    for _ in range(n):
+        started = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=5, help="runs per measurement (median reported)")
+    args = parser.parse_args()
+
+    print("… torch 2.13.0 venv (made once) and the cpp_extension probe wheel", file=sys.stderr)
+    torch_env = torch_venv("2.13.0")
+    with tempfile.TemporaryDirectory(prefix="labwright-abi-bench-") as tmp:
+        work = Path(tmp)
+        wheel = build_torch_extension_wheel(torch_env, work / "wheels", work / "build")
+        venv = overlay_venv(work / "venv", torch_env)
+        venv.install(wheel.parent, "torch_abi_probe", no_deps=True)
+        python = str(venv.python)
+        runs = iter(range(10_000))
+
+        def cold(do_import: bool) -> Callable[[], VerifyReport]:
+            def run() -> VerifyReport:
+                report = verify_python(python, cache=AbiCache(work / f"cold-{next(runs)}"), do_import=do_import)
+                assert report.ok and report.hashed_bytes > 0, report.to_json()
+                return report
+            return run
+
+        cached_dir = work / "cached"
+        verify_python(python, cache=AbiCache(cached_dir))  # fill it
+
+        def cached(do_import: bool) -> Callable[[], VerifyReport]:
+            def run() -> VerifyReport:
+                report = verify_python(python, cache=AbiCache(cached_dir), do_import=do_import)
+                assert report.ok and report.hashed_bytes == 0, report.to_json()
+                return report
+            return run
+
+        cli_env = {**os.environ, "LABWRIGHT_CACHE": str(cached_dir.parent / "cli-cache")}
+        cli = [str(BIN / "labwright"), "stack", "verify", "--python", python]
+        subprocess.run(cli, env=cli_env, check=True, capture_output=True)  # fill the CLI's cache
+
+        results = {
+            "verify (symbols + real import)": (timed(args.n, cold(True)), timed(args.n, cached(True))),
+            "verify --no-import (symbols only)": (timed(args.n, cold(False)), timed(args.n, cached(False))),
+        }
+        import_torch = timed(args.n, lambda: subprocess.run([python, "-I", "-W", "ignore", "-c", "import torch"],
+                                                             check=True))
+        cli_cached = timed(args.n, lambda: subprocess.run(cli, env=cli_env, check=True, capture_output=True))
+        torch_lib_mb = sum(p.stat().st_size for p in (torch_env.site_packages / "torch" / "lib").glob("*.so*")) / 1e6
+
+    print(f"torch 2.13.0+cpu, {torch_lib_mb:.0f} MB of torch/lib hashed cold; median of {args.n} runs; "
+          f"{os.cpu_count()} CPUs")
+    print(f"{'':36} {'cold':>9} {'cached':>9} {'cold/cached':>12}")
+    for label, (cold_runs, cached_runs) in results.items():
+        c, w = statistics.median(cold_runs), statistics.median(cached_runs)
+        print(f"{label:36} {c:8.2f}s {w:8.3f}s {c / w:11.0f}x")
+    print(f"{'labwright stack verify (process)':36} {'':9} {statistics.median(cli_cached):8.3f}s"
+          "   (CLI start-up included)")
+    print(f"{'python -c import torch (floor)':36} {statistics.median(import_torch):8.2f}s")
+    cold_full, cached_full = (statistics.median(x) for x in results["verify (symbols + real import)"])
+    print(f"targets: cold < 2 s: {'met' if cold_full < 2 else 'MISSED'} ({cold_full:.2f} s); "
+          f"cached < 0.2 s: {'met' if cached_full < 0.2 else 'MISSED'} ({cached_full:.3f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
