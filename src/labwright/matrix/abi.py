@@ -33,7 +33,7 @@ from labwright.matrix.abi_cache import AbiCache, key_of
 from labwright.matrix.abi_env import Distribution, Environment, TorchInstall
 from labwright.matrix.abi_import import Importer, ImportRequest, TorchImport
 from labwright.matrix.demangle import demangle
-from labwright.matrix.elfsyms import DynamicInfo, cxx11_abi_hint, nested_name, read_dynamic
+from labwright.matrix.elfsyms import DynamicInfo, cxx11_abi_hint, is_elf, nested_name, read_dynamic
 
 SCHEMA = "labwright.stack-verify/1"
 EXAMPLES = 3  # missing symbols shown per module in the table; --json lists them all
@@ -94,6 +94,7 @@ class VerifyReport:
     torch_cxx11_abi: bool | None
     torch_import: TorchImport | None
     modules: list[ModuleReport]
+    skipped: list[dict[str, str]] = field(default_factory=list)  # .so files that could not be read: path, reason
     elapsed_s: float = 0.0
     hashed_bytes: int = 0  # bytes read to hash files this run: 0 when every hash came from the memo
 
@@ -113,6 +114,7 @@ class VerifyReport:
                       "cxx11_abi": self.torch_cxx11_abi,
                       "import": None if self.torch_import is None else asdict(self.torch_import)},
             "modules": [m.to_json() for m in self.modules],
+            "skipped": self.skipped,
             "summary": {"checked": len(self.modules), "ok": len(self.modules) - broken, "broken": broken,
                         "cached": sum(m.static_cached and (m.import_cached or not m.import_checked)
                                       for m in self.modules)},
@@ -242,19 +244,23 @@ def verify(env: Environment, *, do_import: bool = True, cache: AbiCache | None =
         if importer and _anything_changed(cache, env.torch.libs.values()):
             importer.start()
         files = abi_env.shared_objects(env)
-        if importer and _anything_changed(cache, (path for path, _ in files)):
+        if importer and any(cache.memoised_sha256(path) is None and not cache.known_unrelated(path)
+                            for path, _ in files):
             importer.start()
         torch = TorchSymbols(env.torch, cache)
         owned = abi_env.owners(env.site_dirs)
         dists: dict[Path, Distribution] = {}
         reports: list[ModuleReport] = []
         shas: dict[int, str] = {}
+        skipped: list[dict[str, str]] = []
         for path, site_dir in files:
-            sha = cache.sha256(path)
-            info = elf_info(path, sha, cache)
-            if not info.needs_torch:
+            found = _torch_consumer(path, cache, skipped)
+            if found is None:
                 continue
+            sha, info = found
             dist_info = owned.get(str(path))
+            if dist_info is not None and dist_info.name.split("-")[0].lower() == "torch":
+                continue  # shipped in torch's own wheel (outside the torch package dir): part of what we check against
             dist = abi_env.distribution(dist_info, dists) if dist_info else None
             report = _static_check(path, site_dir, sha, info, dist, torch, cache)
             shas[len(reports)] = sha
@@ -282,12 +288,39 @@ def verify(env: Environment, *, do_import: bool = True, cache: AbiCache | None =
     return VerifyReport(
         python=env.python, site_dirs=[str(d) for d in env.site_dirs], torch_root=str(env.torch.root),
         torch_version=env.torch.version, torch_libs=sorted(env.torch.libs), torch_cxx11_abi=cxx11,
-        torch_import=torch_import, modules=sorted(reports, key=lambda r: r.module),
+        torch_import=torch_import, modules=sorted(reports, key=lambda r: r.module), skipped=skipped,
         elapsed_s=time.monotonic() - started, hashed_bytes=cache.hashed_bytes)
 
 
 def _anything_changed(cache: AbiCache, paths: Iterable[Path]) -> bool:
     return any(cache.memoised_sha256(path) is None for path in paths)
+
+
+def _torch_consumer(path: Path, cache: AbiCache, skipped: list[dict[str, str]]) -> tuple[str, DynamicInfo] | None:
+    """(content hash, ELF summary) of a file that needs torch; None for any other file.
+
+    The ELF is read before hashing: most .so files in an environment never link torch, and hashing them (GBs
+    of nvidia-* libraries beside a CUDA torch) would cost more than the whole check.
+    """
+    sha = cache.memoised_sha256(path)
+    if sha is not None:
+        info = elf_info(path, sha, cache)
+        return (sha, info) if info.needs_torch else None
+    if cache.known_unrelated(path):
+        return None
+    if not is_elf(path):
+        cache.mark_unrelated(path)  # a linker script or stray file named .so: nothing the loader maps
+        return None
+    try:
+        full = read_dynamic(path)
+    except BadInput as exc:
+        skipped.append({"path": str(path), "reason": str(exc)})
+        return None
+    if not full.needs_torch:
+        cache.mark_unrelated(path)
+        return None
+    sha = cache.sha256(path)
+    return sha, store_elf_info(full, sha, cache)
 
 
 def _static_check(path: Path, site_dir: Path, sha: str, info: DynamicInfo, dist: Distribution | None,

@@ -7,7 +7,7 @@ index does: pip replaces a file on install (new inode), so an upgrade always mis
 
 Layout under ``$LABWRIGHT_CACHE/abi`` (default ``~/.cache/labwright/abi``)::
 
-    v1/hashes.json           path -> [size, mtime_ns, inode, ctime_ns, sha256]
+    v1/hashes.json           path -> [size, mtime_ns, inode, ctime_ns, sha256 or null: "does not need torch"]
     v1/elf/<sha>.json        what one shared object needs/exports (DynamicInfo, exports left out)
     v1/exports/<sha>.txt     the exported dynamic symbols of one torch library, one per line
     v1/verdict/<key>.json    one extension's static check against one torch library set
@@ -57,13 +57,29 @@ class AbiCache:
                     self._hashes = data
         return self._hashes
 
-    def memoised_sha256(self, path: Path) -> str | None:
-        """The memoised hash if the file is unchanged since it was hashed, else None (no file read)."""
+    def _memo_entry(self, path: Path) -> list[Any] | None:
         st = path.stat()
         entry = self._hash_memo().get(str(path))
         if entry and entry[:4] == [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]:
-            return str(entry[4])
+            return entry
         return None
+
+    def memoised_sha256(self, path: Path) -> str | None:
+        """The memoised hash if the file is unchanged since it was hashed, else None (no file read)."""
+        entry = self._memo_entry(path)
+        return str(entry[4]) if entry and entry[4] else None
+
+    def known_unrelated(self, path: Path) -> bool:
+        """True when this unchanged file was seen not to need torch (so it is never hashed)."""
+        entry = self._memo_entry(path)
+        return bool(entry) and entry[4] is None  # type: ignore[index]
+
+    def mark_unrelated(self, path: Path) -> None:
+        # A CUDA torch's site-packages holds GBs of nvidia-* libraries that never link torch: remember them by
+        # stat alone, so neither a cold nor a cached run ever reads them whole.
+        st = path.stat()
+        self._hash_memo()[str(path)] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, None]
+        self._hashes_dirty = True
 
     def sha256(self, path: Path) -> str:
         known = self.memoised_sha256(path)

@@ -90,6 +90,7 @@ class Importer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: tempfile._TemporaryFileWrapper[bytes] | None = None
         self._buffer = b""
+        self._last_death = "the interpreter exited"
 
     def start(self) -> None:
         if self._proc is not None:
@@ -121,13 +122,19 @@ class Importer:
         pending = list(requests)
         while pending:
             self.start()
-            done = self._run_one_child(pending, outcomes)
+            before = len(outcomes)
+            self._run_one_child(pending, outcomes)
+            reason = self._last_death
             self.close()
             if self.torch is not None and not self.torch.ok:
                 break  # nothing can be imported without torch; the caller reports torch's own error
             pending = [r for r in pending if r.id not in outcomes]
-            if not done and pending:
-                continue  # the child died in a module: that one has its outcome, the rest go to a fresh child
+            if pending and len(outcomes) == before:
+                # The child died between modules, blaming none: don't loop; every module left gets the reason.
+                for request in pending:
+                    outcomes[request.id] = ImportOutcome(ok=False, error=f"import crashed: {reason}")
+                break
+            # Otherwise the child died in one module (which has its outcome); the rest go to a fresh child.
         return outcomes
 
     def _run_one_child(self, pending: list[ImportRequest], outcomes: dict[int, ImportOutcome]) -> bool:
@@ -147,7 +154,7 @@ class Importer:
             if line is None:  # timed out, or the child exited
                 timed_out = self._proc.poll() is None
                 self.close_child_only()
-                reason = self._death_reason(timed_out)
+                reason = self._last_death = self._death_reason(timed_out)
                 if self.torch is None:
                     self.torch = TorchImport(ok=False, error=f"import torch did not finish: {reason}")
                 elif current is not None:

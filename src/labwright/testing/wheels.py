@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -161,8 +162,16 @@ def compile_shared(output: Path, source: str, *, include_dirs: Sequence[Path] = 
                    extra: list[str] | None = None) -> Path:
     """Compile one C++ source text into a shared object with g++; raise with the compiler's output on failure."""
     output.parent.mkdir(parents=True, exist_ok=True)
-    source_file = output.with_suffix(".cpp") if output.suffix == ".so" else Path(f"{output}.cpp")
-    source_file.write_text(source)
+    with tempfile.TemporaryDirectory(prefix="labwright-cc-") as tmp:
+        # The source goes elsewhere: beside the output it would end up in torch/lib or a wheel's tree.
+        source_file = Path(tmp) / "source.cpp"
+        source_file.write_text(source)
+        return _compile(output, source_file, include_dirs, library_dirs, libraries, rpath, soname, defines, extra)
+
+
+def _compile(output: Path, source_file: Path, include_dirs: Sequence[Path], library_dirs: Sequence[Path],
+             libraries: Sequence[str], rpath: str | None, soname: str | None, defines: dict[str, str] | None,
+             extra: list[str] | None) -> Path:
     command = ["g++", "-shared", "-fPIC", "-O1", "-std=c++17", "-o", str(output), str(source_file)]
     command += [f"-I{d}" for d in include_dirs]
     command += [f"-D{k}={v}" for k, v in (defines or {}).items()]

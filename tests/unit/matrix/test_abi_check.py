@@ -224,3 +224,39 @@ def test_a_different_cuda_runtime_is_a_warning(tmp_path, standins):
     [module] = verify_python(site_packages=site, cache=AbiCache(tmp_path / "cache")).modules
     assert module.cuda_runtime == 12 and module.verdict == "ok"
     assert "links CUDA runtime 12, torch links CUDA 13" in module.warnings
+
+
+def test_files_that_do_not_need_torch_are_never_hashed(tmp_path, standins):
+    v1, _, extension = standins
+    site = lay_out(tmp_path / "site-packages", v1.tree, extension)
+    # Stands for the GBs of nvidia-* libraries beside a CUDA torch: ELF, big, no torch in them.
+    big = compile_shared(site / "nvidia" / "cublas" / "lib" / "libcublasLt.so.13",
+                         "extern \"C\" int cublas() { return 0; }\nchar padding[8 << 20] = {1};")
+    cache = AbiCache(tmp_path / "cache")
+    torch_bytes = sum(p.stat().st_size for p in (site / "torch" / "lib").iterdir())
+    first = verify_python(site_packages=site, cache=cache)
+    assert first.hashed_bytes == torch_bytes + extension.stat().st_size  # torch + the extension, not the 8 MB
+    assert big.stat().st_size > 8 << 20 and cache.known_unrelated(big)
+
+
+def test_unreadable_and_non_elf_files_are_skipped_not_fatal(tmp_path, standins):
+    v1, _, extension = standins
+    site = lay_out(tmp_path / "site-packages", v1.tree, extension)
+    (site / "libscript.so").write_text("/* GNU ld script */\nGROUP ( libc.so.6 )\n")  # linker scripts exist
+    (site / "torn.so").write_bytes(b"\x7fELF" + b"\x02\x01\x01" + b"\0" * 9)  # an ELF magic and nothing else
+    report = verify_python(site_packages=site, cache=AbiCache(tmp_path / "cache"))
+    assert report.ok and [m.module for m in report.modules] == ["standin_attn._C"]
+    assert [s["path"] for s in report.skipped] == [str(site / "torn.so")]
+    assert report.to_json()["skipped"][0]["reason"].startswith(f"{site / 'torn.so'}: not a readable ELF")
+
+
+def test_torch_own_files_outside_the_torch_package_are_not_consumers(tmp_path, standins):
+    v1, _, extension = standins
+    site = lay_out(tmp_path / "site-packages", v1.tree, extension)
+    # torch's wheel also ships functorch/_C*.so; it links torch but is torch, not a consumer of it.
+    shutil.copytree(site / "standin_attn", site / "functorch")
+    dist_info = site / "torch-2.9.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "RECORD").write_text(f"functorch/{extension.name},,\n")
+    report = verify_python(site_packages=site, cache=AbiCache(tmp_path / "cache"))
+    assert [m.module for m in report.modules] == ["standin_attn._C"]
