@@ -59,6 +59,8 @@ def _print(report: VerifyReport) -> None:
     stdout.print(f"torch {report.torch_version or '(unknown version)'} at {escape(report.torch_root)}{abi}")
     if report.torch_import is not None and not report.torch_import.ok:
         stdout.print(f"[red]torch itself does not import:[/] {escape(report.torch_import.error or '')}")
+    for skipped in report.skipped:
+        stdout.print(f"[dim]skipped {escape(skipped['reason'])}[/]", soft_wrap=True)
     if not report.modules:
         stdout.print("no compiled extension in this environment links torch: nothing to verify")
         return
