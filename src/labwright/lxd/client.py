@@ -45,16 +45,24 @@ def find_local_socket(flavour: str = "lxd") -> str:
     )
 
 
+def _unix_socket(path: str, timeout: float | None) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class _UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float):
         super().__init__("localhost", timeout=timeout)
         self.socket_path = path
 
     def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self.socket_path)
-        self.sock = sock
+        self.sock = _unix_socket(self.socket_path, self.timeout)
 
 
 @dataclass
@@ -71,12 +79,31 @@ class Endpoint:
     def describe(self) -> str:
         return self.socket_path or self.url or "?"
 
+    def address(self) -> tuple[str, int]:
+        """(host, port) of an HTTPS endpoint."""
+        assert self.url, "endpoint needs a socket path or a URL"
+        parsed = urllib.parse.urlsplit(self.url)
+        if parsed.scheme != "https":
+            raise OperationFailed(f"LXD remote {self.url}: only https:// remotes are supported")
+        return parsed.hostname or "", parsed.port or 8443
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """TLS settings of an HTTPS endpoint: pinned server certificate or system CAs, client certificate."""
+        ctx = ssl.create_default_context(cafile=self.server_cert) if self.verify else ssl._create_unverified_context()
+        if self.server_cert and self.verify:
+            # lxc pins the server's self-signed certificate; its CN rarely matches the address.
+            ctx.check_hostname = False
+        if self.client_cert:
+            ctx.load_cert_chain(self.client_cert, self.client_key)
+        return ctx
+
 
 @dataclass
 class ExecResult:
     exit_code: int
     stdout: bytes
     stderr: bytes
+    timed_out: bool = False  # set by runners that enforce the timeout themselves (the exec agent)
 
 
 class LxdClient:
@@ -96,19 +123,38 @@ class LxdClient:
         ep = self.endpoint
         if ep.socket_path:
             return _UnixHTTPConnection(ep.socket_path, self.timeout)
-        assert ep.url, "endpoint needs a socket path or a URL"
-        parsed = urllib.parse.urlsplit(ep.url)
-        if parsed.scheme != "https":
-            raise OperationFailed(f"LXD remote {ep.url}: only https:// remotes are supported")
-        ctx = ssl.create_default_context(cafile=ep.server_cert) if ep.verify else ssl._create_unverified_context()
-        if ep.server_cert and ep.verify:
-            # lxc pins the server's self-signed certificate; its CN rarely matches the address.
-            ctx.check_hostname = False
-        if ep.client_cert:
-            ctx.load_cert_chain(ep.client_cert, ep.client_key)
-        return http.client.HTTPSConnection(
-            parsed.hostname or "", parsed.port or 8443, timeout=self.timeout, context=ctx
-        )
+        host, port = ep.address()
+        return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=ep.ssl_context())
+
+    def new_socket(self, timeout: float | None = None) -> socket.socket:
+        """A fresh connected socket to the daemon (TLS-wrapped for HTTPS), for protocols that leave
+        HTTP behind after the first request (websockets). Errors come as OperationFailed."""
+        ep = self.endpoint
+        timeout = self.timeout if timeout is None else timeout
+        try:
+            if ep.socket_path:
+                return _unix_socket(ep.socket_path, timeout)
+            host, port = ep.address()
+            raw = socket.create_connection((host, port), timeout=timeout)
+            try:
+                return ep.ssl_context().wrap_socket(raw, server_hostname=host)
+            except BaseException:
+                raw.close()
+                raise
+        except (OSError, ssl.SSLError) as exc:
+            raise OperationFailed(f"LXD at {ep.describe()} unreachable: {exc}") from exc
+
+    @property
+    def host_header(self) -> str:
+        """What goes in the Host header of a raw request."""
+        if self.endpoint.socket_path:
+            return "localhost"
+        host, port = self.endpoint.address()
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def api_path(self, path: str, params: Mapping[str, Any] | None = None) -> str:
+        """``path`` with its query string (and this client's project)."""
+        return self._path(path, params)
 
     def _conn(self) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
