@@ -1,0 +1,115 @@
+"""A downloaded model directory: the weights' size on disk and the format they are in.
+
+Weights: the *.gguf files of ONE model (shards "-00001-of-00003.gguf" summed, mmproj vision projectors left out), or
+the *.safetensors the index names (else all of them, less Mistral's duplicate consolidated.safetensors).
+Format: GGUF from the files; else config.json quantization_config.quant_method (exl3, awq, gptq, fp8 ...) or the
+quantization_config.json exllamav3 writes beside it; else unquantized safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labwright.errors import BadInput
+from labwright.tuning.data import fit_data
+from labwright.tuning.kv_config import load_json
+
+_SHARD = re.compile(r"^(?P<stem>.+)-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
+_LFS = b"version https://git-lfs"
+
+
+@dataclass(frozen=True)
+class ModelDir:
+    path: Path
+    weights_bytes: int
+    weight_files: tuple[str, ...]
+    format: str
+    format_reason: str
+    config: Path | None
+    notes: tuple[str, ...] = ()
+
+
+def _size(path: Path) -> int:
+    size = path.stat().st_size
+    if size < 1024:
+        with path.open("rb") as fh:
+            if fh.read(len(_LFS)) == _LFS:
+                raise BadInput(f"model dir {path.parent}: {path.name} is a Git LFS pointer, not the weights; "
+                               "run `git lfs pull` in the model directory")
+    return size
+
+
+def _gguf_files(directory: Path, notes: list[str]) -> list[Path]:
+    files = sorted(p for p in directory.glob("*.gguf") if p.is_file())
+    projectors = [p for p in files if p.name.lower().startswith("mmproj")]
+    if projectors:
+        notes.append(f"left out the vision projector {', '.join(p.name for p in projectors)} (add it if you load it)")
+    models: dict[str, list[Path]] = defaultdict(list)
+    for path in files:
+        if path not in projectors:
+            match = _SHARD.match(path.name)
+            models[match.group("stem") if match else path.name].append(path)
+    if len(models) > 1:
+        raise BadInput(f"model dir {directory}: holds {len(models)} GGUF models ({', '.join(sorted(models))}); "
+                       "pass --weights-gb, or a directory with one model")
+    return next(iter(models.values()), [])
+
+
+def _safetensors_files(directory: Path) -> list[Path]:
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BadInput(f"model dir {directory}: {index.name} is unreadable ({exc}); download it again") from exc
+        missing = [name for name in names if not (directory / name).is_file()]
+        if missing:
+            raise BadInput(f"model dir {directory}: {index.name} names {missing[0]}, which is missing; "
+                           "finish the download")
+        return [directory / name for name in names]
+    files = sorted(p for p in directory.glob("*.safetensors") if p.is_file())
+    rest = [p for p in files if not p.name.startswith("consolidated")]
+    return rest or files
+
+
+def detect_format(directory: Path, config: dict[str, Any] | None, has_gguf: bool) -> tuple[str, str]:
+    """(format key, why) for a model directory."""
+    if has_gguf:
+        return "gguf", "*.gguf files"
+    methods = fit_data()["quant_methods"]
+    quant = (config or {}).get("quantization_config")
+    if isinstance(quant, dict) and quant.get("quant_method"):
+        method = str(quant["quant_method"]).lower()
+        return methods.get(method, method), f"config.json quantization_config.quant_method = {method!r}"
+    sidecar = directory / "quantization_config.json"
+    if sidecar.is_file():
+        try:
+            method = str(json.loads(sidecar.read_text()).get("quant_method", "")).lower()
+        except (OSError, ValueError, AttributeError):
+            method = ""
+        if method:
+            return methods.get(method, method), f"quantization_config.json quant_method = {method!r}"
+    return "safetensors", "no quantization_config: 16-bit safetensors"
+
+
+def read_model_dir(directory: str | Path) -> ModelDir:
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise BadInput(f"model dir {directory}: not a directory; pass the folder that holds config.json and weights")
+    notes: list[str] = []
+    files = _gguf_files(directory, notes)
+    has_gguf = bool(files)
+    if not files:
+        files = _safetensors_files(directory)
+    if not files:
+        raise BadInput(f"model dir {directory}: no *.safetensors or *.gguf weights; download them or pass --weights-gb")
+    config_path = directory / "config.json"
+    config_doc = load_json(config_path)[1] if config_path.is_file() else None
+    fmt, reason = detect_format(directory, config_doc, has_gguf)
+    return ModelDir(directory, sum(_size(p) for p in files), tuple(p.name for p in files), fmt, reason,
+                    config_path if config_doc is not None else None, tuple(notes))
