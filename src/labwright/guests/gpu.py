@@ -123,6 +123,7 @@ class DeviceNode:
     source: str
     major: int
     minor: int
+    mode: int = 0o666  # the host node's permission bits (nvidia-caps nodes are 0400/0444, not 0666)
 
     @property
     def name(self) -> str:
@@ -179,7 +180,8 @@ class GpuHost:
                 continue
             if stat.S_ISCHR(info.st_mode):
                 guest = "/" + str(path.relative_to(self.root)).lstrip("/")
-                nodes.append(DeviceNode(guest, str(path), os.major(info.st_rdev), os.minor(info.st_rdev)))
+                nodes.append(DeviceNode(guest, str(path), os.major(info.st_rdev), os.minor(info.st_rdev),
+                                        stat.S_IMODE(info.st_mode)))
         return nodes
 
     def has_driver(self) -> bool:

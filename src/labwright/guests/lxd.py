@@ -231,11 +231,17 @@ class LxdBackend(GuestBackend):
     def _set_running(self, spec: GuestSpec, running: bool) -> None:
         if running:
             self._preflight(spec)
+        verb = "start" if running else "stop"
         try:
-            self.client.set_state(spec.name, "start" if running else "stop", timeout=60)
+            self.client.set_state(spec.name, verb, timeout=30)
         except LxdError as exc:
-            verb = "start" if running else "stop"
-            raise OperationFailed(f"{spec.where}: LXD could not {verb} it: {_lxd_reason(exc)}") from exc
+            if running:
+                raise OperationFailed(f"{spec.where}: LXD could not start it: {_lxd_reason(exc)}") from exc
+            # A guest still booting, or one whose init ignores SIGPWR, never shuts down cleanly: force it.
+            try:
+                self.client.set_state(spec.name, "stop", force=True)
+            except LxdError as forced:
+                raise OperationFailed(f"{spec.where}: LXD could not stop it: {_lxd_reason(forced)}") from forced
 
     def show(self, spec: GuestSpec) -> dict[str, Any]:
         current = self._instance(spec)

@@ -171,11 +171,12 @@ def render(spec: GuestSpec, gpu: GpuWiring, root_pool: str | None) -> Desired:
         devices["gpu"] = {"type": "gpu", "gputype": "physical", "vendorid": NVIDIA_VENDOR}
     for node in gpu.nodes:
         char = {"type": "unix-char", "source": node.source, "path": node.path, "major": str(node.major),
-                "minor": str(node.minor), "mode": "0666"}
+                "minor": str(node.minor), "mode": f"{node.mode:04o}"}
         if node.name in LAZY_NODES:
             char["required"] = "false"
         devices[node.name] = char
-    config[DEVICES_KEY] = ",".join(sorted(devices))
+    if devices:
+        config[DEVICES_KEY] = ",".join(sorted(devices))
     notes.extend(gpu.notes)
     notes.extend(f"runs on the host first: {' '.join(cmd)}" for cmd in gpu.preflight)
     profiles = list(spec.profiles) if spec.profiles is not None else None
@@ -191,9 +192,11 @@ def diff(spec: GuestSpec, current: dict[str, Any], desired: Desired) -> tuple[li
     full PUT body that makes them. ``volatile.*`` and keys/devices labwright does not own are kept."""
     changes: list[Change] = []
     config = dict(current.get("config") or {})
-    keys = set(MANAGED_CONFIG) | set(desired.config) | _listed(config, CONFIG_KEYS_KEY)
+    bookkeeping = {MARKER_KEY, DEVICES_KEY, CONFIG_KEYS_KEY}
+    keys = set(MANAGED_CONFIG) | bookkeeping | set(desired.config) | _listed(config, CONFIG_KEYS_KEY)
     for key in sorted(k for k in keys if not k.startswith("volatile.")):
-        before, after = config.get(key), desired.config.get(key)
+        # LXD stores an empty value as no key at all.
+        before, after = config.get(key) or None, desired.config.get(key) or None
         if before != after:
             changes.append(Change(f"config {key}", before, after))
             if after is None:

@@ -64,16 +64,20 @@ def make_fake_nvidia_host(
     if with_uvm:
         nodes += [("nvidia-uvm", uvm_major, 0), ("nvidia-uvm-tools", uvm_major, 1)]
     for name, major, minor in nodes:
-        os.mknod(root / "dev" / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        _mknod(root / "dev" / name, 0o666, major, minor)
     if with_caps:
         (root / "dev" / "nvidia-caps").mkdir(exist_ok=True)
         for minor in (1, 2):
-            os.mknod(root / "dev" / "nvidia-caps" / f"nvidia-cap{minor}", 0o444 | stat.S_IFCHR,
-                     os.makedev(caps_major, minor))
+            _mknod(root / "dev" / "nvidia-caps" / f"nvidia-cap{minor}", 0o444, caps_major, minor)
     if extra_files:
         # Not device nodes: must be ignored by the scan.
         (root / "dev" / "nvidia-notes.txt").write_text("not a device\n")
     return root
+
+
+def _mknod(path: Path, mode: int, major: int, minor: int) -> None:
+    os.mknod(path, mode | stat.S_IFCHR, os.makedev(major, minor))
+    os.chmod(path, mode)  # mknod's mode is cut by the umask; the driver's nodes are exactly 0666
 
 
 def fake_root_in_dev(prefix: str = "lwtest-nv") -> Path:
