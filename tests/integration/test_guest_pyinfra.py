@@ -1,0 +1,112 @@
+"""The pyinfra side of guests, run by the real pyinfra CLI: deploys/guest.py builds an inventory's guests and a
+second run changes nothing; nvidia_userspace installs the host's driver version and is a no-op once it matches."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import textwrap
+
+import pytest
+
+from labwright.lxd.client import LxdClient
+from labwright.testing.fake_nvidia import make_container_libraries, make_fake_nvidia_host
+from labwright.testing.lab_fixture import TEMPLATE
+
+
+def pyinfra(cli_env, repo, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["pyinfra", "-y", "@local", *args], capture_output=True, text=True, env=cli_env,
+                          cwd=repo, timeout=600)
+
+
+@pytest.mark.lab
+def test_guest_deploy_builds_the_inventory_then_changes_nothing(lab, repo, cli_env, tmp_path):
+    names = [f"lwg-{secrets.token_hex(3)}" for _ in range(2)]
+    inventory = tmp_path / "guests.py"
+    inventory.write_text(textwrap.dedent(f"""
+        guests = (
+            [("@lxd/{names[0]}", {{"guest": {{"memory": "512M"}}}}),
+             ("@lxd/{names[1]}", {{"guest": {{"cores": 1, "features": {{"nesting": True}}}}}})],
+            {{"guest": {{}}}},
+        )
+        # group data can't deep-merge the dicts, so the shared fields are filled in here
+        for _, data in guests[0]:
+            data["guest"].update({{"backend": "lxd", "clone": "{TEMPLATE}", "profiles": ["lwtest"]}})
+        """))
+    client = LxdClient()
+    try:
+        first = pyinfra(cli_env, repo, "deploys/guest.py", "--data", f"guests_inventory={inventory}")
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert all(client.instance(n)["status"] == "Running" for n in names)
+        assert client.instance(names[1])["config"]["security.nesting"] == "true"
+
+        second = pyinfra(cli_env, repo, "deploys/guest.py", "--data", f"guests_inventory={inventory}")
+        assert second.returncode == 0, second.stderr[-3000:]
+        rows = [line.split() for line in (second.stdout + second.stderr).splitlines()
+                if line.strip().startswith("Guest ")]
+        # Operation | Hosts | Success | Error | No Change
+        assert len(rows) == 2 and all(row[-4:] == ["1", "-", "-", "1"] for row in rows), rows
+
+        only = pyinfra(cli_env, repo, "deploys/guest.py", "--data", f"guests_inventory={inventory}",
+                       "--data", f"guests={names[0]},nope")
+        assert only.returncode != 0 and "no guest named nope" in only.stdout + only.stderr
+    finally:
+        for name in names:
+            lab.remove(name)
+
+
+def test_guest_deploy_refuses_other_targets(repo, cli_env):
+    proc = subprocess.run(["pyinfra", "-y", "@lxd/whatever", "deploys/guest.py"], capture_output=True, text=True,
+                          env=cli_env, cwd=repo, timeout=120)
+    assert proc.returncode != 0
+
+
+FAKE_INSTALLER = """#!/bin/sh
+# Stands in for NVIDIA-Linux-x86_64-{version}.run: records its arguments, leaves the userspace libraries.
+echo "$@" > {root}/installer-args
+rm -f {root}/usr/lib/x86_64-linux-gnu/libcuda.so.* {root}/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*
+mkdir -p {root}/usr/lib/x86_64-linux-gnu
+touch {root}/usr/lib/x86_64-linux-gnu/libcuda.so.{version} {root}/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{version}
+"""
+
+
+def test_nvidia_userspace_follows_the_host_driver(repo, cli_env, tmp_path):
+    if subprocess.run(["sh", "-c", "command -v curl"], capture_output=True).returncode:
+        pytest.skip("curl is not installed")
+    root = tmp_path / "root"
+    make_fake_nvidia_host(root, driver="550.54.14")
+    make_container_libraries(root, "545.29.06")  # an older userspace: mismatch
+    for version in ("550.54.14", "570.133.07"):
+        (tmp_path / f"fake-{version}.run").write_text(FAKE_INSTALLER.format(version=version, root=root))
+    deploy = tmp_path / "nvidia.py"
+    deploy.write_text(textwrap.dedent(f"""
+        from labwright.operations import guests
+        guests.nvidia_userspace(name="NVIDIA userspace", root="{root}",
+                                installer_url="file://{tmp_path}/fake-{{version}}.run")
+        """))
+    libdir = root / "usr/lib/x86_64-linux-gnu"
+
+    proc = pyinfra(cli_env, repo, str(deploy))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (libdir / "libcuda.so.550.54.14").exists() and not (libdir / "libcuda.so.545.29.06").exists()
+    assert (root / "installer-args").read_text().split()[:2] == ["--no-kernel-module", "--silent"]
+
+    (root / "installer-args").unlink()
+    again = pyinfra(cli_env, repo, str(deploy))
+    assert again.returncode == 0 and not (root / "installer-args").exists()  # matched: nothing ran
+    assert "No changes" in again.stdout + again.stderr
+
+    # The host driver is upgraded: the next run brings the userspace along.
+    (root / "proc/driver/nvidia/version").write_text(
+        (root / "proc/driver/nvidia/version").read_text().replace("550.54.14", "570.133.07"))
+    upgraded = pyinfra(cli_env, repo, str(deploy))
+    assert upgraded.returncode == 0, upgraded.stderr[-3000:]
+    assert (libdir / "libcuda.so.570.133.07").exists() and not (libdir / "libcuda.so.550.54.14").exists()
+
+
+def test_nvidia_userspace_without_a_host_driver_is_an_error(repo, cli_env, tmp_path):
+    deploy = tmp_path / "nvidia.py"
+    deploy.write_text(f'from labwright.operations import guests\nguests.nvidia_userspace(root="{tmp_path}")\n')
+    proc = pyinfra(cli_env, repo, str(deploy))
+    assert proc.returncode != 0
+    assert "no NVIDIA kernel module" in proc.stdout + proc.stderr
