@@ -86,7 +86,7 @@ class CtConfig:
             else:
                 conf.warnings.append(f"vm {vmid} - unable to parse config: {line}")
         if descr and "description" not in conf.options:
-            conf.options["description"] = "\n".join(descr)
+            conf.options["description"] = "".join(f"{line}\n" for line in descr)  # PVE keeps a newline per line
         return conf
 
     def render(self) -> str:

@@ -20,9 +20,11 @@ See docs/pve-simulator.md for what is simulated and what is not.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import ssl
+import stat
 import tempfile
 import threading
 import time
@@ -45,6 +47,17 @@ DEBIAN_TEMPLATE = "debian-12-standard_12.7-1_amd64.tar.zst"
 NVIDIA_DEVICES = {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255), "/dev/nvidia-modeset": (195, 254),
                   "/dev/nvidia-uvm": (508, 0), "/dev/nvidia-uvm-tools": (508, 1),
                   "/dev/nvidia-caps/nvidia-cap1": (511, 1), "/dev/nvidia-caps/nvidia-cap2": (511, 2)}
+
+
+def host_devices(root: str | Path) -> dict[str, tuple[int, int]]:
+    """The character devices below ``root/dev`` as a node's ``devices`` (``/dev/...`` -> (major, minor)), so a
+    simulated node can share a fake host tree (``labwright.testing.fake_nvidia``) with the code under test."""
+    devices = {}
+    for path in sorted(Path(root, "dev").rglob("*")):
+        info = path.lstat()
+        if stat.S_ISCHR(info.st_mode):
+            devices["/" + str(path.relative_to(root))] = (os.major(info.st_rdev), os.minor(info.st_rdev))
+    return devices
 
 
 def default_storages() -> list[SimStorage]:
@@ -265,6 +278,7 @@ def _body_params(headers: Any, body: bytes) -> dict[str, Any]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as proxmoxer's session expects
+    disable_nagle_algorithm = True  # headers and body go out as two writes; Nagle would hold the body ~40 ms
     server_version = "pve-api-daemon/3.0"
     sys_version = ""
 
