@@ -1,0 +1,386 @@
+"""The Proxmox VE guest backend: LXC containers through the API (proxmoxer), GPU passthrough the way the
+node's version allows, and the settings the API cannot make written to the node's config file.
+
+- Create: ``POST /nodes/NODE/lxc`` (a task), then the file edits, then the start; if anything after
+  the create fails, the container is destroyed again, so nothing half-made stays.
+- Update: ``GET .../config`` is diffed first (``proxmox_render.diff``); nothing differs, nothing is
+  sent. Otherwise one ``PUT .../config`` with the config's ``digest``, so a concurrent edit is refused.
+- GPU: ``devN: /dev/nvidia0,...`` entries on PVE >= 8.1; before that ``lxc.cgroup2.devices.allow`` and
+  ``lxc.mount.entry`` lines with majors read from the node when applying. Raw ``lxc.*`` keys are not
+  in the API schema, so those lines go into ``/etc/pve/nodes/NODE/lxc/VMID.conf`` over SSH.
+- Root-only settings (``devN``, bind mounts, features other than nesting) are refused by PVE for
+  anyone but ``root@pam`` logged in with a password; with a token, ``plan`` says so and names the two
+  ways out instead of letting the API answer 403 halfway through an apply.
+
+Node host data (inventory): ``proxmox_api_url``, ``proxmox_ca_file``, ``proxmox_verify_tls``,
+``ssh_hostname``/``ssh_user`` (SSH to the node), ``proxmox_root_via`` (``api`` or ``ssh``).
+Credentials come from the environment only (see ``proxmox_api.Credentials``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from proxmoxer import ProxmoxAPI
+
+from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+from labwright.guests.base import GuestBackend
+from labwright.guests.model import VMID_MAX, VMID_MIN, Change, GuestSpec, Plan
+from labwright.guests.proxmox_api import Credentials, TaskWaiter, call, connect
+from labwright.guests.proxmox_render import (
+    TAG,
+    Desired,
+    Diff,
+    diff,
+    edit_conf,
+    props,
+    pve_version,
+    render,
+    resolve_gpu,
+    root_only,
+)
+from labwright.guests.pve_node import NodeGpu, PveNode, SshPveNode
+
+#: Applied to a running container at once; anything else waits for its next start (PVE's hotplug rules).
+LIVE_KEYS = frozenset({"hostname", "cores", "memory", "swap", "description", "onboot", "tags"})
+
+
+@dataclass
+class _State:
+    """What one plan found: the node's version, the container's config and status, and the diff."""
+
+    version: tuple[int, int]
+    config: dict[str, Any] | None
+    status: str | None
+    desired: Desired
+    diff: Diff
+    via_ssh: dict[str, str]  # root-only options that go into the config file instead of the API
+    via_ssh_delete: list[str]
+
+    @property
+    def exists(self) -> bool:
+        return self.config is not None
+
+
+class ProxmoxBackend(GuestBackend):
+    """Containers on one Proxmox node (any node of its cluster answers the API)."""
+
+    name = "proxmox"
+
+    def __init__(self, node: str, credentials: Credentials, node_data: Mapping[str, Any] | None = None,
+                 api: ProxmoxAPI | None = None, pve_node: PveNode | None = None, task_timeout: float = 600.0,
+                 poll_interval: float = 0.5):
+        self.node = node
+        self.credentials = credentials
+        self.node_data = dict(node_data or {})
+        self._api = api
+        self._pve_node = pve_node
+        self.task_timeout = task_timeout
+        self.poll_interval = poll_interval
+        self.root_via = str(self.node_data.get("proxmox_root_via", "api"))
+        if self.root_via not in ("api", "ssh"):
+            raise BadInput(f"node {node}: proxmox_root_via {self.root_via!r} must be api or ssh")
+        self._version: tuple[int, int] | None = None
+
+    @classmethod
+    def for_spec(cls, spec: GuestSpec, pve_node: PveNode | None = None, proxmox_api: ProxmoxAPI | None = None,
+                 task_timeout: float = 600.0, poll_interval: float = 0.5, **_options: Any) -> ProxmoxBackend:
+        assert spec.node is not None
+        return cls(spec.node, Credentials.from_env(), spec.node_data, proxmox_api, pve_node, task_timeout,
+                   poll_interval)
+
+    # --- connections -----------------------------------------------------------------------------------
+    @property
+    def api(self) -> ProxmoxAPI:
+        if self._api is None:
+            self._api = connect(self.credentials, self.node, self.node_data)
+        return self._api
+
+    @property
+    def pve_node(self) -> PveNode:
+        if self._pve_node is None:
+            self._pve_node = SshPveNode(self.node, self.node_data)
+        return self._pve_node
+
+    def close(self) -> None:
+        closer = getattr(self._pve_node, "close", None)
+        if closer is not None:
+            closer()
+
+    def _ct(self, spec: GuestSpec) -> Any:
+        return self.api.nodes(self.node).lxc(spec.vmid)
+
+    def _wait(self, upid: str, what: str) -> None:
+        TaskWaiter(self.api, self.task_timeout, self.poll_interval).wait(upid, what)
+
+    # --- reading -------------------------------------------------------------------------------------------
+    def _node_version(self, spec: GuestSpec) -> tuple[int, int]:
+        if self._version is None:
+            nodes = [n.get("node") for n in call(f"{spec.where}: listing Proxmox nodes", self.api.nodes.get)]
+            if self.node not in nodes:
+                raise BadInput(f"{spec.where}: node {self.node!r} is not in the Proxmox cluster (nodes: "
+                               f"{', '.join(sorted(map(str, nodes))) or 'none'}); fix `node`")
+            answer = call(f"{spec.where}: reading the version of {self.node}", self.api.nodes(self.node).version.get)
+            self._version = pve_version(str(answer.get("version", "0")))
+        return self._version
+
+    def _locate(self, spec: GuestSpec) -> tuple[dict[str, Any] | None, str | None]:
+        """(config, status) of CT ``vmid`` on this node; refuses a vmid used elsewhere or by a VM."""
+        if not (VMID_MIN <= int(spec.vmid or 0) <= VMID_MAX):
+            raise BadInput(f"{spec.where}: vmid {spec.vmid} is outside {VMID_MIN}-{VMID_MAX}")
+        resources = call(f"{spec.where}: listing cluster resources", lambda: self.api.cluster.resources.get(type="vm"))
+        entry = next((r for r in resources if int(r.get("vmid", 0)) == spec.vmid), None)
+        if entry is None:
+            return None, None
+        if entry.get("type") != "lxc" or entry.get("node") != self.node:
+            kind = "container" if entry.get("type") == "lxc" else "VM"
+            raise BadInput(f"{spec.where}: vmid {spec.vmid} is already a {kind} on node {entry.get('node')}; "
+                           "pick a free vmid")
+        config = call(f"{spec.where}: reading CT {spec.vmid}'s config", self._ct(spec).config.get)
+        return config, str(entry.get("status") or "stopped")
+
+    def _facts(self, spec: GuestSpec, config: Mapping[str, Any] | None) -> NodeGpu | None:
+        """The node's NVIDIA facts, read only when the GPU wiring needs them (a GPU guest, or raw lines to clean)."""
+        if spec.wants_gpu or (config or {}).get("lxc"):
+            return self.pve_node.gpu()
+        return None
+
+    def _rootfs_storage(self, spec: GuestSpec) -> str:
+        wanted = spec.rootfs.storage if spec.rootfs else None
+        storages = call(f"{spec.where}: listing storages of {self.node}",
+                        lambda: self.api.nodes(self.node).storage.get(content="rootdir"))
+        names = [str(s.get("storage")) for s in storages]
+        if wanted is not None and wanted not in names:
+            raise BadInput(f"{spec.where}: storage {wanted!r} on {self.node} does not exist or holds no container "
+                           f"disks (storages for containers: {', '.join(names) or 'none'}); fix `rootfs`")
+        if wanted is None and not names:
+            raise BadInput(f"{spec.where}: {self.node} has no storage for container disks; name one in `rootfs`")
+        return wanted or next((n for n in ("local-lvm", "local-zfs") if n in names), names[0])
+
+    def _check_template(self, spec: GuestSpec) -> None:
+        if not spec.template:
+            raise BadInput(f"{spec.where}: set `template` (STORAGE:vztmpl/FILE) to create CT {spec.vmid}")
+        storage = spec.template.split(":", 1)[0]
+        known = {str(s.get("storage")) for s in call(f"{spec.where}: listing storages",
+                                                     self.api.nodes(self.node).storage.get)}
+        if storage not in known:
+            raise BadInput(f"{spec.where}: template {spec.template!r}: {self.node} has no storage {storage!r}")
+        content = call(f"{spec.where}: listing templates on {storage}",
+                       lambda: self.api.nodes(self.node).storage(storage).content.get(content="vztmpl"))
+        if spec.template not in {c.get("volid") for c in content}:
+            raise BadInput(f"{spec.where}: template {spec.template!r} does not exist on {self.node}; download it "
+                           f"with `pveam download {storage} {spec.template.split('/', 1)[-1]}`")
+
+    def _state(self, spec: GuestSpec) -> _State:
+        version = self._node_version(spec)
+        config, status = self._locate(spec)
+        if config is not None and TAG not in str(config.get("tags") or "") and \
+                config.get("hostname") not in (None, spec.hostname):
+            raise BadInput(f"{spec.where}: CT {spec.vmid} on {self.node} is {config.get('hostname')!r}, not made by "
+                           f"labwright; pick another vmid, or tag it {TAG} to let labwright manage it")
+        wiring = resolve_gpu(spec, version, self._facts(spec, config), self.pve_node_label)
+        if config is None:
+            self._check_template(spec)
+        desired = render(spec, wiring, self._rootfs_storage(spec) if config is None else "")
+        changes = diff(spec, config, desired)
+        via_ssh = {k: v for k, v in changes.put.items() if root_only(k, v) and self._root_by_ssh()}
+        via_delete = [k for k in changes.delete if self._root_delete(k, config) and self._root_by_ssh()]
+        state = _State(version, config, status, desired, changes, via_ssh, via_delete)
+        self._refuse_root_only(spec, state)
+        return state
+
+    @property
+    def pve_node_label(self) -> str:
+        return f"node {self.node}"
+
+    def _root_by_ssh(self) -> bool:
+        return self.root_via == "ssh"
+
+    @staticmethod
+    def _root_delete(key: str, config: Mapping[str, Any] | None) -> bool:
+        old = str((config or {}).get(key, ""))
+        return key.startswith("dev") or (key == "features" and bool(set(props(old)) - {"nesting"}))
+
+    def _refuse_root_only(self, spec: GuestSpec, state: _State) -> None:
+        if self.credentials.is_root or self._root_by_ssh():
+            return
+        keys = [k for k, v in state.diff.put.items() if root_only(k, v)]
+        keys += [k for k in state.diff.delete if self._root_delete(k, state.config)]
+        if not keys:
+            return
+        who = (f"{self.credentials.principal} is an API token, which PVE never treats as root@pam"
+               if self.credentials.token else f"{self.credentials.principal} is not root@pam")
+        raise BadInput(
+            f"{spec.where}: {', '.join(sorted(keys))} (GPU passthrough, bind mounts, features other than nesting) "
+            f"can only be set by root@pam, and {who}. Two ways out: log in as root@pam with a password (export "
+            "PROXMOX_USER=root@pam PROXMOX_PASSWORD=...; unset PROXMOX_TOKEN_ID), or let labwright write these "
+            f"lines into /etc/pve/lxc/{spec.vmid}.conf over SSH as root (set proxmox_root_via: \"ssh\" in the host "
+            f"data of {self.node})")
+
+    # --- plan ----------------------------------------------------------------------------------------------
+    def plan(self, spec: GuestSpec) -> Plan:
+        return self._plan(spec, self._state(spec))
+
+    def _plan(self, spec: GuestSpec, state: _State) -> Plan:
+        changes = list(state.diff.changes)
+        lines = state.diff.config_lines()
+        notes = list(state.desired.notes)
+        if not state.exists:
+            lines = [f"rootfs: {state.desired.rootfs}", f"unprivileged: {int(spec.unprivileged)}", *lines]
+            changes = [Change("container", None, f"CT {spec.vmid} from {spec.template}"),
+                       Change("config rootfs", None, state.desired.rootfs), *changes]
+        if state.via_ssh or state.diff.lxc is not None:
+            notes.append(f"written over SSH into /etc/pve/nodes/{self.node}/lxc/{spec.vmid}.conf: "
+                         + ", ".join([*state.via_ssh, *(["lxc.* GPU lines"] if state.diff.lxc is not None else [])]))
+        if state.status == "running":
+            later = [c.what.removeprefix("config ") for c in state.diff.changes
+                     if c.what.removeprefix("config ") not in LIVE_KEYS and not c.what.startswith("config net")]
+            if later:
+                notes.append(f"{', '.join(later)} take(s) effect when CT {spec.vmid} restarts")
+        if spec.start and state.status != "running":
+            changes.append(Change("state", state.status, "running"))
+        elif not spec.start and state.status == "running":
+            changes.append(Change("state", "running", "stopped"))
+        action: Literal["create", "update", "none"] = "create" if not state.exists else (
+            "update" if changes else "none")
+        return Plan(spec.name, self.name, action, changes, lines, notes)
+
+    # --- apply ---------------------------------------------------------------------------------------------
+    def apply(self, spec: GuestSpec) -> list[Change]:
+        state = self._state(spec)
+        plan = self._plan(spec, state)
+        if not plan.changes:
+            return []
+        if state.desired.wiring.preflight:
+            self._preflight(spec)
+            state = self._state(spec)  # the uvm nodes and their major exist now
+            plan = self._plan(spec, state)
+        if not state.exists:
+            self._create(spec, state)
+            return plan.changes
+        self._update(spec, state)
+        if spec.start and state.status != "running":
+            self._power(spec, "start")
+        elif not spec.start and state.status == "running":
+            self._power(spec, "stop")
+        return plan.changes
+
+    def _preflight(self, spec: GuestSpec) -> None:
+        for command in resolve_gpu(spec, self._node_version(spec), self.pve_node.gpu(), self.pve_node_label).preflight:
+            code, output = self.pve_node.run(command)
+            if code:
+                raise OperationFailed(f"{spec.where}: `{' '.join(command)}` failed on {self.node} (exit {code}): "
+                                      f"{output.strip()[:200]}; without /dev/nvidia-uvm the container cannot start")
+
+    def _api_params(self, state: _State) -> tuple[dict[str, str], list[str]]:
+        put = {k: v for k, v in state.diff.put.items() if k not in state.via_ssh}
+        delete = [k for k in state.diff.delete if k not in state.via_ssh_delete]
+        return put, delete
+
+    def _create(self, spec: GuestSpec, state: _State) -> None:
+        put, _ = self._api_params(state)
+        params = {"vmid": spec.vmid, "ostemplate": spec.template, "rootfs": state.desired.rootfs,
+                  "unprivileged": int(spec.unprivileged), **put}
+        upid = call(f"{spec.where}: creating CT {spec.vmid} on {self.node}",
+                    lambda: self.api.nodes(self.node).lxc.post(**params))
+        # A failed or stopped create task is rolled back by PVE itself; nothing to clean up here.
+        self._wait(upid, f"{spec.where}: creating CT {spec.vmid}")
+        try:
+            self._write_file(spec, state)
+            if spec.start:
+                self._power(spec, "start")
+        except Exception as exc:
+            self._remove_made(spec, exc)
+            raise
+
+    def _remove_made(self, spec: GuestSpec, cause: Exception) -> None:
+        """Destroy the container this apply created; a failure here is added to the original error."""
+        try:
+            status = call("status", self._ct(spec).status.current.get).get("status")
+            if status == "running":
+                self._wait(call("stop", self._ct(spec).status.stop.post), "stop")
+            self._wait(call("destroy", lambda: self._ct(spec).delete(purge=1)), "destroy")
+        except OperationFailed as cleanup:
+            cause.args = (f"{cause}; removing the half-made CT {spec.vmid} failed too: {cleanup} (remove it with "
+                          f"`pct destroy {spec.vmid}` on {self.node})",)
+
+    def _update(self, spec: GuestSpec, state: _State) -> None:
+        put, delete = self._api_params(state)
+        if put or delete:
+            params: dict[str, Any] = {**put, "digest": state.config.get("digest") if state.config else None}
+            if delete:
+                params["delete"] = ",".join(delete)
+            call(f"{spec.where}: updating CT {spec.vmid}'s config", lambda: self._ct(spec).config.put(**params))
+        self._write_file(spec, state)
+
+    def _write_file(self, spec: GuestSpec, state: _State) -> None:
+        """Root-only options (``proxmox_root_via: ssh``) and raw lxc lines, straight into the node's config file."""
+        if not state.via_ssh and not state.via_ssh_delete and state.diff.lxc is None:
+            return
+        path = f"/etc/pve/nodes/{self.node}/lxc/{spec.vmid}.conf"
+        text = self.pve_node.read_file(path)
+        self.pve_node.write_file(path, edit_conf(text, state.via_ssh, state.via_ssh_delete, state.diff.lxc,
+                                                 state.desired.wiring.majors))
+
+    def _power(self, spec: GuestSpec, action: str) -> None:
+        if action == "start" and spec.wants_gpu:
+            self._preflight(spec)
+        endpoint = getattr(self._ct(spec).status, action)
+        upid = call(f"{spec.where}: {action} CT {spec.vmid}", endpoint.post)
+        self._wait(upid, f"{spec.where}: {action} CT {spec.vmid}")
+
+    # --- the rest of the interface -------------------------------------------------------------------------
+    def show(self, spec: GuestSpec) -> dict[str, Any]:
+        self._node_version(spec)
+        config, status = self._locate(spec)
+        info: dict[str, Any] = {"name": spec.name, "backend": self.name, "node": self.node, "vmid": spec.vmid,
+                                "exists": config is not None, "status": status or "absent"}
+        if config is None:
+            return info
+        try:
+            drift: list[str] | None = [c.describe() for c in self.plan(spec).changes if c.what != "state"]
+            problem = None
+        except BadInput as exc:  # show only reads: report what apply would refuse instead of failing
+            drift, problem = None, str(exc)
+        info.update({"managed": TAG in str(config.get("tags") or ""), "in_sync": None if drift is None else not drift,
+                     "drift": drift or [], "problem": problem,
+                     "config": {k: v for k, v in config.items() if k != "digest"}})
+        return info
+
+    def start(self, spec: GuestSpec) -> list[Change]:
+        status = self._require(spec)
+        if status == "running":
+            return []
+        self._power(spec, "start")
+        return [Change("state", status, "running")]
+
+    def stop(self, spec: GuestSpec) -> list[Change]:
+        status = self._require(spec)
+        if status != "running":
+            return []
+        self._power(spec, "stop")
+        return [Change("state", "running", "stopped")]
+
+    def destroy(self, spec: GuestSpec) -> list[Change]:
+        self._node_version(spec)
+        config, status = self._locate(spec)
+        if config is None:
+            return []
+        if TAG not in str(config.get("tags") or ""):
+            raise SafetyCheckFailed(f"{spec.where}: CT {spec.vmid} on {self.node} was not made by labwright (no "
+                                    f"{TAG} tag); destroy it yourself with `pct destroy {spec.vmid}`")
+        if status == "running":
+            self._power(spec, "stop")
+        upid = call(f"{spec.where}: destroying CT {spec.vmid}", lambda: self._ct(spec).delete(purge=1))
+        self._wait(upid, f"{spec.where}: destroying CT {spec.vmid}")
+        return [Change("container", f"CT {spec.vmid}", None)]
+
+    def _require(self, spec: GuestSpec) -> str:
+        self._node_version(spec)
+        config, status = self._locate(spec)
+        if config is None:
+            raise OperationFailed(f"{spec.where}: no CT {spec.vmid} on {self.node}; run `labwright guest apply` first")
+        return status or "stopped"
+

@@ -1,0 +1,179 @@
+"""Talking to the Proxmox VE API with proxmoxer: credentials from the environment, verified TLS, one-line
+errors, and task (UPID) waits that raise.
+
+proxmoxer's own ``Tasks.blocking_status`` returns None on a timeout and a status dict for a failed
+task, so a caller that forgets to check proceeds as if all went well; ``TaskWaiter.wait`` raises in
+both cases, and stops a task that overran so nothing keeps running behind labwright's back.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import requests
+from proxmoxer import AuthenticationError, ProxmoxAPI, ResourceException
+
+from labwright.errors import BadInput, OperationFailed
+
+T = TypeVar("T")
+ROOT = "root@pam"
+DEFAULT_PORT = 8006
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """An API token (``user@realm!name`` + secret) or a user and password (a ticket)."""
+
+    user: str
+    secret: str
+    token: str | None = None
+
+    @property
+    def principal(self) -> str:
+        return f"{self.user}!{self.token}" if self.token else self.user
+
+    @property
+    def is_root(self) -> bool:
+        """Only the literal ``root@pam`` logged in with a ticket passes PVE's root-only checks; a token of
+        root (``root@pam!ci``) does not."""
+        return self.token is None and self.user == ROOT
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Credentials:
+        env = os.environ if environ is None else environ
+        token_id, secret = env.get("PROXMOX_TOKEN_ID"), env.get("PROXMOX_TOKEN_SECRET")
+        if token_id:
+            user, sep, name = token_id.partition("!")
+            if not sep or "@" not in user or not name:
+                raise BadInput(f"PROXMOX_TOKEN_ID {token_id!r} is not a token id; write USER@REALM!TOKENNAME, "
+                               "e.g. root@pam!labwright")
+            if not secret:
+                raise BadInput("PROXMOX_TOKEN_ID is set but PROXMOX_TOKEN_SECRET is empty; export the token's secret")
+            return cls(user, secret, name)
+        login, password = env.get("PROXMOX_USER"), env.get("PROXMOX_PASSWORD")
+        if login and password:
+            if "@" not in login:
+                raise BadInput(f"PROXMOX_USER {login!r} needs its realm, e.g. root@pam")
+            return cls(login, password)
+        raise BadInput("no Proxmox credentials: export PROXMOX_TOKEN_ID and PROXMOX_TOKEN_SECRET (an API token), "
+                       "or PROXMOX_USER and PROXMOX_PASSWORD")
+
+
+def api_endpoint(node: str, node_data: Mapping[str, Any]) -> tuple[str, str | None, bool | str]:
+    """(host:port, path prefix, verify) from the node's host data: ``proxmox_api_url`` (default
+    https://NODE:8006, NODE being ``ssh_hostname`` or the node name), ``proxmox_ca_file`` (or
+    ``$PROXMOX_CA_FILE``) and ``proxmox_verify_tls`` (default true; false only for throwaway labs)."""
+    url = node_data.get("proxmox_api_url") or f"https://{node_data.get('ssh_hostname') or node}:{DEFAULT_PORT}"
+    parts = urlsplit(str(url))
+    if parts.scheme != "https" or not parts.hostname:
+        raise BadInput(f"proxmox_api_url {url!r} must be an https:// URL such as https://pve1.lan:8006")
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    prefix = parts.path.strip("/").removesuffix("api2/json").strip("/") or None
+    ca_file = node_data.get("proxmox_ca_file") or os.environ.get("PROXMOX_CA_FILE")
+    verify: bool | str = True
+    if ca_file:
+        path = os.path.expanduser(str(ca_file))
+        if not os.path.isfile(path):
+            raise BadInput(f"proxmox_ca_file {ca_file} does not exist; copy the cluster CA there "
+                           "(/etc/pve/pve-root-ca.pem on a node)")
+        verify = path
+    if node_data.get("proxmox_verify_tls") is False:
+        verify = False
+    return f"{host}:{parts.port or DEFAULT_PORT}", prefix, verify
+
+
+def connect(credentials: Credentials, node: str, node_data: Mapping[str, Any], timeout: float = 30) -> ProxmoxAPI:
+    host, prefix, verify = api_endpoint(node, node_data)
+    where = f"https://{host}"
+    try:
+        if credentials.token:
+            return ProxmoxAPI(host, user=credentials.user, token_name=credentials.token,
+                              token_value=credentials.secret, verify_ssl=verify, timeout=timeout, path_prefix=prefix)
+        return ProxmoxAPI(host, user=credentials.user, password=credentials.secret, verify_ssl=verify,
+                          timeout=timeout, path_prefix=prefix)
+    except AuthenticationError as exc:
+        raise OperationFailed(f"Proxmox at {where} refused the login of {credentials.user}: check PROXMOX_USER and "
+                              "PROXMOX_PASSWORD") from exc
+    except requests.exceptions.SSLError as exc:
+        raise OperationFailed(f"TLS verification of {where} failed; set proxmox_ca_file to the cluster CA "
+                              "(/etc/pve/pve-root-ca.pem on a node)") from exc
+    except requests.exceptions.RequestException as exc:
+        raise OperationFailed(f"cannot reach Proxmox at {where}: {type(exc).__name__}") from exc
+
+
+def reason(exc: ResourceException) -> str:
+    """PVE's message (the HTTP reason) plus its per-parameter errors, on one line."""
+    text = str(exc.content or exc.status_message).strip()
+    if isinstance(exc.errors, Mapping) and exc.errors:
+        text += " (" + "; ".join(f"{k}: {' '.join(str(v).split())}" for k, v in sorted(exc.errors.items())) + ")"
+    return " ".join(text.split())
+
+
+def call(what: str, fn: Callable[[], T]) -> T:
+    """Run one API call; any failure becomes ``OperationFailed`` naming ``what`` and PVE's reason."""
+    try:
+        return fn()
+    except ResourceException as exc:
+        raise OperationFailed(f"{what} failed: {exc.status_code} {reason(exc)}") from exc
+    except requests.exceptions.SSLError as exc:
+        raise OperationFailed(f"{what} failed: TLS verification failed; set proxmox_ca_file") from exc
+    except requests.exceptions.RequestException as exc:
+        raise OperationFailed(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+
+
+class TaskWaiter:
+    """Polls ``/nodes/NODE/tasks/UPID/status`` until the task stops; raises unless it ended OK."""
+
+    def __init__(self, api: ProxmoxAPI, timeout: float = 600.0, interval: float = 0.5):
+        self.api = api
+        self.timeout = timeout
+        self.interval = interval
+
+    def wait(self, upid: str, what: str) -> dict[str, Any]:
+        node = upid.split(":")[1] if upid.startswith("UPID:") and upid.count(":") == 8 else ""
+        if not node:
+            raise OperationFailed(f"{what}: Proxmox answered {upid!r}, not a task id (UPID)")
+        task = self.api.nodes(node).tasks(upid)
+        deadline = time.monotonic() + self.timeout
+        delay = min(0.05, self.interval)
+        while True:
+            status = call(f"{what}: reading task status", task.status.get)
+            if status.get("status") == "stopped":
+                break
+            if time.monotonic() >= deadline:
+                stopped = self._stop(node, upid)
+                raise OperationFailed(f"{what}: Proxmox task {upid} did not finish within {self.timeout:g} s; "
+                                      + ("labwright stopped it" if stopped else
+                                         f"stop it with `pvenode task stop {upid}` on {node}"))
+            time.sleep(delay)
+            delay = min(delay * 2, self.interval)
+        exitstatus = str(status.get("exitstatus") or "")
+        if exitstatus == "OK" or exitstatus.startswith("WARNINGS"):
+            return status
+        raise OperationFailed(f"{what} failed on {node}: {exitstatus or 'no exit status'}{self._log_tail(task)} "
+                              f"(task {upid})")
+
+    def _log_tail(self, task: Any) -> str:
+        try:
+            lines = [e.get("t", "") for e in task.log.get(limit=500)]
+        except (ResourceException, requests.exceptions.RequestException):
+            return ""
+        useful = [line for line in lines if line and not line.startswith("TASK ")][-2:]
+        return f"; log: {' | '.join(useful)}" if useful else ""
+
+    def _stop(self, node: str, upid: str) -> bool:
+        """Stop an overrunning task and give it a few seconds to unwind (a stopped create removes its config)."""
+        try:
+            self.api.nodes(node).tasks(upid).delete()
+            for _ in range(50):
+                if self.api.nodes(node).tasks(upid).status.get().get("status") == "stopped":
+                    return True
+                time.sleep(0.2)
+        except (ResourceException, requests.exceptions.RequestException):
+            return False
+        return False
