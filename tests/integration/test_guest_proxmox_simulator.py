@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import textwrap
 
 import pytest
 from proxmoxer import ProxmoxAPI
@@ -259,3 +261,35 @@ def test_proxmox_backend_on_pve_simulator_bad_credentials(sim, host, monkeypatch
     spec = guest(sim)
     with pytest.raises(OperationFailed, match="refused the login of root@pam"):
         backend(spec, host).plan(spec)
+
+
+# --- the CLI, as a user runs it ----------------------------------------------------------------------------
+def test_labwright_guest_cli_on_pve_simulator_plan_apply_reapply(sim, tmp_path, cli_env, repo):
+    inventory = tmp_path / "lab.py"
+    inventory.write_text(textwrap.dedent(f"""
+        pve_nodes = ([("pve1", {{}})], {{"proxmox_api_url": "https://{sim.host}", "proxmox_ca_file": "{sim.ca_file}"}})
+        guests = ([("@pct/pve1/201", {{"guest": {{
+            "backend": "proxmox", "hostname": "llm1", "template": "{sim.template}", "memory": "2G",
+            "rootfs": "local-lvm:8", "net": {{"bridge": "vmbr0"}}}}}})], {{}})
+        """))
+    env = {k: v for k, v in cli_env.items() if not k.startswith("PROXMOX_")}
+    env.update(PROXMOX_USER="root@pam", PROXMOX_PASSWORD=sim.root_password)
+
+    def labwright(*args):
+        return subprocess.run(["labwright", "guest", *args, str(inventory)], capture_output=True, text=True,
+                              env=env, cwd=repo, timeout=120)
+
+    plan = labwright("plan")
+    assert plan.returncode == 0, plan.stderr
+    assert "config lines for /etc/pve/lxc/201.conf" in plan.stdout and "memory: 2048" in plan.stdout
+    assert sim.writes == []
+    first = labwright("apply")
+    assert first.returncode == 0, first.stderr
+    assert sim.config("pve1", 201).options["memory"] == "2048" and sim.is_running(201)
+    writes = len(sim.writes)
+    second = labwright("apply")
+    assert second.returncode == 0 and "0 guest(s) changed, 1 unchanged" in second.stdout
+    assert len(sim.writes) == writes
+    env.pop("PROXMOX_USER")
+    missing = labwright("plan")
+    assert missing.returncode == 2 and "no Proxmox credentials" in missing.stderr

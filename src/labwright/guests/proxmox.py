@@ -349,6 +349,10 @@ class ProxmoxBackend(GuestBackend):
                      "config": {k: v for k, v in config.items() if k != "digest"}})
         return info
 
+    def exists(self, spec: GuestSpec) -> bool:
+        self._node_version(spec)
+        return self._locate(spec)[0] is not None
+
     def start(self, spec: GuestSpec) -> list[Change]:
         status = self._require(spec)
         if status == "running":
