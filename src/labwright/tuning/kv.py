@@ -34,7 +34,8 @@ def layer_token_bytes(layout: KvLayout, spec: CacheSpec) -> Fraction:
 
 def growing_layers(layout: KvLayout, spec: CacheSpec) -> int:
     """Layers whose cache grows with every token: full attention, and sliding ones the engine does not cap."""
-    return layout.full_layers + (layout.sliding_layers if spec.sliding.kind == "full" else 0)
+    capped = spec.sliding.for_model(layout.model_type).kind == "window"
+    return layout.full_layers + (0 if capped else layout.sliding_layers)
 
 
 def bytes_per_token(layout: KvLayout, spec: CacheSpec) -> int:
@@ -46,7 +47,7 @@ def kv_bytes(layout: KvLayout, spec: CacheSpec, tokens: int) -> int:
     """The whole KV cache for ``tokens`` cache cells."""
     cells = layout.full_layers * tokens
     if layout.sliding_layers and layout.window:
-        cells += layout.sliding_layers * spec.sliding.cells(tokens, layout.window)
+        cells += layout.sliding_layers * spec.sliding.for_model(layout.model_type).cells(tokens, layout.window)
     return math.ceil(layer_token_bytes(layout, spec) * cells)
 
 
@@ -64,7 +65,8 @@ def tokens_in_budget(layout: KvLayout, spec: CacheSpec, budget: int, page: int =
         if kv_bytes(layout, spec, high * page) <= budget:
             return high * page
     else:
-        saturated = -(-((layout.window or 0) + spec.sliding.extra + spec.sliding.pad) // page) + 1
+        rule = spec.sliding.for_model(layout.model_type)
+        saturated = -(-((layout.window or 0) + rule.extra + rule.pad) // page) + 1
         if kv_bytes(layout, spec, saturated * page) <= budget:
             return None
         high = saturated
@@ -104,11 +106,11 @@ class KvPlan:
 
     @property
     def sliding_policy(self) -> str:
-        rule = self.spec.sliding
+        rule = self.spec.sliding.for_model(self.layout.model_type)
         if not self.layout.sliding_layers:
             return "none"
         if rule.kind == "full":
-            return "full context"
+            return f"full context ({rule.source})" if rule.source else "full context"
         extra = f" + {rule.extra}" if rule.extra else ""
         pad = f", padded to {rule.pad}" if rule.pad > 1 else ""
         return f"min(context, window{extra}){pad}"

@@ -25,6 +25,14 @@ class SlidingRule:
     extra: int = 0
     pad: int = 1
     source: str = ""
+    model_types: tuple[str, ...] = ()
+
+    def for_model(self, model_type: str) -> SlidingRule:
+        """The rule as it applies to one model: engines that cap only some architectures keep the rest in full."""
+        if self.kind == "window" and self.model_types and model_type not in self.model_types:
+            return SlidingRule("full", source=f"{model_type or 'this model type'} is not among the architectures "
+                               f"the engine caps ({', '.join(self.model_types)})")
+        return self
 
     def cells(self, context: int, window: int) -> int:
         """Cache cells one sliding layer holds at ``context`` tokens."""
@@ -65,7 +73,7 @@ class CacheSpec:
 
 def _engine(key: str, raw: dict[str, Any]) -> Engine:
     sliding = SlidingRule(raw["sliding"], int(raw.get("sliding_extra", 0)), int(raw.get("sliding_pad", 1)),
-                          raw.get("sliding_source", ""))
+                          raw.get("sliding_source", ""), tuple(raw.get("sliding_model_types", ())))
     scale = Fraction(raw.get("scale_bytes", 0), raw.get("scale_block", 1))
     return Engine(
         key=key, label=raw["label"], setting=raw["setting"], option=raw["option"], convention=raw["convention"],
@@ -106,7 +114,7 @@ def tabby_mode(text: str, count_scales: bool = False, swa_full: bool = False) ->
     quantized = max(k_bits, v_bits) <= high
     extra = eng.scale if quantized and count_scales else Fraction(0)
     convention = "bits/8 (seed)" if quantized and not extra else "bits/8 + fp16 scale per 32" if extra else "16-bit"
-    sliding = SlidingRule("full") if swa_full else eng.sliding
+    sliding = SlidingRule("full", source="--swa-full") if swa_full else eng.sliding
     return CacheSpec(eng, name, Fraction(k_bits, 8) + extra, Fraction(v_bits, 8) + extra, convention, sliding)
 
 
@@ -126,7 +134,7 @@ def ggml_type(text: str, engine_key: str | None = None, swa_full: bool = False) 
                        f"use one of {', '.join(eng.types)}")
     k_name, v_name = names[0], names[-1]
     name = k_name if k_name == v_name else f"{k_name},{v_name}"
-    sliding = SlidingRule("full") if swa_full else eng.sliding
+    sliding = SlidingRule("full", source="--swa-full") if swa_full else eng.sliding
     return CacheSpec(eng, name, eng.types[k_name], eng.types[v_name], "ggml block" if eng.key != "vllm" else "dtype",
                      sliding)
 
