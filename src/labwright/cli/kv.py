@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from labwright.tuning import kv, kv_modes
 from labwright.tuning.fit import FitResult
@@ -81,12 +82,12 @@ def _print_plans(plans: list[kv.KvPlan], budget: str | None) -> None:
         if p.kv_bytes is not None:
             row.append(gib(p.kv_bytes))
         rows.append(row)
-    stdout.print(table(f"{layout.source}: {layout.describe()}", columns, rows))
+    stdout.print(table(escape(f"{layout.source}: {layout.describe()}"), columns, rows))
     if layout.sliding_layers:
         for key, policy in {p.spec.engine.label: p.sliding_policy for p in plans}.items():
-            stdout.print(f"  sliding layers on {key}: {policy}")
+            stdout.print(escape(f"  sliding layers on {key}: {policy}"))
     for note in dict.fromkeys(n for p in plans for n in p.notes):
-        stdout.print(f"  [dim]note: {note}[/]")
+        stdout.print(f"  [dim]note: {escape(note)}[/]")
 
 
 @app.command()
@@ -133,10 +134,10 @@ def fit(
 
 
 def _print_fit(result: FitResult) -> None:
-    rows = [["weights", gib(result.weights), f"{result.format.label}" + (f" ({result.format_reason})"
-                                                                          if result.format_reason else "")],
-            ["KV cache", gib(result.kv), result.kv_source],
-            ["overhead", gib(result.overhead), result.overhead_source.split(":")[0]],
+    reason = f" ({result.format_reason})" if result.format_reason else ""
+    rows = [["weights", gib(result.weights), escape(f"{result.format.label}{reason}")],
+            ["KV cache", gib(result.kv), escape(result.kv_source)],
+            ["overhead", gib(result.overhead), escape(result.overhead_source.split(":")[0])],
             ["total", gib(result.need), ""],
             ["VRAM", gib(result.vram), f"headroom {group(result.headroom / MIB)} MiB"]]
     if result.ram is not None:
@@ -147,9 +148,9 @@ def _print_fit(result: FitResult) -> None:
     colour = {"fits": "green", "moe_offload": "green", "split": "yellow", "cpu": "yellow"}.get(result.verdict, "red")
     stdout.print(f"[{colour}]verdict: {result.text}[/]")
     for line in result.how:
-        stdout.print(f"  {line}")
+        stdout.print(f"  {escape(line)}")
     if result.max_context_checked:
         longest = "any (the KV stops growing)" if result.max_context is None else f"{group(result.max_context)} tokens"
-        stdout.print(f"  longest context with every weight in VRAM at {result.cache_mode}: {longest}")
+        stdout.print(escape(f"  longest context with every weight in VRAM at {result.cache_mode}: {longest}"))
     for line in (*result.warnings, *result.notes):
-        stdout.print(f"  [yellow]![/] {line}")
+        stdout.print(f"  [yellow]![/] {escape(line)}")
