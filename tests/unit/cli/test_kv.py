@@ -1,0 +1,136 @@
+"""`labwright kv plan` and `labwright kv fit` as a user runs them: exit codes, one-line errors, JSON, tables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CONFIGS = Path(__file__).resolve().parents[1] / "tuning" / "configs"
+SEED = str(CONFIGS / "qwen3.5-9b.json")
+
+
+def run(cli_env, *args):
+    return subprocess.run(["labwright", "kv", *args], capture_output=True, text=True, env=cli_env)
+
+
+def ok_json(cli_env, *args):
+    proc = run(cli_env, *args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_plan_json_reproduces_the_seed(cli_env):
+    for mode, bpt, tokens in (("8,8", 16_384, 157_184), ("8,4", 12_288, 209_664), ("4,4", 8_192, 314_368)):
+        doc = ok_json(cli_env, "plan", "--config", SEED, "--cache-mode", mode, "--budget", "2.4GB",
+                      "--context", "131072")
+        assert {"kv_layers", "bytes_per_token", "tokens", "kv_bytes"} <= set(doc)
+        assert (doc["kv_layers"], doc["bytes_per_token"], doc["tokens"]) == (8, bpt, tokens)
+        assert doc["kv_bytes"] == 131_072 * bpt and doc["pages"] == tokens // 256
+
+
+def test_plan_json_without_a_mode_lists_the_common_modes(cli_env):
+    docs = ok_json(cli_env, "plan", "--config", SEED)
+    assert [d["cache_mode"] for d in docs] == ["FP16", "8,8", "8,4", "4,4", "f16", "q8_0", "q4_0"]
+    assert all(d["tokens"] is None and d["kv_bytes"] is None for d in docs)
+
+
+def test_plan_table_is_the_seeds_table(cli_env):
+    proc = run(cli_env, "plan", "--config", SEED, "--budget", "2.4GiB")
+    assert proc.returncode == 0, proc.stderr
+    for text in ("16,384 B", "12,288 B", "8,192 B", "157,184", "209,664", "314,368", "8 of 32 layers keep a KV cache"):
+        assert text in proc.stdout
+
+
+def test_plan_llama_cpp_type_and_page(cli_env):
+    doc = ok_json(cli_env, "plan", "--config", str(CONFIGS / "llama-3-8b.json"), "--cache-type", "f16",
+                  "--budget", "1000000", "--page", "1")
+    assert (doc["bytes_per_token"], doc["tokens"], doc["engine"]) == (131_072, 7, "llamacpp")
+
+
+def test_plan_sliding_window_table_names_the_policy(cli_env):
+    proc = run(cli_env, "plan", "--config", str(CONFIGS / "gemma-3-4b.json"), "--context", "32768")
+    assert proc.returncode == 0, proc.stderr
+    assert "sliding layers on llama.cpp: min(context, window + 512), padded to 256" in proc.stdout
+    assert "sliding layers on tabbyAPI (exllamav3): full context" in proc.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["plan", "--config", "/nonexistent/config.json"], "config /nonexistent/config.json: cannot read it"),
+    (["plan", "--config", SEED, "--cache-mode", "9,4"], "cache mode '9,4' is not one tabbyAPI takes"),
+    (["plan", "--config", SEED, "--cache-type", "q3_k"], "cache type 'q3_k' is not one llama.cpp supports"),
+    (["plan", "--config", SEED, "--cache-type", "q8_0", "--cache-mode", "8,4"], "both given"),
+    (["plan", "--config", SEED, "--budget", "lots"], "--budget 'lots' is not a size"),
+    (["plan", "--config", SEED, "--page", "0", "--budget", "1GiB"], "--page 0"),
+    (["fit", "--vram-gb", "8"], "no weights size"),
+    (["fit", "--vram-gb", "eight", "--weights-gb", "4"], "--vram-gb 'eight' is not a size"),
+    (["fit", "--vram-gb", "8", "--weights-gb", "4", "--context", "4096"], "--context needs the model's config.json"),
+    (["fit", "--vram-gb", "8", "--weights-gb", "4", "--format", "ggml"], "--format 'ggml' is unknown"),
+    (["fit", "--vram-gb", "8", "--model-dir", "/nonexistent"], "model dir /nonexistent: not a directory"),
+])
+def test_bad_input_is_one_line_and_exit_2(cli_env, args, message):
+    proc = run(cli_env, *args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("labwright: error: ")
+    assert message in proc.stderr
+
+
+@pytest.mark.parametrize(("doc", "key"), [
+    ({"num_hidden_layers": 32, "hidden_size": 4096}, "num_attention_heads"),
+    ({"text_config": {"num_attention_heads": 8, "head_dim": 64}}, "num_hidden_layers (in text_config)"),
+])
+def test_malformed_config_exit_2_names_file_and_key(cli_env, tmp_path, doc, key):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    proc = run(cli_env, "plan", "--config", str(path))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert str(path) in proc.stderr and key in proc.stderr
+
+
+def test_bad_json_exit_2(cli_env, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"num_hidden_layers": 32,')
+    proc = run(cli_env, "plan", "--config", str(path))
+    assert proc.returncode == 2 and "not valid JSON" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(("args", "verdict"), [
+    (["--weights-gb", "5.5", "--vram-gb", "8", "--format", "gguf", "--kv-gb", "0.5", "--overhead-gb", "1"], "fits"),
+    (["--weights-gb", "5.5", "--vram-gb", "8", "--format", "gguf", "--kv-gb", "0.5"], "split"),  # 2.55 GiB overhead
+    (["--weights-gb", "18", "--vram-gb", "8", "--format", "gguf", "--moe", "--ram-gb", "64"], "moe_offload"),
+    (["--weights-gb", "9", "--vram-gb", "8", "--format", "gguf", "--ram-gb", "32"], "split"),
+    (["--weights-gb", "9", "--vram-gb", "2", "--format", "gguf", "--ram-gb", "32"], "cpu"),
+    (["--weights-gb", "70", "--vram-gb", "24", "--format", "gguf", "--ram-gb", "32"], "no_fit"),
+    (["--weights-gb", "9", "--vram-gb", "8", "--format", "exl3", "--ram-gb", "64"], "no_fit"),
+])
+def test_fit_verdicts(cli_env, args, verdict):
+    assert ok_json(cli_env, "fit", *args)["verdict"] == verdict
+
+
+def test_fit_reproduces_the_seed_ceiling(cli_env):
+    doc = ok_json(cli_env, "fit", "--weights-gb", "4.5", "--vram-gb", "8", "--config", SEED, "--cache-mode", "8,4",
+                  "--context", "195072", "--format", "exl3")
+    assert (doc["verdict"], doc["max_context"], doc["kv_bytes"]) == ("fits", 195_072, 195_072 * 12_288)
+
+
+def test_fit_table_from_a_model_dir(cli_env, tmp_path):
+    doc = json.loads((CONFIGS / "qwen3.5-9b.json").read_text())
+    doc["quantization_config"] = {"quant_method": "exl3", "bits": 4.0, "head_bits": 6}
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    with (tmp_path / "model.safetensors").open("wb") as fh:
+        fh.truncate(int(4.5 * 1024**3))
+    proc = run(cli_env, "fit", "--model-dir", str(tmp_path), "--vram-gb", "8", "--context", "131072",
+               "--cache-mode", "8,4")
+    assert proc.returncode == 0, proc.stderr
+    for text in ("verdict: fits in VRAM", "EXL3 runs on tabbyAPI (exllamav3)", "quant_method = 'exl3'",
+                 "longest context with every weight in VRAM at 8,4: 195,072 tokens", "[overhead.tabbyapi]"):
+        assert text in proc.stdout
+
+
+def test_fit_split_prints_the_warning(cli_env):
+    proc = run(cli_env, "fit", "--weights-gb", "9", "--vram-gb", "8", "--format", "gguf")
+    assert proc.returncode == 0
+    assert "verdict: split GPU/CPU (warn: PCIe-bound, worst case)" in proc.stdout
+    assert "RAM not checked" in proc.stdout
