@@ -18,12 +18,12 @@ from labwright.testing.pve_config import (
     HOTPLUG_DELETE,
     NEW_DISK_RE,
     CtConfig,
-    classify_mountpoint,
     detect_ostype,
     random_mac,
     to_api,
 )
 from labwright.testing.pve_formats import parse_size, split_list
+from labwright.testing.pve_perms import ROOT, check_modify_perm, fmt, parse_mountpoint
 from labwright.testing.pve_schema import (
     PveApiError,
     indexed_schema,
@@ -34,74 +34,6 @@ from labwright.testing.pve_schema import (
 from labwright.testing.pve_state import PveCluster, SimStorage, Task, TaskAbort
 
 MiB = 1024**2
-ROOT = "root@pam"  # the only principal check_ct_modify_config_perm waves through; a token is never it
-
-
-def _perm(what: str) -> PveApiError:
-    return PveApiError(403, f"Permission check failed ({what})")
-
-
-def _fmt(props: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    return (indexed_schema(props, key) or {}).get("format") or {}
-
-
-def parse_mountpoint(props: Mapping[str, Any], key: str, value: str) -> dict[str, str]:
-    data = parse_property_string(_fmt(props, key), value)
-    data["type"] = classify_mountpoint(data.get("volume", ""))
-    return data
-
-
-def check_modify_perm(cluster: PveCluster, user: str, vmid: int, old: Mapping[str, str] | None,
-                      new: Mapping[str, str], delete: list[str], unprivileged: bool,
-                      props: Mapping[str, Any]) -> None:
-    """``check_ct_modify_config_perm``: everything passes for the literal user root@pam and nobody else."""
-    if user == ROOT:
-        return
-    vm = f"/vms/{vmid}"
-
-    def check(opt: str, deleting: bool) -> None:
-        if opt in ("cores", "cpuunits", "cpulimit"):
-            cluster.check_perm(user, vm, ["VM.Config.CPU"])
-        elif opt == "rootfs" or re.match(r"^mp\d+$", opt):
-            cluster.check_perm(user, vm, ["VM.Config.Disk"])
-            if deleting:
-                return
-            data = parse_mountpoint(props, opt, new[opt])
-            if data["type"] != "volume":
-                raise _perm(f"mount point type {data['type']} is only allowed for root@pam")
-            fresh = NEW_DISK_RE.match(data["volume"])
-            if fresh:
-                cluster.check_perm(user, f"/storage/{fresh.group(1)}", ["Datastore.AllocateSpace"])
-        elif opt in ("memory", "swap"):
-            cluster.check_perm(user, vm, ["VM.Config.Memory"])
-        elif re.match(r"^net\d+$", opt) or opt in ("nameserver", "searchdomain", "hostname"):
-            cluster.check_perm(user, vm, ["VM.Config.Network"])
-        elif re.match(r"^dev\d+$", opt):
-            raise _perm("configuring device passthrough is only allowed for root@pam")
-        elif opt == "features":
-            if not unprivileged:
-                raise _perm("changing feature flags for privileged container is only allowed for root@pam")
-            before = parse_property_string(_fmt(props, opt), old[opt]) if old and old.get(opt) else None
-            after = {} if deleting else parse_property_string(_fmt(props, opt), new[opt])
-            if deleting:
-                touched = set(before or {})
-            elif before is not None:
-                touched = {k for k in set(before) | set(after) if before.get(k, "") != after.get(k, "")}
-            else:
-                touched = set(after)
-            if touched - {"nesting"}:
-                raise _perm("changing feature flags (except nesting) is only allowed for root@pam")
-            if touched:
-                cluster.check_perm(user, vm, ["VM.Allocate"])
-        elif opt == "hookscript":
-            raise _perm("changing the hookscript is only allowed for root@pam")
-        else:
-            cluster.check_perm(user, vm, ["VM.Config.Options"])
-
-    for opt in new:
-        check(opt, False)
-    for opt in delete:
-        check(opt, True)
 
 
 class Lxc:
@@ -131,7 +63,7 @@ class Lxc:
         fresh = NEW_DISK_RE.match(data["volume"]) if data["type"] == "volume" else None
         skip = ("type", "mp") if key == "rootfs" else ("type",)
         if not fresh:
-            return print_property_string(data, _fmt(self.props, key), skip)
+            return print_property_string(data, fmt(self.props, key), skip)
         storage = self.storage(fresh.group(1))
         used = {v for s in self.cluster.storages.values() for v in s.volumes}
         index = next(i for i in range(10_000) if storage.volume_name(vmid, i) not in used)
@@ -139,7 +71,7 @@ class Lxc:
         size = int(float(fresh.group(2)) * 1024**3)
         storage.volumes[volid] = (node, size)
         data.update(volume=volid, size=str(size))
-        return print_property_string(data, _fmt(self.props, key), skip)
+        return print_property_string(data, fmt(self.props, key), skip)
 
     def _free_volumes(self, values: Mapping[str, str]) -> None:
         for key, value in values.items():
@@ -174,7 +106,7 @@ class Lxc:
             elif opt == "tags":
                 value = ";".join(sorted(set(split_list(value))))
             elif re.match(r"^dev\d+$", opt):
-                path = parse_property_string(_fmt(self.props, opt), value).get("path")
+                path = parse_property_string(fmt(self.props, opt), value).get("path")
                 if path is None:
                     raise PveApiError(500, f"Path is not defined for passthrough device {opt}")
                 if path not in self.cluster.nodes[node].devices:
@@ -185,11 +117,11 @@ class Lxc:
         self._apply(node, vmid, conf, running)
 
     def _net(self, value: str) -> str:
-        fmt = _fmt(self.props, "net0")
-        data = parse_property_string(fmt, value)
+        net_format = fmt(self.props, "net0")
+        data = parse_property_string(net_format, value)
         data["type"] = "veth"
         data.setdefault("hwaddr", random_mac())
-        return print_property_string(data, fmt)
+        return print_property_string(data, net_format)
 
     def _apply(self, node: str, vmid: int, conf: CtConfig, running: bool) -> None:
         """``vmconfig_apply_pending`` when stopped, ``vmconfig_hotplug_pending`` when running."""
@@ -383,7 +315,7 @@ class Lxc:
             self.cluster.save(node, vmid, conf)
         for key, value in sorted(conf.options.items()):
             if re.match(r"^dev\d+$", key):
-                path = parse_property_string(_fmt(self.props, key), value).get("path", "")
+                path = parse_property_string(fmt(self.props, key), value).get("path", "")
                 if path not in self.cluster.nodes[node].devices:
                     # The prestart hook's stat() fails and lxc-start gives up (pve-container LXC/Tools.pm).
                     task.log.append(f"Device {path} does not exist")
