@@ -22,7 +22,8 @@ HELP = "Declarative LXC guests on Proxmox VE and LXD/Incus with NVIDIA passthrou
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
 DEFAULT_INVENTORY = Path("inventories/local.py")
-InventoryArgument = typer.Argument(DEFAULT_INVENTORY, help="pyinfra inventory whose hosts carry `guest` data.")
+InventoryArgument = typer.Argument(DEFAULT_INVENTORY, metavar="INVENTORY",
+                                   help="pyinfra inventory whose hosts carry `guest` data.")
 GuestOption = typer.Option(None, "--guest", "-g", help="Only this guest (repeat for several); default: all.")
 JsonOption = typer.Option(False, "--json", help="Print JSON instead of text.")
 
