@@ -150,7 +150,9 @@ def _print_fit(result: FitResult) -> None:
     for line in result.how:
         stdout.print(f"  {escape(line)}")
     if result.max_context_checked:
-        longest = "any (the KV stops growing)" if result.max_context is None else f"{group(result.max_context)} tokens"
+        longest = ("any (the KV stops growing)" if result.max_context is None
+                   else "none: weights and overhead alone fill it" if result.max_context == 0
+                   else f"{group(result.max_context)} tokens")
         stdout.print(escape(f"  longest context with every weight in VRAM at {result.cache_mode}: {longest}"))
     for line in (*result.warnings, *result.notes):
         stdout.print(f"  [yellow]![/] {escape(line)}")
