@@ -87,6 +87,8 @@ def test_create_update_noop_and_destroy(lab, client, guest_names, tmp_path):
     assert inst["status"] == "Running"
     assert inst["config"]["limits.memory"] == "512MiB" and inst["config"]["limits.cpu"] == "1"
     assert inst["config"]["security.privileged"] == "false"
+    # The clone does not inherit the template's lab membership (`lab down` must not count it as its own).
+    assert "user.labwright.lab" not in inst["config"] and inst["config"]["user.labwright.guest"] == name
 
     # No change: nothing returned, and nothing but reads sent.
     client.sent.clear()

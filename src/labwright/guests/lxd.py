@@ -190,9 +190,16 @@ class LxdBackend(GuestBackend):
         return plan.changes
 
     def _create(self, spec: GuestSpec, desired: Desired) -> None:
+        source = self._source(spec)
+        config = dict(desired.config)
+        if source["type"] == "copy":
+            # A copy inherits the source's config; labwright's own marks (a lab's membership, another guest's
+            # bookkeeping) must not come along, or `lab down` would count the clone as a lab container.
+            inherited = (self._instance_by_name(spec.clone or "") or {}).get("config") or {}
+            config.update({k: "" for k in inherited if k.startswith("user.labwright.") and k not in config})
         body = {
-            "name": spec.name, "type": "container", "source": self._source(spec),
-            "profiles": desired.profiles or ["default"], "config": desired.config, "devices": desired.devices,
+            "name": spec.name, "type": "container", "source": source,
+            "profiles": desired.profiles or ["default"], "config": config, "devices": desired.devices,
             "description": spec.description or "",
         }
         try:
