@@ -108,7 +108,8 @@ class LocalPveNode:
 
 class SshPveNode:
     """The node over SSH (paramiko): ``data`` is the node's inventory host data (``ssh_hostname``,
-    ``ssh_port``, ``ssh_user`` (default root), ``ssh_known_hosts_file``), resolved like ``@pct`` does."""
+    ``ssh_port``, ``ssh_user`` (default root), ``ssh_key``, ``ssh_known_hosts_file``), resolved like
+    ``@pct`` does; without ``ssh_key``, the ssh config's IdentityFile and the agent are used."""
 
     def __init__(self, node: str, data: Mapping[str, Any]):
         from labwright.connectors.pct import resolve_ssh_target
@@ -119,6 +120,7 @@ class SshPveNode:
             "pct_ssh_hostname": data.get("ssh_hostname"), "pct_ssh_port": data.get("ssh_port"),
             "pct_ssh_user": data.get("ssh_user"), "pct_ssh_known_hosts_file": data.get("ssh_known_hosts_file"),
         }, ssh_config)
+        self.key = os.path.expanduser(str(data["ssh_key"])) if data.get("ssh_key") else None
         self.label = f"node {node} ({self.target.user}@{self.target.hostname})"
         self._client: paramiko.SSHClient | None = None
 
@@ -129,10 +131,12 @@ class SshPveNode:
                 if os.path.isfile(known):
                     client.load_system_host_keys(known)
             client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            options: dict[str, Any] = {"key_filename": list(self.target.key_filenames) or None}
+            if self.key:  # exactly this key, as @pct does with pct_ssh_key
+                options = {"key_filename": [self.key], "allow_agent": False, "look_for_keys": False}
             try:
-                keys: Any = list(self.target.key_filenames) or None  # paramiko takes a list too
-                client.connect(self.target.hostname, port=self.target.port, username=self.target.user,
-                               key_filename=keys, timeout=15)
+                client.connect(self.target.hostname, port=self.target.port, username=self.target.user, timeout=15,
+                               **options)
             except (OSError, paramiko.SSHException) as exc:
                 raise OperationFailed(f"cannot log in to {self.label} over SSH: {exc}; check ssh_hostname/ssh_user "
                                       "in the node's host data and that its host key is in known_hosts") from exc
