@@ -107,6 +107,14 @@ def test_proxmox_backend_on_pve_simulator_refuses_gpu_with_a_token_and_names_bot
     assert not sim.conf_path("pve1", 201).exists()
 
 
+def test_proxmox_backend_on_pve_simulator_token_builds_a_guest_without_root_only_settings(sim, host, as_token):
+    spec = guest(sim)
+    pve = backend(spec, host)
+    pve.apply(spec)
+    assert sim.is_running(201) and {w.user for w in sim.writes} == {TOKEN_ID}
+    assert pve.apply(spec) == []
+
+
 def test_proxmox_backend_on_pve_simulator_token_with_ssh_path_writes_dev_lines_to_the_file(sim, host, as_token):
     spec = guest(sim, gpu="nvidia", node_data={"proxmox_root_via": "ssh"},
                  mounts=[{"host": "/tank/models", "guest": "/models", "readonly": True}])

@@ -184,6 +184,10 @@ def test_pve_simulator_authentication(sim):
                           verify=str(sim.ca_file), timeout=5).json()["data"]
     cookies = {"PVEAuthCookie": login["ticket"]}
     assert requests.get(url, cookies=cookies, verify=str(sim.ca_file), timeout=5).status_code == 200
+    renewed = requests.post(f"{sim.base_url}/access/ticket", data={"username": "root@pam", "password": login["ticket"]},
+                            verify=str(sim.ca_file), timeout=5)
+    assert renewed.status_code == 200 and renewed.json()["data"]["ticket"] != login["ticket"]
+    assert all(r.params.get("password") in (None, "<redacted>") for r in sim.requests)
     no_csrf = requests.post(f"{sim.base_url}/nodes/pve1/lxc", cookies=cookies, data={"vmid": 101},
                             verify=str(sim.ca_file), timeout=5)
     assert (no_csrf.status_code, no_csrf.reason) == (401, "Permission denied - invalid csrf token")
