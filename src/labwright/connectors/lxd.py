@@ -1,9 +1,12 @@
 """pyinfra connector ``@lxd/NAME`` (and ``@lxd/REMOTE:NAME``, ``@incus/...``).
 
-Commands run through the LXD/Incus REST API (``exec`` with recorded output on a kept-alive
-connection, ~15 ms each) rather than ``lxc exec`` subprocesses or pylxd's websockets; files move
-through the files API. sudo/su/env/chdir are applied by pyinfra's own command builder, as in
-pyinfra's connectors.
+Commands run in a persistent session: on connect, one long-lived exec starts a tiny agent
+(``python3``, see :mod:`labwright.lxd.session`) that runs each command with ``sh -c`` and answers
+over the exec's websockets, ~1-3 ms a command. Without python3 in the container (or with host
+data ``lxd_agent=False``) each command is one REST ``exec`` with recorded output on a kept-alive
+connection (~15-20 ms), never ``lxc exec`` subprocesses or pylxd's websockets. Files move through
+the files API. sudo/su/env/chdir are applied by pyinfra's own command builder, as in pyinfra's
+connectors, so both ways run the very same shell command.
 
 .. code:: shell
 
@@ -12,13 +15,15 @@ pyinfra's connectors.
     pyinfra @incus/desk1 deploys/desktop.py
 
 Host data: ``lxd_socket`` (path of a unix socket to use instead of the default),
-``lxd_config_dir`` (client config directory for remotes), ``lxd_project``.
+``lxd_config_dir`` (client config directory for remotes), ``lxd_project``, ``lxd_agent`` (default
+True: use the agent session when the container has python3).
 """
 
 from __future__ import annotations
 
 import io
 import secrets
+import shlex
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
@@ -40,8 +45,9 @@ from typing_extensions import TypedDict, Unpack, override
 from labwright.connectors._transfer import HandoverTransfer, stdin_bytes
 from labwright.errors import LabwrightError
 from labwright.lab.spec import INSTANCE_NAME
-from labwright.lxd.client import LxdClient
+from labwright.lxd.client import ExecResult, LxdClient
 from labwright.lxd.remotes import resolve_endpoint, split_target
+from labwright.lxd.session import AgentLost, AgentNotRun, AgentSession, AgentUnavailable
 
 if TYPE_CHECKING:
     from pyinfra.api.arguments import ConnectorArguments
@@ -49,6 +55,9 @@ if TYPE_CHECKING:
     from pyinfra.api.state import State
 
 TIMEOUT_EXIT = 124  # coreutils `timeout`
+#: How often a connection starts a new agent after one died between commands (a command that killed
+#: it, an OOM kill); past that, the rest of the connection uses REST execs.
+AGENT_RESTARTS = 3
 
 
 class LxdConnectorData(TypedDict, total=False):
@@ -57,6 +66,7 @@ class LxdConnectorData(TypedDict, total=False):
     lxd_socket: str
     lxd_config_dir: str
     lxd_project: str
+    lxd_agent: bool
 
 
 connector_data_meta: dict[str, DataMeta] = {
@@ -65,7 +75,9 @@ connector_data_meta: dict[str, DataMeta] = {
     "lxd_socket": DataMeta("Unix socket path of the daemon (overrides discovery)"),
     "lxd_config_dir": DataMeta("lxc/incus client config directory holding config.yml and certificates"),
     "lxd_project": DataMeta("LXD project"),
+    "lxd_agent": DataMeta("Run commands through a persistent agent session (needs python3 in the container)", True),
 }
+
 
 def lines(data: bytes) -> list[str]:
     text = data.decode("utf-8", errors="replace")
@@ -82,9 +94,11 @@ class LxdConnector(HandoverTransfer, BaseConnector):
 
     client: LxdClient
     instance: str
+    session: AgentSession | None = None
 
     def __init__(self, state: State, host: Host):
         super().__init__(state, host)
+        self._agent_starts = 0
 
     @classmethod
     def _names(cls, name: str | None) -> Iterator[tuple[str, dict, list[str]]]:
@@ -125,9 +139,35 @@ class LxdConnector(HandoverTransfer, BaseConnector):
             raise ConnectError(f"{where}: container is {info.get('status')}; start it first "
                                f"(`{self.flavour if self.flavour == 'incus' else 'lxc'} start {where}`)")
         self.instance = instance
+        self._agent_starts = 0
+        if self.data.get("lxd_agent", True):
+            self._start_agent()
+
+    def _start_agent(self) -> None:
+        self._agent_starts += 1
+        session = AgentSession(self.client, self.instance)
+        try:
+            session.start()
+        except AgentUnavailable as exc:
+            logger.debug("@%s/%s: %s; commands run as REST execs", self.flavour, self.instance, exc)
+            self.session = None
+            return
+        self.session = session
+
+    def _live_session(self) -> AgentSession | None:
+        """The agent session, restarting a dead one (a bounded number of times) first."""
+        if self.session is not None and not self.session.alive:
+            self.session.close()
+            self.session = None
+            if self._agent_starts <= AGENT_RESTARTS:
+                self._start_agent()
+        return self.session
 
     @override
     def disconnect(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
         if getattr(self, "client", None) is not None:
             self.client.shutdown()
 
@@ -147,25 +187,9 @@ class LxdConnector(HandoverTransfer, BaseConnector):
 
         def execute() -> tuple[int, CommandOutput]:
             unix_command = make_unix_command_for_host(self.state, self.host, command, **arguments)
-            script = unix_command.get_raw_value()
             if print_input:
                 echo(f"{self.host.print_prefix}>>> {unix_command}", err=True)
-            logger.debug("--> Running command on %s via LXD API: %s", self.instance, unix_command)
-            cleanup = None
-            if stdin is not None:
-                # Recorded-output exec has no stdin channel: stage it as a file, then redirect.
-                cleanup = f"/tmp/.labwright-stdin-{secrets.token_hex(8)}"
-                self.client.push_file(self.instance, cleanup, stdin_bytes(stdin), mode=0o600)
-                script = f"exec <{cleanup} && rm -f {cleanup} && {script}"
-            argv = ["sh", "-c", script]
-            if timeout:
-                argv = ["timeout", "--kill-after=5", str(int(timeout)), *argv]
-            try:
-                result = self.client.exec(self.instance, argv)
-            except LabwrightError as exc:
-                raise ConnectError(f"@{self.flavour}/{self.instance}: {exc}") from exc
-            if timeout and result.exit_code in (TIMEOUT_EXIT, 137):
-                raise TimeoutError(f"command timed out after {timeout}s")
+            result = self._run_script(unix_command.get_raw_value(), stdin, timeout, str(unix_command))
             output = [OutputLine("stdout", line) for line in lines(result.stdout)]
             output += [OutputLine("stderr", line) for line in lines(result.stderr)]
             if print_output:
@@ -177,6 +201,45 @@ class LxdConnector(HandoverTransfer, BaseConnector):
         ok = exit_code in success_codes if success_codes else exit_code == 0
         return ok, output
 
+    def _run_script(self, script: str, stdin: Any, timeout: int | float | None, shown: str) -> ExecResult:
+        """Run ``sh -c script``: in the agent session when there is one, else as a REST exec.
+        Raises TimeoutError when ``timeout`` passed, ConnectError when the result is lost."""
+        session = self._live_session()
+        if session is not None:
+            logger.debug("--> Running command on %s via the exec agent: %s", self.instance, shown)
+            try:
+                result = session.run(script, None if stdin is None else stdin_bytes(stdin), timeout)
+            except AgentNotRun as exc:
+                # Certainly not run, so running it the other way cannot run it twice.
+                logger.debug("@%s/%s: %s; running the command as a REST exec", self.flavour, self.instance, exc)
+            except AgentLost as exc:
+                raise ConnectError(f"@{self.flavour}/{self.instance}: {exc}") from exc
+            else:
+                if result.timed_out:
+                    raise TimeoutError(f"command timed out after {timeout}s")
+                return result
+        logger.debug("--> Running command on %s via LXD API: %s", self.instance, shown)
+        cleanup = None
+        try:
+            if stdin is not None:
+                # Recorded-output exec has no stdin channel: stage it as a file, then redirect.
+                cleanup = f"/tmp/.labwright-stdin-{secrets.token_hex(8)}"
+                self.client.push_file(self.instance, cleanup, stdin_bytes(stdin), mode=0o600)
+                script = f"exec <{cleanup} && rm -f {cleanup} && {script}"
+            argv = ["sh", "-c", script]
+            if timeout:
+                argv = ["timeout", "--kill-after=5", str(int(timeout)), *argv]
+            result = self.client.exec(self.instance, argv)
+        except LabwrightError as exc:
+            raise ConnectError(f"@{self.flavour}/{self.instance}: {exc}") from exc
+        if timeout and result.exit_code in (TIMEOUT_EXIT, 137):
+            raise TimeoutError(f"command timed out after {timeout}s")
+        return result
+
+    def _run_argv(self, argv: list[str]) -> ExecResult:
+        """A helper command of the connector's own (no sudo/env wrapping)."""
+        return self._run_script(shlex.join(argv), None, None, shlex.join(argv))
+
     # --- files --------------------------------------------------------------------------------
     def _push(self, filename_or_io: str | IO[Any], path: str, perms: str | None = None,
               user: str | None = None) -> None:
@@ -186,7 +249,7 @@ class LxdConnector(HandoverTransfer, BaseConnector):
             data = data.encode()
         uid = None
         if user is not None:
-            found = self.client.exec(self.instance, ["id", "-u", user])
+            found = self._run_argv(["id", "-u", user])
             if found.exit_code != 0:
                 raise OSError(f"{self.instance}: no user {user!r} to hand {path} to")
             uid = int(found.stdout)

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import selectors
+import signal
 import struct
 import time
 from typing import Any
@@ -362,7 +364,12 @@ class AgentSession:
         if self._selector is not None:
             self._selector.close()
             self._selector = None
-        # Closing "control" last: for a process still running, the daemon takes that as "kill it".
+        stdout, control = self._ws.get("1"), self._ws.get("control")
+        if stdout is not None and not stdout.closed and control is not None and not control.closed:
+            # The agent may still run (hung, or never greeted): closing the websockets does not end it
+            # (LXD 5.0 leaves it running), so have the daemon kill it.
+            with contextlib.suppress(OSError, LabwrightError):
+                control.send_text(json.dumps({"command": "signal", "signal": signal.SIGKILL.value}))
         for name in ("0", "1", "2", "control"):
             ws = self._ws.pop(name, None)
             if ws is not None:
