@@ -1,0 +1,85 @@
+"""pyinfra facts for deploys/llamacpp.py: who listens on a TCP port, and whether the host runs Ollama.
+
+**Example:**
+
+.. code:: python
+
+    owner = host.get_fact(PortListeners, port=8001, service="llama-server")
+    if owner["pids"] and not owner["ours"]:
+        ...  # refuse: another program holds the port
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from pyinfra.api import FactBase
+
+_PID = re.compile(r"pid=(\d+)")
+_MAIN = "@@labwright-mainpid="
+
+
+def parse_listeners(lines: list[str]) -> dict[str, Any]:
+    """``ss -Hltnp`` lines plus the unit's MainPID line -> listener pids, names, and whether all are the unit's."""
+    pids: set[int] = set()
+    names: set[str] = set()
+    main_pid = 0
+    for line in lines:
+        if line.startswith(_MAIN):
+            value = line.removeprefix(_MAIN).strip()
+            main_pid = int(value) if value.isdigit() else 0
+            continue
+        pids.update(int(p) for p in _PID.findall(line))
+        names.update(re.findall(r'\(\("([^"]+)"', line))
+    return {
+        "pids": sorted(pids),
+        "names": sorted(names),
+        "main_pid": main_pid,
+        "ours": bool(pids) and main_pid != 0 and pids == {main_pid},
+    }
+
+
+class PortListeners(FactBase):
+    """Processes listening on TCP ``port``, and whether they are all the main process of systemd ``service``.
+
+    A listener whose process is hidden (``ss`` shows no pid without root) counts as someone else's: the deploy runs
+    as root, so that only happens when the port is held from outside the host's process namespace.
+    """
+
+    def command(self, port: int, service: str) -> str:
+        unit = shlex.quote(f"{service}.service")
+        return (
+            f"ss -Hltnp 'sport = :{int(port)}' 2>/dev/null | sed 's/^/ss /'; "
+            f"echo {_MAIN}$(systemctl show -p MainPID --value {unit} 2>/dev/null)"
+        )
+
+    def requires_command(self, port: int, service: str) -> str:
+        return "ss"
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        result = parse_listeners(output)
+        # A listener line without any pid is still a listener.
+        if any(line.startswith("ss ") for line in output) and not result["pids"]:
+            result["pids"] = [-1]
+            result["ours"] = False
+        return result
+
+
+class OllamaPresent(FactBase):
+    """Whether the host runs Ollama: an ``ollama`` systemd unit is known, or an ``ollama`` binary is on PATH."""
+
+    def command(self) -> str:
+        return (
+            "if systemctl cat ollama.service >/dev/null 2>&1; then echo unit; fi; "
+            "if command -v ollama >/dev/null 2>&1; then echo binary; fi; true"
+        )
+
+    @staticmethod
+    def default() -> dict[str, bool]:
+        return {"unit": False, "binary": False}
+
+    def process(self, output: list[str]) -> dict[str, bool]:
+        found = {line.strip() for line in output}
+        return {"unit": "unit" in found, "binary": "binary" in found}
