@@ -1,0 +1,98 @@
+"""Pack the target side of the stack switch into one zipapp: ``python3 labwright-stack.pyz switch --plan ...``.
+
+Why a zipapp and not ``pip install labwright`` on the target or a stdlib-only script: the target must run the
+ABI verifier before the swap, and the verifier needs pyelftools and packaging; a guest (a minimal Debian
+container, a Proxmox CT) usually has python3 but neither pip nor python3-venv, and must not get labwright's
+whole dependency tree (typer, pyinfra, pylxd) just to swap a venv. The bundle holds exactly the modules that
+run there (the stacks package minus the controller-only parts, the verifier, labwright.errors), pyelftools,
+packaging and pip (the fallback installer) as pure Python, so one ``files.put`` + one command work the same
+over ``@lxd``, ``@pct``, ``@ssh`` or locally. It is built deterministically (sorted entries, fixed times), so
+pushing it again is a no-op for pyinfra's checksum comparison, and cached by the digest of its inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import zipfile
+from pathlib import Path
+
+import labwright
+
+REMOTE_PATH = "/opt/labwright/lib/labwright-stack.pyz"
+# labwright modules the target runs (relative to the labwright package); the controller-only ones
+# (from_matrix, bundle itself) import the matrix loader, typer or pyinfra and stay out.
+MODULES = (
+    "__init__.py", "errors.py",
+    "matrix/__init__.py", "matrix/abi.py", "matrix/abi_cache.py", "matrix/abi_env.py", "matrix/abi_import.py",
+    "matrix/demangle.py", "matrix/elfsyms.py",
+    "stacks/__init__.py", "stacks/plan.py", "stacks/layout.py", "stacks/fetch.py", "stacks/build.py",
+    "stacks/service.py", "stacks/switch.py", "stacks/show.py", "stacks/remote.py",
+)
+THIRD_PARTY = ("elftools", "packaging")
+OPTIONAL = ("pip",)  # without pip on the controller the target needs uv (or pip) of its own
+MAIN = "import sys\n\nfrom labwright.stacks.remote import main\n\nsys.exit(main())\n"
+FIXED_TIME = (2026, 1, 1, 0, 0, 0)
+
+
+def _package_files(name: str) -> list[tuple[str, Path]]:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    root = Path(next(iter(spec.submodule_search_locations)))
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for filename in sorted(filenames):
+            if filename.endswith((".pyc", ".pyo")):
+                continue
+            path = Path(dirpath) / filename
+            files.append((f"{name}/{path.relative_to(root).as_posix()}", path))
+    return files
+
+
+def inputs() -> list[tuple[str, Path]]:
+    """(archive name, source file) for everything the bundle holds, sorted."""
+    package = Path(labwright.__file__).parent
+    files = [(f"labwright/{module}", package / module) for module in MODULES]
+    for name in (*THIRD_PARTY, *OPTIONAL):
+        found = _package_files(name)
+        if not found and name in THIRD_PARTY:
+            raise RuntimeError(f"{name} is not importable here; reinstall labwright's dependencies")
+        files.extend(found)
+    return sorted(files)
+
+
+def build_bundle(cache_dir: Path | None = None) -> Path:
+    """The zipapp for the current sources, built once per content digest."""
+    files = inputs()
+    digest = hashlib.sha256(MAIN.encode())
+    contents = []
+    for arcname, path in files:
+        data = path.read_bytes()
+        digest.update(arcname.encode() + b"\0" + hashlib.sha256(data).digest())
+        contents.append((arcname, data))
+    cache = cache_dir or _cache_root()
+    target = cache / f"labwright-stack-{digest.hexdigest()[:16]}.pyz"
+    if target.is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+        for arcname, data in [("__main__.py", MAIN.encode()), *contents]:
+            info = zipfile.ZipInfo(arcname, date_time=FIXED_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data)
+    os.replace(tmp, target)
+    for old in cache.glob("labwright-stack-*.pyz"):
+        if old != target:  # bundles of older sources: nothing refers to them by name
+            old.unlink(missing_ok=True)
+    return target
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("LABWRIGHT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "labwright")
+    return Path(base) / "bundles"

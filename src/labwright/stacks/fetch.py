@@ -1,0 +1,116 @@
+"""Get every wheel of a plan onto local disk and check its sha256 before anything is installed (stdlib only).
+
+A wheel from a local wheelhouse is hashed where it lies; a URL is streamed into the new environment's
+``wheels/`` directory, hashed on the way. A known sha256 that differs stops the switch here, long before the
+running stack could be touched; an unknown one is recorded in the environment's manifest.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+from labwright.stacks.plan import PlannedWheel
+
+CHUNK = 1 << 20
+TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class LocalWheel:
+    wheel: PlannedWheel
+    path: Path
+    sha256: str
+    size: int
+    checked: bool  # True when the matrix knew the sha256 and it matched
+
+
+class NoSpace(OperationFailed):
+    """The disk filled up while building (ENOSPC): the caller names the directory and cleans up."""
+
+
+def sha256_of(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def fetch_all(wheels: tuple[PlannedWheel, ...], download_dir: Path,
+              log: Callable[[str], None] = lambda _: None) -> list[LocalWheel]:
+    return [fetch(wheel, download_dir, log) for wheel in wheels]
+
+
+def fetch(wheel: PlannedWheel, download_dir: Path, log: Callable[[str], None]) -> LocalWheel:
+    if wheel.source.startswith("file://"):
+        path = Path(urllib.parse.unquote(urllib.parse.urlparse(wheel.source).path))
+        sha, size = _local(wheel, path)
+    elif wheel.is_url:
+        path = download_dir / wheel.filename
+        sha, size = _download(wheel, path, log)
+    else:
+        path = Path(wheel.source)
+        sha, size = _local(wheel, path)
+    if wheel.sha256 and sha != wheel.sha256:
+        raise SafetyCheckFailed(f"{wheel.filename}: sha256 is {sha}, the matrix says {wheel.sha256} (from "
+                                f"{wheel.source}): the file is not the one recorded; nothing was installed, the "
+                                "running stack is untouched")
+    return LocalWheel(wheel=wheel, path=path, sha256=sha, size=size, checked=bool(wheel.sha256))
+
+
+def _local(wheel: PlannedWheel, path: Path) -> tuple[str, int]:
+    if not path.is_file():
+        where = path.parent
+        hint = (f"put {wheel.filename} there" if where.is_dir()
+                else f"the wheelhouse {where} does not exist on this host")
+        raise BadInput(f"{wheel.package} {wheel.version}: {path} not found; {hint} (or drop --wheelhouse to "
+                       "download it)")
+    return sha256_of(path)
+
+
+def _download(wheel: PlannedWheel, path: Path, log: Callable[[str], None]) -> tuple[str, int]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log(f"download {wheel.source}")
+    digest = hashlib.sha256()
+    size = 0
+    request = urllib.request.Request(wheel.source, headers={"User-Agent": "labwright-stack-switch"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response, open(path, "wb") as out:
+            while chunk := response.read(CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+    except urllib.error.HTTPError as exc:
+        raise BadInput(f"{wheel.package} {wheel.version}: {wheel.source} answered HTTP {exc.code} {exc.reason}; "
+                       "the matrix row is stale: refresh it (labwright matrix refresh) or pass --wheelhouse with "
+                       "the file") from None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, OSError) and reason.errno == errno.ENOSPC:
+            raise NoSpace(str(reason)) from None
+        raise OperationFailed(f"{wheel.package} {wheel.version}: cannot download {wheel.source} ({reason}); "
+                              "check the network or pass --wheelhouse with the file") from None
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise NoSpace(str(exc)) from None
+        raise OperationFailed(f"{wheel.package} {wheel.version}: download of {wheel.source} failed ({exc}); "
+                              "try again or pass --wheelhouse with the file") from None
+    return digest.hexdigest(), size
+
+
+def free_bytes(path: Path) -> int:
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    return shutil.disk_usage(probe).free

@@ -1,0 +1,87 @@
+"""Make a SwitchPlan from a named stack in the matrix (controller side: the target never reads the matrix)."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from labwright.errors import BadInput
+from labwright.matrix import inputs
+from labwright.matrix.load import load_matrix
+from labwright.matrix.model import Matrix
+from labwright.matrix.resolve import resolve_stack
+from labwright.matrix.stacks import get_stack, request_for
+from labwright.stacks.layout import Layout, VenvPath
+from labwright.stacks.plan import DEFAULT_ROOT, PlannedWheel, SwitchPlan, check_root, check_venv_path
+from labwright.stacks.service import HealthCheck
+
+
+def plan_for_stack(name: str, venv: str, *, root: str = DEFAULT_ROOT, wheelhouse: str | None = None,
+                   torch: str | None = None, matrix: Matrix | None = None) -> SwitchPlan:
+    """Resolve stack ``name`` (optionally with another torch) into the exact wheels to install at ``venv``.
+
+    ``wheelhouse`` is a directory on the target holding the wheels under their published file names; without
+    it each wheel comes from its matrix URL.
+    """
+    venv = check_venv_path(venv)
+    root = check_root(root)
+    if wheelhouse is not None and not PurePosixPath(wheelhouse).is_absolute():
+        raise BadInput(f"--wheelhouse {wheelhouse!r} must be an absolute directory path")
+    matrix = matrix or load_matrix()
+    stack = get_stack(name, matrix)
+    if torch is not None:
+        inputs.parse_torch(torch)  # the one-line BadInput for a torch version that does not parse
+    resolution = resolve_stack(request_for(stack, torch=torch), matrix)
+    if not resolution.ok:
+        raise BadInput(f"stack {name} cannot be built: {resolution.errors[0]}"
+                       + (f" (and {len(resolution.errors) - 1} more; see `labwright matrix stacks`)"
+                          if len(resolution.errors) > 1 else ""))
+    wheels = []
+    for chosen in resolution.wheels:
+        wheel = chosen.wheel
+        source = str(PurePosixPath(wheelhouse) / wheel.filename) if wheelhouse else wheel.url
+        wheels.append(PlannedWheel(package=wheel.package, version=wheel.version, filename=wheel.filename,
+                                   source=source, sha256=wheel.sha256.lower()))
+    return SwitchPlan(stack=name, venv=venv, python=inputs.parse_python(stack.python), wheels=tuple(wheels),
+                      root=root, absent=tuple((a.name, a.reason) for a in resolution.absent))
+
+
+def describe_plan(plan: SwitchPlan, found: VenvPath | None, service: str | None, health: HealthCheck,
+                  keep: int) -> list[str]:
+    """What `switch --dry` prints: every step, in order, and what it would touch."""
+    lines = [f"stack {plan.stack} for {plan.venv} (Python {plan.python}); dry run: nothing is changed"]
+    lines.append(f"wheels ({len(plan.wheels)}), installed with --no-deps --require-hashes:")
+    for wheel in plan.wheels:
+        sha = f"sha256 {wheel.sha256[:16]}…" if wheel.sha256 else "sha256 not in the matrix: hashed and recorded"
+        lines.append(f"  {wheel.package} {wheel.version}  {wheel.source}  ({sha})")
+    for name, why in plan.absent:
+        lines.append(f"  absent: {name}: {why}")
+    now = _describe_current(plan, found)
+    lines.append(f"build: {plan.env_venv} beside the running environment{now}")
+    lines.append("verify: the ABI verifier on the new venv (torch symbols + real imports); any failure removes it "
+                 "and stops here, before the swap")
+    lines.append(f"swap: {plan.venv} -> {plan.env_venv} (symlink, atomic rename)")
+    if found is not None and found.kind == "directory":
+        lines.append(f"  {plan.venv} is a plain venv: it is first moved to {plan.root}/original-…/venv and kept as "
+                     "the previous environment")
+    lines.append(f"restart: systemctl restart {service}" if service else "restart: none (no --service)")
+    if health.configured:
+        lines.append(f"health: {health.describe()} within {health.timeout_s:g} s, else swap back and restart")
+    else:
+        lines.append("health: none (no --health/--health-cmd): no automatic rollback")
+    lines.append(f"keep: the {keep} most recent environments of {plan.venv}; older ones are deleted")
+    return lines
+
+
+def _describe_current(plan: SwitchPlan, found: VenvPath | None) -> str:
+    if found is None:
+        return ""
+    if found.kind == "absent":
+        return f" (nothing at {plan.venv} yet)"
+    if found.target == plan.env_venv:
+        return " (already current: a real run changes nothing)"
+    return f" (now {plan.venv} -> {found.target})"
+
+
+def inspect_local(plan: SwitchPlan) -> VenvPath | None:
+    """The managed path as this machine sees it, for --dry; None when it is on another machine's disk."""
+    return Layout(plan.root, plan.venv).inspect()

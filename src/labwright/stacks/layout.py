@@ -1,0 +1,254 @@
+"""Where environments live on the target, the state file per managed path, the symlink swap, and GC (stdlib only).
+
+The swap is ``symlink(new, tmp)`` + ``rename(tmp, venv)``: rename(2) replaces the old link in one step, so a
+process starting at any moment sees either the old environment or the new one, never a missing path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labwright.errors import BadInput, OperationFailed
+from labwright.stacks.plan import SAFE
+
+STATE_SCHEMA = "labwright.stack-state/1"
+MANIFEST = "stack.json"
+BUILDING = ".building"  # present while an environment is incomplete; GC removes such leftovers
+
+
+@dataclass
+class Entry:
+    """One environment a managed path pointed at."""
+
+    id: str
+    path: str  # the venv directory (what the symlink points to)
+    stack: str
+    at: str = ""  # when it became current (UTC, ISO 8601)
+    managed: bool = True  # False: not under the root (a symlink target we found): never deleted by GC
+
+
+@dataclass
+class State:
+    venv: str
+    current: Entry | None = None
+    previous: Entry | None = None
+    history: list[Entry] = field(default_factory=list)  # most recent first, current included
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": STATE_SCHEMA, "venv": self.venv,
+                "current": asdict(self.current) if self.current else None,
+                "previous": asdict(self.previous) if self.previous else None,
+                "history": [asdict(e) for e in self.history]}
+
+    def became_current(self, entry: Entry, previous: Entry | None) -> None:
+        entry.at = now()
+        self.current, self.previous = entry, previous
+        self.history = [entry, *[e for e in self.history if e.path != entry.path]]
+
+
+@dataclass
+class VenvPath:
+    """What the managed path is now. kind: absent | managed (symlink into the root) | linked (symlink to a venv
+    elsewhere) | directory (a real venv, adopted on the first swap)."""
+
+    path: Path
+    kind: str
+    target: str | None = None  # the venv directory it resolves to (None when absent or dangling)
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def is_venv(path: Path) -> bool:
+    return (path / "pyvenv.cfg").is_file() and (path / "bin").is_dir()
+
+
+class Layout:
+    """The root directory and one managed path's state in it."""
+
+    def __init__(self, root: str | Path, venv: str | Path):
+        self.root = Path(root)
+        self.venv = Path(venv)
+
+    # -- paths -------------------------------------------------------------------------------------------------
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state" / f"{state_slug(str(self.venv))}.json"
+
+    def env_dir(self, env_id: str) -> Path:
+        return self.root / env_id
+
+    def manifest(self, venv_dir: str | Path) -> dict[str, Any] | None:
+        """The stack.json beside an environment's venv (None for a venv labwright did not build)."""
+        try:
+            data = json.loads((Path(venv_dir).parent / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def under_root(self, path: str | Path) -> bool:
+        root = os.path.realpath(self.root)
+        return os.path.realpath(path).startswith(root + os.sep)
+
+    # -- the managed path --------------------------------------------------------------------------------------
+    def inspect(self) -> VenvPath:
+        path = self.venv
+        if path.is_symlink():
+            target = os.readlink(path)
+            resolved = Path(os.path.normpath(path.parent / target))
+            if not resolved.exists():
+                # A dangling link into the root is ours (its environment was removed by hand): switch may repair it.
+                if self.under_root(resolved):
+                    return VenvPath(path, "managed", None)
+                raise BadInput(f"--venv {path}: a symlink to {target}, which does not exist; point it at a venv "
+                               "or remove it")
+            if self.under_root(resolved) and self.manifest(resolved) is not None:
+                return VenvPath(path, "managed", str(resolved))
+            if is_venv(resolved):
+                return VenvPath(path, "linked", str(resolved))
+            raise BadInput(f"--venv {path}: a symlink to {target}, which is not a virtualenv (no pyvenv.cfg); "
+                           "pass the venv the service runs from")
+        if not path.exists():
+            return VenvPath(path, "absent")
+        if path.is_dir() and is_venv(path):
+            return VenvPath(path, "directory", str(path))
+        raise BadInput(f"--venv {path}: not a virtualenv (no pyvenv.cfg and bin/) and not a labwright-managed "
+                       "symlink; pass the venv the service runs from, such as /opt/tabbyapi/.venv")
+
+    # -- state -------------------------------------------------------------------------------------------------
+    def read_state(self) -> State:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return State(venv=str(self.venv))
+        except (OSError, ValueError) as exc:
+            raise OperationFailed(f"{self.state_file}: unreadable ({exc}); fix or remove it (the environments "
+                                  "stay; `stack show` lists them)") from exc
+        if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
+            raise OperationFailed(f"{self.state_file}: not a {STATE_SCHEMA} file; move it away")
+
+        def entry(raw: Any) -> Entry | None:
+            return Entry(**raw) if isinstance(raw, dict) else None
+
+        history = [e for e in (entry(raw) for raw in data.get("history", [])) if e is not None]
+        return State(venv=str(data.get("venv", self.venv)), current=entry(data.get("current")),
+                     previous=entry(data.get("previous")), history=history)
+
+    def write_state(self, state: State) -> None:
+        write_atomic(self.state_file, json.dumps(state.to_json(), indent=2) + "\n")
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """One switch/rollback at a time per root: two would race on the symlink, the state and GC."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise OperationFailed(f"another stack switch or rollback is running under {self.root}; wait for "
+                                      "it to finish") from None
+            yield
+
+    # -- swap --------------------------------------------------------------------------------------------------
+    def point_to(self, venv_dir: str | Path) -> None:
+        """Make the managed path a symlink to ``venv_dir``, atomically (see the module docstring)."""
+        self.venv.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.venv.with_name(f".{self.venv.name}.labwright-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        os.symlink(str(venv_dir), tmp)
+        os.replace(tmp, self.venv)
+
+    def adopt(self) -> Entry:
+        """Move a real venv directory at the managed path into the root, so the path can become a symlink.
+
+        The venv keeps working after the move: its bin/python is a link to the base interpreter and its scripts'
+        shebangs name the managed path, which the symlink keeps valid. Between the rename and the swap that
+        follows it (microseconds) the path does not exist; this happens once, on the first switch.
+        """
+        env_id = f"original-{hashlib.sha256(f'{self.venv}{time.time_ns()}'.encode()).hexdigest()[:12]}"
+        env_dir = self.env_dir(env_id)
+        env_dir.mkdir(parents=True)
+        manifest = {"id": env_id, "stack": "original", "venv": str(self.venv), "wheels": [],
+                    "adopted_from": str(self.venv), "built_at": now()}
+        write_atomic(env_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        os.rename(self.venv, env_dir / "venv")
+        return Entry(id=env_id, path=str(env_dir / "venv"), stack="original", at=now())
+
+    def same_filesystem(self) -> bool:
+        """Whether a venv directory at the managed path can be renamed into the root (rename cannot cross
+        filesystems, and copying a live venv is neither atomic nor cheap)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        return os.stat(self.root).st_dev == os.stat(self.venv).st_dev
+
+    # -- garbage collection ------------------------------------------------------------------------------------
+    def environments(self) -> list[Path]:
+        """Environment directories under the root that belong to this managed path."""
+        found = []
+        for child in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+            if not child.is_dir() or child.name in ("state",) or child.name.startswith("."):
+                continue
+            manifest = self.manifest(child / "venv")
+            if manifest is not None and manifest.get("venv") == str(self.venv):
+                found.append(child)
+        return found
+
+    def collect(self, state: State, keep: int) -> list[str]:
+        """Delete this path's environments beyond the ``keep`` most recent (current first); return their paths.
+
+        Half-built leftovers (``.building``) go too: the lock says no build is running.
+        """
+        kept = {os.path.realpath(Path(e.path).parent) for e in state.history[:keep] if e.managed}
+        for entry in (state.current, state.previous if keep >= 2 else None):
+            if entry is not None:
+                kept.add(os.path.realpath(Path(entry.path).parent))
+        removed = []
+        for leftover in self.root.glob(".deleting-*"):  # a deletion that was interrupted
+            shutil.rmtree(leftover, ignore_errors=True)
+        for env_dir in self.environments():
+            if os.path.realpath(env_dir) in kept and not (env_dir / BUILDING).exists():
+                continue
+            remove_tree(env_dir)
+            removed.append(str(env_dir))
+        state.history = [e for e in state.history if os.path.realpath(Path(e.path).parent) in kept or not e.managed]
+        if state.previous is not None and state.previous.managed and not Path(state.previous.path).exists():
+            state.previous = None
+        return removed
+
+
+def state_slug(venv: str) -> str:
+    """/opt/tabbyapi/.venv -> opt_tabbyapi_.venv-1a2b3c4d: readable, and unique per path."""
+    readable = SAFE.sub("_", venv.strip("/"))[-60:] or "root"
+    return f"{readable}-{hashlib.sha256(venv.encode()).hexdigest()[:8]}"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write beside the file and rename over it: a crash leaves the old content or the new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def remove_tree(path: Path) -> None:
+    # Rename first, then delete: a partly deleted directory must never look like a usable environment.
+    doomed = path.with_name(f".deleting-{path.name}-{os.getpid()}")
+    try:
+        os.rename(path, doomed)
+    except OSError:
+        doomed = path
+    shutil.rmtree(doomed, ignore_errors=True)
