@@ -12,6 +12,11 @@ from rich.table import Table
 from labwright.errors import OperationFailed
 from labwright.matrix.abi import EXAMPLES, ModuleReport, VerifyReport, verify_python
 from labwright.matrix.abi_cache import AbiCache
+from labwright.stacks import show as show_module
+from labwright.stacks import switch as switch_module
+from labwright.stacks.from_matrix import describe_plan, inspect_local, plan_for_stack
+from labwright.stacks.plan import DEFAULT_ROOT, check_root, check_venv_path
+from labwright.stacks.service import HealthCheck
 from labwright.ui import stdout
 
 NAME = "stack"
@@ -125,3 +130,104 @@ def _details(module: ModuleReport) -> list[str]:
         lines.append(f"{name}: import: {escape(module.import_error or '')}")
     lines.extend(f"{name}: [yellow]warning:[/] {escape(w)}" for w in module.warnings)
     return lines
+
+
+# -- switch / rollback / show ----------------------------------------------------------------------------------
+VENV_HELP = "The venv path the service runs from (a labwright-managed symlink after the first switch)."
+ROOT_HELP = "Where environments are built, one directory each."
+
+
+def _log(line: str) -> None:
+    stdout.print(escape(line), soft_wrap=True)
+
+
+def _options(service: str | None, health: str | None, health_cmd: str | None, health_timeout: float,
+             **extra: object) -> switch_module.Options:
+    options = switch_module.Options(service=service, health=HealthCheck(url=health, command=health_cmd,
+                                                                         timeout_s=health_timeout))
+    for key, value in extra.items():
+        setattr(options, key, value)
+    return switch_module.check_options(options)
+
+
+@app.command()
+def switch(
+    to: str = typer.Option(..., "--to", help="Name of the stack in wheels_matrix/stacks.toml (labwright matrix "
+                                             "stacks)."),
+    venv: str = typer.Option(..., "--venv", help=VENV_HELP),
+    service: str = typer.Option(None, "--service", help="systemd unit to restart after the swap."),
+    health: str = typer.Option(None, "--health", help="HTTP URL that must answer 2xx/3xx after the restart."),
+    health_cmd: str = typer.Option(None, "--health-cmd", help="Shell command that must exit 0 after the restart."),
+    health_timeout: float = typer.Option(60.0, "--health-timeout", help="Seconds the service gets to be healthy."),
+    wheelhouse: str = typer.Option(None, "--wheelhouse", help="Directory holding the wheels (offline install)."),
+    torch: str = typer.Option(None, "--torch", help="Resolve the stack with this torch instead of its own."),
+    root: str = typer.Option(DEFAULT_ROOT, "--root", help=ROOT_HELP),
+    keep: int = typer.Option(2, "--keep", help="Environments to keep for this path, the current one included."),
+    base_python: str = typer.Option(None, "--base-python", help="Interpreter to create the venv with."),
+    installer: str = typer.Option("auto", "--installer", help="auto (uv when present, else pip), uv or pip."),
+    create: bool = typer.Option(False, "--create", help="Allow a --venv path that does not exist yet."),
+    dry: bool = typer.Option(False, "--dry", help="Print the plan and change nothing."),
+) -> None:
+    """Build stack NAME beside the running venv, verify it, swap the symlink, restart, health-check.
+
+    Any failure before the swap (download, sha256, build, ABI verifier) leaves the running stack untouched; a
+    failed health check after it swaps back and restarts by itself. Exit 0 switched (or already there), 1 failed
+    or refused, 2 bad input.
+
+    Example: labwright stack switch --to A --venv /opt/tabbyapi/.venv --service tabbyapi
+    --health http://127.0.0.1:5000/health
+    """
+    if wheelhouse is not None and not wheelhouse.startswith("/"):
+        wheelhouse = str(Path(wheelhouse).resolve())
+    plan = plan_for_stack(to, venv, root=root, wheelhouse=wheelhouse, torch=torch)
+    options = _options(service, health, health_cmd, health_timeout, keep=keep, base_python=base_python,
+                       installer=installer, create=create)
+    if dry:
+        for line in describe_plan(plan, inspect_local(plan), options.service, options.health, keep):
+            _log(line)
+        return
+    outcome = switch_module.switch(plan, options, _log)
+    _log(outcome.message)
+
+
+@app.command()
+def rollback(
+    venv: str = typer.Option(..., "--venv", help=VENV_HELP),
+    service: str = typer.Option(None, "--service", help="systemd unit to restart after the swap."),
+    health: str = typer.Option(None, "--health", help="HTTP URL that must answer 2xx/3xx after the restart."),
+    health_cmd: str = typer.Option(None, "--health-cmd", help="Shell command that must exit 0 after the restart."),
+    health_timeout: float = typer.Option(60.0, "--health-timeout", help="Seconds the service gets to be healthy."),
+    root: str = typer.Option(DEFAULT_ROOT, "--root", help=ROOT_HELP),
+) -> None:
+    """Swap the venv back to the previous stack and restart; the stack it leaves becomes the previous one.
+
+    Example: labwright stack rollback --venv /opt/tabbyapi/.venv --service tabbyapi
+    """
+    options = _options(service, health, health_cmd, health_timeout)
+    outcome = switch_module.rollback(check_root(root), check_venv_path(venv), options, _log)
+    _log(outcome.message)
+
+
+@app.command()
+def show(
+    venv: str = typer.Option(..., "--venv", help=VENV_HELP),
+    root: str = typer.Option(DEFAULT_ROOT, "--root", help=ROOT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (schema labwright.stack-show/1)."),
+    no_import: bool = typer.Option(False, "--no-import", help="Only check symbols; do not import the modules."),
+) -> None:
+    """Current and previous stacks of a venv: each package's version and the ABI verifier's verdict.
+
+    Exit 1 when the current stack has a broken module.
+
+    Example: labwright stack show --venv /opt/tabbyapi/.venv
+    """
+    data = show_module.show(check_root(root), check_venv_path(venv), do_import=not no_import)
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        for line in show_module.render(data):
+            _log(line)
+    current = data["environments"][:1]
+    if current and not current[0]["ok"]:
+        raise OperationFailed(f"{venv}: the current stack {current[0]['stack']} has broken modules (see above); "
+                              "`labwright stack rollback` returns to the previous one")
