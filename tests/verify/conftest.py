@@ -6,12 +6,16 @@ inventories/local.py, so a plain run checks a host deployed with the local inven
     pytest tests/verify/test_base.py --hosts=lxc://lw-node1
     pytest tests/verify/test_base.py --hosts=lxc://web1 --base-timezone=Europe/Berlin --base-unattended-upgrades=on
     pytest tests/verify/test_base.py --hosts=ssh://labadmin@10.99.0.53 --ssh-identity-file=KEY --sudo
+    pytest tests/verify/test_llamacpp.py --hosts=lxc://lw-node1 --llamacpp-model=/srv/models/q.gguf \
+        --llamacpp-flag ctx_size=65536
 """
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -27,11 +31,28 @@ BASE_OPTIONS = {
 }
 
 
+# deploys/llamacpp.py's defaults, read from the checkout this suite ships in (the same file the deploy reads).
+LLAMACPP_DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "templates" / "llamacpp" / "defaults.toml"
+LLAMACPP_OPTIONS = {
+    "service": ("LABWRIGHT_LLAMACPP_SERVICE", "systemd unit name (without .service)"),
+    "user": ("LABWRIGHT_LLAMACPP_USER", "user the server runs as"),
+    "model": ("LABWRIGHT_LLAMACPP_MODEL", "GGUF path the server was started with"),
+    "alias": ("LABWRIGHT_LLAMACPP_ALIAS", "model id /v1/models reports (default: the model path or file name)"),
+}
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("labwright base", "expected state for tests/verify/test_base.py")
     for option, (env, default, text) in BASE_OPTIONS.items():
         shown = default or "the lab key, ~/.local/share/labwright/lab_ed25519.pub"
         group.addoption(f"--base-{option}", default=None, help=f"{text} (default: ${env}, else {shown})")
+    llama = parser.getgroup("labwright llamacpp", "expected state for tests/verify/test_llamacpp.py")
+    for option, (env, text) in LLAMACPP_OPTIONS.items():
+        llama.addoption(f"--llamacpp-{option}", default=None,
+                        help=f"{text} (default: ${env}, else templates/llamacpp/defaults.toml)")
+    llama.addoption("--llamacpp-flag", action="append", default=[], metavar="KEY=VALUE",
+                    help="expected flag overriding defaults.toml [flags], e.g. ctx_size=65536 or metrics=false "
+                         "(JSON values are parsed; repeatable)")
 
 
 def default_key_file() -> str:
@@ -74,9 +95,60 @@ def expected_from(config: pytest.Config) -> BaseExpected:
     )
 
 
+@dataclass(frozen=True)
+class LlamacppExpected:
+    service: str
+    user: str
+    model: str
+    alias: str
+    flags: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def port(self) -> int:
+        return int(str(self.flags["port"]))
+
+    @property
+    def url(self) -> str:
+        host = str(self.flags.get("host") or "127.0.0.1")
+        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{self.port}"
+
+
+def parse_flag_value(text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def llamacpp_expected_from(config: pytest.Config) -> LlamacppExpected:
+    defaults = tomllib.loads(LLAMACPP_DEFAULTS_FILE.read_text()) if LLAMACPP_DEFAULTS_FILE.is_file() else {}
+    service_defaults = defaults.get("service", {})
+
+    def value(option: str) -> str:
+        env, _ = LLAMACPP_OPTIONS[option]
+        return str(config.getoption(f"--llamacpp-{option}") or os.environ.get(env)
+                   or service_defaults.get(option) or "")
+
+    flags = dict(defaults.get("flags", {}))
+    for item in config.getoption("--llamacpp-flag"):
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise pytest.UsageError(f"--llamacpp-flag: {item!r} is not KEY=VALUE")
+        flags[key.strip().replace("-", "_")] = parse_flag_value(text)
+    if "port" not in flags:
+        raise pytest.UsageError("--llamacpp-flag port=N is needed (no templates/llamacpp/defaults.toml here)")
+    return LlamacppExpected(value("service"), value("user"), value("model"), value("alias"), flags)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Check the options once, up front: a typo is a usage error, not twenty failed tests.
     expected_from(config)
+    llamacpp_expected_from(config)
+
+
+@pytest.fixture(scope="session")
+def llamacpp_expected(pytestconfig: pytest.Config) -> LlamacppExpected:
+    return llamacpp_expected_from(pytestconfig)
 
 
 @pytest.fixture(scope="session")
