@@ -18,8 +18,11 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 
+from labwright.errors import LabwrightError
 from labwright.operations import stack as stack_ops
+from labwright.stacks.from_matrix import plan_for_stack
 from labwright.stacks.plan import DEFAULT_ROOT
+from labwright.stacks.service import HealthCheck, check_health, check_unit
 
 
 def data(key: str, default: Any = None) -> Any:
@@ -50,15 +53,27 @@ venv = data("venv")
 if not venv:
     raise DeployError("venv: required: the venv path the service runs from, e.g. --data venv=/opt/tabbyapi/.venv")
 common = {"service": data("service"), "health": data("health"), "health_cmd": data("health_cmd"),
-          "health_timeout": number("health_timeout", 60.0), "root": str(data("stacks_root", DEFAULT_ROOT))}
+          "health_timeout": number("health_timeout", 60.0)}
+root = str(data("stacks_root", DEFAULT_ROOT))
 
-if flag("stack_rollback"):
-    stack_ops.rollback(name=f"Roll back {venv}", venv=str(venv), **common)
+# Resolve and check everything here, while pyinfra prepares: an error then is one line (DeployError) and no
+# operation has run, instead of a traceback from inside the operation's generator at execution time.
+try:
+    check_health(HealthCheck(url=common["health"], command=common["health_cmd"], timeout_s=common["health_timeout"]))
+    if common["service"]:
+        check_unit(str(common["service"]))
+    plan = None
+    if not flag("stack_rollback"):
+        name = data("stack")
+        if not name:
+            raise DeployError("stack: required: a stack name from wheels_matrix/stacks.toml, e.g. --data stack=A")
+        plan = plan_for_stack(str(name), str(venv), root=root, wheelhouse=data("wheelhouse"), torch=data("torch"))
+except LabwrightError as exc:
+    raise DeployError(str(exc)) from None
+
+if plan is None:
+    stack_ops.rollback(name=f"Roll back {venv}", venv=str(venv), root=root, **common)
 else:
-    name = data("stack")
-    if not name:
-        raise DeployError("stack: required: a stack name from wheels_matrix/stacks.toml, e.g. --data stack=A")
     stack_ops.switch(
-        name=f"Stack {name} at {venv}", stack=str(name), venv=str(venv), wheelhouse=data("wheelhouse"),
-        torch=data("torch"), keep=int(number("keep", 2)), base_python=data("base_python"),
+        name=f"Stack {plan.stack} at {venv}", plan=plan, keep=int(number("keep", 2)), base_python=data("base_python"),
         installer=str(data("installer", "auto")), create=flag("create"), **common)

@@ -53,7 +53,9 @@ class State:
     def became_current(self, entry: Entry, previous: Entry | None) -> None:
         entry.at = now()
         self.current, self.previous = entry, previous
-        self.history = [entry, *[e for e in self.history if e.path != entry.path]]
+        # previous goes right after it even when history never saw it (an adopted venv, a symlink we found).
+        first = [entry, previous] if previous is not None else [entry]
+        self.history = [*first, *[e for e in self.history if e.path not in {f.path for f in first}]]
 
 
 @dataclass
@@ -202,6 +204,8 @@ class Layout:
             manifest = self.manifest(child / "venv")
             if manifest is not None and manifest.get("venv") == str(self.venv):
                 found.append(child)
+            elif manifest is None and _read(child / BUILDING) == str(self.venv):
+                found.append(child)  # half-built (the build writes the managed path into the marker first)
         return found
 
     def collect(self, state: State, keep: int) -> list[str]:
@@ -242,6 +246,13 @@ def write_atomic(path: Path, text: str) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
 
 
 def remove_tree(path: Path) -> None:

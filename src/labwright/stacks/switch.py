@@ -97,7 +97,7 @@ def _build(plan: SwitchPlan, options: Options, layout: Layout, found: VenvPath, 
     log(f"build {env_dir} (stack {plan.stack}, Python {plan.python}) beside {found.target or plan.venv}")
     try:
         env_dir.mkdir(parents=True)
-        (env_dir / BUILDING).touch()
+        (env_dir / BUILDING).write_text(plan.venv)  # whose it is, for GC after an interrupted build
         wheels = fetch_all(plan.wheels, env_dir / "wheels", log)
         for wheel in wheels:
             checked = "sha256 ok" if wheel.checked else "sha256 not in the matrix, recorded"
@@ -105,9 +105,9 @@ def _build(plan: SwitchPlan, options: Options, layout: Layout, found: VenvPath, 
         builder.build(plan, wheels, env_dir, python, options.installer, log)
     except NoSpace:
         remove_tree(env_dir)
-        free = free_bytes(layout.root) // (1 << 20)
+        free = free_bytes(layout.root) / (1 << 20)
         raise OperationFailed(f"no space left on device under {layout.root} while building stack {plan.stack} "
-                              f"(only {free} MiB free without it): free space or pass --root on a bigger disk; the "
+                              f"(only {free:.1f} MiB free without it): free space or pass --root on a bigger disk; the "
                               "half-built environment was removed, the running stack is untouched") from None
     except OSError as exc:
         remove_tree(env_dir)

@@ -1,0 +1,213 @@
+"""Stack switch end to end in real lab containers: the pyinfra operation (deploys/stack.py over @lxd) builds
+stand-in stacks from a local wheelhouse pushed into the container, the ABI verifier runs there before the swap,
+and a systemd service that imports the stand-in torch extension decides health.
+
+The service's /health is watched from the host the whole time a refused switch runs: "untouched" means it
+never stopped answering from the same process, and the symlink did not move.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from labwright.testing.lab_fixture import Lab
+from labwright.testing.pyinfra_output import pyinfra_totals
+from labwright.testing.stack_service import StandinService
+from labwright.testing.stacks import StandinStacks, build_standin_stacks, write_matrix
+
+pytest_plugins = ["labwright.testing.lab_fixture"]
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+STACKS = "/opt/labwright/stacks"
+
+
+@pytest.fixture(scope="module")
+def stacks(tmp_path_factory) -> StandinStacks:
+    return build_standin_stacks(tmp_path_factory.mktemp("standin"))
+
+
+@pytest.fixture
+def service(lab: Lab, make_lab_container, stacks) -> StandinService:
+    service = StandinService(lab.client, make_lab_container("lwss"), stacks)
+    service.push_wheelhouse()
+    service.install("standin-2.9")  # a plain venv, as a tabbyAPI install leaves it
+    return service
+
+
+class Watch:
+    """Polls /health from the host while a block runs; records every answer."""
+
+    def __init__(self, service: StandinService):
+        self.service = service
+        self.seen: list[tuple[int, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            status, body = self.service.health(timeout=2)
+            self.seen.append((status, str(body.get("torch"))))
+            self._stop.wait(0.02)
+
+    def __enter__(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def one_error_line(output: str, needle: str) -> str:
+    lines = [line for line in output.splitlines() if "error" in line.lower()]
+    hits = [line for line in lines if needle in line]
+    assert hits, f"no error line with {needle!r} in:\n{output[-3000:]}"
+    return hits[0]
+
+
+def test_good_switch_adopts_the_plain_venv_and_a_second_run_changes_nothing(service):
+    assert service.health() == (200, {"torch": "2.9.0", "prefix": service.venv})
+    assert service.readlink() == "NOT-A-LINK"
+    pid = service.main_pid()
+
+    first = service.deploy(stack="standin-2.10")
+    assert first.rc == 0, first.output[-3000:]
+    assert pyinfra_totals(first.output).changed == 1
+    assert service.health() == (200, {"torch": "2.10.0", "prefix": service.venv})
+    target = service.readlink()
+    assert target.startswith(f"{STACKS}/standin-2.10-") and target.endswith("/venv")
+    assert service.main_pid() != pid  # restarted onto the new stack
+    state = service.state()
+    assert state["current"]["stack"] == "standin-2.10" and state["previous"]["stack"] == "original"
+    assert service.sh(f"test -f {state['previous']['path']}/pyvenv.cfg", check=False).rc == 0  # kept to roll back
+
+    pid = service.main_pid()
+    second = service.deploy(stack="standin-2.10")
+    assert second.rc == 0, second.output[-3000:]
+    totals = pyinfra_totals(second.output)
+    assert totals.changed == 0 and totals.no_change == 1
+    assert service.readlink() == target and service.main_pid() == pid  # not even a restart
+    assert service.state() == state
+
+
+def test_a_broken_stack_is_refused_before_the_swap_and_the_service_never_blinks(service):
+    pid = service.main_pid()
+    with Watch(service) as watch:
+        run = service.deploy(stack="standin-2.10-mislabelled")
+    assert run.rc != 0
+    line = one_error_line(run.output, "refused before the swap")
+    assert "standin_attn._C" in line and "torch symbol(s) missing" in line and "untouched" in line
+    assert len(watch.seen) > 10 and set(watch.seen) == {(200, "2.9.0")}
+    assert service.readlink() == "NOT-A-LINK"  # not even adopted: nothing was swapped
+    assert service.main_pid() == pid
+    assert "mislabelled" not in service.sh(f"ls {STACKS}").output  # the half-built environment is gone
+
+
+def test_a_failed_health_check_after_the_swap_rolls_back_by_itself(service):
+    assert service.deploy(stack="standin-2.10").rc == 0
+    good = service.readlink()
+    run = service.deploy(stack="standin-2.11", health_timeout=3)  # torch 2.11 without the extension: /health 503
+    assert run.rc != 0
+    line = one_error_line(run.output, "failed its health check")
+    assert "HTTP 503" in line and "rolled back by itself to stack standin-2.10" in line and "healthy again" in line
+    assert service.health()[0] == 200 and service.health()[1]["torch"] == "2.10.0"
+    assert service.readlink() == good
+    state = service.state()
+    assert state["current"]["stack"] == "standin-2.10" and state["previous"]["stack"] == "original"
+    assert "standin-2.11" not in service.sh(f"ls {STACKS}").output
+
+
+def test_rollback_restores_the_previous_stack_and_show_tells_the_verifiers_truth(service):
+    assert service.deploy(stack="standin-2.10").rc == 0
+    new = service.readlink()
+
+    back = service.deploy(stack_rollback="true")
+    assert back.rc == 0, back.output[-3000:]
+    assert service.health()[1]["torch"] == "2.9.0"
+    assert service.readlink().startswith(f"{STACKS}/original-")
+    assert service.state()["previous"]["path"] == new
+
+    again = service.bundle("rollback", "--venv", service.venv, "--service", service.unit, "--health",
+                           service.local_health_url)
+    assert again.rc == 0, again.output
+    assert service.readlink() == new and service.health()[1]["torch"] == "2.10.0"
+
+    show = service.bundle("show", "--venv", service.venv)
+    assert show.rc == 0, show.output
+    current, previous = show.output.split("\nprevious: ")
+    assert "current: stack standin-2.10" in current and "[ok]" in current
+    assert "standin-attn  1.0.0+torch2.10" in current and "standin_attn._C: ok" in current
+    assert previous.startswith("stack original") and "standin_attn._C: ok" in previous
+
+    # A module broken behind labwright's back (the seed's in-place upgrade): show says so, find_spec would not.
+    service.sh(f"{service.venv}/bin/python /opt/labwright/lib/labwright-stack.pyz pip install -q --no-deps "
+               f"--force-reinstall --no-index /srv/wheelhouse/standin_attn-1.0.0+torch2.9-*.whl")
+    broken = service.bundle("show", "--venv", service.venv)
+    assert broken.rc == 1
+    assert "BROKEN" in broken.output and "torch symbol(s) missing" in broken.output
+
+
+@pytest.fixture
+def url_matrix(service, stacks, tmp_path) -> Iterator[StandinStacks]:
+    """A matrix whose URLs point at an HTTP server inside the container (its loopback) over the wheelhouse."""
+    service.sh("cd /srv/wheelhouse && (setsid python3 -m http.server 8901 --bind 127.0.0.1 >/dev/null 2>&1 &) "
+               "&& sleep 0.5")
+    served = StandinStacks(wheelhouse=stacks.wheelhouse, matrix_dir=tmp_path / "wheels_matrix",
+                           sha256=stacks.sha256)
+    write_matrix(served, "http://127.0.0.1:8901")
+    yield served
+
+
+def test_downloads_by_url_and_a_url_that_404s(service, url_matrix):
+    gone = service.deploy(stack="standin-404", wheelhouse=None, matrix_dir=url_matrix.matrix_dir)
+    assert gone.rc != 0
+    line = one_error_line(gone.output, "answered HTTP 404")
+    assert "standin_attn-1.0.3%2Btorch2.9" in line
+    assert service.readlink() == "NOT-A-LINK" and service.health()[1]["torch"] == "2.9.0"
+
+    fetched = service.deploy(stack="standin-2.10", wheelhouse=None, matrix_dir=url_matrix.matrix_dir)
+    assert fetched.rc == 0, fetched.output[-3000:]
+    assert service.health()[1]["torch"] == "2.10.0"
+    manifest = service.sh(f"cat {service.readlink()}/../stack.json").output
+    assert "http://127.0.0.1:8901/torch-2.10.0" in manifest and '"checked": true' in manifest
+    assert service.sh(f"ls {service.readlink()}/..").output.split() == ["requirements.txt", "stack.json", "venv"]
+
+
+def test_bad_input_is_one_line_and_leaves_the_running_stack_alone(service):
+    pid = service.main_pid()
+    cases = {
+        "stack 'nope' is unknown": {"stack": "nope"},
+        "--torch '2.x' is not a torch version": {"stack": "standin-2.9", "torch": "2.x"},
+        "--venv /etc: not a virtualenv": {"stack": "standin-2.10", "venv": "/etc"},
+        "the matrix says": {"stack": "standin-badsha"},
+        "--venv /opt/nothere/.venv does not exist": {"stack": "standin-2.10", "venv": "/opt/nothere/.venv"},
+        "not found; the wheelhouse /srv/none does not exist": {"stack": "standin-2.10", "wheelhouse": "/srv/none"},
+    }
+    for needle, data in cases.items():
+        run = service.deploy(**data)
+        assert run.rc != 0, needle
+        one_error_line(run.output, needle)
+    assert service.readlink() == "NOT-A-LINK" and service.main_pid() == pid
+    assert service.health() == (200, {"torch": "2.9.0", "prefix": service.venv})
+    leftovers = service.sh(f"ls -A {STACKS} 2>/dev/null || true").output.split()
+    assert [name for name in leftovers if name not in (".lock", "plans", "state")] == []
+
+
+def test_no_space_mid_build_removes_the_half_built_environment(service):
+    assert service.deploy(stack="standin-2.10").rc == 0
+    current = service.readlink()
+    # 1 MiB tmpfs with ~120 KiB left: the venv gets created, the wheels do not fit.
+    service.sh("mkdir -p /mnt/small && mount -t tmpfs -o size=1m tmpfs /mnt/small && "
+               "dd if=/dev/zero of=/mnt/small/filler bs=1k count=900 2>/dev/null")
+    try:
+        run = service.deploy(stack="standin-2.9", stacks_root="/mnt/small/stacks")
+        assert run.rc != 0
+        line = one_error_line(run.output, "no space left on device under /mnt/small/stacks")
+        assert "half-built environment was removed" in line
+        assert service.sh("ls -A /mnt/small/stacks").output.split() == [".lock", "plans"]
+        assert service.readlink() == current and service.health()[1]["torch"] == "2.10.0"
+    finally:
+        service.sh("umount /mnt/small", check=False)
