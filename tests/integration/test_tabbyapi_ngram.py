@@ -93,3 +93,29 @@ def test_unrecognised_shape_fails_loudly_and_changes_nothing(lab, lab_container,
     assert proc.returncode != 0
     assert f"{SOURCE}/{MODEL_PY}" in output and ANCHOR in output
     assert cat(lab, lab_container, f"{SOURCE}/{MODEL_PY}") == model.read_text()
+
+
+def test_reapplied_after_a_tabbyapi_update_and_config_era_after_an_upgrade(lab, lab_container, standin, tmp_path):
+    seed = standin.checkout(standin.seed_ref, tmp_path / "seed")
+    push_tree(lab, lab_container, seed)
+    assert run_deploy(lab_container, tmp_path).returncode == 0
+    # A re-checkout of the same ref (what `git pull`/`git checkout` does) brings the unpatched file back.
+    push_tree(lab, lab_container, seed)
+    again = run_deploy(lab_container, tmp_path)
+    assert again.returncode == 0 and pyinfra_totals(again.stdout + again.stderr).changed == 1
+    assert cat(lab, lab_container, f"{SOURCE}/{MODEL_PY}").count("ngram_match_min=3,") == 1
+    # Upgrading to a config-era ref: the operation switches to config.yml by itself.
+    push_tree(lab, lab_container, standin.checkout(standin.config_ref, tmp_path / "config"))
+    upgraded = run_deploy(lab_container, tmp_path)
+    assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+    assert "draft_mode: ngram" in cat(lab, lab_container, f"{SOURCE}/config.yml")
+
+
+def test_a_configured_draft_model_is_refused_on_the_host(lab, lab_container, standin, tmp_path):
+    tree = standin.checkout(standin.seed_ref, tmp_path / "draft")
+    (tree / "config.yml").write_text("draft_model:\n  draft_model_name: tiny-draft\n")
+    push_tree(lab, lab_container, tree)
+    proc = run_deploy(lab_container, tmp_path)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "draft_model_name" in output and "tiny-draft" in output
+    assert cat(lab, lab_container, f"{SOURCE}/{MODEL_PY}") == (tree / MODEL_PY).read_text()
