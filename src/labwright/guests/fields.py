@@ -143,19 +143,29 @@ def parse_rootfs(value: Any, what: str) -> RootfsSpec:
     return RootfsSpec(storage=storage, size_gib=None if size is None else parse_gib(size, f"{what} size"))
 
 
-def parse_net(value: Any, what: str) -> tuple[NetSpec, ...]:
-    items = [value] if isinstance(value, Mapping) else value
+def _dict_items(items: Any, what: str, example: str, keys: tuple[str, ...]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(``what[i]``, dict) for a list of dicts whose keys are all in ``keys``; refusals show ``example``."""
     if not isinstance(items, list | tuple):
-        raise BadInput(f'{what}: {value!r} is not a dict (or list of dicts) like {{"bridge": "vmbr0", "ip": "dhcp"}}')
-    nets: list[NetSpec] = []
+        raise BadInput(f"{what}: {items!r} is not a list like [{example}]")
+    checked = []
     for index, item in enumerate(items):
         where = f"{what}[{index}]"
         if not isinstance(item, Mapping):
-            raise BadInput(f'{where}: {item!r} is not a dict like {{"bridge": "vmbr0", "ip": "dhcp"}}')
-        unknown = set(item) - {"name", "bridge", "ip", "gw", "hwaddr", "vlan", "tag", "mtu"}
+            raise BadInput(f"{where}: {item!r} is not a dict like {example}")
+        unknown = set(item) - set(keys)
         if unknown:
-            raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use name, bridge, ip, gw, "
-                           "hwaddr, vlan, mtu")
+            raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use {', '.join(keys)}")
+        checked.append((where, item))
+    return checked
+
+
+def parse_net(value: Any, what: str) -> tuple[NetSpec, ...]:
+    """One interface as a dict, or a list of them."""
+    items = [value] if isinstance(value, Mapping) else value
+    nets: list[NetSpec] = []
+    example = '{"bridge": "vmbr0", "ip": "dhcp"}'
+    keys = ("name", "bridge", "ip", "gw", "hwaddr", "vlan", "tag", "mtu")
+    for index, (where, item) in enumerate(_dict_items(items, what, example, keys)):
         name = str(item.get("name", f"eth{index}"))
         if not re.match(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$", name):
             raise BadInput(f"{where}: interface name {name!r} is not valid (e.g. eth0)")
@@ -179,17 +189,10 @@ def parse_net(value: Any, what: str) -> tuple[NetSpec, ...]:
 
 
 def parse_mounts(value: Any, what: str) -> tuple[MountSpec, ...]:
-    if not isinstance(value, list | tuple):
-        raise BadInput(f'{what}: {value!r} is not a list like [{{"host": "/tank/models", "guest": "/models"}}]')
     mounts: list[MountSpec] = []
-    for index, item in enumerate(value):
-        where = f"{what}[{index}]"
-        if not isinstance(item, Mapping):
-            raise BadInput(f'{where}: {item!r} is not a dict like {{"host": "/tank/models", "guest": "/models"}}')
-        unknown = set(item) - {"host", "guest", "readonly", "required", "name", "shift"}
-        if unknown:
-            raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use host, guest, readonly, "
-                           "required, name, shift")
+    example = '{"host": "/tank/models", "guest": "/models"}'
+    keys = ("host", "guest", "readonly", "required", "name", "shift")
+    for where, item in _dict_items(value, what, example, keys):
         host, guest = item.get("host"), item.get("guest")
         for label, path in (("host", host), ("guest", guest)):
             if not isinstance(path, str) or not path.startswith("/") or "," in path or "\n" in path:

@@ -46,7 +46,8 @@ class LxdBackend(GuestBackend):
     def for_spec(cls, spec: GuestSpec, client: LxdClient | None = None, gpu_host: GpuHost | None = None,
                  **_options: Any) -> LxdBackend:
         if client is None:
-            endpoint, project = resolve_endpoint(spec.node)
+            flavour = "incus" if spec.host.startswith("@incus/") else "lxd"
+            endpoint, project = resolve_endpoint(spec.node, flavour=flavour)
             client = LxdClient(endpoint, project=project)
         local = client.endpoint.socket_path is not None
         return cls(client, (gpu_host or GpuHost("/")) if local else None, spec.node)

@@ -187,6 +187,20 @@ def _listed(config: dict[str, Any], key: str) -> set[str]:
     return {item for item in str(config.get(key, "")).split(",") if item}
 
 
+def _reconcile(label: str, have: dict[str, Any], want: dict[str, Any], names: set[str]) -> list[Change]:
+    """Make ``have`` equal ``want`` on ``names`` (in place); one ``Change`` per name that differed."""
+    changes = []
+    for name in sorted(names):
+        before, after = have.get(name) or None, want.get(name)
+        if before != after:
+            changes.append(Change(f"{label} {name}", before, after))
+            if after is None:
+                have.pop(name, None)
+            else:
+                have[name] = after
+    return changes
+
+
 def diff(spec: GuestSpec, current: dict[str, Any], desired: Desired) -> tuple[list[Change], dict[str, Any]]:
     """Changes from ``current`` (an instance as GET /1.0/instances/NAME returns it) to ``desired``, and the
     full PUT body that makes them. ``volatile.*`` and keys/devices labwright does not own are kept."""
@@ -194,25 +208,12 @@ def diff(spec: GuestSpec, current: dict[str, Any], desired: Desired) -> tuple[li
     config = dict(current.get("config") or {})
     bookkeeping = {MARKER_KEY, DEVICES_KEY, CONFIG_KEYS_KEY}
     keys = set(MANAGED_CONFIG) | bookkeeping | set(desired.config) | _listed(config, CONFIG_KEYS_KEY)
-    for key in sorted(k for k in keys if not k.startswith("volatile.")):
-        # LXD stores an empty value as no key at all.
-        before, after = config.get(key) or None, desired.config.get(key) or None
-        if before != after:
-            changes.append(Change(f"config {key}", before, after))
-            if after is None:
-                config.pop(key, None)
-            else:
-                config[key] = after
+    # LXD stores an empty value as no key at all.
+    wanted_config = {k: v for k, v in desired.config.items() if v}
+    changes += _reconcile("config", config, wanted_config, {k for k in keys if not k.startswith("volatile.")})
     devices = {name: dict(dev) for name, dev in (current.get("devices") or {}).items()}
     names = set(desired.devices) | _listed(current.get("config") or {}, DEVICES_KEY)
-    for name in sorted(names):
-        before_dev, after_dev = devices.get(name), desired.devices.get(name)
-        if before_dev != after_dev:
-            changes.append(Change(f"device {name}", before_dev, after_dev))
-            if after_dev is None:
-                devices.pop(name, None)
-            else:
-                devices[name] = after_dev
+    changes += _reconcile("device", devices, desired.devices, names)
     profiles = list(current.get("profiles") or [])
     if desired.profiles is not None and desired.profiles != profiles:
         changes.append(Change("profiles", ",".join(profiles), ",".join(desired.profiles)))
