@@ -155,8 +155,8 @@ def local_binary() -> tuple[str, str]:
     return str(src), actual
 
 
-def health_check(url: str, model: str, timeout: int, service: str) -> str:
-    """A shell command: wait for /health, then require /v1/models to list the model; else show why and fail."""
+def health_check(url: str, wanted: list[str], timeout: int, service: str) -> str:
+    """A shell command: wait for /health, then require /v1/models to list one of ``wanted``; else show why, fail."""
     script = f"""
 import json, sys, time, urllib.request
 deadline = time.monotonic() + {timeout}
@@ -172,8 +172,8 @@ while True:
     time.sleep(0.5)
 with urllib.request.urlopen({url + '/v1/models'!r}, timeout=10) as r:
     ids = [m.get("id") for m in json.load(r).get("data", [])]
-if not ids:
-    sys.exit(f"labwright: {service} /v1/models lists no model (wanted {model})")
+if not set(ids) & set({wanted!r}):
+    sys.exit(f"labwright: {service} /v1/models lists {{ids}}, not {wanted[0]}")
 print("healthy; /v1/models:", ", ".join(map(str, ids)))
 """
     journal = f"journalctl -u {shlex.quote(service)} -n 15 --no-pager -o cat >&2"
@@ -276,7 +276,8 @@ restarted = systemd.service(name=f"Restart {service} (unit or binary changed)", 
                             _if=lambda: (unit.did_change() or binary_changed) and not started.did_change())
 health_host = "127.0.0.1" if flags["host"] in ("0.0.0.0", "::", "") else str(flags["host"])
 server.shell(name=f"{service} health: /health then /v1/models",
-             commands=[health_check(f"http://{health_host}:{flags['port']}", model, health_timeout, service)],
+             commands=[health_check(f"http://{health_host}:{flags['port']}",
+                                    [alias] if alias else [model, PurePosixPath(model).name], health_timeout, service)],
              _if=lambda: binary_changed or any_changed(unit, started, restarted)())
 
 # --- Ollama on the same host: the same KV policy, as a drop-in -----------------------------------

@@ -1,0 +1,233 @@
+"""deploys/llamacpp.py for real: the REAL llama-server, a tiny GGUF generated here, a fresh lab container, @lxd.
+
+The binary is the pinned llama.cpp built once per machine (labwright.testing.llama_build, cached under
+~/.cache/labwright/llama/); the model is a random-weight GGUF (labwright.testing.tiny_gguf) biased to printable
+ASCII, so a completion is exactly max_tokens long. The shipped verify suite runs as users run it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from labwright.lab.lab import instance_address
+from labwright.testing.lab_fixture import Lab
+from labwright.testing.llama_build import build_llama_server
+from labwright.testing.pyinfra_output import Totals, pyinfra_totals
+from labwright.testing.tiny_gguf import write_tiny_gguf
+
+pytest.importorskip("gguf", reason="the tiny model needs the gguf package (a dev dependency)")
+pytest_plugins = ["labwright.testing.lab_fixture"]
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+MODEL = "/srv/models/tiny.gguf"
+PORT = 8001  # the seed's port, from templates/llamacpp/defaults.toml
+UNIT = "/etc/systemd/system/llama-server.service"
+DROPIN = "/etc/systemd/system/ollama.service.d/50-labwright.conf"
+
+
+@dataclass
+class Deploy:
+    rc: int
+    output: str
+    seconds: float
+
+    @property
+    def totals(self) -> Totals:
+        return pyinfra_totals(self.output)
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "COLUMNS": "200"}
+
+
+def deploy(name: str, *data: str) -> Deploy:
+    cmd = [str(BIN / "pyinfra"), "-y", f"@lxd/{name}", "deploys/llamacpp.py", "--data", f"llamacpp_model={MODEL}"]
+    for item in data:
+        cmd += ["--data", item]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=900)
+    return Deploy(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
+
+
+def verify(name: str, *options: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pytest", "tests/verify/test_llamacpp.py", f"--hosts=lxc://{name}", "-q",
+           "-p", "no:cacheprovider", f"--llamacpp-model={MODEL}", *options]
+    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+
+
+def assert_passes(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, f"verify suite failed:\n{result.stdout[-4000:]}{result.stderr[-2000:]}"
+
+
+def sh(lab: Lab, name: str, script: str) -> str:
+    result = lab.client.exec(name, ["sh", "-c", script])
+    assert result.exit_code == 0, f"{script!r} failed: {result.stderr.decode()}"
+    return result.stdout.decode()
+
+
+def main_pid(lab: Lab, name: str) -> str:
+    return sh(lab, name, "systemctl show -p MainPID --value llama-server.service").strip()
+
+
+def health_checked(run: Deploy) -> bool:
+    """The health operation ran and succeeded (its results row: Hosts 1, Success 1); it fails the run otherwise."""
+    return re.search(r"health: /health then /v1/models\s+1\s+1\s", run.output) is not None
+
+
+def chat(address: str, max_tokens: int) -> dict:
+    body = json.dumps({"messages": [{"role": "user", "content": "Say something."}], "max_tokens": max_tokens,
+                       "temperature": 0.8, "seed": 1}).encode()
+    request = urllib.request.Request(f"http://{address}:{PORT}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.load(response)
+
+
+@dataclass
+class Deployed:
+    name: str
+    address: str
+    before: subprocess.CompletedProcess[str]
+    first: Deploy
+
+
+@pytest.fixture(scope="module")
+def llama_server() -> Path:
+    started = time.monotonic()
+    binary = build_llama_server()
+    print(f"\nllama-server ready in {time.monotonic() - started:.1f}s: {binary}")
+    return binary
+
+
+@pytest.fixture(scope="module")
+def deployed(lab: Lab, llama_server: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One fresh container with the tiny model pushed in, verified before and deployed once with the seed's flags."""
+    model = write_tiny_gguf(tmp_path_factory.mktemp("model") / "tiny.gguf")
+    name = lab.fresh("lwllama")
+    try:
+        sh(lab, name, "mkdir -p /srv/models")
+        with model.open("rb") as handle:
+            lab.client.push_file(name, MODEL, handle, mode=0o644)
+        if "libgomp1" not in sh(lab, name, "dpkg-query -W -f '${Package}\\n' libgomp1 2>/dev/null || true") and \
+                lab.client.exec(name, ["sh", "-c", "timeout 60 apt-get update -qq"]).exit_code != 0:
+            pytest.skip("the container cannot reach a Debian mirror for libgomp1")
+        before = verify(name)
+        first = deploy(name)
+        assert first.rc == 0, first.output[-4000:]
+        yield Deployed(name, instance_address(lab.client, name) or "", before, first)
+    finally:
+        lab.remove(name)
+
+
+def test_verify_fails_before_and_passes_after_the_deploy(deployed):
+    # The suite must be able to fail: a bare container has no unit, no port, no server.
+    assert deployed.before.returncode == 1, deployed.before.stdout[-3000:]
+    for check in ("test_unit_enabled_and_active", "test_health_ok", "test_flags_as_configured"):
+        assert check in deployed.before.stdout
+    assert deployed.first.totals.changed > 0 and deployed.first.totals.error == 0
+    assert health_checked(deployed.first), deployed.first.output[-3000:]
+    print(f"\nfirst deploy: {deployed.first.seconds:.1f}s, {deployed.first.totals.changed} changed")
+    assert_passes(verify(deployed.name))
+
+
+def test_a_real_completion_is_exactly_max_tokens_long(deployed):
+    answer = chat(deployed.address, max_tokens=24)
+    choice = answer["choices"][0]
+    assert choice["message"]["content"].strip(), answer
+    # The tiny model never picks a non-printable or end token, so generation stops only at the limit.
+    assert answer["usage"]["completion_tokens"] == 24, answer
+    assert choice["finish_reason"] == "length", answer
+    assert all(" " <= ch <= "~" for ch in choice["message"]["content"]), choice["message"]["content"]
+
+
+def test_second_run_changes_nothing(deployed):
+    again = deploy(deployed.name)
+    assert again.rc == 0, again.output[-4000:]
+    assert (again.totals.changed, again.totals.error) == (0, 0), again.output[-4000:]
+    print(f"\nno-change re-run: {again.seconds:.2f}s ({again.totals.no_change} operations)")
+
+
+def test_a_config_change_restarts_with_the_new_flag(lab, deployed):
+    pid_before = main_pid(lab, deployed.name)
+    changed = deploy(deployed.name, "llamacpp_ctx_size=8192", "llamacpp_cache_type_k=q8_0")
+    assert changed.rc == 0 and changed.totals.changed >= 1, changed.output[-4000:]
+    assert health_checked(changed), changed.output[-3000:]
+    assert main_pid(lab, deployed.name) != pid_before
+    assert_passes(verify(deployed.name, "--llamacpp-flag", "ctx_size=8192", "--llamacpp-flag", "cache_type_k=q8_0"))
+    stale = verify(deployed.name)
+    assert stale.returncode == 1 and "--ctx-size is '8192', expected 131072" in stale.stdout, stale.stdout[-3000:]
+    restored = deploy(deployed.name)
+    assert restored.rc == 0 and restored.totals.changed >= 1, restored.output[-4000:]
+    assert_passes(verify(deployed.name))
+
+
+@pytest.mark.parametrize(("item", "key", "words"), [
+    ("llamacpp_cache_type_v=q3_k", "llamacpp_cache_type_v", "not a cache type llama.cpp supports"),
+    ("llamacpp_flash_attn=off", "llamacpp_cache_type_v", "only runs with flash attention"),
+    ("llamacpp_model=/srv/models/absent.gguf", "llamacpp_model", "does not exist"),
+    ("llamacpp_port=9099", "llamacpp_port", "already in use"),
+    ("llamacpp_ollama_override=true", "llamacpp_ollama_override", "no ollama unit or binary"),
+])
+def test_bad_input_is_one_line_and_changes_nothing(lab, deployed, item, key, words):
+    # Something else holds 9099 for the port case; the others must not be affected by it.
+    sh(lab, deployed.name, "systemd-run --unit lw-squatter python3 -m http.server 9099 >/dev/null 2>&1; "
+                           "for i in $(seq 50); do ss -Hltn 'sport = :9099' | grep -q . && break; sleep 0.1; done")
+    try:
+        unit_before, pid_before = sh(lab, deployed.name, f"sha256sum {UNIT}"), main_pid(lab, deployed.name)
+        run = deploy(deployed.name, item)
+        assert run.rc != 0
+        lines = [line for line in run.output.splitlines() if f"{key}: " in line]
+        assert len(lines) == 1 and words in lines[0], run.output[-3000:]
+        assert "Traceback" not in run.output and "Beginning operation run" not in run.output, run.output[-3000:]
+        assert sh(lab, deployed.name, f"sha256sum {UNIT}") == unit_before
+        assert main_pid(lab, deployed.name) == pid_before
+    finally:
+        sh(lab, deployed.name, "systemctl stop lw-squatter >/dev/null 2>&1; "
+                               "systemctl reset-failed lw-squatter >/dev/null 2>&1; true")
+
+
+FAKE_OLLAMA = """[Unit]
+Description=stand-in for ollama (a sleeping shell; the test only reads its environment)
+[Service]
+ExecStart=/bin/sleep infinity
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def test_ollama_hosts_get_the_drop_in(lab, deployed):
+    lab.client.push_file(deployed.name, "/etc/systemd/system/ollama.service", FAKE_OLLAMA.encode(), mode=0o644)
+    sh(lab, deployed.name, "systemctl daemon-reload && systemctl start ollama.service")
+    try:
+        run = deploy(deployed.name, "llamacpp_ollama_kv_cache_type=q8_0")
+        assert run.rc == 0 and run.totals.changed >= 1, run.output[-4000:]
+        pid = sh(lab, deployed.name, "systemctl show -p MainPID --value ollama.service").strip()
+        environ = sh(lab, deployed.name, f"tr '\\0' '\\n' < /proc/{pid}/environ").splitlines()
+        for wanted in ("OLLAMA_FLASH_ATTENTION=1", "OLLAMA_KV_CACHE_TYPE=q8_0", "OLLAMA_KEEP_ALIVE=-1",
+                       "OLLAMA_CONTEXT_LENGTH=131072"):
+            assert wanted in environ, environ
+        again = deploy(deployed.name, "llamacpp_ollama_kv_cache_type=q8_0")
+        assert again.rc == 0 and again.totals.changed == 0, again.output[-4000:]
+        bad = deploy(deployed.name, "llamacpp_ollama_kv_cache_type=q4_0", "llamacpp_ollama_flash_attention=false")
+        assert bad.rc != 0 and "llamacpp_ollama_kv_cache_type: q4_0 needs" in bad.output, bad.output[-3000:]
+        off = deploy(deployed.name, "llamacpp_ollama_override=false")
+        assert off.rc == 0, off.output[-4000:]
+        assert sh(lab, deployed.name, f"test -e {DROPIN} && echo present || echo gone").strip() == "gone"
+    finally:
+        sh(lab, deployed.name, "systemctl disable --now ollama.service >/dev/null 2>&1; "
+                               "rm -rf /etc/systemd/system/ollama.service /etc/systemd/system/ollama.service.d; "
+                               "systemctl daemon-reload")
+    # Ollama gone: the llama-server side is untouched and still at its no-change state.
+    assert deploy(deployed.name).totals.changed == 0
