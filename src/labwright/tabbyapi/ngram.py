@@ -117,17 +117,36 @@ def plan_ngram(texts: TabbyTexts, match_min: int = DEFAULT_MATCH_MIN) -> NgramCh
         draft = config_edit.draft_section(texts.config or "")
     except config_edit.ConfigShapeError as exc:
         return NgramChange("unrecognised", texts.config_path, message=f"{texts.config_path} {exc}")
-    if draft.get("draft_model_name"):
-        return NgramChange("refused", texts.config_path, message=(
-            f"{texts.config_path}: draft_model.draft_model_name is {draft['draft_model_name']!r}; exllamav3 asserts "
-            "when a draft model and n-gram drafting are both set: clear draft_model_name or skip n-gram"))
     if texts.model_py is None:
         return NgramChange("unrecognised", texts.model_py_path, message=(
             f"{texts.model_py_path} not found: is this a tabbyAPI checkout? (expected the `{CALL}(` call with "
             f"`{ANCHOR}`)"))
-    if config_era(texts):
+    modern = config_era(texts)
+    in_use = draft_in_use(draft, modern)
+    if in_use:
+        return NgramChange("refused", texts.config_path, message=(
+            f"{texts.config_path}: {in_use}; exllamav3 cannot draft with a model and n-grams at once (it asserts): "
+            "clear it to use n-gram drafting, or skip n-gram"))
+    if modern:
         return _plan_config(texts, match_min)
     return plan_patch(texts.model_py, texts.model_py_path, match_min, texts.label(texts.model_py_path))
+
+
+def draft_in_use(draft: dict[str, object], modern: bool) -> str | None:
+    """What configures model-based drafting, or None.
+
+    Config-era tabbyAPI uses ``draft_model_name`` only in ``draft_mode: model`` (its default) and drafts with the
+    model's own MTP head in ``mtp``; seed-era tabbyAPI loads any named draft model.
+    """
+    name = draft.get("draft_model_name")
+    if not modern:
+        return f"draft_model.draft_model_name is {name!r}" if name else None
+    mode = draft.get("draft_mode") or "model"
+    if mode == "mtp":
+        return "draft_model.draft_mode is 'mtp' (the model's own draft head)"
+    if mode == "model" and name:
+        return f"draft_model.draft_model_name is {name!r} with draft_mode: model"
+    return None
 
 
 def config_era(texts: TabbyTexts) -> bool:

@@ -189,6 +189,20 @@ def test_a_configured_draft_model_is_refused_in_both_eras(model_py, sample):
         change.raise_for_mode()
 
 
+def test_config_era_refuses_mtp_drafting_too():
+    config = CONFIG_CONFIG_SAMPLE.replace("  draft_mode: model\n", "  draft_mode: mtp\n")
+    change = plan_ngram(TabbyTexts(CONFIG_MODEL_PY, CONFIG_CONFIG_SAMPLE, config), 3)
+    assert change.mode == "refused" and "'mtp'" in change.message
+
+
+def test_config_era_ignores_a_draft_model_name_once_draft_mode_is_ngram():
+    # tabbyAPI >= 004e837 loads draft_model_name only in draft_mode: model, so this is already n-gram drafting.
+    config = (CONFIG_CONFIG_SAMPLE.replace("  draft_model_name:\n", "  draft_model_name: tiny-draft\n")
+              .replace("  draft_mode: model\n", "  draft_mode: ngram\n")
+              .replace("ngram_match_min: 2", "ngram_match_min: 3"))
+    assert plan_ngram(TabbyTexts(CONFIG_MODEL_PY, CONFIG_CONFIG_SAMPLE, config), 3).mode == "already"
+
+
 def test_bad_match_min_is_bad_input():
     with pytest.raises(BadInput, match="--min 0"):
         plan_ngram(TabbyTexts(SEED_MODEL_PY, None, None), 0)
