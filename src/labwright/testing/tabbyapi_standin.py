@@ -192,6 +192,17 @@ class StandinRepo:
     def url(self) -> str:
         return self.path.resolve().as_uri()
 
+    @property
+    def http_root(self) -> Path:
+        """Serve this directory over plain HTTP (``python3 -m http.server``) and ``git clone http://.../`` works:
+        git's "dumb" protocol, so a container can fetch the stand-in without a git daemon."""
+        return self.path / ".git"
+
+    def bundle(self, dest: Path) -> Path:
+        """One file holding every ref (``git clone BUNDLE``), for a host that cannot reach this machine."""
+        _git(self.path, "bundle", "create", str(dest.resolve()), "--all")
+        return dest
+
     def checkout(self, ref: str, dest: Path) -> Path:
         """A fresh working tree of ``ref`` at ``dest`` (a clone, as a deploy makes one)."""
         _git(dest.parent, "clone", "--quiet", str(self.path), str(dest))
@@ -235,4 +246,5 @@ def build_standin_repo(path: Path) -> StandinRepo:
         _git(path, "add", "--all")
         _git(path, "commit", "--quiet", "-m", f"stand-in: tabbyAPI {ref} shape", date=date)
         _git(path, "tag", ref)
+    _git(path, "update-server-info")  # the index files git's dumb HTTP clone reads (see StandinRepo.http_root)
     return StandinRepo(path)

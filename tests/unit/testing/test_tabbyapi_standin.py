@@ -86,3 +86,26 @@ def test_main_reports_insufficient_vram_above_the_configured_cache_size(standin,
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_clone_over_dumb_http_and_from_a_bundle(standin, tmp_path):
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format, *args):
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(standin.http_root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        subprocess.run(["git", "clone", "--quiet", url, str(tmp_path / "http")], check=True, capture_output=True)
+    finally:
+        server.shutdown()
+    bundle = standin.bundle(tmp_path / "standin.bundle")
+    subprocess.run(["git", "clone", "--quiet", str(bundle), str(tmp_path / "bundle")], check=True, capture_output=True)
+    for clone in ("http", "bundle"):
+        assert git(tmp_path / clone, "tag").split() == [CONFIG_REF, SEED_REF]
+        assert git(tmp_path / clone, "rev-parse", SEED_REF) == git(standin.path, "rev-parse", SEED_REF)
