@@ -37,7 +37,7 @@ from pyinfra.facts.files import File, Sha256File
 from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from labwright.facts.llamacpp import OllamaPresent, PortListeners
+from labwright.facts.llamacpp import OllamaPresent, PortListeners, ReadableBy
 from labwright.testing.llama_build import cache_dir
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "llamacpp"
@@ -145,12 +145,16 @@ def local_binary() -> tuple[str, str]:
     if not src.is_file():
         raise fail("binary_src", f"{src} does not exist; build it with `python -m labwright.testing.llama_build` "
                    "or pass --data llamacpp_binary_src=PATH")
-    expected = data("binary_sha256")
+    given = host.data.get("llamacpp_binary_sha256")
+    # --data parses an all-digit digest as a number (dropping leading zeros): spell it back as 64 digits.
+    expected = f"{given:064d}" if isinstance(given, int) and not isinstance(given, bool) else str(given or "").lower()
+    if expected and not re.fullmatch(r"[0-9a-f]{64}", expected):
+        raise fail("binary_sha256", f"{given!r} is not a sha256 (64 hex digits)")
     sidecar = src.with_name(src.name + ".sha256")
     if not expected and sidecar.is_file():
         expected = sidecar.read_text().split()[0]
     actual = hashlib.sha256(src.read_bytes()).hexdigest()
-    if expected and actual != str(expected).lower():
+    if expected and actual != expected:
         raise fail("binary_sha256", f"{src} has sha256 {actual}, expected {expected}")
     return str(src), actual
 
@@ -204,6 +208,9 @@ binary_src, binary_sha256 = local_binary()
 
 if not host.get_fact(File, path=model):
     raise fail("model", f"{model} does not exist on {host.name}; copy the GGUF there first (nothing was changed)")
+if not host.get_fact(ReadableBy, path=model, user=user):
+    raise fail("model", f"{model} is not readable by the service user {user} on {host.name}; make the file and its "
+               "directories world-readable or group-readable by it (nothing was changed)")
 listeners = host.get_fact(PortListeners, port=flags["port"], service=service)
 if listeners["pids"] and not listeners["ours"]:
     holder = ", ".join(listeners["names"]) or "another process"

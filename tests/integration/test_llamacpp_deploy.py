@@ -179,6 +179,8 @@ def test_a_config_change_restarts_with_the_new_flag(lab, deployed):
     ("llamacpp_model=/srv/models/absent.gguf", "llamacpp_model", "does not exist"),
     ("llamacpp_port=9099", "llamacpp_port", "already in use"),
     ("llamacpp_ollama_override=true", "llamacpp_ollama_override", "no ollama unit or binary"),
+    ("llamacpp_binary_sha256=" + "0" * 64, "llamacpp_binary_sha256", "expected " + "0" * 64),
+    ("llamacpp_ubatch_size=4096", "llamacpp_ubatch_size", "out of range"),
 ])
 def test_bad_input_is_one_line_and_changes_nothing(lab, deployed, item, key, words):
     # Something else holds 9099 for the port case; the others must not be affected by it.
@@ -196,6 +198,30 @@ def test_bad_input_is_one_line_and_changes_nothing(lab, deployed, item, key, wor
     finally:
         sh(lab, deployed.name, "systemctl stop lw-squatter >/dev/null 2>&1; "
                                "systemctl reset-failed lw-squatter >/dev/null 2>&1; true")
+
+
+def test_a_model_the_service_user_cannot_read_is_refused(lab, deployed):
+    sh(lab, deployed.name, f"chmod 600 {MODEL}")
+    try:
+        pid_before = main_pid(lab, deployed.name)
+        run = deploy(deployed.name)
+        assert run.rc != 0 and "llamacpp_model: " in run.output and "not readable by the service user llama" in \
+            run.output, run.output[-3000:]
+        assert "Beginning operation run" not in run.output
+        assert main_pid(lab, deployed.name) == pid_before
+    finally:
+        sh(lab, deployed.name, f"chmod 644 {MODEL}")
+
+
+def test_a_server_that_does_not_come_up_fails_the_run_with_its_own_error(lab, deployed):
+    broken = deploy(deployed.name, 'llamacpp_extra_args=["--no-such-flag"]', "llamacpp_health_timeout=10")
+    assert broken.rc != 0
+    assert "not healthy after 10s" in broken.output, broken.output[-3000:]
+    # The journal tail names the engine's own complaint.
+    assert "invalid argument: --no-such-flag" in broken.output, broken.output[-3000:]
+    repaired = deploy(deployed.name)
+    assert repaired.rc == 0 and health_checked(repaired), repaired.output[-3000:]
+    assert_passes(verify(deployed.name))
 
 
 FAKE_OLLAMA = """[Unit]

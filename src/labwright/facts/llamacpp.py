@@ -83,3 +83,21 @@ class OllamaPresent(FactBase):
     def process(self, output: list[str]) -> dict[str, bool]:
         found = {line.strip() for line in output}
         return {"unit": "unit" in found, "binary": "binary" in found}
+
+
+class ReadableBy(FactBase):
+    """Whether ``user`` can read ``path`` (every directory on the way included).
+
+    When the user does not exist yet (a first deploy creates it), ``nobody`` stands in: a fresh system user has no
+    supplementary groups either, so what nobody cannot read, the new user cannot read.
+    """
+
+    def command(self, path: str, user: str) -> str:
+        quoted_user = shlex.quote(user)
+        return (
+            f"if id -u {quoted_user} >/dev/null 2>&1; then u={quoted_user}; else u=nobody; fi; "
+            f'if runuser -u "$u" -- test -r {shlex.quote(path)}; then echo yes; else echo no; fi'
+        )
+
+    def process(self, output: list[str]) -> bool:
+        return bool(output) and output[-1].strip() == "yes"

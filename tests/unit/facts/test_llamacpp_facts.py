@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labwright.facts.llamacpp import OllamaPresent, PortListeners
+from labwright.facts.llamacpp import OllamaPresent, PortListeners, ReadableBy
 
 SS_LINE = 'ss LISTEN 0 512 0.0.0.0:8001 0.0.0.0:* users:(("llama-server",pid=4242,fd=3))'
 
@@ -37,3 +37,11 @@ def test_ollama_presence():
     assert OllamaPresent().process(["unit", "binary"]) == {"unit": True, "binary": True}
     assert OllamaPresent().process(["binary"]) == {"unit": False, "binary": True}
     assert OllamaPresent.default() == {"unit": False, "binary": False}
+
+
+def test_readable_by_falls_back_to_nobody_and_reads_the_last_line():
+    command = ReadableBy().command(path="/srv/models/my model.gguf", user="llama")
+    assert "u=nobody" in command and "'/srv/models/my model.gguf'" in command
+    assert ReadableBy().process(["yes"]) is True
+    assert ReadableBy().process(["no"]) is False
+    assert ReadableBy().process([]) is False
