@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from labwright.errors import OperationFailed
 from labwright.tabbyapi.ngram import DEFAULT_MATCH_MIN, check_match_min, plan_ngram, read_tree
 
 NAME = "tabbyapi"
@@ -31,7 +32,12 @@ def ngram(
     """
     change = plan_ngram(read_tree(source, config), check_match_min(match_min))
     if change.new_text is not None and not dry:
-        Path(change.file).write_text(change.new_text, encoding="utf-8")
+        try:
+            # newline="" writes the planner's line endings as they are (a CRLF file stays CRLF).
+            Path(change.file).write_text(change.new_text, encoding="utf-8", newline="")
+        except OSError as exc:
+            raise OperationFailed(f"{change.file}: cannot write ({exc.strerror}); run as the file's owner or root, "
+                                  "or use --dry to see the change") from exc
     if as_json:
         typer.echo(json.dumps(change.as_json()))
     elif change.ok:

@@ -258,7 +258,8 @@ def read_tree(source_dir: Path, config: Path | None = None) -> TabbyTexts:
 
     def text(path: Path) -> str | None:
         try:
-            return path.read_text(encoding="utf-8") if path.is_file() else None
+            # Bytes, not read_text: universal newlines would turn a CRLF file into LF on write-back.
+            return path.read_bytes().decode("utf-8") if path.is_file() else None
         except (OSError, UnicodeDecodeError) as exc:
             raise BadInput(f"{path}: cannot be read as UTF-8 text ({exc.__class__.__name__}); fix its permissions "
                            "or encoding") from exc

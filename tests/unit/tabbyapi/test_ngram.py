@@ -173,6 +173,28 @@ def test_config_edit_keeps_a_trailing_comment_on_a_replaced_value():
     assert after == "draft_model:\n  draft_mode: ngram  # why\n"
 
 
+def test_config_edit_keeps_crlf_line_endings():
+    after = config_edit.set_draft_keys("a: 1\r\ndraft_model:\r\n  draft_model_dir: m\r\n", {"draft_mode": "ngram"})
+    assert after == "a: 1\r\ndraft_model:\r\n  draft_model_dir: m\r\n  draft_mode: ngram\r\n"
+
+
+def test_cli_keeps_crlf_when_writing(cli_env, standin, tmp_path):
+    tree = standin.checkout(standin.seed_ref, tmp_path / "t")
+    model = tree / MODEL_PY
+    model.write_bytes(model.read_bytes().replace(b"\n", b"\r\n"))
+    assert run(cli_env, "--source", str(tree)).returncode == 0
+    patched = model.read_bytes()
+    assert b"ngram_match_min=3,\r\n" in patched and patched.count(b"\n") == patched.count(b"\r\n")
+
+
+def test_cli_unwritable_file_is_one_line_exit_1(cli_env, standin, tmp_path):
+    tree = standin.checkout(standin.config_ref, tmp_path / "t")
+    (tree / "config.yml").mkdir()
+    proc = run(cli_env, "--source", str(tree))
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"labwright: error: {tree / 'config.yml'}: cannot write")
+
+
 def test_config_edit_refuses_flow_style_instead_of_corrupting_it():
     with pytest.raises(config_edit.ConfigShapeError, match="flow style"):
         config_edit.set_draft_keys("draft_model: {draft_mode: model}\n", {"draft_mode": "ngram"})
