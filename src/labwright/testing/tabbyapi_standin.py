@@ -10,7 +10,8 @@ theroyallab/tabbyAPI. It keeps exactly what labwright looks at, written here fro
 - ``main.py``: a stdlib HTTP server answering ``GET /health`` and ``GET /v1/models`` that prints
   "Application startup complete" like the real one. Its config.yml may carry a ``standin:`` section
   (``max_cache_size: N``): a ``model.cache_size`` above N logs "Insufficient VRAM in split for model and cache"
-  and exits 1, which is how tabbyAPI reports an out-of-memory cache, for the probe work.
+  and exits 1, which is how tabbyAPI reports an out-of-memory cache, for the probe work. Like tabbyAPI it logs
+  "Using n-gram drafting with minimum match length N" when n-gram drafting is on (patched call or config).
 
 ``main.py`` needs python3 only (no PyYAML), so a bare lab container can run it.
 """
@@ -105,6 +106,7 @@ CONFIG_CONFIG_SAMPLE = _SAMPLE_TOP + _SAMPLE_DRAFT_MODE + _SAMPLE_DRAFT + _SAMPL
 MAIN_PY = '''"""tabbyAPI STAND-IN (labwright test double): serves /health and /v1/models, logs like tabbyAPI."""
 
 import json
+import re
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -123,6 +125,16 @@ def read_config(path):
         elif section is not None:
             section[key] = value.strip().strip("\\"'")
     return config
+
+
+def ngram_match_min(config):
+    """What exllamav3 would be given: config-era reads draft_model, seed-era whatever the call hard-codes."""
+    source = (Path(__file__).parent / "backends" / "exllamav3" / "model.py").read_text()
+    if "ngram_match_min=self.ngram_match_min" in source:
+        draft = config.get("draft_model") or {}
+        return int(draft.get("ngram_match_min") or 2) if draft.get("draft_mode") == "ngram" else 0
+    found = re.search(r"ngram_match_min=(\\d+)", source)
+    return int(found.group(1)) if found else 0
 
 
 def log(message):
@@ -158,6 +170,8 @@ def main(argv):
     server = ThreadingHTTPServer((network.get("host") or "127.0.0.1", int(network.get("port") or 5000)), Handler)
     host, port = server.server_address[:2]
     log(f"Loaded model {name} with cache_size {cache_size}")
+    if ngram_match_min(config):
+        log(f"Using n-gram drafting with minimum match length {ngram_match_min(config)}")
     log(f"Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
     log(STARTUP_LINE)
     try:

@@ -109,3 +109,36 @@ def test_clone_over_dumb_http_and_from_a_bundle(standin, tmp_path):
     for clone in ("http", "bundle"):
         assert git(tmp_path / clone, "tag").split() == [CONFIG_REF, SEED_REF]
         assert git(tmp_path / clone, "rev-parse", SEED_REF) == git(standin.path, "rev-parse", SEED_REF)
+
+
+def startup_log(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if STARTUP_LINE in line:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return "".join(lines)
+
+
+NGRAM_LINE = "Using n-gram drafting with minimum match length"
+
+
+def test_main_logs_ngram_drafting_as_patched_or_configured(standin, tmp_path):
+    from labwright.tabbyapi.ngram import plan_ngram, read_tree
+
+    seed = standin.checkout(SEED_REF, tmp_path / "seed")
+    assert NGRAM_LINE not in startup_log(start(seed, "network:\n  port: 0\n"))
+    (seed / "config.yml").unlink()
+    change = plan_ngram(read_tree(seed), 3)
+    Path(change.file).write_text(change.new_text or "")
+    assert f"{NGRAM_LINE} 3\n" in startup_log(start(seed, "network:\n  port: 0\n"))
+
+    config = standin.checkout(CONFIG_REF, tmp_path / "config")
+    assert NGRAM_LINE not in startup_log(start(config, "network:\n  port: 0\n"))
+    assert f"{NGRAM_LINE} 4\n" in startup_log(
+        start(config, "network:\n  port: 0\ndraft_model:\n  draft_mode: ngram\n  ngram_match_min: 4\n"))
