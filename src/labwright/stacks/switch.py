@@ -169,11 +169,7 @@ def _swap_and_check(plan: SwitchPlan, options: Options, layout: Layout, state: S
         log(f"adopt {plan.venv} (a plain venv) as the first managed environment")
         previous = layout.adopt()
     new = Entry(id=plan.env_id, path=str(env_dir / "venv"), stack=plan.stack)
-    log(f"swap {plan.venv} -> {new.path}")
-    layout.point_to(new.path)
-    state.became_current(new, previous)
-    layout.write_state(state)
-    healthy, seen = _restart_and_wait(options, log)
+    healthy, seen = _make_current(layout, state, new, previous, options, log)
     if not healthy:
         message = _roll_back_after_failure(plan, options, layout, state, new, previous, seen, log)
         raise OperationFailed(message)
@@ -194,6 +190,17 @@ def _current_entry(layout: Layout, state: State, found: VenvPath) -> Entry | Non
     manifest = layout.manifest(found.target) or {}
     return Entry(id=str(manifest.get("id", Path(found.target).name)), path=found.target,
                  stack=str(manifest.get("stack", "unknown")), managed=found.kind == "managed")
+
+
+def _make_current(layout: Layout, state: State, entry: Entry, previous: Entry | None, options: Options,
+                  log: Log) -> tuple[bool, str]:
+    """Swap to ``entry``, record it (before the restart: a crash now leaves a state that matches the link),
+    restart, and say whether the service is healthy."""
+    log(f"swap {layout.venv} -> {entry.path}")
+    layout.point_to(entry.path)
+    state.became_current(entry, previous)
+    layout.write_state(state)
+    return _restart_and_wait(options, log)
 
 
 def _restart_and_wait(options: Options, log: Log) -> tuple[bool, str]:
@@ -245,11 +252,7 @@ def rollback(root: str, venv: str, options: Options, log: Log = print) -> Outcom
             raise BadInput(f"--venv {venv}: no previous environment to roll back to (switched once, or it was "
                            "garbage-collected: keep more with --keep)")
         current = _current_entry(layout, state, found)
-        log(f"swap {venv} -> {previous.path}")
-        layout.point_to(previous.path)
-        state.became_current(previous, current)
-        layout.write_state(state)
-        healthy, seen = _restart_and_wait(options, log)
+        healthy, seen = _make_current(layout, state, previous, current, options, log)
         if not healthy:
             raise OperationFailed(f"rolled back {venv} to stack {previous.stack} ({previous.id}), but it fails its "
                                   f"health check ({options.health.describe()}: {seen}); `stack rollback` again "

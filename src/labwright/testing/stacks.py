@@ -109,24 +109,33 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def pad_wheel(wheel: Path, megabytes: int, seed: int = 0) -> None:
-    """Rewrite ``wheel`` with ``megabytes`` of incompressible data in torch/lib, so installing it costs what
-    installing a real torch does (torch 2.9.0+cu128 cp312 is ~900 MB); the .bin files are no ELF, so the
-    verifier ignores them."""
+def pad_wheel(wheel: Path, megabytes: int, files: int = 12_000, seed: int = 0) -> None:
+    """Rewrite ``wheel`` with ``megabytes`` of incompressible data in ``files`` files, so installing it costs what
+    installing a real torch does: torch 2.9.0+cu128's cp312 wheel is ~900 MB, and torch 2.13.0's CPU wheel holds
+    12,248 files, most bytes in a few libraries and thousands of small headers. So here: 90% in 8 big files under
+    torch/lib, the rest spread over the others under torch/include. None is ELF: the verifier ignores them."""
     with zipfile.ZipFile(wheel) as archive:
-        files: dict[str, bytes | Path] = {n: archive.read(n) for n in archive.namelist() if ".dist-info/" not in n}
+        content: dict[str, bytes | Path] = {n: archive.read(n) for n in archive.namelist() if ".dist-info/" not in n}
     rng = random.Random(seed)
-    chunk = 64
-    for index in range(0, megabytes, chunk):
-        files[f"torch/lib/_standin_pad_{index // chunk:03d}.bin"] = rng.randbytes(min(chunk, megabytes - index) << 20)
+    total = megabytes << 20
+    big = min(8, files)
+    big_bytes = total * 9 // 10 if files > big else total
+    for index in range(big):
+        content[f"torch/lib/_standin_pad_{index}.bin"] = rng.randbytes(big_bytes // big)
+    small = files - big
+    for index in range(small):
+        content[f"torch/include/_standin_pad/{index // 500:03d}/{index:05d}.h"] = \
+            rng.randbytes((total - big_bytes) // small)
     name, version = wheel.name.split("-")[:2]
     wheel.unlink()
-    write_wheel(wheel.parent, name, version, files)
+    write_wheel(wheel.parent, name, version, content)
 
 
-def build_standin_stacks(workdir: Path, base_url: str | None = None, torch_pad_mb: int = 0) -> StandinStacks:
+def build_standin_stacks(workdir: Path, base_url: str | None = None, torch_pad_mb: int = 0,
+                         pad_versions: tuple[str, ...] = ("2.9.0", "2.10.0", "2.11.0")) -> StandinStacks:
     """Wheelhouse + matrix in ``workdir`` (see the module docstring). ``base_url``: where the matrix says the
-    files are (an http server over the wheelhouse); default a file:// URL of the wheelhouse itself."""
+    files are (an http server over the wheelhouse); default a file:// URL of the wheelhouse itself.
+    ``torch_pad_mb``: make the torch wheels of ``pad_versions`` that big (see pad_wheel)."""
     wheelhouse = workdir / "wheelhouse"
     build = workdir / "build"
     if wheelhouse.exists():
@@ -140,8 +149,8 @@ def build_standin_stacks(workdir: Path, base_url: str | None = None, torch_pad_m
     build_standin_extension(wheelhouse, build, torches["2.9.0"], version="1.0.2+torch2.9")
     missing = build_standin_extension(wheelhouse, build, torches["2.9.0"], version="1.0.3+torch2.9")
     if torch_pad_mb:
-        for standin in torches.values():
-            pad_wheel(standin.wheel, torch_pad_mb)
+        for version in pad_versions:
+            pad_wheel(torches[version].wheel, torch_pad_mb)
     sha = {p.name: sha256_file(p) for p in wheelhouse.glob("*.whl")}
     missing.unlink()  # its row stays in the matrix: a URL that 404s
     stacks = StandinStacks(wheelhouse=wheelhouse, matrix_dir=workdir / "wheels_matrix", sha256=sha)

@@ -1,0 +1,228 @@
+"""Service downtime of `stack switch` vs the seed's in-place downgrade, on the same lab container.
+
+Two copies of the stand-in engine service (labwright.testing.stack_service) run in one fresh lab container, each
+from its own venv with stand-in stack 2.9, each polled from the host every 10 ms on its /health (200 only while
+the stand-in torch extension imports). Each round moves both between stand-in stacks 2.10 and 2.9:
+
+- labwright: ``pyinfra @lxd/NAME deploys/stack.py --data stack=...`` (build beside + ABI verify while the
+  service runs, then swap + restart + health check);
+- the seed's way: ``systemctl stop``; ``uv pip install`` the other torch into the live venv; ``uv pip install``
+  the extension; ``systemctl start`` (the seed's "Downgrade to Stack A" appendix). "cold" installs by URL
+  without uv's cache, as the seed's first downgrade did (its wheels had never been fetched); "warm" installs
+  from a local wheelhouse with uv's cache primed, the best case for in place.
+
+The stand-in torch wheels are padded to ``--torch-mb`` of incompressible data in 12,000 files (default 900:
+torch 2.9.0+cu128's cp312 wheel is ~900 MB; torch 2.13's CPU wheel holds 12,248 files), so installing one costs
+what installing torch does; ``--torch-mb 0`` shows the floor.
+The unavailable window is from the last good answer before an outage to the first good one after it (an upper
+bound, within one poll interval).
+
+    .venv/bin/python benchmarks/stack_switch.py [--rounds 4] [--torch-mb 900] [--keep-container]
+
+Target (issue 3): switch downtime at least 20x shorter than the seed's in-place downgrade.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+from labwright.testing.lab_fixture import ensure_test_lab
+from labwright.testing.stack_service import WHEELHOUSE, StandinService
+from labwright.testing.stacks import StandinStacks, build_standin_stacks
+from labwright.testing.wheels import test_env_root
+
+BIN = Path(sys.executable).parent
+UV = "/root/.local/bin/uv"  # where the seed's uv lived
+SERVED = "http://127.0.0.1:8901"
+WHEELS = {"standin-2.9": ("torch-2.9.0-", "standin_attn-1.0.0+torch2.9-"),
+          "standin-2.10": ("torch-2.10.0-", "standin_attn-1.0.0+torch2.10-")}
+TORCH = {"standin-2.9": "2.9.0", "standin-2.10": "2.10.0"}
+
+
+class Poller:
+    """GET a health URL every ``interval`` seconds in a thread; keep (time, healthy) samples."""
+
+    def __init__(self, url: str, interval: float = 0.01):
+        self.url, self.interval = url, interval
+        self.samples: list[tuple[float, bool]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.perf_counter()
+            try:
+                with urllib.request.urlopen(self.url, timeout=0.5) as response:
+                    ok = response.status == 200
+            except (urllib.error.URLError, OSError):
+                ok = False
+            self.samples.append((started, ok))
+            self._stop.wait(max(0.0, self.interval - (time.perf_counter() - started)))
+
+    def __enter__(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def longest_outage(self) -> float:
+        worst, last_ok, down = 0.0, None, False
+        for at, ok in self.samples:
+            if ok:
+                if down and last_ok is not None:
+                    worst = max(worst, at - last_ok)
+                last_ok, down = at, False
+            else:
+                down = True
+        if down:
+            raise RuntimeError(f"{self.url} never came back")
+        return worst
+
+    def wait_healthy(self, timeout: float = 120) -> None:
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            if self.samples and self.samples[-1][1]:
+                return
+            time.sleep(self.interval)
+        raise RuntimeError(f"{self.url} not healthy after {timeout} s")
+
+
+def stacks_for(torch_mb: int) -> StandinStacks:
+    """The stand-in wheelhouse and matrix, built once per size (a padded one takes a minute to write)."""
+    work = test_env_root().parent / "bench" / f"stack-switch-{torch_mb}mb-12k"
+    ready = work / ".ready"
+    if not ready.exists():
+        print(f"… building stand-in stacks with {torch_mb} MB torch wheels in {work} (once)", file=sys.stderr)
+        shutil.rmtree(work, ignore_errors=True)
+        build_standin_stacks(work, torch_pad_mb=torch_mb, pad_versions=("2.9.0", "2.10.0"))
+        ready.touch()
+    return StandinStacks(wheelhouse=work / "wheelhouse", matrix_dir=work / "wheels_matrix")
+
+
+def uv_binary() -> Path:
+    """uv for the container: on PATH here, else the uv wheel from PyPI through pip (cached)."""
+    found = shutil.which("uv")
+    if found:
+        return Path(found)
+    cache = test_env_root().parent / "bench" / "uv"
+    binary = cache / "uv"
+    if not binary.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(BIN / "python"), "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache), "uv"],
+                       check=True)
+        wheel = next(cache.glob("uv-*.whl"))
+        with zipfile.ZipFile(wheel) as archive:
+            member = next(n for n in archive.namelist() if n.endswith(".data/scripts/uv"))
+            binary.write_bytes(archive.read(member))
+        binary.chmod(0o755)
+    return binary
+
+
+def in_place(service: StandinService, stack: str, cold: bool) -> None:
+    torch, extension = (next(service.stacks.wheelhouse.glob(f"{prefix}*.whl")).name for prefix in WHEELS[stack])
+    python = f"{service.venv}/bin/python"
+    if cold:
+        # --no-index: the URLs are the only source (the container has no index); --no-cache: never fetched before.
+        quote = urllib.request.quote
+        installs = [f"{UV} pip install -q --python {python} --no-cache --no-index {SERVED}/{quote(name)}"
+                    for name in (torch, extension)]
+    else:
+        installs = [f"{UV} pip install -q --python {python} --no-index --find-links {WHEELHOUSE} "
+                    f"{WHEELHOUSE}/{name}" for name in (torch, extension)]
+    service.sh(" && ".join([f"systemctl stop {service.unit}", *installs, f"systemctl start {service.unit}"]))
+
+
+def measure(service: StandinService, action, stack: str) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    with Poller(service.health_url) as poller:
+        time.sleep(0.2)
+        started = time.perf_counter()
+        action()
+        took = time.perf_counter() - started
+        poller.wait_healthy()
+        time.sleep(0.1)
+    status, body = service.health()
+    if status != 200 or body.get("torch") != TORCH[stack]:
+        raise RuntimeError(f"{service.unit} after the switch to {stack}: HTTP {status} {body}")
+    return poller.longest_outage(), took
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=4, help="switches per method (alternating 2.10 / 2.9)")
+    parser.add_argument("--torch-mb", type=int, default=900, help="stand-in torch wheel size (0: tiny)")
+    parser.add_argument("--keep-container", action="store_true")
+    args = parser.parse_args()
+
+    stacks = stacks_for(args.torch_mb)
+    lab = ensure_test_lab()
+    name = lab.fresh("lwbench")
+    try:
+        ours = StandinService(lab.client, name, stacks)
+        seed = StandinService(lab.client, name, stacks, venv="/opt/inplace/.venv", unit="inplace", port=8766)
+        print(f"… container {name}: pushing wheels, uv, two services", file=sys.stderr)
+        ours.push_wheelhouse(only=tuple(p for prefixes in WHEELS.values() for p in prefixes))
+        ours.push(uv_binary(), UV, mode=0o755)
+        ours.install("standin-2.9")
+        seed.install("standin-2.9", server="/opt/inplace/server.py")
+        ours.sh(f"cd {WHEELHOUSE} && (setsid python3 -m http.server 8901 --bind 127.0.0.1 >/dev/null 2>&1 &)")
+        # Prime uv's cache for the warm in-place rounds, in a scratch venv (not measured).
+        ours.sh("python3 -m venv --without-pip /tmp/prime && " + " && ".join(
+            f"{UV} pip install -q --python /tmp/prime/bin/python --no-index {WHEELHOUSE}/"
+            f"{next(stacks.wheelhouse.glob(p + '*.whl')).name}" for prefixes in WHEELS.values() for p in prefixes))
+
+        targets = [("standin-2.10", "standin-2.9")[i % 2] for i in range(args.rounds)]
+        results: dict[str, list[tuple[float, float]]] = {"switch": [], "cold": [], "warm": []}
+        for stack in targets:
+            print(f"… labwright stack switch -> {stack}", file=sys.stderr)
+
+            def switch(target: str = stack) -> None:
+                run = ours.deploy(stack=target)
+                if run.rc != 0:
+                    raise RuntimeError(run.output[-3000:])
+
+            results["switch"].append(measure(ours, switch, stack))
+        for mode in ("cold", "warm"):
+            for stack in targets:
+                print(f"… seed in-place ({mode}) -> {stack}", file=sys.stderr)
+                results[mode].append(measure(seed, lambda s=stack, m=mode: in_place(seed, s, m == "cold"), stack))
+    finally:
+        if not args.keep_container:
+            lab.remove(name)
+
+    def stats(rows: list[tuple[float, float]]) -> tuple[float, float, float, float]:
+        downs = [r[0] for r in rows]
+        return statistics.median(downs), min(downs), max(downs), statistics.median(r[1] for r in rows)
+
+    switch = stats(results["switch"])
+    print(f"\nService downtime, stand-in engine in lab container {name} ({args.rounds} switches each, "
+          f"torch wheel {args.torch_mb} MB, /health polled every 10 ms from the host)\n")
+    print(f"{'method':<58} {'downtime median':>16} {'min':>8} {'max':>8} {'command':>9}")
+    rows = [("labwright stack switch (build+verify beside, swap, restart)", switch),
+            ("seed in-place, cold: stop; uv pip install URLs; start", stats(results["cold"])),
+            ("seed in-place, warm uv cache: stop; uv pip install; start", stats(results["warm"]))]
+    for label, (median, low, high, command) in rows:
+        print(f"{label:<58} {median:>14.3f} s {low:>6.3f} s {high:>6.3f} s {command:>7.1f} s")
+    print()
+    for label, (median, *_rest) in rows[1:]:
+        ratio = median / switch[0]
+        verdict = "meets" if ratio >= 20 else "below"
+        print(f"ratio {label.split(':')[0]} / switch: {ratio:.1f}x ({verdict} the 20x target)")
+    print("\n'command' is the whole command's wall time (for the switch: pyinfra start-up, bundle, build and verify "
+          "while the service keeps answering).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
