@@ -64,7 +64,7 @@ def base_python(plan: SwitchPlan, current_venv: str | None, explicit: str | None
         found = python_version(path)
         if found == wanted:
             return path
-        seen.append(f"{candidate} is {found}")
+        seen.append(f"{candidate} is {found}" if found else f"{candidate} does not run")
     raise BadInput(f"stack {plan.stack} needs Python {wanted} (its wheels are tagged cp{wanted.replace('.', '')}); "
                    f"no python{wanted} here ({'; '.join(seen) or 'no python3 at all'}): install it or pass "
                    "--base-python")

@@ -54,11 +54,15 @@ def check_health(health: HealthCheck) -> HealthCheck:
     return health
 
 
-def restart(unit: str) -> None:
+def require_systemctl(unit: str) -> str:
     systemctl = shutil.which("systemctl")
     if systemctl is None:
-        raise OperationFailed(f"cannot restart {unit}: no systemctl on this host; drop --service and restart it "
-                              "yourself")
+        raise BadInput(f"--service {unit}: no systemctl on this host; drop --service and restart it yourself")
+    return systemctl
+
+
+def restart(unit: str) -> None:
+    systemctl = require_systemctl(unit)
     proc = subprocess.run([systemctl, "restart", unit], capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]

@@ -71,6 +71,8 @@ def inspect_for_switch(layout: Layout, create: bool) -> VenvPath:
 def switch(plan: SwitchPlan, options: Options, log: Log = print) -> Outcome:
     check_options(options)
     layout = Layout(plan.root, plan.venv)
+    if options.service:
+        service.require_systemctl(options.service)  # before any work: a restart is what the swap relies on
     with layout.locked():
         found = inspect_for_switch(layout, options.create)
         state = layout.read_state()
@@ -206,7 +208,10 @@ def _make_current(layout: Layout, state: State, entry: Entry, previous: Entry | 
 def _restart_and_wait(options: Options, log: Log) -> tuple[bool, str]:
     if options.service:
         log(f"restart {options.service}")
-        service.restart(options.service)
+        try:
+            service.restart(options.service)
+        except OperationFailed as exc:
+            return False, str(exc)  # a unit that will not restart on this stack is as unhealthy as it gets
     if not options.health.configured:
         return True, "no health check"
     healthy, seen, waited = service.wait_healthy(options.health)
