@@ -25,7 +25,6 @@ from labwright.testing.llama_build import build_llama_server
 from labwright.testing.pyinfra_output import Totals, pyinfra_totals
 from labwright.testing.tiny_gguf import write_tiny_gguf
 
-pytest.importorskip("gguf", reason="the tiny model needs the gguf package (a dev dependency)")
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

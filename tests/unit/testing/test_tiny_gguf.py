@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
+import gguf
 
 from labwright.testing.tiny_gguf import CONTROL_TOKENS, TinyModel, gpt2_byte_chars, vocabulary, write_tiny_gguf
-
-gguf = pytest.importorskip("gguf")
 
 
 def test_byte_table_is_a_bijection():
