@@ -53,11 +53,11 @@ ANSWER_MARGIN = 30.0
 DIAGNOSTICS_KEPT = 16 * 1024
 
 # The agent. Runs in the container under whatever python3 it has: standard library only, and nothing
-# newer than Python 3.7 (no walrus, no f-string "=", no 3.8+ APIs); tests/unit/lxd/test_session_agent.py
+# newer than Python 3.7 (no walrus, no f-string "=", no 3.8+ APIs); tests/unit/lxd/test_agent.py
 # runs it under every interpreter it finds. It must never write to its stdout except the protocol,
 # so fd 1 is moved aside first and stray prints go to stderr.
 AGENT_SOURCE = r'''
-import base64, json, os, selectors, signal, struct, subprocess, sys, time
+import base64, json, os, selectors, shlex, signal, struct, subprocess, sys, time
 
 GRACE = 0.5
 KILL_AFTER = @KILL_AFTER@
@@ -96,7 +96,11 @@ def send(fd, doc, raw=None):
         for key, value in raw:
             pieces += [b',"' + key + b'":"', value, b'"']
         pieces.append(b"}")
-    pieces.insert(0, struct.pack(">I", sum(len(piece) for piece in pieces)))
+    size = sum(len(piece) for piece in pieces)
+    pieces.insert(0, struct.pack(">I", size))
+    if size < CHUNK:
+        # One write, so the daemon relays the answer as one frame (one wake-up at the other end).
+        pieces = [b"".join(pieces)]
     for piece in pieces:
         view = memoryview(piece)
         while view:
@@ -110,13 +114,28 @@ def signal_group(proc, sig):
         pass
 
 
+def argv_for(command):
+    # pyinfra sends its commands as `sh -c <shlex-quoted script>` (sudo/su/env prefixes aside). For
+    # exactly that form the outer `sh -c` would only exec `sh -c script` in its place (same pid, argv
+    # and environment), so run that directly and save one shell start (~0.6 ms, a third of a command).
+    # The round trip through shlex.quote proves the rest of the line is one word meaning `script`.
+    if command.startswith("sh -c "):
+        quoted = command[6:]
+        script = quoted
+        if len(quoted) >= 2 and quoted[0] == quoted[-1] == "'":
+            script = quoted[1:-1].replace("'\"'\"'", "'")
+        if shlex.quote(script) == quoted:
+            command = script
+    return [b"sh", b"-c", command.encode("utf-8", "surrogateescape")]
+
+
 def run(req, state):
-    command = req["command"].encode("utf-8", "surrogateescape")
+    argv = argv_for(req["command"])
     data = req.get("stdin")
     data = None if data is None else base64.b64decode(data)
     timeout = req.get("timeout")
     proc = subprocess.Popen(
-        [b"sh", b"-c", command],
+        argv,
         stdin=subprocess.DEVNULL if data is None else subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )

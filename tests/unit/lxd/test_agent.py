@@ -11,6 +11,7 @@ import base64
 import glob
 import json
 import os
+import shlex
 import shutil
 import signal
 import struct
@@ -189,5 +190,23 @@ def test_environment_is_passed_through_unchanged():
     env.pop("_", None)
     assert env == {"PATH": os.environ["PATH"], "KEEP": "me"}
     assert agent.run("printf %s 'ü'")["stdout"] == "ü".encode()
+    agent.proc.kill()
+    agent.proc.wait()
+
+
+NASTY = ["true", "", "echo 'q' \"d\" $HOME `echo x` \\ ; | & * end", "printf '%s\\n' \"$0\" \"$#\"",
+         "a=1; echo $a", "exit 3", "echo ü ✓ >&2", "'\"'\"'", "echo a\nb", "~", "echo *"]
+
+
+@pytest.mark.parametrize("script", NASTY)
+def test_pyinfra_wrapped_commands_run_as_through_both_shells(script):
+    """`sh -c <quoted>` skips the outer shell (which would only exec the inner one): same results."""
+    agent = Agent(OLDEST)
+    for command in ("sh -c " + shlex.quote(script), f"sh -c {shlex.quote(script)} && echo more",
+                    f"env X=1 sh -c {shlex.quote(script)}"):
+        want = subprocess.run(["sh", "-c", command], capture_output=True, cwd=os.getcwd(),
+                              env={"PATH": os.environ["PATH"], "LANG": "C.UTF-8"})
+        got = agent.run(command)
+        assert (got["exit_code"], got["stdout"], got["stderr"]) == (want.returncode, want.stdout, want.stderr)
     agent.proc.kill()
     agent.proc.wait()
