@@ -34,6 +34,7 @@ import logging
 import selectors
 import signal
 import struct
+import threading
 import time
 from typing import Any
 
@@ -297,6 +298,9 @@ class AgentSession:
         self._diagnostics = bytearray()
         self._next_id = 1
         self._alive = False
+        # One request at a time on the stream. pyinfra runs a host's commands in turn, so this only guards
+        # API users who share a host between threads (under gevent the patched lock is cooperative).
+        self._lock = threading.Lock()
 
     @property
     def alive(self) -> bool:
@@ -400,6 +404,10 @@ class AgentSession:
         """Run ``sh -c command`` in the instance. A timeout comes back as ``timed_out`` (exit 124/137).
 
         Raises AgentNotRun when the command certainly did not run, AgentLost when it may have."""
+        with self._lock:
+            return self._run(command, stdin, timeout)
+
+    def _run(self, command: str, stdin: bytes | None, timeout: float | None) -> ExecResult:
         if not self._alive:
             raise AgentNotRun(f"{self.instance}: exec agent is not running", session_lost=True)
         try:
