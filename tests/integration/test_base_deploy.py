@@ -6,10 +6,8 @@ The verify suite (tests/verify/test_base.py) runs as users run it, in a subproce
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,52 +16,31 @@ import pytest
 
 from labwright.lab.lab import instance_address
 from labwright.testing.lab_fixture import Lab
-from labwright.testing.pyinfra_output import Totals, pyinfra_totals
+from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 DROPIN = "/etc/ssh/sshd_config.d/50-labwright.conf"
 # The issue's target for a run that has nothing to do; override on a slow or busy machine.
-
-
-@dataclass
-class Deploy:
-    rc: int
-    output: str
-    seconds: float
-
-    @property
-    def totals(self) -> Totals:
-        return pyinfra_totals(self.output)
-
-
-def env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "COLUMNS": "200"}
 
 
 def public_key_file(lab: Lab) -> str:
     return str(Path(lab.private_key_path).with_suffix(".pub"))
 
 
-def deploy(lab: Lab, name: str, *data: str) -> Deploy:
+def deploy(lab: Lab, name: str, *data: str) -> DeployRun:
     """``pyinfra -y @lxd/NAME deploys/base.py`` with the lab key and extra ``--data key=value``."""
-    cmd = [str(BIN / "pyinfra"), "-y", f"@lxd/{name}", "deploys/base.py",
-           "--data", f"admin_ssh_public_key_file={public_key_file(lab)}"]
-    for item in data:
-        cmd += ["--data", item]
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
-    return Deploy(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
+    return run_pyinfra(f"@lxd/{name}", "deploys/base.py", f"admin_ssh_public_key_file={public_key_file(lab)}",
+                       *data, cwd=REPO)
 
 
 def verify(lab: Lab, name: str, *options: str) -> subprocess.CompletedProcess[str]:
     """The shipped testinfra suite against the container, as a user would run it."""
     cmd = [sys.executable, "-m", "pytest", "tests/verify/test_base.py", f"--hosts=lxc://{name}", "-q",
            "-p", "no:cacheprovider", f"--base-admin-key-file={public_key_file(lab)}", *options]
-    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=300)
 
 
 def sh(lab: Lab, name: str, script: str) -> str:
@@ -85,7 +62,7 @@ class Deployed:
     name: str
     address: str
     before: subprocess.CompletedProcess[str]
-    first: Deploy
+    first: DeployRun
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ ASCII, so a completion is exactly max_tokens long. The shipped verify suite runs
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -22,48 +21,27 @@ import pytest
 from labwright.lab.lab import instance_address
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.llama_build import build_llama_server
-from labwright.testing.pyinfra_output import Totals, pyinfra_totals
+from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
 from labwright.testing.tiny_gguf import write_tiny_gguf
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 MODEL = "/srv/models/tiny.gguf"
 PORT = 8001  # the seed's port, from templates/llamacpp/defaults.toml
 UNIT = "/etc/systemd/system/llama-server.service"
 DROPIN = "/etc/systemd/system/ollama.service.d/50-labwright.conf"
 
 
-@dataclass
-class Deploy:
-    rc: int
-    output: str
-    seconds: float
-
-    @property
-    def totals(self) -> Totals:
-        return pyinfra_totals(self.output)
-
-
-def env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "COLUMNS": "200"}
-
-
-def deploy(name: str, *data: str) -> Deploy:
-    cmd = [str(BIN / "pyinfra"), "-y", f"@lxd/{name}", "deploys/llamacpp.py", "--data", f"llamacpp_model={MODEL}"]
-    for item in data:
-        cmd += ["--data", item]
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=900)
-    return Deploy(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
+def deploy(name: str, *data: str) -> DeployRun:
+    return run_pyinfra(f"@lxd/{name}", "deploys/llamacpp.py", f"llamacpp_model={MODEL}", *data, cwd=REPO, timeout=900)
 
 
 def verify(name: str, *options: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "pytest", "tests/verify/test_llamacpp.py", f"--hosts=lxc://{name}", "-q",
            "-p", "no:cacheprovider", f"--llamacpp-model={MODEL}", *options]
-    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=300)
 
 
 def assert_passes(result: subprocess.CompletedProcess[str]) -> None:
@@ -80,7 +58,7 @@ def main_pid(lab: Lab, name: str) -> str:
     return sh(lab, name, "systemctl show -p MainPID --value llama-server.service").strip()
 
 
-def health_checked(run: Deploy) -> bool:
+def health_checked(run: DeployRun) -> bool:
     """The health operation ran and succeeded (its results row: Hosts 1, Success 1); it fails the run otherwise."""
     return re.search(r"health: /health then /v1/models\s+1\s+1\s", run.output) is not None
 
@@ -99,7 +77,7 @@ class Deployed:
     name: str
     address: str
     before: subprocess.CompletedProcess[str]
-    first: Deploy
+    first: DeployRun
 
 
 @pytest.fixture(scope="module")
