@@ -145,7 +145,7 @@ class LxdConnector(HandoverTransfer, BaseConnector):
 
     def _start_agent(self) -> None:
         self._agent_starts += 1
-        session = AgentSession(self.client, self.instance)
+        session = AgentSession(self.client, self.instance, log=logger)
         try:
             session.start()
         except AgentUnavailable as exc:

@@ -285,8 +285,9 @@ class AgentSession:
     """One agent process in one instance; commands run one at a time (as a pyinfra host runs them)."""
 
     def __init__(self, client: LxdClient, instance: str, python: str = "python3",
-                 start_timeout: float = START_TIMEOUT):
+                 start_timeout: float = START_TIMEOUT, log: logging.Logger = logger):
         self.client = client
+        self.log = log  # debug lines (start, the agent's stderr) go here: pyinfra's logger under pyinfra
         self.instance = instance
         self.python = python
         self.start_timeout = start_timeout
@@ -362,8 +363,8 @@ class AgentSession:
             self._teardown()
             raise AgentUnavailable(f"{where}: unexpected greeting {str(hello)[:200]}")
         self.python_version = str(hello.get("python"))
-        logger.debug("%s: exec agent up (python %s, operation %s)", self.instance, self.python_version,
-                     self.operation)
+        self.log.debug("%s: exec agent up (python %s, operation %s)", self.instance, self.python_version,
+                       self.operation)
 
     def close(self) -> None:
         """End the agent: close its stdin, give it a moment to exit, then drop the connections."""
@@ -532,7 +533,7 @@ class AgentSession:
                     self._diagnostics += message.data
                     del self._diagnostics[:-DIAGNOSTICS_KEPT]
                     for line in message.data.decode("utf-8", "replace").splitlines():
-                        logger.debug("%s: exec agent: %s", self.instance, line)
+                        self.log.debug("%s: exec agent: %s", self.instance, line)
 
     def _stderr_tail(self) -> str:
         text = self.diagnostics.strip()
