@@ -322,3 +322,24 @@ def test_pyinfra_cli_operation_is_idempotent(lab_container, cli_env, tmp_path, l
     # Under the CLI's gevent monkey-patching the agent session works (and is what ran the command).
     assert ("via-agent" if lxd_agent else "via-rest") in output
     assert "100000" in output and "bg" in output
+
+
+def test_pyinfra_cli_runs_hosts_in_parallel_through_their_agents(make_lab_container, cli_env, tmp_path):
+    """Two hosts at once under the CLI: gevent interleaves their sessions' waits (and big outputs)."""
+    names = [make_lab_container(), make_lab_container()]
+    deploy = tmp_path / "deploy.py"
+    deploy.write_text(
+        "from pyinfra import host\n"
+        "from pyinfra.facts.server import Command\n"
+        "from pyinfra.operations import server\n"
+        f"assert host.get_fact(Command, {HOW!r}) == 'via-agent'\n"
+        "for i in range(15):\n"
+        "    out = host.get_fact(Command, f'sleep 0.0{i % 3}; seq 1 {40000 + i}; echo {i} >&2')\n"
+        "    assert out.splitlines()[-1] == str(40000 + i), out[-50:]\n"
+        "server.shell(name='bulk', commands=['head -c 3000000 /dev/urandom | od -An -tx1 | tail -1 >/root/done'])\n"
+    )
+    result = subprocess.run(["pyinfra", "-y", ",".join(f"@lxd/{name}" for name in names), str(deploy)],
+                            capture_output=True, text=True, env=cli_env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    totals = pyinfra_totals(result.stderr)
+    assert (totals.changed, totals.error) == (2, 0)

@@ -139,6 +139,9 @@ class LxdConnector(HandoverTransfer, BaseConnector):
             raise ConnectError(f"{where}: container is {info.get('status')}; start it first "
                                f"(`{self.flavour if self.flavour == 'incus' else 'lxc'} start {where}`)")
         self.instance = instance
+        if self.session is not None:  # connect() again without disconnect(): do not leave an agent behind
+            self.session.close()
+            self.session = None
         self._agent_starts = 0
         if self.data.get("lxd_agent", True):
             self._start_agent()
