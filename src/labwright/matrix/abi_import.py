@@ -152,7 +152,14 @@ class Importer:
         while True:
             line = self._readline(deadline)
             if line is None:  # timed out, or the child exited
-                timed_out = self._proc.poll() is None
+                timed_out = time.monotonic() >= deadline
+                if not timed_out:
+                    # stdout hit EOF: the child is dying; a core dump can delay its reaping, so wait for it
+                    # rather than mistake it for a hang.
+                    try:
+                        self._proc.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        timed_out = True
                 self.close_child_only()
                 reason = self._last_death = self._death_reason(timed_out)
                 if self.torch is None:
