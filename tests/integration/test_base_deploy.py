@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
@@ -16,7 +15,7 @@ import pytest
 
 from labwright.lab.lab import instance_address
 from labwright.testing.lab_fixture import Lab
-from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
+from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = pytest.mark.lab
@@ -55,14 +54,6 @@ def ssh_connect(address: str, user: str, **auth) -> paramiko.SSHClient:
     client.connect(address, username=user, timeout=10, banner_timeout=10, auth_timeout=10,
                    look_for_keys=False, allow_agent=False, **auth)
     return client
-
-
-@dataclass
-class Deployed:
-    name: str
-    address: str
-    before: subprocess.CompletedProcess[str]
-    first: DeployRun
 
 
 @pytest.fixture(scope="module")

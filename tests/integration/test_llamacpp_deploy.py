@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ import pytest
 from labwright.lab.lab import instance_address
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.llama_build import build_llama_server
-from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
+from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
 from labwright.testing.tiny_gguf import write_tiny_gguf
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
@@ -70,14 +69,6 @@ def chat(address: str, max_tokens: int) -> dict:
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as response:
         return json.load(response)
-
-
-@dataclass
-class Deployed:
-    name: str
-    address: str
-    before: subprocess.CompletedProcess[str]
-    first: DeployRun
 
 
 @pytest.fixture(scope="module")

@@ -62,3 +62,13 @@ def run_pyinfra(target: str, deploy_file: str, *data: str, cwd: str | Path, time
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout)
     return DeployRun(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
+
+
+@dataclass
+class Deployed:
+    """A container a deploy test set up once: its name and address, the verify run before the deploy, the deploy."""
+
+    name: str
+    address: str
+    before: subprocess.CompletedProcess[str]
+    first: DeployRun
