@@ -7,6 +7,7 @@ nftables must be installed before LXD starts, or creating a bridge fails ("iptab
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -76,12 +77,23 @@ def start_daemon(report: Reporter) -> None:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         with report.step("start lxcfs and lxd (no systemd as PID 1)"):
             if subprocess.run(["pgrep", "-x", "lxcfs"], capture_output=True).returncode != 0:
+                _clear_stale_fuse_mount(Path("/var/lib/lxcfs"))
                 Path("/var/lib/lxcfs").mkdir(parents=True, exist_ok=True)
                 _detach(["lxcfs", "/var/lib/lxcfs"], LOG_DIR / "lxcfs.log")
             if subprocess.run(["pgrep", "-x", "lxd"], capture_output=True).returncode != 0:
                 _detach(["lxd", "--group", "root", f"--logfile={LOG_DIR / 'lxd.log'}"], LOG_DIR / "lxd.out")
             _run(["lxd", "waitready", "--timeout=120"], "lxd waitready")
     report.change("started the LXD daemon")
+
+
+def _clear_stale_fuse_mount(path: Path) -> None:
+    """A killed lxcfs leaves its FUSE mount behind ("Transport endpoint is not connected"): unmount it."""
+    try:
+        path.stat()
+    except OSError as exc:
+        if exc.errno != errno.ENOTCONN:
+            raise
+        _run(["umount", "-l", str(path)], f"umount the stale lxcfs mount {path}")
 
 
 def _detach(cmd: list[str], log: Path) -> None:

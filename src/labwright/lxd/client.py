@@ -198,10 +198,11 @@ class LxdClient:
                     body.seek(0)  # type: ignore[union-attr]
                 conn.request(method, url, body=body, headers=hdrs)
                 return conn.getresponse()
-            except (ConnectionError, http.client.RemoteDisconnected, http.client.CannotSendRequest, BrokenPipeError):
+            except (ConnectionError, http.client.RemoteDisconnected, http.client.CannotSendRequest, BrokenPipeError) as exc:
                 self.close()
                 if attempt:
-                    raise
+                    # A refused connect on a unix socket: the socket file is there but no daemon listens.
+                    raise OperationFailed(f"LXD at {self.endpoint.describe()} unreachable: {exc}") from exc
             except FileNotFoundError as exc:
                 self.close()
                 raise OperationFailed(f"LXD socket {self.endpoint.describe()} is gone: {exc}") from exc

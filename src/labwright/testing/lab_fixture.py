@@ -22,6 +22,7 @@ import pytest
 
 from labwright.lab import image as lab_image
 from labwright.lab import lab as lab_ops
+from labwright.lab.daemon import ensure_daemon
 from labwright.lab.keys import ensure_lab_key
 from labwright.lab.spec import LabSpec, spec_from_group
 from labwright.lxd.client import LxdClient
@@ -75,7 +76,8 @@ class Lab:
 def ensure_test_lab() -> Lab:
     spec = test_lab_spec([TEMPLATE])
     report = Reporter(quiet=True)
-    client = LxdClient()
+    # On a fresh machine (CI) the daemon is not running yet, and its socket may be a stale file.
+    client = ensure_daemon(report)
     template = client.instance_or_none(TEMPLATE)
     wanted_image = lab_image.load_recipe().alias
     if template is not None and template["config"].get(lab_ops.IMAGE_KEY) != wanted_image:
