@@ -1,0 +1,122 @@
+"""flashrom on a host: programmer specs, preflight checks (flashrom present, /dev/mem for ``internal``), its output.
+
+Measured with Debian's flashrom 1.3.0 (``flashrom --version`` says "unknown" there, so the package version is asked
+for as well). The dummy programmer emulates a chip backed by a file: ``dummy:emulate=W25Q128FV,image=PATH`` is a
+16 MiB chip ("W25Q128.V"). A backing file of the wrong size is ignored silently and the chip reads all 0xFF, which
+the backup refuses to keep.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from labwright.bios.target import Target
+from labwright.errors import BadInput, OperationFailed
+
+PROGRAMMER = re.compile(r"^[a-z0-9_]+(:[A-Za-z0-9_.,=/+:-]*)?$")
+CHIP_LINE = re.compile(r'Found (?P<vendor>.+?) flash chip "(?P<name>[^"]+)" \((?P<kb>\d+) kB, (?P<bus>[^)]+)\) on '
+                       r"(?P<programmer>[^.\s]+)")
+
+
+@dataclass(frozen=True)
+class Chip:
+    vendor: str
+    name: str
+    size: int
+    bus: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"vendor": self.vendor, "name": self.name, "size": self.size, "bus": self.bus}
+
+
+def check_programmer(spec: str) -> str:
+    """BadInput unless ``spec`` looks like flashrom's ``NAME[:key=value,...]`` (and nothing a shell would read)."""
+    if not PROGRAMMER.match(spec or ""):
+        raise BadInput(f"--programmer {spec!r}: expected flashrom's NAME[:key=value,...], e.g. internal or "
+                       "dummy:emulate=W25Q128FV,image=/root/chip.bin")
+    return spec
+
+
+def programmer_name(spec: str) -> str:
+    return spec.split(":", 1)[0]
+
+
+def parse_chip(output: str) -> Chip | None:
+    match = CHIP_LINE.search(output)
+    if match is None:
+        return None
+    return Chip(match["vendor"], match["name"], int(match["kb"]) * 1024, match["bus"])
+
+
+def preflight(target: Target, spec: str) -> str:
+    """Check flashrom can run there for ``spec``; return its version. OperationFailed naming the fix otherwise."""
+    check_programmer(spec)
+    script = ("command -v flashrom >/dev/null || { echo missing; exit 0; }; flashrom --version 2>/dev/null | head -n1;"
+              " dpkg-query -W -f='${Version}\\n' flashrom 2>/dev/null; true")
+    lines = target.check(script, "looking for flashrom").stdout.splitlines()
+    if lines[:1] == ["missing"]:
+        raise OperationFailed(f"{target.label}: flashrom is not installed; run `pyinfra {target.label} "
+                              "deploys/bios_backup.py` (installs it) or `apt-get install flashrom` there")
+    if programmer_name(spec) == "internal":
+        probe = target.run("[ \"$(id -u)\" = 0 ] || { echo 'not root'; exit 1; }; "
+                           "[ -c /dev/mem ] || { echo '/dev/mem does not exist'; exit 1; }; "
+                           "dd if=/dev/mem of=/dev/null bs=1 count=1 skip=$((0xF0000)) 2>/dev/null "
+                           "|| { echo '/dev/mem cannot be read'; exit 1; }")
+        if not probe.ok:
+            raise OperationFailed(f"{target.label}: the internal programmer needs root and /dev/mem, and here "
+                                  f"{probe.last_line()}; run on the board itself as root (not in a container), with "
+                                  "iomem=relaxed on the kernel command line if the kernel locks /dev/mem")
+    return _version(lines)
+
+
+def _version(lines: list[str]) -> str:
+    banner = lines[0] if lines else ""
+    match = re.search(r"flashrom (v?\d[\w.\-+~]*)", banner)
+    package = lines[1].strip() if len(lines) > 1 else ""
+    if match:
+        return match.group(1).lstrip("v") + (f" (Debian {package})" if package else "")
+    return f"{package} (Debian package)" if package else banner or "unknown"
+
+
+def command(spec: str, *args: str) -> str:
+    return " ".join(["flashrom", "-p", shlex.quote(spec), *(shlex.quote(a) for a in args)])
+
+
+def read(target: Target, spec: str, path: str) -> Chip:
+    """``flashrom -r PATH``: the whole chip into a file on the host; the chip flashrom found."""
+    result = target.run(command(spec, "-r", path) + " 2>&1")
+    if not result.ok:
+        raise OperationFailed(f"{target.label}: flashrom -r failed (exit {result.rc}): {_reason(result.stdout)}")
+    chip = parse_chip(result.stdout)
+    if chip is None:
+        raise OperationFailed(f"{target.label}: flashrom read without naming a chip; its output ends: "
+                              f"{_reason(result.stdout)}")
+    return chip
+
+
+def flash_size(target: Target, spec: str) -> int:
+    result = target.run(command(spec, "--flash-size") + " 2>&1")
+    numbers = [line.strip() for line in result.stdout.splitlines() if line.strip().isdigit()]
+    if not result.ok or not numbers:
+        raise OperationFailed(f"{target.label}: flashrom --flash-size failed (exit {result.rc}): "
+                              f"{_reason(result.stdout)}")
+    return int(numbers[-1])
+
+
+def write(target: Target, spec: str, path: str) -> str:
+    """``flashrom -w PATH`` (flashrom verifies after writing unless told not to); the verify line it printed."""
+    result = target.run(command(spec, "-w", path) + " 2>&1", timeout=1800)
+    verified = [line.strip() for line in result.stdout.splitlines() if "VERIFIED" in line]
+    if not result.ok or not verified:
+        raise OperationFailed(f"{target.label}: flashrom -w failed (exit {result.rc}): {_reason(result.stdout)}; "
+                              "do NOT power off: keep the backup and retry, or recover with an external programmer")
+    return verified[-1]
+
+
+def _reason(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"fail|error|no eeprom|not found|couldn't|denied", line, re.I)]
+    return (errors or lines or ["no output"])[-1]

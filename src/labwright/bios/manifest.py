@@ -1,0 +1,42 @@
+"""The JSON manifest beside each backup image (schema ``labwright.bios-backup/1``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from labwright.errors import BadInput
+
+SCHEMA = "labwright.bios-backup/1"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def manifest_path(image: Path) -> Path:
+    return image.with_suffix(".json")
+
+
+def write(path: Path, manifest: dict[str, Any]) -> None:
+    """Write atomically (temp file, then rename), so a manifest is whole or absent."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(partial, path)
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{path}: not a readable labwright manifest ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise BadInput(f"{path}: not a {SCHEMA} manifest")
+    return data

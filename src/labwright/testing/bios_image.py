@@ -1,0 +1,39 @@
+"""Whole-chip test images with a real Intel Flash Descriptor, and the dummy-programmer spec that serves them.
+
+The layout is the seed's X99 board (Descriptor 0x0-0xFFF, GbE 0x1000-0x2FFF, ME 0x3000-0x17FFFF, BIOS
+0x180000-0xFFFFFF); the descriptor words are the ones measured to decode identically in ``ifdtool -d``
+(coreboot-utils 4.15). Everything outside the descriptor is 0xFF except the GbE MAC and a marker in the BIOS region.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+SIZE = 16 * 1024 * 1024
+MAC = bytes.fromhex("0cc47a123456")
+#: FLMAP0..2 at 0x14, FLCOMP at 0x30, FREG0..4 at 0x40, FLMSTR1..3 at 0x80 (IFD v1, as on X99).
+X99_WORDS = {0x10: 0x0FF0A55A, 0x14: 0x04040003, 0x18: 0x13100308, 0x1C: 0x00210120, 0x30: 0x00000005,
+             0x40: 0x00000000, 0x44: 0x0FFF0180, 0x48: 0x017F0003, 0x4C: 0x00020001, 0x50: 0x00001FFF,
+             0x80: 0x0A0B0000, 0x84: 0x0C0D0000, 0x88: 0x08080118}
+X99_REGIONS = {"Flash Descriptor": (0x0, 0xFFF), "GbE": (0x1000, 0x2FFF), "Intel ME": (0x3000, 0x17FFFF),
+               "BIOS": (0x180000, 0xFFFFFF)}
+
+
+def x99_image(marker: bytes = b"labwright test BIOS v1", mac: bytes = MAC, size: int = SIZE) -> bytes:
+    data = bytearray(b"\xff" * size)
+    for offset, value in X99_WORDS.items():
+        struct.pack_into("<I", data, offset, value)
+    data[0x1000:0x1006] = mac
+    data[0x180000:0x180000 + len(marker)] = marker
+    return bytes(data)
+
+
+def write_x99_image(path: Path, **kwargs: object) -> Path:
+    path.write_bytes(x99_image(**kwargs))  # type: ignore[arg-type]
+    return path
+
+
+def dummy_programmer(image: str | Path) -> str:
+    """flashrom's dummy programmer emulating a 16 MiB Winbond W25Q128FV backed by ``image`` (a path on the host)."""
+    return f"dummy:emulate=W25Q128FV,image={image}"

@@ -1,0 +1,90 @@
+"""The Intel Flash Descriptor decoder, flashrom output parsing and the programmer check (pure logic, no host)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from labwright.bios import flashrom, ifd
+from labwright.bios.backup import safe_label
+from labwright.errors import BadInput
+from labwright.testing.bios_image import MAC, X99_REGIONS, x99_image
+
+
+def test_x99_layout_regions_rights_and_mac() -> None:
+    descriptor = ifd.decode(x99_image())
+    assert descriptor.version == 1
+    used = {r.name: (r.base, r.limit) for r in descriptor.regions if r.used}
+    assert used == X99_REGIONS
+    assert [r.name for r in descriptor.regions if not r.used] == ["Platform Data"]
+    cpu, me, gbe = descriptor.masters
+    assert (cpu.name, cpu.read, cpu.write) == ("Host CPU/BIOS", ("Flash Descriptor", "BIOS", "GbE"), ("BIOS", "GbE"))
+    assert (me.read, me.write) == (("Flash Descriptor", "Intel ME", "GbE"), ("Intel ME", "GbE"))
+    assert (gbe.read, gbe.write, gbe.requester_id) == (("GbE",), ("GbE",), 0x118)
+    assert descriptor.gbe_mac == ":".join(f"{b:02x}" for b in MAC)
+    assert any("BIOS region alone would lose it" in w and descriptor.gbe_mac in w for w in descriptor.warnings)
+
+
+def test_blank_gbe_mac_is_reported_as_missing() -> None:
+    descriptor = ifd.decode(x99_image(mac=b"\xff" * 6))
+    assert descriptor.gbe_mac is None
+    assert "blank" in descriptor.warnings[0]
+
+
+def test_no_signature_is_bad_input() -> None:
+    data = bytearray(x99_image())
+    data[0x10:0x14] = b"\xff\xff\xff\xff"
+    with pytest.raises(BadInput, match=r"bios.bin: no Intel Flash Descriptor \(signature 0x0FF0A55A"):
+        ifd.decode(bytes(data), "bios.bin")
+
+
+def test_wrong_size_is_refused_before_the_descriptor() -> None:
+    with pytest.raises(BadInput, match=r"img: 8388608 bytes, not 16777216 \(16 MiB\)"):
+        ifd.check_image(x99_image(size=8 * 1024 * 1024), "img")
+    with pytest.raises(BadInput, match=r"not 33554432 \(the chip's size\)"):
+        ifd.check_image(x99_image(), "img", chip_size=32 * 1024 * 1024)
+
+
+def test_region_past_the_end_of_a_cut_image() -> None:
+    data = bytearray(x99_image())
+    with pytest.raises(BadInput, match="region BIOS ends at 0xffffff, beyond the image's 8388608 bytes"):
+        ifd.decode(bytes(data[: 8 * 1024 * 1024]), "cut.bin")
+
+
+def test_ifd_v2_bit_layout() -> None:
+    data = bytearray(x99_image())
+    struct.pack_into("<I", data, 0x30, 6 << 17)  # FLCOMP read clock 17 MHz: ifdtool's v2 marker
+    struct.pack_into("<I", data, 0x80, (0b10011 << 20) | (0b11011 << 8))  # FLMSTR1 v2: write 20+, read 8+
+    descriptor = ifd.decode(bytes(data))
+    assert descriptor.version == 2
+    assert descriptor.masters[0].read == ("Flash Descriptor", "BIOS", "GbE", "Platform Data")
+    assert descriptor.masters[0].write == ("Flash Descriptor", "BIOS", "Platform Data")
+
+
+def test_parse_chip_line_from_flashrom_1_3() -> None:
+    chip = flashrom.parse_chip('Found Winbond flash chip "W25Q128.V" (16384 kB, SPI) on dummy.\n')
+    assert chip == flashrom.Chip("Winbond", "W25Q128.V", 16 * 1024 * 1024, "SPI")
+    assert flashrom.parse_chip("No EEPROM/flash device found.") is None
+
+
+@pytest.mark.parametrize("spec", ["internal", "dummy:emulate=W25Q128FV,image=/root/chip.bin",
+                                  "ch341a_spi", "linux_spi:dev=/dev/spidev0.0,spispeed=1000"])
+def test_programmer_specs_accepted(spec: str) -> None:
+    assert flashrom.check_programmer(spec) == spec
+
+
+@pytest.mark.parametrize("spec", ["", "internal; reboot", "dummy:image=$(id)", "-w", "internal x"])
+def test_programmer_specs_refused(spec: str) -> None:
+    with pytest.raises(BadInput, match="--programmer .*expected flashrom's NAME"):
+        flashrom.check_programmer(spec)
+
+
+def test_version_from_banner_or_debian_package() -> None:
+    assert flashrom._version(["flashrom v1.2 on Linux 6.1", "1.2-5"]) == "1.2 (Debian 1.2-5)"
+    assert flashrom._version(["flashrom unknown on Linux 6.18 (x86_64)", "1.3.0-2.1"]) == "1.3.0-2.1 (Debian package)"
+
+
+def test_safe_label() -> None:
+    assert safe_label("@lxd/node1") == "lxd-node1"
+    assert safe_label("@local") == "local"
