@@ -42,7 +42,7 @@ if host.get_fact(FlashromPath) is None:
     apt.packages(name="Install flashrom", packages=["flashrom"], update=True, no_recommends=True)
 
 
-def read_twice_and_copy_off(state: State, host: Host) -> None:  # noqa: ARG001 - pyinfra passes state and host
+def read_twice_and_copy_off(state: State, host: Host) -> None:  # pyinfra passes state and host by name
     try:
         result = bios_backup.backup(Target.from_host(host), programmer, out, Reporter())
     except LabwrightError as exc:
