@@ -1,0 +1,221 @@
+"""labwright bios backup/restore with the REAL flashrom 1.3.0 (Debian) and its dummy programmer.
+
+The "chip" is flashrom's dummy programmer emulating a 16 MiB Winbond W25Q128FV backed by an image file (no board's
+SPI flash can be reached here); the image carries a real Intel Flash Descriptor in the seed's X99 layout, checked
+against coreboot's ``ifdtool -d``. A flaky read is ``tests/doubles/flashrom-glitchy-second-read``, a stand-in that
+runs the real flashrom and changes one byte of every second read. These tests run on this machine (``@local``);
+test_bios_lab.py runs the same paths through the ``@lxd`` connector and the pyinfra deploy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from labwright.bios import backup as backup_module
+from labwright.bios import ifd
+from labwright.bios.target import Target
+from labwright.errors import OperationFailed
+from labwright.testing.bios_image import X99_REGIONS, dummy_programmer, write_x99_image
+from labwright.testing.pyinfra_output import tool_env
+from labwright.ui import Reporter
+
+REPO = Path(__file__).resolve().parents[2]
+GLITCHY = REPO / "tests" / "doubles" / "flashrom-glitchy-second-read"
+
+
+def labwright(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["labwright", *args], cwd=REPO, env=env or tool_env(), capture_output=True, text=True,
+                          timeout=120)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The one error line (progress lines of steps that ran may precede it on stderr)."""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("labwright: error:")]
+    assert len(errors) == 1, result.stderr
+    assert result.stderr.rstrip().splitlines()[-1] == errors[0], result.stderr
+    return errors[0]
+
+
+@pytest.fixture
+def chip(tmp_path: Path) -> Path:
+    return write_x99_image(tmp_path / "chip.bin")
+
+
+def parse_ifdtool(text: str) -> tuple[dict[str, tuple[int, int] | None], dict[str, tuple[set[str], set[str]]]]:
+    """``ifdtool -d``: regions (None when unused) and, per master, the regions it may read / write."""
+    regions: dict[str, tuple[int, int] | None] = {}
+    for name, base, limit, unused in re.findall(r"Flash Region \d+ \(([^)]+)\): ([0-9a-f]{8}) - ([0-9a-f]{8})"
+                                               r" ?(\(unused\))?", text):
+        regions[name] = None if unused else (int(base, 16), int(limit, 16))
+    masters: dict[str, tuple[set[str], set[str]]] = {}
+    for master, body in re.findall(r"FLMSTR\d:\s+0x[0-9a-f]+ \(([^)]+)\)\n((?:  .*\n)+)", text):
+        read = {m for m in re.findall(r"  (.+?) Region Read Access:\s+enabled", body)}
+        read |= {"Flash Descriptor"} if re.search(r"Flash Descriptor Read Access:\s+enabled", body) else set()
+        write = {m for m in re.findall(r"  (.+?) Region Write Access:\s+enabled", body)}
+        write |= {"Flash Descriptor"} if re.search(r"Flash Descriptor Write Access:\s+enabled", body) else set()
+        masters[master] = (read, write)
+    return regions, masters
+
+
+#: ifdtool's names for the regions in its access-rights lines (master section) -> the region table's names.
+IFDTOOL_ACCESS_NAMES = {"Host CPU/BIOS": "BIOS", "Intel ME": "Intel ME", "GbE": "GbE", "Platform Data":
+                        "Platform Data", "Flash Descriptor": "Flash Descriptor"}
+
+
+def test_decoder_matches_ifdtool_d(chip: Path) -> None:
+    result = subprocess.run(["ifdtool", "-d", str(chip)], capture_output=True, text=True, check=True)
+    regions, masters = parse_ifdtool(result.stdout)
+    descriptor = ifd.decode(chip.read_bytes())
+    ours = {r.name: ((r.base, r.limit) if r.used else None) for r in descriptor.regions}
+    assert ours == regions
+    assert {k: v for k, v in regions.items() if v} == X99_REGIONS
+    theirs = {name: ({IFDTOOL_ACCESS_NAMES[r] for r in read}, {IFDTOOL_ACCESS_NAMES[w] for w in write})
+              for name, (read, write) in masters.items()}
+    assert {m.name: (set(m.read), set(m.write)) for m in descriptor.masters} == theirs
+    assert len(theirs) == 3
+
+
+def test_backup_reads_twice_copies_off_and_verifies(chip: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = labwright("bios", "backup", "@local", "--programmer", dummy_programmer(chip), "--out", str(out), "--json")
+    assert first.returncode == 0, first.stderr
+    report = json.loads(first.stdout)
+    manifest, image = report["manifest"], Path(report["image"])
+    assert report["new"] is True
+    assert image.read_bytes() == chip.read_bytes()
+    assert manifest["sha256"] == sha256(chip) == sha256(image)
+    assert manifest["chip"] == {"vendor": "Winbond", "name": "W25Q128.V", "size": 16777216, "bus": "SPI"}
+    assert manifest["size"] == 16777216 and manifest["reads"] == 2
+    assert "1.3.0" in manifest["flashrom_version"]
+    assert {r["name"]: (r["base"], r["limit"]) for r in manifest["regions"] if r["used"]} == X99_REGIONS
+    assert manifest["gbe_mac"] == "0c:c4:7a:12:34:56"
+    assert any("would lose it" in w for w in manifest["warnings"])
+    assert json.loads(Path(report["manifest_file"]).read_text()) == manifest
+    assert first.stderr.count("flashrom read") == 4  # two reads, each started and done
+    # The same chip again: read again (that is the check), nothing new written.
+    stamp = image.stat().st_mtime_ns, Path(report["manifest_file"]).stat().st_mtime_ns
+    second = labwright("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(out))
+    assert second.returncode == 0, second.stderr
+    assert "unchanged:" in second.stdout and "backup written" not in second.stdout
+    assert (image.stat().st_mtime_ns, Path(report["manifest_file"]).stat().st_mtime_ns) == stamp
+    assert sorted(p.name for p in out.iterdir()) == [image.name, Path(report["manifest_file"]).name]
+    # The text report: the regions with their ranges and who may read/write them, and the MAC warning.
+    assert re.search(r"3 GbE\s+│ 0x00001000-0x00002fff │ 8 KiB", second.stdout), second.stdout
+    assert "GbE MAC address: 0c:c4:7a:12:34:56" in second.stdout
+
+
+def test_flaky_second_read_aborts_the_backup(chip: Path, tmp_path: Path) -> None:
+    """flashrom-glitchy-second-read stands in for an SPI glitch: the real flashrom, one byte changed in read 2."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "flashrom").symlink_to(GLITCHY)
+    env = {**tool_env(), "FLASHROM_GLITCH_STATE": str(tmp_path / "count")}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    before = sha256(chip)
+    result = labwright("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(tmp_path / "out"),
+                       env=env)
+    assert result.returncode == 1
+    assert "the two reads differ" in error_line(result) and "nothing was kept" in error_line(result)
+    assert (tmp_path / "count").read_text().strip() == "2"
+    assert list((tmp_path / "out").iterdir()) == []
+    assert sha256(chip) == before
+
+
+class CorruptingTransfer(Target):
+    """Stand-in for a transfer that damages the copy: the real @local copy, then one byte changed."""
+
+    def get_file(self, remote: str, local: Path) -> None:
+        super().get_file(remote, local)
+        with local.open("r+b") as handle:
+            handle.seek(0x200000)
+            byte = handle.read(1)
+            handle.seek(0x200000)
+            handle.write(bytes([byte[0] ^ 0x01]))
+
+
+def test_a_copy_damaged_in_transfer_is_not_kept(chip: Path, tmp_path: Path) -> None:
+    plain = Target.connect("@local")
+    target = CorruptingTransfer(plain.host, "@local", owned=True)
+    with target, pytest.raises(OperationFailed, match="the transfer corrupted it; nothing was kept"):
+        backup_module.backup(target, dummy_programmer(chip), tmp_path / "out", Reporter(quiet=True))
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_backing_file_of_the_wrong_size_reads_all_ff_and_is_refused(tmp_path: Path) -> None:
+    """flashrom's dummy ignores a wrong-size backing file and reads 0xFF with exit 0: not a backup worth keeping."""
+    small = write_x99_image(tmp_path / "small.bin", size=8 * 1024 * 1024)
+    result = labwright("bios", "backup", "@local", "-p", dummy_programmer(small), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1
+    assert "reads as all 0xFF" in error_line(result)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_restore_dry_run_then_write_with_verify_then_unchanged(chip: Path, tmp_path: Path) -> None:
+    new = write_x99_image(tmp_path / "new.bin", marker=b"labwright test BIOS v2")
+    before = sha256(chip)
+    dry = labwright("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip))
+    assert dry.returncode == 0, dry.stderr
+    assert "dry run: nothing written" in dry.stdout
+    assert sha256(chip) == before
+    written = labwright("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip), "--yes")
+    assert written.returncode == 0, written.stderr
+    assert "written and verified (Verifying flash... VERIFIED.)" in written.stdout
+    assert chip.read_bytes() == new.read_bytes()
+    again = labwright("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip), "--yes")
+    assert again.returncode == 0 and "unchanged: the chip already holds this image" in again.stdout
+    # A backup of the restored chip is byte-for-byte the image.
+    result = labwright("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(tmp_path / "o"),
+                       "--json")
+    assert json.loads(result.stdout)["manifest"]["sha256"] == sha256(new)
+
+
+def test_restore_refuses_bad_images_and_changes_nothing(chip: Path, tmp_path: Path) -> None:
+    before = sha256(chip)
+    small = write_x99_image(tmp_path / "small.bin", size=8 * 1024 * 1024)
+    result = labwright("bios", "restore", "@local", str(small), "-p", dummy_programmer(chip), "--yes")
+    assert result.returncode == 2
+    assert re.search(r"small.bin: region BIOS ends at 0xffffff, beyond the image's 8388608 bytes", error_line(result))
+    big = write_x99_image(tmp_path / "big.bin", size=32 * 1024 * 1024)  # a whole descriptor, the wrong chip
+    result = labwright("bios", "restore", "@local", str(big), "-p", dummy_programmer(chip), "--yes")
+    assert result.returncode == 2
+    assert re.search(r"big.bin: 33554432 bytes, not 16777216 \(the chip's size\)", error_line(result))
+
+    nosig = tmp_path / "nosig.bin"
+    nosig.write_bytes(b"\xff" * 16 * 1024 * 1024)
+    result = labwright("bios", "restore", "@local", str(nosig), "-p", dummy_programmer(chip), "--yes")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "no Intel Flash Descriptor (signature 0x0FF0A55A not at 0x10)" in error_line(result)
+
+    # A backup that changed since its manifest was written.
+    out = tmp_path / "out"
+    backed = json.loads(labwright("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(out),
+                                  "--json").stdout)
+    image = Path(backed["image"])
+    data = bytearray(image.read_bytes())
+    data[0x200000] ^= 0xFF
+    image.write_bytes(bytes(data))
+    result = labwright("bios", "restore", "@local", str(image), "-p", dummy_programmer(chip), "--yes")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "is not its manifest's" in error_line(result) and "do not flash it" in error_line(result)
+
+    result = labwright("bios", "restore", "@local", str(tmp_path / "missing.bin"), "-p", dummy_programmer(chip))
+    assert result.returncode == 2 and "cannot read it" in error_line(result)
+    assert sha256(chip) == before
+
+
+def test_bad_programmer_and_host_strings_are_one_line(chip: Path, tmp_path: Path) -> None:
+    result = labwright("bios", "backup", "@local", "-p", "internal;reboot", "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "--programmer 'internal;reboot': expected flashrom's NAME" in error_line(result)
+    result = labwright("bios", "backup", "-x", "-p", dummy_programmer(chip), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
