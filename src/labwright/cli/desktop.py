@@ -1,0 +1,86 @@
+"""`labwright desktop`: check an xrdp + MATE + Firefox guest made by deploys/desktop.py.
+
+The checks (labwright.desktop.checks) run through the LXD API's exec, so the guest needs no SSH; each failure
+names the seed's cause and fix.
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from labwright.desktop.checks import Check, read_record, run_checks
+from labwright.desktop.recipe import DOWNGRADE_KEYS
+from labwright.errors import BadInput, LxdError
+from labwright.lab.spec import INSTANCE_NAME
+from labwright.lxd.client import LxdClient
+from labwright.lxd.remotes import resolve_endpoint
+from labwright.ui import stdout, table
+
+NAME = "desktop"
+HELP = "Desktop guests (xrdp + MATE + Firefox): check one against the seed's troubleshooting table."
+
+app = typer.Typer(no_args_is_help=True, help=HELP)
+
+
+def _client(guest: str) -> tuple[LxdClient, str]:
+    remote, _, name = guest.rpartition(":")
+    if not INSTANCE_NAME.match(name):
+        raise BadInput(f"guest {guest!r} is not an LXD instance name (NAME or REMOTE:NAME)")
+    endpoint, project = resolve_endpoint(remote or None)
+    return LxdClient(endpoint, project=project), name
+
+
+def _lxd_config_check(instance: dict) -> Check:
+    config = instance.get("expanded_config") or {}
+    loose = sorted(k for k in config if (k in DOWNGRADE_KEYS or k.startswith("raw."))
+                   and not (k == "security.privileged" and config[k] == "false"))
+    return Check("LXD config: unprivileged, confined", not loose,
+                 f"overrides: {', '.join(f'{k}={config[k]}' for k in loose)}" if loose else "no privilege or raw "
+                 "AppArmor/seccomp/LXC override", "the instance is privileged or its confinement was loosened",
+                 f"lxc config unset {instance.get('name', 'GUEST')} KEY for each of them, then restart the guest")
+
+
+@app.command()
+def check(
+    guest: str = typer.Argument(..., metavar="GUEST", help="LXD instance (NAME or REMOTE:NAME)."),
+    user: str | None = typer.Option(None, "--user", help="Desktop user (default: what the deploy recorded)."),
+    port: int | None = typer.Option(None, "--port", help="xrdp port (default: recorded, else 3389)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Check a desktop guest: listeners, TLS, Xorg backend, MATE session, caja, launcher, Firefox origin, no
+    Chrome, unprivileged. Exit 1 when a check fails; each failure names the cause and the fix.
+
+    Example: labwright desktop check desk1
+    """
+    client, name = _client(guest)
+    try:
+        instance = client.instance_or_none(name)
+        if instance is None:
+            raise BadInput(f"guest {guest}: no such LXD instance (see `lxc list`)")
+        if instance.get("status") != "Running":
+            raise BadInput(f"guest {guest} is {instance.get('status')}; start it first (`lxc start {name}`)")
+
+        def run(command: str) -> tuple[int, str]:
+            # LXD reports a command that exits 127 as "Command not found" instead of its output.
+            result = client.exec(name, ["sh", "-c", f"{command}\nrc=$?; [ $rc -eq 127 ] && exit 126; exit $rc"])
+            return result.exit_code, result.stdout.decode(errors="replace")
+
+        want = read_record(run, {"user": user, "port": port})
+        results = [_lxd_config_check(instance), *run_checks(run, want)]
+    except LxdError as exc:
+        raise LxdError(f"guest {guest}: {exc}") from exc
+    finally:
+        client.close()
+    failed = [r for r in results if not r.ok]
+    if as_json:
+        typer.echo(json.dumps({"guest": guest, "user": want.user, "ok": not failed,
+                               "checks": [r.to_dict() for r in results]}, indent=2))
+    else:
+        rows = [["ok" if r.ok else "[red]FAIL[/]", r.name, r.detail if r.ok else
+                 f"{r.detail}\n[bold]cause:[/] {r.cause}\n[bold]fix:[/] {r.fix}"] for r in results]
+        stdout.print(table(f"desktop guest {guest} (user {want.user})", ["", "check", "detail"], rows))
+        stdout.print(f"{len(results) - len(failed)}/{len(results)} checks passed")
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,1 @@
+"""Desktop guests: xrdp + xorgxrdp + MATE + Firefox in an unprivileged LXC (deploys/desktop.py, `labwright desktop`)."""

@@ -1,0 +1,91 @@
+"""pyinfra operations for deploys/desktop.py whose inputs only exist once the packages are in (xrdp.ini, the
+browser's .desktop file): they read the guest when they run, so a first deploy plans them as changes and a
+re-run finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+from pyinfra import host
+from pyinfra.api import operation
+from pyinfra.api.exceptions import OperationError
+from pyinfra.facts.files import File, Sha256File
+
+from labwright.facts.desktop import XrdpGlobals
+
+
+def _sed_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("|", "\\|").replace("&", "\\&")
+
+
+@operation()
+def xrdp_globals(values: Mapping[str, str]):
+    """
+    Set keys of /etc/xrdp/xrdp.ini's ``[Globals]`` section (only there: other sections have their own ``port=``).
+
+    + values: key -> value; a key the section lacks is added right after ``[Globals]``
+
+    **Example:**
+
+    .. code:: python
+
+        desktop.xrdp_globals(name="xrdp on loopback", values={"port": "tcp://.:3389", "security_layer": "tls"})
+    """
+    current = host.get_fact(XrdpGlobals)
+    if current is None:
+        if host.state.is_executing:
+            raise OperationError(f"{XrdpGlobals.PATH} does not exist: is xrdp installed?")
+        current = {}
+    path = shlex.quote(XrdpGlobals.PATH)
+    for key, value in values.items():
+        if current.get(key) == value:
+            continue
+        line = f"{key}={value}"
+        if key in current:
+            yield f"sed -i '/^\\[Globals\\]/,/^\\[/ s|^{key}=.*|{_sed_value(line)}|' {path}"
+        else:
+            yield f"sed -i '/^\\[Globals\\]/a {_sed_value(line)}' {path}"
+
+
+@operation()
+def copy_on_host(src: str, dest: str, user: str, group: str, mode: str = "644"):
+    """
+    Copy a file that lives on the guest (a package's .desktop launcher) to ``dest`` with this owner and mode.
+
+    + src / dest: paths on the guest
+    + user / group / mode: of ``dest``; a copy that differs, or has another owner or mode, is replaced
+    """
+    source_sum = host.get_fact(Sha256File, path=src)
+    if source_sum is None and host.state.is_executing:
+        raise OperationError(f"{src} does not exist on {host.name}: is the package that ships it installed?")
+    info = host.get_fact(File, path=dest)
+    same = (source_sum is not None and info and host.get_fact(Sha256File, path=dest) == source_sum
+            and info.get("user") == user and info.get("group") == group and str(info.get("mode")) == mode)
+    if same:
+        host.noop(f"{dest} is a copy of {src}")
+        return
+    yield f"install -o {shlex.quote(user)} -g {shlex.quote(group)} -m {mode} {shlex.quote(src)} {shlex.quote(dest)}"
+
+
+@operation()
+def self_signed_certificate(cert: str, key: str, group: str, subject: str):
+    """
+    A TLS key and certificate made on the guest itself (each copy of a golden image gets its own key).
+
+    + cert / key: paths; the key is ``root:GROUP`` 0640 so members of GROUP (xrdp in ssl-cert) can read it
+    + subject: the certificate's subject, e.g. ``/CN=desk1``
+    """
+    key_info = host.get_fact(File, path=key)
+    cert_info = host.get_fact(File, path=cert)
+    if not key_info or not cert_info:
+        yield (f"openssl req -x509 -newkey rsa:3072 -nodes -days 3650 -subj {shlex.quote(subject)} "
+               f"-keyout {shlex.quote(key)} -out {shlex.quote(cert)} 2>/dev/null")
+        yield f"chown root:{shlex.quote(group)} {shlex.quote(key)} && chmod 640 {shlex.quote(key)}"
+        yield f"chmod 644 {shlex.quote(cert)}"
+        return
+    if key_info.get("group") != group or str(key_info.get("mode")) != "640":
+        yield f"chown root:{shlex.quote(group)} {shlex.quote(key)} && chmod 640 {shlex.quote(key)}"
+        return
+    host.noop(f"{cert} and its key exist")
