@@ -1,8 +1,167 @@
 """`labwright cluster`: Proxmox/corosync cluster doctor and repair runbooks."""
 
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
 import typer
+
+from labwright.cluster.doctor import HEALTHY, Diagnosis, doctor, host_data, load_cluster, prevent
+from labwright.cluster.ghosts import ghosts as run_ghosts
+from labwright.cluster.rejoin import rejoin as run_rejoin
+from labwright.cluster.runner import NodeRunner
+from labwright.errors import BadInput
+from labwright.ui import Reporter, stdout, table
 
 NAME = "cluster"
 HELP = "Proxmox/corosync cluster doctor and repair runbooks."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
+
+DEFAULT_INVENTORY = os.environ.get("LABWRIGHT_CLUSTER_INVENTORY", "inventories/cluster.py")
+InventoryArgument = typer.Argument(DEFAULT_INVENTORY, help="pyinfra inventory with a `cluster` (or `pve_nodes`) group.")
+InventoryOption = typer.Option(DEFAULT_INVENTORY, "--inventory", "-i",
+                               help="pyinfra inventory with a `cluster` (or `pve_nodes`) group.")
+
+
+def _runners(inventory: Path) -> list[NodeRunner]:
+    if not inventory.is_file():
+        raise BadInput(f"inventory {inventory}: no such file; pass the inventory that lists your cluster nodes")
+    return load_cluster(inventory)
+
+
+def _print_diagnosis(diag: Diagnosis) -> None:
+    rows = []
+    for n in diag.nodes:
+        version = "-" if n.config_version is None else str(n.config_version)
+        if n.running_version is not None and n.running_version != n.config_version:
+            version += f" (running {n.running_version})"
+        colour = "green" if n.verdict == HEALTHY else "red"
+        seen = "-" if n.members_seen is None else f"{n.members_seen} ({'quorate' if n.quorate else 'NOT quorate'})"
+        rows.append([n.name, f"[{colour}]{n.verdict}[/]", n.service, version, "yes" if n.member else "no", seen])
+    stdout.print(table(f"cluster {diag.cluster_name or '?'}", ["node", "verdict", "corosync", "config_version",
+                                                                 "member", "membership it sees"], rows))
+    state = "quorate" if diag.quorate else "[red]NOT quorate[/]"
+    stdout.print(f"cluster: {state}; config_version {diag.config_version} (/etc/pve/corosync.conf: "
+                 f"{diag.pve_conf_version}); members: {', '.join(diag.members) or 'none'}; "
+                 f"votes {diag.total_votes}/{diag.expected_votes}")
+    for n in diag.nodes:
+        if n.verdict == HEALTHY and not n.reasons:
+            continue
+        stdout.print(f"\n[bold]{n.name}[/]: {n.verdict}")
+        for r in n.reasons:
+            stdout.print(f"  - {r}")
+        if n.cluster_view and n.verdict != HEALTHY:
+            cv = n.cluster_view
+            stdout.print(f"  - the members' cmap: config_version {cv['config_version']}, status {cv['status']}, "
+                         f"join_count {cv['join_count']}")
+        for s in n.signs:
+            stdout.print(f"  log: {s}", markup=False)
+        if n.suggestion:
+            stdout.print(f"  fix: {n.suggestion}", markup=False)
+
+
+@app.command("doctor")
+def doctor_cmd(
+    inventory: Path = InventoryArgument,
+    as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
+    prevent_node: str = typer.Option(None, "--prevent", metavar="NODE",
+                                     help="Before powering on a long-offline NODE: compare its last known "
+                                          "config_version with the cluster's."),
+    last_version: int = typer.Option(None, "--last-version", help="NODE's last known config_version [inventory "
+                                     "host data corosync_config_version, else its corosync.conf if reachable]."),
+) -> None:
+    """Per node: corosync state, config_version vs the cluster's, membership, quorum, log signs; a verdict.
+
+    Exit 0: every node healthy (with --prevent: safe to power on); 1: a problem was found.
+
+    Example: labwright cluster doctor inventories/cluster.py
+    """
+    runners = _runners(inventory)
+    if prevent_node is not None:
+        if prevent_node not in [r.name for r in runners]:
+            raise BadInput(f"--prevent {prevent_node}: no such node in {inventory} "
+                           f"(nodes: {', '.join(r.name for r in runners)})")
+        last = last_version if last_version is not None else \
+            host_data(inventory, prevent_node).get("corosync_config_version")
+        # A known last version: leave the (offline) node alone; else read its corosync.conf if it answers.
+        diag = doctor([r for r in runners if r.name != prevent_node] if last is not None else runners)
+        if last is None:
+            f = diag.facts.get(prevent_node)
+            last = f.conf_version if f else None
+        if last is None:
+            raise BadInput(f"--prevent {prevent_node}: its last config_version is unknown; pass --last-version N "
+                           "(from your records or its disk's /etc/corosync/corosync.conf)")
+        p = prevent(diag, prevent_node, int(last))
+        if as_json:
+            typer.echo(json.dumps(asdict(p)))
+        else:
+            stdout.print(p.advice, markup=False)
+        raise typer.Exit(0 if p.safe else 1)
+    diag = doctor(runners)
+    if as_json:
+        typer.echo(json.dumps(diag.as_json()))
+    else:
+        _print_diagnosis(diag)
+    raise typer.Exit(0 if diag.healthy else 1)
+
+
+@app.command("rejoin")
+def rejoin_cmd(
+    node: str = typer.Argument(..., help="The stale node (its inventory/corosync name)."),
+    lead: str = typer.Option(..., "--lead", help="Address of a quorate member for `pvecm add`."),
+    inventory: Path = InventoryOption,
+    yes: bool = typer.Option(False, "--yes", help="Do it (without: print the plan, change nothing)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Rejoin a node whose corosync config is stale: stop corosync, `pvecm add LEAD --use_ssh --force` from /tmp,
+    wait for quorum, verify. Refuses unless the doctor says stale config and the cluster is quorate.
+
+    Example: labwright cluster rejoin pve7 --lead 10.140.3.10 --yes
+    """
+    result = run_rejoin(_runners(inventory), node, lead, yes, Reporter(quiet=as_json))
+    if as_json:
+        typer.echo(json.dumps(result.as_json()))
+        return
+    if result.dry_run and result.steps:
+        stdout.print("plan (dry run):")
+        for i, s in enumerate(result.steps, 1):
+            stdout.print(f"  {i}. {s}", markup=False)
+    elif result.steps:
+        stdout.print("done:")
+        for s in result.steps:
+            stdout.print(f"  - {s}", markup=False)
+    stdout.print(result.message, markup=False)
+
+
+@app.command("ghosts")
+def ghosts_cmd(
+    inventory: Path = InventoryArgument,
+    remove: str = typer.Option(None, "--remove", metavar="NAME", help="Remove this ghost node's directory."),
+    yes: bool = typer.Option(False, "--yes", help="With --remove: do it (without: show what would go)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """List ghost nodes (a /etc/pve/nodes directory with no corosync membership and no nodelist entry) and
+    the guest configs and disks left in them; --remove NAME --yes removes one (pvecm delnode first).
+
+    Example: labwright cluster ghosts inventories/cluster.py --remove pve9 --yes
+    """
+    rep = run_ghosts(_runners(inventory), remove, yes, Reporter(quiet=as_json))
+    if as_json:
+        typer.echo(json.dumps(rep.as_json()))
+        return
+    rows = []
+    for g in rep.ghosts:
+        guests = ", ".join(f"{x.kind}/{x.vmid}" + (f" ({x.name})" if x.name else "") for x in g.guests) or "none"
+        disks = ", ".join(d.volume for x in g.guests for d in x.disks) or "-"
+        rows.append([g.name, guests, disks])
+    stdout.print(table(f"ghost nodes (checked on {rep.checked_on}; node dirs: {', '.join(rep.node_dirs)})",
+                       ["ghost", "guest configs", "disks"], rows))
+    for g in rep.ghosts:
+        if g.lost_disks:
+            stdout.print(f"{g.name}: {', '.join(g.lost_disks)} lived on {g.name}'s local storage: if {g.name} is "
+                         "gone these disks are unrecoverable", markup=False)
+    stdout.print(rep.message, markup=False)

@@ -1,0 +1,1 @@
+"""Proxmox/corosync cluster runbooks as code: doctor, stale-config rejoin, ghost-node cleanup."""

@@ -1,0 +1,125 @@
+"""The stale-config rejoin runbook: refuse unless it applies, stop corosync, ``pvecm add --force`` from
+/tmp, wait for quorum, verify membership and that config_version moved."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from labwright.cluster.doctor import HEALTHY, STALE, Diagnosis, doctor
+from labwright.cluster.runner import NodeRunner
+from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+from labwright.ui import Reporter
+
+STOP_SCRIPT = r"""
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then systemctl stop corosync; exit $?; fi
+p=$(cat /run/corosync.pid 2>/dev/null)
+if [ -z "$p" ] || [ "$(cat /proc/$p/comm 2>/dev/null)" != corosync ]; then echo already-stopped; exit 0; fi
+kill "$p"
+i=0; while [ "$(cat /proc/$p/comm 2>/dev/null)" = corosync ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done
+[ "$(cat /proc/$p/comm 2>/dev/null)" = corosync ] && { kill -9 "$p"; sleep 0.2; }
+echo stopped
+"""
+
+
+@dataclass
+class RejoinResult:
+    node: str
+    lead: str
+    dry_run: bool
+    changed: bool
+    steps: list[str] = field(default_factory=list)
+    before_version: int | None = None
+    after_version: int | None = None
+    message: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def plan_steps(node: str, lead: str) -> list[str]:
+    return [
+        f"stop corosync on {node} (ends its rejected-packet flood)",
+        f"cd /tmp && pvecm add {lead} --use_ssh --force   (on {node}; pvecm refuses inside /etc/pve)",
+        f"wait until {node} sees a quorate membership",
+        f"verify {node} is a member and its config_version moved",
+    ]
+
+
+def check(diag: Diagnosis, node: str, lead: str) -> None:
+    """Refuse unless the doctor says stale config and the cluster is quorate; the lead must be a quorate member."""
+    rep = diag.node(node)  # BadInput for an unknown node
+    if not diag.quorate:
+        raise SafetyCheckFailed(f"refusing to rejoin {node}: the cluster is not quorate; restore quorum first "
+                                "(labwright cluster doctor shows which members are down)")
+    facts = diag.facts.get(node)
+    if facts and facts.conf_error:
+        raise BadInput(f"refusing to rejoin {node}: {facts.conf_error}")
+    if rep.verdict != STALE:
+        return
+    if lead not in diag.lead_addresses or lead == rep.address:
+        raise BadInput(f"--lead {lead}: not the address of a quorate member "
+                       f"(use one of: {', '.join(a for a in diag.lead_addresses if a != rep.address) or 'none'})")
+
+
+def wait_quorate(runner: NodeRunner, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if runner.run("corosync-quorumtool -s >/dev/null 2>&1", timeout=10).rc == 0:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def rejoin(runners: list[NodeRunner], node: str, lead: str, yes: bool, report: Reporter | None = None,
+           quorum_timeout: float = 60) -> RejoinResult:
+    report = report or Reporter(quiet=True)
+    with report.step("diagnosing the cluster"):
+        diag = doctor(runners)
+    rep = diag.node(node)
+    check(diag, node, lead)
+    result = RejoinResult(node, lead, dry_run=not yes, changed=False, before_version=rep.config_version)
+    if rep.verdict == HEALTHY:
+        result.message = (f"{node} is healthy (member, config_version {rep.config_version}): nothing to do; "
+                          "nothing changed")
+        return result
+    if rep.verdict != STALE:
+        why = "; ".join(rep.reasons) or rep.verdict
+        raise SafetyCheckFailed(f"refusing to rejoin {node}: the doctor says {rep.verdict!r}, not stale config ({why})")
+    result.steps = plan_steps(node, lead)
+    if not yes:
+        result.message = f"dry run: {node} is stale ({'; '.join(rep.reasons)}); add --yes to run these steps"
+        return result
+    runner = next(r for r in runners if r.name == node)
+    done: list[str] = []
+    with report.step(f"stopping corosync on {node}"):
+        res = runner.run(STOP_SCRIPT, timeout=30)
+        if res.rc:
+            raise OperationFailed(f"{node}: stopping corosync failed (exit {res.rc}): "
+                                  f"{(res.stderr or res.stdout).strip().splitlines()[-1:]}")
+        done.append(f"stopped corosync on {node}" + (" (it had already exited)" if "already" in res.stdout else ""))
+    with report.step(f"pvecm add {lead} --use_ssh --force on {node}"):
+        res = runner.run(f"cd /tmp && pvecm add {lead} --use_ssh --force", timeout=300)
+        if res.rc:
+            last = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [f"exit {res.rc}"]
+            raise OperationFailed(f"{node}: pvecm add {lead} failed (exit {res.rc}): {last[0]}; corosync on {node} "
+                                  "is stopped: fix the cause and run the rejoin again")
+        done.append(f"ran pvecm add {lead} --use_ssh --force from /tmp on {node}")
+    result.changed = True
+    with report.step(f"waiting for quorum on {node}"):
+        if not wait_quorate(runner, quorum_timeout):
+            raise OperationFailed(f"{node}: no quorate membership {quorum_timeout:.0f}s after pvecm add; "
+                                  "see labwright cluster doctor")
+        done.append(f"{node} sees a quorate membership")
+    with report.step("verifying"):
+        after = doctor(runners)
+    now = after.node(node)
+    result.after_version = now.config_version
+    result.steps = done
+    if now.verdict != HEALTHY or not now.member:
+        raise OperationFailed(f"{node}: after the rejoin the doctor says {now.verdict!r} "
+                              f"({'; '.join(now.reasons)}); see labwright cluster doctor")
+    result.steps.append(f"{node} is a member; config_version {rep.config_version} -> {now.config_version}")
+    result.message = f"{node} rejoined the cluster (config_version {rep.config_version} -> {now.config_version})"
+    return result
