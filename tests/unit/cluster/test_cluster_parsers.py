@@ -158,11 +158,11 @@ def test_quorumtool_alone_is_not_quorate():
 def test_cmap_members():
     cmap = parse_cmap("""\
 runtime.members.1.config_version (u64) = 4
-runtime.members.1.ip (str) = r(0) ip(10.98.7.1) 
+runtime.members.1.ip (str) = r(0) ip(10.98.7.1)
 runtime.members.1.join_count (u32) = 1
 runtime.members.1.status (str) = joined
 runtime.members.3.config_version (u64) = 3
-runtime.members.3.ip (str) = r(0) ip(10.98.7.3) 
+runtime.members.3.ip (str) = r(0) ip(10.98.7.3)
 runtime.members.3.join_count (u32) = 4
 runtime.members.3.status (str) = left
 totem.config_version (u64) = 4
@@ -191,7 +191,8 @@ May 07 17:39:43 pve7 corosync[1146]:   [QUORUM] Members[1]: 3
 def test_log_signs_debian_and_only_the_current_run():
     log = """\
 Nov 22 07:18:17 [10] vm corosync notice  [MAIN  ] Corosync Cluster Engine 3.1.7 starting up
-Nov 22 07:18:18 [10] vm corosync error   [CMAP  ] Received config version (6) is different than my config version (4)! Exiting
+Nov 22 07:18:18 [10] vm corosync error   [CMAP  ] Received config version (6) is different than my config version (4)! \
+Exiting
 Nov 22 07:20:00 [11] vm corosync notice  [MAIN  ] Corosync Cluster Engine 3.1.7 starting up
 Nov 22 07:20:01 [11] vm corosync error   [CRYPTO] nsscrypto: Digest does not match. Check crypto key and configuration.
 Nov 22 07:20:01 [11] vm corosync error   [KNET  ] rx: Unable to decrypt packet from 10.98.7.1:5405
@@ -224,4 +225,5 @@ scsi2: local-lvm:vm-102-disk-9,size=1G
         ("local-lvm:vm-102-disk-0", True), ("nas:102/vm-102-disk-1.qcow2", False), ("local-lvm:vm-102-disk-2", True)]
     ct = parse_guest_config("lxc", "103", "p", "hostname: web\nrootfs: local-lvm:vm-103-disk-0,size=8G\n"
                             "mp0: /srv/data,mp=/data\nmp1: local-zfs:subvol-103-disk-1,mp=/x\n")
-    assert ct.name == "web" and [d.volume for d in ct.disks] == ["local-lvm:vm-103-disk-0", "local-zfs:subvol-103-disk-1"]
+    assert ct.name == "web"
+    assert [d.volume for d in ct.disks] == ["local-lvm:vm-103-disk-0", "local-zfs:subvol-103-disk-1"]
