@@ -1,8 +1,148 @@
-"""`labwright bench`: Benchmark an OpenAI-compatible endpoint (prefill, decode, TTS)."""
+"""`labwright bench`: Benchmark an OpenAI-compatible endpoint (prefill, decode, TTS).
+
+Subcommands (``llm``, ``compare``; other engineers' groups such as ``tts`` register themselves at the end of this
+file); plain ``labwright bench --url ...`` is ``labwright bench llm --url ...``, as issue 6 writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
 
 import typer
+from rich.markup import escape
+
+from labwright.bench import report
+from labwright.bench.runner import BenchConfig, parse_contexts, run
+from labwright.errors import BadInput
+from labwright.ui import console, stdout
 
 NAME = "bench"
 HELP = "Benchmark an OpenAI-compatible endpoint (prefill, decode, TTS)."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
+
+UrlOption = typer.Option(None, "--url", help="The API base, e.g. http://127.0.0.1:8080/v1.")
+ModelOption = typer.Option(None, "--model", help="Model name as the server lists it (default: its only model).")
+ContextsOption = typer.Option("512,4096,16384", "--contexts", help="Prompt lengths in tokens: 512,4096,16k.")
+DecodeOption = typer.Option(512, "--decode", help="Tokens to generate per request.")
+TrialsOption = typer.Option(3, "--trials", help="Requests per context; trial 1 is reported apart as cold.")
+EndpointOption = typer.Option("chat", "--endpoint", help="chat (/v1/chat/completions) or completions "
+                              "(/v1/completions).")
+LabelOption = typer.Option(None, "--label", help="Name of this configuration in tables, CSV and plots "
+                           "(default: the model).")
+KeyOption = typer.Option(None, "--api-key-env", help="Environment variable holding the API key (sent as Bearer).")
+TimeoutOption = typer.Option(600.0, "--timeout", help="Seconds to wait on the server before giving up a request.")
+JsonOption = typer.Option(False, "--json", help="Print the full result as JSON (input for bench compare).")
+CsvOption = typer.Option(False, "--csv", help="Print one CSV row per context.")
+PlotOption = typer.Option(None, "--plot", help="Write a PNG: tok/s vs context (needs labwright[plot]).")
+
+
+def _api_key(variable: str | None) -> str | None:
+    if variable is None:
+        return None
+    value = os.environ.get(variable)
+    if not value:
+        raise BadInput(f"--api-key-env {variable}: the variable is not set or empty: export {variable}=KEY first")
+    return value
+
+
+def _emit(docs: list[dict[str, Any]], as_json: bool, as_csv: bool, plot: Path | None, compare: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(docs[0] if len(docs) == 1 and not compare else docs, indent=2))
+    elif as_csv:
+        typer.echo(report.csv_text(docs), nl=False)
+    else:
+        # Wide tables: a pipe or CI log gets the full width instead of rich's 80 columns.
+        width = None if stdout.is_terminal else 200
+        stdout.print(report.compare_table(docs) if compare else report.results_table(docs), width=width)
+    if plot is not None:
+        report.plot(docs, plot)
+        console.print(f"plot written: {escape(str(plot))}")
+
+
+def _outputs(as_json: bool, as_csv: bool, plot: Path | None) -> None:
+    if as_json and as_csv:
+        raise BadInput("--json and --csv both given: pick one output format")
+    if plot is not None:
+        report.require_matplotlib()
+        if not plot.parent.is_dir():
+            raise BadInput(f"--plot {plot}: directory {plot.parent} does not exist: create it or pick another path")
+
+
+def _llm(url: str | None, model: str | None, contexts: str, decode: int, trials: int, endpoint: str,
+         label: str | None, api_key_env: str | None, timeout: float, as_json: bool, as_csv: bool,
+         plot: Path | None) -> None:
+    if url is None:
+        raise BadInput("--url is required: pass the API base, e.g. --url http://127.0.0.1:8080/v1")
+    _outputs(as_json, as_csv, plot)
+    config = BenchConfig(url=url, model=model, contexts=parse_contexts(contexts), decode=decode, trials=trials,
+                         endpoint=endpoint, label=label, api_key=_api_key(api_key_env), timeout=timeout)
+    console.print(f"… benchmarking {escape(url)}: contexts {', '.join(map(str, config.contexts))}, "
+                  f"{decode} decode tokens, {trials} trials each")
+    result = run(config, progress=lambda line: console.print(f"  {escape(line)}"))
+    _emit([result.to_json()], as_json, as_csv, plot, compare=False)
+
+
+@app.callback(invoke_without_command=True)
+def _bench(
+    ctx: typer.Context,
+    url: str | None = UrlOption,
+    model: str | None = ModelOption,
+    contexts: str = ContextsOption,
+    decode: int = DecodeOption,
+    trials: int = TrialsOption,
+    endpoint: str = EndpointOption,
+    label: str | None = LabelOption,
+    api_key_env: str | None = KeyOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    as_csv: bool = CsvOption,
+    plot: Path | None = PlotOption,
+) -> None:
+    """Benchmark a server; without a subcommand, the options are those of `labwright bench llm`."""
+    if ctx.invoked_subcommand is not None:
+        if url is not None:
+            raise BadInput(f"--url before '{ctx.invoked_subcommand}': put the options after the subcommand")
+        return
+    _llm(url, model, contexts, decode, trials, endpoint, label, api_key_env, timeout, as_json, as_csv, plot)
+
+
+@app.command()
+def llm(
+    url: str | None = UrlOption,
+    model: str | None = ModelOption,
+    contexts: str = ContextsOption,
+    decode: int = DecodeOption,
+    trials: int = TrialsOption,
+    endpoint: str = EndpointOption,
+    label: str | None = LabelOption,
+    api_key_env: str | None = KeyOption,
+    timeout: float = TimeoutOption,
+    as_json: bool = JsonOption,
+    as_csv: bool = CsvOption,
+    plot: Path | None = PlotOption,
+) -> None:
+    """Prefill and decode speed by context length of an OpenAI-compatible server (streamed requests).
+
+    Example: labwright bench llm --url http://127.0.0.1:8080/v1 --contexts 512,4096,16384 --decode 512 --trials 3
+    """
+    _llm(url, model, contexts, decode, trials, endpoint, label, api_key_env, timeout, as_json, as_csv, plot)
+
+
+@app.command()
+def compare(
+    files: list[Path] = typer.Argument(..., help="Results saved with `labwright bench llm --json > FILE`."),
+    as_json: bool = JsonOption,
+    as_csv: bool = CsvOption,
+    plot: Path | None = PlotOption,
+) -> None:
+    """Two (or more) saved runs side by side: prefill and decode per context, change against the first.
+
+    Example: labwright bench compare stack-a.json stack-c.json --plot compare.png
+    """
+    _outputs(as_json, as_csv, plot)
+    docs = [report.load(path) for path in files]
+    _emit(docs, as_json, as_csv, plot, compare=True)

@@ -1,0 +1,318 @@
+"""A streaming client for OpenAI-compatible servers (llama.cpp, vLLM, tabbyAPI, Ollama, ...), timing one request.
+
+Standard library only (``http.client``): the clock starts when the request is sent on an already open connection and
+the stream is read line by line as it arrives, so nothing buffers between the server's first token and our clock.
+TLS is verified by default (the system's CA store).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from labwright.bench.sse import MalformedStream, iter_events
+from labwright.errors import BadInput, OperationFailed
+
+ENDPOINTS = ("chat", "completions")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The API base (``http://HOST:PORT/v1``) and how to authenticate to it."""
+
+    scheme: str
+    host: str
+    port: int
+    prefix: str
+    api_key: str | None = field(default=None, repr=False)
+    timeout: float = 600.0
+
+    @classmethod
+    def parse(cls, url: str, api_key: str | None = None, timeout: float = 600.0) -> Endpoint:
+        parts = urllib.parse.urlsplit(url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BadInput(f"--url {url!r} is not an http(s) URL: pass the API base, e.g. http://127.0.0.1:8080/v1")
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise BadInput(f"--url {url!r} has an invalid port: pass e.g. http://127.0.0.1:8080/v1") from None
+        return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"), api_key, timeout)
+
+    @property
+    def base(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}{self.prefix}"
+
+    @property
+    def root_prefix(self) -> str:
+        """The server root: llama.cpp and vLLM serve /tokenize beside /v1, not under it."""
+        return self.prefix.removesuffix("/v1")
+
+    def connect(self) -> http.client.HTTPConnection:
+        if self.scheme == "https":
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.timeout, context=ssl.create_default_context())
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        try:
+            conn.connect()
+        except ssl.SSLError as exc:
+            raise OperationFailed(f"TLS to {self.base} failed: {exc.reason or exc}") from None
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            raise OperationFailed(
+                f"cannot reach {self.base}: {reason} (is the server running and --url right?)") from None
+        return conn
+
+    def headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+
+def _error_message(body: bytes) -> str:
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return " ".join(text.split())[:200]
+    error = doc.get("error", doc) if isinstance(doc, dict) else doc
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("detail") or error)[:200]
+    return str(error)[:200]
+
+
+def check_status(endpoint: Endpoint, path: str, status: int, body: bytes, model: str | None = None) -> None:
+    """One line per failure class: the key (401/403), the URL or the model (404), the server (anything else)."""
+    if status < 400:
+        return
+    url = f"{endpoint.base}{path.removeprefix(endpoint.prefix)}" if path.startswith(endpoint.prefix) else path
+    message = _error_message(body)
+    if status in (401, 403):
+        raise BadInput(f"{url}: HTTP {status} ({message or 'unauthorized'}): export the server's API key in a "
+                       "variable and pass --api-key-env VAR")
+    if status == 404:
+        if model and "model" in message.lower():
+            raise BadInput(f"{url}: HTTP 404, model {model!r} unknown to the server ({message}): pass a --model "
+                           "it serves (GET /v1/models)")
+        raise BadInput(f"{url}: HTTP 404 ({message or 'not found'}): --url must be the API base, e.g. "
+                       "http://HOST:PORT/v1")
+    raise OperationFailed(f"{url}: HTTP {status}: {message or 'no error message'}")
+
+
+@dataclass
+class Trial:
+    """One streamed request, timed on the client, with what the server itself reported (usage, llama.cpp timings)."""
+
+    ttft_s: float
+    total_s: float
+    prompt_tokens: int
+    prompt_tokens_source: str  # "usage", "timings" or "estimate"
+    decode_tokens: int
+    decode_tokens_source: str  # "usage", "timings" or "chunks"
+    chunks: int
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None
+
+    @property
+    def prefill_tps(self) -> float:
+        return self.prompt_tokens / self.ttft_s if self.ttft_s > 0 else 0.0
+
+    @property
+    def decode_tps(self) -> float | None:
+        elapsed = self.total_s - self.ttft_s
+        return self.decode_tokens / elapsed if self.decode_tokens > 0 and elapsed > 0 else None
+
+    @property
+    def server_prefill_tps(self) -> float | None:
+        return _number(self.timings, "prompt_per_second")
+
+    @property
+    def server_decode_tps(self) -> float | None:
+        return _number(self.timings, "predicted_per_second")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ttft_s": self.ttft_s, "total_s": self.total_s, "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_source": self.prompt_tokens_source, "decode_tokens": self.decode_tokens,
+            "decode_tokens_source": self.decode_tokens_source, "chunks": self.chunks,
+            "finish_reason": self.finish_reason, "prefill_tps": self.prefill_tps, "decode_tps": self.decode_tps,
+            "server_prefill_tps": self.server_prefill_tps, "server_decode_tps": self.server_decode_tps,
+            "usage": self.usage, "timings": self.timings,
+        }
+
+
+def _number(doc: dict[str, Any] | None, key: str) -> float | None:
+    value = (doc or {}).get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _chunk_text(chunk: dict[str, Any], endpoint_kind: str) -> str:
+    choices = chunk.get("choices") or []
+    if not choices or not isinstance(choices[0], dict):
+        return ""
+    choice = choices[0]
+    if endpoint_kind == "chat":
+        delta = choice.get("delta") or {}
+        # Reasoning models stream their thinking first: those are generated tokens too.
+        return str(delta.get("content") or "") + str(delta.get("reasoning_content") or delta.get("reasoning") or "")
+    return str(choice.get("text") or "")
+
+
+class Client:
+    def __init__(self, endpoint: Endpoint, model: str, kind: str = "chat"):
+        if kind not in ENDPOINTS:
+            raise BadInput(f"--endpoint {kind!r} is not one of {', '.join(ENDPOINTS)}")
+        self.endpoint = endpoint
+        self.model = model
+        self.kind = kind
+        self._tokenize_works: bool | None = None
+
+    # --- plain JSON requests -------------------------------------------------------------------------------------
+
+    def _json(self, method: str, path: str, payload: dict[str, Any] | None = None) -> tuple[int, bytes]:
+        conn = self.endpoint.connect()
+        try:
+            body = json.dumps(payload).encode() if payload is not None else None
+            conn.request(method, path, body=body, headers=self.endpoint.headers())
+            response = conn.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise OperationFailed(f"{self.endpoint.base}: request {path} failed: {exc}") from None
+        finally:
+            conn.close()
+
+    def models(self) -> list[dict[str, Any]] | None:
+        """The served models (``GET /v1/models``), or None when the server has no such listing."""
+        path = f"{self.endpoint.prefix}/models"
+        status, body = self._json("GET", path)
+        if status == 404:
+            return None
+        check_status(self.endpoint, path, status, body)
+        try:
+            data = json.loads(body).get("data")
+        except (json.JSONDecodeError, AttributeError):
+            return None
+        return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else None
+
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens in ``text`` by the server's own tokenizer (``/tokenize``: llama.cpp, vLLM), or None without one."""
+        if self._tokenize_works is False:
+            return None
+        path = f"{self.endpoint.root_prefix}/tokenize"
+        status, body = self._json("POST", path, {"content": text, "prompt": text, "model": self.model,
+                                                 "add_special": False})
+        count: int | None = None
+        if status == 200:
+            try:
+                doc = json.loads(body)
+                count = int(doc["count"]) if "count" in doc else len(doc["tokens"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                count = None
+        elif status in (401, 403):
+            check_status(self.endpoint, path, status, body)
+        self._tokenize_works = count is not None
+        return count
+
+    # --- the timed streaming request -----------------------------------------------------------------------------
+
+    def request_body(self, prompt: str, max_tokens: int) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "stream": True,
+                                "stream_options": {"include_usage": True}}
+        if self.kind == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        return body
+
+    def stream(self, prompt: str, max_tokens: int) -> Trial:
+        """Send one streamed request and time it: TTFT at the first chunk carrying text, total at the stream's end."""
+        path = f"{self.endpoint.prefix}/{'chat/completions' if self.kind == 'chat' else 'completions'}"
+        payload = json.dumps(self.request_body(prompt, max_tokens)).encode()
+        conn = self.endpoint.connect()
+        try:
+            started = time.perf_counter()
+            try:
+                conn.request("POST", path, body=payload, headers=self.endpoint.headers())
+                response = conn.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                raise OperationFailed(f"{self.endpoint.base}: the request failed: {exc}") from None
+            if response.status >= 400:
+                check_status(self.endpoint, path, response.status, response.read(), self.model)
+            content_type = response.getheader("Content-Type", "")
+            if "event-stream" not in content_type:
+                raise MalformedStream(f"{self.endpoint.base}{path.removeprefix(self.endpoint.prefix)} did not stream: "
+                                      f"Content-Type {content_type!r}, expected text/event-stream")
+            return self._read(response, started, prompt)
+        finally:
+            conn.close()
+
+    def _read(self, response: http.client.HTTPResponse, started: float, prompt: str) -> Trial:
+        first: float | None = None
+        chunks = 0
+        finish: str | None = None
+        usage: dict[str, Any] | None = None
+        timings: dict[str, Any] | None = None
+        for event in iter_events(_lines(response, self.endpoint)):
+            if event.done:
+                break
+            chunk = event.json()
+            if "error" in chunk:
+                raise OperationFailed(f"{self.endpoint.base}: the server failed mid-stream: "
+                                      f"{_error_message(json.dumps(chunk).encode())}")
+            if _chunk_text(chunk, self.kind):
+                chunks += 1
+                if first is None:
+                    first = time.perf_counter()
+            choices = chunk.get("choices") or []
+            if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason"):
+                finish = str(choices[0]["finish_reason"])
+            if isinstance(chunk.get("usage"), dict):
+                usage = chunk["usage"]
+            if isinstance(chunk.get("timings"), dict):
+                timings = chunk["timings"]
+        total = time.perf_counter() - started
+        if first is None:
+            raise OperationFailed(f"{self.endpoint.base}: the stream ended without any generated text "
+                                  f"(finish_reason {finish!r})")
+        prompt_tokens, prompt_source = _prompt_tokens(usage, timings, prompt)
+        decode_tokens, decode_source = _decode_tokens(usage, timings, chunks)
+        return Trial(ttft_s=first - started, total_s=total, prompt_tokens=prompt_tokens,
+                     prompt_tokens_source=prompt_source, decode_tokens=decode_tokens,
+                     decode_tokens_source=decode_source, chunks=chunks, finish_reason=finish, usage=usage,
+                     timings=timings)
+
+
+def _lines(response: http.client.HTTPResponse, endpoint: Endpoint) -> Iterator[bytes]:
+    while True:
+        try:
+            line = response.readline()
+        except (OSError, http.client.HTTPException) as exc:
+            raise OperationFailed(f"{endpoint.base}: the stream broke off: {exc or type(exc).__name__}") from None
+        if not line:
+            return
+        yield line
+
+
+def _prompt_tokens(usage: dict[str, Any] | None, timings: dict[str, Any] | None, prompt: str) -> tuple[int, str]:
+    if usage and isinstance(usage.get("prompt_tokens"), int) and usage["prompt_tokens"] > 0:
+        return int(usage["prompt_tokens"]), "usage"
+    if timings and isinstance(timings.get("prompt_n"), int):
+        return int(timings["prompt_n"]) + int(timings.get("cache_n") or 0), "timings"
+    return max(1, round(len(prompt) / 4)), "estimate"
+
+
+def _decode_tokens(usage: dict[str, Any] | None, timings: dict[str, Any] | None, chunks: int) -> tuple[int, str]:
+    if usage and isinstance(usage.get("completion_tokens"), int):
+        return int(usage["completion_tokens"]), "usage"
+    if timings and isinstance(timings.get("predicted_n"), int):
+        return int(timings["predicted_n"]), "timings"
+    return chunks, "chunks"

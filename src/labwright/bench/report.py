@@ -1,0 +1,177 @@
+"""Bench results out: a table, CSV, the JSON documents read back for ``compare``, and the PNG plot.
+
+Everything here works on the JSON document a run writes (``BenchRun.to_json()``), so a fresh run and files saved from
+two stacks are reported the same way.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from labwright.bench.runner import SCHEMA
+from labwright.errors import BadInput
+from labwright.ui import table
+
+MIB = 1024 * 1024
+CSV_COLUMNS = (
+    "label", "context", "prompt_tokens", "decode_tokens", "trials",
+    "ttft_ms", "prefill_tps", "decode_tps",
+    "cold_ttft_ms", "cold_prefill_tps", "cold_decode_tps",
+    "server_prefill_tps", "server_decode_tps", "peak_rss_mib",
+)
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A saved ``labwright bench llm --json`` document, checked enough to report from; one line when it is not."""
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc.strerror}): pass a file written by labwright bench llm --json") \
+            from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{path}: not JSON ({exc.msg} at line {exc.lineno}): pass the output of "
+                       "labwright bench llm --json") from None
+    return check(doc, str(path))
+
+
+def check(doc: Any, source: str) -> dict[str, Any]:
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise BadInput(f"{source}: not a labwright bench result (schema {SCHEMA!r} expected): pass the output of "
+                       "labwright bench llm --json")
+    results = doc.get("results")
+    if not isinstance(results, list) or not all(isinstance(r, dict) and isinstance(r.get("context"), int)
+                                                and (r.get("warm") or r.get("cold")) for r in results):
+        raise BadInput(f"{source}: 'results' must list contexts with cold/warm summaries: the file is damaged")
+    return doc
+
+
+def best(result: dict[str, Any]) -> dict[str, Any]:
+    """The cached-trial median when there is one, else the cold run (a single-trial benchmark)."""
+    return dict(result.get("warm") or result.get("cold") or {})
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value * 1000
+
+
+def flat_rows(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for doc in docs:
+        for result in doc["results"]:
+            summary, cold = best(result), result.get("cold") or {}
+            rss = result.get("peak_rss_bytes")
+            rows.append({
+                "label": doc.get("label", "?"), "context": result["context"],
+                "prompt_tokens": summary.get("prompt_tokens"), "decode_tokens": summary.get("decode_tokens"),
+                "trials": len(result.get("trials") or []),
+                "ttft_ms": _ms(summary.get("ttft_s")), "prefill_tps": summary.get("prefill_tps"),
+                "decode_tps": summary.get("decode_tps"),
+                "cold_ttft_ms": _ms(cold.get("ttft_s")), "cold_prefill_tps": cold.get("prefill_tps"),
+                "cold_decode_tps": cold.get("decode_tps"),
+                "server_prefill_tps": summary.get("server_prefill_tps"),
+                "server_decode_tps": summary.get("server_decode_tps"),
+                "peak_rss_mib": None if rss is None else rss / MIB,
+            })
+    return rows
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def results_table(docs: list[dict[str, Any]]) -> Table:
+    columns = ["label", "context", "prompt tok", "decode tok", "TTFT ms", "prefill tok/s", "decode tok/s",
+               "cold TTFT ms", "cold prefill", "cold decode", "server prefill", "server decode", "peak RSS MiB"]
+    rows = [[str(r["label"]), _fmt(r["context"]), _fmt(r["prompt_tokens"]), _fmt(r["decode_tokens"]),
+             _fmt(r["ttft_ms"], 1), _fmt(r["prefill_tps"]), _fmt(r["decode_tps"]), _fmt(r["cold_ttft_ms"], 1),
+             _fmt(r["cold_prefill_tps"]), _fmt(r["cold_decode_tps"]), _fmt(r["server_prefill_tps"]),
+             _fmt(r["server_decode_tps"]), _fmt(r["peak_rss_mib"])] for r in flat_rows(docs)]
+    return table("Benchmark (median of cached trials; cold = trial 1)", columns, rows)
+
+
+def compare_table(docs: list[dict[str, Any]]) -> Table:
+    """The seed's side-by-side tables: one row per context, each label's prefill and decode, change vs the first."""
+    labels = [str(d.get("label", "?")) for d in docs]
+    by_label = [{r["context"]: best(r) for r in d["results"]} for d in docs]
+    contexts = sorted({c for runs in by_label for c in runs})
+    columns = ["context"]
+    for metric in ("prefill", "decode"):
+        columns += [f"{label} {metric}" for label in labels]
+        columns += [f"{label} vs {labels[0]}" for label in labels[1:]]
+    rows = []
+    for context in contexts:
+        row = [_fmt(context)]
+        for key in ("prefill_tps", "decode_tps"):
+            values = [runs.get(context, {}).get(key) for runs in by_label]
+            row += [_fmt(v) for v in values]
+            base = values[0]
+            row += ["-" if v is None or not base else f"{(v / base - 1) * 100:+.0f}%" for v in values[1:]]
+        rows.append(row)
+    return table("Compared (tok/s, median of cached trials)", columns, rows)
+
+
+def csv_text(docs: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in flat_rows(docs):
+        writer.writerow({k: ("" if v is None else round(v, 3) if isinstance(v, float) else v) for k, v in row.items()})
+    return out.getvalue()
+
+
+def _short(tokens: int) -> str:
+    return f"{tokens // 1024}k" if tokens >= 1024 and tokens % 1024 == 0 else str(tokens)
+
+
+def require_matplotlib() -> None:
+    """Checked before any benchmark runs, so a missing plotting library costs nothing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise BadInput("--plot needs matplotlib, which is not installed: pip install 'labwright[plot]'") from None
+
+
+def plot(docs: list[dict[str, Any]], path: Path) -> Path:
+    """tok/s against context (log scale), prefill and decode side by side, one line per label."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
+    for ax, key, title in ((axes[0], "prefill_tps", "Prefill (prompt tokens / TTFT)"),
+                           (axes[1], "decode_tps", "Decode (tokens / (total - TTFT))")):
+        for doc in docs:
+            points = [(r["context"], best(r).get(key)) for r in sorted(doc["results"], key=lambda r: r["context"])]
+            points = [(c, v) for c, v in points if v is not None]
+            if points:
+                ax.plot([c for c, _ in points], [v for _, v in points], marker="o", label=str(doc.get("label")))
+        ax.set_xscale("log", base=2)
+        contexts = sorted({r["context"] for doc in docs for r in doc["results"]})
+        ax.set_xticks(contexts, [_short(c) for c in contexts])
+        ax.minorticks_off()
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("tokens/s")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.legend()
+    figure.tight_layout()
+    try:
+        figure.savefig(path, format="png")
+    except OSError as exc:
+        raise BadInput(f"--plot {path}: cannot write ({exc.strerror}): pick a writable path") from None
+    finally:
+        plt.close(figure)
+    return path

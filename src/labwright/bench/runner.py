@@ -1,0 +1,180 @@
+"""One benchmark run: every context length, ``trials`` streamed requests each, memory sampled when the server is local.
+
+The methodology is the seed's: a prompt of the requested context (in tokens), ``decode`` generated tokens, prefill
+tok/s = prompt tokens / TTFT, decode tok/s = decode tokens / (total - TTFT), trial 1 reported apart as the cold run
+and the median over the later trials as the cached one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from labwright.bench import memory, prompt, stats
+from labwright.bench.openai import Client, Endpoint, Trial
+from labwright.errors import BadInput
+
+SCHEMA = "labwright.bench.llm/1"
+CALIBRATION_TEXT = "Hello."
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    url: str
+    model: str | None
+    contexts: tuple[int, ...]
+    decode: int = 512
+    trials: int = 3
+    endpoint: str = "chat"
+    label: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout: float = 600.0
+
+    def validate(self) -> None:
+        if not self.contexts:
+            raise BadInput("--contexts is empty: pass token counts, e.g. --contexts 512,4096,16384")
+        bad = [c for c in self.contexts if c < 16]
+        if bad:
+            raise BadInput(f"--contexts {bad[0]} is too small: each context must be at least 16 tokens")
+        if self.decode < 1:
+            raise BadInput(f"--decode {self.decode}: generate at least 1 token")
+        if self.trials < 1:
+            raise BadInput(f"--trials {self.trials}: run at least 1 trial (3 gives a cold run and a 2-trial median)")
+
+
+def parse_contexts(text: str) -> tuple[int, ...]:
+    """``512,4096,16k`` -> (512, 4096, 16384); one clear line for anything else."""
+    values = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        if not part:
+            continue
+        scale = 1024 if part.endswith("k") else 1
+        number = part.removesuffix("k")
+        if not number.isdigit():
+            raise BadInput(f"--contexts {text!r}: {part!r} is not a whole number of tokens (e.g. 512,4096,16k)")
+        values.append(int(number) * scale)
+    if not values:
+        raise BadInput(f"--contexts {text!r} names no context: pass e.g. 512,4096,16384")
+    return tuple(values)
+
+
+@dataclass
+class ContextResult:
+    context: int
+    trials: list[Trial]
+    peak_rss_bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        cold, warm = stats.cold_and_warm(self.trials)
+        return {
+            "context": self.context,
+            "cold": cold.to_json() if cold else None,
+            "warm": warm.to_json() if warm else None,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "trials": [t.to_json() for t in self.trials],
+        }
+
+
+@dataclass
+class BenchRun:
+    label: str
+    url: str
+    model: str
+    endpoint: str
+    decode: int
+    trials: int
+    started: str
+    tokenizer: str  # "server" (/tokenize) or "estimate"
+    template_tokens: int
+    server_pid: int | None
+    results: list[ContextResult] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "label": self.label, "url": self.url, "model": self.model, "endpoint": self.endpoint,
+            "decode": self.decode, "trials": self.trials, "started": self.started, "tokenizer": self.tokenizer,
+            "template_tokens": self.template_tokens, "server_pid": self.server_pid,
+            "results": [r.to_json() for r in self.results],
+        }
+
+
+def resolve_model(client: Client, model: str | None, contexts: tuple[int, ...], decode: int) -> str:
+    """The model to ask for, checked against ``/v1/models`` (and the server's context size when it reports one)."""
+    served = client.models()
+    if served is None:
+        if model is None:
+            raise BadInput(f"{client.endpoint.base} lists no models (no /models): pass --model NAME")
+        return model
+    names: dict[str, dict[str, Any]] = {}
+    for entry in served:
+        for name in [entry.get("id"), *(entry.get("aliases") or [])]:
+            if isinstance(name, str):
+                names.setdefault(name, entry)
+    ids = [str(e.get("id")) for e in served]
+    if model is None:
+        if len(ids) != 1:
+            raise BadInput(f"{client.endpoint.base} serves {len(ids)} models ({', '.join(ids) or 'none'}): "
+                           "pick one with --model NAME")
+        model = ids[0]
+    if model not in names:
+        raise BadInput(f"model {model!r} is not served at {client.endpoint.base} (it serves: "
+                       f"{', '.join(ids) or 'nothing'}): pass one of those with --model")
+    n_ctx = (names[model].get("meta") or {}).get("n_ctx")
+    if isinstance(n_ctx, int) and n_ctx > 0 and max(contexts) + decode > n_ctx:
+        raise BadInput(f"--contexts {max(contexts)} + --decode {decode} exceeds the server's context of {n_ctx} "
+                       f"tokens: restart it with a context of at least {max(contexts) + decode} or drop that length")
+    return model
+
+
+def calibrate(client: Client) -> tuple[float, int, str]:
+    """Characters per token, the tokens the chat template adds around a message, and which tokenizer was used."""
+    short = client.stream(CALIBRATION_TEXT, 1)
+    counted = client.count_tokens(CALIBRATION_TEXT)
+    sample = prompt.filler(4000, 1)
+    if counted is not None:
+        sample_tokens = client.count_tokens(sample) or 1
+        return len(sample) / sample_tokens, max(0, short.prompt_tokens - counted), "server"
+    if short.prompt_tokens_source == "estimate":
+        return 4.0, 0, "estimate"
+    long = client.stream(sample, 1)
+    extra = max(1, long.prompt_tokens - short.prompt_tokens)
+    ratio = (len(sample) - len(CALIBRATION_TEXT)) / extra
+    return ratio, max(0, round(short.prompt_tokens - len(CALIBRATION_TEXT) / ratio)), "estimate"
+
+
+def run(config: BenchConfig, progress: Callable[[str], None] = lambda _: None) -> BenchRun:
+    config.validate()
+    endpoint = Endpoint.parse(config.url, config.api_key, config.timeout)
+    client = Client(endpoint, config.model or "", config.endpoint)
+    client.model = resolve_model(client, config.model, config.contexts, config.decode)
+    ratio, template_tokens, tokenizer = calibrate(client)
+    pid = memory.listening_pid(endpoint.port) if memory.is_local(endpoint.host) else None
+    bench = BenchRun(
+        label=config.label or client.model, url=endpoint.base, model=client.model, endpoint=config.endpoint,
+        decode=config.decode, trials=config.trials, started=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        tokenizer=tokenizer, template_tokens=template_tokens, server_pid=pid)
+    for context in config.contexts:
+        result = ContextResult(context, [])
+        sampler = memory.RssSampler(pid) if pid is not None else None
+        if sampler:
+            sampler.__enter__()
+        try:
+            for trial in range(1, config.trials + 1):
+                text = prompt.build(max(1, context - template_tokens), seed=context * 1000 + trial,
+                                    chars_per_token=ratio, count=client.count_tokens)
+                measured = client.stream(text.text, config.decode)
+                result.trials.append(measured)
+                kind = "cold" if trial == 1 else "cached"
+                decode_tps = f"{measured.decode_tps:,.0f}" if measured.decode_tps else "-"
+                progress(f"context {context}: trial {trial}/{config.trials} ({kind}): {measured.prompt_tokens} prompt "
+                         f"tokens, TTFT {measured.ttft_s * 1000:.1f} ms, prefill {measured.prefill_tps:,.0f} tok/s, "
+                         f"decode {decode_tps} tok/s")
+        finally:
+            if sampler:
+                sampler.__exit__(None, None, None)
+                result.peak_rss_bytes = sampler.peak
+        bench.results.append(result)
+    return bench
