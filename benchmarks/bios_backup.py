@@ -1,0 +1,86 @@
+"""Backup of a 16 MiB chip through flashrom's dummy programmer, side by side with one raw `flashrom -r`.
+
+    .venv/bin/python benchmarks/bios_backup.py [--repeat 5]
+
+Issue 8 asks for the backup's time to be reported (no target). Measured on this machine (@local), each the median
+of --repeat runs of the same emulated W25Q128FV backed by an X99-layout image:
+
+- raw: one ``flashrom -p dummy:... -r FILE`` (what the runbook does by hand)
+- raw x2 + sha256: two reads and their hashes (the least the read-twice check costs)
+- library: labwright.bios.backup.backup() in-process on a connected @local target (two reads, hashes, copy off,
+  copy's hash, descriptor decode, manifest)
+- CLI: ``labwright bios backup @local`` as a user runs it (interpreter and pyinfra start included)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from labwright.bios.backup import backup
+from labwright.bios.target import Target
+from labwright.testing.bios_image import dummy_programmer, write_x99_image
+from labwright.testing.pyinfra_output import tool_env
+from labwright.ui import Reporter
+
+
+def timed(fn: Callable[[], object], repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="lw-bios-bench-"))
+    try:
+        chip = write_x99_image(work / "chip.bin")
+        programmer = dummy_programmer(chip)
+        flashrom = shutil.which("flashrom") or "/usr/sbin/flashrom"
+
+        def raw(path: Path = work / "raw.bin") -> None:
+            subprocess.run([flashrom, "-p", programmer, "-r", str(path)], check=True, capture_output=True)
+
+        def raw_twice() -> None:
+            raw(work / "r1.bin")
+            raw(work / "r2.bin")
+            subprocess.run(["sha256sum", str(work / "r1.bin"), str(work / "r2.bin")], check=True,
+                           capture_output=True)
+
+        counter = iter(range(1_000_000))
+        target = Target.connect("@local")
+
+        def library() -> None:
+            backup(target, programmer, work / f"lib{next(counter)}", Reporter(quiet=True))
+
+        def cli() -> None:
+            subprocess.run(["labwright", "bios", "backup", "@local", "-p", programmer, "--out",
+                            str(work / f"cli{next(counter)}")], check=True, capture_output=True, env=tool_env())
+
+        results = [("raw flashrom -r (1 read)", timed(raw, args.repeat)),
+                   ("raw x2 + sha256 (2 reads)", timed(raw_twice, args.repeat)),
+                   ("labwright backup, in-process", timed(library, args.repeat)),
+                   ("labwright bios backup (CLI)", timed(cli, args.repeat))]
+        target.close()
+        base = results[0][1]
+        print(f"16 MiB dummy chip (W25Q128FV), median of {args.repeat}, @local")
+        print(f"{'step':34} {'seconds':>8} {'x raw read':>10}")
+        for label, seconds in results:
+            print(f"{label:34} {seconds:8.2f} {seconds / base:10.2f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
