@@ -1,0 +1,171 @@
+"""pyinfra operations behind deploys/tabbyapi.py: the pinned checkout, host-only API keys, config.yml, start + health.
+
+Each decides at execution time from the host's state (facts read then), so they see what the steps before them
+did in the same run: config.yml is rendered after the checkout and already carries n-gram drafting on
+config-era tabbyAPI (so the n-gram operation after it has nothing left to do there and a re-run changes nothing).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import operation
+from pyinfra.api.exceptions import OperationError
+from pyinfra.facts.files import File
+from pyinfra.operations import files
+
+from labwright.errors import LabwrightError
+from labwright.facts.git import GitCheckout
+from labwright.facts.tabbyapi import TabbyapiNgramFiles
+from labwright.tabbyapi.ngram import MODEL_PY, TabbyTexts, plan_ngram
+
+STARTUP_LINE = "Application startup complete"
+OOM_LINE = "Insufficient VRAM in split for model and cache"
+
+
+@operation()
+def checkout(url: str, ref: str, dest: str):
+    """
+    tabbyAPI's source at ``ref`` (a tag, commit or branch) from ``url``, detached, at ``dest``.
+
+    A tag or commit already checked out is a no-op without any network access; otherwise the remote is fetched
+    and the ref resolved BEFORE anything is checked out: a ref the remote does not have fails with one line and
+    leaves the tree as it was. Untracked files (config.yml, api_tokens.yml, the venv link) stay.
+
+    **Example:**
+
+    .. code:: python
+
+        checkout(name="tabbyAPI source", url="https://github.com/theroyallab/tabbyAPI.git", ref="e632af4",
+                 dest="/opt/tabbyapi")
+    """
+    now = host.get_fact(GitCheckout, dest=dest, ref=ref)
+    if now["head"] and now["origin"] == url and now["ref_commit"] == now["head"]:
+        host.noop(f"{dest} is at {ref} ({now['head'][:12]})")
+        return
+    d, r, u = shlex.quote(dest), shlex.quote(ref), shlex.quote(url)
+    git = f"git -C {d}"
+    missing = (f"labwright: tabbyapi_ref: {ref!r} does not exist at {url} (no such tag, branch or commit): nothing was "
+               "checked out, the running service is untouched; pin a ref the repository has")
+    unreachable = (f"labwright: tabbyapi_git_url: cannot fetch {url}: fix the URL or the guest's network "
+                   "(nothing changed)")
+    yield (
+        f"set -e; command -v git >/dev/null || {{ echo 'labwright: git is not installed on the guest' >&2; exit 1; }}; "
+        f"mkdir -p {d}; [ -d {d}/.git ] || git init -q {d}; "
+        f"if {git} remote get-url origin >/dev/null 2>&1; then {git} remote set-url origin {u}; "
+        f"else {git} remote add origin {u}; fi; "
+        f"{git} fetch -q --force --tags origin '+refs/heads/*:refs/remotes/origin/*' "
+        f"|| {{ echo {shlex.quote(unreachable)} >&2; exit 1; }}; "
+        f"sha=''; for c in refs/tags/{r} refs/remotes/origin/{r} {r}; do "
+        f"sha=$({git} rev-parse -q --verify \"$c^{{commit}}\" 2>/dev/null) && break; sha=''; done; "
+        f"[ -n \"$sha\" ] || {{ echo {shlex.quote(missing)} >&2; exit 1; }}; "
+        f"{git} -c advice.detachedHead=false checkout -q --force --detach \"$sha\"; "
+        f"echo \"tabbyAPI source at {ref} ($sha)\""
+    )
+
+
+@operation()
+def api_tokens(path: str, group: str):
+    """
+    tabbyAPI's ``api_tokens.yml`` (api_key, admin_key), generated ON THE HOST with Python's ``secrets`` the first
+    time and never again: the keys never pass through the controller, the inventory or git. Mode 640, root:GROUP.
+    """
+    info = host.get_fact(File, path=path)
+    if info and info.get("mode") == 640 and info.get("user") == "root" and info.get("group") == group:
+        host.noop(f"{path} exists (keys kept)")
+        return
+    script = ("import secrets; print(f'api_key: {secrets.token_hex(32)}'); "
+              "print(f'admin_key: {secrets.token_hex(32)}')")
+    p = shlex.quote(path)
+    yield (f"umask 077; mkdir -p {shlex.quote(posixpath.dirname(path))}; "
+           f"[ -s {p} ] || python3 -c {shlex.quote(script)} > {p}; "
+           f"chown root:{shlex.quote(group)} {p}; chmod 640 {p}")
+
+
+@operation()
+def config(text: str, path: str, source: str, match_min: int, group: str):
+    """
+    Put the rendered ``config.yml``; with n-gram drafting on and a config-era tabbyAPI checked out, with
+    ``draft_model.draft_mode: ngram`` / ``ngram_match_min`` already in it (the n-gram planner's own edit), so the
+    n-gram operation that follows finds nothing to do. An n-gram shape the planner does not recognise fails here,
+    before config.yml is touched.
+    """
+    if match_min:
+        found = host.get_fact(TabbyapiNgramFiles, source=source, config=path)
+        texts = TabbyTexts(found.model_py, found.config_sample, text, posixpath.join(source, MODEL_PY), path, source)
+        try:
+            change = plan_ngram(texts, match_min)
+            change.raise_for_mode()
+        except LabwrightError as exc:
+            raise OperationError(str(exc)) from exc
+        if change.mode == "config" and change.new_text is not None:
+            text = change.new_text
+    yield from files.put._inner(src=StringIO(text), dest=path, user="root", group=group, mode="640")
+
+
+HEALTH = r'''
+import json, subprocess, sys, time, urllib.request
+since, url, service, timeout, model, cache_size, cache_mode, tokens = sys.argv[1:9]
+timeout = float(timeout)
+deadline = time.monotonic() + timeout
+
+
+def journal():
+    cmd = ["journalctl", "-u", service + ".service", "--since", "@" + since, "-o", "cat", "--no-pager"]
+    return subprocess.run(cmd, capture_output=True, text=True).stdout
+
+
+def key():
+    try:
+        for line in open(tokens):
+            name, _, value = line.partition(":")
+            if name.strip() == "api_key":
+                return value.strip().strip("'\"")
+    except OSError:
+        return ""
+    return ""
+
+
+def get(path):
+    request = urllib.request.Request(url + path, headers={"Authorization": "Bearer " + key()})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return response.status, json.load(response)
+
+
+last = "no answer yet"
+while True:
+    log = journal()
+    if OOM_LINE in log:
+        subprocess.run(["systemctl", "stop", service + ".service"])
+        sys.exit(f"labwright: {service}: out of VRAM at start: cache_size {cache_size} (cache_mode {cache_mode}) "
+                 f"does not fit beside the model ('{OOM_LINE}'); lower tabbyapi_cache_size (a multiple of 256) "
+                 f"or use a smaller cache_mode such as 4,4, then re-run; the unit was stopped to end the restart loop")
+    if STARTUP_LINE in log:
+        try:
+            status, _ = get("/health")
+            if status == 200:
+                _, models = get("/v1/models")
+                ids = [m.get("id") for m in models.get("data", [])]
+                if model in ids:
+                    print(f"{service} healthy: {STARTUP_LINE!r}, /health 200, /v1/models lists {model}")
+                    sys.exit(0)
+                last = f"/v1/models lists {ids}, not {model}"
+        except Exception as error:
+            last = str(error)
+    if time.monotonic() > deadline:
+        print("\n".join(log.splitlines()[-15:]), file=sys.stderr)
+        sys.exit(f"labwright: {service} not healthy after {timeout:g}s ({last}); its journal is above")
+    time.sleep(0.3)
+'''.replace("OOM_LINE", repr(OOM_LINE)).replace("STARTUP_LINE", repr(STARTUP_LINE))
+
+
+def restart_and_check(service: str, url: str, timeout: int, model: str, cache_size: int, cache_mode: str,
+                      tokens: str) -> str:
+    """One shell line: note the time, restart the unit, then wait for the journal's startup line and a healthy
+    /health + /v1/models (with the host's API key), or turn the OOM line into one clear error."""
+    args = shlex.join([url, service, str(timeout), model, str(cache_size), cache_mode, tokens])
+    return (f"since=$(date +%s); systemctl restart {shlex.quote(service + '.service')}; "
+            f"python3 -c {shlex.quote(HEALTH)} \"$since\" {args}")
