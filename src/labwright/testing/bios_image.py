@@ -37,3 +37,11 @@ def write_x99_image(path: Path, **kwargs: object) -> Path:
 def dummy_programmer(image: str | Path) -> str:
     """flashrom's dummy programmer emulating a 16 MiB Winbond W25Q128FV backed by ``image`` (a path on the host)."""
     return f"dummy:emulate=W25Q128FV,image={image}"
+
+
+if __name__ == "__main__":
+    import sys
+
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "chip.bin")
+    write_x99_image(target)
+    print(f"{target}: 16 MiB X99-layout image; flashrom -p {dummy_programmer(target.resolve())}")
