@@ -75,6 +75,9 @@ def wait_quorate(runner: NodeRunner, timeout: float) -> bool:
 def rejoin(runners: list[NodeRunner], node: str, lead: str, yes: bool, report: Reporter | None = None,
            quorum_timeout: float = 60) -> RejoinResult:
     report = report or Reporter(quiet=True)
+    if node not in [r.name for r in runners]:
+        raise BadInput(f"no node named {node!r} in the inventory (nodes: {', '.join(r.name for r in runners)}); "
+                       "use one of those names")
     with report.step("diagnosing the cluster"):
         diag = doctor(runners)
     rep = diag.node(node)

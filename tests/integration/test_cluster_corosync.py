@@ -1,0 +1,237 @@
+"""`labwright cluster doctor/rejoin` against a real 3-node corosync 3 cluster (knet + crypto) in network
+namespaces on this machine. Proxmox's `pvecm` cannot run here: tests/doubles/pvecm stands in for it (copies
+the lead's corosync.conf and authkey and restarts corosync); every test that runs it says so in its name.
+
+One cluster per module (started in ~3 s); each test leaves it healthy, the quorum-loss test runs last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from labwright.testing.corosync_netns import NetnsCluster, sh, start_cluster
+from labwright.testing.pyinfra_output import tool_env
+
+VERSION = 4
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[NetnsCluster]:
+    c = start_cluster(version=VERSION)
+    try:
+        inv = tmp_path_factory.mktemp("cluster") / "cluster_inventory.py"
+        inv.write_text(c.inventory_text())
+        c.inventory = inv  # type: ignore[attr-defined]
+        yield c
+    finally:
+        c.close()
+
+
+def cli(cluster: NetnsCluster, *args: str, inventory: bool = True) -> subprocess.CompletedProcess[str]:
+    argv = ["labwright", "cluster", *args]
+    if inventory:
+        argv += ["--inventory", str(cluster.inventory)] if args[0] == "rejoin" else [str(cluster.inventory)]
+    return subprocess.run(argv, capture_output=True, text=True, env=tool_env(), timeout=300)
+
+
+def doctor_json(cluster: NetnsCluster) -> tuple[int, dict]:
+    p = cli(cluster, "doctor", "--json")
+    assert p.stdout, p.stderr
+    return p.returncode, json.loads(p.stdout)
+
+
+def node(diag: dict, name: str) -> dict:
+    return next(n for n in diag["nodes"] if n["name"] == name)
+
+
+def conf_path(cluster: NetnsCluster, name: str) -> Path:
+    return cluster.node_dir(name) / "etc/corosync/corosync.conf"
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def error_line(p: subprocess.CompletedProcess[str]) -> str:
+    """The one error line (progress lines may come before it); it must be the last thing printed."""
+    errors = [line for line in p.stderr.splitlines() if line.startswith("labwright: error:")]
+    assert len(errors) == 1 and p.stderr.rstrip().endswith(errors[0]), p.stderr
+    return errors[0]
+
+
+def wait_for(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def cluster_version(cluster: NetnsCluster) -> int:
+    text = (cluster.pve_dir / "corosync.conf").read_text()
+    return int(text.split("config_version:")[1].split()[0])
+
+
+def test_doctor_healthy_cluster(cluster):
+    rc, diag = doctor_json(cluster)
+    assert rc == 0, diag
+    assert diag["quorate"] and diag["members"] == ["node1", "node2", "node3"]
+    assert (diag["expected_votes"], diag["total_votes"]) == (3, 3)
+    v = cluster_version(cluster)
+    assert diag["config_version"] == v and diag["pve_conf_version"] == v
+    for name in cluster.names:
+        n = node(diag, name)
+        assert n["verdict"] == "healthy" and n["service"] == "active" and n["member"]
+        assert n["config_version"] == v and n["running_version"] == v
+        assert n["cluster_view"]["status"] == "joined" and not n["suggestion"]
+    text = cli(cluster, "doctor")
+    assert text.returncode == 0 and "healthy" in text.stdout and "cluster: quorate" in text.stdout
+
+
+def test_rejoin_refuses_healthy_node_and_changes_nothing(cluster):
+    pid, before = cluster.pid("node2"), digest(conf_path(cluster, "node2"))
+    p = cli(cluster, "rejoin", "node2", "--lead", cluster.addr("node1"), "--yes")
+    assert p.returncode == 0, p.stderr
+    assert "node2 is healthy" in p.stdout and "nothing changed" in p.stdout
+    assert cluster.pid("node2") == pid and digest(conf_path(cluster, "node2")) == before
+
+
+def test_unknown_node_and_missing_inventory_are_one_line(cluster):
+    p = cli(cluster, "rejoin", "node9", "--lead", cluster.addr("node1"), "--yes")
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0
+    assert "no node named 'node9'" in error_line(p) and "node1, node2, node3" in p.stderr
+    p = cli(cluster, "doctor", "/nonexistent/cluster.py", inventory=False)
+    assert p.returncode == 2 and "/nonexistent/cluster.py" in error_line(p)
+
+
+def make_stale_by_version(cluster: NetnsCluster) -> tuple[int, int]:
+    """node3 misses two config changes while it is off, then boots with its old corosync.conf."""
+    old = cluster_version(cluster)
+    cluster.stop("node3")
+    cluster.set_version(["node1", "node2"], old + 2)
+    cluster.start("node3")
+    # Debian's corosync 3.1.7 joins, sees the newer version in cmap and exits ("... Exiting").
+    wait_for(lambda: "Exiting" in (cluster.node_dir("node3") / "var/log/corosync/corosync.log").read_text()
+             and cluster.pid("node3") is None, 30, "node3 to exit on the config version mismatch")
+    return old, old + 2
+
+
+def test_stale_config_version_doctor_and_rejoin_with_pvecm_standin(cluster):
+    old, new = make_stale_by_version(cluster)
+    rc, diag = doctor_json(cluster)
+    assert rc == 1 and diag["quorate"] and diag["config_version"] == new
+    n3 = node(diag, "node3")
+    assert n3["verdict"] == "stale config" and n3["config_version"] == old and not n3["member"]
+    assert n3["missed_versions"] == [old + 1, new]
+    assert any(f"Received config version ({new}) is different than my config version ({old})! Exiting" in s
+               for s in n3["signs"])
+    assert any("Members[1]: 3" in s for s in n3["signs"])  # the seed's single-member membership
+    assert n3["cluster_view"]["status"] == "left" and n3["cluster_view"]["config_version"] == old
+    assert n3["suggestion"] == f"labwright cluster rejoin node3 --lead {cluster.addr('node1')}"
+    assert node(diag, "node1")["verdict"] == node(diag, "node2")["verdict"] == "healthy"
+
+    # Dry run: the plan, nothing touched.
+    before = digest(conf_path(cluster, "node3"))
+    p = cli(cluster, "rejoin", "node3", "--lead", cluster.addr("node1"))
+    assert p.returncode == 0, p.stderr
+    assert "plan (dry run)" in p.stdout and f"pvecm add {cluster.addr('node1')} --use_ssh --force" in p.stdout
+    assert digest(conf_path(cluster, "node3")) == before and cluster.pid("node3") is None
+    # A lead that is not a quorate member is refused (the stale node itself here).
+    p = cli(cluster, "rejoin", "node3", "--lead", cluster.addr("node3"), "--yes")
+    assert p.returncode == 2 and "--lead" in error_line(p)
+    assert digest(conf_path(cluster, "node3")) == before
+
+    p = cli(cluster, "rejoin", "node3", "--lead", cluster.addr("node1"), "--yes", "--json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["changed"] and (res["before_version"], res["after_version"]) == (old, new)
+    assert any("pvecm add" in s for s in res["steps"])
+    rc, diag = doctor_json(cluster)
+    assert rc == 0 and all(n["verdict"] == "healthy" for n in diag["nodes"]), diag
+    assert node(diag, "node3")["config_version"] == new
+    # Idempotent: a second rejoin changes nothing and says so.
+    p = cli(cluster, "rejoin", "node3", "--lead", cluster.addr("node1"), "--yes")
+    assert p.returncode == 0 and "nothing to do" in p.stdout
+
+
+def test_old_authkey_doctor_and_rejoin_with_pvecm_standin(cluster):
+    cluster.stop("node3")
+    key = cluster.node_dir("node3") / "etc/corosync/authkey"
+    key.unlink()
+    sh("corosync-keygen", "-k", str(key))
+    cluster.start("node3")
+    log1 = cluster.node_dir("node1") / "var/log/corosync/corosync.log"
+    wait_for(lambda: f"Unable to decrypt packet from {cluster.addr('node3')}" in log1.read_text()
+             and cluster.quorate("node3") == (False, 1), 30, "node1 to reject node3's packets")
+    rc, diag = doctor_json(cluster)
+    n3 = node(diag, "node3")
+    assert rc == 1 and n3["verdict"] == "stale config" and n3["service"] == "active" and not n3["member"]
+    assert n3["missed_versions"] == [] and any("authkey differs" in r for r in n3["reasons"])
+    assert any(f"Unable to decrypt packet from {cluster.addr('node3')}" in s for s in n3["signs"])
+    assert n3["quorate"] is False and n3["members_seen"] == 1
+    pid = cluster.pid("node3")
+    p = cli(cluster, "rejoin", "node3", "--lead", cluster.addr("node2"), "--yes")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "stopped corosync on node3" in p.stdout and cluster.pid("node3") not in (None, pid)
+    rc, diag = doctor_json(cluster)
+    assert rc == 0 and all(n["verdict"] == "healthy" for n in diag["nodes"]), diag
+    assert key.read_bytes() == (cluster.node_dir("node2") / "etc/corosync/authkey").read_bytes()
+
+
+def test_corosync_conf_that_does_not_parse_refuses_rejoin(cluster):
+    path = conf_path(cluster, "node3")
+    good = path.read_text()
+    bad = good.replace("  node {\n    name: node2", "  node { name: node2")
+    try:
+        path.write_text(bad)
+        rc, diag = doctor_json(cluster)
+        n3 = node(diag, "node3")
+        assert rc == 1 and any("line" in r and "a brace must end its line" in r for r in n3["reasons"])
+        pid = cluster.pid("node3")
+        p = cli(cluster, "rejoin", "node3", "--lead", cluster.addr("node1"), "--yes")
+        assert p.returncode == 2 and "node3:/etc/corosync/corosync.conf: line" in error_line(p)
+        assert path.read_text() == bad and cluster.pid("node3") == pid
+    finally:
+        path.write_text(good)
+
+
+def test_prevent_compares_last_known_version(cluster):
+    v = cluster_version(cluster)
+    p = cli(cluster, "doctor", "--prevent", "node3", "--last-version", str(v - 3), "--json")
+    res = json.loads(p.stdout)
+    assert p.returncode == 1 and not res["safe"] and res["missed_versions"] == [v - 2, v - 1, v]
+    assert "rejoin node3" in res["advice"]
+    p = cli(cluster, "doctor", "--prevent", "node3", "--last-version", str(v))
+    assert p.returncode == 0 and "safe to power on" in p.stdout
+    p = cli(cluster, "doctor", "--prevent", "node7", "--last-version", "1")
+    assert p.returncode == 2 and "node7" in error_line(p)
+
+
+def test_quorum_lost_no_rejoin_suggested_and_rejoin_refused(cluster):
+    cluster.stop("node2")
+    cluster.stop("node3")
+    try:
+        wait_for(lambda: cluster.quorate("node1") == (False, 1), 20, "node1 to lose quorum")
+        rc, diag = doctor_json(cluster)
+        assert rc == 1 and not diag["quorate"]
+        assert [n["verdict"] for n in diag["nodes"]] == ["quorum lost"] * 3
+        assert not any(n["suggestion"] for n in diag["nodes"])
+        text = cli(cluster, "doctor").stdout
+        assert "NOT quorate" in text and "do NOT rejoin" in text and "labwright cluster rejoin" not in text
+        before = digest(conf_path(cluster, "node3"))
+        p = cli(cluster, "rejoin", "node3", "--lead", cluster.addr("node1"), "--yes")
+        assert p.returncode == 1 and "not quorate" in error_line(p)
+        assert digest(conf_path(cluster, "node3")) == before and cluster.pid("node3") is None
+    finally:
+        cluster.start("node2")
+        cluster.start("node3")
+        cluster.wait_members(cluster.names, 3)
