@@ -49,7 +49,7 @@ def build(target: int, seed: int, chars_per_token: float, count: Callable[[str],
           tolerance: int | None = None) -> Prompt:
     """Text of ``target`` tokens (within ``tolerance``: by default 0.5% or 2 tokens, whichever is more)."""
     tolerance = tolerance if tolerance is not None else max(2, target // 200)
-    head = f"Benchmark trial {seed:08x}. "
+    head = f"Benchmark trial {seed:x}. "
     ratio = max(chars_per_token, 0.5)
     text = head + filler(max(1, round(target * ratio) - len(head)), seed)
     for _ in range(8):

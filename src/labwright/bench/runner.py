@@ -8,6 +8,7 @@ and the median over the later trials as the cached one.
 from __future__ import annotations
 
 import datetime as dt
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,6 +157,9 @@ def run(config: BenchConfig, progress: Callable[[str], None] = lambda _: None) -
         label=config.label or client.model, url=endpoint.base, model=client.model, endpoint=config.endpoint,
         decode=config.decode, trials=config.trials, started=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         tokenizer=tokenizer, template_tokens=template_tokens, server_pid=pid)
+    # A fresh salt per run: llama.cpp keeps earlier prompts in a host-memory cache, so a prompt repeated from an
+    # earlier run (or trial) would be served from that cache and its "prefill" would measure nothing.
+    salt = secrets.randbits(40)
     for context in config.contexts:
         result = ContextResult(context, [])
         sampler = memory.RssSampler(pid) if pid is not None else None
@@ -163,7 +167,7 @@ def run(config: BenchConfig, progress: Callable[[str], None] = lambda _: None) -
             sampler.__enter__()
         try:
             for trial in range(1, config.trials + 1):
-                text = prompt.build(max(1, context - template_tokens), seed=context * 1000 + trial,
+                text = prompt.build(max(1, context - template_tokens), seed=salt + context * 1000 + trial,
                                     chars_per_token=ratio, count=client.count_tokens)
                 measured = client.stream(text.text, config.decode)
                 result.trials.append(measured)

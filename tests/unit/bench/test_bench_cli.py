@@ -1,0 +1,119 @@
+"""`labwright bench` as a user runs it against the stdlib stand-in server: output shapes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from dataclasses import dataclass
+
+import pytest
+
+from labwright.cli import main
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def bench(capsys):
+    """`labwright bench ARGS` through the CLI's entry point, in this process (one subprocess test below)."""
+
+    def run(*args):
+        capsys.readouterr()
+        code = main(["bench", *args])
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return run
+
+
+def error_line(proc, code):
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("labwright: error:")]
+    assert len(errors) == 1 and proc.stderr.splitlines()[-1] == errors[0], proc.stderr
+    return errors[0]
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_plain_bench_runs_llm_and_prints_json(cli_env, standin):
+    standin.script.prompt_tokens = 300
+    args = ["--url", standin.url, "--contexts", "64,128", "--decode", "4", "--trials", "2", "--json"]
+    proc = subprocess.run(["labwright", "bench", *args], capture_output=True, text=True, env=cli_env,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["model"], doc["label"], doc["tokenizer"], doc["trials"]) == ("standin", "standin", "estimate", 2)
+    assert [r["context"] for r in doc["results"]] == [64, 128]
+    for result in doc["results"]:
+        assert len(result["trials"]) == 2 and result["cold"]["trials"] == 1 and result["warm"]["trials"] == 1
+        assert result["cold"]["ttft_s"] == result["trials"][0]["ttft_s"]
+        assert result["warm"]["decode_tokens"] == 4
+    # The stand-in is this test's own process: local, found by its port, sampled.
+    assert doc["server_pid"] is not None and doc["results"][0]["peak_rss_bytes"] > 0
+    requests = [r for path, _, r in standin.requests if path == "/v1/chat/completions"]
+    assert all(r["model"] == "standin" for r in requests)
+
+
+def test_csv_output(bench, standin):
+    proc = bench("llm", "--url", standin.url, "--contexts", "64", "--decode", "4", "--trials", "1", "--csv",
+                 "--label", "stack-a")
+    assert proc.returncode == 0, proc.stderr
+    header, row = proc.stdout.splitlines()
+    assert header.startswith("label,context,prompt_tokens") and row.startswith("stack-a,64,")
+
+
+def test_unreachable_url(bench):
+    port = closed_port()
+    line = error_line(bench("llm", "--url", f"http://127.0.0.1:{port}/v1", "--contexts", "64"), 1)
+    assert line == (f"labwright: error: cannot reach http://127.0.0.1:{port}/v1: Connection refused "
+                    "(is the server running and --url right?)")
+
+
+def test_contexts_not_integers(bench, standin):
+    line = error_line(bench("llm", "--url", standin.url, "--contexts", "512,lots"), 2)
+    assert "--contexts '512,lots': 'lots' is not a whole number of tokens" in line
+    assert standin.requests == []  # refused before any request
+
+
+def test_unknown_model(bench, standin):
+    line = error_line(bench("llm", "--url", standin.url, "--model", "gpt-9", "--contexts", "64"), 2)
+    assert line == (f"labwright: error: model 'gpt-9' is not served at {standin.url} (it serves: standin): pass one "
+                    "of those with --model")
+
+
+def test_server_error_500(bench, standin):
+    standin.script.status = 500
+    standin.script.content_type = "application/json"
+    standin.script.body = b'{"error": {"message": "CUDA error: out of memory"}}'
+    line = error_line(bench("llm", "--url", standin.url, "--contexts", "64"), 1)
+    assert line == f"labwright: error: {standin.url}/chat/completions: HTTP 500: CUDA error: out of memory"
+
+
+def test_malformed_stream(bench, standin):
+    standin.script.body = b"data: {\"choices\": [{\"delta\": {\"content\": \"a\"}}]}\n\nHTTP/1.1 200 OK garbage\n\n"
+    line = error_line(bench("llm", "--url", standin.url, "--contexts", "64"), 1)
+    assert line.startswith("labwright: error: malformed stream: not a server-sent-events line: 'HTTP/1.1 200 OK")
+
+
+def test_option_errors(bench, standin):
+    line = error_line(bench("llm", "--url", standin.url, "--json", "--csv"), 2)
+    assert "--json and --csv both given" in line
+    line = error_line(bench("llm", "--url", standin.url, "--api-key-env", "LW_BENCH_NO_SUCH_KEY"), 2)
+    assert "--api-key-env LW_BENCH_NO_SUCH_KEY: the variable is not set" in line
+    line = error_line(bench("llm", "--url", "ftp://127.0.0.1/v1"), 2)
+    assert "is not an http(s) URL" in line
+    line = error_line(bench("llm", "--contexts", "64"), 2)
+    assert "--url is required" in line
+    line = error_line(bench("llm", "--url", standin.url, "--contexts", "64", "--endpoint", "embeddings"), 2)
+    assert "--endpoint 'embeddings' is not one of chat, completions" in line
+    assert standin.requests == []
