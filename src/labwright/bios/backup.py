@@ -66,13 +66,15 @@ class Backup:
     notes: list[str] = field(default_factory=list)
 
 
-def read_twice(target: Target, programmer: str, work: str, reporter: Reporter) -> tuple[flashrom.Chip, str, int]:
-    """Two whole-chip reads on the host; their common sha256 and size, or OperationFailed when they differ."""
+def read_twice(target: Target, programmer: str, work: str,
+               reporter: Reporter) -> tuple[flashrom.Chip, str, int, list[dict[str, Any]]]:
+    """Two whole-chip reads on the host: their common sha256 and size, and the region access flashrom reported;
+    OperationFailed when they differ."""
     first, second = f"{work}/read1.bin", f"{work}/read2.bin"
     with reporter.step(f"{target.label}: flashrom read 1 of 2"):
-        chip = flashrom.read(target, programmer, first)
+        chip, output = flashrom.read(target, programmer, first)
     with reporter.step(f"{target.label}: flashrom read 2 of 2"):
-        chip_again = flashrom.read(target, programmer, second)
+        chip_again, _ = flashrom.read(target, programmer, second)
     if chip_again != chip:
         raise OperationFailed(f"{target.label}: the two reads found different chips ({chip.name}, {chip_again.name})"
                               ": check the clip/cable and run again; nothing was kept")
@@ -86,7 +88,7 @@ def read_twice(target: Target, programmer: str, work: str, reporter: Reporter) -
     if size != chip.size:
         raise OperationFailed(f"{target.label}: read {size} bytes but the chip {chip.name} has {chip.size}: a partial "
                               "read; nothing was kept")
-    return chip, sha1, size
+    return chip, sha1, size, flashrom.parse_access(output)
 
 
 def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None = None) -> Backup:
@@ -95,7 +97,7 @@ def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None
     out = check_out_dir(out)
     version = flashrom.preflight(target, programmer)
     with workdir(target) as work:
-        chip, sha, size = read_twice(target, programmer, work, reporter)
+        chip, sha, size, access = read_twice(target, programmer, work, reporter)
         name = f"{safe_label(target.label)}-{chip.name.replace('/', '_')}-{sha[:12]}"
         image, meta = out / f"{name}.bin", manifest_path(out / f"{name}.bin")
         if image.exists() and meta.exists() and sha256_file(image) == sha:
@@ -121,6 +123,7 @@ def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None
             with suppress(FileNotFoundError):
                 partial.unlink()
     notes = [] if descriptor else ["no Intel Flash Descriptor: not an Intel board's whole chip; kept as read"]
+    warnings = (list(descriptor.warnings) if descriptor else notes) + flashrom.access_warnings(access)
     manifest = {
         "schema": SCHEMA, "host": target.label, "programmer": programmer, "chip": chip.to_json(), "size": size,
         "sha256": sha, "reads": 2, "image": image.name, "flashrom_version": version,
@@ -128,7 +131,7 @@ def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None
         "descriptor": descriptor.to_json() if descriptor else None,
         "regions": [r.to_json() for r in descriptor.regions] if descriptor else [],
         "gbe_mac": descriptor.gbe_mac if descriptor else None,
-        "warnings": list(descriptor.warnings) if descriptor else notes,
+        "flashrom_region_access": access, "warnings": warnings,
     }
     manifest_module.write(meta, manifest)
     return Backup(image, meta, manifest, True, descriptor, notes)

@@ -17,8 +17,11 @@ from labwright.bios.target import Target
 from labwright.errors import BadInput, OperationFailed
 
 PROGRAMMER = re.compile(r"^[a-z0-9_]+(:[A-Za-z0-9_.,=/+:-]*)?$")
-CHIP_LINE = re.compile(r'Found (?P<vendor>.+?) flash chip "(?P<name>[^"]+)" \((?P<kb>\d+) kB, (?P<bus>[^)]+)\) on '
-                       r"(?P<programmer>[^.\s]+)")
+#: "... (16384 kB, SPI) on dummy." and, with the internal programmer, "... (16384 kB, SPI) mapped at physical address".
+CHIP_LINE = re.compile(r'Found (?P<vendor>.+?) flash chip "(?P<name>[^"]+)" \((?P<kb>\d+) kB, (?P<bus>[^)]+)\)')
+#: What the internal programmer says about each descriptor region on the live chipset (the seed's X99 output).
+FREG_LINE = re.compile(r"^FREG(?P<index>\d+): (?P<name>.+?) region \((?P<base>0x[0-9a-f]+)-(?P<limit>0x[0-9a-f]+)\) "
+                       r"is (?P<access>[^.]+)\.", re.M)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,18 @@ def parse_chip(output: str) -> Chip | None:
     if match is None:
         return None
     return Chip(match["vendor"], match["name"], int(match["kb"]) * 1024, match["bus"])
+
+
+def parse_access(output: str) -> list[dict[str, Any]]:
+    """flashrom's ``FREGn: NAME region (BASE-LIMIT) is read-write.`` lines (internal programmer on Intel)."""
+    return [{"index": int(m["index"]), "name": m["name"], "base": int(m["base"], 16), "limit": int(m["limit"], 16),
+             "access": m["access"]} for m in FREG_LINE.finditer(output)]
+
+
+def access_warnings(access: list[dict[str, Any]]) -> list[str]:
+    return [f"flashrom reports the {a['name']} region ({a['base']:#010x}-{a['limit']:#010x}) as {a['access']}: "
+            "the chipset restricts it, so a whole-chip read or write from this host may not cover it (use an "
+            "external programmer for a complete image)" for a in access if a["access"] != "read-write"]
 
 
 def preflight(target: Target, spec: str) -> str:
@@ -85,8 +100,8 @@ def command(spec: str, *args: str) -> str:
     return " ".join(["flashrom", "-p", shlex.quote(spec), *(shlex.quote(a) for a in args)])
 
 
-def read(target: Target, spec: str, path: str) -> Chip:
-    """``flashrom -r PATH``: the whole chip into a file on the host; the chip flashrom found."""
+def read(target: Target, spec: str, path: str) -> tuple[Chip, str]:
+    """``flashrom -r PATH``: the whole chip into a file on the host; the chip flashrom found and its output."""
     result = target.run(command(spec, "-r", path) + " 2>&1")
     if not result.ok:
         raise OperationFailed(f"{target.label}: flashrom -r failed (exit {result.rc}): {_reason(result.stdout)}")
@@ -94,7 +109,7 @@ def read(target: Target, spec: str, path: str) -> Chip:
     if chip is None:
         raise OperationFailed(f"{target.label}: flashrom read without naming a chip; its output ends: "
                               f"{_reason(result.stdout)}")
-    return chip
+    return chip, result.stdout
 
 
 def flash_size(target: Target, spec: str) -> int:

@@ -87,8 +87,12 @@ class Target:
         _, output = self.host.run_shell_command(wrapped, _timeout=timeout)
         stdout_lines = list(output.stdout_lines)
         rc = 255
-        if stdout_lines and stdout_lines[-1].startswith(RC_MARK):
-            rc = int(stdout_lines.pop()[len(RC_MARK):])
+        # The marker ends the last line; output without a final newline shares that line with it.
+        if stdout_lines and RC_MARK in stdout_lines[-1]:
+            before, _, code = stdout_lines.pop().rpartition(RC_MARK)
+            rc = int(code) if code.strip().isdigit() else 255
+            if before:
+                stdout_lines.append(before)
         return Result(rc, "\n".join(stdout_lines), "\n".join(output.stderr_lines))
 
     def check(self, command: str, what: str, timeout: int = 600) -> Result:

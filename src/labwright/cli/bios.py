@@ -32,7 +32,7 @@ def _say(text: str) -> None:
     stdout.print(text, markup=False, soft_wrap=True)
 
 
-def _regions(descriptor: Descriptor) -> None:
+def _regions(descriptor: Descriptor, warnings: list[str]) -> None:
     by_region: dict[str, tuple[list[str], list[str]]] = {}
     for master in descriptor.masters:
         for name in master.read:
@@ -48,7 +48,7 @@ def _regions(descriptor: Descriptor) -> None:
                        ["region", "range", "size", "read by", "written by"], rows))
     if descriptor.gbe_mac:
         _say(f"GbE MAC address: {descriptor.gbe_mac}")
-    for warning in descriptor.warnings:
+    for warning in warnings:
         stdout.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
 
 
@@ -78,7 +78,10 @@ def backup(
                  f"{m['flashrom_version']}")
     _say(f"sha256 {m['sha256']} (two reads agree; the copy here matches the host's)")
     if result.descriptor:
-        _regions(result.descriptor)
+        _regions(result.descriptor, m.get("warnings", []))
+    else:
+        for warning in m.get("warnings", []):
+            stdout.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     for note in result.notes:
         _say(note)
     if result.new:
@@ -103,7 +106,7 @@ def restore(
         plan, outcome = backup_module.restore(target, image, programmer, yes, Reporter())
     _say(f"image {plan.image}: {plan.size} bytes, sha256 {plan.sha256}")
     _say(f"chip on {host}: {plan.chip_size} bytes, currently sha256 {plan.chip_sha256}")
-    _regions(plan.descriptor)
+    _regions(plan.descriptor, list(plan.descriptor.warnings))
     if outcome == "unchanged":
         _say("unchanged: the chip already holds this image; nothing written")
     elif outcome == "dry run":

@@ -88,3 +88,33 @@ def test_version_from_banner_or_debian_package() -> None:
 def test_safe_label() -> None:
     assert safe_label("@lxd/node1") == "lxd-node1"
     assert safe_label("@local") == "local"
+
+
+#: The internal programmer's output on the seed's ASUS X99-E WS (seed 002), plus one locked region.
+SEED_OUTPUT = """Found chipset "Intel C610/X99 (Wellsburg)".
+FREG0: Flash Descriptor region (0x00000000-0x00000fff) is read-write.
+FREG1: BIOS region (0x00180000-0x00ffffff) is read-write.
+FREG2: Management Engine region (0x00003000-0x0017ffff) is locked.
+FREG3: Gigabit Ethernet region (0x00001000-0x00002fff) is read-write.
+Found Winbond flash chip "W25Q128.V" (16384 kB, SPI) mapped at physical address 0x00000000ff000000.
+Reading flash... done.
+"""
+
+
+def test_internal_programmer_output_chip_and_region_access() -> None:
+    assert flashrom.parse_chip(SEED_OUTPUT) == flashrom.Chip("Winbond", "W25Q128.V", 16 * 1024 * 1024, "SPI")
+    access = flashrom.parse_access(SEED_OUTPUT)
+    assert [(a["name"], a["base"], a["limit"], a["access"]) for a in access] == [
+        ("Flash Descriptor", 0, 0xFFF, "read-write"), ("BIOS", 0x180000, 0xFFFFFF, "read-write"),
+        ("Management Engine", 0x3000, 0x17FFFF, "locked"), ("Gigabit Ethernet", 0x1000, 0x2FFF, "read-write")]
+    (warning,) = flashrom.access_warnings(access)
+    assert warning.startswith("flashrom reports the Management Engine region (0x00003000-0x0017ffff) as locked")
+
+
+def test_rc_marker_survives_output_without_a_final_newline() -> None:
+    from labwright.bios.target import Target
+
+    with Target.connect("@local") as target:
+        result = target.run("printf abc; exit 3")
+        assert (result.rc, result.stdout) == (3, "abc")
+        assert target.run("echo out; echo err >&2").stderr == "err"
