@@ -1,8 +1,150 @@
 """`labwright probe`: Find the real context ceiling of a running engine."""
 
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
 import typer
+from rich.markup import escape
+
+from labwright.errors import BadInput
+from labwright.tuning import kv_modes
+from labwright.tuning.kv import read_layout
+from labwright.tuning.probe import (
+    DEFAULT_PAGE,
+    ENGINES,
+    CeilingResult,
+    Probe,
+    Target,
+    cache_spec,
+    check_range,
+    llamacpp_target,
+    probe_ceiling,
+    tabbyapi_target,
+)
+from labwright.tuning.probe_guest import LxdGuest
+from labwright.tuning.units import MIB, parse_size
+from labwright.ui import console, stdout, table
 
 NAME = "probe"
 HELP = "Find the real context ceiling of a running engine."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
+
+DEFAULT_SERVICE = {"llamacpp": "llama-server", "tabbyapi": "tabbyapi"}
+
+
+def _spec(engine: str, cache_mode: str | None, cache_type: str | None) -> kv_modes.CacheSpec:
+    if engine not in ENGINES:
+        raise BadInput(f"--engine {engine}: the probe knows {', '.join(ENGINES)}")
+    if engine == "llamacpp" and cache_mode:
+        raise BadInput(f"--cache-mode {cache_mode}: llama.cpp takes --cache-type (f16, q8_0, q4_0 ... or K,V such as "
+                       "q8_0,q4_0), not tabbyAPI's --cache-mode")
+    if engine == "tabbyapi" and cache_type:
+        raise BadInput(f"--cache-type {cache_type}: tabbyAPI takes --cache-mode (FP16, Q8, Q6, Q4 or K,V bits such as "
+                       "8,4), not --cache-type")
+    return cache_spec(engine, cache_mode or cache_type)
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / MIB:,.0f} MiB"
+
+
+def _row(probe: Probe) -> list[str]:
+    mark = {"ok": "[green]ok[/]", "oom": "[red]oom[/]", "timeout": "[yellow]timeout[/]"}.get(probe.outcome,
+                                                                                            probe.outcome)
+    return [f"{probe.candidate:,}", mark, _mib(probe.peak_rss_bytes), f"{probe.seconds:.1f}s", escape(probe.why)]
+
+
+@app.command()
+def ceiling(
+    engine: str = typer.Option(..., "--engine", help="tabbyapi or llamacpp."),
+    guest: str = typer.Option(..., "--guest", help="LXD/Incus instance running the engine (NAME or REMOTE:NAME)."),
+    cache_mode: str | None = typer.Option(None, "--cache-mode", help="tabbyAPI cache_mode: FP16, Q8, Q6, Q4 or K,V "
+                                          "bits (8,4)."),
+    cache_type: str | None = typer.Option(None, "--cache-type", help="llama.cpp KV cache type: f16, q8_0, q4_0 ... "
+                                          "or K,V (q8_0,q4_0)."),
+    lo: int = typer.Option(4096, "--lo", help="Smallest context to consider (tokens)."),
+    hi: int = typer.Option(262144, "--hi", help="Largest context to consider (tokens)."),
+    page: int = typer.Option(DEFAULT_PAGE, "--page", help="Granularity of the answer in tokens (the cache page)."),
+    model_config: Path | None = typer.Option(None, "--model-config", help="The model's config.json: the planner's "
+                                             "bytes/token seed the search (without it: blind binary search)."),
+    budget: str | None = typer.Option(None, "--budget", help="KV memory budget for the planner's prediction (2.4GiB). "
+                                      "Default: the guest's memory limit minus what a start at --lo uses."),
+    service: str | None = typer.Option(None, "--service", help="systemd unit (default: llama-server / tabbyapi)."),
+    config_path: str | None = typer.Option(None, "--config-path", help="tabbyAPI config.yml on the guest (default: "
+                                           "--config of the unit, else WorkingDirectory/config.yml)."),
+    timeout: float = typer.Option(20.0, "--timeout", help="Seconds a start may take before it counts as failed "
+                                  "(then SIGKILL)."),
+    blind: bool = typer.Option(False, "--blind", help="Ignore the planner: plain binary search (the seed's method)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be written for --lo; change nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print every probe and the ceiling as JSON."),
+) -> None:
+    """Restart the engine with candidate contexts until the largest one that starts is known, to the page.
+
+    The original config and service state come back at the end, also on errors and Ctrl-C.
+
+    Example: labwright probe ceiling --engine llamacpp --guest lw-llm1 --cache-type q8_0 --model-config config.json
+    """
+    spec = _spec(engine, cache_mode, cache_type)
+    check_range(lo, hi, page)
+    if timeout <= 0:
+        raise BadInput(f"--timeout {timeout:g}: give the seconds a start may take, more than 0 (e.g. 20)")
+    layout = read_layout(model_config) if model_config is not None else None
+    budget_bytes = parse_size(budget, "--budget") if budget is not None else None
+    if budget_bytes is not None and layout is None:
+        raise BadInput("--budget needs --model-config: the planner turns the budget into tokens with the model's "
+                       "bytes/token")
+    unit = service or DEFAULT_SERVICE[engine]
+    target_guest = LxdGuest(guest)
+    target: Target = (llamacpp_target(target_guest, unit, spec) if engine == "llamacpp"
+                      else tabbyapi_target(target_guest, unit, spec, config_path))
+    if dry_run:
+        first = target.render(-(-lo // page) * page)
+        state = "running" if target.was_active else "stopped"
+        if as_json:
+            stdout.print_json(json.dumps({"engine": engine, "guest": guest, "service": target.service,
+                                          "cache": spec.name, "service_state": state, "writes": [
+                                              {"path": f["path"], "content": base64.b64decode(f["content_b64"])
+                                               .decode(errors="replace")} for f in first]}))
+            return
+        console.print(f"would probe {target.service} on {guest} ({state}) at {target.setting} from {lo:,} to "
+                      f"{hi:,} in {page}-token pages, cache {spec.name}; each start writes (shown for {lo:,}):")
+        for item in first:
+            console.print(f"[bold]{item['path']}[/]")
+            stdout.print(escape(base64.b64decode(item["content_b64"]).decode(errors="replace")), end="", soft_wrap=True)
+        console.print("and afterwards puts the original back (nothing was changed now)")
+        return
+
+    def progress(probe: Probe) -> None:
+        if not as_json:
+            console.print(f"  {target.setting} {probe.candidate:>9,}: {probe.outcome:<7} ({probe.seconds:.1f}s, "
+                          f"{escape(probe.why)})")
+
+    if not as_json:
+        console.print(f"probing {target.service} on {guest}, cache {spec.name}, {lo:,}..{hi:,} in {page}-token pages")
+    result = probe_ceiling(target_guest, target, lo, hi, page, layout=layout, budget=budget_bytes, timeout=timeout,
+                           blind=blind, progress=progress)
+    _report(result, as_json)
+    if result.ceiling is None:
+        raise typer.Exit(1)
+
+
+def _report(result: CeilingResult, as_json: bool) -> None:
+    if as_json:
+        stdout.print_json(json.dumps(result.to_json()))
+        return
+    stdout.print(table(f"{result.service} on {result.guest}, cache {result.cache} ({result.strategy})",
+                       ["candidate", "outcome", "peak RSS", "time", "why"], [_row(p) for p in result.probes]))
+    if result.predicted is not None:
+        stdout.print(f"planner predicted {result.predicted:,} ({escape(result.prediction)})")
+    if result.ceiling is None:
+        stdout.print(f"no context in {result.lo:,}..{result.hi:,} starts")
+    else:
+        stdout.print(f"ceiling: [bold]{result.ceiling:,}[/] tokens ({result.ceiling // result.page:,} pages of "
+                     f"{result.page}) after {len(result.probes)} probes")
+    for note in result.notes:
+        stdout.print(f"note: {escape(note)}")
+    stdout.print(escape(result.restored))

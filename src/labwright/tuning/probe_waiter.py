@@ -1,0 +1,291 @@
+"""The part of the context-ceiling probe that runs INSIDE the guest: ``python3 probe_waiter.py JSON``.
+
+Standard library only (a bare Debian guest has python3 and systemd, nothing else). The control machine sends this
+file's source with one JSON argument per call and reads one JSON object back, so one candidate costs one exec, and
+every timing (poll interval, startup timeout, kill) is measured on the guest itself.
+
+Modes:
+
+- ``state``: the unit's state and files (ActiveState, unit file, ExecStart line, drop-ins), whether paths exist.
+- ``probe``: stop the unit for good (SIGKILL, ``systemctl stop``, which also cancels a pending automatic restart,
+  ``reset-failed`` for the start limit), install the candidate's files, ``daemon-reload`` if asked, start it, and
+  take the InvocationID systemd gives THIS start. The verdict reads only that invocation's journal entries
+  (``_SYSTEMD_INVOCATION_ID`` for the service's own lines, ``INVOCATION_ID`` for systemd's "Main process exited"
+  line), so a stale process, or an automatic restart with an older config, can never be read as this candidate's
+  result. ok: a success line, or the health URL answering 200 while our invocation is still the running one. oom:
+  an out-of-memory line, or the main process killed by SIGKILL (the OOM killer under a cgroup limit logs nothing).
+  error: any other exit. timeout: none of these within the startup timeout; then the unit is SIGKILLed. The unit is
+  always left stopped.
+- ``watch``: the verdict for a given invocation (after the OOM killer took the first waiter along with the server).
+- ``restore``: install/remove files, ``daemon-reload``, ``reset-failed``; start the unit again if it was running and
+  wait (same rules) until it is healthy.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+POLL = 0.2
+
+
+def sh(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), capture_output=True, text=True, check=check)
+
+
+def props(service: str) -> dict:
+    keys = "ActiveState,SubState,MainPID,InvocationID,ExecMainCode,ExecMainStatus,NRestarts,Result,LoadState," \
+           "UnitFileState,FragmentPath,DropInPaths,ControlGroup,WorkingDirectory"
+    out = sh("systemctl", "show", "-p", keys, service).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def exec_start_line(path: str) -> str | None:
+    """The last ExecStart= of a unit file (systemd keeps the last one; an empty one resets the list)."""
+    found = None
+    try:
+        with open(path) as handle:
+            for line in handle:
+                if line.startswith("ExecStart="):
+                    found = line.rstrip("\n")[len("ExecStart="):]
+    except OSError:
+        return None
+    return found
+
+
+def state(req: dict) -> dict:
+    service = req["service"]
+    info = props(service)
+    fragment = info.get("FragmentPath") or ""
+    files = {}
+    for path in req.get("paths", []):
+        files[path] = os.path.exists(path)
+    return {"props": info, "exec_start": exec_start_line(fragment) if fragment else None, "paths": files,
+            "systemctl": sh("sh", "-c", "command -v systemctl").returncode == 0}
+
+
+def install(actions: list[dict]) -> None:
+    for action in actions:
+        path = action["path"]
+        if action.get("remove"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = base64.b64decode(action["content_b64"])
+        mode = None
+        try:
+            stat = os.stat(path)
+            mode, uid, gid = stat.st_mode & 0o7777, stat.st_uid, stat.st_gid
+        except FileNotFoundError:
+            pass
+        tmp = f"{path}.labwright-probe-new"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        if mode is not None:
+            os.chmod(tmp, mode)
+            os.chown(tmp, uid, gid)
+        else:
+            os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+
+
+def halt(service: str) -> None:
+    """Stop the unit for good: kill what runs, cancel a pending automatic restart, clear the start-rate limit."""
+    sh("systemctl", "kill", "--signal=SIGKILL", service)
+    sh("systemctl", "stop", service)
+    sh("systemctl", "reset-failed", service)
+
+
+def journal(invocation: str) -> list[dict]:
+    if not invocation:
+        return []
+    out = sh("journalctl", "--no-pager", "-o", "json", f"_SYSTEMD_INVOCATION_ID={invocation}", "+",
+             f"INVOCATION_ID={invocation}").stdout
+    entries = []
+    for line in out.splitlines():
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            continue
+    return entries
+
+
+def message(entry: dict) -> str:
+    text = entry.get("MESSAGE", "")
+    if isinstance(text, list):  # journald hands non-UTF-8 messages back as byte lists
+        text = bytes(text).decode("utf-8", "replace")
+    return str(text)
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except Exception:
+        return False
+
+
+def memory(service: str, pid: str) -> dict:
+    result: dict = {"peak_rss_bytes": None, "cgroup_peak_bytes": None}
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    result["peak_rss_bytes"] = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    for path in (f"/sys/fs/cgroup/system.slice/{service}/memory.peak",
+                 f"/sys/fs/cgroup/memory/system.slice/{service}/memory.max_usage_in_bytes"):
+        try:
+            with open(path) as handle:
+                result["cgroup_peak_bytes"] = int(handle.read().strip())
+                break
+        except (OSError, ValueError):
+            continue
+    return result
+
+
+def container_memory() -> dict:
+    """The guest's own memory limit and usage (cgroup v2 or v1), for the planner's budget."""
+    result: dict = {"limit_bytes": None, "anon_bytes": None, "usage_bytes": None}
+    pairs = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat", "anon"),
+             ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+              "/sys/fs/cgroup/memory/memory.stat", "total_rss"))
+    for limit_path, usage_path, stat_path, anon_key in pairs:
+        try:
+            with open(limit_path) as handle:
+                text = handle.read().strip()
+        except OSError:
+            continue
+        limit = None if text == "max" else int(text)
+        if limit is not None and limit >= 1 << 60:
+            limit = None  # cgroup v1 spells "no limit" as a huge number
+        result["limit_bytes"] = limit
+        try:
+            with open(usage_path) as handle:
+                result["usage_bytes"] = int(handle.read().strip())
+            with open(stat_path) as handle:
+                for line in handle:
+                    key, _, value = line.partition(" ")
+                    if key == anon_key:
+                        result["anon_bytes"] = int(value)
+        except (OSError, ValueError):
+            pass
+        break
+    return result
+
+
+def watch(req: dict, invocation: str, started: float) -> dict:
+    """Wait for our invocation's verdict: ok, oom, error or timeout."""
+    service, timeout = req["service"], float(req["timeout"])
+    success, oom = req.get("success_lines", []), req.get("oom_lines", [])
+    url = req.get("health_url")
+    lines: list[str] = []
+    while True:
+        entries = journal(invocation)
+        lines = [message(e) for e in entries if e.get("_SYSTEMD_INVOCATION_ID") == invocation]
+        exits = [e for e in entries if e.get("INVOCATION_ID") == invocation and e.get("EXIT_CODE")]
+        info = props(service)
+        ours_running = info.get("InvocationID") == invocation and info.get("ActiveState") == "active" \
+            and info.get("SubState") == "running"
+        if any(word in line for line in lines for word in oom):
+            return {"outcome": "oom", "why": "out-of-memory line", "lines": lines}
+        if ours_running and any(word in line for line in lines for word in success):
+            return {"outcome": "ok", "why": "success line", "lines": lines, **memory(service, info["MainPID"]),
+                    "guest_memory": container_memory()}
+        # Health answered while our invocation is the running one; check again that it still is.
+        if ours_running and url and healthy(url) and props(service).get("InvocationID") == invocation:
+            return {"outcome": "ok", "why": "health", "lines": lines, **memory(service, info["MainPID"]),
+                    "guest_memory": container_memory()}
+        if exits:
+            code, status = exits[-1].get("EXIT_CODE"), str(exits[-1].get("EXIT_STATUS", ""))
+            text = f"code={code}, status={status}"
+            if code == "killed" and status in ("9", "KILL"):
+                return {"outcome": "oom", "why": "SIGKILL: the OOM killer", "exit": text,
+                        "lines": lines}
+            return {"outcome": "error", "why": f"main process exited ({text})", "exit": text, "lines": lines}
+        if time.monotonic() - started > timeout:
+            return {"outcome": "timeout", "why": f"no verdict within {timeout:g}s", "lines": lines}
+        time.sleep(POLL)
+
+
+def probe(req: dict) -> dict:
+    service = req["service"]
+    started = time.monotonic()
+    halt(service)
+    install(req.get("install", []))
+    if req.get("daemon_reload"):
+        sh("systemctl", "daemon-reload")
+    start = sh("systemctl", "start", service)
+    invocation = props(service).get("InvocationID", "")
+    # Said at once: under memory pressure the OOM killer may take this process too, and the control machine then
+    # asks again (mode "watch") for this invocation's verdict, which the journal still holds.
+    sys.stdout.write(json.dumps({"invocation": invocation, "started": started}) + "\n")
+    sys.stdout.flush()
+    if start.returncode != 0 and not invocation:
+        halt(service)
+        return {"outcome": "error", "why": f"systemctl start failed: {start.stderr.strip()}", "lines": [],
+                "seconds": time.monotonic() - started, "invocation": ""}
+    return finish(req, invocation, started)
+
+
+def finish(req: dict, invocation: str, started: float) -> dict:
+    service = req["service"]
+    verdict = watch(req, invocation, started)
+    restarts = int(props(service).get("NRestarts") or 0)
+    halt(service)
+    verdict.update(invocation=invocation, seconds=round(time.monotonic() - started, 3), restarts_seen=restarts)
+    verdict["lines"] = verdict["lines"][-int(req.get("tail", 15)):]
+    return verdict
+
+
+def restore(req: dict) -> dict:
+    service = req["service"]
+    halt(service)
+    install(req.get("install", []))
+    if req.get("daemon_reload"):
+        sh("systemctl", "daemon-reload")
+    sh("systemctl", "reset-failed", service)
+    if not req.get("start"):
+        return {"outcome": "stopped", "props": props(service)}
+    started = time.monotonic()
+    start = sh("systemctl", "start", service)
+    invocation = props(service).get("InvocationID", "")
+    if start.returncode != 0:
+        return {"outcome": "error", "why": f"systemctl start failed: {start.stderr.strip()}", "lines": []}
+    verdict = watch(req, invocation, started)
+    if verdict["outcome"] == "timeout":
+        verdict["outcome"] = "started"  # running, not yet healthy: leave it be, as it was before the probe
+    verdict["lines"] = verdict["lines"][-int(req.get("tail", 15)):]
+    verdict["props"] = props(service)
+    return verdict
+
+
+def main(argv: list[str]) -> int:
+    req = json.loads(argv[0])
+    mode = req["mode"]
+    if mode == "state":
+        result = state(req)
+    elif mode == "probe":
+        result = probe(req)
+    elif mode == "watch":
+        # A second look after the first waiter was killed: time already spent is taken off the timeout.
+        req["timeout"] = max(0.0, float(req["timeout"]) - float(req.get("spent", 0)))
+        result = finish(req, req["invocation"], time.monotonic())
+    elif mode == "restore":
+        result = restore(req)
+    else:
+        result = {"error": f"unknown mode {mode}"}
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,98 @@
+"""The context-ceiling probe's pure parts: the search, the ExecStart flag edit, bad input before any guest is touched.
+
+The search is exercised with a predicate that answers "fits" below a threshold (the monotonic property the real
+engine has); the real engine is in tests/integration/test_probe_ceiling.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from labwright.cli import main
+from labwright.errors import BadInput
+from labwright.tuning.probe import check_range, get_flag, search, set_flag
+
+PAGE = 256
+
+
+def counting(ceiling: int) -> tuple[list[int], object]:
+    tried: list[int] = []
+
+    def fits(tokens: int) -> bool:
+        tried.append(tokens)
+        return tokens <= ceiling
+
+    return tried, fits
+
+
+@pytest.mark.parametrize("ceiling", [8192, 8448, 65536, 120064, 195072, 223744, 261888, 262144])
+@pytest.mark.parametrize("predicted", [None, 100000, 195072, 300000])
+def test_search_finds_the_exact_page_whatever_the_prediction(ceiling, predicted):
+    tried, fits = counting(ceiling)
+    assert search(fits, 8192, 262144, PAGE, predicted) == ceiling
+    assert all(t % PAGE == 0 and 8192 <= t <= 262144 for t in tried)
+    assert ceiling in tried and (ceiling == 262144 or ceiling + PAGE in tried)
+
+
+def test_nothing_fits_is_none_and_hi_fitting_is_hi():
+    assert search(counting(4000)[1], 8192, 262144, PAGE) is None
+    assert search(counting(4000)[1], 8192, 262144, PAGE, predicted=150000) is None
+    assert search(counting(10**9)[1], 8192, 262144, PAGE, predicted=150000) == 262144
+
+
+def test_the_seed_range_blind_needs_ten_probes_seeded_needs_two():
+    # Seed 001: 131,072..262,144 at 8,4, ceiling 195,072: its blind search made 10 probes.
+    tried, fits = counting(195072)
+    assert search(fits, 131072, 262144, PAGE) == 195072
+    assert len(tried) == 11  # lo, hi, then 9 halvings of 512 pages (the seed re-confirmed instead of probing lo)
+    tried, fits = counting(195072)
+    assert search(fits, 131072, 262144, PAGE, predicted=195072) == 195072
+    assert tried == [195072, 195328]
+
+
+def test_a_refined_guess_is_probed_next_and_a_known_fit_is_not_probed_again():
+    tried, fits = counting(120064)
+    result = search(fits, 8192, 262144, PAGE, predicted=110336, known_fit=8192, refine=lambda ok: 120064)
+    assert result == 120064 and tried == [110336, 120064, 120320]
+    tried, fits = counting(120064)
+    assert search(fits, 8192, 262144, PAGE, predicted=110336, known_fit=8192, refine=lambda ok: 120320) == 120064
+    assert tried == [110336, 120320, 120064]
+    assert 8192 not in tried
+
+
+def test_exec_start_flags_are_replaced_in_place_or_added():
+    line = '/usr/local/bin/llama-server --model /m.gguf --ctx-size 131072 -ctk q4_0 --port 8001 ' \
+           '--chat-template-kwargs "{\\"enable_thinking\\":false}"'
+    edited = set_flag(set_flag(line, ("--ctx-size", "-c"), "4096"), ("--cache-type-k", "-ctk"), "q8_0")
+    assert edited == line.replace("131072", "4096").replace("-ctk q4_0", "-ctk q8_0")
+    added = set_flag(edited, ("--cache-type-v", "-ctv"), "f16")
+    assert added == edited + " --cache-type-v f16"
+    assert set_flag("/bin/x --ctx-size=8 -c9", ("--ctx-size", "-c"), "1") == "/bin/x --ctx-size=1 -c9"
+    assert get_flag(line, ("--port",)) == "8001" and get_flag(line, ("--host",)) is None
+
+
+@pytest.mark.parametrize(("lo", "hi", "page", "words"), [
+    (9000, 8000, 256, "--lo 9000 is above --hi 8000"),
+    (8200, 8400, 256, "no whole 256-token page"),
+    (0, 8192, 256, "--lo 0"),
+    (4096, 8192, 0, "--page 0"),
+])
+def test_bad_ranges(lo, hi, page, words):
+    with pytest.raises(BadInput, match=words):
+        check_range(lo, hi, page)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--engine", "llamacpp", "--lo", "9000", "--hi", "8000"], "--lo 9000 is above --hi 8000"),
+    (["--engine", "llamacpp", "--cache-mode", "8,4"], "llama.cpp takes --cache-type"),
+    (["--engine", "tabbyapi", "--cache-type", "q8_0"], "tabbyAPI takes --cache-mode"),
+    (["--engine", "tabbyapi", "--cache-mode", "9,4"], "cache mode '9,4' is not one tabbyAPI takes"),
+    (["--engine", "llamacpp", "--cache-type", "q3_k"], "cache type 'q3_k' is not one llama.cpp supports"),
+    (["--engine", "vllm"], "--engine vllm: the probe knows llamacpp, tabbyapi"),
+    (["--engine", "llamacpp", "--budget", "2GiB"], "--budget needs --model-config"),
+])
+def test_bad_input_is_one_line_exit_2_before_any_guest_is_reached(capsys, args, words):
+    # The guest name is never looked up: these fail before the LXD daemon is asked anything.
+    assert main(["probe", "ceiling", "--guest", "no-such-guest", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
