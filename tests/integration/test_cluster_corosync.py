@@ -7,7 +7,9 @@ One cluster per module (started in ~3 s); each test leaves it healthy, the quoru
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import subprocess
 import time
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from labwright.cli import main
 from labwright.testing.corosync_netns import NetnsCluster, sh, start_cluster
 from labwright.testing.pyinfra_output import tool_env
 
@@ -34,11 +37,19 @@ def cluster(tmp_path_factory) -> Iterator[NetnsCluster]:
         c.close()
 
 
-def cli(cluster: NetnsCluster, *args: str, inventory: bool = True) -> subprocess.CompletedProcess[str]:
-    argv = ["labwright", "cluster", *args]
+def cli(cluster: NetnsCluster, *args: str, inventory: bool = True, subprocess_: bool = False
+        ) -> subprocess.CompletedProcess[str]:
+    """`labwright cluster ARGS`, in this process (the CLI's own main(): exit codes and one-line errors as the
+    console script has them; importing the whole CLI costs seconds per subprocess) or as a subprocess."""
+    argv = ["cluster", *args]
     if inventory:
         argv += ["--inventory", str(cluster.inventory)] if args[0] == "rejoin" else [str(cluster.inventory)]
-    return subprocess.run(argv, capture_output=True, text=True, env=tool_env(), timeout=300)
+    if subprocess_:
+        return subprocess.run(["labwright", *argv], capture_output=True, text=True, env=tool_env(), timeout=300)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
 
 
 def doctor_json(cluster: NetnsCluster) -> tuple[int, dict]:
@@ -92,7 +103,7 @@ def test_doctor_healthy_cluster(cluster):
         assert n["verdict"] == "healthy" and n["service"] == "active" and n["member"]
         assert n["config_version"] == v and n["running_version"] == v
         assert n["cluster_view"]["status"] == "joined" and not n["suggestion"]
-    text = cli(cluster, "doctor")
+    text = cli(cluster, "doctor", subprocess_=True)  # the installed console script, once
     assert text.returncode == 0 and "healthy" in text.stdout and "cluster: quorate" in text.stdout
 
 
@@ -150,7 +161,7 @@ def test_stale_config_version_doctor_and_rejoin_with_pvecm_standin(cluster):
     assert p.returncode == 2 and "--lead" in error_line(p)
     assert digest(conf_path(cluster, "node3")) == before
 
-    p = cli(cluster, "rejoin", "node3", "--lead", cluster.addr("node1"), "--yes", "--json")
+    p = cli(cluster, "rejoin", "node3", "--lead", cluster.addr("node1"), "--yes", "--json", subprocess_=True)
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["changed"] and (res["before_version"], res["after_version"]) == (old, new)

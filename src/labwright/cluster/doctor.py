@@ -43,7 +43,8 @@ FACTS_SCRIPT = r"""
 echo @@state
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then systemctl is-active corosync
 else p=$(cat /run/corosync.pid 2>/dev/null)
-  if [ -n "$p" ] && [ "$(cat /proc/$p/comm 2>/dev/null)" = corosync ]; then echo active; else echo inactive; fi
+  if [ -n "$p" ] && [ "$(cat /proc/$p/comm 2>/dev/null)" = corosync ] && ! grep -q ') Z ' /proc/$p/stat 2>/dev/null
+  then echo active; else echo inactive; fi
 fi
 echo @@conf; cat /etc/corosync/corosync.conf 2>/dev/null; printf '\n@@rc conf %s\n' $?
 echo @@pveconf; cat /etc/pve/corosync.conf 2>/dev/null; printf '\n@@rc pveconf %s\n' $?

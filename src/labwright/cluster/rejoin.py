@@ -15,10 +15,12 @@ from labwright.ui import Reporter
 STOP_SCRIPT = r"""
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then systemctl stop corosync; exit $?; fi
 p=$(cat /run/corosync.pid 2>/dev/null)
-if [ -z "$p" ] || [ "$(cat /proc/$p/comm 2>/dev/null)" != corosync ]; then echo already-stopped; exit 0; fi
+# A zombie (exited, not yet reaped by its parent) counts as stopped.
+alive() { [ "$(cat /proc/$p/comm 2>/dev/null)" = corosync ] && ! grep -q ') Z ' /proc/$p/stat 2>/dev/null; }
+if [ -z "$p" ] || ! alive; then echo already-stopped; exit 0; fi
 kill "$p"
-i=0; while [ "$(cat /proc/$p/comm 2>/dev/null)" = corosync ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done
-[ "$(cat /proc/$p/comm 2>/dev/null)" = corosync ] && { kill -9 "$p"; sleep 0.2; }
+i=0; while alive && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done
+if alive; then kill -9 "$p"; sleep 0.2; fi
 echo stopped
 """
 

@@ -87,6 +87,7 @@ class NetnsCluster:
     tag: str
     subnet: str = SUBNET
     namespaces: list[str] = field(default_factory=list)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
     def pve_dir(self) -> Path:
@@ -157,16 +158,20 @@ class NetnsCluster:
     def start(self, name: str) -> None:
         """``corosync -f`` in the node's namespace with its bind mounts (as the notes' recipe)."""
         r = self.runner(name, with_standin=False)
-        subprocess.Popen(r.argv("exec corosync -f"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(r.argv("exec corosync -f"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        self.procs.append(proc)
 
     def pid(self, name: str) -> int | None:
+        for p in self.procs:  # reap the corosyncs we started that have exited (no zombie left looking alive)
+            p.poll()
         try:
             pid = int((self.node_dir(name) / "run/corosync.pid").read_text().strip())
             comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            zombie = ") Z " in Path(f"/proc/{pid}/stat").read_text()
         except (OSError, ValueError):
             return None
-        return pid if comm == "corosync" else None
+        return pid if comm == "corosync" and not zombie else None
 
     def stop(self, name: str, timeout: float = 15) -> None:
         pid = self.pid(name)
