@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,18 +21,32 @@ import pytest
 from labwright.bios import backup as backup_module
 from labwright.bios import ifd
 from labwright.bios.target import Target
+from labwright.cli import main
 from labwright.errors import OperationFailed
 from labwright.testing.bios_image import X99_REGIONS, dummy_programmer, write_x99_image
 from labwright.testing.pyinfra_output import tool_env
 from labwright.ui import Reporter
 
 REPO = Path(__file__).resolve().parents[2]
+Cli = Callable[..., subprocess.CompletedProcess[str]]
 GLITCHY = REPO / "tests" / "doubles" / "flashrom-glitchy-second-read"
 
 
 def labwright(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI as users run it, in its own process."""
     return subprocess.run(["labwright", *args], cwd=REPO, env=env or tool_env(), capture_output=True, text=True,
                           timeout=120)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    """The CLI's main() in this process (exit code, stdout, stderr as a user sees them; no interpreter start)."""
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        capsys.readouterr()
+        rc = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["labwright", *args], rc, out, err)
+    return run
 
 
 def sha256(path: Path) -> str:
@@ -114,16 +129,16 @@ def test_backup_reads_twice_copies_off_and_verifies(chip: Path, tmp_path: Path) 
     assert "GbE MAC address: 0c:c4:7a:12:34:56" in second.stdout
 
 
-def test_flaky_second_read_aborts_the_backup(chip: Path, tmp_path: Path) -> None:
+def test_flaky_second_read_aborts_the_backup(chip: Path, tmp_path: Path, cli: Cli,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """flashrom-glitchy-second-read stands in for an SPI glitch: the real flashrom, one byte changed in read 2."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "flashrom").symlink_to(GLITCHY)
-    env = {**tool_env(), "FLASHROM_GLITCH_STATE": str(tmp_path / "count")}
-    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    monkeypatch.setenv("FLASHROM_GLITCH_STATE", str(tmp_path / "count"))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{tool_env()['PATH']}")
     before = sha256(chip)
-    result = labwright("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(tmp_path / "out"),
-                       env=env)
+    result = cli("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(tmp_path / "out"))
     assert result.returncode == 1
     assert "the two reads differ" in error_line(result) and "nothing was kept" in error_line(result)
     assert (tmp_path / "count").read_text().strip() == "2"
@@ -151,71 +166,75 @@ def test_a_copy_damaged_in_transfer_is_not_kept(chip: Path, tmp_path: Path) -> N
     assert list((tmp_path / "out").iterdir()) == []
 
 
-def test_backing_file_of_the_wrong_size_reads_all_ff_and_is_refused(tmp_path: Path) -> None:
+def test_backing_file_of_the_wrong_size_reads_all_ff_and_is_refused(tmp_path: Path,
+                                                                   cli: Cli) -> None:
     """flashrom's dummy ignores a wrong-size backing file and reads 0xFF with exit 0: not a backup worth keeping."""
     small = write_x99_image(tmp_path / "small.bin", size=8 * 1024 * 1024)
-    result = labwright("bios", "backup", "@local", "-p", dummy_programmer(small), "--out", str(tmp_path / "out"))
+    result = cli("bios", "backup", "@local", "-p", dummy_programmer(small), "--out", str(tmp_path / "out"))
     assert result.returncode == 1
     assert "reads as all 0xFF" in error_line(result)
     assert list((tmp_path / "out").iterdir()) == []
 
 
-def test_restore_dry_run_then_write_with_verify_then_unchanged(chip: Path, tmp_path: Path) -> None:
+def test_restore_dry_run_then_write_with_verify_then_unchanged(chip: Path, tmp_path: Path,
+                                                              cli: Cli) -> None:
     new = write_x99_image(tmp_path / "new.bin", marker=b"labwright test BIOS v2")
     before = sha256(chip)
-    dry = labwright("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip))
+    dry = cli("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip))
     assert dry.returncode == 0, dry.stderr
     assert "dry run: nothing written" in dry.stdout
     assert sha256(chip) == before
-    written = labwright("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip), "--yes")
+    written = cli("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip), "--yes")
     assert written.returncode == 0, written.stderr
     assert "written and verified (Verifying flash... VERIFIED.)" in written.stdout
     assert chip.read_bytes() == new.read_bytes()
-    again = labwright("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip), "--yes")
+    again = cli("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip), "--yes")
     assert again.returncode == 0 and "unchanged: the chip already holds this image" in again.stdout
     # A backup of the restored chip is byte-for-byte the image.
-    result = labwright("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(tmp_path / "o"),
+    result = cli("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(tmp_path / "o"),
                        "--json")
     assert json.loads(result.stdout)["manifest"]["sha256"] == sha256(new)
 
 
-def test_restore_refuses_bad_images_and_changes_nothing(chip: Path, tmp_path: Path) -> None:
+def test_restore_refuses_bad_images_and_changes_nothing(chip: Path, tmp_path: Path,
+                                                       cli: Cli) -> None:
     before = sha256(chip)
     small = write_x99_image(tmp_path / "small.bin", size=8 * 1024 * 1024)
-    result = labwright("bios", "restore", "@local", str(small), "-p", dummy_programmer(chip), "--yes")
+    result = cli("bios", "restore", "@local", str(small), "-p", dummy_programmer(chip), "--yes")
     assert result.returncode == 2
     assert re.search(r"small.bin: region BIOS ends at 0xffffff, beyond the image's 8388608 bytes", error_line(result))
     big = write_x99_image(tmp_path / "big.bin", size=32 * 1024 * 1024)  # a whole descriptor, the wrong chip
-    result = labwright("bios", "restore", "@local", str(big), "-p", dummy_programmer(chip), "--yes")
+    result = cli("bios", "restore", "@local", str(big), "-p", dummy_programmer(chip), "--yes")
     assert result.returncode == 2
     assert re.search(r"big.bin: 33554432 bytes, not 16777216 \(the chip's size\)", error_line(result))
 
     nosig = tmp_path / "nosig.bin"
     nosig.write_bytes(b"\xff" * 16 * 1024 * 1024)
-    result = labwright("bios", "restore", "@local", str(nosig), "-p", dummy_programmer(chip), "--yes")
+    result = cli("bios", "restore", "@local", str(nosig), "-p", dummy_programmer(chip), "--yes")
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "no Intel Flash Descriptor (signature 0x0FF0A55A not at 0x10)" in error_line(result)
 
     # A backup that changed since its manifest was written.
     out = tmp_path / "out"
-    backed = json.loads(labwright("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(out),
+    backed = json.loads(cli("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(out),
                                   "--json").stdout)
     image = Path(backed["image"])
     data = bytearray(image.read_bytes())
     data[0x200000] ^= 0xFF
     image.write_bytes(bytes(data))
-    result = labwright("bios", "restore", "@local", str(image), "-p", dummy_programmer(chip), "--yes")
+    result = cli("bios", "restore", "@local", str(image), "-p", dummy_programmer(chip), "--yes")
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "is not its manifest's" in error_line(result) and "do not flash it" in error_line(result)
 
-    result = labwright("bios", "restore", "@local", str(tmp_path / "missing.bin"), "-p", dummy_programmer(chip))
+    result = cli("bios", "restore", "@local", str(tmp_path / "missing.bin"), "-p", dummy_programmer(chip))
     assert result.returncode == 2 and "cannot read it" in error_line(result)
     assert sha256(chip) == before
 
 
-def test_bad_programmer_and_host_strings_are_one_line(chip: Path, tmp_path: Path) -> None:
-    result = labwright("bios", "backup", "@local", "-p", "internal;reboot", "--out", str(tmp_path / "out"))
+def test_bad_programmer_and_host_strings_are_one_line(chip: Path, tmp_path: Path,
+                                                     cli: Cli) -> None:
+    result = cli("bios", "backup", "@local", "-p", "internal;reboot", "--out", str(tmp_path / "out"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "--programmer 'internal;reboot': expected flashrom's NAME" in error_line(result)
-    result = labwright("bios", "backup", "-x", "-p", dummy_programmer(chip), "--out", str(tmp_path / "out"))
+    result = cli("bios", "backup", "-x", "-p", dummy_programmer(chip), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
