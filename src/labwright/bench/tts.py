@@ -13,6 +13,7 @@ import ssl
 import statistics
 import time
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -80,7 +81,7 @@ class SpeechError(Exception):
     pass
 
 
-def request_once(url: urllib.parse.SplitResult, payload: dict[str, object], api_key: str | None,
+def request_once(url: urllib.parse.SplitResult, payload: Mapping[str, object], api_key: str | None,
                  timeout: float) -> Sample:
     """One POST; times measured from just before the request is sent."""
     port = url.port or (443 if url.scheme == "https" else 80)
