@@ -10,7 +10,7 @@ import sys
 import typer
 
 from labwright import __version__
-from labwright.cli import bench, bios, cluster, desktop, guest, kv, lab, matrix, probe, stack, tabbyapi
+from labwright.cli import bench, bios, cluster, desktop, guest, kokoro, kv, lab, matrix, probe, stack, tabbyapi
 from labwright.errors import LabwrightError
 
 app = typer.Typer(
@@ -20,7 +20,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-for module in (lab, matrix, stack, guest, tabbyapi, kv, probe, bench, cluster, bios, desktop):
+for module in (lab, matrix, stack, guest, tabbyapi, kv, probe, bench, cluster, bios, desktop, kokoro):
     app.add_typer(module.app, name=module.NAME, help=module.HELP)
 
 
