@@ -178,11 +178,12 @@ def test_backing_file_of_the_wrong_size_reads_all_ff_and_is_refused(tmp_path: Pa
 
 def test_restore_dry_run_then_write_with_verify_then_unchanged(chip: Path, tmp_path: Path,
                                                               cli: Cli) -> None:
-    new = write_x99_image(tmp_path / "new.bin", marker=b"labwright test BIOS v2")
+    new = write_x99_image(tmp_path / "new.bin", marker=b"labwright test BIOS v2", mac=bytes.fromhex("0cc47aabcdef"))
     before = sha256(chip)
     dry = cli("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip))
     assert dry.returncode == 0, dry.stderr
     assert "dry run: nothing written" in dry.stdout
+    assert "the chip's GbE MAC is 0c:c4:7a:12:34:56 but the image carries 0c:c4:7a:ab:cd:ef" in dry.stdout
     assert sha256(chip) == before
     written = cli("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip), "--yes")
     assert written.returncode == 0, written.stderr

@@ -149,6 +149,15 @@ class RestorePlan:
     descriptor: ifd.Descriptor
     chip_size: int = 0
     chip_sha256: str = ""
+    chip_mac: str | None = None
+
+    def warnings(self) -> list[str]:
+        found = list(self.descriptor.warnings)
+        if self.descriptor.gbe_mac and self.chip_mac and self.chip_mac != self.descriptor.gbe_mac:
+            found.append(f"the chip's GbE MAC is {self.chip_mac} but the image carries {self.descriptor.gbe_mac}: "
+                         "this image was taken from another board (or another NIC setting); flashing it gives "
+                         "this board that MAC")
+        return found
 
     @property
     def unchanged(self) -> bool:
@@ -181,7 +190,13 @@ def plan_restore(target: Target, image: Path, programmer: str, work: str, report
     with reporter.step(f"{target.label}: reading the chip's current contents"):
         flashrom.read(target, programmer, f"{work}/current.bin")
     current = target.sha256(f"{work}/current.bin")
-    return RestorePlan(image, sha, len(data), descriptor, chip_size, current)
+    gbe = next((r for r in descriptor.regions if r.index == ifd.GBE and r.used), None)
+    mac = None
+    if gbe is not None:
+        # The chip's MAC where the image's descriptor puts the GbE region: 6 bytes, read on the host.
+        raw = target.check(f"od -An -tx1 -j {gbe.base} -N6 {shlex.quote(work)}/current.bin", "reading the MAC")
+        mac = ifd.format_mac(bytes.fromhex("".join(raw.stdout.split())))
+    return RestorePlan(image, sha, len(data), descriptor, chip_size, current, mac)
 
 
 def restore(target: Target, image: Path, programmer: str, yes: bool,

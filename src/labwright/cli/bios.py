@@ -29,7 +29,7 @@ ProgrammerOption = typer.Option("internal", "--programmer", "-p",
 
 
 def _say(text: str) -> None:
-    stdout.print(text, markup=False, soft_wrap=True)
+    stdout.print(text, markup=False, emoji=False, soft_wrap=True)
 
 
 def _regions(descriptor: Descriptor, warnings: list[str]) -> None:
@@ -49,7 +49,7 @@ def _regions(descriptor: Descriptor, warnings: list[str]) -> None:
     if descriptor.gbe_mac:
         _say(f"GbE MAC address: {descriptor.gbe_mac}")
     for warning in warnings:
-        stdout.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+        stdout.print(f"[yellow]warning:[/] {escape(warning)}", emoji=False, soft_wrap=True)
 
 
 @app.command()
@@ -81,7 +81,7 @@ def backup(
         _regions(result.descriptor, m.get("warnings", []))
     else:
         for warning in m.get("warnings", []):
-            stdout.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+            stdout.print(f"[yellow]warning:[/] {escape(warning)}", emoji=False, soft_wrap=True)
     for note in result.notes:
         _say(note)
     if result.new:
@@ -106,7 +106,9 @@ def restore(
         plan, outcome = backup_module.restore(target, image, programmer, yes, Reporter())
     _say(f"image {plan.image}: {plan.size} bytes, sha256 {plan.sha256}")
     _say(f"chip on {host}: {plan.chip_size} bytes, currently sha256 {plan.chip_sha256}")
-    _regions(plan.descriptor, list(plan.descriptor.warnings))
+    _regions(plan.descriptor, plan.warnings())
+    if plan.chip_mac:
+        _say(f"the chip's GbE MAC now: {plan.chip_mac}")
     if outcome == "unchanged":
         _say("unchanged: the chip already holds this image; nothing written")
     elif outcome == "dry run":
