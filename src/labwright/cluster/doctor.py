@@ -183,7 +183,7 @@ class Diagnosis:
 def _is_member(f: NodeFacts) -> bool:
     """corosync runs and this node sees a quorate membership that includes itself."""
     q = f.quorum
-    return bool(f.service == "active" and q and q.quorate and (q.nodes or 0) > 1)
+    return bool(f.service == "active" and q and q.quorate)
 
 
 def _majority(values: list[Any]) -> Any:
