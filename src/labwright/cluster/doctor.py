@@ -49,12 +49,15 @@ fi
 echo @@conf; cat /etc/corosync/corosync.conf 2>/dev/null; printf '\n@@rc conf %s\n' $?
 echo @@pveconf; cat /etc/pve/corosync.conf 2>/dev/null; printf '\n@@rc pveconf %s\n' $?
 echo @@authkey; sha256sum /etc/corosync/authkey 2>/dev/null | cut -c1-64
-echo @@quorum; corosync-quorumtool -s 2>&1; printf '\n@@rc quorum %s\n' $?
+echo @@quorum; corosync-quorumtool -s 2>&1; q=$?; printf '\n@@rc quorum %s\n' $q
 echo @@cmap
-corosync-cmapctl -b runtime.members 2>/dev/null; corosync-cmapctl -b totem.config_version 2>/dev/null
-corosync-cmapctl -b nodelist 2>/dev/null
+corosync-cmapctl 2>/dev/null | grep -E '^(runtime[.]members[.]|totem[.]config_version |nodelist[.])'
 echo @@pvecm
-if command -v pvecm >/dev/null 2>&1; then (cd /tmp && pvecm status 2>&1); printf '\n@@rc pvecm %s\n' $?; fi
+# pvecm status prints the same quorum information (it runs corosync-quorumtool) and costs a Perl start-up on
+# Proxmox: only asked when corosync-quorumtool itself is missing or broken.
+if [ $q -ne 0 ] && [ $q -ne 2 ] && [ $q -ne 1 ] && command -v pvecm >/dev/null 2>&1; then
+  (cd /tmp && pvecm status 2>&1); printf '\n@@rc pvecm %s\n' $?
+fi
 echo @@log
 if [ -d /run/systemd/system ] && command -v journalctl >/dev/null 2>&1; then
   journalctl -u corosync -b -n 400 --no-pager 2>/dev/null
@@ -127,6 +130,7 @@ def gather(runner: NodeRunner, timeout: float = 30) -> NodeFacts:
     facts.cmap = parse_cmap(sec.get("cmap", ""))
     if rcs.get("pvecm") == 0:
         facts.pvecm = parse_quorum_status(sec.get("pvecm", ""))
+        facts.quorum = facts.quorum or facts.pvecm
     facts.signs = log_signs(sec.get("log", ""))
     facts.pve_nodes = [n for n in sec.get("nodes", "").split() if n]
     return facts
