@@ -20,7 +20,7 @@ import pytest
 
 from labwright.cli import main
 from labwright.testing.corosync_netns import NetnsCluster, sh, start_cluster
-from labwright.testing.pyinfra_output import tool_env
+from labwright.testing.pyinfra_output import run_pyinfra, tool_env
 
 VERSION = 4
 
@@ -225,6 +225,23 @@ def test_prevent_compares_last_known_version(cluster):
     assert p.returncode == 0 and "safe to power on" in p.stdout
     p = cli(cluster, "doctor", "--prevent", "node7", "--last-version", "1")
     assert p.returncode == 2 and "node7" in error_line(p)
+
+
+def test_rejoin_deploy_with_pvecm_standin_then_no_change(cluster, repo):
+    """deploys/cluster_rejoin.py through real pyinfra (@local drives the nodes as the CLI does)."""
+    old, new = make_stale_by_version(cluster)
+    data = (f"cluster_inventory={cluster.inventory}", "node=node3", f"lead={cluster.addr('node2')}")
+    first = run_pyinfra("@local", "deploys/cluster_rejoin.py", *data, cwd=repo, timeout=300)
+    assert first.rc == 0, first.output[-3000:]
+    assert first.totals.changed == 1 and "pvecm add" in first.output
+    assert f"config_version {old} -> {new}" in first.output
+    rc, diag = doctor_json(cluster)
+    assert rc == 0 and node(diag, "node3")["config_version"] == new
+    second = run_pyinfra("@local", "deploys/cluster_rejoin.py", *data, cwd=repo, timeout=300)
+    assert second.rc == 0 and second.totals.changed == 0, second.output[-3000:]
+    assert "node3 is healthy" in second.output
+    bad = run_pyinfra("@local", "deploys/cluster_rejoin.py", data[0], "node=node9", data[2], cwd=repo)
+    assert bad.rc != 0 and "no node named 'node9'" in bad.output
 
 
 def test_quorum_lost_no_rejoin_suggested_and_rejoin_refused(cluster):
