@@ -37,7 +37,7 @@ KeyOption = typer.Option(None, "--api-key-env", help="Environment variable holdi
 TimeoutOption = typer.Option(600.0, "--timeout", help="Seconds to wait on the server before giving up a request.")
 JsonOption = typer.Option(False, "--json", help="Print the full result as JSON (input for bench compare).")
 CsvOption = typer.Option(False, "--csv", help="Print one CSV row per context.")
-PlotOption = typer.Option(None, "--plot", help="Write a PNG: tok/s vs context (needs labwright[plot]).")
+PlotOption = typer.Option(None, "--plot", help="Write a PNG: tok/s vs context (needs matplotlib: the 'plot' extra).")
 
 
 def _api_key(variable: str | None) -> str | None:
@@ -146,3 +146,8 @@ def compare(
     _outputs(as_json, as_csv, plot)
     docs = [report.load(path) for path in files]
     _emit(docs, as_json, as_csv, plot, compare=True)
+
+
+from labwright.cli import bench_tts  # noqa: E402
+
+bench_tts.register(app)
