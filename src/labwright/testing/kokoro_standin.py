@@ -33,7 +33,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-CALL_MS = 60
+CALL_MS = 20
 CHAR_MS = 5
 
 KOKORO_V1 = '''"""STAND-IN for Kokoro-FastAPI's KokoroV1 backend (labwright.testing.kokoro_standin)."""
@@ -219,6 +219,18 @@ async def create_speech(request: SpeechRequest):
     return Response(data, media_type=MEDIA[request.response_format])
 '''
 
+PYPROJECT = """[project]
+name = "kokoro-fastapi-standin"
+version = "0.0.0"
+description = "STAND-IN for Kokoro-FastAPI (labwright.testing.kokoro_standin): its layout, no model"
+dependencies = ["fastapi", "uvicorn"]
+
+[project.optional-dependencies]
+cpu = []
+gpu = []
+"""
+REQUIREMENTS = ["fastapi", "uvicorn"]
+
 SPLITS = {"explicit": ", split_pattern=r'\\n+'", "default": ""}
 
 
@@ -237,6 +249,7 @@ def write_standin_tree(root: Path, shape: str = "explicit") -> Path:
         "api/src/inference/kokoro_v1.py": KOKORO_V1.replace("@SPLIT@", SPLITS[shape]),
         "api/src/services/tts_service.py": TTS_SERVICE,
         "api/src/main.py": MAIN,
+        "pyproject.toml": PYPROJECT,
     }
     for relative, text in files.items():
         path = root / relative
