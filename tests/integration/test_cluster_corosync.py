@@ -227,6 +227,22 @@ def test_prevent_compares_last_known_version(cluster):
     assert p.returncode == 2 and "node7" in error_line(p)
 
 
+def test_stopped_node_is_not_in_cluster_and_rejoin_refuses(cluster):
+    cluster.stop("node3")
+    try:
+        rc, diag = doctor_json(cluster)
+        n3 = node(diag, "node3")
+        assert rc == 1 and diag["quorate"] and n3["verdict"] == "not in cluster" and n3["service"] == "inactive"
+        assert any("corosync is inactive" in r for r in n3["reasons"]) and not n3["suggestion"]
+        before = digest(conf_path(cluster, "node3"))
+        p = cli(cluster, "rejoin", "node3", "--lead", cluster.addr("node1"), "--yes")
+        assert p.returncode == 1 and "not stale config" in error_line(p)
+        assert digest(conf_path(cluster, "node3")) == before and cluster.pid("node3") is None
+    finally:
+        cluster.start("node3")
+        cluster.wait_members(cluster.names, 3)
+
+
 def test_rejoin_deploy_with_pvecm_standin_then_no_change(cluster, repo):
     """deploys/cluster_rejoin.py through real pyinfra (@local drives the nodes as the CLI does)."""
     old, new = make_stale_by_version(cluster)
