@@ -1,0 +1,225 @@
+"""`labwright probe ceiling` for real: the REAL llama-server under a 512 MiB LXD memory limit, and the tabbyAPI
+STAND-IN (labwright.testing.tabbyapi_standin; no GPU here) under systemd with Restart=always.
+
+One container for the module: limits.memory=512MiB, llama-server deployed by deploys/llamacpp.py on a tiny GGUF
+generated here (the OOM killer SIGKILLs it above the ceiling, as on a real box), and the stand-in as a second unit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labwright.testing.lab_fixture import Lab
+from labwright.testing.probe_box import UNIT_PATH as UNIT
+from labwright.testing.probe_box import llama_box
+from labwright.testing.pyinfra_output import tool_env
+from labwright.testing.tabbyapi_standin import MAIN_PY, OOM_LINE, SEED_CONFIG_SAMPLE, SEED_MODEL_PY, STARTUP_LINE
+from labwright.tuning.kv import bytes_per_token, layout_from_dict, read_layout
+from labwright.tuning.probe import cache_spec, llamacpp_target, make_probe, probe_ceiling, tabbyapi_target
+from labwright.tuning.probe_guest import LxdGuest
+
+pytest_plugins = ["labwright.testing.lab_fixture"]
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+TABBY = "/opt/tabbyapi"
+SNAPSHOT = "/run/tabby-loaded"  # what a start has read: the stand-in's tree, config.yml included
+CEILINGS: dict[str, int] = {}
+STANDIN_LIMIT = 30000  # the stand-in's "VRAM": cache_size above this logs Insufficient VRAM and exits 1
+QWEN = REPO / "tests" / "unit" / "tuning" / "configs" / "qwen3.5-9b.json"
+# The stand-in reads its config when it starts and reports a second later, as tabbyAPI does while it loads a
+# model: a restart systemd makes by itself is still "loading" the OLD config when the next candidate is written.
+TABBY_UNIT = f"""[Unit]
+Description=tabbyAPI STAND-IN (labwright test double), auto-restarting like the seed's unit
+[Service]
+WorkingDirectory={TABBY}
+ExecStart=/bin/sh -c 'rm -rf {SNAPSHOT} && cp -r {TABBY} {SNAPSHOT} && sleep 1 && exec python3 {SNAPSHOT}/main.py'
+Restart=always
+RestartSec=0
+StartLimitIntervalSec=0
+[Install]
+WantedBy=multi-user.target
+"""
+STANDIN_CONFIG = SEED_CONFIG_SAMPLE + f"\nstandin:\n  max_cache_size: {STANDIN_LIMIT}\n"
+HANG_UNIT = f"""[Unit]
+Description=a tabbyAPI that never finishes loading (test double)
+[Service]
+WorkingDirectory={TABBY}
+ExecStart=/bin/sh -c 'echo "Loading model from config.yml"; echo "still loading layers"; exec sleep infinity'
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def sh(lab: Lab, name: str, script: str) -> str:
+    result = lab.client.exec(name, ["sh", "-c", script])
+    assert result.exit_code == 0, f"{script!r} failed: {result.stderr.decode()}"
+    return result.stdout.decode()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(sys.executable).parent / "labwright"), "probe", "ceiling", *args], cwd=REPO,
+                          env=tool_env(), capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def box(lab: Lab, tmp_path_factory: pytest.TempPathFactory):
+    """One container, 512 MiB limit, llama-server deployed (8192 ctx, q4_0) and the tabbyAPI stand-in unit."""
+    name = ""
+    try:
+        name, config = llama_box(lab, tmp_path_factory.mktemp("probe"))
+        sh(lab, name, f"mkdir -p {TABBY}/backends/exllamav3")
+        for path, text in ((f"{TABBY}/main.py", MAIN_PY), (f"{TABBY}/backends/exllamav3/model.py", SEED_MODEL_PY),
+                           (f"{TABBY}/config.yml", STANDIN_CONFIG),
+                           ("/etc/systemd/system/tabbyapi.service", TABBY_UNIT),
+                           ("/etc/systemd/system/tabbyhang.service", HANG_UNIT)):
+            lab.client.push_file(name, path, text.encode(), mode=0o644)
+        sh(lab, name, "systemctl daemon-reload && systemctl enable --now tabbyapi.service tabbyhang.service")
+        yield name, config
+    finally:
+        if name:
+            lab.remove(name)
+
+
+def unit_state(lab: Lab, name: str, unit: str) -> tuple[str, str]:
+    return sh(lab, name, f"systemctl is-active {unit} || true").strip(), \
+        sh(lab, name, f"ls /etc/systemd/system/{unit}.d 2>/dev/null || true").strip()
+
+
+def test_llamacpp_probe_finds_the_real_ceiling_and_restores_the_service(lab, box):
+    name, config = box
+    unit_before = sh(lab, name, f"sha256sum {UNIT}")
+    guest = LxdGuest(name, lab.client)
+    target = llamacpp_target(guest, "llama-server", cache_spec("llamacpp", "f16"))
+    result = probe_ceiling(guest, target, 8192, 262144, layout=read_layout(config))
+    print(f"\nf16: ceiling {result.ceiling} after {len(result.probes)} probes, predicted {result.predicted}: "
+          + ", ".join(f"{p.candidate}:{p.outcome}" for p in result.probes))
+    assert result.strategy == "seeded" and result.ceiling is not None
+    # Measured here: f16 under 512 MiB starts at ~120K (shared/notes/testbed-llama.md: ~123-127K).
+    assert 100_000 <= result.ceiling <= 135_000, result.ceiling
+    assert len(result.probes) <= 6, [(p.candidate, p.outcome) for p in result.probes]
+    fits = [p for p in result.probes if p.outcome == "ok"]
+    assert all(p.peak_rss_bytes and p.peak_rss_bytes > 0 for p in fits)
+    assert any(p.outcome == "oom" and "OOM killer" in p.why for p in result.probes)
+    # Verify the answer with the real server: the ceiling starts, one page more is killed.
+    once = make_probe(guest, target, 20.0, 15)
+    assert once(result.ceiling).outcome == "ok"
+    assert once(result.ceiling + 256).outcome in ("oom", "timeout")
+    # The probe (and the checks, which go through the same unit) leave nothing behind.
+    from labwright.tuning.probe import restore
+    assert "healthy again" in restore(guest, target, 20.0)
+    assert "healthy again" in result.restored
+    assert sh(lab, name, f"sha256sum {UNIT}") == unit_before
+    assert unit_state(lab, name, "llama-server") == ("active", "")
+    cmdline = sh(lab, name, "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value llama-server)/cmdline")
+    assert "--ctx-size 8192" in cmdline and "--cache-type-k q4_0" in cmdline, cmdline
+    sh(lab, name, "python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8001/health')\"")
+    CEILINGS["f16"] = result.ceiling
+
+
+def test_a_cheaper_cache_type_has_a_higher_ceiling_as_the_planner_predicts(lab, box):
+    name, config = box
+    run = cli("--engine", "llamacpp", "--guest", name, "--cache-type", "q8_0", "--lo", "8192", "--hi", "400000",
+              "--model-config", str(config), "--json")
+    assert run.returncode == 0, run.stderr[-3000:]
+    data = json.loads(run.stdout)
+    print(f"\nq8_0: ceiling {data['ceiling']} after {data['probe_count']} probes, predicted {data['predicted']}")
+    assert set(data["probes"][0]) >= {"candidate", "outcome", "peak_rss_bytes", "seconds"}
+    f16 = CEILINGS.get("f16", 120064)  # measured here when run alone
+    layout = layout_from_dict(json.loads(config.read_text()), config)
+    ratio = bytes_per_token(layout, cache_spec("llamacpp", "f16")) / bytes_per_token(layout,
+                                                                                      cache_spec("llamacpp", "q8_0"))
+    # The planner: q8_0 costs 2,176 B/token against f16's 4,096, so the ceiling moves up, nearly by that ratio
+    # (the weights and buffers under the limit do not shrink with the cache).
+    assert data["ceiling"] > f16 * 1.5 and data["ceiling"] < f16 * ratio * 1.05, (data["ceiling"], f16, ratio)
+    assert data["probe_count"] <= 6
+    assert "healthy again" in data["restored"]
+    assert unit_state(lab, name, "llama-server") == ("active", "")
+
+
+def test_tabbyapi_log_lines_find_the_stand_in_limit_and_restore_config_yml(lab, box):
+    name, _ = box
+    before = sh(lab, name, f"sha256sum {TABBY}/config.yml")
+    # The planner's seed: Qwen3.5-9B at 8,4 costs 12,288 B/token; a budget a little over the stand-in's limit.
+    run = cli("--engine", "tabbyapi", "--guest", name, "--cache-mode", "8,4", "--lo", "4096", "--hi", "65536",
+              "--model-config", str(QWEN), "--budget", str(12288 * 30500), "--timeout", "10", "--json")
+    assert run.returncode == 0, run.stderr[-3000:]
+    data = json.loads(run.stdout)
+    print(f"\ntabbyAPI stand-in: {[(p['candidate'], p['outcome']) for p in data['probes']]}")
+    assert data["ceiling"] == STANDIN_LIMIT // 256 * 256 == 29952
+    assert data["predicted"] == 30464 and data["probe_count"] <= 5
+    oom = [p for p in data["probes"] if p["outcome"] == "oom"]
+    assert oom and all(any(OOM_LINE in line for line in p["lines"]) for p in oom)
+    ok = [p for p in data["probes"] if p["outcome"] == "ok"]
+    assert ok and all(any(STARTUP_LINE in line for line in p["lines"]) for p in ok)
+    assert sh(lab, name, f"sha256sum {TABBY}/config.yml") == before
+    assert unit_state(lab, name, "tabbyapi")[0] == "active"
+
+
+def test_a_stale_auto_restart_with_the_old_config_is_not_read_as_the_new_result(lab, box):
+    """The seed's race: an OOM, then systemd restarting the service by itself with the OLD config.
+
+    The stand-in is put in that state on purpose (over-limit config, Restart=always, crash-looping, each start
+    reporting a second after it read its config); then a fitting candidate is probed. Its verdict must be "ok",
+    read from its own start only, while the journal's newest verdict line when it began was a stale OOM.
+    """
+    name, _ = box
+    guest = LxdGuest(name, lab.client)
+    original = sh(lab, name, f"cat {TABBY}/config.yml")
+    sh(lab, name, f"sed -i 's/^  cache_size: .*/  cache_size: 65536/' {TABBY}/config.yml && systemctl restart tabbyapi "
+                  "&& sleep 3.5")
+    try:
+        restarts = int(sh(lab, name, "systemctl show -p NRestarts --value tabbyapi"))
+        journal = sh(lab, name, "journalctl -u tabbyapi --no-pager -o cat -n 50")
+        last_verdict = [line for line in journal.splitlines() if OOM_LINE in line or STARTUP_LINE in line][-1]
+        assert restarts >= 1 and OOM_LINE in last_verdict and "cache_size 65536" in last_verdict, journal[-2000:]
+        target = tabbyapi_target(guest, "tabbyapi", cache_spec("tabbyapi", "8,4"))
+        probe = make_probe(guest, target, 10.0, 30)(16384)
+        assert probe.outcome == "ok", (probe.why, probe.lines)
+        assert any("cache_size 16384" in line for line in probe.lines), probe.lines
+        assert not any("65536" in line for line in probe.lines), probe.lines
+        # and the other way round: a candidate over the limit is an OOM even right after a good start
+        probe = make_probe(guest, target, 10.0, 30)(40960)
+        assert probe.outcome == "oom" and any("cache_size 40960" in line for line in probe.lines), probe.lines
+    finally:
+        lab.client.push_file(name, f"{TABBY}/config.yml", original.encode())
+        sh(lab, name, "systemctl restart tabbyapi")
+
+
+def test_a_server_that_never_becomes_healthy_times_out_with_its_last_lines_and_is_restored(lab, box):
+    name, _ = box
+    before = sh(lab, name, f"sha256sum {TABBY}/config.yml")
+    run = cli("--engine", "tabbyapi", "--guest", name, "--service", "tabbyhang", "--cache-mode", "Q4",
+              "--lo", "4096", "--hi", "8192", "--timeout", "3")
+    assert run.returncode == 1, run.stdout + run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("labwright: error:")]
+    assert len(errors) == 1, run.stderr
+    assert "never became healthy" in errors[0] and "still loading layers" in errors[0], errors[0]
+    assert sh(lab, name, f"sha256sum {TABBY}/config.yml") == before
+    assert unit_state(lab, name, "tabbyhang")[0] == "active"  # it ran before, it runs again
+
+
+def test_an_unknown_guest_or_service_is_one_line(lab, box):
+    name, _ = box
+    run = cli("--engine", "llamacpp", "--guest", "lwprobe-nosuch", "--cache-type", "q8_0")
+    assert run.returncode == 2 and run.stderr.strip() == \
+        "labwright: error: --guest lwprobe-nosuch: no such LXD instance; list them with `lxc list`", run.stderr
+    run = cli("--engine", "llamacpp", "--guest", name, "--service", "nosuch", "--cache-type", "q8_0")
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and \
+        "--service nosuch: no such systemd unit" in run.stderr, run.stderr
+
+
+def test_dry_run_writes_nothing(lab, box):
+    name, config = box
+    before = sh(lab, name, "systemctl show -p InvocationID --value llama-server")
+    run = cli("--engine", "llamacpp", "--guest", name, "--cache-type", "q8_0,q4_0", "--lo", "8192", "--dry-run")
+    assert run.returncode == 0, run.stderr
+    assert "ExecStart=/usr/local/bin/llama-server --model /srv/models/tiny.gguf --ctx-size 8192" in run.stdout
+    assert "--cache-type-k q8_0" in run.stdout and "--cache-type-v q4_0" in run.stdout
+    assert sh(lab, name, "systemctl show -p InvocationID --value llama-server") == before
+    assert unit_state(lab, name, "llama-server") == ("active", "")
