@@ -11,48 +11,30 @@ The whole chip is read twice on the host and the two sha256 must match (else the
 partial read, nothing is kept); the image is copied to the controller and its sha256 checked there; the Intel Flash
 Descriptor is decoded (regions, access rights, the GbE MAC) into a JSON manifest beside the image. The files are
 named after the host and the image's sha256, so a second run of an unchanged chip reads it again (that is the
-check) but writes nothing new and says so. The same code runs behind ``labwright bios backup HOST``. See docs/bios.md.
+check), writes nothing new, and reports no change. The same code runs behind ``labwright bios backup HOST``.
+See docs/bios.md; the operation is labwright.operations.bios.backup.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pyinfra import host
-from pyinfra.api.exceptions import OperationError
-from pyinfra.api.host import Host
-from pyinfra.api.state import State
-from pyinfra.operations import apt, python
+from pyinfra.api.exceptions import DeployError
+from pyinfra.operations import apt
 
-from labwright.bios import backup as bios_backup
 from labwright.bios.flashrom import check_programmer
-from labwright.bios.target import Target
 from labwright.errors import LabwrightError
 from labwright.facts.bios import FlashromPath
-from labwright.ui import Reporter
+from labwright.operations import bios
 
 programmer = str(host.data.get("bios_programmer") or "internal")
-out = Path(str(host.data.get("bios_out") or "backups/bios")).resolve()
 try:
     check_programmer(programmer)
 except LabwrightError as exc:
-    raise OperationError(f"bios_programmer: {exc}") from None
+    raise DeployError(f"bios_programmer: {exc}") from None
 
 if host.get_fact(FlashromPath) is None:
     apt.packages(name="Install flashrom", packages=["flashrom"], update=True, no_recommends=True)
 
-
-def read_twice_and_copy_off(state: State, host: Host) -> None:  # pyinfra passes state and host by name
-    try:
-        result = bios_backup.backup(Target.from_host(host), programmer, out, Reporter())
-    except LabwrightError as exc:
-        raise OperationError(str(exc)) from None
-    for note in result.notes:
-        host.log(note)
-    for warning in result.manifest.get("warnings", []):
-        host.log(f"warning: {warning}")
-    if result.new:
-        host.log(f"backup written: {result.image} (sha256 {result.manifest['sha256']})")
-
-
-python.call(name=f"BIOS backup: read the chip twice, compare, copy to {out}", function=read_twice_and_copy_off)
+bios.backup(name="BIOS backup: read the chip twice, compare, copy off, verify",
+            programmer=programmer,
+            out=str(host.data.get("bios_out") or "backups/bios"))

@@ -24,7 +24,7 @@ from labwright.bios.target import Target
 from labwright.cli import main
 from labwright.errors import OperationFailed
 from labwright.testing.bios_image import X99_REGIONS, dummy_programmer, write_x99_image
-from labwright.testing.pyinfra_output import tool_env
+from labwright.testing.pyinfra_output import run_pyinfra, tool_env
 from labwright.ui import Reporter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -239,3 +239,32 @@ def test_bad_programmer_and_host_strings_are_one_line(chip: Path, tmp_path: Path
     assert "--programmer 'internal;reboot': expected flashrom's NAME" in error_line(result)
     result = cli("bios", "backup", "-x", "-p", dummy_programmer(chip), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
+
+
+def test_deploy_on_local_second_run_changes_nothing_and_a_flaky_read_fails_it(chip: Path, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploys/bios_backup.py on @local (flashrom already here, so no install op); the glitch is the stand-in."""
+    out = tmp_path / "out"
+    data = (f"bios_programmer={dummy_programmer(chip)}", f"bios_out={out}")
+    first = run_pyinfra("@local", "deploys/bios_backup.py", *data, cwd=REPO)
+    assert first.rc == 0, first.output[-3000:]
+    assert (first.totals.changed, first.totals.no_change) == (1, 0)
+    assert [p.read_bytes() == chip.read_bytes() for p in out.glob("*.bin")] == [True]
+    second = run_pyinfra("@local", "deploys/bios_backup.py", *data, cwd=REPO)
+    assert second.rc == 0 and (second.totals.changed, second.totals.no_change) == (0, 1), second.output[-3000:]
+    assert "unchanged:" in second.output
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "flashrom").symlink_to(GLITCHY)
+    monkeypatch.setenv("FLASHROM_GLITCH_STATE", str(tmp_path / "count"))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{tool_env()['PATH']}")
+    flaky_out = tmp_path / "flaky"
+    flaky = run_pyinfra("@local", "deploys/bios_backup.py", f"bios_programmer={dummy_programmer(chip)}",
+                        f"bios_out={flaky_out}", cwd=REPO)
+    assert flaky.rc != 0
+    assert "@local: the two reads differ" in flaky.output and "Traceback" not in flaky.output
+    assert list(flaky_out.iterdir()) == []
+
+    bad = run_pyinfra("@local", "deploys/bios_backup.py", "bios_programmer=internal;reboot", cwd=REPO)
+    assert bad.rc != 0 and "bios_programmer: --programmer 'internal;reboot'" in bad.output
