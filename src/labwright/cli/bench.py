@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 
 from labwright.bench import report
@@ -55,9 +56,9 @@ def _emit(docs: list[dict[str, Any]], as_json: bool, as_csv: bool, plot: Path | 
     elif as_csv:
         typer.echo(report.csv_text(docs), nl=False)
     else:
-        # Wide tables: a pipe or CI log gets the full width instead of rich's 80 columns.
-        width = None if stdout.is_terminal else 200
-        stdout.print(report.compare_table(docs) if compare else report.results_table(docs), width=width)
+        # Wide tables: a pipe or CI log gets the whole table instead of rich's default 80 columns.
+        out = stdout if stdout.is_terminal else Console(highlight=False, width=200)
+        out.print(report.compare_table(docs) if compare else report.results_table(docs))
     if plot is not None:
         report.plot(docs, plot)
         console.print(f"plot written: {escape(str(plot))}")
