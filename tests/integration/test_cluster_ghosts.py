@@ -1,6 +1,6 @@
 """`labwright cluster ghosts` against a real /etc/pve-shaped tree in a lab container (Debian bookworm, systemd)
-that runs a real single-node corosync 3 (Debian's package): membership and the nodelist come from corosync
-itself. Proxmox's pmxcfs and pvecm cannot run here: /etc/pve is a plain directory tree and
+that runs a real single-node corosync 3 (Debian's package), reached over real SSH: membership and the
+nodelist come from corosync itself. Proxmox's pmxcfs and pvecm cannot run here: /etc/pve is a plain directory tree and
 tests/doubles/pvecm stands in for pvecm (its delnode answers "not a known host" for a node outside the
 nodelist, as real pvecm does); the tests that run it say so in their names.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from labwright.cli import main
+from labwright.lab.lab import instance_address
 from labwright.testing.corosync_netns import DOUBLES
 
 pytestmark = pytest.mark.lab
@@ -93,8 +94,15 @@ def node(lab, tmp_path_factory) -> Iterator[tuple[str, Path]]:
     try:
         lxc("file", "push", str(DOUBLES / "pvecm"), f"{name}/usr/local/sbin/pvecm", "--mode", "0755")
         lxc("exec", name, "--", "sh", "-c", SETUP)
-        inv = tmp_path_factory.mktemp("ghosts") / "cluster_inventory.py"
-        inv.write_text(f'cluster = [("pve1", {{"cluster_lxd": "{name}"}})]\n')
+        # Reached over real SSH (the production path): the lab key, the container's host key pinned.
+        address = instance_address(lab.client, name)
+        host_key = lxc("exec", name, "--", "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()
+        d = tmp_path_factory.mktemp("ghosts")
+        (d / "known_hosts").write_text(f"{address} {host_key[0]} {host_key[1]}\n")
+        inv = d / "cluster_inventory.py"
+        inv.write_text(f'cluster = [("pve1", {{"ssh_hostname": "{address}", "ssh_key": "{lab.private_key_path}", '
+                       f'"ssh_known_hosts_file": "{d / "known_hosts"}"}})]\n')
+        (d / "lxd_inventory.py").write_text(f'cluster = [("pve1", {{"cluster_lxd": "{name}"}})]\n')
         yield name, inv
     finally:
         lab.remove(name)
@@ -140,6 +148,25 @@ def test_ghosts_listed_with_their_guest_configs_and_disks(tree):
     assert sorted(ghosts["pve9"]["lost_disks"]) == ["local-lvm:vm-102-disk-0", "local-lvm:vm-103-disk-0"]
     text = cli(inv)
     assert "pve9" in text.stdout and "unrecoverable" in text.stdout and "gpu-box" in text.stdout
+    # The same through `lxc exec` (a node that is an LXD container): one runner abstraction, same answer.
+    p = cli(inv.parent / "lxd_inventory.py", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout) == rep
+
+
+def test_unreachable_node_over_ssh_host_key_not_trusted(tree, tmp_path):
+    """A host key that is not in known_hosts: the node is unreachable (one line), nothing runs on it."""
+    name, inv = tree
+    (tmp_path / "known_hosts").write_text("")
+    bad = tmp_path / "inv.py"
+    bad.write_text(inv.read_text().replace(str(inv.parent / "known_hosts"), str(tmp_path / "known_hosts")))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["cluster", "doctor", str(bad), "--json"])
+    n = json.loads(out.getvalue())["nodes"][0]
+    assert rc == 1 and n["verdict"] == "unreachable" and "Host key verification failed" in n["reasons"][0]
+    p = cli(bad, "--remove", "pve9", "--yes")
+    assert p.returncode == 1 and "no node answered" in error_line(p)
+    assert node_dirs(name) == ["pve1", "pve8", "pve9"]
 
 
 def test_remove_refuses_without_yes_and_for_members_and_unknown_names(tree):

@@ -96,6 +96,10 @@ def list_guests(runner: NodeRunner, name: str) -> list[GuestConfig]:
 
 def _reference(diag: Diagnosis) -> NodeFacts:
     ref = next((diag.facts[n] for n in diag.members if n in diag.facts), None)
+    down = [f for f in diag.facts.values() if not f.reachable]
+    if ref is None and down and len(down) == len(diag.facts):
+        raise OperationFailed(f"no node answered ({down[0].name}: {down[0].error}); check the inventory's "
+                              "connection data (ssh_hostname, ssh_key, known_hosts)")
     if not diag.quorate or ref is None:
         raise SafetyCheckFailed("the cluster is not quorate (/etc/pve is read-only then and membership is "
                                 "unreliable); restore quorum first")

@@ -11,11 +11,13 @@
 
 A node comes from inventory host data: ``cluster_netns`` + ``cluster_root`` (+ ``cluster_pve_dir``),
 ``cluster_lxd``, ``cluster_local``, else SSH to ``ssh_hostname`` (or the host name) as ``ssh_user``
-(default root).
+(default root), with ``ssh_port``, ``ssh_key`` and ``ssh_known_hosts_file`` as the other SSH paths in
+labwright read them (OpenSSH's client: ~/.ssh/config and the agent apply; host keys are always checked).
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from collections.abc import Mapping
@@ -42,6 +44,9 @@ class NodeRunner:
     pve_dir: str = ""  # netns: the directory mounted as /etc/pve (one shared by all nodes: pmxcfs' stand-in)
     extra_path: str = ""  # prepended to PATH on the node (the tests' pvecm stand-in)
     env: dict[str, str] = field(default_factory=dict)
+    port: int | None = None  # ssh: ssh_port
+    key: str = ""  # ssh: ssh_key (exactly this key)
+    known_hosts: str = ""  # ssh: ssh_known_hosts_file (host keys are always checked)
 
     def argv(self, script: str) -> list[str]:
         exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in self.env.items())
@@ -51,8 +56,14 @@ class NodeRunner:
         if self.kind == "local":
             return ["sh", "-c", body]
         if self.kind == "ssh":
-            return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", f"{self.user}@{self.target}",
-                    "sh -c " + shlex.quote(body)]
+            opts = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "StrictHostKeyChecking=yes"]
+            if self.port:
+                opts += ["-p", str(self.port)]
+            if self.key:
+                opts += ["-i", self.key, "-o", "IdentitiesOnly=yes"]
+            if self.known_hosts:
+                opts += ["-o", f"UserKnownHostsFile={self.known_hosts}"]
+            return ["ssh", *opts, f"{self.user}@{self.target}", "sh -c " + shlex.quote(body)]
         if self.kind == "lxd":
             return ["lxc", "exec", self.target, "--", "sh", "-c", body]
         if self.kind == "netns":
@@ -103,5 +114,7 @@ def runner_from_data(name: str, data: Mapping[str, Any]) -> NodeRunner:
         return NodeRunner(name, "lxd", str(data["cluster_lxd"]), extra_path=extra, env=env)
     if data.get("cluster_local"):
         return NodeRunner(name, "local", extra_path=extra, env=env)
-    return NodeRunner(name, "ssh", str(data.get("ssh_hostname") or name), user=str(data.get("ssh_user", "root")),
-                      extra_path=extra, env=env)
+    return NodeRunner(name, "ssh", str(data.get("ssh_hostname") or name), user=str(data.get("ssh_user") or "root"),
+                      extra_path=extra, env=env, port=int(data["ssh_port"]) if data.get("ssh_port") else None,
+                      key=os.path.expanduser(str(data["ssh_key"])) if data.get("ssh_key") else "",
+                      known_hosts=os.path.expanduser(str(data.get("ssh_known_hosts_file") or "")))
