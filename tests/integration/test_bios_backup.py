@@ -191,6 +191,8 @@ def test_restore_dry_run_then_write_with_verify_then_unchanged(chip: Path, tmp_p
     assert chip.read_bytes() == new.read_bytes()
     again = cli("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip), "--yes")
     assert again.returncode == 0 and "unchanged: the chip already holds this image" in again.stdout
+    plan = json.loads(cli("bios", "restore", "@local", str(new), "-p", dummy_programmer(chip), "--json").stdout)
+    assert (plan["outcome"], plan["chip_sha256"], plan["chip_mac"]) == ("unchanged", sha256(new), "0c:c4:7a:ab:cd:ef")
     # A backup of the restored chip is byte-for-byte the image.
     result = cli("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(tmp_path / "o"),
                        "--json")
@@ -229,6 +231,9 @@ def test_restore_refuses_bad_images_and_changes_nothing(chip: Path, tmp_path: Pa
 
     result = cli("bios", "restore", "@local", str(tmp_path / "missing.bin"), "-p", dummy_programmer(chip))
     assert result.returncode == 2 and "cannot read it" in error_line(result)
+    # Image checks come before any host is contacted: a node that does not exist is never reached.
+    result = cli("bios", "restore", "@lxd/lwbios-no-such-node", str(nosig))
+    assert result.returncode == 2 and "no Intel Flash Descriptor" in error_line(result)
     assert sha256(chip) == before
 
 

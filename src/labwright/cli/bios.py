@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 
 from labwright.bios import backup as backup_module
+from labwright.bios import flashrom
 from labwright.bios.ifd import Descriptor
 from labwright.bios.target import Target
 from labwright.ui import Reporter, stdout, table
@@ -94,6 +95,7 @@ def restore(
     image: Path = typer.Argument(..., metavar="IMAGE", help="A whole-chip image (from `labwright bios backup`)."),
     programmer: str = ProgrammerOption,
     yes: bool = typer.Option(False, "--yes", help="Really write the chip; without it only the plan is printed."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan and the outcome as JSON."),
 ) -> None:
     """Write IMAGE to the host's flash chip with flashrom's verify, after checking the image's descriptor and size.
 
@@ -102,8 +104,16 @@ def restore(
 
     Example: labwright bios restore @lxd/node1 backups/bios/lxd-node1-W25Q128.V-0123456789ab.bin --yes
     """
+    flashrom.check_programmer(programmer)
+    backup_module.check_restore_image(image)  # a bad image is refused before any host is contacted
     with Target.connect(host) as target:
         plan, outcome = backup_module.restore(target, image, programmer, yes, Reporter())
+    if as_json:
+        typer.echo(json.dumps({"image": str(plan.image), "sha256": plan.sha256, "size": plan.size,
+                               "chip_size": plan.chip_size, "chip_sha256": plan.chip_sha256, "chip_mac": plan.chip_mac,
+                               "descriptor": plan.descriptor.to_json(), "warnings": plan.warnings(),
+                               "outcome": outcome}, indent=2))
+        return
     _say(f"image {plan.image}: {plan.size} bytes, sha256 {plan.sha256}")
     _say(f"chip on {host}: {plan.chip_size} bytes, currently sha256 {plan.chip_sha256}")
     _regions(plan.descriptor, plan.warnings())
