@@ -1,4 +1,5 @@
-"""Peak memory of a server on this machine: its process found by the port it listens on, its RSS sampled in a thread.
+"""Peak memory of a server on this machine: its process found by the port it listens on, its RSS sampled in a thread,
+and the GPUs' memory in use from ``nvidia-smi`` when this machine has one.
 
 Only for loopback URLs: ``/proc/net/tcp{,6}`` gives the listening socket's inode, ``/proc/PID/fd`` the process that
 holds it. A server in a container or on another host is not visible here, and the benchmark says so (null).
@@ -8,10 +9,14 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
+import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 LISTEN = "0A"
+MIB = 1024 * 1024
 
 
 def is_local(host: str) -> bool:
@@ -64,19 +69,19 @@ def rss_bytes(pid: int, proc: Path = Path("/proc")) -> int | None:
     return None
 
 
-class RssSampler:
-    """Samples a process's RSS every ``interval`` seconds while in a ``with`` block; ``peak`` is the highest seen."""
+class PeakSampler:
+    """Calls ``read`` every ``interval`` seconds while in a ``with`` block; ``peak`` is the highest value seen."""
 
-    def __init__(self, pid: int, interval: float = 0.02):
-        self.pid = pid
+    def __init__(self, read: Callable[[], int | None], interval: float, name: str = "sampler"):
+        self.read = read
         self.interval = interval
         self.peak: int | None = None
         self.samples = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"rss-{pid}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def _sample(self) -> None:
-        value = rss_bytes(self.pid)
+        value = self.read()
         if value is not None:
             self.samples += 1
             self.peak = value if self.peak is None else max(self.peak, value)
@@ -86,7 +91,7 @@ class RssSampler:
             self._sample()
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> RssSampler:
+    def __enter__(self) -> PeakSampler:
         self._sample()
         self._thread.start()
         return self
@@ -95,3 +100,36 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
         self._sample()
+
+
+class RssSampler(PeakSampler):
+    """A process's resident memory (bytes), every 20 ms by default."""
+
+    def __init__(self, pid: int, interval: float = 0.02):
+        super().__init__(lambda: rss_bytes(pid), interval, f"rss-{pid}")
+        self.pid = pid
+
+
+def gpu_used_bytes(command: str) -> int | None:
+    """Memory in use on all NVIDIA GPUs together (``nvidia-smi --query-gpu=memory.used``, MiB), or None."""
+    try:
+        proc = subprocess.run([command, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10)
+        if proc.returncode != 0:
+            return None
+        return sum(int(line.strip()) for line in proc.stdout.splitlines() if line.strip()) * MIB
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+class GpuSampler(PeakSampler):
+    """GPU memory in use on this machine, as the seed's "VRAM peak sampled during generation" (all processes: a
+    server in a local container with the GPU passed through counts too). ``nvidia-smi`` takes tens of ms per call,
+    hence the longer interval."""
+
+    def __init__(self, command: str, interval: float = 0.2):
+        super().__init__(lambda: gpu_used_bytes(command), interval, "gpu-memory")
+
+    @staticmethod
+    def command() -> str | None:
+        return shutil.which("nvidia-smi")

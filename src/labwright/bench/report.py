@@ -23,7 +23,7 @@ CSV_COLUMNS = (
     "label", "context", "prompt_tokens", "decode_tokens", "trials",
     "ttft_ms", "prefill_tps", "decode_tps",
     "cold_ttft_ms", "cold_prefill_tps", "cold_decode_tps",
-    "server_prefill_tps", "server_decode_tps", "peak_rss_mib",
+    "server_prefill_tps", "server_decode_tps", "peak_rss_mib", "peak_gpu_mib",
 )
 
 
@@ -65,7 +65,7 @@ def flat_rows(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for doc in docs:
         for result in doc["results"]:
             summary, cold = best(result), result.get("cold") or {}
-            rss = result.get("peak_rss_bytes")
+            rss, gpu = result.get("peak_rss_bytes"), result.get("peak_gpu_bytes")
             rows.append({
                 "label": doc.get("label", "?"), "context": result["context"],
                 "prompt_tokens": summary.get("prompt_tokens"), "decode_tokens": summary.get("decode_tokens"),
@@ -77,6 +77,7 @@ def flat_rows(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "server_prefill_tps": summary.get("server_prefill_tps"),
                 "server_decode_tps": summary.get("server_decode_tps"),
                 "peak_rss_mib": None if rss is None else rss / MIB,
+                "peak_gpu_mib": None if gpu is None else gpu / MIB,
             })
     return rows
 
@@ -95,7 +96,11 @@ def results_table(docs: list[dict[str, Any]]) -> Table:
     rows = [[str(r["label"]), _fmt(r["context"]), _fmt(r["prompt_tokens"]), _fmt(r["decode_tokens"]),
              _fmt(r["ttft_ms"], 1), _fmt(r["prefill_tps"]), _fmt(r["decode_tps"]), _fmt(r["cold_ttft_ms"], 1),
              _fmt(r["cold_prefill_tps"]), _fmt(r["cold_decode_tps"]), _fmt(r["server_prefill_tps"]),
-             _fmt(r["server_decode_tps"]), _fmt(r["peak_rss_mib"])] for r in flat_rows(docs)]
+             _fmt(r["server_decode_tps"]), _fmt(r["peak_rss_mib"]), _fmt(r["peak_gpu_mib"])] for r in flat_rows(docs)]
+    if all(row[-1] == "-" for row in rows):  # no GPU on this machine: no empty column
+        rows = [row[:-1] for row in rows]
+    else:
+        columns.append("peak GPU MiB")
     return table("Benchmark (median of cached trials; cold = trial 1)", columns, rows)
 
 

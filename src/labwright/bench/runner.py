@@ -67,6 +67,7 @@ class ContextResult:
     context: int
     trials: list[Trial]
     peak_rss_bytes: int | None = None
+    peak_gpu_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         cold, warm = stats.cold_and_warm(self.trials)
@@ -75,6 +76,7 @@ class ContextResult:
             "cold": cold.to_json() if cold else None,
             "warm": warm.to_json() if warm else None,
             "peak_rss_bytes": self.peak_rss_bytes,
+            "peak_gpu_bytes": self.peak_gpu_bytes,
             "trials": [t.to_json() for t in self.trials],
         }
 
@@ -152,7 +154,9 @@ def run(config: BenchConfig, progress: Callable[[str], None] = lambda _: None) -
     client = Client(endpoint, config.model or "", config.endpoint)
     client.model = resolve_model(client, config.model, config.contexts, config.decode)
     ratio, template_tokens, tokenizer = calibrate(client)
-    pid = memory.listening_pid(endpoint.port) if memory.is_local(endpoint.host) else None
+    local = memory.is_local(endpoint.host)
+    pid = memory.listening_pid(endpoint.port) if local else None
+    smi = memory.GpuSampler.command() if local else None
     bench = BenchRun(
         label=config.label or client.model, url=endpoint.base, model=client.model, endpoint=config.endpoint,
         decode=config.decode, trials=config.trials, started=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -162,8 +166,12 @@ def run(config: BenchConfig, progress: Callable[[str], None] = lambda _: None) -
     salt = secrets.randbits(40)
     for context in config.contexts:
         result = ContextResult(context, [])
-        sampler = memory.RssSampler(pid) if pid is not None else None
-        if sampler:
+        samplers: list[memory.PeakSampler] = []
+        if pid is not None:
+            samplers.append(memory.RssSampler(pid))
+        if smi is not None:
+            samplers.append(memory.GpuSampler(smi))
+        for sampler in samplers:
             sampler.__enter__()
         try:
             for trial in range(1, config.trials + 1):
@@ -177,8 +185,11 @@ def run(config: BenchConfig, progress: Callable[[str], None] = lambda _: None) -
                          f"tokens, TTFT {measured.ttft_s * 1000:.1f} ms, prefill {measured.prefill_tps:,.0f} tok/s, "
                          f"decode {decode_tps} tok/s")
         finally:
-            if sampler:
+            for sampler in samplers:
                 sampler.__exit__(None, None, None)
-                result.peak_rss_bytes = sampler.peak
+                if isinstance(sampler, memory.RssSampler):
+                    result.peak_rss_bytes = sampler.peak
+                else:
+                    result.peak_gpu_bytes = sampler.peak
         bench.results.append(result)
     return bench

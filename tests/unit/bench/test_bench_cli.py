@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -117,3 +118,15 @@ def test_option_errors(bench, standin):
     line = error_line(bench("llm", "--url", standin.url, "--contexts", "64", "--endpoint", "embeddings"), 2)
     assert "--endpoint 'embeddings' is not one of chat, completions" in line
     assert standin.requests == []
+
+
+def test_gpu_memory_column_with_a_standin_nvidia_smi(bench, standin, tmp_path, monkeypatch):
+    """A stand-in for nvidia-smi on PATH (no GPU here): the local server's run reports the GPUs' peak memory."""
+    (tmp_path / "nvidia-smi").write_text('#!/bin/sh\necho 1234\necho 766\n')
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    doc = json.loads(bench("llm", "--url", standin.url, "--contexts", "64", "--decode", "4", "--trials", "1",
+                           "--json").stdout)
+    assert doc["results"][0]["peak_gpu_bytes"] == 2000 * 2**20
+    table = bench("llm", "--url", standin.url, "--contexts", "64", "--decode", "4", "--trials", "1").stdout
+    assert "peak GPU MiB" in table and "2,000" in table

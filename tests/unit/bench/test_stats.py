@@ -156,3 +156,29 @@ def test_plot_without_matplotlib_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr == ("labwright: error: --plot needs matplotlib, which is not installed: "
                            "pip install 'labwright[plot]'\n")
+
+
+def standin_nvidia_smi(directory, used):
+    """A stand-in for NVIDIA's nvidia-smi (no GPU here): answers the memory query from a file the test rewrites."""
+    (directory / "used").write_text(used)
+    script = directory / "nvidia-smi"
+    script.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu=memory.used*--format=csv,noheader,nounits*) '
+                      f'cat {directory / "used"};; *) exit 9;; esac\n')
+    script.chmod(0o755)
+    return script
+
+
+def test_gpu_memory_peak_from_a_standin_nvidia_smi(tmp_path):
+    import time
+
+    smi = standin_nvidia_smi(tmp_path, "1000\n2000\n")  # two GPUs, MiB
+    assert memory.gpu_used_bytes(str(smi)) == 3000 * 2**20
+    with memory.GpuSampler(str(smi), interval=0.02) as sampler:
+        (tmp_path / "used").write_text("1500\n4000\n")
+        time.sleep(0.3)
+        (tmp_path / "used").write_text("100\n100\n")
+        time.sleep(0.1)
+    assert sampler.peak == 5500 * 2**20
+    (tmp_path / "used").write_text("not a number\n")
+    assert memory.gpu_used_bytes(str(smi)) is None
+    assert memory.gpu_used_bytes(str(tmp_path / "missing")) is None
