@@ -8,8 +8,11 @@ nodelist, as real pvecm does); the tests that run it say so in their names.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
+import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from labwright.cli import main
+from labwright.lab import image as lab_image
 from labwright.lab.lab import instance_address
 from labwright.testing.corosync_netns import DOUBLES
 
@@ -58,8 +62,12 @@ CT_103 = "hostname: web\nrootfs: local-lvm:vm-103-disk-0,size=8G\n"
 SETUP = f"""
 set -e
 export DEBIAN_FRONTEND=noninteractive
-apt-get install -y --no-install-recommends corosync >/tmp/apt.log 2>&1 || \
-  {{ apt-get update >/tmp/apt.log 2>&1 && apt-get install -y --no-install-recommends corosync >>/tmp/apt.log 2>&1; }}
+if ls /tmp/debs/*.deb >/dev/null 2>&1; then
+  apt-get install -y --no-install-recommends /tmp/debs/*.deb >/tmp/apt.log 2>&1
+else
+  apt-get install -y --no-install-recommends corosync >/tmp/apt.log 2>&1 || \
+    {{ apt-get update >/tmp/apt.log 2>&1 && apt-get install -y --no-install-recommends corosync >>/tmp/apt.log 2>&1; }}
+fi
 corosync-keygen >/dev/null 2>&1
 cat > /etc/corosync/corosync.conf <<'EOF'
 {CONF}EOF
@@ -80,6 +88,15 @@ echo 'name: lives-here' > /etc/pve/nodes/pve1/qemu-server/100.conf
 """
 
 
+def deb_cache() -> Path:
+    base = Path(os.environ.get("LABWRIGHT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or
+                                                         Path.home() / ".cache") / "labwright")
+    key = hashlib.sha256(f"corosync {lab_image.load_recipe().alias}".encode()).hexdigest()[:12]
+    path = base / "debs" / f"corosync-{key}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def lxc(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     p = subprocess.run(["lxc", *args], capture_output=True, text=True, timeout=600)
     if check and p.returncode:
@@ -93,7 +110,23 @@ def node(lab, tmp_path_factory) -> Iterator[tuple[str, Path]]:
     name = lab.fresh("lwclu")
     try:
         lxc("file", "push", str(DOUBLES / "pvecm"), f"{name}/usr/local/sbin/pvecm", "--mode", "0755")
+        # corosync's .debs are cached per template image (~/.cache/labwright/debs/...): later runs skip apt's
+        # index download and fetch; the packages still install through apt in the container.
+        debs = deb_cache()
+        if any(debs.glob("*.deb")):
+            lxc("exec", name, "--", "mkdir", "-p", "/tmp/debs")
+            for deb in debs.glob("*.deb"):
+                lxc("file", "push", str(deb), f"{name}/tmp/debs/{deb.name}")
         lxc("exec", name, "--", "sh", "-c", SETUP)
+        if not any(debs.glob("*.deb")):
+            listed = lxc("exec", name, "--", "sh", "-c", "ls /var/cache/apt/archives/*.deb 2>/dev/null || true")
+            tmp = debs.with_name(debs.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            for path in listed.stdout.split():
+                lxc("file", "pull", f"{name}{path}", str(tmp / Path(path).name))
+            if any(tmp.glob("corosync_*.deb")):
+                tmp.rename(debs) if not debs.exists() else shutil.rmtree(tmp)
         # Reached over real SSH (the production path): the lab key, the container's host key pinned.
         address = instance_address(lab.client, name)
         host_key = lxc("exec", name, "--", "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()
