@@ -192,6 +192,9 @@ def test_api_key_protected_server(cli_env, binary, model, tmp_path):
     with llama_server(binary, model, tmp_path / "server.log", "--api-key", key) as (url, _):
         line = error_of(bench(cli_env, "llm", "--url", url, "--contexts", "64", "--decode", "4"), 2)
         assert "HTTP 401" in line and "--api-key-env VAR" in line
+        line = error_of(bench(cli_env, "llm", "--url", url, "--contexts", "64", "--api-key-env", "LW_BENCH_KEY",
+                              env={"LW_BENCH_KEY": key[::-1]}), 2)
+        assert "HTTP 401" in line and "the server refused the key from --api-key-env" in line
         proc = bench(cli_env, "llm", "--url", url, "--contexts", "64", "--decode", "4", "--trials", "1", "--json",
                      "--api-key-env", "LW_BENCH_KEY", env={"LW_BENCH_KEY": key})
         assert proc.returncode == 0, proc.stderr

@@ -96,6 +96,9 @@ def check_status(endpoint: Endpoint, path: str, status: int, body: bytes, model:
     url = f"{endpoint.base}{path.removeprefix(endpoint.prefix)}" if path.startswith(endpoint.prefix) else path
     message = _error_message(body)
     if status in (401, 403):
+        if endpoint.api_key:
+            raise BadInput(f"{url}: HTTP {status} ({message or 'unauthorized'}): the server refused the key from "
+                           "--api-key-env: check the variable's value")
         raise BadInput(f"{url}: HTTP {status} ({message or 'unauthorized'}): export the server's API key in a "
                        "variable and pass --api-key-env VAR")
     if status == 404:

@@ -114,6 +114,15 @@ def test_api_key_goes_as_bearer(standin):
     assert standin.requests[-1][1]["Authorization"] == "Bearer s3cret"
 
 
+def test_a_refused_key_is_named_as_such(standin):
+    standin.script.status = 401
+    standin.script.content_type = "application/json"
+    standin.script.body = b'{"error": {"message": "Invalid API Key"}}'
+    with pytest.raises(BadInput, match=r"HTTP 401 \(Invalid API Key\): the server refused the key") as caught:
+        Client(Endpoint.parse(standin.url, api_key="wrong"), "standin").stream("hi", 4)
+    assert "wrong" not in str(caught.value)
+
+
 def test_tokenize_missing_is_remembered(standin):
     c = client(standin)
     assert c.count_tokens("hello") is None and c.count_tokens("again") is None
