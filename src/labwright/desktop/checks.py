@@ -245,6 +245,10 @@ def check_firefox_origin(run: Runner, want: Expected) -> Check:
         want_text = "the distribution's archive"
     detail = (f"{package} {version or 'not installed'} from {', '.join(sources) or 'no repository'}"
               f" (priority {priority}; want {want_text})")
+    if version and not sources:
+        return Check("Firefox from the intended origin", False, detail,
+                     "the apt lists are empty (apt-get clean'd image?), so the origin cannot be told",
+                     "apt-get update, then check again")
     return Check("Firefox from the intended origin", ok, detail,
                  "Firefox missing or from another origin (Ubuntu's firefox is a snap stub that fails unprivileged)",
                  "re-run deploys/desktop.py with desktop_firefox_source=" + want.firefox_source)

@@ -1,0 +1,279 @@
+"""deploys/desktop.py for real: a desktop guest made through the guest model, a REAL RDP client, a real Firefox.
+
+The guest is a clone (guest model ``clone:``, unprivileged, nesting) of the cached package install
+(labwright.testing.desktop: one full install per recipe, kept as a stopped lab container, so a warm re-run copies
+it in seconds). The deploy then does every configuration step a first deploy does. ``xfreerdp`` (FreeRDP 2)
+runs under Xvfb on this machine and connects to the guest's address on the lab bridge; Firefox is Debian's
+firefox-esr through the deploy's ``desktop_firefox_source=debian-esr`` path (Mozilla's repository is not reachable
+here). The shipped verify suite and `labwright desktop check` run as users run them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from labwright.desktop.recipe import PASSWORD_ENV
+from labwright.lab.lab import instance_address, wait_ready
+from labwright.testing.desktop import ensure_cache, make_guest, png_pixels, rdp_client, xvfb
+from labwright.testing.lab_fixture import TEMPLATE, Lab
+from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
+
+pytest_plugins = ["labwright.testing.lab_fixture"]
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+USER = "desk"
+PASSWORD = "Lab-desktop-" + str(int(time.time()))[-6:]
+ESR = "desktop_firefox_source=debian-esr"
+SESMAN_LOG = "/var/log/xrdp-sesman.log"
+LABWRIGHT = str(Path(sys.executable).parent / "labwright")
+
+
+def deploy(name: str, *data: str, password: str | None = PASSWORD) -> DeployRun:
+    """The deploy with the password in the environment as an operator gives it (None: unset, so one is generated)."""
+    saved = os.environ.pop(PASSWORD_ENV, None)
+    if password is not None:
+        os.environ[PASSWORD_ENV] = password
+    try:
+        return run_pyinfra(f"@lxd/{name}", "deploys/desktop.py", ESR, *data, cwd=REPO, timeout=1200)
+    finally:
+        os.environ.pop(PASSWORD_ENV, None)
+        if saved is not None:
+            os.environ[PASSWORD_ENV] = saved
+
+
+def verify(name: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pytest", "tests/verify/test_desktop.py", f"--hosts=lxc://{name}", "-q",
+           "-p", "no:cacheprovider"]
+    return subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=300)
+
+
+def check_cli(name: str) -> tuple[int, dict]:
+    proc = subprocess.run([LABWRIGHT, "desktop", "check", name, "--json"], cwd=REPO,
+                          env=tool_env(), capture_output=True, text=True, timeout=120)
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {"raw": proc.stderr}
+
+
+def sh(lab: Lab, name: str, script: str) -> str:
+    result = lab.client.exec(name, ["sh", "-c", script])
+    assert result.exit_code == 0, f"{script!r} failed: {result.stderr.decode()}"
+    return result.stdout.decode()
+
+
+def wait_for(lab: Lab, name: str, script: str, timeout: float = 30) -> float:
+    """Seconds until ``script`` succeeds in the guest; fails the test after ``timeout``."""
+    start = time.monotonic()
+    while lab.client.exec(name, ["sh", "-c", script]).exit_code != 0:
+        assert time.monotonic() - start < timeout, f"{script!r} did not succeed within {timeout}s"
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def desktop_cache(lab: Lab) -> str:
+    started = time.monotonic()
+    name, built = ensure_cache(lab)
+    how = f"built ({built.seconds:.0f}s deploy, packages stage)" if built else "reused"
+    print(f"\ndesktop cache {name} {how} in {time.monotonic() - started:.1f}s")
+    return name
+
+
+@pytest.fixture(scope="module")
+def deployed(lab: Lab, desktop_cache: str):
+    """One guest cloned from the cache through the guest model, verified before and deployed once."""
+    name = f"lwdesk-{int(time.time()) % 100000}"
+    try:
+        make_guest(lab, name, desktop_cache)
+        before = verify(name)
+        first = deploy(name)
+        assert first.rc == 0, first.output[-4000:]
+        yield Deployed(name, instance_address(lab.client, name) or "", before, first)
+    finally:
+        lab.remove(name)
+
+
+def test_guest_is_unprivileged_with_nesting_through_the_guest_model(lab, deployed):
+    config = lab.client.instance(deployed.name)["expanded_config"]
+    assert config.get("security.privileged") == "false" and config.get("security.nesting") == "true", config
+    assert config.get("user.labwright.guest") == deployed.name
+
+
+def test_verify_fails_before_and_passes_after_the_deploy(deployed):
+    # The cache holds packages only: no user, no TLS key of its own, no MATE session, no launcher.
+    assert deployed.before.returncode == 1, deployed.before.stdout[-3000:]
+    for check in ("tls", "session", "caja", "launcher"):
+        pattern = rf"FAILED tests/verify/test_desktop.py::test_desktop\[\S+-{check}\]"
+        assert re.search(pattern, deployed.before.stdout), deployed.before.stdout[-3000:]
+    assert deployed.first.totals.changed > 0 and deployed.first.totals.error == 0
+    print(f"\nfirst deploy on the cached install: {deployed.first.seconds:.1f}s, {deployed.first.totals.changed} "
+          "changed")
+    result = verify(deployed.name)
+    assert result.returncode == 0, result.stdout[-4000:]
+
+
+def test_second_run_changes_nothing(deployed):
+    again = deploy(deployed.name)
+    assert again.rc == 0, again.output[-4000:]
+    assert (again.totals.changed, again.totals.error) == (0, 0), again.output[-4000:]
+    print(f"\nno-change re-run: {again.seconds:.2f}s ({again.totals.no_change} operations)")
+
+
+def test_a_real_rdp_client_logs_in_to_a_mate_session(lab, deployed, tmp_path):
+    sh(lab, deployed.name, f": > {SESMAN_LOG}")
+    with xvfb() as display, rdp_client(display, deployed.address, USER, PASSWORD, tmp_path / "rdp.log") as rdp:
+        started = wait_for(lab, deployed.name, f"grep -q 'Session started successfully for user {USER}' {SESMAN_LOG}")
+        panel = wait_for(lab, deployed.name, f"pgrep -u {USER} -x mate-panel")
+        log = sh(lab, deployed.name, f"cat {SESMAN_LOG}")
+        number = re.search(rf"Session started successfully for user {USER} on display (\d+)", log).group(1)
+        tree = f"runuser -u {USER} -- env DISPLAY=:{number} xwininfo -root -tree"
+        visible = wait_for(lab, deployed.name, f"{tree} | grep -q '\"Top Panel\"'")
+        time.sleep(2)  # let the panel paint before the screenshot
+        shot = rdp.screenshot(tmp_path / "rdp.png")
+    print(f"\nRDP: session started {started:.1f}s, mate-panel {panel:.1f}s, Top Panel mapped "
+          f"{started + panel + visible:.1f}s after the client started; screenshot {shot}")
+    assert "TLS connection established" in sh(lab, deployed.name, "tail -n 50 /var/log/xrdp.log")
+    width, height, pixels = png_pixels(shot.read_bytes())
+    # The 1024x768 session fills the top-left of the Xvfb screen: MATE's panels are light grey bars, and the
+    # desktop is not one flat colour (xrdp's login screen is mostly its teal background).
+    session = [pixels[y * width + x] for y in range(0, 768, 4) for x in range(0, 1024, 4)]
+    assert len(set(session)) > 50, "the session area is (nearly) one colour: no desktop was drawn"
+    top_bar = [pixels[8 * width + x] for x in range(200, 800)]
+    assert sum(1 for p in top_bar if min(p) > 180 and max(p) - min(p) < 20) > 300, top_bar[:10]
+    Path("/tmp/labwright-desktop-rdp.png").write_bytes(shot.read_bytes())
+
+
+def test_a_wrong_password_is_refused(lab, deployed, tmp_path):
+    sh(lab, deployed.name, f": > {SESMAN_LOG}")
+    with xvfb() as display, rdp_client(display, deployed.address, USER, "not-" + PASSWORD, tmp_path / "bad.log"):
+        wait_for(lab, deployed.name, f"grep -q 'AUTHFAIL: user={USER}' {SESMAN_LOG}")
+    log = sh(lab, deployed.name, f"cat {SESMAN_LOG}")
+    assert "pam_authenticate failed" in log or "AUTHFAIL" in log
+    assert "Session started successfully" not in log
+
+
+def test_firefox_renders_a_local_page_headless(lab, deployed, tmp_path):
+    page = "<html><body style='margin:0;background:#1e90ff'><h1 style='color:#fff'>labwright</h1></body></html>"
+    sh(lab, deployed.name, f"mkdir -p /srv/page && printf '%s' \"{page}\" > /srv/page/index.html && "
+       "systemd-run --unit lw-page --collect python3 -m http.server 8000 --bind 127.0.0.1 -d /srv/page")
+    try:
+        wait_for(lab, deployed.name, "ss -Hltn 'sport = :8000' | grep -q LISTEN")
+        sh(lab, deployed.name, f"cd /tmp && runuser -u {USER} -- timeout 120 firefox-esr --headless "
+           "--window-size=800,600 --screenshot /tmp/ff.png http://127.0.0.1:8000/ >/dev/null 2>&1")
+        with (tmp_path / "ff.png").open("wb") as out:
+            lab.client.pull_file(deployed.name, "/tmp/ff.png", out)
+    finally:
+        lab.client.exec(deployed.name, ["systemctl", "stop", "lw-page"])
+    width, height, pixels = png_pixels((tmp_path / "ff.png").read_bytes())
+    assert (width, height) == (800, 600)
+    blue = sum(1 for p in pixels if abs(p[0] - 0x1E) < 8 and abs(p[1] - 0x90) < 8 and abs(p[2] - 0xFF) < 8)
+    white = sum(1 for p in pixels if min(p) > 240)
+    assert blue > 0.8 * len(pixels), f"page background covers {blue} of {len(pixels)} pixels"
+    assert white > 200, "no heading text drawn"
+    Path("/tmp/labwright-desktop-firefox.png").write_bytes((tmp_path / "ff.png").read_bytes())
+
+
+def test_desktop_check_passes_then_names_cause_and_fix_for_each_seed_symptom(lab, deployed):
+    rc, report = check_cli(deployed.name)
+    assert rc == 0 and report["ok"], report
+    home = f"/home/{USER}"
+    # Break what the seed's table lists. Chrome cannot be installed here: a stand-in google-chrome-stable on PATH.
+    sh(lab, deployed.name, f"rm -rf {home}/.config/caja && printf 'exec startxfce4\\n' > {home}/.xsession && "
+       "printf '#!/bin/sh\\n' > /usr/local/bin/google-chrome-stable && chmod 755 /usr/local/bin/google-chrome-stable "
+       "&& mv /usr/lib/xorg/Xorg /usr/lib/xorg/Xorg.lw-hidden")
+    try:
+        rc, report = check_cli(deployed.name)
+        failed = {c["name"]: c for c in report["checks"] if not c["ok"]}
+        assert rc == 1 and set(failed) == {"caja config dir", "MATE session", "no Chrome",
+                                           "Xorg backend (no grey screen)"}, failed
+        assert "caja complains" in failed["caja config dir"]["cause"]
+        assert "mkdir -p" in failed["caja config dir"]["fix"]
+        assert "trusted" in failed["MATE session"]["cause"] and "mate-session" in failed["MATE session"]["fix"]
+        assert "offline" in failed["no Chrome"]["cause"] and "Firefox" in failed["no Chrome"]["fix"]
+        assert "grey screen" in failed["Xorg backend (no grey screen)"]["cause"]
+        assert "xorgxrdp" in failed["Xorg backend (no grey screen)"]["fix"]
+        text = subprocess.run([LABWRIGHT, "desktop", "check", deployed.name], cwd=REPO,
+                              env={**tool_env(), "COLUMNS": "250"}, capture_output=True, text=True, timeout=120)
+        assert text.returncode == 1 and "8/12 checks passed" in text.stdout, text.stdout
+    finally:
+        sh(lab, deployed.name, "rm -f /usr/local/bin/google-chrome-stable; "
+           "mv /usr/lib/xorg/Xorg.lw-hidden /usr/lib/xorg/Xorg")
+    repaired = deploy(deployed.name)  # the deploy puts back what it owns: ~/.config/caja and the MATE session
+    assert repaired.rc == 0 and repaired.totals.changed == 2, repaired.output[-3000:]
+    rc, report = check_cli(deployed.name)
+    assert rc == 0, report
+
+
+def test_loopback_listen_then_back_to_lan(lab, deployed):
+    local = deploy(deployed.name, "desktop_listen=127.0.0.1")
+    assert local.rc == 0 and local.totals.changed >= 2, local.output[-3000:]  # xrdp.ini, restart, record
+    listeners = sh(lab, deployed.name, "ss -Hltn 'sport = :3389'")
+    assert "127.0.0.1:3389" in listeners and "*:3389" not in listeners, listeners
+    rc, report = check_cli(deployed.name)
+    assert rc == 0, report
+    back = deploy(deployed.name)
+    assert back.rc == 0 and back.totals.changed >= 2, back.output[-3000:]
+    assert "*:3389" in sh(lab, deployed.name, "ss -Hltn 'sport = :3389'")
+
+
+# --- bad input: one line each, nothing changed (plain template containers: no install needed) ----------
+def assert_refused_untouched(lab: Lab, name: str, run: DeployRun, words: str) -> None:
+    assert run.rc != 0, run.output[-2000:]
+    errors = [line for line in run.output.splitlines() if "pyinfra error" in line or "error:" in line.lower()]
+    assert len(errors) == 1 and words in errors[0], run.output[-2000:]
+    untouched = lab.client.exec(name, ["sh", "-c", f"! id {USER} && ! test -e /etc/xrdp && "
+                                                   "! test -e /etc/labwright/desktop.json"])
+    assert untouched.exit_code == 0, "the refused deploy changed the guest"
+
+
+@pytest.fixture(scope="module")
+def plain(lab: Lab):
+    """One plain lab container for all the refusals (each test leaves it as it found it; privileged goes last)."""
+    name = f"lwdesk-bad-{int(time.time()) % 100000}"
+    try:
+        yield make_guest(lab, name, TEMPLATE)
+    finally:
+        lab.remove(name)
+
+
+def test_bad_input_empty_password(lab, plain):
+    run = deploy(plain, password="")
+    assert_refused_untouched(lab, plain, run, f"${PASSWORD_ENV} is set but empty")
+
+
+def test_bad_input_ubuntu_release_without_mozilla_repo_standin_os_release(lab, plain):
+    # No Ubuntu image here: the guest's /etc/os-release says Ubuntu 20.04 (a stand-in for a focal container).
+    sh(lab, plain, "cp -P /etc/os-release /root/os-release.saved && rm -f /etc/os-release && "
+       "printf 'ID=ubuntu\\nVERSION_ID=\"20.04\"\\nVERSION_CODENAME=focal\\n' > /etc/os-release")
+    try:
+        run = run_pyinfra(f"@lxd/{plain}", "deploys/desktop.py", cwd=REPO, timeout=300)
+    finally:
+        sh(lab, plain, "rm -f /etc/os-release && mv /root/os-release.saved /etc/os-release")
+    assert_refused_untouched(lab, plain, run, "Ubuntu 20.04 (focal) is not supported by Mozilla's apt")
+
+
+def test_bad_input_port_3389_in_use(lab, plain):
+    sh(lab, plain, "systemd-run --unit lw-squatter --collect python3 -m http.server 3389")
+    try:
+        wait_for(lab, plain, "ss -Hltn 'sport = :3389' | grep -q LISTEN")
+        run = deploy(plain)
+    finally:
+        lab.client.exec(plain, ["systemctl", "stop", "lw-squatter"])
+    assert_refused_untouched(lab, plain, run, "desktop_port: 3389 is already in use")
+    assert "python3" in run.output
+
+
+def test_bad_input_privileged_guest(lab, plain):
+    lab.client.set_state(plain, "stop", force=True)
+    lab.client.request("PATCH", f"/1.0/instances/{plain}", {"config": {"security.privileged": "true"}})
+    lab.client.set_state(plain, "start")
+    wait_ready(lab.client, plain)
+    run = deploy(plain)
+    assert_refused_untouched(lab, plain, run, "is a privileged container")
