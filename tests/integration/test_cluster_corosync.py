@@ -215,7 +215,7 @@ def test_corosync_conf_that_does_not_parse_refuses_rejoin(cluster):
         path.write_text(good)
 
 
-def test_prevent_compares_last_known_version(cluster):
+def test_prevent_compares_last_known_version(cluster, tmp_path):
     v = cluster_version(cluster)
     p = cli(cluster, "doctor", "--prevent", "node3", "--last-version", str(v - 3), "--json")
     res = json.loads(p.stdout)
@@ -225,6 +225,16 @@ def test_prevent_compares_last_known_version(cluster):
     assert p.returncode == 0 and "safe to power on" in p.stdout
     p = cli(cluster, "doctor", "--prevent", "node7", "--last-version", "1")
     assert p.returncode == 2 and "node7" in error_line(p)
+    # The last known version from the inventory's host data; node3 is not contacted (its namespace is gone
+    # for this inventory: contacting it would make it "unreachable" and fail the run).
+    inv = tmp_path / "offline.py"
+    inv.write_text(cluster.inventory_text().replace(
+        f'"cluster_netns": "{cluster.ns("node3")}"', f'"corosync_config_version": {v - 1}, "cluster_netns": "nope"'))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["cluster", "doctor", str(inv), "--prevent", "node3", "--json"])
+    res = json.loads(out.getvalue())
+    assert rc == 1 and res["last_known"] == v - 1 and res["missed_versions"] == [v] and res["quorate"], err.getvalue()
 
 
 def test_stopped_node_is_not_in_cluster_and_rejoin_refuses(cluster):
