@@ -56,10 +56,10 @@ def check_cache_mode(value: Any) -> str:
     fix = 'use "K,V" bits from 2 to 8 such as "8,4" (the seed) or "4,4", or FP16/Q4/Q6/Q8'
     match = re.fullmatch(r"(\d+),(\d+)", text)
     if not match:
-        raise fail("cache_mode", f"{value!r} is not a cache mode: {fix}")
+        raise fail("cache_mode", f"{str(value)!r} is not a cache mode: {fix}")
     bits = [int(b) for b in match.groups()]
     if not all(2 <= b <= 8 for b in bits):
-        raise fail("cache_mode", f"{value!r}: each of K and V takes 2 to 8 bits; {fix}")
+        raise fail("cache_mode", f"{str(value)!r}: each of K and V takes 2 to 8 bits; {fix}")
     return f"{bits[0]},{bits[1]}"
 
 
