@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from labwright.cli import main
+from labwright.cluster.parse import parse_quorum_status
 from labwright.testing.corosync_netns import NetnsCluster, sh, start_cluster
 from labwright.testing.pyinfra_output import run_pyinfra, tool_env
 
@@ -103,6 +104,11 @@ def test_doctor_healthy_cluster(cluster):
         assert n["verdict"] == "healthy" and n["service"] == "active" and n["member"]
         assert n["config_version"] == v and n["running_version"] == v
         assert n["cluster_view"]["status"] == "joined" and not n["suggestion"]
+    # `pvecm status` (stand-in: Cluster information + the real `corosync-quorumtool -siH`) parses as Proxmox's does.
+    st = parse_quorum_status(cluster.runner("node2").run("cd /tmp && pvecm status").stdout)
+    assert st and st.quorate and st.config_version == v and st.cluster_name == "lwtest" and st.node_id == 2
+    assert [(m.nodeid, m.name) for m in st.members] == [(i + 1, cluster.addr(n)) for i, n in enumerate(cluster.names)]
+    assert [m.nodeid for m in st.members if m.local] == [2]
     text = cli(cluster, "doctor", subprocess_=True)  # the installed console script, once
     assert text.returncode == 0 and "healthy" in text.stdout and "cluster: quorate" in text.stdout
 

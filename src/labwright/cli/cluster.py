@@ -117,8 +117,10 @@ def rejoin_cmd(
     yes: bool = typer.Option(False, "--yes", help="Do it (without: print the plan, change nothing)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Rejoin a node whose corosync config is stale: stop corosync, `pvecm add LEAD --use_ssh --force` from /tmp,
-    wait for quorum, verify. Refuses unless the doctor says stale config and the cluster is quorate.
+    """Rejoin a node whose corosync config is stale (dry run unless --yes).
+
+    Stops corosync on NODE, runs `pvecm add LEAD --use_ssh --force` from /tmp, waits for quorum and verifies
+    membership and config_version. Refuses unless the doctor says stale config and the cluster is quorate.
 
     Example: labwright cluster rejoin pve7 --lead 10.140.3.10 --yes
     """
@@ -144,8 +146,10 @@ def ghosts_cmd(
     yes: bool = typer.Option(False, "--yes", help="With --remove: do it (without: show what would go)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """List ghost nodes (a /etc/pve/nodes directory with no corosync membership and no nodelist entry) and
-    the guest configs and disks left in them; --remove NAME --yes removes one (pvecm delnode first).
+    """List ghost nodes and the guest configs and disks left in them; --remove NAME --yes removes one.
+
+    A ghost is a /etc/pve/nodes directory with no corosync membership and no nodelist entry. Removal tries
+    `pvecm delnode` first and removes the directory only when pvecm says the node is unknown.
 
     Example: labwright cluster ghosts inventories/cluster.py --remove pve9 --yes
     """
