@@ -177,7 +177,7 @@ class Client:
         self.endpoint = endpoint
         self.model = model
         self.kind = kind
-        self._tokenize_works: bool | None = None
+        self._tokenizer: str | None = ""  # "" not tried yet, None none found, else the path that works
 
     # --- plain JSON requests -------------------------------------------------------------------------------------
 
@@ -207,23 +207,36 @@ class Client:
         return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else None
 
     def count_tokens(self, text: str) -> int | None:
-        """Tokens in ``text`` by the server's own tokenizer (``/tokenize``: llama.cpp, vLLM), or None without one."""
-        if self._tokenize_works is False:
+        """Tokens in ``text`` by the server's own tokenizer, or None when it has none we know.
+
+        ``/tokenize`` beside ``/v1`` (llama.cpp: ``content``; vLLM: ``prompt``, answers ``count``) or tabbyAPI's
+        ``/v1/token/encode`` (``text``, answers ``length``); the first that answers is used from then on.
+        """
+        if self._tokenizer is None:
             return None
-        path = f"{self.endpoint.root_prefix}/tokenize"
-        status, body = self._json("POST", path, {"content": text, "prompt": text, "model": self.model,
-                                                 "add_special": False})
-        count: int | None = None
-        if status == 200:
+        candidates = [self._tokenizer] if self._tokenizer else [
+            f"{self.endpoint.root_prefix}/tokenize", f"{self.endpoint.prefix}/token/encode"]
+        for path in candidates:
+            status, body = self._json("POST", path, {"content": text, "prompt": text, "text": text,
+                                                     "model": self.model, "add_special": False})
+            if status in (401, 403):
+                check_status(self.endpoint, path, status, body)
+            if status != 200:
+                continue
             try:
                 doc = json.loads(body)
-                count = int(doc["count"]) if "count" in doc else len(doc["tokens"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                count = None
-        elif status in (401, 403):
-            check_status(self.endpoint, path, status, body)
-        self._tokenize_works = count is not None
-        return count
+                for key in ("count", "length"):
+                    if isinstance(doc.get(key), int):
+                        count = int(doc[key])
+                        break
+                else:
+                    count = len(doc["tokens"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+                continue
+            self._tokenizer = path
+            return count
+        self._tokenizer = None
+        return None
 
     # --- the timed streaming request -----------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ class Script:
     body: bytes | None = None  # sent instead of the event stream (error bodies, malformed streams)
     prompt_tokens: int = 42
     models: list[str] = field(default_factory=lambda: ["standin"])
+    tabby_tokenizer: bool = False
 
 
 def events(script: Script, kind: str) -> Iterator[tuple[bytes, float]]:
@@ -99,7 +100,13 @@ class Handler(BaseHTTPRequestHandler):
         request = json.loads(self.rfile.read(length) or b"{}")
         self.server.requests.append((self.path, dict(self.headers), request))
         script = self.server.script
-        if self.path.endswith("/tokenize"):
+        if self.path == "/v1/token/encode" and script.tabby_tokenizer:
+            # tabbyAPI's tokenizer endpoint; this stand-in's tokens are whitespace-separated words.
+            words = request["text"].split()
+            self._send(200, "application/json", iter([(json.dumps({"tokens": [0] * len(words),
+                                                                    "length": len(words)}).encode(), 0.0)]))
+            return
+        if self.path.endswith(("/tokenize", "/token/encode")):
             self._send(404, "application/json", iter([(b'{"error": {"message": "no tokenizer"}}', 0.0)]))
             return
         if script.body is not None:

@@ -130,3 +130,18 @@ def test_gpu_memory_column_with_a_standin_nvidia_smi(bench, standin, tmp_path, m
     assert doc["results"][0]["peak_gpu_bytes"] == 2000 * 2**20
     table = bench("llm", "--url", standin.url, "--contexts", "64", "--decode", "4", "--trials", "1").stdout
     assert "peak GPU MiB" in table and "2,000" in table
+
+
+def test_prompts_are_sized_by_the_servers_tokenizer(bench, standin):
+    """With a tokenizer endpoint (here tabbyAPI's /v1/token/encode; the stand-in's tokens are words) every prompt is
+    the context minus what the chat template adds, by that tokenizer, and no two prompts start alike."""
+    standin.script.tabby_tokenizer = True
+    standin.script.prompt_tokens = 10  # what the server says "Hello." becomes with its template: 1 word + 9
+    proc = bench("llm", "--url", standin.url, "--contexts", "200,1000", "--decode", "4", "--trials", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["tokenizer"], doc["template_tokens"]) == ("server", 9)
+    prompts = [body["messages"][0]["content"] for path, _, body in standin.requests
+               if path == "/v1/chat/completions" and body["max_tokens"] == 4]
+    assert [len(p.split()) for p in prompts] == pytest.approx([191, 191, 991, 991], abs=4), prompts
+    assert len({p.split()[0] for p in prompts}) == 4

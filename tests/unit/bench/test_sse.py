@@ -126,4 +126,11 @@ def test_a_refused_key_is_named_as_such(standin):
 def test_tokenize_missing_is_remembered(standin):
     c = client(standin)
     assert c.count_tokens("hello") is None and c.count_tokens("again") is None
-    assert sum(1 for path, _, _ in standin.requests if path == "/tokenize") == 1
+    assert [path for path, _, _ in standin.requests] == ["/tokenize", "/v1/token/encode"]
+
+
+def test_tabbyapi_token_encode_is_used_when_there_is_no_tokenize(standin):
+    standin.script.tabby_tokenizer = True
+    c = client(standin)
+    assert c.count_tokens("three little words") == 3 and c.count_tokens("and two") == 2
+    assert [path for path, _, _ in standin.requests] == ["/tokenize", "/v1/token/encode", "/v1/token/encode"]
