@@ -143,8 +143,9 @@ def calibrate(client: Client) -> tuple[float, int, str]:
     if short.prompt_tokens_source == "estimate":
         return 4.0, 0, "estimate"
     long = client.stream(sample, 1)
-    extra = max(1, long.prompt_tokens - short.prompt_tokens)
-    ratio = (len(sample) - len(CALIBRATION_TEXT)) / extra
+    if long.prompt_tokens <= short.prompt_tokens:  # the server's usage does not follow the prompt: guess
+        return 4.0, 0, "estimate"
+    ratio = (len(sample) - len(CALIBRATION_TEXT)) / (long.prompt_tokens - short.prompt_tokens)
     return ratio, max(0, round(short.prompt_tokens - len(CALIBRATION_TEXT) / ratio)), "estimate"
 
 

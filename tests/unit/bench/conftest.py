@@ -34,12 +34,12 @@ class Script:
     piece: int | None = None  # cut the whole stream into writes of this many bytes
     crlf: bool = False
     body: bytes | None = None  # sent instead of the event stream (error bodies, malformed streams)
-    prompt_tokens: int = 42
+    prompt_tokens: int | None = 42  # None: counted from the prompt
     models: list[str] = field(default_factory=lambda: ["standin"])
     tabby_tokenizer: bool = False
 
 
-def events(script: Script, kind: str) -> Iterator[tuple[bytes, float]]:
+def events(script: Script, kind: str, prompt_tokens: int) -> Iterator[tuple[bytes, float]]:
     """(bytes, delay before them): one OpenAI-style stream for ``script``."""
     end = b"\r\n" if script.crlf else b"\n"
 
@@ -58,9 +58,9 @@ def events(script: Script, kind: str) -> Iterator[tuple[bytes, float]]:
             script.first_delay if i == 0 else script.token_delay)
     last: dict[str, Any] = {**base, "choices": []}
     if script.usage:
-        last["usage"] = {"prompt_tokens": script.prompt_tokens, "completion_tokens": len(script.tokens)}
+        last["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": len(script.tokens)}
     if script.timings:
-        last["timings"] = {"prompt_n": script.prompt_tokens, "cache_n": 0, "predicted_n": len(script.tokens),
+        last["timings"] = {"prompt_n": prompt_tokens, "cache_n": 0, "predicted_n": len(script.tokens),
                            "prompt_per_second": 1000.0, "predicted_per_second": 50.0}
     yield event(last), 0.0
     yield event("[DONE]"), 0.0
@@ -113,7 +113,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send(script.status, script.content_type, iter([(script.body, 0.0)]))
             return
         kind = "chat" if self.path.endswith("/chat/completions") else "completions"
-        stream = list(events(script, kind))
+        prompt = request["messages"][0]["content"] if kind == "chat" else request["prompt"]
+        # A fixed count, or one like a server's: a token per word, plus 9 for the chat template.
+        tokens = script.prompt_tokens if script.prompt_tokens is not None else (
+            len(prompt.split()) + (9 if kind == "chat" else 0))
+        stream = list(events(script, kind, tokens))
         if script.piece:
             # The same bytes cut at arbitrary points: lines and even UTF-8 never arrive whole.
             blob = b"".join(data for data, _ in stream)

@@ -145,3 +145,14 @@ def test_prompts_are_sized_by_the_servers_tokenizer(bench, standin):
                if path == "/v1/chat/completions" and body["max_tokens"] == 4]
     assert [len(p.split()) for p in prompts] == pytest.approx([191, 191, 991, 991], abs=4), prompts
     assert len({p.split()[0] for p in prompts}) == 4
+
+
+def test_without_a_tokenizer_prompts_are_sized_by_the_calibrated_ratio(bench, standin):
+    standin.script.prompt_tokens = None  # the stand-in counts a token per word, +9 for the template, as usage
+    proc = bench("llm", "--url", standin.url, "--contexts", "500", "--decode", "4", "--trials", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["tokenizer"], doc["template_tokens"]) == ("estimate", 9)
+    # Two calibration requests measured the ratio; the prompts land near 500 by the server's own count.
+    for trial in doc["results"][0]["trials"]:
+        assert trial["prompt_tokens_source"] == "usage" and abs(trial["prompt_tokens"] - 500) <= 25, trial
