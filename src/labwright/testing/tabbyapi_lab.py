@@ -89,10 +89,13 @@ class TabbyGuest:
             raise AssertionError(f"in {self.name}: {script}\n-> exit {result.exit_code}\n{out}")
         return result.stdout.decode(errors="replace")
 
-    def prepare(self) -> None:
-        """The stand-in wheelhouse and the model directory, as an operator would have them on the guest."""
+    def prepare(self, only: tuple[str, ...] = ()) -> None:
+        """The stand-in wheelhouse (``only`` wheels whose names start so) and the model directory, as an operator
+        would have them on the guest."""
         self.sh(f"mkdir -p {WHEELHOUSE} {MODEL_DIR}/{MODEL_NAME}")
         for wheel in sorted(self.stacks.wheelhouse.glob("*.whl")):
+            if only and not wheel.name.startswith(only):
+                continue
             with wheel.open("rb") as handle:
                 self.client.push_file(self.name, f"{WHEELHOUSE}/{wheel.name}", handle, mode=0o644)
 

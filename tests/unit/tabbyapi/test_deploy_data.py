@@ -91,3 +91,15 @@ def test_git_checkout_fact_parses_and_resolves_only_tags_and_commits_locally():
     assert "'abc1234^{commit}'" in fact.command("/opt/t", "abc1234")
     out = ["@@labwright-git-head", "a" * 40, "@@labwright-git-origin", "http://x/", "@@labwright-git-ref_commit"]
     assert fact.process(out) == {"head": "a" * 40, "origin": "http://x/", "ref_commit": None}
+
+
+def test_the_example_inventory_is_valid_tabbyapi_data():
+    from pathlib import Path
+
+    from labwright.lab.spec import load_inventory_groups
+
+    groups = load_inventory_groups(Path(__file__).resolve().parents[3] / "inventories" / "lab.py")
+    (_, data), = groups["gpu_guests"][0]
+    s = settings_from(data)
+    assert (s.stack, s.model_path, s.cache_mode) == ("C", "/models/Qwen3-14B-exl3-4.0bpw", "8,4")
+    assert s.model_dir == data["guest"]["mounts"][0]["guest"]  # the model mount the guest declares
