@@ -5,7 +5,8 @@
 Measured in one run, on the same cluster:
 - the doctor (library): all nodes' facts in parallel, one shell round trip per node, then the verdicts;
 - the same facts gathered node after node (what a sequential runbook costs);
-- the whole `labwright cluster doctor INVENTORY --json` process (CLI start-up included);
+- the whole `labwright cluster doctor INVENTORY --json` process (CLI start-up included), and for scale a bare
+  `import labwright.cli` (all command groups) and `import labwright.cluster.doctor` in a fresh interpreter;
 - the doctor while node3 is stale (exited on a config_version mismatch).
 
 Target (issue 8): the doctor on a 3-node cluster under 2 s. Needs root and corosync (scripts/apt/cluster.list).
@@ -63,6 +64,11 @@ def main() -> int:
             "labwright cluster doctor --json (process)": timed(max(3, args.n // 2), lambda: subprocess.run(
                 [str(Path(sys.executable).parent / "labwright"), "cluster", "doctor", str(inv), "--json"],
                 capture_output=True, env=tool_env(), check=True)),
+            # Where the process's time goes: importing the CLI (every command group) vs the doctor's own modules.
+            "python -c 'import labwright.cli' (process)": timed(max(3, args.n // 2), lambda: subprocess.run(
+                [sys.executable, "-c", "import labwright.cli"], check=True)),
+            "python -c 'import labwright.cluster.doctor'": timed(max(3, args.n // 2), lambda: subprocess.run(
+                [sys.executable, "-c", "import labwright.cluster.doctor"], check=True)),
         }
         cluster.stop("node3")
         cluster.set_version(["node1", "node2"], (diag.config_version or 0) + 2)

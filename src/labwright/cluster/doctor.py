@@ -201,9 +201,11 @@ def diagnose(facts: list[NodeFacts]) -> Diagnosis:
     quorate = bool(quorate_nodes)
     pve_versions = [f.pve_conf.config_version for f in (quorate_nodes or facts) if f.pve_conf]
     pve_version = max(pve_versions) if pve_versions else None
-    running = [f.running_version for f in quorate_nodes if f.running_version is not None]
+    # The quorate majority's running config_version (a member may run a higher one: corosync lets it join),
+    # or /etc/pve/corosync.conf's when that is newer (edited, not reloaded yet).
+    running = _majority([f.running_version for f in quorate_nodes])
     if quorate:
-        cluster_version = max([*running, *([pve_version] if pve_version is not None else [])], default=None)
+        cluster_version = max([v for v in (running, pve_version) if v is not None], default=None)
     else:
         known = [v for f in facts for v in (f.conf_version, f.running_version) if v is not None]
         cluster_version = max([*known, *pve_versions], default=None)
