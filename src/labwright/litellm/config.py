@@ -1,0 +1,203 @@
+"""LiteLLM gateway configuration as pure logic: engines found in inventory data, cloud models, aliases.
+
+deploys/litellm.py feeds this the inventory's hosts and the control machine's environment; everything that can be
+wrong in them is a ``ConfigError`` naming the data key, raised before the deploy changes anything.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from labwright.default_keys import is_default_key
+
+TEMPLATES = Path(__file__).resolve().parents[3] / "templates" / "litellm"
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+CLOUD = "litellm_cloud_models"
+LOCAL_KEY = "none"  # local engines take any key; the OpenAI client wants one
+
+
+class ConfigError(ValueError):
+    """Bad gateway data; the message starts with the data key (the gateway's ``litellm_*`` or an engine host's)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    model: str
+    api_base: str
+    api_key: str
+    source: str
+
+
+@dataclass(frozen=True)
+class EngineHost:
+    """What the deploy knows of one inventory host: its name and data, and whether it is the gateway itself."""
+
+    name: str
+    data: Mapping[str, Any]
+    is_gateway: bool = False
+
+
+@dataclass
+class Gateway:
+    models: list[Model] = field(default_factory=list)
+    fallbacks: list[tuple[str, list[str]]] = field(default_factory=list)
+    secrets: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.models]
+
+
+def load_defaults() -> dict[str, Any]:
+    return tomllib.loads((TEMPLATES / "defaults.toml").read_text())
+
+
+def _port(value: Any, key: str, host: str) -> int:
+    try:
+        port = int(str(value).strip())
+    except ValueError:
+        raise ConfigError(key, f"{value!r} on {host} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise ConfigError(key, f"{port} on {host} is out of range (1..65535)")
+    return port
+
+
+def _check_name(name: str, key: str, host: str) -> str:
+    if not MODEL_NAME.match(name):
+        raise ConfigError(key, f"{name!r} on {host} is not a usable model name (letters, digits, ._:/@+-)")
+    return name
+
+
+def discover_engines(hosts: Iterable[EngineHost], engines: Mapping[str, Mapping[str, Any]],
+                     address_of: Callable[[EngineHost], str]) -> list[Model]:
+    """One model per llama.cpp / tabbyAPI engine host and per Ollama model, in inventory order."""
+    found: list[Model] = []
+    for host in hosts:
+        for kind, rule in engines.items():
+            marker = host.data.get(rule["marker"])
+            if marker in (None, "", []):
+                continue
+            port = _port(host.data.get(rule["port_key"]) or rule["port"], rule["port_key"], host.name)
+            address = "127.0.0.1" if host.is_gateway else address_of(host)
+            source = f"{kind} on {host.name}"
+            if rule["provider"] == "ollama_chat":
+                names = [marker] if isinstance(marker, str) else list(marker)
+                for name in names:
+                    name = _check_name(str(name), rule["marker"], host.name)
+                    found.append(Model(name, f"ollama_chat/{name}", f"http://{address}:{port}", LOCAL_KEY, source))
+                continue
+            name = str(host.data.get(rule["name_key"]) or "") if rule["name_key"] else ""
+            if not name:
+                name = PurePosixPath(str(marker)).stem
+            name = _check_name(name, rule["name_key"] or rule["marker"], host.name)
+            found.append(Model(name, f"{rule['provider']}/{name}", f"http://{address}:{port}/v1", LOCAL_KEY, source))
+    return found
+
+
+def cloud_models(entries: Any, environ: Mapping[str, str]) -> tuple[list[Model], dict[str, str]]:
+    """Cloud models from ``litellm_cloud_models`` ([{name, model, key_env[, api_base]}]) and the keys they need,
+    read from the control machine's environment (never from inventory data)."""
+    if entries in (None, "", []):
+        return [], {}
+    if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
+        raise ConfigError(CLOUD, 'must be a list of tables like {name = "haiku", model = '
+                          '"openrouter/anthropic/claude-haiku-4.5", key_env = "OPENROUTER_API_KEY"}')
+    models, secrets = [], {}
+    for entry in entries:
+        name = _check_name(str(entry.get("name") or ""), CLOUD, "the gateway")
+        model = str(entry.get("model") or "")
+        if "/" not in model:
+            raise ConfigError(CLOUD, f"{name}: model {model!r} needs a provider prefix, e.g. "
+                              "openrouter/anthropic/claude-haiku-4.5")
+        key_env = str(entry.get("key_env") or "")
+        if not ENV_NAME.match(key_env):
+            raise ConfigError(CLOUD, f"{name}: key_env {key_env!r} is not an environment variable name "
+                              "(e.g. OPENROUTER_API_KEY)")
+        value = environ.get(key_env, "")
+        if not value.strip():
+            raise ConfigError(CLOUD, f"{name} needs ${key_env} in the environment of the pyinfra run; "
+                              f"export it (the key goes to a root-only file on the gateway, never into the inventory)"
+                              " (nothing was changed)")
+        if any(ch in value for ch in "\r\n\"\\") or value != value.strip():
+            raise ConfigError(CLOUD, f"${key_env} contains quotes, backslashes, newlines or surrounding "
+                              "spaces; check the exported value")
+        why = is_default_key(value)
+        if why:
+            raise ConfigError(CLOUD, f"${key_env} is {why}; export the real key")
+        api_base = str(entry.get("api_base") or "")
+        if api_base and not api_base.startswith("https://"):
+            raise ConfigError(CLOUD, f"{name}: api_base {api_base!r} must be https:// (keys travel to it)")
+        models.append(Model(name, model, api_base, f"os.environ/{key_env}", f"cloud ({key_env})"))
+        secrets[key_env] = value
+    return models, secrets
+
+
+def parse_aliases(value: Any) -> dict[str, list[str]]:
+    """``{alias: [primary, fallback, ...]}``; a string value is a comma-separated list."""
+    if value in (None, "", {}):
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError("litellm_aliases", 'must be a table like {fast = ["qwen3.5-4b", "qwen2.5-coder-1.5b"]}')
+    aliases: dict[str, list[str]] = {}
+    for alias, targets in value.items():
+        if isinstance(targets, str):
+            targets = [t.strip() for t in targets.split(",") if t.strip()]
+        if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
+            raise ConfigError("litellm_aliases", f"{alias}: needs a list of model names, primary first")
+        aliases[_check_name(str(alias), "litellm_aliases", "the gateway")] = [str(t) for t in targets]
+    return aliases
+
+
+def build_gateway(engines: list[Model], cloud: list[Model], secrets: dict[str, str],
+                  aliases: dict[str, list[str]]) -> Gateway:
+    """Engines and cloud models, then one entry per alias (its primary's parameters) with the rest as fallbacks."""
+    gateway = Gateway(secrets=dict(secrets))
+    for model in [*engines, *cloud]:
+        clash = next((m for m in gateway.models if m.name == model.name), None)
+        if clash:
+            raise ConfigError("litellm_engines", f"model name {model.name!r} is served by {clash.source} and by "
+                              f"{model.source}; give one a different name (e.g. llamacpp_alias)")
+        gateway.models.append(model)
+    by_name = {m.name: m for m in gateway.models}
+    if aliases and not by_name:
+        raise ConfigError("litellm_aliases", "no engines or cloud models in the inventory to point aliases at")
+    for alias, targets in aliases.items():
+        if alias in by_name:
+            raise ConfigError("litellm_aliases", f"{alias} is already a model's name; pick another alias")
+        missing = [t for t in targets if t not in by_name]
+        if missing:
+            raise ConfigError("litellm_aliases", f"{alias} -> {', '.join(missing)}: not a model in this lab (known: "
+                              f"{', '.join(sorted(by_name))}); fix the alias or add the engine (nothing was changed)")
+        primary = by_name[targets[0]]
+        gateway.models.append(Model(alias, primary.model, primary.api_base, primary.api_key,
+                                    f"alias -> {', '.join(targets)}"))
+        if len(targets) > 1:
+            gateway.fallbacks.append((alias, targets[1:]))
+    return gateway
+
+
+def render_config(gateway: Gateway, num_retries: int, timeout: int) -> str:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, trim_blocks=True,
+                      lstrip_blocks=True, keep_trailing_newline=True)
+    models = [Model(m.name, m.model, m.api_base, m.api_key, re.sub(r"[\r\n]", " ", m.source)) for m in gateway.models]
+    return env.get_template("config.yaml.j2").render(models=models, fallbacks=gateway.fallbacks,
+                                                     num_retries=num_retries, timeout=timeout)
+
+
+def render_secrets(secrets: dict[str, str]) -> str:
+    lines = ["# Managed by labwright deploys/litellm.py: cloud keys from the deploy's environment. Root only."]
+    lines += [f'{name}="{value}"' for name, value in sorted(secrets.items())]
+    return "\n".join(lines) + "\n"
