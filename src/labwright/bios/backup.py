@@ -117,12 +117,11 @@ def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None
             if data.count(0xFF) == len(data):
                 raise OperationFailed(f"{target.label}: the chip reads as all 0xFF (erased, or a programmer that "
                                       "reads nothing, e.g. a dummy image file of the wrong size); nothing was kept")
-            descriptor = _decode(data, str(image))
+            descriptor, notes = _decode_kept(data, str(image))
             os.replace(partial, image)
         finally:
             with suppress(FileNotFoundError):
                 partial.unlink()
-    notes = [] if descriptor else ["no Intel Flash Descriptor: not an Intel board's whole chip; kept as read"]
     warnings = (list(descriptor.warnings) if descriptor else notes) + flashrom.access_warnings(access)
     manifest = {
         "schema": SCHEMA, "host": target.label, "programmer": programmer, "chip": chip.to_json(), "size": size,
@@ -138,7 +137,17 @@ def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None
 
 
 def _decode(data: bytes, source: str) -> ifd.Descriptor | None:
-    return ifd.decode(data, source) if ifd.has_descriptor(data) else None
+    return _decode_kept(data, source)[0]
+
+
+def _decode_kept(data: bytes, source: str) -> tuple[ifd.Descriptor | None, list[str]]:
+    """The descriptor of what was read, or None and why: a backup is kept as read either way."""
+    if not ifd.has_descriptor(data):
+        return None, ["no Intel Flash Descriptor: not an Intel board's whole chip; kept as read"]
+    try:
+        return ifd.decode(data, source), []
+    except BadInput as exc:
+        return None, [f"the Intel Flash Descriptor does not decode ({exc}); kept as read"]
 
 
 @dataclass

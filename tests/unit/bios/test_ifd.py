@@ -118,3 +118,14 @@ def test_rc_marker_survives_output_without_a_final_newline() -> None:
         result = target.run("printf abc; exit 3")
         assert (result.rc, result.stdout) == (3, "abc")
         assert target.run("echo out; echo err >&2").stderr == "err"
+
+
+def test_a_backup_keeps_an_image_whose_descriptor_does_not_decode() -> None:
+    from labwright.bios.backup import _decode_kept
+
+    data = bytearray(x99_image())
+    struct.pack_into("<I", data, 0x14, 0x04FF0003)  # FRBA 0xff0: the region table would run past the descriptor
+    descriptor, notes = _decode_kept(bytes(data), "img")
+    assert descriptor is None and "does not decode" in notes[0] and "FRBA 0xff0" in notes[0]
+    assert _decode_kept(b"\xff" * 4096, "img") == (None, [
+        "no Intel Flash Descriptor: not an Intel board's whole chip; kept as read"])
