@@ -244,6 +244,8 @@ def test_bad_programmer_and_host_strings_are_one_line(chip: Path, tmp_path: Path
     assert "--programmer 'internal;reboot': expected flashrom's NAME" in error_line(result)
     result = cli("bios", "backup", "-x", "-p", dummy_programmer(chip), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
+    result = cli("bios", "backup", "@local", "-p", dummy_programmer(chip), "--data", "ssh_user")
+    assert result.returncode == 2 and "--data 'ssh_user': expected KEY=VALUE" in error_line(result)
 
 
 def test_deploy_on_local_second_run_changes_nothing_and_a_flaky_read_fails_it(chip: Path, tmp_path: Path,

@@ -15,6 +15,7 @@ from labwright.bios import backup as backup_module
 from labwright.bios import flashrom
 from labwright.bios.ifd import Descriptor
 from labwright.bios.target import Target
+from labwright.errors import BadInput
 from labwright.ui import Reporter, stdout, table
 
 NAME = "bios"
@@ -27,6 +28,20 @@ HostArgument = typer.Argument(..., metavar="HOST", help="pyinfra target: @local,
 ProgrammerOption = typer.Option("internal", "--programmer", "-p",
                                 help="flashrom programmer, e.g. internal, ch341a_spi or "
                                      "dummy:emulate=W25Q128FV,image=/root/chip.bin")
+
+
+DataOption = typer.Option(None, "--data", help="Host data for the connector, KEY=VALUE (repeat), e.g. ssh_user=root "
+                                               "or ssh_port=2222, as pyinfra's --data.")
+
+
+def _host_data(items: list[str] | None) -> dict[str, str]:
+    data = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"--data {item!r}: expected KEY=VALUE, e.g. ssh_user=root")
+        data[key.strip()] = value
+    return data
 
 
 def _say(text: str) -> None:
@@ -60,6 +75,7 @@ def backup(
     out: Path = typer.Option(Path("backups/bios"), "--out", "-o", help="Directory on this machine for the image "
                                                                         "and its manifest."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON (schema labwright.bios-backup/1)."),
+    data: list[str] | None = DataOption,
 ) -> None:
     """Read the whole chip twice, compare sha256, copy the image and a manifest off the host, verify the copy.
 
@@ -67,7 +83,7 @@ def backup(
 
     Example: labwright bios backup @lxd/node1 --programmer internal --out backups/bios
     """
-    with Target.connect(host) as target:
+    with Target.connect(host, _host_data(data)) as target:
         result = backup_module.backup(target, programmer, out, Reporter())
     if as_json:
         typer.echo(json.dumps({"image": str(result.image), "manifest_file": str(result.manifest_file),
@@ -96,6 +112,7 @@ def restore(
     programmer: str = ProgrammerOption,
     yes: bool = typer.Option(False, "--yes", help="Really write the chip; without it only the plan is printed."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan and the outcome as JSON."),
+    data: list[str] | None = DataOption,
 ) -> None:
     """Write IMAGE to the host's flash chip with flashrom's verify, after checking the image's descriptor and size.
 
@@ -106,7 +123,8 @@ def restore(
     """
     flashrom.check_programmer(programmer)
     backup_module.check_restore_image(image)  # a bad image is refused before any host is contacted
-    with Target.connect(host) as target:
+    host_data = _host_data(data)
+    with Target.connect(host, host_data) as target:
         plan, outcome = backup_module.restore(target, image, programmer, yes, Reporter())
     if as_json:
         typer.echo(json.dumps({"image": str(plan.image), "sha256": plan.sha256, "size": plan.size,
