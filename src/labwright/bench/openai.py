@@ -45,9 +45,13 @@ class Endpoint:
         return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"), api_key, timeout)
 
     @property
-    def base(self) -> str:
+    def origin(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}{self.prefix}"
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def base(self) -> str:
+        return f"{self.origin}{self.prefix}"
 
     @property
     def root_prefix(self) -> str:
@@ -93,7 +97,7 @@ def check_status(endpoint: Endpoint, path: str, status: int, body: bytes, model:
     """One line per failure class: the key (401/403), the URL or the model (404), the server (anything else)."""
     if status < 400:
         return
-    url = f"{endpoint.base}{path.removeprefix(endpoint.prefix)}" if path.startswith(endpoint.prefix) else path
+    url = f"{endpoint.origin}{path}"
     message = _error_message(body)
     if status in (401, 403):
         if endpoint.api_key:
@@ -265,7 +269,7 @@ class Client:
                 check_status(self.endpoint, path, response.status, response.read(), self.model)
             content_type = response.getheader("Content-Type", "")
             if "event-stream" not in content_type:
-                raise MalformedStream(f"{self.endpoint.base}{path.removeprefix(self.endpoint.prefix)} did not stream: "
+                raise MalformedStream(f"{self.endpoint.origin}{path} did not stream: "
                                       f"Content-Type {content_type!r}, expected text/event-stream")
             return self._read(response, started, prompt)
         finally:
