@@ -8,8 +8,10 @@ generated here (the OOM killer SIGKILLs it above the ceiling, as on a real box),
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,7 +90,7 @@ def box(lab: Lab, tmp_path_factory: pytest.TempPathFactory):
 
 def unit_state(lab: Lab, name: str, unit: str) -> tuple[str, str]:
     return sh(lab, name, f"systemctl is-active {unit} || true").strip(), \
-        sh(lab, name, f"ls /etc/systemd/system/{unit}.d 2>/dev/null || true").strip()
+        sh(lab, name, f"ls /etc/systemd/system/{unit}.service.d 2>/dev/null || true").strip()
 
 
 def test_llamacpp_probe_finds_the_real_ceiling_and_restores_the_service(lab, box):
@@ -223,3 +225,33 @@ def test_dry_run_writes_nothing(lab, box):
     assert "--cache-type-k q8_0" in run.stdout and "--cache-type-v q4_0" in run.stdout
     assert sh(lab, name, "systemctl show -p InvocationID --value llama-server") == before
     assert unit_state(lab, name, "llama-server") == ("active", "")
+
+
+def test_ctrl_c_restores_the_original_and_the_interrupted_helper_cannot_stop_it_later(lab, box):
+    name, config = box
+    unit_before = sh(lab, name, f"sha256sum {UNIT}")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "labwright"), "probe", "ceiling", "--engine",
+                             "llamacpp", "--guest", name, "--cache-type", "f16", "--lo", "8192", "--hi", "262144",
+                             "--model-config", str(config)], cwd=REPO, env=tool_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        seen = []
+        while not any("--ctx-size" in line and ": ok" in line for line in seen):  # the baseline start is done
+            line = proc.stderr.readline()
+            assert line, (seen, proc.communicate())
+            seen.append(line)
+        time.sleep(1.5)  # the next probe is under way in the guest
+        assert "90-labwright-probe.conf" in unit_state(lab, name, "llama-server")[1]
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+        out, err = proc.stdout.read() if proc.stdout else "", proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "labwright: interrupted; the original config" in err, (out, err)
+    time.sleep(5)  # the interrupted helper in the guest would have reached its verdict (and halted) by now
+    assert unit_state(lab, name, "llama-server") == ("active", "")
+    assert sh(lab, name, f"sha256sum {UNIT}") == unit_before
+    cmdline = sh(lab, name, "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value llama-server)/cmdline")
+    assert "--ctx-size 8192" in cmdline and "--cache-type-k q4_0" in cmdline, cmdline

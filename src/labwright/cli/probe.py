@@ -125,8 +125,14 @@ def ceiling(
 
     if not as_json:
         console.print(f"probing {target.service} on {guest}, cache {spec.name}, {lo:,}..{hi:,} in {page}-token pages")
-    result = probe_ceiling(target_guest, target, lo, hi, page, layout=layout, budget=budget_bytes, timeout=timeout,
-                           blind=blind, progress=progress)
+    try:
+        result = probe_ceiling(target_guest, target, lo, hi, page, layout=layout, budget=budget_bytes,
+                               timeout=timeout, blind=blind, progress=progress)
+    except KeyboardInterrupt:
+        # probe_ceiling's finally has restored by now (typer would otherwise turn Ctrl-C into a silent exit 130).
+        console.print(f"labwright: interrupted; the original config of {target.service} was put back and the "
+                      f"service left {'running' if target.was_active else 'stopped'} as it was")
+        raise typer.Exit(130) from None
     _report(result, as_json)
     if result.ceiling is None:
         raise typer.Exit(1)

@@ -149,7 +149,12 @@ def search(try_fit: Callable[[int], bool], lo: int, hi: int, page: int, predicte
     def gallop_up() -> None:
         steps = _steps()
         while bad is None and good is not None and good < high:
-            probe(min(good + next(steps), high))
+            # Each start that fits may refine the guess again (what it measured, close to the ceiling).
+            guess = refine(good * page) if refine else None
+            if guess is not None and guess // page > good + 1:
+                probe(min(guess // page, high))
+            else:
+                probe(min(good + next(steps), high))
 
     def gallop_down() -> None:
         steps = _steps()
@@ -170,11 +175,9 @@ def search(try_fit: Callable[[int], bool], lo: int, hi: int, page: int, predicte
         if good is not None and first <= good:
             first = good + 1
         if probe(first):
-            guess = refine(first * page) if refine else None
-            if guess is not None and first < guess // page and not probe(min(guess // page, high)):
-                gallop_down()
-            else:
-                gallop_up()
+            gallop_up()
+            if bad is not None and good is not None and bad > good + 1 and refine:
+                gallop_down()  # a refined guess overshot: walk down from it, a page at first
         else:
             gallop_down()
     if good is None:

@@ -1,4 +1,4 @@
-"""The part of the context-ceiling probe that runs INSIDE the guest: ``python3 probe_waiter.py JSON``.
+"""probe_waiter: the context-ceiling probe's part that runs INSIDE the guest: ``python3 probe_waiter.py JSON``.
 
 Standard library only (a bare Debian guest has python3 and systemd, nothing else). The control machine sends this
 file's source with one JSON argument per call and reads one JSON object back, so one candidate costs one exec, and
@@ -216,9 +216,30 @@ def watch(req: dict, invocation: str, started: float) -> dict:
         time.sleep(POLL)
 
 
+def pid_file(service: str) -> str:
+    return f"/run/labwright-probe-{service}.pid"
+
+
+def stop_other_waiter(service: str) -> None:
+    """A waiter still running for this unit (its control machine was interrupted) must not halt it later."""
+    try:
+        with open(pid_file(service)) as handle:
+            pid = int(handle.read().strip())
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            mine = b"probe_waiter" in handle.read() and pid != os.getpid()
+    except (OSError, ValueError):
+        return
+    if mine:
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+
+
 def probe(req: dict) -> dict:
     service = req["service"]
     started = time.monotonic()
+    stop_other_waiter(service)
+    with open(pid_file(service), "w") as handle:
+        handle.write(str(os.getpid()))
     halt(service)
     install(req.get("install", []))
     if req.get("daemon_reload"):
@@ -248,6 +269,9 @@ def finish(req: dict, invocation: str, started: float) -> dict:
 
 def restore(req: dict) -> dict:
     service = req["service"]
+    stop_other_waiter(service)
+    with contextlib.suppress(OSError):
+        os.unlink(pid_file(service))
     halt(service)
     install(req.get("install", []))
     if req.get("daemon_reload"):
