@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from labwright.lab.lab import instance_address
 from labwright.testing.bios_image import X99_REGIONS, dummy_programmer, x99_image
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
@@ -134,6 +135,24 @@ def test_restore_through_lxd_writes_and_verifies(lab: Lab, deployed: Deployed, t
         assert pull(lab, deployed.name, CHIP) == new.read_bytes()
     finally:
         lab.client.push_file(deployed.name, CHIP, x99_image())
+
+
+def test_backup_over_real_ssh(lab: Lab, deployed: Deployed, tmp_path: Path) -> None:
+    """The same container reached by address over SSH (pyinfra's @ssh connector, the lab key, its host key known)."""
+    assert deployed.first.rc == 0
+    address = instance_address(lab.client, deployed.name)
+    assert address
+    key_type, key = lab.client.exec(deployed.name, ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]).stdout.decode() \
+        .split()[:2]
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(f"{address} {key_type} {key}\n")
+    result = labwright("bios", "backup", address, "-p", PROGRAMMER, "--out", str(tmp_path / "out"), "--json",
+                       "--data", "ssh_user=root", "--data", f"ssh_key={lab.private_key_path}",
+                       "--data", f"ssh_known_hosts_file={known_hosts}")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["manifest"]["host"] == address
+    assert Path(report["image"]).read_bytes() == x99_image()
 
 
 def test_internal_programmer_without_dev_mem_is_one_line(deployed: Deployed, tmp_path: Path) -> None:
