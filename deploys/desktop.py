@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from io import StringIO
 
 from pyinfra import host
@@ -163,6 +164,8 @@ if settings.stage == "all":
     files.put(name=f"Record ({RECORD}) for `labwright desktop check`",
               src=StringIO(json.dumps(record, indent=2, sort_keys=True) + "\n"), dest=RECORD, mode="644",
               user="root", group="root", create_remote_dir=True)
-    if shown_password:
+    if shown_password and "--dry" in sys.argv:
+        print(f"{host.name}: desktop user {user} would get a generated password (not shown: --dry applies nothing)")
+    elif shown_password:
         print(f"{host.name}: desktop user {user}: generated password {shown_password} (shown once, stored nowhere; "
               f"set ${PASSWORD_ENV} to choose one)")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from labwright.desktop import password as passwords
 from labwright.desktop.recipe import PASSWORD_ENV
 from labwright.lab.lab import instance_address, wait_ready
 from labwright.testing.desktop import ensure_cache, make_guest, png_pixels, rdp_client, xvfb
@@ -223,6 +224,25 @@ def test_loopback_listen_then_back_to_lan(lab, deployed):
     assert "*:3389" in sh(lab, deployed.name, "ss -Hltn 'sport = :3389'")
 
 
+def test_generated_password_is_printed_once_stored_nowhere_and_is_the_users(lab, deployed):
+    first = deploy(deployed.name, "desktop_user=anna", password=None)
+    assert first.rc == 0, first.output[-3000:]
+    found = re.findall(r"desktop user anna: generated password (\S+) \(shown once", first.output)
+    assert len(found) == 1, first.output[-3000:]
+    generated = found[0]
+    assert len(generated) == 16 and generated.isalnum()
+    shadow = sh(lab, deployed.name, "getent shadow anna | cut -d: -f2").strip()
+    assert passwords.matches(generated, shadow), "the printed password is not the one set"
+    stored = lab.client.exec(deployed.name, ["grep", "-rlF", generated, "/etc", "/home", "/root", "/var/log"])
+    assert stored.exit_code == 1, f"the password is stored in {stored.stdout.decode()}"
+    again = deploy(deployed.name, "desktop_user=anna", password=None)
+    assert again.rc == 0 and again.totals.changed == 0, again.output[-3000:]
+    assert "generated password" not in again.output
+    assert sh(lab, deployed.name, "getent shadow anna | cut -d: -f2").strip() == shadow
+    back = deploy(deployed.name)  # the record names desk again
+    assert back.rc == 0 and back.totals.changed == 1, back.output[-3000:]
+
+
 # --- bad input: one line each, nothing changed (plain template containers: no install needed) ----------
 def assert_refused_untouched(lab: Lab, name: str, run: DeployRun, words: str) -> None:
     assert run.rc != 0, run.output[-2000:]
@@ -270,6 +290,17 @@ def test_bad_input_port_3389_in_use(lab, plain):
     assert "python3" in run.output
 
 
+def test_bad_input_guest_data_privileged_or_deconfined(lab, plain, tmp_path):
+    # The inventory's guest data goes through the guest model: refused before the deploy looks at the guest.
+    for guest, words in (('{"backend": "lxd", "unprivileged": False}', "a desktop guest must be unprivileged"),
+                         ('{"backend": "lxd", "lxd_config": {"raw.apparmor": "unconfined"}}',
+                          "lxd_config raw.apparmor loosens")):
+        inventory = tmp_path / "desk.py"
+        inventory.write_text(f'desktops = [("@lxd/{plain}", {{"guest": {guest}}})]\n')
+        run = run_pyinfra(str(inventory), "deploys/desktop.py", ESR, cwd=REPO, timeout=300)
+        assert_refused_untouched(lab, plain, run, words)
+
+
 def test_bad_input_privileged_guest(lab, plain):
     lab.client.set_state(plain, "stop", force=True)
     lab.client.request("PATCH", f"/1.0/instances/{plain}", {"config": {"security.privileged": "true"}})
@@ -277,3 +308,12 @@ def test_bad_input_privileged_guest(lab, plain):
     wait_ready(lab.client, plain)
     run = deploy(plain)
     assert_refused_untouched(lab, plain, run, "is a privileged container")
+
+
+def test_desktop_check_bad_guest_is_one_line_exit_2(lab):
+    for guest, words in (("lw-no-such-desk", "no such LXD instance"), ("bad_name", "not an LXD instance name"),
+                         ("lwtest-template", "is Stopped; start it first")):
+        proc = subprocess.run([LABWRIGHT, "desktop", "check", guest], cwd=REPO, env=tool_env(), capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -11,6 +11,7 @@ no xrdp.ini changes), so the cloned guest still goes through every configuration
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -65,7 +66,19 @@ def _set_config(client: LxdClient, name: str, values: dict[str, str]) -> None:
 
 
 def ensure_cache(lab: Lab, log=print) -> tuple[str, DeployRun | None]:
-    """The stopped cache container's name, building it when missing (returns the packages-stage deploy run then)."""
+    """The stopped cache container's name, building it when missing (returns the packages-stage deploy run then).
+
+    One builder at a time on this machine (a file lock): a second test session waits for the first one's build
+    instead of taking its half-built container for an interrupted one.
+    """
+    lock_dir = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "labwright"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with (lock_dir / "desktop-cache.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_cache(lab, log)
+
+
+def _ensure_cache(lab: Lab, log) -> tuple[str, DeployRun | None]:
     name = cache_name(lab)
     for other in lab.client.iter_instance_names():
         if other.startswith(CACHE_PREFIX) and other != name:
