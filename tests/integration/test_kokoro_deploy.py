@@ -77,7 +77,7 @@ def main_pid(lab: Lab, name: str) -> str:
     return sh(lab, name, "systemctl show -p MainPID --value kokoro.service").strip()
 
 
-def test_verify_fails_before_and_passes_after_the_deploy(deployed, source):
+def test_verify_fails_before_and_passes_after_deploying_the_kokoro_standin(deployed, source):
     state, _ = deployed
     assert state.before.returncode == 1, state.before.stdout[-3000:]
     assert "test_unit_enabled_and_active" in state.before.stdout
@@ -90,7 +90,7 @@ def test_verify_fails_before_and_passes_after_the_deploy(deployed, source):
     assert "split_pattern=r'\\n+'" in (source / "api/src/inference/kokoro_v1.py").read_text()
 
 
-def test_the_deployed_server_streams_per_sentence(lab, deployed):
+def test_the_deployed_kokoro_standin_streams_per_sentence(lab, deployed):
     state, _ = deployed
     assert 'split_pattern=r"(?<=[.!?])\\s+"' in sh(lab, state.name, f"cat {PATCHED_FILE}")
     result = {r.stream: r for r in bench_tts(f"http://{state.address}:8880", PHRASE, ["pcm"], runs=2)}
