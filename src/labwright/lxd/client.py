@@ -198,7 +198,8 @@ class LxdClient:
                     body.seek(0)  # type: ignore[union-attr]
                 conn.request(method, url, body=body, headers=hdrs)
                 return conn.getresponse()
-            except (ConnectionError, http.client.RemoteDisconnected, http.client.CannotSendRequest, BrokenPipeError) as exc:
+            except (ConnectionError, http.client.RemoteDisconnected, http.client.CannotSendRequest,
+                    BrokenPipeError) as exc:
                 self.close()
                 if attempt:
                     # A refused connect on a unix socket: the socket file is there but no daemon listens.
