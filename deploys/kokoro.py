@@ -128,6 +128,9 @@ health_timeout = as_int("health_timeout", 1)
 find_links = str(data("find_links") or "")
 if re.search(r"[\s'\"$`\\]", find_links):
     raise fail("find_links", f"{find_links!r} must be a path or URL without spaces or quotes")
+extra_index = str(data("extra_index_url") or "")
+if extra_index and (not extra_index.startswith("https://") or re.search(r"[\s'\"$`\\]", extra_index)):
+    raise fail("extra_index_url", f"{extra_index!r} must be an https:// URL without spaces or quotes")
 try:
     device = choose_device(str(data("use")), str(data("device") or ""), DEFAULTS["choice"])
 except DataError as exc:
@@ -185,11 +188,13 @@ tree = files.sync(name=f"Kokoro-FastAPI checkout -> {guest_dir}" + (" (streaming
                   exclude=["*.pyc", "__pycache__"])
 
 # --- the venv: reinstall only when the requirement list changes --------------------------------------
-requirement_text = "\n".join([f"# {device} ({device_data['extra']})", *wanted]) + "\n"
+requirement_text = "\n".join([f"# {device} ({device_data['extra']}) index {extra_index or 'PyPI'}", *wanted]) + "\n"
 digest = hashlib.sha256(requirement_text.encode()).hexdigest()
 install_changed = False
 if not host.get_fact(FindInFile, path=f"{venv}/{MARKER}", pattern=f"sha256 {digest}"):
     source_args = f"--no-index --find-links {shlex.quote(find_links)} " if find_links else ""
+    if extra_index and not find_links:
+        source_args = f"--extra-index-url {shlex.quote(extra_index)} "
     server.shell(name=f"Install {len(wanted)} requirements ({device}) into {venv}", commands=[
         f"test -x {venv}/bin/pip || python3 -m venv {venv}",
         f"{venv}/bin/pip install -q --disable-pip-version-check {source_args}"

@@ -127,6 +127,7 @@ def odd_source(tmp_path: Path, source: Path) -> Path:
     (["kokoro_port=9099"], "kokoro_port", "9099 is already in use"),
     (["kokoro_source=ODD"], "kokoro_patch_streaming", "split_pattern=r'[;]', neither the upstream"),
     (["kokoro_source=/nonexistent/kokoro"], "kokoro_source", "has no pyproject.toml"),
+    (["kokoro_extra_index_url=http://plain.example"], "kokoro_extra_index_url", "must be an https:// URL"),
 ])
 def test_bad_input_is_one_line_and_leaves_the_service_alone(lab, deployed, odd_source, items, key, words):
     state, deploy = deployed
