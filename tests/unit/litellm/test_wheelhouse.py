@@ -1,0 +1,32 @@
+"""labwright.wheelhouse / labwright.litellm.wheelhouse: input checks and cache reuse (no download needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from labwright.errors import BadInput
+from labwright.litellm.wheelhouse import EXTRA, wheelhouse
+from labwright.wheelhouse import download_wheelhouse
+
+
+def test_a_complete_wheelhouse_is_reused_without_pip(tmp_path):
+    target = tmp_path / "1.80.0-py3.11.2"
+    target.mkdir()
+    (target / ".complete").write_text(f"litellm[proxy]==1.80.0 {' '.join(EXTRA)} for CPython 3.11.2\n")
+    assert wheelhouse("1.80.0", "3.11.2", root=tmp_path) == target
+
+
+@pytest.mark.parametrize(("version", "python", "words"), [
+    ("1.80.0", "bookworm", "--python 'bookworm'"),
+    ("latest", "3.11.2", "--version 'latest'"),
+])
+def test_bad_input(tmp_path, version, python, words):
+    with pytest.raises(BadInput, match=words):
+        wheelhouse(version, python, root=tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_generic_wheelhouse_checks_the_python_version_first(tmp_path):
+    with pytest.raises(BadInput):
+        download_wheelhouse(["fastapi"], "3", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
