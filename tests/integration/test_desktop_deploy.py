@@ -301,6 +301,22 @@ def test_bad_input_guest_data_privileged_or_deconfined(lab, plain, tmp_path):
         assert_refused_untouched(lab, plain, run, words)
 
 
+def test_dry_run_plans_the_mozilla_repository_and_changes_nothing(lab, plain):
+    # --dry only plans: nothing is fetched from packages.mozilla.org (unreachable here) and the guest is untouched.
+    env = {k: v for k, v in tool_env().items() if k != PASSWORD_ENV}
+    proc = subprocess.run([str(Path(sys.executable).parent / "pyinfra"), "--dry", f"@lxd/{plain}",
+                           "deploys/desktop.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    for step in ("Mozilla's apt signing key", "Mozilla apt source (signed-by)", "Pin Mozilla's packages at 1000",
+                 "Refresh apt lists (Mozilla repository added)", "desktop packages (no recommends)",
+                 "xrdp.ini: port=3389, TLS only", "Firefox launcher on the desktop"):
+        assert step in out, f"{step!r} not planned:\n{out[-3000:]}"
+    assert "would get a generated password (not shown" in out and ": generated password" not in out
+    assert_refused_untouched(lab, plain, DeployRun(1, "pyinfra error: dry run\n", 0), "dry run")
+    assert lab.client.exec(plain, ["test", "-e", "/etc/apt/sources.list.d/mozilla.list"]).exit_code == 1
+
+
 def test_bad_input_privileged_guest(lab, plain):
     lab.client.set_state(plain, "stop", force=True)
     lab.client.request("PATCH", f"/1.0/instances/{plain}", {"config": {"security.privileged": "true"}})
