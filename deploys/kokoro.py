@@ -32,6 +32,7 @@ from pyinfra.facts.files import FindInFile
 from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from labwright.default_keys import is_default_key
 from labwright.errors import LabwrightError
 from labwright.facts.llamacpp import PortListeners
 from labwright.facts.nvidia import NvidiaDriverVersion
@@ -141,6 +142,10 @@ if not isinstance(extra_env, dict) or not all(
         re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(k)) and not re.search(r"[\s\"'\\%$]", str(v))
         for k, v in extra_env.items()):
     raise fail("env", "must be a table of NAME = value (upper-case names; values without spaces, quotes, % or $)")
+for env_name, env_value in extra_env.items():
+    why = is_default_key(str(env_value))
+    if why:
+        raise fail("env", f"{env_name} is {why}, which anyone can look up; set a random key (nothing was changed)")
 unit_env = {**device_data["env"], **{str(k): str(v) for k, v in extra_env.items()}}
 
 source_value = host.data.get("kokoro_source")
