@@ -181,7 +181,7 @@ def test_firefox_renders_a_local_page_headless(lab, deployed, tmp_path):
     Path("/tmp/labwright-desktop-firefox.png").write_bytes((tmp_path / "ff.png").read_bytes())
 
 
-def test_desktop_check_passes_then_names_cause_and_fix_for_each_seed_symptom(lab, deployed):
+def test_desktop_check_passes_then_names_cause_and_fix_for_each_seed_symptom(lab, deployed, tmp_path):
     rc, report = check_cli(deployed.name)
     assert rc == 0 and report["ok"], report
     home = f"/home/{USER}"
@@ -190,6 +190,11 @@ def test_desktop_check_passes_then_names_cause_and_fix_for_each_seed_symptom(lab
        "printf '#!/bin/sh\\n' > /usr/local/bin/google-chrome-stable && chmod 755 /usr/local/bin/google-chrome-stable "
        "&& mv /usr/lib/xorg/Xorg /usr/lib/xorg/Xorg.lw-hidden")
     try:
+        # The grey screen for real: a new RDP login while Xorg is missing; sesman cannot start the X server.
+        sh(lab, deployed.name, f"pkill -KILL -u {USER}; sleep 1; : > {SESMAN_LOG}")
+        with xvfb() as display, rdp_client(display, deployed.address, USER, PASSWORD, tmp_path / "grey.log"):
+            wait_for(lab, deployed.name, f"grep -q 'Error starting X server' {SESMAN_LOG}")
+        assert "Session started successfully" not in sh(lab, deployed.name, f"cat {SESMAN_LOG}")
         rc, report = check_cli(deployed.name)
         failed = {c["name"]: c for c in report["checks"] if not c["ok"]}
         assert rc == 1 and set(failed) == {"caja config dir", "MATE session", "no Chrome",
@@ -200,6 +205,7 @@ def test_desktop_check_passes_then_names_cause_and_fix_for_each_seed_symptom(lab
         assert "offline" in failed["no Chrome"]["cause"] and "Firefox" in failed["no Chrome"]["fix"]
         assert "grey screen" in failed["Xorg backend (no grey screen)"]["cause"]
         assert "xorgxrdp" in failed["Xorg backend (no grey screen)"]["fix"]
+        assert "'Error starting X server' line(s)" in failed["Xorg backend (no grey screen)"]["detail"]
         text = subprocess.run([LABWRIGHT, "desktop", "check", deployed.name], cwd=REPO,
                               env={**tool_env(), "COLUMNS": "250"}, capture_output=True, text=True, timeout=120)
         assert text.returncode == 1 and "8/12 checks passed" in text.stdout, text.stdout
