@@ -5,7 +5,7 @@
     pytest tests/verify/test_litellm.py --hosts=lxc://gateway
 
 The deploy reads the whole inventory: every host whose data marks it as an engine (``llamacpp_model``,
-``tabbyapi_model``, ``ollama_models``; templates/litellm/defaults.toml [engines]) becomes a model in config.yaml.
+``tabbyapi_model_name``, ``ollama_models``; templates/litellm/defaults.toml [engines]) becomes a model in config.yaml.
 Gateway host data: ``litellm_<key>`` for each key of defaults.toml [service], ``litellm_cloud_models`` (a list of
 {name, model, key_env[, api_base]}; the key itself comes from the pyinfra run's environment and lands in a root-only
 secrets.env) and ``litellm_aliases`` ({alias: [primary, fallback, ...]}). See docs/litellm.md.
@@ -172,7 +172,7 @@ try:
 except ConfigError as exc:
     raise DeployError(str(exc)) from None
 if not gateway.models:
-    raise fail("cloud_models", "no engines in the inventory (llamacpp_model, tabbyapi_model or ollama_models on a "
+    raise fail("cloud_models", "no engines in the inventory (llamacpp_model, tabbyapi_model_name or ollama_models on a "
                "host) and no cloud models: the gateway would serve nothing (nothing was changed)")
 
 master_env, secrets_env, config_file = (f"{config_dir}/master.env", f"{config_dir}/secrets.env",

@@ -28,7 +28,7 @@ def lab() -> list[EngineHost]:
     return [
         EngineHost("@lxd/gw", {"llamacpp_model": "/srv/models/qwen3.5-4b.gguf"}, is_gateway=True),
         EngineHost("@lxd/a", {"llamacpp_model": "/srv/m.gguf", "llamacpp_alias": "coder-7b", "llamacpp_port": 8080}),
-        EngineHost("@lxd/b", {"tabbyapi_model": "qwen3.5-9b-exl3"}),
+        EngineHost("@lxd/b", {"tabbyapi_model_name": "qwen3.5-9b-exl3"}),
         EngineHost("ollama-box", {"ollama_models": ["llama3.1", "qwen2.5-coder:1.5b"]}),
         EngineHost("@lxd/web", {"timezone": "Etc/UTC"}),
     ]
