@@ -5,12 +5,12 @@ Exit codes: 0 ok, 1 a failed operation, 2 bad input (typer's own usage errors ar
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import typer
 
 from labwright import __version__
-from labwright.cli import bench, bios, cluster, desktop, guest, kokoro, kv, lab, matrix, probe, stack, tabbyapi
 from labwright.errors import LabwrightError
 
 app = typer.Typer(
@@ -20,8 +20,20 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-for module in (lab, matrix, stack, guest, tabbyapi, kv, probe, bench, cluster, bios, desktop, kokoro):
-    app.add_typer(module.app, name=module.NAME, help=module.HELP)
+#: The command groups, one module each (labwright/cli/NAME.py), in the order `--help` lists them.
+GROUPS = ("lab", "matrix", "stack", "guest", "tabbyapi", "kv", "probe", "bench", "cluster", "bios", "desktop", "kokoro")
+_registered: set[str] = set()
+
+
+def register(names: tuple[str, ...] | list[str] = GROUPS) -> typer.Typer:
+    """Import and add these groups to ``app`` (once each). Importing every group costs seconds (pyinfra,
+    paramiko, ...), so ``main`` loads only the group a command names and all of them for the top-level help."""
+    for name in names:
+        if name not in _registered:
+            module = importlib.import_module(f"labwright.cli.{name}")
+            app.add_typer(module.app, name=module.NAME, help=module.HELP)
+            _registered.add(name)
+    return app
 
 
 def _version(value: bool) -> None:
@@ -38,6 +50,9 @@ def _root(
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    first = next((a for a in args if not a.startswith("-")), None)
+    register([first] if first in GROUPS else GROUPS)
     try:
         # Outside standalone mode click hands back the code of `raise typer.Exit(n)` instead of exiting.
         result = app(args=argv, standalone_mode=False)
