@@ -148,6 +148,45 @@ class TabbyGuest:
                               timeout=300)
 
 
+APT_PATHS = ("var/lib/apt/lists", "var/cache/apt/archives")
+APT_STAMP = "/var/lib/apt/periodic/update-success-stamp"  # what pyinfra's apt.update(cache_time=...) looks at
+APT_CACHE_DAYS = 7
+
+
+def apt_cache_file() -> Path:
+    """Where the guest's apt lists and downloaded .debs are kept between test runs (one per lab image recipe)."""
+    from labwright.lab import image as lab_image
+    from labwright.testing.wheels import test_env_root
+
+    name = "apt-" + lab_image.load_recipe().alias.replace("/", "-") + ".tar"
+    return test_env_root().parent / "tabbyapi-test" / name
+
+
+def restore_apt_cache(guest: TabbyGuest) -> bool:
+    """Put apt lists and .debs from an earlier run into a fresh guest (and mark the lists fresh), so the deploy's
+    real ``apt-get install`` works from them instead of the network. False when there is no recent cache."""
+    cache = apt_cache_file()
+    if not cache.is_file() or time.time() - cache.stat().st_mtime > APT_CACHE_DAYS * 86400:
+        return False
+    with cache.open("rb") as handle:
+        guest.client.push_file(guest.name, "/tmp/apt-cache.tar", handle, mode=0o600)
+    guest.sh(f"tar -C / -xf /tmp/apt-cache.tar && rm /tmp/apt-cache.tar && mkdir -p {os.path.dirname(APT_STAMP)} && "
+             f"touch {APT_STAMP}")
+    return True
+
+
+def save_apt_cache(guest: TabbyGuest) -> None:
+    """Keep the guest's apt lists and the .debs the deploy downloaded, for the next run."""
+    result = guest.client.exec(guest.name, ["tar", "-C", "/", "--exclude=lock", "--exclude=partial", "-cf", "-",
+                                            *APT_PATHS])
+    if result.exit_code == 0:
+        cache = apt_cache_file()
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_suffix(".part")
+        partial.write_bytes(result.stdout)
+        partial.replace(cache)
+
+
 def bridge_address(subnet: str) -> str:
     """The host's own address on the lab bridge (``10.99.9.1/24`` -> ``10.99.9.1``)."""
     return subnet.split("/")[0]
