@@ -148,7 +148,6 @@ def test_a_real_rdp_client_logs_in_to_a_mate_session(lab, deployed, tmp_path):
     assert len(set(session)) > 50, "the session area is (nearly) one colour: no desktop was drawn"
     top_bar = [pixels[8 * width + x] for x in range(200, 800)]
     assert sum(1 for p in top_bar if min(p) > 180 and max(p) - min(p) < 20) > 300, top_bar[:10]
-    Path("/tmp/labwright-desktop-rdp.png").write_bytes(shot.read_bytes())
 
 
 def test_a_wrong_password_is_refused(lab, deployed, tmp_path):
@@ -178,7 +177,6 @@ def test_firefox_renders_a_local_page_headless(lab, deployed, tmp_path):
     white = sum(1 for p in pixels if min(p) > 240)
     assert blue > 0.8 * len(pixels), f"page background covers {blue} of {len(pixels)} pixels"
     assert white > 200, "no heading text drawn"
-    Path("/tmp/labwright-desktop-firefox.png").write_bytes((tmp_path / "ff.png").read_bytes())
 
 
 def test_desktop_check_passes_then_names_cause_and_fix_for_each_seed_symptom(lab, deployed, tmp_path):
@@ -247,6 +245,19 @@ def test_generated_password_is_printed_once_stored_nowhere_and_is_the_users(lab,
     assert sh(lab, deployed.name, "getent shadow anna | cut -d: -f2").strip() == shadow
     back = deploy(deployed.name)  # the record names desk again
     assert back.rc == 0 and back.totals.changed == 1, back.output[-3000:]
+
+
+def test_a_changed_password_is_set_once_then_left_alone(lab, deployed):
+    shadow = sh(lab, deployed.name, f"getent shadow {USER} | cut -d: -f2").strip()
+    changed = deploy(deployed.name, password=PASSWORD + "-new")
+    assert changed.rc == 0 and changed.totals.changed == 1, changed.output[-3000:]
+    new_shadow = sh(lab, deployed.name, f"getent shadow {USER} | cut -d: -f2").strip()
+    assert new_shadow != shadow and passwords.matches(PASSWORD + "-new", new_shadow)
+    kept = deploy(deployed.name, password=None)  # no password given: the user's stays as it is
+    assert kept.rc == 0 and kept.totals.changed == 0, kept.output[-3000:]
+    back = deploy(deployed.name)
+    assert back.rc == 0 and back.totals.changed == 1, back.output[-3000:]
+    assert passwords.matches(PASSWORD, sh(lab, deployed.name, f"getent shadow {USER} | cut -d: -f2").strip())
 
 
 # --- bad input: one line each, nothing changed (plain template containers: no install needed) ----------
