@@ -28,6 +28,7 @@ HEX_REF = re.compile(r"^[0-9a-f]{7,40}$")
 REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 GPU_MODES = ("auto", "check", "required", "off")
+RESTART_POLICIES = ("no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always")
 
 
 def load_defaults() -> dict[str, dict[str, Any]]:
@@ -225,6 +226,9 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
     clash = sorted(set(extra) & set(MANAGED_SECTIONS))
     if clash:
         raise fail("extra", f"section {clash[0]!r} is set by the deploy's own keys; use tabbyapi_<key> for it")
+    restart = str(svc("restart")).strip()
+    if restart not in RESTART_POLICIES:
+        raise fail("restart", f"{restart!r} is not a systemd Restart= policy ({', '.join(RESTART_POLICIES)})")
     installer = str(stk("installer")).strip()
     if installer not in ("auto", "uv", "pip"):
         raise fail("installer", f"{installer!r} is not auto, uv or pip")
@@ -233,7 +237,7 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
         wheelhouse=str(stk("wheelhouse") or ""), torch=str(stk("torch") or ""),
         stacks_root=as_path("root", stk("root")), keep=as_int("keep", stk("keep"), 1),
         base_python=str(stk("base_python") or ""), installer=installer,
-        service=service, user=user, packages=list(packages), restart=str(svc("restart")),
+        service=service, user=user, packages=list(packages), restart=restart,
         restart_sec=as_int("restart_sec", svc("restart_sec"), 0),
         health_timeout=as_int("health_timeout", svc("health_timeout"), 1), gpu=gpu,
         nvidia_root=as_path("nvidia_root", svc("nvidia_root")),

@@ -55,6 +55,7 @@ def test_cache_modes_refused_in_one_line(mode):
     ({"tabbyapi_dir": "relative"}, "tabbyapi_dir"),
     ({"tabbyapi_extra": {"model": {"cache_size": 1}}}, "tabbyapi_extra"),
     ({"tabbyapi_gpu": "maybe"}, "tabbyapi_gpu"),
+    ({"tabbyapi_restart": "sometimes"}, "tabbyapi_restart"),
     ({"tabbyapi": {"cache_sise": 1}}, "tabbyapi: unknown key"),
 ])
 def test_bad_data_is_one_line_naming_the_key(data, key):
