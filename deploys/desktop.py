@@ -143,10 +143,15 @@ if settings.stage == "all":
     ini = desktop.xrdp_globals(name=f"xrdp.ini: port={settings.xrdp_port}, TLS only", values={
         "port": settings.xrdp_port, "security_layer": "tls", "certificate": f"{CERT_DIR}/cert.pem",
         "key_file": f"{CERT_DIR}/key.pem"})
-    for unit in ("xrdp-sesman", "xrdp"):
-        systemd.service(name=f"{unit} enabled and running", service=f"{unit}.service", running=True, enabled=True)
-    systemd.service(name="Restart xrdp (config, certificate or group changed)", service="xrdp.service",
-                    restarted=True, _if=any_changed(group, cert, ini))
+    started = [systemd.service(name=f"{unit} enabled and running", service=f"{unit}.service", running=True,
+                               enabled=True) for unit in ("xrdp-sesman", "xrdp")]
+    restarted = systemd.service(name="Restart xrdp (config, certificate or group changed)", service="xrdp.service",
+                                restarted=True, _if=any_changed(group, cert, ini))
+    # systemctl returns before xrdp listens: wait for it, so a finished deploy takes connections (or says why not).
+    server.shell(name=f"xrdp listening on {settings.xrdp_port}", _if=any_changed(restarted, *started), commands=[
+        f"for i in $(seq 100); do ss -Hltn 'sport = :{settings.port}' | grep -q LISTEN && exit 0; sleep 0.2; done; "
+        "journalctl -u xrdp -n 15 --no-pager -o cat >&2; echo 'labwright: xrdp is not listening after 20s' >&2; "
+        "exit 1"])
 
     # --- the desktop user and a MATE session --------------------------------------------------------
     server.user(name=f"Desktop user {user}", user=user, shell="/bin/bash", home=home, create_home=True,

@@ -182,6 +182,10 @@ def test_firefox_renders_a_local_page_headless(lab, deployed, tmp_path):
 def test_desktop_check_passes_then_names_cause_and_fix_for_each_seed_symptom(lab, deployed, tmp_path):
     rc, report = check_cli(deployed.name)
     assert rc == 0 and report["ok"], report
+    tls = next(c for c in report["checks"] if c["name"] == "TLS in use")
+    # The RDP tests above connected over TLS (when this test runs alone, xrdp.log has no connection yet).
+    connected = lab.client.exec(deployed.name, ["grep", "-q", "TLS connection established", "/var/log/xrdp.log"])
+    assert ("last connection TLSv1.3" in tls["detail"]) == (connected.exit_code == 0), tls
     home = f"/home/{USER}"
     # Break what the seed's table lists. Chrome cannot be installed here: a stand-in google-chrome-stable on PATH.
     sh(lab, deployed.name, f"rm -rf {home}/.config/caja && printf 'exec startxfce4\\n' > {home}/.xsession && "

@@ -147,9 +147,12 @@ def check_tls(run: Runner, want: Expected) -> Check:
     _, groups = run("id -nG xrdp 2>/dev/null")
     readable, _ = run(f"runuser -u xrdp -- test -r {shlex.quote(key)}")
     in_group = "ssl-cert" in groups.split()
+    _, last = run("grep -h 'TLS connection established' /var/log/xrdp.log 2>/dev/null | tail -n 1")
+    version = re.search(r": (TLSv[0-9.]+)", last)
     ok = layer in ("tls", "hybrid") and readable == 0
     detail = (f"security_layer={layer}, key {key} {'readable' if readable == 0 else 'NOT readable'} by xrdp"
-              f"{'' if in_group else ', xrdp not in ssl-cert'}")
+              f"{'' if in_group else ', xrdp not in ssl-cert'}"
+              f"{f', last connection {version.group(1)}' if version else ''}")
     return Check("TLS in use", ok, detail,
                  "xrdp cannot read its private key ('Cannot read private key file ... Permission denied'): it falls "
                  "back to RDP security and logins fail with 'MAC checksum error'",
