@@ -22,7 +22,7 @@ from labwright.testing.probe_box import llama_box
 from labwright.testing.pyinfra_output import tool_env
 from labwright.testing.tabbyapi_standin import MAIN_PY, OOM_LINE, SEED_CONFIG_SAMPLE, SEED_MODEL_PY, STARTUP_LINE
 from labwright.tuning.kv import bytes_per_token, layout_from_dict, read_layout
-from labwright.tuning.probe import cache_spec, llamacpp_target, make_probe, probe_ceiling, tabbyapi_target
+from labwright.tuning.probe import cache_spec, llamacpp_target, make_probe, probe_ceiling, restore, tabbyapi_target
 from labwright.tuning.probe_guest import LxdGuest
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
@@ -108,13 +108,19 @@ def test_llamacpp_probe_finds_the_real_ceiling_and_restores_the_service(lab, box
     fits = [p for p in result.probes if p.outcome == "ok"]
     assert all(p.peak_rss_bytes and p.peak_rss_bytes > 0 for p in fits)
     assert any(p.outcome == "oom" and "OOM killer" in p.why for p in result.probes)
-    # Verify the answer with the real server: the ceiling starts, one page more is killed.
+    # Verify the answer with the real server: the ceiling starts, one page more is killed. At the very edge a
+    # start is decided by a MiB of page cache (and the guest's volatile journal grows with every start), so each
+    # side gets a second try; a wrong answer by more than that fuzz fails both.
     once = make_probe(guest, target, 20.0, 15)
-    assert once(result.ceiling).outcome == "ok"
-    assert once(result.ceiling + 256).outcome in ("oom", "timeout")
-    # The probe (and the checks, which go through the same unit) leave nothing behind.
-    from labwright.tuning.probe import restore
-    assert "healthy again" in restore(guest, target, 20.0)
+    try:
+        starts = [once(result.ceiling).outcome for _ in range(2)]
+        assert "ok" in starts, starts
+        above = [once(result.ceiling + 256).outcome for _ in range(2)]
+        assert "oom" in above or "timeout" in above, above
+    finally:
+        # The checks went through the same unit: put it back as the probe does.
+        verified = restore(guest, target, 20.0)
+    assert "healthy again" in verified
     assert "healthy again" in result.restored
     assert sh(lab, name, f"sha256sum {UNIT}") == unit_before
     assert unit_state(lab, name, "llama-server") == ("active", "")

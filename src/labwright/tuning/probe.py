@@ -116,6 +116,9 @@ def check_range(lo: int, hi: int, page: int) -> None:
     _pages(lo, hi, page)
 
 
+MAX_REFINEMENTS = 2
+
+
 def _steps() -> Iterator[int]:
     yield 1
     step = 1
@@ -148,9 +151,12 @@ def search(try_fit: Callable[[int], bool], lo: int, hi: int, page: int, predicte
     # Steps of 1, 1, 2, 4 ... pages: a good guess is usually within a page or two, a bad one is bracketed fast.
     def gallop_up() -> None:
         steps = _steps()
+        refinements = 0
         while bad is None and good is not None and good < high:
-            # Each start that fits may refine the guess again (what it measured, close to the ceiling).
-            guess = refine(good * page) if refine else None
+            # The first two starts that fit may refine the guess (what they measured); later readings near the
+            # limit are noisier than a page, so from then on it is steps.
+            guess = refine(good * page) if refine and refinements < MAX_REFINEMENTS else None
+            refinements += 1
             if guess is not None and guess // page > good + 1:
                 probe(min(guess // page, high))
             else:
@@ -367,8 +373,12 @@ RESERVE = 5 * 1024**2
 UNDERSHOOT = 0.10
 
 
-def _refiner(base: Probe, probes: list[Probe], page: int) -> Callable[[int], int | None]:
-    """After a start fits: the ceiling its measured memory per token implies (secant from the baseline)."""
+def _refiner(base: Probe, probes: list[Probe], per_token_kv: int, cap: int) -> Callable[[int], int | None]:
+    """After a start fits: the ceiling its measured memory per token implies (secant from the baseline).
+
+    A token never costs less than its KV (the planner's bytes/token), and the answer is never past the planner's
+    own prediction (the budget with only KV in it): a reading outside those bounds is not trusted (None).
+    """
     def refine(tokens: int) -> int | None:
         fit = next((p for p in reversed(probes) if p.candidate == tokens and p.fits), None)
         if fit is None or not fit.guest_memory or not base.guest_memory or tokens <= base.candidate:
@@ -377,8 +387,9 @@ def _refiner(base: Probe, probes: list[Probe], page: int) -> Callable[[int], int
         used_base = base.guest_memory.get("anon_bytes")
         if not limit or used is None or used_base is None or used <= used_base:
             return None
-        per_token = (used - used_base) / (tokens - base.candidate)
-        return tokens + int((limit - RESERVE - used) / per_token)
+        per_token = max((used - used_base) / (tokens - base.candidate), per_token_kv)
+        guess = tokens + int((limit - RESERVE - used) / per_token)
+        return guess if guess <= cap else None
     return refine
 
 
@@ -475,7 +486,7 @@ def probe_ceiling(guest: Guest, target: Target, lo: int, hi: int, page: int = DE
                         # A little under the prediction, so the first start most likely fits and measures the
                         # real cost per token; refine() then jumps to the ceiling that cost implies.
                         first = known + int((prediction.tokens - known) * (1 - UNDERSHOOT))
-                        refine = _refiner(base, probes, page)
+                        refine = _refiner(base, probes, bytes_per_token(layout, target.spec), prediction.tokens)
         if known is None and probes:
             ceiling = None  # the baseline at lo did not fit
         else:

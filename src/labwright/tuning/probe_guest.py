@@ -51,7 +51,11 @@ class LxdGuest:
                            f"(`lxc start {name}`)")
 
     def waiter(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Run the waiter in the guest; when the OOM killer takes it, ask again for the same invocation."""
+        """Run the waiter in the guest; when the OOM killer takes it, ask again for the same invocation.
+
+        ``timeout`` is what the caller expects at most; the waiter enforces the startup timeout itself, and the exec
+        is waited for as long as it runs (LXD's operation wait).
+        """
         began = time.monotonic()
         result = self.client.exec(self.instance, ["python3", "-c", WAITER_SOURCE, json.dumps(request)])
         documents = _documents(result.stdout)

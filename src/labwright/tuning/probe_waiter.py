@@ -302,6 +302,8 @@ def main(argv: list[str]) -> int:
     elif mode == "watch":
         # A second look after the first waiter was killed: time already spent is taken off the timeout.
         req["timeout"] = max(0.0, float(req["timeout"]) - float(req.get("spent", 0)))
+        with open(pid_file(req["service"]), "w") as handle:
+            handle.write(str(os.getpid()))
         result = finish(req, req["invocation"], time.monotonic())
     elif mode == "restore":
         result = restore(req)

@@ -96,3 +96,16 @@ def test_bad_input_is_one_line_exit_2_before_any_guest_is_reached(capsys, args, 
     assert main(["probe", "ceiling", "--guest", "no-such-guest", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
+
+
+def test_a_refinement_is_asked_for_at_most_twice_then_it_is_steps():
+    asked: list[int] = []
+
+    def refine(fit: int) -> int:
+        asked.append(fit)
+        return fit + 2 * PAGE
+
+    tried, fits = counting(120064)
+    assert search(fits, 8192, 262144, PAGE, predicted=110336, known_fit=8192, refine=refine) == 120064
+    assert asked == [110336, 110848]
+    assert tried[:4] == [110336, 110848, 111360, 111616]  # two refined guesses, then +1 page, +1, +2, +4 ...
