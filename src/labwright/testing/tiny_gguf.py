@@ -86,6 +86,7 @@ def write_tiny_gguf(path: Path | str, model: TinyModel = TinyModel()) -> Path:
     import numpy as np
 
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tokens, types, merges, printable = vocabulary()
     vocab, embed, ff = len(tokens), model.embedding, model.feed_forward
     q_size, kv_size = model.heads * model.head_size, model.kv_heads * model.head_size
