@@ -109,8 +109,8 @@ def test_llamacpp_probe_finds_the_real_ceiling_and_restores_the_service(lab, box
     assert all(p.peak_rss_bytes and p.peak_rss_bytes > 0 for p in fits)
     assert any(p.outcome == "oom" and "OOM killer" in p.why for p in result.probes)
     # Verify the answer with the real server: the ceiling starts, one page more is killed. At the very edge a
-    # start is decided by a MiB of page cache (and the guest's volatile journal grows with every start), so each
-    # side gets a second try; a wrong answer by more than that fuzz fails both.
+    # start is decided by a MiB of page cache the guest holds at that moment, so each side gets a second try; an
+    # answer wrong by more than that fuzz fails both.
     once = make_probe(guest, target, 20.0, 15)
     try:
         starts = [once(result.ceiling).outcome for _ in range(2)]
