@@ -22,9 +22,7 @@ import shlex
 import shutil
 from io import StringIO
 from pathlib import Path, PurePosixPath
-from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.deb import DebPackages
@@ -33,6 +31,7 @@ from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from labwright.default_keys import is_default_key
+from labwright.deploy_data import DeployData, jinja
 from labwright.errors import LabwrightError
 from labwright.facts.llamacpp import PortListeners
 from labwright.facts.nvidia import NvidiaDriverVersion
@@ -41,43 +40,22 @@ from labwright.kokoro.streaming import plan_streaming, read_tree
 from labwright.wheelhouse import cache_root
 
 DEFAULTS = load_defaults()
-JINJA = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, trim_blocks=True,
-                    lstrip_blocks=True, keep_trailing_newline=True)
+JINJA = jinja(TEMPLATES)
 NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 IGNORED = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", "node_modules", ".pytest_cache")
 MARKER = ".labwright-requirements"
 
 
-def fail(key: str, message: str) -> DeployError:
-    """One line naming the data key; pyinfra prints a DeployError without a traceback."""
-    return DeployError(f"kokoro_{key}: {message}")
-
-
-def data(key: str) -> Any:
-    value = host.data.get(f"kokoro_{key}")
-    return DEFAULTS["service"].get(key) if value is None else value
+KEYS = DeployData("kokoro", DEFAULTS)
+fail, data = KEYS.fail, KEYS.get
 
 
 def as_int(key: str, low: int, high: int | None = None) -> int:
-    value = data(key)
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise fail(key, f"{value!r} is not a whole number") from None
-    if number < low or (high is not None and number > high):
-        raise fail(key, f"{number} is out of range ({low}..{high if high is not None else ''})")
-    return number
+    return KEYS.int_of(key, data(key), low, high)
 
 
 def as_bool(key: str) -> bool:
-    value = data(key)
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in TRUE or text in FALSE:
-        return text in TRUE
-    raise fail(key, f"{value!r} is not true or false")
+    return KEYS.bool_of(key, data(key))
 
 
 def stage(source: Path, patched: dict[str, str]) -> Path:

@@ -22,9 +22,7 @@ import re
 import shlex
 from io import StringIO
 from pathlib import PurePosixPath
-from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host, inventory
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.deb import DebPackages
@@ -32,6 +30,7 @@ from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from labwright.deploy_data import DeployData, jinja
 from labwright.errors import LabwrightError
 from labwright.facts.default_keys import DefaultKeysIn
 from labwright.facts.litellm import LitellmVersion
@@ -53,31 +52,17 @@ from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 
 DEFAULTS = load_defaults()
-JINJA = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, trim_blocks=True,
-                    lstrip_blocks=True, keep_trailing_newline=True)
+JINJA = jinja(TEMPLATES)
 NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 VERSION = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")
 
 
-def fail(key: str, message: str) -> DeployError:
-    """One line naming the data key; pyinfra prints a DeployError without a traceback."""
-    return DeployError(f"litellm_{key}: {message}")
-
-
-def data(key: str) -> Any:
-    value = host.data.get(f"litellm_{key}")
-    return DEFAULTS["service"].get(key) if value is None else value
+KEYS = DeployData("litellm", DEFAULTS)
+fail, data = KEYS.fail, KEYS.get
 
 
 def as_int(key: str, low: int, high: int | None = None) -> int:
-    value = data(key)
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise fail(key, f"{value!r} is not a whole number") from None
-    if number < low or (high is not None and number > high):
-        raise fail(key, f"{number} is out of range ({low}..{high if high is not None else ''})")
-    return number
+    return KEYS.int_of(key, data(key), low, high)
 
 
 def address_of(engine: EngineHost) -> str:

@@ -29,53 +29,25 @@ from io import StringIO
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
-from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File, Sha256File
 from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from labwright.deploy_data import FALSE, TRUE, DeployData, jinja
 from labwright.facts.llamacpp import OllamaPresent, PortListeners, ReadableBy
 from labwright.testing.llama_build import cache_dir
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "llamacpp"
 DEFAULTS = tomllib.loads((TEMPLATES / "defaults.toml").read_text())
-JINJA = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, trim_blocks=True,
-                    lstrip_blocks=True, keep_trailing_newline=True)
+JINJA = jinja(TEMPLATES)
 OLLAMA_DROPIN = "/etc/systemd/system/ollama.service.d/50-labwright.conf"
 NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
-def fail(key: str, message: str) -> DeployError:
-    """One line naming the data key; pyinfra prints a DeployError without a traceback."""
-    return DeployError(f"llamacpp_{key}: {message}")
-
-
-def data(key: str, section: str = "service") -> Any:
-    value = host.data.get(f"llamacpp_{key}")
-    return DEFAULTS[section].get(key) if value is None else value
-
-
-def as_int(key: str, value: Any, low: int, high: int | None = None) -> int:
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise fail(key, f"{value!r} is not a whole number") from None
-    if number < low or (high is not None and number > high):
-        raise fail(key, f"{number} is out of range ({low}..{high if high is not None else ''})")
-    return number
-
-
-def as_bool(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in TRUE or text in FALSE:
-        return text in TRUE
-    raise fail(key, f"{value!r} is not true or false")
+KEYS = DeployData("llamacpp", DEFAULTS)
+fail, data, as_int, as_bool = KEYS.fail, KEYS.get, KEYS.int_of, KEYS.bool_of
 
 
 def flag_values() -> dict[str, Any]:
