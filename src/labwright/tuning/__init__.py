@@ -1,1 +1,1 @@
-"""Tuning tools: KV-cache maths from config.json (kv), the fit check (fit); the probe and bench come later."""
+"""Tuning tools: KV-cache maths from config.json (kv), the fit check (fit), the context-ceiling probe (probe)."""
