@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labwright.errors import BadInput
+from labwright.errors import BadInput, OperationFailed
 
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 DEFAULT_FORMATS = ("mp3", "pcm", "wav")
@@ -97,6 +97,12 @@ def request_once(url: urllib.parse.SplitResult, payload: Mapping[str, object], a
     body = json.dumps(payload).encode()
     try:
         conn.connect()
+    except OSError as exc:
+        conn.close()
+        reason = getattr(exc, "strerror", None) or str(exc) or exc.__class__.__name__
+        raise OperationFailed(f"{url.scheme}://{url.netloc}{url.path} unreachable ({reason}); is the TTS server "
+                              "running there? check --url") from None
+    try:
         start = time.perf_counter()
         conn.request("POST", url.path + (f"?{url.query}" if url.query else ""), body=body, headers=headers)
         response = conn.getresponse()
