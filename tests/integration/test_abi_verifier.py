@@ -21,6 +21,7 @@ import pytest
 from labwright.matrix.abi import verify_python
 from labwright.matrix.abi_cache import AbiCache
 from labwright.testing.wheels import (
+    STANDIN_EXTENSION,
     StandinTorch,
     Venv,
     build_standin_extension,
@@ -30,6 +31,7 @@ from labwright.testing.wheels import (
     ext_suffix,
     overlay_venv,
     torch_venv,
+    write_wheel,
 )
 
 pytestmark = [pytest.mark.slow,
@@ -203,6 +205,46 @@ def test_a_torch_that_does_not_import_fails_the_run(tmp_path, wheelhouse, cli_en
     assert data["torch"]["import"]["ok"] is False
     assert "RuntimeError: this torch is broken" in data["torch"]["import"]["error"]
     assert data["modules"][0]["import"]["checked"] is False  # nothing could be tried without torch
+
+
+LATE_INIT = """\
+import ctypes, os
+import torch
+# As cuda.core does with torch._C: make torch's library global, then load the module that links none of it.
+ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"), mode=ctypes.RTLD_GLOBAL)
+from late_attn import _C
+"""
+
+
+def test_a_late_bound_module_is_imported_as_its_package_loads_it(tmp_path, wheelhouse, cli_env):
+    # cuda.core 1.2.0's _tensor_bridge on the real torch 2.11.0+cu130 (the lent H100): it links no torch library
+    # and binds aoti_torch_* only after cuda.core loads torch._C RTLD_GLOBAL. The verifier called that broken;
+    # this is the same shape with the stand-in torch, imported for real.
+    unlinked = compile_shared(tmp_path / "build" / f"_C{ext_suffix()}", STANDIN_EXTENSION,
+                              include_dirs=[wheelhouse.v1.include_dir, Path(sysconfig.get_paths()["include"])])
+    write_wheel(tmp_path / "wheels", "late_attn", "1.0.0", {"late_attn/__init__.py": LATE_INIT.encode(),
+                                                          f"late_attn/_C{ext_suffix()}": unlinked})
+    venv = Venv.create(tmp_path / "venv")
+    venv.install(wheelhouse.path, "torch==2.9.0", "standin_attn==1.0.0+torch2.9")
+    venv.install(tmp_path / "wheels", "late_attn==1.0.0", no_deps=True)
+    works = venv.run_python("import late_attn; print(late_attn._C.set_device(5))")
+    assert works.returncode == 0 and works.stdout.strip() == "5", works.stderr
+    plain = venv.run_python("import torch, importlib.util as u; s = u.spec_from_file_location('late_attn._C', "
+                            f"'{venv.site_packages}/late_attn/_C{ext_suffix()}'); s.loader.exec_module("
+                            "u.module_from_spec(s))")
+    assert plain.returncode != 0 and "undefined symbol" in plain.stderr, plain.stderr
+
+    proc, data = verify_cli(cli_env, tmp_path / "cache", "--python", str(venv.python), "--json")
+    assert proc.returncode == 0, proc.stderr
+    modules = {m["module"]: m for m in data["modules"]}
+    late = modules["late_attn._C"]
+    assert late["verdict"] == "ok" and late["late_bound"] == ["libc10.so"], late
+    assert late["import"]["checked"] is True and late["import"]["ok"] is True, late["import"]
+    assert any("RTLD_GLOBAL" in w for w in late["warnings"])
+    # Imported before the promotion: the normally linked module was checked as it really loads.
+    assert modules["standin_attn._C"]["verdict"] == "ok" and modules["standin_attn._C"]["late_bound"] == []
+    table, _ = verify_cli(cli_env, tmp_path / "cache", "--python", str(venv.python))
+    assert table.returncode == 0 and "late_attn._C: warning: links no torch library" in table.stdout, table.stdout
 
 
 # -- the real torch 2.13.0 CPU wheel -------------------------------------------------------------------------

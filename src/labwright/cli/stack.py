@@ -103,6 +103,8 @@ def _verdict(module: ModuleReport) -> str:
 def _symbols(module: ModuleReport) -> str:
     if module.missing:
         return f"[red]{len(module.missing)} of {module.torch_symbols} missing[/]"
+    if module.late_bound:
+        return f"{module.torch_symbols} resolve late"
     return f"{module.torch_symbols} resolve"
 
 

@@ -15,6 +15,12 @@ ELF file and starts no Python. Verdicts, per module:
 - ``missing-symbols``: some torch symbols are not exported by this torch: rebuild or reinstall the wheel for it;
 - ``import-error``: symbols resolve but the import fails (a missing CUDA library, a Python-level error);
 - ``import-crashed``: the import killed or hung the interpreter.
+
+A file that links NO torch library but whose torch symbols all exist in torch (cuda.core's ``_tensor_bridge``
+binds ``aoti_torch_*`` this way, after its package loads ``torch._C`` with RTLD_GLOBAL) is "late-bound": not
+an ABI break, so not missing symbols. It is imported last, after the torch libraries that export its symbols
+are loaded RTLD_GLOBAL as its package does, and a warning says it depends on that. Seen on a real CUDA torch
+(2.11.0+cu130, cuda-core 1.2.0), where a plain import of it fails with "undefined symbol".
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ class ModuleReport:
     cuda_runtime: int | None
     torch_symbols: int  # undefined torch symbols checked
     missing: list[MissingSymbol]
+    late_bound: list[str] = field(default_factory=list)  # torch libs it binds to only once they are global
     import_checked: bool = False
     import_ok: bool | None = None
     import_error: str | None = None
@@ -351,6 +358,14 @@ def _static_check(path: Path, site_dir: Path, sha: str, info: DynamicInfo, dist:
                                                 torch_has_instead=torch.same_function(symbol),
                                                 exported_by_unlinked=unlinked))
         cache.store_json(f"verdict/{key}.json", [asdict(m) for m in report.missing])
+    if (report.missing and all(m.exported_by_unlinked for m in report.missing)
+            and not torch.resolve(info.needed)):
+        report.late_bound = sorted({lib for m in report.missing for lib in m.exported_by_unlinked})
+        report.warnings.append(
+            f"links no torch library: its {len(report.missing)} torch symbol(s) bind only once "
+            f"{', '.join(report.late_bound)} is loaded RTLD_GLOBAL (cuda.core does this itself; a package that "
+            "does not fails to import it)")
+        report.missing = []
     if built_for and not abi_env.same_minor(built_for, torch.torch.version):
         report.warnings.append(f"built for torch {built_for} ({source}), installed torch {torch.torch.version}")
     return report
@@ -367,10 +382,13 @@ def _import_all(importer: Importer, env: Environment, reports: list[ModuleReport
         if cache.load_json(f"import/{keys[i]}.json") == {"ok": True}:
             report.import_ok, report.import_cached = True, True
         else:
-            requests.append(ImportRequest(id=i, module=report.module, path=report.path, kind=report.kind))
+            promote = [str(env.torch.libs[name]) for name in report.late_bound]
+            requests.append(ImportRequest(id=i, module=report.module, path=report.path, kind=report.kind,
+                                          promote=promote))
     if not requests:
         return None
-    outcomes = importer.run(requests)
+    # Late-bound modules go last: once torch's libraries are global, every later import would see them too.
+    outcomes = importer.run(sorted(requests, key=lambda r: bool(r.promote)))
     for request in requests:
         report = reports[request.id]
         outcome = outcomes.get(request.id)

@@ -19,7 +19,7 @@ import selectors
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # Runs under the environment's Python (any 3.8+): keep it free of newer syntax. Protocol lines go to a
@@ -41,10 +41,15 @@ except BaseException as exc:
     sys.exit(0)
 emit({"torch": True, "version": str(getattr(torch, "__version__", ""))})
 import ctypes, importlib.util
+promoted = set()
 for line in sys.stdin:
     request = json.loads(line)
     emit({"start": request["id"]})
     try:
+        for lib in request.get("promote") or []:
+            if lib not in promoted:
+                ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                promoted.add(lib)
         if request["kind"] == "extension":
             spec = importlib.util.spec_from_file_location(request["module"], request["path"])
             module = importlib.util.module_from_spec(spec)
@@ -64,6 +69,7 @@ class ImportRequest:
     module: str  # dotted module name, or the file name for a plain library loaded with ctypes
     path: str
     kind: str  # "extension" (has PyInit_) or "library"
+    promote: list[str] = field(default_factory=list)  # torch libs to load RTLD_GLOBAL first (late-bound modules)
 
 
 @dataclass

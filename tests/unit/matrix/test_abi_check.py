@@ -111,16 +111,27 @@ def test_disabled_cache_writes_nothing(tmp_path, standins):
     assert not (tmp_path / "cache").exists()
 
 
-def test_extension_not_linking_the_library_that_exports_its_symbols(tmp_path, standins):
-    v1, _, _ = standins
-    # Compiled against libc10 but linked without it (as if it relied on torch loading it globally, which real
-    # torch does not do): the symbols exist in torch/lib, yet the dynamic linker would not look there.
+def test_extension_linking_no_torch_library_is_late_bound_not_broken(tmp_path, standins):
+    v1, v2, _ = standins
+    # Compiled against libc10 but linked without it: its symbols bind only once its package loads torch's library
+    # RTLD_GLOBAL, as cuda.core's _tensor_bridge does with torch._C (seen on a real CUDA torch). Against the torch
+    # it was built for, that is no ABI break: ok, with a warning naming the library it depends on being global.
     unlinked = compile_shared(tmp_path / "build" / f"_C{ext_suffix()}", STANDIN_EXTENSION,
                               include_dirs=[v1.include_dir, Path(sysconfig.get_paths()["include"])])
     site = lay_out(tmp_path / "site-packages", v1.tree, unlinked)
-    [module] = verify_python(site_packages=site, cache=AbiCache(tmp_path / "cache")).modules
-    assert module.verdict == "missing-symbols"
-    assert all(m.exported_by_unlinked == ["libc10.so"] for m in module.missing)
+    report = verify_python(site_packages=site, cache=AbiCache(tmp_path / "cache"))
+    [module] = report.modules
+    assert report.ok and module.verdict == "ok" and module.missing == []
+    assert module.late_bound == ["libc10.so"]
+    assert any("links no torch library" in w and "libc10.so is loaded RTLD_GLOBAL" in w for w in module.warnings)
+    # The same file against the next torch, where one of its symbols exists nowhere: the ABI break is reported,
+    # every unresolved symbol with it (also those an unlinked torch library exports).
+    site2 = lay_out(tmp_path / "site-packages-2", v2.tree, unlinked)
+    [broken] = verify_python(site_packages=site2, cache=AbiCache(tmp_path / "cache")).modules
+    assert broken.verdict == "missing-symbols" and broken.late_bound == []
+    missing = {m.demangled: m for m in broken.missing}
+    assert missing["c10::detail::legacy_api(int)"].exported_by_unlinked == []
+    assert missing["c10::version_string[abi:cxx11]()"].exported_by_unlinked == ["libc10.so"]
 
 
 def test_files_without_torch_are_not_reported(tmp_path, standins):
