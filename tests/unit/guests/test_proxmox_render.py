@@ -164,3 +164,33 @@ def test_node_facts_from_the_ssh_script_output():
     assert [(n.path, n.major, n.minor) for n in facts.nodes] == [
         ("/dev/nvidia0", 195, 0), ("/dev/nvidiactl", 195, 255), ("/dev/nvidia-uvm", 508, 0)]
     assert not facts.uvm_missing and parse_facts("@@devices\n@@nodes\n").driver is None
+
+
+# What the facts script read on a real NVIDIA host (the lent H100, driver 580.159.04, open kernel module,
+# 2026-11-22), in the script's own format: nvidia-uvm 238 and nvidia-caps 241 are dynamic, and the caps nodes
+# are 0400/0444 there. The parsed result and both wirings below are what labwright printed on that machine.
+H100_FACTS = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  \n"
+    "GCC version:  gcc version 15.3.0 (GCC) \n"
+    "@@devices\nCharacter devices:\n  1 mem\n195 nvidia\n195 nvidiactl\n238 nvidia-uvm\n239 nvidia-nvswitch\n"
+    "240 nvidia-nvlink\n241 nvidia-caps\n242 nvidia-caps-imex-channels\n\nBlock devices:\n259 blkext\n"
+    "@@nodes\nc3 0 /dev/nvidia0\nee 0 /dev/nvidia-uvm\nee 1 /dev/nvidia-uvm-tools\nc3 ff /dev/nvidiactl\n"
+    "f1 1 /dev/nvidia-caps/nvidia-cap1\nf1 2 /dev/nvidia-caps/nvidia-cap2\n")
+
+
+def test_wiring_from_a_real_h100_host():
+    facts = parse_facts(H100_FACTS)
+    assert facts.driver == "580.159.04" and not facts.uvm_missing
+    assert facts.majors["nvidia-uvm"] == 238 and facts.majors["nvidia-caps"] == 241
+    guest = spec(gpu="nvidia")
+    dev = resolve_gpu(guest, (8, 2), facts, "h100")
+    assert dev.mode == "dev" and list(dev.devices) == [
+        "/dev/nvidia0,gid=44,mode=0666", "/dev/nvidiactl,gid=44,mode=0666", "/dev/nvidia-uvm,gid=44,mode=0666",
+        "/dev/nvidia-uvm-tools,gid=44,mode=0666", "/dev/nvidia-caps/nvidia-cap1,gid=44,mode=0444",
+        "/dev/nvidia-caps/nvidia-cap2,gid=44,mode=0444"]
+    classic = resolve_gpu(guest, (7, 4), facts, "h100")
+    allows = [value for key, value in classic.lxc if key == "lxc.cgroup2.devices.allow"]
+    mounts = [value.split()[0] for key, value in classic.lxc if key == "lxc.mount.entry"]
+    assert classic.mode == "classic" and allows == ["c 195:* rwm", "c 238:* rwm", "c 241:* rwm"]
+    assert mounts == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                      "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2"]
