@@ -2,10 +2,13 @@
 
 The installer is uv when the target has it (fast), else pip: the pip carried by the labwright bundle when
 running from one (a minimal Debian has no pip and no python3-venv), else the pip beside this interpreter.
-Either way the install is offline (every file is already local and hash-checked, see fetch), ``--no-deps``
-(the plan is the complete list: nothing may be resolved behind the matrix's back) and in hash-checking
-mode, so the files cannot change between the check and the install. Bytecode is compiled here, before the
-swap, so the restarted service does not pay for it during its downtime.
+Either way the plan's wheels are installed offline (every file is already local and hash-checked, see fetch),
+``--no-deps`` (nothing ABI-coupled may be resolved behind the matrix's back) and in hash-checking mode, so the
+files cannot change between the check and the install. A second pass then installs what those wheels require
+beyond each other (torch's sympy/filelock/nvidia-* wheels, exllamav3's tokenizers), with every plan package
+pinned by a constraints file so the resolver cannot replace one: from the wheelhouse's directory alone
+(``--no-index``) when the plan is a local wheelhouse, else from the directories and the package index.
+Bytecode is compiled here, before the swap, so the restarted service does not pay for it during its downtime.
 """
 
 from __future__ import annotations
@@ -135,6 +138,7 @@ def build(plan: SwitchPlan, wheels: list[LocalWheel], env_dir: Path, python: str
     log(f"install {len(wheels)} wheel(s) with {name} into {venv}")
     _run([*prefix, "--no-deps", "--no-index", "--require-hashes", "-r", str(requirements)],
          f"install the wheels with {name}", env_dir)
+    install_dependencies(prefix, name, wheels, env_dir, log)
     manifest = {
         "id": env_dir.name, "stack": plan.stack, "venv": plan.venv, "python": plan.python, "installer": name,
         "built_at": now(),
@@ -146,6 +150,20 @@ def build(plan: SwitchPlan, wheels: list[LocalWheel], env_dir: Path, python: str
     shutil.rmtree(env_dir / "wheels", ignore_errors=True)  # downloaded copies: installed now, GBs for torch
     (env_dir / BUILDING).unlink(missing_ok=True)
     return manifest
+
+
+def install_dependencies(prefix: list[str], name: str, wheels: list[LocalWheel], env_dir: Path,
+                         log: Callable[[str], None]) -> None:
+    """Pass two: the plan's own requirements that are not in the plan, the plan's packages pinned exactly.
+    Already-satisfied requirements cost no download (stand-in stacks with no dependencies install nothing)."""
+    pins = [f"{w.wheel.package}=={w.wheel.version}" for w in wheels]
+    constraints = env_dir / "constraints.txt"
+    constraints.write_text("".join(f"{pin}\n" for pin in pins))
+    offline = not any(w.wheel.is_url for w in wheels)
+    links = [f"--find-links={d}" for d in sorted({str(w.path.parent) for w in wheels})]
+    log(f"install their dependencies with {name}" + (" from the wheelhouse only" if offline else ""))
+    _run([*prefix, *(["--no-index"] if offline else []), *links, "-c", str(constraints), *pins],
+         f"install the dependencies of the stack's wheels with {name}", env_dir)
 
 
 def _run(argv: list[str], what: str, env_dir: Path) -> None:

@@ -49,7 +49,8 @@ def describe_plan(plan: SwitchPlan, found: VenvPath | None, service: str | None,
                   keep: int) -> list[str]:
     """What `switch --dry` prints: every step, in order, and what it would touch."""
     lines = [f"stack {plan.stack} for {plan.venv} (Python {plan.python}); dry run: nothing is changed"]
-    lines.append(f"wheels ({len(plan.wheels)}), installed with --no-deps --require-hashes:")
+    lines.append(f"wheels ({len(plan.wheels)}), installed with --no-deps --require-hashes, then their dependencies "
+                 "with these pinned:")
     for wheel in plan.wheels:
         sha = f"sha256 {wheel.sha256[:16]}…" if wheel.sha256 else "sha256 not in the matrix: hashed and recorded"
         lines.append(f"  {wheel.package} {wheel.version}  {wheel.source}  ({sha})")
