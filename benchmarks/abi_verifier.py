@@ -23,9 +23,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import _support  # noqa: F401  (tests/support on sys.path)
+
 from labwright.matrix.abi import VerifyReport, verify_python
 from labwright.matrix.abi_cache import AbiCache
-from labwright.testing.wheels import build_torch_extension_wheel, overlay_venv, torch_venv
+from support.wheels import build_torch_extension_wheel, overlay_venv, torch_venv
 
 BIN = Path(sys.executable).parent
 

@@ -1,7 +1,7 @@
 """The bench harness's own overhead: its client-side timings vs the REAL llama-server's own ``timings``, side by side.
 
 One run of ``labwright bench`` (the library, in this process) against llama-server on 127.0.0.1 serving the tiny
-GGUF (labwright.testing.tiny_gguf; the binary from labwright.testing.llama_build, cached). For each context, over the
+GGUF (labwright.llamacpp.tiny_model; the binary from labwright.llamacpp.build, cached). For each context, over the
 cached trials (medians):
 
 - TTFT as the client sees it vs the server's ``prompt_ms``: the difference is what the harness adds to a prefill
@@ -30,8 +30,8 @@ from pathlib import Path
 
 from labwright.bench.runner import BenchConfig, parse_contexts, run
 from labwright.bench.sse import iter_events
-from labwright.testing.llama_build import build_llama_server
-from labwright.testing.tiny_gguf import TinyModel, write_tiny_gguf
+from labwright.llamacpp.build import build_llama_server
+from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
 
 PORT = 18319
 

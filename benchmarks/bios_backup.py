@@ -26,11 +26,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import _support  # noqa: F401  (tests/support on sys.path)
+
 from labwright.bios.backup import backup
 from labwright.bios.target import Target
-from labwright.testing.bios_image import dummy_programmer, write_x99_image
 from labwright.testing.pyinfra_output import run_pyinfra, tool_env
 from labwright.ui import Reporter
+from support.bios_image import dummy_programmer, write_x99_image
 
 
 def timed(fn: Callable[[], object], repeat: int) -> float:
@@ -43,8 +45,8 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
 
 
 def lxd_results(work: Path, repeat: int) -> list[tuple[str, float]]:
-    from labwright.testing.bios_image import x99_image
     from labwright.testing.lab_fixture import ensure_test_lab
+    from support.bios_image import x99_image
 
     lab = ensure_test_lab()
     name = lab.fresh("lwbench")

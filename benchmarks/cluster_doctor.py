@@ -23,9 +23,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import _support  # noqa: F401  (tests/support on sys.path)
+
 from labwright.cluster.doctor import diagnose, doctor, gather
-from labwright.testing.corosync_netns import start_cluster
 from labwright.testing.pyinfra_output import tool_env
+from support.corosync_netns import start_cluster
 
 TARGET_S = 2.0
 

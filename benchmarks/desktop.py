@@ -21,11 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import _support  # noqa: F401  (tests/support on sys.path)
+
 from labwright.desktop.recipe import PASSWORD_ENV
 from labwright.lab.lab import instance_address
-from labwright.testing.desktop import FIREFOX_SOURCE, ensure_cache, make_guest, rdp_client, xvfb
 from labwright.testing.lab_fixture import TEMPLATE, Lab, ensure_test_lab
 from labwright.testing.pyinfra_output import DeployRun, run_pyinfra
+from support.desktop import FIREFOX_SOURCE, ensure_cache, make_guest, rdp_client, xvfb
 
 REPO = Path(__file__).resolve().parent.parent
 RERUN_TARGET_S = 10.0

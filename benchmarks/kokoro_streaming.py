@@ -1,7 +1,7 @@
 """Kokoro streaming fix on the Kokoro-FastAPI STAND-IN: time to first audio before vs after, side by side.
 
 The seed measured ~1400 ms -> ~575 ms to first audio on the real Kokoro (ONNX, CPU) for its two-sentence phrase,
-total time unchanged. Real weights cannot be had here: this serves labwright.testing.kokoro_standin's tree (its
+total time unchanged. Real weights cannot be had here: this serves support.kokoro_standin's tree (its
 "inference" blocks the event loop per call like ONNX does) with uvicorn on 127.0.0.1, unpatched, then with only
 the sentence split, then with the full patch (split + yield points), and measures each with labwright.bench.tts.
 
@@ -16,9 +16,11 @@ import argparse
 import tempfile
 from pathlib import Path
 
+import _support  # noqa: F401  (tests/support on sys.path)
+
 from labwright.bench.tts import Result, bench_tts
 from labwright.kokoro.streaming import KOKORO_V1, SPLIT_SOURCE, plan_streaming, read_tree, write_change
-from labwright.testing.kokoro_standin import serve, write_standin_tree
+from support.kokoro_standin import serve, write_standin_tree
 
 PHRASE = "Hi Mediclinic.  Your EHR project sounds interesting and has the potential for a lot of impact."
 

@@ -4,7 +4,7 @@ side by side with a blind binary search over the same range (the seed's method),
     .venv/bin/python benchmarks/probe_ceiling.py [--cache-types f16,q8_0] [--lo 8192] [--hi 262144] [--keep]
 
 Target (issue 6): the seeded search needs at most 5 restarts where the blind one needs 9 or more.
-The server runs in a lab container with limits.memory=512MiB (labwright.testing.probe_box), on a tiny GGUF; a
+The server runs in a lab container with limits.memory=512MiB (support.probe_box), on a tiny GGUF; a
 start above the ceiling is SIGKILLed by the OOM killer, exactly as the probe meets it on a real box.
 """
 
@@ -16,11 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import _support  # noqa: F401  (tests/support on sys.path)
+
 from labwright.testing.lab_fixture import ensure_test_lab
-from labwright.testing.probe_box import llama_box
 from labwright.tuning.kv import read_layout
 from labwright.tuning.probe import CeilingResult, cache_spec, llamacpp_target, probe_ceiling
 from labwright.tuning.probe_guest import LxdGuest
+from support.probe_box import llama_box
 
 TARGET_SEEDED, TARGET_BLIND = 5, 9
 PAGE = 256

@@ -1,6 +1,6 @@
 """Service downtime of `stack switch` vs the seed's in-place downgrade, on the same lab container.
 
-Two copies of the stand-in engine service (labwright.testing.stack_service) run in one fresh lab container, each
+Two copies of the stand-in engine service (support.stack_service) run in one fresh lab container, each
 from its own venv with stand-in stack 2.9, each polled from the host every 10 ms on its /health (200 only while
 the stand-in torch extension imports). Each round moves both between stand-in stacks 2.10 and 2.9:
 
@@ -36,10 +36,12 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+import _support  # noqa: F401  (tests/support on sys.path)
+
 from labwright.testing.lab_fixture import ensure_test_lab
-from labwright.testing.stack_service import WHEELHOUSE, StandinService
-from labwright.testing.stacks import StandinStacks, build_standin_stacks
-from labwright.testing.wheels import test_env_root
+from support.stack_service import WHEELHOUSE, StandinService
+from support.stacks import StandinStacks, build_standin_stacks
+from support.wheels import test_env_root
 
 BIN = Path(sys.executable).parent
 UV = "/root/.local/bin/uv"  # where the seed's uv lived

@@ -1,7 +1,7 @@
 """deploys/tabbyapi.py: no-change re-run time, and downtime of a `stack=` change vs the seed's stop-reinstall-start.
 
 One fresh lab container, two tabbyAPI instances deployed side by side by deploys/tabbyapi.py itself (the tabbyAPI
-STAND-IN from labwright.testing.tabbyapi_standin, served to the guest over git HTTP; stand-in engine stacks whose
+STAND-IN from support.tabbyapi_standin, served to the guest over git HTTP; stand-in engine stacks whose
 torch wheels are padded to ``--torch-mb`` in 12,000 files, as benchmarks/stack_switch.py does, torch 2.9.0+cu128
 being ~900 MB):
 
@@ -31,11 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _support  # noqa: F401  (tests/support on sys.path)
 from stack_switch import Poller, stacks_for, uv_binary  # the same poller, wheels and uv
 
 from labwright.testing.lab_fixture import ensure_test_lab
-from labwright.testing.tabbyapi_lab import WHEELHOUSE, RepoServer, TabbyGuest, bridge_address, lab_subnet
-from labwright.testing.tabbyapi_standin import build_standin_repo
+from support.tabbyapi_lab import WHEELHOUSE, RepoServer, TabbyGuest, bridge_address, lab_subnet
+from support.tabbyapi_standin import build_standin_repo
 
 UV = "/root/.local/bin/uv"
 SERVED = "http://127.0.0.1:8901"

@@ -1,9 +1,9 @@
 """llama.cpp llama-server as a systemd service, with the seed's production flags as data; an Ollama drop-in.
 
-    python -m labwright.testing.llama_build             # once per machine: the pinned llama-server, cached
+    python -m labwright.llamacpp.build             # once per machine: the pinned llama-server, cached
     pyinfra -y @lxd/lw-node1 deploys/llamacpp.py --data llamacpp_model=/srv/models/qwen.gguf
     pyinfra -y @lxd/lw-node1 deploys/llamacpp.py --data llamacpp_model=/srv/models/q.gguf --data llamacpp_ctx_size=65536
-    pytest tests/verify/test_llamacpp.py --hosts=lxc://lw-node1 --llamacpp-model=/srv/models/qwen.gguf
+    labwright verify llamacpp --hosts=lxc://lw-node1 --llamacpp-model=/srv/models/qwen.gguf
 
 Host data: ``llamacpp_<key>`` for every key in templates/llamacpp/defaults.toml ([service] and [flags]),
 ``llamacpp_extra_args`` (a list appended to the command line), ``llamacpp_binary_src`` / ``llamacpp_binary_sha256``
@@ -37,7 +37,7 @@ from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import FALSE, TRUE, DeployData, jinja
 from labwright.facts.llamacpp import OllamaPresent, PortListeners, ReadableBy
-from labwright.testing.llama_build import cache_dir
+from labwright.llamacpp.build import cache_dir
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "llamacpp"
 DEFAULTS = tomllib.loads((TEMPLATES / "defaults.toml").read_text())
@@ -115,7 +115,7 @@ def local_binary() -> tuple[str, str]:
     """The binary to push and its sha256, checked here so a corrupt cache never reaches a guest."""
     src = Path(str(data("binary_src") or cache_dir() / "llama-server")).expanduser()
     if not src.is_file():
-        raise fail("binary_src", f"{src} does not exist; build it with `python -m labwright.testing.llama_build` "
+        raise fail("binary_src", f"{src} does not exist; build it with `python -m labwright.llamacpp.build` "
                    "or pass --data llamacpp_binary_src=PATH")
     given = host.data.get("llamacpp_binary_sha256")
     # --data parses an all-digit digest as a number (dropping leading zeros): spell it back as 64 digits.

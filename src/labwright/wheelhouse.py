@@ -13,14 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from labwright import paths
 from labwright.errors import BadInput, OperationFailed
 
 PLATFORMS = ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"]
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "labwright"
+    return paths.cache_root()
 
 
 def download_wheelhouse(requirements: list[str], python: str, target: Path) -> Path:

@@ -20,7 +20,7 @@ import pytest
 
 from labwright.matrix.abi import verify_python
 from labwright.matrix.abi_cache import AbiCache
-from labwright.testing.wheels import (
+from support.wheels import (
     STANDIN_EXTENSION,
     StandinTorch,
     Venv,

@@ -1,6 +1,6 @@
 """deploys/base.py for real, into fresh lab containers over @lxd, checked by the shipped testinfra suite.
 
-The verify suite (tests/verify/test_base.py) runs as users run it, in a subprocess with
+The verify suite (labwright/verify/test_base.py) runs as users run it, in a subprocess with
 ``--hosts=lxc://NAME``; SSH logins are checked with paramiko against the container's address.
 """
 
@@ -14,6 +14,7 @@ import paramiko
 import pytest
 
 from labwright.lab.lab import instance_address
+from labwright.paths import verify_suite
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
 
@@ -37,7 +38,7 @@ def deploy(lab: Lab, name: str, *data: str) -> DeployRun:
 
 def verify(lab: Lab, name: str, *options: str) -> subprocess.CompletedProcess[str]:
     """The shipped testinfra suite against the container, as a user would run it."""
-    cmd = [sys.executable, "-m", "pytest", "tests/verify/test_base.py", f"--hosts=lxc://{name}", "-q",
+    cmd = [sys.executable, "-m", "pytest", str(verify_suite("base")), f"--hosts=lxc://{name}", "-q",
            "-p", "no:cacheprovider", f"--base-admin-key-file={public_key_file(lab)}", *options]
     return subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=300)
 

@@ -1,6 +1,6 @@
 """`labwright bench` against the REAL llama-server deployed in a lab container under a 512 MiB memory limit.
 
-The container is the context-ceiling probe's testbed (labwright.testing.probe_box.llama_box: deploys/llamacpp.py
+The container is the context-ceiling probe's testbed (support.probe_box.llama_box: deploys/llamacpp.py
 with the seed's flags, the tiny GGUF, ``limits.memory=512MiB``); the benchmark reaches it over the lab bridge, as a
 user benchmarks a server on another host: the numbers are the server's, and memory is not sampled (not local).
 """
@@ -15,7 +15,7 @@ import pytest
 
 from labwright.lab.lab import instance_address
 from labwright.testing.lab_fixture import Lab
-from labwright.testing.probe_box import llama_box
+from support.probe_box import llama_box
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

@@ -1,7 +1,7 @@
 """`labwright bench` against the REAL llama.cpp llama-server on 127.0.0.1, serving a tiny GGUF generated here.
 
-The binary is the pinned llama.cpp built once per machine (labwright.testing.llama_build, cached); the model is the
-random-weight GGUF biased to printable ASCII (labwright.testing.tiny_gguf), so a completion is exactly max_tokens
+The binary is the pinned llama.cpp built once per machine (labwright.llamacpp.build, cached); the model is the
+random-weight GGUF biased to printable ASCII (labwright.llamacpp.tiny_model), so a completion is exactly max_tokens
 long. Every number asserted on is a measurement of that server, checked against the server's own ``timings``.
 """
 
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from labwright.testing.llama_build import build_llama_server
-from labwright.testing.tiny_gguf import TinyModel, write_tiny_gguf
+from labwright.llamacpp.build import build_llama_server
+from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
 
 pytestmark = [pytest.mark.slow]
 

@@ -2,8 +2,9 @@
 
 The "chip" is flashrom's dummy programmer emulating a 16 MiB Winbond W25Q128FV backed by an image file (no board's
 SPI flash can be reached here); the image carries a real Intel Flash Descriptor in the seed's X99 layout, checked
-against coreboot's ``ifdtool -d``. A flaky read is ``tests/doubles/flashrom-glitchy-second-read``, a stand-in that
-runs the real flashrom and changes one byte of every second read. These tests run on this machine (``@local``);
+against coreboot's ``ifdtool -d``. A flaky read is
+``tests/support/doubles/flashrom-glitchy-second-read``, a stand-in that runs the real flashrom and changes one byte
+of every second read. These tests run on this machine (``@local``);
 test_bios_lab.py runs the same paths through the ``@lxd`` connector and the pyinfra deploy.
 """
 
@@ -23,13 +24,13 @@ from labwright.bios import ifd
 from labwright.bios.target import Target
 from labwright.cli import main
 from labwright.errors import OperationFailed
-from labwright.testing.bios_image import X99_REGIONS, dummy_programmer, write_x99_image
 from labwright.testing.pyinfra_output import run_pyinfra, tool_env
 from labwright.ui import Reporter
+from support.bios_image import X99_REGIONS, dummy_programmer, write_x99_image
 
 REPO = Path(__file__).resolve().parents[2]
 Cli = Callable[..., subprocess.CompletedProcess[str]]
-GLITCHY = REPO / "tests" / "doubles" / "flashrom-glitchy-second-read"
+GLITCHY = REPO / "tests" / "support" / "doubles" / "flashrom-glitchy-second-read"
 
 
 def labwright(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

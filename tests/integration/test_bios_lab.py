@@ -2,7 +2,7 @@
 
 The container gets Debian's flashrom 1.3.0 from the deploy itself (apt, from the Debian mirror) and a 16 MiB chip
 emulated by flashrom's dummy programmer, backed by an X99-layout image pushed to /root/chip.bin (no real SPI flash
-can be reached from a container). The flaky read is tests/doubles/flashrom-glitchy-second-read, installed as
+can be reached from a container). The flaky read is tests/support/doubles/flashrom-glitchy-second-read, installed as
 /usr/local/sbin/flashrom for one test: a stand-in that runs the real flashrom and changes a byte of read 2.
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from labwright.lab.lab import instance_address
-from labwright.testing.bios_image import X99_REGIONS, dummy_programmer, x99_image
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
+from support.bios_image import X99_REGIONS, dummy_programmer, x99_image
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab]
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.lab]
 REPO = Path(__file__).resolve().parents[2]
 CHIP = "/root/chip.bin"
 PROGRAMMER = dummy_programmer(CHIP)
-GLITCHY = REPO / "tests" / "doubles" / "flashrom-glitchy-second-read"
+GLITCHY = REPO / "tests" / "support" / "doubles" / "flashrom-glitchy-second-read"
 
 
 def labwright(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,5 +1,5 @@
 """`labwright cluster doctor/rejoin` against a real 3-node corosync 3 cluster (knet + crypto) in network
-namespaces on this machine. Proxmox's `pvecm` cannot run here: tests/doubles/pvecm stands in for it (copies
+namespaces on this machine. Proxmox's `pvecm` cannot run here: tests/support/doubles/pvecm stands in for it (copies
 the lead's corosync.conf and authkey and restarts corosync); every test that runs it says so in its name.
 
 One cluster per module (started in ~3 s); each test leaves it healthy, the quorum-loss test runs last.
@@ -20,8 +20,8 @@ import pytest
 
 from labwright.cli import main
 from labwright.cluster.parse import parse_quorum_status
-from labwright.testing.corosync_netns import NetnsCluster, sh, start_cluster
 from labwright.testing.pyinfra_output import run_pyinfra, tool_env
+from support.corosync_netns import NetnsCluster, sh, start_cluster
 
 VERSION = 4
 

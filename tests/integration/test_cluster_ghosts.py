@@ -1,7 +1,7 @@
 """`labwright cluster ghosts` against a real /etc/pve-shaped tree in a lab container (Debian bookworm, systemd)
 that runs a real single-node corosync 3 (Debian's package), reached over real SSH: membership and the
 nodelist come from corosync itself. Proxmox's pmxcfs and pvecm cannot run here: /etc/pve is a plain directory tree and
-tests/doubles/pvecm stands in for pvecm (its delnode answers "not a known host" for a node outside the
+tests/support/doubles/pvecm stands in for pvecm (its delnode answers "not a known host" for a node outside the
 nodelist, as real pvecm does); the tests that run it say so in their names.
 """
 
@@ -22,7 +22,7 @@ import pytest
 from labwright.cli import main
 from labwright.lab import image as lab_image
 from labwright.lab.lab import instance_address
-from labwright.testing.corosync_netns import DOUBLES
+from support.corosync_netns import DOUBLES
 
 pytestmark = pytest.mark.lab
 

@@ -1,7 +1,7 @@
 """deploys/desktop.py for real: a desktop guest made through the guest model, a REAL RDP client, a real Firefox.
 
 The guest is a clone (guest model ``clone:``, unprivileged, nesting) of the cached package install
-(labwright.testing.desktop: one full install per recipe, kept as a stopped lab container, so a warm re-run copies
+(support.desktop: one full install per recipe, kept as a stopped lab container, so a warm re-run copies
 it in seconds). The deploy then does every configuration step a first deploy does. ``xfreerdp`` (FreeRDP 2)
 runs under Xvfb on this machine and connects to the guest's address on the lab bridge; Firefox is Debian's
 firefox-esr through the deploy's ``desktop_firefox_source=debian-esr`` path (Mozilla's repository is not reachable
@@ -23,9 +23,10 @@ import pytest
 from labwright.desktop import password as passwords
 from labwright.desktop.recipe import PASSWORD_ENV
 from labwright.lab.lab import instance_address, wait_ready
-from labwright.testing.desktop import ensure_cache, make_guest, png_pixels, rdp_client, xvfb
+from labwright.paths import verify_suite
 from labwright.testing.lab_fixture import TEMPLATE, Lab
 from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
+from support.desktop import ensure_cache, make_guest, png_pixels, rdp_client, xvfb
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -52,7 +53,7 @@ def deploy(name: str, *data: str, password: str | None = PASSWORD) -> DeployRun:
 
 
 def verify(name: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", "tests/verify/test_desktop.py", f"--hosts=lxc://{name}", "-q",
+    cmd = [sys.executable, "-m", "pytest", str(verify_suite("desktop")), f"--hosts=lxc://{name}", "-q",
            "-p", "no:cacheprovider"]
     return subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=300)
 
@@ -111,7 +112,7 @@ def test_verify_fails_before_and_passes_after_the_deploy(deployed):
     # The cache holds packages only: no user, no TLS key of its own, no MATE session, no launcher.
     assert deployed.before.returncode == 1, deployed.before.stdout[-3000:]
     for check in ("tls", "session", "caja", "launcher"):
-        pattern = rf"FAILED tests/verify/test_desktop.py::test_desktop\[\S+-{check}\]"
+        pattern = rf"FAILED \S*test_desktop.py::test_desktop\[\S+-{check}\]"
         assert re.search(pattern, deployed.before.stdout), deployed.before.stdout[-3000:]
     assert deployed.first.totals.changed > 0 and deployed.first.totals.error == 0
     print(f"\nfirst deploy on the cached install: {deployed.first.seconds:.1f}s, {deployed.first.totals.changed} "

@@ -18,8 +18,8 @@ from labwright.guests.gpu import GpuHost
 from labwright.guests.lxd import LxdBackend
 from labwright.guests.model import Change, GuestSpec, spec_from_data
 from labwright.lxd.client import LxdClient
-from labwright.testing.fake_nvidia import fake_root_in_dev, make_fake_nvidia_host, remove_fake_root
 from labwright.testing.lab_fixture import TEMPLATE
+from support.fake_nvidia import fake_root_in_dev, make_fake_nvidia_host, remove_fake_root
 
 pytestmark = pytest.mark.lab
 

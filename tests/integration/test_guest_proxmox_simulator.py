@@ -1,7 +1,7 @@
 """The Proxmox guest backend against the PVE simulator: real proxmoxer, verified HTTPS on 127.0.0.1.
 
 The node's side (NVIDIA device nodes, /proc files, /etc/pve) is a temp directory: a fake host tree
-made with mknod (labwright.testing.fake_nvidia) whose ``etc/pve`` is the simulator's pmxcfs, so raw
+made with mknod (support.fake_nvidia) whose ``etc/pve`` is the simulator's pmxcfs, so raw
 config lines written "over SSH" land in the file the simulated API reads. Nothing is mocked between
 the backend and the simulator; every test asserts on what the simulator stored or recorded.
 """
@@ -21,8 +21,8 @@ from labwright.guests.base import backend_for
 from labwright.guests.model import spec_from_data
 from labwright.guests.proxmox_api import TaskWaiter
 from labwright.guests.pve_node import LocalPveNode
-from labwright.testing.fake_nvidia import make_fake_nvidia_host
-from labwright.testing.pve_simulator import PveSimulator, SimNode, host_devices
+from support.fake_nvidia import make_fake_nvidia_host
+from support.pve_simulator import PveSimulator, SimNode, host_devices
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fake NVIDIA host tree needs mknod (root)")
 

@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from labwright.lxd.client import LxdClient
-from labwright.testing.fake_nvidia import make_container_libraries, make_fake_nvidia_host
 from labwright.testing.lab_fixture import TEMPLATE
+from support.fake_nvidia import make_container_libraries, make_fake_nvidia_host
 
 
 def pyinfra(cli_env, repo, *args: str) -> subprocess.CompletedProcess[str]:

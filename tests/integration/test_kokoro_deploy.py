@@ -1,6 +1,6 @@
 """deploys/kokoro.py for real, in a fresh lab container, with the Kokoro-FastAPI STAND-IN as the checkout.
 
-Kokoro's weights (and torch) cannot be had here, so kokoro_source is labwright.testing.kokoro_standin's tree (the
+Kokoro's weights (and torch) cannot be had here, so kokoro_source is support.kokoro_standin's tree (the
 seed's shape: split_pattern=r'\\n+'); its two requirements (fastapi, uvicorn) come from a wheelhouse cached under
 ~/.cache/labwright/kokoro-standin/ and attached read-only (lab containers cannot verify PyPI's certificate here).
 The shipped verify suite runs as users run it; streaming is measured from this machine with the bench library.
@@ -17,10 +17,11 @@ import pytest
 
 from labwright.bench.tts import bench_tts
 from labwright.lab.lab import instance_address
-from labwright.testing.kokoro_standin import REQUIREMENTS, write_standin_tree
+from labwright.paths import verify_suite
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
 from labwright.wheelhouse import cache_root, download_wheelhouse
+from support.kokoro_standin import REQUIREMENTS, write_standin_tree
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -39,7 +40,7 @@ def sh(lab: Lab, name: str, script: str) -> str:
 
 
 def verify(name: str, **env: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", "tests/verify/test_kokoro.py", f"--hosts=lxc://{name}", "-q",
+    cmd = [sys.executable, "-m", "pytest", str(verify_suite("kokoro")), f"--hosts=lxc://{name}", "-q",
            "-p", "no:cacheprovider"]
     return subprocess.run(cmd, cwd=REPO, env={**tool_env(), **env}, capture_output=True, text=True, timeout=300)
 

@@ -1,6 +1,6 @@
 """The seed's Kokoro streaming fix, measured with a real HTTP client against the Kokoro-FastAPI STAND-IN.
 
-Kokoro's weights cannot be downloaded here: labwright.testing.kokoro_standin writes a FastAPI app with Kokoro's
+Kokoro's weights cannot be downloaded here: support.kokoro_standin writes a FastAPI app with Kokoro's
 layout and generator/StreamingResponse shape whose "inference" blocks the event loop per call, like ONNX does.
 Served by a real uvicorn on 127.0.0.1; `labwright kokoro patch` edits its source between the two measurements;
 `labwright bench tts` (mounted through register() on a fresh typer app) does the timing.
@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from labwright.bench.tts import bench_tts
 from labwright.cli import bench_tts as bench_tts_cli
 from labwright.cli import kokoro as kokoro_cli
-from labwright.testing.kokoro_standin import serve, write_standin_tree
+from support.kokoro_standin import serve, write_standin_tree
 
 # The seed's two-sentence test phrase: a short first sentence, a long second one.
 PHRASE = "Hi Mediclinic.  Your EHR project sounds interesting and has the potential for a lot of impact."

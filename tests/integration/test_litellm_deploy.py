@@ -23,10 +23,11 @@ import pytest
 from labwright.lab.lab import instance_address
 from labwright.litellm.config import load_defaults
 from labwright.litellm.wheelhouse import wheelhouse
+from labwright.llamacpp.build import build_llama_server
+from labwright.llamacpp.tiny_model import write_tiny_gguf
+from labwright.paths import verify_suite
 from labwright.testing.lab_fixture import Lab
-from labwright.testing.llama_build import build_llama_server
 from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
-from labwright.testing.tiny_gguf import write_tiny_gguf
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -65,7 +66,7 @@ class Gateway:
         return DeployRun(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
 
     def verify(self, *models: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "pytest", "tests/verify/test_litellm.py", f"--hosts=lxc://{self.gw}", "-q",
+        cmd = [sys.executable, "-m", "pytest", str(verify_suite("litellm")), f"--hosts=lxc://{self.gw}", "-q",
                "-p", "no:cacheprovider"]
         env = {**tool_env(), "LABWRIGHT_LITELLM_MODELS": ",".join(models or ("tiny-a", "tiny-b", "fast", "local"))}
         return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

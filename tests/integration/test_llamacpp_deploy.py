@@ -1,7 +1,7 @@
 """deploys/llamacpp.py for real: the REAL llama-server, a tiny GGUF generated here, a fresh lab container, @lxd.
 
-The binary is the pinned llama.cpp built once per machine (labwright.testing.llama_build, cached under
-~/.cache/labwright/llama/); the model is a random-weight GGUF (labwright.testing.tiny_gguf) biased to printable
+The binary is the pinned llama.cpp built once per machine (labwright.llamacpp.build, cached under
+~/.cache/labwright/llama/); the model is a random-weight GGUF (labwright.llamacpp.tiny_model) biased to printable
 ASCII, so a completion is exactly max_tokens long. The shipped verify suite runs as users run it.
 """
 
@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from labwright.lab.lab import instance_address
+from labwright.llamacpp.build import build_llama_server
+from labwright.llamacpp.tiny_model import write_tiny_gguf
+from labwright.paths import verify_suite
 from labwright.testing.lab_fixture import Lab
-from labwright.testing.llama_build import build_llama_server
 from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
-from labwright.testing.tiny_gguf import write_tiny_gguf
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -38,7 +39,7 @@ def deploy(name: str, *data: str) -> DeployRun:
 
 
 def verify(name: str, *options: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", "tests/verify/test_llamacpp.py", f"--hosts=lxc://{name}", "-q",
+    cmd = [sys.executable, "-m", "pytest", str(verify_suite("llamacpp")), f"--hosts=lxc://{name}", "-q",
            "-p", "no:cacheprovider", f"--llamacpp-model={MODEL}", *options]
     return subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=300)
 

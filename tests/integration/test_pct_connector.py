@@ -1,7 +1,7 @@
 """The @pct connector for real, against a pct double standing in for a Proxmox VE node.
 
 No Proxmox node can run here, so the "node" is a fresh LXD lab container (sshd, the lab key) with
-tests/doubles/pct installed as /usr/local/sbin/pct: a stand-in for Proxmox VE's pct, for tests
+tests/support/doubles/pct installed as /usr/local/sbin/pct: a stand-in for Proxmox VE's pct, for tests
 only, whose containers are chroots under /var/lib/pct-double. Everything between pyinfra and that
 pct is real: paramiko SSH with host-key checking on (known_hosts built from the node's host key,
 fetched through the LXD API), SFTP, the node's shell, and pyinfra's API and CLI.
@@ -36,7 +36,7 @@ pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-PCT_DOUBLE = REPO / "tests" / "doubles" / "pct"
+PCT_DOUBLE = REPO / "tests" / "support" / "doubles" / "pct"
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 CT, STOPPED_CT, MISSING_CT = 101, 102, 999
 NASTY = ["with space", "it's", 'say "hi"', "$HOME", "`id -u`", "$(id -u)", "back\\slash", "new\nline",

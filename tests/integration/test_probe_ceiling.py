@@ -1,5 +1,5 @@
 """`labwright probe ceiling` for real: the REAL llama-server under a 512 MiB LXD memory limit, and the tabbyAPI
-STAND-IN (labwright.testing.tabbyapi_standin; no GPU here) under systemd with Restart=always.
+STAND-IN (support.tabbyapi_standin; no GPU here) under systemd with Restart=always.
 
 One container for the module: limits.memory=512MiB, llama-server deployed by deploys/llamacpp.py on a tiny GGUF
 generated here (the OOM killer SIGKILLs it above the ceiling, as on a real box), and the stand-in as a second unit.
@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from labwright.testing.lab_fixture import Lab
-from labwright.testing.probe_box import UNIT_PATH as UNIT
-from labwright.testing.probe_box import llama_box
 from labwright.testing.pyinfra_output import tool_env
-from labwright.testing.tabbyapi_standin import MAIN_PY, OOM_LINE, SEED_CONFIG_SAMPLE, SEED_MODEL_PY, STARTUP_LINE
 from labwright.tuning.kv import bytes_per_token, layout_from_dict, read_layout
 from labwright.tuning.probe import cache_spec, llamacpp_target, make_probe, probe_ceiling, restore, tabbyapi_target
 from labwright.tuning.probe_guest import LxdGuest
+from support.probe_box import UNIT_PATH as UNIT
+from support.probe_box import llama_box
+from support.tabbyapi_standin import MAIN_PY, OOM_LINE, SEED_CONFIG_SAMPLE, SEED_MODEL_PY, STARTUP_LINE
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

@@ -15,8 +15,8 @@ import pytest
 
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import pyinfra_totals
-from labwright.testing.stack_service import StandinService
-from labwright.testing.stacks import StandinStacks, build_standin_stacks, write_matrix
+from support.stack_service import StandinService
+from support.stacks import StandinStacks, build_standin_stacks, write_matrix
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from labwright.testing.stacks import StandinStacks, build_standin_stacks
+from support.stacks import StandinStacks, build_standin_stacks
 
 pytestmark = pytest.mark.slow
 

@@ -1,12 +1,12 @@
 """deploys/tabbyapi.py for real: one fresh lab container over @lxd, with STAND-INS for what the lab lacks.
 
-- tabbyAPI -> the stand-in git repository (labwright.testing.tabbyapi_standin: tags seed-era, config-era, plus an
+- tabbyAPI -> the stand-in git repository (support.tabbyapi_standin: tags seed-era, config-era, plus an
   "odd-shape" commit made here), served over git's dumb HTTP from this machine's test-lab bridge address, so the
   guest runs a real ``git fetch`` of the pinned ref;
-- engine stacks -> stand-in torch/extension wheels and matrix (labwright.testing.stacks), switched by the real
+- engine stacks -> stand-in torch/extension wheels and matrix (support.stacks), switched by the real
   stack operation (build beside, ABI verify, swap, restart, health);
 - model weights -> an empty model directory; VRAM -> the stand-in's ``standin.max_cache_size`` limit;
-- NVIDIA driver -> a fake /proc + library tree (labwright.testing.fake_nvidia) pushed into the guest.
+- NVIDIA driver -> a fake /proc + library tree (support.fake_nvidia) pushed into the guest.
 
 The container is deployed once (module fixture) and each test leaves it deployed with the default data, as found.
 """
@@ -22,11 +22,11 @@ from collections.abc import Iterator
 import pytest
 
 from labwright.tabbyapi.ngram import ANCHOR, MODEL_PY
-from labwright.testing.fake_nvidia import DRIVER_VERSION, VERSION_TEXT, make_container_libraries
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import DeployRun
-from labwright.testing.stacks import StandinStacks, build_standin_stacks
-from labwright.testing.tabbyapi_lab import (
+from support.fake_nvidia import DRIVER_VERSION, VERSION_TEXT, make_container_libraries
+from support.stacks import StandinStacks, build_standin_stacks
+from support.tabbyapi_lab import (
     MODEL_NAME,
     SERVICE,
     SOURCE,
@@ -37,7 +37,7 @@ from labwright.testing.tabbyapi_lab import (
     restore_apt_cache,
     save_apt_cache,
 )
-from labwright.testing.tabbyapi_standin import OOM_LINE, STARTUP_LINE, StandinRepo, build_standin_repo
+from support.tabbyapi_standin import OOM_LINE, STARTUP_LINE, StandinRepo, build_standin_repo
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

@@ -1,6 +1,6 @@
 """operations.tabbyapi.ngram for real: a fresh lab container over @lxd, the tabbyAPI STAND-IN's two shapes.
 
-The stand-in (labwright.testing.tabbyapi_standin) is checked out here and its files pushed into the container, as
+The stand-in (support.tabbyapi_standin) is checked out here and its files pushed into the container, as
 a deploy's git checkout step would leave them; a tiny deploy file calls the operation.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from labwright.tabbyapi.ngram import ANCHOR, MODEL_PY
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import pyinfra_totals
-from labwright.testing.tabbyapi_standin import build_standin_repo
+from support.tabbyapi_standin import build_standin_repo
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = pytest.mark.lab

@@ -21,7 +21,8 @@ app = typer.Typer(
     add_completion=False,
 )
 #: The command groups, one module each (labwright/cli/NAME.py), in the order `--help` lists them.
-GROUPS = ("lab", "matrix", "stack", "guest", "tabbyapi", "kv", "probe", "bench", "cluster", "bios", "desktop", "kokoro")
+GROUPS = ("lab", "matrix", "stack", "guest", "tabbyapi", "kv", "probe", "bench", "cluster", "bios", "desktop", "kokoro",
+          "verify")
 _registered: set[str] = set()
 
 
@@ -31,7 +32,10 @@ def register(names: tuple[str, ...] | list[str] = GROUPS) -> typer.Typer:
     for name in names:
         if name not in _registered:
             module = importlib.import_module(f"labwright.cli.{name}")
-            app.add_typer(module.app, name=module.NAME, help=module.HELP)
+            if hasattr(module, "command"):  # a group of one command (verify): its arguments follow the name
+                app.command(name=module.NAME, help=module.HELP, context_settings=module.CONTEXT)(module.command)
+            else:
+                app.add_typer(module.app, name=module.NAME, help=module.HELP)
             _registered.add(name)
     return app
 

@@ -1,6 +1,6 @@
 """What a working desktop guest looks like, checked from a shell on it, with the seed's troubleshooting table as
 cause and fix for each failure. Used by `labwright desktop check` (through LXD exec) and by
-tests/verify/test_desktop.py (through testinfra), so both say the same thing.
+labwright/verify/test_desktop.py (through testinfra), so both say the same thing.
 
 A check runs shell commands through ``run(command) -> (exit code, stdout)``; nothing here changes the guest.
 """

@@ -1,6 +1,6 @@
 """What a desktop guest is made of, and the refusals that come before anything changes. Pure: no host access.
 
-deploys/desktop.py reads its data through these functions, and the test cache (labwright.testing.desktop_cache)
+deploys/desktop.py reads its data through these functions, and the test cache (support.desktop)
 hashes ``packages()`` so a changed package list always rebuilds the cached install.
 """
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-TEMPLATES = Path(__file__).resolve().parents[3] / "templates" / "kokoro"
+from labwright import paths
+
+TEMPLATES = paths.templates_dir("kokoro")
 
 
 class DataError(ValueError):

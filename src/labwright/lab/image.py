@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from labwright import paths
 from labwright.errors import BadInput, OperationFailed
 
 BUILDER_VERSION = "1"  # bump when this module changes how images are made
@@ -94,10 +95,7 @@ def host_debian_mirror(sources_dir: str = "/etc/apt") -> str | None:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("LABWRIGHT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "labwright"
-    )
-    path = Path(base, "images")
+    path = paths.cache_path("images")
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -8,12 +8,11 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from labwright import paths
+
 
 def data_dir(create: bool = False) -> Path:
-    base = os.environ.get("LABWRIGHT_HOME") or os.path.join(
-        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "labwright"
-    )
-    path = Path(base)
+    path = Path(os.environ["LABWRIGHT_HOME"]) if os.environ.get("LABWRIGHT_HOME") else paths.data_root()
     if create:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path

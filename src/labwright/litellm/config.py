@@ -10,14 +10,15 @@ import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from labwright import paths
 from labwright.default_keys import is_default_key
 
-TEMPLATES = Path(__file__).resolve().parents[3] / "templates" / "litellm"
+TEMPLATES = paths.templates_dir("litellm")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 CLOUD = "litellm_cloud_models"

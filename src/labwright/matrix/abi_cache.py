@@ -24,13 +24,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from labwright import paths
+
 VERSION = "v1"
 
 
 def cache_root() -> Path:
-    base = os.environ.get("LABWRIGHT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "labwright")
-    return Path(base) / "abi"
+    return paths.cache_path("abi")
 
 
 def key_of(*parts: str) -> str:

@@ -1,8 +1,9 @@
-"""Read wheels_matrix/*.toml into a Matrix.
+"""Read the wheels matrix (labwright/data/matrix/*.toml) into a Matrix.
 
-Where the data lives: $LABWRIGHT_MATRIX_DIR if set, else the `wheels_matrix/` beside the source tree (an editable
-install or a checkout), else ./wheels_matrix. Files with a `wheels` array are wheel lists written by
-`labwright matrix refresh`; cuda.toml, components.toml and stacks.toml are hand-written.
+Where the data lives: $LABWRIGHT_MATRIX_DIR if set, else the matrix packaged with labwright (``labwright/data/matrix``,
+read through importlib.resources, so a wheel install and a checkout read the same files).
+Files with a `wheels` array are wheel lists written by `labwright matrix refresh`; cuda.toml, components.toml and
+stacks.toml are hand-written.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from labwright import paths
 from labwright.errors import BadInput
 from labwright.matrix.model import (
     WHEEL_FIELDS,
@@ -33,21 +35,14 @@ META_FILES = ("cuda.toml", "components.toml", "stacks.toml")
 
 
 def matrix_dir() -> Path:
-    """The wheels_matrix directory to read (see the module docstring for the order)."""
+    """The wheels matrix directory to read (see the module docstring for the order)."""
     env = os.environ.get(ENV_VAR)
     if env:
         path = Path(env)
         if not (path / "components.toml").is_file():
-            raise BadInput(f"{ENV_VAR}={env} has no components.toml: point it at a wheels_matrix/ directory")
+            raise BadInput(f"{ENV_VAR}={env} has no components.toml: point it at a wheels matrix directory")
         return path
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "wheels_matrix"
-        if (candidate / "components.toml").is_file():
-            return candidate
-    candidate = Path.cwd() / "wheels_matrix"
-    if (candidate / "components.toml").is_file():
-        return candidate
-    raise BadInput(f"no wheels_matrix/ found beside labwright or in {Path.cwd()}: set {ENV_VAR} to one")
+    return paths.packaged_matrix_dir()
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -19,12 +19,13 @@ import zipfile
 from pathlib import Path
 
 import labwright
+from labwright import paths
 
 REMOTE_PATH = "/opt/labwright/lib/labwright-stack.pyz"
 # labwright modules the target runs (relative to the labwright package); the controller-only ones
 # (from_matrix, bundle itself) import the matrix loader, typer or pyinfra and stay out.
 MODULES = (
-    "__init__.py", "errors.py",
+    "__init__.py", "errors.py", "paths.py",
     "matrix/__init__.py", "matrix/abi.py", "matrix/abi_cache.py", "matrix/abi_env.py", "matrix/abi_import.py",
     "matrix/demangle.py", "matrix/elfsyms.py",
     "stacks/__init__.py", "stacks/plan.py", "stacks/layout.py", "stacks/fetch.py", "stacks/build.py",
@@ -93,6 +94,4 @@ def build_bundle(cache_dir: Path | None = None) -> Path:
 
 
 def _cache_root() -> Path:
-    base = os.environ.get("LABWRIGHT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "labwright")
-    return Path(base) / "bundles"
+    return paths.cache_path("bundles")

@@ -11,15 +11,16 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from labwright import paths
 from labwright.errors import BadInput
 
-TEMPLATES = Path(__file__).resolve().parents[3] / "templates" / "tabbyapi"
+TEMPLATES = paths.templates_dir("tabbyapi")
 PAGE = 256  # exllamav3's KV cache page: cache_size is allocated in whole pages
 LEGACY_CACHE_MODES = ("FP16", "Q4", "Q6", "Q8")
 MANAGED_SECTIONS = ("network", "model", "draft_model", "memory")

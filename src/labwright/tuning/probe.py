@@ -39,7 +39,7 @@ from labwright.tuning.probe_guest import Guest
 ENGINES = ("llamacpp", "tabbyapi")
 DEFAULT_PAGE = 256
 DROPIN_NAME = "90-labwright-probe.conf"
-# tabbyAPI's own log lines (the stand-in in labwright.testing.tabbyapi_standin prints the same).
+# tabbyAPI's own log lines (the stand-in in support.tabbyapi_standin prints the same).
 TABBY_OK = "Application startup complete"
 TABBY_OOM = ("Insufficient VRAM in split for model and cache", "CUDA out of memory", "OutOfMemoryError")
 # llama.cpp: under a cgroup limit the OOM killer's SIGKILL says it (no line); under an address-space limit or a

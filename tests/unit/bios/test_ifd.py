@@ -9,7 +9,7 @@ import pytest
 from labwright.bios import flashrom, ifd
 from labwright.bios.backup import safe_label
 from labwright.errors import BadInput
-from labwright.testing.bios_image import MAC, X99_REGIONS, x99_image
+from support.bios_image import MAC, X99_REGIONS, x99_image
 
 
 def test_x99_layout_regions_rights_and_mac() -> None:

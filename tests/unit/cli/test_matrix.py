@@ -97,4 +97,4 @@ def test_matrix_dir_from_env(cli_env, tmp_path):
     proc = run({**cli_env, "LABWRIGHT_MATRIX_DIR": str(tmp_path)}, "show")
     assert proc.returncode == 2
     assert proc.stderr == f"labwright: error: LABWRIGHT_MATRIX_DIR={tmp_path} has no components.toml: point it at a " \
-                          "wheels_matrix/ directory\n"
+                          "wheels matrix directory\n"

@@ -5,7 +5,7 @@ from labwright.cluster.conf import parse_conf
 from labwright.cluster.doctor import QUORUM_LOST, STALE, NodeFacts, diagnose
 from labwright.cluster.parse import log_signs, parse_cmap, parse_quorum_status
 from labwright.cluster.runner import runner_from_data
-from labwright.testing.corosync_netns import make_conf
+from support.corosync_netns import make_conf
 
 
 def quorum(nodes: int, quorate: bool, node_id: int) -> str:

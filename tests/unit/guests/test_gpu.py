@@ -17,7 +17,7 @@ from labwright.guests.gpu import (
     parse_proc_devices,
     userspace_versions,
 )
-from labwright.testing.fake_nvidia import make_container_libraries, make_fake_nvidia_host
+from support.fake_nvidia import make_container_libraries, make_fake_nvidia_host
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
 

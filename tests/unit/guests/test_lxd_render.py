@@ -19,7 +19,7 @@ from labwright.guests.lxd_render import (
     restart_needed,
 )
 from labwright.guests.model import spec_from_data
-from labwright.testing.fake_nvidia import make_fake_nvidia_host
+from support.fake_nvidia import make_fake_nvidia_host
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labwright.kokoro.deploy_data import DataError, choose_device, load_defaults, requirements
-from labwright.testing.kokoro_standin import PYPROJECT, REQUIREMENTS
+from support.kokoro_standin import PYPROJECT, REQUIREMENTS
 
 CHOICE = load_defaults()["choice"]
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from labwright.cli import kokoro as kokoro_cli
 from labwright.errors import BadInput
 from labwright.kokoro.streaming import KOKORO_V1, TTS_SERVICE, plan_streaming, read_tree
-from labwright.testing.kokoro_standin import write_standin_tree
+from support.kokoro_standin import write_standin_tree
 
 runner = CliRunner()
 # The group as labwright mounts it (a lone command of a bare typer app would be collapsed into the app).

@@ -19,7 +19,7 @@ from labwright.matrix import abi_env
 from labwright.matrix.abi import verify, verify_python
 from labwright.matrix.abi_cache import AbiCache
 from labwright.matrix.abi_env import Distribution
-from labwright.testing.wheels import (
+from support.wheels import (
     STANDIN_EXTENSION,
     build_standin_torch,
     compile_shared,

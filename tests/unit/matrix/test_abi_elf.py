@@ -16,7 +16,7 @@ from labwright.matrix.elfsyms import (
     nested_name,
     read_dynamic,
 )
-from labwright.testing.wheels import compile_shared
+from support.wheels import compile_shared
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the .so files it reads")
 

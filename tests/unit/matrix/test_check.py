@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from labwright.errors import BadInput
 from labwright.matrix.check import BROKEN, OK, UNKNOWN, check_requirements, read_requirement_lines
 from labwright.matrix.load import load_matrix
+from labwright.paths import packaged_matrix_dir
 
-MATRIX_DIR = Path(__file__).resolve().parents[3] / "wheels_matrix"
+MATRIX_DIR = packaged_matrix_dir()
 MJUN = "https://github.com/mjun0812/flash-attention-prebuild-wheels/releases/download"
 FA_29 = f"{MJUN}/v0.9.0/flash_attn-2.8.3+cu128torch2.9-cp312-cp312-linux_x86_64.whl"
 FA_211 = f"{MJUN}/v0.9.4/flash_attn-2.8.3%2Bcu130torch2.11-cp312-cp312-linux_x86_64.whl"

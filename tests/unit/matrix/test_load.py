@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 
 from labwright.errors import BadInput
 from labwright.matrix.load import ENV_VAR, load_matrix, matrix_dir, wheels_from_rows
+from labwright.paths import packaged_matrix_dir
 
-MATRIX_DIR = Path(__file__).resolve().parents[3] / "wheels_matrix"
+MATRIX_DIR = packaged_matrix_dir()
 ROW = {"package": "fla-core", "version": "0.6.0", "python": "py3", "abi": "none", "platform": "any", "torch": "",
        "cuda": "", "cxx11_abi": "", "url": "https://x.invalid/fla_core-0.6.0-py3-none-any.whl", "source": "pypi"}
 

@@ -18,9 +18,10 @@ from labwright.matrix.refresh import (
     refresh,
     wheel_from_listed,
 )
+from labwright.paths import packaged_matrix_dir
 
 REPO = Path(__file__).resolve().parents[3]
-MATRIX = REPO / "wheels_matrix"
+MATRIX = packaged_matrix_dir()
 BASE = "https://github.com/mjun0812/flash-attention-prebuild-wheels/releases/download"
 
 PREBUILT = f"""# Packages

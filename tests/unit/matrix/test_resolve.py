@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from labwright.errors import BadInput
 from labwright.matrix.load import load_matrix
 from labwright.matrix.resolve import StackRequest, resolve_stack
 from labwright.matrix.stacks import short_label
+from labwright.paths import packaged_matrix_dir
 
-MATRIX_DIR = Path(__file__).resolve().parents[3] / "wheels_matrix"
+MATRIX_DIR = packaged_matrix_dir()
 SEED_PINS = ("exllamav3==0.0.37", "flash-attn==2.8.3", "causal-conv1d==1.6.2.post1")
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from labwright.errors import BadInput
@@ -20,8 +18,9 @@ from labwright.matrix.stacks import (
     resolve_named_stack,
     short_label,
 )
+from labwright.paths import packaged_matrix_dir
 
-MATRIX_DIR = Path(__file__).resolve().parents[3] / "wheels_matrix"
+MATRIX_DIR = packaged_matrix_dir()
 
 # The seed's table exactly as published (shared/seeds/001_90d59dfcd4fe3aa5.txt): stacks.toml must keep it verbatim.
 SEED_TABLE = {

@@ -12,7 +12,7 @@ import pytest
 
 from labwright.tabbyapi.ngram import MODEL_PY
 from labwright.testing.pyinfra_output import pyinfra_totals
-from labwright.testing.tabbyapi_standin import build_standin_repo
+from support.tabbyapi_standin import build_standin_repo
 
 DEPLOY = """from labwright.operations import tabbyapi
 tabbyapi.ngram(name="n-gram drafting", source={source!r}, match_min={n})

@@ -16,7 +16,7 @@ from labwright.errors import OperationFailed
 from labwright.stacks.build import build
 from labwright.stacks.fetch import LocalWheel, sha256_of
 from labwright.stacks.plan import PlannedWheel, SwitchPlan
-from labwright.testing.wheels import write_wheel
+from support.wheels import write_wheel
 
 PURE = "py3-none-any"
 

@@ -18,7 +18,7 @@ from labwright.tabbyapi.ngram import (
     plan_ngram,
     plan_patch,
 )
-from labwright.testing.tabbyapi_standin import (
+from support.tabbyapi_standin import (
     CONFIG_CONFIG_SAMPLE,
     CONFIG_MODEL_PY,
     SEED_CONFIG_SAMPLE,

@@ -1,0 +1,168 @@
+"""Expected values for the testinfra suites in labwright/verify/.
+
+Each value comes from a pytest option, else an environment variable, else the default that matches
+inventories/local.py, so a plain run checks a host deployed with the local inventory's data:
+
+    labwright verify base --hosts=lxc://lw-node1
+    labwright verify base --hosts=lxc://web1 --base-timezone=Europe/Berlin --base-unattended-upgrades=on
+    labwright verify base --hosts=ssh://labadmin@10.99.0.53 --ssh-identity-file=KEY --sudo
+    labwright verify llamacpp --hosts=lxc://lw-node1 --llamacpp-model=/srv/models/q.gguf \
+        --llamacpp-flag ctx_size=65536
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from labwright import paths
+
+# option name -> (environment variable, default, help); None: the default is computed (see expected_from)
+BASE_OPTIONS = {
+    "admin-user": ("LABWRIGHT_BASE_ADMIN_USER", "labadmin", "admin user the deploy created"),
+    "admin-key-file": ("LABWRIGHT_BASE_ADMIN_KEY_FILE", None,
+                       "public key file whose keys must be in the admin's authorized_keys"),
+    "timezone": ("LABWRIGHT_BASE_TIMEZONE", "Etc/UTC", "expected timezone"),
+    "locale": ("LABWRIGHT_BASE_LOCALE", "en_US.UTF-8", "expected default locale"),
+    "unattended-upgrades": ("LABWRIGHT_BASE_UNATTENDED_UPGRADES", "off", "expected unattended upgrades: on or off"),
+}
+
+
+# deploys/llamacpp.py's defaults, read from the checkout this suite ships in (the same file the deploy reads).
+LLAMACPP_DEFAULTS_FILE = paths.templates_dir("llamacpp") / "defaults.toml"
+LLAMACPP_OPTIONS = {
+    "service": ("LABWRIGHT_LLAMACPP_SERVICE", "systemd unit name (without .service)"),
+    "user": ("LABWRIGHT_LLAMACPP_USER", "user the server runs as"),
+    "model": ("LABWRIGHT_LLAMACPP_MODEL", "GGUF path the server was started with"),
+    "alias": ("LABWRIGHT_LLAMACPP_ALIAS", "model id /v1/models reports (default: the model path or file name)"),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("labwright base", "expected state for labwright/verify/test_base.py")
+    for option, (env, default, text) in BASE_OPTIONS.items():
+        shown = default or "the lab key, ~/.local/share/labwright/lab_ed25519.pub"
+        group.addoption(f"--base-{option}", default=None, help=f"{text} (default: ${env}, else {shown})")
+    llama = parser.getgroup("labwright llamacpp", "expected state for labwright/verify/test_llamacpp.py")
+    for option, (env, text) in LLAMACPP_OPTIONS.items():
+        llama.addoption(f"--llamacpp-{option}", default=None,
+                        help=f"{text} (default: ${env}, else templates/llamacpp/defaults.toml)")
+    llama.addoption("--llamacpp-flag", action="append", default=[], metavar="KEY=VALUE",
+                    help="expected flag overriding defaults.toml [flags], e.g. ctx_size=65536 or metrics=false "
+                         "(JSON values are parsed; repeatable)")
+
+
+def default_key_file() -> str:
+    # Same place as labwright.lab.keys.lab_key_path(), without importing labwright (nor creating
+    # its data directory) on a machine that only runs this suite.
+    base = os.environ.get("LABWRIGHT_HOME") or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "labwright")
+    return os.path.join(base, "lab_ed25519.pub")
+
+
+def as_switch(value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise pytest.UsageError(f"--base-unattended-upgrades: {value!r} is not on or off")
+
+
+@dataclass(frozen=True)
+class BaseExpected:
+    admin_user: str
+    admin_key_file: str
+    timezone: str
+    locale: str
+    unattended_upgrades: bool
+
+
+def expected_from(config: pytest.Config) -> BaseExpected:
+    def value(option: str) -> str:
+        env, default, _ = BASE_OPTIONS[option]
+        return config.getoption(f"--base-{option}") or os.environ.get(env) or default or ""
+
+    return BaseExpected(
+        admin_user=value("admin-user"),
+        admin_key_file=os.path.expanduser(value("admin-key-file") or default_key_file()),
+        timezone=value("timezone"),
+        locale=value("locale"),
+        unattended_upgrades=as_switch(value("unattended-upgrades")),
+    )
+
+
+@dataclass(frozen=True)
+class LlamacppExpected:
+    service: str
+    user: str
+    model: str
+    alias: str
+    flags: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def port(self) -> int:
+        return int(str(self.flags["port"]))
+
+    @property
+    def url(self) -> str:
+        host = str(self.flags.get("host") or "127.0.0.1")
+        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{self.port}"
+
+
+def parse_flag_value(text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def llamacpp_expected_from(config: pytest.Config) -> LlamacppExpected:
+    defaults = tomllib.loads(LLAMACPP_DEFAULTS_FILE.read_text()) if LLAMACPP_DEFAULTS_FILE.is_file() else {}
+    service_defaults = defaults.get("service", {})
+
+    def value(option: str) -> str:
+        env, _ = LLAMACPP_OPTIONS[option]
+        return str(config.getoption(f"--llamacpp-{option}") or os.environ.get(env)
+                   or service_defaults.get(option) or "")
+
+    flags = dict(defaults.get("flags", {}))
+    for item in config.getoption("--llamacpp-flag"):
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise pytest.UsageError(f"--llamacpp-flag: {item!r} is not KEY=VALUE")
+        flags[key.strip().replace("-", "_")] = parse_flag_value(text)
+    if "port" not in flags:
+        raise pytest.UsageError("--llamacpp-flag port=N is needed (no templates/llamacpp/defaults.toml here)")
+    return LlamacppExpected(value("service"), value("user"), value("model"), value("alias"), flags)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Check the options once, up front: a typo is a usage error, not twenty failed tests.
+    expected_from(config)
+    llamacpp_expected_from(config)
+
+
+@pytest.fixture(scope="session")
+def llamacpp_expected(pytestconfig: pytest.Config) -> LlamacppExpected:
+    return llamacpp_expected_from(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def base_expected(pytestconfig: pytest.Config) -> BaseExpected:
+    return expected_from(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def admin_public_keys(base_expected: BaseExpected) -> list[str]:
+    """The "type base64" part of each key in the expected public key file (comments may differ)."""
+    path = Path(base_expected.admin_key_file)
+    if not path.is_file():
+        pytest.fail(f"public key file {path} does not exist; pass --base-admin-key-file=PATH", pytrace=False)
+    keys = [" ".join(line.split()[:2]) for line in path.read_text().splitlines() if line.strip()]
+    return [k for k in keys if not k.startswith("#")]

@@ -1,0 +1,243 @@
+"""A real corosync 3 cluster in network namespaces on this machine, for tests and the benchmark.
+
+One namespace per node, veth pairs into a bridge that lives in its own namespace (the host gets no
+address or route), knet + crypto. Each node has its own /etc/corosync, /run, /var/lib/corosync and
+/var/log/corosync (bind mounts of ``ROOT/NODE/...``) and all nodes share one ``ROOT/pve`` as /etc/pve
+(plain directories stand in for Proxmox's pmxcfs, which is not in Debian). Recipe: the notes'
+testbed-cluster-flash-desktop.md.
+
+``close()`` kills every corosync it started and deletes the namespaces, also after a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labwright.cluster.runner import NodeRunner
+
+SUBNET = os.environ.get("LABWRIGHT_CLUSTER_SUBNET", "10.98.7")  # /24; not the LXD test lab's 10.99.9.0/24
+REPO = Path(__file__).resolve().parents[2]
+DOUBLES = REPO / "tests" / "support" / "doubles"
+
+CONF_TEMPLATE = """\
+totem {{
+  version: 2
+  cluster_name: {cluster}
+  config_version: {version}
+  transport: knet
+  crypto_cipher: aes256
+  crypto_hash: sha256
+  token: 1000
+  join: 50
+  interface {{
+    linknumber: 0
+  }}
+}}
+
+nodelist {{
+{nodes}
+}}
+
+quorum {{
+  provider: corosync_votequorum
+}}
+
+logging {{
+  to_logfile: yes
+  logfile: /var/log/corosync/corosync.log
+  to_syslog: no
+  to_stderr: no
+  timestamp: on
+}}
+"""
+NODE_TEMPLATE = """\
+  node {{
+    name: {name}
+    nodeid: {nodeid}
+    quorum_votes: 1
+    ring0_addr: {addr}
+  }}"""
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(argv), capture_output=True, text=True)
+    if check and proc.returncode:
+        raise RuntimeError(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()}")
+    return proc
+
+
+def make_conf(names: list[str], version: int, cluster: str = "lwtest", subnet: str = SUBNET) -> str:
+    nodes = "\n".join(NODE_TEMPLATE.format(name=n, nodeid=i + 1, addr=f"{subnet}.{i + 1}") for i, n in enumerate(names))
+    return CONF_TEMPLATE.format(cluster=cluster, version=version, nodes=nodes)
+
+
+@dataclass
+class NetnsCluster:
+    root: Path
+    names: list[str]
+    tag: str
+    subnet: str = SUBNET
+    namespaces: list[str] = field(default_factory=list)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def pve_dir(self) -> Path:
+        return self.root / "pve"
+
+    @property
+    def bridge_ns(self) -> str:
+        return f"lwc-{self.tag}-br"
+
+    def ns(self, name: str) -> str:
+        return f"lwc-{self.tag}-{name}"
+
+    def addr(self, name: str) -> str:
+        return f"{self.subnet}.{self.names.index(name) + 1}"
+
+    def node_dir(self, name: str) -> Path:
+        return self.root / "nodes" / name
+
+    def runner(self, name: str, with_standin: bool = True) -> NodeRunner:
+        return NodeRunner(name, "netns", self.ns(name), root=str(self.node_dir(name)), pve_dir=str(self.pve_dir),
+                          extra_path=str(DOUBLES) if with_standin else "",
+                          env={"PVECM_STANDIN_PEERS": str(self.root / "peers")})
+
+    def runners(self) -> list[NodeRunner]:
+        return [self.runner(n) for n in self.names]
+
+    def inventory_text(self) -> str:
+        """A pyinfra inventory with a ``cluster`` group describing these nodes."""
+        hosts = ",\n".join(
+            f'    ("{n}", {{"cluster_netns": "{self.ns(n)}", "cluster_root": "{self.node_dir(n)}", '
+            f'"cluster_pve_dir": "{self.pve_dir}", "cluster_path": "{DOUBLES}", '
+            f'"cluster_env": {{"PVECM_STANDIN_PEERS": "{self.root / "peers"}"}}}})'
+            for n in self.names)
+        return f"cluster = [\n{hosts},\n]\n"
+
+    # -- setup ---------------------------------------------------------------------------------------------
+    def create(self, version: int = 4) -> None:
+        key = self.root / "authkey"
+        sh("corosync-keygen", "-k", str(key))
+        conf = make_conf(self.names, version, subnet=self.subnet)
+        (self.pve_dir / "nodes").mkdir(parents=True, exist_ok=True)
+        (self.pve_dir / "corosync.conf").write_text(conf)
+        (self.root / "peers").mkdir(exist_ok=True)
+        self.namespaces.append(self.bridge_ns)
+        sh("ip", "netns", "add", self.bridge_ns)
+        sh("ip", "-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", self.bridge_ns, "link", "set", "br0", "up")
+        for i, name in enumerate(self.names):
+            d = self.node_dir(name)
+            for sub in ("etc/corosync", "run", "var/lib/corosync", "var/log/corosync", "ovl"):
+                (d / sub).mkdir(parents=True, exist_ok=True)
+            (d / "etc/corosync/corosync.conf").write_text(conf)
+            shutil.copy(key, d / "etc/corosync/authkey")
+            os.chmod(d / "etc/corosync/authkey", 0o400)
+            (self.pve_dir / "nodes" / name / "qemu-server").mkdir(parents=True, exist_ok=True)
+            (self.pve_dir / "nodes" / name / "lxc").mkdir(parents=True, exist_ok=True)
+            # pvecm stand-in's view of "ssh LEAD": the lead's /etc/corosync, by address.
+            (self.root / "peers" / self.addr(name)).symlink_to(d / "etc/corosync")
+            ns = self.ns(name)
+            self.namespaces.append(ns)
+            sh("ip", "netns", "add", ns)
+            sh("ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", f"p{i}", "netns", self.bridge_ns)
+            sh("ip", "-n", self.bridge_ns, "link", "set", f"p{i}", "master", "br0", "up")
+            sh("ip", "-n", ns, "addr", "add", f"{self.addr(name)}/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+
+    def start(self, name: str) -> None:
+        """``corosync -f`` in the node's namespace with its bind mounts (as the notes' recipe)."""
+        r = self.runner(name, with_standin=False)
+        proc = subprocess.Popen(r.argv("exec corosync -f"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        self.procs.append(proc)
+
+    def pid(self, name: str) -> int | None:
+        for p in self.procs:  # reap the corosyncs we started that have exited (no zombie left looking alive)
+            p.poll()
+        try:
+            pid = int((self.node_dir(name) / "run/corosync.pid").read_text().strip())
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            zombie = ") Z " in Path(f"/proc/{pid}/stat").read_text()
+        except (OSError, ValueError):
+            return None
+        return pid if comm == "corosync" and not zombie else None
+
+    def stop(self, name: str, timeout: float = 15) -> None:
+        pid = self.pid(name)
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while self.pid(name) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.pid(name) is not None:
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+
+    def quorate(self, name: str) -> tuple[bool, int]:
+        res = self.runner(name, with_standin=False).run("corosync-quorumtool -s", timeout=10)
+        nodes = next((int(line.split()[1]) for line in res.stdout.splitlines() if line.startswith("Nodes:")), 0)
+        return res.rc == 0, nodes
+
+    def wait_members(self, names: list[str], count: int, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self.quorate(n) == (True, count) for n in names):
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"corosync: {names} did not form a {count}-node quorate membership in {timeout:.0f}s: "
+                             f"{[(n, self.quorate(n)) for n in names]}")
+
+    def set_version(self, names: list[str], version: int, reload: bool = True) -> None:
+        """Write ``version`` into these nodes' corosync.conf and /etc/pve's, then ``corosync-cfgtool -R``."""
+        from labwright.cluster.conf import render_conf
+        for n in names:
+            p = self.node_dir(n) / "etc/corosync/corosync.conf"
+            p.write_text(render_conf(p.read_text(), version))
+        pve = self.pve_dir / "corosync.conf"
+        pve.write_text(render_conf(pve.read_text(), version))
+        if reload:
+            res = self.runner(names[0], with_standin=False).run("corosync-cfgtool -R", timeout=15)
+            if res.rc:
+                raise RuntimeError(f"corosync-cfgtool -R: {res.stdout}{res.stderr}")
+
+    def close(self) -> None:
+        for name in self.names:
+            with contextlib.suppress(ProcessLookupError):
+                self.stop(name, timeout=5)
+        # Any corosync still inside our namespaces (e.g. one started by the pvecm stand-in).
+        for ns in self.namespaces:
+            pids = sh("ip", "netns", "pids", ns, check=False).stdout.split()
+            for p in pids:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(p), signal.SIGKILL)
+        for ns in reversed(self.namespaces):
+            sh("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def start_cluster(names: list[str] | None = None, version: int = 4, wait: bool = True) -> NetnsCluster:
+    tag = secrets.token_hex(2)
+    root = Path(tempfile.mkdtemp(prefix=f"lwc-{tag}-"))
+    cluster = NetnsCluster(root, names or ["node1", "node2", "node3"], tag)
+    try:
+        cluster.create(version)
+        for n in cluster.names:
+            cluster.start(n)
+        if wait:
+            cluster.wait_members(cluster.names, len(cluster.names))
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
