@@ -2,9 +2,10 @@
 
 Order (pve-http-server + ``PVE::HTTPServer::rest_handler``): the path and method must exist (501),
 the caller must be authenticated (401, done by the server), URI and body parameters merge (a
-parameter given twice is a 400), the schema's ``permissions.check`` is evaluated (403), the node in
-the path must be a cluster node (proxying fails with 500), then the method's parameters are
-validated against the schema (400) and the handler runs (its own 4xx/5xx).
+parameter given twice is a 400), a real endpoint the simulator does not implement is its own 501
+(the vendored schema keeps only implemented methods' parameters), the schema's ``permissions.check``
+is evaluated (403), the node in the path must be a cluster node (proxying fails with 500), then the
+method's parameters are validated against the schema (400) and the handler runs (its own 4xx/5xx).
 """
 
 from __future__ import annotations
@@ -88,6 +89,10 @@ class PveApi:
             if key in uri:
                 raise param_error({key: "duplicate parameter (already defined in URI)"})
         params = {**params, **uri}
+        handler = self.routes.get((method, endpoint.path))
+        if handler is None:  # before the checks: the vendored schema keeps only implemented methods' parameters
+            raise PveApiError(501, f"simulator: '{method} {endpoint.path}' is a real PVE endpoint that the "
+                                   "simulator does not implement")
         self._check_permissions(user, endpoint.methods[method].get("permissions") or {}, params)
         node = self.cluster.nodes.get(uri.get("node", ""))
         if "node" in uri and node is None:
@@ -103,10 +108,6 @@ class PveApi:
         if errors:
             raise param_error(errors)
         params = {k: ("1" if v else "0") if isinstance(v, bool) else v for k, v in params.items()}
-        handler = self.routes.get((method, endpoint.path))
-        if handler is None:
-            raise PveApiError(501, f"simulator: '{method} {endpoint.path}' is a real PVE endpoint that the "
-                                   "simulator does not implement")
         with self.cluster.lock:
             return handler(user, params)
 

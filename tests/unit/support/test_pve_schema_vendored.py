@@ -1,0 +1,43 @@
+"""The vendored PVE API schema (tests/support/data) holds what the simulator needs, and nothing is read from outside."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from support import pve_schema
+from support.pve_schema import ApiSchema
+from support.pve_schema_trim import EXTRA, TRIMMED, implemented, trim
+
+
+def test_the_schema_is_read_from_the_checkout(monkeypatch):
+    monkeypatch.delenv(pve_schema.ENV_VAR, raising=False)
+    assert pve_schema.schema_path() == pve_schema.VENDORED == TRIMMED
+    assert Path(pve_schema.__file__).resolve().parents[2] in TRIMMED.parents
+
+
+def test_every_implemented_endpoint_keeps_its_full_schema():
+    schema = ApiSchema.load(TRIMMED)
+    routes = implemented(json.loads(TRIMMED.read_text()))
+    assert ("POST", "/nodes/{node}/lxc") in routes and routes >= EXTRA
+    for method, path in routes:
+        info = schema.endpoints[path].methods[method]
+        assert "parameters" in info and "permissions" in info, f"{method} {path}"
+    assert len(schema.endpoints) == 435  # every path of pve-docs 9.1.3, so routing is PVE's
+
+
+def test_a_real_endpoint_the_simulator_lacks_is_still_known():
+    schema = ApiSchema.load(TRIMMED)
+    endpoint, uri = schema.match("/nodes/pve1/qemu/100/config")
+    assert endpoint.path == "/nodes/{node}/qemu/{vmid}/config" and uri == {"node": "pve1", "vmid": "100"}
+    assert set(endpoint.methods) == {"GET", "POST", "PUT"} and endpoint.methods["GET"] == {"name": "vm_config"}
+    assert schema.match("/nodes/pve1/lxc/101/bogus") is None
+
+
+@pytest.mark.skipif(not os.environ.get(pve_schema.ENV_VAR), reason=f"set {pve_schema.ENV_VAR} to the full apidata.js")
+def test_trimming_the_full_schema_reproduces_the_vendored_file():
+    tree = pve_schema._load_tree(Path(os.environ[pve_schema.ENV_VAR]))
+    assert trim(tree, implemented(tree)) == json.loads(TRIMMED.read_text())
