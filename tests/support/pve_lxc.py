@@ -321,6 +321,12 @@ class Lxc:
                     task.log.append(f"Device {path} does not exist")
                     raise TaskAbort(f"startup for container '{vmid}' failed")
         task.checkpoint()
+        if self.cluster.on_boot is not None:
+            # The node's own side of a start (lxc-start on a real node; the pct double's CT in a lab "node").
+            try:
+                self.cluster.on_boot(node, vmid, conf)
+            except Exception as exc:
+                raise TaskAbort(f"startup for container '{vmid}' failed: {exc}") from exc
         self.cluster.running.add(vmid)
 
     def start(self, user: str, node: str, vmid: int) -> str:

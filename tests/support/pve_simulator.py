@@ -28,6 +28,7 @@ import stat
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -90,9 +91,11 @@ class PveSimulator:
     def __init__(self, nodes: list[SimNode] | None = None, storages: list[SimStorage] | None = None,
                  users: dict[str, str] | None = None, tokens: dict[str, str] | None = None,
                  privileges: dict[str, frozenset[str]] | None = None, task_seconds: float = 0.05,
-                 cluster_name: str | None = None, schema: ApiSchema | None = None):
+                 cluster_name: str | None = None, schema: ApiSchema | None = None,
+                 on_boot: Callable[[str, int, CtConfig], None] | None = None):
         """``users``: userid -> password (default root@pam); ``tokens``: ``user@realm!id`` -> secret;
-        ``privileges``: userid or token id -> the privileges it holds (default: all, like Administrator)."""
+        ``privileges``: userid or token id -> the privileges it holds (default: all, like Administrator);
+        ``on_boot(node, vmid, config)``: run when a CT starts (e.g. make it in a pct double's node)."""
         self.root_password = ROOT_PASSWORD
         self.schema = schema or ApiSchema.load()
         self._dir = Path(tempfile.mkdtemp(prefix="pve-sim-"))
@@ -102,6 +105,7 @@ class PveSimulator:
         principals = [Principal(u, s, grants.get(u)) for u, s in {**users, **(tokens or {})}.items()]
         self.cluster = PveCluster(nodes or [SimNode("pve1")], storages if storages is not None else default_storages(),
                                   principals, self.pmxcfs, task_seconds, cluster_name)
+        self.cluster.on_boot = on_boot
         self.api = PveApi(self.schema, self.cluster)
         self.ca_file, cert, key = write_certificates(self._dir)
         self.requests: list[Request] = []

@@ -143,6 +143,9 @@ class PveCluster:
         self.cluster_name = cluster_name
         self.lock = threading.RLock()
         self.running: set[int] = set()
+        #: Called with (node, vmid, config) when a CT boots, before it counts as running; an exception fails the
+        #: start task. Tests set it to make the CT real on a node (see PveSimulator's ``on_boot``).
+        self.on_boot: Callable[[str, int, CtConfig], None] | None = None
         self.tasks: dict[str, Task] = {}
         self._plans: list[_TaskPlan] = []
         self._pids = itertools.count(random.randrange(100_000, 900_000))

@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pyinfra import logger
 from pyinfra.api import StringCommand
-from pyinfra.api.exceptions import ConnectError, InventoryError
+from pyinfra.api.exceptions import ConnectError
 from pyinfra.api.output import echo
 from pyinfra.api.util import get_file_io
 from pyinfra.connectors.base import BaseConnector, DataMeta
@@ -43,10 +43,12 @@ from pyinfra.connectors.util import (
 from typing_extensions import TypedDict, Unpack, override
 
 from labwright.connectors._transfer import HandoverTransfer, stdin_bytes
-from labwright.errors import LabwrightError
-from labwright.lab.spec import INSTANCE_NAME
+from labwright.errors import BadInput, LabwrightError
+from labwright.guests.declared import ensure_declared, pyinfra_dry_run, spec_for_host, wait_until
+from labwright.hostnames import parse_lxd_target
+from labwright.lab.lab import instance_address
 from labwright.lxd.client import ExecResult, LxdClient
-from labwright.lxd.remotes import resolve_endpoint, split_target
+from labwright.lxd.remotes import resolve_endpoint
 from labwright.lxd.session import AgentLost, AgentNotRun, AgentSession, AgentUnavailable
 
 if TYPE_CHECKING:
@@ -58,6 +60,8 @@ TIMEOUT_EXIT = 124  # coreutils `timeout`
 #: How often a connection starts a new agent after one died between commands (a command that killed
 #: it, an OOM kill); past that, the rest of the connection uses REST execs.
 AGENT_RESTARTS = 3
+#: How long a guest the connector just created may take to get its address (DHCP on the lab bridge: ~2 s).
+GUEST_READY_TIMEOUT = 120
 
 
 class LxdConnectorData(TypedDict, total=False):
@@ -102,15 +106,10 @@ class LxdConnector(HandoverTransfer, BaseConnector):
 
     @classmethod
     def _names(cls, name: str | None) -> Iterator[tuple[str, dict, list[str]]]:
-        if not name:
-            raise InventoryError(f"@{cls.flavour} needs a container name: @{cls.flavour}/NAME or "
-                                 f"@{cls.flavour}/REMOTE:NAME")
-        remote, instance = split_target(name)
-        if not INSTANCE_NAME.match(instance):
-            raise InventoryError(f"@{cls.flavour}/{name}: {instance!r} is not a valid container name")
+        parsed = parse_lxd_target(name, cls.flavour)  # labwright.hostnames: the one parser of these names
         yield (
             f"@{cls.flavour}/{name}",
-            {"lxd_instance": instance, "lxd_remote": remote},
+            {"lxd_instance": parsed.instance, "lxd_remote": parsed.remote},
             [f"@{cls.flavour}"],
         )
 
@@ -131,10 +130,13 @@ class LxdConnector(HandoverTransfer, BaseConnector):
             )
             self.client = LxdClient(endpoint, project=data.get("lxd_project") or project)
             info = self.client.instance_or_none(instance)
+            if (info is None or info.get("status") != "Running") and self.host.data.get("guest"):
+                info = self._make_declared(instance)
         except LabwrightError as exc:
             raise ConnectError(f"{where}: {exc}") from exc
         if info is None:
-            raise ConnectError(f"{where}: no such container on {endpoint.describe()}")
+            raise ConnectError(f"{where}: no such container on {endpoint.describe()} (declare it with `guest` host "
+                               "data and labwright creates it; see docs/guests.md)")
         if info.get("status") != "Running":
             raise ConnectError(f"{where}: container is {info.get('status')}; start it first "
                                f"(`{self.flavour if self.flavour == 'incus' else 'lxc'} start {where}`)")
@@ -145,6 +147,28 @@ class LxdConnector(HandoverTransfer, BaseConnector):
         self._agent_starts = 0
         if self.data.get("lxd_agent", True):
             self._start_agent()
+
+    def _make_declared(self, instance: str) -> dict[str, Any] | None:
+        """The host declares its guest (``guest`` data) and it is missing or stopped: create/start it as declared
+        (labwright.guests.declared), then wait until it can be deployed into (an address on its NIC, if it has
+        one). ``--dry`` creates nothing and fails naming what would be made."""
+        spec = spec_for_host(self.host, self.state.inventory)
+        if spec is None:
+            return self.client.instance_or_none(instance)
+        if spec.backend != "lxd" or spec.name != instance:
+            raise BadInput(f"`guest` declares a {spec.backend} guest named {spec.name!r}, but this host is "
+                           f"@{self.flavour}/{instance}: make the declaration match the host name")
+        ensure_declared(spec, lambda line: logger.warning(f"{self.host.print_prefix}{line}"), pyinfra_dry_run())
+        info = self.client.instance_or_none(instance)
+        if info is not None and info.get("status") == "Running" and self._has_nic(info):
+            wait_until(lambda: instance_address(self.client, instance) is not None, GUEST_READY_TIMEOUT,
+                       f"{instance} to get an IPv4 address after it was created")
+        return info
+
+    @staticmethod
+    def _has_nic(info: dict[str, Any]) -> bool:
+        devices = info.get("expanded_devices") or info.get("devices") or {}
+        return any(isinstance(dev, dict) and dev.get("type") == "nic" for dev in devices.values())
 
     def _start_agent(self) -> None:
         self._agent_starts += 1

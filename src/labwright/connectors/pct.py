@@ -42,7 +42,7 @@ from typing import IO, TYPE_CHECKING, Any
 import paramiko
 from pyinfra import logger
 from pyinfra.api import StringCommand
-from pyinfra.api.exceptions import ConnectError, InventoryError, PyinfraError
+from pyinfra.api.exceptions import ConnectError, PyinfraError
 from pyinfra.api.output import echo, format_text
 from pyinfra.api.util import get_file_io
 from pyinfra.connectors.base import BaseConnector, DataMeta
@@ -58,15 +58,15 @@ from pyinfra.connectors.util import (
 from typing_extensions import TypedDict, Unpack, override
 
 from labwright.connectors._transfer import HandoverTransfer, stdin_bytes
+from labwright.errors import BadInput, LabwrightError
+from labwright.guests.declared import ensure_declared, pyinfra_dry_run, spec_for_host
+from labwright.hostnames import parse_pct_target
 
 if TYPE_CHECKING:
     from pyinfra.api.arguments import ConnectorArguments
     from pyinfra.api.host import Host
     from pyinfra.api.state import State
 
-VMID_MIN = 100  # Proxmox VE's pve-vmid range
-VMID_MAX = 999_999_999
-NAME_EXAMPLE = "@pct/NODE/VMID, e.g. @pct/pve1/101"
 READ_CHUNK = 32768
 GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"  # consulted as well, as OpenSSH does
 # Arguments that make pyinfra's SSH connector hand a file over through a temporary copy.
@@ -106,18 +106,9 @@ connector_data_meta: dict[str, DataMeta] = {
 
 # --- names ------------------------------------------------------------------------------------
 def parse_pct_name(name: str | None) -> tuple[str, int]:
-    """``NODE/VMID`` -> (node, vmid); InventoryError with one line for anything else."""
-    if not name:
-        raise InventoryError(f"@pct needs a node and a container id: {NAME_EXAMPLE}")
-    node, sep, vmid_text = name.rpartition("/")
-    if not sep:
-        raise InventoryError(f"@pct/{name}: expected {NAME_EXAMPLE}")
-    if not node or "/" in node or any(ch.isspace() for ch in node):
-        raise InventoryError(f"@pct/{name}: NODE {node!r} is not a node name or ssh alias ({NAME_EXAMPLE})")
-    if not re.fullmatch(r"[1-9][0-9]*", vmid_text) or not VMID_MIN <= int(vmid_text) <= VMID_MAX:
-        raise InventoryError(f"@pct/{name}: VMID {vmid_text!r} is not a Proxmox container id "
-                             f"(an integer from {VMID_MIN} to {VMID_MAX})")
-    return node, int(vmid_text)
+    """``NODE/VMID`` -> (node, vmid); one line (an InventoryError) for anything else (labwright.hostnames)."""
+    parsed = parse_pct_target(name)
+    return parsed.node, parsed.vmid
 
 
 # --- node-side command lines (pure: quoting is tested on its own) --------------------------------
@@ -411,27 +402,50 @@ class PctConnector(HandoverTransfer, BaseConnector):
         logger.debug("Connecting to Proxmox node %s (%s) for CT %s", self.node, target, self.vmid)
         self.client = self._ssh_connect(target)
         try:
-            self._check_container(target)
+            status, reason = self._container_status(target)
+            if status != "running" and self.host.data.get("guest"):
+                self._make_declared()
+                status, reason = self._container_status(target)
+            if status == "missing":
+                raise ConnectError(f"CT {self.vmid} does not exist on node {self.node} (pct: {reason}); declare it "
+                                   "with `guest` host data and labwright creates it (docs/guests.md)")
+            if status != "running":
+                raise ConnectError(f"CT {self.vmid} on node {self.node} is {status or 'in an unknown state'}, "
+                                   f"not running; start it with `pct start {self.vmid}`")
         except BaseException:
             self.client.close()
             self.client = None
             raise
 
-    def _check_container(self, target: SshTarget) -> None:
+    def _container_status(self, target: SshTarget) -> tuple[str | None, str]:
+        """``pct status`` on the node: ("running"|"stopped"|..., "") or ("missing", pct's line)."""
         result = self.run_on_node(pct_status_command(self.vmid))
         stderr = one_line(result.stderr)
         if result.exit_code == 127 or "pct: not found" in stderr or "pct: command not found" in stderr:
             raise ConnectError(f"node {self.node} ({target.hostname}) has no `pct` command: is it a Proxmox VE "
                                "node, and is pct on the SSH user's PATH?")
         if "does not exist" in stderr:
-            raise ConnectError(f"CT {self.vmid} does not exist on node {self.node} (pct: {stderr})")
+            return "missing", stderr
         if result.exit_code != 0:
             raise ConnectError(f"`pct status {self.vmid}` failed on node {self.node} "
                                f"(exit {result.exit_code}): {stderr or one_line(result.stdout)}")
-        status = parse_pct_status(result.stdout)
-        if status != "running":
-            raise ConnectError(f"CT {self.vmid} on node {self.node} is {status or 'in an unknown state'}, "
-                               f"not running; start it with `pct start {self.vmid}`")
+        return parse_pct_status(result.stdout), ""
+
+    def _make_declared(self) -> None:
+        """The host declares its guest (``guest`` data) and the CT is missing or stopped: create/start it through
+        the Proxmox API as declared (labwright.guests.declared). ``--dry`` creates nothing and says what would be
+        made. The API's task can report success before the node shows the CT running, so the result is read back
+        with ``pct status`` (connect() checks it), never taken from the task."""
+        try:
+            spec = spec_for_host(self.host, self.state.inventory)
+            if spec is None:
+                return
+            if spec.backend != "proxmox" or spec.node != self.node or spec.vmid != self.vmid:
+                raise BadInput(f"`guest` declares {spec.backend} guest {spec.node}/{spec.vmid}, but this host is "
+                               f"@pct/{self.node}/{self.vmid}: make the declaration match the host name")
+            ensure_declared(spec, lambda line: logger.warning(f"{self.host.print_prefix}{line}"), pyinfra_dry_run())
+        except LabwrightError as exc:
+            raise ConnectError(f"@pct/{self.node}/{self.vmid}: {exc}") from exc
 
     @override
     def disconnect(self) -> None:

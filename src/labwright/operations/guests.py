@@ -10,13 +10,14 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from pyinfra import host
+from pyinfra import host, state
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import OperationError
 
 from labwright.errors import LabwrightError
 from labwright.facts.nvidia import NvidiaDriverMatch
 from labwright.guests.base import BackendPool
+from labwright.guests.declared import spec_for_host
 from labwright.guests.model import GuestSpec, spec_from_data
 
 #: NVIDIA's public archive of Linux driver installers, by exact version.
@@ -29,6 +30,11 @@ _pool = BackendPool()
 def _spec(guest: GuestSpec | Mapping[str, Any], guest_host: str | None) -> GuestSpec:
     if isinstance(guest, GuestSpec):
         return guest
+    if guest_host == host.name and host.data.get("guest") == guest:
+        # The connected host's own declaration: read with its node's data, as its connector created it.
+        spec = spec_for_host(host, state.inventory)
+        if spec is not None:
+            return spec
     return spec_from_data(guest_host or str(guest.get("name", "")), guest, source="pyinfra deploy")
 
 
