@@ -10,7 +10,7 @@ Every deploy reads its data the same way, and a bad value is one line naming the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +31,21 @@ def jinja(templates: Path | str) -> Environment:
 class DeployData:
     prefix: str
     defaults: Mapping[str, Mapping[str, Any]]
+    # The host data to read: None = pyinfra's current host; a mapping (``host.data.dict()``, or a test's dict) makes
+    # the functions that read through this object pure.
+    data: Mapping[str, Any] | None = None
+
+    def over(self, data: Mapping[str, Any]) -> DeployData:
+        """The same keys read from ``data`` instead of the current host."""
+        return replace(self, data=data)
 
     def fail(self, key: str, message: str) -> DeployError:
         """One line naming the data key."""
         return DeployError(f"{self.prefix}_{key}: {message}")
 
     def get(self, key: str, section: str = "service") -> Any:
-        """The current host's ``PREFIX_KEY``, else the default of ``key`` in ``section``."""
-        value = host.data.get(f"{self.prefix}_{key}")
+        """The host's ``PREFIX_KEY``, else the default of ``key`` in ``section``."""
+        value = (host.data if self.data is None else self.data).get(f"{self.prefix}_{key}")
         return self.defaults[section].get(key) if value is None else value
 
     def int_of(self, key: str, value: Any, low: int, high: int | None = None) -> int:

@@ -1,0 +1,39 @@
+"""labwright's deploys as importable pyinfra ``@deploy`` functions (pyinfra's "Packaging Deploys" convention).
+
+One pattern for every deploy: the host data and its checks live in the tool's package (pure functions over a
+mapping, unit-tested: ``labwright.llamacpp.deploy_data``, ``labwright.tabbyapi.deploy_data``, ``labwright.base
+.deploy_data`` ...), the operations in ``labwright.operations`` (every HTTP health check is
+``labwright.operations.http.wait_healthy``), and the function here only reads facts, refuses with one line naming
+the data key before anything changes, and calls the operations. ``deploys/*.py`` in the repository are few-line
+shims so ``pyinfra INVENTORY deploys/X.py`` keeps working.
+
+========================  =====================================================
+``deploy_base``           timezone, locale, admin user, sshd hardening
+``deploy_llamacpp``       llama-server from the cached build; Ollama drop-in
+``deploy_tabbyapi``       tabbyAPI on an engine stack, pinned source, n-gram
+``deploy_kokoro``         Kokoro-FastAPI text to speech
+``deploy_litellm``        LiteLLM gateway over the inventory's engines
+``deploy_desktop``        xrdp + MATE + Firefox in an unprivileged LXC
+``deploy_stack``          switch (or roll back) a venv's engine stack
+``deploy_guest``          build an inventory's guests (run on ``@local``)
+``deploy_bios_backup``    flashrom backup of a host's BIOS chip
+``deploy_cluster_rejoin`` rejoin a stale corosync node (run on ``@local``)
+========================  =====================================================
+
+Compose them in your own deploy file; each reads the same host data as its shim (``llamacpp_model``,
+``tabbyapi_model_name``, ...), from your inventory or ``--data``::
+
+    # my_lab.py:  pyinfra -y inventory.py my_lab.py
+    from pyinfra import host
+
+    from labwright.deploys.base import deploy_base
+    from labwright.deploys.llamacpp import deploy_llamacpp
+
+    deploy_base()
+    if host.data.get("llamacpp_model"):
+        deploy_llamacpp()
+
+pyinfra prefixes every operation's name with the deploy's (``llama.cpp | Unit llama-server.service``), and the
+usual global arguments apply to a whole deploy: ``deploy_llamacpp(_sudo=True)``. Import the module of the deploy
+you use, as above: each imports only what its own deploy needs.
+"""

@@ -1,0 +1,110 @@
+"""llama.cpp llama-server as a systemd service, with the seed's production flags as data; an Ollama drop-in.
+
+The binary is pushed from the control machine rather than built on each guest: one 5-minute build per machine
+instead of one per guest, no compiler in the guests, and every guest runs byte-for-byte the same engine (its sha256
+is checked on the guest before it replaces the installed one). The host data and its checks are
+labwright.llamacpp.deploy_data; see deploys/llamacpp.py and docs/llamacpp.md for the keys.
+"""
+
+from __future__ import annotations
+
+import shlex
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import File, Sha256File
+from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from labwright.deploy_data import FALSE, TRUE
+from labwright.facts.llamacpp import OllamaPresent, PortListeners, ReadableBy
+from labwright.llamacpp.deploy_data import (
+    KEYS,
+    OLLAMA_DROPIN,
+    ollama_environment,
+    ollama_mode,
+    render_ollama_dropin,
+    settings_from,
+)
+from labwright.operations import http
+
+
+@deploy("llama.cpp")
+def deploy_llamacpp() -> None:
+    """llama-server from the cached build, its unit, (re)start and health; the same KV policy for a local Ollama.
+
+    Everything is checked before anything changes (model present, port free or already ours, cache types the
+    engine accepts, a quantized V cache only with flash attention); each refusal is one line naming the data key.
+    """
+    # --- read and check host data before touching anything ------------------------------------------
+    data = host.data.dict()
+    s = settings_from(data)
+    if not host.get_fact(File, path=s.model):
+        raise KEYS.fail("model", f"{s.model} does not exist on {host.name}; copy the GGUF there first (nothing was "
+                        "changed)")
+    if not host.get_fact(ReadableBy, path=s.model, user=s.user):
+        raise KEYS.fail("model", f"{s.model} is not readable by the service user {s.user} on {host.name}; make the "
+                        "file and its directories world-readable or group-readable by it (nothing was changed)")
+    listeners = host.get_fact(PortListeners, port=s.flags["port"], service=s.service)
+    if listeners["pids"] and not listeners["ours"]:
+        holder = ", ".join(listeners["names"]) or "another process"
+        raise KEYS.fail("port", f"{s.flags['port']} is already in use on {host.name} by {holder} (nothing was "
+                        "changed)")
+
+    mode = ollama_mode(data)
+    ollama = host.get_fact(OllamaPresent)
+    ollama_found = ollama["unit"] or ollama["binary"]
+    if mode in TRUE and not ollama_found:
+        raise KEYS.fail("ollama_override", f"no ollama unit or binary on {host.name}; use auto or false")
+    apply_ollama = ollama_found and mode not in FALSE
+    ollama_env = ollama_environment(data) if apply_ollama else {}
+
+    # --- runtime libraries (apt only when missing) and the service user ------------------------------
+    installed = host.get_fact(DebPackages)
+    missing = [p for p in s.runtime_packages if p not in installed]
+    if missing:
+        apt.update(name="Refresh apt lists (runtime libraries missing)", cache_time=3600)
+        apt.packages(name="Install llama-server runtime libraries", packages=missing, no_recommends=True)
+    server.user(name=f"Service user {s.user}", user=s.user, system=True, shell="/usr/sbin/nologin",
+                home=f"/var/lib/{s.service}", create_home=True)
+
+    # --- the binary: staged, sha256-checked on the guest, then moved over the old one ----------------
+    binary_changed = False
+    if host.get_fact(Sha256File, path=s.binary) != s.binary_sha256:
+        stage = s.binary_stage
+        files.put(name="Stage llama-server binary", src=s.binary_src, dest=stage, mode="755", user="root",
+                  group="root")
+        server.shell(name=f"Check sha256 and install {s.binary}", commands=[
+            f"echo '{s.binary_sha256}  {stage}' | sha256sum -c --quiet || {{ rm -f {shlex.quote(stage)}; "
+            f"echo 'labwright: pushed llama-server does not match sha256 {s.binary_sha256}' >&2; exit 1; }}",
+            f"mv -f {shlex.quote(stage)} {shlex.quote(s.binary)}",
+        ])
+        binary_changed = True
+
+    # --- unit, start, restart on change, health ------------------------------------------------------
+    unit = files.put(name=f"Unit {s.service}.service", src=StringIO(s.render_unit()),
+                     dest=f"/etc/systemd/system/{s.service}.service", user="root", group="root", mode="644")
+    systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
+    started = systemd.service(name=f"{s.service} enabled and running", service=f"{s.service}.service", running=True,
+                              enabled=True)
+    # Restart only for a real change; a fresh start above already runs the new binary and unit.
+    restarted = systemd.service(name=f"Restart {s.service} (unit or binary changed)", service=f"{s.service}.service",
+                                restarted=True,
+                                _if=lambda: (unit.did_change() or binary_changed) and not started.did_change())
+    http.wait_healthy(name=f"{s.service} health: /health then /v1/models", url=s.health_url, service=s.service,
+                      timeout=s.health_timeout, models=s.model_ids,
+                      _if=lambda: binary_changed or any_changed(unit, started, restarted)())
+
+    # --- Ollama on the same host: the same KV policy, as a drop-in -----------------------------------
+    if apply_ollama:
+        dropin = files.put(name="Ollama drop-in (flash attention, KV cache type, keep-alive, context)",
+                           src=StringIO(render_ollama_dropin(ollama_env)), dest=OLLAMA_DROPIN, user="root",
+                           group="root", mode="644", create_remote_dir=True)
+    else:
+        dropin = files.file(name="No labwright Ollama drop-in", path=OLLAMA_DROPIN, present=False)
+    systemd.daemon_reload(name="systemd daemon-reload (Ollama drop-in changed)", _if=dropin.did_change)
+    # try-restart: a stopped Ollama stays stopped, a running one picks up the new environment.
+    server.shell(name="Restart Ollama if running (drop-in changed)", commands=["systemctl try-restart ollama.service"],
+                 _if=lambda: dropin.did_change() and bool(ollama["unit"]))

@@ -1,0 +1,226 @@
+"""labwright.deploys.llamacpp's host data as pure logic: flags, the command line, the unit, the Ollama drop-in.
+
+Everything here reads a mapping (``host.data.dict()`` in the deploy, a plain dict in tests) and the control machine's
+own files (the cached llama-server build), never a target host; each refusal is one line naming the data key
+(``llamacpp_<key>``), raised before the deploy changes anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from labwright import paths
+from labwright.deploy_data import FALSE, TRUE, DeployData, jinja
+from labwright.llamacpp.build import cache_dir
+
+TEMPLATES = paths.templates_dir("llamacpp")
+DEFAULTS: dict[str, Any] = tomllib.loads((TEMPLATES / "defaults.toml").read_text())
+JINJA = jinja(TEMPLATES)
+OLLAMA_DROPIN = "/etc/systemd/system/ollama.service.d/50-labwright.conf"
+NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+KEYS = DeployData("llamacpp", DEFAULTS)
+
+
+def flag_values(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The [flags] table with host overrides applied; false/""/None drop a flag, unknown keys need extra_args."""
+    keys = KEYS.over(data)
+    fail, as_int, as_bool = keys.fail, keys.int_of, keys.bool_of
+    values = {key: keys.get(key, "flags") for key in DEFAULTS["flags"]}
+    engine = DEFAULTS["engine"]
+    mode = values["flash_attn"]
+    mode = ("on" if mode else "off") if isinstance(mode, bool) else str(mode).strip().lower()
+    if mode not in engine["flash_attn_modes"]:
+        raise fail("flash_attn", f"{mode!r} is not one of {', '.join(engine['flash_attn_modes'])}")
+    values["flash_attn"] = mode
+    for key in ("cache_type_k", "cache_type_v"):
+        kind = str(values[key]).strip().lower()
+        if kind not in engine["cache_types"]:
+            raise fail(key, f"{kind!r} is not a cache type llama.cpp supports ({', '.join(engine['cache_types'])})")
+        values[key] = kind
+    if values["cache_type_v"] not in engine["unquantized_cache_types"] and mode == "off":
+        raise fail("cache_type_v", f"{values['cache_type_v']} is a quantized V cache, which llama.cpp only runs with "
+                   "flash attention: set llamacpp_flash_attn=on (or auto), or llamacpp_cache_type_v=f16")
+    values["ctx_size"] = as_int("ctx_size", values["ctx_size"], 0)
+    values["parallel"] = as_int("parallel", values["parallel"], 1)
+    values["batch_size"] = as_int("batch_size", values["batch_size"], 1)
+    values["ubatch_size"] = as_int("ubatch_size", values["ubatch_size"], 1, values["batch_size"])
+    values["port"] = as_int("port", values["port"], 1, 65535)
+    for key in ("metrics", "jinja"):
+        values[key] = as_bool(key, values[key])
+    kwargs = values["chat_template_kwargs"]
+    if isinstance(kwargs, str) and kwargs.strip():
+        try:
+            kwargs = json.loads(kwargs)
+        except json.JSONDecodeError:
+            raise fail("chat_template_kwargs", f"{kwargs!r} is not a JSON object") from None
+    if kwargs and not isinstance(kwargs, dict):
+        raise fail("chat_template_kwargs", "must be a table/JSON object such as {\"enable_thinking\": false}")
+    values["chat_template_kwargs"] = kwargs
+    return values
+
+
+def command_line(binary: str, model: str, alias: str, flags: dict[str, Any], extra: list[str]) -> list[str]:
+    """llama-server's argv: the model, the alias, each flag as ``--key-with-dashes`` (tables as JSON), then extra."""
+    args = [binary, "--model", model]
+    if alias:
+        args += ["--alias", alias]
+    for key, value in flags.items():
+        if value is None or value is False or value == "" or value == {}:
+            continue
+        option = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(option)
+        elif isinstance(value, dict | list):
+            args += [option, json.dumps(value, separators=(",", ":"))]
+        else:
+            args += [option, str(value)]
+    return args + extra
+
+
+def systemd_quote(arg: str) -> str:
+    """One ExecStart word: systemd expands % specifiers and $VARIABLES even inside quotes, so escape both."""
+    escaped = arg.replace("%", "%%").replace("$", "$$")
+    if escaped and re.fullmatch(r"[A-Za-z0-9_./:=,+@-]+", escaped):
+        return escaped
+    return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def local_binary(data: Mapping[str, Any]) -> tuple[str, str]:
+    """The binary to push and its sha256, checked here so a corrupt cache never reaches a guest."""
+    keys = KEYS.over(data)
+    src = Path(str(keys.get("binary_src") or cache_dir() / "llama-server")).expanduser()
+    if not src.is_file():
+        raise keys.fail("binary_src", f"{src} does not exist; build it with `python -m labwright.llamacpp.build` "
+                        "or pass --data llamacpp_binary_src=PATH")
+    given = data.get("llamacpp_binary_sha256")
+    # --data parses an all-digit digest as a number (dropping leading zeros): spell it back as 64 digits.
+    expected = f"{given:064d}" if isinstance(given, int) and not isinstance(given, bool) else str(given or "").lower()
+    if expected and not re.fullmatch(r"[0-9a-f]{64}", expected):
+        raise keys.fail("binary_sha256", f"{given!r} is not a sha256 (64 hex digits)")
+    sidecar = src.with_name(src.name + ".sha256")
+    if not expected and sidecar.is_file():
+        expected = sidecar.read_text().split()[0]
+    actual = hashlib.sha256(src.read_bytes()).hexdigest()
+    if expected and actual != expected:
+        raise keys.fail("binary_sha256", f"{src} has sha256 {actual}, expected {expected}")
+    return str(src), actual
+
+
+@dataclass(frozen=True)
+class LlamacppSettings:
+    """Everything labwright.deploys.llamacpp needs before looking at the host, checked."""
+
+    service: str
+    user: str
+    binary: str
+    model: str
+    alias: str
+    flags: dict[str, Any]
+    extra: list[str]
+    health_timeout: int
+    restart: str
+    restart_sec: int
+    runtime_packages: list[str]
+    binary_src: str
+    binary_sha256: str
+
+    @property
+    def exec_start(self) -> str:
+        return " ".join(systemd_quote(word) for word in command_line(self.binary, self.model, self.alias, self.flags,
+                                                                     self.extra))
+
+    def render_unit(self) -> str:
+        return JINJA.get_template("llama-server.service.j2").render(
+            model=self.model, user=self.user, exec_start=self.exec_start, restart=self.restart,
+            restart_sec=self.restart_sec)
+
+    @property
+    def health_url(self) -> str:
+        """Where the host itself reaches the server (loopback when it listens on every address)."""
+        listen = str(self.flags["host"])
+        return f"http://{'127.0.0.1' if listen in ('0.0.0.0', '::', '') else listen}:{self.flags['port']}"
+
+    @property
+    def model_ids(self) -> list[str]:
+        """What /v1/models may call the model: the alias, else llama-server's default (the path or its file name)."""
+        return [self.alias] if self.alias else [self.model, PurePosixPath(self.model).name]
+
+    @property
+    def binary_stage(self) -> str:
+        """Where the pushed binary waits for its sha256 check, beside the installed one."""
+        binary = PurePosixPath(self.binary)
+        return str(binary.with_name(f".{binary.name}.labwright-new"))
+
+
+def settings_from(data: Mapping[str, Any]) -> LlamacppSettings:
+    """Read and check the host data (names, paths, flags, extra args, the local binary), in the deploy's order."""
+    keys = KEYS.over(data)
+    fail, get = keys.fail, keys.get
+    service, user = str(get("service")), str(get("user"))
+    for key, value in (("service", service), ("user", user)):
+        if not NAME.match(value) or value == "root":
+            raise fail(key, f"{value!r} is not a valid name")
+    binary, model, alias = str(get("binary")), str(get("model")), str(get("alias") or "")
+    for key, value in (("binary", binary), ("model", model)):
+        if not PurePosixPath(value).is_absolute():
+            raise fail(key, f"{value!r} must be an absolute path on the guest")
+    flags = flag_values(data)
+    extra = get("extra_args") or []
+    if isinstance(extra, str):
+        extra = shlex.split(extra)
+    if not all(isinstance(word, str) for word in extra):
+        raise fail("extra_args", "must be a list of command-line words")
+    health_timeout = keys.int_of("health_timeout", get("health_timeout"), 1)
+    restart_sec = keys.int_of("restart_sec", get("restart_sec"), 0)
+    binary_src, binary_sha256 = local_binary(data)
+    return LlamacppSettings(
+        service=service, user=user, binary=binary, model=model, alias=alias, flags=flags, extra=list(extra),
+        health_timeout=health_timeout, restart=str(get("restart")), restart_sec=restart_sec,
+        runtime_packages=list(get("runtime_packages")), binary_src=binary_src, binary_sha256=binary_sha256)
+
+
+def ollama_mode(data: Mapping[str, Any]) -> str:
+    """``llamacpp_ollama_override``: auto, or one of the true/false spellings."""
+    mode = str(data.get("llamacpp_ollama_override", DEFAULTS["ollama"]["override"])).strip().lower()
+    if mode not in ("auto", *TRUE, *FALSE):
+        raise KEYS.fail("ollama_override", f"{mode!r} is not auto, true or false")
+    return mode
+
+
+def ollama_environment(data: Mapping[str, Any]) -> dict[str, str]:
+    """The Ollama drop-in's environment: the same KV policy as llama-server (flash attention, cache type)."""
+    keys = KEYS.over(data)
+
+    def ollama_data(key: str) -> Any:
+        value = data.get(f"llamacpp_ollama_{key}")
+        return DEFAULTS["ollama"][key] if value is None else value
+
+    kv_type = str(ollama_data("kv_cache_type")).strip().lower()
+    if kv_type not in DEFAULTS["ollama"]["kv_cache_types"]:
+        kinds = ", ".join(DEFAULTS["ollama"]["kv_cache_types"])
+        raise keys.fail("ollama_kv_cache_type", f"{kv_type!r} is not one of {kinds}")
+    flash_attention = keys.bool_of("ollama_flash_attention", ollama_data("flash_attention"))
+    if kv_type != "f16" and not flash_attention:
+        raise keys.fail("ollama_kv_cache_type", f"{kv_type} needs llamacpp_ollama_flash_attention=true (Ollama "
+                        "ignores a quantized KV cache without flash attention)")
+    env = {
+        "OLLAMA_FLASH_ATTENTION": "1" if flash_attention else "0",
+        "OLLAMA_KV_CACHE_TYPE": kv_type,
+        "OLLAMA_KEEP_ALIVE": str(ollama_data("keep_alive")),
+        "OLLAMA_CONTEXT_LENGTH": str(keys.int_of("ollama_context_length", ollama_data("context_length"), 0)),
+    }
+    if any(re.search(r'["\\\n%$]', value) for value in env.values()):
+        raise keys.fail("ollama_keep_alive", "values must not contain quotes, backslashes, %, $ or newlines")
+    return env
+
+
+def render_ollama_dropin(env: Mapping[str, str]) -> str:
+    return JINJA.get_template("ollama-override.conf.j2").render(env=env)
