@@ -1,0 +1,1 @@
+"""The base every lab host gets: timezone, locale, unattended upgrades, an admin user, sshd hardening."""

@@ -1,0 +1,169 @@
+"""labwright.deploys.base's host data as pure logic: defaults, one-line refusals, the rendered files.
+
+Reads a mapping (``host.data.dict()`` in the deploy, a dict in tests) and the control machine's public key file,
+never a target host. Keys (documented in docs/base.md): admin_user, admin_ssh_public_key_file, timezone, locale,
+unattended_upgrades, sshd_extra_config. A refusal names the key, without a prefix (``timezone: ...``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pyinfra.api.exceptions import DeployError
+
+from labwright import paths
+from labwright.deploy_data import jinja
+from labwright.lab.keys import lab_key_path
+
+SSHD_DROPIN = "/etc/ssh/sshd_config.d/50-labwright.conf"
+AUTO_UPGRADES = "/etc/apt/apt.conf.d/20auto-upgrades"
+BASE_PACKAGES = ["openssh-server", "sudo", "locales", "tzdata"]
+
+DEFAULTS: dict[str, Any] = {
+    "admin_user": "labadmin",
+    # Read lazily: lab_key_path() creates labwright's data directory, which only matters when used.
+    "admin_ssh_public_key_file": None,
+    "timezone": "Etc/UTC",
+    "locale": "en_US.UTF-8",
+    "unattended_upgrades": False,
+    "sshd_extra_config": [],
+}
+
+# trim_blocks keeps {% %} lines out of the output, so the rendered files carry no stray blank lines.
+JINJA = jinja(paths.templates_dir("base"))
+
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+TIMEZONE = re.compile(r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$")
+LOCALE = re.compile(r"^[A-Za-z0-9_.@-]+$")
+PUBLIC_KEY = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-[a-z0-9-]+@openssh\.com)\s+[A-Za-z0-9+/=]+")
+
+
+def fail(key: str, message: str) -> DeployError:
+    """One-line error naming the host data key; pyinfra prints DeployError without a traceback."""
+    return DeployError(f"{key}: {message}")
+
+
+def value(data: Mapping[str, Any], key: str) -> Any:
+    found = data.get(key)
+    return DEFAULTS[key] if found is None else found
+
+
+def as_bool(data: Mapping[str, Any], key: str) -> bool:
+    found = value(data, key)
+    # --data parses true/false and integers, but an inventory may hold "yes"/"off" strings.
+    if isinstance(found, bool):
+        return found
+    text = str(found).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise fail(key, f"{found!r} is not a boolean (use true or false)")
+
+
+def public_key_lines(data: Mapping[str, Any]) -> list[str]:
+    """The OpenSSH public keys of admin_ssh_public_key_file (default: the lab key's .pub), checked."""
+    raw = value(data, "admin_ssh_public_key_file") or str(lab_key_path().with_suffix(".pub"))
+    path = Path(os.path.expanduser(str(raw)))
+    if not path.is_file():
+        raise fail("admin_ssh_public_key_file",
+                   f"{path} does not exist; run `labwright lab up` to create the lab key or pass "
+                   "--data admin_ssh_public_key_file=PATH")
+    text = path.read_text(errors="replace")
+    # Refuse a private key given by mistake: it would otherwise be copied onto the host.
+    if "PRIVATE KEY" in text:
+        raise fail("admin_ssh_public_key_file", f"{path} is a private key; give the .pub file")
+    keys = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    if not keys or not all(PUBLIC_KEY.match(k) for k in keys):
+        raise fail("admin_ssh_public_key_file", f"{path} does not hold OpenSSH public keys")
+    return keys
+
+
+def extra_sshd_lines(data: Mapping[str, Any]) -> list[str]:
+    found = value(data, "sshd_extra_config")
+    lines = found.splitlines() if isinstance(found, str) else list(found)
+    if not all(isinstance(line, str) for line in lines):
+        raise fail("sshd_extra_config", "must be a list of sshd_config lines")
+    return [line.strip() for line in lines if line.strip()]
+
+
+def locale_key(name: str) -> str:
+    """Compare locales the way glibc does: `locale -a` lists en_US.UTF-8 as en_US.utf8."""
+    lang, _, codeset = name.partition(".")
+    return f"{lang}.{re.sub(r'[^a-z0-9]', '', codeset.lower())}" if codeset else lang
+
+
+def sha1(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def sshd_check(dropin: str) -> str:
+    """`sshd -t` on the full configuration as it would be with the candidate drop-in in place.
+
+    It runs on a copy (sshd_config with its Include pointed at a scratch directory holding the
+    current drop-ins plus the candidate), so even the check never puts a broken file where sshd
+    reads its configuration.
+    """
+    name = shlex.quote(PurePosixPath(dropin).name)
+    return (
+        'd=$(mktemp -d) && mkdir "$d/conf.d" '
+        '&& for f in /etc/ssh/sshd_config.d/*.conf; do if [ -e "$f" ]; then cp "$f" "$d/conf.d/" || exit 1; fi; done '
+        f'&& cp {{}} "$d/conf.d/"{name} '
+        "&& sed \"s#/etc/ssh/sshd_config\\.d/#$d/conf.d/#g\" /etc/ssh/sshd_config > \"$d/sshd_config\" "
+        '&& /usr/sbin/sshd -t -f "$d/sshd_config"; rc=$?; rm -rf "$d"; exit $rc'
+    )
+
+
+@dataclass(frozen=True)
+class BaseSettings:
+    admin_user: str
+    admin_keys: list[str]
+    timezone: str
+    locale: str
+    unattended: bool
+    sshd_extra: list[str]
+
+    @property
+    def packages(self) -> list[str]:
+        return BASE_PACKAGES + (["unattended-upgrades"] if self.unattended else [])
+
+    @property
+    def zone_file(self) -> str:
+        return f"/usr/share/zoneinfo/{self.timezone}"
+
+    @property
+    def locale_pattern(self) -> str:
+        """The locale as a grep/sed regex: LOCALE admits only [A-Za-z0-9_.@-], of which only the dot is special."""
+        return self.locale.replace(".", r"\.")
+
+    def render_sudoers(self) -> str:
+        return JINJA.get_template("sudoers-admin.j2").render(admin_user=self.admin_user)
+
+    def render_auto_upgrades(self) -> str:
+        return JINJA.get_template("20auto-upgrades.j2").render(flag="1" if self.unattended else "0")
+
+    def render_sshd_dropin(self) -> str:
+        return JINJA.get_template("sshd-labwright.conf.j2").render(extra_lines=self.sshd_extra)
+
+
+def settings_from(data: Mapping[str, Any]) -> BaseSettings:
+    """Read and check the host data, in the deploy's order (the first bad key is the one reported)."""
+    admin_user = str(value(data, "admin_user"))
+    if not USER_NAME.match(admin_user) or admin_user == "root":
+        raise fail("admin_user", f"{admin_user!r} is not a valid name for a new admin user")
+    admin_keys = public_key_lines(data)
+    timezone = str(value(data, "timezone"))
+    if not TIMEZONE.match(timezone):
+        raise fail("timezone", f"{timezone!r} is not a zone name such as Europe/Berlin or Etc/UTC")
+    locale = str(value(data, "locale"))
+    if not LOCALE.match(locale):
+        raise fail("locale", f"{locale!r} is not a locale name such as en_US.UTF-8")
+    unattended = as_bool(data, "unattended_upgrades")
+    return BaseSettings(admin_user, admin_keys, timezone, locale, unattended, extra_sshd_lines(data))

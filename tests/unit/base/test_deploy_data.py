@@ -1,0 +1,68 @@
+"""labwright.base.deploy_data: the base deploy's data rules and rendered files, without a host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyinfra.api.exceptions import DeployError
+
+from labwright.base.deploy_data import SSHD_DROPIN, locale_key, settings_from, sshd_check
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGk0dW0gdGVzdCBrZXkgb25seQ me@lab"
+
+
+@pytest.fixture
+def pub(tmp_path: Path) -> Path:
+    path = tmp_path / "id.pub"
+    path.write_text(f"# the lab key\n{KEY}\n")
+    return path
+
+
+def test_defaults(pub):
+    s = settings_from({"admin_ssh_public_key_file": str(pub)})
+    assert (s.admin_user, s.timezone, s.locale, s.unattended) == ("labadmin", "Etc/UTC", "en_US.UTF-8", False)
+    assert s.admin_keys == [KEY] and "unattended-upgrades" not in s.packages
+    assert s.zone_file == "/usr/share/zoneinfo/Etc/UTC" and s.locale_pattern == r"en_US\.UTF-8"
+    assert 'APT::Periodic::Unattended-Upgrade "0";' in s.render_auto_upgrades()
+    assert "labadmin" in s.render_sudoers()
+
+
+def test_unattended_and_extra_sshd_lines(pub):
+    s = settings_from({"admin_ssh_public_key_file": str(pub), "unattended_upgrades": "yes",
+                       "sshd_extra_config": "MaxSessions 4\n\n  AllowTcpForwarding no "})
+    assert s.unattended and "unattended-upgrades" in s.packages
+    assert s.sshd_extra == ["MaxSessions 4", "AllowTcpForwarding no"]
+    assert "MaxSessions 4\n" in s.render_sshd_dropin()
+
+
+@pytest.mark.parametrize(("more", "key", "words"), [
+    ({"admin_user": "root"}, "admin_user", "not a valid name"),
+    ({"timezone": "../etc"}, "timezone", "not a zone name"),
+    ({"locale": "en US"}, "locale", "not a locale name"),
+    ({"unattended_upgrades": "sometimes"}, "unattended_upgrades", "not a boolean"),
+    ({"sshd_extra_config": [1]}, "sshd_extra_config", "list of sshd_config lines"),
+    ({"admin_ssh_public_key_file": "/nonexistent.pub"}, "admin_ssh_public_key_file", "does not exist"),
+])
+def test_refusals_name_the_key(pub, more, key, words):
+    with pytest.raises(DeployError) as error:
+        settings_from({"admin_ssh_public_key_file": str(pub), **more})
+    assert str(error.value).startswith(f"{key}: ") and words in str(error.value)
+
+
+def test_a_private_key_is_refused(tmp_path):
+    private = tmp_path / "id"
+    private.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nxx\n")
+    with pytest.raises(DeployError, match="is a private key; give the .pub file"):
+        settings_from({"admin_ssh_public_key_file": str(private)})
+
+
+@pytest.mark.parametrize(("name", "key"), [("en_US.UTF-8", "en_US.utf8"), ("en_US.utf8", "en_US.utf8"),
+                                           ("C", "C"), ("de_DE.ISO-8859-1", "de_DE.iso88591")])
+def test_locale_key_compares_as_glibc(name, key):
+    assert locale_key(name) == key
+
+
+def test_sshd_check_tests_a_copy_with_the_candidate():
+    check = sshd_check(SSHD_DROPIN)
+    assert '"$d/conf.d/"50-labwright.conf' in check and "sshd -t -f" in check and "{}" in check
