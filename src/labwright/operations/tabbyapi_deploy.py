@@ -1,4 +1,6 @@
-"""pyinfra operations behind deploys/tabbyapi.py: the pinned checkout, host-only API keys, config.yml, start + health.
+"""pyinfra operations behind labwright.deploys.tabbyapi: the pinned checkout, host-only API keys, config.yml.
+
+The (re)start and health check is the shared labwright.operations.http.wait_healthy.
 
 Each decides at execution time from the host's state (facts read then), so they see what the steps before them
 did in the same run: config.yml is rendered after the checkout and already carries n-gram drafting on
@@ -21,9 +23,6 @@ from labwright.errors import LabwrightError
 from labwright.facts.git import GitCheckout
 from labwright.facts.tabbyapi import TabbyapiNgramFiles
 from labwright.tabbyapi.ngram import MODEL_PY, TabbyTexts, plan_ngram
-
-STARTUP_LINE = "Application startup complete"
-OOM_LINE = "Insufficient VRAM in split for model and cache"
 
 
 @operation()
@@ -104,68 +103,3 @@ def config(text: str, path: str, source: str, match_min: int, group: str):
         if change.mode == "config" and change.new_text is not None:
             text = change.new_text
     yield from files.put._inner(src=StringIO(text), dest=path, user="root", group=group, mode="640")
-
-
-HEALTH = r'''
-import json, subprocess, sys, time, urllib.request
-since, url, service, timeout, model, cache_size, cache_mode, tokens = sys.argv[1:9]
-timeout = float(timeout)
-deadline = time.monotonic() + timeout
-
-
-def journal():
-    cmd = ["journalctl", "-u", service + ".service", "--since", "@" + since, "-o", "cat", "--no-pager"]
-    return subprocess.run(cmd, capture_output=True, text=True).stdout
-
-
-def key():
-    try:
-        for line in open(tokens):
-            name, _, value = line.partition(":")
-            if name.strip() == "api_key":
-                return value.strip().strip("'\"")
-    except OSError:
-        return ""
-    return ""
-
-
-def get(path):
-    request = urllib.request.Request(url + path, headers={"Authorization": "Bearer " + key()})
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return response.status, json.load(response)
-
-
-last = "no answer yet"
-while True:
-    log = journal()
-    if OOM_LINE in log:
-        subprocess.run(["systemctl", "stop", service + ".service"])
-        sys.exit(f"labwright: {service}: out of VRAM at start: cache_size {cache_size} (cache_mode {cache_mode}) "
-                 f"does not fit beside the model ('{OOM_LINE}'); lower tabbyapi_cache_size (a multiple of 256) "
-                 f"or use a smaller cache_mode such as 4,4, then re-run; the unit was stopped to end the restart loop")
-    if STARTUP_LINE in log:
-        try:
-            status, _ = get("/health")
-            if status == 200:
-                _, models = get("/v1/models")
-                ids = [m.get("id") for m in models.get("data", [])]
-                if model in ids:
-                    print(f"{service} healthy: {STARTUP_LINE!r}, /health 200, /v1/models lists {model}")
-                    sys.exit(0)
-                last = f"/v1/models lists {ids}, not {model}"
-        except Exception as error:
-            last = str(error)
-    if time.monotonic() > deadline:
-        print("\n".join(log.splitlines()[-15:]), file=sys.stderr)
-        sys.exit(f"labwright: {service} not healthy after {timeout:g}s ({last}); its journal is above")
-    time.sleep(0.3)
-'''.replace("OOM_LINE", repr(OOM_LINE)).replace("STARTUP_LINE", repr(STARTUP_LINE))
-
-
-def restart_and_check(service: str, url: str, timeout: int, model: str, cache_size: int, cache_mode: str,
-                      tokens: str) -> str:
-    """One shell line: note the time, restart the unit, then wait for the journal's startup line and a healthy
-    /health + /v1/models (with the host's API key), or turn the OOM line into one clear error."""
-    args = shlex.join([url, service, str(timeout), model, str(cache_size), cache_mode, tokens])
-    return (f"since=$(date +%s); systemctl restart {shlex.quote(service + '.service')}; "
-            f"python3 -c {shlex.quote(HEALTH)} \"$since\" {args}")

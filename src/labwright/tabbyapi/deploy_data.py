@@ -1,4 +1,4 @@
-"""deploys/tabbyapi.py's host data: defaults, checks (one line naming the key each), and the rendered files.
+"""labwright.deploys.tabbyapi's host data: defaults, checks (one line naming the key each), and the rendered files.
 
 Pure: no pyinfra here, so the rules are unit-tested directly. Data keys are ``tabbyapi_<key>`` (flat, as
 ``--data`` gives them) or ``<key>`` inside a ``tabbyapi`` dict of inventory data; the flat one wins. The defaults
@@ -30,6 +30,9 @@ REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 GPU_MODES = ("auto", "check", "required", "off")
 RESTART_POLICIES = ("no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always")
+# tabbyAPI's own log lines (uvicorn's startup line; exllamav3's allocation failure, tabbyAPI's backends/exllamav3).
+STARTUP_LINE = "Application startup complete"
+OOM_LINE = "Insufficient VRAM in split for model and cache"
 
 
 def load_defaults() -> dict[str, dict[str, Any]]:
@@ -147,6 +150,13 @@ class Settings:
     def cache_note(self) -> str:
         return (f"tabbyapi_cache_size: {self.cache_size_requested} is not a multiple of {PAGE}; rounded up to "
                 f"{self.cache_size} (exllamav3 allocates the KV cache in {PAGE}-token pages)")
+
+    @property
+    def oom_message(self) -> str:
+        """The one line for tabbyAPI's out-of-VRAM start, naming the data key to change."""
+        return (f"{self.service}: out of VRAM at start: cache_size {self.cache_size} (cache_mode {self.cache_mode}) "
+                f"does not fit beside the model ('{OOM_LINE}'); lower tabbyapi_cache_size (a multiple of {PAGE}) "
+                "or use a smaller cache_mode such as 4,4, then re-run; the unit was stopped to end the restart loop")
 
     def render_config(self) -> str:
         values = asdict(self)

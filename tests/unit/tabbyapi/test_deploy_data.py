@@ -97,10 +97,18 @@ def test_git_checkout_fact_parses_and_resolves_only_tags_and_commits_locally():
 def test_the_example_inventory_is_valid_tabbyapi_data():
     from pathlib import Path
 
-    from labwright.lab.spec import load_inventory_groups
+    from labwright.inventory import load_inventory
 
-    groups = load_inventory_groups(Path(__file__).resolve().parents[3] / "inventories" / "lab.py")
-    (_, data), = groups["gpu_guests"][0]
+    gpu, = load_inventory(Path(__file__).resolve().parents[3] / "inventories" / "lab.py").group("gpu_guests")
+    data = gpu.data
     s = settings_from(data)
     assert (s.stack, s.model_path, s.cache_mode) == ("C", "/models/Qwen3-14B-exl3-4.0bpw", "8,4")
     assert s.model_dir == data["guest"]["mounts"][0]["guest"]  # the model mount the guest declares
+
+
+def test_out_of_vram_message_names_the_cache_and_the_key():
+    from labwright.tabbyapi.deploy_data import OOM_LINE
+
+    message = settings_from({"tabbyapi_cache_size": 4096, "tabbyapi_cache_mode": "4,4"}).oom_message
+    assert message.startswith("tabbyapi: out of VRAM at start: cache_size 4096 (cache_mode 4,4)")
+    assert OOM_LINE in message and "lower tabbyapi_cache_size" in message and "\n" not in message

@@ -1,0 +1,122 @@
+"""tabbyAPI in a guest, end to end: driver check, packages, user, engine stack, pinned source, n-gram, config, unit.
+
+The host data and its checks are labwright.tabbyapi.deploy_data; the checkout, keys and config.yml are
+labwright.operations.tabbyapi_deploy; see deploys/tabbyapi.py and docs/tabbyapi.md for the keys.
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import Directory
+from pyinfra.facts.server import Command
+from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from labwright.errors import LabwrightError
+from labwright.facts.llamacpp import PortListeners, ReadableBy
+from labwright.facts.nvidia import NvidiaDriverMatch
+from labwright.operations import guests, http, tabbyapi
+from labwright.operations import stack as stack_ops
+from labwright.operations import tabbyapi_deploy as ops
+from labwright.stacks.from_matrix import plan_for_stack
+from labwright.tabbyapi.deploy_data import OOM_LINE, STARTUP_LINE, settings_from
+
+
+@deploy("tabbyAPI")
+def deploy_tabbyapi() -> None:
+    """tabbyAPI at a pinned ref on an engine stack, as a systemd service, (re)started and health-checked on change.
+
+    Everything in the data, and everything that can be known about the host before a change (model directory,
+    port, driver), is checked first; each refusal is one line naming the key, and nothing changes. A broken stack
+    is refused by the stack switch before its swap; a ref the remote does not have, before the checkout; both leave
+    the running service as it was. A second run with the same data changes nothing.
+    """
+    # --- read and check everything before touching the host -------------------------------------------
+    try:
+        s = settings_from(host.data.dict())
+        plan = plan_for_stack(s.stack, s.venv, root=s.stacks_root, wheelhouse=s.wheelhouse or None,
+                              torch=s.torch or None)
+    except LabwrightError as exc:
+        raise DeployError(str(exc)) from None
+    if s.cache_rounded:
+        logger.warning(s.cache_note)
+
+    if not host.get_fact(Directory, path=s.model_path):
+        raise DeployError(f"tabbyapi_model_dir: {s.model_path} (model_dir/model_name) does not exist on {host.name}: "
+                          "copy the model there or fix tabbyapi_model_dir / tabbyapi_model_name (nothing was changed)")
+    if not host.get_fact(ReadableBy, path=s.model_path, user=s.user):
+        raise DeployError(f"tabbyapi_model_dir: {s.model_path} is not readable by the service user {s.user} on "
+                          f"{host.name}: make it world- or group-readable (nothing was changed)")
+    listeners = host.get_fact(PortListeners, port=s.port, service=s.service)
+    if listeners["pids"] and not listeners["ours"]:
+        holder = ", ".join(listeners["names"]) or "another process"
+        raise DeployError(f"tabbyapi_port: {s.port} is already in use on {host.name} by {holder}: stop it or choose "
+                          "another tabbyapi_port (nothing was changed)")
+
+    driver = host.get_fact(NvidiaDriverMatch, root=s.nvidia_root) if s.gpu != "off" else None
+    if driver is not None:
+        if driver["status"] == "no-host-driver":
+            if s.gpu == "required":
+                raise DeployError(f"tabbyapi_gpu: required, but {host.name} has no NVIDIA driver "
+                                  f"({driver['message']})")
+            logger.warning(f"{host.name}: no NVIDIA kernel module visible: GPU driver check skipped "
+                           f"(tabbyapi_gpu={s.gpu})")
+        elif driver["status"] != "match" and s.gpu == "check":
+            raise DeployError(f"tabbyapi_gpu: {driver['message']} (tabbyapi_gpu=check installs nothing; nothing "
+                              "changed)")
+
+    unit_path = f"/etc/systemd/system/{s.service}.service"
+    active = host.get_fact(Command, f"systemctl is-active {s.service}.service 2>/dev/null || true").strip() == "active"
+
+    # --- the guest, the driver, packages, the user ----------------------------------------------------
+    guest = host.data.get("guest")
+    if guest:
+        guests.container(name="Guest matches its declaration", guest=guest, guest_host=host.name)
+    if driver is not None and driver["status"] != "no-host-driver" and s.gpu != "check":
+        guests.nvidia_userspace(name="NVIDIA userspace = host driver", root=s.nvidia_root)
+
+    installed = host.get_fact(DebPackages)
+    missing = [p for p in s.packages if p not in installed]
+    if missing:
+        apt.update(name="Refresh apt lists (packages missing)", cache_time=3600)
+        apt.packages(name=f"Install {', '.join(missing)}", packages=missing, no_recommends=True)
+    server.user(name=f"Service user {s.user}", user=s.user, system=True, shell="/usr/sbin/nologin",
+                home=f"/var/lib/{s.service}", create_home=True)
+
+    # --- the engine stack: built beside and ABI-verified before the swap; a running service is restarted on it
+    # and health-checked, with an automatic rollback
+    stack_ops.switch(
+        name=f"Stack {plan.stack} at {s.venv}", plan=plan, keep=s.keep, base_python=s.base_python or None,
+        installer=s.installer, create=True, service=s.service if active else None,
+        health=f"{s.local_url}/health" if active else None, health_timeout=float(s.health_timeout))
+
+    # --- source at the pinned ref, keys, config.yml, n-gram drafting ---------------------------------
+    source = ops.checkout(name=f"tabbyAPI source at {s.ref}", url=s.git_url, ref=s.ref, dest=s.source)
+    tokens = ops.api_tokens(name="API keys (generated on the host, kept)", path=s.tokens_path, group=s.user)
+    rounded = f" (cache_size {s.cache_size_requested} rounded up to {s.cache_size})" if s.cache_rounded else ""
+    config = ops.config(name=f"config.yml{rounded}", text=s.render_config(), path=s.config_path, source=s.source,
+                        match_min=s.ngram_match_min, group=s.user)
+    ngram = (tabbyapi.ngram(name=f"n-gram drafting (ngram_match_min={s.ngram_match_min})", source=s.source,
+                            config=s.config_path, match_min=s.ngram_match_min, group=s.user)
+             if s.ngram_match_min else None)
+
+    # --- unit, (re)start on change, health -----------------------------------------------------------
+    unit = files.put(name=f"Unit {s.service}.service", src=StringIO(s.render_unit()), dest=unit_path, user="root",
+                     group="root", mode="644")
+    systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
+    systemd.service(name=f"{s.service} enabled", service=f"{s.service}.service", running=None, enabled=True)
+    changed = [op for op in (source, tokens, config, ngram, unit) if op is not None]
+    # tabbyAPI's startup line in the journal first, then /health and /v1/models with the host's own API key; the
+    # out-of-VRAM line ends the wait at once and stops the unit (else systemd restarts it into the same failure).
+    http.wait_healthy(
+        name=f"(Re)start {s.service}, wait for '{STARTUP_LINE}' and /health",
+        url=s.local_url, service=s.service, timeout=s.health_timeout, models=[s.model_name], models_wait=True,
+        key_file=s.tokens_path, key_name="api_key", restart=True, startup_line=STARTUP_LINE,
+        fatal_lines={OOM_LINE: s.oom_message}, stop_on_fatal=True, interval=0.3,
+        _if=lambda: not active or any_changed(*changed)(),
+    )
