@@ -1,0 +1,184 @@
+"""Kokoro TTS: Kokoro-FastAPI as a systemd service, on CPU or GPU by the seed's rule, streaming per sentence.
+
+The device choice and the requirement list are labwright.kokoro.deploy_data; the streaming patch is
+labwright.kokoro.streaming. See deploys/kokoro.py (the pyinfra CLI shim, with usage) and docs/kokoro.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+import shutil
+from io import StringIO
+from pathlib import Path, PurePosixPath
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import FindInFile
+from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from labwright.default_keys import is_default_key
+from labwright.deploy_data import DeployData, jinja
+from labwright.errors import LabwrightError
+from labwright.facts.llamacpp import PortListeners
+from labwright.facts.nvidia import NvidiaDriverVersion
+from labwright.kokoro.deploy_data import TEMPLATES, DataError, choose_device, load_defaults, requirements
+from labwright.kokoro.streaming import plan_streaming, read_tree
+from labwright.operations import http
+from labwright.paths import cache_root
+
+DEFAULTS = load_defaults()
+JINJA = jinja(TEMPLATES)
+NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+IGNORED = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", "node_modules", ".pytest_cache")
+MARKER = ".labwright-requirements"
+
+
+KEYS = DeployData("kokoro", DEFAULTS)
+fail, data = KEYS.fail, KEYS.get
+
+
+def as_int(key: str, low: int, high: int | None = None) -> int:
+    return KEYS.int_of(key, data(key), low, high)
+
+
+def as_bool(key: str) -> bool:
+    return KEYS.bool_of(key, data(key))
+
+
+def stage(source: Path, patched: dict[str, str]) -> Path:
+    """A copy of the checkout with the patched files written in (one staging directory per source and host)."""
+    key = hashlib.sha256(f"{source.resolve()}\0{host.name}".encode()).hexdigest()[:16]
+    target = cache_root() / "kokoro" / "staged" / key
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target, ignore=IGNORED)
+    for relative, text in patched.items():
+        (target / relative).write_text(text, encoding="utf-8", newline="")
+    return target
+
+
+@deploy("Kokoro TTS")
+def deploy_kokoro() -> None:
+    """Kokoro-FastAPI from a checkout on this machine (streaming patch applied), its venv, unit and health.
+
+    Everything is checked before anything changes (names, paths, the device and its driver, the port, the patch's
+    fit); each refusal is one line naming the data key. A re-run with the same source changes nothing.
+    """
+    # --- read and check everything before touching anything -----------------------------------------
+    service, user = str(data("service")), str(data("user"))
+    for key, value in (("service", service), ("user", user)):
+        if not NAME.match(value) or value == "root":
+            raise fail(key, f"{value!r} is not a valid name")
+    guest_dir, venv = str(data("dir")), str(data("venv"))
+    for key, value in (("dir", guest_dir), ("venv", venv)):
+        if not PurePosixPath(value).is_absolute() or re.search(r"[\s'\"$`\\]", value) or value in ("/", "/opt", "/usr"):
+            raise fail(key, f"{value!r} must be a dedicated absolute path without spaces or quotes")
+    listen_host = str(data("host"))
+    if not re.fullmatch(r"[0-9A-Za-z.:]+", listen_host):
+        raise fail("host", f"{listen_host!r} is not an address to listen on")
+    port = as_int("port", 1, 65535)
+    health_timeout = as_int("health_timeout", 1)
+    find_links = str(data("find_links") or "")
+    if re.search(r"[\s'\"$`\\]", find_links):
+        raise fail("find_links", f"{find_links!r} must be a path or URL without spaces or quotes")
+    extra_index = str(data("extra_index_url") or "")
+    if extra_index and (not extra_index.startswith("https://") or re.search(r"[\s'\"$`\\]", extra_index)):
+        raise fail("extra_index_url", f"{extra_index!r} must be an https:// URL without spaces or quotes")
+    try:
+        device = choose_device(str(data("use")), str(data("device") or ""), DEFAULTS["choice"])
+    except DataError as exc:
+        raise DeployError(str(exc)) from None
+    device_data = DEFAULTS["device"][device]
+    extra_env = host.data.get("kokoro_env") or {}
+    if not isinstance(extra_env, dict) or not all(
+            re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(k)) and not re.search(r"[\s\"'\\%$]", str(v))
+            for k, v in extra_env.items()):
+        raise fail("env", "must be a table of NAME = value (upper-case names; values without spaces, quotes, % or $)")
+    for env_name, env_value in extra_env.items():
+        why = is_default_key(str(env_value))
+        if why:
+            raise fail("env", f"{env_name} is {why}, which anyone can look up; set a random key (nothing was changed)")
+    unit_env = {**device_data["env"], **{str(k): str(v) for k, v in extra_env.items()}}
+
+    source_value = host.data.get("kokoro_source")
+    if not source_value:
+        raise fail("source", "is required: the Kokoro-FastAPI checkout on this machine (the directory holding api/ and "
+                   "pyproject.toml), e.g. --data kokoro_source=~/src/Kokoro-FastAPI")
+    source = Path(str(source_value)).expanduser()
+    if not (source / "pyproject.toml").is_file():
+        raise fail("source", f"{source} has no pyproject.toml: pass the Kokoro-FastAPI checkout (nothing was changed)")
+    try:
+        wanted = requirements((source / "pyproject.toml").read_text(), str(device_data["extra"]),
+                              str(source / "pyproject.toml"))
+    except DataError as exc:
+        raise DeployError(str(exc)) from None
+    patched: dict[str, str] = {}
+    if as_bool("patch_streaming"):
+        try:
+            change = plan_streaming(read_tree(source))
+        except LabwrightError as exc:
+            raise fail("source", str(exc)) from None
+        if not change.ok:
+            raise fail("patch_streaming", f"{change.message} (or set kokoro_patch_streaming=false)")
+        patched = {f.label: f.after for f in change.files}
+
+    if device == "gpu" and not host.get_fact(NvidiaDriverVersion):
+        raise fail("device", f"gpu on {host.name}, which has no NVIDIA driver loaded; pass a GPU through to it, or "
+                   "use kokoro_use=conversational (CPU: as fast to first audio, as the seed measured) (nothing was "
+                   "changed)")
+    listeners = host.get_fact(PortListeners, port=port, service=service)
+    if listeners["pids"] and not listeners["ours"]:
+        holder = ", ".join(listeners["names"]) or "another process"
+        raise fail("port", f"{port} is already in use on {host.name} by {holder} (nothing was changed)")
+
+    # --- packages, user, the checkout ------------------------------------------------------------------
+    installed = host.get_fact(DebPackages)
+    missing = [p for p in data("runtime_packages") if p not in installed]
+    if missing:
+        apt.update(name="Refresh apt lists (runtime packages missing)", cache_time=3600)
+        apt.packages(name=f"Install {', '.join(missing)}", packages=missing, no_recommends=True)
+    home = f"/var/lib/{service}"
+    server.user(name=f"Service user {user}", user=user, system=True, shell="/usr/sbin/nologin", home=home,
+                create_home=True)
+    staged = stage(source, patched)
+    patch_note = " (streaming patch applied)" if patched else ""
+    tree = files.sync(name=f"Kokoro-FastAPI checkout -> {guest_dir}{patch_note}",
+                      src=str(staged), dest=guest_dir, user="root", group="root", mode="644", dir_mode="755",
+                      exclude=["*.pyc", "__pycache__"])
+
+    # --- the venv: reinstall only when the requirement list changes --------------------------------------
+    requirement_text = "\n".join([f"# {device} ({device_data['extra']}) index {extra_index or 'PyPI'}", *wanted]) + "\n"
+    digest = hashlib.sha256(requirement_text.encode()).hexdigest()
+    install_changed = False
+    if not host.get_fact(FindInFile, path=f"{venv}/{MARKER}", pattern=f"sha256 {digest}"):
+        source_args = f"--no-index --find-links {shlex.quote(find_links)} " if find_links else ""
+        if extra_index and not find_links:
+            source_args = f"--extra-index-url {shlex.quote(extra_index)} "
+        server.shell(name=f"Install {len(wanted)} requirements ({device}) into {venv}", commands=[
+            f"test -x {venv}/bin/pip || python3 -m venv {venv}",
+            f"{venv}/bin/pip install -q --disable-pip-version-check {source_args}"
+            + " ".join(shlex.quote(r) for r in wanted),
+            f"printf '%s\\n' {shlex.quote(requirement_text + 'sha256 ' + digest)} > {venv}/{MARKER}",
+        ])
+        install_changed = True
+
+    # --- unit, start, restart on change, health ----------------------------------------------------------
+    unit_text = JINJA.get_template("kokoro.service.j2").render(
+        user=user, home=home, dir=guest_dir, venv=venv, host=listen_host, port=port, env=unit_env,
+        device=device, use=str(data("use")))
+    unit = files.put(name=f"Unit {service}.service", src=StringIO(unit_text),
+                     dest=f"/etc/systemd/system/{service}.service", user="root", group="root", mode="644")
+    systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
+    started = systemd.service(name=f"{service} enabled and running", service=f"{service}.service", running=True,
+                              enabled=True)
+    restarted = systemd.service(name=f"Restart {service} (checkout, requirements or unit changed)",
+                                service=f"{service}.service", restarted=True,
+                                _if=lambda: (install_changed or any_changed(tree, unit)()) and not started.did_change())
+    health_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
+    http.wait_healthy(name=f"{service} health: /health", url=f"http://{health_host}:{port}", service=service,
+                      timeout=health_timeout, interval=1, journal_lines=20,
+                      _if=lambda: install_changed or any_changed(tree, unit, started, restarted)())

@@ -1,0 +1,195 @@
+"""LiteLLM gateway: one OpenAI-compatible URL for the inventory's engines and cloud models.
+
+The configuration is built by labwright.litellm.config (pure); see deploys/litellm.py (the pyinfra CLI shim, with
+usage) and docs/litellm.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from io import StringIO
+from pathlib import PurePosixPath
+from typing import Any, cast
+
+from pyinfra import host, inventory
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import File
+from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from labwright.deploy_data import DeployData, jinja
+from labwright.errors import LabwrightError
+from labwright.facts.default_keys import DefaultKeysIn
+from labwright.facts.litellm import LitellmVersion
+from labwright.facts.llamacpp import PortListeners
+from labwright.lab.lab import instance_address
+from labwright.litellm.config import (
+    TEMPLATES,
+    ConfigError,
+    EngineHost,
+    build_gateway,
+    cloud_models,
+    discover_engines,
+    load_defaults,
+    parse_aliases,
+    render_config,
+    render_secrets,
+)
+from labwright.lxd.client import LxdClient
+from labwright.lxd.remotes import resolve_endpoint
+from labwright.operations import http
+
+DEFAULTS = load_defaults()
+JINJA = jinja(TEMPLATES)
+NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+VERSION = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")
+
+
+KEYS = DeployData("litellm", DEFAULTS)
+fail, data = KEYS.fail, KEYS.get
+
+
+def as_int(key: str, low: int, high: int | None = None) -> int:
+    return KEYS.int_of(key, data(key), low, high)
+
+
+def address_of(engine: EngineHost) -> str:
+    """How the gateway reaches an engine host: explicit data, its LXD container's address, ssh_hostname, name."""
+    given = engine.data.get("litellm_engine_address")
+    if given:
+        return str(given)
+    instance = engine.data.get("lxd_instance")
+    if instance:
+        try:
+            endpoint, project = resolve_endpoint(engine.data.get("lxd_remote"), engine.data.get("lxd_config_dir"),
+                                                 "lxd", engine.data.get("lxd_socket"))
+            found = instance_address(LxdClient(endpoint, project=engine.data.get("lxd_project") or project),
+                                     str(instance))
+        except LabwrightError as exc:
+            raise fail("engine_address", f"{engine.name}: cannot look up its address ({exc}); set "
+                       "litellm_engine_address on that host") from None
+        if not found:
+            raise fail("engine_address", f"{engine.name} has no IPv4 address (is it running?); set "
+                       "litellm_engine_address on that host")
+        return found
+    if engine.data.get("ssh_hostname"):
+        return str(engine.data.get("ssh_hostname"))
+    if engine.name.startswith("@"):
+        raise fail("engine_address", f"{engine.name}: no address known; set litellm_engine_address on that host")
+    return engine.name
+
+
+@deploy("LiteLLM gateway")
+def deploy_litellm() -> None:
+    """The LiteLLM proxy at a pinned version, its master key (made on the gateway), cloud keys, config and unit.
+
+    The whole inventory is read: every engine host becomes a model in config.yaml. Everything is checked before
+    anything changes; each refusal is one line naming the data key.
+    """
+    # --- read and check everything before touching anything -----------------------------------------
+    if host.data.get("litellm_master_key") is not None:
+        raise fail("master_key", "is never taken from inventory data (secrets stay out of inventories); labwright "
+                   "generates it on the gateway: remove litellm_master_key (nothing was changed)")
+    service, user = str(data("service")), str(data("user"))
+    for key, value in (("service", service), ("user", user)):
+        if not NAME.match(value) or value == "root":
+            raise fail(key, f"{value!r} is not a valid name")
+    version = str(data("version")).strip()
+    if not VERSION.match(version):
+        raise fail("version", f"{version!r} is not a litellm release such as 1.80.0")
+    venv, config_dir = str(data("venv")), str(data("config_dir"))
+    for key, value in (("venv", venv), ("config_dir", config_dir)):
+        if not PurePosixPath(value).is_absolute() or re.search(r"[\s'\"$`\\]", value):
+            raise fail(key, f"{value!r} must be an absolute path without spaces or quotes")
+    listen_host = str(data("host"))
+    if not re.fullmatch(r"[0-9A-Za-z.:]+", listen_host):
+        raise fail("host", f"{listen_host!r} is not an address to listen on")
+    port = as_int("port", 1, 65535)
+    find_links = str(data("find_links") or "")
+    if re.search(r"[\s'\"$`\\]", find_links):
+        raise fail("find_links", f"{find_links!r} must be a path or URL without spaces or quotes")
+    health_timeout = as_int("health_timeout", 1)
+    num_retries = as_int("num_retries", 0)
+    request_timeout = as_int("timeout", 1)
+
+    try:
+        # HostData is read through .get only, as a Mapping would be.
+        hosts = [EngineHost(h.name, cast(Mapping[str, Any], h.data), h.name == host.name) for h in inventory]
+        engines = discover_engines(hosts, DEFAULTS["engines"], address_of)
+        cloud, secrets = cloud_models(host.data.get("litellm_cloud_models"), os.environ)
+        gateway = build_gateway(engines, cloud, secrets, parse_aliases(host.data.get("litellm_aliases")))
+    except ConfigError as exc:
+        raise DeployError(str(exc)) from None
+    if not gateway.models:
+        raise fail("cloud_models", "no engines in the inventory (llamacpp_model, tabbyapi_model_name or ollama_models "
+                   "on a host) and no cloud models: the gateway would serve nothing (nothing was changed)")
+
+    master_env, secrets_env, config_file = (f"{config_dir}/master.env", f"{config_dir}/secrets.env",
+                                            f"{config_dir}/config.yaml")
+    defaults_found = host.get_fact(DefaultKeysIn, paths=[master_env, secrets_env, config_file])
+    if defaults_found:
+        found = defaults_found[0]
+        raise fail("master_key", f"{found['path']} on {host.name} sets {found['variable']} to {found['why']}, which "
+                   f"anyone can look up; delete {found['path']} and re-run to generate a random one (nothing was "
+                   "changed)")
+    listeners = host.get_fact(PortListeners, port=port, service=service)
+    if listeners["pids"] and not listeners["ours"]:
+        holder = ", ".join(listeners["names"]) or "another process"
+        raise fail("port", f"{port} is already in use on {host.name} by {holder} (nothing was changed)")
+
+    # --- runtime, user, the venv at the pinned version ------------------------------------------------
+    installed = host.get_fact(DebPackages)
+    missing = [p for p in data("runtime_packages") if p not in installed]
+    if missing:
+        apt.update(name="Refresh apt lists (python3-venv missing)", cache_time=3600)
+        apt.packages(name="Install python3-venv", packages=missing, no_recommends=True)
+    home = f"/var/lib/{service}"
+    server.user(name=f"Service user {user}", user=user, system=True, shell="/usr/sbin/nologin", home=home,
+                create_home=True)
+    install_changed = False
+    current = host.get_fact(LitellmVersion, venv=venv)
+    if current != version:
+        source = f"--no-index --find-links {shlex.quote(find_links)}" if find_links else ""
+        server.shell(name=f"Install litellm[proxy]=={version} in {venv} (was {current or 'absent'})", commands=[
+            f"test -x {venv}/bin/pip || python3 -m venv {venv}",
+            f"{venv}/bin/pip install -q --disable-pip-version-check {source} 'litellm[proxy]=={version}'",
+        ])
+        install_changed = True
+
+    # --- keys, config, unit ---------------------------------------------------------------------------
+    files.directory(name=f"{config_dir} (root:{user} 0750)", path=config_dir, user="root", group=user, mode="750")
+    master_created = False
+    if not host.get_fact(File, path=master_env):
+        server.shell(name=f"Generate the master key on the gateway ({master_env}, 0600 root)", commands=[
+            f"umask 077; python3 -c 'import secrets; print(\"LITELLM_MASTER_KEY=sk-\" + secrets.token_urlsafe(32))' "
+            f"> {master_env}.new && mv {master_env}.new {master_env}",
+        ])
+        master_created = True
+    secrets_file = files.put(name=f"Cloud keys ({secrets_env}, 0600 root)",
+                             src=StringIO(render_secrets(gateway.secrets)), dest=secrets_env, user="root",
+                             group="root", mode="600")
+    config = files.put(name=f"{config_file}: {len(gateway.models)} models", src=StringIO(
+        render_config(gateway, num_retries, request_timeout)), dest=config_file, user="root", group=user, mode="640")
+    unit_text = JINJA.get_template("litellm.service.j2").render(user=user, home=home, config_dir=config_dir, venv=venv,
+                                                                host=listen_host, port=port)
+    unit = files.put(name=f"Unit {service}.service", src=StringIO(unit_text),
+                     dest=f"/etc/systemd/system/{service}.service", user="root", group="root", mode="644")
+    systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
+    started = systemd.service(name=f"{service} enabled and running", service=f"{service}.service", running=True,
+                              enabled=True)
+    restarted = systemd.service(
+        name=f"Restart {service} (install, keys, config or unit changed)", service=f"{service}.service", restarted=True,
+        _if=lambda: (install_changed or master_created or any_changed(secrets_file, config, unit)())
+        and not started.did_change())
+    health_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
+    http.wait_healthy(
+        name=f"{service} health: /health/liveliness then /v1/models", url=f"http://{health_host}:{port}",
+        service=service, timeout=health_timeout, health_path="/health/liveliness", models=gateway.names,
+        all_models=True, key_file=master_env, key_name="LITELLM_MASTER_KEY", interval=1, journal_lines=20,
+        request_timeout=30,
+        _if=lambda: install_changed or master_created or any_changed(secrets_file, config, unit, started, restarted)())
