@@ -15,26 +15,6 @@ check), writes nothing new, and reports no change. The same code runs behind ``l
 See docs/bios.md; the operation is labwright.operations.bios.backup.
 """
 
-from __future__ import annotations
+from labwright.deploys.bios_backup import deploy_bios_backup
 
-from pyinfra import host
-from pyinfra.api.exceptions import DeployError
-from pyinfra.operations import apt
-
-from labwright.bios.flashrom import check_programmer
-from labwright.errors import LabwrightError
-from labwright.facts.bios import FlashromPath
-from labwright.operations import bios
-
-programmer = str(host.data.get("bios_programmer") or "internal")
-try:
-    check_programmer(programmer)
-except LabwrightError as exc:
-    raise DeployError(f"bios_programmer: {exc}") from None
-
-if host.get_fact(FlashromPath) is None:
-    apt.packages(name="Install flashrom", packages=["flashrom"], update=True, no_recommends=True)
-
-bios.backup(name="BIOS backup: read the chip twice, compare, copy off, verify",
-            programmer=programmer,
-            out=str(host.data.get("bios_out") or "backups/bios"))
+deploy_bios_backup()

@@ -1,0 +1,168 @@
+"""Desktop: xrdp + xorgxrdp + MATE + Firefox in an unprivileged LXC.
+
+See deploys/desktop.py (the pyinfra CLI shim, with usage) and docs/desktop.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.server import Users
+from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from labwright.desktop import password as passwords
+from labwright.desktop.recipe import (
+    CERT_DIR,
+    CHROME_PACKAGES,
+    MOZILLA_FINGERPRINT,
+    MOZILLA_KEY,
+    MOZILLA_KEY_URL,
+    MOZILLA_LIST,
+    MOZILLA_LIST_TEXT,
+    MOZILLA_PIN,
+    MOZILLA_PIN_TEXT,
+    MOZILLA_PREREQUISITES,
+    PASSWORD_ENV,
+    RECORD,
+    check_confinement,
+    check_distro,
+    check_guest_data,
+    check_password,
+    packages,
+    parse_os_release,
+    parse_settings,
+)
+from labwright.errors import LabwrightError
+from labwright.facts.desktop import DesktopGuest
+from labwright.facts.llamacpp import PortListeners
+from labwright.operations import desktop
+
+SESSION_TEXT = "#!/bin/sh\n# MATE for xrdp sessions (labwright deploys/desktop.py)\nexec mate-session\n"
+DATA_KEYS = ("desktop_user", "desktop_port", "desktop_listen", "desktop_firefox_source", "desktop_stage")
+
+
+@deploy("Desktop")
+def deploy_desktop() -> None:
+    """Desktop: xrdp + xorgxrdp + MATE + Firefox in an unprivileged LXC."""
+    # --- read and check everything before touching anything ------------------------------------------
+    try:
+        settings = parse_settings({k: host.data.get(k) for k in DATA_KEYS}, host.name)
+        check_guest_data(host.data.get("guest"), host.name)
+        guest = host.get_fact(DesktopGuest)
+        distro = parse_os_release(guest["os_release"])
+        check_distro(distro, settings.firefox_source, host.name)
+        check_confinement(guest["uid_map"], guest["seccomp"], guest["apparmor_enabled"], guest["apparmor_label"],
+                          host.name)
+        given_password = check_password(os.environ.get(PASSWORD_ENV), host.name)
+    except LabwrightError as exc:
+        raise DeployError(str(exc)) from None
+
+    user = settings.user
+    home = f"/home/{user}"
+    installed = host.get_fact(DebPackages)
+    existing = host.get_fact(Users).get(user)
+    if settings.stage == "all":
+        listeners = host.get_fact(PortListeners, port=settings.port, service="xrdp")
+        # xrdp forks a child per connection that keeps the listening socket: every holder named xrdp is ours.
+        if listeners["pids"] and set(listeners["names"]) != {"xrdp"}:
+            holder = ", ".join(listeners["names"]) or "another process"
+            raise DeployError(f"desktop_port: {settings.port} is already in use on {host.name} by {holder}; stop it or "
+                              "set desktop_port (nothing was changed)")
+
+    password_hash: str | None = None
+    shown_password: str | None = None
+    if settings.stage == "all":
+        if existing is None:
+            shown_password = None if given_password else passwords.generate()
+            password_hash = passwords.sha512_crypt(given_password or shown_password or "")
+        elif given_password is not None:
+            current = str(existing.get("password") or "")
+            password_hash = current if passwords.matches(given_password, current) else \
+                passwords.sha512_crypt(given_password)
+
+    # --- packages, without recommends ----------------------------------------------------------------
+    wanted = packages(distro.id, settings.firefox_source)
+    refreshed = False
+    if settings.firefox_source == "mozilla":
+        pre = [p for p in MOZILLA_PREREQUISITES if p not in installed]
+        if pre:
+            apt.update(name="Refresh apt lists (Mozilla repository prerequisites missing)", cache_time=3600)
+            apt.packages(name="Install curl, gnupg, ca-certificates", packages=pre, no_recommends=True)
+            refreshed = True
+        files.directory(name="/etc/apt/keyrings", path="/etc/apt/keyrings", mode="755", user="root", group="root")
+        key = files.download(name="Mozilla's apt signing key", src=MOZILLA_KEY_URL, dest=MOZILLA_KEY, mode="644")
+        server.shell(name="Check the key's fingerprint", _if=key.did_change, commands=[
+            f"gpg -n -q --import --import-options import-show {MOZILLA_KEY} 2>/dev/null "
+            f"| grep -q {MOZILLA_FINGERPRINT} "
+            f"|| {{ rm -f {MOZILLA_KEY}; echo 'labwright: {MOZILLA_KEY_URL} is not Mozilla key {MOZILLA_FINGERPRINT}'"
+            " >&2; exit 1; }"])
+        source = files.put(name="Mozilla apt source (signed-by)", src=StringIO(MOZILLA_LIST_TEXT), dest=MOZILLA_LIST,
+                           mode="644", user="root", group="root")
+        pin = files.put(name="Pin Mozilla's packages at 1000 (no snap stub)", src=StringIO(MOZILLA_PIN_TEXT),
+                        dest=MOZILLA_PIN, mode="644", user="root", group="root")
+        apt.update(name="Refresh apt lists (Mozilla repository added)", _if=any_changed(key, source, pin))
+    else:
+        # Switching back from Mozilla's repository leaves no source or pin behind.
+        for path in (MOZILLA_LIST, MOZILLA_PIN, MOZILLA_KEY):
+            files.file(name=f"No {path} (firefox source {settings.firefox_source})", path=path, present=False)
+    missing = [p for p in wanted if p not in installed]
+    if missing:
+        if not refreshed:
+            apt.update(name="Refresh apt lists (desktop packages missing)", cache_time=3600)
+        apt.packages(name=f"Install {len(missing)} desktop packages (no recommends)", packages=missing,
+                     no_recommends=True)
+    chrome = [p for p in CHROME_PACKAGES if p in installed]
+    if chrome:
+        print(f"{host.name}: note: {', '.join(chrome)} is installed; it reports 'offline' in an unprivileged container "
+              "(network-service seccomp sandbox): use Firefox; `labwright desktop check` flags it")
+
+    if settings.stage == "all":
+        # --- xrdp: TLS with a key of this guest's own, readable through ssl-cert; where to listen ----------
+        group = server.user(name="xrdp in group ssl-cert (else TLS key unreadable: 'MAC checksum error')", user="xrdp",
+                            groups=["ssl-cert"], append=True)
+        files.directory(name=CERT_DIR, path=CERT_DIR, mode="755", user="root", group="root")
+        cert = desktop.self_signed_certificate(name="xrdp TLS certificate", cert=f"{CERT_DIR}/cert.pem",
+                                               key=f"{CERT_DIR}/key.pem", group="ssl-cert",
+                                               subject=f"/CN={host.name.rsplit('/', 1)[-1].rsplit(':', 1)[-1]}")
+        ini = desktop.xrdp_globals(name=f"xrdp.ini: port={settings.xrdp_port}, TLS only", values={
+            "port": settings.xrdp_port, "security_layer": "tls", "certificate": f"{CERT_DIR}/cert.pem",
+            "key_file": f"{CERT_DIR}/key.pem"})
+        started = [systemd.service(name=f"{unit} enabled and running", service=f"{unit}.service", running=True,
+                                   enabled=True) for unit in ("xrdp-sesman", "xrdp")]
+        restarted = systemd.service(name="Restart xrdp (config, certificate or group changed)", service="xrdp.service",
+                                    restarted=True, _if=any_changed(group, cert, ini))
+        # systemctl returns before xrdp listens: wait for it, so a finished deploy takes connections (or says why not).
+        server.shell(name=f"xrdp listening on {settings.xrdp_port}", _if=any_changed(restarted, *started), commands=[
+            f"for i in $(seq 100); do ss -Hltn 'sport = :{settings.port}' | grep -q LISTEN && exit 0; sleep 0.2; done; "
+            "journalctl -u xrdp -n 15 --no-pager -o cat >&2; echo 'labwright: xrdp is not listening after 20s' >&2; "
+            "exit 1"])
+
+        # --- the desktop user and a MATE session --------------------------------------------------------
+        server.user(name=f"Desktop user {user}", user=user, shell="/bin/bash", home=home, create_home=True,
+                    password=password_hash)
+        files.put(name="MATE as the session (~/.xsession)", src=StringIO(SESSION_TEXT), dest=f"{home}/.xsession",
+                  user=user, group=user, mode="755")
+        for path in (f"{home}/.config", f"{home}/.config/caja", f"{home}/Desktop"):
+            files.directory(name=f"{path} owned by {user}", path=path, user=user, group=user, mode="755")
+        launcher = f"{settings.firefox_package}.desktop"
+        desktop.copy_on_host(name="Firefox launcher on the desktop", src=f"/usr/share/applications/{launcher}",
+                             dest=f"{home}/Desktop/{launcher}", user=user, group=user, mode="755")
+        record = {"user": user, "port": settings.port, "listen": settings.listen,
+                  "firefox_source": settings.firefox_source, "firefox_package": settings.firefox_package,
+                  "distro": f"{distro.id} {distro.version}"}
+        files.put(name=f"Record ({RECORD}) for `labwright desktop check`",
+                  src=StringIO(json.dumps(record, indent=2, sort_keys=True) + "\n"), dest=RECORD, mode="644",
+                  user="root", group="root", create_remote_dir=True)
+        if shown_password and "--dry" in sys.argv:
+            print(f"{host.name}: desktop user {user} would get a generated password (not shown: --dry applies nothing)")
+        elif shown_password:
+            print(f"{host.name}: desktop user {user}: generated password {shown_password} (shown once, stored nowhere; "
+                  f"set ${PASSWORD_ENV} to choose one)")

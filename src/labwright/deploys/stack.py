@@ -1,0 +1,54 @@
+"""Engine stack: switch a guest's venv to a named stack (or roll it back), ABI-checked before the swap.
+
+See deploys/stack.py (the pyinfra CLI shim, with usage) and docs/stacks.md.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import DeployError
+
+from labwright.errors import LabwrightError
+from labwright.operations import stack as stack_ops
+from labwright.stacks.deploy_data import flag, number, value
+from labwright.stacks.from_matrix import plan_for_stack
+from labwright.stacks.plan import DEFAULT_ROOT
+from labwright.stacks.service import HealthCheck, check_health, check_unit
+
+
+@deploy("Engine stack")
+def deploy_stack() -> None:
+    """Switch ``venv`` to ``stack`` (or roll it back with ``stack_rollback``); a second run changes nothing."""
+    data = host.data.dict()
+    venv = value(data, "venv")
+    if not venv:
+        raise DeployError("venv: required: the venv path the service runs from, e.g. --data venv=/opt/tabbyapi/.venv")
+    common = {"service": value(data, "service"), "health": value(data, "health"),
+              "health_cmd": value(data, "health_cmd"), "health_timeout": number(data, "health_timeout", 60.0)}
+    root = str(value(data, "stacks_root", DEFAULT_ROOT))
+
+    # Resolve and check everything here, while pyinfra prepares: an error then is one line (DeployError) and no
+    # operation has run, instead of a traceback from inside the operation's generator at execution time.
+    try:
+        check_health(HealthCheck(url=common["health"], command=common["health_cmd"],
+                                 timeout_s=common["health_timeout"]))
+        if common["service"]:
+            check_unit(str(common["service"]))
+        plan = None
+        if not flag(data, "stack_rollback"):
+            name = value(data, "stack")
+            if not name:
+                raise DeployError("stack: required: a stack name from wheels_matrix/stacks.toml, e.g. --data stack=A")
+            plan = plan_for_stack(str(name), str(venv), root=root, wheelhouse=value(data, "wheelhouse"),
+                                  torch=value(data, "torch"))
+    except LabwrightError as exc:
+        raise DeployError(str(exc)) from None
+
+    if plan is None:
+        stack_ops.rollback(name=f"Roll back {venv}", venv=str(venv), root=root, **common)
+    else:
+        stack_ops.switch(
+            name=f"Stack {plan.stack} at {venv}", plan=plan, keep=int(number(data, "keep", 2)),
+            base_python=value(data, "base_python"),
+            installer=str(value(data, "installer", "auto")), create=flag(data, "create"), **common)

@@ -1,0 +1,47 @@
+"""labwright.deploys: every deploy is a pyinfra @deploy function, and deploys/*.py are shims that call it."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+NAMES = sorted(p.stem for p in (REPO / "deploys").glob("*.py"))
+
+
+def test_every_shim_has_a_packaged_deploy():
+    packaged = sorted(p.stem for p in (REPO / "src/labwright/deploys").glob("*.py") if p.stem != "__init__")
+    assert packaged == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_deploy_function_is_wrapped_by_pyinfra(name):
+    module = importlib.import_module(f"labwright.deploys.{name}")
+    function = getattr(module, f"deploy_{name}")
+    assert getattr(function, "_inner", None) is not None  # what pyinfra.api.deploy's wrapper leaves
+    assert function._inner.deploy_name and function.__doc__
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_shim_is_docstring_import_and_call(name):
+    tree = ast.parse((REPO / "deploys" / f"{name}.py").read_text())
+    docstring, imported, called = tree.body
+    assert isinstance(docstring, ast.Expr) and "pyinfra" in ast.literal_eval(docstring.value)
+    assert isinstance(imported, ast.ImportFrom) and imported.module == f"labwright.deploys.{name}"
+    assert [alias.name for alias in imported.names] == [f"deploy_{name}"]
+    assert isinstance(called, ast.Expr) and ast.unparse(called) == f"deploy_{name}()"
+
+
+def test_a_refusal_through_the_shim_is_one_line_before_any_operation(cli_env, tmp_path):
+    proc = subprocess.run(["pyinfra", "-y", "@local", "deploys/llamacpp.py", "--data", "llamacpp_flash_attn=never",
+                           "--data", f"llamacpp_binary_src={tmp_path}/none"],
+                          capture_output=True, text=True, env=cli_env, cwd=REPO, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    lines = [line for line in output.splitlines() if "llamacpp_flash_attn: " in line]
+    assert len(lines) == 1 and "'never' is not one of on, off, auto" in lines[0], output
+    assert "Traceback" not in output and "Beginning operation run" not in output
