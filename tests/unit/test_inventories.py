@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from labwright.lab.spec import load_inventory_groups
+from labwright.inventory import load_inventory
 
 SECRETISH = re.compile(r"(password|secret|token_value|api_key)\s*['\"]?\s*[:=]\s*['\"](?!\$)[^'\"]+['\"]", re.I)
 
@@ -21,13 +21,12 @@ def test_pyinfra_loads_the_inventory_without_contacting_anything(repo, cli_env, 
 
 
 def test_example_lab_has_two_proxmox_nodes_gpu_and_desktop_guests(repo):
-    groups = load_inventory_groups(repo / "inventories" / "lab.py")
-    nodes, _ = groups["pve_nodes"]
-    assert [n for n, _ in nodes] == ["pve1", "pve2"]
-    (gpu_host, gpu_data), = groups["gpu_guests"][0]
-    assert gpu_host.startswith("@pct/pve1/") and gpu_data["guest"]["gpu"] == "nvidia"
-    (desk_host, desk_data), = groups["desktop_guests"][0]
-    assert desk_data["guest"]["unprivileged"] is True and desk_data["guest"]["gpu"] == "none"
+    inventory = load_inventory(repo / "inventories" / "lab.py")
+    assert [h.name for h in inventory.group("pve_nodes")] == ["pve1", "pve2"]
+    gpu, = inventory.group("gpu_guests")
+    assert gpu.name.startswith("@pct/pve1/") and gpu.data["guest"]["gpu"] == "nvidia"
+    desk, = inventory.group("desktop_guests")
+    assert desk.data["guest"]["unprivileged"] is True and desk.data["guest"]["gpu"] == "none"
 
 
 @pytest.mark.parametrize("name", ["local.py", "lab.py"])

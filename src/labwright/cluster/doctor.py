@@ -26,8 +26,7 @@ from labwright.cluster.parse import (
 )
 from labwright.cluster.runner import NodeRunner, runner_from_data
 from labwright.errors import BadInput
-from labwright.guests.model import _groups_hosts
-from labwright.lab.spec import load_inventory_groups
+from labwright.inventory import InventoryHost, LoadedInventory, load_inventory
 
 HEALTHY = "healthy"
 STALE = "stale config"
@@ -316,21 +315,26 @@ def doctor(runners: list[NodeRunner], timeout: float = 30) -> Diagnosis:
     return diagnose(facts)
 
 
+def _declared_group(inventory: LoadedInventory, name: str) -> list[InventoryHost]:
+    # Only a group the file defines: pyinfra also makes one from the file name (cluster.py -> `cluster`).
+    return inventory.group(name) if inventory.declares(name) else []
+
+
 def load_cluster(inventory: str | Path) -> list[NodeRunner]:
-    """The nodes of the inventory's ``cluster`` group (else ``pve_nodes``), one runner each."""
-    groups = load_inventory_groups(inventory)
-    hosts = _groups_hosts({k: v for k, v in groups.items() if k == "cluster"}) or \
-        _groups_hosts({k: v for k, v in groups.items() if k == "pve_nodes"})
+    """The nodes of the inventory's ``cluster`` group (else ``pve_nodes``), one runner each, with the data a pyinfra
+    run of the inventory gives them (``labwright.inventory``: group data and ``group_data/`` files included)."""
+    loaded = load_inventory(inventory)
+    hosts = _declared_group(loaded, "cluster") or _declared_group(loaded, "pve_nodes")
     if not hosts:
         raise BadInput(f"inventory {inventory}: no `cluster` (or `pve_nodes`) group; add cluster = [\"pve1\", ...]")
-    return [runner_from_data(str(data.get("corosync_name") or host), data) for _, host, data in hosts]
+    return [runner_from_data(str(host.data.get("corosync_name") or host.name), dict(host.data)) for host in hosts]
 
 
 def host_data(inventory: str | Path, node: str) -> Mapping[str, Any]:
-    groups = load_inventory_groups(inventory)
-    for _, host, data in _groups_hosts({k: v for k, v in groups.items() if k in ("cluster", "pve_nodes")}):
-        if str(data.get("corosync_name") or host) == node:
-            return data
+    loaded = load_inventory(inventory)
+    for host in _declared_group(loaded, "cluster") + _declared_group(loaded, "pve_nodes"):
+        if str(host.data.get("corosync_name") or host.name) == node:
+            return host.data
     return {}
 
 

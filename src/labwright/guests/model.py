@@ -28,7 +28,8 @@ from labwright.guests.fields import (
     parse_net,
     parse_rootfs,
 )
-from labwright.lab.spec import INSTANCE_NAME, load_inventory_groups
+from labwright.hostnames import INSTANCE_NAME, VMID_MAX, VMID_MIN, LxdName, PctName, check_vmid, parse_host_name
+from labwright.inventory import load_inventory
 
 Backend = Literal["proxmox", "lxd"]
 BACKENDS: tuple[str, ...] = ("proxmox", "lxd")
@@ -38,7 +39,6 @@ GPU_MODES: dict[str, tuple[str, ...]] = {
     "lxd": ("auto", "gpu", "unix-char"),  # LXD `gpu` device, or one `unix-char` device per /dev/nvidia* node
     "proxmox": ("auto", "dev", "classic"),  # PVE >= 8.1 `devN:` entries, or lxc.cgroup2/lxc.mount.entry lines
 }
-VMID_MIN, VMID_MAX = 100, 999_999_999
 
 KNOWN_KEYS = frozenset({
     "name", "backend", "node", "vmid", "hostname", "template", "image", "cores", "memory", "swap", "rootfs",
@@ -155,16 +155,13 @@ class Plan:
 
 # --- the spec --------------------------------------------------------------------------------
 def _name_from_host(host: str) -> tuple[str | None, str | None, int | None]:
-    """(name, node, vmid) implied by a pyinfra host name: ``@lxd/REMOTE:NAME``, ``@pct/NODE/VMID``, ``NAME``."""
-    if host.startswith(("@lxd/", "@incus/")):
-        target = host.split("/", 1)[1]
-        remote, _, name = target.rpartition(":")
-        return name, remote or None, None
-    if host.startswith("@pct/"):
-        parts = host.split("/")
-        if len(parts) == 3 and parts[2].isdigit():
-            return None, parts[1], int(parts[2])
-        return None, None, None
+    """(name, node, vmid) implied by a pyinfra host name: ``@lxd/REMOTE:NAME``, ``@pct/NODE/VMID``, ``NAME``
+    (labwright.hostnames parses the connector names; a malformed one is refused there)."""
+    parsed = parse_host_name(host)
+    if isinstance(parsed, LxdName):
+        return parsed.instance, parsed.remote, None
+    if isinstance(parsed, PctName):
+        return None, parsed.node, parsed.vmid
     if host.startswith("@"):
         return None, None, None
     return host, None, None
@@ -180,7 +177,10 @@ def spec_from_data(
     """Validate one host's ``guest`` dict into a ``GuestSpec``; every refusal is one line naming the field."""
     if not isinstance(data, Mapping):
         raise BadInput(f"{source}: host {host}: `guest` must be a dict, got {type(data).__name__}")
-    host_name, host_node, host_vmid = _name_from_host(host)
+    try:
+        host_name, host_node, host_vmid = _name_from_host(host)
+    except BadInput as exc:
+        raise BadInput(f"{source}: {exc}") from None
     label = data.get("name") or data.get("hostname") or host_name or host
     where = f"{source}: guest {label}"
     unknown = set(data) - KNOWN_KEYS
@@ -203,7 +203,7 @@ def spec_from_data(
         raw_vmid = data.get("vmid", host_vmid)
         if raw_vmid is None:
             raise BadInput(f"{where}: a proxmox guest needs `vmid` ({VMID_MIN}-{VMID_MAX})")
-        vmid = parse_int(raw_vmid, f"{where}: vmid", VMID_MIN, VMID_MAX)
+        vmid = check_vmid(raw_vmid, f"{where}: vmid")
         if host_vmid is not None and vmid != host_vmid:
             raise BadInput(f"{where}: vmid {vmid} disagrees with the host name {host} (vmid {host_vmid})")
     elif data.get("vmid") is not None:
@@ -288,44 +288,25 @@ def _lxd_value(value: Any) -> str:
 
 
 # --- inventories -----------------------------------------------------------------------------
-def _groups_hosts(groups: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(group, host, merged data) for every host of every pyinfra group, group data under host data."""
-    hosts: list[tuple[str, str, dict[str, Any]]] = []
-    for group_name, group in groups.items():
-        if isinstance(group, tuple) and len(group) == 2 and isinstance(group[1], dict):
-            members, group_data = group
-        elif isinstance(group, list):
-            members, group_data = group, {}
-        else:
-            continue  # not a group: a helper variable or import in the inventory file
-        if not isinstance(members, list | tuple):
-            continue
-        for entry in members:
-            if isinstance(entry, str):
-                hosts.append((group_name, entry, dict(group_data)))
-            elif isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str):
-                hosts.append((group_name, entry[0], {**group_data, **dict(entry[1] or {})}))
-    return hosts
-
-
 def load_guests(inventory_path: str | Path) -> list[GuestSpec]:
-    """Every host of the inventory whose data has ``guest``, in file order. Two guests with one name,
-    or two Proxmox guests with one vmid, are refused."""
+    """Every host of the inventory whose data has ``guest``, in inventory order, loaded as pyinfra loads it
+    (``labwright.inventory``: group data, ``group_data/`` files), so ``labwright guest plan`` and ``deploys/guest.py``
+    see what a pyinfra run of the same inventory sees. Two guests with one name, or two Proxmox guests with one
+    vmid, are refused. A guest's node data is the data of the inventory host named like its node."""
     source = str(inventory_path)
-    hosts = _groups_hosts(load_inventory_groups(inventory_path))
-    by_host = {host: data for _, host, data in hosts}
+    inventory = load_inventory(inventory_path)
     specs: list[GuestSpec] = []
     seen: dict[tuple[str, str | None, str], str] = {}
     seen_vmid: dict[int, str] = {}
-    for _, host, data in hosts:
+    for inventory_host in inventory:
+        host, data = inventory_host.name, inventory_host.data
         if "guest" not in data:
             continue
         guest = data["guest"]
         node = guest.get("node") if isinstance(guest, Mapping) else None
-        host_node = _name_from_host(host)[1]
-        node_data = by_host.get(str(node or host_node or ""), {})
+        node_host = inventory.host(str(node or _name_from_host(host)[1] or ""))
         spec = spec_from_data(host, guest, source=source, host_data={k: v for k, v in data.items() if k != "guest"},
-                              node_data=node_data)
+                              node_data=dict(node_host.data) if node_host else {})
         # LXD names are per daemon; Proxmox hostnames and vmids are per cluster.
         key = (spec.backend, spec.node if spec.backend == "lxd" else None, spec.name)
         if key in seen:

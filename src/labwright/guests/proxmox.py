@@ -27,7 +27,7 @@ from proxmoxer import ProxmoxAPI
 
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.guests.base import GuestBackend
-from labwright.guests.model import VMID_MAX, VMID_MIN, Change, GuestSpec, Plan
+from labwright.guests.model import Change, GuestSpec, Plan
 from labwright.guests.proxmox_api import Credentials, TaskWaiter, call, connect
 from labwright.guests.proxmox_render import (
     TAG,
@@ -42,6 +42,7 @@ from labwright.guests.proxmox_render import (
     root_only,
 )
 from labwright.guests.pve_node import NodeGpu, PveNode, SshPveNode
+from labwright.hostnames import VMID_MAX, VMID_MIN
 
 #: Applied to a running container at once; anything else waits for its next start (PVE's hotplug rules).
 LIVE_KEYS = frozenset({"hostname", "cores", "memory", "swap", "description", "onboot", "tags"})

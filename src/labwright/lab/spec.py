@@ -1,23 +1,24 @@
 """The local lab as data: read from the ``lab`` group of a pyinfra inventory file.
 
 The same file serves pyinfra (``pyinfra inventories/local.py deploys/base.py``) and
-``labwright lab up``, so the containers deployed to are exactly the containers built.
+``labwright lab up``, loaded by the same rules (``labwright.inventory``: ``group_data/`` included), so the
+containers deployed to are exactly the containers built.
 """
 
 from __future__ import annotations
 
-import ast
 import ipaddress
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from labwright.errors import BadInput
+from labwright.hostnames import INSTANCE_NAME, LxdName, parse_host_name
+from labwright.inventory import load_inventory
 
-# LXD's own rule for instance names (shared with hostnames): 1-63 chars, letters/digits/hyphens,
-# not starting with a digit or hyphen, not ending with a hyphen.
-INSTANCE_NAME = re.compile(r"^(?!-)(?![0-9])[A-Za-z0-9-]{1,63}(?<!-)$")
+__all__ = ["DEFAULTS", "INSTANCE_NAME", "LabContainer", "LabSpec", "load_lab_spec", "spec_from_group",
+           "validate_instance_name"]
 
 DEFAULTS: dict[str, Any] = {
     "lab_name": "local",
@@ -63,7 +64,8 @@ def validate_instance_name(name: str, where: str) -> str:
     return name
 
 
-def spec_from_group(hosts: list[Any], group_data: dict[str, Any], source: str = "<data>") -> LabSpec:
+def spec_from_group(hosts: list[Any], group_data: Mapping[str, Any], source: str = "<data>") -> LabSpec:
+    """The lab from its hosts (``"@lxd/NAME"`` or ``("@lxd/NAME", data)``) and its settings (``lab_*``)."""
     data = {**DEFAULTS, **group_data}
     try:
         subnet = ipaddress.IPv4Interface(str(data["lab_subnet"]))
@@ -79,7 +81,14 @@ def spec_from_group(hosts: list[Any], group_data: dict[str, Any], source: str = 
         host, host_data = (entry, {}) if isinstance(entry, str) else (entry[0], dict(entry[1]))
         if not isinstance(host, str) or not host.startswith("@lxd/"):
             raise BadInput(f"{source}: lab host {host!r} must be written @lxd/NAME")
-        name = validate_instance_name(host.removeprefix("@lxd/"), source)
+        try:
+            parsed = parse_host_name(host)
+        except BadInput as exc:
+            raise BadInput(f"{source}: {exc}") from None
+        if not isinstance(parsed, LxdName) or parsed.remote is not None:
+            raise BadInput(f"{source}: lab host {host!r} must be a container of this machine's LXD, written "
+                           "@lxd/NAME (no REMOTE:)")
+        name = parsed.instance
         if name in seen:
             raise BadInput(f"{source}: container {name!r} is declared twice in the lab group")
         seen.add(name)
@@ -93,36 +102,13 @@ def spec_from_group(hosts: list[Any], group_data: dict[str, Any], source: str = 
     )
 
 
-def load_inventory_groups(path: str | Path) -> dict[str, Any]:
-    """Execute a pyinfra inventory file the way pyinfra does and return its module-level names."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise BadInput(f"inventory {path}: cannot read it ({exc.strerror}); pass an existing file") from exc
-    try:
-        code = compile(ast.parse(text, filename=str(path)), str(path), "exec")
-    except SyntaxError as exc:
-        raise BadInput(f"inventory {path}: line {exc.lineno}: {exc.msg}; fix the Python syntax") from exc
-    namespace: dict[str, Any] = {"__file__": str(path), "__name__": "inventory"}
-    try:
-        exec(code, namespace)
-    except Exception as exc:  # an inventory is user code: any failure is bad input
-        raise BadInput(f"inventory {path}: {type(exc).__name__}: {exc}; fix the file") from exc
-    return {k: v for k, v in namespace.items() if not k.startswith("_")}
-
-
 def load_lab_spec(path: str | Path) -> LabSpec:
-    groups = load_inventory_groups(path)
-    group = groups.get("lab")
-    if group is None:
+    """The lab of the inventory's ``lab`` group, as pyinfra loads the file: its settings are the ``lab_*`` data of
+    the group (inventory file, then ``group_data/lab.py``) over the ``all`` data (``group_data/all.py``); each
+    container's data is its ``host.data``."""
+    inventory = load_inventory(path)
+    if not inventory.declares("lab"):
         raise BadInput(f"inventory {path}: no `lab` group; define lab = ([\"@lxd/NAME\", ...], {{...}})")
-    if isinstance(group, tuple) and len(group) == 2 and isinstance(group[1], dict):
-        hosts, group_data = group
-    elif isinstance(group, list):
-        hosts, group_data = group, {}
-    else:
-        raise BadInput(f"inventory {path}: `lab` must be a list of hosts or a (hosts, data) tuple")
-    if not isinstance(hosts, list | tuple):
-        raise BadInput(f"inventory {path}: the hosts of `lab` must be a list")
-    return spec_from_group(list(hosts), dict(group_data), source=str(path))
+    settings = {**inventory.all_data, **inventory.group_data.get("lab", {})}
+    hosts = [(host.name, dict(host.data)) for host in inventory.group("lab")]
+    return spec_from_group(hosts, settings, source=str(path))

@@ -27,7 +27,7 @@ def test_every_command_has_help(cli_env, command):
     ('g = [("@lxd/a", {"guest": {"backend": "lxd"}}), ("a", {"guest": {"backend": "lxd"}})]\n',
      "guest name 'a' is declared twice"),
     ('g = [("@pct/pve1/99", {"guest": {"backend": "proxmox", "template": "local:vztmpl/x.tar.zst"}})]\n',
-     "vmid: 99 is outside 100-999999999"),
+     "@pct/pve1/99: VMID '99' is not a Proxmox container id (an integer from 100 to 999999999)"),
     ('g = [("@lxd/a", {"guest": {"backend": "lxd", "memory": "lots"}})]\n', "memory: 'lots' is not a size"),
     ("g = [\n", "fix the Python syntax"),
 ])

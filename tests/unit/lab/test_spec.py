@@ -25,7 +25,8 @@ def test_embedded_default_inventory_declares_the_local_lab(repo):
 def test_list_form_and_defaults(tmp_path):
     spec = load_lab_spec(write(tmp_path, 'lab = ["@lxd/a1", ("@lxd/b2", {"x": 1})]\n'))
     assert [c.name for c in spec.containers] == ["a1", "b2"]
-    assert spec.containers[1].data == {"x": 1}
+    assert spec.containers[1].data["x"] == 1  # the container's host.data, as a pyinfra run sees it
+    assert "x" not in spec.containers[0].data
     assert spec.bridge == "lwbr0" and spec.pool == "labwright"
 
 
@@ -35,11 +36,12 @@ def test_list_form_and_defaults(tmp_path):
         ("lab = [\n  '@lxd/a',\n", "line 1: '[' was never closed"),
         ("import nosuchmodule_xyz\nlab = []\n", "ModuleNotFoundError"),
         ("web = ['@lxd/a']\n", "no `lab` group"),
-        ("lab = 'x'\n", "must be a list of hosts"),
+        ("lab = 'x'\n", "no `lab` group"),  # pyinfra ignores a name that is not a list or tuple
+        ("lab = ['@lxd/remote:a']\n", "no REMOTE:"),
+        ("lab = ['@lxd/']\n", "@lxd needs a container name"),
         ("lab = ['@ssh/a']\n", "must be written @lxd/NAME"),
         ("lab = ['@lxd/1abc']\n", "'1abc' is not a valid container name"),
         ("lab = ['@lxd/bad_name']\n", "'bad_name' is not a valid container name"),
-        ("lab = ['@lxd/a', '@lxd/a']\n", "declared twice"),
         ("lab = (['@lxd/a'], {'lab_subnet': '10.99.0.0/24'})\n", "must be the bridge's own address"),
         ("lab = (['@lxd/a'], {'lab_subnet': 'ten'})\n", "not an IPv4 address"),
         ("lab = (['@lxd/a'], {'lab_subnet': '10.99.0.1/30'})\n", "/29 or larger"),
@@ -58,8 +60,30 @@ def test_bad_inventories_are_one_clear_line(tmp_path, text, message):
 
 
 def test_missing_inventory_file(tmp_path):
-    with pytest.raises(BadInput, match="cannot read it"):
+    with pytest.raises(BadInput, match="no such file; pass an existing file"):
         load_lab_spec(tmp_path / "nope.py")
+
+
+def test_a_host_listed_twice_is_one_container_as_in_pyinfra(tmp_path):
+    spec = load_lab_spec(write(tmp_path, "lab = ['@lxd/a', '@lxd/a']\n"))
+    assert [c.name for c in spec.containers] == ["a"]
+
+
+def test_the_group_pyinfra_makes_from_the_file_name_is_not_a_lab(tmp_path):
+    # pyinfra puts every host of lab.py in a group `lab`; only a `lab` the file defines declares the lab.
+    path = tmp_path / "lab.py"
+    path.write_text("nodes = ['@lxd/a']\n")
+    with pytest.raises(BadInput, match="no `lab` group"):
+        load_lab_spec(path)
+
+
+def test_lab_settings_come_from_group_data_files(tmp_path):
+    (tmp_path / "group_data").mkdir()
+    (tmp_path / "group_data" / "all.py").write_text("lab_memory = '3GiB'\nlab_cpu = '3'\n")
+    (tmp_path / "group_data" / "lab.py").write_text("lab_name = 'fromfile'\nlab_cpu = '5'\n")
+    spec = load_lab_spec(write(tmp_path, "lab = (['@lxd/a'], {'lab_subnet': '10.99.7.1/24'})\n"))
+    assert (spec.name, spec.cpu, spec.memory, str(spec.subnet)) == ("fromfile", "5", "3GiB", "10.99.7.1/24")
+    assert spec.containers[0].data["lab_name"] == "fromfile"
 
 
 def test_group_data_overrides_defaults():

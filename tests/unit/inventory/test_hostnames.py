@@ -1,0 +1,93 @@
+"""@lxd/@incus/@pct host names and the VMID rule: one parser, used by the connectors, the guest model and the lab."""
+
+from __future__ import annotations
+
+import pytest
+from pyinfra.api.exceptions import InventoryError
+
+from labwright.connectors.lxd import IncusConnector, LxdConnector
+from labwright.connectors.pct import PctConnector
+from labwright.errors import BadInput
+from labwright.guests.model import spec_from_data
+from labwright.hostnames import (
+    VMID_MAX,
+    VMID_MIN,
+    BadHostName,
+    LxdName,
+    PctName,
+    check_vmid,
+    parse_host_name,
+)
+from labwright.lab.spec import spec_from_group
+
+
+@pytest.mark.parametrize(("host", "parsed"), [
+    ("@lxd/a1", LxdName("lxd", None, "a1")),
+    ("@lxd/lab:a1", LxdName("lxd", "lab", "a1")),
+    ("@incus/b-2", LxdName("incus", None, "b-2")),
+    ("@incus/far:b", LxdName("incus", "far", "b")),
+    ("@pct/pve1/101", PctName("pve1", 101)),
+    ("@pct/pve1.example.org/999999999", PctName("pve1.example.org", 999_999_999)),
+    ("pve1", None), ("@local", None), ("@ssh/x", None), ("@docker/x", None),
+])
+def test_names(host, parsed):
+    assert parse_host_name(host) == parsed
+    if parsed is not None:
+        assert parsed.host == host
+
+
+@pytest.mark.parametrize(("host", "fragment"), [
+    ("@lxd", "@lxd needs a container name"),
+    ("@lxd/", "@lxd needs a container name"),
+    ("@lxd/9a", "'9a' is not a valid container name"),
+    ("@lxd/remote:", "'' is not a valid container name"),
+    ("@incus/a_b", "@incus/a_b: 'a_b' is not a valid container name"),
+    ("@pct/pve1", "expected @pct/NODE/VMID"),
+    ("@pct/pve1/99", "VMID '99' is not a Proxmox container id (an integer from 100 to 999999999)"),
+    ("@pct/pve1/1000000000", "VMID '1000000000'"),
+    ("@pct/pve1/+101", "VMID '+101'"),
+    ("@pct/a/b/101", "NODE 'a/b' is not a node name"),
+    ("@pct/pve 1/101", "NODE 'pve 1'"),
+])
+def test_bad_names_are_one_line_for_labwright_and_pyinfra(host, fragment):
+    with pytest.raises(BadHostName) as info:
+        parse_host_name(host)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+    assert isinstance(info.value, BadInput) and info.value.exit_code == 2
+    assert isinstance(info.value, InventoryError)  # what pyinfra's CLI expects from make_names_data
+
+
+def test_the_connectors_use_the_same_parser():
+    assert list(LxdConnector.make_names_data("lab:a1")) == \
+        [("@lxd/lab:a1", {"lxd_instance": "a1", "lxd_remote": "lab"}, ["@lxd"])]
+    assert list(IncusConnector.make_names_data("b")) == \
+        [("@incus/b", {"lxd_instance": "b", "lxd_remote": None}, ["@incus"])]
+    assert list(PctConnector.make_names_data("pve1/101")) == \
+        [("@pct/pve1/101", {"pct_node": "pve1", "pct_vmid": 101}, ["@pct"])]
+    for make, target in ((LxdConnector.make_names_data, "9a"), (PctConnector.make_names_data, "pve1/99")):
+        with pytest.raises(BadHostName):
+            list(make(target))
+
+
+def test_the_guest_model_and_the_lab_use_the_same_parser():
+    with pytest.raises(BadInput, match=r"inv.py: @pct/pve1/99: VMID '99' is not a Proxmox container id"):
+        spec_from_data("@pct/pve1/99", {"backend": "proxmox"}, source="inv.py")
+    with pytest.raises(BadInput, match=r"inv.py: @lxd/9a: '9a' is not a valid container name"):
+        spec_from_group(["@lxd/9a"], {}, source="inv.py")
+    spec = spec_from_data("@lxd/far:web", {"backend": "lxd"})
+    assert (spec.name, spec.node) == ("web", "far")
+
+
+@pytest.mark.parametrize(("value", "expected"), [(100, 100), ("101", 101), (VMID_MAX, VMID_MAX)])
+def test_vmid_range(value, expected):
+    assert check_vmid(value, "vmid") == expected
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    (99, "vmid: 99 is outside 100-999999999"), (VMID_MAX + 1, "is outside"), (True, "not a whole number"),
+    ("ten", "'ten' is not a whole number between 100 and 999999999"), (1.5, "not a whole number"),
+])
+def test_bad_vmids(value, fragment):
+    with pytest.raises(BadInput, match=fragment):
+        check_vmid(value, "vmid")
+    assert VMID_MIN == 100
