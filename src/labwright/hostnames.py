@@ -57,19 +57,6 @@ class PctName:
         return f"@pct/{self.node}/{self.vmid}"
 
 
-def check_vmid(value: object, where: str) -> int:
-    """A Proxmox VMID from an int or a string of digits, else ``BadInput`` naming ``where`` and the range."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise BadInput(f"{where}: {value!r} is not a whole number between {VMID_MIN} and {VMID_MAX}")
-    try:
-        number = int(value)
-    except ValueError:
-        raise BadInput(f"{where}: {value!r} is not a whole number between {VMID_MIN} and {VMID_MAX}") from None
-    if not VMID_MIN <= number <= VMID_MAX:
-        raise BadInput(f"{where}: {number} is outside {VMID_MIN}-{VMID_MAX}")
-    return number
-
-
 def parse_lxd_target(target: str | None, flavour: str = "lxd") -> LxdName:
     """The part after ``@lxd/`` (``NAME`` or ``REMOTE:NAME``; the remote ends at the first colon, as in ``lxc``)."""
     if not target:

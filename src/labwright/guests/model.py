@@ -28,7 +28,7 @@ from labwright.guests.fields import (
     parse_net,
     parse_rootfs,
 )
-from labwright.hostnames import INSTANCE_NAME, VMID_MAX, VMID_MIN, LxdName, PctName, check_vmid, parse_host_name
+from labwright.hostnames import INSTANCE_NAME, VMID_MAX, VMID_MIN, LxdName, PctName, parse_host_name
 from labwright.inventory import load_inventory
 
 Backend = Literal["proxmox", "lxd"]
@@ -203,7 +203,7 @@ def spec_from_data(
         raw_vmid = data.get("vmid", host_vmid)
         if raw_vmid is None:
             raise BadInput(f"{where}: a proxmox guest needs `vmid` ({VMID_MIN}-{VMID_MAX})")
-        vmid = check_vmid(raw_vmid, f"{where}: vmid")
+        vmid = parse_int(raw_vmid, f"{where}: vmid", VMID_MIN, VMID_MAX)
         if host_vmid is not None and vmid != host_vmid:
             raise BadInput(f"{where}: vmid {vmid} disagrees with the host name {host} (vmid {host_vmid})")
     elif data.get("vmid") is not None:

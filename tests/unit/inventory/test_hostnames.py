@@ -11,11 +11,9 @@ from labwright.errors import BadInput
 from labwright.guests.model import spec_from_data
 from labwright.hostnames import (
     VMID_MAX,
-    VMID_MIN,
     BadHostName,
     LxdName,
     PctName,
-    check_vmid,
     parse_host_name,
 )
 from labwright.lab.spec import spec_from_group
@@ -78,16 +76,18 @@ def test_the_guest_model_and_the_lab_use_the_same_parser():
     assert (spec.name, spec.node) == ("web", "far")
 
 
+PVE = {"backend": "proxmox", "node": "pve1"}
+
+
 @pytest.mark.parametrize(("value", "expected"), [(100, 100), ("101", 101), (VMID_MAX, VMID_MAX)])
-def test_vmid_range(value, expected):
-    assert check_vmid(value, "vmid") == expected
+def test_a_guests_vmid_field_has_the_same_range(value, expected):
+    assert spec_from_data("web", {**PVE, "vmid": value}).vmid == expected
 
 
 @pytest.mark.parametrize(("value", "fragment"), [
     (99, "vmid: 99 is outside 100-999999999"), (VMID_MAX + 1, "is outside"), (True, "not a whole number"),
     ("ten", "'ten' is not a whole number between 100 and 999999999"), (1.5, "not a whole number"),
 ])
-def test_bad_vmids(value, fragment):
+def test_bad_vmid_fields(value, fragment):
     with pytest.raises(BadInput, match=fragment):
-        check_vmid(value, "vmid")
-    assert VMID_MIN == 100
+        spec_from_data("web", {**PVE, "vmid": value})
