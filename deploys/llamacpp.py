@@ -18,6 +18,8 @@ Everything is checked before anything changes (model present, port free or alrea
 accepts, a quantized V cache only with flash attention); each refusal is one line naming the data key.
 """
 
+from labwright.deploys import engine_host
 from labwright.deploys.llamacpp import deploy_llamacpp
 
-deploy_llamacpp()
+if engine_host("llamacpp"):
+    deploy_llamacpp()

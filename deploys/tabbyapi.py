@@ -13,6 +13,8 @@ by the stack switch before its swap; a ref the remote does not have, before the 
 service as it was. A second run with the same data changes nothing.
 """
 
+from labwright.deploys import engine_host
 from labwright.deploys.tabbyapi import deploy_tabbyapi
 
-deploy_tabbyapi()
+if engine_host("tabbyapi"):
+    deploy_tabbyapi()

@@ -37,3 +37,26 @@ pyinfra prefixes every operation's name with the deploy's (``llama.cpp | Unit ll
 usual global arguments apply to a whole deploy: ``deploy_llamacpp(_sudo=True)``. Import the module of the deploy
 you use, as above: each imports only what its own deploy needs.
 """
+
+
+def engine_host(engine: str) -> bool:
+    """Whether the current host is one to deploy ``engine`` on, so that ``pyinfra inventories/lab.py
+    deploys/tabbyapi.py`` touches the tabbyAPI guests and leaves the Proxmox nodes, desktops and llama.cpp guests of
+    the same inventory alone (the shims of the engine deploys call this; a function you call yourself always deploys).
+
+    A host is an ``engine`` host when its data says ``engine: "<engine>"``, or has no ``engine`` and carries the
+    engine's own data (a ``<engine>`` dict or ``<engine>_*`` keys, e.g. ``--data tabbyapi_model_name=...``). Any
+    other host is skipped with one line saying why."""
+    from pyinfra import host, logger
+
+    data = host.data.dict()
+    declared = data.get("engine")
+    if declared is not None:
+        chosen = str(declared) == engine
+    else:
+        chosen = any(key == engine or key.startswith(f"{engine}_") for key in data)
+    if not chosen:
+        why = f"engine is {declared!r}" if declared is not None else f"no engine and no {engine}_* data"
+        logger.warning(f"{host.print_prefix}{engine}: not deployed here ({why}); set engine: {engine!r} in its "
+                       "inventory data to deploy it")
+    return chosen

@@ -26,14 +26,56 @@ def test_deploy_function_is_wrapped_by_pyinfra(name):
     assert function._inner.deploy_name and function.__doc__
 
 
+ENGINE_DEPLOYS = ("llamacpp", "tabbyapi")  # their shims deploy only on the inventory's hosts of that engine
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_shim_is_docstring_import_and_call(name):
     tree = ast.parse((REPO / "deploys" / f"{name}.py").read_text())
-    docstring, imported, called = tree.body
+    docstring, *imports, called = tree.body
     assert isinstance(docstring, ast.Expr) and "pyinfra" in ast.literal_eval(docstring.value)
+    imported = imports[-1]
     assert isinstance(imported, ast.ImportFrom) and imported.module == f"labwright.deploys.{name}"
     assert [alias.name for alias in imported.names] == [f"deploy_{name}"]
-    assert isinstance(called, ast.Expr) and ast.unparse(called) == f"deploy_{name}()"
+    if name in ENGINE_DEPLOYS:
+        assert ast.unparse(imports[0]) == "from labwright.deploys import engine_host"
+        assert ast.unparse(called) == f"if engine_host('{name}'):\n    deploy_{name}()"
+    else:
+        assert len(imports) == 1
+        assert isinstance(called, ast.Expr) and ast.unparse(called) == f"deploy_{name}()"
+
+
+INVENTORY = """
+nodes = [("@local", {"pve_gpu": None})]
+"""
+
+
+@pytest.mark.parametrize("data, deployed", [
+    ({"engine": "tabbyapi"}, True), ({"engine": "llamacpp"}, False), ({}, False), ({"tabbyapi_port": 5001}, True),
+    ({"tabbyapi": {"port": 5001}}, True), ({"engine": "llamacpp", "tabbyapi_port": 5001}, False),
+])
+def test_engine_host_picks_the_inventory_hosts_of_that_engine(data, deployed):
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.context import ctx_host, ctx_state
+
+    from labwright.deploys import engine_host
+
+    inventory = Inventory((["@local"], data))
+    state = State(inventory, Config())
+    with ctx_state.use(state), ctx_host.use(inventory.get_host("@local")):
+        assert engine_host("tabbyapi") is deployed
+
+
+def test_an_inventory_with_other_hosts_deploys_tabbyapi_on_none_of_them(cli_env, tmp_path):
+    """`pyinfra inventories/lab.py deploys/tabbyapi.py` must leave a Proxmox node (no engine data) alone."""
+    inventory = tmp_path / "inv.py"
+    inventory.write_text(INVENTORY)
+    proc = subprocess.run(["pyinfra", "-y", str(inventory), "deploys/tabbyapi.py"], capture_output=True, text=True,
+                          env=cli_env, cwd=REPO, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "tabbyapi: not deployed here (no engine and no tabbyapi_* data)" in output
+    assert "tabbyAPI |" not in output
 
 
 def test_a_refusal_through_the_shim_is_one_line_before_any_operation(cli_env, tmp_path):
