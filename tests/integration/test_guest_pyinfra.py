@@ -43,7 +43,7 @@ def test_guest_deploy_builds_the_inventory_then_changes_nothing(lab, repo, cli_e
         second = pyinfra(cli_env, repo, "deploys/guest.py", "--data", f"guests_inventory={inventory}")
         assert second.returncode == 0, second.stderr[-3000:]
         rows = [line.split() for line in (second.stdout + second.stderr).splitlines()
-                if line.strip().startswith("Guest ")]
+                if line.strip().startswith("Guests | Guest ")]
         # Operation | Hosts | Success | Error | No Change
         assert len(rows) == 2 and all(row[-4:] == ["1", "-", "-", "1"] for row in rows), rows
 

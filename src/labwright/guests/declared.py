@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from labwright.errors import BadInput, OperationFailed
 from labwright.guests.base import backend_for
 from labwright.guests.model import GuestSpec, Plan, spec_from_data
+from labwright.hostnames import PctName, parse_host_name
 
 if TYPE_CHECKING:
     from pyinfra.api.host import Host
@@ -33,8 +34,8 @@ def node_of(host_name: str, guest: Mapping[str, Any]) -> str | None:
     node = guest.get("node")
     if node:
         return str(node)
-    parts = host_name.split("/")
-    return parts[1] if host_name.startswith("@pct/") and len(parts) == 3 else None
+    parsed = parse_host_name(host_name)
+    return parsed.node if isinstance(parsed, PctName) else None
 
 
 def spec_for_host(host: Host, inventory: Inventory | None = None) -> GuestSpec | None:
