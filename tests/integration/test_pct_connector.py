@@ -16,7 +16,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -318,15 +318,101 @@ def test_pct_connector_against_pct_double_node_operations_then_second_run_change
         "labwright ✓", "640 root opt/app/app.conf", "750 daemon srv/app", "600 daemon srv/app/flag", "key=value"]
 
 
+# --- transfers pct reports as successes -----------------------------------------------------------
+@pytest.fixture
+def fault(pve_node: PveNode) -> Iterator[Callable[[str], None]]:
+    """Switch on a failure mode of real pct in the double (tests/support/doubles/pct, PCT_DOUBLE_FAULT)."""
+    path = "/var/lib/pct-double/fault"
+
+    def set_fault(name: str) -> None:
+        assert pve_node.sh(f"echo {name} > {path}").exit_code == 0
+
+    yield set_fault
+    assert pve_node.sh(f"rm -f {path}").exit_code == 0
+
+
+def staging_leftovers(node: PveNode, directory: str) -> str:
+    return node.sh(f"ls -a {PveNode.in_ct(CT, directory)} | grep labwright || true").stdout.decode()
+
+
+def test_pct_connector_against_pct_double_node_push_that_fails_with_exit_0_is_an_error(pve_node, host, fault):
+    assert host.put_file(io.BytesIO(b"old contents\n"), "/root/kept.conf")
+    fault("push-fails-exit0")
+    # Real pct's behaviour, reproduced by the double: half the file, no message, exit 0.
+    raw = pve_node.sh(f"head -c 1000 /dev/zero > /tmp/k && pct push {CT} /tmp/k /root/raw && "
+                      f"stat -c %s {PveNode.in_ct(CT, '/root/raw')}")
+    assert (raw.exit_code, raw.stdout, raw.stderr) == (0, b"500\n", b"")
+    payload = os.urandom(1024 * 1024)
+    with pytest.raises(OSError) as info:
+        host.put_file(io.BytesIO(payload), "/root/kept.conf")
+    message = str(info.value)
+    assert "/root/kept.conf" in message and "although pct reported success" in message, message
+    assert "\n" not in message
+    ok, out = host.run_shell_command("cat /root/kept.conf")
+    assert ok and out.stdout == "old contents"
+    assert staging_leftovers(pve_node, "/root") == ""
+
+
+def test_pct_connector_against_pct_double_node_push_error_printed_with_exit_0_is_an_error(pve_node, host):
+    raw = pve_node.sh(f"pct push {CT} /etc/hostname /no/such/dir/f")
+    assert (raw.exit_code, raw.stderr) == (0, b"failed to create file: /no/such/dir/f: No such file or directory\n")
+    with pytest.raises(OSError, match="failed to create file"):
+        host.put_file(io.BytesIO(b"x"), "/no/such/dir/f")
+
+
+def test_pct_connector_against_pct_double_node_pull_of_a_missing_file_is_an_error_not_an_empty_file(
+        pve_node, host, fault, tmp_path):
+    # Real pct's behaviour, reproduced by the double: the local file is created empty, exit 0.
+    raw = pve_node.sh(f"rm -f /tmp/n; pct pull {CT} /nope /tmp/n; echo rc=$?; stat -c %s /tmp/n")
+    assert raw.stdout == b"rc=0\n0\n"
+    assert raw.stderr == b"failed to open /nope: No such file or directory\n"
+    local = tmp_path / "local.conf"
+    local.write_text("keep me\n")
+    with pytest.raises(OSError) as info:
+        host.get_file("/nope", str(local))
+    assert "/nope" in str(info.value) and "\n" not in str(info.value)
+    assert local.read_text() == "keep me\n"
+    fresh = tmp_path / "fresh.conf"
+    with pytest.raises(OSError):
+        host.get_file("/nope", str(fresh))
+    assert not fresh.exists()
+    # A copy cut short with exit 0: caught by size and sha256, nothing written locally.
+    assert host.put_file(io.BytesIO(os.urandom(100_000)), "/root/pulled.bin")
+    fault("pull-fails-exit0")
+    with pytest.raises(OSError, match="although pct reported success") as info:
+        host.get_file("/root/pulled.bin", str(local))
+    assert "/root/pulled.bin" in str(info.value)
+    assert local.read_text() == "keep me\n"
+    buffer = io.BytesIO()
+    with pytest.raises(OSError, match="although pct reported success"):
+        host.get_file("/root/pulled.bin", buffer)
+    assert buffer.getvalue() == b""
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["local.conf"]
+
+
 # --- the double itself ---------------------------------------------------------------------------
 def test_pct_double_refuses_a_stopped_ct_and_an_unknown_vmid_like_real_pct(pve_node):
     result = pve_node.sh(f"pct exec {STOPPED_CT} -- true")
+    assert (result.exit_code, result.stderr) == (255, f"container '{STOPPED_CT}' not running!\n".encode())
+    result = pve_node.sh(f"PCT_DOUBLE_VERSION=4.0-1 pct exec {STOPPED_CT} -- true")
     assert result.exit_code == 1
     assert b"Failed to get init pid" in result.stderr
     result = pve_node.sh(f"pct push {STOPPED_CT} /etc/hostname /tmp/x")
     assert (result.exit_code, result.stderr) == (255, b"can only push files to a running CT\n")
+    result = pve_node.sh(f"pct push {MISSING_CT} /etc/hostname /tmp/x")
+    assert (result.exit_code, result.stderr) == (255, b"can only push files to a running CT\n")
+    result = pve_node.sh(f"pct pull {STOPPED_CT} /etc/hostname /tmp/x")
+    assert result.exit_code == 255
+    assert result.stderr == b"can only pull files from a running VM at /usr/share/perl5/PVE/CLI/pct.pm line 664.\n"
     result = pve_node.sh(f"pct status {MISSING_CT}")
     assert result.exit_code == 2
     assert re.fullmatch(rb"Configuration file 'nodes/[^/]+/lxc/999\.conf' does not exist\n", result.stderr)
     result = pve_node.sh(f"pct status {CT}; pct status {STOPPED_CT}")
     assert result.stdout == b"status: running\nstatus: stopped\n"
+
+
+def test_pct_double_exec_uses_pct_s_own_path(pve_node):
+    result = pve_node.sh(f"PATH=/usr/local/bin:$PATH pct exec {CT} -- sh -c 'echo $PATH'")
+    assert result.stdout == b"/sbin:/bin:/usr/sbin:/usr/bin\n"
+    result = pve_node.sh(f"pct exec {CT} --keep-env 0 -- sh -c 'echo $PATH'")
+    assert result.stdout == b"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"

@@ -29,11 +29,15 @@ verified against known_hosts by default; the node's login shell must be POSIX (b
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import secrets
 import select
 import shlex
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -165,6 +169,134 @@ def parse_pct_status(stdout: str) -> str | None:
     """'running', 'stopped', ... from ``pct status`` output; None if there is no status line."""
     match = re.search(r"^status:\s*(\S+)", stdout, re.MULTILINE)
     return match.group(1) if match else None
+
+
+# --- what pct says (checked against pve-container 6.1.10 / pve-common 9.2.1; docs/connectors.md and
+# tests/conformance/pct/ name the lines) ------------------------------------------------------------------
+TASK_WARNINGS_LINE = re.compile(r"^Task finished with (\d+) warning\(s\)!$")
+NOT_RUNNING_LINES = (
+    re.compile(r"^container '\d+' not running!$"),  # pct exec/enter since pve-container 4.0-2
+    re.compile(r"^can only (push files to|pull files from) a running (CT|VM)\b"),  # pct push/pull
+    re.compile(r"lxc-attach: .*Failed to get init pid"),  # pct exec before 4.0-2: lxc-attach's own line
+)
+
+
+def pct_says_missing(stderr: str) -> bool:
+    """pct's line for a VMID with no config on this node (load_config: "Configuration file
+    'nodes/NODE/lxc/VMID.conf' does not exist")."""
+    return bool(re.search(r"^Configuration file '\S+\.conf' does not exist$", stderr, re.MULTILINE))
+
+
+def pct_says_not_running(stderr: str) -> bool:
+    """Any of the lines pct (or, before 4.0-2, lxc-attach) prints for a stopped CT."""
+    return any(pattern.search(line) for line in stderr.splitlines() for pattern in NOT_RUNNING_LINES)
+
+
+def pct_task_warnings(stderr: str) -> int:
+    """N of a task that ended "TASK WARNINGS: N" (printed as "Task finished with N warning(s)!"): a success."""
+    for line in stderr.splitlines():
+        match = TASK_WARNINGS_LINE.match(line.strip())
+        if match:
+            return int(match.group(1))
+    return 0
+
+
+def pct_transfer_failure(exit_code: int, stderr: str) -> str | None:
+    """What went wrong in a ``pct push``/``pct pull``, in one line; None if pct reported nothing.
+
+    Both run the copy in a forked task and exit 0 whatever it did: a task that died is seen only by its
+    message on stderr. A copy that fails silently (a short write) reports nothing at all, so None never
+    means the file arrived: every transfer is verified by size and sha256 as well.
+    """
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    problems = [line for line in lines if not TASK_WARNINGS_LINE.match(line)]
+    if exit_code != 0:
+        return "; ".join(problems or lines) or f"pct exited {exit_code} without a message"
+    return "; ".join(problems) or None
+
+
+def pct_exec_script(vmid: int, script: str, *args: str) -> str:
+    """The node's command line running a POSIX sh ``script`` with ``args`` ($1...) in CT ``vmid``."""
+    return shlex.join(["pct", "exec", str(vmid), "--", "sh", "-c", script, "sh", *args])
+
+
+def ct_absolute(ct_path: str) -> str:
+    """pct push/pull resolve a relative path from / in the CT (they chdir('/') first)."""
+    return ct_path if ct_path.startswith("/") else "/" + ct_path
+
+
+# Tools the scripts below run in the CT; pct exec finds them only in its own PATH (tests/conformance/pct).
+CT_SCRIPT_TOOLS = ("wc", "sha256sum", "rm", "readlink", "stat", "chown", "chgrp", "chmod", "mv")
+
+# Size and sha256 of $1, one "SIZE SHA256" line; POSIX tools only (busybox has them too). pct exec's PATH is
+# /sbin:/bin:/usr/sbin:/usr/bin (the pct CLI sets it), where these live.
+DIGEST_SCRIPT = 'set -e; s=$(wc -c < "$1"); h=$(sha256sum < "$1"); echo "$(echo $s) ${h%% *}"'
+
+# Check the staged copy $1 against "SIZE SHA256" ($3), then move it over $2 keeping the replaced file's owner,
+# group and mode ($4=1: mode, $5=1: owner not given by the push), as pct's own in-place write would. Exit 3 with
+# the staged copy's "SIZE SHA256" on a mismatch; the staged copy never stays behind.
+INSTALL_SCRIPT = """t=$1 d=$2
+fail() { rm -f "$t"; echo "$*" >&2; exit 4; }
+[ -f "$t" ] || { echo "missing"; exit 3; }
+s=$(wc -c < "$t") && h=$(sha256sum < "$t") || fail "cannot read the pushed copy"
+got="$(echo $s) ${h%% *}"
+if [ "$got" != "$3" ]; then rm -f "$t"; echo "$got"; exit 3; fi
+if [ -L "$d" ]; then d=$(readlink -f "$d") || fail "cannot resolve symlink $2"; fi
+[ -d "$d" ] && fail "$2 is a directory"
+if [ -e "$d" ]; then
+  if [ "$5" = 1 ]; then chown "$(stat -c %u "$d")" "$t" || fail "cannot keep the owner of $2"; fi
+  chgrp "$(stat -c %g "$d")" "$t" || fail "cannot keep the group of $2"
+  if [ "$4" = 1 ]; then chmod "$(stat -c %a "$d")" "$t" || fail "cannot keep the mode of $2"; fi
+fi
+mv -f "$t" "$d" || fail "cannot move the pushed copy over $2"
+"""
+
+
+def parse_size_and_sha256(stdout: str) -> tuple[int, str] | None:
+    """(size, sha256) from a "SIZE SHA256" line; None if there is none."""
+    match = re.search(r"^(\d+) ([0-9a-f]{64})$", stdout, re.MULTILINE)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def describe_digest(size: int, sha256: str) -> str:
+    return f"{size} bytes, sha256 {sha256[:16]}"
+
+
+class HashingReader:
+    """Wraps a binary file object; counts and hashes what is read through it."""
+
+    def __init__(self, file_io: IO[Any]):
+        self.file_io = file_io
+        self.size = 0
+        self.sha256 = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.file_io.read(size)
+        if isinstance(data, str):
+            data = data.encode()
+        self.size += len(data)
+        self.sha256.update(data)
+        return data
+
+
+class HashingWriter:
+    """Wraps a binary file object; counts and hashes what is written through it."""
+
+    def __init__(self, file_io: IO[bytes]):
+        self.file_io = file_io
+        self.size = 0
+        self.sha256 = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        self.sha256.update(data)
+        return self.file_io.write(data)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def then_remove(command: str, path: str) -> str:
@@ -424,7 +556,7 @@ class PctConnector(HandoverTransfer, BaseConnector):
         if result.exit_code == 127 or "pct: not found" in stderr or "pct: command not found" in stderr:
             raise ConnectError(f"node {self.node} ({target.hostname}) has no `pct` command: is it a Proxmox VE "
                                "node, and is pct on the SSH user's PATH?")
-        if "does not exist" in stderr:
+        if pct_says_missing(result.stderr):
             return "missing", stderr
         if result.exit_code != 0:
             raise ConnectError(f"`pct status {self.vmid}` failed on node {self.node} "
@@ -559,30 +691,102 @@ class PctConnector(HandoverTransfer, BaseConnector):
     # --- files --------------------------------------------------------------------------------
     def _push(self, filename_or_io: str | IO[Any], ct_path: str, perms: str | None = None,
               user: str | None = None) -> None:
+        """Copy to ``ct_path`` in the CT, verified: pct push exits 0 even when its copy failed, so the copy lands
+        under a staging name beside ``ct_path``, its size and sha256 are checked in the CT against what was
+        read here, and only then is it moved over ``ct_path``. On any failure ``ct_path`` is unchanged and no
+        staging copy is left."""
         node_path = self._node_temp_path()
         sftp = self._sftp()
         try:
             with get_file_io(filename_or_io) as file_io:
-                sftp.putfo(file_io, node_path)
+                source = HashingReader(file_io)
+                sftp.putfo(source, node_path)  # type: ignore[arg-type]  # putfo only calls read()
         except BaseException:
             self._remove_on_node(node_path)
             raise
-        result = self.run_on_node(then_remove(pct_push_command(self.vmid, node_path, ct_path, perms, user), node_path))
-        if result.exit_code != 0:
-            raise OSError(f"pct push {self.vmid} {ct_path} failed on node {self.node}: {one_line(result.stderr)}")
+        sent = (source.size, source.sha256.hexdigest())
+        target = ct_absolute(ct_path)
+        directory, name = target.rsplit("/", 1)
+        staging = f"{directory}/.{name}.labwright-{secrets.token_hex(4)}"
+        what = f"pct push {self.vmid} {ct_path} on node {self.node}"
+        result = self.run_on_node(then_remove(pct_push_command(self.vmid, node_path, staging, perms, user), node_path))
+        failure = pct_transfer_failure(result.exit_code, result.stderr)
+        if failure is not None:
+            self._remove_in_ct(staging)
+            raise OSError(f"{what} failed: {failure}")
+        keep_mode, keep_owner = "1" if perms is None else "0", "1" if user is None else "0"
+        check = self.run_on_node(pct_exec_script(self.vmid, INSTALL_SCRIPT, staging, target,
+                                                 f"{sent[0]} {sent[1]}", keep_mode, keep_owner))
+        if check.exit_code == 3:
+            got = parse_size_and_sha256(check.stdout)
+            arrived = describe_digest(*got) if got else "nothing"
+            raise OSError(f"{what} failed although pct reported success: sent {describe_digest(*sent)}, the CT got "
+                          f"{arrived}; {ct_path} is unchanged")
+        if check.exit_code != 0:
+            self._remove_in_ct(staging)
+            raise OSError(f"{what} failed: {one_line(check.stderr) or f'exit {check.exit_code}'}")
 
     def _pull(self, ct_path: str, filename_or_io: str | IO[Any]) -> None:
+        """Copy ``ct_path`` out of the CT, verified: pct pull exits 0 even when its copy failed (a missing file
+        leaves an empty one), so the result is checked by size and sha256 against the CT's file and written to
+        ``filename_or_io`` only when it matches; a file target is replaced by rename, never left partial."""
         node_path = self._node_temp_path()
         sftp = self._sftp()
+        what = f"pct pull {self.vmid} {ct_path} on node {self.node}"
         try:
             result = self.run_on_node(pct_pull_command(self.vmid, ct_path, node_path))
-            if result.exit_code != 0:
-                raise OSError(f"pct pull {self.vmid} {ct_path} failed on node {self.node}: "
-                              f"{one_line(result.stderr)}")
-            with get_file_io(filename_or_io, "wb") as file_io:
-                sftp.getfo(node_path, file_io)
+            failure = pct_transfer_failure(result.exit_code, result.stderr)
+            if failure is not None:
+                raise OSError(f"{what} failed: {failure}")
+            digest = self.run_on_node(pct_exec_script(self.vmid, DIGEST_SCRIPT, ct_absolute(ct_path)))
+            in_ct = parse_size_and_sha256(digest.stdout) if digest.exit_code == 0 else None
+            if in_ct is None:
+                raise OSError(f"{what}: cannot read size and sha256 of {ct_path} in the CT: "
+                              f"{one_line(digest.stderr) or f'exit {digest.exit_code}'}")
+            if isinstance(filename_or_io, str):
+                self._pull_to_file(sftp, node_path, filename_or_io, in_ct, what)
+            else:
+                with tempfile.SpooledTemporaryFile(max_size=8 << 20) as spool:
+                    self._receive(sftp, node_path, spool, in_ct, what, "the download")
+                    spool.seek(0)
+                    with get_file_io(filename_or_io, "wb") as file_io:
+                        shutil.copyfileobj(spool, file_io)
         finally:
             self._remove_on_node(node_path)
+
+    def _pull_to_file(self, sftp: paramiko.SFTPClient, node_path: str, local_path: str,
+                      expected: tuple[int, str], what: str) -> None:
+        """Receive into a temporary file beside ``local_path``; rename it into place only once verified."""
+        directory = os.path.dirname(os.path.abspath(local_path))
+        fd, partial = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(local_path)}.",
+                                       suffix=".labwright-part")
+        try:
+            with os.fdopen(fd, "wb") as file_io:
+                self._receive(sftp, node_path, file_io, expected, what, local_path)
+            if os.path.exists(local_path):
+                shutil.copymode(local_path, partial)
+            else:
+                os.chmod(partial, 0o666 & ~_umask())
+            os.replace(partial, local_path)
+        except BaseException:
+            if os.path.exists(partial):
+                os.unlink(partial)
+            raise
+
+    def _receive(self, sftp: paramiko.SFTPClient, node_path: str, file_io: IO[bytes],
+                 expected: tuple[int, str], what: str, destination: str) -> None:
+        received = HashingWriter(file_io)
+        sftp.getfo(node_path, received)  # type: ignore[arg-type]  # getfo only calls write()
+        got = (received.size, received.sha256.hexdigest())
+        if got != expected:
+            raise OSError(f"{what} failed although pct reported success: the CT has {describe_digest(*expected)}, "
+                          f"the copy has {describe_digest(*got)}; {destination} not written")
+
+    def _remove_in_ct(self, ct_path: str) -> None:
+        try:
+            self.run_on_node(pct_exec_command(self.vmid, shlex.join(["rm", "-f", ct_path])))
+        except (OSError, paramiko.SSHException) as exc:
+            logger.warning("Could not remove %s in CT %s: %s", ct_path, self.vmid, exc)
 
     def _remove_on_node(self, node_path: str) -> None:
         try:

@@ -9,6 +9,7 @@ the innermost command finally sees.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -24,13 +25,17 @@ from pyinfra.api.exceptions import InventoryError
 from pyinfra.connectors.util import make_unix_command
 
 from labwright.connectors.pct import (
+    DIGEST_SCRIPT,
+    INSTALL_SCRIPT,
     PctConnector,
     PctConnectorData,
     connector_data_meta,
     format_perms,
     parse_pct_name,
     parse_pct_status,
+    parse_size_and_sha256,
     pct_exec_command,
+    pct_exec_script,
     pct_pull_command,
     pct_push_command,
     pct_status_command,
@@ -327,3 +332,59 @@ def test_host_data_overrides_ssh_config(tmp_path):
 ])
 def test_stdin_bytes_match_pyinfra_line_semantics(stdin, expected):
     assert stdin_bytes(stdin) == expected
+
+
+# --- transfer verification scripts (run in the CT by pct exec) -------------------------------------
+def digest_line(data: bytes) -> str:
+    return f"{len(data)} {hashlib.sha256(data).hexdigest()}"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_digest_script_reports_size_and_sha256(shell, fake_pct, tmp_path):
+    target = tmp_path / "f; 'q' $x"
+    target.write_bytes(b"payload\n")
+    proc = run_node(shell, pct_exec_script(101, DIGEST_SCRIPT, str(target)), fake_pct, mode="run")
+    assert proc.returncode == 0, proc.stderr
+    assert parse_size_and_sha256(proc.stdout.decode()) == (8, hashlib.sha256(b"payload\n").hexdigest())
+    proc = run_node(shell, pct_exec_script(101, DIGEST_SCRIPT, str(tmp_path / "absent")), fake_pct, mode="run")
+    assert proc.returncode != 0 and parse_size_and_sha256(proc.stdout.decode()) is None
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_install_script_moves_a_verified_copy_over_the_target_keeping_its_mode(shell, fake_pct, tmp_path):
+    target, staged = tmp_path / "dir 'x'" / "conf", tmp_path / "dir 'x'" / ".conf.labwright-1"
+    target.parent.mkdir()
+    target.write_bytes(b"old\n")
+    target.chmod(0o640)
+    staged.write_bytes(b"new\n")
+    staged.chmod(0o600)
+    command = pct_exec_script(101, INSTALL_SCRIPT, str(staged), str(target), digest_line(b"new\n"), "1", "1")
+    proc = run_node(shell, command, fake_pct, mode="run")
+    assert proc.returncode == 0, proc.stderr
+    assert target.read_bytes() == b"new\n" and (target.stat().st_mode & 0o7777) == 0o640
+    assert not staged.exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_install_script_refuses_a_mismatch_and_leaves_the_target_alone(shell, fake_pct, tmp_path):
+    target, staged = tmp_path / "conf", tmp_path / ".conf.labwright-1"
+    target.write_bytes(b"old\n")
+    staged.write_bytes(b"ne")  # a short copy, as pct's ignored copy failure leaves it
+    command = pct_exec_script(101, INSTALL_SCRIPT, str(staged), str(target), digest_line(b"new\n"), "1", "1")
+    proc = run_node(shell, command, fake_pct, mode="run")
+    assert proc.returncode == 3
+    assert parse_size_and_sha256(proc.stdout.decode()) == (2, hashlib.sha256(b"ne").hexdigest())
+    assert target.read_bytes() == b"old\n" and not staged.exists()
+    missing = pct_exec_script(101, INSTALL_SCRIPT, str(staged), str(target), digest_line(b"new\n"), "1", "1")
+    assert run_node(shell, missing, fake_pct, mode="run").returncode == 3
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_install_script_never_moves_a_copy_into_a_directory(shell, fake_pct, tmp_path):
+    target, staged = tmp_path / "d", tmp_path / ".d.labwright-1"
+    target.mkdir()
+    staged.write_bytes(b"x")
+    proc = run_node(shell, pct_exec_script(101, INSTALL_SCRIPT, str(staged), str(target), digest_line(b"x"), "1", "1"),
+                    fake_pct, mode="run")
+    assert proc.returncode == 4 and b"is a directory" in proc.stderr
+    assert list(target.iterdir()) == [] and not staged.exists()
