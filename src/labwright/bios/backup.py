@@ -91,9 +91,13 @@ def read_twice(target: Target, programmer: str, work: str,
     return chip, sha1, size, flashrom.parse_access(output)
 
 
-def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None = None) -> Backup:
+def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None = None,
+           platform: str | None = None) -> Backup:
+    """``platform``: ifdtool's ``-p`` name, for descriptors that cannot say their version (see labwright.bios.ifd)."""
     reporter = reporter or Reporter()
     flashrom.check_programmer(programmer)
+    if platform is not None:
+        ifd.check_platform(platform)
     out = check_out_dir(out)
     version = flashrom.preflight(target, programmer)
     with workdir(target) as work:
@@ -102,7 +106,7 @@ def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None
         image, meta = out / f"{name}.bin", manifest_path(out / f"{name}.bin")
         if image.exists() and meta.exists() and sha256_file(image) == sha:
             existing = manifest_module.load(meta)
-            descriptor = _decode(image.read_bytes(), str(image))
+            descriptor = _decode(image.read_bytes(), str(image), platform)
             return Backup(image, meta, existing, False, descriptor,
                           [f"unchanged: {image} already holds this chip's contents (sha256 {sha[:16]}…)"])
         partial = out / f".{name}.bin.partial"
@@ -117,7 +121,7 @@ def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None
             if data.count(0xFF) == len(data):
                 raise OperationFailed(f"{target.label}: the chip reads as all 0xFF (erased, or a programmer that "
                                       "reads nothing, e.g. a dummy image file of the wrong size); nothing was kept")
-            descriptor, notes = _decode_kept(data, str(image))
+            descriptor, notes = _decode_kept(data, str(image), platform)
             os.replace(partial, image)
         finally:
             with suppress(FileNotFoundError):
@@ -125,7 +129,7 @@ def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None
     warnings = (list(descriptor.warnings) if descriptor else notes) + flashrom.access_warnings(access)
     manifest = {
         "schema": SCHEMA, "host": target.label, "programmer": programmer, "chip": chip.to_json(), "size": size,
-        "sha256": sha, "reads": 2, "image": image.name, "flashrom_version": version,
+        "sha256": sha, "reads": 2, "image": image.name, "flashrom_version": version, "platform": platform,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "descriptor": descriptor.to_json() if descriptor else None,
         "regions": [r.to_json() for r in descriptor.regions] if descriptor else [],
@@ -136,16 +140,16 @@ def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None
     return Backup(image, meta, manifest, True, descriptor, notes)
 
 
-def _decode(data: bytes, source: str) -> ifd.Descriptor | None:
-    return _decode_kept(data, source)[0]
+def _decode(data: bytes, source: str, platform: str | None = None) -> ifd.Descriptor | None:
+    return _decode_kept(data, source, platform)[0]
 
 
-def _decode_kept(data: bytes, source: str) -> tuple[ifd.Descriptor | None, list[str]]:
+def _decode_kept(data: bytes, source: str, platform: str | None = None) -> tuple[ifd.Descriptor | None, list[str]]:
     """The descriptor of what was read, or None and why: a backup is kept as read either way."""
     if not ifd.has_descriptor(data):
         return None, ["no Intel Flash Descriptor: not an Intel board's whole chip; kept as read"]
     try:
-        return ifd.decode(data, source), []
+        return ifd.decode(data, source, platform), []
     except BadInput as exc:
         return None, [f"the Intel Flash Descriptor does not decode ({exc}); kept as read"]
 
@@ -173,13 +177,13 @@ class RestorePlan:
         return self.chip_sha256 == self.sha256
 
 
-def check_restore_image(image: Path) -> tuple[bytes, str, ifd.Descriptor]:
+def check_restore_image(image: Path, platform: str | None = None) -> tuple[bytes, str, ifd.Descriptor]:
     """Local checks before touching any host: readable, a descriptor, 16 MiB, its manifest's sha256 if present."""
     try:
         data = image.read_bytes()
     except OSError as exc:
         raise BadInput(f"IMAGE {image}: cannot read it ({exc.strerror})") from None
-    descriptor = ifd.decode(data, f"IMAGE {image}")
+    descriptor = ifd.decode(data, f"IMAGE {image}", platform)
     sha = sha256_file(image)
     meta = manifest_path(image)
     if meta.exists():
@@ -190,12 +194,13 @@ def check_restore_image(image: Path) -> tuple[bytes, str, ifd.Descriptor]:
     return data, sha, descriptor
 
 
-def plan_restore(target: Target, image: Path, programmer: str, work: str, reporter: Reporter) -> RestorePlan:
-    data, sha, descriptor = check_restore_image(image)
+def plan_restore(target: Target, image: Path, programmer: str, work: str, reporter: Reporter,
+                 platform: str | None = None) -> RestorePlan:
+    data, sha, descriptor = check_restore_image(image, platform)
     flashrom.preflight(target, programmer)
     with reporter.step(f"{target.label}: asking flashrom for the chip's size"):
         chip_size = flashrom.flash_size(target, programmer)
-    ifd.check_image(data, f"IMAGE {image}", chip_size)
+    ifd.check_image(data, f"IMAGE {image}", chip_size, platform)
     with reporter.step(f"{target.label}: reading the chip's current contents"):
         flashrom.read(target, programmer, f"{work}/current.bin")
     current = target.sha256(f"{work}/current.bin")
@@ -209,13 +214,14 @@ def plan_restore(target: Target, image: Path, programmer: str, work: str, report
 
 
 def restore(target: Target, image: Path, programmer: str, yes: bool,
-            reporter: Reporter | None = None) -> tuple[RestorePlan, str]:
-    """Returns the plan and what happened: "unchanged", "dry run" or the flashrom verify line."""
+            reporter: Reporter | None = None, platform: str | None = None) -> tuple[RestorePlan, str]:
+    """Returns the plan and what happened: "unchanged", "dry run" or the flashrom verify line. An image whose
+    descriptor version cannot be told (and no ``platform`` given) is refused before anything is read or written."""
     reporter = reporter or Reporter()
     flashrom.check_programmer(programmer)
-    check_restore_image(image)  # bad images are refused before connecting work starts
+    check_restore_image(image, platform)  # bad images are refused before connecting work starts
     with workdir(target) as work:
-        plan = plan_restore(target, image, programmer, work, reporter)
+        plan = plan_restore(target, image, programmer, work, reporter, platform)
         if plan.unchanged:
             return plan, "unchanged"
         if not yes:

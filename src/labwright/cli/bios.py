@@ -30,6 +30,9 @@ ProgrammerOption = typer.Option("internal", "--programmer", "-p",
                                      "dummy:emulate=W25Q128FV,image=/root/chip.bin")
 
 
+PlatformOption = typer.Option(None, "--platform", help="The board's platform as ifdtool -p names it (adl, tgl, "
+                                                         "mtl, sklkbl, wbg, ...), for a flash descriptor that "
+                                                         "cannot say its version (IFD v2 chipsets).")
 DataOption = typer.Option(None, "--data", help="Host data for the connector, KEY=VALUE (repeat), e.g. ssh_user=root "
                                                "or ssh_port=2222, as pyinfra's --data.")
 
@@ -60,7 +63,8 @@ def _regions(descriptor: Descriptor, warnings: list[str]) -> None:
         read, write = by_region.get(region.name, ([], []))
         rows.append([f"{region.index} {region.name}", region.span(), f"{region.size // 1024} KiB" if region.used else
                      "-", ", ".join(read) or "-", ", ".join(write) or "-"])
-    stdout.print(table(f"Intel Flash Descriptor (IFD v{descriptor.version})",
+    how = f"platform {descriptor.platform}" if descriptor.platform else "told from the descriptor"
+    stdout.print(table(f"Intel Flash Descriptor (IFD v{descriptor.revision}, {how})",
                        ["region", "range", "size", "read by", "written by"], rows))
     if descriptor.gbe_mac:
         _say(f"GbE MAC address: {descriptor.gbe_mac}")
@@ -76,6 +80,7 @@ def backup(
                                                                         "and its manifest."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON (schema labwright.bios-backup/1)."),
     data: list[str] | None = DataOption,
+    platform: str | None = PlatformOption,
 ) -> None:
     """Read the whole chip twice, compare sha256, copy the image and a manifest off the host, verify the copy.
 
@@ -84,7 +89,7 @@ def backup(
     Example: labwright bios backup @lxd/node1 --programmer internal --out backups/bios
     """
     with Target.connect(host, _host_data(data)) as target:
-        result = backup_module.backup(target, programmer, out, Reporter())
+        result = backup_module.backup(target, programmer, out, Reporter(), platform)
     if as_json:
         typer.echo(json.dumps({"image": str(result.image), "manifest_file": str(result.manifest_file),
                                "new": result.new, "manifest": result.manifest}, indent=2))
@@ -113,6 +118,7 @@ def restore(
     yes: bool = typer.Option(False, "--yes", help="Really write the chip; without it only the plan is printed."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan and the outcome as JSON."),
     data: list[str] | None = DataOption,
+    platform: str | None = PlatformOption,
 ) -> None:
     """Write IMAGE to the host's flash chip with flashrom's verify, after checking the image's descriptor and size.
 
@@ -122,10 +128,10 @@ def restore(
     Example: labwright bios restore @lxd/node1 backups/bios/lxd-node1-W25Q128.V-0123456789ab.bin --yes
     """
     flashrom.check_programmer(programmer)
-    backup_module.check_restore_image(image)  # a bad image is refused before any host is contacted
+    backup_module.check_restore_image(image, platform)  # a bad image is refused before any host is contacted
     host_data = _host_data(data)
     with Target.connect(host, host_data) as target:
-        plan, outcome = backup_module.restore(target, image, programmer, yes, Reporter())
+        plan, outcome = backup_module.restore(target, image, programmer, yes, Reporter(), platform)
     if as_json:
         typer.echo(json.dumps({"image": str(plan.image), "sha256": plan.sha256, "size": plan.size,
                                "chip_size": plan.chip_size, "chip_sha256": plan.chip_sha256, "chip_mac": plan.chip_mac,

@@ -52,14 +52,61 @@ def test_region_past_the_end_of_a_cut_image() -> None:
         ifd.decode(bytes(data[: 8 * 1024 * 1024]), "cut.bin")
 
 
-def test_ifd_v2_bit_layout() -> None:
+def test_ifd_v2_bit_layout_with_the_platform() -> None:
     data = bytearray(x99_image())
-    struct.pack_into("<I", data, 0x30, 6 << 17)  # FLCOMP read clock 17 MHz: ifdtool's v2 marker
+    struct.pack_into("<I", data, 0x30, 6 << 17)  # FLCOMP read clock 17 MHz: what ifdtool before 4.15 took for v2
     struct.pack_into("<I", data, 0x80, (0b10011 << 20) | (0b11011 << 8))  # FLMSTR1 v2: write 20+, read 8+
-    descriptor = ifd.decode(bytes(data))
-    assert descriptor.version == 2
+    descriptor = ifd.decode(bytes(data), platform="sklkbl")
+    assert (descriptor.version, descriptor.revision, descriptor.platform) == (2, "2", "sklkbl")
     assert descriptor.masters[0].read == ("Flash Descriptor", "BIOS", "GbE", "Platform Data")
     assert descriptor.masters[0].write == ("Flash Descriptor", "BIOS", "Platform Data")
+    # v2: FLMSTR5 (EC) is decoded too, FLMSTR4 is not (ifdtool's dump_fmba)
+    assert [m.index for m in descriptor.masters] == [1, 2, 3, 5]
+
+
+def test_the_gbe_master_flmstr3_is_decoded_whatever_nm_says() -> None:
+    """Real IFD v1 descriptors have NM=2 for three masters (flashrom counts NM from 0 there); ifdtool -d prints
+    FLMSTR1..3 regardless. The GbE master's own rights must be there."""
+    assert (ifd.decode(x99_image()).flmap1 >> 8) & 7 == 2
+    for nm in (0, 1, 2, 3):
+        data = bytearray(x99_image())
+        struct.pack_into("<I", data, 0x18, 0x13100008 | nm << 8)
+        masters = ifd.decode(bytes(data)).masters
+        assert [(m.index, m.name) for m in masters] == [(1, "Host CPU/BIOS"), (2, "Intel ME"), (3, "GbE")]
+        assert (masters[2].read, masters[2].write, masters[2].requester_id) == (("GbE",), ("GbE",), 0x118)
+
+
+def test_17mhz_read_clock_without_a_platform_is_refused_naming_the_field() -> None:
+    data = bytearray(x99_image())
+    struct.pack_into("<I", data, 0x30, 6 << 17)
+    with pytest.raises(BadInput, match=r"img: unknown flash descriptor version: FLCOMP 0x000c0000 read clock "
+                                       r"\(bits 17-19\) is 17 MHz.*--platform \(adl, .*nothing was decoded on a guess"):
+        ifd.decode(bytes(data), "img")
+
+
+def test_a_500_series_descriptor_is_not_taken_for_v1_by_its_read_clock() -> None:
+    """On 500-series+ descriptors the read-clock field 0 means 100 MHz (ifdtool.h spi_frequency_500_series): the
+    old rule called it 20 MHz, i.e. v1, and decoded v2 FLREG/FLMSTR bits with v1 masks."""
+    data = bytearray(x99_image())
+    struct.pack_into("<I", data, 0xEFC, 0x01000210)  # FLUMAP1 with a MIP descriptor table (MDTBA), 300 series on
+    struct.pack_into("<I", data, 0x44, 0x1FFF0180 | 0)  # BIOS limit 0x1FFFFFF: bit 12 of the limit is v2-only
+    with pytest.raises(BadInput, match=r"FLUMAP1 0x01000210 \(MDTBA 0x01\) match no IFD v1 chipset"):
+        ifd.decode(bytes(data) + b"\xff" * len(data), "img")
+    descriptor = ifd.decode(bytes(data) + b"\xff" * len(data), "img", platform="adl")
+    assert descriptor.version == 2 and descriptor.region("BIOS") is not None
+    assert descriptor.region("BIOS").limit == 0x1FFFFFF  # type: ignore[union-attr]
+
+
+def test_an_unknown_platform_is_refused() -> None:
+    with pytest.raises(BadInput, match=r"--platform 'x99': not one of ifdtool's platforms: adl \(Alder Lake\)"):
+        ifd.decode(x99_image(), platform="x99")
+
+
+def test_wellsburg_is_ifd_1_5_with_v1_bits() -> None:
+    descriptor = ifd.decode(x99_image(), platform="wbg")
+    assert (descriptor.version, descriptor.revision) == (1, "1.5")
+    assert {r.name: (r.base, r.limit) for r in descriptor.regions if r.used} == X99_REGIONS
+    assert [m.name for m in descriptor.masters] == ["Host CPU/BIOS", "Intel ME", "GbE"]
 
 
 def test_parse_chip_line_from_flashrom_1_3() -> None:
