@@ -31,6 +31,7 @@ from support.bios_image import X99_REGIONS, dummy_programmer, write_x99_image
 REPO = Path(__file__).resolve().parents[2]
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 GLITCHY = REPO / "tests" / "support" / "doubles" / "flashrom-glitchy-second-read"
+LOCKED_ME = REPO / "tests" / "support" / "doubles" / "flashrom-locked-me"
 
 
 def labwright(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -145,6 +146,53 @@ def test_flaky_second_read_aborts_the_backup(chip: Path, tmp_path: Path, cli: Cl
     assert (tmp_path / "count").read_text().strip() == "2"
     assert list((tmp_path / "out").iterdir()) == []
     assert sha256(chip) == before
+
+
+def test_a_locked_me_region_shows_flashrom_s_reason_and_the_region_wise_read_works(
+        chip: Path, tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flashrom-locked-me: the real flashrom (dummy programmer) with flashrom 1.4's lines for a locked ME region."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "flashrom").symlink_to(LOCKED_ME)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{tool_env()['PATH']}")
+    result = cli("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1
+    line = error_line(result)
+    assert "read_flash: cannot read inside Management Engine region (0x003000..0x17ffff)." in line
+    assert "FREG2: Management Engine region (0x00003000-0x0017ffff) is locked." in line
+    assert not line.endswith("FAILED.") and "nothing was kept" in line
+    fallback = re.search(r"`(flashrom [^`]+ --ifd -i fd -i bios -i gbe -r FILE)`", line)
+    assert fallback, line
+    assert list((tmp_path / "out").iterdir()) == []
+    # The fallback, as printed, against the same chip: it reads, and holds the readable regions (the rest zeros).
+    part = tmp_path / "part.bin"
+    run = subprocess.run(fallback.group(1).replace("FILE", str(part)), shell=True, capture_output=True, text=True,
+                         env={**tool_env(), "PATH": f"{bin_dir}:{tool_env()['PATH']}"}, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    data, original = part.read_bytes(), chip.read_bytes()
+    for name in ("Flash Descriptor", "GbE", "BIOS"):
+        base, limit = X99_REGIONS[name]
+        assert data[base:limit + 1] == original[base:limit + 1], name
+    assert data[0x3000:0x180000].count(0) == 0x17D000
+
+
+def test_a_descriptor_of_unknown_version_is_not_restored_on_a_guess(chip: Path, tmp_path: Path, cli: Cli) -> None:
+    before = sha256(chip)
+    data = bytearray(chip.read_bytes())
+    data[0x30:0x34] = (6 << 17).to_bytes(4, "little")  # FLCOMP read clock 17 MHz: not an IFD v1 descriptor
+    image = tmp_path / "v2.bin"
+    image.write_bytes(bytes(data))
+    result = cli("bios", "restore", "@local", str(image), "-p", dummy_programmer(chip), "--yes")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "unknown flash descriptor version: FLCOMP 0x000c0000 read clock (bits 17-19)" in error_line(result)
+    assert "--platform" in error_line(result)
+    assert sha256(chip) == before
+    result = cli("bios", "restore", "@local", str(image), "-p", dummy_programmer(chip), "--platform", "nope")
+    assert result.returncode == 2 and "not one of ifdtool's platforms" in error_line(result)
+    # With the platform given the layout is known: the plan is made (a dry run writes nothing).
+    result = cli("bios", "restore", "@local", str(image), "-p", dummy_programmer(chip), "--platform", "sklkbl")
+    assert result.returncode == 0, result.stderr
+    assert "IFD v2, platform sklkbl" in result.stdout and sha256(chip) == before
 
 
 class CorruptingTransfer(Target):

@@ -4,6 +4,18 @@ Measured with Debian's flashrom 1.3.0 (``flashrom --version`` says "unknown" the
 for as well). The dummy programmer emulates a chip backed by a file: ``dummy:emulate=W25Q128FV,image=PATH`` is a
 16 MiB chip ("W25Q128.V"). A backing file of the wrong size is ignored silently and the chip reads all 0xFF, which
 the backup refuses to keep.
+
+A read the chipset refuses (checked against flashrom v1.4.0, eace095b15, and master b946ca13a2, v1.8.0-rc1): the
+internal programmer prints each descriptor region's access, ``FREGn: NAME region (BASE-LIMIT) is ACCESS.`` with
+ACCESS one of read-write, write-only, read-only, locked (ichspi.c ``ich9_handle_region_access``/``access_names``,
+v1.4.0 lines 1836-1838, 1926-1927); from 1.4 on ``read_flash`` stops at a read-protected region with
+``read_flash: cannot read inside NAME region (START..END).`` (flashrom.c v1.4.0 lines 614-615; ``%#08x``, so 0 is
+``00000000``), then ``Read operation failed!`` and ``FAILED.`` (flashrom.c lines 2213-2215), exit 1. Before 1.4 the
+hardware sequencer reported ``Transaction error between offset 0x... and 0x... (= 0x... + N)!`` (ichspi.c v1.4.0
+lines 1361-1363, the same in 1.3). The CLI never skips such regions (only libflashrom's
+FLASHROM_FLAG_SKIP_UNREADABLE_REGIONS does), so the fallback is a layout read of the readable regions:
+``--ifd -i fd -i bios ...``, the names being ``layout_from_ich_descriptors``' (ich_descriptors.c v1.4.0 line 1429).
+Such a file is not a whole-chip image: what was not read is zeros.
 """
 
 from __future__ import annotations
@@ -22,6 +34,19 @@ CHIP_LINE = re.compile(r'Found (?P<vendor>.+?) flash chip "(?P<name>[^"]+)" \((?
 #: What the internal programmer says about each descriptor region on the live chipset (the seed's X99 output).
 FREG_LINE = re.compile(r"^FREG(?P<index>\d+): (?P<name>.+?) region \((?P<base>0x[0-9a-f]+)-(?P<limit>0x[0-9a-f]+)\) "
                        r"is (?P<access>[^.]+)\.", re.M)
+
+
+#: flashrom >= 1.4, read_flash(): the region the chipset will not let it read.
+CANNOT_READ = re.compile(r"read_flash: cannot read inside (?P<name>.+?) region \((?P<start>(?:0x)?[0-9a-f]+)\.\."
+                         r"(?P<end>(?:0x)?[0-9a-f]+)\)\.")
+#: The hardware sequencer's error (ichspi.c), before 1.4 the only line a locked region left.
+TRANSACTION_ERROR = re.compile(r"Transaction error between offset (?P<start>0x[0-9a-f]+) and "
+                               r"(?P<end>0x[0-9a-f]+)[^\n]*")
+#: FREG index -> the region name flashrom's --ifd layout gives it (layout_from_ich_descriptors).
+IFD_LAYOUT_NAMES = ("fd", "bios", "me", "gbe", "pd", "reg5", "bios2", "reg7", "ec", "reg9", "ie", "10gbe", "reg12",
+                    "reg13", "reg14", "reg15")
+#: FREG access values under which the host cannot read the region (ichspi.c access_names / ich_get_region).
+UNREADABLE = ("write-only", "locked")
 
 
 @dataclass(frozen=True)
@@ -66,6 +91,42 @@ def access_warnings(access: list[dict[str, Any]]) -> list[str]:
             "external programmer for a complete image)" for a in access if a["access"] != "read-write"]
 
 
+def unreadable_regions(output: str) -> list[str]:
+    """flashrom's own lines saying which region a read could not get, as it printed them."""
+    lines = [m.group(0) for m in CANNOT_READ.finditer(output)]
+    lines += [m.group(0) for m in TRANSACTION_ERROR.finditer(output)]
+    lines += [f"FREG{a['index']}: {a['name']} region ({a['base']:#010x}-{a['limit']:#010x}) is {a['access']}."
+              for a in parse_access(output) if a["access"] in UNREADABLE]
+    return lines
+
+
+def region_fallback(spec: str, output: str, path: str = "FILE") -> str | None:
+    """The ``flashrom --ifd -i REGION ... -r`` command that reads only the regions flashrom reported readable."""
+    access = parse_access(output)
+    refused = {m["name"] for m in CANNOT_READ.finditer(output)}
+    readable = [IFD_LAYOUT_NAMES[a["index"]] for a in access if a["access"] not in UNREADABLE
+                and a["name"] not in refused and a["index"] < len(IFD_LAYOUT_NAMES)]
+    if not readable:
+        return None
+    return command(spec, "--ifd", *[arg for name in readable for arg in ("-i", name)], "-r", path)
+
+
+def read_failure(label: str, spec: str, rc: int, output: str) -> str:
+    """The message for a failed ``flashrom -r``: flashrom's own reason lines, and for a region the chipset refused,
+    the region-wise read that would work."""
+    reasons = unreadable_regions(output)
+    if not reasons:
+        return f"{label}: flashrom -r failed (exit {rc}): {_reason(output)}"
+    message = (f"{label}: flashrom -r failed (exit {rc}): the chipset does not let this host read the whole chip; "
+               f"flashrom says: {' / '.join(reasons)}; nothing was kept.")
+    fallback = region_fallback(spec, output)
+    if fallback:
+        message += (f" Region-wise fallback, the readable regions only: `{fallback}` (not a whole-chip image: what "
+                    "it does not read is zeros, never restore it whole);")
+    return message + (" for a complete image read the chip with an external programmer (or with the ME disabled, "
+                      "https://flashrom.org/ME)")
+
+
 def preflight(target: Target, spec: str) -> str:
     """Check flashrom can run there for ``spec``; return its version. OperationFailed naming the fix otherwise."""
     check_programmer(spec)
@@ -104,7 +165,7 @@ def read(target: Target, spec: str, path: str) -> tuple[Chip, str]:
     """``flashrom -r PATH``: the whole chip into a file on the host; the chip flashrom found and its output."""
     result = target.run(command(spec, "-r", path) + " 2>&1")
     if not result.ok:
-        raise OperationFailed(f"{target.label}: flashrom -r failed (exit {result.rc}): {_reason(result.stdout)}")
+        raise OperationFailed(read_failure(target.label, spec, result.rc, result.stdout))
     chip = parse_chip(result.stdout)
     if chip is None:
         raise OperationFailed(f"{target.label}: flashrom read without naming a chip; its output ends: "
