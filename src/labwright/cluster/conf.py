@@ -23,6 +23,7 @@ class ConfNode:
     nodeid: int
     ring0_addr: str
     votes: int = 1
+    addresses: tuple[str, ...] = ()  # ring0_addr .. ring7_addr as listed (every knet link's address)
 
 
 @dataclass
@@ -106,8 +107,9 @@ def parse_conf(text: str, source: str = "corosync.conf") -> CorosyncConf:
         if not name:
             raise ConfError(f"{source}: nodelist node #{i + 1} has neither name nor ring0_addr; add `name: NODE`")
         nodeid = _int(raw.get("nodeid", i + 1), f"node {name} nodeid", source)
+        addresses = tuple(str(raw[f"ring{link}_addr"]) for link in range(8) if raw.get(f"ring{link}_addr"))
         nodes.append(ConfNode(str(name), nodeid, str(raw.get("ring0_addr", "")),
-                              _int(raw.get("quorum_votes", 1), f"node {name} quorum_votes", source)))
+                              _int(raw.get("quorum_votes", 1), f"node {name} quorum_votes", source), addresses))
     names = [n.name for n in nodes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -6,13 +6,31 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from labwright.errors import OperationFailed
+
+
+class UnknownOutput(OperationFailed):
+    """A tool printed something labwright does not understand: stop, change nothing, name what it was."""
+
 
 @dataclass(frozen=True)
 class Member:
     nodeid: int
-    votes: int
-    name: str
+    votes: int | None  # None: corosync's quorum provider is not votequorum (no Votes column)
+    name: str  # the nodelist name, or with ``-i`` (``pvecm status``) the first ring address; "" when unresolved
     local: bool = False
+    qdevice: str = ""  # the Qdevice column: "A,V,NMW" (alive, casts a vote, master wins), "NR" (not registered)
+    addresses: tuple[str, ...] = ()  # with ``-a``: the further names/addresses printed after the first
+    extra_info: str = ""  # " [...]": qdevice extra info (corosync 3.1.11+)
+
+
+@dataclass(frozen=True)
+class Qdevice:
+    """The quorum device row (nodeid 0) of the membership table."""
+
+    name: str
+    votes: int  # what it counts for on this node (0 when it does not cast its vote here)
+    configured_votes: int | None = None  # "(votes N)": its votes when it is not casting them on this node
 
 
 @dataclass
@@ -30,10 +48,32 @@ class QuorumStatus:
     config_version: int | None = None
     transport: str | None = None
     secure_auth: str | None = None
+    provider: str | None = None
+    flags: list[str] = field(default_factory=list)
+    qdevice: Qdevice | None = None
 
 
+# The layouts below are corosync's tools/corosync-quorumtool.c (v3.1.10-24-g65235a81; Debian 12 runs 3.1.7, the
+# same format strings): display_quorum_data() lines 660-725 and display_nodes_data() lines 533-658. Each column is
+# print_string_padded() (lines 464-475: right-aligned in 10, then a space); hex node ids are "0x%08x ".
 _KV = re.compile(r"^([A-Za-z][A-Za-z ]*?):\s+(.*)$")
-_MEMBER = re.compile(r"^\s*(0x[0-9a-fA-F]+|\d+)\s+(\d+)\s+(\S+)(\s+\(local\))?\s*$")
+_HEADERS = {
+    ("Nodeid", "Votes", "Name"): False,
+    ("Nodeid", "Votes", "Qdevice", "Name"): True,
+    ("Nodeid", "Name"): False,  # quorum provider other than votequorum (v_handle unset)
+}
+_NODEID = r"(?:0x[0-9a-f]{8}|\d{1,10})"
+_QDEVICE_FLAGS = r"(?:N?A,N?V,N?MW|NR)"
+# A member row: nodeid, votes, [qdevice flags], then the name part: "NAME[, ADDR...][ [EXTRA]][ (local)]".
+_ROW = {
+    False: re.compile(rf"^\s*(?P<id>{_NODEID}) +(?P<votes>\d+)(?: (?P<rest>.*))?$"),
+    True: re.compile(rf"^\s*(?P<id>{_NODEID}) +(?P<votes>\d+) +(?P<qd>{_QDEVICE_FLAGS})(?: (?P<rest>.*))?$"),
+}
+_ROW_NO_VOTES = re.compile(rf"^\s*(?P<id>{_NODEID})(?: (?P<rest>.*))?$")
+# The quorum device row (nodeid VOTEQUORUM_QDEVICE_NODEID = 0): lines 635-656; its Qdevice column is 11 spaces.
+_QDEVICE_ROW = re.compile(r"^\s*(?:0x0{8}|0) +(?P<votes>\d+) {12}(?P<name>\S+)(?: \(votes (?P<cfg>\d+)\))?$")
+_NO_ADDRESS = re.compile(r"^Unable to get node address for nodeid \d+: ")
+_NAME_PART = re.compile(r"^(?P<names>[^\s\[\](),]*(?:, [^\s,]+)*)(?: \[(?P<extra>.*)\])?(?P<local> \(local\))?$")
 
 
 def _opt_int(value: str | None) -> int | None:
@@ -43,30 +83,80 @@ def _opt_int(value: str | None) -> int | None:
     return int(m.group(1), 0) if m else None
 
 
-def parse_quorum_status(text: str) -> QuorumStatus | None:
-    """None when the text holds no quorum information (corosync not running: "Cannot initialize ...")."""
+def _member_row(line: str, with_votes: bool, with_qdevice: bool, what: str) -> Member:
+    m = _ROW[with_qdevice].match(line) if with_votes else _ROW_NO_VOTES.match(line)
+    rest = _NAME_PART.match(m.group("rest") or "") if m else None
+    if not m or not rest:
+        raise UnknownOutput(f"{what}: membership row not understood: {line.strip()!r} (expected "
+                            f"'NODEID{' VOTES' if with_votes else ''}{' QDEVICE' if with_qdevice else ''} NAME', as "
+                            "corosync-quorumtool 3.x prints it); nothing was changed")
+    names = rest.group("names").split(", ") if rest.group("names") else [""]
+    return Member(int(m.group("id"), 0), int(m.group("votes")) if with_votes else None, names[0],
+                  bool(rest.group("local")), m.groupdict().get("qd") or "", tuple(names[1:]),
+                  rest.group("extra") or "")
+
+
+def parse_membership(lines: list[str], what: str = "corosync-quorumtool") -> tuple[list[Member], Qdevice | None]:
+    """The rows after a ``Membership information`` header (``-l``, ``-s``, ``pvecm status``/``nodes``)."""
+    body = [line for line in lines if line.strip()]
+    if body and set(body[0].strip()) == {"-"}:
+        body = body[1:]
+    if not body:
+        raise UnknownOutput(f"{what}: a membership section with no column header; nothing was changed")
+    header = tuple(body[0].split())
+    if header not in _HEADERS:
+        raise UnknownOutput(f"{what}: membership columns {' '.join(header)!r} not understood (known: "
+                            f"{'; '.join(' '.join(h) for h in _HEADERS)}); nothing was changed")
+    with_qdevice, with_votes = _HEADERS[header], "Votes" in header
+    members: list[Member] = []
+    qdevice: Qdevice | None = None
+    for line in body[1:]:
+        if _NO_ADDRESS.match(line):  # stderr, merged: node_name() line 367; that row's name is then ""
+            continue
+        if qdevice is not None:
+            raise UnknownOutput(f"{what}: a row after the Qdevice row: {line.strip()!r}; nothing was changed")
+        if with_qdevice and (q := _QDEVICE_ROW.match(line)):
+            qdevice = Qdevice(q.group("name"), int(q.group("votes")), _opt_int(q.group("cfg")))
+            continue
+        members.append(_member_row(line, with_votes, with_qdevice, what))
+    return members, qdevice
+
+
+def parse_quorum_status(text: str, what: str = "corosync-quorumtool -s") -> QuorumStatus | None:
+    """None when the text holds no quorum information (corosync not running: "Cannot initialize CMAP service",
+    lines 971-1013). Raises UnknownOutput for a layout it does not know, rather than finding no members."""
+    lines = text.splitlines()
+    if not any(line.strip() == "Quorum information" for line in lines):
+        return None
     kv: dict[str, str] = {}
     members: list[Member] = []
-    in_members = False
-    for line in text.splitlines():
-        if line.strip().startswith("Nodeid") and "Votes" in line:
-            in_members = True
-            continue
-        if in_members:
-            m = _MEMBER.match(line)
-            if m:
-                members.append(Member(int(m.group(1), 0), int(m.group(2)), m.group(3), bool(m.group(4))))
-                continue
-            if line.strip():
-                in_members = False
-        m2 = _KV.match(line.strip())
-        if m2:
-            kv.setdefault(m2.group(1).strip(), m2.group(2).strip())
+    qdevice: Qdevice | None = None
+    seen_membership = False
+    for i, line in enumerate(lines):
+        if line.strip() == "Membership information":
+            members, qdevice = parse_membership(lines[i + 1:], what)
+            seen_membership = True
+            break
+        # stdout, display_nodes_data() line 544: that node's votes are then unknown
+        if re.match(r"^Unable to get node \d+ info$", line.strip()):
+            raise UnknownOutput(f"{what}: {line.strip()!r}: the member votes it printed are not reliable; "
+                                "nothing was changed")
+        if m := _KV.match(line.strip()):
+            kv.setdefault(m.group(1).strip(), m.group(2).strip())
     if "Quorate" not in kv:
-        return None
+        raise UnknownOutput(f"{what}: a Quorum information section without a 'Quorate:' line; nothing was changed")
+    provider = kv.get("Quorum provider")
+    if not seen_membership:
+        # display_quorum_data() returns before the membership when votequorum is not the provider (line 695).
+        raise UnknownOutput(f"{what}: no Membership information (quorum provider {provider or 'unknown'!s}; "
+                            "labwright needs corosync_votequorum, as Proxmox VE configures it); nothing was changed")
+    nodes = _opt_int(kv.get("Nodes"))
+    if nodes is not None and nodes != len(members):
+        raise UnknownOutput(f"{what}: 'Nodes: {nodes}' but {len(members)} membership row(s) understood; "
+                            "nothing was changed")
     return QuorumStatus(
         quorate=kv["Quorate"].lower().startswith("yes"),
-        nodes=_opt_int(kv.get("Nodes")),
+        nodes=nodes,
         node_id=_opt_int(kv.get("Node ID")),
         expected_votes=_opt_int(kv.get("Expected votes")),
         total_votes=_opt_int(kv.get("Total votes")),
@@ -76,6 +166,9 @@ def parse_quorum_status(text: str) -> QuorumStatus | None:
         config_version=_opt_int(kv.get("Config Version")),
         transport=kv.get("Transport"),
         secure_auth=kv.get("Secure auth"),
+        provider=provider,
+        flags=kv.get("Flags", "").split(),
+        qdevice=qdevice,
     )
 
 
@@ -132,8 +225,10 @@ class LogSigns:
 
 _START = re.compile(r"Corosync Cluster Engine .*starting up")
 _MEMBERS = re.compile(r"\[QUORUM\] Members\[(\d+)\]:((?:\s+\d+)*)")
-_REJECTED = re.compile(r"Packet rejected from ([0-9a-fA-F.:\[\]]+?):(\d+)")
-_DECRYPT = re.compile(r"Unable to decrypt packet from ([0-9a-fA-F.:\[\]]+?):(\d+)")
+# kronosnet prints "from %s:%s" with getnameinfo(NI_NUMERICHOST) (libknet/threads_rx.c lines 942 and 1006,
+# netutils.c knet_addrtostr() lines 106-135): an IPv6 address has no brackets, so the port is after the LAST colon.
+_REJECTED = re.compile(r"Packet rejected from \[?([0-9a-fA-F.:]+?)\]?:(\d+)(?![\d.:]*\d)")
+_DECRYPT = re.compile(r"Unable to decrypt packet from \[?([0-9a-fA-F.:]+?)\]?:(\d+)(?![\d.:]*\d)")
 _VERSION_EXIT = re.compile(r"Received config version \((\d+)\) is different than my config version \((\d+)\)")
 
 
@@ -166,3 +261,51 @@ def log_signs(log: str) -> LogSigns:
     if signs.single_member:  # the last membership it formed is itself alone
         signs.lines.insert(0, members_line)
     return signs
+
+
+# -- pvecm (pve-cluster 9.1.6, commit 7091d92e; pve-common 9.2.1, commit f665029e) --------------------------------
+# `pvecm add` runs the join in a forked CLI worker and returns undef whatever the worker did
+# (src/PVE/CLI/pvecm.pm lines 520-527): it exits 0 when the join failed. The worker's output (its stderr merged)
+# goes to stdout; its error goes to stderr without the "TASK ERROR: " prefix, warnings as "Task finished with N
+# warning(s)!" (pve-common src/PVE/RESTEnvironment.pm lines 489-498). Only a finished join prints the last line
+# "successfully added node 'NAME' to cluster." (pve-cluster src/PVE/Cluster/Setup.pm line 819).
+_ADDED = re.compile(r"^successfully added node '([^']*)' to cluster\.$", re.M)
+_TASK_WARNINGS = re.compile(r"^Task finished with (\d+) warning\(s\)!$", re.M)
+
+
+@dataclass(frozen=True)
+class PvecmAdd:
+    joined: bool
+    message: str  # why not (pvecm's own words), or the success line
+    warnings: int = 0
+
+
+def pvecm_add_outcome(rc: int, stdout: str, stderr: str) -> PvecmAdd:
+    """What ``pvecm add`` did, from its output rather than its exit code (which is 0 for a failed join)."""
+    warnings = int(m.group(1)) if (m := _TASK_WARNINGS.search(stderr)) else 0
+    if rc == 0 and (m := _ADDED.search(stdout)):
+        return PvecmAdd(True, m.group(0), warnings)
+    said = [line.strip() for line in stderr.splitlines() if line.strip() and not _TASK_WARNINGS.match(line.strip())]
+    if not said:
+        said = [line.strip() for line in stdout.splitlines() if line.strip()]
+    why = said[-1] if said else "no output"
+    if rc == 0:
+        why = f"{why} (exit 0, but no \"successfully added node\" line: the join did not finish)"
+    else:
+        why = f"{why} (exit {rc})"
+    return PvecmAdd(False, why, warnings)
+
+
+# `pvecm delnode ARG` (PVE::API2::ClusterConfig delnode, src/PVE/API2/ClusterConfig.pm lines 466-524) removes the
+# nodelist entry whose NAME, ring0_addr or ring1_addr equals ARG; it dies (exit 255) with these messages.
+DELNODE_UNKNOWN = re.compile(r"^Node/IP: (\S+) is not a known host of the cluster\.$", re.M)
+DELNODE_SELF = "Cannot delete myself from cluster!"
+DELNODE_NO_QUORUM = "cluster not ready - no quorum?"
+
+
+def pvecm_delnode_outcome(rc: int, stdout: str, stderr: str, arg: str) -> str:
+    """``removed`` (exit 0), ``unknown`` (pvecm: not a known host: ARG itself), or ``failed``."""
+    if rc == 0:
+        return "removed"
+    m = DELNODE_UNKNOWN.search(stderr + "\n" + stdout)
+    return "unknown" if m and m.group(1) == arg else "failed"
