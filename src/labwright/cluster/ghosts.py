@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from labwright.cluster.doctor import Diagnosis, NodeFacts, doctor
-from labwright.cluster.parse import cmap_members
+from labwright.cluster.parse import cmap_members, pvecm_delnode_outcome
 from labwright.cluster.runner import NodeRunner
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.ui import Reporter
@@ -24,6 +24,7 @@ LOCAL_STORAGES = {"local", "local-lvm", "local-zfs", "local-btrfs"}
 _DISK_KEY = re.compile(r"^(?:(?:ide|sata|scsi|virtio|efidisk|tpmstate|unused|mp)\d+|rootfs)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$")
 UNKNOWN_HOST = "is not a known host of the cluster"
+_CMAP_IPS = re.compile(r"ip\(([^)]*)\)")
 
 
 @dataclass
@@ -117,6 +118,36 @@ def find_ghosts(diag: Diagnosis) -> tuple[NodeFacts, list[str]]:
     return ref, [d for d in ref.pve_nodes if d not in listed and d not in members]
 
 
+def delnode_collisions(diag: Diagnosis, ref: NodeFacts, name: str) -> list[str]:
+    """Why ``pvecm delnode NAME`` could hit a real node: pvecm looks NAME up in node names AND ring0_addr/ring1_addr
+    (pve-cluster src/PVE/API2/ClusterConfig.pm lines 493-509) and refuses only its own node (line 482); every ring
+    address of every nodelist entry, member or not, and every address corosync runs with counts here."""
+    wanted = name.lower()
+    hits: list[str] = []
+    if ref.name.lower() == wanted:
+        hits.append(f"{name} is {ref.name}, the node pvecm would run on")
+    confs = [c for f in diag.facts.values() for c in (f.pve_conf, f.conf) if c is not None]
+    for conf in confs:
+        for node in conf.nodes:
+            for link, addr in enumerate(node.addresses):
+                hit = f"{name} is ring{link}_addr of nodelist node {node.name} (nodeid {node.nodeid})"
+                if addr.lower() == wanted and hit not in hits:
+                    hits.append(hit)
+    for f in diag.facts.values():
+        for key, value in f.cmap.items():
+            if key.startswith("runtime.members.") and key.endswith(".ip"):
+                for addr in _CMAP_IPS.findall(value):
+                    hit = f"{name} is a running member's address ({key} on {f.name})"
+                    if addr.lower() == wanted and hit not in hits:
+                        hits.append(hit)
+        for member in f.quorum.members if f.quorum else []:
+            if wanted in (a.lower() for a in (member.name, *member.addresses)):
+                hit = f"{name} names member nodeid {member.nodeid} in {f.name}'s corosync-quorumtool output"
+                if hit not in hits:
+                    hits.append(hit)
+    return hits
+
+
 @dataclass
 class GhostReport:
     checked_on: str
@@ -155,6 +186,11 @@ def ghosts(runners: list[NodeRunner], remove: str | None = None, yes: bool = Fal
     if ghost is None:
         raise SafetyCheckFailed(f"refusing to remove {remove}: it is in the corosync nodelist or membership, not a "
                                 "ghost; shut it down for good and use pvecm delnode")
+    collisions = delnode_collisions(diag, ref, remove)
+    if collisions:
+        raise SafetyCheckFailed(f"refusing to run pvecm delnode {remove}: pvecm delnode matches ring addresses as well "
+                                f"as node names, and {'; '.join(collisions)}: it could remove that node from the "
+                                f"cluster; nothing changed (check {NODES}/{remove} by hand)")
     if not yes:
         out.message = (f"dry run: would run `pvecm delnode {remove}` and, if pvecm says it is unknown, "
                        f"rm -rf {NODES}/{remove}; add --yes")
@@ -162,10 +198,11 @@ def ghosts(runners: list[NodeRunner], remove: str | None = None, yes: bool = Fal
     with report.step(f"pvecm delnode {remove} on {ref.name}"):
         res = runner.run(f"cd /tmp && pvecm delnode {shlex.quote(remove)}", timeout=120)
     said = (res.stdout + res.stderr).strip()
-    if res.rc == 0:
+    outcome = pvecm_delnode_outcome(res.rc, res.stdout, res.stderr, remove)
+    if outcome == "removed":
         out.removed = remove
         out.message = f"pvecm delnode {remove}: {said.splitlines()[-1] if said else 'done'}"
-    elif UNKNOWN_HOST in said:
+    elif outcome == "unknown":
         with report.step(f"rm -rf {NODES}/{remove} (pvecm: not a known host)"):
             target = shlex.quote(f"{NODES}/{remove}")
             rm = runner.run(f"rm -rf {target} && ! [ -e {target} ]", timeout=60)

@@ -8,8 +8,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from labwright.cluster.doctor import HEALTHY, STALE, Diagnosis, doctor
+from labwright.cluster.parse import pvecm_add_outcome
 from labwright.cluster.runner import NodeRunner
-from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+from labwright.errors import BadInput, LabwrightError, OperationFailed, SafetyCheckFailed
 from labwright.ui import Reporter
 
 STOP_SCRIPT = r"""
@@ -74,8 +75,18 @@ def wait_quorate(runner: NodeRunner, timeout: float) -> bool:
     return False
 
 
+def _state_after_failed_add(runners: list[NodeRunner], node: str) -> str:
+    """The node's state now, as the doctor sees it (what pvecm add left behind)."""
+    try:
+        now = doctor(runners).node(node)
+    except LabwrightError as exc:
+        return f"its state could not be read ({exc})"
+    return (f"now: corosync {now.service}, config_version {now.config_version}, "
+            f"{'a member' if now.member else 'not a member'} (doctor: {now.verdict})")
+
+
 def rejoin(runners: list[NodeRunner], node: str, lead: str, yes: bool, report: Reporter | None = None,
-           quorum_timeout: float = 60) -> RejoinResult:
+           quorum_timeout: float = 60, add_timeout: float = 300) -> RejoinResult:
     report = report or Reporter(quiet=True)
     if node not in [r.name for r in runners]:
         raise BadInput(f"no node named {node!r} in the inventory (nodes: {', '.join(r.name for r in runners)}); "
@@ -105,12 +116,16 @@ def rejoin(runners: list[NodeRunner], node: str, lead: str, yes: bool, report: R
                                   f"{(res.stderr or res.stdout).strip().splitlines()[-1:]}")
         done.append(f"stopped corosync on {node}" + (" (it had already exited)" if "already" in res.stdout else ""))
     with report.step(f"pvecm add {lead} --use_ssh --force on {node}"):
-        res = runner.run(f"cd /tmp && pvecm add {lead} --use_ssh --force", timeout=300)
-        if res.rc:
-            last = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [f"exit {res.rc}"]
-            raise OperationFailed(f"{node}: pvecm add {lead} failed (exit {res.rc}): {last[0]}; corosync on {node} "
-                                  "is stopped: fix the cause and run the rejoin again")
-        done.append(f"ran pvecm add {lead} --use_ssh --force from /tmp on {node}")
+        res = runner.run(f"cd /tmp && pvecm add {lead} --use_ssh --force", timeout=add_timeout)
+        # pvecm add exits 0 when the join failed (its worker's error is only printed): read what it said.
+        added = pvecm_add_outcome(res.rc, res.stdout, res.stderr)
+        if not added.joined:
+            why = (f"it did not finish in {add_timeout:.0f}s (pvecm add waits for quorum without a limit)"
+                   if res.rc == 124 else f"pvecm said: {added.message}")
+            raise OperationFailed(f"{node}: pvecm add {lead} did not join it: {why}; "
+                                  f"{_state_after_failed_add(runners, node)}; fix the cause and run the rejoin again")
+        done.append(f"ran pvecm add {lead} --use_ssh --force from /tmp on {node}: {added.message}"
+                    + (f" ({added.warnings} warning(s))" if added.warnings else ""))
     result.changed = True
     with report.step(f"waiting for quorum on {node}"):
         if not wait_quorate(runner, quorum_timeout):
