@@ -6,7 +6,7 @@ The layout is the seed's X99 board (Descriptor 0x0-0xFFF, GbE 0x1000-0x2FFF, ME 
 
 Two words are as real descriptors have them, not as a first version of this file had them: FLMAP1's NM is 2 (three
 masters: flashrom counts NM from 0 on IFD v1 chipsets, ``ich_number_of_masters`` in ich_descriptors.c, flashrom
-v1.4.0 lines 72-96), the FREG slots past FREG4 read 0x00007FFF (unused) rather than 0xFFFFFFFF (a 4 KiB region
+v1.4.0 lines 76-99), the FREG slots past FREG4 read 0x00007FFF (unused) rather than 0xFFFFFFFF (a 4 KiB region
 at 0xFFF000 to ``ifdtool -p wbg``), and FLUMAP1 (0xEFC) points at a one-entry ME VSCC table (VTBA 0xDF0, VTL 2)
 holding the W25Q128FV's JEDEC ID; with FLUMAP1 all 0xFF flashrom's ``--ifd`` refuses the descriptor ("Couldn't parse the
 descriptor!": the VSCC table would run past 4 KiB, read_ich_descriptors_from_dump, ich_descriptors.c), and the
