@@ -16,9 +16,10 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File, FindInFile, Link, Sha1File
 from pyinfra.facts.server import Locales
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import files, server
 
 from labwright.base.deploy_data import AUTO_UPGRADES, SSHD_DROPIN, fail, locale_key, settings_from, sha1, sshd_check
+from labwright.deploys.common import install_missing
 
 
 def install_validated(label: str, text: str, dest: str, mode: str, check: str) -> bool:
@@ -60,12 +61,8 @@ def deploy_base() -> None:
     s = settings_from(host.data.dict())
 
     # --- packages: apt only runs (and only refreshes its lists) when something is missing -------------
-    installed = host.get_fact(DebPackages)
-    missing = [p for p in s.packages if p not in installed]
-    if missing:
-        # cache_time: a second attempt right after a failed one need not refresh the lists again.
-        apt.update(name="Refresh apt lists (packages missing)", cache_time=3600)
-        apt.packages(name="Install missing base packages", packages=missing, no_recommends=True)
+    installed = host.get_fact(DebPackages)  # read before the install: what the checks below know of the host
+    install_missing(s.packages, "packages", name="Install missing base packages")
 
     # sshd only reads the drop-in through this Include (Debian's default, at the top of sshd_config); without
     # it the hardening would silently do nothing. Refused here, before any operation runs.

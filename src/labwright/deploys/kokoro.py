@@ -16,15 +16,14 @@ from pathlib import Path, PurePosixPath
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import FindInFile
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from labwright.default_keys import is_default_key
 from labwright.deploy_data import DeployData, jinja
+from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import LabwrightError
-from labwright.facts.llamacpp import PortListeners
 from labwright.facts.nvidia import NvidiaDriverVersion
 from labwright.kokoro.deploy_data import TEMPLATES, DataError, choose_device, load_defaults, requirements
 from labwright.kokoro.streaming import plan_streaming, read_tree
@@ -130,17 +129,12 @@ def deploy_kokoro() -> None:
         raise fail("device", f"gpu on {host.name}, which has no NVIDIA driver loaded; pass a GPU through to it, or "
                    "use kokoro_use=conversational (CPU: as fast to first audio, as the seed measured) (nothing was "
                    "changed)")
-    listeners = host.get_fact(PortListeners, port=port, service=service)
-    if listeners["pids"] and not listeners["ours"]:
-        holder = ", ".join(listeners["names"]) or "another process"
+    holder = port_taken_by(port, service)
+    if holder:
         raise fail("port", f"{port} is already in use on {host.name} by {holder} (nothing was changed)")
 
     # --- packages, user, the checkout ------------------------------------------------------------------
-    installed = host.get_fact(DebPackages)
-    missing = [p for p in data("runtime_packages") if p not in installed]
-    if missing:
-        apt.update(name="Refresh apt lists (runtime packages missing)", cache_time=3600)
-        apt.packages(name=f"Install {', '.join(missing)}", packages=missing, no_recommends=True)
+    install_missing(data("runtime_packages"), "runtime packages")
     home = f"/var/lib/{service}"
     server.user(name=f"Service user {user}", user=user, system=True, shell="/usr/sbin/nologin", home=home,
                 create_home=True)

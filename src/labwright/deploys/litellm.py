@@ -17,16 +17,15 @@ from typing import Any, cast
 from pyinfra import host, inventory
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import DeployData, jinja
+from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import LabwrightError
 from labwright.facts.default_keys import DefaultKeysIn
 from labwright.facts.litellm import LitellmVersion
-from labwright.facts.llamacpp import PortListeners
 from labwright.lab.lab import instance_address
 from labwright.litellm.config import (
     TEMPLATES,
@@ -137,17 +136,12 @@ def deploy_litellm() -> None:
         raise fail("master_key", f"{found['path']} on {host.name} sets {found['variable']} to {found['why']}, which "
                    f"anyone can look up; delete {found['path']} and re-run to generate a random one (nothing was "
                    "changed)")
-    listeners = host.get_fact(PortListeners, port=port, service=service)
-    if listeners["pids"] and not listeners["ours"]:
-        holder = ", ".join(listeners["names"]) or "another process"
+    holder = port_taken_by(port, service)
+    if holder:
         raise fail("port", f"{port} is already in use on {host.name} by {holder} (nothing was changed)")
 
     # --- runtime, user, the venv at the pinned version ------------------------------------------------
-    installed = host.get_fact(DebPackages)
-    missing = [p for p in data("runtime_packages") if p not in installed]
-    if missing:
-        apt.update(name="Refresh apt lists (python3-venv missing)", cache_time=3600)
-        apt.packages(name="Install python3-venv", packages=missing, no_recommends=True)
+    install_missing(data("runtime_packages"), "python3-venv")
     home = f"/var/lib/{service}"
     server.user(name=f"Service user {user}", user=user, system=True, shell="/usr/sbin/nologin", home=home,
                 create_home=True)

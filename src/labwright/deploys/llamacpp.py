@@ -13,13 +13,13 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File, Sha256File
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import FALSE, TRUE
-from labwright.facts.llamacpp import OllamaPresent, PortListeners, ReadableBy
+from labwright.deploys.common import install_missing, port_taken_by
+from labwright.facts.llamacpp import OllamaPresent, ReadableBy
 from labwright.llamacpp.deploy_data import (
     KEYS,
     OLLAMA_DROPIN,
@@ -47,9 +47,8 @@ def deploy_llamacpp() -> None:
     if not host.get_fact(ReadableBy, path=s.model, user=s.user):
         raise KEYS.fail("model", f"{s.model} is not readable by the service user {s.user} on {host.name}; make the "
                         "file and its directories world-readable or group-readable by it (nothing was changed)")
-    listeners = host.get_fact(PortListeners, port=s.flags["port"], service=s.service)
-    if listeners["pids"] and not listeners["ours"]:
-        holder = ", ".join(listeners["names"]) or "another process"
+    holder = port_taken_by(s.flags["port"], s.service)
+    if holder:
         raise KEYS.fail("port", f"{s.flags['port']} is already in use on {host.name} by {holder} (nothing was "
                         "changed)")
 
@@ -62,11 +61,7 @@ def deploy_llamacpp() -> None:
     ollama_env = ollama_environment(data) if apply_ollama else {}
 
     # --- runtime libraries (apt only when missing) and the service user ------------------------------
-    installed = host.get_fact(DebPackages)
-    missing = [p for p in s.runtime_packages if p not in installed]
-    if missing:
-        apt.update(name="Refresh apt lists (runtime libraries missing)", cache_time=3600)
-        apt.packages(name="Install llama-server runtime libraries", packages=missing, no_recommends=True)
+    install_missing(s.runtime_packages, "runtime libraries", name="Install llama-server runtime libraries")
     server.user(name=f"Service user {s.user}", user=s.user, system=True, shell="/usr/sbin/nologin",
                 home=f"/var/lib/{s.service}", create_home=True)
 

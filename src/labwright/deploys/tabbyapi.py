@@ -11,14 +11,14 @@ from io import StringIO
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import Directory
 from pyinfra.facts.server import Command
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import LabwrightError
-from labwright.facts.llamacpp import PortListeners, ReadableBy
+from labwright.facts.llamacpp import ReadableBy
 from labwright.facts.nvidia import NvidiaDriverMatch
 from labwright.operations import guests, http, tabbyapi
 from labwright.operations import stack as stack_ops
@@ -52,9 +52,8 @@ def deploy_tabbyapi() -> None:
     if not host.get_fact(ReadableBy, path=s.model_path, user=s.user):
         raise DeployError(f"tabbyapi_model_dir: {s.model_path} is not readable by the service user {s.user} on "
                           f"{host.name}: make it world- or group-readable (nothing was changed)")
-    listeners = host.get_fact(PortListeners, port=s.port, service=s.service)
-    if listeners["pids"] and not listeners["ours"]:
-        holder = ", ".join(listeners["names"]) or "another process"
+    holder = port_taken_by(s.port, s.service)
+    if holder:
         raise DeployError(f"tabbyapi_port: {s.port} is already in use on {host.name} by {holder}: stop it or choose "
                           "another tabbyapi_port (nothing was changed)")
 
@@ -80,11 +79,7 @@ def deploy_tabbyapi() -> None:
     if driver is not None and driver["status"] != "no-host-driver" and s.gpu != "check":
         guests.nvidia_userspace(name="NVIDIA userspace = host driver", root=s.nvidia_root)
 
-    installed = host.get_fact(DebPackages)
-    missing = [p for p in s.packages if p not in installed]
-    if missing:
-        apt.update(name="Refresh apt lists (packages missing)", cache_time=3600)
-        apt.packages(name=f"Install {', '.join(missing)}", packages=missing, no_recommends=True)
+    install_missing(s.packages, "packages")
     server.user(name=f"Service user {s.user}", user=s.user, system=True, shell="/usr/sbin/nologin",
                 home=f"/var/lib/{s.service}", create_home=True)
 
