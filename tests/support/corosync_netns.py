@@ -212,6 +212,92 @@ class NetnsCluster:
             if res.rc:
                 raise RuntimeError(f"corosync-cfgtool -R: {res.stdout}{res.stderr}")
 
+    # -- QDevice: corosync-qnetd in its own namespace, corosync-qdevice on every node --------------------------
+    QNETD = "qnetd"
+
+    @property
+    def qnetd_addr(self) -> str:
+        return f"{self.subnet}.250"
+
+    def qnetd_runner(self) -> NodeRunner:
+        return NodeRunner(self.QNETD, "netns", self.ns(self.QNETD), root=str(self.node_dir(self.QNETD)))
+
+    def _must(self, runner: NodeRunner, script: str) -> str:
+        res = runner.run(script, timeout=60)
+        if res.rc:
+            raise RuntimeError(f"{runner.name}: {script!r}: exit {res.rc}: {(res.stderr or res.stdout).strip()}")
+        return res.stdout
+
+    def add_qdevice(self, timeout: float = 60) -> None:
+        """A QDevice (model net, ffsplit) as ``pvecm qdevice setup`` makes one (pve-cluster src/PVE/CLI/pvecm.pm
+        86-292): qnetd's CA and server certificate, each node's client certificate signed by qnetd
+        (corosync-qdevice-net-certutil -i/-r/-M/-m, corosync-qnetd-certutil -i/-s), the quorum.device block in
+        every corosync.conf, a reload, then corosync-qdevice on every node. Waits until each node counts its vote."""
+        qn = self.QNETD
+        d = self.node_dir(qn)
+        for sub in ("etc/corosync", "run/corosync-qnetd", "var/lib/corosync", "var/log/corosync", "ovl"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        ns = self.ns(qn)
+        self.namespaces.append(ns)
+        sh("ip", "netns", "add", ns)
+        sh("ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "pq", "netns", self.bridge_ns)
+        sh("ip", "-n", self.bridge_ns, "link", "set", "pq", "master", "br0", "up")
+        sh("ip", "-n", ns, "addr", "add", f"{self.qnetd_addr}/24", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        qnetd = self.qnetd_runner()
+        self._must(qnetd, "corosync-qnetd-certutil -i")
+        self.procs.append(subprocess.Popen(qnetd.argv("exec corosync-qnetd -f"), stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                           start_new_session=True))
+        cluster = "lwtest"
+        qnetd_db = d / "etc/corosync/qnetd/nssdb"
+        first = self.names[0]
+        node_db = self.node_dir(first) / "etc/corosync/qdevice/net/nssdb"
+        r1 = self.runner(first, with_standin=False)
+        self._must(r1, f"corosync-qdevice-net-certutil -i -c {qnetd_db}/qnetd-cacert.crt")
+        self._must(r1, f"corosync-qdevice-net-certutil -r -n {cluster}")
+        self._must(qnetd, f"corosync-qnetd-certutil -s -c {node_db}/qdevice-net-node.crq -n {cluster}")
+        self._must(r1, f"corosync-qdevice-net-certutil -M -c {qnetd_db}/cluster-{cluster}.crt")
+        for name in self.names[1:]:
+            r = self.runner(name, with_standin=False)
+            self._must(r, f"corosync-qdevice-net-certutil -i -c {qnetd_db}/qnetd-cacert.crt")
+            self._must(r, f"corosync-qdevice-net-certutil -m -c {node_db}/qdevice-net-node.p12")
+        device = (f"  device {{\n    model: net\n    votes: 1\n    net {{\n      tls: on\n"
+                  f"      host: {self.qnetd_addr}\n      algorithm: ffsplit\n    }}\n  }}\n")
+        from labwright.cluster.conf import parse_conf, render_conf
+        pve = self.pve_dir / "corosync.conf"
+        text = pve.read_text()
+        version = parse_conf(text).config_version + 1
+        provider = "  provider: corosync_votequorum\n"
+        text = render_conf(text.replace(provider, provider + device), version)
+        pve.write_text(text)
+        for name in self.names:
+            (self.node_dir(name) / "etc/corosync/corosync.conf").write_text(text)
+        self._must(r1, "corosync-cfgtool -R")
+        for name in self.names:
+            r = self.runner(name, with_standin=False)
+            (self.node_dir(name) / "run/corosync-qdevice").mkdir(exist_ok=True)
+            self.procs.append(subprocess.Popen(r.argv("exec corosync-qdevice -f"), stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                               start_new_session=True))
+        self.wait_qdevice_votes(self.names, timeout)
+
+    def qdevice_votes(self, name: str) -> bool:
+        """This node's corosync-quorumtool shows the Qdevice row with its vote counted."""
+        res = self.runner(name, with_standin=False).run("corosync-quorumtool -s", timeout=10)
+        return any(line.split()[:2] == ["0", "1"] and line.rstrip().endswith("Qdevice")
+                   for line in res.stdout.splitlines())
+
+    def wait_qdevice_votes(self, names: list[str], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self.qdevice_votes(n) for n in names):
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"corosync-qdevice: {names} did not count the Qdevice vote in {timeout:.0f}s: "
+                             f"{[(n, self.qdevice_votes(n)) for n in names]}")
+
     def close(self) -> None:
         for name in self.names:
             with contextlib.suppress(ProcessLookupError):
