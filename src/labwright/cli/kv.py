@@ -15,7 +15,7 @@ from labwright.tuning.units import MIB, gib, group, parse_size
 from labwright.ui import stdout, table
 
 NAME = "kv"
-HELP = "KV-cache and context planning from a model's config.json."
+HELP = "KV-cache and context planning from a model's config.json or GGUF file."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
@@ -40,7 +40,8 @@ def _specs(cache_mode: str | None, cache_type: str | None, engine: str | None, c
 
 @app.command()
 def plan(
-    config: Path = typer.Option(..., "--config", "-c", help="The model's config.json, or the directory holding it."),
+    config: Path = typer.Option(..., "--config", "-c", help="The model's config.json, the directory holding it, or a "
+                                ".gguf file (its header only is read)."),
     cache_mode: str | None = CacheModeOption,
     cache_type: str | None = CacheTypeOption,
     engine: str | None = EngineOption,
@@ -83,9 +84,10 @@ def _print_plans(plans: list[kv.KvPlan], budget: str | None) -> None:
             row.append(gib(p.kv_bytes))
         rows.append(row)
     stdout.print(table(escape(f"{layout.source}: {layout.describe()}"), columns, rows))
-    if layout.sliding_layers:
-        for key, policy in {p.spec.engine.label: p.sliding_policy for p in plans}.items():
-            stdout.print(escape(f"  sliding layers on {key}: {policy}"))
+    for kind, count in (("sliding", layout.sliding_layers), ("chunked", layout.chunked_layers)):
+        if count:
+            for key, policy in {p.spec.engine.label: p.policy(kind) for p in plans}.items():
+                stdout.print(escape(f"  {kind} layers on {key}: {policy}"))
     for note in dict.fromkeys(n for p in plans for n in p.notes):
         stdout.print(f"  [dim]note: {escape(note)}[/]")
 

@@ -64,6 +64,8 @@ def fit_model(request: FitRequest) -> FitResult:
     fmt = request.weight_format or (folder.format if folder else None)
     info = format_info(fmt)
     config_path = request.config or (folder.config if folder else None)
+    if config_path is None and folder is not None and folder.format == "gguf":
+        config_path = folder.path / folder.weight_files[0]   # a GGUF carries its own metadata (header only)
     layout = kv.read_layout(config_path) if config_path is not None else None
     spec = request.spec
     if spec is None and layout is not None:
@@ -75,6 +77,12 @@ def fit_model(request: FitRequest) -> FitResult:
     if layout is not None and spec is not None:
         ceiling = max_context_in_vram(layout, spec, weights, request.vram, result.overhead, request.page)
         result = replace(result, max_context=ceiling, max_context_checked=True)
+    notes = list(folder.notes if folder else ())
+    if layout is not None and (request.context is not None or result.max_context_checked):
+        # the KV figure rests on these: say so beside the verdict
+        notes += [f"KV assumes: {note}" for note in layout.notes]
+        if layout.count("state"):
+            notes.append(f"KV assumes: {layout.count('state')} recurrent layers' fixed state is not counted")
     return replace(result, kv_source=kv_source, cache_mode=spec.name if spec else None,
                    format_reason=folder.format_reason if folder and not request.weight_format else "",
-                   weight_files=folder.weight_files if folder else (), notes=folder.notes if folder else ())
+                   weight_files=folder.weight_files if folder else (), notes=tuple(notes))

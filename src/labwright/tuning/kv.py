@@ -18,37 +18,70 @@ from pathlib import Path
 from typing import Any
 
 from labwright.errors import BadInput
-from labwright.tuning.kv_config import KvLayout, layout_from_dict, load_json, read_layout
-from labwright.tuning.kv_modes import CacheSpec, common, resolve
+from labwright.tuning.kv_config import layout_from_dict, load_json, read_layout
+from labwright.tuning.kv_layout import KvLayout, Layer
+from labwright.tuning.kv_modes import CacheSpec, SlidingRule, common, resolve
 
-__all__ = ["CacheSpec", "KvLayout", "KvPlan", "common", "kv_bytes", "layout_from_dict", "load_json", "plan",
+__all__ = ["CacheSpec", "KvLayout", "KvPlan", "Layer", "common", "kv_bytes", "layout_from_dict", "load_json", "plan",
            "read_layout", "resolve", "tokens_in_budget"]
 
 DEFAULT_PAGE = 256
 
 
-def layer_token_bytes(layout: KvLayout, spec: CacheSpec) -> Fraction:
-    """Bytes one token costs in one KV layer (K and V)."""
-    return layout.k_elements * spec.k_bytes + layout.v_elements * spec.v_bytes
+def layer_token_bytes(layer: Layer, spec: CacheSpec) -> Fraction:
+    """Bytes one token costs in one layer: K and V per KV head, each at its own element size (MLA: one latent)."""
+    if not layer.attends:
+        return Fraction(0)
+    return layer.k_elements * spec.k_bytes + layer.v_elements * spec.v_bytes
+
+
+def _rule(layout: KvLayout, spec: CacheSpec, kind: str) -> SlidingRule:
+    return spec.rule(kind).for_model(layout.model_type, from_gguf=layout.origin == "gguf")
+
+
+def layer_cells(layout: KvLayout, spec: CacheSpec, layer: Layer, tokens: int) -> int:
+    """Cache cells the engine allocates for one layer at ``tokens`` of context."""
+    if not layer.attends:
+        return 0
+    if layer.kind in ("sliding", "chunked") and layer.window:
+        return _rule(layout, spec, layer.kind).cells(tokens, layer.window)
+    return tokens
+
+
+def _grows(layout: KvLayout, spec: CacheSpec, layer: Layer) -> bool:
+    if layer.kind in ("sliding", "chunked"):
+        return _rule(layout, spec, layer.kind).kind != "window"
+    return layer.kind in ("full", "mla")
 
 
 def growing_layers(layout: KvLayout, spec: CacheSpec) -> int:
-    """Layers whose cache grows with every token: full attention, and sliding ones the engine does not cap."""
-    capped = spec.sliding.for_model(layout.model_type).kind == "window"
-    return layout.full_layers + (0 if capped else layout.sliding_layers)
+    """Layers whose cache grows with every token: full attention, and sliding/chunked ones the engine does not cap."""
+    return sum(1 for layer in layout.layers if _grows(layout, spec, layer))
 
 
 def bytes_per_token(layout: KvLayout, spec: CacheSpec) -> int:
-    """What each further token costs once past any sliding window (the seed's 'bytes/token')."""
-    return math.ceil(layer_token_bytes(layout, spec) * growing_layers(layout, spec))
+    """What each further token costs once past any sliding window or chunk (the seed's 'bytes/token').
+
+    Never 0 for a model with attention: when every attention layer is capped (Mistral v0.1 on vLLM), it is what a
+    token costs below the cap, and the plan says the cache stops growing there.
+    """
+    growing = sum((layer_token_bytes(layer, spec) for layer in layout.layers if _grows(layout, spec, layer)),
+                  Fraction(0))
+    if growing == 0:
+        growing = sum((layer_token_bytes(layer, spec) for layer in layout.layers), Fraction(0))
+    return math.ceil(growing)
+
+
+def all_capped(layout: KvLayout, spec: CacheSpec) -> bool:
+    """True when no attention layer grows past its window: the KV stops growing."""
+    return layout.kv_layers > 0 and growing_layers(layout, spec) == 0
 
 
 def kv_bytes(layout: KvLayout, spec: CacheSpec, tokens: int) -> int:
-    """The whole KV cache for ``tokens`` cache cells."""
-    cells = layout.full_layers * tokens
-    if layout.sliding_layers and layout.window:
-        cells += layout.sliding_layers * spec.sliding.for_model(layout.model_type).cells(tokens, layout.window)
-    return math.ceil(layer_token_bytes(layout, spec) * cells)
+    """The whole KV cache for ``tokens`` cache cells, layer by layer."""
+    total = sum((layer_token_bytes(layer, spec) * layer_cells(layout, spec, layer, tokens) for layer in layout.layers),
+                Fraction(0))
+    return math.ceil(total)
 
 
 def tokens_in_budget(layout: KvLayout, spec: CacheSpec, budget: int, page: int = DEFAULT_PAGE) -> int | None:
@@ -58,15 +91,19 @@ def tokens_in_budget(layout: KvLayout, spec: CacheSpec, budget: int, page: int =
     limit; without one the answer is None (unbounded).
     """
     _check_page(page)
-    if bytes_per_token(layout, spec) > 0:
+    if not all_capped(layout, spec):
+        if layout.kv_layers == 0:
+            return None
         high = budget // bytes_per_token(layout, spec) // page + 1
     elif layout.max_context:
         high = layout.max_context // page
         if kv_bytes(layout, spec, high * page) <= budget:
             return high * page
     else:
-        rule = spec.sliding.for_model(layout.model_type)
-        saturated = -(-((layout.window or 0) + rule.extra + rule.pad) // page) + 1
+        spans = [layer.window or 0 for layer in layout.attention_layers]
+        rules = [_rule(layout, spec, layer.kind) for layer in layout.attention_layers]
+        reach = max(span + rule.extra + rule.pad + rule.plus for span, rule in zip(spans, rules, strict=True))
+        saturated = -(-reach // page) + 1
         if kv_bytes(layout, spec, saturated * page) <= budget:
             return None
         high = saturated
@@ -104,16 +141,22 @@ class KvPlan:
     tokens: int | None = None
     notes: tuple[str, ...] = ()
 
-    @property
-    def sliding_policy(self) -> str:
-        rule = self.spec.sliding.for_model(self.layout.model_type)
-        if not self.layout.sliding_layers:
+    def policy(self, kind: str) -> str:
+        """How this engine sizes the model's sliding (or chunked) layers, in words."""
+        rule = self.spec.rule(kind).for_model(self.layout.model_type, from_gguf=self.layout.origin == "gguf")
+        if not self.layout.count(kind):
             return "none"
         if rule.kind == "full":
             return f"full context ({rule.source})" if rule.source else "full context"
         extra = f" + {rule.extra}" if rule.extra else ""
         pad = f", padded to {rule.pad}" if rule.pad > 1 else ""
-        return f"min(context, window{extra}){pad}"
+        plus = f", + {rule.plus}" if rule.plus else ""
+        span = "window" if kind == "sliding" else "chunk"
+        return f"min(context, {span}{extra}){pad}{plus}"
+
+    @property
+    def sliding_policy(self) -> str:
+        return self.policy("sliding")
 
     def to_json(self) -> dict[str, Any]:
         layout, spec = self.layout, self.spec
@@ -134,6 +177,13 @@ class KvPlan:
             "sliding_window_layers": layout.sliding_layers,
             "sliding_window": layout.window,
             "sliding_policy": self.sliding_policy,
+            "chunked_layers": layout.chunked_layers,
+            "attention_chunk": layout.chunk,
+            "chunked_policy": self.policy("chunked"),
+            "stops_growing": all_capped(layout, spec),
+            "state_bytes_per_sequence": layout.state_bytes,
+            "layer_groups": layout.groups(),
+            "source_kind": layout.origin,
             "kv_heads": layout.kv_heads,
             "head_dim": layout.head_dim,
             "attention": layout.attention,
@@ -154,6 +204,13 @@ def plan(layout: KvLayout, spec: CacheSpec, context: int | None = None, budget: 
     if context is not None and context < 1:
         raise BadInput(f"--context {context}: give a number of tokens, 1 or more")
     notes = list(layout.notes)
+    if all_capped(layout, spec):
+        notes.append(f"every attention layer is capped at its window on {spec.engine.label}: bytes/token is the cost "
+                     "below the window, the KV stops growing past it")
+    if layout.count("state"):
+        state = (f"{layout.state_bytes:,} B" if layout.state_bytes is not None else "size not read")
+        notes.append(f"{layout.count('state')} recurrent layers keep a fixed state per sequence ({state}), "
+                     "not counted in the KV")
     cache_tokens = size = tokens = None
     if context is not None:
         cache_tokens = round_up(context, page)
@@ -162,8 +219,11 @@ def plan(layout: KvLayout, spec: CacheSpec, context: int | None = None, budget: 
             notes.append(f"context {context:,} is past the model's max_position_embeddings {layout.max_context:,}")
     if budget is not None:
         tokens = tokens_in_budget(layout, spec, budget, page)
-        if tokens is None:
-            notes.append("every layer is sliding and capped: the KV stops growing at the window, any context fits")
+        if tokens is None and layout.kv_layers == 0:
+            notes.append("no layer attends: there is no KV cache to grow, any context fits")
+        elif tokens is None:
+            notes.append("every attention layer is capped at its window: the KV stops growing there, and the "
+                         "model sets no max_position_embeddings, so any context fits")
         elif layout.max_context and tokens > layout.max_context:
             notes.append(f"the budget holds more than the model's max_position_embeddings ({layout.max_context:,})")
     return KvPlan(layout, spec, page, bytes_per_token(layout, spec), context, cache_tokens, size, budget, tokens,

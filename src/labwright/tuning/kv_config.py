@@ -1,59 +1,33 @@
-"""Read a Hugging Face config.json into the shape of its KV cache: which layers keep one, and how wide it is.
+"""Read a Hugging Face config.json into a per-layer cache model (labwright.tuning.kv_layout).
 
-Layers are counted the way transformers builds them: `layer_types` when given; else `full_attention_interval`
-(hybrids such as Qwen3.5: every Nth layer is full attention, the rest linear/recurrent with no KV); else a sliding
-window with `sliding_window_pattern` (Gemma: every Pth layer global), `max_window_layers` (Qwen2 with
-use_sliding_window) or on every layer (Mistral v0.1); else every layer is full attention (a plain transformer).
+Which kind each layer is, in the order transformers (and the engines) decide it, from the language model's section
+(``text_config`` when the config nests one):
+  layer_types (Gemma 2/3/4, gpt-oss, Qwen3-Next/3.5, LFM2, Granite 4, ...), hybrid_override_pattern (Nemotron-H:
+  '*' attention, 'M' Mamba, '-' MLP, 'E' MoE), layers_block_type, hybrid_layer_pattern (MiMo-V2: 1 = sliding),
+  attn_layer_period/offset (Jamba), full_attn_idxs (early LFM2), no_rope_layers + attention_chunk_size (Llama 4:
+  0 = global NoPE layer, 1 = chunked), full_attention_interval (Qwen3-Next/3.5), sliding_window_pattern (Gemma),
+  use_sliding_window + max_window_layers (Qwen2), a bare sliding_window (Mistral v0.1: every layer), else all full.
+Widths per layer kind: num_key_value_heads / head_dim, with the global layers' own num_global_key_value_heads /
+global_head_dim (Gemma 4), the sliding layers' swa_* keys (MiMo-V2), v_head_dim apart from head_dim, MLA's
+kv_lora_rank + qk_rope_head_dim, and num_kv_shared_layers (Gemma 3n/4: the last N layers reuse earlier KV).
+Keys that describe a layer structure labwright does not read are refused by name; an unknown model_type with no
+such key is planned as full attention on every layer, with a note saying so.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
-from dataclasses import dataclass, field
+import re
 from pathlib import Path
 from typing import Any
 
 from labwright.errors import BadInput
 from labwright.tuning.data import kv_data
+from labwright.tuning.kv_layout import KvLayout, Layer
+
+__all__ = ["KvLayout", "Layer", "layout_from_dict", "load_json", "read_layout"]
 
 _FIX = "pass the model's Hugging Face config.json"
-
-
-@dataclass(frozen=True)
-class KvLayout:
-    """What one token costs in cache, per layer kind. Elements are per layer per token."""
-
-    source: str
-    model_type: str
-    total_layers: int
-    full_layers: int
-    sliding_layers: int
-    window: int | None
-    kv_heads: int
-    head_dim: int
-    k_elements: int
-    v_elements: int
-    attention: str = "gqa"
-    no_cache_kinds: tuple[tuple[str, int], ...] = ()
-    max_context: int | None = None
-    notes: tuple[str, ...] = ()
-    section: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def kv_layers(self) -> int:
-        return self.full_layers + self.sliding_layers
-
-    def describe(self) -> str:
-        """One line: '8 of 32 layers keep a KV cache (8 full attention; 24 linear_attention without), 4 KV heads x
-        256 head_dim'."""
-        parts = [f"{self.full_layers} full attention"]
-        if self.sliding_layers:
-            parts.append(f"{self.sliding_layers} sliding window {self.window}")
-        parts += [f"{count} {kind} without" for kind, count in self.no_cache_kinds]
-        width = (f"MLA latent {self.k_elements} + rope {self.v_elements}" if self.attention == "mla"
-                 else f"{self.kv_heads} KV heads x {self.head_dim} head_dim")
-        return f"{self.kv_layers} of {self.total_layers} layers keep a KV cache ({'; '.join(parts)}), {width}"
 
 
 class _Config:
@@ -86,21 +60,35 @@ class _Config:
     def has(self, key: str) -> bool:
         return self.raw(key) is not None
 
+    def fail(self, text: str) -> BadInput:
+        return BadInput(f"config {self.path}: {text}")
+
     def integer(self, key: str, required: bool = True, fix: str = _FIX) -> int:
         value = self.raw(key)
         if value is None:
             if required:
-                raise BadInput(f"config {self.path}: missing {key}{self.where}; {fix}")
+                raise self.fail(f"missing {key}{self.where}; {fix}")
             return 0
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise BadInput(f"config {self.path}: {key} is {value!r}{self.where}, not a positive integer; {_FIX}")
+            raise self.fail(f"{key} is {value!r}{self.where}, not a positive integer; {_FIX}")
         return value
 
     def first_integer(self, keys: list[str]) -> int:
         for key in keys:
             if self.has(key):
                 return self.integer(key)
-        raise BadInput(f"config {self.path}: missing {keys[0]}{self.where}; {_FIX}")
+        raise self.fail(f"missing {keys[0]}{self.where}; {_FIX}")
+
+    def sequence(self, key: str, layers: int, chars: bool = False) -> list[Any]:
+        value = self.raw(key)
+        if chars and isinstance(value, str):
+            value = list(value)
+        if not isinstance(value, list):
+            raise self.fail(f"{key} is a {type(value).__name__}, not a list; {_FIX}")
+        if len(value) != layers:
+            raise self.fail(f"{key} has {len(value)} entries but num_hidden_layers is {layers}{self.where}: the "
+                            "two contradict each other; " + _FIX)
+        return value
 
 
 def load_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -110,8 +98,9 @@ def load_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
         path = path / "config.json"
     try:
         text = path.read_text()
-    except OSError as exc:
-        raise BadInput(f"config {path}: cannot read it ({exc.strerror or exc}); {_FIX}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise BadInput(f"config {path}: cannot read it ({reason}); {_FIX}") from exc
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -119,38 +108,175 @@ def load_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
                        f"{_FIX}") from exc
     if not isinstance(doc, dict):
         raise BadInput(f"config {path}: the top level is a JSON {type(doc).__name__}, not an object; {_FIX}")
+    if "weight_map" in doc:
+        raise BadInput(f"config {path}: this is a safetensors index (weight_map), not config.json; pass the "
+                       "config.json beside it")
     return path, doc
 
 
 def read_layout(path: str | Path) -> KvLayout:
-    """The KV shape of the model whose config.json is at ``path``."""
-    path, top = load_json(path)
-    return layout_from_dict(top, path)
+    """The cache layout of the model at ``path``: a config.json, a model directory, or a GGUF file."""
+    from labwright.tuning import kv_gguf
+
+    if kv_gguf.is_gguf(path):
+        return kv_gguf.read_gguf_layout(path)
+    file, top = load_json(path)
+    return layout_from_dict(top, file)
 
 
 def layout_from_dict(top: dict[str, Any], path: str | Path = "config.json") -> KvLayout:
     cfg = _Config(Path(path), top)
     layers = cfg.first_integer(kv_data()["config"]["layers"])
-    full, sliding, window, without = _layer_kinds(cfg, layers)
-    attention, kv_heads, head_dim, k_elements, v_elements = _width(cfg)
+    _refuse_unread_structure(cfg)
+    kinds = _layer_kinds(cfg, layers)
+    built = _widths(cfg, kinds)
+    built = _shared_kv(cfg, built)
     max_context = cfg.integer("max_position_embeddings", required=False) or None
-    return KvLayout(
-        source=str(path), model_type=cfg.model_type, total_layers=layers, full_layers=full, sliding_layers=sliding,
-        window=window if sliding else None, kv_heads=kv_heads, head_dim=head_dim, k_elements=k_elements,
-        v_elements=v_elements, attention=attention, no_cache_kinds=tuple(sorted(without.items())),
-        max_context=max_context, notes=tuple(dict.fromkeys(cfg.notes)), section=cfg.section,
-    )
+    from labwright.tuning.kv_state import state_bytes
+
+    return KvLayout(source=str(path), model_type=cfg.model_type, layers=tuple(built), max_context=max_context,
+                    notes=tuple(dict.fromkeys(cfg.notes)), state_bytes=state_bytes(cfg.section, built),
+                    section=cfg.section)
 
 
-def _width(cfg: _Config) -> tuple[str, int, int, int, int]:
-    """(attention kind, KV heads, head_dim, K elements, V elements) per layer per token."""
+# --- which kind each layer is ------------------------------------------------------------------------------------
+
+def _refuse_unread_structure(cfg: _Config) -> None:
+    """Keys that describe which layers attend, that labwright does not read: refuse them by name."""
+    rules = kv_data()["structure"]
+    pattern = re.compile(rules["key_pattern"])
+    known = set(rules["read"]) | set(rules["ignored"])
+    unread = sorted(key for key in cfg.section if pattern.search(key) and key not in known
+                    and cfg.section[key] not in (None, [], ""))
+    if unread:
+        raise cfg.fail(f"{', '.join(unread)}{cfg.where}: a per-layer structure labwright does not read, so it "
+                       "cannot say which layers keep a KV cache; planning it as full attention could be far off")
+    types = kv_data()["model_types"]
+    if cfg.model_type and cfg.model_type not in types["known"]:
+        cfg.notes.append(f"model_type {cfg.model_type!r} is not one labwright knows: every layer planned as full "
+                         "attention unless config.json says otherwise (an over-estimate for a hybrid or sliding model)")
+
+
+def _by_name(cfg: _Config, key: str, values: list[Any]) -> list[Layer]:
+    names = kv_data()["layer_types"]
+    layers = []
+    for index, value in enumerate(values):
+        text = str(value).lower()
+        kind = next((k for k, members in names.items() if text in members), None)
+        if kind is None:
+            known = "; ".join(f"{k}: {', '.join(members)}" for k, members in names.items())
+            raise cfg.fail(f"{key}[{index}] = {value!r} is not a known layer type ({known})")
+        layers.append(Layer(kind, name=text if kind in ("state", "none") else ""))
+    return layers
+
+
+def _layer_kinds(cfg: _Config, layers: int) -> list[Layer]:
+    window = cfg.integer("sliding_window", required=False) or cfg.integer("sliding_window_size", required=False)
+    if cfg.raw("use_sliding_window") is False:
+        window = 0
+    chunk = cfg.integer("attention_chunk_size", required=False)
+    max_context = cfg.integer("max_position_embeddings", required=False)
+    wide = bool(window and max_context and window >= max_context)
+    if wide:
+        cfg.notes.append(f"sliding_window {window:,} >= max_position_embeddings {max_context:,}: every layer sees the "
+                         "whole context, planned as full attention")
+        window = 0
+    mod = cfg.raw("full_attn_mod")
+    if mod not in (None, 1):
+        raise cfg.fail(f"full_attn_mod = {mod!r}{cfg.where}: labwright reads only 1 (every layer full attention)")
+    found = _from_lists(cfg, layers, chunk)
+    if found is None:
+        found = _from_periods(cfg, layers, window)
+    if wide:
+        found = [Layer("full") if layer.kind == "sliding" else layer for layer in found]
+    if any(layer.kind == "sliding" for layer in found):
+        if not window:
+            raise cfg.fail(f"layers are sliding but there is no sliding_window{cfg.where}; add the window size to "
+                           "config.json")
+        found = [Layer("sliding", window=window) if layer.kind == "sliding" else layer for layer in found]
+    if any(layer.kind == "chunked" for layer in found):
+        if not chunk:
+            raise cfg.fail(f"layers are chunked but there is no attention_chunk_size{cfg.where}")
+        found = [Layer("chunked", window=chunk) if layer.kind == "chunked" else layer for layer in found]
+    return found
+
+
+def _from_lists(cfg: _Config, layers: int, chunk: int) -> list[Layer] | None:
+    """Explicit per-layer lists and strings."""
+    if cfg.raw("layer_types") is not None:
+        return _by_name(cfg, "layer_types", cfg.sequence("layer_types", layers))
+    if cfg.raw("layers_block_type") is not None:
+        return _by_name(cfg, "layers_block_type", cfg.sequence("layers_block_type", layers))
+    if cfg.raw("hybrid_override_pattern") is not None:
+        symbols = kv_data()["hybrid_override_pattern"]
+        pattern = cfg.sequence("hybrid_override_pattern", layers, chars=True)
+        bad = sorted({c for c in pattern if c not in symbols})
+        if bad:
+            raise cfg.fail(f"hybrid_override_pattern has {', '.join(map(repr, bad))}, not one of "
+                           f"{', '.join(f'{k!r} ({v})' for k, v in symbols.items())}")
+        return [Layer("full") if symbols[c] == "attention" else Layer(
+            "state" if symbols[c] == "mamba" else "none", name=symbols[c]) for c in pattern]
+    if cfg.raw("hybrid_layer_pattern") is not None:
+        # MiMo-V2 (transformers MiMoV2FlashConfig): 1 = sliding-window attention, 0 = full attention.
+        pattern = cfg.sequence("hybrid_layer_pattern", layers)
+        if any(value not in (0, 1) for value in pattern):
+            raise cfg.fail("hybrid_layer_pattern holds values other than 0 (full) and 1 (sliding)")
+        return [Layer("sliding" if value else "full") for value in pattern]
+    if cfg.raw("full_attn_idxs") is not None:
+        indices = cfg.raw("full_attn_idxs")
+        if not isinstance(indices, list) or any(not isinstance(i, int) or not 0 <= i < layers for i in indices):
+            raise cfg.fail(f"full_attn_idxs must list layer indices below num_hidden_layers {layers}")
+        return [Layer("full") if i in indices else Layer("state", name="conv") for i in range(layers)]
+    if chunk and cfg.raw("no_rope_layers") is not None:
+        # Llama 4 (transformers Llama4TextConfig): 1 = RoPE layer with chunked local attention, 0 = global NoPE layer.
+        flags = cfg.sequence("no_rope_layers", layers)
+        return [Layer("chunked" if flag else "full") for flag in flags]
+    return None
+
+
+def _from_periods(cfg: _Config, layers: int, window: int) -> list[Layer]:
+    """Layer kinds given by a period, or uniform."""
+    if chunk_interval := (cfg.integer("attention_chunk_size", required=False)
+                          and cfg.integer("no_rope_layer_interval", required=False)):
+        return [Layer("chunked") if (i + 1) % chunk_interval else Layer("full") for i in range(layers)]
+    if cfg.has("attn_layer_period"):
+        # Jamba: layer i is attention when i % period == offset, Mamba otherwise.
+        period, offset = cfg.integer("attn_layer_period"), int(cfg.raw("attn_layer_offset") or 0)
+        return [Layer("full") if i % period == offset else Layer("state", name="mamba") for i in range(layers)]
+    if cfg.has("full_attention_interval"):
+        interval = cfg.integer("full_attention_interval")
+        return [Layer("full") if (i + 1) % interval == 0 else Layer("state", name="linear_attention")
+                for i in range(layers)]
+    if cfg.model_type in kv_data()["model_types"]["parallel_hybrid"]:
+        # Falcon-H1: attention and Mamba side by side in every layer; the KV is every layer's.
+        return [Layer("full") for _ in range(layers)]
+    if not window:
+        return [Layer("full") for _ in range(layers)]
+    key = "sliding_window_pattern" if cfg.has("sliding_window_pattern") else "_sliding_window_pattern"
+    if cfg.has(key):
+        pattern = cfg.integer(key)
+        return [Layer("full") if (i + 1) % pattern == 0 else Layer("sliding") for i in range(layers)]
+    if cfg.raw("use_sliding_window") is True and cfg.has("max_window_layers"):
+        # transformers' Qwen2 family: layers from index max_window_layers on use the window.
+        first = cfg.integer("max_window_layers")
+        return [Layer("sliding") if i >= first else Layer("full") for i in range(layers)]
+    cfg.notes.append(f"sliding_window {window} with no layer pattern: every layer is sliding (as Mistral v0.1)")
+    return [Layer("sliding") for _ in range(layers)]
+
+
+# --- how wide each layer is --------------------------------------------------------------------------------------
+
+def _widths(cfg: _Config, kinds: list[Layer]) -> list[Layer]:
+    if not any(layer.attends for layer in kinds):
+        return kinds
     if cfg.has("kv_lora_rank"):
-        # Multi-head latent attention (DeepSeek): one latent and one shared rope key per token, as exllamav3's
-        # CacheLayer_MLA_fp16 and vLLM store it: (512 + 64) x 2 bytes per layer at 16 bits for DeepSeek-V3.
+        # DeepSeek multi-head latent attention: one latent and one shared rope key per token per layer, the way
+        # vLLM's MLAAttentionSpec (head_size = kv_lora_rank + qk_rope_head_dim, one "head", no K/V pair) and
+        # exllamav3's cache/mla.py store it: (512 + 64) x 2 bytes per layer at 16 bits for DeepSeek-V3.
         latent, rope = cfg.integer("kv_lora_rank"), cfg.integer("qk_rope_head_dim")
-        return "mla", 1, latent + rope, latent, rope
+        return [Layer("mla", 1, latent + rope, 0) if layer.kind == "full" else layer for layer in kinds]
     if not cfg.has("num_key_value_heads") and not cfg.has("num_attention_heads"):
-        raise BadInput(f"config {cfg.path}: missing num_key_value_heads and num_attention_heads{cfg.where}; {_FIX}")
+        raise cfg.fail(f"missing num_key_value_heads and num_attention_heads{cfg.where}; {_FIX}")
     if cfg.has("num_key_value_heads"):
         kv_heads = cfg.integer("num_key_value_heads")
     else:
@@ -160,58 +286,33 @@ def _width(cfg: _Config) -> tuple[str, int, int, int, int]:
         head_dim = cfg.integer("head_dim")
     else:
         fix = "add head_dim (or hidden_size and num_attention_heads) to config.json"
-        hidden, heads = cfg.integer("hidden_size", fix=fix), cfg.integer("num_attention_heads", fix=fix)
-        head_dim = hidden // heads
-    return "gqa", kv_heads, head_dim, kv_heads * head_dim, kv_heads * head_dim
+        head_dim = cfg.integer("hidden_size", fix=fix) // cfg.integer("num_attention_heads", fix=fix)
+    v_dim = cfg.integer("v_head_dim", required=False) or head_dim
+    # Global (full-attention) layers with their own heads and sizes: Gemma 4 num_global_key_value_heads /
+    # global_head_dim; MiMo-V2 gives the sliding layers their own swa_* keys instead.
+    full_heads = cfg.integer("num_global_key_value_heads", required=False) or kv_heads
+    full_dim = cfg.integer("global_head_dim", required=False) or head_dim
+    full_v = cfg.integer("global_head_dim", required=False) or v_dim
+    swa_heads = cfg.integer("swa_num_key_value_heads", required=False) or kv_heads
+    swa_dim = cfg.integer("swa_head_dim", required=False) or head_dim
+    swa_v = cfg.integer("swa_v_head_dim", required=False) or (swa_dim if cfg.has("swa_head_dim") else v_dim)
+    out = []
+    for layer in kinds:
+        if layer.kind == "full":
+            out.append(Layer("full", full_heads, full_dim, full_v))
+        elif layer.kind in ("sliding", "chunked"):
+            out.append(Layer(layer.kind, swa_heads, swa_dim, swa_v, layer.window))
+        else:
+            out.append(layer)
+    return out
 
 
-def _layer_kinds(cfg: _Config, layers: int) -> tuple[int, int, int | None, dict[str, int]]:
-    """(full-attention layers, sliding-window layers, window, {kind: count} of layers without a KV cache)."""
-    names = kv_data()["layer_types"]
-    window = cfg.integer("sliding_window", required=False) or None
-    if cfg.raw("use_sliding_window") is False:
-        window = None
-    layer_types = cfg.raw("layer_types")
-    if layer_types is not None:
-        return _from_layer_types(cfg, layer_types, layers, window, names)
-    if cfg.has("full_attention_interval"):
-        interval = cfg.integer("full_attention_interval")
-        full = layers // interval
-        return full, 0, None, {"linear_attention": layers - full} if layers > full else {}
-    if window is None:
-        return layers, 0, None, {}
-    pattern = cfg.raw("sliding_window_pattern") or cfg.raw("_sliding_window_pattern")
-    if pattern is not None:
-        pattern = cfg.integer("sliding_window_pattern" if cfg.has("sliding_window_pattern")
-                              else "_sliding_window_pattern")
-        full = layers // pattern
-        return full, layers - full, window, {}
-    if cfg.raw("use_sliding_window") is True and cfg.has("max_window_layers"):
-        # transformers' Qwen2 family: layers from index max_window_layers on use the window.
-        sliding = max(0, layers - cfg.integer("max_window_layers"))
-        return layers - sliding, sliding, window, {}
-    cfg.notes.append(f"sliding_window {window} with no layer pattern: every layer is sliding (as Mistral v0.1)")
-    return 0, layers, window, {}
-
-
-def _from_layer_types(cfg: _Config, layer_types: Any, layers: int, window: int | None,
-                      names: dict[str, list[str]]) -> tuple[int, int, int | None, dict[str, int]]:
-    if not isinstance(layer_types, list):
-        raise BadInput(f"config {cfg.path}: layer_types is a {type(layer_types).__name__}, not a list; {_FIX}")
-    if len(layer_types) != layers:
-        raise BadInput(f"config {cfg.path}: layer_types has {len(layer_types)} entries but num_hidden_layers is "
-                       f"{layers}{cfg.where}; {_FIX}")
-    kinds: Counter[str] = Counter()
-    without: Counter[str] = Counter()
-    for index, name in enumerate(layer_types):
-        kind = next((k for k, members in names.items() if str(name).lower() in members), None)
-        if kind is None:
-            known = "; ".join(f"{k}: {', '.join(members)}" for k, members in names.items())
-            raise BadInput(f"config {cfg.path}: layer_types[{index}] = {name!r} is not a known layer type ({known})")
-        kinds[kind] += 1
-        if kind == "none":
-            without[str(name)] += 1
-    if kinds["sliding"] and window is None:
-        raise BadInput(f"config {cfg.path}: layer_types has sliding layers but no sliding_window{cfg.where}; "
-                       "add the window size to config.json")
-    return kinds["full"], kinds["sliding"], window, dict(without)
+def _shared_kv(cfg: _Config, layers: list[Layer]) -> list[Layer]:
+    """Gemma 3n/4: the last num_kv_shared_layers layers read the KV of an earlier layer of their kind, keep none."""
+    shared = cfg.integer("num_kv_shared_layers", required=False)
+    if not shared:
+        return layers
+    if shared >= len(layers):
+        raise cfg.fail(f"num_kv_shared_layers {shared} is not below num_hidden_layers {len(layers)}")
+    cfg.notes.append(f"the last {shared} layers reuse earlier layers' KV (num_kv_shared_layers): no cache of their own")
+    return layers[:-shared] + [Layer("none", name="shared_kv") for _ in layers[-shared:]]

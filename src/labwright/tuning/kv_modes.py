@@ -19,17 +19,20 @@ _KV_BITS = re.compile(r"^\s*(\d+)\s*,\s*(\d+)\s*$")
 
 @dataclass(frozen=True)
 class SlidingRule:
-    """How an engine sizes a sliding-window layer: "full" (whole context) or "window" (window + extra, padded)."""
+    """How an engine sizes a sliding-window (or chunked) layer: "full" (whole context) or "window": min(context,
+    window + extra), rounded up to ``pad``, plus ``plus`` cells (vLLM's one extra block)."""
 
     kind: str
     extra: int = 0
     pad: int = 1
     source: str = ""
     model_types: tuple[str, ...] = ()
+    plus: int = 0
 
-    def for_model(self, model_type: str) -> SlidingRule:
-        """The rule as it applies to one model: engines that cap only some architectures keep the rest in full."""
-        if self.kind == "window" and self.model_types and model_type not in self.model_types:
+    def for_model(self, model_type: str, from_gguf: bool = False) -> SlidingRule:
+        """The rule as it applies to one model: engines that cap only some architectures keep the rest in full.
+        A GGUF only carries a window when llama.cpp implements it for the architecture, so it is capped."""
+        if self.kind == "window" and self.model_types and model_type not in self.model_types and not from_gguf:
             return SlidingRule("full", source=f"{model_type or 'this model type'} is not among the architectures "
                                f"the engine caps ({', '.join(self.model_types)})")
         return self
@@ -39,7 +42,7 @@ class SlidingRule:
         if self.kind == "full":
             return context
         cells = min(context, window + self.extra)
-        return -(-cells // self.pad) * self.pad
+        return -(-cells // self.pad) * self.pad + self.plus
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class Engine:
     convention: str
     convention_source: str
     sliding: SlidingRule
+    chunked: SlidingRule
     common: tuple[str, ...]
     types: dict[str, Fraction]
     named: dict[str, tuple[int, int]]
@@ -69,15 +73,25 @@ class CacheSpec:
     v_bytes: Fraction
     convention: str
     sliding: SlidingRule
+    chunked: SlidingRule
+
+    def rule(self, kind: str) -> SlidingRule:
+        return self.chunked if kind == "chunked" else self.sliding
+
+
+def _rule(raw: dict[str, Any], prefix: str) -> SlidingRule:
+    return SlidingRule(raw[prefix], int(raw.get(f"{prefix}_extra", 0)), int(raw.get(f"{prefix}_pad", 1)),
+                       raw.get(f"{prefix}_source", ""), tuple(raw.get(f"{prefix}_model_types", ())),
+                       int(raw.get(f"{prefix}_plus", 0)))
 
 
 def _engine(key: str, raw: dict[str, Any]) -> Engine:
-    sliding = SlidingRule(raw["sliding"], int(raw.get("sliding_extra", 0)), int(raw.get("sliding_pad", 1)),
-                          raw.get("sliding_source", ""), tuple(raw.get("sliding_model_types", ())))
+    sliding, chunked = _rule(raw, "sliding"), _rule(raw, "chunked")
     scale = Fraction(raw.get("scale_bytes", 0), raw.get("scale_block", 1))
     return Engine(
         key=key, label=raw["label"], setting=raw["setting"], option=raw["option"], convention=raw["convention"],
-        convention_source=raw.get("convention_source", ""), sliding=sliding, common=tuple(raw["common"]),
+        convention_source=raw.get("convention_source", ""), sliding=sliding, chunked=chunked,
+        common=tuple(raw["common"]),
         types={name: Fraction(size[0], size[1]) for name, size in raw.get("types", {}).items()},
         named={name.upper(): (bits[0], bits[1]) for name, bits in raw.get("named", {}).items()},
         bits=(int(raw.get("bits_min", 0)), int(raw.get("bits_max", 0))), scale=scale,
@@ -114,8 +128,8 @@ def tabby_mode(text: str, count_scales: bool = False, swa_full: bool = False) ->
     quantized = max(k_bits, v_bits) <= high
     extra = eng.scale if quantized and count_scales else Fraction(0)
     convention = "bits/8 (seed)" if quantized and not extra else "bits/8 + fp16 scale per 32" if extra else "16-bit"
-    sliding = SlidingRule("full", source="--swa-full") if swa_full else eng.sliding
-    return CacheSpec(eng, name, Fraction(k_bits, 8) + extra, Fraction(v_bits, 8) + extra, convention, sliding)
+    return CacheSpec(eng, name, Fraction(k_bits, 8) + extra, Fraction(v_bits, 8) + extra, convention,
+                     *_windowed(eng, swa_full))
 
 
 def ggml_type(text: str, engine_key: str | None = None, swa_full: bool = False) -> CacheSpec:
@@ -134,9 +148,15 @@ def ggml_type(text: str, engine_key: str | None = None, swa_full: bool = False) 
                        f"use one of {', '.join(eng.types)}")
     k_name, v_name = names[0], names[-1]
     name = k_name if k_name == v_name else f"{k_name},{v_name}"
-    sliding = SlidingRule("full", source="--swa-full") if swa_full else eng.sliding
     return CacheSpec(eng, name, eng.types[k_name], eng.types[v_name], "ggml block" if eng.key != "vllm" else "dtype",
-                     sliding)
+                     *_windowed(eng, swa_full))
+
+
+def _windowed(eng: Engine, swa_full: bool) -> tuple[SlidingRule, SlidingRule]:
+    """(sliding rule, chunked rule); llama.cpp's --swa-full sizes both at the whole context (llama-kv-cache-iswa)."""
+    if swa_full:
+        return SlidingRule("full", source="--swa-full"), SlidingRule("full", source="--swa-full")
+    return eng.sliding, eng.chunked
 
 
 def resolve(cache_mode: str | None, cache_type: str | None, engine_key: str | None = None,

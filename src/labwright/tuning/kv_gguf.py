@@ -1,0 +1,276 @@
+"""A GGUF file's cache layout from its metadata: the header only, never the tensor data.
+
+The header is the key/value metadata and the tensor table at the start of the file (GGUF v2/v3, little-endian: magic
+"GGUF", version, tensor count, KV count, then the KVs, then one name/shape/type/offset entry per tensor). It is read
+through a memory map, so a 40 GB file costs what its header costs; string arrays (the vocabulary) are skipped, not
+decoded. The tensor table is read to check that the file really holds the data it announces (a truncated download
+is refused, naming how short it is).
+
+Layers are built the way llama.cpp builds them (src/llama-model.cpp load_hparams, names from src/llama-arch.cpp):
+``%s.block_count``; ``%s.attention.head_count_kv`` (one number, or one per layer: 0 = a layer without KV, as in
+Nemotron-H, Jamba, LFM2, Granite 4); ``%s.attention.key_length`` / ``value_length`` (default n_embd / n_head), and
+``key_length_swa`` / ``value_length_swa`` for sliding layers; ``%s.attention.sliding_window`` with
+``%s.attention.sliding_window_pattern`` (a per-layer bool array, or a period) or the pattern llama.cpp sets in code
+(data/kv-cache.toml [gguf.swa_pattern]); ``%s.full_attention_interval`` (Qwen3-Next/3.5); ``%s.attention.kv_lora_rank``
++ ``%s.rope.dimension_count`` (MLA); ``%s.attention.shared_kv_layers`` (Gemma 3n: the last layers reuse KV).
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from pathlib import Path
+from typing import Any
+
+from labwright.errors import BadInput
+from labwright.tuning.data import kv_data
+from labwright.tuning.kv_layout import KvLayout, Layer
+
+MAGIC = b"GGUF"
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+_FIX = "download the file again (or pass its config.json)"
+
+# ggml type -> (elements per block, bytes per block), for the size of each tensor in the table. gguf's own table.
+try:
+    from gguf import GGML_QUANT_SIZES as _QUANT_SIZES
+
+    _BLOCKS: dict[int, tuple[int, int]] = {int(key): value for key, value in _QUANT_SIZES.items()}
+except ImportError:  # pragma: no cover - gguf ships with labwright's dependencies
+    _BLOCKS = {}
+
+
+class _Truncated(Exception):
+    pass
+
+
+class _Header:
+    """Sequential little-endian reads over a memory map, refusing to run past its end."""
+
+    def __init__(self, view: memoryview):
+        self.view = view
+        self.pos = 0
+
+    def take(self, size: int) -> int:
+        start = self.pos
+        if start + size > len(self.view):
+            raise _Truncated
+        self.pos += size
+        return start
+
+    def scalar(self, code: int) -> Any:
+        fmt = _SCALARS[code]
+        return struct.unpack_from(fmt, self.view, self.take(struct.calcsize(fmt)))[0]
+
+    def u32(self) -> int:
+        return int(self.scalar(4))
+
+    def u64(self) -> int:
+        return int(self.scalar(10))
+
+    def string(self) -> str:
+        size = self.u64()
+        start = self.take(size)
+        return bytes(self.view[start:start + size]).decode("utf-8", errors="replace")
+
+    def skip_strings(self, count: int) -> None:
+        view, pos, end = self.view, self.pos, len(self.view)
+        unpack = struct.Struct("<Q").unpack_from
+        for _ in range(count):
+            if pos + 8 > end:
+                raise _Truncated
+            pos += 8 + unpack(view, pos)[0]
+        if pos > end:
+            raise _Truncated
+        self.pos = pos
+
+    def value(self, code: int, keep: bool) -> Any:
+        if code in _SCALARS:
+            return self.scalar(code)
+        if code == _STRING:
+            return self.string()
+        if code == _ARRAY:
+            item, count = self.u32(), self.u64()
+            if item == _STRING:
+                if keep:
+                    return [self.string() for _ in range(count)]
+                self.skip_strings(count)
+                return None
+            if item not in _SCALARS:
+                raise ValueError(f"an array of value type {item}")
+            size = struct.calcsize(_SCALARS[item])
+            start = self.take(size * count)
+            if not keep:
+                return None
+            return list(struct.unpack_from(f"<{count}{_SCALARS[item][1]}", self.view, start))
+        raise ValueError(f"value type {code}")
+
+
+def is_gguf(path: str | Path) -> bool:
+    """A .gguf name, or a file that starts with the GGUF magic."""
+    path = Path(path)
+    if path.suffix.lower() == ".gguf":
+        return True
+    try:
+        with path.open("rb") as handle:
+            return handle.read(4) == MAGIC
+    except OSError:
+        return False
+
+
+def read_metadata(path: str | Path) -> tuple[dict[str, Any], int]:
+    """(metadata without the tokenizer's string arrays, tensor count); one-line errors for anything not a whole GGUF."""
+    path = Path(path)
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise BadInput(f"GGUF {path}: cannot read it ({exc.strerror or exc}); {_FIX}") from exc
+    with handle:
+        size = path.stat().st_size
+        if size < 4:
+            raise BadInput(f"GGUF {path}: {size} bytes, not a GGUF file; {_FIX}")
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)
+            try:
+                return _parse(path, view, size)
+            except _Truncated:
+                raise BadInput(f"GGUF {path}: truncated: the header runs past the end of the file ({size:,} bytes); "
+                               f"{_FIX}") from None
+            except (ValueError, struct.error) as exc:
+                raise BadInput(f"GGUF {path}: unreadable header ({exc}); {_FIX}") from None
+            finally:
+                view.release()
+
+
+def _parse(path: Path, view: memoryview, size: int) -> tuple[dict[str, Any], int]:
+    head = bytes(view[:4])
+    if head != MAGIC:
+        raise BadInput(f"GGUF {path}: not a GGUF file (it starts with {head!r}, not b'GGUF'); pass a .gguf model "
+                       "file or a config.json")
+    reader = _Header(view)
+    reader.take(4)
+    version = reader.u32()
+    if version not in (2, 3):
+        order = "big-endian or unknown" if version > 0xFFFF else "unsupported"
+        raise BadInput(f"GGUF {path}: version {version} ({order}); labwright reads GGUF v2 and v3, little-endian")
+    tensors, count = reader.u64(), reader.u64()
+    metadata: dict[str, Any] = {}
+    for _ in range(count):
+        key = reader.string()
+        code = reader.u32()
+        metadata[key] = reader.value(code, keep=not key.startswith("tokenizer."))
+    end_of_data = _tensor_table(reader, tensors, int(metadata.get("general.alignment") or 32))
+    if end_of_data > size:
+        raise BadInput(f"GGUF {path}: truncated: its tensor table needs {end_of_data:,} bytes but the file has "
+                       f"{size:,} ({end_of_data - size:,} missing); {_FIX}")
+    return metadata, tensors
+
+
+def _tensor_table(reader: _Header, tensors: int, alignment: int) -> int:
+    """The byte offset where the last tensor ends, from the tensor table (names, shapes, types, offsets)."""
+    end = 0
+    for _ in range(tensors):
+        reader.skip_strings(1)
+        dims = reader.u32()
+        if dims > 8:
+            raise ValueError(f"a tensor with {dims} dimensions")
+        elements = 1
+        for _ in range(dims):
+            elements *= reader.u64()
+        kind, offset = reader.u32(), reader.u64()
+        block, block_bytes = _BLOCKS.get(kind, (1, 0))
+        end = max(end, offset + elements // block * block_bytes)
+    start = -(-reader.pos // alignment) * alignment
+    return start + end if tensors else reader.pos
+
+
+def _per_layer(value: Any, layers: int, key: str, path: Path) -> list[int]:
+    if isinstance(value, list):
+        if len(value) != layers:
+            raise BadInput(f"GGUF {path}: {key} has {len(value)} entries but block_count is {layers}: the two "
+                           "contradict each other")
+        return [int(v) for v in value]
+    return [int(value)] * layers
+
+
+def layout_from_metadata(metadata: dict[str, Any], path: str | Path = "model.gguf") -> KvLayout:
+    """The per-layer cache of a GGUF model from its metadata, as llama.cpp reads it."""
+    path = Path(path)
+    arch = str(metadata.get("general.architecture") or "")
+    if not arch:
+        raise BadInput(f"GGUF {path}: no general.architecture in its metadata; {_FIX}")
+
+    def get(name: str, default: Any = None) -> Any:
+        return metadata.get(f"{arch}.{name}", default)
+
+    if get("block_count") is None:
+        raise BadInput(f"GGUF {path}: no {arch}.block_count in its metadata; {_FIX}")
+    layers = int(get("block_count"))
+    data = kv_data()["gguf"]
+    notes: list[str] = []
+    if arch in data["recurrent"]:
+        built = [Layer("state", name=data["recurrent"][arch]) for _ in range(layers)]
+        return KvLayout(str(path), arch, tuple(built), _context(get), tuple(notes), origin="gguf")
+    heads = _per_layer(get("attention.head_count", 0), layers, f"{arch}.attention.head_count", path)
+    kv_heads = _per_layer(get("attention.head_count_kv", heads), layers, f"{arch}.attention.head_count_kv", path)
+    embd = int(get("embedding_length", 0))
+    default_dim = embd // max(heads) if embd and max(heads) else 0
+    k_dim = int(get("attention.key_length", default_dim))
+    v_dim = int(get("attention.value_length", k_dim))
+    k_swa = int(get("attention.key_length_swa", k_dim))
+    v_swa = int(get("attention.value_length_swa", v_dim))
+    sliding = _sliding_flags(get, arch, layers, data, path)
+    window = int(get("attention.sliding_window", 0))
+    chunk = data["chunked"].get(arch)
+    if chunk and get("attention.sliding_window") is not None and window == 0:
+        chunk = None   # llama.cpp: a Llama 4 GGUF with sliding_window = 0 has no chunked layers
+    interval = int(get("full_attention_interval", 0))
+    lora = int(get("attention.kv_lora_rank", 0))
+    state_name = data["hybrid"].get(arch, "recurrent")
+    built = []
+    for index in range(layers):
+        if interval and (index + 1) % interval:
+            built.append(Layer("state", name=state_name))
+        elif kv_heads[index] == 0:
+            built.append(Layer("state" if arch in data["hybrid"] else "none", name=state_name))
+        elif lora:
+            built.append(Layer("mla", 1, lora + int(get("rope.dimension_count", 0)), 0))
+        elif chunk and index % chunk["period"] < chunk["period"] - 1:
+            built.append(Layer("chunked", kv_heads[index], k_dim, v_dim, int(chunk["chunk"])))
+        elif sliding[index] and window:
+            built.append(Layer("sliding", kv_heads[index], k_swa, v_swa, window))
+        else:
+            built.append(Layer("full", kv_heads[index], k_dim, v_dim))
+    if any(layer.attends and not layer.k_dim for layer in built):
+        raise BadInput(f"GGUF {path}: no {arch}.attention.key_length and no embedding_length/head_count to derive "
+                       f"it from; {_FIX}")
+    shared = int(get("attention.shared_kv_layers", 0))
+    if 0 < shared < layers:
+        built = built[:-shared] + [Layer("none", name="shared_kv") for _ in range(shared)]
+        notes.append(f"the last {shared} layers reuse earlier layers' KV ({arch}.attention.shared_kv_layers)")
+    if arch in data["hybrid"] or arch in data["recurrent"]:
+        notes.append("recurrent state per sequence is not read from GGUF metadata (shown only from config.json)")
+    return KvLayout(str(path), arch, tuple(built), _context(get), tuple(notes), origin="gguf")
+
+
+def _context(get: Any) -> int | None:
+    value = get("context_length")
+    return int(value) if value else None
+
+
+def _sliding_flags(get: Any, arch: str, layers: int, data: dict[str, Any], path: Path) -> list[bool]:
+    pattern = get("attention.sliding_window_pattern")
+    if isinstance(pattern, list):
+        if len(pattern) != layers:
+            raise BadInput(f"GGUF {path}: {arch}.attention.sliding_window_pattern has {len(pattern)} entries but "
+                           f"block_count is {layers}: the two contradict each other")
+        return [bool(flag) for flag in pattern]
+    period = int(pattern) if pattern else int(data["swa_pattern"].get(arch, 0))
+    if period:
+        return [index % period < period - 1 for index in range(layers)]   # llama_hparams::set_swa_pattern
+    return [bool(get("attention.sliding_window"))] * layers
+
+
+def read_gguf_layout(path: str | Path) -> KvLayout:
+    metadata, _ = read_metadata(path)
+    return layout_from_metadata(metadata, path)

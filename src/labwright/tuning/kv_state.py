@@ -1,0 +1,65 @@
+"""The fixed per-sequence state of recurrent layers (linear attention, Mamba/SSM, short conv), from config.json.
+
+It does not grow with the context, so it is reported beside the KV cache, never added into bytes per token. Sizes
+follow llama.cpp's recurrent memory (src/llama-memory-recurrent.cpp: one conv state "r" and one recurrent state "s"
+per layer and sequence, f32, sized by hparams.n_embd_r() / n_embd_s() in src/llama-hparams.cpp):
+  Mamba2   r = (d_conv - 1) x (d_inner + 2 x n_groups x d_state)     s = d_state x d_inner
+  GDN      r = (d_conv - 1) x (2 x k_heads x k_dim + v_heads x v_dim) s = k_dim x v_dim x v_heads
+  conv     r = (L_cache - 1) x hidden_size (LFM2)                      s = 0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labwright.tuning.kv_layout import Layer
+
+F32 = 4
+
+
+def _int(section: dict[str, Any], *keys: str) -> int:
+    for key in keys:
+        value = section.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def _layer_state(section: dict[str, Any], name: str) -> int | None:
+    if name in ("linear_attention", "linear", "gated_deltanet", "deltanet", "gdn"):
+        conv = _int(section, "linear_conv_kernel_dim")
+        k_heads, k_dim = _int(section, "linear_num_key_heads"), _int(section, "linear_key_head_dim")
+        v_heads, v_dim = _int(section, "linear_num_value_heads"), _int(section, "linear_value_head_dim")
+        if not all((conv, k_heads, k_dim, v_heads, v_dim)):
+            return None
+        return ((conv - 1) * (2 * k_heads * k_dim + v_heads * v_dim) + k_dim * v_dim * v_heads) * F32
+    if name in ("mamba", "mamba2", "ssm", "hybrid"):
+        conv = _int(section, "conv_kernel", "mamba_d_conv", "mamba_conv_kernel")
+        state = _int(section, "ssm_state_size", "mamba_d_state", "mamba_state_dim")
+        groups = _int(section, "n_groups", "mamba_n_groups", "mamba_num_groups") or 1
+        inner = (_int(section, "mamba_num_heads") * _int(section, "mamba_head_dim", "mamba_d_head")
+                 or _int(section, "mamba_d_ssm")
+                 or _int(section, "mamba_expand", "expand") * _int(section, "hidden_size"))
+        if not all((conv, state, inner)):
+            return None
+        return ((conv - 1) * (inner + 2 * groups * state) + state * inner) * F32
+    if name in ("conv", "short_conv"):
+        cache, hidden = _int(section, "conv_L_cache"), _int(section, "hidden_size")
+        return (cache - 1) * hidden * F32 if cache and hidden else None
+    return None
+
+
+def state_bytes(section: dict[str, Any], layers: list[Layer]) -> int | None:
+    """Bytes of recurrent state one sequence holds; None when a recurrent layer's size cannot be read."""
+    total = 0
+    for layer in layers:
+        if layer.kind != "state":
+            continue
+        size = _layer_state(section, layer.name)
+        if size is None:
+            return None
+        total += size
+    if section.get("model_type") in ("falcon_h1",):   # a Mamba2 mixer beside attention in every layer
+        size = _layer_state(section, "mamba")
+        total += (size or 0) * len(layers)
+    return total
