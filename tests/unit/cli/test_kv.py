@@ -134,3 +134,42 @@ def test_fit_split_prints_the_warning(cli_env):
     assert proc.returncode == 0
     assert "verdict: split GPU/CPU (warn: PCIe-bound, worst case)" in proc.stdout
     assert "RAM not checked" in proc.stdout
+
+
+# --- GGUF files and bad input: one line, exit 2, no traceback ----------------------------------------------------
+
+def _tiny_gguf(path: Path) -> Path:
+    from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
+
+    return write_tiny_gguf(path, TinyModel(context_length=8192))
+
+
+def test_plan_reads_a_gguf_header(cli_env, tmp_path):
+    gguf_path = _tiny_gguf(tmp_path / "tiny.gguf")
+    doc = ok_json(cli_env, "plan", "--config", str(gguf_path), "--cache-type", "f16", "--context", "4096")
+    # tiny model: 4 layers x 4 KV heads x (64 + 64) x 2 bytes
+    assert (doc["source_kind"], doc["kv_layers"], doc["bytes_per_token"]) == ("gguf", 4, 4 * 4 * 128 * 2)
+    assert doc["kv_bytes"] == 4096 * 4 * 4 * 128 * 2
+
+
+def test_bad_files_are_one_line_exit_2(cli_env, tmp_path):
+    whole = _tiny_gguf(tmp_path / "whole.gguf").read_bytes()
+    (tmp_path / "truncated.gguf").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "html.gguf").write_text("<html>404</html>")
+    (tmp_path / "contradict.json").write_text(json.dumps(
+        {"model_type": "nemotron_h", "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 64,
+         "hybrid_override_pattern": "M*M"}))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": "a.safetensors"}}))
+    cases = [("truncated.gguf", "truncated"), ("html.gguf", "not a GGUF file"),
+             ("contradict.json", "hybrid_override_pattern has 3 entries but num_hidden_layers is 4"),
+             ("model.safetensors.index.json", "safetensors index")]
+    for name, message in cases:
+        proc = run(cli_env, "plan", "--config", str(tmp_path / name))
+        assert proc.returncode == 2, (name, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and message in proc.stderr, name
+
+
+def test_fit_from_a_gguf_only_model_dir_says_what_it_assumes(cli_env, tmp_path):
+    _tiny_gguf(tmp_path / "tiny.gguf")
+    doc = ok_json(cli_env, "fit", "--model-dir", str(tmp_path), "--vram-gb", "8", "--context", "4096")
+    assert doc["kv_bytes"] == 4096 * 4 * 4 * 128 * 2 and doc["format"] == "gguf"

@@ -109,8 +109,10 @@ def test_qwen2_max_window_layers_when_sliding_is_on(tmp_path):
 
 def test_mla_caches_one_latent_and_one_rope_key():
     layout = kv.read_layout(CONFIGS / "deepseek-v3.json")
-    assert (layout.attention, layout.k_elements, layout.v_elements) == ("mla", 512, 64)
+    # one (kv_lora_rank 512 + qk_rope_head_dim 64)-wide vector per token, no K/V pair (vLLM MLAAttentionSpec)
+    assert (layout.attention, layout.k_elements, layout.v_elements) == ("mla", 576, 0)
     assert kv.bytes_per_token(layout, ggml("f16")) == 61 * 576 * 2  # 70,272: DeepSeek-V3's known figure
+    assert kv.bytes_per_token(layout, ggml("q8_0,q4_0")) == 61 * 576 * 34 // 32  # the latent takes the K type
 
 
 def test_missing_kv_heads_means_multi_head_attention(tmp_path):
@@ -146,23 +148,33 @@ def test_gemma_3_on_tabbyapi_keeps_the_whole_context_in_every_layer():
     assert kv.bytes_per_token(layout, ggml("f16", swa_full=True)) == 34 * 4096
 
 
+def vllm_sliding_cells(tokens: int, window: int, batched: int = 2048, block: int = 16) -> int:
+    """vLLM SlidingWindowSpec.max_memory_usage_bytes, in cells: (cdiv(min(window-1+batched, len), block) + 1) blocks."""
+    return (-(-min(window - 1 + batched, tokens) // block) + 1) * block
+
+
 def test_sliding_layer_is_bounded_by_min_of_context_and_window():
     layout = kv.read_layout(CONFIGS / "gemma-3-270m.json")   # layer_types: 3 full, 15 sliding, window 512
     assert (layout.full_layers, layout.sliding_layers, layout.window) == (3, 15, 512)
-    auto = ggml("auto", "vllm")                                  # vLLM's rule: exactly min(context, window)
+    auto = ggml("auto", "vllm")
     per_layer = 1 * 256 * 2 * 2
-    for tokens in (100, 512, 513, 4096):
-        assert kv.kv_bytes(layout, auto, tokens) == per_layer * (3 * tokens + 15 * min(tokens, 512))
+    for tokens in (100, 512, 513, 4096, 65_536):
+        assert kv.kv_bytes(layout, auto, tokens) == per_layer * (3 * tokens + 15 * vllm_sliding_cells(tokens, 512))
+    assert vllm_sliding_cells(65_536, 512) == 2576                # 511 + 2048 = 2559 -> 160 blocks + 1
 
 
 def test_every_layer_sliding_stops_growing_at_the_window():
     layout = kv.read_layout(CONFIGS / "mistral-7b-v0.1.json")
     assert (layout.full_layers, layout.sliding_layers, layout.window) == (0, 32, 4096)
     auto = ggml("auto", "vllm")
-    assert kv.bytes_per_token(layout, auto) == 0
-    assert kv.kv_bytes(layout, auto, 8192) == kv.kv_bytes(layout, auto, 32_768) == 32 * 4096 * 4096
-    assert kv.plan(layout, auto, budget=GIB).tokens == 32_768                  # capped by max_position_embeddings
-    assert kv.plan(layout, auto, budget=GIB // 4).tokens == 2048              # 128 KiB a token below the window
+    # never 0 bytes/token for a model with attention: the cost below the window, and the plan says it stops growing
+    assert kv.bytes_per_token(layout, auto) == 32 * 8 * 128 * 2 * 2
+    assert kv.all_capped(layout, auto)
+    capped = 32 * 4096 * vllm_sliding_cells(32_768, 4096)          # 6,143 -> 385 blocks -> 6,160 cells
+    assert kv.kv_bytes(layout, auto, 8192) == kv.kv_bytes(layout, auto, 32_768) == capped
+    plan = kv.plan(layout, auto, budget=GIB)
+    assert plan.tokens == 32_768 and any("stops growing" in note for note in plan.notes)
+    assert kv.plan(layout, auto, budget=GIB // 4).tokens == 1792   # 32 x 4096 B x (n + 16) <= 256 MiB, whole pages
     # llama.cpp implements SWA per architecture; Mistral v0.1 is not one of them: full context, the cautious answer
     assert kv.bytes_per_token(layout, ggml("f16")) == 131_072
 
@@ -280,7 +292,7 @@ def test_default_table_is_the_seed_modes_then_llama_cpp():
     ({"num_hidden_layers": 1, "num_key_value_heads": 8, "head_dim": 128, "layer_types": ["hyper_attention"]},
      "layer_types[0] = 'hyper_attention' is not a known layer type"),
     ({"num_hidden_layers": 1, "num_key_value_heads": 8, "head_dim": 128, "layer_types": ["sliding_attention"]},
-     "sliding layers but no sliding_window"),
+     "layers are sliding but there is no sliding_window"),
     ({"num_hidden_layers": 1, "num_key_value_heads": 8, "head_dim": 128, "layer_types": "full"}, "not a list"),
     ({"num_hidden_layers": 61, "kv_lora_rank": 512}, "missing qk_rope_head_dim"),
 ])

@@ -1,0 +1,357 @@
+"""The per-layer cache model over a corpus of real config.json files, every family's layer pattern, and GGUF headers.
+
+Every expected value is the formula written out: layers x KV heads x (K + V head size) x bytes per element, with the
+layer counts of each kind spelled in the test. Real files: tests/unit/tuning/configs (SOURCES says where each is
+from). Families whose config.json could not be fetched here (no model hub) are written below as dicts carrying only
+the keys their transformers config class reads, named as such.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from labwright.errors import BadInput
+from labwright.tuning import kv, kv_gguf, kv_modes
+from labwright.tuning.kv_config import layout_from_dict
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+F16 = kv_modes.ggml_type("f16")
+VLLM = kv_modes.ggml_type("auto", "vllm")
+TABBY = kv_modes.tabby_mode("FP16")
+
+
+def f16_bytes(layers: int, kv_heads: int, k_dim: int, v_dim: int | None = None) -> int:
+    """layers x KV heads x (K + V) head size x 2 bytes."""
+    return layers * kv_heads * (k_dim + (k_dim if v_dim is None else v_dim)) * 2
+
+
+# --- the real corpus: (file, layers, full, sliding, KV heads, head size, llama.cpp f16 bytes/token) ---------------
+CORPUS = [
+    ("mlc-llama-2-7b.json", 32, 32, 0, 32, 128, f16_bytes(32, 32, 128)),
+    ("mlc-llama-2-70b.json", 80, 80, 0, 8, 128, f16_bytes(80, 8, 128)),
+    ("mlc-codellama-34b.json", 48, 48, 0, 8, 128, f16_bytes(48, 8, 128)),
+    ("mlc-tinyllama-1.1b-chat-v1.0.json", 22, 22, 0, 4, 64, f16_bytes(22, 4, 64)),
+    ("mlc-llama-3.1-8b.json", 32, 32, 0, 8, 128, f16_bytes(32, 8, 128)),
+    ("mlc-llama-3.1-70b.json", 80, 80, 0, 8, 128, f16_bytes(80, 8, 128)),
+    ("mlc-llama-3.2-1b.json", 16, 16, 0, 8, 64, f16_bytes(16, 8, 64)),
+    ("mlc-llama-3.2-3b.json", 28, 28, 0, 8, 128, f16_bytes(28, 8, 128)),
+    ("mlc-mistral-7b-instruct-v0.2.json", 32, 32, 0, 8, 128, f16_bytes(32, 8, 128)),
+    ("mlc-mistral-7b-v0.3.json", 32, 32, 0, 8, 128, f16_bytes(32, 8, 128)),
+    ("mlc-ministral-3-3b-2512.json", 26, 26, 0, 8, 128, f16_bytes(26, 8, 128)),
+    ("mlc-mixtral-8x7b-v0.1.json", 32, 32, 0, 8, 128, f16_bytes(32, 8, 128)),
+    # Phi-3.5 / Phi-4-mini: sliding_window 262,144 >= max_position_embeddings 131,072: full attention
+    ("mlc-phi-3.5-mini-instruct.json", 32, 32, 0, 32, 96, f16_bytes(32, 32, 96)),
+    ("mlc-phi-4-mini-instruct.json", 32, 32, 0, 8, 128, f16_bytes(32, 8, 128)),
+    ("mlc-qwen1.5-1.8b-chat.json", 24, 24, 0, 16, 128, f16_bytes(24, 16, 128)),
+    ("mlc-qwen1.5-moe-a2.7b.json", 24, 24, 0, 16, 128, f16_bytes(24, 16, 128)),
+    ("mlc-qwen2-0.5b.json", 24, 24, 0, 2, 64, f16_bytes(24, 2, 64)),
+    ("mlc-qwen2-1.5b.json", 28, 28, 0, 2, 128, f16_bytes(28, 2, 128)),
+    ("mlc-qwen2-7b.json", 28, 28, 0, 4, 128, f16_bytes(28, 4, 128)),
+    ("mlc-qwen2.5-3b.json", 36, 36, 0, 2, 128, f16_bytes(36, 2, 128)),
+    ("mlc-qwen3-0.6b.json", 28, 28, 0, 8, 128, f16_bytes(28, 8, 128)),
+    ("mlc-qwen3-1.7b.json", 28, 28, 0, 8, 128, f16_bytes(28, 8, 128)),
+    ("mlc-gemma-2b.json", 18, 18, 0, 1, 256, f16_bytes(18, 1, 256)),
+    # Gemma 2: every 2nd layer global (transformers Gemma2Config), sliding ones capped by llama.cpp: only full grow
+    ("mlc-gemma-2-2b.json", 26, 13, 13, 4, 256, f16_bytes(13, 4, 256)),
+    ("mlc-gemma-2-9b.json", 42, 21, 21, 8, 256, f16_bytes(21, 8, 256)),
+    ("mlc-gemma-2-27b.json", 46, 23, 23, 16, 128, f16_bytes(23, 16, 128)),
+    ("mlc-gemma-3-1b-it.json", 26, 4, 22, 1, 256, f16_bytes(4, 1, 256)),        # every 6th of 26 global
+    ("mlc-internlm2.5-7b.json", 32, 32, 0, 8, 128, f16_bytes(32, 8, 128)),
+    # StarCoder2: sliding_window 4,096 on every layer; llama.cpp does not cap starcoder2: full context
+    ("mlc-starcoder2-7b.json", 32, 0, 32, 4, 128, f16_bytes(32, 4, 128)),
+    ("mlc-smollm2-360m.json", 32, 32, 0, 5, 64, f16_bytes(32, 5, 64)),
+    ("mlc-aya-23-8b.json", 32, 32, 0, 8, 128, f16_bytes(32, 8, 128)),
+    ("mlc-olmo-2-32b.json", 64, 64, 0, 8, 128, f16_bytes(64, 8, 128)),
+    ("mlc-minicpm-2b.json", 40, 40, 0, 36, 64, f16_bytes(40, 36, 64)),
+    ("mlc-stablelm-2-zephyr-1.6b.json", 24, 24, 0, 32, 64, f16_bytes(24, 32, 64)),
+    ("llama-3-8b.json", 32, 32, 0, 8, 128, f16_bytes(32, 8, 128)),
+    ("qwen2.5-7b.json", 28, 28, 0, 4, 128, f16_bytes(28, 4, 128)),
+    ("qwen3-30b-a3b.json", 48, 48, 0, 4, 128, f16_bytes(48, 4, 128)),
+    ("qwen3.5-9b.json", 32, 8, 0, 4, 256, f16_bytes(8, 4, 256)),                 # 24 GatedDeltaNet layers
+    ("qwen3-next-80b-a3b.json", 48, 12, 0, 2, 256, f16_bytes(12, 2, 256)),       # full_attention_interval 4
+    ("gemma-3-4b.json", 34, 5, 29, 4, 256, f16_bytes(5, 4, 256)),
+    ("gemma-3-270m.json", 18, 3, 15, 1, 256, f16_bytes(3, 1, 256)),
+    ("gpt-oss-20b.json", 24, 12, 12, 8, 64, f16_bytes(12, 8, 64)),
+    ("mistral-7b-v0.1.json", 32, 0, 32, 8, 128, f16_bytes(32, 8, 128)),
+]
+
+
+def test_the_corpus_has_at_least_30_real_files_each_with_a_source():
+    sources = (CONFIGS / "SOURCES").read_text()
+    files = sorted(p.name for p in CONFIGS.glob("*.json"))
+    assert all(name in sources for name in files)
+    assert sum(1 for name in files if name.startswith("mlc-")) >= 30
+
+
+@pytest.mark.parametrize(("name", "layers", "full", "sliding", "kv_heads", "head_dim", "expected"), CORPUS)
+def test_real_config(name, layers, full, sliding, kv_heads, head_dim, expected):
+    layout = kv.read_layout(CONFIGS / name)
+    assert (layout.total_layers, layout.full_layers, layout.sliding_layers) == (layers, full, sliding)
+    widest = max(layer.k_dim for layer in layout.attention_layers)
+    assert (layout.attention_layers[0].kv_heads, widest) == (kv_heads, head_dim)
+    assert kv.bytes_per_token(layout, F16) == expected
+    # tabbyAPI keeps every attention layer at the whole context
+    assert kv.bytes_per_token(layout, TABBY) == f16_bytes(full + sliding, kv_heads, head_dim)
+
+
+def test_mla_lite():
+    layout = kv.read_layout(CONFIGS / "mlc-deepseek-v2-lite.json")    # 27 layers, kv_lora_rank 512 + rope 64
+    assert (layout.count("mla"), layout.kv_layers) == (27, 27)
+    assert kv.bytes_per_token(layout, F16) == 27 * (512 + 64) * 2     # 31,104
+    assert kv.bytes_per_token(layout, VLLM) == 27 * 576 * 2
+
+
+# --- families written from their config classes' keys (no hub here; shapes of the published configs) -----------
+
+GEMMA4 = {"model_type": "gemma4", "text_config": {
+    "model_type": "gemma4_text", "num_hidden_layers": 48, "hidden_size": 3840, "num_attention_heads": 16,
+    "num_key_value_heads": 8, "num_global_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512,
+    "sliding_window": 1024, "max_position_embeddings": 131072,
+    "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 8}}
+
+
+def test_gemma4_global_layers_have_their_own_heads_and_size():
+    layout = layout_from_dict(GEMMA4)
+    assert (layout.full_layers, layout.sliding_layers) == (8, 40)
+    full = f16_bytes(8, 1, 512)                       # 8 global layers x 1 KV head x (512 + 512) x 2 = 16,384
+    sliding_each = f16_bytes(1, 8, 256)               # one sliding layer: 8 x (256 + 256) x 2 = 8,192
+    assert kv.bytes_per_token(layout, F16) == full == 16_384
+    # tabbyAPI: all 48 at the whole context; the old uniform model said 48 x 8,192 = 393,216 (24x llama.cpp's)
+    assert kv.bytes_per_token(layout, TABBY) == full + 40 * sliding_each == 344_064
+    # llama.cpp at 32,768: sliding layers hold PAD256(min(32768, 1024 + 512)) = 1,536 cells
+    assert kv.kv_bytes(layout, F16, 32_768) == full * 32_768 + 40 * sliding_each * 1536
+
+
+def test_gemma_shared_kv_layers_keep_none():
+    doc = {"model_type": "gemma3n_text", "num_hidden_layers": 30, "num_key_value_heads": 2, "head_dim": 256,
+           "sliding_window": 512, "num_kv_shared_layers": 10,
+           "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 6}
+    layout = layout_from_dict(doc)
+    assert (layout.full_layers, layout.sliding_layers, layout.count("none")) == (4, 16, 10)   # first 20 only
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(4, 2, 256)
+
+
+NEMOTRON_3_NANO = {"model_type": "nemotron_h", "num_hidden_layers": 52, "hidden_size": 2688,
+                   "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+                   "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+                   "mamba_num_heads": 64, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+                   "conv_kernel": 4, "max_position_embeddings": 262144}
+
+
+def test_nemotron_h_only_star_layers_attend():
+    layout = layout_from_dict(NEMOTRON_3_NANO)
+    assert (layout.full_layers, layout.count("state"), layout.count("none")) == (6, 23, 23)
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(6, 2, 128) == 6_144
+    # Mamba2 state per sequence: 23 x ((4-1) x (4096 + 2x8x128) + 128 x 4096) x 4 bytes
+    assert layout.state_bytes == 23 * ((4 - 1) * (64 * 64 + 2 * 8 * 128) + 128 * 64 * 64) * 4
+    # the uniform model counted all 52 layers: 8.7x too much
+    assert f16_bytes(52, 2, 128) / kv.bytes_per_token(layout, F16) > 8
+
+
+def test_nemotron_pattern_length_must_match_the_layer_count():
+    with pytest.raises(BadInput, match="hybrid_override_pattern has 51 entries but num_hidden_layers is 52"):
+        layout_from_dict(NEMOTRON_3_NANO | {"hybrid_override_pattern": NEMOTRON_3_NANO["hybrid_override_pattern"][1:]})
+    with pytest.raises(BadInput, match="'X'"):
+        layout_from_dict(NEMOTRON_3_NANO | {"hybrid_override_pattern": "X" * 52})
+
+
+LLAMA4_SCOUT = {"model_type": "llama4", "text_config": {
+    "model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120, "num_attention_heads": 40,
+    "num_key_value_heads": 8, "head_dim": 128, "attention_chunk_size": 8192, "max_position_embeddings": 10485760,
+    "no_rope_layers": [0 if (i + 1) % 4 == 0 else 1 for i in range(48)]}}
+
+
+def test_llama4_chunked_attention():
+    layout = layout_from_dict(LLAMA4_SCOUT)
+    assert (layout.full_layers, layout.chunked_layers, layout.chunk) == (12, 36, 8192)
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(12, 8, 128) == 49_152
+    # llama.cpp: a chunked layer holds PAD256(min(ctx, 8192 + 512)) = 8,704 cells (the iSWA cache)
+    assert kv.kv_bytes(layout, F16, 131_072) == f16_bytes(12, 8, 128) * 131_072 + f16_bytes(36, 8, 128) * 8704
+    # vLLM ChunkedLocalAttentionSpec: cdiv(min(8192 + 2048, ctx), 16) blocks = 10,240 cells
+    assert kv.kv_bytes(layout, VLLM, 131_072) == f16_bytes(12, 8, 128) * 131_072 + f16_bytes(36, 8, 128) * 10_240
+    # the interval alone (no list) gives the same layers, as transformers' default no_rope_layer_interval 4
+    text = {k: v for k, v in LLAMA4_SCOUT["text_config"].items() if k != "no_rope_layers"}
+    assert layout_from_dict(text).layers == layout.layers
+
+
+MIMO_V2_FLASH = {"model_type": "mimo_v2_flash", "num_hidden_layers": 48, "hidden_size": 4096,
+                 "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 192, "v_head_dim": 128,
+                 "swa_num_attention_heads": 64, "swa_num_key_value_heads": 8, "swa_head_dim": 192,
+                 "swa_v_head_dim": 128, "sliding_window_size": 128, "max_position_embeddings": 262144,
+                 "hybrid_layer_pattern": [0] + [1, 1, 1, 1, 1, 0] * 7 + [1, 1, 1, 1, 1]}
+
+
+def test_mimo_v2_full_layers_count_and_swa_has_its_own_heads():
+    layout = layout_from_dict(MIMO_V2_FLASH)
+    assert (layout.full_layers, layout.sliding_layers, layout.window) == (8, 40, 128)
+    full = 8 * 4 * (192 + 128) * 2                     # K 192 and V 128 apart: 20,480
+    assert kv.bytes_per_token(layout, F16) == kv.bytes_per_token(layout, VLLM) == full
+    plan = kv.plan(layout, VLLM, budget=8 * 1024**3)
+    assert plan.bytes_per_token > 0 and plan.tokens is not None              # never "0 B, any context fits"
+    assert kv.bytes_per_token(layout, TABBY) == full + 40 * 8 * (192 + 128) * 2
+
+
+def test_mixed_k_and_v_types_apply_to_k_and_v_sizes_apart():
+    layout = layout_from_dict(MIMO_V2_FLASH)
+    mixed = kv_modes.ggml_type("q8_0,q4_0")
+    assert kv.bytes_per_token(layout, mixed) == 8 * 4 * (192 * 34 // 32 + 128 * 18 // 32)
+
+
+def test_lfm2_conv_layers_and_early_index_form():
+    types = ["conv", "conv", "full_attention", "conv", "conv", "full_attention", "conv", "conv", "full_attention",
+             "conv", "full_attention", "conv", "full_attention", "conv", "full_attention", "conv"]
+    doc = {"model_type": "lfm2", "num_hidden_layers": 16, "hidden_size": 2048, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "conv_L_cache": 3, "layer_types": types}
+    layout = layout_from_dict(doc)
+    assert (layout.full_layers, layout.count("state")) == (6, 10)
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(6, 8, 64)             # head_dim = 2048 / 32
+    assert layout.state_bytes == 10 * (3 - 1) * 2048 * 4
+    early = {k: v for k, v in doc.items() if k != "layer_types"} | {"full_attn_idxs": [2, 5, 8, 10, 12, 14]}
+    assert layout_from_dict(early).layers == layout.layers
+
+
+def test_granite_4_hybrid_and_jamba_period():
+    granite = {"model_type": "granitemoehybrid", "num_hidden_layers": 40, "hidden_size": 4096,
+               "num_attention_heads": 32, "num_key_value_heads": 8,
+               "layer_types": ["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)]}
+    assert kv.bytes_per_token(layout_from_dict(granite), F16) == f16_bytes(4, 8, 128)
+    jamba = {"model_type": "jamba", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "attn_layer_period": 8, "attn_layer_offset": 4}
+    layout = layout_from_dict(jamba)
+    assert [i for i, layer in enumerate(layout.layers) if layer.attends] == [4, 12, 20, 28]
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(4, 8, 128)
+
+
+def test_falcon_h1_attends_in_every_layer_beside_its_mamba():
+    doc = {"model_type": "falcon_h1", "num_hidden_layers": 44, "hidden_size": 3072, "num_attention_heads": 12,
+           "num_key_value_heads": 2, "head_dim": 128, "mamba_d_ssm": 3072, "mamba_d_state": 256,
+           "mamba_n_groups": 1, "mamba_d_conv": 4}
+    layout = layout_from_dict(doc)
+    assert layout.full_layers == 44
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(44, 2, 128)
+    assert layout.state_bytes == 44 * ((4 - 1) * (3072 + 2 * 256) + 256 * 3072) * 4
+
+
+# --- never silently wrong --------------------------------------------------------------------------------------
+
+def test_an_unread_layer_structure_is_refused_naming_the_key():
+    doc = {"model_type": "newthing", "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 64,
+           "attention_layer_indices": [0, 2]}
+    with pytest.raises(BadInput, match="attention_layer_indices: a per-layer structure labwright does not read"):
+        layout_from_dict(doc)
+
+
+def test_an_unknown_model_type_is_planned_as_full_attention_and_says_so():
+    layout = layout_from_dict({"model_type": "brandnew", "num_hidden_layers": 4, "num_key_value_heads": 2,
+                               "head_dim": 64})
+    assert layout.full_layers == 4
+    assert any("'brandnew' is not one labwright knows" in note for note in layout.notes)
+
+
+def test_a_safetensors_index_is_refused(tmp_path):
+    path = tmp_path / "model.safetensors.index.json"
+    path.write_text(json.dumps({"metadata": {"total_size": 1}, "weight_map": {"a": "model.safetensors"}}))
+    with pytest.raises(BadInput, match="safetensors index"):
+        kv.read_layout(path)
+
+
+# --- GGUF headers mirroring real models' metadata ----------------------------------------------------------------
+
+def write_gguf(path: Path, arch: str, meta: dict, vocab: int = 1000, tensor_bytes: int = 64) -> Path:
+    writer = gguf.GGUFWriter(str(path), arch)
+    for key, value in meta.items():
+        name = f"{arch}.{key}"
+        if isinstance(value, list) and value and isinstance(value[0], bool):
+            writer.add_array(name, value)
+        elif isinstance(value, list):
+            writer.add_array(name, [int(v) for v in value])
+        else:
+            writer.add_uint32(name, int(value))
+    writer.add_token_list([f"t{i}" for i in range(vocab)])
+    writer.add_tensor("token_embd.weight", np.zeros(tensor_bytes // 4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+# llama.cpp writes these keys for Qwen3.5-27B (qwen35): 64 blocks, every 4th full attention, 4 KV heads x 256.
+QWEN35_27B = {"block_count": 64, "context_length": 262144, "embedding_length": 5120, "attention.head_count": 24,
+              "attention.head_count_kv": 4, "attention.key_length": 256, "attention.value_length": 256,
+              "full_attention_interval": 4}
+
+
+def test_gguf_qwen35_matches_seed_004(tmp_path):
+    layout = kv.read_layout(write_gguf(tmp_path / "Qwen3.5-27B-Q4_K_M.gguf", "qwen35", QWEN35_27B))
+    assert (layout.origin, layout.full_layers, layout.count("state")) == ("gguf", 16, 48)
+    # seed 004: "Only 16 of 64 layers need a KV cache"; q4_0 at 128K: 16 x 4 x 512 x 18/32 x 131,072 = 2.25 GiB
+    q4 = kv_modes.ggml_type("q4_0")
+    assert kv.kv_bytes(layout, q4, 131_072) == 16 * 4 * 512 * 18 // 32 * 131_072
+
+
+def test_gguf_gemma3_swa_pattern_from_llama_cpp_code(tmp_path):
+    meta = {"block_count": 34, "context_length": 131072, "embedding_length": 2560, "attention.head_count": 8,
+            "attention.head_count_kv": 4, "attention.key_length": 256, "attention.value_length": 256,
+            "attention.sliding_window": 1024}
+    layout = kv.read_layout(write_gguf(tmp_path / "gemma-3-4b.gguf", "gemma3", meta))
+    assert (layout.full_layers, layout.sliding_layers) == (5, 29)              # set_swa_pattern(6)
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(5, 4, 256)
+
+
+def test_gguf_per_layer_kv_heads_zero_means_no_kv(tmp_path):
+    pattern = NEMOTRON_3_NANO["hybrid_override_pattern"]
+    meta = {"block_count": 52, "embedding_length": 2688, "attention.head_count": 32,
+            "attention.head_count_kv": [2 if c == "*" else 0 for c in pattern], "attention.key_length": 128,
+            "attention.value_length": 128}
+    layout = kv.read_layout(write_gguf(tmp_path / "nemotron.gguf", "nemotron_h_moe", meta))
+    assert (layout.full_layers, layout.count("state")) == (6, 46)
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(6, 2, 128)
+
+
+def test_gguf_gemma4_style_bool_pattern_and_swa_sizes(tmp_path):
+    flags = ([True] * 5 + [False]) * 8
+    meta = {"block_count": 48, "embedding_length": 3840, "attention.head_count": 16,
+            "attention.head_count_kv": [8 if f else 1 for f in flags], "attention.key_length": 512,
+            "attention.value_length": 512, "attention.key_length_swa": 256, "attention.value_length_swa": 256,
+            "attention.sliding_window": 1024, "attention.sliding_window_pattern": flags}
+    layout = kv.read_layout(write_gguf(tmp_path / "gemma4.gguf", "gemma4", meta))
+    assert layout.layers == layout_from_dict(GEMMA4).layers
+
+
+def test_gguf_llama4_chunked_and_mla(tmp_path):
+    meta = {"block_count": 48, "embedding_length": 5120, "attention.head_count": 40, "attention.head_count_kv": 8,
+            "attention.key_length": 128, "attention.value_length": 128}
+    layout = kv.read_layout(write_gguf(tmp_path / "scout.gguf", "llama4", meta))
+    assert layout.layers == layout_from_dict(LLAMA4_SCOUT).layers
+    meta = {"block_count": 61, "embedding_length": 7168, "attention.head_count": 128, "attention.head_count_kv": 1,
+            "attention.kv_lora_rank": 512, "rope.dimension_count": 64, "attention.key_length": 576,
+            "attention.value_length": 512}
+    layout = kv.read_layout(write_gguf(tmp_path / "deepseek.gguf", "deepseek2", meta))
+    assert kv.bytes_per_token(layout, F16) == 61 * 576 * 2
+
+
+def test_gguf_truncated_and_not_gguf(tmp_path):
+    path = write_gguf(tmp_path / "m.gguf", "qwen35", QWEN35_27B, tensor_bytes=4096)
+    whole = path.read_bytes()
+    (tmp_path / "short-data.gguf").write_bytes(whole[:-1000])
+    (tmp_path / "short-header.gguf").write_bytes(whole[:200])
+    (tmp_path / "text.gguf").write_text("<html>not found</html>")
+    with pytest.raises(BadInput, match="truncated: its tensor table needs"):
+        kv.read_layout(tmp_path / "short-data.gguf")
+    with pytest.raises(BadInput, match="truncated: the header runs past the end"):
+        kv.read_layout(tmp_path / "short-header.gguf")
+    with pytest.raises(BadInput, match="not a GGUF file"):
+        kv.read_layout(tmp_path / "text.gguf")
+
+
+def test_gguf_header_only_on_a_huge_sparse_file(tmp_path):
+    path = write_gguf(tmp_path / "big.gguf", "qwen35", QWEN35_27B, vocab=150_000)
+    metadata, tensors = kv_gguf.read_metadata(path)
+    assert tensors == 1 and metadata["qwen35.block_count"] == 64
+    assert metadata["tokenizer.ggml.tokens"] is None          # skipped, never decoded
