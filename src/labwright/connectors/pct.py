@@ -1,17 +1,19 @@
 """pyinfra connector ``@pct/NODE/VMID``: a Proxmox VE container, reached through its node's ``pct``.
 
-pyinfra logs into the node over SSH (paramiko, as root by default) and runs every command as
-``pct exec VMID -- sh -c '<command>'``; files go by SFTP to a private temporary directory on the
-node and then ``pct push``/``pct pull`` into or out of the container. The container needs neither
-sshd nor a network address. sudo/su/env/chdir are applied by pyinfra's own command builder, as in
-pyinfra's connectors. ``connect`` runs ``pct status VMID`` so a missing or stopped container fails
-at once with one clear line.
+The shape of pyinfra's own ``connectors/dockerssh.py``: the connector owns pyinfra's ``SSHConnector`` to the
+node (so the node is reached exactly as ``pyinfra NODE`` would reach it: ``ssh_*`` host data, ``~/.ssh/config``
+with ProxyJump, known_hosts) and only wraps commands and files. Every command runs as
+``pct exec VMID -- sh -c '<command>'``; files go by pyinfra's SFTP to a private temporary directory on the node
+and then ``pct push``/``pct pull`` into or out of the container, each verified by size and sha256 (pct exits 0
+when its copy failed). The container needs neither sshd nor a network address. sudo/su/env/chdir are applied
+by pyinfra's own command builder. ``connect`` runs ``pct status VMID`` so a missing or stopped container fails
+at once with one clear line (or, with ``guest`` host data, is created as declared).
 
 .. code:: shell
 
     pyinfra @pct/pve1/101 exec -- uname -a
     pyinfra @pct/pve1/101 deploys/base.py
-    pyinfra --data pct_ssh_hostname=pve1.example.org --data pct_ssh_key=~/.ssh/pve @pct/pve1/101 exec -- id
+    pyinfra --data ssh_hostname=pve1.example.org --data ssh_key=~/.ssh/pve @pct/pve1/101 exec -- id
 
 An inventory (``inventory.py``) with two containers on one node, given by its DNS name:
 
@@ -19,12 +21,12 @@ An inventory (``inventory.py``) with two containers on one node, given by its DN
 
     pve = (
         ["@pct/pve1/101", "@pct/pve1/102"],
-        {"pct_ssh_hostname": "pve1.example.org", "pct_ssh_key": "~/.ssh/pve_ed25519"},
+        {"ssh_hostname": "pve1.example.org", "ssh_key": "~/.ssh/pve_ed25519"},
     )
 
-NODE may be an alias from ``~/.ssh/config``: its ``HostName``, ``Port``, ``User``,
-``IdentityFile`` and ``UserKnownHostsFile`` are used unless host data sets them. Host keys are
-verified against known_hosts by default; the node's login shell must be POSIX (bash on Proxmox VE).
+NODE may be an alias from ``~/.ssh/config`` (HostName, Port, User, IdentityFile, ProxyJump...). Host keys are
+verified against known_hosts by default (``ssh_strict_host_key_checking=yes``); the node's login shell must be
+POSIX (bash on Proxmox VE). ``pct_ssh_*`` host data still works until 0.2, with a warning line.
 """
 
 from __future__ import annotations
@@ -33,14 +35,10 @@ import hashlib
 import os
 import re
 import secrets
-import select
 import shlex
 import shutil
-import socket
 import tempfile
-import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 import paramiko
@@ -50,7 +48,7 @@ from pyinfra.api.exceptions import ConnectError, PyinfraError
 from pyinfra.api.output import echo, format_text
 from pyinfra.api.util import get_file_io
 from pyinfra.connectors.base import BaseConnector, DataMeta
-from pyinfra.connectors.ssh_util import get_private_key
+from pyinfra.connectors.ssh import SSHConnector
 from pyinfra.connectors.util import (
     CommandOutput,
     OutputLine,
@@ -65,47 +63,39 @@ from labwright.connectors._transfer import HandoverTransfer, stdin_bytes
 from labwright.errors import BadInput, LabwrightError
 from labwright.guests.declared import ensure_declared, pyinfra_dry_run, spec_for_host
 from labwright.hostnames import parse_pct_target
+from labwright.hosts import Result
+from labwright.hosts.options import DEPRECATED_KEYS, SSH_OPTIONS, endpoint
+from labwright.hosts.ssh import SshHost
 
 if TYPE_CHECKING:
     from pyinfra.api.arguments import ConnectorArguments
     from pyinfra.api.host import Host
     from pyinfra.api.state import State
 
-READ_CHUNK = 32768
-GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"  # consulted as well, as OpenSSH does
-# Arguments that make pyinfra's SSH connector hand a file over through a temporary copy.
 
 
 class PctConnectorData(TypedDict, total=False):
     pct_node: str
     pct_vmid: int
+    # Deprecated (read until 0.2, each with a warning line): the ssh_* keys below replace them.
     pct_ssh_hostname: str
     pct_ssh_port: int
     pct_ssh_user: str
     pct_ssh_key: str
     pct_ssh_key_password: str
     pct_ssh_known_hosts_file: str
-    pct_ssh_strict_host_key_checking: bool
+    pct_ssh_strict_host_key_checking: bool | str
     pct_ssh_config_file: str
 
 
 connector_data_meta: dict[str, DataMeta] = {
     "pct_node": DataMeta("Proxmox VE node name (NODE of @pct/NODE/VMID)"),
     "pct_vmid": DataMeta("Container id (VMID of @pct/NODE/VMID)"),
-    "pct_ssh_hostname": DataMeta("Address or ssh-config alias of the node (default: NODE)"),
-    "pct_ssh_port": DataMeta("SSH port of the node (default: ssh config's Port, else 22)"),
-    "pct_ssh_user": DataMeta("SSH user on the node, who must be able to run pct (default: ssh config's User, "
-                             "else root)"),
-    "pct_ssh_key": DataMeta("Private key file (default: ssh config's IdentityFile, the SSH agent and "
-                            "~/.ssh keys)"),
-    "pct_ssh_key_password": DataMeta("Passphrase of pct_ssh_key"),
-    "pct_ssh_known_hosts_file": DataMeta("known_hosts file (default: ssh config's UserKnownHostsFile, else "
-                                         "~/.ssh/known_hosts)"),
-    "pct_ssh_strict_host_key_checking": DataMeta(
-        "Verify the node's host key against known_hosts; False accepts any key (throwaway labs only)", True
-    ),
-    "pct_ssh_config_file": DataMeta("ssh client config to read NODE's settings from (default: ~/.ssh/config)"),
+    **{old: DataMeta(f"Deprecated: use {new}") for old, new in DEPRECATED_KEYS.items()},
 }
+
+#: The node's SSH options: pyinfra's ssh_* host data (labwright.hosts.options), read by the owned SSHConnector.
+node_data_meta: dict[str, DataMeta] = SSH_OPTIONS
 
 
 # --- names ------------------------------------------------------------------------------------
@@ -308,36 +298,6 @@ def one_line(text: str) -> str:
     return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-# --- ssh target -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SshTarget:
-    hostname: str
-    port: int
-    user: str
-    key_filenames: tuple[str, ...]  # from ssh config, only used when pct_ssh_key is not set
-    known_hosts_file: str
-
-
-def resolve_ssh_target(node: str, data: Mapping[str, Any], ssh_config: paramiko.SSHConfig | None) -> SshTarget:
-    """Where and as whom to log in: host data first, then the ssh config entry for the name, then defaults."""
-    name = data.get("pct_ssh_hostname") or node
-    entry: Mapping[str, Any] = ssh_config.lookup(name) if ssh_config is not None else {}
-    identity_files = entry.get("identityfile") or []
-    known_hosts = data.get("pct_ssh_known_hosts_file") or (entry.get("userknownhostsfile") or "").split(" ")[0]
-    return SshTarget(
-        hostname=entry.get("hostname") or name,
-        port=int(data.get("pct_ssh_port") or entry.get("port") or 22),
-        user=data.get("pct_ssh_user") or entry.get("user") or "root",
-        key_filenames=tuple(os.path.expanduser(p) for p in identity_files if os.path.isfile(os.path.expanduser(p))),
-        known_hosts_file=os.path.expanduser(known_hosts or "~/.ssh/known_hosts"),
-    )
-
-
-class _AcceptWithWarning(paramiko.MissingHostKeyPolicy):
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        logger.warning("pct: not verifying the host key of %s (pct_ssh_strict_host_key_checking is off)", hostname)
-
-
 # --- output -----------------------------------------------------------------------------------
 class _LineSplitter:
     def __init__(self, name: str, emit: Callable[[OutputLine], None]):
@@ -356,57 +316,19 @@ class _LineSplitter:
             self.pending = b""
 
 
-def read_channel(channel: paramiko.Channel, timeout: float | None, emit: Callable[[OutputLine], None]) -> int:
-    """Read stdout and stderr together until the command ends; return its exit status.
-
-    Both streams are drained as data arrives (a full stderr window cannot stall stdout) and the deadline
-    holds with or without gevent's monkey patching, which pyinfra's greenlet readers rely on.
-    """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    out, err = _LineSplitter("stdout", emit), _LineSplitter("stderr", emit)
-    while True:
-        while channel.recv_ready():
-            out.feed(channel.recv(READ_CHUNK))
-        while channel.recv_stderr_ready():
-            err.feed(channel.recv_stderr(READ_CHUNK))
-        if (channel.eof_received or channel.closed) and not channel.recv_ready() and not channel.recv_stderr_ready():
-            break
-        remaining = None if deadline is None else deadline - time.monotonic()
-        if remaining is not None and remaining <= 0:
-            channel.close()
-            raise TimeoutError(f"command did not finish within {timeout}s")
-        select.select([channel], [], [], remaining)
-    out.close()
-    err.close()
-    remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
-    if not channel.status_event.wait(remaining):
-        channel.close()
-        raise TimeoutError(f"command did not finish within {timeout}s")
-    return channel.recv_exit_status()
-
-
-@dataclass
-class NodeResult:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-
 class PctConnector(HandoverTransfer, BaseConnector):
-    """Execute in Proxmox VE containers with ``pct`` on their node, over SSH.
+    """Execute in Proxmox VE containers with ``pct`` on their node, over pyinfra's SSH connector.
 
-    Host data:
+    Host data: the node's SSH options are pyinfra's (``docs/connectors.md``: the option set):
 
-    + ``pct_ssh_hostname``: address or ssh-config alias of the node (default: NODE)
-    + ``pct_ssh_port``: SSH port (default: ssh config's Port, else 22)
-    + ``pct_ssh_user``: user on the node, who must be able to run ``pct`` (default: ssh config, else root)
-    + ``pct_ssh_key`` / ``pct_ssh_key_password``: private key file and its passphrase (default: ssh
-      config's IdentityFile, the SSH agent, ~/.ssh keys)
-    + ``pct_ssh_known_hosts_file``: known_hosts to verify the node against (default: ssh config's
-      UserKnownHostsFile, else ~/.ssh/known_hosts)
-    + ``pct_ssh_strict_host_key_checking``: True (default) refuses an unknown or changed host key;
-      False accepts any key (throwaway test nodes only)
-    + ``pct_ssh_config_file``: ssh client config to read (default: ~/.ssh/config)
+    + ``ssh_hostname``: address or ssh-config alias of the node (default: NODE)
+    + ``ssh_port``, ``ssh_user`` (default: ssh config's User, else root), ``ssh_key`` / ``ssh_key_password``,
+      ``ssh_config_file``, ``ssh_known_hosts_file``, ``ssh_strict_host_key_checking`` (default: ssh config's
+      StrictHostKeyChecking, else ``yes``: an unknown or changed host key is refused)
+
+    Deprecated, read until 0.2 with a warning line (each is the ``ssh_*`` key of the same name):
+    ``pct_ssh_hostname``, ``pct_ssh_port``, ``pct_ssh_user``, ``pct_ssh_key``, ``pct_ssh_key_password``,
+    ``pct_ssh_known_hosts_file``, ``pct_ssh_strict_host_key_checking``, ``pct_ssh_config_file``.
     """
 
     __examples_doc__ = """
@@ -422,7 +344,7 @@ class PctConnector(HandoverTransfer, BaseConnector):
 
         hosts = (
             ["@pct/pve1/101", "@pct/pve1/102"],
-            {"pct_ssh_hostname": "pve1.example.org", "pct_ssh_key": "~/.ssh/pve_ed25519"},
+            {"ssh_hostname": "pve1.example.org", "ssh_key": "~/.ssh/pve_ed25519"},
         )
     """
 
@@ -431,11 +353,14 @@ class PctConnector(HandoverTransfer, BaseConnector):
     data_meta = connector_data_meta
     data: PctConnectorData
 
-    client: paramiko.SSHClient | None = None
-    sftp: paramiko.SFTPClient | None = None
+    ssh: SSHConnector
+    node_ssh: SshHost | None = None
 
     def __init__(self, state: State, host: Host):
         super().__init__(state, host)
+        # The node is reached by pyinfra's own SSH connector with the ssh_* option set (labwright.hosts.options),
+        # as pyinfra's dockerssh connector reaches its docker host.
+        self.ssh = SSHConnector(state, host)
         self.node_temp_dir: str | None = None
         self.temp_counter = 0
 
@@ -454,90 +379,19 @@ class PctConnector(HandoverTransfer, BaseConnector):
         return self.data["pct_vmid"]
 
     # --- connection ---------------------------------------------------------------------------
-    def _ssh_config(self) -> paramiko.SSHConfig | None:
-        explicit = self.data.get("pct_ssh_config_file")
-        path = os.path.expanduser(explicit or "~/.ssh/config")
-        if not os.path.exists(path):
-            if explicit:
-                raise ConnectError(f"ssh config file {path} (pct_ssh_config_file) does not exist")
-            return None
-        try:
-            return paramiko.SSHConfig.from_path(path)
-        except (OSError, paramiko.ConfigParseError) as exc:
-            raise ConnectError(f"cannot read ssh config {path}: {exc}") from exc
-
-    def _connect_kwargs(self, target: SshTarget) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
-            "hostname": target.hostname, "port": target.port, "username": target.user,
-            "timeout": self.state.config.CONNECT_TIMEOUT, "banner_timeout": self.state.config.CONNECT_TIMEOUT,
-            "auth_timeout": self.state.config.CONNECT_TIMEOUT,
-        }
-        key = self.data.get("pct_ssh_key")
-        if key:
-            try:
-                kwargs["pkey"] = get_private_key(self.state, key, self.data.get("pct_ssh_key_password", ""))
-            except PyinfraError as exc:
-                raise ConnectError(f"SSH key for node {self.node}: {exc}") from exc
-            kwargs.update(allow_agent=False, look_for_keys=False)
-        elif target.key_filenames:
-            kwargs["key_filename"] = list(target.key_filenames)
-        return kwargs
-
-    def _ssh_connect(self, target: SshTarget) -> paramiko.SSHClient:
-        client = paramiko.SSHClient()
-        if self.data.get("pct_ssh_strict_host_key_checking", True):
-            try:
-                client.load_system_host_keys(target.known_hosts_file)
-            except FileNotFoundError:
-                if self.data.get("pct_ssh_known_hosts_file"):
-                    raise ConnectError(f"known_hosts file {target.known_hosts_file} (pct_ssh_known_hosts_file) "
-                                       "does not exist") from None
-            except OSError as exc:
-                raise ConnectError(f"cannot read known_hosts {target.known_hosts_file}: {exc}") from exc
-            if os.path.isfile(GLOBAL_KNOWN_HOSTS):
-                client.load_system_host_keys(GLOBAL_KNOWN_HOSTS)
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        else:
-            client.set_missing_host_key_policy(_AcceptWithWarning())
-
-        kwargs = self._connect_kwargs(target)
-        where = f"{target.user}@{target.hostname}:{target.port}"
-        try:
-            client.connect(**kwargs)
-        except paramiko.BadHostKeyException:
-            entry = target.hostname if target.port == 22 else f"[{target.hostname}]:{target.port}"
-            raise ConnectError(
-                f"host key of node {self.node} ({where}) does NOT match {target.known_hosts_file}: possible "
-                f"man-in-the-middle; if the node was reinstalled, remove the old key: ssh-keygen -R {entry}"
-            ) from None
-        except paramiko.AuthenticationException as exc:
-            key = self.data.get("pct_ssh_key") or ", ".join(target.key_filenames) or "agent and ~/.ssh keys"
-            raise ConnectError(f"SSH login to node {self.node} as {where} refused (key: {key}): {exc}") from None
-        except socket.gaierror as exc:
-            raise ConnectError(f"cannot resolve node {self.node} ({target.hostname}): {exc.strerror}") from None
-        except paramiko.SSHException as exc:
-            if "not found in known_hosts" in str(exc):
-                raise ConnectError(
-                    f"host key of node {self.node} ({where}) is not in {target.known_hosts_file}; add it "
-                    f"(ssh-keyscan -p {target.port} {target.hostname}), set pct_ssh_known_hosts_file, or "
-                    "for a throwaway node set pct_ssh_strict_host_key_checking=false"
-                ) from None
-            raise ConnectError(f"SSH to node {self.node} ({where}) failed: {exc}") from None
-        except (OSError, EOFError) as exc:
-            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-            raise ConnectError(f"cannot reach node {self.node} over SSH at {where}: {reason}") from None
-        return client
-
     @override
     def connect(self) -> None:
-        target = resolve_ssh_target(self.node, self.data, self._ssh_config())
-        logger.debug("Connecting to Proxmox node %s (%s) for CT %s", self.node, target, self.vmid)
-        self.client = self._ssh_connect(target)
         try:
-            status, reason = self._container_status(target)
+            self.node_ssh = SshHost.wrapping(self.ssh, self.node, self.host.data, f"node {self.node}")
+        except LabwrightError as exc:
+            raise ConnectError(f"@pct/{self.node}/{self.vmid}: {exc}") from None
+        logger.debug("Connecting to Proxmox node %s (%s) for CT %s", self.node, self.node_ssh.options, self.vmid)
+        self.node_ssh.connect()
+        try:
+            status, reason = self._container_status()
             if status != "running" and self.host.data.get("guest"):
                 self._make_declared()
-                status, reason = self._container_status(target)
+                status, reason = self._container_status()
             if status == "missing":
                 raise ConnectError(f"CT {self.vmid} does not exist on node {self.node} (pct: {reason}); declare it "
                                    "with `guest` host data and labwright creates it (docs/guests.md)")
@@ -545,22 +399,23 @@ class PctConnector(HandoverTransfer, BaseConnector):
                 raise ConnectError(f"CT {self.vmid} on node {self.node} is {status or 'in an unknown state'}, "
                                    f"not running; start it with `pct start {self.vmid}`")
         except BaseException:
-            self.client.close()
-            self.client = None
+            self.node_ssh.close()
             raise
 
-    def _container_status(self, target: SshTarget) -> tuple[str | None, str]:
+    def _container_status(self) -> tuple[str | None, str]:
         """``pct status`` on the node: ("running"|"stopped"|..., "") or ("missing", pct's line)."""
         result = self.run_on_node(pct_status_command(self.vmid))
         stderr = one_line(result.stderr)
-        if result.exit_code == 127 or "pct: not found" in stderr or "pct: command not found" in stderr:
-            raise ConnectError(f"node {self.node} ({target.hostname}) has no `pct` command: is it a Proxmox VE "
+        if result.rc == 127 or "pct: not found" in stderr or "pct: command not found" in stderr:
+            assert self.node_ssh is not None
+            address = endpoint(self.node_ssh.options).hostname
+            raise ConnectError(f"node {self.node} ({address}) has no `pct` command: is it a Proxmox VE "
                                "node, and is pct on the SSH user's PATH?")
         if pct_says_missing(result.stderr):
             return "missing", stderr
-        if result.exit_code != 0:
+        if result.rc != 0:
             raise ConnectError(f"`pct status {self.vmid}` failed on node {self.node} "
-                               f"(exit {result.exit_code}): {stderr or one_line(result.stdout)}")
+                               f"(exit {result.rc}): {stderr or one_line(result.stdout)}")
         return parse_pct_status(result.stdout), ""
 
     def _make_declared(self) -> None:
@@ -581,64 +436,36 @@ class PctConnector(HandoverTransfer, BaseConnector):
 
     @override
     def disconnect(self) -> None:
-        if self.client is None:
+        if self.node_ssh is None or not self.node_ssh.connected:
             return
         try:
             # pyinfra removes sudo askpass helpers only after this returns, when the session is gone.
             remove_any_sudo_askpass_file(self.host)
             if self.node_temp_dir:
                 self.run_on_node(shlex.join(["rm", "-rf", self.node_temp_dir]))
-        except (OSError, paramiko.SSHException) as exc:
+        except (OSError, PyinfraError, paramiko.SSHException) as exc:
             logger.debug("Could not remove %s on node %s: %s", self.node_temp_dir, self.node, exc)
         finally:
-            if self.sftp is not None:
-                self.sftp.close()
-            self.client.close()
-            self.client = self.sftp = None
+            self.node_ssh.close()
             self.node_temp_dir = None
 
     # --- node commands ------------------------------------------------------------------------
-    def _open_channel(self, command: str, get_pty: bool = False) -> paramiko.Channel:
-        if self.client is None:
-            raise ConnectError(f"@pct/{self.node}/{self.vmid} is not connected")
-        transport = self.client.get_transport()
-        if transport is None or not transport.is_active():
-            raise ConnectError(f"SSH connection to node {self.node} is closed")
-        channel = transport.open_session(timeout=self.state.config.CONNECT_TIMEOUT)
-        if get_pty:
-            channel.get_pty()
-        channel.exec_command(command)
-        return channel
-
-    def run_on_node(self, command: str, stdin: bytes | None = None, timeout: float | None = None) -> NodeResult:
+    def run_on_node(self, command: str, stdin: bytes | None = None, timeout: float | None = None) -> Result:
         """Run a command line on the node itself (not in the container); collect its output."""
-        channel = self._open_channel(command)
-        try:
-            if stdin:
-                channel.sendall(stdin)
-            channel.shutdown_write()
-            lines: list[OutputLine] = []
-            code = read_channel(channel, timeout, lines.append)
-        finally:
-            channel.close()
-        output = CommandOutput(lines)
-        return NodeResult(code, output.stdout, output.stderr)
+        if self.node_ssh is None:
+            raise ConnectError(f"@pct/{self.node}/{self.vmid} is not connected")
+        return self.node_ssh.run(command, stdin=stdin, timeout=timeout)
 
-    def _sftp(self) -> paramiko.SFTPClient:
-        if self.sftp is None:
-            assert self.client is not None
-            try:
-                self.sftp = self.client.open_sftp()
-            except paramiko.SSHException as exc:
-                raise ConnectError(f"no SFTP on node {self.node} (is the sftp subsystem enabled in sshd?): "
-                                   f"{exc}") from exc
-        return self.sftp
+    def _sftp(self) -> Any:
+        """pyinfra's file transfer client to the node (SFTP unless ssh_file_transfer_protocol says scp)."""
+        assert self.node_ssh is not None
+        return self.node_ssh.transfer_client()
 
     def _node_temp_path(self) -> str:
         """A fresh path in a directory only the SSH user can read, made once per connection."""
         if self.node_temp_dir is None:
             result = self.run_on_node("mktemp -d -t labwright-pct.XXXXXXXXXX")
-            if result.exit_code != 0 or not result.stdout.strip():
+            if result.rc != 0 or not result.stdout.strip():
                 raise OSError(f"mktemp on node {self.node} failed: {one_line(result.stderr)}")
             self.node_temp_dir = result.stdout.strip()
         self.temp_counter += 1
@@ -665,7 +492,6 @@ class PctConnector(HandoverTransfer, BaseConnector):
             logger.debug("--> Running on %s via pct exec %s: %s", self.node, self.vmid, unix_command)
             if print_input:
                 echo(f"{self.host.print_prefix}>>> {unix_command}", err=True)
-            channel = self._open_channel(node_command, get_pty=get_pty)
             lines: list[OutputLine] = []
 
             def emit(line: OutputLine) -> None:
@@ -674,13 +500,13 @@ class PctConnector(HandoverTransfer, BaseConnector):
                     text = line.line if line.buffer_name == "stdout" else format_text(line.line, "red")
                     echo(f"{self.host.print_prefix}{text}", err=True)
 
-            try:
-                if stdin is not None:
-                    channel.sendall(stdin_bytes(stdin))
-                channel.shutdown_write()
-                code = read_channel(channel, timeout, emit)
-            finally:
-                channel.close()
+            out, err = _LineSplitter("stdout", emit), _LineSplitter("stderr", emit)
+            if self.node_ssh is None:
+                raise ConnectError(f"@pct/{self.node}/{self.vmid} is not connected")
+            code = self.node_ssh.stream(node_command, stdin_bytes(stdin) if stdin is not None else None, timeout,
+                                        get_pty, out.feed, err.feed)
+            out.close()
+            err.close()
             logger.debug("--> Command exit status: %i", code)
             return code, CommandOutput(lines)
 
@@ -700,7 +526,7 @@ class PctConnector(HandoverTransfer, BaseConnector):
         try:
             with get_file_io(filename_or_io) as file_io:
                 source = HashingReader(file_io)
-                sftp.putfo(source, node_path)  # type: ignore[arg-type]  # putfo only calls read()
+                sftp.putfo(source, node_path)  # putfo only calls read()
         except BaseException:
             self._remove_on_node(node_path)
             raise
@@ -710,21 +536,21 @@ class PctConnector(HandoverTransfer, BaseConnector):
         staging = f"{directory}/.{name}.labwright-{secrets.token_hex(4)}"
         what = f"pct push {self.vmid} {ct_path} on node {self.node}"
         result = self.run_on_node(then_remove(pct_push_command(self.vmid, node_path, staging, perms, user), node_path))
-        failure = pct_transfer_failure(result.exit_code, result.stderr)
+        failure = pct_transfer_failure(result.rc, result.stderr)
         if failure is not None:
             self._remove_in_ct(staging)
             raise OSError(f"{what} failed: {failure}")
         keep_mode, keep_owner = "1" if perms is None else "0", "1" if user is None else "0"
         check = self.run_on_node(pct_exec_script(self.vmid, INSTALL_SCRIPT, staging, target,
                                                  f"{sent[0]} {sent[1]}", keep_mode, keep_owner))
-        if check.exit_code == 3:
+        if check.rc == 3:
             got = parse_size_and_sha256(check.stdout)
             arrived = describe_digest(*got) if got else "nothing"
             raise OSError(f"{what} failed although pct reported success: sent {describe_digest(*sent)}, the CT got "
                           f"{arrived}; {ct_path} is unchanged")
-        if check.exit_code != 0:
+        if check.rc != 0:
             self._remove_in_ct(staging)
-            raise OSError(f"{what} failed: {one_line(check.stderr) or f'exit {check.exit_code}'}")
+            raise OSError(f"{what} failed: {one_line(check.stderr) or f'exit {check.rc}'}")
 
     def _pull(self, ct_path: str, filename_or_io: str | IO[Any]) -> None:
         """Copy ``ct_path`` out of the CT, verified: pct pull exits 0 even when its copy failed (a missing file
@@ -735,14 +561,14 @@ class PctConnector(HandoverTransfer, BaseConnector):
         what = f"pct pull {self.vmid} {ct_path} on node {self.node}"
         try:
             result = self.run_on_node(pct_pull_command(self.vmid, ct_path, node_path))
-            failure = pct_transfer_failure(result.exit_code, result.stderr)
+            failure = pct_transfer_failure(result.rc, result.stderr)
             if failure is not None:
                 raise OSError(f"{what} failed: {failure}")
             digest = self.run_on_node(pct_exec_script(self.vmid, DIGEST_SCRIPT, ct_absolute(ct_path)))
-            in_ct = parse_size_and_sha256(digest.stdout) if digest.exit_code == 0 else None
+            in_ct = parse_size_and_sha256(digest.stdout) if digest.rc == 0 else None
             if in_ct is None:
                 raise OSError(f"{what}: cannot read size and sha256 of {ct_path} in the CT: "
-                              f"{one_line(digest.stderr) or f'exit {digest.exit_code}'}")
+                              f"{one_line(digest.stderr) or f'exit {digest.rc}'}")
             if isinstance(filename_or_io, str):
                 self._pull_to_file(sftp, node_path, filename_or_io, in_ct, what)
             else:
@@ -754,7 +580,7 @@ class PctConnector(HandoverTransfer, BaseConnector):
         finally:
             self._remove_on_node(node_path)
 
-    def _pull_to_file(self, sftp: paramiko.SFTPClient, node_path: str, local_path: str,
+    def _pull_to_file(self, sftp: Any, node_path: str, local_path: str,
                       expected: tuple[int, str], what: str) -> None:
         """Receive into a temporary file beside ``local_path``; rename it into place only once verified."""
         directory = os.path.dirname(os.path.abspath(local_path))
@@ -773,10 +599,10 @@ class PctConnector(HandoverTransfer, BaseConnector):
                 os.unlink(partial)
             raise
 
-    def _receive(self, sftp: paramiko.SFTPClient, node_path: str, file_io: IO[bytes],
+    def _receive(self, sftp: Any, node_path: str, file_io: IO[bytes],
                  expected: tuple[int, str], what: str, destination: str) -> None:
         received = HashingWriter(file_io)
-        sftp.getfo(node_path, received)  # type: ignore[arg-type]  # getfo only calls write()
+        sftp.getfo(node_path, received)  # getfo only calls write()
         got = (received.size, received.sha256.hexdigest())
         if got != expected:
             raise OSError(f"{what} failed although pct reported success: the CT has {describe_digest(*expected)}, "

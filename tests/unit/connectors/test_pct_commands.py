@@ -18,7 +18,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import paramiko
 import pytest
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import InventoryError
@@ -39,10 +38,11 @@ from labwright.connectors.pct import (
     pct_pull_command,
     pct_push_command,
     pct_status_command,
-    resolve_ssh_target,
     stdin_bytes,
     then_remove,
 )
+from labwright.errors import BadInput
+from labwright.hosts.options import DEPRECATED_KEYS, SSH_OPTIONS, endpoint, ssh_options
 
 NASTY = [
     "plain",
@@ -283,42 +283,52 @@ def test_every_data_key_is_documented():
     assert keys == set(connector_data_meta)
     doc = PctConnector.__doc__ or ""
     for key in keys - {"pct_node", "pct_vmid"}:
+        assert f"``{key}``" in doc, key  # the deprecated pct_ssh_* keys, each named
+        assert connector_data_meta[key].description == f"Deprecated: use {DEPRECATED_KEYS[key]}"
+    for key in ("ssh_hostname", "ssh_user", "ssh_key", "ssh_known_hosts_file", "ssh_strict_host_key_checking"):
         assert f"``{key}``" in doc, key
-    assert connector_data_meta["pct_ssh_strict_host_key_checking"].default is True
+    assert SSH_OPTIONS["ssh_strict_host_key_checking"].default == "yes"
 
 
-# --- ssh target ------------------------------------------------------------------------------
-def test_ssh_target_defaults_without_config():
-    target = resolve_ssh_target("pve1", {}, None)
-    assert (target.hostname, target.port, target.user, target.key_filenames) == ("pve1", 22, "root", ())
-    assert target.known_hosts_file == os.path.expanduser("~/.ssh/known_hosts")
+# --- the node's SSH options (labwright.hosts.options) ---------------------------------------------
+def test_node_options_default_to_the_node_name_root_and_strict_host_keys(tmp_path):
+    config = tmp_path / "config"
+    config.write_text("")
+    options = ssh_options({"ssh_config_file": str(config)}, "pve1")
+    assert options["ssh_hostname"] == "pve1" and options["ssh_user"] == "root"
+    assert options["ssh_strict_host_key_checking"] == "yes"
 
 
-def test_ssh_target_follows_ssh_config_alias(tmp_path):
-    key = tmp_path / "id_node"
-    key.write_text("not read here")
-    config = paramiko.SSHConfig.from_text(
-        f"Host pve1\n  HostName 127.0.0.2\n  Port 2222\n  User admin\n  IdentityFile {key}\n"
-        f"  IdentityFile {tmp_path}/missing\n  UserKnownHostsFile {tmp_path}/kh\n"
-        "Host *\n  User fallback\n"
-    )
-    target = resolve_ssh_target("pve1", {}, config)
+def test_node_options_leave_user_and_strictness_to_the_ssh_config_alias(tmp_path):
+    config = tmp_path / "config"
+    config.write_text(f"Host pve1\n  HostName 127.0.0.2\n  Port 2222\n  User admin\n  StrictHostKeyChecking no\n"
+                      f"  UserKnownHostsFile {tmp_path}/kh\n  ProxyJump jump.example\n")
+    options = ssh_options({"ssh_config_file": str(config)}, "pve1")
+    assert "ssh_user" not in options and "ssh_strict_host_key_checking" not in options
+    target = endpoint(options)
     assert (target.hostname, target.port, target.user) == ("127.0.0.2", 2222, "admin")
-    assert target.key_filenames == (str(key),)
     assert target.known_hosts_file == f"{tmp_path}/kh"
-    other = resolve_ssh_target("pve2", {}, config)
-    assert (other.hostname, other.port, other.user, other.key_filenames) == ("pve2", 22, "fallback", ())
 
 
-def test_host_data_overrides_ssh_config(tmp_path):
-    config = paramiko.SSHConfig.from_text("Host pve1 alias\n  HostName 127.0.0.2\n  Port 2222\n  User admin\n")
-    data = {"pct_ssh_hostname": "alias", "pct_ssh_port": 2200, "pct_ssh_user": "root",
-            "pct_ssh_known_hosts_file": f"{tmp_path}/kh"}
-    target = resolve_ssh_target("pve1", data, config)
-    assert (target.hostname, target.port, target.user) == ("127.0.0.2", 2200, "root")
-    assert target.known_hosts_file == f"{tmp_path}/kh"
-    direct = resolve_ssh_target("pve1", {"pct_ssh_hostname": "127.0.0.9"}, config)
-    assert (direct.hostname, direct.port) == ("127.0.0.9", 22)
+def test_deprecated_pct_ssh_keys_map_with_a_warning_and_ssh_keys_win(tmp_path):
+    config = tmp_path / "config"
+    config.write_text("")
+    warned: list[tuple[str, str]] = []
+    data = {"pct_ssh_hostname": "10.0.0.5", "pct_ssh_port": "2200", "pct_ssh_key": "/k",
+            "pct_ssh_strict_host_key_checking": False, "ssh_key": "/new", "ssh_config_file": str(config)}
+    options = ssh_options(data, "pve1", warn=lambda old, new: warned.append((old, new)))
+    assert options["ssh_hostname"] == "10.0.0.5" and options["ssh_port"] == 2200
+    assert options["ssh_key"] == "/new" and options["ssh_strict_host_key_checking"] == "no"
+    assert ("pct_ssh_hostname", "ssh_hostname") in warned and len(warned) == 4
+
+
+def test_a_missing_explicit_ssh_config_or_a_bad_strictness_word_is_bad_input(tmp_path):
+    with pytest.raises(BadInput, match="does not exist"):
+        ssh_options({"ssh_config_file": str(tmp_path / "absent")}, "pve1")
+    config = tmp_path / "config"
+    config.write_text("")
+    with pytest.raises(BadInput, match="ssh_strict_host_key_checking"):
+        ssh_options({"ssh_config_file": str(config), "ssh_strict_host_key_checking": "maybe"}, "pve1")
 
 
 # --- stdin -----------------------------------------------------------------------------------

@@ -1,0 +1,101 @@
+"""ONE way to run a command on a host: ``run`` / ``put`` / ``get``, one :class:`Result`, one SSH option set.
+
+Every runbook that reaches a machine goes through a :class:`Host`; each transport is a small module:
+
+- :mod:`labwright.hosts.local`: this machine, optionally through a wrapper (``ip netns exec NAME``);
+- :mod:`labwright.hosts.ssh`: over pyinfra's own SSH connector, so ``~/.ssh/config`` (HostName, User, Port,
+  IdentityFile, ProxyJump, ProxyCommand, UserKnownHostsFile, StrictHostKeyChecking) and pyinfra's ``ssh_*``
+  host data apply exactly as they do for ``pyinfra HOST``; the option set is :mod:`labwright.hosts.options`;
+- :mod:`labwright.hosts.lxd`: an LXD/Incus container through labwright's LXD API client;
+- :mod:`labwright.hosts.connector`: any connected pyinfra host (``@local``, ``@lxd/NAME``, ``@pct/NODE/VMID``...).
+
+The ``@pct`` connector is pyinfra's SSH connector to the node plus the ``pct`` wrapping (as pyinfra's
+``connectors/dockerssh.py`` is for docker); its node commands go through :class:`labwright.hosts.ssh.SshHost`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Protocol
+
+#: What ``put`` accepts: the bytes themselves, a local file's path, or a readable binary file object.
+Source = bytes | str | Path | IO[bytes]
+
+
+@dataclass(frozen=True)
+class Result:
+    """A finished command: exit code (124 timed out, 127 not found, 255 could not reach the host), its output."""
+
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def last_line(self) -> str:
+        """The last non-empty line of stderr, else stdout: what a one-line error quotes."""
+        for text in (self.stderr, self.stdout):
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            if lines:
+                return lines[-1]
+        return f"exit {self.rc}, no output"
+
+
+class Host(Protocol):
+    """A machine commands and files reach. ``label`` is how messages name it."""
+
+    label: str
+
+    def run(self, command: str | Sequence[str], stdin: bytes | str | None = None,
+            timeout: float | None = None) -> Result:
+        """Run a POSIX shell command line (str) or an argv (quoted for the shell); never raises for a failed command."""
+        ...
+
+    def put(self, source: Source, remote: str, mode: int | None = None) -> None:
+        """Write ``remote`` (mode unset: an existing file keeps its mode). Raises OSError when it fails."""
+        ...
+
+    def get(self, remote: str) -> bytes:
+        """``remote``'s contents. Raises OSError when it cannot be read."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def shell_line(command: str | Sequence[str]) -> str:
+    """A command as one shell line: a str is already one, an argv is quoted word by word."""
+    return command if isinstance(command, str) else shlex.join(command)
+
+
+def source_bytes(source: Source) -> bytes:
+    if isinstance(source, bytes):
+        return source
+    if isinstance(source, str | Path):
+        return Path(source).read_bytes()
+    return source.read()
+
+
+def put_with_cat(host: Host, source: Source, remote: str, mode: int | None) -> None:
+    """``put`` for a transport that only runs commands: write beside, then rename (never a half-written file)."""
+    q, tmp = shlex.quote(remote), shlex.quote(f"{remote}.labwright-part")
+    chmod = f"chmod {mode:o} {tmp} && " if mode is not None else \
+        f"{{ [ ! -e {q} ] || chmod \"$(stat -c %a {q})\" {tmp}; }} && "
+    result = host.run(f"cat > {tmp} && {chmod}mv -f -- {tmp} {q} || {{ rc=$?; rm -f {tmp}; exit $rc; }}",
+                      stdin=source_bytes(source))
+    if not result.ok:
+        raise OSError(f"cannot write {remote} on {host.label}: {result.last_line()}")
+
+
+def get_with_cat(host: Host, remote: str) -> bytes:
+    result = host.run(["cat", "--", remote])
+    if not result.ok:
+        raise OSError(f"cannot read {remote} on {host.label}: {result.last_line()}")
+    return result.stdout.encode("utf-8", errors="surrogateescape")
+
+
+__all__ = ["Host", "Result", "Source", "get_with_cat", "put_with_cat", "shell_line", "source_bytes"]

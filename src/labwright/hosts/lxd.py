@@ -1,0 +1,55 @@
+"""An LXD/Incus container through labwright's LXD API client (never ``lxc exec`` subprocesses).
+``NAME`` or ``REMOTE:NAME`` as in ``lxc``; remotes come from the lxc client config."""
+
+from __future__ import annotations
+
+import io
+import shlex
+from collections.abc import Sequence
+
+from labwright.errors import LabwrightError
+from labwright.hostnames import parse_lxd_target
+from labwright.hosts import Result, Source, shell_line, source_bytes
+from labwright.lxd.client import LxdClient
+from labwright.lxd.remotes import resolve_endpoint
+
+
+class LxdHost:
+    def __init__(self, target: str, client: LxdClient | None = None):
+        parsed = parse_lxd_target(target)
+        self.name = parsed.instance
+        self.label = f"container {target}"
+        if client is None:
+            endpoint, project = resolve_endpoint(parsed.remote)
+            client = LxdClient(endpoint, project=project)
+        self.client = client
+
+    def run(self, command: str | Sequence[str], stdin: bytes | str | None = None,
+            timeout: float | None = None) -> Result:
+        if stdin is not None:
+            raise ValueError("LxdHost.run: the LXD exec API records output and takes no stdin; put a file instead")
+        argv = ["sh", "-c", shell_line(command)]
+        if timeout is not None:  # coreutils timeout: exit 124, as LocalHost and SshHost report a deadline
+            argv = ["timeout", str(max(1, round(timeout))), *argv]
+        try:
+            done = self.client.exec(self.name, argv)
+        except (LabwrightError, OSError) as exc:
+            return Result(255, "", f"{self.label}: {exc}")
+        return Result(done.exit_code, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
+
+    def put(self, source: Source, remote: str, mode: int | None = None) -> None:
+        try:
+            self.client.push_file(self.name, remote, source_bytes(source), mode=mode)
+        except LabwrightError as exc:
+            raise OSError(f"cannot write {remote} in {self.label}: {exc}") from exc
+
+    def get(self, remote: str) -> bytes:
+        buffer = io.BytesIO()
+        try:
+            self.client.pull_file(self.name, remote, buffer)
+        except LabwrightError as exc:
+            raise OSError(f"cannot read {shlex.quote(remote)} in {self.label}: {exc}") from exc
+        return buffer.getvalue()
+
+    def close(self) -> None:
+        self.client.close()
