@@ -3,7 +3,8 @@ the ``/etc/pve`` config files (raw ``lxc.*`` lines are not in the API), and the 
 
 ``LocalPveNode`` reads and writes below a root directory: ``/`` when labwright runs on the node,
 a temp dir in tests (fake device nodes, and ``etc/pve`` pointing at the simulator's pmxcfs).
-``SshPveNode`` does the same over SSH as root, with the host key checked against known_hosts.
+``SshPveNode`` does the same over SSH (the ``hosts`` seam: pyinfra's SSH connector, the ``ssh_*`` option set) as
+root by default, with the host key checked against known_hosts.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import paramiko
+from pyinfra.api.exceptions import ConnectError
 
-from labwright.errors import OperationFailed
+from labwright.errors import LabwrightError, OperationFailed
 from labwright.guests.gpu import DeviceNode, GpuHost, parse_driver_version, parse_proc_devices
+from labwright.hosts.options import endpoint
+from labwright.hosts.ssh import SshHost
 
 #: One shell command that prints everything the GPU wiring needs, so facts cost one SSH round trip.
 _FACTS_SCRIPT = (
@@ -107,50 +110,29 @@ class LocalPveNode:
 
 
 class SshPveNode:
-    """The node over SSH (paramiko): ``data`` is the node's inventory host data (``ssh_hostname``,
-    ``ssh_port``, ``ssh_user`` (default root), ``ssh_key``, ``ssh_known_hosts_file``), resolved like
-    ``@pct`` does; without ``ssh_key``, the ssh config's IdentityFile and the agent are used."""
+    """The node over SSH through the ``hosts`` seam (pyinfra's SSH connector): ``data`` is the node's inventory
+    host data, the ``ssh_*`` option set (``ssh_hostname``, ``ssh_port``, ``ssh_user`` (default root),
+    ``ssh_key``, ``ssh_known_hosts_file``, ``ssh_config_file``...); ~/.ssh/config (ProxyJump too) and the agent
+    apply, and host keys are checked (``ssh_strict_host_key_checking`` default yes)."""
 
     def __init__(self, node: str, data: Mapping[str, Any]):
-        from labwright.connectors.pct import resolve_ssh_target
-
-        config_path = Path(os.path.expanduser(data.get("ssh_config_file") or "~/.ssh/config"))
-        ssh_config = paramiko.SSHConfig.from_path(str(config_path)) if config_path.is_file() else None
-        self.target = resolve_ssh_target(node, {
-            "pct_ssh_hostname": data.get("ssh_hostname"), "pct_ssh_port": data.get("ssh_port"),
-            "pct_ssh_user": data.get("ssh_user"), "pct_ssh_known_hosts_file": data.get("ssh_known_hosts_file"),
-        }, ssh_config)
-        self.key = os.path.expanduser(str(data["ssh_key"])) if data.get("ssh_key") else None
-        self.label = f"node {node} ({self.target.user}@{self.target.hostname})"
-        self._client: paramiko.SSHClient | None = None
-
-    def _ssh(self) -> paramiko.SSHClient:
-        if self._client is None:
-            client = paramiko.SSHClient()
-            for known in (self.target.known_hosts_file, "/etc/ssh/ssh_known_hosts"):
-                if os.path.isfile(known):
-                    client.load_system_host_keys(known)
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
-            options: dict[str, Any] = {"key_filename": list(self.target.key_filenames) or None}
-            if self.key:  # exactly this key, as @pct does with pct_ssh_key
-                options = {"key_filename": [self.key], "allow_agent": False, "look_for_keys": False}
-            try:
-                client.connect(self.target.hostname, port=self.target.port, username=self.target.user, timeout=15,
-                               **options)
-            except (OSError, paramiko.SSHException) as exc:
-                raise OperationFailed(f"cannot log in to {self.label} over SSH: {exc}; check ssh_hostname/ssh_user "
-                                      "in the node's host data and that its host key is in known_hosts") from exc
-            self._client = client
-        return self._client
+        try:
+            self._host = SshHost.open(node, data, label=f"node {node}")
+        except LabwrightError as exc:
+            raise OperationFailed(f"node {node}: {exc}") from exc
+        target = endpoint(self._host.options)
+        self.label = f"node {node} ({target.user}@{target.hostname})"
+        self._host.label = self.label
 
     def _exec(self, command: str, stdin: str | None = None) -> tuple[int, str]:
-        _, out, err = self._ssh().exec_command(command, timeout=120)
-        if stdin is not None:
-            out.channel.sendall(stdin.encode())
-            out.channel.shutdown_write()
-        text = out.read().decode(errors="replace")
-        code = out.channel.recv_exit_status()
-        return code, text + err.read().decode(errors="replace")
+        try:
+            result = self._host.run(command, stdin=stdin, timeout=120)
+        except ConnectError as exc:
+            raise OperationFailed(f"cannot log in to {self.label} over SSH: {exc}; check ssh_hostname/ssh_user "
+                                  "in the node's host data and that its host key is in known_hosts") from exc
+        except TimeoutError as exc:
+            raise OperationFailed(f"{self.label}: {exc}") from exc
+        return result.rc, result.stdout + result.stderr
 
     def gpu(self) -> NodeGpu:
         code, output = self._exec(_FACTS_SCRIPT)
@@ -175,6 +157,4 @@ class SshPveNode:
         return self._exec(shlex.join(argv))
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._host.close()
