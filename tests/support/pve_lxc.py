@@ -4,6 +4,19 @@ Each function gets parameters that already passed the schema (strings, as PVE se
 raises ``PveApiError`` with PVE's status and text. What runs inside a worker in PVE runs inside a
 simulated task here, so failures that PVE reports in the task (a template that does not exist, a
 device node missing at start) are task failures here too, not HTTP errors.
+
+Provenance (proxmox/pve-container 6.1.10, commit 94f558522ef6; read for these behaviours):
+- create's permission order, ``create_vm`` in src/PVE/API2/LXC.pm: ``unprivileged`` defaults to 1 and a
+  privileged create needs Sys.Modify on / (lines 271-273), then VM.Allocate (295-319), then
+  ``check_ct_modify_config_perm`` on the parameters (324-326), all before anything is created.
+- ``check_ct_modify_config_perm`` in src/PVE/LXC.pm (lines 1655-1756, ``support.pve_perms``): only the literal
+  ``root@pam`` returns early (1658); an API token's user is ``USER@REALM!NAME`` (pve-manager 9.2.11
+  PVE/HTTPServer.pm lines 85-113), so a token of root never passes. ``features`` on a privileged container,
+  nesting alone included, is "changing feature flags for privileged container is only allowed for
+  root@pam" (1691-1692); on an unprivileged one everything but nesting is (1731-1732); devN always (1686-1687).
+- a devN path is stat()ed on every config change (src/PVE/LXC/Config.pm 1377-1383) and at every start
+  (``vm_start`` -> ``update_lxc_config``, src/PVE/LXC.pm 3136 and 769-776), by
+  ``get_device_mode_and_rdev`` (src/PVE/LXC/Tools.pm 157-166): "Device /dev/X does not exist".
 """
 
 from __future__ import annotations
@@ -162,7 +175,7 @@ class Lxc:
         if params.pop("restore", "0") == "1":
             raise PveApiError(501, "simulator: restoring a backup is not simulated")
         unprivileged = params.pop("unprivileged", "1") == "1"
-        if not unprivileged:
+        if not unprivileged:  # API2/LXC.pm 271-273
             self.cluster.check_perm(user, "/", ["Sys.Modify"])
         owner = self.cluster.locate(vmid)
         if owner is not None:
@@ -171,6 +184,8 @@ class Lxc:
             raise PveApiError(403, "Permission check failed")
         template = params.pop("ostemplate")
         storage = params.pop("storage", "local")
+        # API2/LXC.pm 324-326: a token (never root@pam) is refused `features` on a privileged CT here, 403,
+        # before storage checks or the config file exist (LXC.pm 1691-1692).
         check_modify_perm(self.cluster, user, vmid, None, params, [], unprivileged, self.props)
         tsid, _, tpath = template.partition(":")
         if not tpath:
