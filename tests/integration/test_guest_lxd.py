@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from collections.abc import Iterator
 
 import pytest
 
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.guests.base import backend_for
-from labwright.guests.gpu import GpuHost
+from labwright.guests.gpu import BOOT_UNIT, BOOT_UNIT_PATH, GpuHost
 from labwright.guests.lxd import LxdBackend
 from labwright.guests.model import Change, GuestSpec, spec_from_data
 from labwright.lxd.client import LxdClient
 from labwright.testing.lab_fixture import TEMPLATE
-from support.fake_nvidia import fake_root_in_dev, make_fake_nvidia_host, remove_fake_root
+from support.fake_nvidia import fake_root_in_dev, make_fake_nvidia_host, reboot, remove_fake_root, run_boot_unit
 
 pytestmark = pytest.mark.lab
 
@@ -267,3 +268,37 @@ def test_from_an_image_and_dispatch(lab, client, guest_names):
     assert backend.apply(spec) == []
     assert backend.start(spec)[0].after == "Running" and backend.start(spec) == []
     assert backend.stop(spec)[0].after == "Stopped" and backend.stop(spec) == []
+
+
+def test_gpu_guest_gets_the_boot_unit_and_a_reboot_is_flagged(lab, client, guest_names):
+    root = fake_root_in_dev()
+    try:
+        make_fake_nvidia_host(root, uvm_major=509)
+        host = GpuHost(root)
+        backend = LxdBackend(client, gpu_host=host)
+        name = new_name(guest_names)
+        spec = guest(name, gpu="nvidia", start=False)
+        plan = backend.plan(spec)
+        unit_change = next(c for c in plan.changes if c.what == f"host {BOOT_UNIT}")
+        assert "nvidia-modprobe -u -c 0" in unit_change.after and plan.warnings == []
+        assert unit_change in backend.apply(spec)
+        unit = (root / BOOT_UNIT_PATH.lstrip("/")).read_text()
+        assert "lxd.service" in unit and "ExecStart=/usr/bin/nvidia-modprobe -m" in unit
+        assert host.ran == [("systemctl", "daemon-reload"), ("systemctl", "enable", BOOT_UNIT),
+                            ("systemctl", "restart", BOOT_UNIT)]
+        client.sent.clear()
+        assert backend.apply(spec) == [] and client.writes() == []
+
+        reboot(root)  # the uvm nodes are gone; so are the MIG capability nodes, which are made on first use too
+        shutil.rmtree(root / "dev" / "nvidia-caps")
+        plan = LxdBackend(client, gpu_host=GpuHost(root)).plan(spec)
+        assert plan.missing_nodes[-2:] == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+        assert plan.warnings[0].startswith(f"LXD refuses to start {name} while /dev/nvidia-caps/nvidia-cap1, "
+                                           "/dev/nvidia-caps/nvidia-cap2 are missing on this host")
+        assert plan.warnings[0].endswith(f"{BOOT_UNIT} makes them at boot: see `systemctl status {BOOT_UNIT}`")
+        assert plan.warnings[1].startswith(f"/dev/nvidia-uvm, /dev/nvidia-uvm-tools missing on this host: {name} "
+                                           "starts, but CUDA fails inside it")
+        run_boot_unit(root, unit)
+        assert LxdBackend(client, gpu_host=GpuHost(root)).plan(spec).warnings == []
+    finally:
+        remove_fake_root(root)

@@ -14,14 +14,15 @@ import subprocess
 import textwrap
 
 import pytest
-from proxmoxer import ProxmoxAPI
+from proxmoxer import ProxmoxAPI, ResourceException
 
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.guests.base import backend_for
+from labwright.guests.gpu import BOOT_UNIT, BOOT_UNIT_PATH
 from labwright.guests.model import spec_from_data
 from labwright.guests.proxmox_api import TaskWaiter
 from labwright.guests.pve_node import LocalPveNode
-from support.fake_nvidia import make_fake_nvidia_host
+from support.fake_nvidia import make_fake_nvidia_host, reboot, run_boot_unit
 from support.pve_simulator import PveSimulator, SimNode, host_devices
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fake NVIDIA host tree needs mknod (root)")
@@ -41,7 +42,7 @@ def host(tmp_path):
 def sim(host):
     nodes = [SimNode("pve1", "8.2.4", devices=host_devices(host)), SimNode("pve2", "7.4-3", devices=host_devices(host))]
     with PveSimulator(nodes=nodes, tokens={TOKEN_ID: TOKEN_SECRET}, task_seconds=0.01) as simulator:
-        (host / "etc").mkdir()
+        (host / "etc").mkdir(exist_ok=True)
         (host / "etc" / "pve").symlink_to(simulator.pmxcfs)  # /etc/pve on the node is pmxcfs
         yield simulator
 
@@ -151,7 +152,7 @@ def test_proxmox_backend_on_pve_simulator_driver_update_moves_the_uvm_major(sim,
     spec = guest(sim, node="pve2", vmid=301, gpu="nvidia", start=False)
     backend(spec, host).apply(spec)
     upgraded = make_fake_nvidia_host(tmp_path / "upgraded", uvm_major=510, caps_major=CAPS_MAJOR, extra_files=False)
-    (upgraded / "etc").mkdir()
+    (upgraded / "etc").mkdir(exist_ok=True)
     (upgraded / "etc" / "pve").symlink_to(sim.pmxcfs)
     changes = backend(spec, upgraded).apply(spec)
     assert any(c.after == "c 510:* rwm" for c in changes) and any(c.before == f"c {UVM_MAJOR}:* rwm" for c in changes)
@@ -301,3 +302,123 @@ def test_labwright_guest_cli_on_pve_simulator_plan_apply_reapply(sim, tmp_path, 
     env.pop("PROXMOX_USER")
     missing = labwright("plan")
     assert missing.returncode == 2 and "no Proxmox credentials" in missing.stderr
+
+
+# --- a host reboot: the uvm nodes are gone until something makes them ------------------------------------
+def test_proxmox_backend_on_pve_simulator_gpu_guest_survives_a_host_reboot(sim, host, as_root):
+    spec = guest(sim, gpu="nvidia", onboot=True)
+    node = LocalPveNode(host, label="node pve1")
+    pve = backend_for(spec, pve_node=node, poll_interval=0.01)
+    plan = pve.plan(spec)
+    unit_change = next(c for c in plan.changes if c.what == f"node pve1 {BOOT_UNIT}")
+    assert unit_change.before is None and "nvidia-modprobe -u -c 0" in unit_change.after
+    assert plan.missing_nodes == [] and plan.warnings == []
+    changes = pve.apply(spec)
+    assert unit_change in changes and sim.is_running(201)
+    unit = (host / BOOT_UNIT_PATH.lstrip("/")).read_text()
+    assert "Before=pve-guests.service pve-ha-lrm.service" in unit and "WantedBy=multi-user.target" in unit
+    assert "ExecStart=/usr/bin/nvidia-modprobe -u -c 0" in unit and "ExecStart=/usr/bin/nvidia-modprobe -c 0 -c 255" \
+        in unit
+    assert node.ran[:3] == [("systemctl", "daemon-reload"), ("systemctl", "enable", BOOT_UNIT),
+                            ("systemctl", "restart", BOOT_UNIT)]
+    assert pve.apply(spec) == []  # installed once; a re-apply writes nothing
+
+    # The host reboots: nvidia-persistenced brings nvidia0/nvidiactl back, nothing makes the uvm nodes.
+    pve.stop(spec)
+    reboot(host)
+    sim.cluster.nodes["pve1"].devices = host_devices(host)
+    after = backend(spec, host)
+    plan = after.plan(spec)
+    assert plan.missing_nodes == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    assert plan.warnings == [
+        "CT 201 cannot start while /dev/nvidia-uvm, /dev/nvidia-uvm-tools are missing on node pve1 (PVE stats every "
+        "devN path when a container starts; after a host reboot nothing has made the uvm nodes yet); "
+        f"{BOOT_UNIT} is installed and makes them at boot: see `systemctl status {BOOT_UNIT}` on pve1, or run "
+        "`labwright guest start`, which creates /dev/nvidia-uvm first"]
+    info = after.show(spec)
+    assert info["missing_nodes"] == plan.missing_nodes and info["warnings"] == plan.warnings
+    # What pve-guests meets at boot without the unit: PVE refuses the start.
+    with pytest.raises(OperationFailed, match="Device /dev/nvidia-uvm does not exist"):
+        after.start(spec)
+
+    # The boot unit is what runs at boot: its nvidia-modprobe lines make the nodes, and the CT starts.
+    assert run_boot_unit(host, unit) == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    sim.cluster.nodes["pve1"].devices = host_devices(host)
+    assert backend(spec, host).plan(spec).missing_nodes == []
+    backend(spec, host).start(spec)
+    assert sim.is_running(201)
+
+
+def test_proxmox_backend_on_pve_simulator_existing_gpu_guest_gets_the_boot_unit(sim, host, as_root):
+    """A GPU guest made before labwright had the unit: after a reboot, plan flags it and apply fixes both."""
+    spec = guest(sim, gpu="nvidia", onboot=True)
+    backend(spec, host).apply(spec)
+    (host / BOOT_UNIT_PATH.lstrip("/")).unlink()  # as labwright before this change left the node
+    backend(spec, host).stop(spec)
+    reboot(host)
+    sim.cluster.nodes["pve1"].devices = host_devices(host)
+    pve = backend(spec, host)
+    plan = pve.plan(spec)
+    assert plan.action == "update" and plan.missing_nodes == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    assert plan.warnings[0].endswith(f"apply creates them now and installs {BOOT_UNIT} so that they exist after "
+                                     "every boot")
+    assert [c.what for c in plan.changes] == [f"node pve1 {BOOT_UNIT}", "state"]
+    assert plan.to_dict()["missing_nodes"] == plan.missing_nodes
+    assert (host / BOOT_UNIT_PATH.lstrip("/")).exists() is False and sim.config("pve1", 201).options["dev3"]
+
+
+def test_proxmox_backend_on_pve_simulator_classic_guest_missing_uvm_is_flagged_not_fatal(sim, host, as_root):
+    spec = guest(sim, node="pve2", vmid=301, gpu="nvidia", start=False)
+    backend(spec, host).apply(spec)
+    reboot(host)
+    plan = backend(spec, host).plan(spec)
+    assert plan.missing_nodes == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    assert plan.warnings[0].startswith("CT 301 starts without /dev/nvidia-uvm, /dev/nvidia-uvm-tools (missing on "
+                                       "node pve2; its bind mounts are optional), so CUDA fails inside it")
+
+
+# --- a privileged container with nesting and an API token -------------------------------------------------
+def test_pve_simulator_refuses_features_on_a_privileged_container_to_a_token(sim):
+    """pve-container 6.1.10 src/PVE/LXC.pm:1691-1692 (check_ct_modify_config_perm, reached from create_vm at
+    src/PVE/API2/LXC.pm:324): any `features` on a privileged CT is root@pam's alone; a token is never root@pam."""
+    token = ProxmoxAPI(sim.host, user="root@pam", token_name="labwright", token_value=TOKEN_SECRET,
+                       verify_ssl=str(sim.ca_file))
+    with pytest.raises(ResourceException) as info:
+        token.nodes("pve1").lxc.post(vmid=202, ostemplate=sim.template, unprivileged=0, features="nesting=1")
+    assert info.value.status_code == 403
+    assert "changing feature flags for privileged container is only allowed for root@pam" in str(info.value)
+    assert not sim.conf_path("pve1", 202).exists()
+    upid = token.nodes("pve1").lxc.post(vmid=203, ostemplate=sim.template, unprivileged=1, features="nesting=1",
+                                 rootfs="local-lvm:8")
+    assert upid.startswith("UPID:")  # unprivileged: nesting alone is allowed to the token
+
+
+def test_proxmox_backend_on_pve_simulator_privileged_nesting_with_a_token_is_refused_up_front(sim, host, as_token):
+    spec = guest(sim, unprivileged=False)  # features: nesting
+    with pytest.raises(BadInput) as info:
+        backend(spec, host).plan(spec)
+    message = str(info.value)
+    assert message.startswith("lab.py: guest llm1: unprivileged: false with features nesting=1: Proxmox lets only "
+                              "root@pam set feature flags (nesting too) on a privileged container, and "
+                              "root@pam!labwright is an API token")
+    assert "PROXMOX_USER=root@pam PROXMOX_PASSWORD" in message and "unprivileged: true" in message
+    assert "\n" not in message
+    with pytest.raises(BadInput):
+        backend(spec, host).apply(spec)
+    assert sim.writes == [] and not sim.conf_path("pve1", 201).exists()
+
+
+def test_proxmox_backend_on_pve_simulator_privileged_nesting_as_root_or_over_ssh(sim, host, monkeypatch, as_token):
+    over_ssh = guest(sim, unprivileged=False, node_data={"proxmox_root_via": "ssh"})
+    backend(over_ssh, host).apply(over_ssh)
+    assert not any("features" in w.params for w in sim.writes)  # the file got it, the API never saw it
+    assert sim.config("pve1", 201).options["features"] == "nesting=1" and sim.is_running(201)
+    assert backend(over_ssh, host).apply(over_ssh) == []
+
+    monkeypatch.delenv("PROXMOX_TOKEN_ID")
+    monkeypatch.setenv("PROXMOX_USER", "root@pam")
+    monkeypatch.setenv("PROXMOX_PASSWORD", sim.root_password)
+    as_root = guest(sim, vmid=202, hostname="llm2", unprivileged=False)
+    backend(as_root, host).apply(as_root)
+    options = sim.config("pve1", 202).options
+    assert options["features"] == "nesting=1" and "unprivileged" not in options

@@ -54,6 +54,7 @@ def make_fake_nvidia_host(
     root = Path(root)
     (root / "proc").mkdir(parents=True, exist_ok=True)
     (root / "dev").mkdir(parents=True, exist_ok=True)
+    (root / "etc" / "systemd" / "system").mkdir(parents=True, exist_ok=True)  # where the boot unit goes
     (root / "proc" / "devices").write_text(PROC_DEVICES.format(uvm_major=uvm_major, caps_major=caps_major))
     if driver is None:
         return root
@@ -78,6 +79,64 @@ def make_fake_nvidia_host(
 def _mknod(path: Path, mode: int, major: int, minor: int) -> None:
     os.mknod(path, mode | stat.S_IFCHR, os.makedev(major, minor))
     os.chmod(path, mode)  # mknod's mode is cut by the umask; the driver's nodes are exactly 0666
+
+
+def reboot(root: str | Path, everything: bool = False) -> None:
+    """What a host reboot leaves: the driver loaded again, but only the nodes something made at boot. With
+    nvidia-persistenced running (most GPU hosts) /dev/nvidia0, nvidiactl and the caps come back, but nothing
+    uses nvidia-uvm, so /dev/nvidia-uvm and -tools stay missing; ``everything`` drops every /dev/nvidia* node
+    (no persistenced, no udev rule: the nvidia module creates no node itself)."""
+    dev = Path(root) / "dev"
+    for path in dev.glob("nvidia*"):
+        if not everything and path.name not in ("nvidia-uvm", "nvidia-uvm-tools"):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.is_char_device():
+            path.unlink()
+
+
+def run_boot_unit(root: str | Path, unit_text: str) -> list[str]:
+    """Run a unit's ``ExecStart=/usr/bin/nvidia-modprobe ...`` lines against the fake tree as nvidia-modprobe
+    does (NVIDIA/nvidia-modprobe 610.43.03, nvidia-modprobe.c main() and modprobe-utils/nvidia-modprobe-utils.c):
+    ``-c N`` mknods /dev/nvidiaN (N=255: /dev/nvidiactl) with major 195; ``-m`` /dev/nvidia-modeset (195:254);
+    ``-u -c B`` /dev/nvidia-uvm (minor B) and /dev/nvidia-uvm-tools (B+1) with nvidia-uvm's major from
+    /proc/devices (nvidia_get_chardev_major); ``-f PROC`` /dev/nvidia-caps/nvidia-cap<minor> (mig/config is 1,
+    mig/monitor 2). A node already right is left alone. Returns the paths made."""
+    root = Path(root)
+    majors = {name: int(major) for major, name in
+              (line.split() for line in (root / "proc" / "devices").read_text().split("Block devices:")[0]
+               .splitlines()[1:] if line.strip())}
+    made = []
+
+    def node(name: str, major: int, minor: int, mode: int = 0o666) -> None:
+        path = root / "dev" / name
+        path.parent.mkdir(exist_ok=True)
+        if not path.exists():
+            _mknod(path, mode, major, minor)
+            made.append("/dev/" + name)
+
+    for line in unit_text.splitlines():
+        if not line.startswith("ExecStart="):
+            continue
+        argv = line.removeprefix("ExecStart=").split()
+        assert argv[0] == "/usr/bin/nvidia-modprobe", argv
+        args = argv[1:]
+        minors = [int(args[i + 1]) for i, a in enumerate(args) if a == "-c"]
+        if "-u" in args:
+            for base in minors:
+                node("nvidia-uvm", majors["nvidia-uvm"], base)
+                node("nvidia-uvm-tools", majors["nvidia-uvm"], base + 1)
+            continue
+        for minor in minors:
+            node("nvidiactl" if minor == 255 else f"nvidia{minor}", 195, minor)
+        if "-m" in args:
+            node("nvidia-modeset", 195, 254)
+        for i, a in enumerate(args):
+            if a == "-f":
+                minor = {"mig/config": 1, "mig/monitor": 2}[args[i + 1].split("capabilities/", 1)[1]]
+                node(f"nvidia-caps/nvidia-cap{minor}", majors["nvidia-caps"], minor, 0o444)
+    return made
 
 
 def fake_root_in_dev(prefix: str = "lwtest-nv") -> Path:

@@ -70,6 +70,8 @@ def plan(
                     stdout.print(f"    {line}", markup=False)
             for note in result.notes:
                 stdout.print(f"  note: {note}", markup=False)
+            for warning in result.warnings:
+                stdout.print(f"  warning: {warning}", markup=False)
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in results], indent=2, default=str))
 
@@ -132,6 +134,8 @@ def show(
             stdout.print(f"{info['name']}: {line}", markup=False)
         if info.get("problem"):
             stdout.print(f"{info['name']}: {info['problem']}", markup=False)
+        for warning in info.get("warnings") or []:
+            stdout.print(f"{info['name']}: warning: {warning}", markup=False)
 
 
 @app.command()

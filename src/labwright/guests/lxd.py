@@ -13,7 +13,17 @@ from typing import Any
 
 from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed, SafetyCheckFailed
 from labwright.guests.base import GuestBackend
-from labwright.guests.gpu import GpuHost
+from labwright.guests.gpu import (
+    BOOT_UNIT,
+    BOOT_UNIT_PATH,
+    LAZY_NODES,
+    BootUnit,
+    GpuHost,
+    boot_unit,
+    install_boot_unit,
+    installed_unit,
+    unit_paths,
+)
 from labwright.guests.lxd_render import (
     MARKER_KEY,
     Desired,
@@ -41,6 +51,11 @@ class LxdBackend(GuestBackend):
         # Paths in the spec (mount sources) are this machine's only when the daemon is local.
         self.local = client.endpoint.socket_path is not None and remote in (None, "local")
         self._nvidia_cards: int | None = None
+        self._unit_text: str | bool | None = False  # the host's boot unit, read once (False: not read yet)
+
+    @property
+    def _unit_what(self) -> str:
+        return f"host {BOOT_UNIT}"
 
     @classmethod
     def for_spec(cls, spec: GuestSpec, client: LxdClient | None = None, gpu_host: GpuHost | None = None,
@@ -143,6 +158,55 @@ class LxdBackend(GuestBackend):
         return plan
 
     def _plan(self, spec: GuestSpec) -> tuple[Plan, dict[str, Any] | None, Desired]:
+        plan, current, desired = self._plan_guest(spec)
+        self._boot_check(spec, plan, current, desired)
+        return plan, current, desired
+
+    def _boot_unit(self, current: dict[str, Any] | None = None) -> BootUnit | None:
+        """The boot unit for this host's NVIDIA nodes, those the guest passes now and those the installed unit
+        makes; None where labwright cannot install it (a remote daemon, or this host's real /etc when not
+        running as root)."""
+        host = self.gpu_host
+        if host is None or (str(host.root) == "/" and os.geteuid() != 0):
+            return None
+        if self._unit_text is False:
+            self._unit_text = installed_unit(host)
+        passed = [d["path"] for d in ((current or {}).get("devices") or {}).values()
+                  if d.get("type") == "unix-char" and str(d.get("path", "")).startswith("/dev/nvidia")]
+        installed = self._unit_text if isinstance(self._unit_text, str) else None
+        return boot_unit([*unit_paths(installed), *(n.path for n in host.device_nodes()), *LAZY_NODES, *passed])
+
+    def _boot_check(self, spec: GuestSpec, plan: Plan, current: dict[str, Any] | None, desired: Desired) -> None:
+        """Flag the GPU nodes the guest passes that this host lacks right now (as after a reboot), and add the
+        boot unit that makes them to the plan when the host lacks it."""
+        host = self.gpu_host
+        if not spec.wants_gpu or host is None:
+            return
+        devices = {**((current or {}).get("devices") or {}), **desired.devices}
+        required = sorted(d["path"] for d in devices.values() if d.get("type") == "unix-char"
+                          and d.get("required", "true") != "false" and not os.path.exists(d.get("source") or ""))
+        lazy = [p for p in LAZY_NODES if not os.path.exists(host.host_path(p))]
+        plan.missing_nodes = [*required, *lazy]
+        unit = self._boot_unit(current)
+        if unit is not None and self._unit_text != unit.text:
+            plan.changes.append(Change(self._unit_what, None if self._unit_text is None else "another version",
+                                       unit.summary()))
+            plan.notes.append(f"writes {BOOT_UNIT_PATH} on {host.label} and enables it: `{unit.summary()}` at "
+                              "every boot, before LXD starts its guests")
+            if plan.action == "none":
+                plan.action = "update"
+        fix = (f"apply creates them now and installs {BOOT_UNIT} so that they exist after every boot"
+               if any(c.what == self._unit_what for c in plan.changes) else
+               f"{BOOT_UNIT} makes them at boot: see `systemctl status {BOOT_UNIT}`" if unit is not None else
+               f"run labwright as root once to install {BOOT_UNIT}, which makes them at every boot")
+        if required:
+            plan.warnings.append(f"LXD refuses to start {spec.name} while {', '.join(required)} "
+                                 f"{'is' if len(required) == 1 else 'are'} missing on this host; {fix}")
+        if lazy:
+            plan.warnings.append(f"{', '.join(lazy)} missing on this host: {spec.name} starts, but CUDA fails inside "
+                                 f"it until they exist; {fix}")
+
+    def _plan_guest(self, spec: GuestSpec) -> tuple[Plan, dict[str, Any] | None, Desired]:
         current = self._instance(spec)
         desired = self._desired(spec, current)
         if current is None:
@@ -175,10 +239,15 @@ class LxdBackend(GuestBackend):
         plan, current, desired = self._plan(spec)
         if not plan.changes:
             return []
+        unit = self._boot_unit(current)
+        if unit is not None and self.gpu_host is not None and any(c.what == self._unit_what for c in plan.changes):
+            # First, so that the start below finds the nodes: the unit runs once now, then at every boot.
+            install_boot_unit(self.gpu_host, unit, spec.where)
+            self._unit_text = unit.text
         if current is None:
             self._create(spec, desired)
             return plan.changes
-        config_changes = [c for c in plan.changes if c.what != "state"]
+        config_changes = [c for c in plan.changes if c.what not in ("state", self._unit_what)]
         if config_changes:
             _, body = diff(spec, current, desired)
             try:
@@ -263,9 +332,13 @@ class LxdBackend(GuestBackend):
             for nic, net in (state.get("network") or {}).items() if nic != "lo"
             for addr in net.get("addresses") or [] if addr.get("family") == "inet"
         ]
+        missing: list[str] = []
+        warnings: list[str] = []
         try:
-            drift: list[str] | None = [c.describe() for c in self.plan(spec).changes]
+            plan = self.plan(spec)
+            drift: list[str] | None = [c.describe() for c in plan.changes]
             problem = None
+            missing, warnings = plan.missing_nodes, plan.warnings
         except BadInput as exc:  # show is read-only: report what apply would refuse instead of failing
             drift, problem = None, str(exc)
         info.update({
@@ -273,7 +346,7 @@ class LxdBackend(GuestBackend):
             "profiles": current.get("profiles"), "addresses": addresses,
             "config": {k: v for k, v in (current.get("config") or {}).items() if not k.startswith("volatile.")},
             "devices": current.get("devices") or {}, "in_sync": None if drift is None else not drift,
-            "drift": drift or [], "problem": problem,
+            "drift": drift or [], "problem": problem, "missing_nodes": missing, "warnings": warnings,
         })
         return info
 

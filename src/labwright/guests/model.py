@@ -140,6 +140,9 @@ class Plan:
     changes: list[Change] = field(default_factory=list)
     config_lines: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Device nodes the guest passes that the host lacks right now (as after a reboot), and what that means.
+    missing_nodes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -149,7 +152,7 @@ class Plan:
         return {
             "guest": self.guest, "backend": self.backend, "action": self.action,
             "changes": [c.to_dict() for c in self.changes], "config_lines": list(self.config_lines),
-            "notes": list(self.notes),
+            "notes": list(self.notes), "missing_nodes": list(self.missing_nodes), "warnings": list(self.warnings),
         }
 
 

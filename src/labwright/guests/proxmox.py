@@ -19,22 +19,35 @@ Credentials come from the environment only (see ``proxmox_api.Credentials``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from proxmoxer import ProxmoxAPI
 
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.guests.base import GuestBackend
+from labwright.guests.gpu import (
+    BOOT_UNIT,
+    BOOT_UNIT_PATH,
+    BootUnit,
+    boot_unit,
+    install_boot_unit,
+    installed_unit,
+    missing_paths,
+    unit_paths,
+)
 from labwright.guests.model import Change, GuestSpec, Plan
 from labwright.guests.proxmox_api import Credentials, TaskWaiter, call, connect
 from labwright.guests.proxmox_render import (
+    MOUNT,
     TAG,
     Desired,
     Diff,
     diff,
     edit_conf,
+    is_gpu_device,
     props,
     pve_version,
     render,
@@ -59,6 +72,9 @@ class _State:
     diff: Diff
     via_ssh: dict[str, str]  # root-only options that go into the config file instead of the API
     via_ssh_delete: list[str]
+    unit: BootUnit | None = None  # the node's boot unit for this GPU guest's nodes
+    unit_change: Change | None = None  # set when the node lacks that unit or has another one
+    missing: list[str] = field(default_factory=list)  # GPU nodes the guest names that the node lacks now
 
     @property
     def exists(self) -> bool:
@@ -84,6 +100,8 @@ class ProxmoxBackend(GuestBackend):
         if self.root_via not in ("api", "ssh"):
             raise BadInput(f"node {node}: proxmox_root_via {self.root_via!r} must be api or ssh")
         self._version: tuple[int, int] | None = None
+        self._unit_read = False
+        self._unit_text: str | None = None  # the node's boot unit as read once per backend
 
     @classmethod
     def for_spec(cls, spec: GuestSpec, pve_node: PveNode | None = None, proxmox_api: ProxmoxAPI | None = None,
@@ -181,16 +199,36 @@ class ProxmoxBackend(GuestBackend):
                 config.get("hostname") not in (None, spec.hostname):
             raise BadInput(f"{spec.where}: CT {spec.vmid} on {self.node} is {config.get('hostname')!r}, not made by "
                            f"labwright; pick another vmid, or tag it {TAG} to let labwright manage it")
-        wiring = resolve_gpu(spec, version, self._facts(spec, config), self.pve_node_label)
+        facts = self._facts(spec, config)
+        wiring = resolve_gpu(spec, version, facts, self.pve_node_label)
         if config is None:
             self._check_template(spec)
         desired = render(spec, wiring, self._rootfs_storage(spec) if config is None else "")
         changes = diff(spec, config, desired)
-        via_ssh = {k: v for k, v in changes.put.items() if root_only(k, v) and self._root_by_ssh()}
+        privileged = not spec.unprivileged
+        via_ssh = {k: v for k, v in changes.put.items() if root_only(k, v, privileged) and self._root_by_ssh()}
         via_delete = [k for k in changes.delete if self._root_delete(k, config) and self._root_by_ssh()]
         state = _State(version, config, status, desired, changes, via_ssh, via_delete)
+        if spec.wants_gpu and facts is not None:
+            self._boot_check(state, facts)
         self._refuse_root_only(spec, state)
         return state
+
+    def _boot_check(self, state: _State, facts: NodeGpu) -> None:
+        """The GPU nodes this guest names (its devN now and after apply) that the node lacks right now, and
+        whether the node's boot unit makes the nodes the wiring passes."""
+        wiring = state.desired.wiring
+        wanted = [props(v, "path")["path"] for v in wiring.devices]
+        wanted += [v.split(" ", 1)[0] for k, v in wiring.lxc if k == MOUNT]
+        have_devs = [props(v, "path")["path"] for k, v in (state.config or {}).items()
+                     if re.fullmatch(r"dev\d+", k) and is_gpu_device(v)]
+        state.missing = missing_paths([*have_devs, *wanted], [n.path for n in facts.nodes])
+        if not self._unit_read:
+            self._unit_text, self._unit_read = installed_unit(self.pve_node), True
+        state.unit = boot_unit([*unit_paths(self._unit_text), *have_devs, *wanted])
+        if self._unit_text != state.unit.text:
+            state.unit_change = Change(f"node {self.node} {BOOT_UNIT}", None if self._unit_text is None else
+                                       "another version", state.unit.summary())
 
     @property
     def pve_node_label(self) -> str:
@@ -202,17 +240,30 @@ class ProxmoxBackend(GuestBackend):
     @staticmethod
     def _root_delete(key: str, config: Mapping[str, Any] | None) -> bool:
         old = str((config or {}).get(key, ""))
-        return key.startswith("dev") or (key == "features" and bool(set(props(old)) - {"nesting"}))
+        privileged = not int((config or {}).get("unprivileged") or 0)
+        return key.startswith("dev") or (key == "features" and (privileged or bool(set(props(old)) - {"nesting"})))
 
     def _refuse_root_only(self, spec: GuestSpec, state: _State) -> None:
         if self.credentials.is_root or self._root_by_ssh():
             return
-        keys = [k for k, v in state.diff.put.items() if root_only(k, v)]
+        keys = [k for k, v in state.diff.put.items() if root_only(k, v, not spec.unprivileged)]
         keys += [k for k in state.diff.delete if self._root_delete(k, state.config)]
         if not keys:
             return
         who = (f"{self.credentials.principal} is an API token, which PVE never treats as root@pam"
                if self.credentials.token else f"{self.credentials.principal} is not root@pam")
+        if not spec.unprivileged and "features" in keys:
+            # check_ct_modify_config_perm (pve-container src/PVE/LXC.pm): for a privileged container any
+            # `features` value, nesting alone included, is refused to everyone but the literal root@pam.
+            features = state.diff.put.get("features") or f"delete {(state.config or {}).get('features')}"
+            others = sorted(set(keys) - {"features"})
+            raise BadInput(
+                f"{spec.where}: unprivileged: false with features {features}: Proxmox lets only root@pam set "
+                f"feature flags (nesting too) on a privileged container, and {who}"
+                + (f" (also root-only here: {', '.join(others)})" if others else "")
+                + "; nothing was created or changed. Log in as root@pam with a password (export PROXMOX_USER=root@pam "
+                "PROXMOX_PASSWORD=...; unset PROXMOX_TOKEN_ID), or make the guest unprivileged: true (the default), "
+                f"or set proxmox_root_via: \"ssh\" in the host data of {self.node}")
         raise BadInput(
             f"{spec.where}: {', '.join(sorted(keys))} (GPU passthrough, bind mounts, features other than nesting) "
             f"can only be set by root@pam, and {who}. Two ways out: log in as root@pam with a password (export "
@@ -232,6 +283,11 @@ class ProxmoxBackend(GuestBackend):
             lines = [f"rootfs: {state.desired.rootfs}", f"unprivileged: {int(spec.unprivileged)}", *lines]
             changes = [Change("container", None, f"CT {spec.vmid} from {spec.template}"),
                        Change("config rootfs", None, state.desired.rootfs), *changes]
+        if state.unit_change is not None and state.unit is not None:
+            changes.append(state.unit_change)
+            notes.append(f"writes {BOOT_UNIT_PATH} on {self.node} and enables it: `{state.unit.summary()}` at every "
+                         "boot, before pve-guests starts the onboot containers")
+        warnings = self._missing_warnings(spec, state)
         if state.via_ssh or state.diff.lxc is not None:
             notes.append(f"written over SSH into /etc/pve/nodes/{self.node}/lxc/{spec.vmid}.conf: "
                          + ", ".join([*state.via_ssh, *(["lxc.* GPU lines"] if state.diff.lxc is not None else [])]))
@@ -246,7 +302,24 @@ class ProxmoxBackend(GuestBackend):
             changes.append(Change("state", "running", "stopped"))
         action: Literal["create", "update", "none"] = "create" if not state.exists else (
             "update" if changes else "none")
-        return Plan(spec.name, self.name, action, changes, lines, notes)
+        return Plan(spec.name, self.name, action, changes, lines, notes, list(state.missing), warnings)
+
+    def _missing_warnings(self, spec: GuestSpec, state: _State) -> list[str]:
+        if not state.missing:
+            return []
+        nodes = ", ".join(state.missing)
+        have_devs = any(re.fullmatch(r"dev\d+", k) and is_gpu_device(v) for k, v in (state.config or {}).items())
+        if state.desired.wiring.mode == "dev" or have_devs:
+            what = (f"CT {spec.vmid} cannot start while {nodes} {'is' if len(state.missing) == 1 else 'are'} missing "
+                    f"on node {self.node} (PVE stats every devN path when a container starts; after a host reboot "
+                    "nothing has made the uvm nodes yet)")
+        else:
+            what = (f"CT {spec.vmid} starts without {nodes} (missing on node {self.node}; its bind mounts are "
+                    "optional), so CUDA fails inside it")
+        if state.unit_change is not None:
+            return [f"{what}; apply creates them now and installs {BOOT_UNIT} so that they exist after every boot"]
+        return [f"{what}; {BOOT_UNIT} is installed and makes them at boot: see `systemctl status {BOOT_UNIT}` on "
+                f"{self.node}, or run `labwright guest start`, which creates /dev/nvidia-uvm first"]
 
     # --- apply ---------------------------------------------------------------------------------------------
     def apply(self, spec: GuestSpec) -> list[Change]:
@@ -254,19 +327,28 @@ class ProxmoxBackend(GuestBackend):
         plan = self._plan(spec, state)
         if not plan.changes:
             return []
-        if state.desired.wiring.preflight:
-            self._preflight(spec)
+        done: list[Change] = []
+        if state.unit_change is not None and state.unit is not None:
+            # First, so that a create or start below finds the nodes: the unit runs once now, then at every boot.
+            install_boot_unit(self.pve_node, state.unit, spec.where)
+            self._unit_text = state.unit.text
+            done.append(state.unit_change)
+        if state.desired.wiring.preflight or done:
+            if state.desired.wiring.preflight:
+                self._preflight(spec)
             state = self._state(spec)  # the uvm nodes and their major exist now
             plan = self._plan(spec, state)
+        if not plan.changes:
+            return done
         if not state.exists:
             self._create(spec, state)
-            return plan.changes
+            return done + plan.changes
         self._update(spec, state)
         if spec.start and state.status != "running":
             self._power(spec, "start")
         elif not spec.start and state.status == "running":
             self._power(spec, "stop")
-        return plan.changes
+        return done + plan.changes
 
     def _preflight(self, spec: GuestSpec) -> None:
         for command in resolve_gpu(spec, self._node_version(spec), self.pve_node.gpu(), self.pve_node_label).preflight:
@@ -340,13 +422,17 @@ class ProxmoxBackend(GuestBackend):
                                 "exists": config is not None, "status": status or "absent"}
         if config is None:
             return info
+        missing: list[str] = []
+        warnings: list[str] = []
         try:
-            drift: list[str] | None = [c.describe() for c in self.plan(spec).changes if c.what != "state"]
+            plan = self.plan(spec)
+            drift: list[str] | None = [c.describe() for c in plan.changes if c.what != "state"]
             problem = None
+            missing, warnings = plan.missing_nodes, plan.warnings
         except BadInput as exc:  # show only reads: report what apply would refuse instead of failing
             drift, problem = None, str(exc)
         info.update({"managed": TAG in str(config.get("tags") or ""), "in_sync": None if drift is None else not drift,
-                     "drift": drift or [], "problem": problem,
+                     "drift": drift or [], "problem": problem, "missing_nodes": missing, "warnings": warnings,
                      "config": {k: v for k, v in config.items() if k != "digest"}})
         return info
 

@@ -182,14 +182,15 @@ def render(spec: GuestSpec, wiring: Wiring, rootfs_storage: str) -> Desired:
                    notes + list(wiring.notes))
 
 
-def root_only(key: str, value: str) -> bool:
-    """What ``check_ct_modify_config_perm`` lets only root@pam set: devN, non-volume mpN, features but nesting."""
+def root_only(key: str, value: str, privileged: bool = False) -> bool:
+    """What ``check_ct_modify_config_perm`` (pve-container src/PVE/LXC.pm) lets only root@pam set: devN,
+    non-volume mpN, features other than nesting, and on a privileged container any features at all."""
     if re.fullmatch(r"dev\d+", key):
         return True
     if re.fullmatch(r"mp\d+", key):
         return str(props(value, "volume").get("volume", "")).startswith("/")
     if key == "features":
-        return bool(set(props(value)) - {"nesting"})
+        return privileged or bool(set(props(value)) - {"nesting"})
     return False
 
 

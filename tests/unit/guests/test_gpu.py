@@ -9,15 +9,24 @@ import pytest
 
 from labwright.facts.nvidia import NvidiaDriverMatch, NvidiaDriverVersion
 from labwright.guests.gpu import (
+    BOOT_UNIT,
+    BOOT_UNIT_PATH,
     UVM_PREFLIGHT,
     GpuHost,
+    boot_commands,
+    boot_unit,
     check_driver_match,
+    install_boot_unit,
+    installed_unit,
+    missing_paths,
     parse_driver_version,
     parse_nvidia_smi,
     parse_proc_devices,
+    remove_boot_unit,
+    unit_paths,
     userspace_versions,
 )
-from support.fake_nvidia import make_container_libraries, make_fake_nvidia_host
+from support.fake_nvidia import make_container_libraries, make_fake_nvidia_host, reboot, run_boot_unit
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
 
@@ -142,3 +151,62 @@ def test_driver_match_fact_without_driver_or_libraries(tmp_path):
 def test_driver_match_fact_on_this_machine_runs():
     # The real root: no driver on a CI machine, a verdict on a GPU host; either way the command works.
     assert run_fact(NvidiaDriverMatch, "/")["status"] in ("match", "mismatch", "missing-userspace", "no-host-driver")
+
+
+# --- the boot unit ----------------------------------------------------------------------------------
+ALL_NODES = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm",
+             "/dev/nvidia-uvm-tools", "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2"]
+
+
+def test_boot_commands_follow_nvidia_modprobes_options():
+    commands, uncovered = boot_commands([*ALL_NODES, "/dev/nvidia-caps/nvidia-cap9"])
+    assert commands == [
+        ("/usr/bin/nvidia-modprobe", "-c", "0", "-c", "1", "-c", "255"),
+        ("/usr/bin/nvidia-modprobe", "-m"),
+        ("/usr/bin/nvidia-modprobe", "-u", "-c", "0"),  # -u and plain -c are separate branches: a call of its own
+        ("/usr/bin/nvidia-modprobe", "-f", "/proc/driver/nvidia/capabilities/mig/config",
+         "-f", "/proc/driver/nvidia/capabilities/mig/monitor"),
+    ]
+    assert uncovered == ["/dev/nvidia-caps/nvidia-cap9"]
+    assert boot_commands(["/dev/nvidia-uvm-tools"]) == ([("/usr/bin/nvidia-modprobe", "-u", "-c", "0")], [])
+
+
+def test_boot_unit_orders_itself_before_the_guests_start():
+    unit = boot_unit(ALL_NODES)
+    assert unit.text == boot_unit(reversed(ALL_NODES)).text  # the same nodes, the same file: no churn
+    lines = unit.text.splitlines()
+    assert "Type=oneshot" in lines and "RemainAfterExit=yes" in lines and "WantedBy=multi-user.target" in lines
+    before = next(line for line in lines if line.startswith("Before=")).split("=", 1)[1].split()
+    assert {"pve-guests.service", "pve-ha-lrm.service", "lxc.service", "lxd.service", "snap.lxd.daemon.service",
+            "incus.service"} <= set(before)
+    assert [line for line in lines if line.startswith("ExecStart=")][2] == "ExecStart=/usr/bin/nvidia-modprobe -u -c 0"
+    assert f"# Remove: systemctl disable --now {BOOT_UNIT} && rm {BOOT_UNIT_PATH}" in lines
+    assert unit.summary().startswith("nvidia-modprobe -c 0 -c 1 -c 255; nvidia-modprobe -m;")
+    assert missing_paths(["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia-uvm"], ["/dev/nvidia0"]) == \
+        ["/dev/nvidia-uvm"]
+
+
+@needs_root
+def test_boot_unit_on_a_host_tree_recreates_what_a_reboot_removed(tmp_path):
+    make_fake_nvidia_host(tmp_path, uvm_major=237)
+    host = GpuHost(tmp_path)
+    unit = boot_unit([n.path for n in host.device_nodes()])
+    assert installed_unit(host) is None
+    install_boot_unit(host, unit, "lab.py: guest llm1")
+    assert installed_unit(host) == unit.text and host.ran == [
+        ("systemctl", "daemon-reload"), ("systemctl", "enable", BOOT_UNIT), ("systemctl", "restart", BOOT_UNIT)]
+    before = {(n.path, n.major, n.minor, n.mode) for n in host.device_nodes()}
+    reboot(tmp_path, everything=True)
+    assert host.device_nodes() == []
+    run_boot_unit(tmp_path, unit.text)
+    assert {(n.path, n.major, n.minor, n.mode) for n in host.device_nodes()} == before
+    assert remove_boot_unit(host, "x") and host.ran[-3:] == [
+        ("systemctl", "disable", "--now", BOOT_UNIT), ("rm", "-f", "--", BOOT_UNIT_PATH),
+        ("systemctl", "daemon-reload")]
+
+
+def test_unit_paths_read_back_what_a_unit_makes_so_it_never_shrinks():
+    assert sorted(unit_paths(boot_unit(ALL_NODES).text)) == sorted(ALL_NODES)
+    assert unit_paths(None) == [] and unit_paths("ExecStart=/bin/true\n") == []
+    grown = boot_unit([*unit_paths(boot_unit(["/dev/nvidia0", "/dev/nvidia-uvm"]).text), "/dev/nvidiactl"])
+    assert grown.commands[0] == ("/usr/bin/nvidia-modprobe", "-c", "0", "-c", "255")

@@ -128,6 +128,8 @@ def test_root_only_settings():
     assert root_only("dev3", "/dev/nvidia0") and root_only("mp0", "/tank,mp=/x")
     assert not root_only("mp0", "local-lvm:8,mp=/x") and not root_only("features", "nesting=1")
     assert root_only("features", "nesting=1,keyctl=1") and not root_only("memory", "4096")
+    # pve-container src/PVE/LXC.pm check_ct_modify_config_perm: on a privileged CT nesting alone is root's too
+    assert root_only("features", "nesting=1", privileged=True) and not root_only("memory", "4096", privileged=True)
 
 
 def test_credentials_from_the_environment():
