@@ -196,7 +196,8 @@ def test_unreachable_node_over_ssh_host_key_not_trusted(tree, tmp_path):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(["cluster", "doctor", str(bad), "--json"])
     n = json.loads(out.getvalue())["nodes"][0]
-    assert rc == 1 and n["verdict"] == "unreachable" and "Host key verification failed" in n["reasons"][0]
+    assert rc == 1 and n["verdict"] == "unreachable" and "host key of node pve1" in n["reasons"][0]
+    assert f"is not in {tmp_path / 'known_hosts'}" in n["reasons"][0] and "\n" not in n["reasons"][0]
     p = cli(bad, "--remove", "pve9", "--yes")
     assert p.returncode == 1 and "no node answered" in error_line(p)
     assert node_dirs(name) == ["pve1", "pve8", "pve9"]

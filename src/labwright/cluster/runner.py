@@ -1,8 +1,9 @@
-"""How the cluster runbooks reach a node: one small abstraction, ``NodeRunner.run(script)``.
+"""How the cluster runbooks reach a node: ``NodeRunner.run(script)``, on the ``hosts`` seam (labwright.hosts).
 
-- ``ssh``: production Proxmox nodes (``ssh -o BatchMode=yes root@HOST sh -c SCRIPT``).
+- ``ssh``: production Proxmox nodes (pyinfra's SSH connector: the ``ssh_*`` option set, ~/.ssh/config with
+  ProxyJump, host keys checked unless ``ssh_strict_host_key_checking`` says otherwise).
 - ``local``: the node labwright runs on.
-- ``lxd``: a node that is an LXD container (``lxc exec NAME -- sh -c SCRIPT``).
+- ``lxd``: a node that is an LXD container (the LXD API: ``NAME`` or ``REMOTE:NAME``).
 - ``netns``: a node that is a network namespace on this machine, with its own /etc/corosync, /run,
   /var/lib/corosync, /var/log/corosync (bind mounts of ``ROOT/...``) and a shared /etc/pve; what the
   tests and the benchmark use (corosync's tools talk over abstract unix sockets, which are per
@@ -11,27 +12,28 @@
 
 A node comes from inventory host data: ``cluster_netns`` + ``cluster_root`` (+ ``cluster_pve_dir``),
 ``cluster_lxd``, ``cluster_local``, else SSH to ``ssh_hostname`` (or the host name) as ``ssh_user``
-(default root), with ``ssh_port``, ``ssh_key`` and ``ssh_known_hosts_file`` as the other SSH paths in
-labwright read them (OpenSSH's client: ~/.ssh/config and the agent apply; host keys are always checked).
+(default root), with ``ssh_port``, ``ssh_key``, ``ssh_known_hosts_file`` and the rest of the option set as every
+SSH path in labwright reads them (docs/connectors.md).
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyinfra.api.exceptions import ConnectError
+
 from labwright.errors import BadInput
+from labwright.hosts import Host, Result
+from labwright.hosts.local import LocalHost
+from labwright.hosts.lxd import LxdHost
+from labwright.hosts.options import SSH_OPTIONS
+from labwright.hosts.ssh import SshHost
 
-
-@dataclass(frozen=True)
-class Result:
-    rc: int
-    stdout: str
-    stderr: str
+__all__ = ["NodeRunner", "Result", "netns_prelude", "runner_from_data"]
 
 
 @dataclass
@@ -47,38 +49,55 @@ class NodeRunner:
     port: int | None = None  # ssh: ssh_port
     key: str = ""  # ssh: ssh_key (exactly this key)
     known_hosts: str = ""  # ssh: ssh_known_hosts_file (host keys are always checked)
+    ssh_data: dict[str, Any] = field(default_factory=dict)  # ssh: the node's whole ssh_* option set
+    _host: Host | None = field(default=None, init=False, repr=False, compare=False)
 
-    def argv(self, script: str) -> list[str]:
+    def body(self, script: str) -> str:
         exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in self.env.items())
         path = f"export PATH={shlex.quote(self.extra_path)}:$PATH:/usr/sbin:/sbin; " if self.extra_path else \
             "export PATH=$PATH:/usr/sbin:/sbin; "
-        body = path + exports + script
-        if self.kind == "local":
-            return ["sh", "-c", body]
-        if self.kind == "ssh":
-            opts = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "StrictHostKeyChecking=yes"]
-            if self.port:
-                opts += ["-p", str(self.port)]
-            if self.key:
-                opts += ["-i", self.key, "-o", "IdentitiesOnly=yes"]
-            if self.known_hosts:
-                opts += ["-o", f"UserKnownHostsFile={self.known_hosts}"]
-            return ["ssh", *opts, f"{self.user}@{self.target}", "sh -c " + shlex.quote(body)]
-        if self.kind == "lxd":
-            return ["lxc", "exec", self.target, "--", "sh", "-c", body]
-        if self.kind == "netns":
-            return ["ip", "netns", "exec", self.target, "sh", "-c", netns_prelude(self.root, self.pve_dir) + body]
-        raise BadInput(f"node {self.name}: unknown connection kind {self.kind!r}; use ssh, local, lxd or netns")
+        prelude = netns_prelude(self.root, self.pve_dir) if self.kind == "netns" else ""
+        return prelude + path + exports + script
+
+    def host(self) -> Host:
+        """The node on the ``hosts`` seam (made once, kept for the runner's later commands)."""
+        if self._host is None:
+            if self.kind == "local":
+                self._host = LocalHost(label=f"node {self.name}")
+            elif self.kind == "netns":
+                self._host = LocalHost(["ip", "netns", "exec", self.target], label=f"node {self.name}")
+            elif self.kind == "lxd":
+                self._host = LxdHost(self.target)
+            elif self.kind == "ssh":
+                data = {"ssh_user": self.user, "ssh_port": self.port, "ssh_key": self.key or None,
+                        "ssh_known_hosts_file": self.known_hosts or None, **self.ssh_data}
+                self._host = SshHost.open(self.target, data, label=f"node {self.name}")
+            else:
+                raise BadInput(f"node {self.name}: unknown connection kind {self.kind!r}; use ssh, local, lxd or netns")
+        return self._host
+
+    def argv(self, script: str) -> list[str]:
+        """The local command line running ``script`` on a ``local`` or ``netns`` node (what a long-lived
+        process such as ``corosync -f`` is started with)."""
+        host = self.host()
+        if not isinstance(host, LocalHost):
+            raise BadInput(f"node {self.name}: a {self.kind} node has no local command line")
+        return host.argv(self.body(script))
 
     def run(self, script: str, timeout: float = 30) -> Result:
+        """Run ``script`` on the node; an unreachable node is exit 255 with the reason on stderr (as ssh reports
+        it), a deadline passed is exit 124."""
         try:
-            proc = subprocess.run(self.argv(script), capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
+            return self.host().run(self.body(script), timeout=timeout)
+        except ConnectError as exc:
+            return Result(255, "", str(exc))
+        except TimeoutError:
             return Result(124, "", f"timed out after {timeout:.0f}s")
-        except FileNotFoundError as exc:
-            return Result(127, "", f"{exc.filename}: not found")
-        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    def close(self) -> None:
+        if self._host is not None:
+            self._host.close()
+            self._host = None
 
 
 def netns_prelude(root: str, pve_dir: str) -> str:
@@ -114,7 +133,8 @@ def runner_from_data(name: str, data: Mapping[str, Any]) -> NodeRunner:
         return NodeRunner(name, "lxd", str(data["cluster_lxd"]), extra_path=extra, env=env)
     if data.get("cluster_local"):
         return NodeRunner(name, "local", extra_path=extra, env=env)
+    ssh_data = {key: data[key] for key in SSH_OPTIONS if data.get(key) is not None}
     return NodeRunner(name, "ssh", str(data.get("ssh_hostname") or name), user=str(data.get("ssh_user") or "root"),
                       extra_path=extra, env=env, port=int(data["ssh_port"]) if data.get("ssh_port") else None,
                       key=os.path.expanduser(str(data["ssh_key"])) if data.get("ssh_key") else "",
-                      known_hosts=os.path.expanduser(str(data.get("ssh_known_hosts_file") or "")))
+                      known_hosts=os.path.expanduser(str(data.get("ssh_known_hosts_file") or "")), ssh_data=ssh_data)

@@ -5,6 +5,7 @@ from labwright.cluster.conf import parse_conf
 from labwright.cluster.doctor import QUORUM_LOST, STALE, NodeFacts, diagnose
 from labwright.cluster.parse import log_signs, parse_cmap, parse_quorum_status
 from labwright.cluster.runner import runner_from_data
+from labwright.hosts.ssh import SshHost
 from support.corosync_netns import make_conf
 
 
@@ -50,11 +51,26 @@ def test_stale_node_in_a_quorate_cluster_lists_missed_versions_and_a_lead():
     assert any("single-member membership" in r for r in n3.reasons)
 
 
-def test_ssh_runner_command_line_checks_host_keys_and_quotes_the_script():
+def test_ssh_runner_uses_the_hosts_seam_with_the_ssh_option_set_and_strict_host_keys(tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text("")
     r = runner_from_data("pve7", {"ssh_hostname": "10.140.3.70", "ssh_port": 2222, "ssh_key": "/k/id",
-                                  "ssh_known_hosts_file": "/k/known"})
-    argv = r.argv("echo 'it''s' $HOME")
-    assert argv[:1] == ["ssh"] and "StrictHostKeyChecking=yes" in argv and "BatchMode=yes" in argv
-    assert argv[argv.index("-p") + 1] == "2222" and argv[argv.index("-i") + 1] == "/k/id"
-    assert "UserKnownHostsFile=/k/known" in argv and argv[-2] == "root@10.140.3.70"
-    assert argv[-1].startswith("sh -c '") and "$HOME" in argv[-1]
+                                  "ssh_known_hosts_file": "/k/known", "ssh_config_file": str(config),
+                                  "ssh_connect_retries": 2})
+    host = r.host()
+    assert isinstance(host, SshHost) and host.label == "node pve7"
+    assert host.options["ssh_hostname"] == "10.140.3.70" and host.options["ssh_port"] == 2222
+    assert host.options["ssh_key"] == "/k/id" and host.options["ssh_known_hosts_file"] == "/k/known"
+    assert host.options["ssh_user"] == "root" and host.options["ssh_strict_host_key_checking"] == "yes"
+    assert host.options["ssh_connect_retries"] == 2  # any pyinfra ssh_* key passes through
+    assert host.connector.data["ssh_hostname"] == "10.140.3.70"  # pyinfra's own connector reads them
+    assert "$HOME" in r.body("echo 'it''s' $HOME") and r.body("true").startswith("export PATH=")
+
+
+def test_an_unreachable_ssh_node_is_exit_255_with_one_line(tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text("")
+    r = runner_from_data("pve7", {"ssh_hostname": "127.0.0.1", "ssh_port": 1, "ssh_config_file": str(config)})
+    result = r.run("true", timeout=5)
+    assert result.rc == 255 and "cannot reach node pve7 over SSH at root@127.0.0.1:1" in result.stderr
+    assert "\n" not in result.stderr
