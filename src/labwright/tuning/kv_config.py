@@ -69,6 +69,8 @@ class _Config:
             if required:
                 raise self.fail(f"missing {key}{self.where}; {fix}")
             return 0
+        if value == 0 and not required and not isinstance(value, bool):
+            return 0    # an optional count or size written as 0 (Gemma 4's num_kv_shared_layers: 0): not set
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise self.fail(f"{key} is {value!r}{self.where}, not a positive integer; {_FIX}")
         return value
@@ -126,7 +128,7 @@ def read_layout(path: str | Path) -> KvLayout:
 
 def layout_from_dict(top: dict[str, Any], path: str | Path = "config.json") -> KvLayout:
     cfg = _Config(Path(path), top)
-    layers = cfg.first_integer(kv_data()["config"]["layers"])
+    layers = _layer_count(cfg)
     _refuse_unread_structure(cfg)
     kinds = _layer_kinds(cfg, layers)
     built = _widths(cfg, kinds)
@@ -137,6 +139,17 @@ def layout_from_dict(top: dict[str, Any], path: str | Path = "config.json") -> K
     return KvLayout(source=str(path), model_type=cfg.model_type, layers=tuple(built), max_context=max_context,
                     notes=tuple(dict.fromkeys(cfg.notes)), state_bytes=state_bytes(cfg.section, built),
                     section=cfg.section)
+
+
+def _layer_count(cfg: _Config) -> int:
+    keys = kv_data()["config"]["layers"]
+    if not any(cfg.has(key) for key in keys) and isinstance(cfg.raw("layers_block_type"), list):
+        # transformers NemotronHConfig (v5): num_hidden_layers is deprecated, the count is len(layers_block_type);
+        # Nemotron 3 Ultra's config.json has no num_hidden_layers at all.
+        count = len(cfg.raw("layers_block_type"))
+        cfg.notes.append(f"no num_hidden_layers: {count} layers, the length of layers_block_type (as transformers)")
+        return count
+    return cfg.first_integer(keys)
 
 
 # --- which kind each layer is ------------------------------------------------------------------------------------
@@ -227,8 +240,9 @@ def _from_lists(cfg: _Config, layers: int, chunk: int) -> list[Layer] | None:
         if not isinstance(indices, list) or any(not isinstance(i, int) or not 0 <= i < layers for i in indices):
             raise cfg.fail(f"full_attn_idxs must list layer indices below num_hidden_layers {layers}")
         return [Layer("full") if i in indices else Layer("state", name="conv") for i in range(layers)]
-    if chunk and cfg.raw("no_rope_layers") is not None:
+    if chunk and cfg.raw("no_rope_layers") not in (None, []):
         # Llama 4 (transformers Llama4TextConfig): 1 = RoPE layer with chunked local attention, 0 = global NoPE layer.
+        # An empty list means the default, every no_rope_layer_interval-th layer global (_from_periods).
         flags = cfg.sequence("no_rope_layers", layers)
         return [Layer("chunked" if flag else "full") for flag in flags]
     return None
@@ -290,7 +304,12 @@ def _widths(cfg: _Config, kinds: list[Layer]) -> list[Layer]:
     v_dim = cfg.integer("v_head_dim", required=False) or head_dim
     # Global (full-attention) layers with their own heads and sizes: Gemma 4 num_global_key_value_heads /
     # global_head_dim; MiMo-V2 gives the sliding layers their own swa_* keys instead.
-    full_heads = cfg.integer("num_global_key_value_heads", required=False) or kv_heads
+    # transformers Gemma4TextConfig applies num_global_key_value_heads to the full layers only while
+    # attention_k_eq_v is true (a config without the key counts as true); with false they keep num_key_value_heads.
+    global_heads = cfg.integer("num_global_key_value_heads", required=False)
+    if cfg.raw("attention_k_eq_v") is False:
+        global_heads = 0
+    full_heads = global_heads or kv_heads
     full_dim = cfg.integer("global_head_dim", required=False) or head_dim
     full_v = cfg.integer("global_head_dim", required=False) or v_dim
     swa_heads = cfg.integer("swa_num_key_value_heads", required=False) or kv_heads
