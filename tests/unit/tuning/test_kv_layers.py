@@ -2,8 +2,8 @@
 
 Every expected value is the formula written out: layers x KV heads x (K + V head size) x bytes per element, with the
 layer counts of each kind spelled in the test. Real files: tests/unit/tuning/configs (SOURCES says where each is
-from). Families whose config.json could not be fetched here (no model hub) are written below as dicts carrying only
-the keys their transformers config class reads, named as such.
+from). Families with no verbatim config.json found (LFM2, Granite 4 hybrid, Jamba, Falcon-H1, Gemma 3n) are written
+below as dicts carrying only the keys their transformers config class reads, named as such.
 """
 
 from __future__ import annotations
@@ -106,25 +106,44 @@ def test_mla_lite():
     assert kv.bytes_per_token(layout, VLLM) == 27 * 576 * 2
 
 
-# --- families written from their config classes' keys (no hub here; shapes of the published configs) -----------
+# --- the newest families from their real config.json (aic-*: vendored by ai-dynamo/aiconfigurator, see SOURCES) ---
 
-GEMMA4 = {"model_type": "gemma4", "text_config": {
-    "model_type": "gemma4_text", "num_hidden_layers": 48, "hidden_size": 3840, "num_attention_heads": 16,
-    "num_key_value_heads": 8, "num_global_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512,
-    "sliding_window": 1024, "max_position_embeddings": 131072,
-    "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 8}}
+def real(name: str) -> dict:
+    return json.loads((CONFIGS / name).read_text())
+
+
+GEMMA4 = real("aic-gemma-4-26b-a4b.json")                 # google/gemma-4-26B-A4B
 
 
 def test_gemma4_global_layers_have_their_own_heads_and_size():
     layout = layout_from_dict(GEMMA4)
-    assert (layout.full_layers, layout.sliding_layers) == (8, 40)
-    full = f16_bytes(8, 1, 512)                       # 8 global layers x 1 KV head x (512 + 512) x 2 = 16,384
+    # 30 layers, every 6th global: 5 full (num_global_key_value_heads 2 x global_head_dim 512), 25 sliding (8 x 256)
+    assert (layout.total_layers, layout.full_layers, layout.sliding_layers, layout.window) == (30, 5, 25, 1024)
+    full = f16_bytes(5, 2, 512)                       # 5 x 2 x (512 + 512) x 2 = 20,480
     sliding_each = f16_bytes(1, 8, 256)               # one sliding layer: 8 x (256 + 256) x 2 = 8,192
-    assert kv.bytes_per_token(layout, F16) == full == 16_384
-    # tabbyAPI: all 48 at the whole context; the old uniform model said 48 x 8,192 = 393,216 (24x llama.cpp's)
-    assert kv.bytes_per_token(layout, TABBY) == full + 40 * sliding_each == 344_064
+    assert kv.bytes_per_token(layout, F16) == full == 20_480
+    # tabbyAPI: all 30 at the whole context; the old uniform model said 30 x 8,192 = 245,760 (12x llama.cpp's)
+    assert kv.bytes_per_token(layout, TABBY) == full + 25 * sliding_each == 225_280
     # llama.cpp at 32,768: sliding layers hold PAD256(min(32768, 1024 + 512)) = 1,536 cells
-    assert kv.kv_bytes(layout, F16, 32_768) == full * 32_768 + 40 * sliding_each * 1536
+    assert kv.kv_bytes(layout, F16, 32_768) == full * 32_768 + 25 * sliding_each * 1536
+
+
+def test_gemma4_31b_dense_and_num_kv_shared_layers_zero():
+    # nvidia/Gemma-4-31B-IT-NVFP4: 60 layers, 10 full 4 x 512, 50 sliding 16 x 256; num_kv_shared_layers 0 = none
+    layout = kv.read_layout(CONFIGS / "aic-gemma-4-31b-it-nvfp4.json")
+    assert (layout.full_layers, layout.sliding_layers, layout.count("none")) == (10, 50, 0)
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(10, 4, 512) == 81_920
+    assert kv.bytes_per_token(layout, TABBY) == f16_bytes(10, 4, 512) + f16_bytes(50, 16, 256)
+
+
+def test_gemma4_global_heads_apply_only_with_k_eq_v():
+    # transformers Gemma4TextConfig: num_global_key_value_heads overrides the full layers' KV heads only while
+    # attention_k_eq_v is true (absent counts as true); with false they keep num_key_value_heads (8 here)
+    text = GEMMA4["text_config"] | {"attention_k_eq_v": False}
+    layout = layout_from_dict(GEMMA4 | {"text_config": text})
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(5, 8, 512)
+    text = {k: v for k, v in GEMMA4["text_config"].items() if k != "attention_k_eq_v"}
+    assert kv.bytes_per_token(layout_from_dict(GEMMA4 | {"text_config": text}), F16) == f16_bytes(5, 2, 512)
 
 
 def test_gemma_shared_kv_layers_keep_none():
@@ -136,11 +155,7 @@ def test_gemma_shared_kv_layers_keep_none():
     assert kv.bytes_per_token(layout, F16) == f16_bytes(4, 2, 256)
 
 
-NEMOTRON_3_NANO = {"model_type": "nemotron_h", "num_hidden_layers": 52, "hidden_size": 2688,
-                   "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
-                   "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
-                   "mamba_num_heads": 64, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
-                   "conv_kernel": 4, "max_position_embeddings": 262144}
+NEMOTRON_3_NANO = real("aic-nemotron-3-nano-30b-a3b.json")   # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16
 
 
 def test_nemotron_h_only_star_layers_attend():
@@ -153,6 +168,22 @@ def test_nemotron_h_only_star_layers_attend():
     assert f16_bytes(52, 2, 128) / kv.bytes_per_token(layout, F16) > 8
 
 
+@pytest.mark.parametrize(("name", "layers", "attention", "mamba", "other", "kv_heads", "mamba_inner", "state"), [
+    # Nemotron 3 Super: 88 layers, 8 '*', 40 'M' (128 heads x 64), 40 'E'; ssm_state_size 128, n_groups 8
+    ("aic-nemotron-3-super-120b-a12b-fp8.json", 88, 8, 40, 40, 2, 128 * 64, 128),
+    # Nemotron-H 56B: 118 layers, 10 '*', 54 'M' (256 heads x 64), 54 '-'; ssm_state_size 256
+    ("aic-nemotron-h-56b-base-8k.json", 118, 10, 54, 54, 8, 256 * 64, 256),
+    # Nemotron 3 Ultra: no num_hidden_layers, 108 entries in layers_block_type (transformers derives the count)
+    ("aic-nemotron-3-ultra-550b-a55b.json", 108, 12, 48, 48, 2, 256 * 64, 128),
+])
+def test_nemotron_h_real_configs(name, layers, attention, mamba, other, kv_heads, mamba_inner, state):
+    layout = kv.read_layout(CONFIGS / name)
+    assert (layout.total_layers, layout.full_layers, layout.count("state"), layout.count("none")) == (
+        layers, attention, mamba, other)
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(attention, kv_heads, 128)
+    assert layout.state_bytes == mamba * ((4 - 1) * (mamba_inner + 2 * 8 * state) + state * mamba_inner) * 4
+
+
 def test_nemotron_pattern_length_must_match_the_layer_count():
     with pytest.raises(BadInput, match="hybrid_override_pattern has 51 entries but num_hidden_layers is 52"):
         layout_from_dict(NEMOTRON_3_NANO | {"hybrid_override_pattern": NEMOTRON_3_NANO["hybrid_override_pattern"][1:]})
@@ -160,10 +191,7 @@ def test_nemotron_pattern_length_must_match_the_layer_count():
         layout_from_dict(NEMOTRON_3_NANO | {"hybrid_override_pattern": "X" * 52})
 
 
-LLAMA4_SCOUT = {"model_type": "llama4", "text_config": {
-    "model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120, "num_attention_heads": 40,
-    "num_key_value_heads": 8, "head_dim": 128, "attention_chunk_size": 8192, "max_position_embeddings": 10485760,
-    "no_rope_layers": [0 if (i + 1) % 4 == 0 else 1 for i in range(48)]}}
+LLAMA4_SCOUT = real("aic-llama-4-scout-17b-16e-instruct.json")   # meta-llama/Llama-4-Scout-17B-16E-Instruct
 
 
 def test_llama4_chunked_attention():
@@ -174,33 +202,62 @@ def test_llama4_chunked_attention():
     assert kv.kv_bytes(layout, F16, 131_072) == f16_bytes(12, 8, 128) * 131_072 + f16_bytes(36, 8, 128) * 8704
     # vLLM ChunkedLocalAttentionSpec: cdiv(min(8192 + 2048, ctx), 16) blocks = 10,240 cells
     assert kv.kv_bytes(layout, VLLM, 131_072) == f16_bytes(12, 8, 128) * 131_072 + f16_bytes(36, 8, 128) * 10_240
-    # the interval alone (no list) gives the same layers, as transformers' default no_rope_layer_interval 4
-    text = {k: v for k, v in LLAMA4_SCOUT["text_config"].items() if k != "no_rope_layers"}
-    assert layout_from_dict(text).layers == layout.layers
+    # this copy has no no_rope_layers; the published list ([1, 1, 1, 0] x 12) and an empty list (transformers
+    # Llama4TextConfig: `no_rope_layers if no_rope_layers else` the interval-4 default) give the same layers
+    for flags in ([1, 1, 1, 0] * 12, []):
+        text = LLAMA4_SCOUT["text_config"] | {"no_rope_layers": flags}
+        assert layout_from_dict(LLAMA4_SCOUT | {"text_config": text}).layers == layout.layers
+    maverick = kv.read_layout(CONFIGS / "aic-llama-4-maverick-17b-128e-instruct.json")
+    assert maverick.layers == layout.layers                    # same attention; only the MoE interleave differs
 
 
-MIMO_V2_FLASH = {"model_type": "mimo_v2_flash", "num_hidden_layers": 48, "hidden_size": 4096,
-                 "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 192, "v_head_dim": 128,
-                 "swa_num_attention_heads": 64, "swa_num_key_value_heads": 8, "swa_head_dim": 192,
-                 "swa_v_head_dim": 128, "sliding_window_size": 128, "max_position_embeddings": 262144,
-                 "hybrid_layer_pattern": [0] + [1, 1, 1, 1, 1, 0] * 7 + [1, 1, 1, 1, 1]}
+MIMO_V2_FLASH = real("aic-mimo-v2-flash.json")                  # XiaomiMiMo/MiMo-V2-Flash
 
 
 def test_mimo_v2_full_layers_count_and_swa_has_its_own_heads():
     layout = layout_from_dict(MIMO_V2_FLASH)
-    assert (layout.full_layers, layout.sliding_layers, layout.window) == (8, 40, 128)
-    full = 8 * 4 * (192 + 128) * 2                     # K 192 and V 128 apart: 20,480
+    # hybrid_layer_pattern: 0 at layers 0, 5, 11, 17, 23, 29, 35, 41, 47 = 9 full, 39 sliding (window 128)
+    assert [i for i, layer in enumerate(layout.layers) if layer.kind == "full"] == [0, 5, 11, 17, 23, 29, 35, 41, 47]
+    assert (layout.full_layers, layout.sliding_layers, layout.window) == (9, 39, 128)
+    full = 9 * 4 * (192 + 128) * 2                     # K 192 and V 128 apart: 23,040
     assert kv.bytes_per_token(layout, F16) == kv.bytes_per_token(layout, VLLM) == full
     plan = kv.plan(layout, VLLM, budget=8 * 1024**3)
     assert plan.bytes_per_token > 0 and plan.tokens is not None              # never "0 B, any context fits"
-    assert kv.bytes_per_token(layout, TABBY) == full + 40 * 8 * (192 + 128) * 2
+    assert kv.bytes_per_token(layout, TABBY) == full + 39 * 8 * (192 + 128) * 2
 
 
 def test_mixed_k_and_v_types_apply_to_k_and_v_sizes_apart():
     layout = layout_from_dict(MIMO_V2_FLASH)
     mixed = kv_modes.ggml_type("q8_0,q4_0")
-    assert kv.bytes_per_token(layout, mixed) == 8 * 4 * (192 * 34 // 32 + 128 * 18 // 32)
+    assert kv.bytes_per_token(layout, mixed) == 9 * 4 * (192 * 34 // 32 + 128 * 18 // 32)
 
+
+@pytest.mark.parametrize(("name", "layers", "full", "linear", "kv_heads"), [
+    ("aic-qwen3.5-27b.json", 64, 16, 48, 4),          # Qwen/Qwen3.5-27B: every 4th of 64 full
+    ("aic-qwen3.5-35b-a3b.json", 40, 10, 30, 2),      # Qwen/Qwen3.5-35B-A3B: every 4th of 40 full
+])
+def test_qwen35_real_configs(name, layers, full, linear, kv_heads):
+    layout = kv.read_layout(CONFIGS / name)
+    assert (layout.total_layers, layout.full_layers, dict(layout.no_cache_kinds)) == (
+        layers, full, {"linear_attention": linear})
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(full, kv_heads, 256)
+
+
+@pytest.mark.parametrize(("name", "layers"), [("aic-gpt-oss-20b.json", 24), ("aic-gpt-oss-120b.json", 36)])
+def test_gpt_oss_real_configs(name, layers):
+    layout = kv.read_layout(CONFIGS / name)          # layer_types alternate sliding (128) and full, 8 KV heads x 64
+    assert (layout.full_layers, layout.sliding_layers, layout.window) == (layers // 2, layers // 2, 128)
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(layers // 2, 8, 64)
+    assert kv.bytes_per_token(layout, TABBY) == f16_bytes(layers, 8, 64)
+
+
+def test_deepseek_v3_real_config_is_mla():
+    layout = kv.read_layout(CONFIGS / "aic-deepseek-v3.json")   # 61 layers, kv_lora_rank 512 + qk_rope_head_dim 64
+    assert (layout.count("mla"), layout.kv_layers) == (61, 61)
+    assert kv.bytes_per_token(layout, F16) == 61 * (512 + 64) * 2 == 70_272
+
+
+# --- families still written from their config classes' keys (no verbatim config.json found) ---------------------
 
 def test_lfm2_conv_layers_and_early_index_form():
     types = ["conv", "conv", "full_attention", "conv", "conv", "full_attention", "conv", "conv", "full_attention",
@@ -315,9 +372,9 @@ def test_gguf_per_layer_kv_heads_zero_means_no_kv(tmp_path):
 
 
 def test_gguf_gemma4_style_bool_pattern_and_swa_sizes(tmp_path):
-    flags = ([True] * 5 + [False]) * 8
-    meta = {"block_count": 48, "embedding_length": 3840, "attention.head_count": 16,
-            "attention.head_count_kv": [8 if f else 1 for f in flags], "attention.key_length": 512,
+    flags = ([True] * 5 + [False]) * 5                 # gemma-4-26B-A4B: 30 blocks, every 6th global
+    meta = {"block_count": 30, "embedding_length": 2816, "attention.head_count": 16,
+            "attention.head_count_kv": [8 if f else 2 for f in flags], "attention.key_length": 512,
             "attention.value_length": 512, "attention.key_length_swa": 256, "attention.value_length_swa": 256,
             "attention.sliding_window": 1024, "attention.sliding_window_pattern": flags}
     layout = kv.read_layout(write_gguf(tmp_path / "gemma4.gguf", "gemma4", meta))
