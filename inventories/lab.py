@@ -30,7 +30,7 @@ gpu_guests = (
         (
             "@pct/pve1/201",
             {
-                "pct_ssh_hostname": "192.168.1.11",
+                "ssh_hostname": "192.168.1.11",
                 "guest": {
                     "backend": "proxmox",
                     "node": "pve1",
@@ -62,7 +62,7 @@ desktop_guests = (
         (
             "@pct/pve2/301",
             {
-                "pct_ssh_hostname": "192.168.1.12",
+                "ssh_hostname": "192.168.1.12",
                 "guest": {
                     "backend": "proxmox",
                     "node": "pve2",

@@ -14,7 +14,8 @@ NAMES = sorted(p.stem for p in (REPO / "deploys").glob("*.py"))
 
 
 def test_every_shim_has_a_packaged_deploy():
-    packaged = sorted(p.stem for p in (REPO / "src/labwright/deploys").glob("*.py") if p.stem not in ("__init__", "common"))
+    shared = ("__init__", "common")
+    packaged = sorted(p.stem for p in (REPO / "src/labwright/deploys").glob("*.py") if p.stem not in shared)
     assert packaged == NAMES
 
 
