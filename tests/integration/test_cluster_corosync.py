@@ -26,23 +26,17 @@ from support.cluster_cli import (
     error_line,
     make_stale_by_version,
     node,
+    running_cluster,
     wait_for,
 )
-from support.corosync_netns import NetnsCluster, sh, start_cluster
+from support.corosync_netns import NetnsCluster, sh
 
 VERSION = 4
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[NetnsCluster]:
-    c = start_cluster(version=VERSION)
-    try:
-        inv = tmp_path_factory.mktemp("cluster") / "cluster_inventory.py"
-        inv.write_text(c.inventory_text())
-        c.inventory = inv  # type: ignore[attr-defined]
-        yield c
-    finally:
-        c.close()
+    yield from running_cluster(tmp_path_factory.mktemp("cluster"), version=VERSION)
 
 
 def test_doctor_healthy_cluster(cluster):

@@ -13,21 +13,21 @@ from collections.abc import Iterator
 import pytest
 
 from labwright.cluster.parse import parse_quorum_status
-from support.cluster_cli import cli, cluster_version, doctor_json, error_line, make_stale_by_version, node
-from support.corosync_netns import NetnsCluster, start_cluster
+from support.cluster_cli import (
+    cli,
+    cluster_version,
+    doctor_json,
+    error_line,
+    make_stale_by_version,
+    node,
+    running_cluster,
+)
+from support.corosync_netns import NetnsCluster
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[NetnsCluster]:
-    c = start_cluster(version=4)
-    try:
-        c.add_qdevice()
-        inv = tmp_path_factory.mktemp("cluster") / "cluster_inventory.py"
-        inv.write_text(c.inventory_text())
-        c.inventory = inv  # type: ignore[attr-defined]
-        yield c
-    finally:
-        c.close()
+    yield from running_cluster(tmp_path_factory.mktemp("cluster"), version=4, qdevice=True)
 
 
 def test_real_quorumtool_prints_the_qdevice_and_labwright_reads_it(cluster):

@@ -9,11 +9,12 @@ import io
 import json
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from labwright.cli import main
 from labwright.testing.pyinfra_output import tool_env
-from support.corosync_netns import NetnsCluster
+from support.corosync_netns import NetnsCluster, start_cluster
 
 
 def cli(cluster: NetnsCluster, *args: str, inventory: bool = True, subprocess_: bool = False
@@ -80,3 +81,18 @@ def make_stale_by_version(cluster: NetnsCluster) -> tuple[int, int]:
     wait_for(lambda: "Exiting" in (cluster.node_dir("node3") / "var/log/corosync/corosync.log").read_text()
              and cluster.pid("node3") is None, 30, "node3 to exit on the config version mismatch")
     return old, old + 2
+
+
+def running_cluster(directory: Path, version: int, qdevice: bool = False) -> Iterator[NetnsCluster]:
+    """The body of a module fixture: a started netns cluster (with a real QDevice when asked) and an inventory file
+    for it in ``directory``; closed after the module."""
+    cluster = start_cluster(version=version)
+    try:
+        if qdevice:
+            cluster.add_qdevice()
+        inventory = directory / "cluster_inventory.py"
+        inventory.write_text(cluster.inventory_text())
+        cluster.inventory = inventory  # type: ignore[attr-defined]
+        yield cluster
+    finally:
+        cluster.close()
