@@ -332,9 +332,11 @@ class Lxc:
             if re.match(r"^dev\d+$", key):
                 path = parse_property_string(fmt(self.props, key), value).get("path", "")
                 if path not in self.cluster.nodes[node].devices:
-                    # The prestart hook's stat() fails and lxc-start gives up (pve-container LXC/Tools.pm).
+                    # vm_start -> update_lxc_config stats every devN path before lxc-start and dies, so the
+                    # task's status is that message (pve-container 6.1.10 src/PVE/LXC.pm 3136, 769-776;
+                    # src/PVE/LXC/Tools.pm 157-166 get_device_mode_and_rdev).
                     task.log.append(f"Device {path} does not exist")
-                    raise TaskAbort(f"startup for container '{vmid}' failed")
+                    raise TaskAbort(f"Device {path} does not exist")
         task.checkpoint()
         if self.cluster.on_boot is not None:
             # The node's own side of a start (lxc-start on a real node; the pct double's CT in a lab "node").

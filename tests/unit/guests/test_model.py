@@ -158,7 +158,7 @@ def test_example_lab_inventory_guests(repo):
         ("llm1", "proxmox", "pve1", 201), ("desk1", "proxmox", "pve2", 301), ("llama1", "lxd", "nas", None)]
     # The node's own inventory data (API URL, SSH address) travels with the guest for the backend.
     assert specs[0].node_data["proxmox_api_url"].startswith("https://")
-    assert specs[0].host_data["pct_ssh_hostname"] == "192.168.1.11" and "guest" not in specs[0].host_data
+    assert specs[0].host_data["ssh_hostname"] == "192.168.1.11" and "guest" not in specs[0].host_data
 
 
 def test_duplicate_guest_names_are_refused(tmp_path):

@@ -251,7 +251,7 @@ def test_pve_simulator_start_fails_when_a_passed_through_device_is_missing(sim, 
     create(root, sim, dev0="/dev/nvidia-uvm")
     del sim.cluster.nodes["pve1"].devices["/dev/nvidia-uvm"]  # e.g. after a host reboot, before nvidia-modprobe
     status = wait(root, root.nodes("pve1").lxc(101).status.start.post())
-    assert status["exitstatus"] == "startup for container '101' failed"
+    assert status["exitstatus"] == "Device /dev/nvidia-uvm does not exist"  # update_lxc_config dies before lxc-start
     log = [entry["t"] for entry in root.nodes("pve1").tasks(status["upid"]).log.get()]
     assert "Device /dev/nvidia-uvm does not exist" in log
 
