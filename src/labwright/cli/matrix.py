@@ -38,15 +38,16 @@ class PinsBroken(OperationFailed):
 def refresh(
     listing: Path = typer.Option(..., "--from", help="The listing: prebuilt markdown, pip index HTML or a URL list."),
     kind: str = typer.Option(None, "--kind", help=f"One of {', '.join(KINDS)} (default: from the file suffix)."),
-    out: Path = typer.Option(None, "--out", help="Directory to write NAME.toml into (default: the wheels_matrix)."),
+    out: Path = typer.Option(None, "--out", help="Directory to write NAME.toml into (default: the matrix read)."),
     name: str = typer.Option(None, "--name", help="Output file stem (default: the listing's stem)."),
     base_url: str = typer.Option("", "--base-url", help="Prefix for relative links and bare file names."),
     source: str = typer.Option("", "--source", help="Publisher to record for every wheel (overrides `# source:`)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Parse and count; write nothing."),
 ) -> None:
-    """Regenerate a wheels_matrix/*.toml file from an upstream listing.
+    """Regenerate a labwright/data/matrix/*.toml file from an upstream listing.
 
-    Example: labwright matrix refresh --from wheels_matrix/sources/flash_attn_prebuilt.md --kind flash-attn-prebuilt
+    Example: labwright matrix refresh --kind flash-attn-prebuilt \
+        --from src/labwright/data/matrix/sources/flash_attn_prebuilt.md
     """
     target = out or matrix_dir()
     meta = target / "components.toml" if (target / "components.toml").is_file() else matrix_dir() / "components.toml"
@@ -216,7 +217,7 @@ def stacks(
     if as_json:
         typer.echo(json.dumps(payload, indent=2))
         return
-    stdout.print(table("named stacks (wheels_matrix/stacks.toml)",
+    stdout.print(table("named stacks (labwright/data/matrix/stacks.toml)",
                        ["stack", "torch", "exllamav3", "flash-attn", "causal-conv1d", "FLA", "resolves", "vs seed"],
                        rows))
     for named in matrix.stacks.values():

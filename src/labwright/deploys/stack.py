@@ -39,7 +39,7 @@ def deploy_stack() -> None:
         if not flag(data, "stack_rollback"):
             name = value(data, "stack")
             if not name:
-                raise DeployError("stack: required: a stack name from wheels_matrix/stacks.toml, e.g. --data stack=A")
+                raise DeployError("stack: required: a stack name from `labwright matrix stacks`, e.g. --data stack=A")
             plan = plan_for_stack(str(name), str(venv), root=root, wheelhouse=value(data, "wheelhouse"),
                                   torch=value(data, "torch"))
     except LabwrightError as exc:

@@ -323,6 +323,6 @@ class _Resolver:
 
 
 def resolve_stack(request: StackRequest, matrix: Matrix | None = None) -> Resolution:
-    """Resolve `request` against `matrix` (default: the repo's wheels_matrix). Raises BadInput for unparsable input;
+    """Resolve `request` against `matrix` (default: the packaged matrix). Raises BadInput for unparsable input;
     an impossible stack is not an exception but a Resolution with errors (ok == False)."""
     return _Resolver(matrix or load_matrix(), request).run()

@@ -51,7 +51,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     llama = parser.getgroup("labwright llamacpp", "expected state for labwright/verify/test_llamacpp.py")
     for option, (env, text) in LLAMACPP_OPTIONS.items():
         llama.addoption(f"--llamacpp-{option}", default=None,
-                        help=f"{text} (default: ${env}, else templates/llamacpp/defaults.toml)")
+                        help=f"{text} (default: ${env}, else labwright/data/templates/llamacpp/defaults.toml)")
     llama.addoption("--llamacpp-flag", action="append", default=[], metavar="KEY=VALUE",
                     help="expected flag overriding defaults.toml [flags], e.g. ctx_size=65536 or metrics=false "
                          "(JSON values are parsed; repeatable)")
@@ -138,7 +138,7 @@ def llamacpp_expected_from(config: pytest.Config) -> LlamacppExpected:
             raise pytest.UsageError(f"--llamacpp-flag: {item!r} is not KEY=VALUE")
         flags[key.strip().replace("-", "_")] = parse_flag_value(text)
     if "port" not in flags:
-        raise pytest.UsageError("--llamacpp-flag port=N is needed (no templates/llamacpp/defaults.toml here)")
+        raise pytest.UsageError("--llamacpp-flag port=N is needed (no data/templates/llamacpp/defaults.toml here)")
     return LlamacppExpected(value("service"), value("user"), value("model"), value("alias"), flags)
 
 
