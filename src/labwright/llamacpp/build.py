@@ -133,7 +133,10 @@ def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None) ->
         sdist = download_sdist(cache, source)
         with tempfile.TemporaryDirectory(prefix="llama-build-") as tmp:
             with tarfile.open(sdist) as archive:
-                archive.extractall(tmp, filter="data")
+                if hasattr(tarfile, "data_filter"):
+                    archive.extractall(tmp, filter="data")
+                else:  # Python < 3.11.4 (Debian 12's 3.11.2) has no extraction filters; the sdist's sha256 is pinned
+                    archive.extractall(tmp)
             vendor = Path(tmp) / source.filename.removesuffix(".tar.gz") / "vendor" / "llama.cpp"
             if not (vendor / "CMakeLists.txt").exists():
                 raise OperationFailed(f"{source.filename} has no vendor/llama.cpp/CMakeLists.txt")
