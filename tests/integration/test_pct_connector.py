@@ -416,3 +416,17 @@ def test_pct_double_exec_uses_pct_s_own_path(pve_node):
     assert result.stdout == b"/sbin:/bin:/usr/sbin:/usr/bin\n"
     result = pve_node.sh(f"pct exec {CT} --keep-env 0 -- sh -c 'echo $PATH'")
     assert result.stdout == b"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+
+
+def test_pct_connector_finds_tools_in_usr_local_bin_as_ssh_would(pve_node, host):
+    """Real pct exec's PATH has no /usr/local (above); the connector gives commands Debian's root PATH, so a tool a
+    deploy installed in /usr/local/bin is found through @pct exactly as over SSH."""
+    tool = PveNode.in_ct(CT, "/usr/local/bin/lw-local-tool")
+    made = pve_node.sh(f"mkdir -p $(dirname {tool}) && printf '#!/bin/sh\\necho local-tool-ran\\n' > {tool} && "
+                       f"chmod 755 {tool}")
+    assert made.exit_code == 0, made.stderr
+    ok, out = host.run_shell_command("lw-local-tool; echo $PATH")
+    assert ok, out.stderr_lines
+    assert out.stdout_lines == ["local-tool-ran", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+    ok, out = host.run_shell_command("echo $PATH", _env={"PATH": "/opt/mine/bin:/usr/bin:/bin"})
+    assert ok and out.stdout_lines == ["/opt/mine/bin:/usr/bin:/bin"]

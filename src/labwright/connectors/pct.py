@@ -122,9 +122,17 @@ def format_perms(perms: int | str) -> str:
     return perms if perms.startswith("0") else f"0{perms}"
 
 
+#: The PATH a command gets in the CT. `pct exec` keeps the pct CLI's own environment (--keep-env, default 1), whose
+#: PATH is /sbin:/bin:/usr/sbin:/usr/bin (pve-common 9.2.1 CLIHandler.pm 688; pve-container 6.1.10 pct.pm 230-251):
+#: no /usr/local. Over SSH, root on Debian has /usr/local/sbin and /usr/local/bin first; a deploy must not behave
+#: differently through @pct, so the CT command gets Debian's root PATH (a user's ``_env`` PATH still wins: pyinfra
+#: puts it inside the ``sh -c`` command).
+CT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
 def pct_exec_command(vmid: int, unix_command: str) -> str:
-    """The node's command line running ``unix_command`` (shell syntax) in CT ``vmid``."""
-    return shlex.join(["pct", "exec", str(vmid), "--", "sh", "-c", unix_command])
+    """The node's command line running ``unix_command`` (shell syntax) in CT ``vmid``, with ``CT_PATH``."""
+    return shlex.join(["pct", "exec", str(vmid), "--", "env", f"PATH={CT_PATH}", "sh", "-c", unix_command])
 
 
 def _transfer_options(perms: int | str | None, user: str | None, group: str | None) -> list[str]:

@@ -24,6 +24,7 @@ from pyinfra.api.exceptions import InventoryError
 from pyinfra.connectors.util import make_unix_command
 
 from labwright.connectors.pct import (
+    CT_PATH,
     DIGEST_SCRIPT,
     INSTALL_SCRIPT,
     PctConnector,
@@ -142,7 +143,7 @@ def pct_argv(shell: str, command: str, bindir: Path) -> list[bytes]:
 @pytest.mark.parametrize("inner", NASTY, ids=IDS)
 def test_exec_delivers_the_inner_command_byte_for_byte(shell, inner, fake_pct):
     argv = pct_argv(shell, pct_exec_command(101, inner), fake_pct)
-    assert argv == [b"exec", b"101", b"--", b"sh", b"-c", inner.encode()]
+    assert argv == [b"exec", b"101", b"--", b"env", f"PATH={CT_PATH}".encode(), b"sh", b"-c", inner.encode()]
 
 
 @pytest.mark.parametrize("shell", SHELLS)
