@@ -81,6 +81,10 @@ def fit_model(request: FitRequest) -> FitResult:
     if layout is not None and (request.context is not None or result.max_context_checked):
         # the KV figure rests on these: say so beside the verdict
         notes += [f"KV assumes: {note}" for note in layout.notes]
+        if spec is not None:
+            from labwright.tuning.kv import rule_notes
+
+            notes += [f"KV assumes: {note}" for note in rule_notes(layout, spec)]
         if layout.count("state"):
             notes.append(f"KV assumes: {layout.count('state')} recurrent layers' fixed state is not counted")
     return replace(result, kv_source=kv_source, cache_mode=spec.name if spec else None,

@@ -44,7 +44,7 @@ def layer_cells(layout: KvLayout, spec: CacheSpec, layer: Layer, tokens: int) ->
     if not layer.attends:
         return 0
     if layer.kind in ("sliding", "chunked") and layer.window:
-        return _rule(layout, spec, layer.kind).cells(tokens, layer.window)
+        return _rule(layout, spec, layer.kind).cells(tokens, layer.window, layout.model_type)
     return tokens
 
 
@@ -102,7 +102,8 @@ def tokens_in_budget(layout: KvLayout, spec: CacheSpec, budget: int, page: int =
     else:
         spans = [layer.window or 0 for layer in layout.attention_layers]
         rules = [_rule(layout, spec, layer.kind) for layer in layout.attention_layers]
-        reach = max(span + rule.extra + rule.pad + rule.plus for span, rule in zip(spans, rules, strict=True))
+        reach = max(rule.span(span, layout.model_type) + rule.extra + rule.pad + rule.plus
+                    for span, rule in zip(spans, rules, strict=True))
         saturated = -(-reach // page) + 1
         if kv_bytes(layout, spec, saturated * page) <= budget:
             return None
@@ -197,6 +198,18 @@ class KvPlan:
         }
 
 
+def rule_notes(layout: KvLayout, spec: CacheSpec) -> list[str]:
+    """'assumes' lines for the engine rules this model's layers are sized by (unchecked or conditional rules)."""
+    notes = []
+    for kind in ("sliding", "chunked"):
+        note = _rule(layout, spec, kind).note(kind, spec.engine.label) if layout.count(kind) else None
+        if note:
+            notes.append(note)
+    if layout.count("mla") and spec.engine.mla_assumes:
+        notes.append(f"{spec.engine.label} MLA layers: {spec.engine.mla_assumes}")
+    return notes
+
+
 def plan(layout: KvLayout, spec: CacheSpec, context: int | None = None, budget: int | None = None,
          page: int = DEFAULT_PAGE) -> KvPlan:
     """The planner's answer for one cache setting; ``context`` is rounded up to whole pages, as engines allocate."""
@@ -204,6 +217,7 @@ def plan(layout: KvLayout, spec: CacheSpec, context: int | None = None, budget: 
     if context is not None and context < 1:
         raise BadInput(f"--context {context}: give a number of tokens, 1 or more")
     notes = list(layout.notes)
+    notes += rule_notes(layout, spec)
     if all_capped(layout, spec):
         notes.append(f"every attention layer is capped at its window on {spec.engine.label}: bytes/token is the cost "
                      "below the window, the KV stops growing past it")

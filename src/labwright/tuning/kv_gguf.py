@@ -219,7 +219,7 @@ def layout_from_metadata(metadata: dict[str, Any], path: str | Path = "model.ggu
     v_dim = int(get("attention.value_length", k_dim))
     k_swa = int(get("attention.key_length_swa", k_dim))
     v_swa = int(get("attention.value_length_swa", v_dim))
-    sliding = _sliding_flags(get, arch, layers, data, path)
+    sliding = _sliding_flags(get, arch, layers, data, path, notes)
     window = int(get("attention.sliding_window", 0))
     chunk = data["chunked"].get(arch)
     if chunk and get("attention.sliding_window") is not None and window == 0:
@@ -258,7 +258,8 @@ def _context(get: Any) -> int | None:
     return int(value) if value else None
 
 
-def _sliding_flags(get: Any, arch: str, layers: int, data: dict[str, Any], path: Path) -> list[bool]:
+def _sliding_flags(get: Any, arch: str, layers: int, data: dict[str, Any], path: Path,
+                   notes: list[str]) -> list[bool]:
     pattern = get("attention.sliding_window_pattern")
     if isinstance(pattern, list):
         if len(pattern) != layers:
@@ -268,6 +269,12 @@ def _sliding_flags(get: Any, arch: str, layers: int, data: dict[str, Any], path:
     period = int(pattern) if pattern else int(data["swa_pattern"].get(arch, 0))
     if period:
         return [index % period < period - 1 for index in range(layers)]   # llama_hparams::set_swa_pattern
+    if get("attention.sliding_window") and arch not in data["swa"]["uniform"]:
+        # llama.cpp sets swa_type per architecture (load_hparams); for any other a window in the file is ignored
+        # (Phi-3 says so in a warning) and every layer keeps the whole context.
+        notes.append(f"{arch}.attention.sliding_window is set, but llama.cpp does not cap {arch}'s layers at a "
+                     "window: every layer planned at the whole context")
+        return [False] * layers
     return [bool(get("attention.sliding_window"))] * layers
 
 

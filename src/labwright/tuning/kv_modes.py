@@ -28,6 +28,10 @@ class SlidingRule:
     source: str = ""
     model_types: tuple[str, ...] = ()
     plus: int = 0
+    memory: tuple[tuple[str, int], ...] = ()   # per model type: cells kept below the batch, at least the window
+    whole_below_memory: bool = False            # Ollama: the whole context once memory >= context
+    checked: bool = True
+    assumes: str = ""                           # the rule's condition, said in the plan's notes
 
     def for_model(self, model_type: str, from_gguf: bool = False) -> SlidingRule:
         """The rule as it applies to one model: engines that cap only some architectures keep the rest in full.
@@ -37,12 +41,30 @@ class SlidingRule:
                                f"the engine caps ({', '.join(self.model_types)})")
         return self
 
-    def cells(self, context: int, window: int) -> int:
+    def span(self, window: int, model_type: str = "") -> int:
+        """Tokens the engine keeps per sequence before the batch: the window, or more (Ollama's gemma4/gpt-oss)."""
+        return max([window] + [cells for name, cells in self.memory if name == model_type])
+
+    def cells(self, context: int, window: int, model_type: str = "") -> int:
         """Cache cells one sliding layer holds at ``context`` tokens."""
         if self.kind == "full":
             return context
-        cells = min(context, window + self.extra)
+        span = self.span(window, model_type)
+        if self.whole_below_memory and span >= context:
+            cells = context                      # ollama kvcache/causal.go: swaMemorySize >= capacity -> capacity
+        elif self.whole_below_memory:
+            cells = span + self.extra            # ollama: swaMemorySize + maxBatch
+        else:
+            cells = min(context, span + self.extra)
         return -(-cells // self.pad) * self.pad + self.plus
+
+    def note(self, kind: str, label: str) -> str | None:
+        """The plan's 'assumes' line for this rule, when it rests on a condition or is not checked against source."""
+        if not self.checked:
+            return f"{label} {kind} layers: sized by an unchecked rule ({self.assumes or self.source})"
+        if self.assumes:
+            return f"{label} {kind} layers: {self.assumes}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -61,6 +83,7 @@ class Engine:
     bits: tuple[int, int]
     scale: Fraction
     both_only: bool
+    mla_assumes: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,9 +103,12 @@ class CacheSpec:
 
 
 def _rule(raw: dict[str, Any], prefix: str) -> SlidingRule:
+    memory = tuple((str(name), int(cells)) for name, cells in raw.get(f"{prefix}_memory", {}).items())
     return SlidingRule(raw[prefix], int(raw.get(f"{prefix}_extra", 0)), int(raw.get(f"{prefix}_pad", 1)),
                        raw.get(f"{prefix}_source", ""), tuple(raw.get(f"{prefix}_model_types", ())),
-                       int(raw.get(f"{prefix}_plus", 0)))
+                       int(raw.get(f"{prefix}_plus", 0)), memory,
+                       bool(raw.get(f"{prefix}_whole_below_memory", False)),
+                       bool(raw.get(f"{prefix}_checked", True)), str(raw.get(f"{prefix}_assumes", "")))
 
 
 def _engine(key: str, raw: dict[str, Any]) -> Engine:
@@ -95,7 +121,7 @@ def _engine(key: str, raw: dict[str, Any]) -> Engine:
         types={name: Fraction(size[0], size[1]) for name, size in raw.get("types", {}).items()},
         named={name.upper(): (bits[0], bits[1]) for name, bits in raw.get("named", {}).items()},
         bits=(int(raw.get("bits_min", 0)), int(raw.get("bits_max", 0))), scale=scale,
-        both_only=bool(raw.get("both_only", False)),
+        both_only=bool(raw.get("both_only", False)), mla_assumes=str(raw.get("mla_assumes", "")),
     )
 
 

@@ -4,6 +4,7 @@ It does not grow with the context, so it is reported beside the KV cache, never 
 follow llama.cpp's recurrent memory (src/llama-memory-recurrent.cpp: one conv state "r" and one recurrent state "s"
 per layer and sequence, f32, sized by hparams.n_embd_r() / n_embd_s() in src/llama-hparams.cpp):
   Mamba2   r = (d_conv - 1) x (d_inner + 2 x n_groups x d_state)     s = d_state x d_inner
+  Mamba1   as Mamba2 with n_groups = 0 (Jamba)
   GDN      r = (d_conv - 1) x (2 x k_heads x k_dim + v_heads x v_dim) s = k_dim x v_dim x v_heads
   conv     r = (L_cache - 1) x hidden_size (LFM2)                      s = 0
 """
@@ -15,6 +16,7 @@ from typing import Any
 from labwright.tuning.kv_layout import Layer
 
 F32 = 4
+MAMBA1 = ("jamba", "mamba", "falcon_mamba")
 
 
 def _int(section: dict[str, Any], *keys: str) -> int:
@@ -36,7 +38,10 @@ def _layer_state(section: dict[str, Any], name: str) -> int | None:
     if name in ("mamba", "mamba2", "ssm", "hybrid"):
         conv = _int(section, "conv_kernel", "mamba_d_conv", "mamba_conv_kernel")
         state = _int(section, "ssm_state_size", "mamba_d_state", "mamba_state_dim")
-        groups = _int(section, "n_groups", "mamba_n_groups", "mamba_num_groups") or 1
+        # Mamba1 (Jamba, Falcon-Mamba) has no B/C groups: llama.cpp reads ssm.group_count as 0 there, so r is
+        # (d_conv - 1) x d_inner; Mamba2 configs name n_groups (1 when a Mamba2 config leaves it out).
+        mamba1 = section.get("model_type") in MAMBA1
+        groups = 0 if mamba1 else _int(section, "n_groups", "mamba_n_groups", "mamba_num_groups") or 1
         inner = (_int(section, "mamba_num_heads") * _int(section, "mamba_head_dim", "mamba_d_head")
                  or _int(section, "mamba_d_ssm")
                  or _int(section, "mamba_expand", "expand") * _int(section, "hidden_size"))
