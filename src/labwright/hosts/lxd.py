@@ -7,10 +7,10 @@ import io
 import shlex
 from collections.abc import Sequence
 
-from labwright.errors import LabwrightError
+from labwright.errors import LabwrightError, LxdError, LxdNotFound
 from labwright.hostnames import parse_lxd_target
 from labwright.hosts import Result, Source, shell_line, source_bytes
-from labwright.lxd.client import LxdClient
+from labwright.lxd.client import ExecResult, LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 
 
@@ -32,10 +32,17 @@ class LxdHost:
         if timeout is not None:  # coreutils timeout: exit 124, as LocalHost and SshHost report a deadline
             argv = ["timeout", str(max(1, round(timeout))), *argv]
         try:
-            done = self.client.exec(self.name, argv)
+            done = self.exec(argv)
         except (LabwrightError, OSError) as exc:
             return Result(255, "", f"{self.label}: {exc}")
         return Result(done.exit_code, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
+
+    def exec(self, argv: Sequence[str]) -> ExecResult:
+        """Run ``argv`` as it is (no ``sh -c``): the exit code as LXD reports it (a process the OOM killer
+        SIGKILLed is not hidden behind a shell's own exit), stdout and stderr as bytes. Unlike ``run`` it raises
+        (LxdError, OSError) when the daemon cannot run the command, for callers that stop on that rather than read
+        it as exit 255."""
+        return self.client.exec(self.name, list(argv))
 
     def put(self, source: Source, remote: str, mode: int | None = None) -> None:
         try:
@@ -44,10 +51,13 @@ class LxdHost:
             raise OSError(f"cannot write {remote} in {self.label}: {exc}") from exc
 
     def get(self, remote: str) -> bytes:
+        """``remote``'s bytes; FileNotFoundError (an OSError) when it does not exist."""
         buffer = io.BytesIO()
         try:
             self.client.pull_file(self.name, remote, buffer)
         except LabwrightError as exc:
+            if isinstance(exc, LxdNotFound) or (isinstance(exc, LxdError) and exc.status_code == 404):
+                raise FileNotFoundError(f"cannot read {shlex.quote(remote)} in {self.label}: {exc}") from exc
             raise OSError(f"cannot read {shlex.quote(remote)} in {self.label}: {exc}") from exc
         return buffer.getvalue()
 
