@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed
+from labwright.hostnames import BadHostName
+from labwright.hosts.lxd import LxdHost
 from labwright.lxd.client import LxdClient
-from labwright.lxd.remotes import resolve_endpoint, split_target
+from labwright.lxd.remotes import split_target
 
 WAITER_SOURCE = (Path(__file__).with_name("probe_waiter.py")).read_text()
 
@@ -30,18 +32,20 @@ class Guest(Protocol):
 
 
 class LxdGuest:
-    """A running LXD/Incus instance reached through the daemon's REST API (exec with recorded output, files)."""
+    """A running LXD/Incus instance on the ``hosts`` seam (:class:`labwright.hosts.lxd.LxdHost`: the daemon's
+    exec with recorded output, its file API)."""
 
     def __init__(self, target: str, client: LxdClient | None = None):
-        remote, name = split_target(target)
+        _, name = split_target(target)
         self.name = target
         self.instance = name
-        if client is None:
-            endpoint, project = resolve_endpoint(remote)
-            client = LxdClient(endpoint, project=project)
-        self.client = client
         try:
-            info = client.instance(name)
+            self.host = LxdHost(target, client)
+        except BadHostName:  # not an instance name LXD accepts, so there is no such instance
+            raise BadInput(f"--guest {target}: no such LXD instance; list them with `lxc list`") from None
+        self.client = self.host.client
+        try:
+            info = self.client.instance(name)
         except LxdNotFound:
             raise BadInput(f"--guest {target}: no such LXD instance; list them with `lxc list`") from None
         except (LxdError, OSError) as exc:
@@ -57,7 +61,8 @@ class LxdGuest:
         is waited for as long as it runs (LXD's operation wait).
         """
         began = time.monotonic()
-        result = self.client.exec(self.instance, ["python3", "-c", WAITER_SOURCE, json.dumps(request)])
+        # The argv as it is (no shell): the exit code is the waiter's own, 137 (or -1, 9) when the OOM killer took it.
+        result = self.host.exec(["python3", "-c", WAITER_SOURCE, json.dumps(request)])
         documents = _documents(result.stdout)
         final = documents[-1] if documents else None
         if final is not None and ("outcome" in final or (result.exit_code == 0 and "started" not in final)):
@@ -66,7 +71,7 @@ class LxdGuest:
         if request.get("mode") == "probe" and first is not None and result.exit_code in (137, -1, 9):
             again = {**request, "mode": "watch", "invocation": first["invocation"],
                      "spent": time.monotonic() - began}
-            retry = self.client.exec(self.instance, ["python3", "-c", WAITER_SOURCE, json.dumps(again)])
+            retry = self.host.exec(["python3", "-c", WAITER_SOURCE, json.dumps(again)])
             answers = _documents(retry.stdout)
             if retry.exit_code == 0 and answers and "outcome" in answers[-1]:
                 answers[-1]["waiter_killed"] = True
@@ -77,18 +82,15 @@ class LxdGuest:
                               "the guest needs python3 and systemd")
 
     def read_file(self, path: str) -> bytes | None:
-        import io
-
-        out = io.BytesIO()
+        """``path``'s bytes, None when it does not exist."""
         try:
-            self.client.pull_file(self.instance, path, out)
-        except LxdNotFound:
+            return self.host.get(path)
+        except FileNotFoundError:
             return None
-        except LxdError as exc:
-            if exc.status_code == 404:
-                return None
+        except OSError as exc:
+            if isinstance(exc.__cause__, LxdError):  # the daemon's refusal, as it was reported before the seam
+                raise exc.__cause__ from None
             raise
-        return out.getvalue()
 
 
 def _documents(stdout: bytes) -> list[dict[str, Any]]:
