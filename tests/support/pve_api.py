@@ -86,8 +86,8 @@ class PveApi:
         """Answer one request by an authenticated ``user`` (``root@pam``, ``root@pam!token``)."""
         endpoint, uri = self.route(method, path)
         for key in params:
-            if key in uri:
-                raise param_error({key: "duplicate parameter (already defined in URI)"})
+            if key in uri and str(params[key]) != uri[key]:
+                raise param_error({key: "duplicate parameter (already defined in URI) with conflicting values!"})
         params = {**params, **uri}
         handler = self.routes.get((method, endpoint.path))
         if handler is None:  # before the checks: the vendored schema keeps only implemented methods' parameters
@@ -216,7 +216,7 @@ class PveApi:
     def _task(self, params: Mapping[str, str]) -> Task:
         upid = params["upid"]
         if not _UPID.match(upid):
-            raise param_error({"upid": f"unable to parse worker upid '{upid}'"})
+            raise param_error({"upid": "unable to parse worker upid"})
         task = self.cluster.tasks.get(upid)
         if task is None or task.node != params["node"]:
             raise param_error({"upid": "no such task"})
@@ -237,7 +237,7 @@ class PveApi:
             if (source == "active" and task.status != "running") or (
                     params.get("vmid") and task.id != params["vmid"]) or (
                     params.get("typefilter") and task.type != params["typefilter"]) or (
-                    params.get("errors") == "1" and task.exitstatus in ("OK", None)):
+                    params.get("errors") == "1" and (task.exitstatus or "OK").split(":")[0] in ("OK", "WARNINGS")):
                 continue
             row = task.as_status()
             row.pop("exitstatus", None)

@@ -43,6 +43,8 @@ from support.pve_tls import write_certificates
 
 PREFIX = "/api2/json"
 ROOT_PASSWORD = "simulated-root-password"
+#: What pveproxy answers for any ticket or token it cannot verify (pve-manager PVE/HTTPServer.pm 89-90, 101-102).
+AUTH_FAILED = "Authentication failed!"
 DEBIAN_TEMPLATE = "debian-12-standard_12.7-1_amd64.tar.zst"
 #: The device nodes of a host with one NVIDIA GPU (nvidia-uvm's major is dynamic; 508 is a common one).
 NVIDIA_DEVICES = {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255), "/dev/nvidia-modeset": (195, 254),
@@ -174,6 +176,11 @@ class PveSimulator:
         exitstatus, after doing what it did up to its failure point (a create cleans up, as PVE's does)."""
         self.cluster.plan_task("fail", task_type, message)
 
+    def warn_next_task(self, *warnings: str, task_type: str | None = None) -> None:
+        """The next task does its work, logs each of ``warnings`` as ``WARN: ...`` and ends with exitstatus
+        ``WARNINGS: N`` (a success: PVE's ``status_is_error`` is false for it)."""
+        self.cluster.plan_task("warn", task_type, "\n".join(warnings) or "a warning")
+
     def hang_next_task(self, task_type: str | None = None) -> None:
         """The next task stays ``running`` until ``DELETE /nodes/N/tasks/UPID`` or the simulator stops."""
         self.cluster.plan_task("hang", task_type)
@@ -200,12 +207,17 @@ class PveSimulator:
             if not path.startswith(PREFIX + "/"):
                 raise PveApiError(501, f"Method '{method} {path}' not implemented")
             path = path[len(PREFIX):]
+            if path.rstrip("/") != "/access/ticket":
+                try:  # pveproxy authenticates before it looks the path up (AnyEvent.pm 1604-1646)
+                    user = self._authenticate(method, headers)
+                except PveApiError as exc:  # an auth error is a bare status line: reason, no body
+                    self.requests.append(Request(method, path, {}, None, exc.status))
+                    return exc.status, exc.message, None
             params.update(_body_params(headers, body))
             self.api.route(method, path)
-            if path.rstrip("/") == "/access/ticket":
+            if user is None:
                 payload = self._login(method, params)
             else:
-                user = self._authenticate(method, headers)
                 payload = self.api.call(user, method, path, params)
         except PveApiError as exc:
             status, reason = exc.status, exc.message
@@ -242,23 +254,20 @@ class PveSimulator:
     def _authenticate(self, method: str, headers: Any) -> str:
         """The caller's userid (a token's is ``user@realm!id``), or 401 as PVE's auth handler answers."""
         header = headers.get("Authorization") or ""
-        if header.startswith("PVEAPIToken="):
+        ticket = _cookie(headers.get("Cookie") or "", "PVEAuthCookie") or _cookie(header, "PVEAuthCookie")
+        if not ticket and header.startswith("PVEAPIToken="):
+            # verify_token's own reasons ("no such token", "invalid token value!") only reach the log; the
+            # client gets "Authentication failed!" (pve-manager HTTPServer.pm 85-91)
             tokenid, sep, secret = header[len("PVEAPIToken="):].rpartition("=")
-            if not sep or "!" not in tokenid:
-                raise PveApiError(401, "invalid token value!")
-            principal = self.cluster.principals.get(tokenid)
-            if principal is None:
-                user, _, name = tokenid.partition("!")
-                raise PveApiError(401, f"no such token '{name}' for user '{user}'")
-            if not secrets.compare_digest(principal.secret, secret.strip()):
-                raise PveApiError(401, "invalid token value!")
+            principal = self.cluster.principals.get(tokenid) if sep and "!" in tokenid else None
+            if principal is None or not principal.is_token or not secrets.compare_digest(principal.secret, secret):
+                raise PveApiError(401, AUTH_FAILED)
             return tokenid
-        ticket = _cookie(headers.get("Cookie") or "", "PVEAuthCookie")
         if not ticket:
             raise PveApiError(401, "No ticket")
         session = self._sessions.get(ticket)
-        if session is None:
-            raise PveApiError(401, "permission denied - invalid PVE ticket")
+        if session is None:  # verify_ticket's "permission denied - invalid PVE ticket" is logged, not sent
+            raise PveApiError(401, AUTH_FAILED)
         if method != "GET" and headers.get("CSRFPreventionToken") != session.csrf:
             raise PveApiError(401, "Permission denied - invalid csrf token")
         return session.user
@@ -296,9 +305,10 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         simulator: PveSimulator = self.server.simulator  # type: ignore[attr-defined]
         status, reason, payload = simulator.handle(self.command, self.path, self.headers, body)
-        data = json.dumps(payload).encode()
-        self.send_response(status, reason.replace("\n", " ").strip())
-        self.send_header("Content-Type", "application/json;charset=UTF-8")
+        data = b"" if payload is None else json.dumps(payload).encode()
+        self.send_response(status, (reason.strip().splitlines() or [""])[0])  # first line only (AnyEvent.pm 306-315)
+        if payload is not None:
+            self.send_header("Content-Type", "application/json;charset=UTF-8")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

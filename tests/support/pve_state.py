@@ -105,6 +105,7 @@ class Task:
     log: list[str] = field(default_factory=list)
     fail: str | None = None
     hang: bool = False
+    warnings: list[str] = field(default_factory=list)
     cancel: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def checkpoint(self) -> None:
@@ -125,7 +126,7 @@ class Task:
 
 @dataclass
 class _TaskPlan:
-    kind: str  # "fail" or "hang"
+    kind: str  # "fail", "warn" or "hang"
     task_type: str | None
     message: str = ""
 
@@ -197,8 +198,12 @@ class PveCluster:
 
     def check_perm(self, userid: str, path: str, privs: list[str], any_of: bool = False) -> None:
         """``rpcenv->check``: 403 "Permission check failed (PATH, PRIV)" when the principal lacks them."""
-        if not self.has_privs(userid, privs, any_of):
+        if self.has_privs(userid, privs, any_of):
+            return
+        if any_of:
             raise PveApiError(403, f"Permission check failed ({path}, {'|'.join(privs)})")
+        missing = next(p for p in privs if not self.has_privs(userid, [p]))  # check() names the first one missing
+        raise PveApiError(403, f"Permission check failed ({path}, {missing})")
 
     # --- tasks ----------------------------------------------------------------------------------
     def plan_task(self, kind: str, task_type: str | None = None, message: str = "") -> None:
@@ -217,6 +222,7 @@ class PveCluster:
                 self._plans.remove(plan)
                 task.fail = plan.message if plan.kind == "fail" else None
                 task.hang = plan.kind == "hang"
+                task.warnings = plan.message.split("\n") if plan.kind == "warn" else []
                 break
         self.tasks[upid] = task
         thread = threading.Thread(target=self._run, args=(task, work), name=f"pve-task-{pid}", daemon=True)
@@ -231,10 +237,12 @@ class PveCluster:
         try:
             with self.lock:
                 work(task)
-            task.exitstatus = "OK"
-            task.log.append("TASK OK")
+            task.log += [f"WARN: {w}" for w in task.warnings]
+            task.exitstatus = f"WARNINGS: {len(task.warnings)}" if task.warnings else "OK"
+            task.log.append(f"TASK {task.exitstatus}")
         except Exception as exc:  # any failure ends the task the way a dying worker does
-            task.exitstatus = str(exc).strip() or type(exc).__name__
+            # fork_worker: chomp, then every newline becomes a space (RESTEnvironment.pm 655-658)
+            task.exitstatus = str(exc).removesuffix("\n").replace("\n", " ") or type(exc).__name__
             task.log.append(f"TASK ERROR: {task.exitstatus}")
         task.endtime = int(time.time())
         task.status = "stopped"

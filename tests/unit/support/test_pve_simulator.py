@@ -193,6 +193,25 @@ def test_pve_simulator_authentication(sim):
     assert (no_csrf.status_code, no_csrf.reason) == (401, "Permission denied - invalid csrf token")
 
 
+def test_pve_simulator_auth_failures_are_a_bare_401_with_pveproxys_reason(sim):
+    """pve-manager PVE/HTTPServer.pm 85-103: a token or ticket that does not verify is "Authentication failed!"
+    whatever verify_token/verify_ticket said; pve-http-server AnyEvent.pm 1641-1644 sends it with no body."""
+    url, ca = f"{sim.base_url}/nodes", str(sim.ca_file)
+    for header in ({"Authorization": f"PVEAPIToken={TOKEN}=wrong"}, {"Authorization": "PVEAPIToken=root@pam!nope=x"},
+                   {"Authorization": "PVEAPIToken=garbage"}, {"Cookie": "PVEAuthCookie=PVE:root@pam:6500AB12::Zm9v"}):
+        answer = requests.get(url, headers=header, verify=ca, timeout=5)
+        assert (answer.status_code, answer.reason, answer.content) == (401, "Authentication failed!", b""), header
+    # authentication comes before routing: an unknown path without credentials is 401, not 501
+    assert requests.get(f"{sim.base_url}/bogus", verify=ca, timeout=5).status_code == 401
+
+
+def test_pve_simulator_uri_parameter_repeated_with_the_same_value_is_accepted(sim, root):
+    """rest_handler (pve-manager PVE/HTTPServer.pm 160-168) refuses only a conflicting repeat."""
+    assert root.nodes("pve1").lxc.get(node="pve1") == []
+    error = refused(lambda: root.nodes("pve1").lxc.get(node="pve2"))
+    assert error.errors == {"node": "duplicate parameter (already defined in URI) with conflicting values!"}
+
+
 # --- errors from state ---------------------------------------------------------------------------------
 def test_pve_simulator_state_errors_read_like_pve(sim, root):
     error = refused(lambda: root.nodes("pve1").lxc(123).config.get())
@@ -258,7 +277,25 @@ def test_pve_simulator_start_fails_when_a_passed_through_device_is_missing(sim, 
 
 def test_pve_simulator_bad_upid_is_a_parameter_error(sim, root):
     error = refused(lambda: root.nodes("pve1").tasks("UPID:pve1:nonsense").status.get())
-    assert error.status_code == 400 and "unable to parse worker upid" in error.errors["upid"]
+    assert (error.status_code, error.errors) == (400, {"upid": "unable to parse worker upid"})  # Tasks.pm 516
+
+
+def test_pve_simulator_task_with_warnings_ends_in_warnings_n(sim, root):
+    """fork_worker (pve-common RESTEnvironment.pm 659-661) ends "TASK WARNINGS: N"; UPID.pm 80 reads it back."""
+    create(root, sim)
+    sim.warn_next_task("old config option ignored", "second one", task_type="vzstart")
+    status = wait(root, root.nodes("pve1").lxc(101).status.start.post())
+    assert status["exitstatus"] == "WARNINGS: 2" and sim.is_running(101)
+    log = [entry["t"] for entry in root.nodes("pve1").tasks(status["upid"]).log.get()]
+    assert log[-3:] == ["WARN: old config option ignored", "WARN: second one", "TASK WARNINGS: 2"]
+    assert root.nodes("pve1").tasks.get(errors=1) == []  # not an error (UPID.pm 90)
+
+
+def test_pve_simulator_multi_line_task_error_is_one_line(sim, root):
+    """fork_worker chomps the error and turns every newline into a space (RESTEnvironment.pm 655-658)."""
+    create(root, sim)
+    sim.fail_next_task("lxc-start failed\nsee journal\n", "vzstart")
+    assert wait(root, root.nodes("pve1").lxc(101).status.start.post())["exitstatus"] == "lxc-start failed see journal"
 
 
 # --- config semantics ------------------------------------------------------------------------------------
