@@ -6,6 +6,19 @@ parameter given twice is a 400), a real endpoint the simulator does not implemen
 (the vendored schema keeps only implemented methods' parameters), the schema's ``permissions.check``
 is evaluated (403), the node in the path must be a cluster node (proxying fails with 500), then the
 method's parameters are validated against the schema (400) and the handler runs (its own 4xx/5xx).
+
+Provenance (read for these behaviours; versions and commits in docs/pve-simulator.md):
+- pve-manager 9.2.11 (14a22df35955), PVE/HTTPServer.pm ``rest_handler``: unknown path or method is 501
+  "Method 'M PATH' not implemented" (148-158); a URI parameter repeated with another value is the 400
+  "duplicate parameter (already defined in URI) with conflicting values!" (160-168); permissions (174); proxying
+  to the path's node (176-190); a PVE::Exception keeps its code and ``errors``, anything else is 500 (221-230).
+- pve-access-control 9.1.1 (5ccd07d93025), src/PVE/RPCEnvironment.pm: ``check`` fails on the first missing
+  privilege, "Permission check failed (PATH, PRIV)" (291-305); ``check_any`` names them joined by "|" (307-326).
+- pve-common 9.2.1 (f665029eac78), src/PVE/RESTHandler.pm ``handle`` validates parameters (510-540) with
+  src/PVE/JSONSchema.pm ``validate`` (1694-1700, "Parameter verification failed.").
+- pve-manager 9.2.11, PVE/API2/Tasks.pm: list filters (150-240), stop (312-331), log ``start``/``limit``
+  default 0/50 and ``n``/``t`` rows (395-450), status (510-545); a UPID that does not parse is the parameter
+  error "unable to parse worker upid" (315, 397, 516), an unknown one "no such task" (316, 517).
 """
 
 from __future__ import annotations

@@ -6,6 +6,15 @@ description as ``#`` comments, raw ``lxc.*`` entries kept in order after the opt
 ``[pve:pending]`` section for changes a running container picks up at its next start. So what a
 client writes over SSH (raw ``lxc.*`` lines, which the API cannot set) shows up in ``GET .../config``
 exactly as on a node, and the ``digest`` is the SHA-1 of the file text as PVE computes it.
+
+Provenance (pve-container 6.1.10, commit 94f558522ef6; pve-guest-common 6.0.2, commit 4a8f6cbf78e1):
+- src/PVE/LXC/Config.pm: ``parse_pct_config`` (1126-1222: ``key: value``, ``#`` description, ``lxc.*`` kept in
+  order, ``[pve:pending]`` and ``delete:``), ``write_pct_config`` (1224-1299, sorted keys), ``$LXC_FASTPLUG_OPTIONS``
+  (1612-1622), ``vmconfig_hotplug_pending`` (1624-1747), ``vmconfig_apply_pending`` at start (1749-1895),
+  ``classify_mountpoint`` (1897-...), ``print_ct_mountpoint``/``parse_lxc_network`` (1486-1610).
+- pve-guest-common src/PVE/AbstractConfig.pm: ``add_to_pending_delete`` (105-136), ``cleanup_pending``
+  (138-...), ``check_lock`` "CT is locked (LOCK)" (336-340), ``create_and_lock_config`` (254-...).
+- pve-common 9.2.1 src/PVE/Tools.pm ``assert_if_modified`` (868-873): the digest check.
 """
 
 from __future__ import annotations

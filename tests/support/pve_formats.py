@@ -6,6 +6,13 @@ re-implementations of the ones the LXC, task, storage and cluster endpoints use,
 error text, because a simulator that accepts ``vmid=99`` or ``hwaddr=01:...`` would let a client
 bug through that a real node refuses. ``NAME-list`` and ``NAME-opt`` variants are derived the way
 ``check_format`` derives them. A name not listed here is accepted (see docs/pve-simulator.md).
+
+Provenance: pve-common 9.2.1 (f665029eac78), src/PVE/JSONSchema.pm: ``register_format`` (201-...),
+``pve_verify_vmid`` (309-...), ``pve_verify_node_name`` (347-...), ``pve_verify_mac_addr`` (456-...), the IP and CIDR
+validators (482-647), ``check_format`` with its ``-list``/``-opt`` variants (975-1020), ``parse_size`` (1022-1039),
+``parse_property_string`` (1068-1174); ``split_list`` is src/PVE/Tools.pm 318-...; container formats from
+pve-container 6.1.10 (94f558522ef6) src/PVE/LXC/Config.pm (``verify_lxc_mp_string`` 982-..., ``verify_lxc_dev_string``
+1063-...). Storage formats (pve-storage) were not re-read for this block.
 """
 
 from __future__ import annotations

@@ -17,6 +17,16 @@ Provenance (proxmox/pve-container 6.1.10, commit 94f558522ef6; read for these be
 - a devN path is stat()ed on every config change (src/PVE/LXC/Config.pm 1377-1383) and at every start
   (``vm_start`` -> ``update_lxc_config``, src/PVE/LXC.pm 3136 and 769-776), by
   ``get_device_mode_and_rdev`` (src/PVE/LXC/Tools.pm 157-166): "Device /dev/X does not exist".
+- create (src/PVE/API2/LXC.pm ``create_vm`` 141-658): storage without rootdir content is a parameter error
+  (353), mount points without rootfs (387), "Only root can pass arbitrary filesystem paths." (401), the task
+  error prefix "unable to create CT N -" (417), ``create_and_lock_config`` (419), worker ``vzcreate`` (655);
+  "CT N already exists on node 'X'" is pve-cluster 9.1.6 src/PVE/Cluster.pm 796.
+- destroy (``destroy_vm`` 805-927): ``check_lock`` (860), "unable to destroy CT N - container is running" (879).
+- src/PVE/API2/LXC/Status.pm: start 120-216 ("CT N already running" 162, template 191, ``check_lock`` 195,
+  worker ``vzstart`` 214), stop 220-312 ("CT N not running" 264, ``vzstop`` 310), shutdown 316-396.
+- src/PVE/API2/LXC/Config.pm ``update_vm`` (112-270): "no options specified" (161), ``check_lock`` (174),
+  revert/delete parameter errors (187-206); "CT is locked (X)" is pve-guest-common 6.0.2 AbstractConfig.pm 339.
+- "Path is not defined for passthrough device devN" (src/PVE/LXC.pm 774).
 """
 
 from __future__ import annotations

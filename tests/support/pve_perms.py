@@ -3,6 +3,11 @@
 The rule that matters most for GPU guests: the function returns early only for the literal user
 ``root@pam``. Everyone else, an API token of root (``root@pam!ci``) included, is refused device
 passthrough (``devN``), non-volume mount points and feature flags other than ``nesting``.
+
+Provenance: pve-container 6.1.10 (94f558522ef6), src/PVE/LXC.pm ``check_ct_modify_config_perm`` (1655-1756):
+root@pam returns early (1658); devN is root-only (1686-1687); features on a privileged CT (1691-1692), on an
+unprivileged one all but nesting (1731-1732). The 403 text is pve-common 9.2.1 src/PVE/Exception.pm
+``raise_perm_exc`` (53-68): "Permission check failed (WHAT)".
 """
 
 from __future__ import annotations

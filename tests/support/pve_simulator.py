@@ -15,6 +15,21 @@ real API schema (see ``pve_schema``) and recorded, so a test can assert that no 
         assert sim.writes[-1].path == "/nodes/pve1/lxc"
 
 See docs/pve-simulator.md for what is simulated and what is not.
+
+Provenance (read for these behaviours; versions and commits in docs/pve-simulator.md):
+- pve-http-server 6.0.5 (5c9e4ea77336), src/PVE/APIServer/AnyEvent.pm: the ticket comes from the
+  ``PVEAuthCookie`` cookie, else the ``Authorization`` header, and only then a ``PVEAPIToken=`` value
+  (1578-1596); authentication runs before the request reaches routing (1604-1612); an auth error is a status
+  line with the error as reason and no body (1614-1646); the reason phrase is the message's first line
+  (``response`` 306-315). Deliberately not copied: the 3 s delay on every 401 (1618, 1036-1040).
+- pve-manager 9.2.11 (14a22df35955), PVE/HTTPServer.pm ``auth_handler``: ``/access/ticket`` needs no auth
+  (69-78); a token or ticket that does not verify is "Authentication failed!" whatever the reason (85-103);
+  no ticket is "No ticket" (93); writes need the CSRF token unless authenticated by API token (123-130).
+- pve-common 9.2.1 (f665029eac78), src/PVE/Ticket.pm: CSRF token ``%08X:`` + HMAC (19-27), a bad one is 401
+  "Permission denied - invalid csrf token" (29-50); the ticket ``PVE:USER:%08X::SIG`` (53-72).
+- pve-access-control 9.1.1 (5ccd07d93025), src/PVE/API2/AccessControl.pm ``create_ticket_do``: a valid
+  ticket as the password renews it (138-160); any failure is 401 "authentication failure" (300-311);
+  ``clustername`` only when clustered (316-319). src/PVE/AccessControl.pm ``verify_token`` (487-516).
 """
 
 from __future__ import annotations
@@ -215,10 +230,7 @@ class PveSimulator:
                     return exc.status, exc.message, None
             params.update(_body_params(headers, body))
             self.api.route(method, path)
-            if user is None:
-                payload = self._login(method, params)
-            else:
-                payload = self.api.call(user, method, path, params)
+            payload = self._login(method, params) if user is None else self.api.call(user, method, path, params)
         except PveApiError as exc:
             status, reason = exc.status, exc.message
             payload = {"data": None, "message": exc.message + "\n", **({"errors": exc.errors} if exc.errors else {})}

@@ -4,6 +4,17 @@ Containers live as config files under a temporary pmxcfs directory (``nodes/NODE
 so a test can read or edit them like ``/etc/pve`` on a node. Tasks run in threads with PVE's UPIDs
 and can be told to fail or to hang (see ``PveCluster.plan_task``), which is how tests reach the
 error paths of a client's task polling.
+
+Provenance (read for these behaviours; versions and commits in docs/pve-simulator.md):
+- pve-common 9.2.1 (f665029eac78), src/PVE/UPID.pm: ``UPID:NODE:%08X pid:%08X pstart:%08X start:TYPE:ID:USER:``
+  (``encode`` 18-30, ``decode`` 32-57); exit status from the log's last line: "TASK OK" -> ``OK``, "TASK ERROR: X"
+  -> X, "TASK WARNINGS: N" -> ``WARNINGS: N`` (``read_status`` 71-85); WARNINGS is not an error (88-91).
+- pve-common 9.2.1, src/PVE/RESTEnvironment.pm ``fork_worker`` (520-680): the UPID is returned at once; a
+  killed worker dies "received interrupt" (566); the error is chomped and newlines become spaces (654-658);
+  ``warn`` logs "WARN: ..." and counts (757-769), ending "TASK WARNINGS: N" (659-661).
+- pve-guest-common 6.0.2 (4a8f6cbf78e1), src/PVE/AbstractConfig.pm ``load_config``: "Configuration file
+  'nodes/NODE/lxc/VMID.conf' does not exist" (50-62); pve-common src/PVE/Tools.pm ``assert_if_modified`` (868-873).
+- pve-access-control 9.1.1 (5ccd07d93025), src/PVE/RPCEnvironment.pm ``check``/``check_any`` (291-326).
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """Certificates for the simulator: a cluster CA and a node certificate for 127.0.0.1, like a PVE node's
-``pve-root-ca.pem`` and ``pve-ssl.pem``. Clients are given the CA, so TLS stays verified in tests."""
+``pve-root-ca.pem`` and ``pve-ssl.pem``. Clients are given the CA, so TLS stays verified in tests.
+
+Provenance: pve-cluster 9.1.6 (7091d92e5949) src/PVE/Cluster/Setup.pm ``gen_pveca_cert`` (415-456) and
+``gen_pve_ssl_cert`` (487-...): a cluster CA in /etc/pve/pve-root-ca.pem signs each node's pve-ssl.pem. Deliberately
+different: EC keys and a 127.0.0.1 SAN instead of PVE's RSA keys and the node's names/addresses.
+"""
 
 from __future__ import annotations
 
