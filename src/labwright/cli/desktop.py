@@ -1,7 +1,7 @@
 """`labwright desktop`: check an xrdp + MATE + Firefox guest made by deploys/desktop.py.
 
-The checks (labwright.desktop.checks) run through the LXD API's exec, so the guest needs no SSH; each failure
-names the seed's cause and fix.
+The checks (labwright.desktop.checks) run through the LXD API's exec (:class:`labwright.hosts.lxd.LxdHost`), so
+the guest needs no SSH; each failure names the seed's cause and fix.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import json
 
 import typer
 
-from labwright.desktop.checks import Check, read_record, run_checks
+from labwright.desktop.checks import Check, Runner, read_record, run_checks
 from labwright.desktop.recipe import DOWNGRADE_KEYS
 from labwright.errors import BadInput, LxdError
+from labwright.hosts.lxd import LxdHost
 from labwright.lab.spec import INSTANCE_NAME
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
@@ -24,12 +25,24 @@ HELP = "Desktop guests (xrdp + MATE + Firefox): check one against the seed's tro
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
 
-def _client(guest: str) -> tuple[LxdClient, str]:
+def _host(guest: str) -> LxdHost:
     remote, _, name = guest.rpartition(":")
     if not INSTANCE_NAME.match(name):
         raise BadInput(f"guest {guest!r} is not an LXD instance name (NAME or REMOTE:NAME)")
     endpoint, project = resolve_endpoint(remote or None)
-    return LxdClient(endpoint, project=project), name
+    return LxdHost(name, LxdClient(endpoint, project=project))
+
+
+def runner(host: LxdHost) -> Runner:
+    """The checks' ``run(command) -> (exit code, stdout)`` on ``host``; the daemon failing raises LxdError."""
+
+    def run(command: str) -> tuple[int, str]:
+        # LXD fails the exec of a command that exits 127 ("Command not found") or 126 ("Command not executable")
+        # instead of giving its output; the checks only tell 0 from the rest, so both come back as 125.
+        result = host.exec(["sh", "-c", f"{command}\nrc=$?; case $rc in 126|127) exit 125;; esac; exit $rc"])
+        return result.exit_code, result.stdout.decode(errors="replace")
+
+    return run
 
 
 def _lxd_config_check(instance: dict) -> Check:
@@ -54,25 +67,21 @@ def check(
 
     Example: labwright desktop check desk1
     """
-    client, name = _client(guest)
+    host = _host(guest)
+    name = host.name
     try:
-        instance = client.instance_or_none(name)
+        instance = host.client.instance_or_none(name)
         if instance is None:
             raise BadInput(f"guest {guest}: no such LXD instance (see `lxc list`)")
         if instance.get("status") != "Running":
             raise BadInput(f"guest {guest} is {instance.get('status')}; start it first (`lxc start {name}`)")
-
-        def run(command: str) -> tuple[int, str]:
-            # LXD reports a command that exits 127 as "Command not found" instead of its output.
-            result = client.exec(name, ["sh", "-c", f"{command}\nrc=$?; [ $rc -eq 127 ] && exit 126; exit $rc"])
-            return result.exit_code, result.stdout.decode(errors="replace")
-
+        run = runner(host)
         want = read_record(run, {"user": user, "port": port})
         results = [_lxd_config_check(instance), *run_checks(run, want)]
     except LxdError as exc:
         raise LxdError(f"guest {guest}: {exc}") from exc
     finally:
-        client.close()
+        host.close()
     failed = [r for r in results if not r.ok]
     if as_json:
         typer.echo(json.dumps({"guest": guest, "user": want.user, "ok": not failed,
