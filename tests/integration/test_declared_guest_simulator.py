@@ -108,3 +108,14 @@ def test_dry_is_read_from_the_pyinfra_command_line(monkeypatch):
     assert not pyinfra_dry_run()
     monkeypatch.setattr(sys, "argv", ["pyinfra", "inv.py", "deploy.py"])
     assert not pyinfra_dry_run()
+
+
+def test_wrong_credentials_are_one_line_naming_the_variables(sim, monkeypatch):
+    monkeypatch.setenv("PROXMOX_TOKEN_SECRET", "00000000-0000-4000-8000-000000000000")
+    host, inventory = host_for(sim)
+    with pytest.raises(BadInput) as info:
+        ensure_declared(spec_for_host(host, inventory), print)
+    message = str(info.value)
+    assert "\n" not in message and "401 Authentication failed!" in message and "PROXMOX_TOKEN_SECRET" in message
+    assert "b''" not in message and "errors:" not in message, message
+    assert not sim.writes

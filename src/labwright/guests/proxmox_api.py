@@ -109,8 +109,12 @@ def connect(credentials: Credentials, node: str, node_data: Mapping[str, Any], t
 def reason(exc: ResourceException) -> str:
     """PVE's message (the HTTP reason) plus its per-parameter errors, on one line."""
     text = str(exc.content or exc.status_message).strip()
-    if isinstance(exc.errors, Mapping) and exc.errors:
-        text += " (" + "; ".join(f"{k}: {' '.join(str(v).split())}" for k, v in sorted(exc.errors.items())) + ")"
+    if isinstance(exc.errors, Mapping):
+        # A 401 has an empty body (pve-http-server AnyEvent.pm): proxmoxer then reports {"errors": b""}.
+        errors = {k: v.decode(errors="replace") if isinstance(v, bytes) else v for k, v in exc.errors.items()}
+        shown = [f"{k}: {' '.join(str(v).split())}" for k, v in sorted(errors.items()) if str(v).strip()]
+        if shown:
+            text += " (" + "; ".join(shown) + ")"
     return " ".join(text.split())
 
 
@@ -119,6 +123,9 @@ def call(what: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
     except ResourceException as exc:
+        if exc.status_code == 401:
+            raise BadInput(f"{what} failed: Proxmox rejected the credentials (401 {reason(exc)}): check "
+                           "PROXMOX_TOKEN_ID and PROXMOX_TOKEN_SECRET (or PROXMOX_USER and PROXMOX_PASSWORD)") from exc
         raise OperationFailed(f"{what} failed: {exc.status_code} {reason(exc)}") from exc
     except requests.exceptions.SSLError as exc:
         raise OperationFailed(f"{what} failed: TLS verification failed; set proxmox_ca_file") from exc
