@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from labwright.atomic import write_text_atomic
 from labwright.errors import OperationFailed
 
 #: Fixed by NVIDIA for the GPU nodes and nvidiactl (/proc/devices calls it "nvidia-frontend" or "nvidia").
@@ -172,12 +173,9 @@ class GpuHost:
 
     def write_file(self, path: str, text: str) -> None:
         target = self.root / path.lstrip("/")
-        tmp = target.with_name(f".{target.name}.labwright.{os.getpid()}")
         try:
-            tmp.write_text(text)
-            os.replace(tmp, target)
+            write_text_atomic(target, text)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise OperationFailed(f"cannot write {path} on {self.label}: {exc.strerror or exc}") from exc
 
     def run(self, argv: Sequence[str]) -> tuple[int, str]:

@@ -9,7 +9,6 @@ root by default, with the host key checked against known_hosts.
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -19,6 +18,7 @@ from typing import Any, Protocol
 
 from pyinfra.api.exceptions import ConnectError
 
+from labwright.atomic import write_text_atomic
 from labwright.errors import LabwrightError, OperationFailed
 from labwright.guests.gpu import DeviceNode, GpuHost, parse_driver_version, parse_proc_devices
 from labwright.hosts.options import endpoint
@@ -92,12 +92,9 @@ class LocalPveNode:
 
     def write_file(self, path: str, text: str) -> None:
         target = self._path(path)
-        tmp = target.with_name(f".{target.name}.labwright.{os.getpid()}")
         try:
-            tmp.write_text(text)
-            os.replace(tmp, target)  # pmxcfs, like PVE's own file_set_contents: write aside, then rename
+            write_text_atomic(target, text)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise OperationFailed(f"cannot write {path} on {self.label}: {exc.strerror or exc}") from exc
 
     def run(self, argv: Sequence[str]) -> tuple[int, str]:
