@@ -173,7 +173,8 @@ def test_downloads_by_url_and_a_url_that_404s(service, url_matrix):
     assert service.health()[1]["torch"] == "2.10.0"
     manifest = service.sh(f"cat {service.readlink()}/../stack.json").output
     assert "http://127.0.0.1:8901/torch-2.10.0" in manifest and '"checked": true' in manifest
-    assert service.sh(f"ls {service.readlink()}/..").output.split() == ["requirements.txt", "stack.json", "venv"]
+    kept = service.sh(f"ls {service.readlink()}/..").output.split()
+    assert kept == ["constraints.txt", "requirements.txt", "stack.json", "venv"]
 
 
 def test_bad_input_is_one_line_and_leaves_the_running_stack_alone(service):
