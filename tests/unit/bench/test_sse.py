@@ -38,8 +38,9 @@ def test_ttft_is_the_first_token_not_the_role_chunk(standin):
     standin.script.first_delay = 0.25
     standin.script.token_delay = 0.05
     trial = client(standin).stream("hi", 4)
-    # The role chunk arrives at once; the first token 0.25 s later: that is the TTFT.
-    assert 0.25 <= trial.ttft_s < 1.0
+    # The role chunk arrives at once; the first token 0.25 s later: that is the TTFT. No upper bound in seconds: on
+    # saturated cores the server thread can be late by any amount; the order of events is what is asserted.
+    assert trial.ttft_s >= 0.25
     assert trial.total_s - trial.ttft_s >= 3 * 0.05
     assert (trial.prompt_tokens, trial.prompt_tokens_source) == (42, "usage")
     assert (trial.decode_tokens, trial.decode_tokens_source, trial.chunks) == (4, "usage", 4)
