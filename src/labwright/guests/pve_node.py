@@ -10,7 +10,6 @@ root by default, with the host key checked against known_hosts.
 from __future__ import annotations
 
 import shlex
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any, Protocol
 
 from pyinfra.api.exceptions import ConnectError
 
-from labwright.atomic import write_text_atomic
 from labwright.errors import LabwrightError, OperationFailed
 from labwright.guests.gpu import DeviceNode, GpuHost, parse_driver_version, parse_proc_devices
 from labwright.hosts.options import endpoint
@@ -69,41 +67,15 @@ class PveNode(Protocol):
     def run(self, argv: Sequence[str]) -> tuple[int, str]: ...
 
 
-class LocalPveNode:
-    """The node's files below ``root`` on this machine."""
+class LocalPveNode(GpuHost):
+    """The node's files below ``root`` on this machine: GpuHost's files and commands, with the node's label."""
 
     def __init__(self, root: str | Path = "/", label: str = "this machine"):
-        self.root = Path(root)
+        super().__init__(root)
         self.label = label
-        self.ran: list[tuple[str, ...]] = []
-
-    def _path(self, path: str) -> Path:
-        return self.root / path.lstrip("/")
 
     def gpu(self) -> NodeGpu:
-        host = GpuHost(self.root)
-        return NodeGpu(host.driver_version(), host.majors(), tuple(host.device_nodes()))
-
-    def read_file(self, path: str) -> str:
-        try:
-            return self._path(path).read_text()
-        except OSError as exc:
-            raise OperationFailed(f"cannot read {path} on {self.label}: {exc.strerror or exc}") from exc
-
-    def write_file(self, path: str, text: str) -> None:
-        target = self._path(path)
-        try:
-            write_text_atomic(target, text)
-        except OSError as exc:
-            raise OperationFailed(f"cannot write {path} on {self.label}: {exc.strerror or exc}") from exc
-
-    def run(self, argv: Sequence[str]) -> tuple[int, str]:
-        self.ran.append(tuple(argv))
-        if self.root != Path("/"):
-            # Under a test root nothing runs: the command would act on the real host, not the fake tree.
-            return 0, ""
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=120, check=False)
-        return proc.returncode, (proc.stdout + proc.stderr).strip()
+        return NodeGpu(self.driver_version(), self.majors(), tuple(self.device_nodes()))
 
 
 class SshPveNode:
