@@ -1,24 +1,124 @@
-"""Writes that never leave a partial file: write beside the target, then rename(2) over it (atomic on one filesystem).
+"""Writes that never leave a partial file: write beside the target, fsync, then rename(2) over it.
 
-The way PVE writes pmxcfs files (PVE::Tools::file_set_contents) and the way labwright writes every file it owns.
+The way PVE writes pmxcfs files (PVE::Tools::file_set_contents: a temp file beside the target, then rename) and the
+way labwright writes every file it owns. A reader, or a process killed at any instant, sees the old content or the new,
+never a mix: rename(2) is atomic within one filesystem, and the data is on disk (fsync) before the name points at it;
+the directory is fsynced after the rename so the new name survives a power cut too.
+
+``keep_previous=True`` keeps the content the write replaced as ``NAME.prev`` beside the target (itself replaced
+atomically: a hard link to the old inode, renamed into place), so a user can always get back the file labwright
+changed. Temporary files a killed writer left behind (``.NAME.labwright.PID.*``) are removed by the next write to
+the same target once their writer is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 from pathlib import Path
 
+PREVIOUS_SUFFIX = ".prev"
+_TMP_MARK = ".labwright."
 
-def write_text_atomic(target: Path, text: str) -> None:
-    """Replace ``target`` with ``text``: a reader sees the old content or the new, never a mix; on failure the
-    temporary file is removed and the OSError goes up."""
-    tmp = target.with_name(f".{target.name}.labwright.{os.getpid()}")
+
+def previous_path(target: Path) -> Path:
+    """Where ``keep_previous`` puts the replaced content of ``target``."""
+    return target.with_name(target.name + PREVIOUS_SUFFIX)
+
+
+def _tmp_path(target: Path) -> Path:
+    return target.with_name(f".{target.name}{_TMP_MARK}{os.getpid()}.{secrets.token_hex(4)}")
+
+
+def _pid_alive(pid: int) -> bool:
     try:
-        with tmp.open("w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_orphans(target: Path) -> None:
+    """Remove temporaries of earlier writes to ``target`` whose writing process no longer exists (killed mid-write)."""
+    prefix = f".{target.name}{_TMP_MARK}"
+    try:
+        names = os.listdir(target.parent)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        return
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        pid_text = name[len(prefix):].split(".", 1)[0]
+        if pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+            with contextlib.suppress(OSError):
+                (target.parent / name).unlink()
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems (and /proc-like ones) refuse fsync on a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def _keep(target: Path) -> None:
+    link = _tmp_path(target)
+    try:
+        os.link(target, link)  # the old inode under a second name: no copy, and the old content is never torn
+    except OSError:  # a filesystem without hard links (pmxcfs, some FUSE): copy it, atomically as well
+        write_bytes_atomic(previous_path(target), target.read_bytes())
+        return
+    os.replace(link, previous_path(target))
+
+
+def write_bytes_atomic(target: Path, data: bytes, *, keep_previous: bool = False, mode: int | None = None) -> None:
+    """Replace ``target`` with ``data`` atomically (see the module docstring).
+
+    The new file keeps the permission bits of the file it replaces (``mode`` overrides; a new file gets 0o644 less the
+    umask). With ``keep_previous`` the replaced content stays as ``NAME.prev``. On failure the temporary file is
+    removed, ``target`` is untouched and the OSError goes up.
+    """
+    target = Path(target)
+    _remove_orphans(target)
+    if mode is None:
+        try:
+            mode = target.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o644 & ~umask
+    tmp = _tmp_path(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if keep_previous and target.is_file():
+            _keep(target)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         raise
+    _fsync_dir(target.parent)
+
+
+def write_text_atomic(target: Path, text: str, *, keep_previous: bool = False, mode: int | None = None,
+                      encoding: str = "utf-8") -> None:
+    """Replace ``target`` with ``text`` (encoded as ``encoding``) atomically; see ``write_bytes_atomic``."""
+    write_bytes_atomic(target, text.encode(encoding), keep_previous=keep_previous, mode=mode)
