@@ -61,12 +61,97 @@ def require_systemctl(unit: str) -> str:
     return systemctl
 
 
+# systemd refuses a start once a unit was started StartLimitBurst times within StartLimitIntervalSec (5 in
+# 10 s by default): a switch, its rollback and a test or a second switch right after add up to that under load.
+# `systemctl reset-failed UNIT` clears that counter (systemd's unit_reset_failed() resets start_ratelimit).
+START_LIMIT_TEXT = "start of the service was attempted too often"
+START_LIMIT_RESULT = "start-limit-hit"
+BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # after reset-failed, before each retry of a refused restart: ~15 s at most
+FAILED_CHECK_S = 1.0  # while waiting on health, how often to ask systemd whether the unit failed outright
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """What ``restart_owned`` saw: whether the unit serves, the last health answer, seconds spent, attempts."""
+
+    unit: str
+    healthy: bool
+    seen: str
+    waited_s: float
+    attempts: int
+
+
+def _systemctl(systemctl: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([systemctl, *args], capture_output=True, text=True, timeout=300)
+
+
+def unit_property(unit: str, name: str) -> str:
+    """``systemctl show -p NAME --value UNIT`` ('' when systemd does not say)."""
+    proc = _systemctl(require_systemctl(unit), "show", "-p", name, "--value", unit)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def _refused_by_start_limit(systemctl: str, unit: str, stderr: str) -> bool:
+    if START_LIMIT_TEXT in stderr:
+        return True
+    proc = _systemctl(systemctl, "show", "-p", "Result", "--value", unit)
+    return proc.stdout.strip() == START_LIMIT_RESULT
+
+
+def restart_unit(unit: str, reset_first: bool = True, backoff_s: tuple[float, ...] = BACKOFF_S) -> int:
+    """``systemctl restart UNIT`` that systemd's start limit cannot refuse: ``reset-failed`` first (when
+    ``reset_first``), and a restart refused for the start limit is retried after ``reset-failed`` with bounded
+    back-off. Returns the attempts made; raises OperationFailed naming the unit, systemd's reason and the
+    command to look at when the restart fails for another reason or every retry was refused."""
+    name = check_unit(unit)
+    systemctl = require_systemctl(name)
+    attempts = 0
+    for delay in (0.0, *backoff_s):
+        if delay:
+            time.sleep(delay)  # back-off between refused attempts, not a wait for a state
+        if reset_first or attempts:
+            _systemctl(systemctl, "reset-failed", name)  # an error here (unit not loaded) shows in the restart
+        attempts += 1
+        proc = _systemctl(systemctl, "restart", name)
+        if proc.returncode == 0:
+            return attempts
+        reason = (proc.stderr.strip().splitlines() or ["no output"])[0]
+        if not _refused_by_start_limit(systemctl, name, proc.stderr):
+            raise OperationFailed(f"systemctl restart {name} failed: {reason} (see journalctl -u {name} -n 50)")
+    raise OperationFailed(f"systemctl restart {name} refused by systemd's start limit {attempts} times, even after "
+                          f"reset-failed: something else restarts it in a loop; see journalctl -u {name} -n 50, then "
+                          f"run systemctl reset-failed {name} && systemctl restart {name}")
+
+
 def restart(unit: str) -> None:
-    systemctl = require_systemctl(unit)
-    proc = subprocess.run([systemctl, "restart", unit], capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise OperationFailed(f"systemctl restart {unit} failed: {reason}")
+    restart_unit(unit)
+
+
+def unit_failed(unit: str) -> str | None:
+    """systemd's reason when the unit is ``failed`` (crashed and not restarting), else None."""
+    systemctl = shutil.which("systemctl")
+    if systemctl is None:
+        return None
+    proc = _systemctl(systemctl, "show", "-p", "ActiveState", "-p", "Result", unit)
+    fields = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    if fields.get("ActiveState") != "failed":
+        return None
+    return f"{unit} failed ({fields.get('Result') or 'no result'})"
+
+
+def restart_owned(unit: str, health: HealthCheck | None = None, *, reset_first: bool = True,
+                  backoff_s: tuple[float, ...] = BACKOFF_S) -> Restarted:
+    """THE restart helper: restart ``unit`` safely against systemd's start limit (see ``restart_unit``), then
+    wait until ``health`` answers (an observable condition with its own deadline, ``health.timeout_s``), giving
+    up early when systemd marks the unit failed. Raises OperationFailed when systemd will not restart it; an
+    unhealthy service comes back as ``healthy=False`` with what was seen (the caller decides: roll back, raise)."""
+    name = check_unit(unit)
+    started = time.monotonic()
+    attempts = restart_unit(name, reset_first=reset_first, backoff_s=backoff_s)
+    if health is None or not health.configured:
+        return Restarted(name, True, "restarted (no health check)", time.monotonic() - started, attempts)
+    healthy, seen, _ = wait_healthy(health, unit=name)
+    return Restarted(name, healthy, seen, time.monotonic() - started, attempts)
 
 
 def probe(health: HealthCheck) -> tuple[bool, str]:
@@ -91,12 +176,20 @@ def probe(health: HealthCheck) -> tuple[bool, str]:
     return True, "no health check"
 
 
-def wait_healthy(health: HealthCheck) -> tuple[bool, str, float]:
-    """Poll until healthy or ``timeout_s``: (healthy, the last thing seen, seconds waited)."""
+def wait_healthy(health: HealthCheck, unit: str | None = None) -> tuple[bool, str, float]:
+    """Poll until healthy or ``timeout_s``: (healthy, the last thing seen, seconds waited). With ``unit``, stop
+    early when systemd says the unit failed (it will not come up by itself)."""
     started = time.monotonic()
+    checked = started
     while True:
         ok, seen = probe(health)
-        waited = time.monotonic() - started
+        now = time.monotonic()
+        waited = now - started
         if ok or waited >= health.timeout_s:
             return ok, seen, waited
+        if unit is not None and now - checked >= FAILED_CHECK_S:
+            checked = now
+            failed = unit_failed(unit)
+            if failed is not None:
+                return False, f"{seen}; {failed}", waited
         time.sleep(POLL_S)

@@ -209,9 +209,15 @@ def _restart_and_wait(options: Options, log: Log) -> tuple[bool, str]:
     if options.service:
         log(f"restart {options.service}")
         try:
-            service.restart(options.service)
+            restarted = service.restart_owned(options.service, options.health)
         except OperationFailed as exc:
             return False, str(exc)  # a unit that will not restart on this stack is as unhealthy as it gets
+        if restarted.attempts > 1:
+            log(f"  systemd's start limit refused the restart; reset-failed, restarted on attempt {restarted.attempts}")
+        if options.health.configured:
+            log(f"health {options.health.describe()}: {'ok' if restarted.healthy else 'FAILED'} "
+                f"({restarted.seen}, {restarted.waited_s:.2f} s)")
+        return restarted.healthy, restarted.seen
     if not options.health.configured:
         return True, "no health check"
     healthy, seen, waited = service.wait_healthy(options.health)
