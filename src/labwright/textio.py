@@ -1,0 +1,166 @@
+"""Reading a user's file as text, JSON, TOML or YAML: every way it can be wrong is one BadInput line.
+
+Each reader names the file, says what was wrong with it (missing, a directory, not a regular file, unreadable,
+too large, binary, not UTF-8, not valid JSON/TOML/YAML with the line) and what was expected there, and ends with the
+fix. ``what`` is what the caller expected at that path, as a noun phrase: "a tabbyAPI config.yml",
+"the model's config.json", "a wheels matrix TOML (--out)". Nothing here writes.
+
+    read_text(Path("/nope"), "a tabbyAPI config.yml")
+    -> BadInput("/nope: no such file or directory (expected a tabbyAPI config.yml); check the path")
+
+A leading UTF-8 byte order mark is removed from the text (``had_bom`` tells a caller that writes the file back);
+YAML, JSON and TOML parsers then see the document as its author meant it, not a key named "\\ufeffmodel".
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from labwright.errors import BadInput
+
+#: Bigger than any config, matrix, inventory or result labwright reads; stops `--config /dev/zero`-like reads.
+MAX_TEXT_BYTES = 64 * 1024 * 1024
+BOM = "\ufeff"
+
+
+def describe_oserror(exc: OSError, path: Path | str | None = None, what: str = "") -> str:
+    """One line for an OSError from touching ``path``: the path, the reason in words and the fix."""
+    where = str(path if path is not None else (exc.filename or "?"))
+    expected = f" (expected {what})" if what else ""
+    code = exc.errno
+    if isinstance(exc, FileNotFoundError) or code == errno.ENOENT:
+        return f"{where}: no such file or directory{expected}; check the path"
+    if isinstance(exc, IsADirectoryError) or code == errno.EISDIR:
+        return f"{where} is a directory, not a file{expected}; give the file's path"
+    if isinstance(exc, NotADirectoryError) or code == errno.ENOTDIR:
+        return f"{where}: a part of this path is a file, not a directory{expected}; check the path"
+    if isinstance(exc, PermissionError) or code in (errno.EACCES, errno.EPERM):
+        return f"{where}: permission denied{expected}; fix its permissions or run as a user who can use it"
+    if code == errno.ENOSPC:
+        return f"{where}: no space left on the device; free space there and run again"
+    if code == errno.EROFS:
+        return f"{where}: the filesystem is read-only; choose a writable path"
+    if code == errno.ENAMETOOLONG:
+        return f"{where[:80]}…: the file name is too long; use a shorter path"
+    if code == errno.ELOOP:
+        return f"{where}: too many levels of symbolic links{expected}; check the path"
+    reason = exc.strerror or type(exc).__name__
+    return f"{where}: {reason}{expected}; check the path"
+
+
+def _read_regular(path: Path, what: str, max_bytes: int) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise BadInput(f"{path} is a directory, not a file (expected {what}); give the file's path")
+            if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+                raise BadInput(f"{path} is not a regular file (expected {what}); give the path of a file")
+            data = handle.read(max_bytes + 1)
+    except IsADirectoryError:
+        raise BadInput(f"{path} is a directory, not a file (expected {what}); give the file's path") from None
+    except OSError as exc:
+        raise BadInput(describe_oserror(exc, path, what)) from None
+    if len(data) > max_bytes:
+        limit = f"{max_bytes // (1024 * 1024)} MiB" if max_bytes >= 1024 * 1024 else f"{max_bytes} bytes"
+        raise BadInput(f"{path} is larger than {limit} (expected {what}); give the right file")
+    return data
+
+
+def read_bytes(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
+    """The bytes of a regular file (or a pipe), or BadInput naming ``path`` and ``what``."""
+    return _read_regular(Path(path), what, max_bytes)
+
+
+def decode_text(data: bytes, path: Path | str, what: str) -> str:
+    """``data`` as UTF-8 text without a leading BOM, or BadInput: binary (NUL bytes) or not UTF-8, with the offset."""
+    if b"\x00" in data[:8192]:
+        raise BadInput(f"{path} is a binary file, not text (expected {what}); give the right file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}; "
+                       f"expected {what}); give the right file or convert it to UTF-8") from None
+    return text[1:] if text.startswith(BOM) else text
+
+
+def had_bom(path: Path | str) -> bool:
+    """Whether the file starts with a UTF-8 byte order mark (False when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(3) == BOM.encode()
+    except OSError:
+        return False
+
+
+def read_text(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """The UTF-8 text of ``path`` (a leading BOM removed), or one BadInput line: the path, what is wrong, ``what``
+    was expected there, and the fix."""
+    return decode_text(read_bytes(path, what, max_bytes=max_bytes), path, what)
+
+
+def parse_json(text: str, path: Path | str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}; "
+                       f"expected {what}); fix or replace the file") from None
+    except RecursionError:
+        raise BadInput(f"{path} is nested too deeply to be {what}; give the right file") from None
+
+
+def read_json(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> Any:
+    """``path`` parsed as JSON, or one BadInput line (the reading errors of ``read_text``, or the line and column
+    of the JSON error)."""
+    return parse_json(read_text(path, what, max_bytes=max_bytes), path, what)
+
+
+def read_json_object(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> dict[str, Any]:
+    """Like ``read_json`` but the document must be a JSON object."""
+    data = read_json(path, what, max_bytes=max_bytes)
+    if not isinstance(data, dict):
+        raise BadInput(f"{path} holds a JSON {type(data).__name__}, not an object (expected {what}); "
+                       "give the right file")
+    return data
+
+
+def parse_toml(text: str, path: Path | str, what: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{path} is not valid TOML ({exc}; expected {what}); fix or replace the file") from None
+    except RecursionError:
+        raise BadInput(f"{path} is nested too deeply to be {what}; give the right file") from None
+
+
+def read_toml(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> dict[str, Any]:
+    """``path`` parsed as TOML, or one BadInput line (the reading errors of ``read_text``, or the TOML error with
+    its line and column)."""
+    return parse_toml(read_text(path, what, max_bytes=max_bytes), path, what)
+
+
+def parse_yaml(text: str, path: Path | str, what: str) -> Any:
+    import yaml  # only the YAML readers pay for it
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise BadInput(f"{path} is not valid YAML ({where}{exc.problem or exc.context}; expected {what}); "
+                       "fix or replace the file") from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BadInput(f"{path} is not valid YAML ({first}; expected {what}); fix or replace the file") from None
+
+
+def read_yaml(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> Any:
+    """``path`` parsed as YAML (safe_load), or one BadInput line (reading errors, or the YAML error with its
+    line and column)."""
+    return parse_yaml(read_text(path, what, max_bytes=max_bytes), path, what)

@@ -1,0 +1,84 @@
+"""labwright.textio: every way a user's file can be wrong is one BadInput line naming the file, what was expected
+and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from labwright.errors import BadInput
+from labwright.textio import describe_oserror, read_json, read_json_object, read_text, read_toml, read_yaml
+
+WHAT = "a tabbyAPI config.yml"
+
+
+def refused(call, *args) -> str:
+    with pytest.raises(BadInput) as info:
+        call(*args)
+    message = str(info.value)
+    assert "\n" not in message
+    assert WHAT in message or "nested" in message
+    return message
+
+
+def test_text_is_read_and_a_bom_removed(tmp_path: Path):
+    f = tmp_path / "c.yml"
+    f.write_bytes(b"\xef\xbb\xbfmodel:\n  a: 1\n")
+    assert read_text(f, WHAT) == "model:\n  a: 1\n"
+    assert read_yaml(f, WHAT) == {"model": {"a": 1}}
+
+
+def test_missing_file(tmp_path: Path):
+    message = refused(read_text, tmp_path / "nope.yml", WHAT)
+    assert str(tmp_path / "nope.yml") in message and "no such file" in message and "check the path" in message
+
+
+def test_directory(tmp_path: Path):
+    message = refused(read_text, tmp_path, WHAT)
+    assert f"{tmp_path} is a directory" in message and "give the file's path" in message
+
+
+def test_device_is_not_read(tmp_path: Path):
+    message = refused(read_text, Path("/dev/zero"), WHAT)
+    assert "/dev/zero is not a regular file" in message
+
+
+def test_oserrors_in_words():
+    # root reads a mode-000 file, so the permission case is checked on the message builder itself
+    message = describe_oserror(PermissionError(13, "Permission denied"), "/etc/x.yml", WHAT)
+    assert message == (f"/etc/x.yml: permission denied (expected {WHAT}); "
+                       "fix its permissions or run as a user who can use it")
+    assert "no space left" in describe_oserror(OSError(28, "No space left on device"), "/srv/v")
+
+
+def test_binary_and_not_utf8(tmp_path: Path):
+    binary = tmp_path / "model.gguf"
+    binary.write_bytes(b"GGUF\x03\x00\x00\x00" + bytes(range(256)))
+    assert "is a binary file, not text" in refused(read_text, binary, WHAT)
+    latin = tmp_path / "latin.yml"
+    latin.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    message = refused(read_text, latin, WHAT)
+    assert "is not UTF-8 text (byte 0xe9 at offset 9" in message and "convert it to UTF-8" in message
+
+
+def test_too_large(tmp_path: Path):
+    f = tmp_path / "big.yml"
+    f.write_text("a" * 2048)
+    assert "is larger than 1024 bytes" in refused(lambda: read_text(f, WHAT, max_bytes=1024))
+
+
+def test_parse_errors_name_the_line(tmp_path: Path):
+    j = tmp_path / "c.json"
+    j.write_text('{"a": 1,\n "b": }\n')
+    assert "is not valid JSON (line 2, column 7" in refused(read_json, j, WHAT)
+    t = tmp_path / "c.toml"
+    t.write_text("a = 1\nb = \n")
+    assert "is not valid TOML" in refused(read_toml, t, WHAT) and "line 2" in refused(read_toml, t, WHAT)
+    y = tmp_path / "c.yml"
+    y.write_text("a: [1, 2\nb: 3\n")
+    assert "is not valid YAML (line" in refused(read_yaml, y, WHAT)
+    j.write_text("[1, 2]")
+    assert "holds a JSON list, not an object" in refused(read_json_object, j, WHAT)
+    j.write_text("[" * 100000)
+    refused(read_json, j, WHAT)
