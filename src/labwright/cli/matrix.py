@@ -43,8 +43,12 @@ def refresh(
     base_url: str = typer.Option("", "--base-url", help="Prefix for relative links and bare file names."),
     source: str = typer.Option("", "--source", help="Publisher to record for every wheel (overrides `# source:`)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Parse and count; write nothing."),
+    allow_shrink: bool = typer.Option(False, "--allow-shrink", help="Let the file lose more than half its wheels."),
 ) -> None:
     """Regenerate a labwright/data/matrix/*.toml file from an upstream listing.
+
+    Refuses a listing of another family than the file's (flash-attn wheels into torch.toml) and one that would
+    drop more than half the file's wheels; the replaced file is kept as NAME.toml.previous.
 
     Example: labwright matrix refresh --kind flash-attn-prebuilt \
         --from src/labwright/data/matrix/sources/flash_attn_prebuilt.md
@@ -52,7 +56,7 @@ def refresh(
     target = out or matrix_dir()
     meta = target / "components.toml" if (target / "components.toml").is_file() else matrix_dir() / "components.toml"
     report = refresh_listing(listing, target, read_components(meta), kind=kind, name=name, base_url=base_url,
-                             source=source, dry_run=dry_run)
+                             source=source, dry_run=dry_run, allow_shrink=allow_shrink)
     for warning in report.warnings:
         stdout.print(f"[yellow]![/] {warning}")
     verb = "would write" if dry_run else "wrote"

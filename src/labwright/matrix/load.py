@@ -46,11 +46,20 @@ def matrix_dir() -> Path:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    fix = "fix the file or re-run `labwright matrix refresh`"
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read this matrix file ({exc.strerror or type(exc).__name__}): {fix}") from None
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}), not a "
+                       f"matrix TOML: {fix}") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{path}: not valid TOML ({exc}): fix the file or re-run `labwright matrix refresh`") from exc
+        raise BadInput(f"{path}: not valid TOML ({exc}): {fix}") from None
 
 
 def _spec(text: str, where: str) -> SpecifierSet:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -19,7 +20,8 @@ from urllib.parse import urljoin, urlsplit
 
 from packaging.version import Version
 
-from labwright.errors import BadInput
+from labwright.atomic import write_text_atomic
+from labwright.errors import BadInput, OperationFailed
 from labwright.matrix.model import Component, Wheel
 from labwright.matrix.wheelname import WheelNameError, parse_wheel_filename
 
@@ -218,18 +220,103 @@ def render_toml(wheels: list[Wheel], header: dict[str, str | int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_listing(path: Path, kind: str, base_url: str = "", source: str = "") -> tuple[list[Listed], list[str]]:
+def read_text_file(path: Path, what: str, fix: str) -> str:
+    """UTF-8 text of ``path`` (a leading BOM dropped), or one BadInput line naming it, ``what`` it should be and
+    ``fix``: a missing file, a directory, binary bytes or another encoding are all the user's input."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
-        raise BadInput(f"--from {path}: cannot read it ({exc.strerror}): pass an existing listing file") from exc
+        raise BadInput(f"{what} {path}: cannot read it ({exc.strerror or type(exc).__name__}): {fix}") from None
+    if b"\x00" in data[:8192]:
+        raise BadInput(f"{what} {path}: a binary file, not text: {fix}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{what} {path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
+                       f"{fix} (or convert it to UTF-8)") from None
+    return text.removeprefix("\ufeff")
+
+
+def read_listing(path: Path, kind: str, base_url: str = "", source: str = "") -> tuple[list[Listed], list[str]]:
+    if kind not in KINDS:
+        raise BadInput(f"--kind {kind!r} is unknown: use one of {', '.join(KINDS)}")
+    text = read_text_file(path, "--from", "pass an existing listing file")
     if kind == "flash-attn-prebuilt":
         return parse_prebuilt_markdown(text)
     if kind == "pip-index":
         return parse_pip_index(text, base_url, source), []
-    if kind == "wheel-list":
-        return parse_wheel_list(text, base_url, source), []
-    raise BadInput(f"--kind {kind!r} is unknown: use one of {', '.join(KINDS)}")
+    return parse_wheel_list(text, base_url, source), []
+
+
+def family_of(stem: str, components: dict[str, Component]) -> Component | None:
+    """The component a matrix file name says it holds: ``torch``, ``flash_attn_prebuilt`` -> flash_attn (the longest
+    component name that is the stem or the stem's first ``_`` words); None for a name that names none."""
+    normal = stem.replace("-", "_").lower()
+    named = [c for c in components.values() if normal == c.name or normal.startswith(c.name + "_")]
+    return max(named, key=lambda c: len(c.name)) if named else None
+
+
+def _component_name(package: str, components: dict[str, Component]) -> str:
+    return next((c.name for c in components.values() if package in c.packages), package)
+
+
+def _packages(wheels: list[Wheel]) -> str:
+    counts: dict[str, int] = {}
+    for wheel in wheels:
+        counts[wheel.package] = counts.get(wheel.package, 0) + 1
+    return ", ".join(f"{count} {package}" for package, count in sorted(counts.items()))
+
+
+def existing_rows(path: Path) -> list[dict[str, object]] | None:
+    """The wheel rows of a matrix file about to be replaced (None: no such file, or one without a wheel list)."""
+    if not path.exists():
+        return None
+    text = read_text_file(path, "--out file", "fix or remove that file, or pick another --name / --out")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"--out file {path}: not valid TOML ({exc}): fix or remove it, or pick another --name / "
+                       "--out") from None
+    rows = data.get("wheels")
+    if rows is None:
+        raise BadInput(f"--out file {path} is a hand-written matrix file (no `wheels` list): pick another --name")
+    if not isinstance(rows, list):
+        raise BadInput(f"--out file {path}: `wheels` is not a list: fix or remove it, or pick another --name")
+    return [row for row in rows if isinstance(row, dict)]
+
+
+def check_replacement(stem: str, path: Path, wheels: list[Wheel], components: dict[str, Component],
+                      listing: Path, allow_shrink: bool = False) -> None:
+    """Refuse to write wheels of one family into another family's file, or to shrink a file to a fraction of itself.
+
+    ``matrix refresh --from flash_attn_prebuilt.md --name torch`` once replaced torch.toml with flash-attn wheels
+    (exit 0; every later resolve said "no such torch wheel"). A file's family is its name's (``family_of``) or,
+    for a name that names no component, what the file already holds.
+    """
+    family = family_of(stem, components)
+    if family is not None:
+        # Another component's wheels never belong here; packages no component claims (flash-attn-3 in the
+        # prebuilt listing) ride along with the family's own, but cannot stand in for them.
+        known = {p for c in components.values() for p in c.packages}
+        foreign = [w for w in wheels if w.package in known and w.package not in family.packages]
+        if not foreign and not any(w.package in family.packages for w in wheels):
+            foreign = wheels
+        if foreign:
+            raise BadInput(
+                f"--name {stem}: {stem}.toml holds {family.display} wheels ({', '.join(family.packages)}) but "
+                f"{listing} lists {_packages(foreign)}: pass the {family.display} listing, or a --name for what it "
+                f"lists (e.g. --name {_component_name(foreign[0].package, components)}_{listing.stem})")
+    old = existing_rows(path)
+    if not old:
+        return
+    had = {_component_name(str(row.get("package", "")), components) for row in old}
+    new = {_component_name(w.package, components) for w in wheels}
+    if family is None and not new <= had:
+        raise BadInput(f"--name {stem}: {path} holds {', '.join(sorted(had))} wheels but {listing} lists "
+                       f"{', '.join(sorted(new - had))}: pass the right listing, or another --name")
+    if len(wheels) * 2 < len(old) and not allow_shrink:
+        raise BadInput(f"--from {listing}: {len(wheels)} usable wheels would replace the {len(old)} in {path}: a "
+                       "truncated or filtered listing? pass the full listing, or --allow-shrink if the drop is meant")
 
 
 def refresh(
@@ -241,9 +328,20 @@ def refresh(
     base_url: str = "",
     source: str = "",
     dry_run: bool = False,
+    allow_shrink: bool = False,
 ) -> RefreshReport:
-    """Parse `listing` and write `out_dir/<name or listing stem>.toml`; returns what was kept and skipped."""
+    """Parse `listing` and write `out_dir/<name or listing stem>.toml`; returns what was kept and skipped.
+
+    Refuses (BadInput, nothing written) a listing whose wheels are not the family the file holds, and one that would
+    leave fewer than half the wheels the file had (unless ``allow_shrink``). The write is atomic; the file it
+    replaces is kept beside it as ``NAME.toml.previous`` (not read by the matrix loader, which reads ``*.toml``).
+    """
     kind = kind or guess_kind(listing)
+    stem = name or listing.stem
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", stem) or f"{stem}.toml" in ("cuda.toml", "components.toml", "stacks.toml"):
+        raise BadInput(f"--name {stem!r}: use letters, digits, '_', '-' and not cuda/components/stacks")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BadInput(f"--out {out_dir} is a file, not a directory: pass the directory to write {stem}.toml into")
     listed, warnings = read_listing(listing, kind, base_url, source)
     wheels: dict[str, Wheel] = {}
     skipped = []
@@ -261,18 +359,28 @@ def refresh(
     if not wheels:
         raise BadInput(f"--from {listing}: no usable wheels ({len(skipped)} skipped): check --kind ({kind})")
     ordered = sorted(wheels.values(), key=_sort_key)
-    stem = name or listing.stem
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", stem) or f"{stem}.toml" in ("cuda.toml", "components.toml", "stacks.toml"):
-        raise BadInput(f"--name {stem!r}: use letters, digits, '_', '-' and not cuda/components/stacks")
     path = out_dir / f"{stem}.toml"
+    check_replacement(stem, path, ordered, components, listing, allow_shrink)
     try:
         shown_source = str(listing.resolve().relative_to(out_dir.resolve()))
     except ValueError:
         shown_source = listing.name
     header: dict[str, str | int] = {"kind": kind, "listing": shown_source, "count": len(ordered)}
     if not dry_run:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".toml.tmp")
-        tmp.write_text(render_toml(ordered, header), encoding="utf-8")
-        tmp.replace(path)  # atomic: a reader never sees half a file
+        write_matrix_file(path, render_toml(ordered, header))
     return RefreshReport(path=path, wheels=ordered, skipped=skipped, warnings=warnings)
+
+
+def write_matrix_file(path: Path, text: str) -> None:
+    """Write ``path`` atomically, keeping what it replaces as ``NAME.toml.previous`` (also written atomically)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_file():
+            previous = path.read_bytes()
+            if previous.decode("utf-8", "replace") == text:
+                return
+            write_text_atomic(path.with_name(path.name + ".previous"), previous.decode("utf-8"))
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise OperationFailed(f"{path}: cannot write it ({exc.strerror or type(exc).__name__}): pick a writable "
+                              "--out") from None

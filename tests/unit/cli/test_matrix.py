@@ -98,3 +98,94 @@ def test_matrix_dir_from_env(cli_env, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr == f"labwright: error: LABWRIGHT_MATRIX_DIR={tmp_path} has no components.toml: point it at a " \
                           "wheels matrix directory\n"
+
+
+# --- matrix refresh: bad input never replaces a family's data (exit 2, one line, nothing written) -------------------
+
+def _matrix_copy(tmp_path):
+    import shutil
+
+    from labwright.paths import packaged_matrix_dir
+
+    root = tmp_path / "matrix"
+    shutil.copytree(packaged_matrix_dir(), root)
+    return root
+
+
+def _snapshot(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _one_line_exit_2(proc, *needles):
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, (needle, proc.stderr)
+
+
+def test_refresh_refuses_a_flash_attn_listing_named_torch(cli_env, tmp_path):
+    """The sweep's case: `--from <flash-attn listing> --name torch` replaced torch.toml (the default --out) and
+    exited 0; every later resolve then failed."""
+    root = _matrix_copy(tmp_path)
+    before = _snapshot(root)
+    proc = run(cli_env | {"LABWRIGHT_MATRIX_DIR": str(root)}, "refresh", "--from",
+               str(root / "sources" / "flash_attn_prebuilt.md"), "--name", "torch")
+    _one_line_exit_2(proc, "--name torch", "torch.toml holds torch wheels", "flash-attn", "pass the torch listing")
+    assert _snapshot(root) == before
+    resolved = run(cli_env | {"LABWRIGHT_MATRIX_DIR": str(root)}, "resolve", "--torch", "2.11.0", "--cuda", "13.0")
+    assert resolved.returncode == 0, resolved.stderr
+
+
+def test_refresh_refuses_foreign_wheels_into_an_unnamed_family_file(cli_env, tmp_path):
+    """A name that names no component: the file's own content is its family."""
+    out = tmp_path / "out"
+    out.mkdir()
+    torch_list = tmp_path / "mine.txt"
+    torch_list.write_text("https://x.invalid/torch-2.11.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl\n")
+    assert run(cli_env, "refresh", "--from", str(torch_list), "--out", str(out)).returncode == 0
+    before = _snapshot(out)
+    torch_list.write_text("https://x.invalid/flash_attn-2.8.3+cu130torch2.11-cp312-cp312-linux_x86_64.whl\n")
+    proc = run(cli_env, "refresh", "--from", str(torch_list), "--out", str(out))
+    _one_line_exit_2(proc, "--name mine", "holds torch wheels", "flash_attn")
+    assert _snapshot(out) == before
+
+
+def test_refresh_refuses_a_listing_that_drops_most_wheels_and_keeps_the_previous_file(cli_env, tmp_path):
+    root = _matrix_copy(tmp_path)
+    env = cli_env | {"LABWRIGHT_MATRIX_DIR": str(root)}
+    full = (root / "sources" / "torch.txt").read_text().splitlines(keepends=True)
+    wheel_lines = [i for i, line in enumerate(full) if line.strip() and not line.startswith("#")]
+    truncated = tmp_path / "torch.txt"
+    truncated.write_text("".join(full[:wheel_lines[2] + 1]))  # the headers and the first three wheels
+    before = _snapshot(root)
+    proc = run(env, "refresh", "--from", str(truncated))
+    _one_line_exit_2(proc, f"--from {truncated}", "3 usable wheels would replace", "--allow-shrink")
+    assert _snapshot(root) == before
+    # Meant: it goes through, and the file it replaced is kept beside it (not read as matrix data).
+    old = (root / "torch.toml").read_bytes()
+    proc = run(env, "refresh", "--from", str(truncated), "--allow-shrink")
+    assert proc.returncode == 0, proc.stderr
+    assert (root / "torch.toml.previous").read_bytes() == old
+    assert (root / "torch.toml").read_text().count("package = ") == 3
+    assert not [p for p in root.iterdir() if ".labwright." in p.name]  # no temp file left
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [(b"\xff\xfe t\x00o\x00r\x00c\x00h\x00", "a binary file"),
+     (b"torch-2.11.0-cp312-cp312-linux_x86_64.whl \xe9t\xe9\n", "not UTF-8 text (byte 0xe9 at offset 42)")],
+)
+def test_refresh_non_utf8_listing_is_one_line(cli_env, tmp_path, content, needle):
+    listing = tmp_path / "torch.txt"
+    listing.write_bytes(content)
+    out = tmp_path / "out"
+    proc = run(cli_env, "refresh", "--from", str(listing), "--out", str(out))
+    _one_line_exit_2(proc, f"--from {listing}", needle)
+    assert not out.exists()
+
+
+def test_a_non_utf8_matrix_file_is_one_line_naming_it(cli_env, tmp_path):
+    root = _matrix_copy(tmp_path)
+    (root / "fla.toml").write_bytes(b"kind = \"wheel-list\"\n# \xff\xfe\n")
+    proc = run(cli_env | {"LABWRIGHT_MATRIX_DIR": str(root)}, "show")
+    _one_line_exit_2(proc, str(root / "fla.toml"), "not UTF-8 text")
