@@ -11,7 +11,6 @@ from io import StringIO
 from pathlib import PurePosixPath
 
 from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File, FindInFile, Link, Sha1File
@@ -20,6 +19,7 @@ from pyinfra.operations import files, server
 
 from labwright.base.deploy_data import AUTO_UPGRADES, SSHD_DROPIN, fail, locale_key, settings_from, sha1, sshd_check
 from labwright.deploys.common import install_missing
+from labwright.guestlock import locked
 
 
 def install_validated(label: str, text: str, dest: str, mode: str, check: str) -> bool:
@@ -50,7 +50,7 @@ def install_validated(label: str, text: str, dest: str, mode: str, check: str) -
     return True
 
 
-@deploy("Base")
+@locked("Base")
 def deploy_base() -> None:
     """Timezone, locale, unattended upgrades, the admin user and its sudoers file, the sshd drop-in.
 

@@ -6,17 +6,17 @@ See deploys/bios_backup.py (the pyinfra CLI shim, with usage) and docs/bios.md.
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.operations import apt
 
 from labwright.bios.flashrom import check_programmer
 from labwright.errors import LabwrightError
 from labwright.facts.bios import FlashromPath
+from labwright.guestlock import locked
 from labwright.operations import bios
 
 
-@deploy("BIOS backup")
+@locked("BIOS backup")
 def deploy_bios_backup() -> None:
     """BIOS backup: flashrom reads the chip twice, compares, copies the image off and verifies it."""
     programmer = str(host.data.get("bios_programmer") or "internal")

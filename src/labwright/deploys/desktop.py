@@ -11,7 +11,6 @@ import sys
 from io import StringIO
 
 from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.server import Users
@@ -43,13 +42,14 @@ from labwright.desktop.recipe import (
 from labwright.errors import LabwrightError
 from labwright.facts.desktop import DesktopGuest
 from labwright.facts.llamacpp import PortListeners
+from labwright.guestlock import locked
 from labwright.operations import desktop
 
 SESSION_TEXT = "#!/bin/sh\n# MATE for xrdp sessions (labwright deploys/desktop.py)\nexec mate-session\n"
 DATA_KEYS = ("desktop_user", "desktop_port", "desktop_listen", "desktop_firefox_source", "desktop_stage")
 
 
-@deploy("Desktop")
+@locked("Desktop")
 def deploy_desktop() -> None:
     """Desktop: xrdp + xorgxrdp + MATE + Firefox in an unprivileged LXC."""
     # --- read and check everything before touching anything ------------------------------------------

@@ -14,7 +14,6 @@ from io import StringIO
 from pathlib import Path, PurePosixPath
 
 from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import FindInFile
 from pyinfra.operations import files, server, systemd
@@ -25,6 +24,7 @@ from labwright.deploy_data import DeployData, jinja
 from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import LabwrightError
 from labwright.facts.nvidia import NvidiaDriverVersion
+from labwright.guestlock import locked
 from labwright.kokoro.deploy_data import TEMPLATES, DataError, choose_device, load_defaults, requirements
 from labwright.kokoro.streaming import plan_streaming, read_tree
 from labwright.operations import http
@@ -60,7 +60,7 @@ def stage(source: Path, patched: dict[str, str]) -> Path:
     return target
 
 
-@deploy("Kokoro TTS")
+@locked("Kokoro TTS")
 def deploy_kokoro() -> None:
     """Kokoro-FastAPI from a checkout on this machine (streaming patch applied), its venv, unit and health.
 

@@ -15,7 +15,6 @@ from pathlib import PurePosixPath
 from typing import Any, cast
 
 from pyinfra import host, inventory
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
@@ -26,6 +25,7 @@ from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import LabwrightError
 from labwright.facts.default_keys import DefaultKeysIn
 from labwright.facts.litellm import LitellmVersion
+from labwright.guestlock import locked
 from labwright.lab.lab import instance_address
 from labwright.litellm.config import (
     TEMPLATES,
@@ -83,7 +83,7 @@ def address_of(engine: EngineHost) -> str:
     return engine.name
 
 
-@deploy("LiteLLM gateway")
+@locked("LiteLLM gateway")
 def deploy_litellm() -> None:
     """The LiteLLM proxy at a pinned version, its master key (made on the gateway), cloud keys, config and unit.
 

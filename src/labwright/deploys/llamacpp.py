@@ -12,7 +12,6 @@ import shlex
 from io import StringIO
 
 from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.facts.files import File, Sha256File
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
@@ -20,6 +19,7 @@ from pyinfra.operations.util import any_changed
 from labwright.deploy_data import FALSE, TRUE
 from labwright.deploys.common import install_missing, port_taken_by
 from labwright.facts.llamacpp import OllamaPresent, ReadableBy
+from labwright.guestlock import locked
 from labwright.llamacpp.deploy_data import (
     KEYS,
     OLLAMA_DROPIN,
@@ -31,7 +31,7 @@ from labwright.llamacpp.deploy_data import (
 from labwright.operations import http
 
 
-@deploy("llama.cpp")
+@locked("llama.cpp")
 def deploy_llamacpp() -> None:
     """llama-server from the cached build, its unit, (re)start and health; the same KV policy for a local Ollama.
 

@@ -6,10 +6,10 @@ See deploys/stack.py (the pyinfra CLI shim, with usage) and docs/stacks.md.
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 
 from labwright.errors import LabwrightError
+from labwright.guestlock import locked
 from labwright.operations import stack as stack_ops
 from labwright.stacks.deploy_data import flag, number, value
 from labwright.stacks.from_matrix import plan_for_stack
@@ -17,7 +17,7 @@ from labwright.stacks.plan import DEFAULT_ROOT
 from labwright.stacks.service import HealthCheck, check_health, check_unit
 
 
-@deploy("Engine stack")
+@locked("Engine stack")
 def deploy_stack() -> None:
     """Switch ``venv`` to ``stack`` (or roll it back with ``stack_rollback``); a second run changes nothing."""
     data = host.data.dict()

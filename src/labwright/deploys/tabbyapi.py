@@ -9,7 +9,6 @@ from __future__ import annotations
 from io import StringIO
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import Directory
 from pyinfra.facts.server import Command
@@ -20,6 +19,7 @@ from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import LabwrightError
 from labwright.facts.llamacpp import ReadableBy
 from labwright.facts.nvidia import NvidiaDriverMatch
+from labwright.guestlock import locked
 from labwright.operations import guests, http, tabbyapi
 from labwright.operations import stack as stack_ops
 from labwright.operations import tabbyapi_deploy as ops
@@ -27,7 +27,7 @@ from labwright.stacks.from_matrix import plan_for_stack
 from labwright.tabbyapi.deploy_data import OOM_LINE, STARTUP_LINE, settings_from
 
 
-@deploy("tabbyAPI")
+@locked("tabbyAPI")
 def deploy_tabbyapi() -> None:
     """tabbyAPI at a pinned ref on an engine stack, as a systemd service, (re)started and health-checked on change.
 
