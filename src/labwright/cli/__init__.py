@@ -1,17 +1,44 @@
 """The `labwright` command: one typer sub-app per file, errors as one line on stderr.
 
-Exit codes: 0 ok, 1 a failed operation, 2 bad input (typer's own usage errors are 2 as well).
+Exit codes: 0 ok, 1 a failed operation, 2 bad input (typer's own usage errors are 2 as well), 130 interrupted
+(Ctrl-C). Whatever escapes a command is still one line: a LabwrightError as it is, an OSError with its path, a file
+that is not UTF-8, a `sys.exit()` in a user's file with that file's line, and anything else as an internal error
+with where it happened (LABWRIGHT_DEBUG=1 prints the traceback as well).
 """
 
 from __future__ import annotations
 
-import importlib
+import signal
 import sys
 
-import typer
 
-from labwright import __version__
-from labwright.errors import LabwrightError
+def _interrupted_while_loading(signum: int, frame: object) -> None:  # pragma: no cover - timing
+    import os
+
+    sys.stderr.write("labwright: interrupted\n")
+    os._exit(130)
+
+
+# Ctrl-C while the heavy imports below load (typer, rich; pyinfra in the groups) is one line too, not a traceback
+# from the middle of an import. Only when Python's own handler is in place (not inside pytest or an embedding app).
+_own_sigint = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+if _own_sigint:
+    signal.signal(signal.SIGINT, _interrupted_while_loading)
+
+import errno  # noqa: E402
+import importlib  # noqa: E402
+import os  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import typer  # noqa: E402
+
+from labwright import __version__  # noqa: E402
+from labwright.errors import LabwrightError  # noqa: E402
+from labwright.textio import describe_oserror  # noqa: E402
+
+if _own_sigint:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 app = typer.Typer(
     name="labwright",
@@ -53,7 +80,104 @@ def _root(
     """labwright: declarative, verified deploys for a homelab of LXD/Incus and Proxmox VE hosts."""
 
 
+#: Errors whose path is almost always the user's (a name typed wrong): bad input, exit 2.
+_PATH_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP}
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def error(message: str) -> None:
+    """Print ``message`` as the command's one error line (newlines folded: one line, whatever the message)."""
+    line = " ".join(str(message).split())
+    print(f"labwright: error: {line}", file=sys.stderr)
+
+
+def _usage_line(exc: Exception) -> str:
+    """A click usage error as one line: the message and where the help is (click prints three or more)."""
+    message = " ".join(str(exc.format_message() if hasattr(exc, "format_message") else exc).split())
+    ctx = getattr(exc, "ctx", None)
+    path = str(getattr(ctx, "command_path", None) or "")
+    where = f" (see `{path} --help`)" if path else ""
+    return f"{message}{where}"
+
+
+def _where(exc: BaseException) -> traceback.FrameSummary | None:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return frames[-1] if frames else None
+
+
+def _is_users(frame: traceback.FrameSummary | None) -> bool:
+    """Whether a frame is in a file outside labwright and Python's libraries (an inventory, a config the user
+    wrote)."""
+    if frame is None:
+        return False
+    try:
+        path = Path(frame.filename).resolve()
+    except (OSError, RuntimeError):
+        return False
+    return not (path.is_relative_to(_PACKAGE) or "site-packages" in path.parts or "dist-packages" in path.parts
+                or path.is_relative_to(Path(os.__file__).resolve().parent))
+
+
+def _escaped(exc: BaseException) -> int:
+    """One line for what escaped a command (see the module docstring); the exit code."""
+    if os.environ.get("LABWRIGHT_DEBUG"):
+        traceback.print_exception(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        error(f"a file labwright read is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+              f"{exc.start}); give UTF-8 text files")
+        return 2
+    if isinstance(exc, OSError):
+        error(describe_oserror(exc))
+        return 2 if exc.errno in _PATH_ERRNOS and exc.filename else 1
+    if isinstance(exc, SystemExit):
+        frame = _where(exc)
+        code = "" if exc.code is None else repr(exc.code)
+        where = f" in {frame.filename}:{frame.lineno}" if frame else ""
+        error(f"the command was cut short by sys.exit({code}){where} before it finished; remove that call")
+        return 2 if _is_users(frame) else 1
+    frame = _where(exc)
+    where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    error(f"internal error: {type(exc).__name__}: {first}{where}; this is a labwright bug, please report it with "
+          "the command line (LABWRIGHT_DEBUG=1 prints the traceback)")
+    return 1
+
+
+_interrupts: list[int] = []
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    # Remember it, then raise KeyboardInterrupt as Python does: typer turns that into a silent Exit(130), and the
+    # count is how main() tells a Ctrl-C from a command's own `typer.Exit(130)`.
+    _interrupts.append(signum)
+    signal.default_int_handler(signum, frame)  # type: ignore[arg-type]
+
+
 def main(argv: list[str] | None = None) -> int:
+    own = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if own:
+        signal.signal(signal.SIGINT, _on_sigint)
+    before = len(_interrupts)
+    try:
+        code = _main(argv)
+    except KeyboardInterrupt:
+        code = 130
+        _interrupts.append(signal.SIGINT)
+    except BrokenPipeError:
+        # `labwright ... | head`: the reader left. Point stdout at /dev/null so the exit flush cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    finally:
+        if own:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    if len(_interrupts) > before:
+        print("labwright: interrupted (Ctrl-C); steps already done stay done", file=sys.stderr)
+        return 130
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else argv
     first = next((a for a in args if not a.startswith("-")), None)
     register([first] if first in GROUPS else GROUPS)
@@ -61,21 +185,24 @@ def main(argv: list[str] | None = None) -> int:
         # Outside standalone mode click hands back the code of `raise typer.Exit(n)` instead of exiting.
         result = app(args=argv, standalone_mode=False)
     except LabwrightError as exc:
-        print(f"labwright: error: {exc}", file=sys.stderr)
+        if os.environ.get("LABWRIGHT_DEBUG"):
+            traceback.print_exception(exc)
+        error(str(exc))
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("labwright: interrupted", file=sys.stderr)
-        return 130
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:
-        print("labwright: aborted", file=sys.stderr)
+        print("labwright: aborted (nothing was changed)", file=sys.stderr)
         return 1
+    except (KeyboardInterrupt, BrokenPipeError):
+        raise
+    except SystemExit as exc:
+        return _escaped(exc)
     except Exception as exc:
         # Usage errors from the click that typer bundles (typer._click): duck-typed, as its
         # module path is private and has moved between typer releases.
         if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
-            exc.show()  # type: ignore[attr-defined]
+            error(_usage_line(exc))
             return int(exc.exit_code)  # type: ignore[attr-defined]
-        raise
+        return _escaped(exc)
     return result if isinstance(result, int) else 0

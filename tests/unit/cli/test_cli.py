@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 
 import pytest
@@ -65,3 +67,44 @@ def test_typer_exit_codes_reach_the_shell():
         raise typer.Exit(3)
 
     assert main(["zz-exit-code-probe"]) == 3
+
+
+def _probe_command(name, body):
+    from labwright.cli import app
+
+    app.command(name, hidden=True)(body)
+    return name
+
+
+@pytest.mark.parametrize("raised, code, words", [
+    (KeyboardInterrupt(), 130, "labwright: interrupted (Ctrl-C)"),
+    (FileNotFoundError(2, "No such file or directory", "/srv/nope.yml"), 2, "/srv/nope.yml: no such file"),
+    (OSError(28, "No space left on device", "/srv/venv"), 1, "/srv/venv: no space left on the device"),
+    (UnicodeDecodeError("utf-8", b"ab\xff", 2, 3, "invalid start byte"),
+     2, "not UTF-8 text (byte 0xff at offset 2)"),
+    (SystemExit(0), 2, "cut short by sys.exit(0) in "),  # raised in this file: not labwright's, the user's
+    (ZeroDivisionError("division by zero"), 1, "internal error: ZeroDivisionError: division by zero at test_cli.py:"),
+])
+def test_whatever_escapes_a_command_is_one_line(capsys, raised, code, words):
+    from labwright.cli import main
+
+    def body() -> None:
+        if isinstance(raised, KeyboardInterrupt):  # a real Ctrl-C: the signal, as the terminal sends it
+            os.kill(os.getpid(), signal.SIGINT)
+        raise raised
+
+    name = _probe_command(f"zz-escape-{type(raised).__name__.lower()}-{code}", body)
+    assert main([name]) == code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err, err
+    assert "Traceback" not in err
+
+
+def test_usage_errors_are_one_line(cli_env):
+    for args, words in ((["lab", "up", "--frobnicate"], "No such option: --frobnicate"),
+                        (["kv", "plan", "--context", "abc"], "'--context'"),
+                        (["kv", "plan"], "Missing option '--config'"),
+                        (["nope"], "No such command 'nope'")):
+        proc = run(cli_env, *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and words in proc.stderr and "--help" in proc.stderr, (args, proc.stderr)
