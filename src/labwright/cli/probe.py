@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 import typer
 from rich.markup import escape
@@ -20,8 +24,10 @@ from labwright.tuning.probe import (
     Target,
     cache_spec,
     check_range,
+    leftovers,
     llamacpp_target,
     probe_ceiling,
+    recover,
     tabbyapi_target,
 )
 from labwright.tuning.probe_guest import LxdGuest
@@ -99,8 +105,11 @@ def ceiling(
                        "bytes/token")
     unit = service or DEFAULT_SERVICE[engine]
     target_guest = LxdGuest(guest)
-    target: Target = (llamacpp_target(target_guest, unit, spec) if engine == "llamacpp"
-                      else tabbyapi_target(target_guest, unit, spec, config_path))
+    # A record left by a killed probe of this unit is run first (the original config back); --dry-run only says so.
+    target: Target = (llamacpp_target(target_guest, unit, spec, recover_leftover=not dry_run) if engine == "llamacpp"
+                      else tabbyapi_target(target_guest, unit, spec, config_path, recover_leftover=not dry_run))
+    for note in target.notes:
+        console.print(f"note: {escape(note)}")
     if dry_run:
         first = target.render(-(-lo // page) * page)
         state = "running" if target.was_active else "stopped"
@@ -126,8 +135,9 @@ def ceiling(
     if not as_json:
         console.print(f"probing {target.service} on {guest}, cache {spec.name}, {lo:,}..{hi:,} in {page}-token pages")
     try:
-        result = probe_ceiling(target_guest, target, lo, hi, page, layout=layout, budget=budget_bytes,
-                               timeout=timeout, blind=blind, progress=progress)
+        with _sigterm_interrupts():
+            result = probe_ceiling(target_guest, target, lo, hi, page, layout=layout, budget=budget_bytes,
+                                   timeout=timeout, blind=blind, progress=progress)
     except KeyboardInterrupt:
         # probe_ceiling's finally has restored by now (typer would otherwise turn Ctrl-C into a silent exit 130).
         console.print(f"labwright: interrupted; the original config of {target.service} was put back and the "
@@ -136,6 +146,47 @@ def ceiling(
     _report(result, as_json)
     if result.ceiling is None:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (systemd, a timeout, kill) ends the probe as Ctrl-C does: the original is put back first."""
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@app.command("restore")
+def restore_command(
+    guest: str = typer.Option(..., "--guest", help="LXD/Incus instance (NAME or REMOTE:NAME)."),
+    service: str | None = typer.Option(None, "--service", help="Only this unit (default: every unit an interrupted "
+                                       "probe left on the guest)."),
+) -> None:
+    """Put back what a probe that was killed (SIGKILL, lost connection, reboot) left on a guest.
+
+    Before its first change a probe saves, in the guest, what restores the original (/var/lib/labwright/probe/
+    UNIT.json); this runs it: the original config back, the unit started again if it ran, and waited for until
+    healthy. `labwright probe ceiling` does the same by itself before it probes a unit. Exit 0: restored, or nothing
+    to restore; 1: the unit did not come back (the message says what is down).
+
+    Example: labwright probe restore --guest lw-llm1
+    """
+    target_guest = LxdGuest(guest)
+    records = leftovers(target_guest)
+    if service is not None:
+        unit = service if service.endswith(".service") else f"{service}.service"
+        records = {name: record for name, record in records.items() if name == unit}
+    if not records:
+        which = f"of {service} " if service else ""
+        stdout.print(f"nothing to restore: no interrupted probe {which}on {escape(guest)}")
+        return
+    for unit, record in records.items():
+        stdout.print(escape(recover(target_guest, unit, record or {})))
 
 
 def _report(result: CeilingResult, as_json: bool) -> None:

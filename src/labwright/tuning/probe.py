@@ -10,8 +10,11 @@ Seed 001 did this by hand: write tabbyAPI's config.yml with a candidate cache_si
 - the search is seeded by the KV planner (:mod:`labwright.tuning.kv`): bytes/token from the model's config.json and
   a memory budget give a predicted ceiling, and the search probes a page either side of it first, widening by
   doubling only when the prediction was off, then bisects to the page;
-- the original configuration is put back at the end whatever happens (errors, Ctrl-C), and the unit is left as it
-  was: running (and healthy again) if it ran, stopped if it was stopped.
+- the original configuration is put back at the end whatever happens (errors, Ctrl-C, SIGTERM), and the unit is
+  left as it was: running (and healthy again) if it ran, stopped if it was stopped;
+- a probe that is killed outright (SIGKILL, a lost connection) cannot put anything back, so before its first change
+  the waiter saves, in the guest, what does (``/var/lib/labwright/probe/UNIT.json``, written atomically); the next
+  probe of that unit, or ``labwright probe restore``, finds that record and runs it first (:func:`recover`).
 
 Engines: llama.cpp ``llama-server`` (candidate = ``--ctx-size`` in a systemd drop-in that replaces ExecStart, so
 the unit file deploys/llamacpp.py wrote is never edited) and tabbyAPI (candidate = ``model.cache_size`` and
@@ -39,6 +42,10 @@ from labwright.tuning.probe_guest import Guest
 ENGINES = ("llamacpp", "tabbyapi")
 DEFAULT_PAGE = 256
 DROPIN_NAME = "90-labwright-probe.conf"
+RECORD_DIR = "/var/lib/labwright/probe"
+# The first line of every candidate file the probe writes: a file to put back that holds neither the original nor
+# this is someone else's change, and is kept.
+MARK = "# Written by `labwright probe ceiling`"
 # tabbyAPI's own log lines (the stand-in in support.tabbyapi_standin prints the same).
 TABBY_OK = "Application startup complete"
 TABBY_OOM = ("Insufficient VRAM in split for model and cache", "CUDA out of memory", "OutOfMemoryError")
@@ -214,20 +221,60 @@ class Target:
     render: Callable[[int], list[dict[str, Any]]]
     notes: list[str] = field(default_factory=list)
 
+    def restore_request(self, timeout: float) -> dict[str, Any]:
+        """The waiter's ``restore`` request that puts the original back: also the record saved before any change."""
+        return {"mode": "restore", "service": self.service, "engine": self.engine, "install": self.restore_actions,
+                "daemon_reload": self.daemon_reload, "start": self.was_active,
+                "success_lines": list(self.success_lines), "oom_lines": list(self.oom_lines),
+                "health_url": self.health_url, "timeout": timeout}
+
 
 def _file(path: str, content: bytes) -> dict[str, Any]:
     return {"path": path, "content_b64": base64.b64encode(content).decode()}
 
 
-def _state(guest: Guest, service: str, paths: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
-    state = guest.waiter({"mode": "state", "service": service, "paths": list(paths)}, timeout=30)
+def _state(guest: Guest, service: str, notes: list[str], recover_leftover: bool = True) -> dict[str, Any]:
+    state = guest.waiter({"mode": "state", "service": service, "paths": []}, timeout=30)
     if not state.get("systemctl"):
         raise BadInput(f"--guest {guest.name}: no systemctl there; the probe restarts a systemd service")
     props = state["props"]
     if props.get("LoadState") != "loaded" or not props.get("FragmentPath"):
         raise BadInput(f"--service {service.removesuffix('.service')}: no such systemd unit on {guest.name} (LoadState "
                        f"{props.get('LoadState') or 'unknown'}); deploy it first or name the right unit")
+    leftover = state.get("leftover")
+    if leftover:
+        if not recover_leftover:
+            notes.append(f"an interrupted probe left {RECORD_DIR}/{service}.json on {guest.name}: the real run puts "
+                         "its original config back first")
+            return state
+        notes.append(recover(guest, service, leftover))
+        state = guest.waiter({"mode": "state", "service": service, "paths": []}, timeout=30)
     return state
+
+
+def recover(guest: Guest, service: str, record: dict[str, Any]) -> str:
+    """Run the record an interrupted probe left: the original config back, the unit as it was. Returns what was done.
+
+    Raises OperationFailed, naming what is down and the command that retries, when the unit does not come back.
+    """
+    if "unreadable" in record or record.get("mode") != "restore" or record.get("service") != service:
+        raise OperationFailed(f"{guest.name}: the record of an interrupted probe of {service} cannot be read "
+                              f"({record.get('unreadable', 'not a restore record')}); put the original config of "
+                              f"{service} back by hand, then remove {RECORD_DIR}/{service}.json")
+    began = time.monotonic()
+    answer = guest.waiter(record, timeout=float(record.get("timeout") or 20) + 60)
+    what = _restored(answer, guest, service)
+    return (f"an interrupted probe had left {service} on a candidate config; {what} "
+            f"({time.monotonic() - began:.1f}s)")
+
+
+def leftovers(guest: Guest) -> dict[str, dict[str, Any]]:
+    """The records of interrupted probes on ``guest``, by unit."""
+    answer = guest.waiter({"mode": "leftovers"}, timeout=30)
+    records = answer.get("leftovers")
+    if not isinstance(records, dict):
+        raise OperationFailed(f"probe helper on {guest.name} answered {answer!r}")
+    return records
 
 
 def _active(props: dict[str, str]) -> bool:
@@ -252,16 +299,19 @@ def get_flag(line: str, names: tuple[str, ...]) -> str | None:
     return match.group(1).strip("\"'") if match else None
 
 
-def llamacpp_target(guest: Guest, service: str, spec: CacheSpec) -> Target:
-    """llama-server under systemd as deploys/llamacpp.py lays it out: flags on the unit's ExecStart line."""
+def llamacpp_target(guest: Guest, service: str, spec: CacheSpec, recover_leftover: bool = True) -> Target:
+    """llama-server under systemd as deploys/llamacpp.py lays it out: flags on the unit's ExecStart line.
+
+    A record left by an interrupted probe of the unit is run first (``recover_leftover=False``: only noted).
+    """
     unit = f"{service}.service"
-    state = _state(guest, unit)
+    notes: list[str] = []
+    state = _state(guest, unit, notes, recover_leftover)
     props, line = state["props"], state.get("exec_start")
     if not line:
         raise BadInput(f"--service {service}: its unit has no ExecStart= line to take --ctx-size from")
     dropin_dir = f"/etc/systemd/system/{unit}.d"
     dropin = f"{dropin_dir}/{DROPIN_NAME}"
-    notes = []
     if dropin in (props.get("DropInPaths") or "").split():
         notes.append(f"removed {dropin} left by an interrupted probe; the unit's own ExecStart is the original")
     # The drop-in replaces ExecStart; the fragment's line is the original (our leftover drop-in is not in it).
@@ -282,7 +332,7 @@ def llamacpp_target(guest: Guest, service: str, spec: CacheSpec) -> Target:
         command = set_flag(command, ("--cache-type-k", "-ctk"), k_name)
         command = set_flag(command, ("--cache-type-v", "-ctv"), v_name)
         # OOMScoreAdjust: under a memory limit the kernel must pick the server, not the probe's helper.
-        text = ("# Written by `labwright probe ceiling` while it probes; removed when it ends.\n"
+        text = (f"{MARK} while it probes; removed when it ends.\n"
                 f"[Service]\nExecStart=\nExecStart={command}\nOOMScoreAdjust=1000\n")
         return [_file(dropin, text.encode())]
 
@@ -292,10 +342,16 @@ def llamacpp_target(guest: Guest, service: str, spec: CacheSpec) -> Target:
                   notes=notes)
 
 
-def tabbyapi_target(guest: Guest, service: str, spec: CacheSpec, config_path: str | None = None) -> Target:
-    """tabbyAPI under systemd: model.cache_size / max_seq_len / cache_mode in its config.yml."""
+def tabbyapi_target(guest: Guest, service: str, spec: CacheSpec, config_path: str | None = None,
+                    recover_leftover: bool = True) -> Target:
+    """tabbyAPI under systemd: model.cache_size / max_seq_len / cache_mode in its config.yml.
+
+    A record left by an interrupted probe of the unit is run first (``recover_leftover=False``: only noted), so the
+    config read here as the original is the user's, never a candidate a killed probe left.
+    """
     unit = f"{service}.service"
-    state = _state(guest, unit)
+    notes: list[str] = []
+    state = _state(guest, unit, notes, recover_leftover)
     props, line = state["props"], state.get("exec_start") or ""
     if config_path is None:
         given = get_flag(" " + line, ("--config",))
@@ -315,12 +371,12 @@ def tabbyapi_target(guest: Guest, service: str, spec: CacheSpec, config_path: st
     def render(tokens: int) -> list[dict[str, Any]]:
         candidate = {**data, "model": {**(data.get("model") or {}), "cache_size": tokens, "max_seq_len": tokens,
                                        "cache_mode": spec.name}}
-        text = "# Written by `labwright probe ceiling` while it probes; the original comes back when it ends.\n"
+        text = f"{MARK} while it probes; the original comes back when it ends.\n"
         return [_file(config_path, (text + yaml.safe_dump(candidate, sort_keys=False)).encode())]
 
     return Target(engine="tabbyapi", service=unit, spec=spec, setting="cache_size", daemon_reload=False,
                   success_lines=(TABBY_OK,), oom_lines=TABBY_OOM, health_url=None, was_active=_active(props),
-                  restore_actions=[_file(config_path, original)], render=render)
+                  restore_actions=[{**_file(config_path, original), "ours": MARK}], render=render, notes=notes)
 
 
 def cache_spec(engine: str, cache: str | None) -> CacheSpec:
@@ -401,7 +457,7 @@ def make_probe(guest: Guest, target: Target, timeout: float, tail: int) -> Calla
         request = {"mode": "probe", "service": target.service, "install": target.render(tokens),
                    "daemon_reload": target.daemon_reload, "success_lines": list(target.success_lines),
                    "oom_lines": list(target.oom_lines), "health_url": target.health_url, "timeout": timeout,
-                   "tail": tail}
+                   "tail": tail, "record": {**target.restore_request(timeout), "began": time.time()}}
         began = time.monotonic()
         answer = guest.waiter(request, timeout=timeout + 60)
         outcome = str(answer.get("outcome"))
@@ -421,19 +477,35 @@ def _tail(probe: Probe, count: int = 5) -> str:
 
 
 def restore(guest: Guest, target: Target, timeout: float) -> str:
-    """Put the original config back and leave the unit as it was; returns what happened, in words."""
-    answer = guest.waiter({"mode": "restore", "service": target.service, "install": target.restore_actions,
-                           "daemon_reload": target.daemon_reload, "start": target.was_active,
-                           "success_lines": list(target.success_lines), "oom_lines": list(target.oom_lines),
-                           "health_url": target.health_url, "timeout": timeout}, timeout=timeout + 60)
+    """Put the original config back and leave the unit as it was; returns what happened, in words.
+
+    Raises :class:`ServiceDown` when the unit ran before and does not come back: the message names what is down and
+    the command that tries again (the guest keeps the record until it is back).
+    """
+    answer = guest.waiter(target.restore_request(timeout), timeout=timeout + 60)
+    return _restored(answer, guest, target.service)
+
+
+class ServiceDown(OperationFailed):
+    """The original config is back but the unit that ran before the probe is not running."""
+
+
+def _restored(answer: dict[str, Any], guest: Guest, service: str) -> str:
     outcome = answer.get("outcome")
+    kept = answer.get("kept") or []
+    extra = (f"; kept {', '.join(kept)}: it was changed by someone else during the probe" if kept else "")
     if outcome == "stopped":
-        return "original config restored; the service was stopped and is left stopped"
+        return f"original config restored; the service was stopped and is left stopped{extra}"
     if outcome == "ok":
-        return "original config restored; the service is running and healthy again"
+        return f"original config restored; the service is running and healthy again{extra}"
     if outcome == "started":
-        return "original config restored; the service is running again (not yet healthy)"
-    return f"original config restored; the service did not come back: {answer.get('why')}"
+        return f"original config restored; the service is running again (not yet healthy){extra}"
+    name = service.removesuffix(".service")
+    tail = " | ".join(str(line).strip() for line in (answer.get("lines") or [])[-3:] if str(line).strip())
+    raise ServiceDown(f"{service} on {guest.name} is DOWN: its original config is back but it did not start "
+                      f"({answer.get('why') or outcome}{'; last log: ' + tail if tail else ''}){extra}; see "
+                      f"`lxc exec {guest.name} -- journalctl -u {name} -n 50`, then run `labwright probe restore "
+                      f"--guest {guest.name} --service {name}`")
 
 
 def probe_ceiling(guest: Guest, target: Target, lo: int, hi: int, page: int = DEFAULT_PAGE,

@@ -19,6 +19,12 @@ from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import split_target
 
 WAITER_SOURCE = (Path(__file__).with_name("probe_waiter.py")).read_text()
+_PACKAGE = Path(__file__).resolve().parents[1]
+# labwright's one restart helper (stdlib only) and the errors it raises, sent to the waiter with every request that
+# starts the unit: the guest has no labwright, and the probe's restarts must be the ones every other command makes.
+RESTART_HELPER = {"labwright.errors": (_PACKAGE / "errors.py").read_text(),
+                  "labwright.stacks.service": (_PACKAGE / "stacks" / "service.py").read_text()}
+STARTS = ("probe", "restore", "watch")
 
 
 class Guest(Protocol):
@@ -61,6 +67,8 @@ class LxdGuest:
         is waited for as long as it runs (LXD's operation wait).
         """
         began = time.monotonic()
+        if request.get("mode") in STARTS:
+            request = {**request, "restart_helper": RESTART_HELPER}
         # The argv as it is (no shell): the exit code is the waiter's own, 137 (or -1, 9) when the OOM killer took it.
         result = self.host.exec(["python3", "-c", WAITER_SOURCE, json.dumps(request)])
         documents = _documents(result.stdout)

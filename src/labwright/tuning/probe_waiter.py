@@ -19,6 +19,14 @@ Modes:
 - ``watch``: the verdict for a given invocation (after the OOM killer took the first waiter along with the server).
 - ``restore``: install/remove files, ``daemon-reload``, ``reset-failed``; start the unit again if it was running and
   wait (same rules) until it is healthy.
+- ``leftovers``: the records of interrupted probes on this guest (see below).
+
+The record: before a probe changes anything, ``probe`` writes what puts the original back (the ``restore`` request:
+the original files' bytes, whether the unit ran) to ``/var/lib/labwright/probe/UNIT.json``, atomically (temporary
+file, fsync, rename, fsync of the directory), and only when no record is there yet, so a record always holds the
+state before the FIRST change. ``restore`` removes it once the original is installed and the unit is back as it
+was. A record found later is what a killed probe (SIGKILL, a lost connection, a reboot) left: the next probe, or
+``labwright probe restore``, runs it.
 """
 
 from __future__ import annotations
@@ -30,9 +38,12 @@ import os
 import subprocess
 import sys
 import time
+import types
 import urllib.request
 
 POLL = 0.2
+RECORD_DIR = "/var/lib/labwright/probe"
+HELPER_MODULE = "labwright_probe_restart_helper"
 
 
 def sh(*args: str, check: bool = False) -> subprocess.CompletedProcess:
@@ -67,33 +78,148 @@ def state(req: dict) -> dict:
     for path in req.get("paths", []):
         files[path] = os.path.exists(path)
     return {"props": info, "exec_start": exec_start_line(fragment) if fragment else None, "paths": files,
-            "systemctl": sh("sh", "-c", "command -v systemctl").returncode == 0}
+            "systemctl": sh("sh", "-c", "command -v systemctl").returncode == 0, "leftover": read_record(service)}
 
 
-def install(actions: list[dict]) -> None:
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
+    """Temporary file beside ``path``, fsync, rename over it, fsync the directory: old bytes or new, never a mix."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.labwright-probe-new"
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        if owner is not None:
+            os.chown(tmp, *owner)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
+
+
+def install(actions: list[dict]) -> list[str]:
+    """Write or remove each file; returns the paths left alone because they hold someone else's content.
+
+    ``ours``: the first line every candidate this probe writes starts with. A file to put back that holds neither
+    the original nor a candidate was changed by someone else since the probe began: it is kept, and said.
+    """
+    kept = []
     for action in actions:
         path = action["path"]
         if action.get("remove"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+                fsync_dir(os.path.dirname(path))
             continue
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         data = base64.b64decode(action["content_b64"])
-        mode = None
+        mode, owner = 0o644, None
         try:
             stat = os.stat(path)
-            mode, uid, gid = stat.st_mode & 0o7777, stat.st_uid, stat.st_gid
+            mode, owner = stat.st_mode & 0o7777, (stat.st_uid, stat.st_gid)
+            if action.get("ours"):
+                with open(path, "rb") as handle:
+                    current = handle.read()
+                if current != data and not current.startswith(action["ours"].encode()):
+                    kept.append(path)
+                    continue
         except FileNotFoundError:
             pass
-        tmp = f"{path}.labwright-probe-new"
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-        if mode is not None:
-            os.chmod(tmp, mode)
-            os.chown(tmp, uid, gid)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        write_atomic(path, data, mode, owner)
+    return kept
+
+
+def record_path(service: str) -> str:
+    return f"{RECORD_DIR}/{service}.json"
+
+
+def read_record(service: str) -> dict | None:
+    try:
+        with open(record_path(service), "rb") as handle:
+            record = json.loads(handle.read().decode())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return {"unreadable": f"{record_path(service)}: {exc}"}
+    return record if isinstance(record, dict) else {"unreadable": f"{record_path(service)}: not a JSON object"}
+
+
+def save_record(service: str, record: dict) -> bool:
+    """Write the record unless one is there (the first one holds the state before any change); True if written."""
+    if os.path.exists(record_path(service)):
+        return False
+    write_atomic(record_path(service), json.dumps(record).encode(), 0o600)
+    return True
+
+
+def drop_record(service: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(record_path(service))
+        fsync_dir(RECORD_DIR)
+
+
+def leftovers() -> dict:
+    records = {}
+    with contextlib.suppress(FileNotFoundError):
+        for entry in sorted(os.listdir(RECORD_DIR)):
+            if entry.endswith(".json"):
+                service = entry[:-len(".json")]
+                records[service] = read_record(service)
+    return {"leftovers": records}
+
+
+def restart_helper(req: dict):
+    """labwright's one restart helper (``labwright.stacks.service``), sent as source with the request.
+
+    The guest has no labwright; the control machine sends ``labwright/errors.py`` and ``labwright/stacks/service.py``
+    (both stdlib only) and they are loaded here under their own names. None when they were not sent or do not load
+    (then a plain reset-failed + start, said in the answer).
+    """
+    sources = req.get("restart_helper")
+    if not sources:
+        return None
+    try:
+        if "labwright.errors" not in sys.modules:  # a guest without labwright: the sent errors.py is it
+            package = types.ModuleType("labwright")
+            package.__path__ = []
+            sys.modules.setdefault("labwright", package)
+            errors = types.ModuleType("labwright.errors")
+            sys.modules["labwright.errors"] = errors
+            exec(compile(sources["labwright.errors"], "labwright/errors.py", "exec"), errors.__dict__)
+        service = types.ModuleType(HELPER_MODULE)
+        sys.modules[HELPER_MODULE] = service  # dataclasses look their module up there
+        exec(compile(sources["labwright.stacks.service"], "labwright/stacks/service.py", "exec"), service.__dict__)
+        return service
+    except Exception as exc:  # the helper grew a dependency the guest lacks: still start, and say so
+        req["restart_helper_error"] = f"{type(exc).__name__}: {exc}"
+        return None
+
+
+def start_unit(req: dict, service: str) -> tuple[bool, str]:
+    """Start the (stopped) unit so that systemd's start limit cannot refuse it: through the restart helper
+    (reset-failed first; a refusal for the start limit retried after reset-failed with back-off)."""
+    helper = restart_helper(req)
+    if helper is None:
+        sh("systemctl", "reset-failed", service)
+        start = sh("systemctl", "start", service)
+        return start.returncode == 0, start.stderr.strip()
+    try:
+        helper.restart_unit(service, reset_first=True)
+    except Exception as exc:  # OperationFailed: systemd's reason and what to look at
+        return False, str(exc)
+    return True, ""
 
 
 def halt(service: str) -> None:
@@ -240,19 +366,21 @@ def probe(req: dict) -> dict:
     stop_other_waiter(service)
     with open(pid_file(service), "w") as handle:
         handle.write(str(os.getpid()))
+    if req.get("record"):
+        save_record(service, req["record"])  # before the first change: what puts the original back
     halt(service)
     install(req.get("install", []))
     if req.get("daemon_reload"):
         sh("systemctl", "daemon-reload")
-    start = sh("systemctl", "start", service)
+    started_ok, start_error = start_unit(req, service)
     invocation = props(service).get("InvocationID", "")
     # Said at once: under memory pressure the OOM killer may take this process too, and the control machine then
     # asks again (mode "watch") for this invocation's verdict, which the journal still holds.
     sys.stdout.write(json.dumps({"invocation": invocation, "started": started}) + "\n")
     sys.stdout.flush()
-    if start.returncode != 0 and not invocation:
+    if not started_ok and not invocation:
         halt(service)
-        return {"outcome": "error", "why": f"systemctl start failed: {start.stderr.strip()}", "lines": [],
+        return {"outcome": "error", "why": f"systemctl start failed: {start_error}", "lines": [],
                 "seconds": time.monotonic() - started, "invocation": ""}
     return finish(req, invocation, started)
 
@@ -262,7 +390,8 @@ def finish(req: dict, invocation: str, started: float) -> dict:
     verdict = watch(req, invocation, started)
     restarts = int(props(service).get("NRestarts") or 0)
     halt(service)
-    verdict.update(invocation=invocation, seconds=round(time.monotonic() - started, 3), restarts_seen=restarts)
+    verdict.update(invocation=invocation, seconds=round(time.monotonic() - started, 3), restarts_seen=restarts,
+                   restart_helper_error=req.get("restart_helper_error"))
     verdict["lines"] = verdict["lines"][-int(req.get("tail", 15)):]
     return verdict
 
@@ -273,22 +402,30 @@ def restore(req: dict) -> dict:
     with contextlib.suppress(OSError):
         os.unlink(pid_file(service))
     halt(service)
-    install(req.get("install", []))
+    kept = install(req.get("install", []))
     if req.get("daemon_reload"):
         sh("systemctl", "daemon-reload")
+    # halt() cleared the start-rate counter; a unit that was stopped stays stopped.
     sh("systemctl", "reset-failed", service)
     if not req.get("start"):
-        return {"outcome": "stopped", "props": props(service)}
+        drop_record(service)
+        return {"outcome": "stopped", "props": props(service), "kept": kept}
     started = time.monotonic()
-    start = sh("systemctl", "start", service)
+    started_ok, start_error = start_unit(req, service)
     invocation = props(service).get("InvocationID", "")
-    if start.returncode != 0:
-        return {"outcome": "error", "why": f"systemctl start failed: {start.stderr.strip()}", "lines": []}
+    if not started_ok:
+        # The record stays: the original files are in place, the unit is down; a later restore starts it again.
+        return {"outcome": "error", "why": f"systemctl start failed: {start_error}", "lines": [], "kept": kept,
+                "restart_helper_error": req.get("restart_helper_error")}
     verdict = watch(req, invocation, started)
     if verdict["outcome"] == "timeout":
         verdict["outcome"] = "started"  # running, not yet healthy: leave it be, as it was before the probe
+    if verdict["outcome"] in ("ok", "started"):
+        drop_record(service)
     verdict["lines"] = verdict["lines"][-int(req.get("tail", 15)):]
     verdict["props"] = props(service)
+    verdict["kept"] = kept
+    verdict["restart_helper_error"] = req.get("restart_helper_error")
     return verdict
 
 
@@ -307,6 +444,8 @@ def main(argv: list[str]) -> int:
         result = finish(req, req["invocation"], time.monotonic())
     elif mode == "restore":
         result = restore(req)
+    elif mode == "leftovers":
+        result = leftovers()
     else:
         result = {"error": f"unknown mode {mode}"}
     sys.stdout.write(json.dumps(result) + "\n")

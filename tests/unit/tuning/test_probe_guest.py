@@ -12,7 +12,7 @@ import pytest
 
 from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed
 from labwright.lxd.client import ExecResult, LxdClient
-from labwright.tuning.probe_guest import WAITER_SOURCE, LxdGuest
+from labwright.tuning.probe_guest import RESTART_HELPER, WAITER_SOURCE, LxdGuest
 
 
 class StandInClient:
@@ -50,7 +50,8 @@ def test_the_waiter_is_one_argv_and_its_answer_is_returned():
     client = StandInClient([ExecResult(0, lines({"invocation": "7"}, {"outcome": "fits", "seconds": 1.5}), b"")])
     request = {"mode": "probe", "unit": "llama-server.service"}
     assert guest(client).waiter(request, 60) == {"outcome": "fits", "seconds": 1.5}
-    assert client.calls == [("box", ["python3", "-c", WAITER_SOURCE, json.dumps(request)])]
+    sent = {**request, "restart_helper": RESTART_HELPER}  # labwright's one restart helper goes along with a start
+    assert client.calls == [("box", ["python3", "-c", WAITER_SOURCE, json.dumps(sent)])]
 
 
 @pytest.mark.parametrize("killed", [137, -1, 9])

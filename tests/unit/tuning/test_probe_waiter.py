@@ -1,0 +1,87 @@
+"""The in-guest waiter's own parts that need no systemd: the restore record (written once, atomically, before any
+change), the install that keeps a file someone else changed, and the restart helper it is sent (labwright's
+stacks.service, loaded in a bare interpreter as a guest without labwright would). The systemd side runs for real in
+tests/integration/test_probe_faults.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labwright.tuning import probe_waiter
+from labwright.tuning.probe import MARK
+from labwright.tuning.probe_guest import RESTART_HELPER, WAITER_SOURCE
+
+
+@pytest.fixture
+def records(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setattr(probe_waiter, "RECORD_DIR", str(tmp_path / "records"))
+    return tmp_path / "records"
+
+
+def test_the_first_record_is_kept_and_later_probes_do_not_overwrite_it(records):
+    first = {"mode": "restore", "service": "tabbyapi.service", "install": [{"path": "/x", "content_b64": "b3JpZw=="}]}
+    assert probe_waiter.save_record("tabbyapi.service", first) is True
+    # a second probe (which would read a candidate as "the original" after a kill) does not replace it
+    assert probe_waiter.save_record("tabbyapi.service", {**first, "install": []}) is False
+    assert probe_waiter.read_record("tabbyapi.service") == first
+    assert probe_waiter.leftovers() == {"leftovers": {"tabbyapi.service": first}}
+    assert [p.name for p in records.iterdir()] == ["tabbyapi.service.json"]  # no temporary left beside it
+    assert (records / "tabbyapi.service.json").stat().st_mode & 0o777 == 0o600
+    probe_waiter.drop_record("tabbyapi.service")
+    assert probe_waiter.read_record("tabbyapi.service") is None and probe_waiter.leftovers() == {"leftovers": {}}
+
+
+def test_an_unreadable_record_is_reported_not_run(records):
+    records.mkdir()
+    (records / "llama-server.service.json").write_bytes(b"\xff{half")
+    assert "unreadable" in probe_waiter.read_record("llama-server.service")
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def test_install_puts_back_the_original_over_a_candidate_but_keeps_someone_elses_edit(tmp_path):
+    config = tmp_path / "config.yml"
+    config.write_bytes(f"{MARK} while it probes\nmodel: {{cache_size: 4096}}\n".encode())
+    os.chmod(config, 0o640)
+    original = b"model:\n  cache_size: 8192\n"
+    kept = probe_waiter.install([{"path": str(config), "content_b64": b64(original), "ours": MARK}])
+    assert kept == [] and config.read_bytes() == original and config.stat().st_mode & 0o777 == 0o640
+    users = b"model:\n  cache_size: 16384  # the user's edit\n"
+    config.write_bytes(users)
+    kept = probe_waiter.install([{"path": str(config), "content_b64": b64(original), "ours": MARK}])
+    assert kept == [str(config)] and config.read_bytes() == users
+    dropin = tmp_path / "unit.d" / "90-labwright-probe.conf"
+    probe_waiter.install([{"path": str(dropin), "content_b64": b64(b"[Service]\n")}])
+    assert dropin.read_bytes() == b"[Service]\n"
+    probe_waiter.install([{"path": str(dropin), "remove": True}, {"path": str(dropin), "remove": True}])
+    assert not dropin.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["config.yml", "unit.d"]
+
+
+def test_the_restart_helper_loads_in_a_bare_interpreter_from_the_sources_sent(tmp_path):
+    """The guest has python3 only: stacks/service.py and errors.py must load there from the request alone."""
+    request = {"restart_helper": RESTART_HELPER}
+    script = WAITER_SOURCE.replace('if __name__ == "__main__":', 'if False:') + (
+        "\nimport json, sys\nreq = json.loads(sys.argv[1])\nhelper = restart_helper(req)\n"
+        "print(json.dumps({'loaded': helper is not None and callable(helper.restart_unit), "
+        "'error': req.get('restart_helper_error'), 'burst_text': helper.START_LIMIT_TEXT}))\n")
+    # -I: isolated (no site-packages, no cwd on the path), as on a guest without labwright
+    proc = subprocess.run([sys.executable, "-I", "-c", script, json.dumps(request)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer == {"loaded": True, "error": None, "burst_text": "start of the service was attempted too often"}
+
+
+def test_a_helper_that_does_not_load_is_said_and_not_fatal():
+    request = {"restart_helper": {**RESTART_HELPER, "labwright.stacks.service": "import labwright.hosts.nowhere\n"}}
+    assert probe_waiter.restart_helper(request) is None
+    assert "ModuleNotFoundError" in request["restart_helper_error"]
