@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from labwright.atomic import write_text_atomic
 from labwright.errors import OperationFailed
 from labwright.tabbyapi.ngram import DEFAULT_MATCH_MIN, check_match_min, plan_ngram, read_tree
 
@@ -33,8 +34,9 @@ def ngram(
     change = plan_ngram(read_tree(source, config), check_match_min(match_min))
     if change.new_text is not None and not dry:
         try:
-            # newline="" writes the planner's line endings as they are (a CRLF file stays CRLF).
-            Path(change.file).write_text(change.new_text, encoding="utf-8", newline="")
+            # Atomic (temp + fsync + rename): a kill mid-write leaves the old file or the new, never half a config.
+            # The planner's text keeps the file's own line endings and byte order mark.
+            write_text_atomic(Path(change.file), change.new_text)
         except OSError as exc:
             raise OperationFailed(f"{change.file}: cannot write ({exc.strerror}); run as the file's owner or root, "
                                   "or use --dry to see the change") from exc

@@ -8,23 +8,44 @@ result differs from the intended one, so an odd layout fails loudly instead of b
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import yaml
 
 BLOCK = "draft_model"
-_HEADER = re.compile(rf"^{BLOCK}:[ \t]*(#.*)?$")
-_TOP_LEVEL = re.compile(r"^[^\s#]")
+BOM = "\ufeff"
 
 
 class ConfigShapeError(ValueError):
     """config.yml cannot be edited line by line safely (flow style, broken YAML, an edit that did not hold)."""
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """SafeLoader that refuses a key twice in one mapping, as tabbyAPI's loader does.
+
+    tabbyAPI reads config.yml with ruamel.yaml ``YAML(typ=["rt", "safe"])`` (common/tabby_config.py, theroyallab/
+    tabbyAPI e632af4), which raises DuplicateKeyError; PyYAML would silently keep the last one, so an edit that
+    added a second ``draft_model:`` looked fine here and stopped the service there.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:
+                continue  # an unhashable key: SafeLoader refuses it below with its own message
+            if first is not None:
+                raise ConfigShapeError(f"has the key `{key}` twice in one mapping (lines {first + 1} and "
+                                       f"{key_node.start_mark.line + 1}); tabbyAPI refuses a duplicate key: keep one")
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
 def load(text: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text) if text.strip() else {}
+        data = yaml.load(text, Loader=_UniqueKeys) if text.strip(BOM + " \t\r\n") else {}
     except yaml.YAMLError as exc:
         raise ConfigShapeError(f"is not valid YAML ({str(exc).splitlines()[0]})") from exc
     if data is None:
@@ -41,53 +62,98 @@ def draft_section(text: str) -> dict[str, Any]:
     return section
 
 
+def max_seq_len(text: str) -> int | None:
+    """``model.max_seq_len`` when config.yml sets it to a whole number (None: the model's own default)."""
+    model = load(text).get("model")
+    value = model.get("max_seq_len") if isinstance(model, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _render(value: Any) -> str:
     # safe_dump quotes what needs quoting (a mode named "yes", say) and leaves plain words plain.
     return str(yaml.safe_dump(value, default_flow_style=True)).removesuffix("\n...\n").strip()
 
 
+def _top_level_node(body: str, key: str) -> tuple[yaml.Node, yaml.Node] | None:
+    """The (key, value) nodes of a top-level ``key`` however it is written: plain, quoted, ``? key``, after a BOM."""
+    try:
+        root = yaml.compose(body, Loader=_UniqueKeys)
+    except yaml.YAMLError as exc:
+        raise ConfigShapeError(f"is not valid YAML ({str(exc).splitlines()[0]})") from exc
+    if root is None:
+        return None
+    if not isinstance(root, yaml.MappingNode):
+        raise ConfigShapeError("is not a YAML mapping at the top level")
+    if root.flow_style:
+        raise ConfigShapeError("is a flow-style mapping ({...}); write it as a block mapping")
+    found = [(k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode) and k.value == key]
+    return found[0] if found else None
+
+
+def _line_end(body: str, index: int) -> int:
+    """The index just past the end of the line holding ``index`` (its newline included)."""
+    at = body.find("\n", index)
+    return len(body) if at < 0 else at + 1
+
+
 def set_draft_keys(text: str, values: dict[str, Any]) -> str:
-    """``text`` with ``draft_model.<key>: value`` for each item; other lines, comments included, untouched."""
-    newline = "\r\n" if "\r\n" in text else "\n"
-    lines = text.splitlines(keepends=True)
-    header = next((i for i, line in enumerate(lines) if _HEADER.match(line.rstrip("\r\n"))), None)
-    if header is None:
-        if any(line.startswith(f"{BLOCK}:") for line in lines):
-            raise ConfigShapeError(f"has `{BLOCK}:` in flow style; write it as a block mapping")
-        if lines and not lines[-1].endswith("\n"):
-            lines[-1] += newline
-        lines += [f"{BLOCK}:{newline}"] + [f"  {key}: {_render(value)}{newline}" for key, value in values.items()]
-        return _checked(text, "".join(lines), values)
-    # The block ends at its last entry: comments after it introduce whatever top-level key follows.
-    last_entry = header
-    for index in range(header + 1, len(lines)):
-        if _TOP_LEVEL.match(lines[index]):
-            break
-        if lines[index].strip() and not lines[index].lstrip().startswith("#"):
-            last_entry = index
-    indent = _child_indent(lines[header + 1:last_entry + 1])
+    """``text`` with ``draft_model.<key>: value`` for each item; other lines, comments included, untouched.
+
+    The block and its keys are found by YAML position (compose), so ``"draft_model":``, ``? draft_model`` or a file
+    that starts with a UTF-8 byte order mark (kept as it was) are edited in place, never appended a second time.
+    """
+    bom = BOM if text.startswith(BOM) else ""
+    body = text[len(bom):]
+    load(body)  # duplicate keys or broken YAML: refuse before touching anything
+    newline = "\r\n" if "\r\n" in body else "\n"
+    found = _top_level_node(body, BLOCK)
+    if found is None:
+        tail = "" if not body or body.endswith("\n") else newline
+        block = f"{BLOCK}:{newline}" + "".join(f"  {key}: {_render(value)}{newline}" for key, value in values.items())
+        return _checked(text, bom + body + tail + block, values)
+    key_node, block_node = found
+    if isinstance(block_node, yaml.MappingNode) and block_node.flow_style:
+        raise ConfigShapeError(f"has `{BLOCK}:` in flow style; write it as a block mapping")
+    if isinstance(block_node, yaml.ScalarNode) and block_node.value in ("", "~", "null", "Null", "NULL"):
+        if block_node.end_mark.index > block_node.start_mark.index:
+            raise ConfigShapeError(f"has `{BLOCK}: {block_node.value}`; write `{BLOCK}:` with nothing after it, or "
+                                   "set the keys by hand")
+        at = _line_end(body, key_node.start_mark.index)
+        prefix = body[:at] if body[:at].endswith("\n") else body[:at] + newline
+        block = "".join(f"  {key}: {_render(value)}{newline}" for key, value in values.items())
+        return _checked(text, bom + prefix + block + body[at:], values)
+    if not isinstance(block_node, yaml.MappingNode):
+        raise ConfigShapeError(f"has `{BLOCK}:` that is not a mapping")
+    children = {k.value: (k, v) for k, v in block_node.value if isinstance(k, yaml.ScalarNode)}
+    first_key = block_node.value[0][0]
+    line_start = body.rfind("\n", 0, first_key.start_mark.index) + 1
+    indent = body[line_start:first_key.start_mark.index]
+    if indent.strip(" \t"):
+        raise ConfigShapeError(f"has `{BLOCK}:` entries that do not start their own lines; set "
+                               + ", ".join(f"{BLOCK}.{key}: {value}" for key, value in values.items()) + " by hand")
+    # Edits from the end of the file backwards, so earlier indices stay valid.
+    edits: list[tuple[int, int, str]] = []
+    missing = []
     for key, value in values.items():
-        pattern = re.compile(rf"^{re.escape(indent)}{re.escape(key)}:(?P<value>[^#\r\n]*?)(?P<rest>[ \t]*(#.*)?)$")
-        for index in range(header + 1, last_entry + 1):
-            body = lines[index].rstrip("\r\n")
-            match = pattern.match(body)
-            if match:
-                ending = lines[index][len(body):]
-                lines[index] = f"{indent}{key}: {_render(value)}{match.group('rest')}{ending}"
-                break
-        else:
-            last_entry += 1
-            lines.insert(last_entry, f"{indent}{key}: {_render(value)}{newline}")
-            if not lines[last_entry - 1].endswith("\n"):
-                lines[last_entry - 1] += newline
-    return _checked(text, "".join(lines), values)
-
-
-def _child_indent(block: list[str]) -> str:
-    for line in block:
-        if line.strip() and not line.lstrip().startswith("#"):
-            return line[:len(line) - len(line.lstrip(" \t"))]
-    return "  "
+        if key not in children:
+            missing.append(f"{indent}{key}: {_render(value)}{newline}")
+            continue
+        child_key, child_value = children[key]
+        if not isinstance(child_value, yaml.ScalarNode) or child_value.start_mark.line != child_key.start_mark.line \
+                or child_value.end_mark.line != child_key.start_mark.line:
+            raise ConfigShapeError(f"has `{BLOCK}.{key}` spread over lines; set {BLOCK}.{key}: {_render(value)} by "
+                                   "hand")
+        start, end = child_value.start_mark.index, child_value.end_mark.index
+        edits.append((start, end, _render(value) if start < end else " " + _render(value)))
+    if missing:
+        last_value = block_node.value[-1][1]
+        end = last_value.end_mark.index
+        at = _line_end(body, end - 1 if last_value.end_mark.column == 0 and end > 0 else end)
+        edits.append((at, at, ("" if body[:at].endswith("\n") else newline) + "".join(missing)))
+    after = body
+    for start, end, replacement in sorted(edits, reverse=True):
+        after = after[:start] + replacement + after[end:]
+    return _checked(text, bom + after, values)
 
 
 def _checked(before: str, after: str, values: dict[str, Any]) -> str:

@@ -98,9 +98,29 @@ class TabbyTexts:
         return path
 
 
-def check_match_min(value: int) -> int:
+#: The longest match labwright writes when config.yml does not say the context length (model.max_seq_len).
+#: exllamav3 (turboderp-org/exllamav3 4f8ad01, v1.4.1) drafts only when the suffix automaton's longest match of the
+#: job's token sequence reaches ngram_match_min (generator/job.py get_ngram_draft: ``end - beg >=
+#: self.generator.ngram_match_min``); that match is an int32 counter (exllamav3_ext/sam.cpp advance_match) and is
+#: always shorter than the sequence, which the KV cache bounds. tabbyAPI (theroyallab/tabbyAPI e632af4,
+#: common/config_models.py DraftModelConfig.ngram_match_min, default 2; backends/exllamav3/model.py) only refuses
+#: values <= 0, so a value at or above the context is accepted and drafting silently never fires. 2^20 tokens is
+#: above the context any single-host tabbyAPI serves; with max_seq_len in config.yml that is the bound instead.
+MATCH_MIN_CEILING = 1 << 20
+
+
+def check_match_min(value: int, context: int | None = None) -> int:
+    """``value`` when n-gram drafting can fire with it: 1 <= value < the context length (``context``, from
+    config.yml's model.max_seq_len, else MATCH_MIN_CEILING + 1); BadInput naming --min and the range otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInput(f"--min {value!r}: n-gram match length must be a whole number >= 1 (the seed used 3)")
+        raise BadInput(f"--min {value!r}: n-gram match length must be a whole number >= 1 (tabbyAPI's default is 2, "
+                       "the seed used 3)")
+    if context is not None and value >= context:
+        raise BadInput(f"--min {value}: a match that long never happens within config.yml's model.max_seq_len "
+                       f"{context}, so drafting would never fire; use a small value such as 2 or 3")
+    if value > MATCH_MIN_CEILING:
+        raise BadInput(f"--min {value}: longer than any context ({MATCH_MIN_CEILING} tokens), so drafting would "
+                       "never fire; use a small value such as 2 or 3 (tabbyAPI's default is 2)")
     return value
 
 
@@ -115,8 +135,10 @@ def plan_ngram(texts: TabbyTexts, match_min: int = DEFAULT_MATCH_MIN) -> NgramCh
     check_match_min(match_min)
     try:
         draft = config_edit.draft_section(texts.config or "")
+        context = config_edit.max_seq_len(texts.config or "")
     except config_edit.ConfigShapeError as exc:
         return NgramChange("unrecognised", texts.config_path, message=f"{texts.config_path} {exc}")
+    check_match_min(match_min, context)
     if texts.model_py is None:
         return NgramChange("unrecognised", texts.model_py_path, message=(
             f"{texts.model_py_path} not found: is this a tabbyAPI checkout? (expected the `{CALL}(` call with "
@@ -257,12 +279,24 @@ def read_tree(source_dir: Path, config: Path | None = None) -> TabbyTexts:
         raise BadInput(f"--config {config}: its directory does not exist; pass a path inside an existing directory")
 
     def text(path: Path) -> str | None:
+        """The file's text as it is (a BOM and CRLF kept, so a write-back changes only the edited lines); None when
+        it does not exist; BadInput naming it for a directory, a device, binary bytes or another encoding."""
+        if not path.exists():
+            return None
+        if not path.is_file():
+            raise BadInput(f"{path} is not a regular file; pass a tabbyAPI config.yml (or a checkout) there")
         try:
-            # Bytes, not read_text: universal newlines would turn a CRLF file into LF on write-back.
-            return path.read_bytes().decode("utf-8") if path.is_file() else None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(f"{path}: cannot be read as UTF-8 text ({exc.__class__.__name__}); fix its permissions "
-                           "or encoding") from exc
+            data = path.read_bytes()
+        except OSError as exc:
+            raise BadInput(f"{path}: cannot read it ({exc.strerror or type(exc).__name__}); fix its permissions") \
+                from None
+        if b"\x00" in data[:8192]:
+            raise BadInput(f"{path} is a binary file, not YAML/Python text; pass the tabbyAPI config.yml / checkout")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"{path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); pass "
+                           "the tabbyAPI config.yml / checkout, or convert the file to UTF-8") from None
 
     return TabbyTexts(text(source_dir / MODEL_PY), text(source_dir / CONFIG_SAMPLE), text(config_path),
                       str(source_dir / MODEL_PY), str(config_path), str(source_dir))

@@ -187,12 +187,13 @@ def test_cli_keeps_crlf_when_writing(cli_env, standin, tmp_path):
     assert b"ngram_match_min=3,\r\n" in patched and patched.count(b"\n") == patched.count(b"\r\n")
 
 
-def test_cli_unwritable_file_is_one_line_exit_1(cli_env, standin, tmp_path):
+def test_cli_config_that_is_a_directory_is_one_line_exit_2(cli_env, standin, tmp_path):
     tree = standin.checkout(standin.config_ref, tmp_path / "t")
     (tree / "config.yml").mkdir()
     proc = run(cli_env, "--source", str(tree))
-    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
-    assert proc.stderr.startswith(f"labwright: error: {tree / 'config.yml'}: cannot write")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"labwright: error: {tree / 'config.yml'} is not a regular file")
+    assert not any((tree / "config.yml").iterdir())
 
 
 def test_config_edit_refuses_flow_style_instead_of_corrupting_it():
@@ -299,3 +300,94 @@ def test_cli_bad_input_exits_2(cli_env, tmp_path, args):
     proc = run(cli_env, *args)
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
+
+
+# --- config.yml however it is written: a BOM, quoted or explicit keys, duplicates; --min bounds; unreadable files --
+
+BOM = "\ufeff"
+NGRAM = {"draft_mode": "ngram", "ngram_match_min": 3}
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["draft_model:", '"draft_model":', "'draft_model':", "draft_model :", "? draft_model\n:", "draft_model:  # set"],
+)
+@pytest.mark.parametrize("bom", ["", BOM])
+def test_an_existing_draft_model_block_is_edited_however_its_key_is_written(header, bom):
+    """The sweep's damage: a config.yml starting with a BOM got a second top-level `draft_model:` appended, which
+    tabbyAPI's loader (ruamel, duplicate keys refused) then rejected at start."""
+    text = f"{bom}network:\n  port: 5000\n{header}\n  draft_mode: model\n  draft_model_dir: models\nsampling: {{}}\n"
+    after = config_edit.set_draft_keys(text, NGRAM)
+    assert after.startswith(bom + "network:")  # the BOM kept as it was, once
+    assert after.count("draft_model") == text.count("draft_model")  # no second block, no duplicated key
+    assert config_edit.load(after)["draft_model"] == {"draft_mode": "ngram", "draft_model_dir": "models",
+                                                      "ngram_match_min": 3}
+    assert config_edit.set_draft_keys(after, NGRAM) == after  # a second run changes nothing
+
+
+def test_a_bom_file_in_config_era_is_changed_once_then_already(standin, tmp_path):
+    from labwright.tabbyapi.ngram import read_tree
+
+    tree = standin.checkout(standin.config_ref, tmp_path / "t")
+    (tree / "config.yml").write_bytes(BOM.encode() + CONFIG_CONFIG_SAMPLE.encode())
+    change = plan_ngram(read_tree(tree), 3)
+    assert change.mode == "config" and change.new_text is not None
+    assert change.new_text.startswith(BOM) and change.new_text.count("\ndraft_model:") == 1
+    (tree / "config.yml").write_bytes(change.new_text.encode())
+    assert plan_ngram(read_tree(tree), 3).mode == "already"
+
+
+def test_quoted_and_empty_values_are_set_in_place():
+    text = 'draft_model:\n  "draft_mode": model  # why\n  ngram_match_min:\n'
+    after = config_edit.set_draft_keys(text, NGRAM)
+    assert after == 'draft_model:\n  "draft_mode": ngram  # why\n  ngram_match_min: 3\n'
+
+
+def test_an_empty_draft_model_block_gets_its_keys_under_it():
+    after = config_edit.set_draft_keys("draft_model:\nsampling:\n  x: 1\n", NGRAM)
+    assert after == "draft_model:\n  draft_mode: ngram\n  ngram_match_min: 3\nsampling:\n  x: 1\n"
+
+
+def test_a_config_that_already_has_a_duplicate_key_is_refused_naming_both_lines():
+    text = "draft_model:\n  draft_mode: model\nnetwork: {}\ndraft_model:\n  draft_mode: mtp\n"
+    with pytest.raises(config_edit.ConfigShapeError, match=r"`draft_model` twice in one mapping \(lines 1 and 4\)"):
+        config_edit.set_draft_keys(text, NGRAM)
+    change = plan_ngram(TabbyTexts(CONFIG_MODEL_PY, CONFIG_CONFIG_SAMPLE, text), 3)
+    assert change.mode == "unrecognised" and change.new_text is None and "twice" in change.message
+
+
+@pytest.mark.parametrize(
+    ("value", "config", "message"),
+    [(10**12, None, "--min 1000000000000: longer than any context"),
+     (2**20 + 1, None, "longer than any context"),
+     (8192, "model:\n  max_seq_len: 8192\n", "--min 8192: a match that long never happens within config.yml's "
+                                             "model.max_seq_len 8192"),
+     (0, None, "--min 0")],
+)
+def test_match_min_is_bounded_by_what_drafting_can_reach(value, config, message):
+    with pytest.raises(BadInput, match=message.replace("(", r"\(").replace(")", r"\)")):
+        plan_ngram(TabbyTexts(CONFIG_MODEL_PY, CONFIG_CONFIG_SAMPLE, config), value)
+    assert plan_ngram(TabbyTexts(CONFIG_MODEL_PY, CONFIG_CONFIG_SAMPLE, config), 3).mode == "config"
+
+
+def _tree_snapshot(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("args", "config", "needle"),
+    [(["--min", "1000000000000"], None, "--min 1000000000000: longer than any context"),
+     (["--min", "4096"], b"model:\n  max_seq_len: 4096\n", "--min 4096: a match that long never happens"),
+     ([], b"GGUF\x03\x00\x00\x00" + bytes(range(256)), "config.yml is a binary file"),
+     ([], b"draft_model:\n  draft_mode: \xe9t\xe9\n", "config.yml is not UTF-8 text (byte 0xe9 at offset 27)")],
+    ids=["huge-min", "min-over-context", "gguf-as-config", "latin1-config"],
+)
+def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(cli_env, standin, tmp_path, args, config, needle):
+    tree = standin.checkout(standin.config_ref, tmp_path / "t")
+    if config is not None:
+        (tree / "config.yml").write_bytes(config)
+    before = _tree_snapshot(tree)
+    proc = run(cli_env, "--source", str(tree), *args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and needle in proc.stderr, proc.stderr
+    assert proc.stdout == "" and _tree_snapshot(tree) == before
