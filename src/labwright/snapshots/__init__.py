@@ -1,0 +1,229 @@
+"""Guest snapshots before risky steps: take one, keep the last N, put one back.
+
+.. code:: python
+
+    from labwright import snapshots
+
+    name = snapshots.before("@lxd/llm1", "stack-switch")   # labwright-stack-switch-20261124T062441Z
+    snapshots.restore("@lxd/llm1", force=True)              # the latest labwright snapshot, guest restarted
+
+Guests are named as pyinfra hosts are: ``@lxd/NAME``, ``@lxd/REMOTE:NAME``, ``@incus/...`` (LXD API) and
+``@pct/NODE/VMID`` (Proxmox VE API; the node's host data such as ``proxmox_api_url`` passed as ``node_data``).
+labwright prunes only its own snapshots (``labwright-*``), never one a user took under another name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from labwright.errors import BadInput, LabwrightError, OperationFailed
+from labwright.hostnames import LxdName, PctName, parse_host_name
+from labwright.snapshots.model import (
+    DEFAULT_KEEP,
+    PREFIX,
+    Snapshot,
+    SnapshotBackend,
+    Support,
+    check_user_name,
+    free_name,
+    latest_ours,
+    sort_key,
+    step_slug,
+    to_prune,
+)
+
+__all__ = ["DEFAULT_KEEP", "PREFIX", "RestoreResult", "Snapshot", "SnapshotBackend", "Support", "TakeResult",
+           "backend_for", "before", "list_snapshots", "restore", "take"]
+
+Guest = str | SnapshotBackend
+
+
+def backend_for(host: str, node_data: Mapping[str, Any] | None = None, **options: Any) -> SnapshotBackend:
+    """The snapshot backend of a guest host name. ``options``: ``client`` (an LxdClient) for LXD; ``api``,
+    ``credentials``, ``task_timeout``, ``poll_interval`` for Proxmox."""
+    parsed = parse_host_name(host)
+    if isinstance(parsed, LxdName):
+        from labwright.snapshots.lxd import LxdSnapshots
+
+        return LxdSnapshots(parsed, client=options.get("client"))
+    if isinstance(parsed, PctName):
+        from labwright.snapshots.proxmox import PveSnapshots
+
+        allowed = {k: v for k, v in options.items() if k in ("api", "credentials", "task_timeout", "poll_interval")}
+        return PveSnapshots(parsed, node_data, **allowed)
+    raise BadInput(f"guest {host!r}: snapshots need a container name, @lxd/NAME (or @incus/NAME, @lxd/REMOTE:NAME) "
+                   "or @pct/NODE/VMID, e.g. @lxd/llm1")
+
+
+class _Opened:
+    """A backend opened from a name is closed after use; one handed in stays the caller's."""
+
+    def __init__(self, guest: Guest, node_data: Mapping[str, Any] | None, options: Mapping[str, Any]):
+        self.owned = isinstance(guest, str)
+        self.backend = backend_for(guest, node_data, **options) if isinstance(guest, str) else guest
+
+    def __enter__(self) -> SnapshotBackend:
+        return self.backend
+
+    def __exit__(self, *exc: object) -> None:
+        if self.owned:
+            self.backend.close()
+
+
+@dataclass
+class TakeResult:
+    guest: str
+    name: str
+    storage: str
+    how: str
+    dry: bool
+    pruned: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RestoreResult:
+    guest: str
+    name: str
+    was_running: bool
+    restarted: bool
+    dry: bool
+    seconds: float = 0.0
+    steps: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _require_support(backend: SnapshotBackend) -> Support:
+    support = backend.support()
+    if not support.supported:
+        raise OperationFailed(f"{backend.label}: snapshots are not possible here: {support.reason}; nothing was "
+                              "changed. Move the guest's disks to storage that can snapshot, or run the step without "
+                              "a snapshot")
+    return support
+
+
+def take(guest: Guest, step: str = "manual", keep: int = DEFAULT_KEEP, name: str | None = None, dry: bool = False,
+         description: str = "", now: datetime | None = None, node_data: Mapping[str, Any] | None = None,
+         **options: Any) -> TakeResult:
+    """Snapshot ``guest`` before ``step``; return what was done. Without ``name`` the snapshot is labwright's
+    (``labwright-<step>-<UTC time>``) and labwright's snapshots beyond the newest ``keep`` are deleted after it;
+    with ``name`` it is the user's, never pruned. A name that exists is refused (BadInput), nothing changed."""
+    if keep < 1:
+        raise BadInput(f"--keep {keep}: keep at least 1 snapshot (the one being taken)")
+    slug = step_slug(step)
+    with _Opened(guest, node_data, options) as backend:
+        if name is not None:
+            check_user_name(name, backend.label)
+        if not backend.exists():
+            raise BadInput(f"{backend.label}: no such guest; check the name")
+        existing = backend.list()
+        taken = {s.name for s in existing}
+        if name is not None and name in taken:
+            old = next(s for s in existing if s.name == name)
+            when = f" (taken {old.created:%Y-%m-%d %H:%M} UTC)" if old.created else ""
+            raise BadInput(f"{backend.label}: snapshot {name!r} exists already{when}; pick another --name, or delete "
+                           f"it first with `{backend.native_command('delete', name)}`")
+        support = _require_support(backend)
+        chosen = name or free_name(slug, now or datetime.now(UTC), taken)
+        description = description or f"labwright: before {step}"
+        ours = name is None
+        planned = [*existing, Snapshot(chosen, now or datetime.now(UTC), slug if ours else None)]
+        prune = to_prune(planned, keep) if ours else []
+        result = TakeResult(backend.label, chosen, support.storage, support.how, dry, [s.name for s in prune],
+                            [s.name for s in sorted(planned, key=sort_key) if s.ours and s not in prune])
+        if dry:
+            return result
+        started = time.monotonic()
+        backend.create(chosen, description)
+        for old_snapshot in prune:
+            try:
+                backend.delete(old_snapshot.name)
+            except LabwrightError as exc:
+                result.warnings.append(f"pruning {old_snapshot.name} failed: {exc} (delete it with "
+                                       f"`{backend.native_command('delete', old_snapshot.name)}`)")
+                result.pruned.remove(old_snapshot.name)
+        result.seconds = time.monotonic() - started
+        return result
+
+
+def before(host: str, step: str, keep: int = DEFAULT_KEEP, required: bool = True,
+           node_data: Mapping[str, Any] | None = None, **options: Any) -> str | None:
+    """The one call a risky step makes first: snapshot ``host`` (a guest name) and prune; return the snapshot's
+    name. A host that is not a container (``@local``, an SSH host) returns None: there is nothing to snapshot.
+    With ``required=False`` storage that cannot snapshot returns None instead of raising."""
+    if parse_host_name(host) is None:
+        return None
+    try:
+        return take(host, step, keep=keep, node_data=node_data, **options).name
+    except OperationFailed as exc:
+        if required or "snapshots are not possible here" not in str(exc):
+            raise
+        return None
+
+
+def list_snapshots(guest: Guest, node_data: Mapping[str, Any] | None = None, **options: Any) -> list[Snapshot]:
+    """The guest's snapshots, oldest first (labwright's by the time in their name)."""
+    with _Opened(guest, node_data, options) as backend:
+        if not backend.exists():
+            raise BadInput(f"{backend.label}: no such guest; check the name")
+        return sorted(backend.list(), key=sort_key)
+
+
+def restore(guest: Guest, name: str | None = None, force: bool = False, dry: bool = False,
+            node_data: Mapping[str, Any] | None = None, **options: Any) -> RestoreResult:
+    """Put snapshot ``name`` (default: labwright's latest) back. A running guest is refused unless ``force``;
+    with ``force`` it is stopped, restored and started again. Refusals change nothing."""
+    with _Opened(guest, node_data, options) as backend:
+        if not backend.exists():
+            raise BadInput(f"{backend.label}: no such guest; check the name")
+        snapshots = sorted(backend.list(), key=sort_key)
+        if name is None:
+            chosen = latest_ours(snapshots)
+            if chosen is None:
+                others = ", ".join(s.name for s in snapshots)
+                raise BadInput(f"{backend.label}: no labwright snapshot to restore"
+                               + (f"; name one of its snapshots: {others}" if others else
+                                  f"; take one first with `labwright guest snapshot {backend.label}`"))
+            name = chosen.name
+        elif name not in {s.name for s in snapshots}:
+            known = ", ".join(s.name for s in snapshots) or "none"
+            raise BadInput(f"{backend.label}: no snapshot {name!r} (snapshots: {known}); list them with "
+                           f"`labwright guest snapshots {backend.label}`")
+        running = backend.running()
+        if running and not force:
+            raise BadInput(f"{backend.label} is running; restoring {name} discards everything since it was taken: "
+                           "stop the guest first, or pass --force to stop it, restore and start it again")
+        steps = (["stop"] if running else []) + ["restore"] + (["start"] if running else [])
+        result = RestoreResult(backend.label, name, running, running, dry, steps=steps)
+        if dry:
+            return result
+        started = time.monotonic()
+        if running:
+            backend.stop()
+        try:
+            backend.rollback(name)
+        except LabwrightError as exc:
+            state = "stopped by labwright" if running else "stopped"
+            raise OperationFailed(f"{backend.label}: restoring {name} failed: {exc}; the guest is {state}; retry "
+                                  f"with `{backend.native_command('restore', name)}`"
+                                  + (f" then `{backend.native_command('start', name)}`" if running else "")) from exc
+        if running:
+            try:
+                backend.start()
+            except LabwrightError as exc:
+                raise OperationFailed(f"{backend.label}: restored {name} but starting it again failed: {exc}; the "
+                                      f"guest is stopped: start it with `{backend.native_command('start', name)}`"
+                                      ) from exc
+        result.seconds = time.monotonic() - started
+        return result
