@@ -90,7 +90,9 @@ def switch(stack: str | None = None, venv: str | None = None, service: str | Non
         raise OperationError(str(exc)) from exc
     now = host.get_fact(PythonStack, venv=plan.venv, root=plan.root)
     current = now["current"] or {}
-    if now["kind"] == "symlink" and now["target"] == plan.env_venv and current.get("id") == plan.env_id:
+    # pending: a run was killed after its swap, before the restart was confirmed: run again to finish it.
+    if now["kind"] == "symlink" and now["target"] == plan.env_venv and current.get("id") == plan.env_id \
+            and not current.get("pending"):
         host.noop(f"{plan.venv} already runs stack {plan.stack} ({plan.env_id})")
         return
     yield from files.put._inner(src=str(build_bundle()), dest=REMOTE_PATH, mode="644", create_remote_dir=True)

@@ -127,8 +127,9 @@ def installer_command(new_python: str, choice: str = "auto") -> tuple[str, list[
 
 
 def build(plan: SwitchPlan, wheels: list[LocalWheel], env_dir: Path, python: str, installer: str,
-          log: Callable[[str], None]) -> dict:
-    """Make ``env_dir/venv`` with exactly ``wheels`` and write its manifest; return the manifest."""
+          log: Callable[[str], None], midway: Callable[[], None] | None = None) -> dict:
+    """Make ``env_dir/venv`` with exactly ``wheels`` and write its manifest; return the manifest. ``midway`` runs
+    after the wheels are in and before the manifest (the fault-injection tests kill the build there)."""
     venv = env_dir / "venv"
     _run([python, "-m", "venv", "--without-pip", str(venv)], "create the venv", env_dir)
     name, prefix = installer_command(str(venv / "bin" / "python"), installer)
@@ -138,6 +139,8 @@ def build(plan: SwitchPlan, wheels: list[LocalWheel], env_dir: Path, python: str
     log(f"install {len(wheels)} wheel(s) with {name} into {venv}")
     _run([*prefix, "--no-deps", "--no-index", "--require-hashes", "-r", str(requirements)],
          f"install the wheels with {name}", env_dir)
+    if midway is not None:
+        midway()
     install_dependencies(prefix, name, wheels, env_dir, log)
     manifest = {
         "id": env_dir.name, "stack": plan.stack, "venv": plan.venv, "python": plan.python, "installer": name,

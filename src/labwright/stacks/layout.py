@@ -35,6 +35,9 @@ class Entry:
     stack: str
     at: str = ""  # when it became current (UTC, ISO 8601)
     managed: bool = True  # False: not under the root (a symlink target we found): never deleted by GC
+    # True from the swap until the restarted service passed its health check: a run killed in between leaves it
+    # set, and the next switch/rollback restarts and checks (and rolls back) instead of saying "nothing to do".
+    pending: bool = False
 
 
 @dataclass
@@ -140,8 +143,12 @@ class Layout:
         if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
             raise OperationFailed(f"{self.state_file}: not a {STATE_SCHEMA} file; move it away")
 
+        known = set(Entry.__dataclass_fields__)
+
         def entry(raw: Any) -> Entry | None:
-            return Entry(**raw) if isinstance(raw, dict) else None
+            if not isinstance(raw, dict) or not {"id", "path", "stack"} <= raw.keys():
+                return None
+            return Entry(**{k: v for k, v in raw.items() if k in known})
 
         history = [e for e in (entry(raw) for raw in data.get("history", [])) if e is not None]
         return State(venv=str(data.get("venv", self.venv)), current=entry(data.get("current")),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,19 @@ if TYPE_CHECKING:
     from labwright.matrix.abi import VerifyReport
 
 Log = Callable[[str], None]
+
+# Test hook for fault injection (tests/integration/test_stack_faults.py): with LABWRIGHT_FAULT_AT=<step> in its
+# environment, the switch SIGKILLs itself on reaching that step, exactly as a kill -9 or an OOM kill would.
+FAULT_ENV = "LABWRIGHT_FAULT_AT"
+FAULT_STEPS = ("build", "verify", "swap", "restart", "health", "rollback")
+
+
+def fault_point(step: str, log: Log | None = None) -> None:
+    """SIGKILL this process when ``LABWRIGHT_FAULT_AT`` names ``step`` (a test hook; see FAULT_STEPS)."""
+    if os.environ.get(FAULT_ENV) == step:
+        if log is not None:
+            log(f"{FAULT_ENV}={step}: killing myself (SIGKILL) here")
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -75,10 +90,12 @@ def switch(plan: SwitchPlan, options: Options, log: Log = print) -> Outcome:
         service.require_systemctl(options.service)  # before any work: a restart is what the swap relies on
     with layout.locked():
         found = inspect_for_switch(layout, options.create)
-        state = layout.read_state()
+        state = reconcile(layout, layout.read_state(), found, log)
         env_dir = layout.env_dir(plan.env_id)
         if found.kind == "managed" and found.target == str(env_dir / "venv") and state.current is not None \
                 and state.current.id == plan.env_id:
+            if state.current.pending:
+                return _finish_interrupted(plan, options, layout, state, log)
             return Outcome(False, state.current, state.previous, f"{plan.venv} already runs stack {plan.stack} "
                                                                  f"({plan.env_id}): nothing to do")
         reused = (env_dir / "venv").is_dir() and layout.manifest(env_dir / "venv") is not None \
@@ -104,7 +121,8 @@ def _build(plan: SwitchPlan, options: Options, layout: Layout, found: VenvPath, 
         for wheel in wheels:
             checked = "sha256 ok" if wheel.checked else "sha256 not in the matrix, recorded"
             log(f"  {wheel.wheel.filename}: {checked}")
-        builder.build(plan, wheels, env_dir, python, options.installer, log)
+        builder.build(plan, wheels, env_dir, python, options.installer, log,
+                      midway=lambda: fault_point("build", log))
     except NoSpace:
         remove_tree(env_dir)
         free = free_bytes(layout.root) / (1 << 20)
@@ -130,6 +148,7 @@ def _verify(plan: SwitchPlan, env_dir: Path, options: Options, log: Log, remove:
     from labwright.matrix.abi_cache import AbiCache
 
     python = str(env_dir / "venv" / "bin" / "python")
+    fault_point("verify", log)
     log(f"verify {python} (ABI verifier: torch symbols + real imports)")
     try:
         report = verify_python(python, None, do_import=options.verify_imports, cache=AbiCache())
@@ -175,6 +194,8 @@ def _swap_and_check(plan: SwitchPlan, options: Options, layout: Layout, state: S
     if not healthy:
         message = _roll_back_after_failure(plan, options, layout, state, new, previous, seen, log)
         raise OperationFailed(message)
+    if state.current is not None:
+        state.current.pending = False
     removed = layout.collect(state, options.keep)
     layout.write_state(state)
     for path in removed:
@@ -196,38 +217,121 @@ def _current_entry(layout: Layout, state: State, found: VenvPath) -> Entry | Non
 
 def _make_current(layout: Layout, state: State, entry: Entry, previous: Entry | None, options: Options,
                   log: Log) -> tuple[bool, str]:
-    """Swap to ``entry``, record it (before the restart: a crash now leaves a state that matches the link),
-    restart, and say whether the service is healthy."""
+    """Swap to ``entry``, record it as pending (before the restart: a crash now leaves a state that matches the
+    link, and the next run finishes the job), restart, and say whether the service is healthy."""
     log(f"swap {layout.venv} -> {entry.path}")
     layout.point_to(entry.path)
+    fault_point("swap", log)  # the link moved, the state does not know yet: `reconcile` repairs that
+    entry.pending = bool(options.service or options.health.configured)
     state.became_current(entry, previous)
     layout.write_state(state)
+    fault_point("restart", log)
     return _restart_and_wait(options, log)
+
+
+def _confirm(layout: Layout, state: State) -> None:
+    if state.current is not None and state.current.pending:
+        state.current.pending = False
+        layout.write_state(state)
+
+
+def reconcile(layout: Layout, state: State, found: VenvPath, log: Log) -> State:
+    """Make the state follow the symlink when a run was killed between the swap and its record: the link is the
+    truth; what it points at becomes current (pending: its service was not restarted onto it, so the next run
+    restarts and checks it), and what the state called current becomes previous."""
+    if found.kind not in ("managed", "linked") or found.target is None:
+        return state
+    target = os.path.realpath(found.target)
+    if state.current is not None and os.path.realpath(state.current.path) == target:
+        return state
+    known = [e for e in (state.previous, *state.history) if e is not None and os.path.realpath(e.path) == target]
+    if known:
+        entry = Entry(**{**known[0].__dict__})
+    else:
+        manifest = layout.manifest(found.target)
+        if manifest is None:
+            return state  # a venv labwright never switched to (linked by hand): the switch adopts it as previous
+        entry = Entry(id=str(manifest.get("id", Path(found.target).parent.name)), path=found.target,
+                      stack=str(manifest.get("stack", "unknown")), managed=found.kind == "managed")
+    was = state.current
+    log(f"{layout.venv} points to {found.target}, which the state did not record (a run was killed after its "
+        f"swap): recording it as current, its restart not yet confirmed")
+    entry.pending = True
+    state.became_current(entry, was)
+    layout.write_state(state)
+    return state
+
+
+def _finish_interrupted(plan: SwitchPlan, options: Options, layout: Layout, state: State, log: Log) -> Outcome:
+    """The link already points at this plan's environment but its restart was never confirmed (a run was
+    killed after the swap): restart and check now, and roll back by itself as a switch would."""
+    current = state.current
+    assert current is not None
+    log(f"{plan.venv} was swapped to stack {plan.stack} by a run that did not finish: restart and check it now")
+    healthy, seen = _restart_and_wait(options, log)
+    if not healthy:
+        message = _roll_back_after_failure(plan, options, layout, state, current, state.previous, seen, log)
+        raise OperationFailed(message)
+    _confirm(layout, state)
+    return Outcome(True, state.current, state.previous, f"{plan.venv} now runs stack {plan.stack} (an "
+                                                        "interrupted switch finished)")
 
 
 def _restart_and_wait(options: Options, log: Log) -> tuple[bool, str]:
     if options.service:
         log(f"restart {options.service}")
         try:
-            restarted = service.restart_owned(options.service, options.health)
+            attempts = service.restart_unit(options.service)
         except OperationFailed as exc:
             return False, str(exc)  # a unit that will not restart on this stack is as unhealthy as it gets
-        if restarted.attempts > 1:
-            log(f"  systemd's start limit refused the restart; reset-failed, restarted on attempt {restarted.attempts}")
-        if options.health.configured:
-            log(f"health {options.health.describe()}: {'ok' if restarted.healthy else 'FAILED'} "
-                f"({restarted.seen}, {restarted.waited_s:.2f} s)")
-        return restarted.healthy, restarted.seen
+        if attempts > 1:
+            log(f"  systemd's start limit refused the restart; reset-failed, restarted on attempt {attempts}")
+    fault_point("health", log)
     if not options.health.configured:
         return True, "no health check"
-    healthy, seen, waited = service.wait_healthy(options.health)
+    healthy, seen, waited = service.wait_healthy(options.health, unit=options.service)
     log(f"health {options.health.describe()}: {'ok' if healthy else 'FAILED'} ({seen}, {waited:.2f} s)")
     return healthy, seen
+
+
+def _restart_again(options: Options, log: Log) -> tuple[bool, str]:
+    """Restart and check; once more when that fails (a restart that raced something else under load, a health
+    deadline a loaded machine missed): a rollback exists to leave the service serving."""
+    try:
+        healthy, seen = _restart_and_wait(options, log)
+        if not healthy and options.service:
+            log(f"{options.service} not healthy after the restart ({seen}): restart it once more")
+            healthy, seen = _restart_and_wait(options, log)
+    except LabwrightError as exc:
+        healthy, seen = False, str(exc)
+    return healthy, seen
+
+
+def restore_command(layout: Layout, options: Options) -> str:
+    """The exact command that puts a service back on its stack: restart it where it now points."""
+    if options.service:
+        return f"systemctl reset-failed {options.service}; systemctl restart {options.service}"
+    return f"restart what runs from {layout.venv}"
+
+
+def rollback_command(layout: Layout, options: Options) -> str:
+    """The exact command that flips a managed path back (from the bundle in a guest, else labwright's CLI)."""
+    args = ["rollback", "--venv", str(layout.venv), "--root", str(layout.root)]
+    if options.service:
+        args += ["--service", options.service]
+    if options.health.url:
+        args += ["--health", options.health.url]
+    if options.health.command:
+        args += ["--health-cmd", options.health.command]
+    bundle = builder.running_bundle()
+    prefix = ["python3", bundle] if bundle else ["labwright", "stack"]
+    return shlex.join([*prefix, *args])
 
 
 def _roll_back_after_failure(plan: SwitchPlan, options: Options, layout: Layout, state: State, failed: Entry,
                              previous: Entry | None, seen: str, log: Log) -> str:
     head = f"stack {plan.stack} failed its health check after the swap ({options.health.describe()}: {seen})"
+    fault_point("rollback", log)
     if previous is None:
         os.unlink(layout.venv)
         state.current, state.history = None, [e for e in state.history if e.path != failed.path]
@@ -237,16 +341,19 @@ def _roll_back_after_failure(plan: SwitchPlan, options: Options, layout: Layout,
     log(f"roll back: swap {plan.venv} -> {previous.path}")
     layout.point_to(previous.path)
     older = [e for e in state.history[2:] if Path(e.path, "bin").is_dir()]
+    previous.pending = bool(options.service or options.health.configured)
     state.current, state.previous = previous, older[0] if older else None
     state.history = [e for e in state.history if e.path != failed.path]
     layout.write_state(state)
     remove_tree(Path(failed.path).parent)
-    try:
-        healthy, again = _restart_and_wait(options, log)
-    except LabwrightError as exc:
-        healthy, again = False, str(exc)
-    verdict = "healthy again" if healthy else f"but it is unhealthy too ({again})"
-    return f"{head}; rolled back by itself to stack {previous.stack} ({previous.id}), {verdict}"
+    healthy, again = _restart_again(options, log)
+    if healthy:
+        _confirm(layout, state)
+        return f"{head}; rolled back by itself to stack {previous.stack} ({previous.id}), healthy again"
+    unit = options.service or "the service"
+    return (f"{head}; rolled back by itself to stack {previous.stack} ({previous.id}), but {unit} is DOWN there "
+            f"too ({again}); {plan.venv} -> {previous.path}; see `journalctl -u {unit} -n 50`, then restore it "
+            f"with `{restore_command(layout, options)}`")
 
 
 def rollback(root: str, venv: str, options: Options, log: Log = print) -> Outcome:
@@ -257,16 +364,24 @@ def rollback(root: str, venv: str, options: Options, log: Log = print) -> Outcom
         found = layout.inspect()
         if found.kind not in ("managed", "linked"):
             raise BadInput(f"--venv {venv}: not a labwright-managed symlink ({found.kind}); nothing to roll back")
-        state = layout.read_state()
+        state = reconcile(layout, layout.read_state(), found, log)
         previous = state.previous
         if previous is None or not Path(previous.path, "bin").is_dir():
             raise BadInput(f"--venv {venv}: no previous environment to roll back to (switched once, or it was "
                            "garbage-collected: keep more with --keep)")
         current = _current_entry(layout, state, found)
-        healthy, seen = _make_current(layout, state, previous, current, options, log)
+        log(f"swap {layout.venv} -> {previous.path}")
+        layout.point_to(previous.path)
+        previous.pending = bool(options.service or options.health.configured)
+        state.became_current(previous, current)
+        layout.write_state(state)
+        healthy, seen = _restart_again(options, log)
         if not healthy:
-            raise OperationFailed(f"rolled back {venv} to stack {previous.stack} ({previous.id}), but it fails its "
-                                  f"health check ({options.health.describe()}: {seen}); `stack rollback` again "
-                                  f"returns to {current.stack if current else 'the other one'}")
+            unit = options.service or "the service"
+            back = current.stack if current else "the other one"
+            raise OperationFailed(f"rolled back {venv} to stack {previous.stack} ({previous.id}), but {unit} is DOWN "
+                                  f"on it ({options.health.describe()}: {seen}); see `journalctl -u {unit} -n 50`; "
+                                  f"to return to stack {back} run `{rollback_command(layout, options)}`")
+        _confirm(layout, state)
         return Outcome(True, state.current, state.previous,
                        f"{venv} rolled back to stack {previous.stack} ({previous.id})")

@@ -1,0 +1,301 @@
+"""Stack switch under restarts, start limits and kills, in real lab containers with a real systemd unit.
+
+The switch runs from the labwright bundle inside the container (as the pyinfra operation runs it), with a plan
+made here from the stand-in matrix. The service's /health is watched from the host the whole time, with a
+timestamp per answer, so "the previous stack serves" and "time until serving again" are what a client saw.
+
+Fault injection uses the switch's own test hook: ``LABWRIGHT_FAULT_AT=<step>`` makes it SIGKILL itself on
+reaching that step (stacks/switch.py, FAULT_STEPS), exactly as a kill -9 or the OOM killer would.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from labwright.matrix.load import load_matrix
+from labwright.stacks.bundle import REMOTE_PATH
+from labwright.stacks.from_matrix import plan_for_stack
+from labwright.stacks.switch import FAULT_ENV
+from labwright.testing.lab_fixture import Lab
+from support.stack_service import WHEELHOUSE, Run, StandinService
+from support.stacks import StandinStacks, build_standin_stacks
+
+pytest_plugins = ["labwright.testing.lab_fixture"]
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+STACKS = "/opt/labwright/stacks"
+PLANS = "/root/plans"  # outside the root: the bundle deletes plan copies under ROOT/plans after a run
+KILLED = (137, -9)  # SIGKILL as the shell or LXD reports it
+
+
+@pytest.fixture(scope="module")
+def stacks(tmp_path_factory) -> StandinStacks:
+    return build_standin_stacks(tmp_path_factory.mktemp("standin-faults"))
+
+
+@dataclass
+class Answer:
+    at: float  # time.monotonic() when the answer came
+    status: int
+    torch: str
+
+
+@dataclass
+class Watch:
+    """Polls /health from the host in a thread; every answer is kept with its time."""
+
+    service: StandinService
+    seen: list[Answer] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            status, body = self.service.health(timeout=2)
+            self.seen.append(Answer(time.monotonic(), status, str(body.get("torch"))))
+            self._stop.wait(0.02)
+
+    def __enter__(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def since(self, start: float) -> list[Answer]:
+        return [a for a in self.seen if a.at >= start]
+
+    def down_s(self, start: float) -> float:
+        """Seconds without a 200 after ``start``: from the first failed answer to the next 200, summed."""
+        total, down_at = 0.0, None
+        for answer in self.since(start):
+            if answer.status != 200 and down_at is None:
+                down_at = answer.at
+            elif answer.status == 200 and down_at is not None:
+                total, down_at = total + answer.at - down_at, None
+        assert down_at is None, f"/health still not 200 at the end of the watch (last: {self.seen[-1]})"
+        return total
+
+
+class Switcher:
+    """Runs the bundle's switch/rollback in the container with this service's unit and health URL."""
+
+    def __init__(self, service: StandinService, stacks: StandinStacks, monkeypatch: pytest.MonkeyPatch):
+        self.service = service
+        monkeypatch.setenv("LABWRIGHT_MATRIX_DIR", str(stacks.matrix_dir))
+        self.matrix = load_matrix()
+        self.pushed: set[str] = set()
+
+    def plan(self, stack: str) -> str:
+        path = f"{PLANS}/{stack}.json"
+        if stack not in self.pushed:
+            plan = plan_for_stack(stack, self.service.venv, root=STACKS, wheelhouse=WHEELHOUSE, matrix=self.matrix)
+            self.service.push_text(plan.dumps(), path)
+            self.pushed.add(stack)
+        return path
+
+    def _service_args(self, health_timeout: float) -> str:
+        return shlex.join(["--service", self.service.unit, "--health", self.service.local_health_url,
+                           "--health-timeout", f"{health_timeout:g}"])
+
+    def switch(self, stack: str, fault: str | None = None, health_timeout: float = 20) -> Run:
+        env = f"{FAULT_ENV}={fault} " if fault else ""
+        return self.service.sh(f"{env}python3 {REMOTE_PATH} switch --plan {self.plan(stack)} "
+                               f"{self._service_args(health_timeout)} 2>&1", check=False)
+
+    def rollback(self, health_timeout: float = 20) -> Run:
+        return self.service.sh(f"python3 {REMOTE_PATH} rollback --venv {self.service.venv} "
+                               f"{self._service_args(health_timeout)} 2>&1", check=False)
+
+    def state(self) -> dict:
+        return self.service.state()
+
+    def assert_consistent(self) -> None:
+        """The link and the state agree, nothing is pending, and what the link points at is a finished build."""
+        target = self.service.readlink()
+        state = self.state()
+        assert state["current"]["path"] == target, (target, state)
+        assert not state["current"].get("pending"), state
+        self.assert_finished(target)
+
+    def assert_finished(self, venv_dir: str) -> None:
+        env_dir = venv_dir.rsplit("/", 1)[0]
+        out = self.service.sh(f"test -f {env_dir}/stack.json && test ! -e {env_dir}/.building && echo finished",
+                              check=False).output
+        assert "finished" in out, f"{venv_dir} is active but not a finished, recorded build"
+
+
+@pytest.fixture
+def service(lab: Lab, make_lab_container, stacks) -> StandinService:
+    service = StandinService(lab.client, make_lab_container("lwsf"), stacks)
+    service.push_wheelhouse()
+    service.install("standin-2.9")
+    return service
+
+
+@pytest.fixture
+def switcher(service, stacks, monkeypatch) -> Switcher:
+    return Switcher(service, stacks, monkeypatch)
+
+
+def serving(service: StandinService, torch: str) -> bool:
+    return service.health(timeout=2) == (200, {"torch": torch, "prefix": service.venv})
+
+
+def test_ten_switch_and_rollback_cycles_in_a_row_all_serve(service, switcher):
+    first = switcher.switch("standin-2.10")
+    assert first.rc == 0, first.output
+    started = time.monotonic()
+    with Watch(service) as watch:
+        for cycle in range(10):
+            back = switcher.rollback()
+            assert back.rc == 0, f"cycle {cycle}: rollback: {back.output}"
+            assert serving(service, "2.9.0"), f"cycle {cycle}: not serving torch 2.9.0 after the rollback"
+            again = switcher.switch("standin-2.10")
+            assert again.rc == 0, f"cycle {cycle}: switch: {again.output}"
+            assert serving(service, "2.10.0"), f"cycle {cycle}: not serving torch 2.10.0 after the switch"
+    elapsed = time.monotonic() - started
+    switcher.assert_consistent()
+    restarts = service.sh(f"systemctl show -p NRestarts -p Result --value {service.unit}").output.split()
+    print(f"\n10 switch + rollback cycles (20 restarts) in {elapsed:.1f} s; downtime "
+          f"{watch.down_s(started):.2f} s in all; unit {restarts}")
+
+
+def test_a_tight_start_limit_set_by_someone_else_still_switches_and_rolls_back(service, switcher):
+    service.push_text("[Unit]\nStartLimitIntervalSec=600\nStartLimitBurst=2\n",
+                      f"/etc/systemd/system/{service.unit}.service.d/limit.conf")
+    service.sh("systemctl daemon-reload")
+    # The limit bites: two more plain restarts within the interval and systemd refuses the third start.
+    service.sh(f"systemctl restart {service.unit}; systemctl restart {service.unit}", check=False)
+    refused = service.sh(f"systemctl restart {service.unit}", check=False)
+    assert refused.rc != 0 and "attempted too often" in refused.output, refused.output
+    assert service.health()[0] == 0  # and the service is down
+
+    # The helper's retry path: told not to reset first, its restart is refused, then reset-failed + retry.
+    attempts = service.sh(f"python3 -c 'import sys; sys.path.insert(0, \"{REMOTE_PATH}\"); "
+                          "from labwright.stacks import service; "
+                          f"print(service.restart_unit(\"{service.unit}\", reset_first=False))'").output
+    assert attempts.strip() == "2", attempts
+    assert service.wait_healthy(30), "the unit restarted by the retry does not serve"
+
+    for step in ("switch", "rollback", "switch", "rollback", "switch"):
+        run = switcher.switch("standin-2.10") if step == "switch" else switcher.rollback()
+        assert run.rc == 0, f"{step}: {run.output}"
+    assert serving(service, "2.10.0")
+    switcher.assert_consistent()
+
+
+def test_a_failing_stack_rolls_back_under_a_tight_start_limit(service, switcher):
+    """Switch, health failure, automatic rollback: three restarts within the limit's interval of two."""
+    assert switcher.switch("standin-2.10").rc == 0
+    service.push_text("[Unit]\nStartLimitIntervalSec=600\nStartLimitBurst=2\n",
+                      f"/etc/systemd/system/{service.unit}.service.d/limit.conf")
+    service.sh("systemctl daemon-reload")
+    for _ in range(2):
+        run = switcher.switch("standin-2.11", health_timeout=3)
+        assert run.rc == 1, run.output
+        assert "rolled back by itself to stack standin-2.10" in run.output and "healthy again" in run.output
+        assert serving(service, "2.10.0")
+    switcher.assert_consistent()
+
+
+def _recovery(service: StandinService, switcher: Switcher, step: str, stack: str, expect_after: str,
+              expect_rc: int = 0, health_timeout: float = 20) -> tuple[float, float]:
+    """Kill a switch to ``stack`` at ``step``, check the state it leaves, re-run it; (downtime s, seconds from
+    the kill until the re-run finished with ``expect_after`` serving)."""
+    assert switcher.switch("standin-2.10").rc == 0
+    before = service.readlink()
+    with Watch(service) as watch:
+        start = time.monotonic()
+        killed = switcher.switch(stack, fault=step, health_timeout=health_timeout)
+        killed_at = time.monotonic()
+        assert killed.rc in KILLED, f"{step}: expected SIGKILL, got exit {killed.rc}: {killed.output}"
+        assert f"{FAULT_ENV}={step}: killing myself" in killed.output
+        link = service.readlink()
+        switcher.assert_finished(link)  # no half-built environment is ever active
+        if step in ("build", "verify"):
+            assert link == before, f"{step}: the link moved before the swap"
+            assert serving(service, "2.10.0"), f"{step}: the previous stack does not serve after the kill"
+        elif step in ("swap", "restart"):
+            # Swapped, not restarted: the running process still serves the previous stack.
+            assert link != before and serving(service, "2.10.0"), f"{step}: {link}, {service.health()}"
+        rerun = switcher.switch(stack, health_timeout=health_timeout)
+        assert rerun.rc == expect_rc, f"re-run after a kill at {step}: {rerun.output}"
+        assert serving(service, expect_after), f"after the re-run: {service.health()}"
+        done = time.monotonic() - killed_at
+    switcher.assert_consistent()
+    leftovers = service.sh(f"ls -A {STACKS}").output.split()
+    assert not [name for name in leftovers if name.startswith(".deleting")], leftovers
+    building = service.sh(f"ls {STACKS}/*/.building 2>/dev/null || true").output.split()
+    assert building == [], f"half-built environments left: {building}"
+    down = watch.down_s(start)
+    print(f"\nSIGKILL at {step}: down {down:.2f} s in all; serving {expect_after} {done:.2f} s after the kill "
+          f"(the re-run included)")
+    return down, done
+
+
+@pytest.mark.parametrize("step", ["build", "verify"])
+def test_sigkill_before_the_swap_leaves_the_previous_stack_serving(service, switcher, step):
+    down, _ = _recovery(service, switcher, step, "standin-2.9", "2.9.0")
+    assert down < 30  # the only outage is the re-run's own restart
+
+
+@pytest.mark.parametrize("step", ["swap", "restart", "health"])
+def test_sigkill_after_the_swap_is_finished_by_the_next_run(service, switcher, step):
+    _recovery(service, switcher, step, "standin-2.9", "2.9.0")
+    assert switcher.state()["current"]["stack"] == "standin-2.9"
+    assert switcher.state()["previous"]["stack"] == "standin-2.10"
+
+
+def test_sigkill_during_the_automatic_rollback_is_finished_by_the_next_run(service, switcher):
+    # standin-2.11 verifies but its /health answers 503: the switch rolls back, and is killed as it starts to.
+    _recovery(service, switcher, "rollback", "standin-2.11", "2.10.0", expect_rc=1, health_timeout=3)
+    state = switcher.state()
+    assert state["current"]["stack"] == "standin-2.10"
+    assert "standin-2.11" not in service.sh(f"ls {STACKS}").output
+
+
+def test_a_killed_switch_then_rollback_returns_to_the_stack_that_served(service, switcher):
+    """Killed after the swap, then `rollback` instead of a re-run: back on the stack that served before."""
+    assert switcher.switch("standin-2.10").rc == 0
+    killed = switcher.switch("standin-2.9", fault="swap")
+    assert killed.rc in KILLED, killed.output
+    back = switcher.rollback()
+    assert back.rc == 0, back.output
+    assert serving(service, "2.10.0")
+    switcher.assert_consistent()
+    assert switcher.state()["previous"]["stack"] == "standin-2.9"
+
+
+def test_disk_full_mid_build_is_one_line_and_gives_the_space_back(service, switcher):
+    assert switcher.switch("standin-2.10").rc == 0
+    current = service.readlink()
+    # A 2 MiB tmpfs as the stacks root of the next switch: the venv gets created, the wheels do not fit.
+    service.sh("mkdir -p /mnt/small && mount -t tmpfs -o size=2m tmpfs /mnt/small && "
+               "dd if=/dev/zero of=/mnt/small/filler bs=1k count=1700 2>/dev/null && mkdir -p /mnt/small/stacks")
+    try:
+        free = "df --output=avail -B1 /mnt/small | tail -1"
+        before = int(service.sh(free).output)
+        plan = json.loads(service.sh(f"cat {switcher.plan('standin-2.9')}").output)
+        plan["root"] = "/mnt/small/stacks"
+        service.push_text(json.dumps(plan), f"{PLANS}/small.json")
+        run = service.sh(f"python3 {REMOTE_PATH} switch --plan {PLANS}/small.json "
+                         f"{switcher._service_args(20)}", check=False)
+        assert run.rc == 1, run.output
+        errors = [line for line in run.output.splitlines() if "error" in line]
+        assert len(errors) == 1 and "no space left on device under /mnt/small/stacks" in errors[0], run.output
+        assert "half-built environment was removed" in errors[0] and "Traceback" not in run.output
+        assert int(service.sh(free).output) == before, "the half-built environment's space was not given back"
+        assert service.sh("ls -A /mnt/small/stacks").output.split() == [".lock"]
+        assert service.readlink() == current and serving(service, "2.10.0")
+    finally:
+        service.sh("umount /mnt/small", check=False)
