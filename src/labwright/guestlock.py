@@ -41,7 +41,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 LOCK_PATH = "/run/lock/labwright.lock"
@@ -152,21 +152,21 @@ def _guard(path: str) -> Iterator[None]:
         os.close(fd)
 
 
-def take(owner: dict[str, Any], stale_tokens: list[str] | tuple[str, ...] = (), path: str = LOCK_PATH,
+def take(owner: dict[str, Any], stale_tokens: Mapping[str, str] | None = None, path: str = LOCK_PATH,
          guard: str = GUARD_PATH) -> dict[str, Any]:
     """One attempt to take the lock. Returns ``{"taken": True, "replaced": old or None, "why": ...}``,
     ``{"taken": True, "nested": True}`` (already ours) or ``{"taken": False, "holder": current}``.
 
-    A holder is replaced only when it is stale as seen from this machine, or its token is in ``stale_tokens`` (the
-    caller saw it stale from its own machine: the controller a deploy runs on)."""
+    A holder is replaced only when it is stale as seen from this machine, or its token is in ``stale_tokens`` (token
+    -> why: the caller saw it stale from its own machine, the controller a deploy runs on)."""
+    stale_tokens = stale_tokens or {}
     with _guard(guard):
         current = read_lock(path)
         why = ""
         if current is not None:
             if current.get("token") == owner["token"]:
                 return {"taken": True, "nested": True}
-            why = ("the controller saw its run gone" if current.get("token") in stale_tokens
-                   else stale_here(current))
+            why = stale_tokens.get(str(current.get("token"))) or stale_here(current)
             if not why:
                 return {"taken": False, "holder": current}
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -266,7 +266,7 @@ def acquire(run: Runner, label: str, owner: dict[str, Any], wait: float = DEFAUL
     :class:`GuestBusy` naming the holder. A holder from this controller whose process is gone is released."""
     me = identity()
     deadline = time.monotonic() + wait
-    stale: list[str] = []
+    stale: dict[str, str] = {}
     told = False
     while True:
         result = _call(run, label, "take", {"owner": owner, "stale": stale})
@@ -276,7 +276,7 @@ def acquire(run: Runner, label: str, owner: dict[str, Any], wait: float = DEFAUL
             return dict(result)
         holder = result["holder"]
         if same_machine(holder, me) and not alive(int(holder.get("pid") or 0), str(holder.get("start") or "")):
-            stale = [str(holder["token"])]
+            stale = {str(holder["token"]): f"pid {holder.get('pid')} is no longer running on {holder.get('host')}"}
             continue
         if time.monotonic() >= deadline:
             raise GuestBusy(f"{label}: another labwright run holds this guest ({describe(holder)}): let it finish "
@@ -463,7 +463,7 @@ def _main(argv: list[str]) -> int:
     """The guest side when run as a script: ``take`` / ``release`` / ``read`` with a JSON argument; JSON out."""
     action, argument = argv[0], json.loads(argv[1]) if len(argv) > 1 else {}
     if action == "take":
-        print(json.dumps(take(argument["owner"], argument.get("stale", []))))
+        print(json.dumps(take(argument["owner"], argument.get("stale") or {})))
     elif action == "release":
         print(json.dumps(release(argument["token"])))
     elif action == "read":

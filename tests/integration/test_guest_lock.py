@@ -1,0 +1,137 @@
+"""One run at a time per guest, on the real lab: a pyinfra deploy against a guest another labwright run holds waits
+(one line naming the holder) or refuses (one line naming pid, controller host, command, since when); a lock left by
+a SIGKILLed run is found stale and released by the next run, which completes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from labwright import guestlock
+from labwright.testing.lab_fixture import Lab
+from labwright.testing.pyinfra_output import run_pyinfra, tool_env
+
+pytest_plugins = ["labwright.testing.lab_fixture"]
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+# A labwright run outside pyinfra that holds a guest (as `labwright stack switch` or `probe` would): it takes the
+# lock through labwright.hosts, says so, and holds it until its stdin closes.
+HOLDER = """
+import sys
+from labwright import guestlock
+from labwright.hosts.lxd import LxdHost
+with guestlock.held(LxdHost(sys.argv[1]), "test holder", wait=0):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def lock_in(lab: Lab, name: str) -> dict | None:
+    result = lab.client.exec(name, ["cat", guestlock.LOCK_PATH])
+    return json.loads(result.stdout.decode()) if result.exit_code == 0 else None
+
+
+def wait_for(what: str, condition, timeout: float = 120.0, every: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+@pytest.fixture
+def holder(lab: Lab, lab_container: str) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, lab_container], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=tool_env())
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "held", proc.stderr.read() if proc.stderr else ""
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def key_data(lab: Lab) -> str:
+    return f"admin_ssh_public_key_file={Path(lab.private_key_path).with_suffix('.pub')}"
+
+
+def base_deploy(lab: Lab, name: str, *data: str):
+    return run_pyinfra(f"@lxd/{name}", "deploys/base.py", key_data(lab), *data, cwd=REPO)
+
+
+def test_second_run_refuses_naming_the_holder(lab: Lab, lab_container: str,
+                                              holder: subprocess.Popen[str]) -> None:
+    held = lock_in(lab, lab_container)
+    assert held is not None and held["pid"] == holder.pid
+    run = base_deploy(lab, lab_container, "labwright_lock_wait=0")
+    assert run.rc != 0, run.output
+    line = next(line for line in run.output.splitlines() if "another labwright run holds this guest" in line)
+    assert f"pid {holder.pid} on {held['host']} (test holder:" in line, line
+    assert "since 20" in line and guestlock.LOCK_PATH in line, line
+    assert "Traceback" not in run.output
+    # nothing of the deploy ran; the holder's lock is untouched
+    assert lock_in(lab, lab_container) == held
+
+
+def test_second_run_waits_then_completes(lab: Lab, lab_container: str, holder: subprocess.Popen[str]) -> None:
+    cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", f"@lxd/{lab_container}", "deploys/base.py",
+           "--data", key_data(lab), "--data", "labwright_lock_wait=300"]
+    second = subprocess.Popen(cmd, cwd=REPO, env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    assert second.stdout is not None
+    # the second run says whom it waits for, then waits while the first holds the guest
+    waited = []
+    for line in second.stdout:
+        waited.append(line)
+        if "waiting up to 300s for the run lock" in line:
+            break
+    assert f"held by pid {holder.pid}" in waited[-1], "".join(waited)
+    assert lock_in(lab, lab_container)["pid"] == holder.pid
+    assert second.poll() is None
+    holder.stdin.close()  # the first run ends and gives the guest back
+    rest, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, "".join(waited) + rest
+    assert lock_in(lab, lab_container) is None, "the deploy left its lock behind"
+
+
+def test_lock_of_a_killed_run_is_released_by_the_next(lab: Lab, lab_container: str,
+                                                      holder: subprocess.Popen[str]) -> None:
+    dead_pid = holder.pid
+    os.kill(dead_pid, signal.SIGKILL)
+    holder.wait()
+    assert lock_in(lab, lab_container)["pid"] == dead_pid        # a killed run cannot clean up
+    started = time.monotonic()
+    run = base_deploy(lab, lab_container, "labwright_lock_wait=0")
+    assert run.rc == 0, run.output
+    assert f"released a stale run lock (pid {dead_pid} is no longer running" in run.output, run.output
+    assert lock_in(lab, lab_container) is None
+    print(f"\nre-run after a killed holder: {time.monotonic() - started:.1f}s")
+
+
+def test_killed_pyinfra_deploy_leaves_a_stale_lock_the_rerun_releases(lab: Lab, lab_container: str) -> None:
+    cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", f"@lxd/{lab_container}", "deploys/base.py",
+           "--data", key_data(lab)]
+    first = subprocess.Popen(cmd, cwd=REPO, env=tool_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        held = wait_for(f"the deploy (pid {first.pid}) to take the lock in {lab_container}",
+                        lambda: (lock := lock_in(lab, lab_container)) and lock["pid"] == first.pid and lock)
+    finally:
+        first.kill()
+        first.wait()
+    assert "Base" in held["purpose"] and "pyinfra" in held["command"]
+    run = base_deploy(lab, lab_container, "labwright_lock_wait=0")
+    assert run.rc == 0, run.output
+    assert f"released a stale run lock (pid {first.pid} is no longer running" in run.output, run.output
+    assert lock_in(lab, lab_container) is None
