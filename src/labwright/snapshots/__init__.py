@@ -126,7 +126,7 @@ def take(guest: Guest, step: str = "manual", keep: int = DEFAULT_KEEP, name: str
         if name is not None:
             check_user_name(name, backend.label)
         if not backend.exists():
-            raise BadInput(f"{backend.label}: no such guest; check the name")
+            raise BadInput(backend.missing())
         existing = backend.list()
         taken = {s.name for s in existing}
         if name is not None and name in taken:
@@ -176,7 +176,7 @@ def list_snapshots(guest: Guest, node_data: Mapping[str, Any] | None = None, **o
     """The guest's snapshots, oldest first (labwright's by the time in their name)."""
     with _Opened(guest, node_data, options) as backend:
         if not backend.exists():
-            raise BadInput(f"{backend.label}: no such guest; check the name")
+            raise BadInput(backend.missing())
         return sorted(backend.list(), key=sort_key)
 
 
@@ -186,7 +186,7 @@ def restore(guest: Guest, name: str | None = None, force: bool = False, dry: boo
     with ``force`` it is stopped, restored and started again. Refusals change nothing."""
     with _Opened(guest, node_data, options) as backend:
         if not backend.exists():
-            raise BadInput(f"{backend.label}: no such guest; check the name")
+            raise BadInput(backend.missing())
         snapshots = sorted(backend.list(), key=sort_key)
         if name is None:
             chosen = latest_ours(snapshots)

@@ -62,12 +62,16 @@ class LxdSnapshots(SnapshotBackend):
         if self._own_client:
             self.client.close()
 
+    def missing(self) -> str:
+        tool = "incus" if self.name.flavour == "incus" else "lxc"
+        return (f"{self.label}: no instance {self.name.instance!r} on the daemon at {self.client.endpoint.describe()}"
+                f"; check the name (`{tool} list{' ' + self.name.remote + ':' if self.name.remote else ''}`)")
+
     def _instance(self) -> dict[str, Any]:
         try:
             return self.client.instance(self.name.instance)
         except LxdNotFound as exc:
-            raise BadInput(f"{self.label}: no such instance on {self.client.endpoint.describe()}; check the name "
-                           f"(`{self.name.flavour if self.name.flavour == 'incus' else 'lxc'} list`)") from exc
+            raise BadInput(self.missing()) from exc
 
     def exists(self) -> bool:
         return self.client.instance_or_none(self.name.instance) is not None

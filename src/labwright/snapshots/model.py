@@ -139,6 +139,10 @@ class SnapshotBackend(ABC):
     @abstractmethod
     def exists(self) -> bool: ...
 
+    def missing(self) -> str:
+        """The one line for a guest that does not exist: where labwright looked and how to check."""
+        return f"{self.label}: no such guest; check the name"
+
     @abstractmethod
     def running(self) -> bool: ...
 

@@ -70,11 +70,13 @@ class PveSnapshots(SnapshotBackend):
                            f"on {self.name.node}; fix the name (@pct/{entry.get('node')}/{self.name.vmid})")
         return entry
 
+    def missing(self) -> str:
+        return f"{self.label}: no container {self.name.vmid} on {self.name.node}; check the name (`pct list` on the node)"
+
     def _require(self) -> dict[str, Any]:
         entry = self._entry()
         if entry is None:
-            raise BadInput(f"{self.label}: no container {self.name.vmid} on {self.name.node}; check the name "
-                           "(`pct list` on the node)")
+            raise BadInput(self.missing())
         return entry
 
     def exists(self) -> bool:

@@ -1,0 +1,133 @@
+"""`labwright guest snapshot|snapshots|restore`: guest snapshots (see labwright.snapshots).
+
+``register(app)`` adds the three commands to the ``guest`` group; the commands only parse arguments and print.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import typer
+
+from labwright import snapshots
+from labwright.errors import BadInput
+from labwright.snapshots.model import DEFAULT_KEEP
+from labwright.ui import stdout, table
+
+GuestArgument = typer.Argument(..., metavar="GUEST", help="The guest: @lxd/NAME, @lxd/REMOTE:NAME, @incus/NAME or "
+                                                          "@pct/NODE/VMID.")
+JsonOption = typer.Option(False, "--json", help="Print JSON instead of text.")
+DryOption = typer.Option(False, "--dry", help="Say what would be done; change nothing.")
+DataOption = typer.Option(None, "--data", help="Host data of the Proxmox node, KEY=VALUE (repeat), e.g. "
+                                               "proxmox_api_url=https://pve1.lan:8006 or proxmox_ca_file=PATH.")
+
+
+def node_data(items: list[str] | None) -> dict[str, Any]:
+    """``--data KEY=VALUE`` items as host data (``true``/``false`` as booleans, as pyinfra's --data does)."""
+    data: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"--data {item!r}: expected KEY=VALUE, e.g. proxmox_api_url=https://pve1.lan:8006")
+        data[key.strip()] = {"true": True, "false": False}.get(value.lower(), value)
+    return data
+
+
+def _echo_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, default=str))
+
+
+def snapshot(
+    guest: str = GuestArgument,
+    name: str | None = typer.Option(None, "--name", help="Your own name for it (kept until you delete it); default: "
+                                                         "labwright-manual-<UTC time>, pruned to the last --keep."),
+    keep: int = typer.Option(DEFAULT_KEEP, "--keep", help="How many labwright snapshots to keep (yours are never "
+                                                          "pruned)."),
+    dry: bool = DryOption,
+    data: list[str] | None = DataOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Take a snapshot of a guest now.
+
+    Example: labwright guest snapshot @lxd/llm1 --name before-upgrade
+    """
+    result = snapshots.take(guest, "manual", keep=keep, name=name, dry=dry, node_data=node_data(data))
+    if as_json:
+        _echo_json(result.to_dict())
+        return
+    verb = "would take" if dry else "took"
+    timing = "" if dry else f" in {result.seconds:.1f} s"
+    stdout.print(f"{result.guest}: {verb} snapshot {result.name}{timing} on {result.storage}, {result.how}",
+                 markup=False)
+    for old in result.pruned:
+        stdout.print(f"  {'would prune' if dry else 'pruned'} {old} (labwright keeps its last {keep})", markup=False)
+    for warning in result.warnings:
+        stdout.print(f"  warning: {warning}", markup=False)
+
+
+def snapshots_command(
+    guest: str = GuestArgument,
+    data: list[str] | None = DataOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """List a guest's snapshots, oldest first; labwright's own are marked.
+
+    Example: labwright guest snapshots @pct/pve1/101
+    """
+    found = snapshots.list_snapshots(guest, node_data=node_data(data))
+    if as_json:
+        _echo_json([s.to_dict() for s in found])
+        return
+    if not found:
+        stdout.print(f"{guest}: no snapshots", markup=False)
+        return
+    rows = [[s.name, f"{s.created:%Y-%m-%d %H:%M:%S} UTC" if s.created else "?",
+             f"labwright ({s.step})" if s.ours else "yours"] for s in found]
+    stdout.print(table(f"snapshots of {guest}", ["name", "taken", "by"], rows))
+
+
+def restore(
+    guest: str = GuestArgument,
+    snapshot_name: str | None = typer.Argument(None, metavar="SNAPSHOT", help="Which one; default: labwright's "
+                                                                                 "latest."),
+    force: bool = typer.Option(False, "--force", help="Restore a running guest: stop it, restore, start it again."),
+    dry: bool = DryOption,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    data: list[str] | None = DataOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Put a guest back to a snapshot (everything since it was taken is lost). A running guest needs --force.
+
+    Example: labwright guest restore @lxd/llm1 --force -y
+    """
+    host_data = node_data(data)
+    plan = snapshots.restore(guest, snapshot_name, force=force, dry=True, node_data=host_data)
+    if dry:
+        if as_json:
+            _echo_json(plan.to_dict())
+        else:
+            stdout.print(f"{plan.guest}: would restore {plan.name} ({', '.join(plan.steps)})", markup=False)
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise BadInput(f"restore {plan.guest} to {plan.name}: confirm with -y/--yes (no terminal to ask on); "
+                           "nothing was changed")
+        typer.confirm(f"restore {plan.guest} to {plan.name}? Everything since it was taken is lost", abort=True)
+    result = snapshots.restore(guest, plan.name, force=force, node_data=host_data)
+    if as_json:
+        _echo_json(result.to_dict())
+        return
+    stdout.print(f"{result.guest}: restored {result.name} in {result.seconds:.1f} s"
+                 + (" (stopped, restored, started again)" if result.restarted else ""), markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``snapshot``, ``snapshots`` and ``restore`` to ``app`` (the ``guest`` group); a second call adds nothing."""
+    names = {c.name for c in app.registered_commands}
+    if "snapshot" in names:
+        return
+    app.command(name="snapshot")(snapshot)
+    app.command(name="snapshots")(snapshots_command)
+    app.command(name="restore")(restore)
