@@ -71,7 +71,8 @@ class PveSnapshots(SnapshotBackend):
         return entry
 
     def missing(self) -> str:
-        return f"{self.label}: no container {self.name.vmid} on {self.name.node}; check the name (`pct list` on the node)"
+        return (f"{self.label}: no container {self.name.vmid} on {self.name.node}; check the name (`pct list` on the "
+                "node)")
 
     def _require(self) -> dict[str, Any]:
         entry = self._entry()
