@@ -26,6 +26,7 @@ are loaded RTLD_GLOBAL as its package does, and a warning says it depends on tha
 from __future__ import annotations
 
 import bisect
+import importlib.machinery
 import re
 import time
 from collections.abc import Iterable
@@ -39,7 +40,14 @@ from labwright.matrix.abi_cache import AbiCache, key_of
 from labwright.matrix.abi_env import Distribution, Environment, TorchInstall
 from labwright.matrix.abi_import import Importer, ImportRequest, TorchImport
 from labwright.matrix.demangle import demangle
-from labwright.matrix.elfsyms import DynamicInfo, cxx11_abi_hint, is_elf, nested_name, read_dynamic
+from labwright.matrix.elfsyms import (
+    BrokenElf,
+    DynamicInfo,
+    cxx11_abi_hint,
+    is_elf,
+    nested_name,
+    read_dynamic,
+)
 
 SCHEMA = "labwright.stack-verify/1"
 EXAMPLES = 3  # missing symbols shown per module in the table; --json lists them all
@@ -75,8 +83,12 @@ class ModuleReport:
     static_cached: bool = False
     warnings: list[str] = field(default_factory=list)
 
+    broken: str | None = None  # why the file itself is unusable (truncated, empty, not ELF); None when it reads
+
     @property
     def verdict(self) -> str:
+        if self.broken:
+            return "broken-file"
         if self.missing:
             return "missing-symbols"
         if self.import_checked and not self.import_ok:
@@ -260,8 +272,14 @@ def verify(env: Environment, *, do_import: bool = True, cache: AbiCache | None =
         reports: list[ModuleReport] = []
         shas: dict[int, str] = {}
         skipped: list[dict[str, str]] = []
+        broken: list[ModuleReport] = []
         for path, site_dir in files:
             found = _torch_consumer(path, cache, skipped)
+            if isinstance(found, str):
+                dist_info = owned.get(str(path))
+                broken.append(_broken_file(path, site_dir, found, abi_env.distribution(dist_info, dists)
+                                           if dist_info else None))
+                continue
             if found is None:
                 continue
             sha, info = found
@@ -279,6 +297,7 @@ def verify(env: Environment, *, do_import: bool = True, cache: AbiCache | None =
             for report in reports:
                 report.warnings.append("not imported: no Python found for this site-packages (pass --python)")
         _demangle_reports(reports)
+        reports += broken
         cxx11 = torch.cxx11_abi() if any(r.cxx11_abi is not None for r in reports) else None
         cuda = torch.cuda_runtime() if any(r.cuda_runtime is not None for r in reports) else None
         for report in reports:
@@ -303,8 +322,10 @@ def _anything_changed(cache: AbiCache, paths: Iterable[Path]) -> bool:
     return any(cache.memoised_sha256(path) is None for path in paths)
 
 
-def _torch_consumer(path: Path, cache: AbiCache, skipped: list[dict[str, str]]) -> tuple[str, DynamicInfo] | None:
-    """(content hash, ELF summary) of a file that needs torch; None for any other file.
+def _torch_consumer(path: Path, cache: AbiCache,
+                    skipped: list[dict[str, str]]) -> tuple[str, DynamicInfo] | str | None:
+    """(content hash, ELF summary) of a file that needs torch; None for any other file; a reason (str) for a file
+    that cannot be a shared object (truncated, empty, a non-ELF extension module): the loader would fail on it.
 
     The ELF is read before hashing: most .so files in an environment never link torch, and hashing them (GBs
     of nvidia-* libraries beside a CUDA torch) would cost more than the whole check.
@@ -316,10 +337,15 @@ def _torch_consumer(path: Path, cache: AbiCache, skipped: list[dict[str, str]]) 
     if cache.known_unrelated(path):
         return None
     if not is_elf(path):
-        cache.mark_unrelated(path)  # a linker script or stray file named .so: nothing the loader maps
+        why = not_a_shared_object(path)
+        if why is not None:
+            return why
+        cache.mark_unrelated(path)  # a linker script: nothing the loader maps
         return None
     try:
         full = read_dynamic(path)
+    except BrokenElf as exc:
+        return str(exc)
     except BadInput as exc:
         skipped.append({"path": str(path), "reason": str(exc)})
         return None
@@ -328,6 +354,39 @@ def _torch_consumer(path: Path, cache: AbiCache, skipped: list[dict[str, str]]) 
         return None
     sha = cache.sha256(path)
     return sha, store_elf_info(full, sha, cache)
+
+
+#: How a GNU ld script (the only non-ELF file a .so name legitimately holds, e.g. libc.so) starts.
+LINKER_SCRIPT = re.compile(rb"^\s*(?:/\*|INPUT\s*\(|GROUP\s*\(|OUTPUT_FORMAT\s*\(|SEARCH_DIR\s*\()")
+
+
+def not_a_shared_object(path: Path) -> str | None:
+    """Why a non-ELF file named .so is broken (empty, an extension module that is not ELF, binary junk), or None
+    for a linker script."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError as exc:
+        return f"{path}: cannot read it ({exc.strerror or type(exc).__name__})"
+    fix = "reinstall the wheel that owns it"
+    if not head:
+        return f"{path}: an empty file where a shared object belongs (a half-finished install?): {fix}"
+    if LINKER_SCRIPT.match(head) and path.name.split(".", 1)[-1] == "so":
+        return None
+    return f"{path}: not an ELF shared object (starts with {head[:8]!r}): the loader cannot load it; {fix}"
+
+
+def _broken_file(path: Path, site_dir: Path, why: str, dist: Distribution | None) -> ModuleReport:
+    """The report for a .so file that is no shared object at all: verdict broken-file, the reason as a warning."""
+    name = path.name
+    extension = any(name.endswith(suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES) and \
+        name.count(".") > 1
+    built_for, source = abi_env.built_for_torch(dist)
+    return ModuleReport(module=abi_env.module_name(path, site_dir) if extension else name, path=str(path),
+                        kind="extension" if extension else "library", distribution=dist.name if dist else None,
+                        version=dist.version if dist else None, built_for_torch=built_for,
+                        built_for_source=source, cxx11_abi=None, cuda_runtime=None, torch_symbols=0, missing=[],
+                        broken=why, warnings=[why])
 
 
 def _static_check(path: Path, site_dir: Path, sha: str, info: DynamicInfo, dist: Distribution | None,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from elftools.common.exceptions import ELFError
+from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 
 from labwright.errors import BadInput
@@ -104,16 +105,57 @@ def is_elf(path: Path) -> bool:
         return False
 
 
+class BrokenElf(BadInput):
+    """A file that starts like an ELF object but cannot be one: truncated (what a half-finished install or a full
+    disk leaves) or corrupt. The message names the file, what is wrong and the fix."""
+
+
 def read_dynamic(path: Path) -> DynamicInfo:
     """Read one shared object's dynamic section and dynamic symbol table.
 
-    Raises BadInput for a file that is not a readable ELF shared object (the caller names it in its report).
+    Raises BadInput for a file that is not a readable ELF shared object (the caller names it in its report):
+    BrokenElf for a truncated or corrupt one. pyelftools reports a short file as a construct FieldError or
+    StreamError, or not at all (a section table cut off reads as fewer bytes), so every section's extent is
+    checked against the file's size first.
     """
     try:
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            _check_extents(path, mapped)
             return _read(mapped)
-    except (OSError, ValueError, ELFError, struct.error) as exc:
-        raise BadInput(f"{path}: not a readable ELF shared object ({exc})") from exc
+    except BrokenElf:
+        raise
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read it ({exc.strerror or type(exc).__name__})") from None
+    except ValueError as exc:  # mmap of an empty file
+        raise BrokenElf(f"{path}: an empty file, not an ELF shared object ({exc}): a half-finished install; "
+                        "reinstall the wheel that owns it") from None
+    except (ELFError, ConstructError, struct.error, IndexError, KeyError) as exc:
+        raise BrokenElf(f"{path}: a corrupt ELF shared object ({type(exc).__name__}: {exc}): reinstall the wheel "
+                        "that owns it") from None
+
+
+def _check_extents(path: Path, mapped: mmap.mmap) -> None:
+    """BrokenElf when the ELF header, the section header table or a section's bytes lie past the end of the file."""
+    size = len(mapped)
+    if mapped[:4] != ELF_MAGIC:
+        raise BrokenElf(f"{path}: not an ELF shared object (starts with {mapped[:8]!r}): the loader cannot load it; "
+                        "reinstall the wheel that owns it")
+    fix = "truncated (a half-finished install or a full disk?): reinstall the wheel that owns it"
+    if (size < 64 and mapped[4:5] == b"\x02") or size < 52:
+        raise BrokenElf(f"{path}: {size} bytes, shorter than an ELF header: {fix}")
+    try:
+        elf = ELFFile(mapped)  # type: ignore[arg-type]
+        table_end = elf["e_shoff"] + elf["e_shnum"] * elf["e_shentsize"]
+        if table_end > size:
+            raise BrokenElf(f"{path}: {size} bytes but its section table ends at byte {table_end}: {fix}")
+        for index in range(elf.num_sections()):
+            header = _section_header(elf, mapped, index)
+            end = header["sh_offset"] + header["sh_size"]
+            if header["sh_type"] != "SHT_NOBITS" and end > size:
+                raise BrokenElf(f"{path}: {size} bytes but section {index} ends at byte {end}: {fix}")
+    except (ELFError, ConstructError, struct.error) as exc:
+        raise BrokenElf(f"{path}: {size} bytes, not a whole ELF object ({type(exc).__name__}: {exc}): {fix}") \
+            from None
 
 
 def _read(mapped: mmap.mmap) -> DynamicInfo:

@@ -250,15 +250,51 @@ def test_files_that_do_not_need_torch_are_never_hashed(tmp_path, standins):
     assert big.stat().st_size > 8 << 20 and cache.known_unrelated(big)
 
 
-def test_unreadable_and_non_elf_files_are_skipped_not_fatal(tmp_path, standins):
+def test_linker_scripts_are_not_reported_but_a_torn_so_is_broken(tmp_path, standins):
     v1, _, extension = standins
     site = lay_out(tmp_path / "site-packages", v1.tree, extension)
     (site / "libscript.so").write_text("/* GNU ld script */\nGROUP ( libc.so.6 )\n")  # linker scripts exist
-    (site / "torn.so").write_bytes(b"\x7fELF" + b"\x02\x01\x01" + b"\0" * 9)  # an ELF magic and nothing else
     report = verify_python(site_packages=site, cache=AbiCache(tmp_path / "cache"))
     assert report.ok and [m.module for m in report.modules] == ["standin_attn._C"]
-    assert [s["path"] for s in report.skipped] == [str(site / "torn.so")]
-    assert report.to_json()["skipped"][0]["reason"].startswith(f"{site / 'torn.so'}: not a readable ELF")
+    (site / "torn.so").write_bytes(b"\x7fELF" + b"\x02\x01\x01" + b"\0" * 9)  # an ELF magic and nothing else
+    report = verify_python(site_packages=site, cache=AbiCache(tmp_path / "cache"))
+    assert not report.ok
+    torn = next(m for m in report.modules if m.path == str(site / "torn.so"))
+    assert torn.verdict == "broken-file" and torn.broken and torn.broken.startswith(f"{site / 'torn.so'}: ")
+
+
+@pytest.mark.parametrize("cut", ["empty", "header", "quarter", "half", "section-table", "one-short", "not-elf"])
+def test_a_half_installed_extension_is_reported_broken_naming_it(tmp_path, standins, cut):
+    """`stack verify` on what a half-finished install leaves: the extension cut short (or empty, or not ELF) is
+    reported broken with its path, the rest of the report still made; never a parser traceback."""
+    v1, _, extension = standins
+    site = lay_out(tmp_path / "site-packages", v1.tree, extension)
+    target = site / "standin_attn" / extension.name
+    whole = target.read_bytes()
+    cuts = {"empty": 0, "header": 40, "quarter": len(whole) // 4, "half": len(whole) // 2,
+            "section-table": len(whole) - 100, "one-short": len(whole) - 1}
+    target.write_bytes(whole[:cuts[cut]] if cut in cuts else b"PK\x03\x04" + whole[4:])
+    report = verify_python(site_packages=site, cache=AbiCache(tmp_path / "cache"))
+    assert not report.ok
+    [module] = report.modules
+    assert module.verdict == "broken-file" and module.module == "standin_attn._C" and module.kind == "extension"
+    assert module.broken is not None and module.broken.startswith(f"{target}: ") and module.warnings == [module.broken]
+    assert report.to_json()["summary"] == {"checked": 1, "ok": 0, "broken": 1, "cached": 0}
+
+
+def test_stack_verify_cli_names_the_torn_extension_and_exits_1(tmp_path, standins, cli_env):
+    import subprocess
+
+    v1, _, extension = standins
+    site = lay_out(tmp_path / "site-packages", v1.tree, extension)
+    target = site / "standin_attn" / extension.name
+    target.write_bytes(target.read_bytes()[:1000])
+    proc = subprocess.run(["labwright", "stack", "verify", "--site-packages", str(site), "--no-cache"],
+                          capture_output=True, text=True, env=cli_env)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout and proc.stderr.count("\n") == 1
+    assert "broken-file" in proc.stdout and str(target) in proc.stdout.replace("\n", "")
+    assert "1 of 1 extension(s) broken" in proc.stderr
 
 
 def test_torch_own_files_outside_the_torch_package_are_not_consumers(tmp_path, standins):

@@ -10,6 +10,7 @@ import pytest
 from labwright.errors import BadInput
 from labwright.matrix.demangle import demangle
 from labwright.matrix.elfsyms import (
+    BrokenElf,
     DynamicInfo,
     cxx11_abi_hint,
     is_torch_symbol,
@@ -142,7 +143,7 @@ def test_demangle_without_cxxfilt_keeps_mangled_names(monkeypatch, tmp_path):
 def test_not_an_elf_file_is_bad_input(tmp_path):
     text = tmp_path / "fake.so"
     text.write_text("not an ELF file at all")
-    with pytest.raises(BadInput, match="fake.so: not a readable ELF shared object"):
+    with pytest.raises(BadInput, match="fake.so: not an ELF shared object"):
         read_dynamic(text)
 
 
@@ -151,3 +152,36 @@ def test_cuda_runtime_from_needed():
     assert DynamicInfo(needed=["libc10.so"]).cuda_runtime_major is None
     assert DynamicInfo(needed=["libtorch_cuda.so"]).needs_torch
     assert not DynamicInfo(needed=["libstdc++.so.6"], undefined=["memcpy"]).needs_torch
+
+
+def _cut_points(size: int) -> list[int]:
+    """Offsets to truncate at: inside the ELF header, the program headers, the middle of the file, the section
+    table at the end, and one byte short."""
+    return sorted({0, 1, 4, 16, 51, 63, 64, 200, size // 4, size // 2, size - 200, size - 64, size - 1})
+
+
+@pytest.mark.parametrize("name", ["provider", "consumer"])
+def test_a_truncated_shared_object_is_broken_naming_the_file(built, tmp_path, name):
+    """What a half-finished install leaves: the file cut short anywhere. Never an ELF parser traceback."""
+    whole = built[name].read_bytes()
+    for cut in _cut_points(len(whole)):
+        torn = tmp_path / f"torn_{cut}.so"
+        torn.write_bytes(whole[:cut])
+        with pytest.raises(BrokenElf) as caught:
+            read_dynamic(torn)
+        message = str(caught.value)
+        assert message.startswith(f"{torn}: ") and "reinstall the wheel" in message, (cut, message)
+        assert "\n" not in message
+    (tmp_path / "whole.so").write_bytes(whole)
+    assert read_dynamic(tmp_path / "whole.so").exported  # the same bytes, whole, still read
+
+
+def test_an_empty_file_and_random_bytes_named_so_are_broken(tmp_path):
+    empty = tmp_path / "empty.so"
+    empty.write_bytes(b"")
+    with pytest.raises(BrokenElf, match="empty.so: an empty file"):
+        read_dynamic(empty)
+    noise = tmp_path / "noise.so"
+    noise.write_bytes(bytes(range(256)) * 8)
+    with pytest.raises(BrokenElf, match="noise.so: not an ELF shared object"):
+        read_dynamic(noise)
