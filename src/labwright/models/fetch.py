@@ -1,0 +1,273 @@
+"""Download a model with huggingface_hub, verify it against the Hub's checksums, mark it complete atomically.
+
+This file runs where the files land (a guest, or this machine) as a script: ``python3 fetch.py ...`` with a Python
+that has huggingface_hub, or ``python -m labwright.models.fetch``. It imports nothing from labwright (only the standard
+library, and huggingface_hub once a download is needed), so the deploy ships it to a guest as one file.
+
+    python3 fetch.py --spec '{"repo": "Qwen/Qwen3-0.6B", "revision": "main", "allow": ["*.json"], "ignore": [],
+                              "file": null, "name": "Qwen3-0.6B"}' --cache /srv/models/hub --models /srv/models
+    python3 fetch.py --check ...same...      # exit 0 "complete" / exit 3 "incomplete": no network, stdlib only
+
+What it guarantees:
+- ``MODELS/NAME`` (a symlink to the snapshot in the huggingface_hub cache) and ``MODELS/.labwright/NAME.json`` (the
+  marker: spec digest, commit, every file's size and checksum) are written only after every file was checked against
+  the Hub's own checksum: sha256 for LFS files (the tree listing's ``lfs.oid``), the git blob id for the others
+  (``oid``). A file that does not match is removed from the cache and nothing is marked: a truncated or corrupted
+  model is never what NAME points at. Both are replaced atomically (rename), so a reader sees the old or the new.
+- A transfer cut half-way is resumed by huggingface_hub itself with a Range request (``file_download.py``
+  ``http_get``, retried up to 5 times without progress); a run that still fails leaves no partial file behind
+  (huggingface_hub removes its temporary) and the files already complete stay in the cache for the next run.
+- A second run of the same spec finds the marker complete and downloads nothing; run again without the marker (a
+  spec changed), huggingface_hub finds the files in its cache and fetches none of them again.
+
+Exit status: 0 done, 1 failed (network, checksum, disk), 2 bad input (repo, revision or file not on the Hub, a name
+already taken), 3 (--check only) not complete. Errors are one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MARKER_DIR = ".labwright"
+COMMIT = re.compile(r"[0-9a-f]{40}")
+CHUNK = 1 << 20
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INCOMPLETE = 1, 2, 3
+
+
+class Refused(Exception):
+    """One line for stderr, and the exit status."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def spec_digest(spec: dict[str, Any]) -> str:
+    """Must equal labwright.models.spec.ModelSpec.digest for the same spec."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def marker_path(models: Path, name: str) -> Path:
+    return models / MARKER_DIR / f"{name}.json"
+
+
+def file_checksum(path: Path, algorithm: str) -> str:
+    """``sha256`` of the bytes, or ``git-sha1``: git's blob id, sha1 of ``blob SIZE\\0`` + bytes (what the Hub's tree
+    listing gives as ``oid`` for a file that is not in LFS)."""
+    digest = hashlib.sha256() if algorithm == "sha256" else hashlib.sha1()
+    if algorithm != "sha256":
+        digest.update(f"blob {path.stat().st_size}\0".encode())
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(target: Path, text: str) -> None:
+    """Temp file beside the target, fsync, rename, fsync the directory: the old content or the new, never a mix."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, target)
+    _fsync_dir(target.parent)
+
+
+def link_atomic(link: Path, target: str) -> None:
+    """Point ``link`` at ``target`` (relative) by renaming a new symlink over it."""
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.link")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+    _fsync_dir(link.parent)
+
+
+def is_complete(models: Path, spec: dict[str, Any]) -> bool:
+    """The marker names this spec, NAME points at the snapshot it verified, and every file it lists is there with
+    its size. Reads only: no network, no hashing (the hashes were checked when the marker was written)."""
+    try:
+        marker = json.loads(marker_path(models, spec["name"]).read_text(encoding="utf-8"))
+        link = models / spec["name"]
+        if marker.get("digest") != spec_digest(spec) or os.readlink(link) != marker["snapshot"]:
+            return False
+        snapshot = models / marker["snapshot"]
+        return all((snapshot / rel).is_file() and (snapshot / rel).stat().st_size == entry["size"]
+                   for rel, entry in marker["files"].items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _check_name_free(models: Path, name: str) -> None:
+    link = models / name
+    if (link.exists() or link.is_symlink()) and not link.is_symlink():
+        raise Refused(f"model_name: {link} exists and is not a link labwright made: move it away or choose another "
+                      "model_name (nothing was changed)", EXIT_BAD_INPUT)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP client's own errors: httpx2 for huggingface_hub 2.x, httpx for 1.x, requests before."""
+    for module_name, attribute in (("httpx2", "HTTPError"), ("httpx", "HTTPError"), ("requests", "RequestException")):
+        try:
+            module = __import__(module_name)
+        except ImportError:
+            continue
+        return (getattr(module, attribute),)
+    return ()
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return " ".join(lines[:2])[:300] if lines else type(exc).__name__
+
+
+def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | None) -> dict[str, Any]:
+    """Download, verify, mark complete; returns the marker. Raises Refused."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub.utils import filter_repo_objects, logging
+
+    logging.set_verbosity_error()
+    failures: tuple[type[BaseException], ...] = (HfHubHTTPError, LocalEntryNotFoundError, OSError,
+                                                  *_transport_errors())
+    repo, revision, name = spec["repo"], spec["revision"], spec["name"]
+    where = endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    _check_name_free(models, name)
+    api = HfApi(endpoint=endpoint)
+    try:
+        # Resolve a branch or tag once, so the listing, the files and the marker all name the same commit.
+        commit = revision if COMMIT.fullmatch(revision) else api.repo_info(repo, revision=revision).sha
+        assert commit is not None
+        tree = {entry.path: entry for entry in api.list_repo_tree(repo, recursive=True, revision=commit)
+                if isinstance(entry, RepoFile)}
+        if spec.get("file"):
+            local = hf_hub_download(repo, spec["file"], revision=commit, cache_dir=str(cache), endpoint=endpoint)
+            snapshot = Path(local).parents[len(Path(spec["file"]).parts) - 1]
+            wanted = [spec["file"]]
+        else:
+            wanted = list(filter_repo_objects(tree, allow_patterns=spec.get("allow") or None,
+                                              ignore_patterns=spec.get("ignore") or None))
+            if not wanted:
+                raise Refused(f"model_allow/model_ignore: no file of {repo}@{revision} matches (its files: "
+                              f"{', '.join(sorted(tree)[:8]) or 'none'}); nothing was changed", EXIT_BAD_INPUT)
+            snapshot = Path(snapshot_download(repo, revision=commit, cache_dir=str(cache), endpoint=endpoint,
+                                              allow_patterns=spec.get("allow") or None,
+                                              ignore_patterns=spec.get("ignore") or None, max_workers=4))
+    except RevisionNotFoundError:
+        raise Refused(f"model_revision: {revision!r} is not a branch, tag or commit of {repo} on {where} "
+                      "(nothing was changed)", EXIT_BAD_INPUT) from None
+    except RemoteEntryNotFoundError:
+        raise Refused(f"model_file: {spec.get('file')!r} is not a file of {repo}@{revision} on {where} "
+                      "(nothing was changed)", EXIT_BAD_INPUT) from None
+    except RepositoryNotFoundError:
+        raise Refused(f"model_repo: {repo!r} is not a repo on {where}, or it is private or gated (give a token in "
+                      "HF_TOKEN); nothing was changed", EXIT_BAD_INPUT) from None
+    except failures as exc:
+        raise Refused(f"download of {repo}@{revision} from {where} failed: {_one_line(exc)} (files completed so far "
+                      "stay in the cache; nothing was marked complete; re-run to continue)", EXIT_FAILED) from None
+
+    files: dict[str, dict[str, Any]] = {}
+    bad: list[str] = []
+    for rel in wanted:
+        entry, path = tree.get(rel), snapshot / rel
+        if entry is None:
+            raise Refused(f"{repo}@{commit}: {rel} was downloaded but is not in the repo's tree listing; nothing was "
+                          "marked complete", EXIT_FAILED)
+        algorithm, expected = ("sha256", entry.lfs.sha256) if entry.lfs is not None else ("git-sha1", entry.blob_id)
+        size = entry.lfs.size if entry.lfs is not None else entry.size
+        actual = file_checksum(path, algorithm) if path.is_file() else "missing"
+        if actual != expected or path.stat().st_size != size:
+            bad.append(f"{rel} ({algorithm} {actual[:12]}, the Hub says {expected[:12]})")
+            blob = path.resolve()
+            for victim in (path, blob):
+                with contextlib.suppress(OSError):
+                    victim.unlink()
+            continue
+        files[rel] = {"size": size, algorithm: expected}
+    if bad:
+        raise Refused(f"checksum mismatch in {repo}@{commit}: {'; '.join(bad)}: removed from the cache, nothing was "
+                      "marked complete (re-run to download again)", EXIT_FAILED)
+
+    relative = os.path.relpath(snapshot, models)
+    marker = {"spec": spec, "digest": spec_digest(spec), "commit": commit, "endpoint": where,
+              "snapshot": relative, "files": files, "verified_at": int(time.time())}
+    write_atomic(marker_path(models, name), json.dumps(marker, indent=1, sort_keys=True) + "\n")
+    link_atomic(models / name, relative)
+    return marker
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fetch.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spec", required=True, help="the model spec as JSON (labwright.models.spec.ModelSpec)")
+    parser.add_argument("--cache", required=True, type=Path, help="the huggingface_hub cache directory")
+    parser.add_argument("--models", required=True, type=Path, help="where MODELS/NAME links to the snapshot")
+    parser.add_argument("--endpoint", default=None, help="the Hub URL (default: HF_ENDPOINT, else huggingface.co)")
+    parser.add_argument("--check", action="store_true", help="only say whether the model is complete (exit 0 or 3)")
+    args = parser.parse_args(argv)
+    try:
+        spec = json.loads(args.spec)
+        if not isinstance(spec, dict) or not {"repo", "revision", "name"} <= set(spec):
+            raise ValueError("needs repo, revision and name")
+    except ValueError as exc:
+        print(f"--spec: not a model spec ({exc}); give the JSON of labwright.models.spec.ModelSpec.as_json()",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if is_complete(args.models, spec):
+        print(f"complete: {args.models / spec['name']} ({spec['repo']}@{spec['revision']}), nothing downloaded")
+        return 0
+    if args.check:
+        print(f"incomplete: {args.models / spec['name']}")
+        return EXIT_INCOMPLETE
+    try:
+        args.models.mkdir(parents=True, exist_ok=True)
+        args.cache.mkdir(parents=True, exist_ok=True)
+        marker = download(spec, args.cache, args.models, args.endpoint)
+    except Refused as exc:
+        print(str(exc), file=sys.stderr)
+        return exc.status
+    except ImportError as exc:
+        print(f"huggingface_hub is not importable by {sys.executable} ({exc}): install it in this Python's venv",
+              file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as exc:
+        print(f"{args.models}: {exc.strerror or exc} (nothing was marked complete)", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("interrupted: nothing was marked complete; re-run to continue", file=sys.stderr)
+        return 130
+    total = sum(entry["size"] for entry in marker["files"].values())
+    print(f"downloaded: {args.models / spec['name']} -> {marker['snapshot']} ({len(marker['files'])} files, "
+          f"{total} bytes, commit {marker['commit'][:12]}, checksums verified)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
