@@ -105,7 +105,7 @@ def test_agent_session_outlives_the_daemons_keepalive_pings(lab_container, https
     assert session is not None
     ok, out = host.run_shell_command("sleep 11; echo after")
     assert ok and out.stdout == "after"
-    time.sleep(11)
+    time.sleep(11)  # a duration under test (idle across one of the daemon's 10 s pings), not a wait for a state
     ok, out = host.run_shell_command("echo idle")
     assert ok and out.stdout == "idle"
     assert host.connector.session is session and session.alive

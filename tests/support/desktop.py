@@ -115,7 +115,8 @@ class RdpSession:
     proc: subprocess.Popen[bytes]
 
     def screenshot(self, path: Path) -> Path:
-        subprocess.run(["import", "-display", self.display, "-window", "root", str(path)], check=True,
+        # PNG24: 8-bit RGB always; ImageMagick picks a 1-bit grey PNG for a still all-black screen otherwise.
+        subprocess.run(["import", "-display", self.display, "-window", "root", f"PNG24:{path}"], check=True,
                        capture_output=True, timeout=30)
         return path
 

@@ -257,7 +257,7 @@ def test_pve_simulator_fail_hook_fails_the_next_task(sim, root):
 def test_pve_simulator_hung_task_runs_until_stopped_and_a_stopped_create_cleans_up(sim, root):
     sim.hang_next_task("vzcreate")
     upid = root.nodes("pve1").lxc.post(vmid=101, ostemplate=sim.template, rootfs="local-lvm:8")
-    time.sleep(0.1)
+    time.sleep(0.1)  # time for a wrongly finishing task to finish: the assertion is that it has NOT, not a wait
     assert root.nodes("pve1").tasks(upid).status.get()["status"] == "running"
     assert root.nodes("pve1").lxc(101).config.get()["lock"] == "create"
     assert Tasks.blocking_status(root, upid, timeout=0.2, polling_interval=0.05) is None  # proxmoxer's own helper
