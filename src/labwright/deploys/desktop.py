@@ -44,6 +44,7 @@ from labwright.facts.desktop import DesktopGuest
 from labwright.facts.llamacpp import PortListeners
 from labwright.guestlock import locked
 from labwright.operations import desktop
+from labwright.operations import systemd as systemd_ops
 
 SESSION_TEXT = "#!/bin/sh\n# MATE for xrdp sessions (labwright deploys/desktop.py)\nexec mate-session\n"
 DATA_KEYS = ("desktop_user", "desktop_port", "desktop_listen", "desktop_firefox_source", "desktop_stage")
@@ -137,8 +138,8 @@ def deploy_desktop() -> None:
             "key_file": f"{CERT_DIR}/key.pem"})
         started = [systemd.service(name=f"{unit} enabled and running", service=f"{unit}.service", running=True,
                                    enabled=True) for unit in ("xrdp-sesman", "xrdp")]
-        restarted = systemd.service(name="Restart xrdp (config, certificate or group changed)", service="xrdp.service",
-                                    restarted=True, _if=any_changed(group, cert, ini))
+        restarted = systemd_ops.restarted_foreign(name="Restart xrdp (config, certificate or group changed)",
+                                                  service="xrdp.service", _if=any_changed(group, cert, ini))
         # systemctl returns before xrdp listens: wait for it, so a finished deploy takes connections (or says why not).
         server.shell(name=f"xrdp listening on {settings.xrdp_port}", _if=any_changed(restarted, *started), commands=[
             f"for i in $(seq 100); do ss -Hltn 'sport = :{settings.port}' | grep -q LISTEN && exit 0; sleep 0.2; done; "

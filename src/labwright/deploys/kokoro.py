@@ -28,6 +28,7 @@ from labwright.guestlock import locked
 from labwright.kokoro.deploy_data import TEMPLATES, DataError, choose_device, load_defaults, requirements
 from labwright.kokoro.streaming import plan_streaming, read_tree
 from labwright.operations import http
+from labwright.operations import systemd as systemd_ops
 from labwright.paths import cache_root
 
 DEFAULTS = load_defaults()
@@ -167,11 +168,10 @@ def deploy_kokoro() -> None:
     unit = files.put(name=f"Unit {service}.service", src=StringIO(unit_text),
                      dest=f"/etc/systemd/system/{service}.service", user="root", group="root", mode="644")
     systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
-    started = systemd.service(name=f"{service} enabled and running", service=f"{service}.service", running=True,
-                              enabled=True)
-    restarted = systemd.service(name=f"Restart {service} (checkout, requirements or unit changed)",
-                                service=f"{service}.service", restarted=True,
-                                _if=lambda: (install_changed or any_changed(tree, unit)()) and not started.did_change())
+    started = systemd_ops.started_owned(name=f"{service} enabled and running", service=f"{service}.service")
+    restarted = systemd_ops.restarted_owned(
+        name=f"Restart {service} (checkout, requirements or unit changed)", service=f"{service}.service",
+        _if=lambda: (install_changed or any_changed(tree, unit)()) and not started.did_change())
     health_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
     http.wait_healthy(name=f"{service} health: /health", url=f"http://{health_host}:{port}", service=service,
                       timeout=health_timeout, interval=1, journal_lines=20,

@@ -42,6 +42,7 @@ from labwright.litellm.config import (
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 from labwright.operations import http
+from labwright.operations import systemd as systemd_ops
 
 DEFAULTS = load_defaults()
 JINJA = jinja(TEMPLATES)
@@ -174,10 +175,9 @@ def deploy_litellm() -> None:
     unit = files.put(name=f"Unit {service}.service", src=StringIO(unit_text),
                      dest=f"/etc/systemd/system/{service}.service", user="root", group="root", mode="644")
     systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
-    started = systemd.service(name=f"{service} enabled and running", service=f"{service}.service", running=True,
-                              enabled=True)
-    restarted = systemd.service(
-        name=f"Restart {service} (install, keys, config or unit changed)", service=f"{service}.service", restarted=True,
+    started = systemd_ops.started_owned(name=f"{service} enabled and running", service=f"{service}.service")
+    restarted = systemd_ops.restarted_owned(
+        name=f"Restart {service} (install, keys, config or unit changed)", service=f"{service}.service",
         _if=lambda: (install_changed or master_created or any_changed(secrets_file, config, unit)())
         and not started.did_change())
     health_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host

@@ -29,6 +29,7 @@ from labwright.llamacpp.deploy_data import (
     settings_from,
 )
 from labwright.operations import http
+from labwright.operations import systemd as systemd_ops
 
 
 @locked("llama.cpp")
@@ -82,12 +83,11 @@ def deploy_llamacpp() -> None:
     unit = files.put(name=f"Unit {s.service}.service", src=StringIO(s.render_unit()),
                      dest=f"/etc/systemd/system/{s.service}.service", user="root", group="root", mode="644")
     systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
-    started = systemd.service(name=f"{s.service} enabled and running", service=f"{s.service}.service", running=True,
-                              enabled=True)
+    started = systemd_ops.started_owned(name=f"{s.service} enabled and running", service=f"{s.service}.service")
     # Restart only for a real change; a fresh start above already runs the new binary and unit.
-    restarted = systemd.service(name=f"Restart {s.service} (unit or binary changed)", service=f"{s.service}.service",
-                                restarted=True,
-                                _if=lambda: (unit.did_change() or binary_changed) and not started.did_change())
+    restarted = systemd_ops.restarted_owned(
+        name=f"Restart {s.service} (unit or binary changed)", service=f"{s.service}.service",
+        _if=lambda: (unit.did_change() or binary_changed) and not started.did_change())
     http.wait_healthy(name=f"{s.service} health: /health then /v1/models", url=s.health_url, service=s.service,
                       timeout=s.health_timeout, models=s.model_ids,
                       _if=lambda: binary_changed or any_changed(unit, started, restarted)())
@@ -101,5 +101,5 @@ def deploy_llamacpp() -> None:
         dropin = files.file(name="No labwright Ollama drop-in", path=OLLAMA_DROPIN, present=False)
     systemd.daemon_reload(name="systemd daemon-reload (Ollama drop-in changed)", _if=dropin.did_change)
     # try-restart: a stopped Ollama stays stopped, a running one picks up the new environment.
-    server.shell(name="Restart Ollama if running (drop-in changed)", commands=["systemctl try-restart ollama.service"],
-                 _if=lambda: dropin.did_change() and bool(ollama["unit"]))
+    systemd_ops.restarted_foreign(name="Restart Ollama if running (drop-in changed)", service="ollama.service",
+                                  running_only=True, _if=lambda: dropin.did_change() and bool(ollama["unit"]))

@@ -25,7 +25,8 @@ class HealthCheck:
     models: names ``/v1/models`` must list once healthy: any one of them (``all_models=False``), or every one.
     models_wait: a missing model is retried until the timeout (the engine may still be loading) instead of failing
     at once. key_file / key_name: an API key read on the host (``name: value`` or ``NAME=value`` lines), sent as
-    ``Authorization: Bearer``. restart: restart the unit first and read its journal from that moment.
+    ``Authorization: Bearer``. restart: ``systemctl reset-failed`` then restart the unit first (a start limit hit
+    by earlier restarts never refuses it) and read its journal from that moment.
     startup_line: do not poll before the journal (since the start of the check) shows it. fatal_lines: journal line ->
     message; the first seen ends the check with that message, stopping the unit if ``stop_on_fatal``.
     """
@@ -57,7 +58,16 @@ service, timeout = check["service"], check["timeout"]
 unit = service + ".service"
 since = str(int(time.time()))
 if check["restart"]:
-    subprocess.run(["systemctl", "restart", unit])
+    # reset-failed first: earlier restarts (a deploy's, a rollback's, systemd's own) must not make systemd refuse
+    # this one with its start limit ("start of the service was attempted too often").
+    subprocess.run(["systemctl", "reset-failed", unit], capture_output=True)
+    restarted = subprocess.run(["systemctl", "restart", unit], capture_output=True, text=True)
+    if restarted.returncode != 0:
+        result = subprocess.run(["systemctl", "show", "-p", "Result", "--value", unit], capture_output=True,
+                                text=True).stdout.strip()
+        print(restarted.stderr.strip(), file=sys.stderr)
+        sys.exit("labwright: %s did not restart (Result=%s): see journalctl -u %s; then systemctl reset-failed %s "
+                 "&& systemctl start %s" % (unit, result or "?", unit, unit, unit))
 deadline = time.monotonic() + timeout
 wanted = check["models"]
 watching = bool(check["startup_line"] or check["fatal_lines"])

@@ -140,7 +140,21 @@ def test_restart_then_wait_for_the_startup_line(server, fakes):
                         startup_line="Application startup complete")
     result = run(check, fakes)
     assert result.returncode == 0, result.stderr
-    assert (fakes / "calls").read_text() == "restart tabbyapi.service\n"
+    # reset-failed first: a start limit hit by earlier restarts must not refuse this one
+    assert (fakes / "calls").read_text() == "reset-failed tabbyapi.service\nrestart tabbyapi.service\n"
+
+
+def test_a_refused_restart_is_one_line_with_the_command_that_starts_it(server, fakes):
+    (fakes / "bin" / "systemctl").write_text(
+        f'#!/bin/sh\necho "$@" >> {fakes}/calls\n'
+        'case "$1" in restart) echo "Job for tabbyapi.service failed." >&2; exit 1;; '
+        'show) echo start-limit-hit;; esac\n')
+    check = HealthCheck(url=server.url, service="tabbyapi", timeout=30, restart=True)
+    result = run(check, fakes)
+    assert result.returncode == 1 and server.paths == []
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == ("labwright: tabbyapi.service did not restart (Result=start-limit-hit): see journalctl -u "
+                    "tabbyapi.service; then systemctl reset-failed tabbyapi.service && systemctl start tabbyapi.service")
 
 
 def test_no_request_before_the_startup_line(server, fakes):
@@ -158,7 +172,8 @@ def test_a_fatal_line_stops_the_unit_with_its_own_message(server, fakes):
     result = run(check, fakes)
     assert result.returncode == 1
     assert result.stderr.strip() == "labwright: tabbyapi: out of VRAM at start: lower cache_size"
-    assert (fakes / "calls").read_text() == "restart tabbyapi.service\nstop tabbyapi.service\n"
+    assert (fakes / "calls").read_text() == ("reset-failed tabbyapi.service\nrestart tabbyapi.service\n"
+                                             "stop tabbyapi.service\n")
 
 
 def test_models_wait_retries_until_the_timeout(server, fakes):

@@ -1,0 +1,124 @@
+"""(Re)starts that systemd's start limit cannot refuse.
+
+systemd refuses to start a unit that was started more than ``StartLimitBurst`` times within
+``StartLimitIntervalSec`` ("start of the service was attempted too often", ``Result=start-limit-hit``), and a
+failed unit stays refused until the interval passes or ``systemctl reset-failed`` clears it. A deploy, a stack
+switch and its rollback restart a service several times in seconds, on top of systemd's own ``Restart=``
+restarts of a service that crashed: without care the deploy that should leave the user serving leaves the service
+down. So:
+
+- units labwright writes set their own ``StartLimitIntervalSec``/``StartLimitBurst`` (``data/templates``), and
+  every (re)start labwright makes of a unit it owns runs ``systemctl reset-failed UNIT`` first
+  (``started_owned``, ``restarted_owned``; ``labwright.operations.http.wait_healthy(restart=True)`` does the
+  same): the counter then counts systemd's own restarts of a crash loop, never the deploy's;
+- a unit labwright does not own (xrdp, Ollama) keeps the limit its packager chose: ``restarted_foreign`` backs
+  off until the limit lets it start (bounded), and fails with one line naming the unit and the command that
+  starts it when it never does.
+
+Each failure is one ``labwright:`` line with the unit's state and the journal tail above it.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra import host
+from pyinfra.api import operation
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
+
+# The shell function every operation here starts with: why a unit is not running, in one line.
+_WHY = (
+    "why() { r=$(systemctl show -p Result --value \"$1\" 2>/dev/null); s=$(systemctl is-active \"$1\" 2>/dev/null); "
+    "journalctl -u \"$1\" -n 15 --no-pager -o cat >&2 2>/dev/null; "
+    "if [ \"$r\" = start-limit-hit ]; then echo \"labwright: $1 was started too often (systemd's start limit: "
+    "Result=start-limit-hit) and is $s: run systemctl reset-failed $1 && systemctl start $1\" >&2; "
+    "else echo \"labwright: $1 did not start (state $s, Result=$r); its journal is above: fix it, then run "
+    "systemctl start $1\" >&2; fi; }; "
+)
+
+
+def _unit(service: str) -> str:
+    return service if "." in service else f"{service}.service"
+
+
+def start_command(service: str, restart: bool) -> str:
+    """The shell line that (re)starts a unit labwright owns: reset-failed first, then one line on failure."""
+    unit = shlex.quote(_unit(service))
+    verb = "restart" if restart else "start"
+    return (f"{_WHY}systemctl reset-failed {unit} 2>/dev/null || true; "
+            f"systemctl {verb} {unit} || {{ why {unit}; exit 1; }}")
+
+
+def foreign_restart_command(service: str, running_only: bool, wait: float) -> str:
+    """The shell line that restarts a unit someone else packaged, backing off while its start limit refuses."""
+    unit = shlex.quote(_unit(service))
+    verb = "try-restart" if running_only else "restart"
+    return (f"{_WHY}end=$(( $(date +%s) + {int(wait)} )); delay=1; "
+            f"while ! systemctl {verb} {unit} 2>/dev/null; do "
+            f"[ \"$(systemctl show -p Result --value {unit})\" = start-limit-hit ] && [ $(date +%s) -lt $end ] "
+            f"|| {{ why {unit}; exit 1; }}; "
+            # back-off, not a wait for a state: the limit's own clock decides when a start is allowed again
+            f"sleep $delay; delay=$(( delay * 2 > 15 ? 15 : delay * 2 )); done")
+
+
+@operation(is_idempotent=False)
+def restarted_owned(service: str):
+    """
+    Restart a unit labwright owns: ``systemctl reset-failed`` then ``restart``, so a start limit hit by earlier
+    restarts (a deploy's, a rollback's, systemd's own) never refuses it; one line naming the unit on failure.
+
+    + service: the unit (``tabbyapi`` or ``tabbyapi.service``)
+
+    **Example:**
+
+    .. code:: python
+
+        restarted_owned(name="Restart llama-server", service="llama-server", _if=unit.did_change)
+    """
+    yield start_command(service, restart=True)
+
+
+@operation()
+def started_owned(service: str, enabled: bool = True):
+    """
+    A unit labwright owns enabled and running; a stopped or failed one (its start limit hit included) is started
+    after ``systemctl reset-failed``. No change when it already runs and is enabled.
+
+    + service: the unit
+    + enabled: also enable it at boot
+
+    **Example:**
+
+    .. code:: python
+
+        started_owned(name="llama-server running", service="llama-server")
+    """
+    unit = _unit(service)
+    running = host.get_fact(SystemdStatus, services=unit).get(unit)
+    if enabled and not host.get_fact(SystemdEnabled, services=unit).get(unit):
+        yield f"systemctl enable {shlex.quote(unit)}"
+    if running:
+        if not enabled:
+            host.noop(f"{unit} is running")
+        return
+    yield start_command(unit, restart=False)
+
+
+@operation(is_idempotent=False)
+def restarted_foreign(service: str, running_only: bool = False, wait: float = 120):
+    """
+    Restart a unit labwright does not own, keeping its packager's start limit: while systemd refuses it
+    (``start-limit-hit``) back off (1, 2, 4 ... 15 s) up to ``wait`` seconds; else one line naming the unit and
+    the command that starts it.
+
+    + service: the unit (``xrdp``)
+    + running_only: ``try-restart`` (a stopped unit stays stopped)
+    + wait: seconds to back off at most
+
+    **Example:**
+
+    .. code:: python
+
+        restarted_foreign(name="Restart xrdp", service="xrdp", _if=ini.did_change)
+    """
+    yield foreign_restart_command(service, running_only, wait)
