@@ -1,0 +1,74 @@
+"""A Hugging Face model downloaded into the guest's model directory, verified, linked as MODELS_DIR/NAME.
+
+The settings are labwright.models.deploy_data (pure); the download runs in the guest with labwright.models.fetch
+(shipped as one file, run by a venv that has huggingface_hub). See deploys/model.py (the pyinfra CLI shim, with usage)
+and docs/models.md.
+"""
+
+from __future__ import annotations
+
+import shlex
+from io import StringIO
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api import FactBase, deploy
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.files import FindInFile
+from pyinfra.operations import files, server
+
+from labwright.deploys.common import install_missing
+from labwright.errors import BadInput
+from labwright.models import fetch
+from labwright.models.deploy_data import ModelSettings, settings
+
+VENV_MARKER = ".labwright-requirements"
+
+
+class ModelComplete(FactBase):
+    """Whether the runner already on the guest says MODELS_DIR/NAME is complete for this spec (marker + link + every
+    file with its size; no network, the guest's own python3). False when the runner is not there yet."""
+
+    def command(self, runner: str, check: str) -> str:
+        return f"if test -f {runner} && {check} >/dev/null 2>&1; then echo complete; else echo incomplete; fi"
+
+    def process(self, output: list[str]) -> bool:
+        return "".join(output).strip() == "complete"
+
+
+def model_settings() -> ModelSettings:
+    """This host's settings; a bad value is a DeployError: one line naming the key, nothing changed."""
+    try:
+        return settings(host.data.dict())
+    except BadInput as exc:
+        raise DeployError(f"{exc} (nothing was changed)") from None
+
+
+@deploy("Model download")
+def deploy_model() -> None:
+    """huggingface_hub in a venv, the runner, then the download when the model is not complete yet.
+
+    A re-run with the same data finds the marker complete and changes nothing (no network call). A repo, revision or
+    file the Hub does not have stops the run with one line; a file whose checksum differs from the Hub's is removed and
+    nothing is marked complete, so MODELS_DIR/NAME never points at a truncated or corrupted model.
+    """
+    s = model_settings()
+    install_missing(s.runtime_packages, "model download packages")
+    files.directory(name=f"Model directory {s.dir}", path=s.dir, present=True, mode="755")
+    runner_dir = str(Path(s.runner).parent)
+    files.directory(name=f"Runner directory {runner_dir}", path=runner_dir, present=True, mode="755")
+    files.put(name=f"Runner {s.runner}", src=StringIO(Path(fetch.__file__).read_text(encoding="utf-8")),
+              dest=s.runner, user="root", group="root", mode="644")
+
+    source_args = f"--no-index --find-links {shlex.quote(s.find_links)} " if s.find_links else ""
+    requirement_text = f"{s.hub_requirement} from {s.find_links or 'PyPI'}\n"
+    if not host.get_fact(FindInFile, path=f"{s.venv}/{VENV_MARKER}", pattern=f"^{requirement_text.strip()}$"):
+        server.shell(name=f"{s.hub_requirement} into {s.venv}", commands=[
+            f"test -x {s.venv}/bin/pip || python3 -m venv {s.venv}",
+            f"{s.venv}/bin/pip install -q --disable-pip-version-check {source_args}{shlex.quote(s.hub_requirement)}",
+            f"printf '%s' {shlex.quote(requirement_text)} > {s.venv}/{VENV_MARKER}",
+        ])
+
+    if not host.get_fact(ModelComplete, runner=s.runner, check=s.check_command()):
+        server.shell(name=f"Download {s.spec.label()} -> {s.dir}/{s.spec.name} (checksums verified)",
+                     commands=[s.download_command()], _timeout=s.download_timeout)
