@@ -58,7 +58,7 @@ def plan(
     Example: labwright kv plan --config config.json --cache-mode 8,4 --budget 2.4GiB --context 131072
     """
     layout = kv.read_layout(config)
-    budget_bytes = parse_size(budget, "--budget") if budget is not None else None
+    budget_bytes = parse_size(budget, "--budget", positive=True) if budget is not None else None
     specs = _specs(cache_mode, cache_type, engine, count_scales, swa_full)
     plans = [kv.plan(layout, spec, context=context, budget=budget_bytes, page=page) for spec in specs]
     if as_json:
@@ -119,14 +119,16 @@ def fit(
 
     Example: labwright kv fit --model-dir ~/models/Qwen3.5-9B-exl3 --vram-gb 8 --context 131072 --cache-mode 8,4
     """
-    def size(text: str | None, option: str) -> int | None:
-        return parse_size(text, option, bare_unit="GiB") if text is not None else None
+    def size(text: str | None, option: str, positive: bool = True) -> int | None:
+        return parse_size(text, option, bare_unit="GiB", positive=positive) if text is not None else None
 
+    # Weights, VRAM and RAM of 0 answer no question; a KV or overhead of 0 can be what was measured.
     request = FitRequest(
-        vram=parse_size(vram_gb, "--vram-gb", bare_unit="GiB"), weights=size(weights_gb, "--weights-gb"),
-        model_dir=model_dir, config=config, context=context, kv_size=size(kv_gb, "--kv-gb"),
+        vram=parse_size(vram_gb, "--vram-gb", bare_unit="GiB", positive=True),
+        weights=size(weights_gb, "--weights-gb"), model_dir=model_dir, config=config, context=context,
+        kv_size=size(kv_gb, "--kv-gb", positive=False),
         spec=kv_modes.resolve(cache_mode, cache_type, engine, count_scales, swa_full),
-        overhead=size(overhead_gb, "--overhead-gb"), ram=size(ram_gb, "--ram-gb"), moe=moe,
+        overhead=size(overhead_gb, "--overhead-gb", positive=False), ram=size(ram_gb, "--ram-gb"), moe=moe,
         weight_format=weight_format, page=page, count_scales=count_scales, swa_full=swa_full)
     result = fit_model(request)
     if as_json:

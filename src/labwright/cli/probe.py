@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +41,17 @@ HELP = "Find the real context ceiling of a running engine."
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
 DEFAULT_SERVICE = {"llamacpp": "llama-server", "tabbyapi": "tabbyapi"}
+MAX_TIMEOUT_S = 3600.0  # a real model load is minutes at worst; more is a typo
+_UNIT = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
+
+
+def _unit(service: str) -> str:
+    """The unit's name without .service, checked: it names a file in the guest (the probe's record)."""
+    name = service.removesuffix(".service")
+    if not name or not _UNIT.match(name) or name.startswith("."):
+        raise BadInput(f"--service {service!r} is not a systemd service name; pass one like llama-server or "
+                       "tabbyapi.service")
+    return name
 
 
 def _spec(engine: str, cache_mode: str | None, cache_type: str | None) -> kv_modes.CacheSpec:
@@ -96,14 +108,18 @@ def ceiling(
     """
     spec = _spec(engine, cache_mode, cache_type)
     check_range(lo, hi, page)
-    if timeout <= 0:
-        raise BadInput(f"--timeout {timeout:g}: give the seconds a start may take, more than 0 (e.g. 20)")
+    if not 0 < timeout <= MAX_TIMEOUT_S:  # also NaN
+        raise BadInput(f"--timeout {timeout:g}: give the seconds a start may take, more than 0 and at most "
+                       f"{MAX_TIMEOUT_S:,.0f} (e.g. 20)")
+    unit = _unit(DEFAULT_SERVICE[engine] if service is None else service)
+    if config_path is not None and not config_path.startswith("/"):
+        raise BadInput(f"--config-path {config_path}: give the absolute path of config.yml on the guest "
+                       "(e.g. /opt/tabbyapi/config.yml)")
     layout = read_layout(model_config) if model_config is not None else None
-    budget_bytes = parse_size(budget, "--budget") if budget is not None else None
+    budget_bytes = parse_size(budget, "--budget", positive=True) if budget is not None else None
     if budget_bytes is not None and layout is None:
         raise BadInput("--budget needs --model-config: the planner turns the budget into tokens with the model's "
                        "bytes/token")
-    unit = service or DEFAULT_SERVICE[engine]
     target_guest = LxdGuest(guest)
     # A record left by a killed probe of this unit is run first (the original config back); --dry-run only says so.
     target: Target = (llamacpp_target(target_guest, unit, spec, recover_leftover=not dry_run) if engine == "llamacpp"
@@ -176,10 +192,10 @@ def restore_command(
 
     Example: labwright probe restore --guest lw-llm1
     """
+    unit = f"{_unit(service)}.service" if service is not None else None
     target_guest = LxdGuest(guest)
     records = leftovers(target_guest)
-    if service is not None:
-        unit = service if service.endswith(".service") else f"{service}.service"
+    if unit is not None:
         records = {name: record for name, record in records.items() if name == unit}
     if not records:
         which = f"of {service} " if service else ""

@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from labwright.errors import BadInput
+from labwright.textio import read_text
 from labwright.tuning.data import kv_data
 from labwright.tuning.kv_layout import KvLayout, Layer
 
 __all__ = ["KvLayout", "Layer", "layout_from_dict", "load_json", "read_layout"]
 
 _FIX = "pass the model's Hugging Face config.json"
+_MAX_CONFIG_BYTES = 16 * 1024 * 1024  # the largest config.json (with a vision tower and a chat template) is ~100 KB
 
 
 class _Config:
@@ -98,11 +100,8 @@ def load_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
-        raise BadInput(f"config {path}: cannot read it ({reason}); {_FIX}") from exc
+    # Missing, a directory, a device, binary or not UTF-8, too large: one line naming the file (labwright.textio).
+    text = read_text(path, "the model's Hugging Face config.json (or a .gguf file)", max_bytes=_MAX_CONFIG_BYTES)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -296,11 +295,18 @@ def _widths(cfg: _Config, kinds: list[Layer]) -> list[Layer]:
     else:
         kv_heads = cfg.integer("num_attention_heads")
         cfg.notes.append("no num_key_value_heads: taken as num_attention_heads (multi-head attention, as transformers)")
+    _check_heads(cfg, "num_key_value_heads", kv_heads)
     if cfg.has("head_dim"):
         head_dim = cfg.integer("head_dim")
     else:
         fix = "add head_dim (or hidden_size and num_attention_heads) to config.json"
-        head_dim = cfg.integer("hidden_size", fix=fix) // cfg.integer("num_attention_heads", fix=fix)
+        hidden, heads = cfg.integer("hidden_size", fix=fix), cfg.integer("num_attention_heads", fix=fix)
+        if hidden % heads:
+            # transformers computes head_dim = hidden_size // num_attention_heads and its attention reshapes fail
+            # when that leaves a remainder: no such model runs.
+            raise cfg.fail(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}{cfg.where}: no "
+                           f"head size fits; {_FIX} (or add its head_dim)")
+        head_dim = hidden // heads
     v_dim = cfg.integer("v_head_dim", required=False) or head_dim
     # Global (full-attention) layers with their own heads and sizes: Gemma 4 num_global_key_value_heads /
     # global_head_dim; MiMo-V2 gives the sliding layers their own swa_* keys instead.
@@ -324,6 +330,22 @@ def _widths(cfg: _Config, kinds: list[Layer]) -> list[Layer]:
         else:
             out.append(layer)
     return out
+
+
+def _check_heads(cfg: _Config, key: str, kv_heads: int) -> None:
+    """Grouped-query attention shares each KV head among a whole number of query heads: more KV heads than heads,
+    or a count that does not divide them, is no model transformers (or any engine) can build."""
+    if not cfg.has("num_attention_heads"):
+        return
+    heads = cfg.raw("num_attention_heads")
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads <= 0:
+        cfg.integer("num_attention_heads")  # its own one-line refusal
+    if kv_heads > heads:
+        raise cfg.fail(f"{key} {kv_heads} is more than num_attention_heads {heads}{cfg.where}: each KV head serves "
+                       f"one or more query heads, so there are at most {heads}; {_FIX}")
+    if heads % kv_heads:
+        raise cfg.fail(f"num_attention_heads {heads} is not a multiple of {key} {kv_heads}{cfg.where}: query heads "
+                       f"are shared evenly among KV heads; {_FIX}")
 
 
 def _shared_kv(cfg: _Config, layers: list[Layer]) -> list[Layer]:

@@ -35,13 +35,56 @@ class ModelDir:
 
 
 def _size(path: Path) -> int:
+    """The weight file's size, once its own header agrees the file is whole (a half-finished download or copy is
+    refused by name: its size would make any model "fit")."""
     size = path.stat().st_size
     if size < 1024:
         with path.open("rb") as fh:
             if fh.read(len(_LFS)) == _LFS:
                 raise BadInput(f"model dir {path.parent}: {path.name} is a Git LFS pointer, not the weights; "
                                "run `git lfs pull` in the model directory")
+    if path.suffix.lower() == ".gguf":
+        from labwright.tuning.kv_gguf import read_metadata
+
+        _, tensors = read_metadata(path)  # truncated header or tensor data: one line naming the file
+        if tensors == 0:
+            raise BadInput(f"model dir {path.parent}: {path.name} holds no tensors (a header or vocabulary only), "
+                           "not a model's weights; download the model's GGUF again")
+    elif path.suffix.lower() == ".safetensors":
+        needed = _safetensors_bytes(path, size)
+        if size < needed:
+            raise BadInput(f"model dir {path.parent}: {path.name} is truncated: its header says {needed:,} bytes, the "
+                           f"file has {size:,}; finish the download")
     return size
+
+
+_MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024  # the format's own limit (safetensors refuses larger headers)
+
+
+def _safetensors_bytes(path: Path, size: int) -> int:
+    """The bytes a .safetensors file must have: 8 + its JSON header + the end of its last tensor's data."""
+    where = f"model dir {path.parent}: {path.name}"
+    with path.open("rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise BadInput(f"{where} is {size} bytes, too short for a safetensors file; download it again")
+        length = int.from_bytes(head, "little")
+        if length > min(_MAX_SAFETENSORS_HEADER, size - 8):
+            raise BadInput(f"{where}: its header length ({length:,} bytes) runs past the file ({size:,} bytes): "
+                           "truncated or not a safetensors file; download it again")
+        try:
+            header = json.loads(fh.read(length))
+        except ValueError:
+            raise BadInput(f"{where}: its header is not JSON: not a safetensors file, or damaged; download it "
+                           "again") from None
+    if not isinstance(header, dict):
+        raise BadInput(f"{where}: its header is not a JSON object: not a safetensors file; download it again")
+    ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"
+            and isinstance(entry, dict) and isinstance(entry.get("data_offsets"), list)
+            and len(entry["data_offsets"]) == 2 and isinstance(entry["data_offsets"][1], int)]
+    if not ends:
+        raise BadInput(f"{where} holds no tensors, not a model's weights; download it again")
+    return 8 + length + max(ends)
 
 
 def _gguf_files(directory: Path, notes: list[str]) -> list[Path]:

@@ -41,6 +41,7 @@ from labwright.tuning.probe_guest import Guest
 
 ENGINES = ("llamacpp", "tabbyapi")
 DEFAULT_PAGE = 256
+MAX_CONTEXT = 16 * 1024 * 1024  # past every model's context window (the longest, Llama 4 Scout, is 10M)
 DROPIN_NAME = "90-labwright-probe.conf"
 RECORD_DIR = "/var/lib/labwright/probe"
 # The first line of every candidate file the probe writes: a file to put back that holds neither the original nor
@@ -120,6 +121,9 @@ def check_range(lo: int, hi: int, page: int) -> None:
         raise BadInput(f"--lo {lo}: give a context of 1 token or more")
     if lo > hi:
         raise BadInput(f"--lo {lo} is above --hi {hi}: give the smaller context first (e.g. --lo {hi} --hi {lo})")
+    if hi > MAX_CONTEXT:
+        raise BadInput(f"--hi {hi:,} is more than {MAX_CONTEXT:,} tokens, longer than any model's context: give the "
+                       "largest context to consider (e.g. --hi 262144)")
     _pages(lo, hi, page)
 
 

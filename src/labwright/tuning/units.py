@@ -19,15 +19,30 @@ _POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:([KMGT])(?:I?B)?|(B))?\s*$", re.IGNORECASE)
 
 
-def parse_size(text: str, what: str, bare_unit: str = "B") -> int:
-    """Bytes in ``text``; a number without a unit is in ``bare_unit`` ("B" or "GiB"). ``what`` names the option."""
+# No GPU, RAM or KV budget is a pebibyte: a larger size is a typo (a missing unit, digits too many).
+MAX_SIZE = 1024**5
+
+
+def parse_size(text: str, what: str, bare_unit: str = "B", positive: bool = False) -> int:
+    """Bytes in ``text``; a number without a unit is in ``bare_unit`` ("B" or "GiB"). ``what`` names the option.
+
+    ``positive``: 0 is refused too (a memory that holds nothing: "fits in 0 GiB" answers no question).
+    """
     match = _SIZE.match(str(text))
+    example = "24GiB" if bare_unit.upper() != "B" else "2.4GiB"
     if not match:
-        raise BadInput(f"{what} {text!r} is not a size: write one like 2.4GiB, 2.4GB, 2400MiB or a number of bytes")
+        raise BadInput(f"{what} {text!r} is not a size: write one like 2.4GiB, 2.4GB, 2400MiB or a number of "
+                       f"{'GiB' if bare_unit.upper() != 'B' else 'bytes'}")
     number, prefix, _ = match.groups()
     if prefix is None:
         prefix = "" if bare_unit.upper() == "B" else bare_unit[0]
-    return int(float(number) * 1024 ** _POWERS[prefix.upper()])
+    value = int(float(number) * 1024 ** _POWERS[prefix.upper()])
+    if value > MAX_SIZE:
+        raise BadInput(f"{what} {text!r} is more than 1 PiB, larger than any GPU, RAM or cache: write the size with "
+                       f"its unit, e.g. {example}")
+    if positive and value <= 0:
+        raise BadInput(f"{what} {text!r}: give a size above 0, e.g. {example}")
+    return value
 
 
 def gib(value: int | float) -> str:

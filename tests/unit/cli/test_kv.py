@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import struct
 import subprocess
 from pathlib import Path
 
@@ -58,7 +60,7 @@ def test_plan_sliding_window_table_names_the_policy(cli_env):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["plan", "--config", "/nonexistent/config.json"], "config /nonexistent/config.json: cannot read it"),
+    (["plan", "--config", "/nonexistent/config.json"], "/nonexistent/config.json: no such file or directory"),
     (["plan", "--config", SEED, "--cache-mode", "9,4"], "cache mode '9,4' is not one tabbyAPI takes"),
     (["plan", "--config", SEED, "--cache-type", "q3_k"], "cache type 'q3_k' is not one llama.cpp supports"),
     (["plan", "--config", SEED, "--cache-type", "q8_0", "--cache-mode", "8,4"], "both given"),
@@ -115,12 +117,21 @@ def test_fit_reproduces_the_seed_ceiling(cli_env):
     assert (doc["verdict"], doc["max_context"], doc["kv_bytes"]) == ("fits", 195_072, 195_072 * 12_288)
 
 
+def _sparse_safetensors(path: Path, size: int) -> Path:
+    """A whole .safetensors of ``size`` bytes (one tensor's data fills it) that takes no disk space."""
+    end = size - 8 - 256
+    header = json.dumps({"weights": {"dtype": "U8", "shape": [end], "data_offsets": [0, end]}}).encode()
+    with path.open("wb") as fh:
+        fh.write(struct.pack("<Q", 256) + header.ljust(256))
+        fh.truncate(size)
+    return path
+
+
 def test_fit_table_from_a_model_dir(cli_env, tmp_path):
     doc = json.loads((CONFIGS / "qwen3.5-9b.json").read_text())
     doc["quantization_config"] = {"quant_method": "exl3", "bits": 4.0, "head_bits": 6}
     (tmp_path / "config.json").write_text(json.dumps(doc))
-    with (tmp_path / "model.safetensors").open("wb") as fh:
-        fh.truncate(int(4.5 * 1024**3))
+    _sparse_safetensors(tmp_path / "model.safetensors", int(4.5 * 1024**3))
     proc = run(cli_env, "fit", "--model-dir", str(tmp_path), "--vram-gb", "8", "--context", "131072",
                "--cache-mode", "8,4")
     assert proc.returncode == 0, proc.stderr
@@ -173,3 +184,114 @@ def test_fit_from_a_gguf_only_model_dir_says_what_it_assumes(cli_env, tmp_path):
     _tiny_gguf(tmp_path / "tiny.gguf")
     doc = ok_json(cli_env, "fit", "--model-dir", str(tmp_path), "--vram-gb", "8", "--context", "4096")
     assert doc["kv_bytes"] == 4096 * 4 * 4 * 128 * 2 and doc["format"] == "gguf"
+
+
+# --- issue 16's sweep: impossible models, meaningless sizes, files that are not what they claim ---------------------
+
+def one_line_exit_2(proc: subprocess.CompletedProcess[str], *words: str) -> str:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("labwright: error: ") and "Traceback" not in proc.stderr, lines
+    assert all(word in lines[0] for word in words), (words, lines[0])
+    assert proc.stdout == ""
+    return lines[0]
+
+
+LLAMA = {"model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+         "hidden_size": 512}
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"num_key_value_heads": 16}, ("num_key_value_heads 16 is more than num_attention_heads 8", "at most 8")),
+    ({"num_key_value_heads": 3}, ("num_attention_heads 8 is not a multiple of num_key_value_heads 3",)),
+    ({"hidden_size": 500}, ("hidden_size 500 is not divisible by num_attention_heads 8", "head_dim")),
+    ({"hidden_size": 4}, ("hidden_size 4 is not divisible by num_attention_heads 8",)),
+    ({"num_hidden_layers": 0}, ("num_hidden_layers is 0, not a positive integer",)),
+    ({"num_hidden_layers": -3}, ("num_hidden_layers is -3, not a positive integer",)),
+    ({"num_attention_heads": 0}, ("num_attention_heads is 0, not a positive integer",)),
+])
+def test_an_impossible_model_is_refused_naming_the_field(cli_env, tmp_path, change, words):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA, **change}))
+    for args in (["plan", "--config", str(path), "--context", "4096"],
+                 ["fit", "--config", str(path), "--weights-gb", "4", "--vram-gb", "8", "--context", "4096"]):
+        one_line_exit_2(run(cli_env, *args), str(path), *words)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["plan", "--config", SEED, "--budget", "0"], ("--budget '0': give a size above 0",)),
+    (["plan", "--config", SEED, "--budget", "0GiB"], ("--budget '0GiB': give a size above 0",)),
+    (["plan", "--config", SEED, "--budget", "-1GiB"], ("--budget '-1GiB' is not a size",)),
+    (["plan", "--config", SEED, "--budget", "5000000T"], ("--budget '5000000T' is more than 1 PiB",)),
+    (["plan", "--config", SEED, "--context", "0"], ("--context 0: give a number of tokens",)),
+    (["fit", "--weights-gb", "0", "--vram-gb", "8"], ("--weights-gb '0': give a size above 0",)),
+    (["fit", "--weights-gb", "4", "--vram-gb", "0"], ("--vram-gb '0': give a size above 0",)),
+    (["fit", "--weights-gb", "4", "--vram-gb", "-8"], ("--vram-gb '-8' is not a size",)),
+    (["fit", "--weights-gb", "4", "--vram-gb", "8", "--ram-gb", "0"], ("--ram-gb '0': give a size above 0",)),
+    (["fit", "--weights-gb", "2000000", "--vram-gb", "8"], ("--weights-gb '2000000' is more than 1 PiB",)),
+    (["fit", "--weights-gb", "4", "--vram-gb", "8", "--config", SEED, "--context", "-1"], ("--context -1",)),
+])
+def test_a_meaningless_size_or_count_is_refused(cli_env, args, words):
+    one_line_exit_2(run(cli_env, *args), *words)
+
+
+def test_kv_fit_accepts_a_measured_zero_kv_and_overhead(cli_env):
+    doc = ok_json(cli_env, "fit", "--weights-gb", "4", "--vram-gb", "8", "--kv-gb", "0", "--overhead-gb", "0",
+                  "--format", "gguf")
+    assert doc["verdict"] == "fits"
+
+
+def _gguf_claiming(path: Path, tensors: int, elements: int) -> Path:
+    """A GGUF v3 header only: ``tensors`` F32 tensors of ``elements`` each, with no data after the header."""
+    head = b"GGUF" + struct.pack("<IQQ", 3, tensors, 1)
+    key, value = b"general.architecture", b"llama"
+    head += struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(value)) + value
+    for index in range(tensors):
+        name = f"t{index}".encode()
+        head += struct.pack("<Q", len(name)) + name + struct.pack("<IQIQ", 1, elements, 0, index * elements * 4)
+    path.write_bytes(head)
+    return path
+
+
+def test_kv_fit_refuses_a_model_dir_whose_weights_are_not_whole(cli_env, tmp_path):
+    """`kv fit` said "fits in VRAM" for a 1 KB GGUF: a file whose header does not match its size is named instead."""
+    cases = []
+    small = tmp_path / "small"
+    small.mkdir()
+    _gguf_claiming(small / "model.gguf", 2, 1024 * 1024)  # ~300 bytes that claim 8 MiB of tensors
+    cases.append((small, ("model.gguf", "truncated", "missing")))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _gguf_claiming(empty / "model.gguf", 0, 0)
+    cases.append((empty, ("model.gguf holds no tensors",)))
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    _sparse_safetensors(cut / "model.safetensors", 4 * 1024**2)
+    with (cut / "model.safetensors").open("r+b") as fh:
+        fh.truncate(1024)  # a download that stopped early
+    (cut / "config.json").write_text(json.dumps(LLAMA))
+    cases.append((cut, ("model.safetensors is truncated", "finish the download")))
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "model.safetensors").write_bytes(os.urandom(2048))
+    cases.append((junk, ("model.safetensors",)))
+    for folder, words in cases:
+        one_line_exit_2(run(cli_env, "fit", "--model-dir", str(folder), "--vram-gb", "8"), *words)
+
+
+@pytest.mark.parametrize(("name", "content", "words"), [
+    ("config.json", bytes(range(256)) * 8, ("is a binary file, not text",)),
+    ("config.json", b"\xef\xbb\xbf\xff\xfe", ("is not UTF-8 text",)),
+    ("model.bin", b"\x89GGUF" + os.urandom(600), ("model.bin",)),
+    ("model.gguf", b"GGUF" + os.urandom(600), ("model.gguf",)),
+    ("model.gguf", b"<!DOCTYPE html><html>not found</html>", ("not a GGUF file",)),
+])
+def test_kv_plan_on_a_file_that_is_not_a_config_is_one_line(cli_env, tmp_path, name, content, words):
+    path = tmp_path / name
+    path.write_bytes(content)
+    one_line_exit_2(run(cli_env, "plan", "--config", str(path)), str(path), *words)
+
+
+def test_kv_plan_on_a_device_or_an_empty_directory_is_one_line(cli_env, tmp_path):
+    one_line_exit_2(run(cli_env, "plan", "--config", "/dev/zero"), "/dev/zero is not a regular file")
+    one_line_exit_2(run(cli_env, "plan", "--config", str(tmp_path)), f"{tmp_path}/config.json: no such file")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,22 @@ def config(name: str) -> dict:
 
 
 def sparse(path: Path, size: int) -> Path:
-    """A file of ``size`` bytes that takes no disk space."""
+    """A weights file of ``size`` bytes that takes no disk space: a header whose one tensor's data fills the rest
+    (GGUF v3, or safetensors), as a whole download has; the data itself is a hole."""
+    if path.suffix == ".gguf":
+        name = b"weights"
+        head = b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + struct.pack("<Q", len(name)) + name
+        head += struct.pack("<I", 1)  # one dimension
+        start = -(-(len(head) + 8 + 4 + 8) // 32) * 32  # the data begins at the 32-byte aligned offset
+        head += struct.pack("<QIQ", (size - start) // 4, 0, 0)  # F32 elements, type 0 (F32), offset 0
+    elif path.suffix == ".safetensors":
+        end = size - 8 - 256  # a header padded to 256 bytes, as safetensors pads with spaces
+        header = json.dumps({"weights": {"dtype": "U8", "shape": [end], "data_offsets": [0, end]}}).encode()
+        head = struct.pack("<Q", 256) + header.ljust(256)
+    else:
+        head = b""
     with path.open("wb") as fh:
+        fh.write(head)
         fh.truncate(size)
     return path
 

@@ -90,6 +90,18 @@ def test_bad_ranges(lo, hi, page, words):
     (["--engine", "llamacpp", "--cache-type", "q3_k"], "cache type 'q3_k' is not one llama.cpp supports"),
     (["--engine", "vllm"], "--engine vllm: the probe knows llamacpp, tabbyapi"),
     (["--engine", "llamacpp", "--budget", "2GiB"], "--budget needs --model-config"),
+    # every number in range, every name checked, before the guest is reached (issue 16's sweep)
+    (["--engine", "llamacpp", "--timeout", "0"], "--timeout 0: give the seconds a start may take, more than 0"),
+    (["--engine", "llamacpp", "--timeout", "-1"], "--timeout -1: give the seconds a start may take"),
+    (["--engine", "llamacpp", "--timeout", "nan"], "--timeout nan: give the seconds a start may take"),
+    (["--engine", "llamacpp", "--timeout", "86400"], "at most 3,600"),
+    (["--engine", "llamacpp", "--hi", "1000000000000"], "--hi 1,000,000,000,000 is more than 16,777,216 tokens"),
+    (["--engine", "llamacpp", "--lo", "-5"], "--lo -5: give a context of 1 token or more"),
+    (["--engine", "llamacpp", "--page", "-256"], "--page -256"),
+    (["--engine", "llamacpp", "--service", "../../etc/passwd"], "--service '../../etc/passwd' is not a systemd "
+                                                                 "service name"),
+    (["--engine", "llamacpp", "--service", ""], "--service '' is not a systemd service name"),
+    (["--engine", "tabbyapi", "--config-path", "config.yml"], "--config-path config.yml: give the absolute path"),
 ])
 def test_bad_input_is_one_line_exit_2_before_any_guest_is_reached(capsys, args, words):
     # The guest name is never looked up: these fail before the LXD daemon is asked anything.
@@ -109,3 +121,25 @@ def test_a_refinement_is_asked_for_at_most_twice_then_it_is_steps():
     assert search(fits, 8192, 262144, PAGE, predicted=110336, known_fit=8192, refine=refine) == 120064
     assert asked == [110336, 110848]
     assert tried[:4] == [110336, 110848, 111360, 111616]  # two refined guesses, then +1 page, +1, +2, +4 ...
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (b"\x00\x01binary\xff" * 100, "is a binary file, not text (expected the model's Hugging Face config.json"),
+    (b"\xff\xfe{}", "is not UTF-8 text (byte 0xff at offset 0"),
+    (b'{"num_hidden_layers": 0, "num_attention_heads": 4, "hidden_size": 64}', "num_hidden_layers is 0"),
+    (b'{"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 8, "hidden_size": 64}',
+     "num_key_value_heads 8 is more than num_attention_heads 4"),
+])
+def test_a_model_config_that_cannot_be_planned_is_one_line_before_any_guest(capsys, tmp_path, content, words):
+    config = tmp_path / "config.json"
+    config.write_bytes(content)
+    code = main(["probe", "ceiling", "--guest", "no-such-guest", "--engine", "llamacpp", "--model-config",
+                 str(config)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and words in err[0] and str(config) in err[0], err
+
+
+def test_probe_restore_refuses_a_bad_service_name_before_any_guest(capsys):
+    assert main(["probe", "restore", "--guest", "no-such-guest", "--service", "a/b"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--service 'a/b' is not a systemd service name" in err[0], err
