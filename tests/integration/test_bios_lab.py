@@ -102,7 +102,7 @@ def test_second_deploy_run_installs_nothing_and_writes_nothing(deployed: Deploye
     assert second.rc == 0, second.output[-4000:]
     assert "Install flashrom" not in second.output
     # The backup op reads the chip again (that is the check), keeps nothing new and reports no change.
-    assert (second.totals.changed, second.totals.no_change) == (0, 1)
+    assert second.totals.changed == 0 and second.totals.no_change >= 1  # the guest lock adds no-change ops
     assert "unchanged:" in second.output and "backup written" not in second.output
     assert {p.name: p.stat().st_mtime_ns for p in out_dir.iterdir()} == stamps
 

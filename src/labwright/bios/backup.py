@@ -37,13 +37,34 @@ def safe_label(label: str) -> str:
 
 
 def check_out_dir(out: Path) -> Path:
+    """BadInput unless ``out`` is a writable directory or can become one; creates nothing (``made_out_dir`` does,
+    once there is something to keep)."""
+    existing = next((p for p in (out, *out.parents) if p.exists()), None)
+    if existing is None:
+        raise BadInput(f"--out {out}: no part of this path exists; pick a directory you can write to")
+    if not existing.is_dir():
+        raise BadInput(f"--out {out}: {existing} is a file, not a directory; pick a directory for the backups")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInput(f"--out {out}: {existing} is not writable; pick a directory you can write to")
+    return out
+
+
+@contextmanager
+def made_out_dir(out: Path) -> Iterator[Path]:
+    """Create ``out`` (and missing parents) for the block; when the block fails, remove what it created, so a failed
+    backup leaves no directory behind (the sweep found failed runs leaving their --out)."""
+    missing = [p for p in (out, *out.parents) if not p.exists()]
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BadInput(f"--out {out}: cannot create it ({exc.strerror})") from None
-    if not os.access(out, os.W_OK):
-        raise BadInput(f"--out {out}: not writable; pick a directory you can write to")
-    return out
+    try:
+        yield out
+    except BaseException:
+        for created in missing:  # deepest first
+            with suppress(OSError):
+                created.rmdir()  # only when empty: never anything a user put there
+        raise
 
 
 @contextmanager
@@ -109,35 +130,50 @@ def backup(target: Target, programmer: str, out: Path, reporter: Reporter | None
             descriptor = _decode(image.read_bytes(), str(image), platform)
             return Backup(image, meta, existing, False, descriptor,
                           [f"unchanged: {image} already holds this chip's contents (sha256 {sha[:16]}…)"])
-        partial = out / f".{name}.bin.partial"
-        try:
-            with reporter.step(f"{target.label}: copying the {size // 1024} KiB image to {out}"):
-                target.get_file(f"{work}/read1.bin", partial)
-            copied = sha256_file(partial)
-            if copied != sha:
-                raise OperationFailed(f"{target.label}: the copy's sha256 {copied[:16]}… is not the host's "
-                                      f"{sha[:16]}…: the transfer corrupted it; nothing was kept, run again")
-            data = partial.read_bytes()
-            if data.count(0xFF) == len(data):
-                raise OperationFailed(f"{target.label}: the chip reads as all 0xFF (erased, or a programmer that "
-                                      "reads nothing, e.g. a dummy image file of the wrong size); nothing was kept")
-            descriptor, notes = _decode_kept(data, str(image), platform)
-            os.replace(partial, image)
-        finally:
-            with suppress(FileNotFoundError):
-                partial.unlink()
-    warnings = (list(descriptor.warnings) if descriptor else notes) + flashrom.access_warnings(access)
-    manifest = {
-        "schema": SCHEMA, "host": target.label, "programmer": programmer, "chip": chip.to_json(), "size": size,
-        "sha256": sha, "reads": 2, "image": image.name, "flashrom_version": version, "platform": platform,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "descriptor": descriptor.to_json() if descriptor else None,
-        "regions": [r.to_json() for r in descriptor.regions] if descriptor else [],
-        "gbe_mac": descriptor.gbe_mac if descriptor else None,
-        "flashrom_region_access": access, "warnings": warnings,
-    }
-    manifest_module.write(meta, manifest)
+        with made_out_dir(out):
+            descriptor, notes = _copy_off(target, work, image, sha, size, platform, reporter)
+            warnings = (list(descriptor.warnings) if descriptor else notes) + flashrom.access_warnings(access)
+            manifest = {
+                "schema": SCHEMA, "host": target.label, "programmer": programmer, "chip": chip.to_json(),
+                "size": size, "sha256": sha, "reads": 2, "image": image.name, "flashrom_version": version,
+                "platform": platform, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "descriptor": descriptor.to_json() if descriptor else None,
+                "regions": [r.to_json() for r in descriptor.regions] if descriptor else [],
+                "gbe_mac": descriptor.gbe_mac if descriptor else None,
+                "flashrom_region_access": access, "warnings": warnings,
+            }
+            try:
+                manifest_module.write(meta, manifest)
+            except BaseException:
+                image.unlink(missing_ok=True)  # an image without its manifest is not a backup to trust
+                raise
     return Backup(image, meta, manifest, True, descriptor, notes)
+
+
+def _copy_off(target: Target, work: str, image: Path, sha: str, size: int, platform: str | None,
+              reporter: Reporter) -> tuple[ifd.Descriptor | None, list[str]]:
+    """Copy the host's read to ``image`` through a hidden partial file (fsynced, then renamed), checking its sha256
+    and that it is not all 0xFF; nothing is left under the final name unless every check passed."""
+    partial = image.with_name(f".{image.stem}.bin.partial")
+    try:
+        with reporter.step(f"{target.label}: copying the {size // 1024} KiB image to {image.parent}"):
+            target.get_file(f"{work}/read1.bin", partial)
+        copied = sha256_file(partial)
+        if copied != sha:
+            raise OperationFailed(f"{target.label}: the copy's sha256 {copied[:16]}… is not the host's "
+                                  f"{sha[:16]}…: the transfer corrupted it; nothing was kept, run again")
+        data = partial.read_bytes()
+        if data.count(0xFF) == len(data):
+            raise OperationFailed(f"{target.label}: the chip reads as all 0xFF (erased, or a programmer that "
+                                  "reads nothing, e.g. a dummy image file of the wrong size); nothing was kept")
+        descriptor, notes = _decode_kept(data, str(image), platform)
+        with partial.open("rb") as handle:
+            os.fsync(handle.fileno())  # on disk before its name says it is a backup
+        os.replace(partial, image)
+        return descriptor, notes
+    finally:
+        with suppress(FileNotFoundError):
+            partial.unlink()
 
 
 def _decode(data: bytes, source: str, platform: str | None = None) -> ifd.Descriptor | None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput
 
 SCHEMA = "labwright.bios-backup/1"
@@ -26,17 +26,19 @@ def manifest_path(image: Path) -> Path:
 
 
 def write(path: Path, manifest: dict[str, Any]) -> None:
-    """Write atomically (temp file, then rename), so a manifest is whole or absent."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(partial, path)
+    """Write atomically (temp file, fsync, rename), so a manifest is whole or absent."""
+    write_text_atomic(path, json.dumps(manifest, indent=2) + "\n")
 
 
 def load(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: not UTF-8 text (byte at offset {exc.start}), not a labwright manifest; move it "
+                       "away or restore it from the backup copy") from None
     except (OSError, ValueError) as exc:
-        raise BadInput(f"{path}: not a readable labwright manifest ({exc})") from None
+        raise BadInput(f"{path}: not a readable labwright manifest ({exc}); move it away or restore it from the "
+                       "backup copy") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise BadInput(f"{path}: not a {SCHEMA} manifest")
     return data

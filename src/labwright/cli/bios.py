@@ -14,8 +14,7 @@ from rich.markup import escape
 from labwright.bios import backup as backup_module
 from labwright.bios import flashrom
 from labwright.bios.ifd import Descriptor
-from labwright.bios.target import Target
-from labwright.errors import BadInput
+from labwright.bios.target import Target, parse_host_data
 from labwright.ui import Reporter, stdout, table
 
 NAME = "bios"
@@ -35,16 +34,6 @@ PlatformOption = typer.Option(None, "--platform", help="The board's platform as 
                                                          "cannot say its version (IFD v2 chipsets).")
 DataOption = typer.Option(None, "--data", help="Host data for the connector, KEY=VALUE (repeat), e.g. ssh_user=root "
                                                "or ssh_port=2222, as pyinfra's --data.")
-
-
-def _host_data(items: list[str] | None) -> dict[str, str]:
-    data = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise BadInput(f"--data {item!r}: expected KEY=VALUE, e.g. ssh_user=root")
-        data[key.strip()] = value
-    return data
 
 
 def _say(text: str) -> None:
@@ -88,7 +77,11 @@ def backup(
 
     Example: labwright bios backup @lxd/node1 --programmer internal --out backups/bios
     """
-    with Target.connect(host, _host_data(data)) as target:
+    # Every input is checked before the host is contacted: a bad one costs no connection and writes nothing.
+    flashrom.check_programmer(programmer)
+    backup_module.check_out_dir(out)
+    host_data = parse_host_data(host, data)
+    with Target.connect(host, host_data) as target:
         result = backup_module.backup(target, programmer, out, Reporter(), platform)
     if as_json:
         typer.echo(json.dumps({"image": str(result.image), "manifest_file": str(result.manifest_file),
@@ -129,7 +122,7 @@ def restore(
     """
     flashrom.check_programmer(programmer)
     backup_module.check_restore_image(image, platform)  # a bad image is refused before any host is contacted
-    host_data = _host_data(data)
+    host_data = parse_host_data(host, data)
     with Target.connect(host, host_data) as target:
         plan, outcome = backup_module.restore(target, image, programmer, yes, Reporter(), platform)
     if as_json:
