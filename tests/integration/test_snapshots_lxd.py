@@ -1,0 +1,169 @@
+"""Guest snapshots on the real local LXD daemon (the test lab's ``dir`` pool: copy-based snapshots).
+
+Each test copies the lab template into a fresh running container, snapshots it, breaks it (a package's binary
+removed, a file deleted, a file added), and restores; what is checked is what the guest has afterwards
+(``dpkg --verify`` of the package, the files), never only what labwright said. The CLI is run as a subprocess
+for the refusals: exit 2, one line on stderr naming the input and the fix, no traceback, nothing changed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from labwright import snapshots
+from labwright.errors import BadInput
+from labwright.hostnames import parse_lxd_target
+from labwright.lab.lab import wait_ready
+from labwright.snapshots.lxd import LxdSnapshots
+
+pytestmark = pytest.mark.lab
+
+#: The CLI with the snapshot commands registered on `guest` (cli/guest.py calls register once it is wired;
+#: registering twice adds nothing).
+CLI = ("import sys; from labwright.cli import guest, guest_snapshots, main; "
+       "guest_snapshots.register(guest.app); sys.exit(main(sys.argv[1:]))")
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def sh(lab, name: str, script: str) -> tuple[int, str]:
+    result = lab.client.exec(name, ["sh", "-c", script])
+    return result.exit_code, (result.stdout + result.stderr).decode(errors="replace")
+
+
+def status(lab, name: str) -> str:
+    return str(lab.client.instance(name)["status"])
+
+
+def names(lab, name: str) -> list[str]:
+    return [s.name for s in snapshots.list_snapshots(f"@lxd/{name}", client=lab.client)]
+
+
+def assert_one_line_refusal(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("labwright: error: "), result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def break_guest(lab, name: str) -> None:
+    """Remove tar's binary and /root/before.txt, add /root/after.txt: what a half-done upgrade might leave."""
+    code, out = sh(lab, name, "rm /usr/bin/tar /root/before.txt && echo after > /root/after.txt && ! tar --version")
+    assert code == 0, out
+
+
+def assert_as_snapshotted(lab, name: str) -> None:
+    code, out = sh(lab, name, "dpkg --verify tar && tar --version >/dev/null && cat /root/before.txt "
+                              "&& test ! -e /root/after.txt")
+    assert code == 0 and "before" in out, f"the guest is not as it was when snapshotted: {out}"
+
+
+def test_restore_puts_a_broken_running_guest_back(lab, lab_container):
+    guest = f"@lxd/{lab_container}"
+    assert sh(lab, lab_container, "echo before > /root/before.txt")[0] == 0
+    taken = snapshots.take(guest, "stack-switch", client=lab.client)
+    assert taken.name.startswith("labwright-stack-switch-") and len(taken.name) <= 40
+    assert "dir" in taken.storage and taken.how.startswith("copy")
+    break_guest(lab, lab_container)
+
+    done = snapshots.restore(guest, force=True, client=lab.client)
+
+    assert done.name == taken.name and done.steps == ["stop", "restore", "start"]
+    assert status(lab, lab_container) == "Running"
+    wait_ready(lab.client, lab_container)
+    assert_as_snapshotted(lab, lab_container)
+    assert names(lab, lab_container) == [taken.name]  # restoring keeps the snapshot
+
+
+def test_running_guest_without_force_is_refused_and_untouched(lab, lab_container, cli_env):
+    guest = f"@lxd/{lab_container}"
+    assert sh(lab, lab_container, "echo before > /root/before.txt")[0] == 0
+    taken = snapshots.take(guest, "tabbyapi-ref", client=lab.client)
+    break_guest(lab, lab_container)
+
+    result = cli(cli_env, "guest", "restore", guest, "-y")
+
+    assert_one_line_refusal(result, guest, "is running", "--force")
+    assert status(lab, lab_container) == "Running"
+    code, _ = sh(lab, lab_container, "test -e /root/after.txt && test ! -e /usr/bin/tar")
+    assert code == 0, "a refused restore changed the guest"
+    assert names(lab, lab_container) == [taken.name]
+
+    forced = cli(cli_env, "guest", "restore", guest, taken.name, "--force", "-y", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["steps"] == ["stop", "restore", "start"]
+    wait_ready(lab.client, lab_container)
+    assert_as_snapshotted(lab, lab_container)
+
+
+def test_stopped_guest_is_restored_and_stays_stopped(lab, lab_container, cli_env):
+    guest = f"@lxd/{lab_container}"
+    assert sh(lab, lab_container, "echo before > /root/before.txt")[0] == 0
+    made = cli(cli_env, "guest", "snapshot", guest, "--json")
+    assert made.returncode == 0, made.stderr
+    taken = json.loads(made.stdout)["name"]
+    break_guest(lab, lab_container)
+    lab.client.set_state(lab_container, "stop", force=True)
+
+    dry = cli(cli_env, "guest", "restore", guest, "--dry")
+    assert dry.returncode == 0 and "would restore" in dry.stdout and taken in dry.stdout, dry.stdout + dry.stderr
+    restored = cli(cli_env, "guest", "restore", guest, "-y")
+
+    assert restored.returncode == 0, restored.stderr
+    assert status(lab, lab_container) == "Stopped"
+    lab.client.set_state(lab_container, "start")
+    wait_ready(lab.client, lab_container)
+    assert_as_snapshotted(lab, lab_container)
+
+
+def test_keep_last_n_prunes_only_labwrights_own(lab, lab_container, cli_env):
+    guest = f"@lxd/{lab_container}"
+    mine = cli(cli_env, "guest", "snapshot", guest, "--name", "mine-before-upgrade")
+    assert mine.returncode == 0, mine.stderr
+    taken = [snapshots.take(guest, "pkg-upgrade", keep=2, client=lab.client) for _ in range(3)]
+
+    assert len({t.name for t in taken}) == 3  # same-second takes still get distinct names
+    assert taken[2].pruned == [taken[0].name]
+    assert sorted(names(lab, lab_container)) == sorted(["mine-before-upgrade", taken[1].name, taken[2].name])
+
+    listed = cli(cli_env, "guest", "snapshots", guest, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["name"]: row["labwright"] for row in json.loads(listed.stdout)}
+    assert rows == {"mine-before-upgrade": False, taken[1].name: True, taken[2].name: True}
+
+
+def test_a_name_that_exists_is_refused_and_nothing_is_taken(lab, lab_container, cli_env):
+    guest = f"@lxd/{lab_container}"
+    assert cli(cli_env, "guest", "snapshot", guest, "--name", "mine").returncode == 0
+    before = names(lab, lab_container)
+
+    again = cli(cli_env, "guest", "snapshot", guest, "--name", "mine")
+    assert_one_line_refusal(again, guest, "'mine'", "exists already", "--name")
+    reserved = cli(cli_env, "guest", "snapshot", guest, "--name", "labwright-x")
+    assert_one_line_refusal(reserved, "'labwright-x'", "--name")
+    missing = cli(cli_env, "guest", "restore", guest, "nosuch", "--force", "-y")
+    assert_one_line_refusal(missing, "'nosuch'", "mine")
+    dry = cli(cli_env, "guest", "snapshot", guest, "--dry")
+    assert dry.returncode == 0 and "would take" in dry.stdout, dry.stdout + dry.stderr
+
+    assert names(lab, lab_container) == before == ["mine"]
+    with pytest.raises(BadInput, match="no labwright snapshot to restore; name one of its snapshots: mine"):
+        snapshots.restore(guest, client=lab.client)
+
+
+def test_missing_guest_is_one_line(lab, cli_env):
+    result = cli(cli_env, "guest", "snapshots", "@lxd/lws-does-not-exist")
+    assert_one_line_refusal(result, "@lxd/lws-does-not-exist", "lxc list")
+
+
+def test_lab_pool_is_reported_as_copy_based(lab, lab_container):
+    support = LxdSnapshots(parse_lxd_target(lab_container), lab.client).support()
+    assert support.supported and support.storage == f"pool {lab.spec.pool} (dir)"
