@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from rich.table import Table
 
 from labwright.bench.runner import SCHEMA
 from labwright.errors import BadInput
+from labwright.textio import read_json
 from labwright.ui import table
 
 MIB = 1024 * 1024
@@ -29,15 +29,8 @@ CSV_COLUMNS = (
 
 def load(path: Path) -> dict[str, Any]:
     """A saved ``labwright bench llm --json`` document, checked enough to report from; one line when it is not."""
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read ({exc.strerror}): pass a file written by labwright bench llm --json") \
-            from None
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path}: not JSON ({exc.msg} at line {exc.lineno}): pass the output of "
-                       "labwright bench llm --json") from None
-    return check(doc, str(path))
+    # Missing, a directory, binary, not UTF-8, not JSON: one line naming the file (labwright.textio).
+    return check(read_json(path, "the output of labwright bench llm --json"), str(path))
 
 
 def check(doc: Any, source: str) -> dict[str, Any]:

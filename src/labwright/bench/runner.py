@@ -14,10 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labwright.bench import memory, prompt, stats
-from labwright.bench.openai import Client, Endpoint, Trial
+from labwright.bench.openai import ENDPOINTS, Client, Endpoint, Trial
 from labwright.errors import BadInput
 
 SCHEMA = "labwright.bench.llm/1"
+# Llama 4 Scout's 10M tokens is the longest context any open model claims; a prompt is ~4 characters a token, so this
+# bounds one prompt at ~40 MB instead of building whatever a typo asks for.
+MAX_CONTEXT = 10 * 1024 * 1024
+MAX_DECODE = 1024 * 1024
+MAX_TRIALS = 1000
+MAX_TIMEOUT_S = 86400.0
 CALIBRATION_TEXT = "Hello."
 
 
@@ -34,15 +40,27 @@ class BenchConfig:
     timeout: float = 600.0
 
     def validate(self) -> None:
+        """Every number in range before anything is built or sent (a terabyte prompt is never started)."""
         if not self.contexts:
             raise BadInput("--contexts is empty: pass token counts, e.g. --contexts 512,4096,16384")
         bad = [c for c in self.contexts if c < 16]
         if bad:
             raise BadInput(f"--contexts {bad[0]} is too small: each context must be at least 16 tokens")
-        if self.decode < 1:
-            raise BadInput(f"--decode {self.decode}: generate at least 1 token")
-        if self.trials < 1:
-            raise BadInput(f"--trials {self.trials}: run at least 1 trial (3 gives a cold run and a 2-trial median)")
+        huge = [c for c in self.contexts if c > MAX_CONTEXT]
+        if huge:
+            raise BadInput(f"--contexts {huge[0]:,} is more than {MAX_CONTEXT:,} tokens, longer than any model's "
+                           "context: pass the lengths to measure within the model's context, e.g. 512,4096,16k")
+        if not 1 <= self.decode <= MAX_DECODE:
+            raise BadInput(f"--decode {self.decode}: generate 1 to {MAX_DECODE:,} tokens per request (e.g. 512)")
+        if not 1 <= self.trials <= MAX_TRIALS:
+            raise BadInput(f"--trials {self.trials}: run 1 to {MAX_TRIALS} trials per context (3 gives a cold run "
+                           "and a 2-trial median)")
+        if not 0 < self.timeout <= MAX_TIMEOUT_S or self.timeout != self.timeout:
+            raise BadInput(f"--timeout {self.timeout:g}: give the seconds to wait on the server per request, more "
+                           f"than 0 and at most {MAX_TIMEOUT_S:,} (e.g. 600)")
+        if self.endpoint not in ENDPOINTS:
+            raise BadInput(f"--endpoint {self.endpoint!r} is not one of {', '.join(ENDPOINTS)}")
+        Endpoint.parse(self.url, None, self.timeout)  # the URL's own one-line errors, before anything is sent
 
 
 def parse_contexts(text: str) -> tuple[int, ...]:
@@ -125,7 +143,8 @@ def resolve_model(client: Client, model: str | None, contexts: tuple[int, ...], 
     if model not in names:
         raise BadInput(f"model {model!r} is not served at {client.endpoint.base} (it serves: "
                        f"{', '.join(ids) or 'nothing'}): pass one of those with --model")
-    n_ctx = (names[model].get("meta") or {}).get("n_ctx")
+    # llama.cpp lists its context as meta.n_ctx, vLLM as max_model_len.
+    n_ctx = (names[model].get("meta") or {}).get("n_ctx") or names[model].get("max_model_len")
     if isinstance(n_ctx, int) and n_ctx > 0 and max(contexts) + decode > n_ctx:
         raise BadInput(f"--contexts {max(contexts)} + --decode {decode} exceeds the server's context of {n_ctx} "
                        f"tokens: restart it with a context of at least {max(contexts) + decode} or drop that length")

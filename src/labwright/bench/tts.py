@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from labwright import textio
 from labwright.errors import BadInput, OperationFailed
 
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
+MAX_TEXT_BYTES = 1024 * 1024  # a book chapter; more is not one speech request
 DEFAULT_FORMATS = ("mp3", "pcm", "wav")
 
 
@@ -48,6 +50,18 @@ class Result:
         return data
 
 
+MAX_RUNS = 1000
+MAX_TIMEOUT_S = 86400.0
+
+
+def check_numbers(runs: int, timeout: float) -> None:
+    if not 1 <= runs <= MAX_RUNS:
+        raise BadInput(f"--runs {runs}: give 1 to {MAX_RUNS} timed requests per format and mode (e.g. 3)")
+    if not 0 < timeout <= MAX_TIMEOUT_S:  # also NaN
+        raise BadInput(f"--timeout {timeout:g}: give the seconds to wait per request, more than 0 and at most "
+                       f"{MAX_TIMEOUT_S:,.0f} (e.g. 300)")
+
+
 def parse_formats(text: str) -> list[str]:
     formats = [f.strip().lower() for f in text.split(",") if f.strip()]
     unknown = [f for f in formats if f not in FORMATS]
@@ -68,10 +82,8 @@ def speech_url(url: str) -> urllib.parse.SplitResult:
 
 
 def read_text(path: Path) -> str:
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"--text {path}: cannot be read as UTF-8 text ({exc.__class__.__name__})") from exc
+    # Missing, a directory, binary, not UTF-8, too large: one line naming the file (labwright.textio).
+    text = textio.read_text(path, "the UTF-8 text to speak (--text)", max_bytes=MAX_TEXT_BYTES).strip()
     if not text:
         raise BadInput(f"--text {path}: the file is empty; give the text to speak")
     return text
@@ -79,6 +91,23 @@ def read_text(path: Path) -> str:
 
 class SpeechError(Exception):
     pass
+
+
+class NotAudio(SpeechError):
+    """A 200 answer that is a web page or JSON, not audio: --url points somewhere else."""
+
+
+def not_audio_type(content_type: str) -> bool:
+    """text/html, application/json, anything textual: never a speech body (Kokoro-FastAPI: audio/mpeg, audio/wav,
+    audio/pcm ...; some servers send application/octet-stream or nothing, which is left to the bytes)."""
+    return (content_type.startswith("text/") or content_type.endswith(("json", "xml", "html"))
+            or content_type in ("application/javascript", "application/xhtml+xml"))
+
+
+def looks_like_text(head: bytes) -> bool:
+    """The first bytes of a body that is a document (HTML, XML, JSON), whatever its Content-Type said."""
+    start = head.lstrip()[:16].lower()
+    return start.startswith((b"<!doctype", b"<html", b"<?xml", b"<head", b"<body", b"{\"", b"[{"))
 
 
 def request_once(url: urllib.parse.SplitResult, payload: Mapping[str, object], api_key: str | None,
@@ -109,6 +138,9 @@ def request_once(url: urllib.parse.SplitResult, payload: Mapping[str, object], a
         if response.status != 200:
             detail = response.read(300).decode(errors="replace").strip().replace("\n", " ")
             raise SpeechError(f"HTTP {response.status}: {detail}")
+        content_type = (response.getheader("Content-Type") or "").split(";")[0].strip().lower()
+        if not_audio_type(content_type):
+            raise NotAudio(f"the server answered {content_type}, not audio")
         first: float | None = None
         size = reads = 0
         while True:
@@ -117,6 +149,8 @@ def request_once(url: urllib.parse.SplitResult, payload: Mapping[str, object], a
                 break
             if first is None:
                 first = time.perf_counter() - start
+                if looks_like_text(chunk):
+                    raise NotAudio(f"the server answered a document starting {chunk[:24]!r}, not audio")
             size += len(chunk)
             reads += 1
         total = time.perf_counter() - start
@@ -133,10 +167,9 @@ def bench_tts(url: str, text: str, formats: list[str], runs: int = 3, voice: str
               model: str = "kokoro", api_key: str | None = None, timeout: float = 300,
               progress: object = None) -> list[Result]:
     """Streamed and unstreamed, per format: median first-byte and total time over ``runs`` requests."""
-    if runs < 1:
-        raise BadInput(f"--runs {runs}: must be at least 1")
+    check_numbers(runs, timeout)
     endpoint = speech_url(url)
-    results = []
+    results: list[Result] = []
     for fmt in formats:
         for stream in (True, False):
             result = Result(fmt, stream, runs)
@@ -148,6 +181,11 @@ def bench_tts(url: str, text: str, formats: list[str], runs: int = 3, voice: str
                     result.samples.append(request_once(endpoint, payload, api_key, timeout))
                     if callable(progress):
                         progress()
+            except NotAudio as exc:
+                if not results and not result.samples:  # the very first answer: the URL is not a TTS server
+                    raise BadInput(f"--url {url}: {exc} ({fmt}); point --url at the TTS server (e.g. "
+                                   "http://127.0.0.1:8880 or its /v1/audio/speech URL)") from None
+                result.error = str(exc)
             except SpeechError as exc:
                 result.error = str(exc)
             if result.samples:

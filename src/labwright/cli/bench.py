@@ -81,6 +81,7 @@ def _llm(url: str | None, model: str | None, contexts: str, decode: int, trials:
     _outputs(as_json, as_csv, plot)
     config = BenchConfig(url=url, model=model, contexts=parse_contexts(contexts), decode=decode, trials=trials,
                          endpoint=endpoint, label=label, api_key=_api_key(api_key_env), timeout=timeout)
+    config.validate()  # before anything is said or sent
     console.print(f"… benchmarking {escape(url)}: contexts {', '.join(map(str, config.contexts))}, "
                   f"{decode} decode tokens, {trials} trials each")
     result = run(config, progress=lambda line: console.print(f"  {escape(line)}"))

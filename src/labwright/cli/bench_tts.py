@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from labwright.bench.tts import DEFAULT_FORMATS, bench_tts, parse_formats, read_text
+from labwright.bench.tts import DEFAULT_FORMATS, bench_tts, check_numbers, parse_formats, read_text, speech_url
 from labwright.errors import OperationFailed
 from labwright.ui import Reporter, stdout, table
 
@@ -34,6 +34,8 @@ def tts(
     Example: labwright bench tts --url http://127.0.0.1:8880 --text hello.txt --format mp3,pcm,wav
     """
     wanted = parse_formats(formats)
+    check_numbers(runs, timeout)
+    speech_url(url)
     words = read_text(text)
     report = Reporter(quiet=as_json)
     with report.step(f"{len(wanted)} formats x streamed/unstreamed x {runs} runs against {url}"):

@@ -1,0 +1,211 @@
+"""issue 16's sweep for `labwright bench`: every out-of-range number, every unreadable result file and a TTS "server"
+that answers a web page are one line on stderr, exit 2, no traceback, nothing sent and nothing written.
+
+`bench llm --contexts 1000000000000` used to hang building a terabyte prompt; `bench tts` called an HTML page audio.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from labwright.cli import main
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def labwright(capsys):
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return run
+
+
+def one_line_exit_2(result: Result, *words: str) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("labwright: error: ") and "Traceback" not in result.stderr, lines
+    assert all(word in lines[0] for word in words), (words, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--contexts", "1000000000000"], ("--contexts 1,000,000,000,000 is more than 10,485,760 tokens",
+                                       "within the model's context")),
+    (["--contexts", "512,99999999k"], ("--contexts 102,399,998,976 is more than",)),
+    (["--contexts", "8"], ("--contexts 8 is too small",)),
+    (["--contexts", "-512"], ("'-512' is not a whole number of tokens",)),
+    (["--decode", "0"], ("--decode 0: generate 1 to 1,048,576 tokens",)),
+    (["--decode", "-5"], ("--decode -5",)),
+    (["--decode", "100000000"], ("--decode 100000000",)),
+    (["--trials", "0"], ("--trials 0: run 1 to 1000 trials",)),
+    (["--trials", "-1"], ("--trials -1",)),
+    (["--trials", "1000000"], ("--trials 1000000",)),
+    (["--timeout", "0"], ("--timeout 0: give the seconds to wait on the server per request, more than 0",)),
+    (["--timeout", "-1"], ("--timeout -1",)),
+    (["--timeout", "nan"], ("--timeout nan",)),
+    (["--timeout", "1e9"], ("--timeout 1e+09", "at most 86,400")),
+    (["--endpoint", "embeddings"], ("--endpoint 'embeddings' is not one of chat, completions",)),
+])
+def test_bench_llm_numbers_out_of_range_are_refused_before_anything_is_sent(labwright, standin, args, words):
+    for command in (["bench"], ["bench", "llm"]):
+        one_line_exit_2(labwright(*command, "--url", standin.url, *args), *words)
+    assert standin.requests == []  # not a byte sent, no prompt built
+
+
+def test_a_context_beyond_what_a_vllm_server_lists_is_refused_before_prompts_are_built(labwright, standin,
+                                                                                       monkeypatch):
+    from labwright.bench import openai
+
+    listed = [{"id": "standin", "object": "model", "max_model_len": 4096}]
+    monkeypatch.setattr(openai.Client, "models", lambda self: listed)
+    result = labwright("bench", "llm", "--url", standin.url, "--contexts", "8192", "--decode", "64")
+    # The server had to be asked, so the progress line came first; the error is the one error line, and the last.
+    errors = [line for line in result.stderr.splitlines() if line.startswith("labwright: error: ")]
+    assert result.returncode == 2 and len(errors) == 1 and result.stderr.splitlines()[-1] == errors[0], result.stderr
+    assert "--contexts 8192 + --decode 64 exceeds the server's context of 4096" in errors[0]
+    assert not [path for path, _, _ in standin.requests if path.endswith("/completions")]  # no prompt sent
+
+
+@pytest.mark.parametrize(("name", "content", "words"), [
+    ("run.json", os.urandom(64) + b"\xff", ("run.json",)),
+    ("model.gguf", b"GGUF\x03\x00\x00\x00" + bytes(range(256)), ("model.gguf is a binary file, not text",)),
+    ("latin1.json", '{"label": "café"}'.encode("latin-1"), ("latin1.json is not UTF-8 text",)),
+    ("empty.json", b"", ("empty.json is not valid JSON",)),
+    ("other.json", b'{"schema": "something else"}', ("other.json: not a labwright bench result",)),
+])
+def test_bench_compare_on_a_file_that_is_not_a_result_is_one_line(labwright, tmp_path, name, content, words):
+    path = tmp_path / name
+    path.write_bytes(content)
+    one_line_exit_2(labwright("bench", "compare", str(path), str(path)), str(path), *words)
+
+
+def test_bench_compare_on_a_directory_or_a_missing_file_is_one_line(labwright, tmp_path):
+    one_line_exit_2(labwright("bench", "compare", str(tmp_path), str(tmp_path)), f"{tmp_path} is a directory")
+    missing = tmp_path / "nope.json"
+    one_line_exit_2(labwright("bench", "compare", str(missing), str(missing)), f"{missing}: no such file")
+
+
+# --- bench tts --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Answer:
+    content_type: str
+    body: bytes
+
+
+class _Server(ThreadingHTTPServer):
+    answer: Answer
+    posts: int = 0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.posts += 1
+        answer = self.server.answer
+        self.send_response(200)
+        self.send_header("Content-Type", answer.content_type)
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.end_headers()
+        self.wfile.write(answer.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def speech() -> Iterator[_Server]:
+    """A local HTTP server on 127.0.0.1 answering every POST with ``server.answer``."""
+    server = _Server(("127.0.0.1", 0), _Handler)
+    server.answer = Answer("audio/mpeg", b"ID3\x04\x00" + bytes(2000))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def url(server: _Server) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.fixture
+def text(tmp_path) -> Path:
+    path = tmp_path / "speech.txt"
+    path.write_text("Hello there. How are you?")
+    return path
+
+
+@pytest.mark.parametrize("answer", [
+    Answer("text/html; charset=utf-8", b"<!DOCTYPE html><html><body>Welcome to nginx!</body></html>"),
+    Answer("audio/mpeg", b"<!doctype html><html><body>Login</body></html>"),  # a proxy that lies about the type
+    Answer("application/json", b'{"detail": "Not Found"}'),
+    Answer("application/octet-stream", b'  <html><head><title>router</title></head></html>'),
+])
+def test_bench_tts_against_a_web_page_is_one_line_not_audio(labwright, speech, text, answer):
+    speech.answer = answer
+    result = labwright("bench", "tts", "--url", url(speech), "--text", str(text), "--runs", "1")
+    # Only the server's answer tells: the step line came first; the error is the one error line, and the last.
+    errors = [line for line in result.stderr.splitlines() if line.startswith("labwright: error: ")]
+    assert result.returncode == 2 and len(errors) == 1 and result.stderr.splitlines()[-1] == errors[0], result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    line = errors[0]
+    assert f"--url {url(speech)}:" in line and "not audio" in line and "point --url at the TTS server" in line
+    assert speech.posts == 1  # refused at the first answer
+
+
+def test_bench_tts_measures_a_server_that_answers_audio(labwright, speech, text):
+    result = labwright("bench", "tts", "--url", url(speech), "--text", str(text), "--runs", "1", "--format", "mp3",
+                       "--json")
+    assert result.returncode == 0, result.stderr
+    assert '"error": ""' in result.stdout and speech.posts == 4  # warm-up + 1 run, streamed and whole
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--runs", "0"], ("--runs 0: give 1 to 1000 timed requests",)),
+    (["--runs", "-3"], ("--runs -3",)),
+    (["--timeout", "0"], ("--timeout 0: give the seconds to wait per request, more than 0",)),
+    (["--timeout", "-1"], ("--timeout -1",)),
+    (["--timeout", "nan"], ("--timeout nan",)),
+    (["--format", "mp4"], ("--format 'mp4'",)),
+])
+def test_bench_tts_numbers_out_of_range_are_refused_before_anything_is_sent(labwright, speech, text, args, words):
+    one_line_exit_2(labwright("bench", "tts", "--url", url(speech), "--text", str(text), *args), *words)
+    assert speech.posts == 0
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (b"GGUF\x03\x00\x00\x00\x00" * 10, ("is a binary file, not text",)),
+    (b"caf\xe9 au lait", ("is not UTF-8 text (byte 0xe9 at offset 3",)),
+    (b"   \n", ("the file is empty",)),
+])
+def test_bench_tts_text_that_is_not_utf8_text_is_one_line(labwright, speech, tmp_path, content, words):
+    path = tmp_path / "speech.txt"
+    path.write_bytes(content)
+    one_line_exit_2(labwright("bench", "tts", "--url", url(speech), "--text", str(path)), *words)
+    assert speech.posts == 0
+
+
+def test_bench_tts_url_that_is_not_http_is_one_line(labwright, text):
+    one_line_exit_2(labwright("bench", "tts", "--url", "ftp://127.0.0.1/", "--text", str(text)),
+                    "--url 'ftp://127.0.0.1/'")
