@@ -33,6 +33,7 @@ stack bundle can carry it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
@@ -364,23 +365,23 @@ def _number(host: Any, key: str, default: float) -> float:
     return number
 
 
-def _acquire_callback(state: Any, host: Any, purpose: str, wait: float, lease: float) -> bool:
+def _acquire_now(host: Any, purpose: str, wait: float, lease: float) -> str:
+    """Take the lock for pyinfra's ``host`` ("" when taken, else the one-line refusal)."""
     from pyinfra import logger
 
     entry = _HELD.get(host.name)
     if entry is not None:
         entry[1] += 1
-        return True
+        return ""
     owner = owner_record(purpose, lease, token=token_for(host.name))
     try:
         acquire(_pyinfra_runner(host), host.name, owner, wait=wait,
                 say=lambda line: logger.warning(f"{host.print_prefix}{line}"))
     except _Failed as exc:
-        logger.error(f"{host.print_prefix}labwright: {exc}")
-        return False
-    _HELD[host.name] = [owner, 1]
-    _watch_failures(state)
-    return True
+        return f"labwright: {exc}"
+    _HELD[host.name] = [owner, 1, _pyinfra_runner(host)]
+    _watch_failures(host.state)
+    return ""
 
 
 def _release_now(host: Any) -> None:
@@ -390,14 +391,24 @@ def _release_now(host: Any) -> None:
             release_remote(_pyinfra_runner(host), host.name, entry[0]["token"])
 
 
-def _release_callback(state: Any, host: Any) -> bool:
+def _release_after(host: Any) -> None:
     entry = _HELD.get(host.name)
     if entry is None:
-        return True
+        return
     entry[1] -= 1
     if entry[1] <= 0:
         _release_now(host)
-    return True
+
+
+@atexit.register
+def _release_all_at_exit() -> None:
+    """A run that ends on an exception (pyinfra stops every host) gives back what it still holds, where it can."""
+    for name in list(_HELD):
+        entry = _HELD.pop(name)
+        runner = entry[2] if len(entry) > 2 else None
+        if runner is not None:
+            with contextlib.suppress(Exception):
+                release_remote(runner, name, entry[0]["token"])
 
 
 def _watch_failures(state: Any) -> None:
@@ -419,20 +430,38 @@ def _watch_failures(state: Any) -> None:
     _CALLBACK_ADDED.add(id(state))
 
 
+def _refuse(state: Any, host: Any, line: str) -> bool:
+    from pyinfra import logger
+
+    logger.error(f"{host.print_prefix}{line}")
+    return False
+
+
 def lock_operations(purpose: str) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """The two pyinfra operations ``(take, give_back)`` a deploy runs first and last."""
+    """The two pyinfra operations ``(take, give_back)`` a deploy runs first and last. Both work while pyinfra
+    executes (their bodies run then) and change nothing on the host that a deploy is about, so they count as "No
+    change": a second run of a deploy still reports no change at all."""
     from pyinfra import host
     from pyinfra.api import FunctionCommand, operation
 
     @operation(is_idempotent=False)
     def take_lock() -> Any:
-        wait = _number(host, "labwright_lock_wait", DEFAULT_WAIT)
-        lease = _number(host, "labwright_lock_lease", DEFAULT_LEASE)
-        yield FunctionCommand(_acquire_callback, (purpose, wait, lease), {})
+        if host.state.is_executing:
+            wait = _number(host, "labwright_lock_wait", DEFAULT_WAIT)
+            lease = _number(host, "labwright_lock_lease", DEFAULT_LEASE)
+            refused = _acquire_now(host, purpose, wait, lease)
+            if refused:
+                # Raised here, at execution, an OperationError would print a traceback: fail the operation instead.
+                yield FunctionCommand(_refuse, (refused,), {})
+                return
+        host.noop(f"{LOCK_PATH} held by this run")
 
     @operation(is_idempotent=False)
     def give_back() -> Any:
-        yield FunctionCommand(_release_callback, (), {})
+        if host.state.is_executing:
+            _release_after(host)
+        host.noop(f"{LOCK_PATH} released")
+        yield from ()
 
     return (lambda: take_lock(name=f"Run lock {LOCK_PATH} ({purpose})"),
             lambda: give_back(name=f"Release run lock {LOCK_PATH}"))

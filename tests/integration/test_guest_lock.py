@@ -104,6 +104,9 @@ def test_second_run_waits_then_completes(lab: Lab, lab_container: str, holder: s
     rest, _ = second.communicate(timeout=600)
     assert second.returncode == 0, "".join(waited) + rest
     assert lock_in(lab, lab_container) is None, "the deploy left its lock behind"
+    # the lock is not a change: a re-run of the same deploy still reports none
+    again = base_deploy(lab, lab_container)
+    assert again.rc == 0 and again.totals.changed == 0, again.output[-3000:]
 
 
 def test_lock_of_a_killed_run_is_released_by_the_next(lab: Lab, lab_container: str,
