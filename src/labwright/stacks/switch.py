@@ -239,8 +239,8 @@ def reconcile(layout: Layout, state: State, found: VenvPath, log: Log) -> State:
     """Make the state follow the symlink when a run was killed between the swap and its record: the link is the
     truth; what it points at becomes current (pending: its service was not restarted onto it, so the next run
     restarts and checks it), and what the state called current becomes previous."""
-    if found.kind not in ("managed", "linked") or found.target is None:
-        return state
+    if found.kind != "managed" or found.target is None:
+        return state  # a link outside this root (or none): no run under this root swapped it
     target = os.path.realpath(found.target)
     if state.current is not None and os.path.realpath(state.current.path) == target:
         return state
