@@ -7,9 +7,7 @@ from pathlib import Path
 
 import typer
 
-from labwright.atomic import write_text_atomic
-from labwright.errors import OperationFailed
-from labwright.tabbyapi.ngram import DEFAULT_MATCH_MIN, check_match_min, plan_ngram, read_tree
+from labwright.tabbyapi.ngram import DEFAULT_MATCH_MIN, check_match_min, plan_ngram, read_tree, write_change
 
 NAME = "tabbyapi"
 HELP = "tabbyAPI configuration and the n-gram drafting patch."
@@ -32,14 +30,8 @@ def ngram(
     Example: labwright tabbyapi ngram --source /opt/tabbyapi --min 3 --dry
     """
     change = plan_ngram(read_tree(source, config), check_match_min(match_min))
-    if change.new_text is not None and not dry:
-        try:
-            # Atomic (temp + fsync + rename): a kill mid-write leaves the old file or the new, never half a config.
-            # The planner's text keeps the file's own line endings and byte order mark.
-            write_text_atomic(Path(change.file), change.new_text)
-        except OSError as exc:
-            raise OperationFailed(f"{change.file}: cannot write ({exc.strerror}); run as the file's owner or root, "
-                                  "or use --dry to see the change") from exc
+    if not dry:
+        write_change(change)
     if as_json:
         typer.echo(json.dumps(change.as_json()))
     elif change.ok:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.tabbyapi import config_edit
 from labwright.tabbyapi.pycall import (
@@ -300,3 +301,16 @@ def read_tree(source_dir: Path, config: Path | None = None) -> TabbyTexts:
 
     return TabbyTexts(text(source_dir / MODEL_PY), text(source_dir / CONFIG_SAMPLE), text(config_path),
                       str(source_dir / MODEL_PY), str(config_path), str(source_dir))
+
+
+def write_change(change: NgramChange) -> None:
+    """Write the planned file, if the plan changes one: atomic (temp + fsync + rename), so a kill mid-write leaves
+    the old file or the new, never half a config or half a patched model.py. The planner's text keeps the file's
+    own line endings and byte order mark."""
+    if change.new_text is None:
+        return
+    try:
+        write_text_atomic(Path(change.file), change.new_text)
+    except OSError as exc:
+        raise OperationFailed(f"{change.file}: cannot write ({exc.strerror}); run as the file's owner or root, "
+                              "or use --dry to see the change") from None
