@@ -8,6 +8,7 @@ containers deployed to are exactly the containers built.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,66 @@ class LabSpec:
         return f"labwright lab {self.name}"
 
 
+#: Linux interface names are at most 15 bytes (IFNAMSIZ 16 with the NUL); LXD refuses a longer bridge only when
+#: it creates it, after the preseed has started.
+IFNAME_MAX = 15
+#: The ranges a lab bridge may use: RFC 1918 private networks (LXD NATs them out). Loopback, link-local,
+#: multicast and public networks would shadow a real route or never work as a bridge.
+PRIVATE_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+#: LXD limits.cpu: a count (2) or a CPU set (0-3, 0,2,4-5) (lxd/instance/drivers/driver_lxc.go, limits.cpu).
+_CPU = re.compile(r"^(?:[1-9]\d{0,3}|\d{1,4}(?:-\d{1,4})?(?:,\d{1,4}(?:-\d{1,4})?)*)$")
+#: LXD limits.memory: bytes with an optional unit (kB..EB, KiB..EiB) or a percentage of the host's memory
+#: (shared/units ParseByteSizeString, LXD documentation "limits.memory").
+_MEMORY = re.compile(r"^(?:(\d+(?:\.\d+)?)(B|kB|MB|GB|TB|PB|EB|KiB|MiB|GiB|TiB|PiB|EiB)?|([1-9]\d?|100)%)$")
+_MEMORY_BYTES = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15, "EB": 10**18,
+                 "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50, "EiB": 2**60, None: 1}
+
+
+def validate_subnet(value: Any, source: str) -> ipaddress.IPv4Interface:
+    """``lab_subnet``: the bridge's own address with its prefix, in a private range, /29 or larger."""
+    try:
+        subnet = ipaddress.IPv4Interface(str(value).strip())
+    except ValueError:
+        raise BadInput(f"{source}: lab_subnet {value!r} is not an IPv4 address/prefix such as 10.99.0.1/24") from None
+    if subnet.ip == subnet.network.network_address or subnet.ip == subnet.network.broadcast_address \
+            or subnet.network.prefixlen > 29:
+        raise BadInput(f"{source}: lab_subnet {subnet} must be the bridge's own address in a /29 or "
+                       "larger network, e.g. 10.99.0.1/24")
+    if not any(subnet.network.subnet_of(allowed) for allowed in PRIVATE_RANGES):
+        kind = ("a loopback" if subnet.ip.is_loopback else "a link-local" if subnet.ip.is_link_local
+                else "a multicast" if subnet.ip.is_multicast else "a reserved" if subnet.ip.is_reserved
+                else "not a private")
+        raise BadInput(f"{source}: lab_subnet {subnet} is {kind} network; use a private (RFC 1918) range that "
+                       "is free here, e.g. 10.99.0.1/24")
+    return subnet
+
+
+def validate_bridge(name: str, source: str) -> str:
+    validate_instance_name(name, f"{source}: lab_bridge")
+    if len(name.encode()) > IFNAME_MAX:
+        raise BadInput(f"{source}: lab_bridge {name!r} is {len(name.encode())} characters; Linux interface names "
+                       f"are at most {IFNAME_MAX}: use a shorter name such as lwbr0")
+    return name
+
+
+def validate_cpu(value: Any, source: str) -> str:
+    text = str(value).strip()
+    if isinstance(value, bool) or not _CPU.match(text) or text.strip("0") == "":  # a bare number is a count
+        raise BadInput(f"{source}: lab_cpu {value!r} is not a CPU count (2) or CPU set (0-3); write one of those")
+    return text
+
+
+def validate_memory(value: Any, source: str) -> str:
+    text = str(value).strip()
+    match = _MEMORY.match(text)
+    if isinstance(value, bool) or not match:
+        raise BadInput(f"{source}: lab_memory {value!r} is not a size; write it as LXD does: 2GiB, 512MiB or 50%")
+    if match.group(1) is not None and float(match.group(1)) * _MEMORY_BYTES[match.group(2)] < 64 * 2**20:
+        raise BadInput(f"{source}: lab_memory {value!r} is under 64MiB, too little to boot a container; "
+                       "give at least 256MiB (e.g. 2GiB)")
+    return text
+
+
 def validate_instance_name(name: str, where: str) -> str:
     if not INSTANCE_NAME.match(name):
         raise BadInput(
@@ -67,14 +128,7 @@ def validate_instance_name(name: str, where: str) -> str:
 def spec_from_group(hosts: list[Any], group_data: Mapping[str, Any], source: str = "<data>") -> LabSpec:
     """The lab from its hosts (``"@lxd/NAME"`` or ``("@lxd/NAME", data)``) and its settings (``lab_*``)."""
     data = {**DEFAULTS, **group_data}
-    try:
-        subnet = ipaddress.IPv4Interface(str(data["lab_subnet"]))
-    except ValueError as exc:
-        raise BadInput(f"{source}: lab_subnet {data['lab_subnet']!r} is not an IPv4 address/prefix "
-                       "such as 10.99.0.1/24") from exc
-    if subnet.ip == subnet.network.network_address or subnet.network.prefixlen > 29:
-        raise BadInput(f"{source}: lab_subnet {subnet} must be the bridge's own address in a /29 or "
-                       "larger network, e.g. 10.99.0.1/24")
+    subnet = validate_subnet(data["lab_subnet"], source)
     containers = []
     seen: set[str] = set()
     for entry in hosts:
@@ -95,9 +149,11 @@ def spec_from_group(hosts: list[Any], group_data: Mapping[str, Any], source: str
         containers.append(LabContainer(name, host_data))
     for key in ("lab_bridge", "lab_pool", "lab_profile", "lab_name"):
         validate_instance_name(str(data[key]), f"{source}: {key}")
+    validate_bridge(str(data["lab_bridge"]), source)
     return LabSpec(
         name=str(data["lab_name"]), subnet=subnet, bridge=str(data["lab_bridge"]), pool=str(data["lab_pool"]),
-        profile=str(data["lab_profile"]), cpu=str(data["lab_cpu"]), memory=str(data["lab_memory"]),
+        profile=str(data["lab_profile"]), cpu=validate_cpu(data["lab_cpu"], source),
+        memory=validate_memory(data["lab_memory"], source),
         containers=tuple(containers), source=source,
     )
 

@@ -22,7 +22,9 @@ from typing import IO, Any
 
 from labwright.errors import LxdError, LxdNotFound, OperationFailed
 
-#: Where the local daemon's socket lives, first match wins. LXD_DIR / INCUS_DIR override.
+#: Where the local daemon's socket lives, first match wins. LXD_DIR / INCUS_DIR, when set, are the only place
+#: looked at, as `lxc`/`incus` do (lxd/shared/util.go VarPath: $LXD_DIR replaces the default directory), so a
+#: daemon elsewhere is never talked to by accident.
 SOCKET_CANDIDATES = {
     "lxd": ("/var/snap/lxd/common/lxd/unix.socket", "/var/lib/lxd/unix.socket"),
     "incus": ("/var/lib/incus/unix.socket",),
@@ -31,14 +33,20 @@ SOCKET_CANDIDATES = {
 
 def find_local_socket(flavour: str = "lxd") -> str:
     """Return the path of the local LXD (or Incus) unix socket, or raise with the fix."""
-    env = os.environ.get("INCUS_DIR" if flavour == "incus" else "LXD_DIR")
-    candidates = [os.path.join(env, "unix.socket")] if env else []
-    candidates += list(SOCKET_CANDIDATES[flavour])
-    if flavour == "lxd":
-        candidates += list(SOCKET_CANDIDATES["incus"])
+    variable = "INCUS_DIR" if flavour == "incus" else "LXD_DIR"
+    env = os.environ.get(variable)
+    if env:
+        candidates = [os.path.join(env, "unix.socket")]
+    else:
+        candidates = list(SOCKET_CANDIDATES[flavour])
+        if flavour == "lxd":
+            candidates += list(SOCKET_CANDIDATES["incus"])
     for path in candidates:
         if os.path.exists(path):
             return path
+    if env:
+        raise OperationFailed(f"no {flavour} daemon socket at {candidates[0]} ({variable}={env}); start the daemon "
+                              f"there, or unset {variable} to use the default one")
     raise OperationFailed(
         f"no {flavour} daemon socket found (looked at {', '.join(candidates)}); "
         "start the daemon or run `labwright lab up`"

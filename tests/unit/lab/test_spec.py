@@ -46,6 +46,17 @@ def test_list_form_and_defaults(tmp_path):
         ("lab = (['@lxd/a'], {'lab_subnet': 'ten'})\n", "not an IPv4 address"),
         ("lab = (['@lxd/a'], {'lab_subnet': '10.99.0.1/30'})\n", "/29 or larger"),
         ("lab = (['@lxd/a'], {'lab_bridge': 'br_0'})\n", "lab_bridge"),
+        ("lab = (['@lxd/a'], {'lab_subnet': '127.0.0.1/8'})\n", "lab_subnet 127.0.0.1/8 is a loopback network"),
+        ("lab = (['@lxd/a'], {'lab_subnet': '169.254.0.1/16'})\n", "is a link-local network"),
+        ("lab = (['@lxd/a'], {'lab_subnet': '8.8.8.1/24'})\n", "is not a private network"),
+        ("lab = (['@lxd/a'], {'lab_subnet': '10.99.0.255/24'})\n", "must be the bridge's own address"),
+        ("lab = (['@lxd/a'], {'lab_bridge': 'labwright-bridge0'})\n",
+         "lab_bridge 'labwright-bridge0' is 17 characters; Linux interface names are at most 15"),
+        ("lab = (['@lxd/a'], {'lab_cpu': 'abc'})\n", "lab_cpu 'abc' is not a CPU count (2) or CPU set (0-3)"),
+        ("lab = (['@lxd/a'], {'lab_cpu': 0})\n", "lab_cpu 0 is not a CPU count"),
+        ("lab = (['@lxd/a'], {'lab_memory': 'lots'})\n", "lab_memory 'lots' is not a size"),
+        ("lab = (['@lxd/a'], {'lab_memory': '2GB!'})\n", "lab_memory '2GB!' is not a size"),
+        ("lab = (['@lxd/a'], {'lab_memory': '1MiB'})\n", "under 64MiB"),
     ],
 )
 def test_bad_inventories_are_one_clear_line(tmp_path, text, message):
@@ -89,3 +100,9 @@ def test_lab_settings_come_from_group_data_files(tmp_path):
 def test_group_data_overrides_defaults():
     spec = spec_from_group(["@lxd/x"], {"lab_name": "t", "lab_subnet": "10.99.5.1/24", "lab_memory": "1GiB"})
     assert (spec.name, str(spec.subnet.network), spec.memory, spec.cpu) == ("t", "10.99.5.0/24", "1GiB", "2")
+
+
+@pytest.mark.parametrize(("cpu", "memory"), [("2", "2GiB"), (4, "512MiB"), ("0-3", "50%"), ("0,2,4-5", "1073741824")])
+def test_lxd_forms_of_cpu_and_memory_are_accepted(tmp_path, cpu, memory):
+    spec = load_lab_spec(write(tmp_path, f"lab = (['@lxd/a'], {{'lab_cpu': {cpu!r}, 'lab_memory': {memory!r}}})\n"))
+    assert (spec.cpu, spec.memory) == (str(cpu), memory)
