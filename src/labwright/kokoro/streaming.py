@@ -19,6 +19,7 @@ keyword is added). Anything else (another split pattern someone chose, a missing
 from __future__ import annotations
 
 import ast
+import os
 import re
 import tokenize
 from dataclasses import dataclass, field
@@ -289,6 +290,9 @@ def read_tree(source_dir: Path) -> KokoroTexts:
             raise BadInput(f"{path}: cannot be read as UTF-8 text ({exc.__class__.__name__}); fix its permissions "
                            "or encoding") from exc
 
+    if not (source_dir / "api").is_dir():
+        raise BadInput(f"--source {source_dir}: not a Kokoro-FastAPI checkout (no api/ directory in it); pass the "
+                       "directory holding api/, e.g. /opt/kokoro")
     return KokoroTexts(text(source_dir / KOKORO_V1), text(source_dir / TTS_SERVICE), str(source_dir))
 
 
@@ -299,8 +303,11 @@ def write_change(change: StreamingChange) -> None:
         for file in change.files:
             target = Path(file.path)
             stage = target.with_name(f".{target.name}.labwright-new")
-            stage.write_text(file.after, encoding="utf-8", newline="")
             staged.append((stage, target))
+            with stage.open("w", encoding="utf-8", newline="") as handle:
+                handle.write(file.after)
+                handle.flush()
+                os.fsync(handle.fileno())  # on disk before the rename: a crash leaves the old file or the new
         for stage, target in staged:
             stage.replace(target)
     except OSError as exc:

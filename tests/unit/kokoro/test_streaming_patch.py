@@ -106,7 +106,15 @@ def test_unrecognised_shape_fails_loudly_and_writes_nothing(tree, rel, old, new,
     assert snapshot(tree) == before  # neither file, even the one that had a known shape
 
 
-def test_not_a_checkout(tmp_path):
+def test_not_a_checkout_is_bad_input(tmp_path):
+    result = cli("--source", str(tmp_path))
+    assert isinstance(result.exception, BadInput) and result.exception.exit_code == 2
+    with pytest.raises(BadInput, match=r"not a Kokoro-FastAPI checkout \(no api/ directory in it\)"):
+        read_tree(tmp_path)
+
+
+def test_a_checkout_without_the_files_is_unrecognised(tmp_path):
+    (tmp_path / "api").mkdir()
     result = cli("--source", str(tmp_path))
     assert result.exit_code == 1
     change = plan_streaming(read_tree(tmp_path))
