@@ -7,6 +7,7 @@ the guest needs no SSH; each failure names the seed's cause and fix.
 from __future__ import annotations
 
 import json
+import re
 
 import typer
 
@@ -25,10 +26,24 @@ HELP = "Desktop guests (xrdp + MATE + Firefox): check one against the seed's tro
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
 
+#: A Linux login name as useradd accepts it by default (shadow-utils NAME_REGEX: ^[a-z_][a-z0-9_-]*[$]?$, 32 max).
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,30}\$?$")
+
+
+def check_arguments(user: str | None, port: int | None) -> None:
+    """Refuse what no desktop guest can have, before the daemon is asked anything."""
+    if port is not None and not 1 <= port <= 65535:
+        raise BadInput(f"--port {port}: not a TCP port; give 1-65535 (xrdp listens on 3389)")
+    if user is not None and not USER_NAME.match(user):
+        raise BadInput(f"--user {user!r}: not a Linux user name; use lower-case letters, digits, _ and -, "
+                       "starting with a letter or _ (at most 32)")
+
+
 def _host(guest: str) -> LxdHost:
     remote, _, name = guest.rpartition(":")
     if not INSTANCE_NAME.match(name):
-        raise BadInput(f"guest {guest!r} is not an LXD instance name (NAME or REMOTE:NAME)")
+        raise BadInput(f"guest {guest!r} is not an LXD instance name (NAME or REMOTE:NAME); use 1-63 letters, digits "
+                       "and hyphens, starting with a letter (see `lxc list`)")
     endpoint, project = resolve_endpoint(remote or None)
     return LxdHost(name, LxdClient(endpoint, project=project))
 
@@ -67,6 +82,7 @@ def check(
 
     Example: labwright desktop check desk1
     """
+    check_arguments(user, port)
     host = _host(guest)
     name = host.name
     try:

@@ -81,4 +81,22 @@ def test_a_missing_stopped_or_unreachable_guest_is_one_error_line(stand_in, caps
 def test_a_name_lxd_cannot_have_is_refused_before_the_daemon_is_asked(capsys):
     assert main(["desktop", "check", "lab:desk_1"]) == 2
     assert capsys.readouterr().err.strip() == ("labwright: error: guest 'lab:desk_1' is not an LXD instance name "
-                                               "(NAME or REMOTE:NAME)")
+                                               "(NAME or REMOTE:NAME); use 1-63 letters, digits and hyphens, "
+                                               "starting with a letter (see `lxc list`)")
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["desk1", "--port", "70000"], "--port 70000: not a TCP port; give 1-65535"),
+    (["desk1", "--port", "0"], "--port 0: not a TCP port"),
+    (["desk1", "--port", "-1"], "--port -1: not a TCP port"),
+    (["desk1", "--user", "a b"], "--user 'a b': not a Linux user name"),
+    (["desk1", "--user", "$(id)"], "--user '$(id)': not a Linux user name"),
+    (["a b"], "guest 'a b' is not an LXD instance name"),
+    (["@lxd/$(id)"], "guest '@lxd/$(id)' is not an LXD instance name"),
+])
+def test_impossible_values_are_refused_before_the_daemon(monkeypatch, tmp_path, capsys, args, words):
+    # No daemon here: a value that reached it would fail on the socket, not with this line.
+    monkeypatch.setenv("LXD_DIR", str(tmp_path / "no-lxd"))
+    assert main(["desktop", "check", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err, err
