@@ -30,6 +30,7 @@ from typing import Any
 
 from support.pve_lxc import Lxc
 from support.pve_schema import ApiSchema, Endpoint, PveApiError, param_error, validate
+from support.pve_snapshot import Snapshots
 from support.pve_state import GiB, PveCluster, Task
 
 Handler = Callable[[str, dict[str, str]], Any]
@@ -53,7 +54,9 @@ class PveApi:
         create = schema.endpoints["/nodes/{node}/lxc"]
         config = schema.endpoints["/nodes/{node}/lxc/{vmid}/config"].methods["GET"]["returns"]["properties"]
         self.lxc = Lxc(cluster, create.properties("POST"), config)
+        self.snapshots = Snapshots(cluster)
         vm = "/nodes/{node}/lxc/{vmid}"
+        snap = vm + "/snapshot"
         self.routes: dict[tuple[str, str], Handler] = {
             ("GET", "/version"): lambda u, p: self._version(next(iter(cluster.nodes))),
             ("GET", "/nodes"): lambda u, p: [self._node_entry(n) for n in cluster.nodes],
@@ -73,6 +76,14 @@ class PveApi:
             ("POST", vm + "/status/stop"): lambda u, p: self.lxc.stop(u, p["node"], int(p["vmid"])),
             ("POST", vm + "/status/shutdown"):
                 lambda u, p: self.lxc.stop(u, p["node"], int(p["vmid"]), "vzshutdown"),
+            ("GET", snap): lambda u, p: self.snapshots.list(p["node"], int(p["vmid"])),
+            ("POST", snap): lambda u, p: self.snapshots.create(u, p["node"], int(p["vmid"]), p["snapname"],
+                                                               p.get("description")),
+            ("DELETE", snap + "/{snapname}"):
+                lambda u, p: self.snapshots.delete(u, p["node"], int(p["vmid"]), p["snapname"]),
+            ("POST", snap + "/{snapname}/rollback"):
+                lambda u, p: self.snapshots.rollback(u, p["node"], int(p["vmid"]), p["snapname"],
+                                                     p.get("start") == "1", self.lxc._boot),
             ("GET", "/nodes/{node}/tasks"): lambda u, p: self._tasks(p),
             ("GET", "/nodes/{node}/tasks/{upid}"): lambda u, p: self._task(p) and _subdirs("log", "status", key="name"),
             ("DELETE", "/nodes/{node}/tasks/{upid}"): lambda u, p: self.cluster.stop_task(self._task(p).upid),
