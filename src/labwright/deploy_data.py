@@ -9,7 +9,8 @@ Every deploy reads its data the same way, and a bad value is one line naming the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
+
+from labwright.errors import BadInput
 
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -64,3 +67,34 @@ class DeployData:
         if text in TRUE or text in FALSE:
             return text in TRUE
         raise self.fail(key, f"{value!r} is not true or false")
+
+
+def keys_of(defaults: Mapping[str, Any]) -> set[str]:
+    """Every key a defaults.toml names, at any depth (tables included): the data keys a deploy reads from it."""
+    found: set[str] = set()
+    for key, value in defaults.items():
+        found.add(str(key))
+        if isinstance(value, Mapping):
+            found |= keys_of(value)
+    return found
+
+
+def unknown_key_error(data: Mapping[str, Any], prefix: str, known: Iterable[str], where: str) -> BadInput | None:
+    """The first ``PREFIX_KEY`` in the host data that the deploy does not read, as one line with the nearest known key
+    (a typo such as ``tabbyapi_cache_sise=65536`` is refused, not silently ignored); None when every key is known.
+
+    ``where`` tells the user where the keys are listed (a defaults.toml, a doc)."""
+    names = sorted(f"{prefix}_{key}" for key in set(known))
+    for key in sorted(str(k) for k in data):
+        if key.startswith(f"{prefix}_") and key not in names:
+            near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+            hint = f"did you mean {near[0]}?" if near else f"the {prefix}_* keys are listed in {where}"
+            return BadInput(f"{key}: unknown data key for this deploy ({hint}); fix or remove it (nothing was changed)")
+    return None
+
+
+def refuse_unknown_keys(data: Mapping[str, Any], prefix: str, known: Iterable[str], where: str) -> None:
+    """Raise :func:`unknown_key_error`'s line as a DeployError (pyinfra prints it without a traceback)."""
+    error = unknown_key_error(data, prefix, known, where)
+    if error is not None:
+        raise DeployError(str(error))

@@ -17,6 +17,7 @@ from pyinfra.facts.server import Users
 from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from labwright.deploy_data import refuse_unknown_keys
 from labwright.desktop import password as passwords
 from labwright.desktop.recipe import (
     CERT_DIR,
@@ -54,6 +55,8 @@ DATA_KEYS = ("desktop_user", "desktop_port", "desktop_listen", "desktop_firefox_
 def deploy_desktop() -> None:
     """Desktop: xrdp + xorgxrdp + MATE + Firefox in an unprivileged LXC."""
     # --- read and check everything before touching anything ------------------------------------------
+    refuse_unknown_keys(host.data.dict(), "desktop", [key.removeprefix("desktop_") for key in DATA_KEYS],
+                        "docs/desktop.md")
     try:
         settings = parse_settings({k: host.data.get(k) for k in DATA_KEYS}, host.name)
         check_guest_data(host.data.get("guest"), host.name)

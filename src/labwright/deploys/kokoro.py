@@ -20,7 +20,7 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from labwright.default_keys import is_default_key
-from labwright.deploy_data import DeployData, jinja
+from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
 from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import LabwrightError
 from labwright.facts.nvidia import NvidiaDriverVersion
@@ -69,6 +69,8 @@ def deploy_kokoro() -> None:
     fit); each refusal is one line naming the data key. A re-run with the same source changes nothing.
     """
     # --- read and check everything before touching anything -----------------------------------------
+    refuse_unknown_keys(host.data.dict(), "kokoro", {*DEFAULTS["service"], "source", "env"},
+                        "docs/kokoro.md and labwright/data/templates/kokoro/defaults.toml")
     service, user = str(data("service")), str(data("user"))
     for key, value in (("service", service), ("user", user)):
         if not NAME.match(value) or value == "root":

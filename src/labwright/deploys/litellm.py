@@ -20,7 +20,7 @@ from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from labwright.deploy_data import DeployData, jinja
+from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
 from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import LabwrightError
 from labwright.facts.default_keys import DefaultKeysIn
@@ -92,6 +92,9 @@ def deploy_litellm() -> None:
     anything changes; each refusal is one line naming the data key.
     """
     # --- read and check everything before touching anything -----------------------------------------
+    refuse_unknown_keys(host.data.dict(), "litellm",
+                        {*DEFAULTS["service"], "aliases", "cloud_models", "master_key", "engine_address"},
+                        "docs/litellm.md and labwright/data/templates/litellm/defaults.toml")
     if host.data.get("litellm_master_key") is not None:
         raise fail("master_key", "is never taken from inventory data (secrets stay out of inventories); labwright "
                    "generates it on the gateway: remove litellm_master_key (nothing was changed)")

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from labwright import paths
-from labwright.deploy_data import FALSE, TRUE, DeployData, jinja
+from labwright.deploy_data import FALSE, TRUE, DeployData, jinja, refuse_unknown_keys
 from labwright.llamacpp.build import cache_dir
 
 TEMPLATES = paths.templates_dir("llamacpp")
@@ -160,8 +160,15 @@ class LlamacppSettings:
         return str(binary.with_name(f".{binary.name}.labwright-new"))
 
 
+def data_keys() -> set[str]:
+    """Every ``llamacpp_<key>`` the deploy reads: [service] and [flags], ``ollama_<key>`` of [ollama], the binary."""
+    return ({*DEFAULTS["service"], *DEFAULTS["flags"], "extra_args", "binary_src", "binary_sha256"}
+            | {f"ollama_{key}" for key in DEFAULTS["ollama"]})
+
+
 def settings_from(data: Mapping[str, Any]) -> LlamacppSettings:
     """Read and check the host data (names, paths, flags, extra args, the local binary), in the deploy's order."""
+    refuse_unknown_keys(data, "llamacpp", data_keys(), "labwright/data/templates/llamacpp/defaults.toml")
     keys = KEYS.over(data)
     fail, get = keys.fail, keys.get
     service, user = str(get("service")), str(get("user"))

@@ -18,6 +18,7 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from labwright import paths
+from labwright.deploy_data import unknown_key_error
 from labwright.errors import BadInput
 
 TEMPLATES = paths.templates_dir("tabbyapi")
@@ -167,6 +168,11 @@ class Settings:
         return jinja().get_template("tabbyapi.service.j2").render(**asdict(self))
 
 
+def flat_keys(defaults: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """The ``tabbyapi_<key>`` names the deploy reads (the stack's name is ``stack``, not ``tabbyapi_default``)."""
+    return {key for section in defaults.values() for key in section} - {"default"}
+
+
 def settings_from(data: Mapping[str, Any]) -> Settings:
     """Check host data (``tabbyapi_<key>``, the ``tabbyapi`` dict, ``stack``) against the defaults."""
     defaults = load_defaults()
@@ -177,6 +183,9 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
     for key in nested:
         if key not in known:
             raise BadInput(f"tabbyapi: unknown key {key!r} (see labwright/data/templates/tabbyapi/defaults.toml)")
+    error = unknown_key_error(data, "tabbyapi", flat_keys(defaults), "labwright/data/templates/tabbyapi/defaults.toml")
+    if error is not None:
+        raise error
 
     def get(section: str, key: str) -> Any:
         flat = data.get(f"tabbyapi_{key}")

@@ -1,0 +1,76 @@
+"""A typo in a deploy's host data is refused with the nearest key, never silently ignored (issue 16: the flat
+``tabbyapi_cache_sise=65536`` was ignored while the dict form refused the same typo)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyinfra.api.exceptions import DeployError
+
+from labwright.deploy_data import unknown_key_error
+from labwright.errors import BadInput
+from labwright.llamacpp.deploy_data import settings_from as llamacpp_settings
+from labwright.tabbyapi.deploy_data import settings_from as tabbyapi_settings
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_tabbyapi_flat_typo_is_refused_like_the_dict_form() -> None:
+    with pytest.raises(BadInput) as flat:
+        tabbyapi_settings({"tabbyapi_model_name": "m", "tabbyapi_cache_sise": 65536})
+    assert str(flat.value) == ("tabbyapi_cache_sise: unknown data key for this deploy (did you mean "
+                               "tabbyapi_cache_size?); fix or remove it (nothing was changed)")
+    with pytest.raises(BadInput) as nested:
+        tabbyapi_settings({"tabbyapi": {"model_name": "m", "cache_sise": 65536}})
+    assert "cache_sise" in str(nested.value)
+
+
+def test_tabbyapi_known_flat_keys_pass() -> None:
+    settings = tabbyapi_settings({"tabbyapi_model_name": "m", "tabbyapi_cache_size": 8192, "tabbyapi_port": 5001,
+                                  "tabbyapi_ref": "v1", "stack": "C", "llamacpp_model": "/x.gguf"})
+    assert (settings.cache_size, settings.port, settings.ref) == (8192, 5001, "v1")
+
+
+def test_tabbyapi_stack_default_is_not_a_data_key() -> None:
+    with pytest.raises(BadInput, match=r"^tabbyapi_default: unknown data key"):
+        tabbyapi_settings({"tabbyapi_default": "C"})
+
+
+def test_llamacpp_typo_names_the_nearest_flag() -> None:
+    with pytest.raises(DeployError) as caught:
+        llamacpp_settings({"llamacpp_model": "/srv/models/tiny.gguf", "llamacpp_ctx_sise": 8192})
+    assert str(caught.value).startswith("llamacpp_ctx_sise: unknown data key for this deploy (did you mean "
+                                        "llamacpp_ctx_size?)")
+
+
+def test_llamacpp_ollama_keys_are_known() -> None:
+    assert unknown_key_error({"llamacpp_ollama_keep_alive": "5m"}, "llamacpp",
+                             ["ollama_keep_alive", "model"], "x") is None
+
+
+def test_no_near_key_points_at_the_list() -> None:
+    error = unknown_key_error({"kokoro_zzzzzzzz": 1}, "kokoro", ["port", "host"], "docs/kokoro.md")
+    assert error is not None and str(error) == (
+        "kokoro_zzzzzzzz: unknown data key for this deploy (the kokoro_* keys are listed in docs/kokoro.md); fix or "
+        "remove it (nothing was changed)")
+
+
+@pytest.mark.parametrize(("deploy", "typo", "nearest"), [
+    ("deploys/kokoro.py", "kokoro_prot=8880", "kokoro_port"),
+    ("deploys/litellm.py", "litellm_prot=4000", "litellm_port"),
+    ("deploys/desktop.py", "desktop_usr=alice", "desktop_user"),
+    ("deploys/tabbyapi.py", "tabbyapi_cache_sise=65536", "tabbyapi_cache_size"),
+])
+def test_pyinfra_run_refuses_before_anything(deploy: str, typo: str, nearest: str, tmp_path: Path) -> None:
+    """Through pyinfra itself (`--dry @local`): one line, no traceback, refused while pyinfra prepares."""
+    pyinfra = Path(sys.executable).parent / "pyinfra"
+    result = subprocess.run([str(pyinfra), "-y", "--dry", "@local", deploy, "--data", typo, "--data",
+                             "engine=" + deploy.split("/")[1].removesuffix(".py")],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert f"{typo.split('=')[0]}: unknown data key for this deploy (did you mean {nearest}?)" in output, output
+    assert "Traceback" not in output
