@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -25,6 +27,28 @@ DEFAULT_INVENTORY = os.environ.get("LABWRIGHT_CLUSTER_INVENTORY", "inventories/c
 InventoryArgument = typer.Argument(DEFAULT_INVENTORY, help="pyinfra inventory with a `cluster` (or `pve_nodes`) group.")
 InventoryOption = typer.Option(DEFAULT_INVENTORY, "--inventory", "-i",
                                help="pyinfra inventory with a `cluster` (or `pve_nodes`) group.")
+
+
+#: corosync's config_version is a 64-bit unsigned counter (corosync totemconfig.c, totem.config_version).
+CONFIG_VERSION_MAX = 2**64 - 1
+#: A DNS host name (RFC 1123 labels) for --lead; an IP address is taken as ipaddress parses it.
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def check_address(value: str, option: str) -> str:
+    """An IP address or DNS host name, or BadInput naming ``option`` (checked before any node is contacted)."""
+    text = value.strip()
+    try:
+        ipaddress.ip_address(text)
+        return text
+    except ValueError:
+        pass
+    labels = text.rstrip(".").split(".")
+    if not text or len(text) > 253 or not all(_HOST_LABEL.match(label) for label in labels) \
+            or labels[-1].isdigit():
+        raise BadInput(f"{option} {value!r}: not an IP address or host name; give the address of a quorate member, "
+                       "e.g. 10.140.3.10")
+    return text
 
 
 def _runners(inventory: Path) -> list[NodeRunner]:
@@ -80,6 +104,13 @@ def doctor_cmd(
 
     Example: labwright cluster doctor inventories/cluster.py
     """
+    if last_version is not None:
+        if prevent_node is None:
+            raise BadInput(f"--last-version {last_version} only means something with --prevent NODE; add --prevent "
+                           "NODE or drop --last-version")
+        if not 0 <= last_version <= CONFIG_VERSION_MAX:
+            raise BadInput(f"--last-version {last_version}: not a corosync config_version (0 to 2^64-1); give the "
+                           "number from the node's /etc/corosync/corosync.conf")
     runners = _runners(inventory)
     if prevent_node is not None:
         if prevent_node not in [r.name for r in runners]:
@@ -124,6 +155,7 @@ def rejoin_cmd(
 
     Example: labwright cluster rejoin pve7 --lead 10.140.3.10 --yes
     """
+    lead = check_address(lead, "--lead")
     result = run_rejoin(_runners(inventory), node, lead, yes, Reporter(quiet=as_json))
     if as_json:
         typer.echo(json.dumps(result.as_json()))

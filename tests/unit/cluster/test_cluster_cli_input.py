@@ -1,0 +1,39 @@
+"""`labwright cluster` refuses impossible values in one line before any node is contacted (no node answers here:
+a value that got that far would fail on the node, not with these lines)."""
+
+from __future__ import annotations
+
+import pytest
+
+from labwright.cli import main
+
+
+@pytest.fixture
+def inventory(tmp_path, monkeypatch):
+    monkeypatch.setenv("LXD_DIR", str(tmp_path / "no-lxd"))
+    path = tmp_path / "cluster.py"
+    path.write_text('cluster = [("pve1", {"cluster_lxd": "pve1"}), ("pve2", {"cluster_lxd": "pve2"})]\n')
+    return str(path)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["doctor", "INV", "--last-version", "7"], "--last-version 7 only means something with --prevent NODE"),
+    (["doctor", "INV", "--prevent", "pve2", "--last-version", "-1"], "--last-version -1: not a corosync config"),
+    (["doctor", "INV", "--prevent", "pve2", "--last-version", str(2**64)], "not a corosync config_version"),
+    (["rejoin", "pve1", "--lead", "a b", "-i", "INV"], "--lead 'a b': not an IP address or host name"),
+    (["rejoin", "pve1", "--lead", "@lxd/$(id)", "-i", "INV"], "--lead '@lxd/$(id)': not an IP address"),
+    (["rejoin", "pve1", "--lead", "", "-i", "INV"], "--lead '': not an IP address"),
+    (["rejoin", "pve1", "--lead", "n" * 300, "-i", "INV"], "not an IP address or host name"),
+    (["rejoin", "pve1", "--lead", "10.1.2.300", "-i", "INV"], "--lead '10.1.2.300': not an IP address"),
+])
+def test_impossible_values_are_one_line_exit_2(inventory, capsys, args, words):
+    assert main(["cluster", *[inventory if a == "INV" else a for a in args]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err, err
+
+
+@pytest.mark.parametrize("lead", ["10.140.3.10", "fd00::1", "pve1", "pve1.lab.example."])
+def test_addresses_and_host_names_pass_the_check(lead):
+    from labwright.cli.cluster import check_address
+
+    assert check_address(lead, "--lead") == lead
