@@ -31,7 +31,9 @@ huggingface_hub-2.4.0-py3-none-any.whl) sends or reads; file + line numbers refe
   1772-1775 caches the non-existence under it).
 
 Faults for tests: ``cut_once[path] = N`` sends the headers of the whole file, N bytes, then closes the connection
-(once); ``corrupt.add(path)`` serves the right length with wrong bytes. Every request is recorded in ``requests``.
+(once); ``corrupt.add(path)`` serves the right length with wrong bytes; ``stall[path] = N`` sends N bytes, sets
+``stalled`` and waits for ``release`` (once), so a test can kill the client mid-transfer. Every request is
+recorded in ``requests``.
 """
 
 from __future__ import annotations
@@ -112,6 +114,9 @@ class StandinHub:
         self.requests: list[Seen] = []
         self.cut_once: dict[str, int] = {}  # repo file path -> bytes sent before the connection is dropped (once)
         self.corrupt: set[str] = set()  # repo file paths served with wrong bytes
+        self.stall: dict[str, int] = {}  # repo file path -> bytes sent before the transfer waits for ``release``
+        self.stalled = threading.Event()  # set when a stalled transfer has sent its bytes
+        self.release = threading.Event()
         self._lock = threading.Lock()
         self._servers: list[http.server.ThreadingHTTPServer] = []
 
@@ -125,6 +130,7 @@ class StandinHub:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release.set()
         for server in self._servers:
             server.shutdown()
             server.server_close()
@@ -295,6 +301,13 @@ class StandinHub:
             return
         with self._lock:
             cut = self.cut_once.pop(path, None)
+            stall = self.stall.pop(path, None)
+        if stall is not None:
+            handler.wfile.write(data[start:start + stall])
+            handler.wfile.flush()
+            self.stalled.set()
+            self.release.wait(timeout=300)
+            start += stall
         if cut is not None:
             handler.wfile.write(data[start:start + cut])
             handler.wfile.flush()

@@ -119,9 +119,32 @@ def is_complete(models: Path, spec: dict[str, Any]) -> bool:
 
 def _check_name_free(models: Path, name: str) -> None:
     link = models / name
-    if (link.exists() or link.is_symlink()) and not link.is_symlink():
+    if link.exists() and not link.is_symlink():
         raise Refused(f"model_name: {link} exists and is not a link labwright made: move it away or choose another "
-                      "model_name (nothing was changed)", EXIT_BAD_INPUT)
+                      "model_name (nothing was downloaded)", EXIT_BAD_INPUT)
+
+
+def remove_orphaned_partials(cache: Path, repo: str) -> list[Path]:
+    """Remove the ``blobs/ETAG.XXXXXXXX.incomplete`` files of downloads that were killed (SIGKILL, power cut: their
+    ``finally`` never ran). huggingface_hub holds ``.locks/REPO_FOLDER/ETAG.lock`` while it writes one
+    (file_download.py 1244-1300, 2004); a partial whose lock can be taken now has no writer left, in this guest or
+    another one sharing the cache."""
+    from filelock import FileLock, Timeout
+
+    folder = "models--" + repo.replace("/", "--")  # file_download.py 747-756, repo_folder_name
+    removed: list[Path] = []
+    blobs = cache / folder / "blobs"
+    if not blobs.is_dir():
+        return removed
+    for partial in blobs.glob("*.incomplete"):
+        lock = FileLock(str(cache / ".locks" / folder / f"{partial.name.split('.')[0]}.lock"), timeout=0)
+        try:
+            with lock:
+                partial.unlink(missing_ok=True)
+                removed.append(partial)
+        except (Timeout, OSError):
+            continue
+    return removed
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -161,6 +184,7 @@ def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | No
     repo, revision, name = spec["repo"], spec["revision"], spec["name"]
     where = endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     _check_name_free(models, name)
+    remove_orphaned_partials(cache, repo)
     api = HfApi(endpoint=endpoint)
     try:
         # Resolve a branch or tag once, so the listing, the files and the marker all name the same commit.
@@ -177,19 +201,19 @@ def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | No
                                               ignore_patterns=spec.get("ignore") or None))
             if not wanted:
                 raise Refused(f"model_allow/model_ignore: no file of {repo}@{revision} matches (its files: "
-                              f"{', '.join(sorted(tree)[:8]) or 'none'}); nothing was changed", EXIT_BAD_INPUT)
+                              f"{', '.join(sorted(tree)[:8]) or 'none'}); nothing was downloaded", EXIT_BAD_INPUT)
             snapshot = Path(snapshot_download(repo, revision=commit, cache_dir=str(cache), endpoint=endpoint,
                                               allow_patterns=spec.get("allow") or None,
                                               ignore_patterns=spec.get("ignore") or None, max_workers=4))
     except RevisionNotFoundError:
         raise Refused(f"model_revision: {revision!r} is not a branch, tag or commit of {repo} on {where} "
-                      "(nothing was changed)", EXIT_BAD_INPUT) from None
+                      "(nothing was downloaded)", EXIT_BAD_INPUT) from None
     except RemoteEntryNotFoundError:
         raise Refused(f"model_file: {spec.get('file')!r} is not a file of {repo}@{revision} on {where} "
-                      "(nothing was changed)", EXIT_BAD_INPUT) from None
+                      "(nothing was downloaded)", EXIT_BAD_INPUT) from None
     except RepositoryNotFoundError:
         raise Refused(f"model_repo: {repo!r} is not a repo on {where}, or it is private or gated (give a token in "
-                      "HF_TOKEN); nothing was changed", EXIT_BAD_INPUT) from None
+                      "HF_TOKEN); nothing was downloaded", EXIT_BAD_INPUT) from None
     except failures as exc:
         raise Refused(f"download of {repo}@{revision} from {where} failed: {_one_line(exc)} (files completed so far "
                       "stay in the cache; nothing was marked complete; re-run to continue)", EXIT_FAILED) from None

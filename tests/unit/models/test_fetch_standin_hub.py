@@ -9,8 +9,10 @@ import hashlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -144,10 +146,10 @@ def test_stand_in_hub_a_failed_new_spec_leaves_the_previous_model_in_place(hub, 
 @pytest.mark.parametrize(("data", "start", "words"), [
     ({"repo": "lab/nope"}, "model_repo: 'lab/nope' is not a repo on http://", "private or gated"),
     ({"repo": "lab/tiny", "revision": "v9"}, "model_revision: 'v9' is not a branch, tag or commit of lab/tiny",
-     "nothing was changed"),
-    ({"repo": "lab/tiny", "revision": "f" * 40}, "model_revision: 'ffff", "nothing was changed"),
+     "nothing was downloaded"),
+    ({"repo": "lab/tiny", "revision": "f" * 40}, "model_revision: 'ffff", "nothing was downloaded"),
     ({"repo": "lab/tiny-GGUF", "file": "tiny-Q4_K_M.gguf"},
-     "model_file: 'tiny-Q4_K_M.gguf' is not a file of lab/tiny-GGUF@main", "nothing was changed"),
+     "model_file: 'tiny-Q4_K_M.gguf' is not a file of lab/tiny-GGUF@main", "nothing was downloaded"),
     ({"repo": "lab/tiny", "allow": "*.gguf"}, "model_allow/model_ignore: no file of lab/tiny@main matches",
      "config.json"),
 ])
@@ -189,3 +191,31 @@ def test_a_bad_spec_argument_is_one_line_exit_2(tmp_path):
                            "--models", str(tmp_path / "m")], capture_output=True, text=True)
     assert proc.returncode == 2 and one_line(proc).startswith("--spec: not a model spec")
     assert not (tmp_path / "m").exists()
+
+
+def test_stand_in_hub_runner_killed_mid_transfer_marks_nothing_and_the_rerun_completes(hub, tmp_path):
+    models = tmp_path / "models"
+    spec = parse_spec({"repo": "lab/tiny-GGUF", "file": "tiny-Q8_0.gguf"})
+    hub.stall["tiny-Q8_0.gguf"] = 12 * MiB  # past one 10 MiB chunk: a partial file is on disk when it is killed
+    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf-home")}
+    proc = subprocess.Popen([sys.executable, str(RUNNER), "--spec", json.dumps(spec.as_json()), "--cache",
+                             str(models / "hub"), "--models", str(models)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        assert hub.stalled.wait(timeout=120), "the stand-in hub never sent the first 12 MiB of tiny-Q8_0.gguf"
+        blobs = models / "hub" / "models--lab--tiny-GGUF" / "blobs"
+        deadline = time.monotonic() + 60
+        while not any(p.stat().st_size >= CHUNK for p in blobs.glob("*.incomplete")):
+            assert time.monotonic() < deadline, f"no partial file of {CHUNK} bytes appeared in {blobs}"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        hub.release.set()
+    assert proc.returncode == -signal.SIGKILL
+    assert unmarked(models, "tiny-GGUF") and list(blobs.glob("*.incomplete"))  # the killed writer's partial
+    again = run(hub, models, repo="lab/tiny-GGUF", file="tiny-Q8_0.gguf")
+    assert again.returncode == 0, again.stderr
+    local = models / "tiny-GGUF" / "tiny-Q8_0.gguf"
+    assert hashlib.sha256(local.read_bytes()).hexdigest() == hashlib.sha256(GGUF).hexdigest()
+    assert not list(blobs.glob("*.incomplete"))  # the orphaned partial was removed (its lock was free)
