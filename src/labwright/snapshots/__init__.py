@@ -37,26 +37,32 @@ from labwright.snapshots.model import (
 )
 
 __all__ = ["DEFAULT_KEEP", "PREFIX", "RestoreResult", "Snapshot", "SnapshotBackend", "Support", "TakeResult",
-           "backend_for", "before", "list_snapshots", "restore", "take"]
+           "backend_for", "before", "guest_name", "list_snapshots", "restore", "take"]
 
 Guest = str | SnapshotBackend
+
+
+def guest_name(host: str) -> LxdName | PctName:
+    """The container a guest name points at; anything else is refused with the forms that work."""
+    parsed = parse_host_name(host)
+    if parsed is None:
+        raise BadInput(f"guest {host!r}: snapshots need a container name, @lxd/NAME (or @incus/NAME, "
+                       "@lxd/REMOTE:NAME) or @pct/NODE/VMID, e.g. @lxd/llm1")
+    return parsed
 
 
 def backend_for(host: str, node_data: Mapping[str, Any] | None = None, **options: Any) -> SnapshotBackend:
     """The snapshot backend of a guest host name. ``options``: ``client`` (an LxdClient) for LXD; ``api``,
     ``credentials``, ``task_timeout``, ``poll_interval`` for Proxmox."""
-    parsed = parse_host_name(host)
+    parsed = guest_name(host)
     if isinstance(parsed, LxdName):
         from labwright.snapshots.lxd import LxdSnapshots
 
         return LxdSnapshots(parsed, client=options.get("client"))
-    if isinstance(parsed, PctName):
-        from labwright.snapshots.proxmox import PveSnapshots
+    from labwright.snapshots.proxmox import PveSnapshots
 
-        allowed = {k: v for k, v in options.items() if k in ("api", "credentials", "task_timeout", "poll_interval")}
-        return PveSnapshots(parsed, node_data, **allowed)
-    raise BadInput(f"guest {host!r}: snapshots need a container name, @lxd/NAME (or @incus/NAME, @lxd/REMOTE:NAME) "
-                   "or @pct/NODE/VMID, e.g. @lxd/llm1")
+    allowed = {k: v for k, v in options.items() if k in ("api", "credentials", "task_timeout", "poll_interval")}
+    return PveSnapshots(parsed, node_data, **allowed)
 
 
 class _Opened:
@@ -122,9 +128,9 @@ def take(guest: Guest, step: str = "manual", keep: int = DEFAULT_KEEP, name: str
     if keep < 1:
         raise BadInput(f"--keep {keep}: keep at least 1 snapshot (the one being taken)")
     slug = step_slug(step)
+    if name is not None:  # refused before anything is opened or asked
+        check_user_name(name, guest_name(guest).host if isinstance(guest, str) else guest.label)
     with _Opened(guest, node_data, options) as backend:
-        if name is not None:
-            check_user_name(name, backend.label)
         if not backend.exists():
             raise BadInput(backend.missing())
         existing = backend.list()
