@@ -130,3 +130,11 @@ def settings(data: Mapping[str, Any]) -> ModelSettings:
                          endpoint=check_endpoint(get("endpoint")), hub_requirement=requirement,
                          find_links=find_links, runtime_packages=_list_of("runtime_packages", get("runtime_packages")),
                          download_timeout=timeout)
+
+
+def planned_model(data: Mapping[str, Any]) -> ModelSettings | None:
+    """The model this host's data asks deploys/model.py to download (``model_repo`` or a ``model`` table), else None:
+    what an engine deploy composed with deploy_model points its config at (``ModelSettings.path``)."""
+    if data.get("model_repo") is None and data.get("model") is None:
+        return None
+    return settings(data)

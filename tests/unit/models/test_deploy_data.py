@@ -54,3 +54,13 @@ def test_bad_data_is_one_line_naming_the_key(data, start):
         settings(data)
     message = str(caught.value)
     assert message.startswith(start) and "\n" not in message, message
+
+
+def test_planned_model_is_none_without_model_data_and_the_settings_with_it():
+    from labwright.models.deploy_data import planned_model
+
+    assert planned_model({"tabbyapi_model_name": "x"}) is None
+    planned = planned_model({"model": {"repo": "turboderp/Qwen3-8B-exl3", "revision": "4.0bpw"}})
+    assert planned is not None and planned.path == "/srv/models/Qwen3-8B-exl3"
+    with pytest.raises(BadInput, match="^model_repo: "):
+        planned_model({"model_repo": "a//b"})
