@@ -14,7 +14,7 @@ from labwright.matrix.abi import EXAMPLES, ModuleReport, VerifyReport, verify_py
 from labwright.matrix.abi_cache import AbiCache
 from labwright.stacks import show as show_module
 from labwright.stacks import switch as switch_module
-from labwright.stacks.from_matrix import describe_plan, inspect_local, plan_for_stack
+from labwright.stacks.from_matrix import describe_plan, plan_for_stack
 from labwright.stacks.plan import DEFAULT_ROOT, check_root, check_venv_path
 from labwright.stacks.service import HealthCheck
 from labwright.ui import stdout
@@ -185,7 +185,9 @@ def switch(
     options = _options(service, health, health_cmd, health_timeout, keep=keep, base_python=base_python,
                        installer=installer, create=create)
     if dry:
-        for line in describe_plan(plan, inspect_local(plan), options.service, options.health, keep):
+        # The real run's own checks, before it writes anything: a dry run approves only what would run.
+        found = switch_module.preflight(plan, options)
+        for line in describe_plan(plan, found, options.service, options.health, keep):
             _log(line)
         return
     outcome = switch_module.switch(plan, options, _log)

@@ -79,7 +79,7 @@ def _venv_home(venv: str) -> str | None:
             key, _, value = line.partition("=")
             if key.strip() == "home":
                 return value.strip()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a pyvenv.cfg that is not UTF-8 text: no home to offer
         return None
     return None
 

@@ -69,13 +69,31 @@ def fetch(wheel: PlannedWheel, download_dir: Path, log: Callable[[str], None]) -
     return LocalWheel(wheel=wheel, path=path, sha256=sha, size=size, checked=bool(wheel.sha256))
 
 
-def _local(wheel: PlannedWheel, path: Path) -> tuple[str, int]:
+def local_path(wheel: PlannedWheel) -> Path | None:
+    """Where a wheel lies on this host (a wheelhouse path or a file:// URL); None for a download."""
+    if wheel.source.startswith("file://"):
+        return Path(urllib.parse.unquote(urllib.parse.urlparse(wheel.source).path))
+    return None if wheel.is_url else Path(wheel.source)
+
+
+def check_local_source(wheel: PlannedWheel) -> None:
+    """Refuse a wheel that should lie on this host and does not (before anything is written)."""
+    path = local_path(wheel)
+    if path is not None:
+        _check_file(wheel, path)
+
+
+def _check_file(wheel: PlannedWheel, path: Path) -> None:
     if not path.is_file():
         where = path.parent
         hint = (f"put {wheel.filename} there" if where.is_dir()
                 else f"the wheelhouse {where} does not exist on this host")
         raise BadInput(f"{wheel.package} {wheel.version}: {path} not found; {hint} (or drop --wheelhouse to "
                        "download it)")
+
+
+def _local(wheel: PlannedWheel, path: Path) -> tuple[str, int]:
+    _check_file(wheel, path)
     return sha256_of(path)
 
 

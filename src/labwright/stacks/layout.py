@@ -159,15 +159,24 @@ class Layout:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """One switch/rollback at a time per root: two would race on the symlink, the state and GC."""
+        """One switch/rollback at a time per root: two would race on the symlink, the state and GC. The kernel
+        drops a flock when its holder dies (SIGKILL included), so a killed run leaves no stale lock. A root this
+        call created is removed again when the run fails with nothing in it (a refused first switch leaves no
+        trace)."""
+        created = _missing_ancestors(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "w") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise OperationFailed(f"another stack switch or rollback is running under {self.root}; wait for "
-                                      "it to finish") from None
-            yield
+        try:
+            with open(self.root / ".lock", "w") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise OperationFailed(f"another stack switch or rollback is running under {self.root} (see "
+                                          f"`fuser {self.root / '.lock'}`); wait for it to finish") from None
+                yield
+        except BaseException:
+            if created:
+                _remove_if_empty(self.root, created)
+            raise
 
     # -- swap --------------------------------------------------------------------------------------------------
     def point_to(self, venv_dir: str | Path) -> None:
@@ -197,9 +206,12 @@ class Layout:
 
     def same_filesystem(self) -> bool:
         """Whether a venv directory at the managed path can be renamed into the root (rename cannot cross
-        filesystems, and copying a live venv is neither atomic nor cheap)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        return os.stat(self.root).st_dev == os.stat(self.venv).st_dev
+        filesystems, and copying a live venv is neither atomic nor cheap). A root not made yet will be on its
+        nearest existing ancestor's filesystem."""
+        root = self.root
+        while not root.exists() and root != root.parent:
+            root = root.parent
+        return os.stat(root).st_dev == os.stat(self.venv).st_dev
 
     # -- garbage collection ------------------------------------------------------------------------------------
     def environments(self) -> list[Path]:
@@ -258,8 +270,32 @@ def write_atomic(path: Path, text: str) -> None:
 def _read(path: Path) -> str | None:
     try:
         return path.read_text().strip()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: not UTF-8, not a marker labwright wrote
         return None
+
+
+def _missing_ancestors(path: Path) -> list[Path]:
+    """``path`` and its parents that do not exist yet, deepest first (what mkdir(parents=True) will create)."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_if_empty(root: Path, created: list[Path]) -> None:
+    """Undo mkdir(parents=True) of ``created`` when nothing but the lock file and empty directories are left."""
+    for name in ("plans", "state"):
+        with contextlib.suppress(OSError):
+            (root / name).rmdir()
+    with contextlib.suppress(OSError):
+        if [p.name for p in root.iterdir()] == [".lock"]:
+            (root / ".lock").unlink()
+    for directory in created:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 def remove_tree(path: Path) -> None:

@@ -80,7 +80,7 @@ def _options(args: argparse.Namespace) -> Options:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "switch":
-        text = sys.stdin.read() if args.plan == "-" else _read(args.plan)
+        text = _decode(sys.stdin.buffer.read(), "-") if args.plan == "-" else _read(args.plan)
         try:
             data = json.loads(text)
         except ValueError as exc:
@@ -108,9 +108,18 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _read(path: str) -> str:
     try:
-        return Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as exc:
-        raise BadInput(f"--plan {path}: cannot read it ({exc.strerror})") from None
+        raise BadInput(f"--plan {path}: cannot read it ({exc.strerror}); pass the plan JSON labwright wrote") from None
+    return _decode(data, path)
+
+
+def _decode(data: bytes, path: str) -> str:
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"--plan {path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}), not a "
+                       "plan JSON; pass the plan file labwright wrote") from None
 
 
 def _pip(args: list[str]) -> int:

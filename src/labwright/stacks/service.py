@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
@@ -15,6 +17,7 @@ from labwright.errors import BadInput, OperationFailed
 UNIT = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
 POLL_S = 0.05  # a switch's downtime is what we measure: poll often, a request is cheap
 REQUEST_TIMEOUT_S = 2.0
+MAX_HEALTH_TIMEOUT_S = 86400.0
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,17 @@ def check_health(health: HealthCheck) -> HealthCheck:
         raise BadInput("--health and --health-cmd both given; pass one of them")
     if health.url and not re.match(r"^https?://[^/\s]+", health.url):
         raise BadInput(f"--health {health.url!r} is not an http(s) URL; pass one like http://127.0.0.1:5000/health")
-    if health.timeout_s <= 0:
-        raise BadInput(f"--health-timeout {health.timeout_s} must be positive (seconds)")
+    if health.url:
+        try:
+            port = urllib.parse.urlsplit(health.url).port  # ValueError for a port outside 0-65535
+        except ValueError:
+            port = 0
+        if port == 0:
+            raise BadInput(f"--health {health.url!r}: the port is not a number from 1 to 65535; pass one like "
+                           "http://127.0.0.1:5000/health")
+    if not math.isfinite(health.timeout_s) or not 0 < health.timeout_s <= MAX_HEALTH_TIMEOUT_S:
+        raise BadInput(f"--health-timeout {health.timeout_s:g} must be a number of seconds above 0 and at most "
+                       f"{MAX_HEALTH_TIMEOUT_S:g} (a day); pass one like 60")
     return health
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from labwright.errors import BadInput, LabwrightError, OperationFailed, SafetyCheckFailed
 from labwright.stacks import build as builder
 from labwright.stacks import service
-from labwright.stacks.fetch import NoSpace, fetch_all, free_bytes
+from labwright.stacks.fetch import NoSpace, check_local_source, fetch_all, free_bytes
 from labwright.stacks.layout import BUILDING, Entry, Layout, State, VenvPath, remove_tree
 from labwright.stacks.plan import SwitchPlan
 from labwright.stacks.service import HealthCheck
@@ -83,11 +83,34 @@ def inspect_for_switch(layout: Layout, create: bool) -> VenvPath:
     return found
 
 
-def switch(plan: SwitchPlan, options: Options, log: Log = print) -> Outcome:
+def _reusable(layout: Layout, env_dir: Path) -> bool:
+    return (env_dir / "venv").is_dir() and layout.manifest(env_dir / "venv") is not None \
+        and not (env_dir / BUILDING).exists()
+
+
+def preflight(plan: SwitchPlan, options: Options) -> VenvPath:
+    """Every check a switch makes before it writes anything (the root, its lock, a build directory): the real
+    run starts with it and ``--dry`` runs exactly it, so a dry run approves only what the real one would do."""
     check_options(options)
     layout = Layout(plan.root, plan.venv)
     if options.service:
         service.require_systemctl(options.service)  # before any work: a restart is what the swap relies on
+    found = inspect_for_switch(layout, options.create)
+    if options.installer not in builder.INSTALLERS:
+        raise BadInput(f"--installer {options.installer!r}: use one of {', '.join(builder.INSTALLERS)}")
+    env_dir = layout.env_dir(plan.env_id)
+    if options.base_python or not _reusable(layout, env_dir):
+        builder.base_python(plan, found.target, options.base_python)
+    if not _reusable(layout, env_dir):
+        builder.installer_command("python", options.installer)  # uv asked for and absent, no pip at all
+        for wheel in plan.wheels:
+            check_local_source(wheel)
+    return found
+
+
+def switch(plan: SwitchPlan, options: Options, log: Log = print) -> Outcome:
+    preflight(plan, options)
+    layout = Layout(plan.root, plan.venv)
     with layout.locked():
         found = inspect_for_switch(layout, options.create)
         state = reconcile(layout, layout.read_state(), found, log)
@@ -98,8 +121,7 @@ def switch(plan: SwitchPlan, options: Options, log: Log = print) -> Outcome:
                 return _finish_interrupted(plan, options, layout, state, log)
             return Outcome(False, state.current, state.previous, f"{plan.venv} already runs stack {plan.stack} "
                                                                  f"({plan.env_id}): nothing to do")
-        reused = (env_dir / "venv").is_dir() and layout.manifest(env_dir / "venv") is not None \
-            and not (env_dir / BUILDING).exists()
+        reused = _reusable(layout, env_dir)
         if reused:
             log(f"reuse {env_dir} (built before)")
         else:
@@ -363,7 +385,8 @@ def rollback(root: str, venv: str, options: Options, log: Log = print) -> Outcom
     with layout.locked():
         found = layout.inspect()
         if found.kind not in ("managed", "linked"):
-            raise BadInput(f"--venv {venv}: not a labwright-managed symlink ({found.kind}); nothing to roll back")
+            raise BadInput(f"--venv {venv}: not a labwright-managed symlink ({found.kind}), so there is nothing to "
+                           "roll back to; switch it first with `labwright stack switch`")
         state = reconcile(layout, layout.read_state(), found, log)
         previous = state.previous
         if previous is None or not Path(previous.path, "bin").is_dir():
