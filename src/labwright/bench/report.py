@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
+from labwright.atomic import write_bytes_atomic
 from labwright.bench.runner import SCHEMA
 from labwright.errors import BadInput
 from labwright.textio import read_json
@@ -166,10 +167,14 @@ def plot(docs: list[dict[str, Any]], path: Path) -> Path:
         ax.set_ylim(bottom=0)
         ax.legend()
     figure.tight_layout()
+    image = io.BytesIO()
     try:
-        figure.savefig(path, format="png")
-    except OSError as exc:
-        raise BadInput(f"--plot {path}: cannot write ({exc.strerror}): pick a writable path") from None
+        figure.savefig(image, format="png")
     finally:
         plt.close(figure)
+    try:
+        # The old PNG or the new, never half of one (a kill or a full disk mid-write).
+        write_bytes_atomic(path, image.getvalue())
+    except OSError as exc:
+        raise BadInput(f"--plot {path}: cannot write ({exc.strerror}): pick a writable path") from None
     return path

@@ -72,7 +72,11 @@ def parse_formats(text: str) -> list[str]:
 
 def speech_url(url: str) -> urllib.parse.SplitResult:
     """The endpoint: a base URL (http://host:8880) gets /v1/audio/speech appended."""
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (urllib checks the port only when it is read: 70000, "abc")
+    except ValueError as exc:
+        raise BadInput(f"--url {url!r}: {exc}; give the server's URL, e.g. http://127.0.0.1:8880") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BadInput(f"--url {url!r}: give the server's URL, e.g. http://127.0.0.1:8880")
     path = parts.path.rstrip("/")

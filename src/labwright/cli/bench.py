@@ -71,6 +71,8 @@ def _outputs(as_json: bool, as_csv: bool, plot: Path | None) -> None:
         report.require_matplotlib()
         if not plot.parent.is_dir():
             raise BadInput(f"--plot {plot}: directory {plot.parent} does not exist: create it or pick another path")
+        if plot.is_dir():
+            raise BadInput(f"--plot {plot} is a directory: give the PNG file's path, e.g. {plot / 'bench.png'}")
 
 
 def _llm(url: str | None, model: str | None, contexts: str, decode: int, trials: int, endpoint: str,

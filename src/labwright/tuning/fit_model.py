@@ -45,8 +45,7 @@ def _kv(request: FitRequest, layout: kv.KvLayout | None, spec: kv_modes.CacheSpe
         return 0, "not counted: pass --context N (with a config.json) or --kv-gb"
     if layout is None or spec is None:
         raise BadInput("--context needs the model's config.json: pass --config or a --model-dir that holds one")
-    if request.context < 1:
-        raise BadInput(f"--context {request.context}: give a number of tokens, 1 or more")
+    kv.check_context(request.context)
     tokens = kv.round_up(request.context, request.page)
     return kv.kv_bytes(layout, spec, tokens), f"{group(tokens)} tokens at {spec.engine.label} {spec.name}"
 

@@ -122,9 +122,20 @@ def round_up(tokens: int, page: int) -> int:
     return -(-tokens // page) * page
 
 
+# Past every model's context window (the longest, Llama 4 Scout, is 10M tokens): a larger number is a typo.
+MAX_CONTEXT = 16 * 1024 * 1024
+
+
 def _check_page(page: int) -> None:
-    if page < 1:
-        raise BadInput(f"--page {page}: give the cache's allocation unit in tokens, 1 or more (tabbyAPI: 256)")
+    if not 1 <= page <= MAX_CONTEXT:
+        raise BadInput(f"--page {page}: give the cache's allocation unit in tokens, 1 to {MAX_CONTEXT:,} "
+                       "(tabbyAPI: 256)")
+
+
+def check_context(context: int) -> None:
+    if not 1 <= context <= MAX_CONTEXT:
+        raise BadInput(f"--context {context:,}: give a number of tokens, 1 to {MAX_CONTEXT:,} (longer than any "
+                       "model's context window)")
 
 
 @dataclass(frozen=True)
@@ -214,8 +225,8 @@ def plan(layout: KvLayout, spec: CacheSpec, context: int | None = None, budget: 
          page: int = DEFAULT_PAGE) -> KvPlan:
     """The planner's answer for one cache setting; ``context`` is rounded up to whole pages, as engines allocate."""
     _check_page(page)
-    if context is not None and context < 1:
-        raise BadInput(f"--context {context}: give a number of tokens, 1 or more")
+    if context is not None:
+        check_context(context)
     notes = list(layout.notes)
     notes += rule_notes(layout, spec)
     if all_capped(layout, spec):

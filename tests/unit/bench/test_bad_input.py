@@ -209,3 +209,27 @@ def test_bench_tts_text_that_is_not_utf8_text_is_one_line(labwright, speech, tmp
 def test_bench_tts_url_that_is_not_http_is_one_line(labwright, text):
     one_line_exit_2(labwright("bench", "tts", "--url", "ftp://127.0.0.1/", "--text", str(text)),
                     "--url 'ftp://127.0.0.1/'")
+
+
+@pytest.mark.parametrize("bad", ["http://127.0.0.1:70000", "http://127.0.0.1:abc/v1"])
+def test_bench_tts_url_with_an_impossible_port_is_one_line(labwright, text, bad):
+    one_line_exit_2(labwright("bench", "tts", "--url", bad, "--text", str(text)), f"--url {bad!r}", "Port")
+
+
+def test_bench_plot_to_a_directory_is_refused_before_the_run(labwright, standin, tmp_path):
+    pytest.importorskip("matplotlib")  # the 'plot' extra: --plot says so itself when it is missing
+    one_line_exit_2(labwright("bench", "llm", "--url", standin.url, "--contexts", "64", "--plot", str(tmp_path)),
+                    f"--plot {tmp_path} is a directory")
+    assert standin.requests == [] and list(tmp_path.iterdir()) == []
+
+
+def test_bench_plot_replaces_the_png_whole_and_leaves_no_temporary(tmp_path):
+    pytest.importorskip("matplotlib")
+    from labwright.bench import report
+
+    doc = {"label": "a", "results": [{"context": 512, "warm": {"prefill_tps": 1000.0, "decode_tps": 30.0}}]}
+    target = tmp_path / "bench.png"
+    target.write_bytes(b"old")
+    report.plot([doc], target)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["bench.png"]

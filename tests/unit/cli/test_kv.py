@@ -295,3 +295,13 @@ def test_kv_plan_on_a_file_that_is_not_a_config_is_one_line(cli_env, tmp_path, n
 def test_kv_plan_on_a_device_or_an_empty_directory_is_one_line(cli_env, tmp_path):
     one_line_exit_2(run(cli_env, "plan", "--config", "/dev/zero"), "/dev/zero is not a regular file")
     one_line_exit_2(run(cli_env, "plan", "--config", str(tmp_path)), f"{tmp_path}/config.json: no such file")
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["plan", "--config", SEED, "--context", "1000000000000"], ("--context 1,000,000,000,000", "1 to 16,777,216")),
+    (["plan", "--config", SEED, "--budget", "1GiB", "--page", "99999999999"], ("--page 99999999999",)),
+    (["fit", "--weights-gb", "4", "--vram-gb", "8", "--config", SEED, "--context", "99999999999"],
+     ("--context 99,999,999,999",)),
+])
+def test_a_context_or_page_past_any_model_is_refused(cli_env, args, words):
+    one_line_exit_2(run(cli_env, *args), *words)
