@@ -161,6 +161,8 @@ def show(
 
     Example: labwright matrix show --component flash_attn --torch 2.11 --python 3.12
     """
+    if limit < 1:
+        raise BadInput(f"--limit {limit}: give a number of wheels >= 1 (the default is 40)")
     matrix = load_matrix()
     if stack:
         named = get_stack(stack, matrix)

@@ -17,6 +17,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from labwright import textio
 from labwright.errors import BadInput
 from labwright.matrix import inputs
 from labwright.matrix.model import Matrix, Wheel
@@ -67,10 +68,7 @@ def read_requirement_lines(path: Path, seen: set[Path] | None = None) -> list[tu
     if path.resolve() in seen:
         return []
     seen.add(path.resolve())
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"-r {path}: cannot read it ({exc.strerror}): pass an existing requirements file") from exc
+    raw = textio.read_text(path, "a requirements file (-r)")
     lines: list[tuple[str, str]] = []
     for number, line in enumerate(raw.replace("\\\n", "").splitlines(), 1):
         text = line.split(" #", 1)[0].strip()

@@ -9,14 +9,13 @@ stacks.toml are hand-written.
 from __future__ import annotations
 
 import os
-import tomllib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from labwright import paths
+from labwright import paths, textio
 from labwright.errors import BadInput
 from labwright.matrix.model import (
     WHEEL_FIELDS,
@@ -46,20 +45,7 @@ def matrix_dir() -> Path:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    fix = "fix the file or re-run `labwright matrix refresh`"
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read this matrix file ({exc.strerror or type(exc).__name__}): {fix}") from None
-    try:
-        text = data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}), not a "
-                       f"matrix TOML: {fix}") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{path}: not valid TOML ({exc}): {fix}") from None
+    return textio.read_toml(path, "a wheels matrix TOML (re-run `labwright matrix refresh` for a generated one)")
 
 
 def _spec(text: str, where: str) -> SpecifierSet:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -20,6 +19,7 @@ from urllib.parse import urljoin, urlsplit
 
 from packaging.version import Version
 
+from labwright import textio
 from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput, OperationFailed
 from labwright.matrix.model import Component, Wheel
@@ -220,27 +220,10 @@ def render_toml(wheels: list[Wheel], header: dict[str, str | int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_text_file(path: Path, what: str, fix: str) -> str:
-    """UTF-8 text of ``path`` (a leading BOM dropped), or one BadInput line naming it, ``what`` it should be and
-    ``fix``: a missing file, a directory, binary bytes or another encoding are all the user's input."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"{what} {path}: cannot read it ({exc.strerror or type(exc).__name__}): {fix}") from None
-    if b"\x00" in data[:8192]:
-        raise BadInput(f"{what} {path}: a binary file, not text: {fix}")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"{what} {path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
-                       f"{fix} (or convert it to UTF-8)") from None
-    return text.removeprefix("\ufeff")
-
-
 def read_listing(path: Path, kind: str, base_url: str = "", source: str = "") -> tuple[list[Listed], list[str]]:
     if kind not in KINDS:
         raise BadInput(f"--kind {kind!r} is unknown: use one of {', '.join(KINDS)}")
-    text = read_text_file(path, "--from", "pass an existing listing file")
+    text = textio.read_text(path, f"a wheel listing (--from, {kind})")
     if kind == "flash-attn-prebuilt":
         return parse_prebuilt_markdown(text)
     if kind == "pip-index":
@@ -271,12 +254,8 @@ def existing_rows(path: Path) -> list[dict[str, object]] | None:
     """The wheel rows of a matrix file about to be replaced (None: no such file, or one without a wheel list)."""
     if not path.exists():
         return None
-    text = read_text_file(path, "--out file", "fix or remove that file, or pick another --name / --out")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"--out file {path}: not valid TOML ({exc}): fix or remove it, or pick another --name / "
-                       "--out") from None
+    data = textio.read_toml(path, "the matrix file that --name/--out would replace (fix or remove it, or pick "
+                                  "another --name)")
     rows = data.get("wheels")
     if rows is None:
         raise BadInput(f"--out file {path} is a hand-written matrix file (no `wheels` list): pick another --name")

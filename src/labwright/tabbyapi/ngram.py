@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from labwright import textio
 from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.tabbyapi import config_edit
@@ -284,13 +285,7 @@ def read_tree(source_dir: Path, config: Path | None = None) -> TabbyTexts:
         it does not exist; BadInput naming it for a directory, a device, binary bytes or another encoding."""
         if not path.exists():
             return None
-        if not path.is_file():
-            raise BadInput(f"{path} is not a regular file; pass a tabbyAPI config.yml (or a checkout) there")
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise BadInput(f"{path}: cannot read it ({exc.strerror or type(exc).__name__}); fix its permissions") \
-                from None
+        data = textio.read_bytes(path, f"a tabbyAPI {path.name}")  # directories, devices, permissions, size
         if b"\x00" in data[:8192]:
             raise BadInput(f"{path} is a binary file, not YAML/Python text; pass the tabbyAPI config.yml / checkout")
         try:

@@ -49,7 +49,12 @@ def test_resolve_human_output_is_a_table(cli_env):
         (["resolve", "--stack", "E"], "labwright: error: stack 'E' is unknown"),
         (["check", "--torch", "banana", FA_29], "labwright: error: --torch 'banana' is not a torch version"),
         (["check", "--torch", "2.11.0"], "labwright: error: nothing to check"),
-        (["check", "--torch", "2.11.0", "-r", "/nonexistent/req.txt"], "labwright: error: -r /nonexistent/req.txt"),
+        (["check", "--torch", "2.11.0", "-r", "/nonexistent/req.txt"],
+         "labwright: error: /nonexistent/req.txt: no such file or directory (expected a requirements file (-r))"),
+        (["check", "--torch", "2.11.0", "-r", "/dev/zero"],
+         "labwright: error: /dev/zero is not a regular file (expected a requirements file (-r))"),
+        (["show", "--limit", "0"], "labwright: error: --limit 0: give a number of wheels >= 1"),
+        (["show", "--component", "flash_attn", "--limit", "-1"], "labwright: error: --limit -1: give a number"),
         (["show", "--component", "xformers"], "labwright: error: --component 'xformers' is unknown"),
     ],
 )
@@ -172,15 +177,15 @@ def test_refresh_refuses_a_listing_that_drops_most_wheels_and_keeps_the_previous
 
 @pytest.mark.parametrize(
     ("content", "needle"),
-    [(b"\xff\xfe t\x00o\x00r\x00c\x00h\x00", "a binary file"),
-     (b"torch-2.11.0-cp312-cp312-linux_x86_64.whl \xe9t\xe9\n", "not UTF-8 text (byte 0xe9 at offset 42)")],
+    [(b"\xff\xfe t\x00o\x00r\x00c\x00h\x00", "is a binary file, not text (expected a wheel listing (--from"),
+     (b"torch-2.11.0-cp312-cp312-linux_x86_64.whl \xe9t\xe9\n", "is not UTF-8 text (byte 0xe9 at offset 42")],
 )
 def test_refresh_non_utf8_listing_is_one_line(cli_env, tmp_path, content, needle):
     listing = tmp_path / "torch.txt"
     listing.write_bytes(content)
     out = tmp_path / "out"
     proc = run(cli_env, "refresh", "--from", str(listing), "--out", str(out))
-    _one_line_exit_2(proc, f"--from {listing}", needle)
+    _one_line_exit_2(proc, str(listing), needle)
     assert not out.exists()
 
 
@@ -188,4 +193,4 @@ def test_a_non_utf8_matrix_file_is_one_line_naming_it(cli_env, tmp_path):
     root = _matrix_copy(tmp_path)
     (root / "fla.toml").write_bytes(b"kind = \"wheel-list\"\n# \xff\xfe\n")
     proc = run(cli_env | {"LABWRIGHT_MATRIX_DIR": str(root)}, "show")
-    _one_line_exit_2(proc, str(root / "fla.toml"), "not UTF-8 text")
+    _one_line_exit_2(proc, str(root / "fla.toml"), "is not UTF-8 text", "expected a wheels matrix TOML")

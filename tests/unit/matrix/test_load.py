@@ -43,7 +43,7 @@ def test_env_var_pointing_nowhere_is_bad_input(monkeypatch, tmp_path):
 
 def test_broken_toml_names_the_file(small):
     (small / "extra.toml").write_text("wheels = [ { package = \n")
-    with pytest.raises(BadInput, match="extra.toml: not valid TOML"):
+    with pytest.raises(BadInput, match="extra.toml is not valid TOML"):
         load_matrix(small)
 
 

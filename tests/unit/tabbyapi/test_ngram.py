@@ -192,7 +192,7 @@ def test_cli_config_that_is_a_directory_is_one_line_exit_2(cli_env, standin, tmp
     (tree / "config.yml").mkdir()
     proc = run(cli_env, "--source", str(tree))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert proc.stderr.startswith(f"labwright: error: {tree / 'config.yml'} is not a regular file")
+    assert proc.stderr.startswith(f"labwright: error: {tree / 'config.yml'} is a directory, not a file")
     assert not any((tree / "config.yml").iterdir())
 
 
