@@ -96,8 +96,16 @@ def ssh_options(data: Mapping[str, Any], default_hostname: str,
     elif "stricthostkeychecking" not in entry:
         options["ssh_strict_host_key_checking"] = "yes"
     if options.get("ssh_port") is not None:
-        options["ssh_port"] = int(options["ssh_port"])
+        options["ssh_port"] = port_number("ssh_port", options["ssh_port"])
     return options
+
+
+def port_number(key: str, value: Any) -> int:
+    """A TCP port from host data (an int, or the text ``--data`` and inventories give), or one line naming ``key``."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise BadInput(f"{key}={value!r}: not a TCP port; use a whole number from 1 to 65535, e.g. {key}=2222")
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -128,7 +136,8 @@ def endpoint(options: Mapping[str, Any]) -> SshEndpoint:
         (entry.get("userknownhostsfile") or "~/.ssh/known_hosts").split()[0]
     return SshEndpoint(
         hostname=str(entry.get("hostname") or name),
-        port=int(options.get("ssh_port") or entry.get("port") or 22),
+        port=port_number("ssh_port" if options.get("ssh_port") else "Port (ssh config)",
+                         options.get("ssh_port") or entry.get("port") or 22),
         user=str(options.get("ssh_user") or entry.get("user") or os.environ.get("USER", "root")),
         known_hosts_file=os.path.expanduser(str(known_hosts)),
     )

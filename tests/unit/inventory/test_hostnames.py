@@ -91,3 +91,26 @@ def test_a_guests_vmid_field_has_the_same_range(value, expected):
 def test_bad_vmid_fields(value, fragment):
     with pytest.raises(BadInput, match=fragment):
         spec_from_data("web", {**PVE, "vmid": value})
+
+
+@pytest.mark.parametrize("host", ["@lxd/$(id)", "@incus/`id`", "@lxd/remote:a;b", "@pct/pve1/$(id)"])
+def test_shell_in_a_name_is_one_line_never_run(host, tmp_path):
+    """Names from a sweep of bad input: refused by the parser, one line naming the whole host name."""
+    from labwright.inventory import load_inventory
+
+    inventory = tmp_path / "inv.py"
+    inventory.write_text(f"hosts = [{host!r}]\n")
+    with pytest.raises(BadInput) as caught:
+        load_inventory(inventory, cwd=tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"inventory {inventory}: {host}") and "\n" not in message
+
+
+def test_an_unknown_connector_is_one_line_naming_the_file(tmp_path):
+    from labwright.inventory import load_inventory
+
+    inventory = tmp_path / "inv.py"
+    inventory.write_text("hosts = ['@nosuch/x']\n")
+    with pytest.raises(BadInput) as caught:
+        load_inventory(inventory, cwd=tmp_path)
+    assert str(caught.value) == f"inventory {inventory}: Invalid connector: nosuch; fix the host name"
