@@ -9,11 +9,11 @@ huggingface_hub-2.4.0-py3-none-any.whl) sends or reads; file + line numbers refe
   ``sha`` at 914-916); _snapshot_download.py 279-281 (``repo_info(...).sha``, asserted not None).
 - ``GET /api/models/{repo}/tree/{rev}?recursive=true&expand=false`` -> a JSON list; ``type`` "file" or "directory",
   ``path``, ``size``, ``oid`` (git blob id), ``lfs`` = {``oid`` (sha256), ``size``, ``pointerSize``}. hf_api.py
-  4022-4033 (``_iter_repo_tree_pages``: URL, params, ``RepoFile`` when type == "file"), 729-735 (``RepoFile``: oid ->
+  4020-4033 (``_iter_repo_tree_pages``: URL, params, ``RepoFile`` when type == "file"), 710-719 (``RepoFile``: oid ->
   blob_id, lfs oid -> sha256, pointerSize); one page (utils/_pagination.py 41-53: the next page only from a ``Link``
   header, which is not sent).
-- ``HEAD|GET /{repo}/resolve/{rev}/{file}`` -> file_download.py 290-292 (``hf_hub_url``: the revision quoted with
-  safe='', the filename with ``quote``). Metadata from the HEAD: 1670-1690 (``get_hf_file_metadata``):
+- ``HEAD|GET /{repo}/resolve/{rev}/{file}`` -> file_download.py 289-291 (``hf_hub_url``: the revision quoted with
+  safe='', the filename with ``quote``). Metadata from the HEAD: 1674-1690 (``get_hf_file_metadata``):
   ``X-Repo-Commit``, ``X-Linked-Etag`` or else ``ETag`` (normalized, 606-625: ``W/`` and quotes stripped),
   ``Location`` or the request URL, ``X-Linked-Size`` or else ``Content-Length`` unless the response is a redirect.
   constants.py 94-96 name the headers. A file in git is served right there (200, ``ETag`` = its git blob id, as the
@@ -21,14 +21,14 @@ huggingface_hub-2.4.0-py3-none-any.whl) sends or reads; file + line numbers refe
   origin, like cdn-lfs.huggingface.co, so the client stops at the 302 and takes the metadata from it: utils/_http.py
   763-782, ``_is_same_or_hub_host`` 808-810) with ``X-Linked-Etag`` = its sha256 and ``X-Linked-Size``.
 - The file GET (file_download.py 334-495, ``http_get``): ``Range: bytes=N-`` on a resumed transfer (377-378), retried
-  when the connection drops mid-body (``RemoteProtocolError``, 470-486); a 200 answer to a Range request restarts the
+  when the connection drops mid-body (``RemoteProtocolError``, 468-486); a 200 answer to a Range request restarts the
   file (403-417); the size from ``Content-Range`` else ``Content-Length`` (322-328); a short body is an error (490-495).
   Served here with 206 and ``Content-Range: bytes N-M/TOTAL`` for a Range request.
 - Errors (utils/_http.py 871-953, ``hf_raise_for_status``): ``X-Error-Code: RevisionNotFound`` -> RevisionNotFoundError,
   ``EntryNotFound`` -> RemoteEntryNotFoundError, ``RepoNotFound`` -> RepositoryNotFoundError. The Hub answers a repo
   it does not show with 401 (the comment at 939-943: "401 is misleading as it is returned for private and gated repos
   if user is not authenticated [and] missing repos"); a missing entry carries ``X-Repo-Commit`` (file_download.py
-  1772-1775 caches the non-existence under it).
+  1773-1777 caches the non-existence under it).
 
 Faults for tests: ``cut_once[path] = N`` sends the headers of the whole file, N bytes, then closes the connection
 (once); ``corrupt.add(path)`` serves the right length with wrong bytes; ``stall[path] = N`` sends N bytes, sets
