@@ -187,11 +187,17 @@ def settings_from(data: Mapping[str, Any]) -> LlamacppSettings:
         raise fail("extra_args", "must be a list of command-line words")
     health_timeout = keys.int_of("health_timeout", get("health_timeout"), 1)
     restart_sec = keys.int_of("restart_sec", get("restart_sec"), 0)
+    packages = get("runtime_packages")
+    if isinstance(packages, str):  # --data llamacpp_runtime_packages=libgomp1,curl
+        packages = [word for word in re.split(r"[,\s]+", packages) if word]
+    if not isinstance(packages, list | tuple) or not all(
+            isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", p) for p in packages):
+        raise fail("runtime_packages", f"{packages!r} is not a list of Debian package names, e.g. libgomp1,curl")
     binary_src, binary_sha256 = local_binary(data)
     return LlamacppSettings(
         service=service, user=user, binary=binary, model=model, alias=alias, flags=flags, extra=list(extra),
         health_timeout=health_timeout, restart=str(get("restart")), restart_sec=restart_sec,
-        runtime_packages=list(get("runtime_packages")), binary_src=binary_src, binary_sha256=binary_sha256)
+        runtime_packages=list(packages), binary_src=binary_src, binary_sha256=binary_sha256)
 
 
 def ollama_mode(data: Mapping[str, Any]) -> str:

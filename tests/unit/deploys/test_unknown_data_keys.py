@@ -74,3 +74,13 @@ def test_pyinfra_run_refuses_before_anything(deploy: str, typo: str, nearest: st
     assert result.returncode != 0, output
     assert f"{typo.split('=')[0]}: unknown data key for this deploy (did you mean {nearest}?)" in output, output
     assert "Traceback" not in output
+
+
+def test_llamacpp_runtime_packages_from_data_text_is_a_list_of_names(tmp_path: Path) -> None:
+    binary = tmp_path / "llama-server"
+    binary.write_bytes(b"x")
+    base = {"llamacpp_model": "/srv/m.gguf", "llamacpp_binary_src": str(binary)}
+    settings = llamacpp_settings({**base, "llamacpp_runtime_packages": "libgomp1, curl"})
+    assert settings.runtime_packages == ["libgomp1", "curl"]   # was ['l', 'i', 'b', ...]
+    with pytest.raises(DeployError, match=r"^llamacpp_runtime_packages: \['Bad;rm'\] is not a list of Debian"):
+        llamacpp_settings({**base, "llamacpp_runtime_packages": "Bad;rm"})
