@@ -167,6 +167,10 @@ def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | No
     """Download, verify, mark complete; returns the marker. Raises Refused."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    # huggingface_hub's 10 s defaults (constants.py 310-314) fail a HEAD or stall a read on a busy guest or a slow
+    # link; a stalled read is retried with a Range request, so a longer wait costs nothing when all is well.
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "30")
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "60")
     from huggingface_hub import HfApi, hf_hub_download, snapshot_download
     from huggingface_hub.errors import (
         HfHubHTTPError,
