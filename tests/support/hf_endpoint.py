@@ -31,9 +31,9 @@ huggingface_hub-2.4.0-py3-none-any.whl) sends or reads; file + line numbers refe
   1773-1777 caches the non-existence under it).
 
 Faults for tests: ``cut_once[path] = N`` sends the headers of the whole file, N bytes, then closes the connection
-(once); ``corrupt.add(path)`` serves the right length with wrong bytes; ``stall[path] = N`` sends N bytes, sets
-``stalled`` and waits for ``release`` (once), so a test can kill the client mid-transfer. Every request is
-recorded in ``requests``.
+(once; ``cut_always`` every time); ``corrupt.add(path)`` serves the right length with wrong bytes;
+``stall[path] = N`` sends N bytes, sets ``stalled`` and waits for ``release`` (once), so a test can kill the client
+mid-transfer. Every request is recorded in ``requests``.
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ class StandinHub:
         self.repos: dict[str, StandinRepo] = {}
         self.requests: list[Seen] = []
         self.cut_once: dict[str, int] = {}  # repo file path -> bytes sent before the connection is dropped (once)
+        self.cut_always: dict[str, int] = {}  # repo file path -> bytes sent before every transfer is dropped
         self.corrupt: set[str] = set()  # repo file paths served with wrong bytes
         self.stall: dict[str, int] = {}  # repo file path -> bytes sent before the transfer waits for ``release``
         self.stalled = threading.Event()  # set when a stalled transfer has sent its bytes
@@ -300,7 +301,7 @@ class StandinHub:
         if head:
             return
         with self._lock:
-            cut = self.cut_once.pop(path, None)
+            cut = self.cut_once.pop(path, self.cut_always.get(path))
             stall = self.stall.pop(path, None)
         if stall is not None:
             handler.wfile.write(data[start:start + stall])

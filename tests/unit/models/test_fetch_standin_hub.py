@@ -219,3 +219,15 @@ def test_stand_in_hub_runner_killed_mid_transfer_marks_nothing_and_the_rerun_com
     local = models / "tiny-GGUF" / "tiny-Q8_0.gguf"
     assert hashlib.sha256(local.read_bytes()).hexdigest() == hashlib.sha256(GGUF).hexdigest()
     assert not list(blobs.glob("*.incomplete"))  # the orphaned partial was removed (its lock was free)
+
+
+def test_stand_in_hub_a_transfer_cut_every_time_fails_in_one_line_and_leaves_no_partial(hub, tmp_path):
+    models = tmp_path / "models"
+    hub.cut_always["tiny-Q8_0.gguf"] = 1 * MiB  # less than a read chunk: no retry makes progress
+    proc = run(hub, models, repo="lab/tiny-GGUF", file="tiny-Q8_0.gguf")
+    assert proc.returncode == 1
+    line = one_line(proc)
+    assert line.startswith(f"download of lab/tiny-GGUF@main from {hub.endpoint} failed: ") and "re-run" in line, line
+    assert unmarked(models, "tiny-GGUF")
+    assert not list((models / "hub").rglob("*.incomplete")) and not list((models / "hub").rglob("tiny-Q8_0.gguf"))
+    assert len([r for r in hub.file_gets() if r.server == "cdn"]) == 6  # the first try and huggingface_hub's 5 retries
