@@ -48,7 +48,7 @@ def refresh(
     """Regenerate a labwright/data/matrix/*.toml file from an upstream listing.
 
     Refuses a listing of another family than the file's (flash-attn wheels into torch.toml) and one that would
-    drop more than half the file's wheels; the replaced file is kept as NAME.toml.previous.
+    drop more than half the file's wheels; the replaced file is kept as NAME.toml.prev.
 
     Example: labwright matrix refresh --kind flash-attn-prebuilt \
         --from src/labwright/data/matrix/sources/flash_attn_prebuilt.md
@@ -93,10 +93,11 @@ def _finish(resolution: Resolution, as_json: bool) -> None:
 def resolve(
     torch: str = typer.Option(None, "--torch", help="torch version: 2.11.0, or 2.11 for its newest patch."),
     cuda: str = typer.Option(None, "--cuda", help="CUDA of the torch index: 13.0 (default: highest the driver runs)."),
-    python: str = typer.Option("3.12", "--python", help="CPython version of the target venv."),
-    engine: str = typer.Option("tabbyapi", "--engine", help="tabbyapi or exllamav3: which components are required."),
+    python: str = typer.Option(None, "--python", help="CPython version of the target venv [3.12]."),
+    engine: str = typer.Option(None, "--engine", help="tabbyapi or exllamav3: which components are required "
+                                                      "[tabbyapi]."),
     driver: str = typer.Option(None, "--driver", help="NVIDIA driver version on the host (nvidia-smi)."),
-    platform: str = typer.Option("linux_x86_64", "--platform", help=f"One of {', '.join(inputs.PLATFORMS)}."),
+    platform: str = typer.Option(None, "--platform", help=f"One of {', '.join(inputs.PLATFORMS)} [linux_x86_64]."),
     pin: list[str] = typer.Option([], "--pin", help="Constrain a package: --pin exllamav3==0.0.37 (repeatable)."),
     stack: str = typer.Option(None, "--stack", help="Resolve a named stack from stacks.toml instead."),
     as_json: bool = typer.Option(False, "--json", help='Print {"ok", "wheels", "absent", "errors"} as JSON.'),
@@ -107,14 +108,21 @@ def resolve(
 
     Example: labwright matrix resolve --torch 2.11.0 --cuda 13.0 --python 3.12 --driver 580.65
     """
+    if stack:
+        # A named stack fixes all of these; taking one silently over the other resolved something not asked for.
+        given = [name for name, value in (("--torch", torch), ("--cuda", cuda), ("--python", python),
+                                          ("--engine", engine), ("--platform", platform), ("--pin", pin)) if value]
+        if given:
+            raise BadInput(f"--stack {stack} with {', '.join(given)}: a named stack fixes those; give --stack alone "
+                           "(and --driver), or the versions without --stack")
     matrix = load_matrix()
     if stack:
         request = request_for(get_stack(stack, matrix), driver=driver)
     elif not torch:
         raise BadInput("--torch is missing: give a torch version like --torch 2.11.0 (or --stack NAME)")
     else:
-        request = StackRequest(torch=torch, cuda=cuda, python=python, engine=engine, driver=driver,
-                               platform=platform, pins=tuple(pin))
+        request = StackRequest(torch=torch, cuda=cuda, python=python or "3.12", engine=engine or "tabbyapi",
+                               driver=driver, platform=platform or "linux_x86_64", pins=tuple(pin))
     _finish(resolve_stack(request, matrix), as_json)
 
 
@@ -163,6 +171,10 @@ def show(
     """
     if limit < 1:
         raise BadInput(f"--limit {limit}: give a number of wheels >= 1 (the default is 40)")
+    if stack and (component or torch or python):
+        given = [name for name, value in (("--component", component), ("--torch", torch), ("--python", python))
+                 if value]
+        raise BadInput(f"--stack {stack} with {', '.join(given)}: show one stack, or one component's wheels, not both")
     matrix = load_matrix()
     if stack:
         named = get_stack(stack, matrix)

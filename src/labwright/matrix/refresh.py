@@ -313,7 +313,7 @@ def refresh(
 
     Refuses (BadInput, nothing written) a listing whose wheels are not the family the file holds, and one that would
     leave fewer than half the wheels the file had (unless ``allow_shrink``). The write is atomic; the file it
-    replaces is kept beside it as ``NAME.toml.previous`` (not read by the matrix loader, which reads ``*.toml``).
+    replaces is kept beside it as ``NAME.toml.prev`` (not read by the matrix loader, which reads ``*.toml``).
     """
     kind = kind or guess_kind(listing)
     stem = name or listing.stem
@@ -351,15 +351,13 @@ def refresh(
 
 
 def write_matrix_file(path: Path, text: str) -> None:
-    """Write ``path`` atomically, keeping what it replaces as ``NAME.toml.previous`` (also written atomically)."""
+    """Write ``path`` atomically, keeping what it replaces as ``NAME.toml.prev`` (labwright.atomic's keep_previous;
+    the loader reads ``*.toml`` only); an unchanged file is not rewritten."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_file():
-            previous = path.read_bytes()
-            if previous.decode("utf-8", "replace") == text:
-                return
-            write_text_atomic(path.with_name(path.name + ".previous"), previous.decode("utf-8"))
-        write_text_atomic(path, text)
+        if path.is_file() and path.read_bytes() == text.encode("utf-8"):
+            return
+        write_text_atomic(path, text, keep_previous=True)
     except OSError as exc:
         raise OperationFailed(f"{path}: cannot write it ({exc.strerror or type(exc).__name__}): pick a writable "
                               "--out") from None

@@ -300,12 +300,12 @@ def read_tree(source_dir: Path, config: Path | None = None) -> TabbyTexts:
 
 def write_change(change: NgramChange) -> None:
     """Write the planned file, if the plan changes one: atomic (temp + fsync + rename), so a kill mid-write leaves
-    the old file or the new, never half a config or half a patched model.py. The planner's text keeps the file's
-    own line endings and byte order mark."""
+    the old file or the new, never half a config or half a patched model.py; what it replaced is kept as
+    ``NAME.prev``. The planner's text keeps the file's own line endings and byte order mark."""
     if change.new_text is None:
         return
     try:
-        write_text_atomic(Path(change.file), change.new_text)
+        write_text_atomic(Path(change.file), change.new_text, keep_previous=True)
     except OSError as exc:
         raise OperationFailed(f"{change.file}: cannot write ({exc.strerror}); run as the file's owner or root, "
                               "or use --dry to see the change") from None

@@ -54,6 +54,11 @@ def test_resolve_human_output_is_a_table(cli_env):
         (["check", "--torch", "2.11.0", "-r", "/dev/zero"],
          "labwright: error: /dev/zero is not a regular file (expected a requirements file (-r))"),
         (["show", "--limit", "0"], "labwright: error: --limit 0: give a number of wheels >= 1"),
+        (["resolve", "--stack", "A", "--torch", "2.9.0"], "labwright: error: --stack A with --torch: a named stack "
+                                                          "fixes those"),
+        (["resolve", "--stack", "A", "--python", "3.13", "--pin", "exllamav3==0.0.37"],
+         "labwright: error: --stack A with --python, --pin: a named stack fixes those"),
+        (["show", "--stack", "A", "--component", "torch"], "labwright: error: --stack A with --component: show one"),
         (["show", "--component", "flash_attn", "--limit", "-1"], "labwright: error: --limit -1: give a number"),
         (["show", "--component", "xformers"], "labwright: error: --component 'xformers' is unknown"),
     ],
@@ -170,7 +175,7 @@ def test_refresh_refuses_a_listing_that_drops_most_wheels_and_keeps_the_previous
     old = (root / "torch.toml").read_bytes()
     proc = run(env, "refresh", "--from", str(truncated), "--allow-shrink")
     assert proc.returncode == 0, proc.stderr
-    assert (root / "torch.toml.previous").read_bytes() == old
+    assert (root / "torch.toml.prev").read_bytes() == old
     assert (root / "torch.toml").read_text().count("package = ") == 3
     assert not [p for p in root.iterdir() if ".labwright." in p.name]  # no temp file left
 

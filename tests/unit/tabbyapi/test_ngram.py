@@ -391,3 +391,14 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(cli_env, standin, t
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and needle in proc.stderr, proc.stderr
     assert proc.stdout == "" and _tree_snapshot(tree) == before
+
+
+def test_cli_keeps_the_replaced_config_as_prev(cli_env, standin, tmp_path):
+    tree = standin.checkout(standin.config_ref, tmp_path / "t")
+    original = BOM.encode() + CONFIG_CONFIG_SAMPLE.encode()
+    (tree / "config.yml").write_bytes(original)
+    proc = run(cli_env, "--source", str(tree), "--min", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert (tree / "config.yml.prev").read_bytes() == original
+    assert config_edit.draft_section((tree / "config.yml").read_text(encoding="utf-8-sig"))["ngram_match_min"] == 4
+    assert not list(tree.glob(".config.yml.labwright.*"))
