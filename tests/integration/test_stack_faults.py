@@ -234,6 +234,7 @@ def _recovery(service: StandinService, switcher: Switcher, step: str, stack: str
             assert link != before and serving(service, "2.10.0"), f"{step}: {link}, {service.health()}"
         rerun = switcher.switch(stack, health_timeout=health_timeout)
         assert rerun.rc == expect_rc, f"re-run after a kill at {step}: {rerun.output}"
+        assert "released a stale lock (pid" in rerun.output, rerun.output  # the killed run's guest lock
         assert serving(service, expect_after), f"after the re-run: {service.health()}"
         done = time.monotonic() - killed_at
     switcher.assert_consistent()
@@ -304,3 +305,34 @@ def test_disk_full_mid_build_is_one_line_and_gives_the_space_back(service, switc
         assert service.readlink() == current and serving(service, "2.10.0")
     finally:
         service.sh("umount /mnt/small", check=False)
+
+
+def test_a_second_run_on_the_guest_refuses_naming_the_holder_then_runs_once_it_is_gone(service, switcher):
+    # Another labwright run on this guest holds its lock (guestlock.hold_local) until the FIFO is written to.
+    holder = (f"import sys, os; sys.path.insert(0, '{REMOTE_PATH}'); from labwright.guestlock import hold_local\n"
+              "with hold_local('a test holder'):\n"
+              "    print('held', os.getpid(), flush=True); open('/tmp/release').read()\n")
+    service.push_text(holder, "/tmp/holder.py")
+    service.sh("rm -f /tmp/release /tmp/holder.out && mkfifo /tmp/release && "
+               "(setsid python3 /tmp/holder.py >/tmp/holder.out 2>&1 &)")
+    deadline = time.monotonic() + 60
+    while "held" not in (out := service.sh("cat /tmp/holder.out", check=False).output):
+        assert time.monotonic() < deadline, f"the test holder never took the guest lock: {out}"
+        time.sleep(0.1)
+    pid = out.split()[1]
+    refused = service.sh(f"python3 {REMOTE_PATH} switch --plan {switcher.plan('standin-2.10')} --lock-wait 1 "
+                         f"{switcher._service_args(20)}", check=False)
+    assert refused.rc == 1, refused.output
+    errors = [line for line in refused.output.splitlines() if "error" in line]
+    assert len(errors) == 1 and f"another labwright run holds this guest (pid {pid} on " in errors[0], refused.output
+    assert "a test holder" in errors[0] and "Traceback" not in refused.output
+    assert service.readlink() == "NOT-A-LINK" and serving(service, "2.9.0")  # nothing was touched
+
+    service.sh("echo go > /tmp/release")
+    deadline = time.monotonic() + 60
+    while service.sh(f"kill -0 {pid}", check=False).rc == 0:
+        assert time.monotonic() < deadline, f"the test holder (pid {pid}) did not exit after its release"
+        time.sleep(0.1)
+    run = switcher.switch("standin-2.10")
+    assert run.rc == 0, run.output
+    assert serving(service, "2.10.0")

@@ -17,6 +17,7 @@ from pyinfra.operations import files
 
 from labwright.errors import LabwrightError
 from labwright.facts.python_stack import PythonStack
+from labwright.guestlock import shell_env
 from labwright.stacks.bundle import REMOTE_PATH, build_bundle
 from labwright.stacks.from_matrix import plan_for_stack
 from labwright.stacks.plan import DEFAULT_ROOT, SwitchPlan
@@ -38,10 +39,12 @@ def _service_args(service: str | None, health: str | None, health_cmd: str | Non
 
 def _command(python: str, *args: str) -> StringCommand:
     # One shell line: fail with a readable message where the target has no python3 at all.
+    # shell_env(): the bundle takes the guest's run lock (guestlock.hold_local); this run's token tells it that
+    # the deploy running it already holds that lock.
     runner = shlex.quote(python)
     return StringCommand(
         f"command -v {runner} >/dev/null || {{ echo 'labwright: error: no {python} on this host: install "
-        f"python3 (3.10+)' >&2; exit 1; }}; {runner} {shlex.join([REMOTE_PATH, *args])}")
+        f"python3 (3.10+)' >&2; exit 1; }}; {shell_env()}{runner} {shlex.join([REMOTE_PATH, *args])}")
 
 
 @operation()

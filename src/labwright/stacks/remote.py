@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
 
 from labwright.errors import BadInput, LabwrightError
+from labwright.guestlock import DEFAULT_WAIT, LOCK_PATH, hold_local
 from labwright.stacks import show as show_module
 from labwright.stacks.plan import DEFAULT_ROOT, check_root, check_venv_path, plan_from_json
 from labwright.stacks.service import HealthCheck
@@ -32,6 +34,8 @@ def _common(parser: argparse.ArgumentParser, with_service: bool = True) -> None:
         parser.add_argument("--health", dest="health_url", help="HTTP URL that must answer 2xx/3xx after a restart")
         parser.add_argument("--health-cmd", help="shell command that must exit 0 after a restart")
         parser.add_argument("--health-timeout", type=float, default=60.0, help="seconds to wait for health")
+        parser.add_argument("--lock-wait", type=float, default=DEFAULT_WAIT,
+                            help=f"seconds to wait for another labwright run on this machine ({LOCK_PATH})")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -87,7 +91,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise BadInput(f"--plan {args.plan}: not JSON ({exc})") from None
         plan = plan_from_json(data, args.plan)
         try:
-            outcome = switch(plan, _options(args), log)
+            with hold_local(f"stack switch of {plan.venv} to {plan.stack}", wait=_lock_wait(args)):
+                outcome = switch(plan, _options(args), log)
         finally:
             # The operation's copy of the plan: the environment's manifest records what was built.
             if args.plan != "-" and Path(args.plan).parent == Path(plan.root) / "plans":
@@ -95,7 +100,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         log(outcome.message)
         return 0
     if args.command == "rollback":
-        outcome = rollback(check_root(args.root), check_venv_path(args.venv), _options(args), log)
+        venv = check_venv_path(args.venv)
+        with hold_local(f"stack rollback of {venv}", wait=_lock_wait(args)):
+            outcome = rollback(check_root(args.root), venv, _options(args), log)
         log(outcome.message)
         return 0
     data = show_module.show(check_root(args.root), check_venv_path(args.venv), do_import=not args.no_import)
@@ -104,6 +111,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     else:
         print("\n".join(show_module.render(data)))
     return 0 if all(env["ok"] for env in data["environments"][:1]) else 1
+
+
+def _lock_wait(args: argparse.Namespace) -> float:
+    wait = float(args.lock_wait)
+    if not math.isfinite(wait) or not 0 <= wait <= 86400:
+        raise BadInput(f"--lock-wait {wait:g} must be a number of seconds from 0 to 86400; pass one like 300")
+    return wait
 
 
 def _read(path: str) -> str:
