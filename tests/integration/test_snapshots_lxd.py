@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,17 +20,14 @@ from labwright.errors import BadInput
 from labwright.hostnames import parse_lxd_target
 from labwright.lab.lab import wait_ready
 from labwright.snapshots.lxd import LxdSnapshots
+from support.snapshot_cli import assert_one_line_refusal, run_cli
 
 pytestmark = pytest.mark.lab
 
-#: The CLI with the snapshot commands registered on `guest` (cli/guest.py calls register once it is wired;
-#: registering twice adds nothing).
-CLI = ("import sys; from labwright.cli import guest, guest_snapshots, main; "
-       "guest_snapshots.register(guest.app); sys.exit(main(sys.argv[1:]))")
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, env=env, timeout=600)
+    return run_cli(env, *args)
 
 
 def sh(lab, name: str, script: str) -> tuple[int, str]:
@@ -43,15 +41,6 @@ def status(lab, name: str) -> str:
 
 def names(lab, name: str) -> list[str]:
     return [s.name for s in snapshots.list_snapshots(f"@lxd/{name}", client=lab.client)]
-
-
-def assert_one_line_refusal(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("labwright: error: "), result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 def break_guest(lab, name: str) -> None:
@@ -167,3 +156,54 @@ def test_missing_guest_is_one_line(lab, cli_env):
 def test_lab_pool_is_reported_as_copy_based(lab, lab_container):
     support = LxdSnapshots(parse_lxd_target(lab_container), lab.client).support()
     assert support.supported and support.storage == f"pool {lab.spec.pool} (dir)"
+
+
+
+RISKY_DEPLOY = """
+from pyinfra import host
+from pyinfra.api import operation
+
+from labwright.snapshots.deploy import snapshot_command
+
+
+@operation(is_idempotent=False)
+def risky():
+    yield from snapshot_command(host, "stack-switch")
+    yield "echo changed >> /root/risky.log"
+
+
+risky(name="risky step")
+"""
+
+
+def test_a_pyinfra_step_snapshots_first_when_it_runs(lab, lab_container, cli_env, tmp_path):
+    """The command a risky operation yields: no snapshot under --dry or with snapshot_before=false; on a real
+    run the snapshot is taken before the change, and restoring it undoes exactly that run's change."""
+    deploy = tmp_path / "risky.py"
+    deploy.write_text(RISKY_DEPLOY)
+    target = f"@lxd/{lab_container}"
+
+    def pyinfra(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(Path(sys.executable).parent / "pyinfra"), "-y", *extra, target, str(deploy)],
+                              capture_output=True, text=True, env=cli_env, cwd=tmp_path, timeout=600)
+
+    def changes() -> int:
+        code, out = sh(lab, lab_container, "cat /root/risky.log 2>/dev/null || true")
+        return out.count("changed")
+
+    dry = pyinfra("--dry")
+    assert dry.returncode == 0, dry.stderr
+    assert names(lab, lab_container) == [] and changes() == 0
+    off = pyinfra("--data", "snapshot_before=false")
+    assert off.returncode == 0, off.stderr
+    assert names(lab, lab_container) == [] and changes() == 1
+
+    run = pyinfra("--data", "snapshot_keep=1")
+
+    assert run.returncode == 0, run.stderr
+    taken = names(lab, lab_container)
+    assert len(taken) == 1 and taken[0].startswith("labwright-stack-switch-"), taken
+    assert changes() == 2
+    snapshots.restore(f"@lxd/{lab_container}", force=True, client=lab.client)
+    wait_ready(lab.client, lab_container)
+    assert changes() == 1  # the snapshot was taken before the change, after the earlier run's

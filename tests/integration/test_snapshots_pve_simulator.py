@@ -7,7 +7,6 @@ asserts on what the simulator stored or recorded (``sim.writes``), nothing is mo
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 from proxmoxer import ProxmoxAPI, ResourceException
@@ -17,9 +16,8 @@ from labwright.errors import BadInput, OperationFailed
 from labwright.guests.proxmox_api import TaskWaiter
 from support.pve_simulator import PveSimulator, SimNode, SimStorage, default_storages
 from support.pve_snapshot import sections
+from support.snapshot_cli import assert_one_line_refusal, run_cli
 
-CLI = ("import sys; from labwright.cli import guest, guest_snapshots, main; "
-       "guest_snapshots.register(guest.app); sys.exit(main(sys.argv[1:]))")
 GUEST = "@pct/pve1/201"
 
 
@@ -65,17 +63,7 @@ def make_ct(api, vmid: int = 201, rootfs: str = "local-lvm:8", start: bool = Tru
 def cli(sim, *args: str) -> subprocess.CompletedProcess[str]:
     data = [f"--data={k}={v}" for k, v in node_data(sim).items()]
     env = {"PATH": "/usr/bin:/bin", "PROXMOX_USER": "root@pam", "PROXMOX_PASSWORD": sim.root_password}
-    return subprocess.run([sys.executable, "-c", CLI, *args, *data], capture_output=True, text=True, env=env,
-                          timeout=300)
-
-
-def one_line_refusal(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("labwright: error: "), result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
+    return run_cli(env, *args, *data, timeout=300)
 
 
 def test_take_break_restore_running_ct(sim, api, root_env):
@@ -109,7 +97,7 @@ def test_running_ct_without_force_refused_no_write(sim, api):
 
     result = cli(sim, "guest", "restore", GUEST, "-y")
 
-    one_line_refusal(result, GUEST, "is running", "--force")
+    assert_one_line_refusal(result, GUEST, "is running", "--force")
     assert sim.writes[before:] == [] and sim.is_running(201)
 
 
@@ -124,9 +112,9 @@ def test_keep_last_n_and_existing_name(sim, api, root_env):
     before = len(sim.writes)
 
     again = cli(sim, "guest", "snapshot", GUEST, "--name", "mine")
-    one_line_refusal(again, "'mine'", "exists already", "pct delsnapshot 201 mine")
+    assert_one_line_refusal(again, "'mine'", "exists already", "pct delsnapshot 201 mine")
     reserved = cli(sim, "guest", "snapshot", GUEST, "--name", "current")
-    one_line_refusal(reserved, "'current'", "reserved")
+    assert_one_line_refusal(reserved, "'current'", "reserved")
     assert sim.writes[before:] == []
 
     # a stopped CT: restored and left stopped; the user's snapshot by name

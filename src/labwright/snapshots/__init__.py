@@ -36,8 +36,8 @@ from labwright.snapshots.model import (
     to_prune,
 )
 
-__all__ = ["DEFAULT_KEEP", "PREFIX", "RestoreResult", "Snapshot", "SnapshotBackend", "Support", "TakeResult",
-           "backend_for", "before", "guest_name", "list_snapshots", "restore", "take"]
+__all__ = ["DEFAULT_KEEP", "PREFIX", "RestoreResult", "Snapshot", "SnapshotBackend", "SnapshotsUnsupported", "Support",
+           "TakeResult", "backend_for", "before", "guest_name", "list_snapshots", "restore", "take"]
 
 Guest = str | SnapshotBackend
 
@@ -110,10 +110,14 @@ class RestoreResult:
         return dict(self.__dict__)
 
 
+class SnapshotsUnsupported(OperationFailed):
+    """The guest's storage cannot take snapshots (said before anything was asked of it)."""
+
+
 def _require_support(backend: SnapshotBackend) -> Support:
     support = backend.support()
     if not support.supported:
-        raise OperationFailed(f"{backend.label}: snapshots are not possible here: {support.reason}; nothing was "
+        raise SnapshotsUnsupported(f"{backend.label}: snapshots are not possible here: {support.reason}; nothing was "
                               "changed. Move the guest's disks to storage that can snapshot, or run the step without "
                               "a snapshot")
     return support
@@ -172,8 +176,8 @@ def before(host: str, step: str, keep: int = DEFAULT_KEEP, required: bool = True
         return None
     try:
         return take(host, step, keep=keep, node_data=node_data, **options).name
-    except OperationFailed as exc:
-        if required or "snapshots are not possible here" not in str(exc):
+    except SnapshotsUnsupported:
+        if required:
             raise
         return None
 
