@@ -223,12 +223,18 @@ def render_toml(wheels: list[Wheel], header: dict[str, str | int]) -> str:
 def read_listing(path: Path, kind: str, base_url: str = "", source: str = "") -> tuple[list[Listed], list[str]]:
     if kind not in KINDS:
         raise BadInput(f"--kind {kind!r} is unknown: use one of {', '.join(KINDS)}")
+    if base_url and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", base_url):
+        raise BadInput(f"--base-url {base_url!r}: not an http(s) URL; give one like "
+                       "https://download.pytorch.org/whl/cu130/torch/")
     text = textio.read_text(path, f"a wheel listing (--from, {kind})")
-    if kind == "flash-attn-prebuilt":
-        return parse_prebuilt_markdown(text)
-    if kind == "pip-index":
-        return parse_pip_index(text, base_url, source), []
-    return parse_wheel_list(text, base_url, source), []
+    try:
+        if kind == "flash-attn-prebuilt":
+            return parse_prebuilt_markdown(text)
+        if kind == "pip-index":
+            return parse_pip_index(text, base_url, source), []
+        return parse_wheel_list(text, base_url, source), []
+    except BadInput as exc:
+        raise BadInput(f"--from {path}: {exc}") from None
 
 
 def family_of(stem: str, components: dict[str, Component]) -> Component | None:

@@ -285,7 +285,8 @@ def read_tree(source_dir: Path, config: Path | None = None) -> TabbyTexts:
         it does not exist; BadInput naming it for a directory, a device, binary bytes or another encoding."""
         if not path.exists():
             return None
-        data = textio.read_bytes(path, f"a tabbyAPI {path.name}")  # directories, devices, permissions, size
+        what = "a tabbyAPI config.yml (--config)" if path == config_path else f"tabbyAPI's {path.name}"
+        data = textio.read_bytes(path, what)  # directories, devices, permissions, size
         if b"\x00" in data[:8192]:
             raise BadInput(f"{path} is a binary file, not YAML/Python text; pass the tabbyAPI config.yml / checkout")
         try:
