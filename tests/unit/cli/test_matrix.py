@@ -54,9 +54,9 @@ def test_resolve_human_output_is_a_table(cli_env):
         (["check", "--torch", "2.11.0", "-r", "/dev/zero"],
          "labwright: error: /dev/zero is not a regular file (expected a requirements file (-r))"),
         (["show", "--limit", "0"], "labwright: error: --limit 0: give a number of wheels >= 1"),
-        (["refresh", "--from", __file__, "--kind", "pip-index"],
-         f"labwright: error: --from {__file__}: no <a href=...whl> links found"),
-        (["refresh", "--from", __file__, "--base-url", "not a url"],
+        (["refresh", "--from", json.__file__, "--kind", "pip-index"],
+         f"labwright: error: --from {json.__file__}: no <a href=...whl> links found"),
+        (["refresh", "--from", json.__file__, "--base-url", "not a url"],
          "labwright: error: --base-url 'not a url': not an http(s) URL"),
         (["resolve", "--stack", "A", "--torch", "2.9.0"], "labwright: error: --stack A with --torch: a named stack "
                                                           "fixes those"),
