@@ -52,6 +52,9 @@ def check_address(value: str, option: str) -> str:
 
 
 def _runners(inventory: Path) -> list[NodeRunner]:
+    if inventory.is_dir():
+        raise BadInput(f"inventory {inventory} is a directory, not a file; pass the inventory file that lists your "
+                       "cluster nodes")
     if not inventory.is_file():
         raise BadInput(f"inventory {inventory}: no such file; pass the inventory that lists your cluster nodes")
     return load_cluster(inventory)

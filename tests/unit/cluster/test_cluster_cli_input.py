@@ -37,3 +37,8 @@ def test_addresses_and_host_names_pass_the_check(lead):
     from labwright.cli.cluster import check_address
 
     assert check_address(lead, "--lead") == lead
+
+
+def test_a_directory_as_inventory_is_called_a_directory(tmp_path, capsys):
+    assert main(["cluster", "ghosts", str(tmp_path)]) == 2
+    assert f"inventory {tmp_path} is a directory, not a file" in capsys.readouterr().err
