@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 
 from pyinfra import host
 from pyinfra.facts.deb import DebPackages
-from pyinfra.operations import apt
+from pyinfra.operations import server
 
 from labwright.facts.llamacpp import PortListeners
 
@@ -21,10 +22,25 @@ def port_taken_by(port: int, service: str) -> str | None:
 
 def install_missing(packages: Iterable[str], what: str, name: str | None = None) -> None:
     """apt-get install (no recommends) only the packages the host lacks; nothing at all when none is missing, so a
-    second run has no apt step. ``what`` says what they are in the refresh step's name."""
+    second run has no apt step. ``what`` says what they are in the refresh step's name.
+
+    When the package registry cannot be reached (no network, a dead mirror or proxy), the step fails with apt's last
+    lines and ONE line naming the packages and the fix; nothing after it (unit, start) runs, so no half-installed
+    service is left enabled as if it were good, and a re-run once the mirror answers completes."""
     installed = host.get_fact(DebPackages)
     missing = [package for package in packages if package not in installed]
-    if missing:
-        # cache_time: a second attempt right after a failed one need not refresh the lists again.
-        apt.update(name=f"Refresh apt lists ({what} missing)", cache_time=3600)
-        apt.packages(name=name or f"Install {', '.join(missing)}", packages=missing, no_recommends=True)
+    if not missing:
+        return
+    names = " ".join(shlex.quote(package) for package in missing)
+    fix = (f"labwright: cannot install {', '.join(missing)} ({what}) from the package registry: apt-get %s failed "
+           f"(see above); check {host.name}'s network, apt mirror and proxy, then re-run (nothing was started)")
+    # cache_time: a second attempt right after a failed one need not refresh the lists again (apt.update's rule).
+    fresh = "find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -mmin -60 2>/dev/null | grep -q ."
+    server.shell(name=name or f"Install {', '.join(missing)}", commands=[
+        f"export DEBIAN_FRONTEND=noninteractive; fail() {{ printf '%s\\n' \"$out\" | tail -n 4 >&2; "
+        f"printf {shlex.quote(fix)}'\\n' \"$1\" >&2; exit 1; }}; "
+        f"{fresh} || {{ out=$(apt-get update -q 2>&1) && ! printf '%s' \"$out\" | grep -q '^\\(W\\|E\\): "
+        f"Failed to fetch' || fail update; }}; "
+        f"out=$(apt-get -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold install "
+        f"--no-install-recommends {names} 2>&1) || fail install",
+    ])
