@@ -108,16 +108,30 @@ def test_stand_in_hub_gguf_cut_half_way_resumes_with_a_range_request_in_the_gues
     (["model_repo=lab/tiny-GGUF", "model_file=tiny-Q2.gguf", "model_name=tiny-q2"],
      "model_file: 'tiny-Q2.gguf' is not a file of lab/tiny-GGUF@main"),
 ])
-def test_stand_in_hub_not_found_is_one_line_and_nothing_is_marked(lab, guest, data, line):
+def test_stand_in_hub_not_found_is_one_line_before_any_operation(lab, guest, data, line):
     name, hub = guest
     hub.reset_log()
     run = deploy(name, hub, *data)
     assert run.rc != 0
-    assert line in run.output and "Traceback" not in run.output, run.output[-4000:]
-    link = next(d.split("=", 1)[1] for d in [*data[::-1], "x=nope"] if d.startswith(("model_name=", "x=")))
+    assert f"{line}" in run.output and "nothing was changed" in run.output, run.output[-4000:]
+    assert "Traceback" not in run.output and "Starting operation" not in run.output, run.output[-4000:]
+    link = next((d.split("=", 1)[1] for d in data if d.startswith("model_name=")), "nope")
     code, _ = sh(lab, name, f"test -e /srv/models/{link} || test -e /srv/models/.labwright/{link}.json")
     assert code != 0
     assert hub.file_gets() == []
+
+
+def test_stand_in_hub_not_found_in_a_fresh_guest_installs_nothing(lab, guest):
+    """The refusal comes from the probe (the runner's source on the guest's bare python3), not from the venv."""
+    _, hub = guest
+    fresh = lab.fresh("lwmodel")
+    try:
+        run = deploy(fresh, hub, "model_repo=lab/nope")
+        assert run.rc != 0 and "model_repo: 'lab/nope' is not a repo" in run.output, run.output[-4000:]
+        code, out = sh(lab, fresh, "ls -d /opt/labwright-models /srv/models 2>&1; dpkg -s python3-venv 2>&1 | head -1")
+        assert "No such file" in out and "is not installed" in out, out
+    finally:
+        lab.remove(fresh)
 
 
 def test_stand_in_hub_corrupted_bytes_are_refused_in_the_guest_and_the_old_model_stays(lab, guest):

@@ -25,15 +25,22 @@ from labwright.models.deploy_data import ModelSettings, settings
 VENV_MARKER = ".labwright-requirements"
 
 
-class ModelComplete(FactBase):
-    """Whether the runner already on the guest says MODELS_DIR/NAME is complete for this spec (marker + link + every
-    file with its size; no network, the guest's own python3). False when the runner is not there yet."""
+class ModelState(FactBase):
+    """``("complete", "")`` when the guest's marker says MODELS_DIR/NAME is complete for this spec (marker, link,
+    every file with its size: no network); else the Hub is asked whether the repo, revision and file exist:
+    ``("refused", LINE)`` or ``("incomplete", "")``. The runner's own source runs on the guest's python3 from stdin,
+    so this works before anything is installed."""
 
-    def command(self, runner: str, check: str) -> str:
-        return f"if test -f {runner} && {check} >/dev/null 2>&1; then echo complete; else echo incomplete; fi"
+    def command(self, probe: str) -> str:
+        return probe
 
-    def process(self, output: list[str]) -> bool:
-        return "".join(output).strip() == "complete"
+    def process(self, output: list[str]) -> tuple[str, str]:
+        text = "\n".join(output).strip()
+        if text == "complete":
+            return "complete", ""
+        if text.startswith("refused "):
+            return "refused", text[len("refused "):].splitlines()[0]
+        return "incomplete", ""
 
 
 def model_settings() -> ModelSettings:
@@ -53,11 +60,15 @@ def deploy_model() -> None:
     nothing is marked complete, so MODELS_DIR/NAME never points at a truncated or corrupted model.
     """
     s = model_settings()
+    runner_source = Path(fetch.__file__).read_text(encoding="utf-8")
+    state, refusal = host.get_fact(ModelState, probe=s.probe_command(runner_source))
+    if state == "refused":
+        raise DeployError(f"{refusal.removesuffix('; nothing was downloaded')}; nothing was changed")
     install_missing(s.runtime_packages, "model download packages")
     files.directory(name=f"Model directory {s.dir}", path=s.dir, present=True, mode="755")
     runner_dir = str(Path(s.runner).parent)
     files.directory(name=f"Runner directory {runner_dir}", path=runner_dir, present=True, mode="755")
-    files.put(name=f"Runner {s.runner}", src=StringIO(Path(fetch.__file__).read_text(encoding="utf-8")),
+    files.put(name=f"Runner {s.runner}", src=StringIO(runner_source),
               dest=s.runner, user="root", group="root", mode="644")
 
     source_args = f"--no-index --find-links {shlex.quote(s.find_links)} " if s.find_links else ""
@@ -69,6 +80,6 @@ def deploy_model() -> None:
             f"printf '%s' {shlex.quote(requirement_text)} > {s.venv}/{VENV_MARKER}",
         ])
 
-    if not host.get_fact(ModelComplete, runner=s.runner, check=s.check_command()):
+    if state != "complete":
         server.shell(name=f"Download {s.spec.label()} -> {s.dir}/{s.spec.name} (checksums verified)",
                      commands=[s.download_command()], _timeout=s.download_timeout)

@@ -34,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
 }
 SETTING_KEYS = tuple(DEFAULTS)
 RUNNER_NAME = "fetch.py"
+PROBE_END = "LABWRIGHT_FETCH_PY_END"
 
 
 def _fail(key: str, message: str) -> BadInput:
@@ -69,6 +70,12 @@ class ModelSettings:
     def check_command(self) -> str:
         """Stdlib only (the guest's python3), no network: exit 0 when the marker says complete."""
         return f"python3 {self.runner} --check {self.runner_args()}"
+
+    def probe_command(self, runner_source: str) -> str:
+        """The runner's ``--probe`` from its source on stdin (works before anything is installed): ``complete``,
+        ``incomplete`` or ``refused LINE`` (the Hub says the repo, revision or file does not exist)."""
+        return (f"python3 - --probe {self.runner_args()} --endpoint {shlex.quote(self.endpoint)} "
+                f"<<'{PROBE_END}' || true\n{runner_source.rstrip()}\n{PROBE_END}\n")
 
     def download_command(self) -> str:
         return (f"HF_HUB_DISABLE_PROGRESS_BARS=1 {self.venv}/bin/python {self.runner} {self.runner_args()} "

@@ -7,6 +7,7 @@ library, and huggingface_hub once a download is needed), so the deploy ships it 
     python3 fetch.py --spec '{"repo": "Qwen/Qwen3-0.6B", "revision": "main", "allow": ["*.json"], "ignore": [],
                               "file": null, "name": "Qwen3-0.6B"}' --cache /srv/models/hub --models /srv/models
     python3 fetch.py --check ...same...      # exit 0 "complete" / exit 3 "incomplete": no network, stdlib only
+    python3 - --probe ...same... < fetch.py  # complete / incomplete / refused LINE: asks the Hub (stdlib only)
 
 What it guarantees:
 - ``MODELS/NAME`` (a symlink to the snapshot in the huggingface_hub cache) and ``MODELS/.labwright/NAME.json`` (the
@@ -34,6 +35,8 @@ import os
 import re
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +127,55 @@ def _check_name_free(models: Path, name: str) -> None:
                       "model_name (nothing was downloaded)", EXIT_BAD_INPUT)
 
 
+def _not_found(error_code: str, spec: dict[str, Any], where: str) -> Refused:
+    """The one line for the Hub's ``X-Error-Code`` (huggingface_hub 2.4.0 utils/_http.py 880-953 maps the same)."""
+    repo, revision = spec["repo"], spec["revision"]
+    if error_code == "RevisionNotFound":
+        message = f"model_revision: {revision!r} is not a branch, tag or commit of {repo} on {where}"
+    elif error_code == "EntryNotFound":
+        message = f"model_file: {spec.get('file')!r} is not a file of {repo}@{revision} on {where}"
+    else:
+        message = f"model_repo: {repo!r} is not a repo on {where}, or it is private or gated (give a token in HF_TOKEN)"
+    return Refused(f"{message}; nothing was downloaded", EXIT_BAD_INPUT)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a file in LFS answers 302 to its CDN: the answer itself is what is asked
+
+
+def preflight(spec: dict[str, Any], endpoint: str | None, timeout: float = 30) -> bool:
+    """Ask the Hub whether the repo, the revision and (for one file) the file exist, with the standard library only,
+    before anything is installed: the requests huggingface_hub makes first (``/api/models/REPO/revision/REV``; a HEAD
+    of ``/REPO/resolve/REV/FILE``). Raises Refused for an answer that names what is missing; False when the Hub could
+    not be asked (the download step then says why), True when all is there."""
+    from urllib.parse import quote
+
+    where = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+    repo, revision = spec["repo"], spec["revision"]
+    headers = {"User-Agent": "labwright-models-preflight"}
+    if os.environ.get("HF_TOKEN"):
+        headers["Authorization"] = f"Bearer {os.environ['HF_TOKEN']}"
+    asks = [("GET", f"{where}/api/models/{repo}/revision/{quote(revision, safe='')}")]
+    if spec.get("file"):
+        asks.append(("HEAD", f"{where}/{repo}/resolve/{quote(revision, safe='')}/{quote(spec['file'])}"))
+    opener = urllib.request.build_opener(_NoRedirect)
+    for method, url in asks:
+        try:
+            with opener.open(urllib.request.Request(url, method=method, headers=headers), timeout=timeout):
+                pass
+        except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                continue
+            code = exc.headers.get("X-Error-Code", "")
+            if code in ("RepoNotFound", "RevisionNotFound", "EntryNotFound") or exc.code == 401:
+                raise _not_found(code or "RepoNotFound", spec, where) from None
+            return False
+        except (OSError, ValueError):
+            return False
+    return True
+
+
 def remove_orphaned_partials(cache: Path, repo: str) -> list[Path]:
     """Remove the ``blobs/ETAG.XXXXXXXX.incomplete`` files of downloads that were killed (SIGKILL, power cut: their
     ``finally`` never ran). huggingface_hub holds ``.locks/REPO_FOLDER/ETAG.lock`` while it writes one
@@ -210,14 +262,11 @@ def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | No
                                               allow_patterns=spec.get("allow") or None,
                                               ignore_patterns=spec.get("ignore") or None, max_workers=4))
     except RevisionNotFoundError:
-        raise Refused(f"model_revision: {revision!r} is not a branch, tag or commit of {repo} on {where} "
-                      "(nothing was downloaded)", EXIT_BAD_INPUT) from None
+        raise _not_found("RevisionNotFound", spec, where) from None
     except RemoteEntryNotFoundError:
-        raise Refused(f"model_file: {spec.get('file')!r} is not a file of {repo}@{revision} on {where} "
-                      "(nothing was downloaded)", EXIT_BAD_INPUT) from None
+        raise _not_found("EntryNotFound", spec, where) from None
     except RepositoryNotFoundError:
-        raise Refused(f"model_repo: {repo!r} is not a repo on {where}, or it is private or gated (give a token in "
-                      "HF_TOKEN); nothing was downloaded", EXIT_BAD_INPUT) from None
+        raise _not_found("RepoNotFound", spec, where) from None
     except failures as exc:
         raise Refused(f"download of {repo}@{revision} from {where} failed: {_one_line(exc)} (files completed so far "
                       "stay in the cache; nothing was marked complete; re-run to continue)", EXIT_FAILED) from None
@@ -259,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", required=True, type=Path, help="where MODELS/NAME links to the snapshot")
     parser.add_argument("--endpoint", default=None, help="the Hub URL (default: HF_ENDPOINT, else huggingface.co)")
     parser.add_argument("--check", action="store_true", help="only say whether the model is complete (exit 0 or 3)")
+    parser.add_argument("--probe", action="store_true",
+                        help="print 'complete', 'incomplete' or 'refused LINE' (the Hub asked, stdlib only); exit 0")
     args = parser.parse_args(argv)
     try:
         spec = json.loads(args.spec)
@@ -269,11 +320,20 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_BAD_INPUT
     if is_complete(args.models, spec):
-        print(f"complete: {args.models / spec['name']} ({spec['repo']}@{spec['revision']}), nothing downloaded")
+        print("complete" if args.probe else
+              f"complete: {args.models / spec['name']} ({spec['repo']}@{spec['revision']}), nothing downloaded")
         return 0
     if args.check:
         print(f"incomplete: {args.models / spec['name']}")
         return EXIT_INCOMPLETE
+    if args.probe:
+        try:
+            preflight(spec, args.endpoint)
+        except Refused as exc:
+            print(f"refused {exc}")
+            return 0
+        print("incomplete")
+        return 0
     try:
         args.models.mkdir(parents=True, exist_ok=True)
         args.cache.mkdir(parents=True, exist_ok=True)

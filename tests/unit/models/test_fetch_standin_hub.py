@@ -231,3 +231,44 @@ def test_stand_in_hub_a_transfer_cut_every_time_fails_in_one_line_and_leaves_no_
     assert unmarked(models, "tiny-GGUF")
     assert not list((models / "hub").rglob("*.incomplete")) and not list((models / "hub").rglob("tiny-Q8_0.gguf"))
     assert len([r for r in hub.file_gets() if r.server == "cdn"]) == 6  # the first try and huggingface_hub's 5 retries
+
+
+def probe(hub: StandinHub, models: Path, **data) -> str:
+    """The runner's --probe as the deploy's fact runs it: its source on stdin of a bare python3."""
+    spec = parse_spec(data)
+    proc = subprocess.run([sys.executable, "-", "--probe", "--spec", json.dumps(spec.as_json()), "--cache",
+                           str(models / "hub"), "--models", str(models), "--endpoint", hub.endpoint],
+                          input=RUNNER.read_text(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.mark.parametrize(("data", "start"), [
+    ({"repo": "lab/nope"}, "refused model_repo: 'lab/nope' is not a repo on http://"),
+    ({"repo": "lab/tiny", "revision": "v9"}, "refused model_revision: 'v9' is not a branch, tag or commit of lab/tiny"),
+    ({"repo": "lab/tiny-GGUF", "file": "tiny-Q2.gguf"}, "refused model_file: 'tiny-Q2.gguf' is not a file of"),
+    ({"repo": "lab/tiny-GGUF", "file": "tiny-Q8_0.gguf"}, "incomplete"),
+    ({"repo": "lab/tiny", "allow": "*.json"}, "incomplete"),
+])
+def test_stand_in_hub_probe_asks_before_anything_is_installed(hub, tmp_path, data, start):
+    answer = probe(hub, tmp_path / "models", **data)
+    assert answer.startswith(start) and "\n" not in answer, answer
+    assert hub.file_gets() == [] and not (tmp_path / "models").exists()
+
+
+def test_stand_in_hub_probe_says_complete_without_asking_the_hub(hub, tmp_path):
+    models = tmp_path / "models"
+    assert run(hub, models, repo="lab/tiny", allow="*.json").returncode == 0
+    hub.reset_log()
+    assert probe(hub, models, repo="lab/tiny", allow="*.json") == "complete"
+    assert hub.requests == []
+
+
+def test_stand_in_hub_probe_of_an_unreachable_hub_is_incomplete_not_refused(tmp_path):
+    with StandinHub() as gone:
+        endpoint = gone.endpoint
+    spec = parse_spec({"repo": "lab/tiny"})
+    proc = subprocess.run([sys.executable, "-", "--probe", "--spec", json.dumps(spec.as_json()), "--cache",
+                           str(tmp_path / "hub"), "--models", str(tmp_path), "--endpoint", endpoint],
+                          input=RUNNER.read_text(), capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "incomplete")
