@@ -108,3 +108,29 @@ def test_usage_errors_are_one_line(cli_env):
         proc = run(cli_env, *args)
         assert proc.returncode == 2, (args, proc.stderr)
         assert proc.stderr.count("\n") == 1 and words in proc.stderr and "--help" in proc.stderr, (args, proc.stderr)
+
+
+def test_ctrl_c_while_a_command_waits_is_one_line_exit_130(cli_env):
+    """A real SIGINT (what the terminal sends on Ctrl-C) to a labwright waiting on a server that never answers."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        port = server.getsockname()[1]
+        proc = subprocess.Popen(["labwright", "bench", "llm", "--url", f"http://127.0.0.1:{port}/v1",
+                                 "--contexts", "64", "--trials", "1", "--decode", "4", "--timeout", "600"],
+                                env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            server.settimeout(120)
+            conn, _ = server.accept()  # labwright is now inside the command, waiting for an answer
+            with conn:
+                proc.send_signal(signal.SIGINT)
+                out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err.strip().splitlines()[-1].startswith("labwright: interrupted"), err
+    assert "Traceback" not in err and err.count("labwright: interrupted") == 1, err
