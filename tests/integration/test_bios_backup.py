@@ -435,3 +435,13 @@ def test_an_out_that_is_a_file_is_bad_input(chip: Path, tmp_path: Path) -> None:
     result = labwright("bios", "backup", "@local", "-p", dummy_programmer(chip), "--out", str(out / "sub"))
     assert result.returncode == 2 and f"--out {out / 'sub'}: {out} is a file, not a directory" in error_line(result)
     assert out.read_text() == "x"
+
+
+@pytest.mark.parametrize("host", ["n" * 300, "a" * 64 + ".example", "bad-.example", "x..example"])
+def test_a_host_name_dns_cannot_hold_is_one_line_before_any_lookup(chip: Path, tmp_path: Path, host: str) -> None:
+    """A 300-character host reached the resolver (idna UnicodeError, an internal error) after a paramiko line."""
+    for command in (["backup", host, "--out", str(tmp_path / "out")], ["restore", host, str(chip)]):
+        result = labwright("bios", *command, "-p", dummy_programmer(chip))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and "not a host name or IP address" in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()

@@ -29,10 +29,33 @@ _OVER_SSH = ("ssh", "dockerssh", "podmanssh", "pct")
 _KEY = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
+_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+
+
+def check_hostname(target: str) -> str:
+    """BadInput unless ``target`` is an IP address or a DNS name (labels of 1-63 characters, 253 in all): a longer
+    one reached the resolver and failed there (idna UnicodeError, a traceback)."""
+    import ipaddress
+
+    host = target.rsplit("@", 1)[-1]  # user@host, as ssh takes it
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return target
+    except ValueError:
+        pass
+    name = host.rstrip(".")
+    if not name or len(name) > 253 or not all(_LABEL.match(label) for label in name.split(".")):
+        shown = target if len(target) <= 60 else target[:57] + "..."
+        raise BadInput(f"HOST {shown!r}: not a host name or IP address (DNS labels of 1-63 letters, digits and "
+                       "hyphens, 253 characters in all); give the SSH host, or @local / @lxd/NAME")
+    return target
+
+
 def connector_name(target: str) -> str:
     """The pyinfra connector a target names: ``@lxd/NAME`` -> lxd, ``@local`` -> local, a hostname -> ssh; BadInput
     for ``@NAME`` no installed connector answers to (pyinfra raised NoConnectorError, a traceback here)."""
     if not target.startswith("@"):
+        check_hostname(target)
         return "ssh"
     name = target[1:].split("/", 1)[0]
     installed = sorted(e.name for e in entry_points(group="pyinfra.connectors"))

@@ -11,6 +11,7 @@ What each wheel was built against comes from its file name alone (wheelname.py),
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -237,6 +238,17 @@ def read_listing(path: Path, kind: str, base_url: str = "", source: str = "") ->
         raise BadInput(f"--from {path}: {exc}") from None
 
 
+def check_out_dir(out_dir: Path, stem: str) -> None:
+    """BadInput unless ``out_dir`` is a writable directory or can be made one (checked before --dry-run reports,
+    so a dry run never approves what the real run cannot write)."""
+    existing = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        where = f"{existing} is a file" if existing is not None else "no part of it exists"
+        raise BadInput(f"--out {out_dir}: {where}, not a directory; pass the directory to write {stem}.toml into")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInput(f"--out {out_dir}: {existing} is not writable; pick a directory you can write to")
+
+
 def family_of(stem: str, components: dict[str, Component]) -> Component | None:
     """The component a matrix file name says it holds: ``torch``, ``flash_attn_prebuilt`` -> flash_attn (the longest
     component name that is the stem or the stem's first ``_`` words); None for a name that names none."""
@@ -325,8 +337,7 @@ def refresh(
     stem = name or listing.stem
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", stem) or f"{stem}.toml" in ("cuda.toml", "components.toml", "stacks.toml"):
         raise BadInput(f"--name {stem!r}: use letters, digits, '_', '-' and not cuda/components/stacks")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BadInput(f"--out {out_dir} is a file, not a directory: pass the directory to write {stem}.toml into")
+    check_out_dir(out_dir, stem)
     listed, warnings = read_listing(listing, kind, base_url, source)
     wheels: dict[str, Wheel] = {}
     skipped = []

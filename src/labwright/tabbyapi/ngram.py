@@ -276,9 +276,15 @@ def read_tree(source_dir: Path, config: Path | None = None) -> TabbyTexts:
     """The deciding files of a local checkout; BadInput when the directory itself is unusable."""
     if not source_dir.is_dir():
         raise BadInput(f"--source {source_dir}: not a directory; pass the tabbyAPI checkout (e.g. /opt/tabbyapi)")
+    if not (source_dir / "main.py").exists() and not (source_dir / MODEL_PY).exists():
+        raise BadInput(f"--source {source_dir}: not a tabbyAPI checkout (no main.py, no {MODEL_PY}); pass the "
+                       "directory tabbyAPI was cloned into (e.g. /opt/tabbyapi)")
     config_path = config if config is not None else source_dir / CONFIG
-    if config is not None and not config_path.parent.is_dir():
-        raise BadInput(f"--config {config}: its directory does not exist; pass a path inside an existing directory")
+    if config is not None and not config_path.exists():
+        # SOURCE/config.yml may be created (tabbyAPI fills the rest from defaults); an explicit path that does not
+        # exist is a typo far more often than a wish for a new file tabbyAPI would never read.
+        raise BadInput(f"--config {config}: no such file; pass the config.yml tabbyAPI reads, or leave --config "
+                       "out to use SOURCE/config.yml")
 
     def text(path: Path) -> str | None:
         """The file's text as it is (a BOM and CRLF kept, so a write-back changes only the edited lines); None when

@@ -203,3 +203,14 @@ def test_a_non_utf8_matrix_file_is_one_line_naming_it(cli_env, tmp_path):
     (root / "fla.toml").write_bytes(b"kind = \"wheel-list\"\n# \xff\xfe\n")
     proc = run(cli_env | {"LABWRIGHT_MATRIX_DIR": str(root)}, "show")
     _one_line_exit_2(proc, str(root / "fla.toml"), "is not UTF-8 text", "expected a wheels matrix TOML")
+
+
+def test_refresh_dry_run_refuses_an_out_the_real_run_could_not_write(cli_env, tmp_path):
+    listing = tmp_path / "mine.txt"
+    listing.write_text("https://x.invalid/torch-2.11.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl\n")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for args in (["--dry-run"], []):
+        proc = run(cli_env, "refresh", "--from", str(listing), "--out", str(blocker / "sub"), *args)
+        _one_line_exit_2(proc, f"--out {blocker / 'sub'}: {blocker} is a file, not a directory")
+    assert blocker.read_text() == "x"

@@ -402,3 +402,18 @@ def test_cli_keeps_the_replaced_config_as_prev(cli_env, standin, tmp_path):
     assert (tree / "config.yml.prev").read_bytes() == original
     assert config_edit.draft_section((tree / "config.yml").read_text(encoding="utf-8-sig"))["ngram_match_min"] == 4
     assert not list(tree.glob(".config.yml.labwright.*"))
+
+
+def test_cli_a_source_that_is_no_checkout_and_a_missing_explicit_config_are_bad_input(cli_env, standin, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = run(cli_env, "--source", str(empty))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert f"--source {empty}: not a tabbyAPI checkout (no main.py, no {MODEL_PY})" in proc.stderr
+    assert not any(empty.iterdir())
+    tree = standin.checkout(standin.config_ref, tmp_path / "t")
+    typo = tmp_path / "etc" / "confg.yml"
+    typo.parent.mkdir()
+    proc = run(cli_env, "--source", str(tree), "--config", str(typo))
+    assert proc.returncode == 2 and f"--config {typo}: no such file" in proc.stderr and proc.stderr.count("\n") == 1
+    assert not typo.exists() and not (tree / "config.yml").exists()
