@@ -176,8 +176,8 @@ def test_guest_stopped_mid_deploy_then_rerun_serves(guest: Guest) -> None:
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode != 0, output[-3000:]
     assert "Traceback" not in output, output[-4000:]
-    line = one_line(output, "is not running")
-    assert guest.name in line, line
+    line = one_line(output, "stopped during the run")
+    assert f"@lxd/{guest.name} is Stopped now" in line and f"lxc start {guest.name}" in line, line
     guest.lab.client.set_state(guest.name, "start")
     wait_for(f"{guest.name} to get its address again", guest.address, timeout=120)
     assert guest.lock() == "", "a lock in /run survived the guest's restart"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import secrets
 import shlex
+import time
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
@@ -57,6 +58,19 @@ if TYPE_CHECKING:
     from pyinfra.api.state import State
 
 TIMEOUT_EXIT = 124  # coreutils `timeout`
+DYING_SETTLE_S = 10.0  # how long a container that fails commands may still say Running while it stops
+
+
+def quiet_pyinfra_errors_in_greenlets() -> None:
+    """pyinfra fails the last host of a run by raising PyinfraError("No hosts remaining!") inside the host's greenlet;
+    gevent prints that greenlet's whole traceback before pyinfra's own one-line "pyinfra error". Keep the line only
+    (gevent's Hub.NOT_ERROR: exceptions its error handler does not print)."""
+    import gevent
+    from pyinfra.api.exceptions import PyinfraError
+
+    hub = gevent.get_hub()
+    if PyinfraError not in hub.NOT_ERROR:
+        hub.NOT_ERROR = (*hub.NOT_ERROR, PyinfraError)
 #: How often a connection starts a new agent after one died between commands (a command that killed
 #: it, an OOM kill); past that, the rest of the connection uses REST execs.
 AGENT_RESTARTS = 3
@@ -141,6 +155,7 @@ class LxdConnector(HandoverTransfer, BaseConnector):
             raise ConnectError(f"{where}: container is {info.get('status')}; start it first "
                                f"(`{self.flavour if self.flavour == 'incus' else 'lxc'} start {where}`)")
         self.instance = instance
+        quiet_pyinfra_errors_in_greenlets()
         if self.session is not None:  # connect() again without disconnect(): do not leave an agent behind
             self.session.close()
             self.session = None
@@ -224,9 +239,58 @@ class LxdConnector(HandoverTransfer, BaseConnector):
                     echo(f"{self.host.print_prefix}{line.line}", err=line.buffer_name == "stderr")
             return result.exit_code, CommandOutput(output)
 
-        exit_code, output = execute_command_with_sudo_retry(self.host, arguments, execute)
+        try:
+            exit_code, output = execute_command_with_sudo_retry(self.host, arguments, execute)
+        except ConnectError as exc:
+            # One line in the host's output (pyinfra prints a failed command's stderr), not an exception's repr.
+            return False, CommandOutput([OutputLine("stderr", self._lost(str(exc)))])
         ok = exit_code in success_codes if success_codes else exit_code == 0
+        if not ok:
+            dying = exit_code in (-1, 137, 143, 255) or any(
+                "Cannot fork" in line.line for line in output if line.buffer_name == "stderr")
+            gone = self._gone(settle=DYING_SETTLE_S if dying else 0)
+            if gone:
+                output = CommandOutput([*output, OutputLine("stderr", gone)])
         return ok, output
+
+    def _where(self) -> str:
+        return f"@{self.flavour}/{self.instance}"
+
+    def _status(self, settle: float) -> str:
+        """The container's status; ``settle`` > 0: while it still says Running, ask again until that many seconds
+        passed (a container being stopped fails commands before its status changes)."""
+        deadline = time.monotonic() + settle
+        while True:
+            info = self.client.instance_or_none(self.instance)
+            status = str(info.get("status")) if info else "deleted"
+            if status != "Running" or time.monotonic() >= deadline:
+                return status
+            time.sleep(0.2)
+
+    def _gone(self, settle: float = 0) -> str:
+        """Why commands cannot run in the container any more ("" while it runs): it stopped, or the daemon went."""
+        try:
+            status = self._status(settle)
+        except LabwrightError as exc:
+            return self._lost(str(exc))
+        if status == "Running":
+            return ""
+        tool = "incus" if self.flavour == "incus" else "lxc"
+        return (f"labwright: {self._where()} is {status} now: it stopped during the run; start it (`{tool} start "
+                f"{self.instance}`) and re-run the deploy (the steps done so far are kept; the next run redoes the "
+                "rest)")
+
+    def _lost(self, detail: str) -> str:
+        """The one line for a command whose result was lost: the container's state if the daemon answers."""
+        try:
+            status = self._status(DYING_SETTLE_S)
+        except LabwrightError:
+            return (f"labwright: {self._where()}: the LXD daemon stopped answering during the run ({detail}); once "
+                    "it answers again (`lxc list`), re-run the deploy (the steps done so far are kept)")
+        if status != "Running":
+            return self._gone() or detail
+        return (f"labwright: {self._where()}: the connection to the container was lost during the run ({detail}); "
+                "re-run the deploy (the steps done so far are kept)")
 
     def _run_script(self, script: str, stdin: Any, timeout: int | float | None, shown: str) -> ExecResult:
         """Run ``sh -c script``: in the agent session when there is one, else as a REST exec.
