@@ -3,11 +3,12 @@ of bad input. Each case must end within a bound, with no traceback, exit 2 (the 
 value is plausible and a later step failed), one stderr line that names the input, and nothing written.
 
 Classes, by what the parameter is (introspected from the typer app):
-- a path read: a file of random bytes, an empty directory, a missing path;
+- a path read: a file of random bytes, a Latin-1 (not UTF-8) text file, an empty directory, a missing path;
 - a path written (--out, --plot): a path under a regular file;
 - an int/float: 0, -1, 10**12, "abc" (and "nan", "inf" for floats);
 - a host/guest/node name: "@lxd/$(id)", "a b", 300 characters, "";
-- any other string: "$(id)", "a b", 300 characters, "" (these may be valid: exit 0 is allowed, the rest holds);
+- any other string: "$(id)", "a b", 300 characters, "", "1000000000000", "-1" (these may be valid: exit 0 is
+  allowed, the rest holds);
 - an unknown option.
 
 Each case runs in a forked child of this process (the groups are imported once), in a sandbox: its own cwd, HOME,
@@ -307,6 +308,11 @@ def _bad_values(command: Command, param: Parameter) -> list[tuple[str, bool, Cal
         path.write_bytes(RANDOM_BYTES)
         return str(path)
 
+    def latin1_text(sandbox: Path) -> str:
+        path = sandbox / "cwd" / "latin1.txt"
+        path.write_bytes("name = \"caf\xe9\"\nmodel: caf\xe9\n".encode("latin-1"))
+        return str(path)
+
     def empty_directory(sandbox: Path) -> str:
         path = sandbox / "cwd" / "empty-dir"
         path.mkdir(exist_ok=True)
@@ -316,7 +322,8 @@ def _bad_values(command: Command, param: Parameter) -> list[tuple[str, bool, Cal
         return str(Path(file_of_random_bytes(sandbox)) / "sub" / "x")
 
     if param.kind == "path":
-        return [("random-bytes", True, file_of_random_bytes), ("empty-dir", True, empty_directory),
+        return [("random-bytes", True, file_of_random_bytes), ("latin1-text", True, latin1_text),
+                ("empty-dir", True, empty_directory),
                 ("missing", True, lambda sandbox: str(sandbox / "cwd" / "no-such-file"))]
     if param.kind == "output":
         return [("under-a-file", True, under_a_file)]
@@ -327,7 +334,9 @@ def _bad_values(command: Command, param: Parameter) -> list[tuple[str, bool, Cal
     if param.kind == "name":
         return [(repr(v)[:24], True, _const(v)) for v in ("@lxd/$(id)", "a b", "n" * 300, "")]
     if param.kind == "str":
-        return [(repr(v)[:24], False, _const(v)) for v in ("$(id)", "a b", "s" * 300, "")]
+        # Strings that hold numbers (--contexts, --budget, --weights-gb) get huge and negative ones: a hang or a
+        # terabyte allocation shows up here as a timeout.
+        return [(repr(v)[:24], False, _const(v)) for v in ("$(id)", "a b", "s" * 300, "", "1000000000000", "-1")]
     return []
 
 
