@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from labwright import guestlock
+from labwright.lab import daemon
 from labwright.lab.daemon import ensure_daemon
 from labwright.lab.lab import instance_address
 from labwright.llamacpp.build import build_llama_server
@@ -186,8 +187,31 @@ def test_guest_stopped_mid_deploy_then_rerun_serves(guest: Guest) -> None:
 
 
 def daemon_pid() -> int:
-    out = subprocess.run(["pgrep", "-x", "lxd"], capture_output=True, text=True).stdout.split()
-    return int(out[0]) if out else 0
+    """The LXD daemon itself: argv ``lxd [--options]``; not ``lxd forkexec ...`` helpers, nor the ``[lxc monitor]``
+    processes of containers (their comm is ``lxd`` too: `pgrep -x lxd` lists them, and killing one harms a
+    container of someone else's)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and Path(argv[0].decode(errors="replace")).name == "lxd" and \
+                (len(argv) < 2 or not argv[1] or argv[1].startswith(b"-")):
+            return int(proc.name)
+    return 0
+
+
+def restart_daemon_if_down() -> None:
+    """Start the daemon as labwright.lab.daemon does without systemd. Not through ensure_daemon() alone: its
+    `pgrep -x lxd` also matches the containers' `[lxc monitor]` processes, so it would not start a killed daemon."""
+    if not Path("/run/systemd/system").is_dir() and daemon_pid() == 0:
+        daemon.LOG_DIR.mkdir(parents=True, exist_ok=True)
+        daemon._detach(["lxd", "--group", "root", f"--logfile={daemon.LOG_DIR / 'lxd.log'}"],
+                       daemon.LOG_DIR / "lxd.out")
+        subprocess.run(["lxd", "waitready", "--timeout=120"], check=True)
+    ensure_daemon(Reporter(quiet=True))
 
 
 def test_lxd_daemon_restarted_mid_deploy_then_rerun_serves(guest: Guest) -> None:
@@ -203,19 +227,23 @@ def test_lxd_daemon_restarted_mid_deploy_then_rerun_serves(guest: Guest) -> None
         wait_for("the deploy to take the guest's run lock", lambda: guest.lock() or proc.poll() is not None,
                  timeout=120, every=0.02)
         # restart the daemon for real (SIGTERM leaves the containers running, as `systemctl restart lxd` does)
+        pid = daemon_pid()
         if restart:
             subprocess.run(restart, check=True)
         else:
-            pid = daemon_pid()
-            assert pid, "no lxd process to restart"
+            assert pid, "no lxd daemon process to restart"
             subprocess.run(["kill", "-TERM", str(pid)], check=True)
             wait_for(f"lxd pid {pid} to exit", lambda: not Path(f"/proc/{pid}").exists(), timeout=120)
     finally:
-        ensure_daemon(Reporter(quiet=True))        # always leave the daemon running for everyone else
+        restart_daemon_if_down()                    # always leave the daemon running for everyone else
     wait_for("the LXD daemon to answer again", lambda: guest.lab.client.instance_or_none(guest.name), timeout=120)
     output, _ = proc.communicate(timeout=600)
     assert "Traceback" not in output, output[-4000:]
-    if proc.returncode != 0:
-        assert any("labwright" in line or "LXD" in line or "lxd" in line for line in output.splitlines()[-30:])
+    if proc.returncode != 0:   # the run lost a command to the restart: one line says so and what to do
+        line = one_line(output, "re-run the deploy")
+        assert "LXD daemon stopped answering" in line or "connection to the container was lost" in line, line
+    print(f"\nthe deploy during the daemon restart: exit {proc.returncode}"
+          + ("" if proc.returncode == 0 else f": {one_line(output, 're-run the deploy').strip()}"))
     assert guest.running(), "the daemon restart stopped the container"
+    assert daemon_pid() not in (0, pid), "the daemon was not restarted"
     guest.recover("LXD daemon restarted mid-deploy", "llamacpp_ctx_size=2048")
