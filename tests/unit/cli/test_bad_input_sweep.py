@@ -43,15 +43,9 @@ CASE_TIMEOUT_S = 60.0
 
 #: (command, case id) pairs that still fail, owned by another engineer's files, with what is wrong. EMPTY when done.
 KNOWN_OWNERS_PENDING: dict[tuple[str, str], str] = {
-    # B2 (matrix): --dry-run approves an --out the real run cannot write (a path under a regular file)
-    ("matrix refresh", "--out=under-a-file"): "B2: check --out is a writable directory before the dry run reports",
     # R1 (stack): --timeout is checked after the environment; bad numbers should be refused first
     ("stack verify", "--timeout=1000000000000"): "R1: range-check --timeout before reading the environment",
     ("stack verify", "--timeout=inf"): "R1: range-check --timeout (finite, > 0) before reading the environment",
-    # B2 (tabbyapi): an empty directory is not a checkout: bad input (2), not 'unrecognised source' (1)
-    ("tabbyapi ngram", "--source=empty-dir"): "B2: a --source without backends/ or main.py is exit 2",
-    ("tabbyapi ngram", "--config=missing"): "B2: an explicit --config that does not exist: refuse, or say "
-                                             "'would create' (today: 'would change')",
     # R3 (kv): --page is not range-checked in kv fit (kv plan refuses the same values)
     ("kv fit", "--page=0"): "R3: kv fit --page range check as kv plan's",
     ("kv fit", "--page=-1"): "R3: kv fit --page range check as kv plan's",
@@ -59,10 +53,6 @@ KNOWN_OWNERS_PENDING: dict[tuple[str, str], str] = {
     # R3 (bench): importing matplotlib writes ~/.config/matplotlib before --plot is refused
     ("bench llm", "--plot=under-a-file"): "R3: check --plot's directory before importing matplotlib",
     ("bench compare", "--plot=under-a-file"): "R3: check --plot's directory before importing matplotlib",
-    # B2 (bios) / R2 (host names): a 300-character host reaches socket.getaddrinfo (idna UnicodeError: internal
-    # error) after a paramiko known_hosts line
-    ("bios backup", "HOST='nnnnnnnnnnnnnnnnnnnnnnn"): "B2/R2: validate the host name (DNS label <= 63, name <= 253)",
-    ("bios restore", "HOST='nnnnnnnnnnnnnnnnnnnnnnn"): "B2/R2: validate the host name (DNS label <= 63, name <= 253)",
 }
 
 #: Parameters that name a host, guest or node: odd strings there are bad input, never valid.
