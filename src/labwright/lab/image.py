@@ -21,6 +21,7 @@ from pathlib import Path
 
 from labwright import paths
 from labwright.errors import BadInput, OperationFailed
+from labwright.textio import read_text
 
 BUILDER_VERSION = "1"  # bump when this module changes how images are made
 
@@ -64,7 +65,7 @@ def load_recipe(path: str | os.PathLike[str] | None = None) -> ImageRecipe:
         if path is None:
             text = resources.files("labwright.data").joinpath("lab-image.toml").read_text()
         else:
-            text = Path(path).read_text()
+            text = read_text(Path(path), "an image recipe TOML")
         doc = tomllib.loads(text)["image"]
         return ImageRecipe(
             name=doc["name"],

@@ -11,10 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from labwright.errors import BadInput
 from labwright.lxd.client import Endpoint, find_local_socket
+from labwright.textio import read_yaml
 
 
 def config_dirs(flavour: str = "lxd") -> list[Path]:
@@ -33,10 +32,11 @@ def load_client_config(config_dir: str | Path | None = None, flavour: str = "lxd
     for directory in candidates:
         path = directory / "config.yml"
         if path.exists():
-            try:
-                return directory, yaml.safe_load(path.read_text()) or {}
-            except (OSError, yaml.YAMLError) as exc:
-                raise BadInput(f"{path}: cannot parse ({exc}); fix or remove the file") from exc
+            config = read_yaml(path, f"the {flavour} client configuration (remotes)") or {}
+            if not isinstance(config, dict) or not isinstance(config.get("remotes") or {}, dict):
+                raise BadInput(f"{path}: not an {flavour} client configuration (expected a mapping with `remotes:`); "
+                               "fix or remove the file")
+            return directory, config
     return None, {}
 
 

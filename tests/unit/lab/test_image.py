@@ -34,6 +34,9 @@ def test_recipe_file_errors_are_bad_input(tmp_path):
     bad.write_text("[image]\nname = 'x'\n")
     with pytest.raises(BadInput, match="r.toml"):
         load_recipe(bad)
+    bad.write_bytes(b"[image]\nname = 'caf\xe9'\n")
+    with pytest.raises(BadInput, match="r.toml is not UTF-8 text"):
+        load_recipe(bad)
 
 
 def test_mirror_from_deb822_sources(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from labwright.errors import BadInput
@@ -69,7 +71,14 @@ def test_remote_without_client_certificate(confdir):
         resolve_endpoint("homelab", confdir)
 
 
-def test_broken_config_yml(tmp_path):
-    (tmp_path / "config.yml").write_text("remotes: [unclosed\n")
-    with pytest.raises(BadInput, match="config.yml: cannot parse"):
+@pytest.mark.parametrize(("content", "words"), [
+    (b"remotes: [unclosed\n", "config.yml is not valid YAML (line 2"),
+    (b"remotes:\n  x:\n    addr: caf\xe9\n", "config.yml is not UTF-8 text (byte 0xe9"),
+    (b"- a\n- b\n", "config.yml: not an lxd client configuration"),
+    (b"remotes: [a, b]\n", "config.yml: not an lxd client configuration"),
+])
+def test_broken_config_yml(tmp_path, content, words):
+    (tmp_path / "config.yml").write_bytes(content)
+    with pytest.raises(BadInput, match=re.escape(words)) as info:
         resolve_endpoint("x", tmp_path)
+    assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
