@@ -154,7 +154,8 @@ def test_a_refused_restart_is_one_line_with_the_command_that_starts_it(server, f
     assert result.returncode == 1 and server.paths == []
     last = result.stderr.strip().splitlines()[-1]
     assert last == ("labwright: tabbyapi.service did not restart (Result=start-limit-hit): see journalctl -u "
-                    "tabbyapi.service; then systemctl reset-failed tabbyapi.service && systemctl start tabbyapi.service")
+                    "tabbyapi.service; then systemctl reset-failed tabbyapi.service && systemctl start "
+                    "tabbyapi.service")
 
 
 def test_no_request_before_the_startup_line(server, fakes):
