@@ -105,6 +105,29 @@ def cached_tarball(recipe: ImageRecipe) -> Path:
     return cache_dir() / f"{recipe.name}-{recipe.digest}.tar.gz"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_abandoned_builds(log=print) -> list[Path]:
+    """Remove the work directories of image builds whose process is gone (a killed `lab up` leaves a
+    debootstrap tree of ~200 MB behind): the space is given back on the next build."""
+    removed = []
+    for work in cache_dir().glob("labwright-image-*"):
+        pid_text = work.name.removeprefix("labwright-image-").split("-", 1)[0]
+        if work.is_dir() and (not pid_text.isdigit() or not _alive(int(pid_text))):
+            shutil.rmtree(work, ignore_errors=True)
+            removed.append(work)
+            log(f"removed {work} (left by an image build that was killed)")
+    return removed
+
+
 def build_image(recipe: ImageRecipe, mirror: str | None = None, log=print) -> Path:
     """Return the cached tarball for ``recipe``, building it with debootstrap if missing."""
     target = cached_tarball(recipe)
@@ -113,7 +136,8 @@ def build_image(recipe: ImageRecipe, mirror: str | None = None, log=print) -> Pa
     if shutil.which("debootstrap") is None:
         raise OperationFailed("debootstrap is not installed; run `apt-get install debootstrap`")
     mirror = mirror or os.environ.get("LABWRIGHT_DEBIAN_MIRROR") or host_debian_mirror()
-    work = Path(tempfile.mkdtemp(prefix="labwright-image-", dir=cache_dir()))
+    remove_abandoned_builds(log)
+    work = Path(tempfile.mkdtemp(prefix=f"labwright-image-{os.getpid()}-", dir=cache_dir()))
     try:
         rootfs = work / "rootfs"
         cmd = ["debootstrap", f"--variant={recipe.variant}", f"--include={','.join(recipe.include)}",
@@ -145,6 +169,8 @@ def build_image(recipe: ImageRecipe, mirror: str | None = None, log=print) -> Pa
             capture_output=True, text=True)
         if proc.returncode != 0:
             raise OperationFailed(f"packing the image failed: {proc.stderr.strip()[:200]}")
+        with open(partial, "rb") as packed:
+            os.fsync(packed.fileno())  # whole on disk before it takes the cached name
         os.replace(partial, target)
         return target
     finally:

@@ -55,3 +55,18 @@ def test_mirror_from_one_line_sources_and_ubuntu_hosts(tmp_path):
     (tmp_path / "sources.list").write_text("deb http://archive.example/ubuntu noble main\n")
     # An Ubuntu archive has no bookworm: fall back to debootstrap's own default.
     assert host_debian_mirror(str(tmp_path)) is None
+
+
+def test_abandoned_build_trees_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
+    import os
+
+    from labwright.lab.image import cache_dir, remove_abandoned_builds
+
+    monkeypatch.setenv("LABWRIGHT_CACHE", str(tmp_path))
+    dead = cache_dir() / "labwright-image-999999999-abcd"  # above pid_max: no such process
+    live = cache_dir() / f"labwright-image-{os.getpid()}-efgh"
+    for work in (dead, live):
+        (work / "rootfs" / "etc").mkdir(parents=True)
+        (work / "rootfs" / "etc" / "hostname").write_text("x\n")
+    assert remove_abandoned_builds(log=lambda _: None) == [dead]
+    assert not dead.exists() and (live / "rootfs" / "etc" / "hostname").exists()
