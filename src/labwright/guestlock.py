@@ -444,11 +444,13 @@ def lock_operations(purpose: str) -> tuple[Callable[[], Any], Callable[[], Any]]
     from pyinfra import host
     from pyinfra.api import FunctionCommand, operation
 
+    # Read while pyinfra prepares: a bad value is then one DeployError line, not a traceback at execution.
+    wait = _number(host, "labwright_lock_wait", DEFAULT_WAIT)
+    lease = _number(host, "labwright_lock_lease", DEFAULT_LEASE)
+
     @operation(is_idempotent=False)
     def take_lock() -> Any:
         if host.state.is_executing:
-            wait = _number(host, "labwright_lock_wait", DEFAULT_WAIT)
-            lease = _number(host, "labwright_lock_lease", DEFAULT_LEASE)
             refused = _acquire_now(host, purpose, wait, lease)
             if refused:
                 # Raised here, at execution, an OperationError would print a traceback: fail the operation instead.

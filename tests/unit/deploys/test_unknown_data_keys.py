@@ -84,3 +84,14 @@ def test_llamacpp_runtime_packages_from_data_text_is_a_list_of_names(tmp_path: P
     assert settings.runtime_packages == ["libgomp1", "curl"]   # was ['l', 'i', 'b', ...]
     with pytest.raises(DeployError, match=r"^llamacpp_runtime_packages: \['Bad;rm'\] is not a list of Debian"):
         llamacpp_settings({**base, "llamacpp_runtime_packages": "Bad;rm"})
+
+
+@pytest.mark.parametrize("item", ["labwright_lock_wait=abc", "labwright_lock_wait=-1", "labwright_lock_lease=x"])
+def test_bad_lock_settings_are_one_line_before_anything(item: str) -> None:
+    pyinfra = Path(sys.executable).parent / "pyinfra"
+    result = subprocess.run([str(pyinfra), "-y", "--dry", "@local", "deploys/base.py", "--data", item],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    key, value = item.split("=")
+    assert result.returncode != 0 and f"{key}: '{value}' is not a number of seconds (0 or more)" in output, output
+    assert "Traceback" not in output
