@@ -207,3 +207,11 @@ def test_a_pyinfra_step_snapshots_first_when_it_runs(lab, lab_container, cli_env
     snapshots.restore(f"@lxd/{lab_container}", force=True, client=lab.client)
     wait_ready(lab.client, lab_container)
     assert changes() == 1  # the snapshot was taken before the change, after the earlier run's
+
+    chained = tmp_path / "chained.py"
+    chained.write_text("from labwright.snapshots.deploy import snapshot\n"
+                       "snapshot(name='Snapshot before the desktop packages', step='desktop')\n")
+    second = subprocess.run([str(Path(sys.executable).parent / "pyinfra"), "-y", target, str(chained)],
+                            capture_output=True, text=True, env=cli_env, cwd=tmp_path, timeout=600)
+    assert second.returncode == 0, second.stderr
+    assert [n for n in names(lab, lab_container) if n.startswith("labwright-desktop-")], names(lab, lab_container)

@@ -10,6 +10,17 @@
         yield from snapshot_command(host, "stack-switch")
         yield ...                             # the change
 
+A deploy whose change is a chain of operations (package installs, desktop changes) calls the ``snapshot``
+operation first, inside the branch that has decided to change something:
+
+.. code:: python
+
+    from labwright.snapshots.deploy import snapshot
+
+    if missing:
+        snapshot(name="Snapshot before the desktop packages", step="desktop")
+        apt.packages(...)
+
 The command runs when pyinfra executes (in order, after the facts said a change is due), never while it prepares
 and never under ``--dry``. Host data: ``snapshot_before`` (default true; false turns it off), ``snapshot_keep``
 (default 3), ``snapshot_required`` (default false: a guest whose storage cannot snapshot gets a warning and the
@@ -24,7 +35,8 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from pyinfra.api import FunctionCommand
+from pyinfra import host as current_host
+from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import OperationError
 
 from labwright.errors import LabwrightError
@@ -73,3 +85,21 @@ def snapshot_command(host: Any, step: str) -> Iterator[FunctionCommand]:
         raise OperationError(f"snapshot_keep {keep}: keep at least 1")
     node_data = {k: v for k, v in data.items() if k.startswith("proxmox_") or k == "ssh_hostname"}
     yield FunctionCommand(_take, (host.name, step, keep, _flag(data.get("snapshot_required"), False), node_data), {})
+
+
+@operation(is_idempotent=False)
+def snapshot(step: str):
+    """
+    Snapshot this host (a container) before ``step``; keep labwright's last ``snapshot_keep``.
+
+    + step: what comes next, in the snapshot's name (``labwright-<step>-<UTC time>``)
+
+    Nothing for a host that is not a container or has ``snapshot_before: false``; see the module's docstring.
+
+    **Example:**
+
+    .. code:: python
+
+        snapshot(name="Snapshot before the desktop packages", step="desktop")
+    """
+    yield from snapshot_command(current_host, step)
