@@ -12,13 +12,14 @@ from io import StringIO
 from pathlib import Path
 
 from pyinfra import host
-from pyinfra.api import FactBase, deploy
+from pyinfra.api import FactBase
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import FindInFile
 from pyinfra.operations import files, server
 
 from labwright.deploys.common import install_missing
 from labwright.errors import BadInput
+from labwright.guestlock import locked
 from labwright.models import fetch
 from labwright.models.deploy_data import ModelSettings, settings
 
@@ -51,7 +52,7 @@ def model_settings() -> ModelSettings:
         raise DeployError(f"{exc} (nothing was changed)") from None
 
 
-@deploy("Model download")
+@locked("Model download")
 def deploy_model() -> None:
     """huggingface_hub in a venv, the runner, then the download when the model is not complete yet.
 
