@@ -202,7 +202,9 @@ def _main(argv: list[str] | None) -> int:
         # Usage errors from the click that typer bundles (typer._click): duck-typed, as its
         # module path is private and has moved between typer releases.
         if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
-            error(_usage_line(exc))
+            line = _usage_line(exc)
+            if not line.startswith("(see "):  # a bare group (`labwright lab`): its help is already printed
+                error(line)
             return int(exc.exit_code)  # type: ignore[attr-defined]
         return _escaped(exc)
     return result if isinstance(result, int) else 0

@@ -134,3 +134,8 @@ def test_ctrl_c_while_a_command_waits_is_one_line_exit_130(cli_env):
     assert proc.returncode == 130, (proc.returncode, err)
     assert err.strip().splitlines()[-1].startswith("labwright: interrupted"), err
     assert "Traceback" not in err and err.count("labwright: interrupted") == 1, err
+
+
+def test_a_bare_group_prints_its_help_and_no_empty_error(cli_env):
+    proc = run(cli_env, "lab")
+    assert "Usage:" in proc.stdout and "labwright: error" not in proc.stderr, proc.stderr
