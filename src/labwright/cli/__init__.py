@@ -203,7 +203,7 @@ def _main(argv: list[str] | None) -> int:
         # module path is private and has moved between typer releases.
         if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
             line = _usage_line(exc)
-            if not line.startswith("(see "):  # a bare group (`labwright lab`): its help is already printed
+            if not line.lstrip().startswith("(see "):  # a bare group (`labwright lab`): its help is printed
                 error(line)
             return int(exc.exit_code)  # type: ignore[attr-defined]
         return _escaped(exc)
