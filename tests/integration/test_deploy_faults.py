@@ -15,9 +15,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,6 +28,7 @@ from labwright.llamacpp.build import build_llama_server
 from labwright.llamacpp.tiny_model import write_tiny_gguf
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
+from labwright.testing.waiting import wait_for
 from labwright.ui import Reporter
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
@@ -40,16 +40,6 @@ PORT = 8001
 UNIT = "llama-server.service"
 APT_PROXY = "/etc/apt/apt.conf.d/99labwright-test-unreachable"
 RECOVERY: dict[str, float] = {}
-
-
-def wait_for(what: str, condition: Callable[[], Any], timeout: float = 300.0, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 class Guest:

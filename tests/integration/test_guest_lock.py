@@ -18,6 +18,7 @@ import pytest
 from labwright import guestlock
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import run_pyinfra, tool_env
+from labwright.testing.waiting import wait_for
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = pytest.mark.lab
@@ -38,16 +39,6 @@ with guestlock.held(LxdHost(sys.argv[1]), "test holder", wait=0):
 def lock_in(lab: Lab, name: str) -> dict | None:
     result = lab.client.exec(name, ["cat", guestlock.LOCK_PATH])
     return json.loads(result.stdout.decode()) if result.exit_code == 0 else None
-
-
-def wait_for(what: str, condition, timeout: float = 120.0, every: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 @pytest.fixture
