@@ -3,6 +3,7 @@ names the field and shows an accepted form."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -159,6 +160,42 @@ def _dict_items(items: Any, what: str, example: str, keys: tuple[str, ...]) -> l
     return checked
 
 
+_MAC = re.compile(r"^[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}$")
+
+
+def _check_address(ip: str, gw: str | None, where: str) -> ipaddress.IPv4Interface | None:
+    """``ip`` (dhcp, manual or ADDRESS/PREFIX) and ``gw`` checked as the kernel would take them: a host address of
+    a unicast network, a gateway inside that network. None for dhcp/manual."""
+    if ip in ("dhcp", "manual"):
+        if gw is not None:
+            raise BadInput(f"{where}: gw {gw!r} needs a static ip (ADDRESS/PREFIX); remove gw or set ip")
+        return None
+    try:
+        if "/" not in ip:
+            raise ValueError(ip)
+        interface = ipaddress.IPv4Interface(ip)
+    except ValueError:
+        raise BadInput(f"{where}: ip {ip!r} must be dhcp, manual or an address with prefix (10.0.0.5/24)") from None
+    address, network = interface.ip, interface.network
+    if address.is_loopback or address.is_multicast or address.is_unspecified or address.is_reserved \
+            or address.is_link_local:
+        raise BadInput(f"{where}: ip {ip} is not a usable host address (loopback, link-local, multicast or "
+                       "reserved); give the guest's address on its bridge, e.g. 10.0.0.5/24")
+    if network.prefixlen < 31 and address in (network.network_address, network.broadcast_address):
+        which = "network" if address == network.network_address else "broadcast"
+        raise BadInput(f"{where}: ip {ip} is the network's {which} address; give a host address in it, e.g. "
+                       f"{network.network_address + 5}/{network.prefixlen}")
+    if gw is not None:
+        try:
+            gateway = ipaddress.IPv4Address(gw)
+        except ValueError:
+            raise BadInput(f"{where}: gw {gw!r} is not an IPv4 address") from None
+        if gateway not in network or gateway == address:
+            raise BadInput(f"{where}: gw {gw} is not another address in {network} (the guest's network); give the "
+                           "router on that network")
+    return interface
+
+
 def parse_net(value: Any, what: str) -> tuple[NetSpec, ...]:
     """One interface as a dict, or a list of them."""
     items = [value] if isinstance(value, Mapping) else value
@@ -173,13 +210,19 @@ def parse_net(value: Any, what: str) -> tuple[NetSpec, ...]:
         if not isinstance(bridge, str) or not _BRIDGE.match(bridge):
             raise BadInput(f"{where}: bridge {bridge!r} is missing or not a bridge name such as vmbr0")
         ip = str(item.get("ip", "dhcp"))
-        if ip not in ("dhcp", "manual") and not re.match(r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$", ip):
-            raise BadInput(f"{where}: ip {ip!r} must be dhcp, manual or an address with prefix (10.0.0.5/24)")
+        gw = None if item.get("gw") is None else str(item["gw"]).strip()
+        _check_address(ip, gw, where)
+        hwaddr = None if item.get("hwaddr") is None else str(item["hwaddr"]).strip()
+        if hwaddr is not None and not _MAC.match(hwaddr):
+            raise BadInput(f"{where}: hwaddr {hwaddr!r} is not a MAC address such as 02:00:00:12:34:56")
+        if hwaddr is not None and int(hwaddr[:2], 16) & 1:
+            raise BadInput(f"{where}: hwaddr {hwaddr} is a multicast address (first byte odd); use a unicast one "
+                           "such as 02:00:00:12:34:56")
         vlan = item.get("vlan", item.get("tag"))
         mtu = item.get("mtu")
         nets.append(NetSpec(
-            name=name, bridge=bridge, ip=ip, gw=None if item.get("gw") is None else str(item["gw"]),
-            hwaddr=None if item.get("hwaddr") is None else str(item["hwaddr"]),
+            name=name, bridge=bridge, ip=ip, gw=gw,
+            hwaddr=hwaddr,
             vlan=None if vlan is None else parse_int(vlan, f"{where} vlan", 1, 4094),
             mtu=None if mtu is None else parse_int(mtu, f"{where} mtu", 576, 65535),
         ))

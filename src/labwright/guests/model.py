@@ -30,6 +30,7 @@ from labwright.guests.fields import (
 )
 from labwright.hostnames import INSTANCE_NAME, VMID_MAX, VMID_MIN, LxdName, PctName, parse_host_name
 from labwright.inventory import load_inventory
+from labwright.lab.spec import validate_cpu, validate_memory
 
 Backend = Literal["proxmox", "lxd"]
 BACKENDS: tuple[str, ...] = ("proxmox", "lxd")
@@ -264,6 +265,11 @@ def spec_from_data(
         raise BadInput(f"{where}: lxd_config is an LXD setting; remove it from this proxmox guest")
     if any(k.startswith("volatile.") for k in lxd_config):
         raise BadInput(f"{where}: lxd_config cannot set volatile.* keys; LXD owns them")
+    # The two limits people write by hand, checked here rather than by the daemon halfway through an apply.
+    if "limits.cpu" in lxd_config:
+        validate_cpu(lxd_config["limits.cpu"], where, "lxd_config limits.cpu")
+    if "limits.memory" in lxd_config:
+        validate_memory(lxd_config["limits.memory"], where, "lxd_config limits.memory")
 
     def opt(key: str, parse: Any) -> Any:
         return None if data.get(key) is None else parse(data[key], f"{where}: {key}")

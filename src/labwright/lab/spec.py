@@ -98,20 +98,22 @@ def validate_bridge(name: str, source: str) -> str:
     return name
 
 
-def validate_cpu(value: Any, source: str) -> str:
+def validate_cpu(value: Any, source: str, key: str = "lab_cpu") -> str:
+    """An LXD ``limits.cpu`` value: a count (2) or a CPU set (0-3, 0,2,4-5)."""
     text = str(value).strip()
     if isinstance(value, bool) or not _CPU.match(text) or text.strip("0") == "":  # a bare number is a count
-        raise BadInput(f"{source}: lab_cpu {value!r} is not a CPU count (2) or CPU set (0-3); write one of those")
+        raise BadInput(f"{source}: {key} {value!r} is not a CPU count (2) or CPU set (0-3); write one of those")
     return text
 
 
-def validate_memory(value: Any, source: str) -> str:
+def validate_memory(value: Any, source: str, key: str = "lab_memory") -> str:
+    """An LXD ``limits.memory`` value: a size with an optional unit, or a percentage; at least 64MiB."""
     text = str(value).strip()
     match = _MEMORY.match(text)
     if isinstance(value, bool) or not match:
-        raise BadInput(f"{source}: lab_memory {value!r} is not a size; write it as LXD does: 2GiB, 512MiB or 50%")
+        raise BadInput(f"{source}: {key} {value!r} is not a size; write it as LXD does: 2GiB, 512MiB or 50%")
     if match.group(1) is not None and float(match.group(1)) * _MEMORY_BYTES[match.group(2)] < 64 * 2**20:
-        raise BadInput(f"{source}: lab_memory {value!r} is under 64MiB, too little to boot a container; "
+        raise BadInput(f"{source}: {key} {value!r} is under 64MiB, too little to boot a container; "
                        "give at least 256MiB (e.g. 2GiB)")
     return text
 
