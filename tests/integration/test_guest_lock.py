@@ -129,3 +129,55 @@ def test_killed_pyinfra_deploy_leaves_a_stale_lock_the_rerun_releases(lab: Lab, 
     assert run.rc == 0, run.output
     assert f"released a stale run lock (pid {first.pid} is no longer running" in run.output, run.output
     assert lock_in(lab, lab_container) is None
+
+
+# A labwright deploy of the user's own (composed with guestlock.locked, as the shipped ones are) that holds the
+# guest until the test lets it go: the file /tmp/go in the guest.
+HOLDING_DEPLOY = '''
+from pyinfra.operations import server
+from labwright.guestlock import locked
+
+@locked("waits for /tmp/go")
+def hold():
+    server.shell(name="wait for /tmp/go", commands=["until [ -e /tmp/go ]; do sleep 0.1; done"])
+
+hold()
+'''
+
+
+def test_two_pyinfra_deploys_one_waits_for_the_other(lab: Lab, lab_container: str, tmp_path: Path) -> None:
+    deploy_file = tmp_path / "holding.py"
+    deploy_file.write_text(HOLDING_DEPLOY)
+    pyinfra = str(Path(sys.executable).parent / "pyinfra")
+    first = subprocess.Popen([pyinfra, "-y", f"@lxd/{lab_container}", str(deploy_file)], cwd=REPO, env=tool_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    second = None
+    try:
+        wait_for(f"the first deploy (pid {first.pid}) to hold {lab_container}",
+                 lambda: (lock := lock_in(lab, lab_container)) and lock["pid"] == first.pid)
+        refused = base_deploy(lab, lab_container, "labwright_lock_wait=0")
+        assert refused.rc != 0
+        line = next(x for x in refused.output.splitlines() if "another labwright run holds this guest" in x)
+        assert f"pid {first.pid} on " in line and "(waits for /tmp/go: pyinfra -y" in line, line
+        second = subprocess.Popen([pyinfra, "-y", f"@lxd/{lab_container}", "deploys/base.py", "--data",
+                                   key_data(lab)], cwd=REPO, env=tool_env(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        assert second.stdout is not None
+        seen = []
+        for out_line in second.stdout:
+            seen.append(out_line)
+            if "waiting up to 300s for the run lock" in out_line:
+                break
+        assert f"held by pid {first.pid}" in seen[-1], "".join(seen)
+        assert first.poll() is None and second.poll() is None   # one runs, the other waits
+        lab.client.exec(lab_container, ["touch", "/tmp/go"])
+        first_out, _ = first.communicate(timeout=300)
+        assert first.returncode == 0, first_out[-3000:]
+        rest, _ = second.communicate(timeout=600)
+        assert second.returncode == 0, "".join(seen) + rest
+        assert lock_in(lab, lab_container) is None
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
