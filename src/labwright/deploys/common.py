@@ -44,3 +44,14 @@ def install_missing(packages: Iterable[str], what: str, name: str | None = None)
         f"out=$(apt-get -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold install "
         f"--no-install-recommends {names} 2>&1) || fail install",
     ])
+
+
+def pip_install(pip: str, args: str, what: str, source: str, key: str, where: str | None = None) -> str:
+    """The shell line for ``PIP install -q ARGS`` that, when the index or wheelhouse cannot be reached (or a
+    wheel is missing), prints pip's last lines and ONE line naming what failed and the data key to fix; nothing after
+    it in the deploy runs, so the service is not restarted onto a half-installed venv, and a re-run installs again."""
+    fix = (f"labwright: cannot install {what} from {source}: pip failed (see above); check {where or host.name}'s "
+           "network "
+           f"or {key}, then re-run (the service was not restarted)")
+    return (f"out=$({pip} install -q --disable-pip-version-check {args} 2>&1) || "
+            f"{{ printf '%s\\n' \"$out\" | tail -n 4 >&2; echo {shlex.quote(fix)} >&2; exit 1; }}")

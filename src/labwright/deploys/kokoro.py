@@ -21,7 +21,7 @@ from pyinfra.operations.util import any_changed
 
 from labwright.default_keys import is_default_key
 from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
-from labwright.deploys.common import install_missing, port_taken_by
+from labwright.deploys.common import install_missing, pip_install, port_taken_by
 from labwright.errors import LabwrightError
 from labwright.facts.nvidia import NvidiaDriverVersion
 from labwright.guestlock import locked
@@ -157,8 +157,9 @@ def deploy_kokoro() -> None:
             source_args = f"--extra-index-url {shlex.quote(extra_index)} "
         server.shell(name=f"Install {len(wanted)} requirements ({device}) into {venv}", commands=[
             f"test -x {venv}/bin/pip || python3 -m venv {venv}",
-            f"{venv}/bin/pip install -q --disable-pip-version-check {source_args}"
-            + " ".join(shlex.quote(r) for r in wanted),
+            pip_install(f"{venv}/bin/pip", source_args + " ".join(shlex.quote(r) for r in wanted),
+                        f"{len(wanted)} requirements ({device})", find_links or extra_index or "PyPI",
+                        "kokoro_find_links / kokoro_extra_index_url"),
             f"printf '%s\\n' {shlex.quote(requirement_text + 'sha256 ' + digest)} > {venv}/{MARKER}",
         ])
         install_changed = True

@@ -21,7 +21,7 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
-from labwright.deploys.common import install_missing, port_taken_by
+from labwright.deploys.common import install_missing, pip_install, port_taken_by
 from labwright.errors import LabwrightError
 from labwright.facts.default_keys import DefaultKeysIn
 from labwright.facts.litellm import LitellmVersion
@@ -155,7 +155,8 @@ def deploy_litellm() -> None:
         source = f"--no-index --find-links {shlex.quote(find_links)}" if find_links else ""
         server.shell(name=f"Install litellm[proxy]=={version} in {venv} (was {current or 'absent'})", commands=[
             f"test -x {venv}/bin/pip || python3 -m venv {venv}",
-            f"{venv}/bin/pip install -q --disable-pip-version-check {source} 'litellm[proxy]=={version}'",
+            pip_install(f"{venv}/bin/pip", f"{source} 'litellm[proxy]=={version}'", f"litellm[proxy]=={version}",
+                        find_links or "PyPI", "litellm_find_links"),
         ])
         install_changed = True
 
