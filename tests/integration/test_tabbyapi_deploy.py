@@ -267,3 +267,27 @@ def test_driver_userspace_checked_against_a_fake_nvidia_host(guest, tmp_path):
     failing = guest.verify(env={**VERIFY_ENV, "LABWRIGHT_TABBYAPI_NVIDIA_ROOT": "/srv/fake-nvidia-mismatch"})
     assert failing.returncode == 1 and "test_driver_versions_equal" in failing.stdout
 
+
+
+def test_unit_at_its_start_limit_is_restarted_by_the_next_deploy(guest):
+    """systemd refuses a unit started too often ("start of the service was attempted too often"); the deploy's
+    (re)start resets that first, so the next run serves again instead of failing with the service down."""
+    assert guest.sh(f"systemctl show -p StartLimitBurst --value {SERVICE}").strip() == "30"
+    guest.sh(f"for i in $(seq 60); do systemctl restart {SERVICE} 2>/dev/null || break; done; "
+             f"test \"$(systemctl show -p Result --value {SERVICE})\" = start-limit-hit")
+    started = time.monotonic()
+    run = guest.deploy()
+    assert run.rc == 0, run.output[-3000:]
+    assert guest.health() == 200
+    print(f"\nserving again {time.monotonic() - started:.1f}s after the re-run started")
+
+
+def test_stack_changes_back_and_forth_fast_keep_serving(guest):
+    """Five stack= changes and back in a row (ten restarts in a minute or two): none is refused by the start limit,
+    every run ends serving on the stack it asked for."""
+    for _ in range(5):
+        for stack, prefix in (("standin-2.10", "standin-2.10-"), (None, "standin-2.9-")):
+            run = guest.deploy(**({"stack": stack} if stack else {}))
+            assert run.rc == 0, run.output[-3000:]
+            assert guest.readlink().startswith(f"/opt/labwright/stacks/{prefix}") and guest.health() == 200
+    assert guest.sh(f"systemctl show -p Result --value {SERVICE}").strip() == "success"
