@@ -10,7 +10,7 @@ import typer
 from packaging.version import Version
 
 from labwright.errors import BadInput, OperationFailed
-from labwright.matrix import inputs
+from labwright.matrix import inputs, registry
 from labwright.matrix.check import BROKEN, UNKNOWN, check_requirements, read_requirement_lines
 from labwright.matrix.load import load_matrix, matrix_dir, read_components
 from labwright.matrix.refresh import KINDS
@@ -36,7 +36,8 @@ class PinsBroken(OperationFailed):
 
 @app.command()
 def refresh(
-    listing: Path = typer.Option(..., "--from", help="The listing: prebuilt markdown, pip index HTML or a URL list."),
+    listing: Path = typer.Option(None, "--from", help="A listing: prebuilt markdown, pip index HTML or a URL list "
+                                                      "(default: fetch the registries)."),
     kind: str = typer.Option(None, "--kind", help=f"One of {', '.join(KINDS)} (default: from the file suffix)."),
     out: Path = typer.Option(None, "--out", help="Directory to write NAME.toml into (default: the matrix read)."),
     name: str = typer.Option(None, "--name", help="Output file stem (default: the listing's stem)."),
@@ -44,17 +45,36 @@ def refresh(
     source: str = typer.Option("", "--source", help="Publisher to record for every wheel (overrides `# source:`)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Parse and count; write nothing."),
     allow_shrink: bool = typer.Option(False, "--allow-shrink", help="Let the file lose more than half its wheels."),
+    index: str = typer.Option(registry.DEFAULT_INDEX, "--index", help="PyPI JSON API root (no --from)."),
+    package: list[str] = typer.Option([], "--package", help="Only this registry package (repeatable; no --from)."),
+    pre: bool = typer.Option(False, "--pre", help="Include pre-releases (no --from)."),
+    timeout: float = typer.Option(15.0, "--timeout", help="Seconds per request before a source counts as down."),
 ) -> None:
-    """Regenerate a labwright/data/matrix/*.toml file from an upstream listing.
+    """Update the matrix from the registries (no --from), or regenerate one *.toml from an upstream listing.
 
-    Refuses a listing of another family than the file's (flash-attn wheels into torch.toml) and one that would
-    drop more than half the file's wheels; the replaced file is kept as NAME.toml.prev.
+    With no --from: the PyPI JSON API for torch, torchvision, torchaudio, triton, exllamav3, flash-attn,
+    causal-conv1d, flash-linear-attention and fla-core, conditionally (an unchanged answer rewrites nothing); a
+    source that cannot be reached is named and its last data kept. Exit 1 when no source answered.
 
-    Example: labwright matrix refresh --kind flash-attn-prebuilt \
-        --from src/labwright/data/matrix/sources/flash_attn_prebuilt.md
+    With --from: refuses a listing of another family than the file's (flash-attn wheels into torch.toml) and one
+    that would drop more than half the file's wheels; the replaced file is kept as NAME.toml.prev.
+
+    Examples: labwright matrix refresh
+              labwright matrix refresh --kind flash-attn-prebuilt \
+                  --from src/labwright/data/matrix/sources/flash_attn_prebuilt.md
     """
     target = out or matrix_dir()
     meta = target / "components.toml" if (target / "components.toml").is_file() else matrix_dir() / "components.toml"
+    if listing is None:
+        given = [flag for flag, value in (("--kind", kind), ("--name", name), ("--base-url", base_url),
+                                          ("--source", source), ("--allow-shrink", allow_shrink)) if value]
+        if given:
+            raise BadInput(f"{', '.join(given)} without --from: those shape a listing refresh; pass --from LISTING "
+                           "or drop them to refresh from the registries")
+        _refresh_registries(target, read_components(meta), index, package, pre, timeout, dry_run)
+        return
+    if package or pre or index != registry.DEFAULT_INDEX:
+        raise BadInput("--index/--package/--pre with --from: those are for the registry refresh; drop --from or them")
     report = refresh_listing(listing, target, read_components(meta), kind=kind, name=name, base_url=base_url,
                              source=source, dry_run=dry_run, allow_shrink=allow_shrink)
     for warning in report.warnings:
@@ -63,6 +83,34 @@ def refresh(
     stdout.print(f"{verb} {report.path}: {len(report.wheels)} wheels, {len(report.skipped)} skipped")
     for reason in report.skipped[:5]:
         stdout.print(f"  skipped {reason}")
+
+
+def _refresh_registries(target: Path, components: dict, index: str, packages: list[str], pre: bool,
+                        timeout: float, dry_run: bool) -> None:
+    report = registry.refresh_registry(target, components, index=index, packages=packages, pre=pre,
+                                       timeout=timeout, dry_run=dry_run)
+    state = registry.read_state(target) if not dry_run else {"sources": {}}
+    for outcome in report.outcomes:
+        url = f"{index.rstrip('/')}/{outcome.package}/json"
+        record = state["sources"].get(url, {})
+        if outcome.status == "unreachable":
+            since = record.get("changed")
+            kept = f"kept its data from {since} ({registry.age(since)})" if since else "no earlier data to keep"
+            typer.echo(f"✗ {outcome.package}: {url} unreachable ({outcome.lines[0]}): {kept}")
+            continue
+        what = f"{len(outcome.wheels)} linux wheels" if outcome.wheels else (
+            "sdists only on PyPI (no wheels)" if outcome.sdists_only else "no wheels kept")
+        typer.echo(f"{'=' if outcome.status == 'unchanged' else '✓'} {outcome.package}: {outcome.status}, newest "
+                   f"{outcome.newest or '-'}, {what} ({url})")
+        for line in outcome.lines:
+            typer.echo(f"  {line}")
+    for path in report.written:
+        typer.echo(f"wrote {path}")
+    for where, what in report.unreached.items():
+        typer.echo(f"- not read: {where} (not reachable from here): {what}")
+    if len(report.failed) == len(report.outcomes):
+        raise OperationFailed(f"no registry answered ({index}): the matrix is unchanged; check the network or "
+                              "--index, or raise --timeout")
 
 
 def _resolution_tables(resolution: Resolution) -> None:
@@ -199,6 +247,7 @@ def show(
                            ["package", "version", "python", "platform", "torch", "CUDA", "cxx11abi", "source"], rows))
         return
     rows = []
+    ages = registry.data_ages(Path(matrix.root))
     for name in matrix.components:
         wheels = matrix.wheels_of(name)
         versions = sorted({w.public_version for w in wheels}, key=Version)
@@ -206,8 +255,13 @@ def show(
         cudas = sorted({w.cuda for w in wheels if w.cuda})
         rows.append([name, str(len(wheels)), f"{versions[0]} .. {versions[-1]}" if versions else "-",
                      ", ".join(sorted(torches, key=lambda t: tuple(map(int, t.split("."))))) or "any",
-                     ", ".join(cudas) or "-"])
-    stdout.print(table(f"wheels matrix ({matrix.root})", ["component", "wheels", "versions", "torch", "CUDA"], rows))
+                     ", ".join(cudas) or "-",
+                     "; ".join(ages[p] for p in matrix.components[name].packages if p in ages)
+                     or "listings only (never fetched)"])
+    stdout.print(table(f"wheels matrix ({matrix.root})", ["component", "wheels", "versions", "torch", "CUDA", "data"],
+                       rows))
+    for line in registry.stale_lines(Path(matrix.root)):
+        stdout.print(f"[yellow]![/] {line}", soft_wrap=True)
 
 
 @app.command()

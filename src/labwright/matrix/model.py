@@ -15,7 +15,7 @@ from labwright.matrix.wheelname import LocalVersion, filename_from_url
 # The fields a wheel row carries in TOML, in the order refresh writes them.
 WHEEL_FIELDS = (
     "package", "version", "python", "abi", "platform", "torch", "torch_build", "cuda", "cxx11_abi",
-    "url", "sha256", "source", "release", "requires_torch", "note",
+    "url", "sha256", "source", "release", "requires_torch", "note", "seen",
 )
 
 
@@ -38,6 +38,7 @@ class Wheel(LocalVersion):
     torch_build: str = ""  # the exact torch it was built with, when known: "2.11.0"
     requires_torch: str = ""  # its Requires-Dist on torch, when that matters: "==2.11.0", ">=2.7.0"
     note: str = ""
+    seen: str = ""  # the day a registry refresh first saw it ("2026-11-24"); empty for listing-made rows
 
     @property
     def filename(self) -> str:
