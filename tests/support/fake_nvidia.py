@@ -164,3 +164,19 @@ def make_container_libraries(root: str | Path, version: str, directory: str = "/
             if (libdir / link).is_symlink() or (libdir / link).exists():
                 (libdir / link).unlink()
             (libdir / link).symlink_to(f"{lib}.{version}")
+
+
+def nvidia_smi_query_lines(version: str = DRIVER_VERSION, gpus: tuple[tuple[str, str, int], ...] = (
+        ("NVIDIA GeForce RTX 3090", "8.6", 24576),)) -> str:
+    """What ``nvidia-smi --query-gpu=index,name,uuid,compute_cap,driver_version,memory.total --format=csv,noheader``
+    prints: one line per GPU, the fields in the order asked joined by ", ", memory with its unit (nvidia-smi(1),
+    "--format=csv"; without ``nounits`` "24576 MiB")."""
+    return "".join(f"{i}, {name}, GPU-{i:08x}-1111-2222-3333-444455556666, {cap}, {version}, {mib} MiB\n"
+                   for i, (name, cap, mib) in enumerate(gpus))
+
+
+def fake_nvidia_smi_script(query_output: str) -> str:
+    """A shell script standing in for nvidia-smi in a container: prints ``query_output`` for ``--query-gpu``, exits
+    9 (NVML's "driver not loaded" code) for anything else."""
+    return ("#!/bin/sh\ncase \"$*\" in *--query-gpu=*) cat <<'LWEOF'\n" + query_output + "LWEOF\nexit 0;; esac\n"
+            "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n")

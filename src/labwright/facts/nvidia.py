@@ -1,4 +1,5 @@
-"""pyinfra facts about NVIDIA drivers: the host module version, and whether a container's userspace matches it.
+"""pyinfra facts about NVIDIA drivers: the host module version, whether a container's userspace matches it, and the
+GPUs with their compute capability (which CUDA builds have kernels for them: ``labwright.gpu.arch``).
 
 Inside an LXC/LXD container ``/proc/driver/nvidia/version`` is the HOST kernel module's (procfs is the
 host kernel's), so one fact run in the container sees both sides of the match.
@@ -19,6 +20,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from labwright.gpu.smi import SMI_QUERY, parse_gpu_query
 from labwright.guests.gpu import LIBRARY_DIRS, check_driver_match, parse_driver_version, userspace_versions
 
 _MARK = "@@labwright-nvidia-"
@@ -79,3 +81,19 @@ class NvidiaDriverMatch(FactBase[Any]):
                                    "\n".join(sections.get("smi", [])))
         return {"status": match.status, "ok": match.ok, "host_version": match.host_version,
                 "userspace": match.userspace, "message": match.message}
+
+
+class NvidiaGpus(FactBase[Any]):
+    """The GPUs nvidia-smi sees: ``[{"index", "name", "uuid", "compute_cap", "driver_version", "memory_mib"}]``
+    (``compute_cap`` "8.6", "12.0"; None where the driver cannot say). Empty without nvidia-smi or a driver.
+
+    Not /proc/driver/nvidia/gpus/*/information: it names the model, bus and UUID but carries no compute capability.
+    """
+
+    def command(self) -> str:
+        return f"command -v nvidia-smi >/dev/null 2>&1 && timeout 20 {SMI_QUERY} 2>&1 || true"
+
+    def process(self, output: list[str]) -> list[dict[str, Any]]:
+        return [{"index": g.index, "name": g.name, "uuid": g.uuid, "compute_cap": g.compute_cap,
+                 "driver_version": g.driver_version, "memory_mib": g.memory_mib}
+                for g in parse_gpu_query("\n".join(output))]

@@ -1,0 +1,76 @@
+"""`labwright gpu`: is the GPU really used by a guest's engine (`check`); which CUDA builds run on a GPU (`arch`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from labwright.errors import BadInput
+from labwright.gpu import arch as gpu_arch
+from labwright.gpu.guest import AUTO, check_guest
+from labwright.ui import stdout, table
+
+NAME = "gpu"
+HELP = "GPU guests: check that the GPU is visible, matched and really used by the engine; CUDA builds per GPU."
+
+app = typer.Typer(no_args_is_help=True, help=HELP)
+
+
+@app.command()
+def check(
+    guest: str = typer.Argument(..., metavar="GUEST", help="LXD/Incus instance on this host (NAME)."),
+    service: str = typer.Option(AUTO, "--service", help="The engine's systemd unit (default: llama-server or "
+                                "tabbyapi, whichever the guest has; 'none' skips the engine check)."),
+    host_root: Path = typer.Option(Path("/"), "--host-root", help="Read the host's /proc and /dev NVIDIA files below "
+                                   "this directory (a fake tree in tests).", show_default=False),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """GPU visible in the guest, userspace == host module version exactly, device nodes and majors == the host's,
+    and the engine's process really on the GPU (a silent CPU fallback fails, with the reason from its log).
+    Exit 1 when a check fails; 2 for a guest that does not exist or has no GPU passed to it.
+
+    Example: labwright gpu check llm1
+    """
+    if not host_root.is_dir():
+        raise BadInput(f"--host-root {host_root}: not a directory; give the root of a host tree (default /)")
+    report = check_guest(guest, None if service == "none" else service, host_root)
+    failed = [c for c in report.checks if not c.ok]
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        rows = [["ok" if c.ok else "[red]FAIL[/]", escape(c.name), escape(c.detail) if c.ok else
+                 f"{escape(c.detail)}\n[bold]cause:[/] {escape(c.cause)}\n[bold]fix:[/] {escape(c.fix)}"]
+                for c in report.checks]
+        stdout.print(table(f"GPU guest {guest}", ["", "check", "detail"], rows))
+        stdout.print(f"{len(report.checks) - len(failed)}/{len(report.checks)} checks passed "
+                     f"in {report.seconds:.2f} s")
+    if failed:
+        for c in failed:
+            print(f"labwright: gpu check {guest}: {c.name}: {c.detail}; cause: {c.cause}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+@app.command()
+def arch(
+    capability: str = typer.Argument(..., metavar="COMPUTE_CAP", help="As nvidia-smi --query-gpu=compute_cap prints "
+                                     "it (8.6, 12.0) or sm_86."),
+    cuda: str | None = typer.Option(None, "--cuda", help="A build's CUDA version (12.8, cu128): exit 1 when it has "
+                                    "no kernels for this GPU."),
+) -> None:
+    """The architecture of a compute capability and the CUDA builds with kernels for it (labwright/data/gpu-arch.toml).
+
+    Example: labwright gpu arch 12.0 --cuda 12.6
+    """
+    found = gpu_arch.architecture(capability)
+    upto = f", up to CUDA {found.max_cuda}" if found.max_cuda else ""
+    stdout.print(escape(f"{found.capability} ({found.sm}): {found.name}; builds need CUDA >= {found.min_cuda}{upto}"))
+    if cuda is not None:
+        reason = gpu_arch.why_not(cuda, found.capability)
+        if reason:
+            print(f"labwright: {reason}", file=sys.stderr)
+            raise typer.Exit(1)
+        stdout.print(escape(f"a CUDA {cuda} build has kernels for it"))

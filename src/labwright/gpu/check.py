@@ -1,0 +1,262 @@
+"""`labwright gpu check`: is the GPU really there for a guest, and does its engine really run on it?
+
+Four checks, each with the cause and the fix when it fails:
+
+1. the GPU is visible in the guest (``/dev/nvidiaN`` character nodes; ``nvidia-smi`` lists it where installed);
+2. the guest's NVIDIA userspace (``libcuda.so.<ver>``, ``libnvidia-ml.so.<ver>``, nvidia-smi's driver version) equals
+   the host kernel module's version EXACTLY (``labwright.guests.gpu.check_driver_match``);
+3. every NVIDIA node of the host exists in the guest with the host's major:minor (nvidia-uvm's major is dynamic and
+   changes with driver or kernel updates; a guest config written before has the old one);
+4. the engine service uses the GPU: its main process holds a ``/dev/nvidiaN`` node open, and its log since the last
+   start names no CPU fallback. A CUDA process opens ``/dev/nvidiactl`` and ``/dev/nvidiaN`` when it creates a
+   context, whatever the engine; a silent CPU fallback opens none. The log lines give the reason (below).
+
+Collecting runs two shell commands in the guest through ``run(command) -> (exit code, stdout)``; everything else is
+pure, so the rules are unit-tested on recorded outputs.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from labwright.gpu.smi import SMI_QUERY, GpuInfo, parse_gpu_query
+from labwright.guests.gpu import LIBRARY_DIRS, DeviceNode, check_driver_match, userspace_versions
+
+Runner = Callable[[str], tuple[int, str]]
+
+_MARK = "@@labwright-gpu-"
+GPU_NODE = re.compile(r"^/dev/nvidia\d+$")
+
+# --- what engines log when they do not use the GPU ----------------------------------------------------------------
+#: (pattern, reason) in the order they are tried; the first match names the reason of a CPU fallback.
+#: llama.cpp (ggml-org/llama.cpp, as built by labwright.llamacpp.build: 0c1e570):
+#:  - common/arg.cpp, the --gpu-layers handler: "warning: no usable GPU found, --gpu-layers option will be ignored"
+#:    followed by "one possible reason is that llama.cpp was compiled without GPU support" (printed to stderr at every
+#:    verbosity, seen on the cached CPU build with -ngl 99);
+#:  - ggml/src/ggml-cuda/ggml-cuda.cu ggml_cuda_init: "ggml_cuda_init: failed to initialize CUDA: <cudaGetErrorString>";
+#:  - src/llama-model.cpp llama_model::load_tensors: "load_tensors: offloaded %d/%d layers to GPU" (INFO; at -lv 4 on
+#:    this build) -- 0 offloaded is a CPU run.
+#: PyTorch (tabbyAPI, exllamav2/v3; torch/cuda/__init__.py _lazy_init and c10/cuda/CUDAFunctions.cpp):
+#:  "Found no NVIDIA driver on your system", "CUDA driver version is insufficient for CUDA runtime version",
+#:  "no kernel image is available for execution on the device" (a build without kernels for this GPU's
+#:  compute capability: see labwright.gpu.arch), and NVML's "Driver/library version mismatch".
+FALLBACK_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"no usable GPU found, --gpu-layers option will be ignored"),
+     "llama.cpp found no usable GPU and ignored --gpu-layers (built without GPU support, or no CUDA device visible)"),
+    (re.compile(r"ggml_cuda_init: failed to initialize CUDA: (?P<detail>.+)"),
+     "llama.cpp could not initialize CUDA: {detail}"),
+    (re.compile(r"Driver/library version mismatch"),
+     "NVML: driver/library version mismatch (guest userspace differs from the host module)"),
+    (re.compile(r"Found no NVIDIA driver on your system"), "PyTorch found no NVIDIA driver"),
+    (re.compile(r"CUDA driver version is insufficient for CUDA runtime version"),
+     "the host driver is too old for the engine's CUDA runtime"),
+    (re.compile(r"no kernel image is available for execution on the device"),
+     "the engine's build has no kernels for this GPU's compute capability (see `labwright matrix` / gpu-arch.toml)"),
+    (re.compile(r"CUDA initialization: (?P<detail>.+)"), "PyTorch could not initialize CUDA: {detail}"),
+)
+OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+#: llama.cpp's per-buffer lines ("load_tensors:        CUDA0 model buffer size =  ... MiB").
+GPU_BUFFER = re.compile(r"\b(CUDA\d+|ROCm\d+|Vulkan\d+)\s+model buffer size")
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    cause: str = ""
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class GuestGpu:
+    """What the guest shows: its NVIDIA nodes, userspace libraries, and nvidia-smi's view (None: not installed)."""
+
+    nodes: dict[str, tuple[int, int]] = field(default_factory=dict)  # path -> (major, minor)
+    libraries: dict[str, str] = field(default_factory=dict)  # libcuda.so -> 550.54.14
+    smi_output: str | None = None
+    gpus: list[GpuInfo] = field(default_factory=list)
+
+
+@dataclass
+class EngineState:
+    service: str
+    pid: int  # 0: not running
+    open_nodes: list[str] = field(default_factory=list)
+    log: str = ""
+    cmdline: list[str] = field(default_factory=list)
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        if line.startswith(_MARK):
+            current = line.removeprefix(_MARK).strip()
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    return sections
+
+
+# --- collecting (two commands in the guest) ------------------------------------------------------------------------
+def guest_command() -> str:
+    dirs = " ".join(shlex.quote(d) for d in LIBRARY_DIRS)
+    return (
+        # Not `find -type c`: LXD bind-mounts each node over a plain file, which readdir reports as a file.
+        f"echo {_MARK}nodes; for f in /dev/nvidia* /dev/nvidia-caps/*; do "
+        "[ -c \"$f\" ] && stat -c '%n %t %T' \"$f\"; done; "
+        f"echo {_MARK}libs; for d in {dirs}; do ls -1 \"$d\" 2>/dev/null; done "
+        "| grep -E '^lib(cuda|nvidia-ml)[.]so[.][0-9]'; "
+        f"echo {_MARK}smi; if command -v nvidia-smi >/dev/null 2>&1; then timeout 20 {SMI_QUERY} 2>&1; "
+        f"else echo {_MARK}no-smi; fi; true"
+    )
+
+
+def parse_guest(output: str) -> GuestGpu:
+    sections = _sections(output)
+    nodes = {}
+    for line in sections.get("nodes", []):
+        parts = line.split()
+        if len(parts) == 3:
+            nodes[parts[0]] = (int(parts[1], 16), int(parts[2], 16))
+    smi_lines = sections.get("smi", [])
+    smi = None if "no-smi" in sections else "\n".join(smi_lines)
+    return GuestGpu(nodes, userspace_versions(sections.get("libs", [])), smi, parse_gpu_query(smi or ""))
+
+
+def engine_command(service: str) -> str:
+    unit = shlex.quote(service if "." in service else f"{service}.service")
+    return (
+        f"pid=$(systemctl show -p MainPID --value {unit} 2>/dev/null); echo {_MARK}pid; echo \"${{pid:-0}}\"; "
+        f"echo {_MARK}fds; if [ \"${{pid:-0}}\" != 0 ]; then "
+        "for fd in /proc/$pid/fd/*; do readlink \"$fd\"; done 2>/dev/null | grep '^/dev/nvidia' | sort -u; fi; "
+        f"echo {_MARK}cmdline; [ \"${{pid:-0}}\" != 0 ] && tr '\\0' '\\n' < /proc/$pid/cmdline; "
+        f"echo {_MARK}log; inv=$(systemctl show -p InvocationID --value {unit} 2>/dev/null); "
+        "if [ -n \"$inv\" ]; then journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$inv 2>/dev/null | tail -n 3000; "
+        f"else journalctl --no-pager -o cat -u {unit} -n 3000 2>/dev/null; fi; true"
+    )
+
+
+def parse_engine(service: str, output: str) -> EngineState:
+    sections = _sections(output)
+    pid_lines = [line.strip() for line in sections.get("pid", []) if line.strip()]
+    pid = int(pid_lines[0]) if pid_lines and pid_lines[0].isdigit() else 0
+    return EngineState(service, pid, [line.strip() for line in sections.get("fds", []) if line.strip()],
+                       "\n".join(sections.get("log", [])), [line for line in sections.get("cmdline", []) if line])
+
+
+# --- the rules (pure) ---------------------------------------------------------------------------------------------
+def visible_check(guest: GuestGpu) -> Check:
+    gpus = sorted(p for p in guest.nodes if GPU_NODE.match(p))
+    if not gpus:
+        return Check("GPU visible in the guest", False, "no /dev/nvidiaN character node in the guest",
+                     "the GPU nodes are not passed through (or the host lost them at a reboot)",
+                     "labwright guest apply INVENTORY (re-reads the host's nodes), then restart the guest")
+    if guest.smi_output is not None and not guest.gpus:
+        return Check("GPU visible in the guest", False, f"{', '.join(gpus)} present, but nvidia-smi lists no GPU: "
+                     f"{guest.smi_output.strip()[:200]}", "the driver cannot be reached from the guest",
+                     "see the userspace check; reinstall the userspace matching the host module")
+    listed = "; ".join(f"{g.name} (compute capability {g.compute_cap or '?'})" for g in guest.gpus)
+    return Check("GPU visible in the guest", True, f"{', '.join(gpus)}" + (f"; nvidia-smi: {listed}" if listed else
+                                                                          "; nvidia-smi not installed"))
+
+
+def userspace_check(host_version: str | None, guest: GuestGpu) -> Check:
+    match = check_driver_match(host_version, guest.libraries, guest.smi_output or "")
+    smi_versions = {g.driver_version for g in guest.gpus if g.driver_version}
+    if match.ok and host_version is not None and smi_versions - {host_version}:
+        return Check("userspace == host module", False, f"nvidia-smi in the guest reports driver "
+                     f"{', '.join(sorted(smi_versions))}, host module {host_version}", "a mixed userspace",
+                     f"install NVIDIA-Linux-x86_64-{host_version}.run --no-kernel-module in the guest")
+    if match.ok:
+        return Check("userspace == host module", True, match.message)
+    return Check("userspace == host module", False, match.message,
+                 "the guest's NVIDIA userspace is not the host module's exact version" if match.status == "mismatch"
+                 else match.status, match.message.split("; ", 1)[-1])
+
+
+def nodes_check(host_nodes: Iterable[DeviceNode], guest: GuestGpu) -> Check:
+    wrong = []
+    for node in host_nodes:
+        seen = guest.nodes.get(node.path)
+        if seen is None:
+            wrong.append(f"{node.path} missing (host {node.major}:{node.minor})")
+        elif seen != (node.major, node.minor):
+            wrong.append(f"{node.path} is {seen[0]}:{seen[1]}, host {node.major}:{node.minor}")
+    if wrong:
+        return Check("device nodes and majors", False, "; ".join(wrong),
+                     "the guest's passthrough was written with the nodes/majors of an earlier driver or boot",
+                     "labwright guest apply INVENTORY (re-reads /proc/devices), then restart the guest")
+    return Check("device nodes and majors", True, f"{len(guest.nodes)} nodes match the host's majors")
+
+
+def requested_gpu_layers(cmdline: list[str]) -> str | None:
+    """llama-server's -ngl/--gpu-layers/--n-gpu-layers value (None: not given)."""
+    for i, arg in enumerate(cmdline):
+        for flag in ("-ngl", "--gpu-layers", "--n-gpu-layers"):
+            if arg == flag and i + 1 < len(cmdline):
+                return cmdline[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def fallback_reason(log: str) -> str | None:
+    """The first known CPU-fallback line in an engine's log, as a reason, or None."""
+    for pattern, reason in FALLBACK_REASONS:
+        match = pattern.search(log)
+        if match:
+            return reason.format(**{k: v.strip() for k, v in match.groupdict().items()})
+    offloaded = OFFLOADED.findall(log)
+    if offloaded and int(offloaded[-1][0]) == 0:
+        return f"llama.cpp offloaded 0/{offloaded[-1][1]} layers to GPU"
+    return None
+
+
+def engine_check(engine: EngineState) -> Check:
+    name = f"engine {engine.service} on the GPU"
+    if engine.pid == 0:
+        return Check(name, False, f"{engine.service} has no running main process", "the service is not running",
+                     f"systemctl start {engine.service}; journalctl -u {engine.service} for why it stopped")
+    gpu_nodes = [n for n in engine.open_nodes if GPU_NODE.match(n)]
+    reason = fallback_reason(engine.log)
+    ngl = requested_gpu_layers(engine.cmdline)
+    asked = f" (-ngl {ngl} requested)" if ngl is not None else ""
+    if ngl is not None and ngl.strip() == "0":
+        return Check(name, False, f"pid {engine.pid} runs with -ngl 0: no layer on the GPU", "GPU layers set to 0",
+                     "set llamacpp n_gpu_layers (e.g. 99) in the inventory and deploy again")
+    if reason is not None or not gpu_nodes:
+        detail = (f"pid {engine.pid} holds no /dev/nvidiaN open{asked}: it runs on the CPU"
+                  if not gpu_nodes else f"pid {engine.pid} has {', '.join(gpu_nodes)} open but logged a fallback")
+        offloaded = OFFLOADED.findall(engine.log)
+        if offloaded:
+            detail += f"; log: offloaded {offloaded[-1][0]}/{offloaded[-1][1]} layers to GPU"
+        return Check(name, False, detail, reason or "no reason logged (the engine fell back silently)",
+                     "use a CUDA build of the engine matching the host driver and this GPU's compute capability, "
+                     "fix the checks above, then restart the service")
+    offloaded = OFFLOADED.findall(engine.log)
+    partial = offloaded and offloaded[-1][0] != offloaded[-1][1]
+    detail = f"pid {engine.pid} has {', '.join(gpu_nodes)} open"
+    if offloaded:
+        detail += f"; offloaded {offloaded[-1][0]}/{offloaded[-1][1]} layers to GPU" + (" (partial)" if partial else "")
+    return Check(name, True, detail)
+
+
+def run_checks(run: Runner, host_version: str | None, host_nodes: list[DeviceNode],
+               service: str | None) -> list[Check]:
+    """Collect in the guest through ``run`` and apply the rules; ``service`` None skips the engine check."""
+    code, output = run(guest_command())
+    guest = parse_guest(output)
+    checks = [visible_check(guest), userspace_check(host_version, guest), nodes_check(host_nodes, guest)]
+    if service is not None:
+        code, output = run(engine_command(service))
+        checks.append(engine_check(parse_engine(service, output)))
+    return checks

@@ -1,0 +1,112 @@
+"""``gpu check`` against an LXD/Incus guest: the instance is looked up, its GPU passthrough read from its config, and
+the checks of ``labwright.gpu.check`` run through the LXD API's exec (no SSH in the guest needed).
+
+The host side (module version, nodes and majors) is read on the machine running labwright (``GpuHost``), which is
+the LXD host for a local guest; ``host_root`` reads a fake tree instead (tests).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labwright.errors import BadInput, LxdError
+from labwright.gpu.check import Check, Runner, run_checks
+from labwright.guests.gpu import GpuHost
+from labwright.hosts.lxd import LxdHost
+from labwright.lab.spec import INSTANCE_NAME
+from labwright.lxd.client import LxdClient
+from labwright.lxd.remotes import resolve_endpoint
+
+#: Engine services the deploys install (data/templates/{llamacpp,tabbyapi}/defaults.toml: service), tried in order.
+ENGINE_SERVICES = ("llama-server", "tabbyapi")
+AUTO = "auto"
+
+
+@dataclass
+class GpuReport:
+    guest: str
+    service: str | None
+    checks: list[Check] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"guest": self.guest, "service": self.service, "ok": self.ok, "seconds": round(self.seconds, 3),
+                "checks": [c.to_dict() for c in self.checks]}
+
+
+def passed_gpu_devices(instance: dict[str, Any]) -> list[str]:
+    """The instance's devices that give it an NVIDIA GPU: ``type: gpu``, or ``unix-char`` nodes /dev/nvidia*."""
+    found = []
+    for name, device in sorted((instance.get("expanded_devices") or instance.get("devices") or {}).items()):
+        kind = device.get("type")
+        where = str(device.get("path") or device.get("source") or "")
+        if kind == "gpu" or (kind == "unix-char" and where.startswith("/dev/nvidia")):
+            found.append(name)
+    return found
+
+
+def runner(host: LxdHost) -> Runner:
+    def run(command: str) -> tuple[int, str]:
+        # LXD fails the exec of a command that exits 126/127 instead of returning its output; fold them into 125.
+        result = host.exec(["sh", "-c", f"{command}\nrc=$?; case $rc in 126|127) exit 125;; esac; exit $rc"])
+        return result.exit_code, result.stdout.decode(errors="replace")
+
+    return run
+
+
+def _lxd_host(guest: str) -> LxdHost:
+    remote, _, name = guest.rpartition(":")
+    if not INSTANCE_NAME.match(name):
+        raise BadInput(f"guest {guest!r} is not an LXD instance name (NAME); use 1-63 letters, digits and hyphens, "
+                       "starting with a letter (see `lxc list`)")
+    if remote:
+        raise BadInput(f"guest {guest}: gpu check reads the host's NVIDIA files, so it runs on the LXD host itself; "
+                       f"run `labwright gpu check {name}` there")
+    endpoint, project = resolve_endpoint(None)
+    return LxdHost(name, LxdClient(endpoint, project=project))
+
+
+def _service(run: Runner, service: str | None) -> str | None:
+    if service != AUTO:
+        return service
+    units = " ".join(f"{s}.service" for s in ENGINE_SERVICES)
+    _, output = run(f"systemctl show -p LoadState --value {units} 2>/dev/null; true")
+    states = output.split()
+    loaded = [s for s, state in zip(ENGINE_SERVICES, states, strict=False) if state == "loaded"]
+    return loaded[0] if loaded else None
+
+
+def check_guest(guest: str, service: str | None = AUTO, host_root: str | Path = "/") -> GpuReport:
+    """Run the checks on ``guest``. BadInput (exit 2) for a guest that does not exist, is stopped, or has no GPU
+    passed to it; the returned report says which checks failed (exit 1)."""
+    gpu_host = GpuHost(host_root)
+    host = _lxd_host(guest)
+    started = time.monotonic()
+    try:
+        instance = host.client.instance_or_none(host.name)
+        if instance is None:
+            raise BadInput(f"guest {guest}: no such LXD instance (see `lxc list`)")
+        if not passed_gpu_devices(instance):
+            raise BadInput(f"guest {guest}: no GPU is passed to it (no `gpu` device and no /dev/nvidia* unix-char "
+                           "device in its LXD config); set gpu: nvidia in its guest data and run "
+                           "`labwright guest apply`")
+        if instance.get("status") != "Running":
+            raise BadInput(f"guest {guest} is {instance.get('status')}; start it first (`lxc start {host.name}`)")
+        run = runner(host)
+        chosen = _service(run, service)
+        checks = run_checks(run, gpu_host.driver_version(), gpu_host.device_nodes(), chosen)
+        if service == AUTO and chosen is None:
+            checks.append(Check("engine on the GPU", True, "not checked: no llama-server or tabbyapi service in the "
+                                "guest (give --service NAME)"))
+    except LxdError as exc:
+        raise LxdError(f"guest {guest}: {exc}") from exc
+    finally:
+        host.close()
+    return GpuReport(guest, chosen, checks, time.monotonic() - started)

@@ -1,0 +1,163 @@
+"""The rules of `labwright gpu check` on recorded guest outputs, and its guest command run by a real shell."""
+
+from __future__ import annotations
+
+import subprocess
+
+from labwright.gpu.check import (
+    EngineState,
+    GuestGpu,
+    engine_check,
+    fallback_reason,
+    guest_command,
+    nodes_check,
+    parse_engine,
+    parse_guest,
+    requested_gpu_layers,
+    userspace_check,
+    visible_check,
+)
+from labwright.gpu.smi import parse_gpu_query
+from labwright.guests.gpu import DeviceNode
+from support.fake_nvidia import nvidia_smi_query_lines
+
+#: The cached CPU build (labwright.llamacpp.build: llama.cpp 0c1e570) started with -ngl 99 on the tiny GGUF, as it
+#: logged it (2026-11-24; the first lines, then the load at -lv 4).
+CPU_BUILD_NGL_99 = """\
+warning: no usable GPU found, --gpu-layers option will be ignored
+warning: one possible reason is that llama.cpp was compiled without GPU support
+warning: consult docs/build.md for compilation instructions
+0.00.006.605 I cmn  common_param: common_params_print_info: build 1 (0c1e570) with GNU 12.2.0 for Linux x86_64
+0.00.006.607 I cmn  common_param: device_info:
+0.00.006.612 I cmn  common_param:   - CPU     : AMD EPYC (24105 MiB, 24105 MiB free)
+0.00.014.290 I load_tensors:   CPU_Mapped model buffer size =     5.84 MiB
+0.00.302.307 I srv  llama_server: listening on http://127.0.0.1:18931
+"""
+#: A CUDA build's load as llama.cpp's src/llama-model.cpp load_tensors logs it (format strings "%s: offloaded %d/%d
+#: layers to GPU" and "%s: %12s model buffer size = %8.2f MiB").
+CUDA_LOAD = """\
+load_tensors: offloading 32 repeating layers to GPU
+load_tensors: offloading output layer to GPU
+load_tensors: offloaded 33/33 layers to GPU
+load_tensors:        CUDA0 model buffer size =  4403.49 MiB
+load_tensors:   CPU_Mapped model buffer size =   281.81 MiB
+"""
+
+HOST_NODES = [DeviceNode(p, p, major, minor) for p, major, minor in
+              (("/dev/nvidia0", 195, 0), ("/dev/nvidiactl", 195, 255), ("/dev/nvidia-uvm", 509, 0))]
+GUEST_OUT = """@@labwright-gpu-nodes
+/dev/nvidia0 c3 0
+/dev/nvidiactl c3 ff
+/dev/nvidia-uvm 1fd 0
+@@labwright-gpu-libs
+libcuda.so.550.54.14
+libnvidia-ml.so.550.54.14
+@@labwright-gpu-smi
+""" + nvidia_smi_query_lines("550.54.14")
+
+
+def test_guest_output_parsed():
+    guest = parse_guest(GUEST_OUT)
+    assert guest.nodes == {"/dev/nvidia0": (195, 0), "/dev/nvidiactl": (195, 255), "/dev/nvidia-uvm": (509, 0)}
+    assert guest.libraries == {"libcuda.so": "550.54.14", "libnvidia-ml.so": "550.54.14"}
+    assert [g.compute_cap for g in guest.gpus] == ["8.6"]
+    checks = [visible_check(guest), userspace_check("550.54.14", guest), nodes_check(HOST_NODES, guest)]
+    assert all(c.ok for c in checks), checks
+    assert "compute capability 8.6" in checks[0].detail
+
+
+def test_guest_without_smi_and_without_nodes():
+    guest = parse_guest("@@labwright-gpu-nodes\n@@labwright-gpu-libs\n@@labwright-gpu-smi\n@@labwright-gpu-no-smi\n")
+    assert guest.smi_output is None and guest.nodes == {}
+    check = visible_check(guest)
+    assert not check.ok and "no /dev/nvidiaN" in check.detail and "guest apply" in check.fix
+
+
+def test_smi_that_cannot_reach_the_driver_fails_visibility():
+    guest = GuestGpu({"/dev/nvidia0": (195, 0)}, {}, "Failed to initialize NVML: Driver/library version mismatch", [])
+    check = visible_check(guest)
+    assert not check.ok and "nvidia-smi lists no GPU" in check.detail
+
+
+def test_userspace_must_match_exactly():
+    near = GuestGpu(libraries={"libcuda.so": "570.148.06", "libnvidia-ml.so": "570.148.06"})
+    check = userspace_check("570.148.08", near)
+    assert not check.ok and "570.148.08" in check.detail and "570.148.06" in check.detail
+    assert "--no-kernel-module" in check.fix
+    missing = userspace_check("570.148.08", GuestGpu())
+    assert not missing.ok and "no NVIDIA userspace libraries" in missing.detail
+    no_driver = userspace_check(None, GuestGpu(libraries={"libcuda.so": "550.54.14"}))
+    assert not no_driver.ok and "no NVIDIA kernel module" in no_driver.detail
+
+
+def test_smi_reporting_another_version_is_a_mismatch():
+    guest = GuestGpu(libraries={"libcuda.so": "550.54.14"}, smi_output="x",
+                     gpus=parse_gpu_query(nvidia_smi_query_lines("550.54.15")))
+    check = userspace_check("550.54.14", guest)
+    assert not check.ok and "550.54.15" in check.detail
+
+
+def test_majors_changed_by_a_driver_update_are_named():
+    guest = parse_guest(GUEST_OUT.replace("/dev/nvidia-uvm 1fd 0", "/dev/nvidia-uvm ed 0").replace(
+        "/dev/nvidiactl c3 ff\n", ""))
+    check = nodes_check(HOST_NODES, guest)
+    assert not check.ok
+    assert "/dev/nvidia-uvm is 237:0, host 509:0" in check.detail and "/dev/nvidiactl missing (host 195:255)" in \
+        check.detail
+
+
+def test_cpu_build_with_gpu_layers_requested_is_a_failed_engine_check():
+    engine = EngineState("llama-server", 4242, [], CPU_BUILD_NGL_99, ["/usr/local/bin/llama-server", "-ngl", "99"])
+    check = engine_check(engine)
+    assert not check.ok
+    assert check.detail == "pid 4242 holds no /dev/nvidiaN open (-ngl 99 requested): it runs on the CPU"
+    assert check.cause.startswith("llama.cpp found no usable GPU and ignored --gpu-layers")
+
+
+def test_gpu_process_with_all_layers_offloaded_passes():
+    engine = EngineState("llama-server", 7, ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl"], CUDA_LOAD,
+                         ["llama-server", "--n-gpu-layers=99"])
+    check = engine_check(engine)
+    assert check.ok and "offloaded 33/33 layers to GPU" in check.detail and "partial" not in check.detail
+
+
+def test_silent_fallback_without_a_log_line_still_fails():
+    check = engine_check(EngineState("tabbyapi", 9, [], "INFO: Started server process\n", []))
+    assert not check.ok and check.cause == "no reason logged (the engine fell back silently)"
+
+
+def test_gpu_open_but_no_kernel_image_fails_naming_the_architecture():
+    log = "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+    check = engine_check(EngineState("tabbyapi", 9, ["/dev/nvidia0"], log, []))
+    assert not check.ok and "compute capability" in check.cause
+
+
+def test_not_running_and_zero_layers():
+    assert "no running main process" in engine_check(EngineState("llama-server", 0)).detail
+    zero = engine_check(EngineState("llama-server", 5, ["/dev/nvidia0"], "", ["llama-server", "-ngl", "0"]))
+    assert not zero.ok and "-ngl 0" in zero.detail
+
+
+def test_fallback_reasons():
+    assert fallback_reason("ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is detected\n") == (
+        "llama.cpp could not initialize CUDA: no CUDA-capable device is detected")
+    assert fallback_reason("load_tensors: offloaded 0/33 layers to GPU\n") == "llama.cpp offloaded 0/33 layers to GPU"
+    assert fallback_reason(CUDA_LOAD) is None
+    assert requested_gpu_layers(["x", "--gpu-layers", "auto"]) == "auto" and requested_gpu_layers(["x"]) is None
+
+
+def test_engine_output_parsed():
+    out = ("@@labwright-gpu-pid\n123\n@@labwright-gpu-fds\n/dev/nvidia0\n/dev/nvidiactl\n@@labwright-gpu-cmdline\n"
+           "llama-server\n-ngl\n99\n@@labwright-gpu-log\n" + CUDA_LOAD)
+    engine = parse_engine("llama-server", out)
+    assert engine.pid == 123 and engine.open_nodes == ["/dev/nvidia0", "/dev/nvidiactl"]
+    assert engine.cmdline == ["llama-server", "-ngl", "99"] and "offloaded 33/33" in engine.log
+
+
+def test_guest_command_runs_in_a_real_shell():
+    """The collection command is valid sh and reads this machine (no GPU here: no nodes, no libraries)."""
+    out = subprocess.run(["/bin/sh", "-c", guest_command()], capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin"}).stdout
+    guest = parse_guest(out)
+    assert "@@labwright-gpu-nodes" in out and "@@labwright-gpu-smi" in out
+    assert guest.nodes == {} and guest.libraries == {} and guest.smi_output is None
