@@ -190,6 +190,12 @@ def test_a_tight_start_limit_set_by_someone_else_still_switches_and_rolls_back(s
                           f"print(service.restart_unit(\"{service.unit}\", reset_first=False))'").output
     assert attempts.strip() == "2", attempts
     assert service.wait_healthy(30), "the unit restarted by the retry does not serve"
+    # restart_owned: the one helper other parts use (restart safe against the limit, then wait on health).
+    owned = service.sh(f"python3 -c 'import sys; sys.path.insert(0, \"{REMOTE_PATH}\"); "
+                       "from labwright.stacks import service as s; "
+                       f"r = s.restart_owned(\"{service.unit}\", s.HealthCheck(url=\"{service.local_health_url}\", "
+                       "timeout_s=30)); print(r.healthy, r.attempts, r.seen)'").output
+    assert owned.split()[:3] == ["True", "1", "HTTP"], owned
 
     for step in ("switch", "rollback", "switch", "rollback", "switch"):
         run = switcher.switch("standin-2.10") if step == "switch" else switcher.rollback()
