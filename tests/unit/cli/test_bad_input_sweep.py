@@ -7,8 +7,8 @@ Classes, by what the parameter is (introspected from the typer app):
 - a path written (--out, --plot): a path under a regular file;
 - an int/float: 0, -1, 10**12, "abc" (and "nan", "inf" for floats);
 - a host/guest/node name: "@lxd/$(id)", "a b", 300 characters, "";
-- any other string: "$(id)", "a b", 300 characters, "", "1000000000000", "-1" (these may be valid: exit 0 is
-  allowed, the rest holds);
+- any other string: "a $(id)", 300 characters, "", "1000000000000", "-1" (these may be valid: exit 0 is allowed,
+  the rest holds);
 - an unknown option.
 
 Each case runs in a forked child of this process (the groups are imported once), in a sandbox: its own cwd, HOME,
@@ -326,7 +326,7 @@ def _bad_values(command: Command, param: Parameter) -> list[tuple[str, bool, Cal
     if param.kind == "str":
         # Strings that hold numbers (--contexts, --budget, --weights-gb) get huge and negative ones: a hang or a
         # terabyte allocation shows up here as a timeout.
-        return [(repr(v)[:24], False, _const(v)) for v in ("$(id)", "a b", "s" * 300, "", "1000000000000", "-1")]
+        return [(repr(v)[:24], False, _const(v)) for v in ("a $(id)", "s" * 300, "", "1000000000000", "-1")]
     return []
 
 
