@@ -154,6 +154,10 @@ def _on_sigint(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A name typed with bytes that are not UTF-8 (a file name, a guest) reaches Python as surrogates; printing it
+    # back must not fail: escape it on stdout as Python already does on stderr.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
     own = signal.getsignal(signal.SIGINT) is signal.default_int_handler
     if own:
         signal.signal(signal.SIGINT, _on_sigint)

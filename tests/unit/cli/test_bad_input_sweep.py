@@ -6,7 +6,7 @@ Classes, by what the parameter is (introspected from the typer app):
 - a path read: a file of random bytes, a Latin-1 (not UTF-8) text file, an empty directory, a missing path;
 - a path written (--out, --plot): a path under a regular file;
 - an int/float: 0, -1, 10**12, "abc" (and "nan", "inf" for floats);
-- a host/guest/node name: "@lxd/$(id)", "a b", 300 characters, "";
+- a host/guest/node name: "@lxd/$(id)", "a b", 300 characters, "", a non-UTF-8 byte;
 - any other string: "a $(id)", 300 characters, "", "1000000000000", "-1" (these may be valid: exit 0 is allowed,
   the rest holds);
 - an unknown option.
@@ -322,7 +322,8 @@ def _bad_values(command: Command, param: Parameter) -> list[tuple[str, bool, Cal
         meaningful = MEANINGFUL_NUMBERS.get((command.path, param.name), set())
         return [(v, v not in meaningful, _const(v)) for v in values]
     if param.kind == "name":
-        return [(repr(v)[:24], True, _const(v)) for v in ("@lxd/$(id)", "a b", "n" * 300, "")]
+        # "x\udcffy": the byte 0xff typed in a name, as Python decodes a non-UTF-8 argv (surrogateescape)
+        return [(repr(v)[:24], True, _const(v)) for v in ("@lxd/$(id)", "a b", "n" * 300, "", "x\udcffy")]
     if param.kind == "str":
         # Strings that hold numbers (--contexts, --budget, --weights-gb) get huge and negative ones: a hang or a
         # terabyte allocation shows up here as a timeout.
@@ -408,7 +409,7 @@ def run_in_child(argv: list[str], sandbox: Path) -> Outcome:
             os.dup2(os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
             sys.stdin = open(0, closefd=False)  # noqa: SIM115
             sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")  # noqa: SIM115 - as Python's own
             signal.signal(signal.SIGINT, signal.default_int_handler)
             code = main(argv)
         except BaseException as exc:  # whatever it is, the parent reports it
