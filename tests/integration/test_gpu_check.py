@@ -1,0 +1,189 @@
+"""`labwright gpu check` against a real LXD guest on the local lab: fake NVIDIA host files (tests/support/fake_nvidia:
+/proc version and devices, mknod nodes with the driver's majors) passed through by the guest backend, a userspace in
+the guest, and the REAL llama-server (the cached CPU build) running under the guest's systemd with -ngl 99: the GPU
+layers are requested and not offloaded, so the check fails and names llama.cpp's reason. Then the failures a host
+driver update causes: a userspace that no longer matches the module, nvidia-uvm with a new major.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from labwright.cli import main, register
+from labwright.guests.gpu import GpuHost
+from labwright.guests.lxd import LxdBackend
+from labwright.guests.model import GuestSpec, spec_from_data
+from labwright.llamacpp.build import build_llama_server
+from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
+from labwright.lxd.client import LxdClient
+from labwright.testing.lab_fixture import TEMPLATE
+from labwright.testing.waiting import wait_for
+from support.fake_nvidia import (
+    DRIVER_VERSION,
+    fake_nvidia_smi_script,
+    fake_root_in_dev,
+    make_fake_nvidia_host,
+    nvidia_smi_query_lines,
+    remove_fake_root,
+)
+
+pytestmark = pytest.mark.lab
+
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+
+
+@pytest.fixture
+def client(lab) -> Iterator[LxdClient]:
+    c = LxdClient()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def names(lab) -> Iterator[list[str]]:
+    made: list[str] = []
+    yield made
+    for name in made:
+        lab.remove(name)
+
+
+@pytest.fixture
+def fake_host() -> Iterator[Path]:
+    root = fake_root_in_dev()
+    try:
+        make_fake_nvidia_host(root, uvm_major=509, caps_major=511)
+        yield root
+    finally:
+        remove_fake_root(root)
+
+
+def spec(name: str, **data) -> GuestSpec:
+    base = {"backend": "lxd", "clone": TEMPLATE, "profiles": ["lwtest"]}
+    return spec_from_data(f"@lxd/{name}", {**base, **data}, source="test-inv.py")
+
+
+def sh(client: LxdClient, name: str, script: str) -> str:
+    result = client.exec(name, ["sh", "-c", script])
+    assert result.exit_code == 0, f"{script!r} in {name}: {result.stderr.decode()[-500:]}"
+    return result.stdout.decode()
+
+
+def install_userspace(client: LxdClient, name: str, version: str) -> None:
+    """What the .run installer's --no-kernel-module leaves for the check: the versioned libraries and nvidia-smi."""
+    sh(client, name, f"mkdir -p {LIBDIR} && rm -f {LIBDIR}/libcuda.so.* {LIBDIR}/libnvidia-ml.so.* && "
+                     f"for l in libcuda.so libnvidia-ml.so; do echo fake > {LIBDIR}/$l.{version}; "
+                     f"ln -sf $l.{version} {LIBDIR}/$l.1; done")
+    client.push_file(name, "/usr/local/bin/nvidia-smi",
+                     fake_nvidia_smi_script(nvidia_smi_query_lines(version)).encode(), mode=0o755)
+
+
+def start_llama_server(client: LxdClient, name: str, tmp_path: Path) -> None:
+    """The cached CPU build under the guest's systemd as `llama-server.service`, GPU layers requested (-ngl 99)."""
+    server = build_llama_server()
+    model = write_tiny_gguf(tmp_path / "tiny.gguf", TinyModel())
+    client.push_file(name, "/usr/local/bin/llama-server", server.read_bytes(), mode=0o755)
+    client.push_file(name, "/srv/tiny.gguf", model.read_bytes(), mode=0o644)
+    if client.exec(name, ["sh", "-c", "ldconfig -p | grep -q libgomp.so.1"]).exit_code != 0:
+        # The lab image is debootstrap's minimal bookworm; the build links OpenMP from the same Debian 12.
+        client.push_file(name, "/usr/local/lib/libgomp.so.1",
+                         Path("/usr/lib/x86_64-linux-gnu/libgomp.so.1").read_bytes(), mode=0o644)
+        sh(client, name, "ldconfig")
+    sh(client, name, "systemd-run --unit=llama-server --property=Restart=no /usr/local/bin/llama-server "
+                     "-m /srv/tiny.gguf --host 127.0.0.1 --port 8001 -c 512 -np 1 -ngl 99")
+    wait_for("llama-server in the guest to log that it is listening",
+             lambda: "listening on http" in client.exec(name, ["journalctl", "--no-pager", "-o", "cat", "-u",
+                                                                "llama-server.service"]).stdout.decode(),
+             timeout=120)
+
+
+def gpu_check(capsys, *args: str) -> tuple[int, str, str]:
+    register(["gpu"])
+    code = main(["gpu", "check", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cpu_fallback_of_the_real_llama_server_fails_the_check(lab, client, names, fake_host, tmp_path, capsys):
+    name = f"lwgpu-{secrets.token_hex(3)}"
+    names.append(name)
+    LxdBackend(client, gpu_host=GpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
+    install_userspace(client, name, DRIVER_VERSION)
+    start_llama_server(client, name, tmp_path)
+
+    code, out, err = gpu_check(capsys, name, "--host-root", str(fake_host), "--json")
+    report = json.loads(out)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert code == 1 and report["ok"] is False and report["service"] == "llama-server"
+    assert checks["GPU visible in the guest"]["ok"], checks
+    assert "compute capability 8.6" in checks["GPU visible in the guest"]["detail"]
+    assert checks["userspace == host module"]["ok"] and DRIVER_VERSION in checks["userspace == host module"]["detail"]
+    assert checks["device nodes and majors"]["ok"], checks["device nodes and majors"]
+    engine = checks["engine llama-server on the GPU"]
+    assert not engine["ok"]
+    assert engine["detail"].endswith("holds no /dev/nvidiaN open (-ngl 99 requested): it runs on the CPU")
+    assert engine["cause"].startswith("llama.cpp found no usable GPU and ignored --gpu-layers")
+    # stderr: one line per failed check, naming the reason
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "engine llama-server on the GPU" in lines[0] and "no usable GPU" in lines[0]
+    with capsys.disabled():
+        print(f"\ngpu check (4 checks, real llama-server) took {report['seconds']:.2f} s")
+
+    # After a host driver update: the module is 550.54.15 and nvidia-uvm has a new major; the guest is untouched.
+    version_file = fake_host / "proc" / "driver" / "nvidia" / "version"
+    version_file.write_text(version_file.read_text().replace(DRIVER_VERSION, "550.54.15"))
+    for node in ("nvidia-uvm", "nvidia-uvm-tools"):
+        (fake_host / "dev" / node).unlink()
+    (fake_host / "proc" / "devices").write_text((fake_host / "proc" / "devices").read_text().replace("509", "237"))
+    os.mknod(fake_host / "dev" / "nvidia-uvm", 0o666 | 0o020000, os.makedev(237, 0))
+    os.mknod(fake_host / "dev" / "nvidia-uvm-tools", 0o666 | 0o020000, os.makedev(237, 1))
+    code, out, _ = gpu_check(capsys, name, "--host-root", str(fake_host), "--service", "none", "--json")
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
+    assert code == 1
+    assert not checks["userspace == host module"]["ok"]
+    assert "host module 550.54.15, container has libcuda.so 550.54.14" in checks["userspace == host module"]["detail"]
+    nodes = checks["device nodes and majors"]["detail"]
+    # LXD's bind mount of the unlinked old node no longer reads as a character device in the guest: "missing".
+    assert "/dev/nvidia-uvm-tools is 509:1, host 237:1" in nodes
+    assert re.search(r"/dev/nvidia-uvm (is 509:0|missing) \(?host 237:0", nodes), nodes
+    assert "engine llama-server on the GPU" not in checks  # --service none
+
+    # The fixes the check names: re-apply the guest (majors re-read) and the exact userspace -> all pass.
+    LxdBackend(client, gpu_host=GpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
+    install_userspace(client, name, "550.54.15")
+    code, out, _ = gpu_check(capsys, name, "--host-root", str(fake_host), "--service", "none", "--json")
+    assert code == 0 and json.loads(out)["ok"], out
+
+
+def test_bad_input_is_one_line_exit_2(lab, client, names, fake_host, capsys):
+    missing = f"lwgpu-{secrets.token_hex(3)}"
+    code, out, err = gpu_check(capsys, missing, "--host-root", str(fake_host))
+    assert code == 2 and out == ""
+    assert err == f"labwright: error: guest {missing}: no such LXD instance (see `lxc list`)\n"
+
+    plain = f"lwgpu-{secrets.token_hex(3)}"
+    names.append(plain)
+    LxdBackend(client).apply(spec(plain))
+    code, out, err = gpu_check(capsys, plain, "--host-root", str(fake_host))
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert f"guest {plain}: no GPU is passed to it" in err and "gpu: nvidia" in err
+
+    code, _, err = gpu_check(capsys, "Not_A_Name!", "--host-root", str(fake_host))
+    assert code == 2 and "is not an LXD instance name" in err and len(err.splitlines()) == 1
+
+
+def test_no_engine_service_is_said_not_checked(lab, client, names, fake_host, capsys):
+    name = f"lwgpu-{secrets.token_hex(3)}"
+    names.append(name)
+    LxdBackend(client, gpu_host=GpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
+    install_userspace(client, name, DRIVER_VERSION)
+    code, out, _ = gpu_check(capsys, name, "--host-root", str(fake_host), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["service"] is None
+    assert report["checks"][-1]["detail"].startswith("not checked: no llama-server or tabbyapi service")
