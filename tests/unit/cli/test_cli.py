@@ -139,3 +139,23 @@ def test_ctrl_c_while_a_command_waits_is_one_line_exit_130(cli_env):
 def test_a_bare_group_prints_its_help_and_no_empty_error(cli_env):
     proc = run(cli_env, "lab")
     assert "Usage:" in proc.stdout and "labwright: error" not in proc.stderr, proc.stderr
+
+
+def test_ctrl_c_while_the_cli_loads_is_one_line_exit_130():
+    """SIGINT delivered while labwright's heavy imports load (here: the moment typer is imported)."""
+    import sys
+
+    code = (
+        "import os, signal, sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'typer':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from labwright.cli import main\n"
+        "sys.exit(main(['--version']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130, (proc.returncode, proc.stderr)
+    assert proc.stderr == "labwright: interrupted\n" and proc.stdout == ""
