@@ -30,3 +30,18 @@ def test_generic_wheelhouse_checks_the_python_version_first(tmp_path):
     with pytest.raises(BadInput):
         download_wheelhouse(["fastapi"], "3", tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--python", "abc"], "--python 'abc': not a CPython 3 version"),
+    (["--python", "2.7"], "--python '2.7': not a CPython 3 version"),
+    (["--python", "3.11.2", "--version", "x y"], "--version 'x y': not a litellm release"),
+])
+def test_bad_input_is_one_line_exit_2_and_nothing_downloaded(capsys, args, words, tmp_path, monkeypatch):
+    from labwright.litellm.wheelhouse import main
+
+    monkeypatch.setenv("LABWRIGHT_CACHE", str(tmp_path))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("labwright: error: ") and words in err, err
+    assert not any(tmp_path.iterdir())
