@@ -436,18 +436,22 @@ def _refresh_one(feed: Feed, out_dir: Path, components: dict[str, Component], in
     path = out_dir / f"{feed.stem}.toml"
     now = _now()
     record["checked"] = now
+    # an answer "as before" is only usable when what we made of it is still here and still what we would make:
+    # the file exists (or the project had no wheels), --pre is as then, no torch release waits for its metadata
+    reusable = ((path.exists() or (record.get("wheels") == 0 and bool(record.get("sha256"))))
+                and record.get("pre", False) == pre and record.get("incomplete", "") in ("", today))
     try:
-        answer = fetch(url, timeout, record.get("etag", "") if path.exists() else "",
-                       record.get("last_modified", "") if path.exists() else "")
+        answer = fetch(url, timeout, record.get("etag", "") if reusable else "",
+                       record.get("last_modified", "") if reusable else "")
         digest = hashlib.sha256(answer.body).hexdigest() if answer.status == 200 else record.get("sha256", "")
-        # the body's hash covers servers without validators; --pre changes what the same body yields
-        same = ((answer.status == 304 or digest == record.get("sha256")) and record.get("pre", False) == pre
-                and record.get("incomplete", "") in ("", today))
-        if same and (path.exists() or record.get("wheels") == 0):
+        # the body's hash covers servers that send no validators
+        if reusable and (answer.status == 304 or digest == record.get("sha256")):
             record.update(ok=now, error="")
             kept = [w for w in wheels_from_rows(existing_rows(path) or [], str(path)) if w.package == feed.package]
             return Outcome(feed.package, "unchanged", wheels=kept, newest=record.get("newest", ""),
                            sdists_only=not kept and bool(record.get("sdists")))
+        if answer.status == 304:
+            raise Unreachable("HTTP 304 to a request without validators")
         try:
             data = json.loads(answer.body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
