@@ -319,6 +319,13 @@ def _widths(cfg: _Config, kinds: list[Layer]) -> list[Layer]:
     full_dim = cfg.integer("global_head_dim", required=False) or head_dim
     full_v = cfg.integer("global_head_dim", required=False) or v_dim
     swa_heads = cfg.integer("swa_num_key_value_heads", required=False) or kv_heads
+    if cfg.model_type in ("mimo_v2", "mimo_v2_flash") and not cfg.has("swa_num_key_value_heads"):
+        # transformers 5.23.0 MiMoV2FlashConfig has no swa_* keys: its attention gives the sliding layers twice the
+        # KV heads (models/mimo_v2_flash/modeling_mimo_v2_flash.py line 341: `num_key_value_heads * 2 if is_swa`),
+        # which is what the published config says with swa_num_key_value_heads 8 beside num_key_value_heads 4.
+        swa_heads = 2 * kv_heads
+        cfg.notes.append(f"no swa_num_key_value_heads: sliding layers keep 2 x {kv_heads} KV heads (transformers "
+                         "MiMoV2Flash attention)")
     swa_dim = cfg.integer("swa_head_dim", required=False) or head_dim
     swa_v = cfg.integer("swa_v_head_dim", required=False) or (swa_dim if cfg.has("swa_head_dim") else v_dim)
     out = []

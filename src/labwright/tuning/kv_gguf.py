@@ -25,6 +25,7 @@ from typing import Any
 from labwright.errors import BadInput
 from labwright.tuning.data import kv_data
 from labwright.tuning.kv_layout import KvLayout, Layer
+from labwright.tuning.kv_state import gguf_state_bytes
 
 MAGIC = b"GGUF"
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -210,7 +211,8 @@ def layout_from_metadata(metadata: dict[str, Any], path: str | Path = "model.ggu
     notes: list[str] = []
     if arch in data["recurrent"]:
         built = [Layer("state", name=data["recurrent"][arch]) for _ in range(layers)]
-        return KvLayout(str(path), arch, tuple(built), _context(get), tuple(notes), origin="gguf")
+        return KvLayout(str(path), arch, tuple(built), _context(get), tuple(notes),
+                        state_bytes=_state(metadata, arch, layers, notes), origin="gguf")
     heads = _per_layer(get("attention.head_count", 0), layers, f"{arch}.attention.head_count", path)
     kv_heads = _per_layer(get("attention.head_count_kv", heads), layers, f"{arch}.attention.head_count_kv", path)
     embd = int(get("embedding_length", 0))
@@ -220,17 +222,23 @@ def layout_from_metadata(metadata: dict[str, Any], path: str | Path = "model.ggu
     k_swa = int(get("attention.key_length_swa", k_dim))
     v_swa = int(get("attention.value_length_swa", v_dim))
     sliding = _sliding_flags(get, arch, layers, data, path, notes)
-    window = int(get("attention.sliding_window", 0))
+    window = _window(get, arch, layers, data)
     chunk = data["chunked"].get(arch)
     if chunk and get("attention.sliding_window") is not None and window == 0:
         chunk = None   # llama.cpp: a Llama 4 GGUF with sliding_window = 0 has no chunked layers
     interval = int(get("full_attention_interval", 0))
     lora = int(get("attention.kv_lora_rank", 0))
     state_name = data["hybrid"].get(arch, "recurrent")
+    # Nemotron-H: a layer is recurrent only when both head_count_kv and feed_forward_length are 0 there; the MLP/MoE
+    # layers have neither KV nor state (llama.cpp 0034230 src/llama-model.cpp load_hparams LLM_ARCH_NEMOTRON_H).
+    ffn = (_per_layer(get("feed_forward_length", 0), layers, f"{arch}.feed_forward_length", path)
+           if arch in data["layers"]["recurrent_needs_no_ffn"] else [0] * layers)
     built = []
     for index in range(layers):
         if interval and (index + 1) % interval:
             built.append(Layer("state", name=state_name))
+        elif kv_heads[index] == 0 and ffn[index]:
+            built.append(Layer("none", name="mlp"))
         elif kv_heads[index] == 0:
             built.append(Layer("state" if arch in data["hybrid"] else "none", name=state_name))
         elif lora:
@@ -248,9 +256,21 @@ def layout_from_metadata(metadata: dict[str, Any], path: str | Path = "model.ggu
     if 0 < shared < layers:
         built = built[:-shared] + [Layer("none", name="shared_kv") for _ in range(shared)]
         notes.append(f"the last {shared} layers reuse earlier layers' KV ({arch}.attention.shared_kv_layers)")
-    if arch in data["hybrid"] or arch in data["recurrent"]:
-        notes.append("recurrent state per sequence is not read from GGUF metadata (shown only from config.json)")
-    return KvLayout(str(path), arch, tuple(built), _context(get), tuple(notes), origin="gguf")
+    state: int | None = 0
+    if arch in data["hybrid"]:
+        # Falcon-H1 runs a Mamba2 mixer beside attention in every layer: all of them are recurrent too
+        # (llama.cpp 0034230 src/llama-model.cpp LLM_ARCH_FALCON_H1: recurrent_layer_arr filled with true).
+        parallel = arch in data["layers"]["parallel_hybrid"]
+        recurrent = layers if parallel else sum(1 for layer in built if layer.kind == "state")
+        state = _state(metadata, arch, recurrent, notes)
+    return KvLayout(str(path), arch, tuple(built), _context(get), tuple(notes), state_bytes=state, origin="gguf")
+
+
+def _state(metadata: dict[str, Any], arch: str, recurrent: int, notes: list[str]) -> int | None:
+    size = gguf_state_bytes(metadata, arch, recurrent)
+    if size is None:
+        notes.append(f"recurrent state per sequence not sized: the file lacks {arch}.ssm.* (or shortconv/wkv) keys")
+    return size
 
 
 def _context(get: Any) -> int | None:
@@ -266,9 +286,14 @@ def _sliding_flags(get: Any, arch: str, layers: int, data: dict[str, Any], path:
             raise BadInput(f"GGUF {path}: {arch}.attention.sliding_window_pattern has {len(pattern)} entries but "
                            f"block_count is {layers}: the two contradict each other")
         return [bool(flag) for flag in pattern]
-    period = int(pattern) if pattern else int(data["swa_pattern"].get(arch, 0))
+    coded = _coded_pattern(get, arch, layers, data)
+    period = int(pattern) if pattern else int(coded.get("period", 0))
     if period:
-        return [index % period < period - 1 for index in range(layers)]   # llama_hparams::set_swa_pattern
+        # llama_hparams::set_swa_pattern(n_pattern, dense_first) (ggml-org/llama.cpp 01b77b57 src/llama-hparams.cpp
+        # lines 8-18): dense_first puts the full layer first in each period (SmallThinker), else last.
+        if coded.get("dense_first") and not pattern:
+            return [index % period != 0 for index in range(layers)]
+        return [index % period < period - 1 for index in range(layers)]
     if get("attention.sliding_window") and arch not in data["swa"]["uniform"]:
         # llama.cpp sets swa_type per architecture (load_hparams); for any other a window in the file is ignored
         # (Phi-3 says so in a warning) and every layer keeps the whole context.
@@ -276,6 +301,28 @@ def _sliding_flags(get: Any, arch: str, layers: int, data: dict[str, Any], path:
                      "window: every layer planned at the whole context")
         return [False] * layers
     return [bool(get("attention.sliding_window"))] * layers
+
+
+def _coded_pattern(get: Any, arch: str, layers: int, data: dict[str, Any]) -> dict[str, Any]:
+    """The SWA pattern llama.cpp sets in code for arch: {} when none (or when its layer-count condition fails)."""
+    entry = data["swa_pattern"].get(arch)
+    if entry is None:
+        return {}
+    if isinstance(entry, int):
+        return {"period": entry}
+    if "layers" in entry and layers != int(entry["layers"]):
+        return {}                      # EXAONE 4: only the 64-layer 32B has SWA in llama.cpp
+    if entry.get("needs_window") and not get("attention.sliding_window"):
+        return {}                      # SmallThinker: SWA only when the file has a sliding_window > 0
+    return dict(entry)
+
+
+def _window(get: Any, arch: str, layers: int, data: dict[str, Any]) -> int:
+    """The window llama.cpp uses: the file's, or the one it sets in code (forced for SmallThinker)."""
+    coded = _coded_pattern(get, arch, layers, data)
+    if coded.get("force_window"):
+        return int(coded["force_window"])
+    return int(get("attention.sliding_window", coded.get("window", 0)) or 0)
 
 
 def read_gguf_layout(path: str | Path) -> KvLayout:

@@ -2,8 +2,11 @@
 
 Every expected value is the formula written out: layers x KV heads x (K + V head size) x bytes per element, with the
 layer counts of each kind spelled in the test. Real files: tests/unit/tuning/configs (SOURCES says where each is
-from). Families with no verbatim config.json found (LFM2, Granite 4 hybrid, Jamba, Falcon-H1, Gemma 3n) are written
-below as dicts carrying only the keys their transformers config class reads, named as such.
+from). Where neither a verbatim config.json nor transformers' class defaults give a published checkpoint's layer
+pattern (LFM2-1.2B's attention indices, a Granite 4.0-H pattern, a 44-layer Falcon-H1), the test writes a dict with
+only the keys the transformers config class reads, named as such. Config files written by transformers itself
+(class defaults and verbatim files saved again: Qwen3-Next, Gemma 3n, Jamba, Mistral Small 3, Phi-3, EXAONE 4,
+MiMo-V2, Nemotron-H, Granite/Falcon-H1/LFM2 defaults) and recurrent state from GGUF metadata: test_kv_upstream.py.
 """
 
 from __future__ import annotations
@@ -146,13 +149,7 @@ def test_gemma4_global_heads_apply_only_with_k_eq_v():
     assert kv.bytes_per_token(layout_from_dict(GEMMA4 | {"text_config": text}), F16) == f16_bytes(5, 2, 512)
 
 
-def test_gemma_shared_kv_layers_keep_none():
-    doc = {"model_type": "gemma3n_text", "num_hidden_layers": 30, "num_key_value_heads": 2, "head_dim": 256,
-           "sliding_window": 512, "num_kv_shared_layers": 10,
-           "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 6}
-    layout = layout_from_dict(doc)
-    assert (layout.full_layers, layout.sliding_layers, layout.count("none")) == (4, 16, 10)   # first 20 only
-    assert kv.bytes_per_token(layout, F16) == f16_bytes(4, 2, 256)
+# Gemma 3n's KV-shared layers: test_kv_upstream.py (tf-gemma3n.json, transformers' Gemma3nConfig).
 
 
 NEMOTRON_3_NANO = real("aic-nemotron-3-nano-30b-a3b.json")   # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16
@@ -272,16 +269,13 @@ def test_lfm2_conv_layers_and_early_index_form():
     assert layout_from_dict(early).layers == layout.layers
 
 
-def test_granite_4_hybrid_and_jamba_period():
+def test_granite_4_hybrid_attention_layers():
+    # Granite 4.0-H-style: 40 layers, attention at 5, 15, 25, 35 (transformers' defaults are all-Mamba, see
+    # test_kv_upstream.py); Jamba's attn_layer_period from JambaConfig's defaults: test_kv_upstream.py
     granite = {"model_type": "granitemoehybrid", "num_hidden_layers": 40, "hidden_size": 4096,
                "num_attention_heads": 32, "num_key_value_heads": 8,
                "layer_types": ["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)]}
     assert kv.bytes_per_token(layout_from_dict(granite), F16) == f16_bytes(4, 8, 128)
-    jamba = {"model_type": "jamba", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
-             "num_key_value_heads": 8, "attn_layer_period": 8, "attn_layer_offset": 4}
-    layout = layout_from_dict(jamba)
-    assert [i for i, layer in enumerate(layout.layers) if layer.attends] == [4, 12, 20, 28]
-    assert kv.bytes_per_token(layout, F16) == f16_bytes(4, 8, 128)
 
 
 def test_falcon_h1_attends_in_every_layer_beside_its_mamba():
@@ -365,9 +359,10 @@ def test_gguf_per_layer_kv_heads_zero_means_no_kv(tmp_path):
     pattern = NEMOTRON_3_NANO["hybrid_override_pattern"]
     meta = {"block_count": 52, "embedding_length": 2688, "attention.head_count": 32,
             "attention.head_count_kv": [2 if c == "*" else 0 for c in pattern], "attention.key_length": 128,
-            "attention.value_length": 128}
+            "attention.value_length": 128, "feed_forward_length": [1856 if c == "E" else 0 for c in pattern]}
     layout = kv.read_layout(write_gguf(tmp_path / "nemotron.gguf", "nemotron_h_moe", meta))
-    assert (layout.full_layers, layout.count("state")) == (6, 46)
+    # 6 attention, 23 Mamba (no KV, no FFN), 23 MoE (no KV, feed_forward_length > 0: no state either)
+    assert (layout.full_layers, layout.count("state"), layout.count("none")) == (6, 23, 23)
     assert kv.bytes_per_token(layout, F16) == f16_bytes(6, 2, 128)
 
 
