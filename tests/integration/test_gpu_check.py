@@ -11,6 +11,8 @@ import json
 import os
 import re
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
 from labwright.lxd.client import LxdClient
 from labwright.testing.lab_fixture import TEMPLATE
 from labwright.testing.waiting import wait_for
+from labwright.verify import test_llamacpp as llamacpp_suite
 from support.fake_nvidia import (
     DRIVER_VERSION,
     fake_nvidia_smi_script,
@@ -135,6 +138,14 @@ def test_cpu_fallback_of_the_real_llama_server_fails_the_check(lab, client, name
     with capsys.disabled():
         print(f"\ngpu check (4 checks, real llama-server) took {report['seconds']:.2f} s")
 
+    # The same engine check in the shipped testinfra suite (labwright verify llamacpp) fails with the reason.
+    suite = Path(llamacpp_suite.__file__)
+    verify = subprocess.run([sys.executable, "-m", "pytest", "-c", "/dev/null", "--rootdir", str(suite.parent), "-p",
+                             "no:cacheprovider", str(suite), f"--hosts=lxc://{name}", "-k", "engine_runs_on_the_gpu",
+                             "-q"], capture_output=True, text=True, timeout=300)
+    assert verify.returncode == 1, verify.stdout[-2000:]
+    assert "1 failed" in verify.stdout and "llama.cpp found no usable GPU" in verify.stdout, verify.stdout[-2000:]
+
     # After a host driver update: the module is 550.54.15 and nvidia-uvm has a new major; the guest is untouched.
     version_file = fake_host / "proc" / "driver" / "nvidia" / "version"
     version_file.write_text(version_file.read_text().replace(DRIVER_VERSION, "550.54.15"))
@@ -149,9 +160,9 @@ def test_cpu_fallback_of_the_real_llama_server_fails_the_check(lab, client, name
     assert not checks["userspace == host module"]["ok"]
     assert "host module 550.54.15, container has libcuda.so 550.54.14" in checks["userspace == host module"]["detail"]
     nodes = checks["device nodes and majors"]["detail"]
-    # LXD's bind mount of the unlinked old node no longer reads as a character device in the guest: "missing".
+    # Seen both ways: the guest still has the old 509:0 node, or (LXD's bind mount of the unlinked source) none.
     assert "/dev/nvidia-uvm-tools is 509:1, host 237:1" in nodes
-    assert re.search(r"/dev/nvidia-uvm (is 509:0|missing) \(?host 237:0", nodes), nodes
+    assert re.search(r"/dev/nvidia-uvm (is 509:0, host 237:0|missing \(host 237:0\))", nodes), nodes
     assert "engine llama-server on the GPU" not in checks  # --service none
 
     # The fixes the check names: re-apply the guest (majors re-read) and the exact userspace -> all pass.

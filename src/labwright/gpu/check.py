@@ -260,3 +260,18 @@ def run_checks(run: Runner, host_version: str | None, host_nodes: list[DeviceNod
         code, output = run(engine_command(service))
         checks.append(engine_check(parse_engine(service, output)))
     return checks
+
+
+def gpu_nodes_command() -> str:
+    # `[ -c ]`, not `find -type c`: LXD bind-mounts each node over a plain file, which readdir reports as a file.
+    return "for f in /dev/nvidia[0-9]*; do [ -c \"$f\" ] && echo \"$f\"; done; true"
+
+
+def engine_on_gpu(run: Runner, service: str) -> Check | None:
+    """The engine check alone, for the verify suites: None where the host has no /dev/nvidiaN (a CPU host: nothing
+    to check), else the check of ``service``'s process and log."""
+    _, nodes = run(gpu_nodes_command())
+    if not nodes.strip():
+        return None
+    _, output = run(engine_command(service))
+    return engine_check(parse_engine(service, output))

@@ -17,6 +17,8 @@ import shlex
 
 import pytest
 
+from labwright.gpu.check import engine_on_gpu
+
 HTTP_GET = (
     "import sys, urllib.request\n"
     "with urllib.request.urlopen(sys.argv[1], timeout=10) as r:\n"
@@ -120,3 +122,16 @@ def test_models_lists_the_model(host, llamacpp_expected):
     model = llamacpp_expected.model
     wanted = {llamacpp_expected.alias} if llamacpp_expected.alias else {model, model.rsplit("/", 1)[-1]}
     assert wanted & set(ids), f"/v1/models lists {ids}, expected one of {sorted(wanted)}"
+
+
+def test_engine_runs_on_the_gpu(host, llamacpp_expected):
+    """On a host with an NVIDIA GPU node, llama-server really uses it: its process holds /dev/nvidiaN open and its log
+    names no CPU fallback (labwright.gpu.check; `labwright gpu check GUEST` runs the same and more)."""
+    def run(command: str) -> tuple[int, str]:
+        result = host.run(command)
+        return result.rc, result.stdout
+
+    check = engine_on_gpu(run, llamacpp_expected.service)
+    if check is None:
+        pytest.skip("no /dev/nvidiaN GPU node on this host: a CPU host, GPU use not checked")
+    assert check.ok, f"{check.detail}; cause: {check.cause}; fix: {check.fix}"

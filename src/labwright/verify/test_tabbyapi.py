@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from labwright import paths
+from labwright.gpu.check import engine_on_gpu
 
 DEFAULTS_FILE = paths.templates_dir("tabbyapi") / "defaults.toml"
 BUNDLE = "/opt/labwright/lib/labwright-stack.pyz"
@@ -176,3 +177,16 @@ def test_driver_versions_equal(host, want):
     assert libs, "no NVIDIA userspace libraries (libcuda/libnvidia-ml) on the host"
     versions = {lib.split(".so.", 1)[1] for lib in libs}
     assert versions == {found.group(1)}, f"host module {found.group(1)}, userspace {sorted(versions)}"
+
+
+def test_engine_runs_on_the_gpu(host, want):
+    """On a host with an NVIDIA GPU node, tabbyAPI really loaded on CUDA: its process holds /dev/nvidiaN open and its
+    log names no CPU fallback or CUDA failure (labwright.gpu.check; `labwright gpu check GUEST` runs the same)."""
+    def run(command: str) -> tuple[int, str]:
+        result = host.run(command)
+        return result.rc, result.stdout
+
+    check = engine_on_gpu(run, str(want["service"]))
+    if check is None:
+        pytest.skip("no /dev/nvidiaN GPU node on this host: a CPU host, GPU use not checked")
+    assert check.ok, f"{check.detail}; cause: {check.cause}; fix: {check.fix}"
