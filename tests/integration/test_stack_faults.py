@@ -24,6 +24,7 @@ from labwright.stacks.bundle import REMOTE_PATH
 from labwright.stacks.from_matrix import plan_for_stack
 from labwright.stacks.switch import FAULT_ENV
 from labwright.testing.lab_fixture import Lab
+from labwright.testing.pyinfra_output import pyinfra_totals
 from support.stack_service import WHEELHOUSE, Run, StandinService
 from support.stacks import StandinStacks, build_standin_stacks
 
@@ -342,3 +343,20 @@ def test_a_second_run_on_the_guest_refuses_naming_the_holder_then_runs_once_it_i
     run = switcher.switch("standin-2.10")
     assert run.rc == 0, run.output
     assert serving(service, "2.10.0")
+
+
+def test_the_pyinfra_deploy_finishes_a_switch_killed_after_its_swap(service, switcher):
+    """The operation does not report "No change" for an environment whose restart was never confirmed."""
+    assert switcher.switch("standin-2.10").rc == 0
+    pid = service.main_pid()
+    killed = switcher.switch("standin-2.9", fault="restart")
+    assert killed.rc in KILLED, killed.output
+    assert switcher.state()["current"]["pending"] is True
+    assert service.main_pid() == pid and serving(service, "2.10.0")  # swapped, still the old process
+    run = service.deploy(stack="standin-2.9")
+    assert run.rc == 0, run.output[-3000:]
+    assert pyinfra_totals(run.output).changed == 1, run.output[-3000:]  # not "No change": it ran the switch
+    assert serving(service, "2.9.0") and service.main_pid() != pid
+    switcher.assert_consistent()
+    again = service.deploy(stack="standin-2.9")  # and now it is done: no change
+    assert again.rc == 0 and pyinfra_totals(again.output).changed == 0, again.output[-3000:]
