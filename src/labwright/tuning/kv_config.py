@@ -266,6 +266,13 @@ def _from_periods(cfg: _Config, layers: int, window: int) -> list[Layer]:
     if not window:
         return [Layer("full") for _ in range(layers)]
     key = "sliding_window_pattern" if cfg.has("sliding_window_pattern") else "_sliding_window_pattern"
+    text = cfg.raw(key)
+    if isinstance(text, str) and text and set(text.upper()) <= {"L", "G"}:
+        # EXAONE 4's string form (transformers 5.23.0 configuration_exaone4.py docstring, lines 32-39): "LLLG" = L
+        # local (sliding), G global, repeating from layer 0; the final layer is always global.
+        pattern_text = text.upper()
+        return [Layer("full") if pattern_text[i % len(pattern_text)] == "G" or i == layers - 1 else Layer("sliding")
+                for i in range(layers)]
     if cfg.has(key):
         pattern = cfg.integer(key)
         return [Layer("full") if (i + 1) % pattern == 0 else Layer("sliding") for i in range(layers)]

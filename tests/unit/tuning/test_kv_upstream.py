@@ -121,6 +121,16 @@ def test_exaone4_pattern_is_three_sliding_then_full():
     assert kv.bytes_per_token(layout, F16) == f16_bytes(8, 32, 128)       # exaone4 is capped by llama.cpp
 
 
+def test_exaone4_string_pattern_as_its_docstring_describes():
+    # Exaone4Config docstring: sliding_window_pattern "LLLG" is the same as 4; the final layer is always global
+    doc = {k: v for k, v in load("tf-exaone4.json").items() if k != "layer_types"}
+    doc |= {"max_position_embeddings": 131_072, "sliding_window_pattern": "LLLG"}
+    assert layout_from_dict(doc).layers == layout_from_dict(doc | {"sliding_window_pattern": 4}).layers
+    # a period that does not divide the layer count still ends on a global layer (31 layers, "LLG")
+    odd = layout_from_dict(doc | {"num_hidden_layers": 31, "sliding_window_pattern": "LLG"})
+    assert [i for i, layer in enumerate(odd.layers) if layer.kind == "full"] == [*range(2, 31, 3), 30]
+
+
 def test_mimo_v2_flash_defaults_match_the_verbatim_config():
     verbatim = kv.read_layout(CONFIGS / "aic-mimo-v2-flash.json")
     for name in ("tf-mimo-v2-flash.json", "tf-mimo-v2-flash-resaved.json"):
