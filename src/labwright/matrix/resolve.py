@@ -108,6 +108,32 @@ def _listing(values: set[str], limit: int = 6) -> str:
 Stage = tuple[Callable[[Wheel], bool], Callable[[list[Wheel]], str]]
 
 
+def _minor_key(torch_mm: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in torch_mm.split(".") if x.isdigit())
+
+
+def _nearest_torch(display: str, candidates: list[Wheel], torch_mm: str) -> str:
+    """`` (prebuilt for torch 2.7 .. 2.11; nearest that works: torch 2.11 with exllamav3 1.4.2)``, plus a line on
+    wheels that carry no build (JIT wheels compile at first import), for a refusal that says where to go instead."""
+    built = [w for w in candidates if w.torch]
+    out = ""
+    if built:
+        minors = sorted({w.torch for w in built}, key=_minor_key)
+        asked = _minor_key(torch_mm)
+        below = [m for m in minors if _minor_key(m) < asked]
+        nearest = below[-1] if below else minors[0]
+        newest = max((w for w in built if w.torch == nearest), key=lambda w: Version(w.public_version))
+        span = minors[0] if len(minors) == 1 else f"{minors[0]} .. {minors[-1]}"
+        out = (f" (prebuilt for torch {span}; nearest torch with one: {nearest}, {display} "
+               f"{newest.public_version})")
+    jit = [w for w in candidates if not w.torch and "JIT" in w.note]
+    if jit:
+        newest_jit = max(jit, key=lambda w: Version(w.public_version))
+        out += (f"; {display} {newest_jit.public_version} on {newest_jit.source or 'PyPI'} is a JIT wheel (no "
+                "prebuilt extension: it compiles at first import and needs nvcc)")
+    return out
+
+
 def _narrow(candidates: list[Wheel], stages: list[Stage]) -> tuple[list[Wheel], str]:
     """Apply filters in order; when one empties the set, say why using what was left before it."""
     for keep, explain in stages:
@@ -258,7 +284,8 @@ class _Resolver:
              lambda c: f"no {pinned} wheel in the matrix (versions: {_listing({w.public_version for w in c})})"),
             (lambda w: (not w.torch and component.pure_python) or w.torch == torch_mm,
              lambda c: f"no wheel built for torch {torch_mm}" + (
-                 f" (built for torch {_listing({w.torch for w in c if w.torch})})" if pins else "")),
+                 f" (built for torch {_listing({w.torch for w in c if w.torch})})" if pins
+                 else _nearest_torch(display, c, torch_mm))),
             (lambda w: not w.requires_torch or SpecifierSet(w.requires_torch).contains(torch_version, True),
              lambda c: f"{display} wheels for torch {torch_mm} pin torch{c[0].requires_torch} in their metadata: "
                        f"torch {torch_version} cannot be installed beside them"),

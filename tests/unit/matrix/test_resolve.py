@@ -85,7 +85,8 @@ def test_seed_d_exllamav3_is_refused(matrix):
 def test_causal_conv1d_absence_matches_the_issue_wording(matrix):
     result = resolve(matrix, "2.11.0", "13.0")
     absent = {a.name: a.reason for a in result.absent}
-    assert absent["causal-conv1d"] == ("no wheel built for torch 2.11; exllamav3 falls back to Triton, "
+    assert absent["causal-conv1d"] == ("no wheel built for torch 2.11 (prebuilt for torch 2.6 .. 2.10; nearest torch "
+                                       "with one: 2.10, causal-conv1d 1.6.2.post1); exllamav3 falls back to Triton, "
                                        "measured cost ~0 on RTX 4070 per the seed")
 
 
@@ -194,3 +195,29 @@ def test_unparsable_input_is_bad_input(matrix, request_kw, message):
         resolve_stack(StackRequest(**request_kw), matrix)
     assert str(info.value).startswith(message)
     assert "\n" not in str(info.value)
+
+
+def test_todays_newest_torch_resolves_and_the_refusal_names_the_nearest_build(matrix):
+    """torch 2.15.0 came from the PyPI refresh (CUDA 13.2 from its Requires-Dist); exllamav3 has no prebuilt
+    wheel for it: the refusal says which torch minors it has builds for, the nearest, and that PyPI's is JIT."""
+    resolution = resolve_stack(StackRequest(torch="2.15.0", python="3.12", engine="exllamav3"), matrix)
+    (torch,) = resolution.chosen("torch")
+    assert torch.wheel.version == "2.15.0" and torch.wheel.cuda == "13.2" and torch.wheel.source == "pypi.org"
+    assert not resolution.ok
+    error = resolution.errors[0]
+    assert error.startswith("exllamav3: no wheel built for torch 2.15 (prebuilt for torch 2.7 .. 2.11; "
+                            "nearest torch with one: 2.11, exllamav3 1.4.2)"), error
+    assert "exllamav3 1.6.5 on pypi.org is a JIT wheel" in error
+    flash = next(a for a in resolution.absent if a.component == "flash_attn")
+    assert "nearest torch with one: 2.13" in flash.reason
+
+
+def test_latest_prebuilt_stack_resolves_to_the_nearest_the_refusal_names(matrix):
+    from labwright.matrix.stacks import get_stack, request_for
+
+    resolution = resolve_stack(request_for(get_stack("latest-prebuilt", matrix)), matrix)
+    assert resolution.ok, resolution.errors
+    versions = {c.component: c.wheel.version for c in resolution.wheels}
+    assert versions["torch"] == "2.11.0+cu130"
+    assert versions["exllamav3"].startswith("1.4.2+") and versions["exllamav3"].endswith("torch2.11.0")
+    assert versions["flash_attn"] == "2.8.3+cu130torch2.11"
