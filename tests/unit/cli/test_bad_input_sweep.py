@@ -1,6 +1,7 @@
 """The bad-input sweep: every command and every option of the typer app, walked (not listed by hand), fed classes
 of bad input. Each case must end within a bound, with no traceback, exit 2 (the input is the cause; exit 1 where the
-value is plausible and a later step failed), one stderr line that names the input, and nothing written.
+value is plausible and a later step failed), one stderr line that names the input, nothing on stdout, and nothing
+written.
 
 Classes, by what the parameter is (introspected from the typer app):
 - a path read: a file of random bytes, a Latin-1 (not UTF-8) text file, an empty directory, a missing path;
@@ -471,6 +472,8 @@ def _check(case: Case, argv: list[str], words: list[str], outcome: Outcome, writ
     else:
         if outcome.code not in (1, 2):
             problems.append(f"exit {outcome.code}, not 1 or 2")
+        elif case.strict and outcome.stdout.strip():
+            problems.append("printed output before refusing the input")
         elif case.strict and outcome.code != 2:
             # exit 1 is a later step failing: fine only when the bad value got there legitimately (non-strict)
             problems.append("exit 1 for bad input (2 expected: the input is the cause)")
