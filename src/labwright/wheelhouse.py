@@ -11,9 +11,11 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from labwright import paths
+from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput, OperationFailed
 
 PLATFORMS = ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"]
@@ -30,9 +32,10 @@ def download_wheelhouse(requirements: list[str], python: str, target: Path) -> P
         raise BadInput(f"--python {python!r}: give the guest's Python version, e.g. 3.11.2 (python3 --version)")
     marker = target / ".complete"
     stamp = f"{' '.join(requirements)} for CPython {python}\n"
-    if marker.is_file() and marker.read_text() == stamp:
+    if _read_marker(marker) == stamp.encode():
         return target
     target.mkdir(parents=True, exist_ok=True)
+    remove_truncated_wheels(target)
     command = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--only-binary=:all:",
                "--python-version", python, "--implementation", "cp", "-d", str(target)]
     for platform in PLATFORMS:
@@ -43,5 +46,23 @@ def download_wheelhouse(requirements: list[str], python: str, target: Path) -> P
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise OperationFailed(f"pip download {' '.join(requirements)} failed: {tail[0]}")
-    marker.write_text(stamp)
+    write_text_atomic(marker, stamp)  # the marker says "complete": never half written
     return target
+
+
+def _read_marker(marker: Path) -> bytes | None:
+    try:
+        return marker.read_bytes()
+    except OSError:
+        return None
+
+
+def remove_truncated_wheels(target: Path) -> list[Path]:
+    """Delete wheels that are not whole zip files (a pip download killed while copying one into ``target``):
+    pip trusts a file already in its download directory ("File was already downloaded") and would keep it."""
+    removed = []
+    for wheel in sorted(target.glob("*.whl")):
+        if not zipfile.is_zipfile(wheel):
+            wheel.unlink(missing_ok=True)
+            removed.append(wheel)
+    return removed
