@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput, OperationFailed
 from labwright.stacks.plan import SAFE
 
@@ -257,14 +258,10 @@ def state_slug(venv: str) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write beside the file and rename over it: a crash leaves the old content or the new, never half."""
+    """labwright.atomic's write (temp + fsync + rename + directory fsync): a crash or a kill leaves the old content or
+    the new, never half; the replaced content stays as NAME.prev (the state before the last switch, by hand)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(path, text, keep_previous=True)
 
 
 def _read(path: Path) -> str | None:
