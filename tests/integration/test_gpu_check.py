@@ -90,6 +90,17 @@ def test_cpu_fallback_of_the_real_llama_server_fails_the_check(lab, client, name
     with capsys.disabled():
         print(f"\ngpu check (4 checks, real llama-server) took {report['seconds']:.2f} s")
 
+    # A timed decode against the real server: slower than an (absurd) CPU bound fails, above a low one passes.
+    code, out, _ = gpu_check(capsys, name, "--host-root", str(fake_host), "--decode-floor", "1000000", "--json")
+    decode = json.loads(out)["checks"][-1]
+    assert code == 1 and decode["name"] == "decode faster than a CPU" and not decode["ok"], decode
+    assert re.fullmatch(r"\d+ tokens in [\d.]+ s = [\d.]+ tok/s \(CPU bound 1e\+06 tok/s\)", decode["detail"]), decode
+    assert decode["cause"] == "decoding no faster than a CPU: the engine runs on the CPU"
+    code, out, _ = gpu_check(capsys, name, "--host-root", str(fake_host), "--decode-floor", "0.01", "--json")
+    assert json.loads(out)["checks"][-1]["ok"], out
+    code, out, err = gpu_check(capsys, name, "--host-root", str(fake_host), "--decode-floor", "0")
+    assert code == 2 and out == "" and err.startswith("labwright: error: --decode-floor 0: not a speed")
+
     # The same engine check in the shipped testinfra suite (labwright verify llamacpp) fails with the reason.
     suite = Path(llamacpp_suite.__file__)
     verify = subprocess.run([sys.executable, "-m", "pytest", "-c", "/dev/null", "--rootdir", str(suite.parent), "-p",

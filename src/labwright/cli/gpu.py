@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from labwright.errors import BadInput
 from labwright.gpu import arch as gpu_arch
+from labwright.gpu.check import DecodeRequest
 from labwright.gpu.guest import AUTO, check_guest
 from labwright.ui import stdout, table
 
@@ -27,17 +28,35 @@ def check(
                                 "tabbyapi, whichever the guest has; 'none' skips the engine check)."),
     host_root: Path = typer.Option(Path("/"), "--host-root", help="Read the host's /proc and /dev NVIDIA files below "
                                    "this directory (a fake tree in tests).", show_default=False),
+    decode: bool = typer.Option(False, "--decode", help="Also time a short completion in the guest: no faster than "
+                                "the CPU bound (labwright/data/gpu-check.toml) fails."),
+    decode_floor: float | None = typer.Option(None, "--decode-floor", help="CPU bound in tokens/s for --decode "
+                                              "(default 20: a 7-9B model on a CPU decodes at 5-12)."),
+    decode_url: str | None = typer.Option(None, "--decode-url", help="The engine's OpenAI base URL inside the guest "
+                                          "(default http://127.0.0.1:PORT/v1, PORT from the engine's --port)."),
+    api_key_file: str = typer.Option("", "--api-key-file", help="A file IN THE GUEST holding the API key (a bare key "
+                                     "or tabbyAPI's api_tokens.yml)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """GPU visible in the guest, userspace == host module version exactly, device nodes and majors == the host's,
     and the engine's process really on the GPU (a silent CPU fallback fails, with the reason from its log).
     Exit 1 when a check fails; 2 for a guest that does not exist or has no GPU passed to it.
 
-    Example: labwright gpu check llm1
+    Example: labwright gpu check llm1 --decode
     """
     if not host_root.is_dir():
         raise BadInput(f"--host-root {host_root}: not a directory; give the root of a host tree (default /)")
-    report = check_guest(guest, None if service == "none" else service, host_root)
+    if decode_floor is not None and not decode_floor > 0:
+        raise BadInput(f"--decode-floor {decode_floor:g}: not a speed; give tokens per second above 0 (default 20)")
+    if decode_url is not None and not decode_url.startswith(("http://", "https://")):
+        raise BadInput(f"--decode-url {decode_url}: not an http(s) URL; give the OpenAI base URL as the guest sees "
+                       "it, e.g. http://127.0.0.1:8001/v1")
+    asked = decode or decode_floor is not None or decode_url is not None
+    if asked and service == "none":
+        raise BadInput("--decode times the engine's API: give the engine's unit with --service (or leave it auto), "
+                       "not --service none")
+    request = DecodeRequest(decode_floor, decode_url, api_key_file) if asked else None
+    report = check_guest(guest, None if service == "none" else service, host_root, request)
     failed = [c for c in report.checks if not c.ok]
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))

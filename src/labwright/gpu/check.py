@@ -17,10 +17,14 @@ pure, so the rules are unit-tested on recorded outputs.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from labwright.gpu.smi import SMI_QUERY, GpuInfo, parse_gpu_query
@@ -250,15 +254,31 @@ def engine_check(engine: EngineState) -> Check:
     return Check(name, True, detail)
 
 
+@dataclass(frozen=True)
+class DecodeRequest:
+    """Ask for the timed decode: ``floor`` tokens/s (None: the data's CPU bound), ``url`` as seen in the guest
+    (None: from the engine's --port), ``key_file`` a path in the guest ("" for none)."""
+
+    floor: float | None = None
+    url: str | None = None
+    key_file: str = ""
+
+
 def run_checks(run: Runner, host_version: str | None, host_nodes: list[DeviceNode],
-               service: str | None) -> list[Check]:
-    """Collect in the guest through ``run`` and apply the rules; ``service`` None skips the engine check."""
+               service: str | None, decode: DecodeRequest | None = None) -> list[Check]:
+    """Collect in the guest through ``run`` and apply the rules; ``service`` None skips the engine checks."""
     code, output = run(guest_command())
     guest = parse_guest(output)
     checks = [visible_check(guest), userspace_check(host_version, guest), nodes_check(host_nodes, guest)]
     if service is not None:
         code, output = run(engine_command(service))
-        checks.append(engine_check(parse_engine(service, output)))
+        engine = parse_engine(service, output)
+        checks.append(engine_check(engine))
+        if decode is not None:
+            url = decode.url or engine_url(engine)
+            _, output = run(decode_command(url, decode.key_file))
+            checks.append(decode_check(output, decode.floor if decode.floor is not None else
+                                       decode_settings().floor, url))
     return checks
 
 
@@ -275,3 +295,89 @@ def engine_on_gpu(run: Runner, service: str) -> Check | None:
         return None
     _, output = run(engine_command(service))
     return engine_check(parse_engine(service, output))
+
+
+# --- a short decode against the engine's OpenAI API, timed in the guest ----------------------------------------------
+#: Runs in the guest (python3 is in every supported image; the port may be bound to loopback only). argv: URL, key
+#: file ("" for none; a bare key or tabbyAPI's api_tokens.yml "api_key: ..." line), max_tokens, prompt, timeout.
+DECODE_SCRIPT = """\
+import json, sys, time, urllib.request
+url, key_file, max_tokens, prompt, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+key = ""
+if key_file:
+    for line in open(key_file):
+        name, sep, value = line.partition(":")
+        key = value.strip() if sep and name.strip() == "api_key" else (key or line.strip())
+body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": False}).encode()
+request = urllib.request.Request(url.rstrip("/") + "/completions", data=body, headers=dict(
+    [("Content-Type", "application/json")] + ([("Authorization", "Bearer " + key)] if key else [])))
+started = time.monotonic()
+try:
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        answer = json.loads(response.read())
+except Exception as exc:
+    print(json.dumps({"error": type(exc).__name__ + ": " + str(exc)[:300]}))
+    raise SystemExit(0)
+seconds = time.monotonic() - started
+usage = answer.get("usage") or {}
+print(json.dumps({"seconds": seconds, "tokens": usage.get("completion_tokens")}))
+"""
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    floor: float
+    max_tokens: int
+    prompt: str
+    timeout: float
+    ports: dict[str, int]
+
+
+@cache
+def decode_settings() -> DecodeSettings:
+    data = tomllib.loads(resources.files("labwright.data").joinpath("gpu-check.toml").read_text())
+    decode = data["decode"]
+    return DecodeSettings(float(decode["cpu_bound_tokens_per_second"]), int(decode["max_tokens"]), decode["prompt"],
+                          float(decode["timeout_seconds"]), {k: int(v) for k, v in data["ports"].items()})
+
+
+def engine_url(engine: EngineState) -> str:
+    """The engine's OpenAI base URL as seen inside the guest: its --port flag, else the engine's default port."""
+    port = None
+    for i, arg in enumerate(engine.cmdline):
+        if arg == "--port" and i + 1 < len(engine.cmdline):
+            port = engine.cmdline[i + 1]
+        elif arg.startswith("--port="):
+            port = arg.split("=", 1)[1]
+    if port is None or not port.isdigit():
+        port = str(decode_settings().ports.get(engine.service.removesuffix(".service"), 8001))
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def decode_command(url: str, key_file: str = "", settings: DecodeSettings | None = None) -> str:
+    s = settings or decode_settings()
+    args = " ".join(shlex.quote(a) for a in (url, key_file, str(s.max_tokens), s.prompt, str(s.timeout)))
+    return f"python3 -c {shlex.quote(DECODE_SCRIPT)} {args}"
+
+
+def decode_check(output: str, floor: float, url: str) -> Check:
+    """The timed completion's result (DECODE_SCRIPT's JSON line) against the CPU bound in tokens/s."""
+    name = "decode faster than a CPU"
+    try:
+        result = json.loads(output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return Check(name, False, f"no result from the timed request to {url}: {output.strip()[-200:]}",
+                     "python3 missing in the guest, or the request could not run", "check `python3 -V` in the guest")
+    if "error" in result:
+        return Check(name, False, f"POST {url}/completions failed: {result['error']}", "the engine did not answer",
+                     "check the engine's port (--decode-url) and API key (--api-key-file)")
+    tokens, seconds = result.get("tokens"), float(result.get("seconds") or 0)
+    if not tokens or seconds <= 0:
+        return Check(name, False, f"{url} answered without usage.completion_tokens", "not an OpenAI completion",
+                     "give the engine's OpenAI base URL with --decode-url")
+    rate = tokens / seconds
+    detail = f"{tokens} tokens in {seconds:.2f} s = {rate:.1f} tok/s (CPU bound {floor:g} tok/s)"
+    if rate <= floor:
+        return Check(name, False, detail, "decoding no faster than a CPU: the engine runs on the CPU",
+                     "see the engine check; or give --decode-floor for this model's size")
+    return Check(name, True, detail)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from labwright.errors import BadInput, LxdError
-from labwright.gpu.check import Check, Runner, run_checks
+from labwright.gpu.check import Check, DecodeRequest, Runner, run_checks
 from labwright.guests.gpu import GpuHost
 from labwright.hosts.lxd import LxdHost
 from labwright.lab.spec import INSTANCE_NAME
@@ -83,7 +83,8 @@ def _service(run: Runner, service: str | None) -> str | None:
     return loaded[0] if loaded else None
 
 
-def check_guest(guest: str, service: str | None = AUTO, host_root: str | Path = "/") -> GpuReport:
+def check_guest(guest: str, service: str | None = AUTO, host_root: str | Path = "/",
+                decode: DecodeRequest | None = None) -> GpuReport:
     """Run the checks on ``guest``. BadInput (exit 2) for a guest that does not exist, is stopped, or has no GPU
     passed to it; the returned report says which checks failed (exit 1)."""
     gpu_host = GpuHost(host_root)
@@ -101,7 +102,7 @@ def check_guest(guest: str, service: str | None = AUTO, host_root: str | Path = 
             raise BadInput(f"guest {guest} is {instance.get('status')}; start it first (`lxc start {host.name}`)")
         run = runner(host)
         chosen = _service(run, service)
-        checks = run_checks(run, gpu_host.driver_version(), gpu_host.device_nodes(), chosen)
+        checks = run_checks(run, gpu_host.driver_version(), gpu_host.device_nodes(), chosen, decode)
         if service == AUTO and chosen is None:
             checks.append(Check("engine on the GPU", True, "not checked: no llama-server or tabbyapi service in the "
                                 "guest (give --service NAME)"))

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import subprocess
+import threading
 
 from labwright.gpu.check import (
     EngineState,
     GuestGpu,
+    decode_check,
+    decode_command,
+    decode_settings,
     engine_check,
+    engine_url,
     fallback_reason,
     guest_command,
     nodes_check,
@@ -161,3 +168,59 @@ def test_guest_command_runs_in_a_real_shell():
     guest = parse_guest(out)
     assert "@@labwright-gpu-nodes" in out and "@@labwright-gpu-smi" in out
     assert guest.nodes == {} and guest.libraries == {} and guest.smi_output is None
+
+
+def test_decode_rule():
+    url = "http://127.0.0.1:8001/v1"
+    slow = decode_check('{"seconds": 5.0, "tokens": 32}\n', 20.0, url)
+    assert not slow.ok and slow.detail == "32 tokens in 5.00 s = 6.4 tok/s (CPU bound 20 tok/s)"
+    assert "runs on the CPU" in slow.cause
+    fast = decode_check('{"seconds": 0.32, "tokens": 32}\n', 20.0, url)
+    assert fast.ok and "100.0 tok/s" in fast.detail
+    refused = decode_check('{"error": "URLError: <urlopen error [Errno 111] Connection refused>"}', 20.0, url)
+    assert not refused.ok and "Connection refused" in refused.detail and "--decode-url" in refused.fix
+    assert not decode_check("sh: 1: python3: not found\n", 20.0, url).ok
+    assert not decode_check('{"seconds": 1.0, "tokens": null}', 20.0, url).ok
+
+
+def test_engine_url_from_the_command_line_or_the_default_port():
+    assert engine_url(EngineState("llama-server", 1, cmdline=["llama-server", "--port", "8090"])) == \
+        "http://127.0.0.1:8090/v1"
+    assert engine_url(EngineState("tabbyapi", 1, cmdline=["python", "main.py"])) == "http://127.0.0.1:5000/v1"
+    assert decode_settings().floor == 20.0
+
+
+class _Completions(http.server.BaseHTTPRequestHandler):
+    seen: list[tuple[str, str, dict]] = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append((self.path, self.headers.get("Authorization", ""), body))
+        answer = json.dumps({"choices": [{"text": "one"}], "usage": {"completion_tokens": body["max_tokens"]}})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(answer.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def test_decode_script_posts_a_completion_with_the_key_from_a_tokens_file(tmp_path):
+    """The script the guest runs, run here by a real python3 against a loopback HTTP endpoint."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Completions)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        keys = tmp_path / "api_tokens.yml"
+        keys.write_text("admin_key: adm\napi_key: k3y\n")
+        url = f"http://127.0.0.1:{server.server_port}/v1"
+        out = subprocess.run(["/bin/sh", "-c", decode_command(url, str(keys))], capture_output=True, text=True,
+                             check=True, timeout=60).stdout
+        check = decode_check(out, 0.5, url)
+        assert check.ok and check.detail.startswith("32 tokens in"), check
+        path, auth, body = _Completions.seen[-1]
+        assert path == "/v1/completions" and auth == "Bearer k3y"
+        assert body["max_tokens"] == 32 and body["stream"] is False and body["temperature"] == 0
+    finally:
+        server.shutdown()
