@@ -85,6 +85,8 @@ def arch(
     Example: labwright gpu arch 12.0 --cuda 12.6
     """
     found = gpu_arch.architecture(capability)
+    if cuda is not None:
+        gpu_arch.parse_cuda(cuda)  # refused before anything is printed
     upto = f", up to CUDA {found.max_cuda}" if found.max_cuda else ""
     stdout.print(escape(f"{found.capability} ({found.sm}): {found.name}; builds need CUDA >= {found.min_cuda}{upto}"))
     if cuda is not None:
