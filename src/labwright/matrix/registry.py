@@ -22,6 +22,7 @@ import re
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from email.parser import HeaderParser
@@ -403,8 +404,13 @@ def refresh_registry(out_dir: Path, components: dict[str, Component], index: str
     today = _now()[:10]
     outcomes: list[Outcome] = []
     by_stem: dict[str, list[Outcome]] = {}
-    for feed in feeds:
-        outcome = _refresh_one(feed, out_dir, components, index, pre, timeout, state, today)
+    for name in {f"{index}/{feed.package}/json" for feed in feeds}:
+        state["sources"].setdefault(name, {})  # each worker below then touches only its own record
+    # feeds are independent: fetch them side by side (each request still has its own bounded timeout)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda feed: _refresh_one(feed, out_dir, components, index, pre, timeout, state,
+                                                          today), feeds))
+    for feed, outcome in zip(feeds, results, strict=True):
         outcomes.append(outcome)
         by_stem.setdefault(feed.stem, []).append(outcome)
     written: list[Path] = []

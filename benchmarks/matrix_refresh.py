@@ -1,0 +1,69 @@
+"""Benchmark: `labwright matrix refresh` (registry mode) cold and with nothing new, as the user runs it.
+
+In one run, into a fresh directory (a copy of the packaged matrix's hand-written files):
+  cold       the first refresh: every feed's PyPI JSON, the core metadata of each torch/torchvision/torchaudio
+             release, every *_pypi.toml written
+  no-change  the refresh right after: conditional requests (ETag / body hash), nothing parsed or written
+  fetch      the same JSON bodies fetched with plain urllib (the network floor a refresh cannot beat)
+Prints each (median of --runs for no-change and fetch) and no-change as a ratio to the cold run.
+
+    .venv/bin/python benchmarks/matrix_refresh.py [--index https://pypi.org/pypi] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from labwright.matrix.registry import DEFAULT_INDEX, FEEDS
+from labwright.paths import packaged_matrix_dir
+
+
+def _refresh(out: Path, index: str) -> tuple[float, str]:
+    started = time.perf_counter()
+    proc = subprocess.run(["labwright", "matrix", "refresh", "--out", str(out), "--index", index],
+                          capture_output=True, text=True, timeout=600)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"refresh failed ({proc.returncode}): {proc.stderr.strip()}")
+    return elapsed, proc.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--index", default=DEFAULT_INDEX)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        for name in ("components.toml", "cuda.toml", "stacks.toml"):
+            shutil.copy(packaged_matrix_dir() / name, out / name)
+        cold, _ = _refresh(out, args.index)
+        unchanged = []
+        for _ in range(args.runs):
+            elapsed, stdout = _refresh(out, args.index)
+            if "updated" in stdout:
+                raise SystemExit(f"a no-change refresh updated something:\n{stdout}")
+            unchanged.append(elapsed)
+        fetches = []
+        for _ in range(args.runs):
+            started = time.perf_counter()
+            for feed in FEEDS:
+                with urllib.request.urlopen(f"{args.index}/{feed.package}/json", timeout=30) as response:
+                    response.read()
+            fetches.append(time.perf_counter() - started)
+    no_change, fetch = statistics.median(unchanged), statistics.median(fetches)
+    print(f"matrix refresh ({args.index}, {len(FEEDS)} feeds)")
+    print(f"  cold       {cold:7.2f} s")
+    print(f"  no-change  {no_change:7.2f} s  (median of {args.runs}; {no_change / cold:.2f} x cold)")
+    print(f"  fetch      {fetch:7.2f} s  (plain GET of the {len(FEEDS)} JSON bodies: the network floor)")
+
+
+if __name__ == "__main__":
+    main()
