@@ -119,6 +119,7 @@ def refuse_build(cuda: str, capability: str, *, what: str = "this build",
     arch = architecture(capability)
     usable = [name for name, alt in alternatives if why_not(alt, capability) is None]
     wanted = f"CUDA >= {arch.min_cuda}" + (f" and <= {arch.max_cuda}" if arch.max_cuda else "")
-    instead = (f"use {' or '.join(usable)} instead" if usable
+    named = ", ".join(usable[:-1]) + " or " + usable[-1] if len(usable) > 1 else "".join(usable)
+    instead = (f"use {named} instead" if usable
                else f"use a {wanted} build instead (none of the known stacks is one)")
     raise BadInput(f"{what} (CUDA {cuda}) cannot run on this GPU: {reason}; {instead}")

@@ -71,3 +71,18 @@ def test_table_is_ordered_and_consistent():
         assert arch.has_kernels(entry.min_cuda, entry.capability)  # the floor itself builds kernels
         if entry.max_cuda:
             assert not arch.has_kernels("13.0", entry.capability)
+
+
+def test_the_matrix_stacks_on_a_pascal_card_keep_only_cuda_12():
+    """The wiring the matrix gets: its own stacks as the alternatives. A GTX 1080 / P40 (6.1) cannot run a CUDA 13
+    stack; the cu12 ones are named."""
+    from labwright.matrix.load import load_matrix
+
+    stacks = load_matrix().stacks
+    alternatives = [(name, stack.cuda) for name, stack in stacks.items()]
+    with pytest.raises(BadInput) as info:
+        arch.refuse_build(stacks["C"].cuda, "6.1", what="stack C", alternatives=alternatives)
+    cu12 = [name for name, stack in stacks.items() if stack.cuda.startswith("12.")]
+    assert cu12 and all(name in str(info.value) for name in cu12)
+    assert "CUDA 13.0 dropped Pascal (sm_61)" in str(info.value)
+    arch.refuse_build(stacks["C"].cuda, "12.0", what="stack C", alternatives=alternatives)  # Blackwell: fine
