@@ -20,6 +20,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from labwright.gpu.check import sections as marked_sections
 from labwright.gpu.smi import SMI_QUERY, parse_gpu_query
 from labwright.guests.gpu import LIBRARY_DIRS, check_driver_match, parse_driver_version, userspace_versions
 
@@ -28,18 +29,6 @@ _MARK = "@@labwright-nvidia-"
 
 def _below(root: str, path: str) -> str:
     return shlex.quote(root.rstrip("/") + path)
-
-
-def _sections(lines: list[str]) -> dict[str, list[str]]:
-    sections: dict[str, list[str]] = {}
-    current = None
-    for line in lines:
-        if line.startswith(_MARK):
-            current = line.removeprefix(_MARK).strip()
-            sections[current] = []
-        elif current is not None:
-            sections[current].append(line)
-    return sections
 
 
 class NvidiaDriverVersion(FactBase[Any]):
@@ -75,7 +64,7 @@ class NvidiaDriverMatch(FactBase[Any]):
         )
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        sections = _sections(list(output))
+        sections = marked_sections(output, _MARK)
         host_version = parse_driver_version("\n".join(sections.get("driver", [])))
         match = check_driver_match(host_version, userspace_versions(sections.get("libs", [])),
                                    "\n".join(sections.get("smi", [])))

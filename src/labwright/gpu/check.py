@@ -22,11 +22,11 @@ import re
 import shlex
 import tomllib
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any
 
+from labwright.desktop.checks import Check
 from labwright.gpu.smi import SMI_QUERY, GpuInfo, parse_gpu_query
 from labwright.guests.gpu import LIBRARY_DIRS, DeviceNode, check_driver_match, userspace_versions
 
@@ -68,18 +68,6 @@ GPU_BUFFER = re.compile(r"\b(CUDA\d+|ROCm\d+|Vulkan\d+)\s+model buffer size")
 
 
 @dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    cause: str = ""
-    fix: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
 class GuestGpu:
     """What the guest shows: its NVIDIA nodes, userspace libraries, and nvidia-smi's view (None: not installed)."""
 
@@ -98,16 +86,17 @@ class EngineState:
     cmdline: list[str] = field(default_factory=list)
 
 
-def _sections(text: str) -> dict[str, list[str]]:
-    sections: dict[str, list[str]] = {}
+def sections(lines: Iterable[str], mark: str) -> dict[str, list[str]]:
+    """One command's output split at its marker lines (``<mark>NAME``): {NAME: the lines after it}."""
+    found: dict[str, list[str]] = {}
     current: str | None = None
-    for line in text.splitlines():
-        if line.startswith(_MARK):
-            current = line.removeprefix(_MARK).strip()
-            sections[current] = []
+    for line in lines:
+        if line.startswith(mark):
+            current = line.removeprefix(mark).strip()
+            found[current] = []
         elif current is not None:
-            sections[current].append(line)
-    return sections
+            found[current].append(line)
+    return found
 
 
 # --- collecting (two commands in the guest) ------------------------------------------------------------------------
@@ -125,15 +114,15 @@ def guest_command() -> str:
 
 
 def parse_guest(output: str) -> GuestGpu:
-    sections = _sections(output)
+    parts = sections(output.splitlines(), _MARK)
     nodes = {}
-    for line in sections.get("nodes", []):
-        parts = line.split()
-        if len(parts) == 3:
-            nodes[parts[0]] = (int(parts[1], 16), int(parts[2], 16))
-    smi_lines = sections.get("smi", [])
-    smi = None if "no-smi" in sections else "\n".join(smi_lines)
-    return GuestGpu(nodes, userspace_versions(sections.get("libs", [])), smi, parse_gpu_query(smi or ""))
+    for line in parts.get("nodes", []):
+        fields = line.split()
+        if len(fields) == 3:
+            nodes[fields[0]] = (int(fields[1], 16), int(fields[2], 16))
+    smi_lines = parts.get("smi", [])
+    smi = None if "no-smi" in parts else "\n".join(smi_lines)
+    return GuestGpu(nodes, userspace_versions(parts.get("libs", [])), smi, parse_gpu_query(smi or ""))
 
 
 def engine_command(service: str) -> str:
@@ -150,11 +139,11 @@ def engine_command(service: str) -> str:
 
 
 def parse_engine(service: str, output: str) -> EngineState:
-    sections = _sections(output)
-    pid_lines = [line.strip() for line in sections.get("pid", []) if line.strip()]
+    parts = sections(output.splitlines(), _MARK)
+    pid_lines = [line.strip() for line in parts.get("pid", []) if line.strip()]
     pid = int(pid_lines[0]) if pid_lines and pid_lines[0].isdigit() else 0
-    return EngineState(service, pid, [line.strip() for line in sections.get("fds", []) if line.strip()],
-                       "\n".join(sections.get("log", [])), [line for line in sections.get("cmdline", []) if line])
+    return EngineState(service, pid, [line.strip() for line in parts.get("fds", []) if line.strip()],
+                       "\n".join(parts.get("log", [])), [line for line in parts.get("cmdline", []) if line])
 
 
 # --- the rules (pure) ---------------------------------------------------------------------------------------------
