@@ -113,6 +113,45 @@ def _refresh_registries(target: Path, components: dict, index: str, packages: li
                               "--index, or raise --timeout")
 
 
+class WheelContradicts(OperationFailed):
+    """A wheel's name, METADATA and .so files disagree on what it was built against: exit 1."""
+
+
+@app.command()
+def inspect(
+    wheels: list[Path] = typer.Argument(..., help="Wheel files (.whl) to read."),
+    as_json: bool = typer.Option(False, "--json", help="Print what each wheel was built against as JSON."),
+) -> None:
+    """Say what a wheel was built against, read from the wheel itself: its label, METADATA Requires-Dist pins on
+    torch and CUDA, and the CUDA runtime / torch its .so files link. Exit 1 when those contradict each other.
+
+    Example: labwright matrix inspect exllamav3-1.4.2+cu132.torch2.11.0-cp312-cp312-linux_x86_64.whl
+    """
+    from labwright.matrix.wheelinspect import inspect_wheel
+
+    for path in wheels:
+        if not path.is_file():
+            raise BadInput(f"{path}: no such wheel file; give the path of a downloaded .whl")
+    results = [inspect_wheel(path) for path in wheels]
+    if as_json:
+        typer.echo(json.dumps([r.__dict__ for r in results], indent=2))
+    else:
+        for r in results:
+            built = ", ".join(x for x in (f"torch {r.torch_build or r.torch}" if r.torch else "",
+                                           f"CUDA {r.cuda}" if r.cuda else "",
+                                           f"cxx11abi {r.cxx11_abi}" if r.cxx11_abi else "") if x)
+            typer.echo(f"{r.filename}: built against {built or 'nothing it says (pure Python?)'}"
+                       f"{'; links torch' if r.links_torch else ''}")
+            for line in r.evidence:
+                typer.echo(f"  {line}")
+            for line in r.contradictions:
+                typer.echo(f"  ✗ {line}")
+    bad = [r for r in results if r.contradictions]
+    if bad:
+        raise WheelContradicts(f"{bad[0].filename}: {bad[0].contradictions[0]}"
+                               + (f" (+{len(bad) - 1} more wheel(s))" if len(bad) > 1 else ""))
+
+
 def _resolution_tables(resolution: Resolution) -> None:
     rows = [[c.component, c.wheel.package, c.wheel.version, c.reason] for c in resolution.wheels]
     request = resolution.request
