@@ -89,7 +89,7 @@ def _refresh_registries(target: Path, components: dict, index: str, packages: li
                         timeout: float, dry_run: bool) -> None:
     report = registry.refresh_registry(target, components, index=index, packages=packages, pre=pre,
                                        timeout=timeout, dry_run=dry_run)
-    state = registry.read_state(target) if not dry_run else {"sources": {}}
+    state = registry.read_state(target)
     for outcome in report.outcomes:
         url = f"{index.rstrip('/')}/{outcome.package}/json"
         record = state["sources"].get(url, {})
