@@ -96,6 +96,10 @@ def main() -> int:
           "   (CLI start-up included)")
     print(f"{'python -c import torch (floor)':36} {statistics.median(import_torch):8.2f}s")
     cold_full, cached_full = (statistics.median(x) for x in results["verify (symbols + real import)"])
+    floor = statistics.median(import_torch)
+    print(f"as a ratio to `import torch` in this run: cold {cold_full / floor:.2f}x, "
+          f"cached {cached_full / floor:.3f}x, "
+          f"stack verify process (cached) {statistics.median(cli_cached) / floor:.2f}x")
     print(f"targets: cold < 2 s: {'met' if cold_full < 2 else 'MISSED'} ({cold_full:.2f} s); "
           f"cached < 0.2 s: {'met' if cached_full < 0.2 else 'MISSED'} ({cached_full:.3f} s)")
     return 0
