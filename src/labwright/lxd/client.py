@@ -245,6 +245,9 @@ class LxdClient:
             doc = json.loads(data) if data else {}
         except ValueError as exc:
             raise LxdError(f"{method} {path}: non-JSON answer (HTTP {status})", status) from exc
+        if not isinstance(doc, dict):
+            raise LxdError(f"{method} {path}: LXD answered {type(doc).__name__} instead of an object "
+                           f"(HTTP {status})", status)
         if doc.get("type") == "error" or status >= 400:
             message = doc.get("error") or f"HTTP {status}"
             if status == 403 and self.endpoint.url:
@@ -331,7 +334,14 @@ class LxdClient:
         return ExecResult(int(meta.get("return", -1)), stdout, stderr)
 
     def _handle_async(self, resp: http.client.HTTPResponse, what: str) -> str:
-        doc = json.loads(resp.read() or b"{}")
+        try:
+            doc = json.loads(resp.read() or b"{}")
+        except (ValueError, OSError) as exc:  # a daemon restarting mid-answer: cut or non-JSON bodies
+            raise LxdError(f"{what}: no usable answer from LXD (HTTP {resp.status}: {exc}); is the daemon "
+                           "restarting? run again once `lxc list` answers", resp.status) from exc
+        if not isinstance(doc, dict):
+            raise LxdError(f"{what}: LXD answered {type(doc).__name__} instead of an object (HTTP {resp.status})",
+                           resp.status)
         if doc.get("type") == "error" or resp.status >= 400:
             cls = LxdNotFound if resp.status == 404 else LxdError
             raise cls(f"{what}: {doc.get('error') or 'HTTP ' + str(resp.status)}", resp.status)
