@@ -36,7 +36,7 @@ from typing import Any
 
 from labwright.errors import BadInput
 from labwright.matrix import abi_env
-from labwright.matrix.abi_cache import AbiCache, key_of
+from labwright.matrix.abi_cache import AbiCache, key_of, recorded_hashes
 from labwright.matrix.abi_env import Distribution, Environment, TorchInstall
 from labwright.matrix.abi_import import Importer, ImportRequest, TorchImport
 from labwright.matrix.demangle import demangle
@@ -147,7 +147,11 @@ class TorchSymbols:
     def __init__(self, torch: TorchInstall, cache: AbiCache):
         self.torch = torch
         self.cache = cache
-        self.shas = {name: cache.sha256(path) for name, path in torch.libs.items()}
+        # a fresh pip install's RECORD already holds every library's sha256: hashing 0.5-4 GB is the cold cost
+        # (read only when some library misses the stat memo, so a cached run does not parse RECORD)
+        recorded = (recorded_hashes(torch.root, "lib/") if any(cache.memoised_sha256(p) is None
+                                                               for p in torch.libs.values()) else {})
+        self.shas = {name: cache.sha256(path, recorded.get(path)) for name, path in torch.libs.items()}
         self.fingerprint = key_of(*(f"{name}={sha}" for name, sha in sorted(self.shas.items())))
         self._info: dict[str, DynamicInfo] = {}
         self._exports: dict[str, frozenset[str]] = {}

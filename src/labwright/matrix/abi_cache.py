@@ -16,7 +16,10 @@ Layout under ``$LABWRIGHT_CACHE/abi`` (default ``~/.cache/labwright/abi``)::
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import csv
 import hashlib
 import json
 import os
@@ -46,6 +49,7 @@ class AbiCache:
         self._hashes: dict[str, list[Any]] | None = None
         self._hashes_dirty = False
         self.hashed_bytes = 0  # how much was actually read to hash: 0 on a fully cached run
+        self.recorded_bytes = 0  # how much was taken from an installer's RECORD instead of read
 
     # -- content hashes ------------------------------------------------------------------------
     def _hash_memo(self) -> dict[str, list[Any]]:
@@ -81,11 +85,21 @@ class AbiCache:
         self._hash_memo()[str(path)] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, None]
         self._hashes_dirty = True
 
-    def sha256(self, path: Path) -> str:
+    def sha256(self, path: Path, recorded: tuple[str, int, int] | None = None) -> str:
+        """The file's sha256: memoised by stat, else from ``recorded`` = (sha256 hex, size, mtime_ns of the RECORD
+        file) when the installer's RECORD vouches for it (same size, and neither written nor changed after RECORD
+        was: pip writes RECORD last, from the bytes it wrote), else read and hashed."""
         known = self.memoised_sha256(path)
         if known is not None:
             return known
         st = path.stat()
+        if recorded is not None:
+            digest, size, record_mtime = recorded
+            if size == st.st_size and st.st_mtime_ns <= record_mtime and st.st_ctime_ns <= record_mtime:
+                self.recorded_bytes += st.st_size
+                self._hash_memo()[str(path)] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, digest]
+                self._hashes_dirty = True
+                return digest
         with open(path, "rb") as fh:
             digest = hashlib.file_digest(fh, "sha256").hexdigest()
         self.hashed_bytes += st.st_size
@@ -141,3 +155,29 @@ class AbiCache:
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)  # a full disk: leave no partial temp file behind
+
+
+def recorded_hashes(package_dir: Path, under: str = "") -> dict[Path, tuple[str, int, int]]:
+    """path -> (sha256 hex, size, RECORD's mtime_ns) for the files under ``package_dir/under`` from the RECORD of
+    the distribution installed as ``package_dir`` (``site-packages/torch`` -> ``torch-*.dist-info/RECORD``); empty
+    when there is none or two. Paths are ``package_dir.parent / <RECORD path>``, not resolved."""
+    records = list(package_dir.parent.glob(f"{package_dir.name}-*.dist-info/RECORD"))
+    if len(records) != 1:
+        return {}
+    try:
+        record_mtime = records[0].stat().st_mtime_ns
+        text = records[0].read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    out = {}
+    prefix = f"{package_dir.name}/{under}" if under else f"{package_dir.name}/"
+    for row in csv.reader(line for line in text.splitlines() if line.startswith(prefix)):
+        if len(row) != 3 or not row[1].startswith("sha256=") or not row[2].isdigit():
+            continue
+        try:
+            digest = base64.urlsafe_b64decode(row[1][len("sha256="):] + "==").hex()
+        except (ValueError, binascii.Error):
+            continue
+        if len(digest) == 64:
+            out[package_dir.parent / row[0]] = (digest, int(row[2]), record_mtime)
+    return out

@@ -65,3 +65,50 @@ def test_cache_root_follows_labwright_cache(monkeypatch, tmp_path):
     monkeypatch.delenv("LABWRIGHT_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_root() == tmp_path / "xdg" / "labwright" / "abi"
+
+
+def _installed(tmp_path, data: bytes, record_size: int | None = None, digest: bytes | None = None):
+    """site-packages/torch/lib/libx.so and a torch-*.dist-info/RECORD written after it, as pip leaves them."""
+    import base64
+
+    site = tmp_path / "site-packages"
+    lib = site / "torch" / "lib" / "libx.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(data)
+    sha = base64.urlsafe_b64encode(digest or hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record = site / "torch-2.13.0+cpu.dist-info" / "RECORD"
+    record.parent.mkdir()
+    record.write_text(f"torch/__init__.py,sha256=abc,1\ntorch/lib/libx.so,sha256={sha},{record_size or len(data)}\n"
+                      "torch-2.13.0+cpu.dist-info/RECORD,,\n")
+    st = lib.stat()
+    os.utime(record, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # RECORD is written last
+    return site / "torch", lib
+
+
+def test_an_installers_record_stands_in_for_hashing(tmp_path):
+    from labwright.matrix.abi_cache import recorded_hashes
+
+    torch_dir, lib = _installed(tmp_path, b"\x7fELF library bytes")
+    recorded = recorded_hashes(torch_dir, "lib/")
+    assert list(recorded) == [lib]
+    cache = AbiCache(tmp_path / "cache")
+    assert cache.sha256(lib, recorded[lib]) == hashlib.sha256(lib.read_bytes()).hexdigest()
+    assert cache.hashed_bytes == 0 and cache.recorded_bytes == lib.stat().st_size
+
+
+def test_a_record_that_does_not_vouch_for_the_file_is_not_trusted(tmp_path):
+    from labwright.matrix.abi_cache import recorded_hashes
+
+    # a RECORD whose digest is wrong is only used when size and times say pip wrote the file: here the size differs
+    torch_dir, lib = _installed(tmp_path / "a", b"\x7fELF real", record_size=999, digest=b"\0" * 32)
+    cache = AbiCache(tmp_path / "cache-a")
+    assert cache.sha256(lib, recorded_hashes(torch_dir, "lib/")[lib]) == hashlib.sha256(b"\x7fELF real").hexdigest()
+    assert cache.hashed_bytes == len(b"\x7fELF real")
+    # a library replaced after the install (newer than RECORD, same size) is read and hashed, not taken on trust
+    torch_dir, lib = _installed(tmp_path / "b", b"\x7fELF old!", digest=hashlib.sha256(b"\x7fELF old!").digest())
+    recorded = recorded_hashes(torch_dir, "lib/")[lib]
+    lib.write_bytes(b"\x7fELF new!")
+    os.utime(lib, ns=(recorded[2] + 10**9, recorded[2] + 10**9))
+    cache = AbiCache(tmp_path / "cache-b")
+    assert cache.sha256(lib, recorded) == hashlib.sha256(b"\x7fELF new!").hexdigest()
+    assert cache.recorded_bytes == 0
