@@ -44,6 +44,9 @@ CASE_TIMEOUT_S = 60.0
 
 #: (command, case id) pairs that still fail, owned by another engineer's files, with what is wrong. EMPTY when done.
 KNOWN_OWNERS_PENDING: dict[tuple[str, str], str] = {
+    # B2 (matrix): --timeout is accepted whatever it is (and unused with --from)
+    **{("matrix refresh", f"--timeout={v}"): "B2: range-check --timeout (finite, > 0, bounded) before anything"
+       for v in ("0", "-1", "1000000000000", "nan", "inf")},
     # R1 (stack): --timeout is checked after the environment; bad numbers should be refused first
     ("stack verify", "--timeout=1000000000000"): "R1: range-check --timeout before reading the environment",
     ("stack verify", "--timeout=inf"): "R1: range-check --timeout (finite, > 0) before reading the environment",
@@ -157,6 +160,13 @@ def _site_packages(sandbox: Path) -> str:
     return str(path)
 
 
+def _wheel(sandbox: Path) -> str:
+    from support.wheels import write_wheel
+
+    return str(write_wheel(_fixture_root(sandbox) / "wheels", "sweep_pkg", "1.0", {"sweep_pkg/__init__.py": b""},
+                           tag="py3-none-any"))
+
+
 def _const(value: str) -> Callable[[Path], str]:
     return lambda sandbox: value
 
@@ -166,6 +176,7 @@ def _const(value: str) -> Callable[[Path], str]:
 FILLERS: dict[tuple[str, str], Callable[[Path], str]] = {
     ("matrix refresh", "listing"): _listing,
     ("matrix check", "torch"): _const("2.11.0"),
+    ("matrix inspect", "wheels"): _wheel,
     ("stack switch", "to"): _const("A"),
     ("stack switch", "venv"): lambda sandbox: str(sandbox / "cwd" / "venv"),
     ("stack rollback", "venv"): lambda sandbox: str(sandbox / "cwd" / "venv"),
