@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -63,6 +64,8 @@ def refresh(
               labwright matrix refresh --kind flash-attn-prebuilt \
                   --from src/labwright/data/matrix/sources/flash_attn_prebuilt.md
     """
+    if not math.isfinite(timeout) or not 0 < timeout <= 600:
+        raise BadInput(f"--timeout {timeout:g}: give a number of seconds above 0, at most 600 (default 15)")
     target = out or matrix_dir()
     meta = target / "components.toml" if (target / "components.toml").is_file() else matrix_dir() / "components.toml"
     if listing is None:
@@ -73,8 +76,9 @@ def refresh(
                            "or drop them to refresh from the registries")
         _refresh_registries(target, read_components(meta), index, package, pre, timeout, dry_run)
         return
-    if package or pre or index != registry.DEFAULT_INDEX:
-        raise BadInput("--index/--package/--pre with --from: those are for the registry refresh; drop --from or them")
+    if package or pre or index != registry.DEFAULT_INDEX or timeout != 15.0:
+        raise BadInput("--index/--package/--pre/--timeout with --from: those are for the registry refresh; drop "
+                       "--from or them")
     report = refresh_listing(listing, target, read_components(meta), kind=kind, name=name, base_url=base_url,
                              source=source, dry_run=dry_run, allow_shrink=allow_shrink)
     for warning in report.warnings:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 import urllib.error
@@ -388,8 +389,8 @@ def refresh_registry(out_dir: Path, components: dict[str, Component], index: str
                      dry_run: bool = False) -> RegistryReport:
     """Fetch each feed (conditionally), write the files whose data changed, and say what each source gave."""
     index = _check_index(index)
-    if timeout <= 0 or timeout > 600:
-        raise BadInput(f"--timeout {timeout:g}: give seconds between 1 and 600 (default 15)")
+    if not math.isfinite(timeout) or not 0 < timeout <= 600:
+        raise BadInput(f"--timeout {timeout:g}: give a number of seconds above 0, at most 600 (default 15)")
     feeds = list(FEEDS)
     if packages:
         names = {canonicalize_name(p) for p in packages}

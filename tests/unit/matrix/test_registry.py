@@ -331,7 +331,7 @@ def test_show_says_how_old_each_familys_data_is(registry, tmp_path, cli_env):
     (["--index", "ftp://x"], "--index 'ftp://x': not an http(s) URL"),
     (["--kind", "pip-index"], "--kind without --from"),
     (["--package", "numpy"], "--package numpy: not a registry feed"),
-    (["--timeout", "0"], "--timeout 0: give seconds between 1 and 600"),
+    (["--timeout", "0"], "--timeout 0: give a number of seconds above 0, at most 600"),
 ])
 def test_bad_registry_options_are_exit_2(tmp_path, cli_env, args, message):
     proc = cli(cli_env, "refresh", "--out", str(tmp_path), *args)
