@@ -58,3 +58,19 @@ def test_refresh_sees_the_newest_torch_on_pypi(tmp_path: Path, cli_env):
                            capture_output=True, text=True, env=cli_env, timeout=600)
     assert again.returncode == 0 and "= torch: unchanged" in again.stdout, again.stdout + again.stderr
     assert (tmp_path / "torch_pypi.toml").stat().st_ino == before
+
+
+def test_inspect_classifies_a_real_extension_wheel_whose_name_says_nothing(tmp_path: Path, cli_env):
+    """torchao's PyPI wheel carries no local label and no torch pin: what it links is read from its .so files."""
+    _pypi_newest("torchao")
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                           "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64", "torchao", "-d",
+                           str(tmp_path), "-q"], capture_output=True, text=True, timeout=300)
+    wheels = list(tmp_path.glob("torchao-*.whl"))
+    assert proc.returncode == 0 and wheels, proc.stderr
+    out = subprocess.run(["labwright", "matrix", "inspect", str(wheels[0]), "--json"], capture_output=True,
+                         text=True, env=cli_env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    (result,) = json.loads(out.stdout)
+    assert result["links_torch"] is True and result["cuda"] in ("12", "13"), result
+    assert any(e.startswith(".so links libcudart.so.") for e in result["evidence"]) and not result["contradictions"]
