@@ -61,6 +61,10 @@ TIMEOUT_EXIT = 124  # coreutils `timeout`
 DYING_SETTLE_S = 10.0  # how long a container that fails commands may still say Running while it stops
 
 
+class _TransferLost(OSError):
+    """A file transfer lost because the container stopped or its daemon went away (the message is the one line)."""
+
+
 def quiet_pyinfra_errors_in_greenlets() -> None:
     """pyinfra fails the last host of a run by raising PyinfraError("No hosts remaining!") inside the host's greenlet;
     gevent prints that greenlet's whole traceback before pyinfra's own one-line "pyinfra error". Keep the line only
@@ -242,15 +246,23 @@ class LxdConnector(HandoverTransfer, BaseConnector):
         try:
             exit_code, output = execute_command_with_sudo_retry(self.host, arguments, execute)
         except ConnectError as exc:
-            # One line in the host's output (pyinfra prints a failed command's stderr), not an exception's repr.
+            # The container or its daemon went away: one line in the host's output (pyinfra prints a failed
+            # command's stderr), not a traceback. A lost agent in a running container stays a ConnectError ("may
+            # have run": the caller decides).
+            try:
+                gone = "shutting down" in str(exc) or self._status(DYING_SETTLE_S) != "Running"
+            except LabwrightError:
+                gone = True
+            if not gone:
+                raise
             return False, CommandOutput([OutputLine("stderr", self._lost(str(exc)))])
         ok = exit_code in success_codes if success_codes else exit_code == 0
         if not ok:
             dying = exit_code in (-1, 137, 143, 255) or any(
                 "Cannot fork" in line.line for line in output if line.buffer_name == "stderr")
-            gone = self._gone(settle=DYING_SETTLE_S if dying else 0)
-            if gone:
-                output = CommandOutput([*output, OutputLine("stderr", gone)])
+            why = self._gone(settle=DYING_SETTLE_S if dying else 0)
+            if why:
+                output = CommandOutput([*output, OutputLine("stderr", why)])
         return ok, output
 
     def _where(self) -> str:
@@ -283,6 +295,8 @@ class LxdConnector(HandoverTransfer, BaseConnector):
     def _lost(self, detail: str) -> str:
         """The one line for a command whose result was lost: the container's state if the daemon answers."""
         try:
+            if "shutting down" in detail:  # the daemon said so itself
+                raise LabwrightError(detail)
             status = self._status(DYING_SETTLE_S)
         except LabwrightError:
             return (f"labwright: {self._where()}: the LXD daemon stopped answering during the run ({detail}); once "
@@ -347,14 +361,38 @@ class LxdConnector(HandoverTransfer, BaseConnector):
         try:
             self.client.push_file(self.instance, path, data, mode=int(perms, 8) if perms else None, uid=uid)
         except LabwrightError as exc:
-            raise OSError(f"upload to {self.instance}:{path} failed: {exc}") from exc
+            raise self._transfer_error(f"upload to {self.instance}:{path} failed: {exc}") from exc
+
+    def _transfer_error(self, detail: str) -> OSError:
+        """A failed push/pull: the one line of ``_lost`` when the container or its daemon went away, else OSError."""
+        try:
+            gone = "shutting down" in detail or self._status(0) != "Running"
+        except LabwrightError:
+            gone = True
+        return _TransferLost(self._lost(detail)) if gone else OSError(detail)
+
+    @override
+    def put_file(self, *args: Any, **kwargs: Any) -> bool:
+        try:
+            return bool(super().put_file(*args, **kwargs))
+        except _TransferLost as exc:  # one line, not pyinfra's "Command socket/SSH error: OSError('...')"
+            logger.error(f"{self.host.print_prefix}{exc}")
+            return False
+
+    @override
+    def get_file(self, *args: Any, **kwargs: Any) -> bool:
+        try:
+            return bool(super().get_file(*args, **kwargs))
+        except _TransferLost as exc:
+            logger.error(f"{self.host.print_prefix}{exc}")
+            return False
 
     def _pull(self, path: str, filename_or_io: str | IO[Any]) -> None:
         buffer = io.BytesIO()
         try:
             self.client.pull_file(self.instance, path, buffer)
         except LabwrightError as exc:
-            raise OSError(f"download of {self.instance}:{path} failed: {exc}") from exc
+            raise self._transfer_error(f"download of {self.instance}:{path} failed: {exc}") from exc
         with get_file_io(filename_or_io, "wb") as file_io:
             file_io.write(buffer.getvalue())
 
