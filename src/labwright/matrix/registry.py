@@ -407,6 +407,7 @@ def refresh_registry(out_dir: Path, components: dict[str, Component], index: str
     by_stem: dict[str, list[Outcome]] = {}
     for name in {f"{index}/{feed.package}/json" for feed in feeds}:
         state["sources"].setdefault(name, {})  # each worker below then touches only its own record
+    before = {name: dict(record) for name, record in state["sources"].items()}
     # feeds are independent: fetch them side by side (each request still has its own bounded timeout)
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda feed: _refresh_one(feed, out_dir, components, index, pre, timeout, state,
@@ -416,8 +417,18 @@ def refresh_registry(out_dir: Path, components: dict[str, Component], index: str
         by_stem.setdefault(feed.stem, []).append(outcome)
     written: list[Path] = []
     for stem, parts in by_stem.items():
-        if any(o.status == "unreachable" for o in parts) or all(o.status == "unchanged" for o in parts):
-            continue  # keep the file as it was: never half of a family from this run and half from the last
+        if any(o.status == "unreachable" for o in parts):
+            # keep the file as it was: never half of a family from this run and half from the last; and forget
+            # that the parts which did answer were seen, so the next refresh parses them again
+            for o in parts:
+                url = f"{index}/{o.package}/json"
+                if o.status == "updated":
+                    old = before.get(url, {})
+                    state["sources"][url].update({k: old.get(k, "") for k in ("etag", "last_modified", "sha256",
+                                                                             "changed", "newest")})
+            continue
+        if all(o.status == "unchanged" for o in parts):
+            continue
         wheels = sorted((w for o in parts for w in o.wheels), key=_sort_key)
         path = out_dir / f"{stem}.toml"
         if not wheels:

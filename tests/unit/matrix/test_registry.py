@@ -228,6 +228,11 @@ def test_a_source_that_is_down_keeps_its_data_and_date(registry, tmp_path, cli_e
     state = read_state(tmp_path)
     record = state["sources"][f"{registry.index}/torch/json"]
     assert record["error"].startswith("HTTP 503") and record["changed"] <= record["error_at"]
+    # fla-core is back: the fla file gets flash-linear-attention's release that came while fla-core was down
+    del registry.override["/pypi/fla-core/json"]
+    _refresh(registry, tmp_path)
+    fla = {w.version for w in load_matrix(tmp_path).wheels if w.package == "flash-linear-attention"}
+    assert "0.7.0" in fla, "a release seen while the other half of its file was down was lost"
     proc = cli(cli_env, "refresh", "--out", str(tmp_path), "--index", registry.index)
     assert proc.returncode == 0, proc.stderr
     assert f"✗ torch: {registry.index}/torch/json unreachable (HTTP 503 Service Unavailable): kept its data from " \
