@@ -8,6 +8,7 @@ reachable from the host at the container's address, so downtime is measured from
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shlex
@@ -103,8 +104,8 @@ class StandinService:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read() or b"{}")
-        except (urllib.error.URLError, OSError, ValueError):
-            return 0, {}
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
+            return 0, {}  # HTTPException: a reply cut off by a restart (IncompleteRead) is no answer
 
     def wait_healthy(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -68,11 +68,12 @@ def _outputs(as_json: bool, as_csv: bool, plot: Path | None) -> None:
     if as_json and as_csv:
         raise BadInput("--json and --csv both given: pick one output format")
     if plot is not None:
-        report.require_matplotlib()
+        # The path first: importing matplotlib writes its config directory, and a refusal writes nothing.
         if not plot.parent.is_dir():
             raise BadInput(f"--plot {plot}: directory {plot.parent} does not exist: create it or pick another path")
         if plot.is_dir():
             raise BadInput(f"--plot {plot} is a directory: give the PNG file's path, e.g. {plot / 'bench.png'}")
+        report.require_matplotlib()
 
 
 def _llm(url: str | None, model: str | None, contexts: str, decode: int, trials: int, endpoint: str,

@@ -119,6 +119,8 @@ def fit(
 
     Example: labwright kv fit --model-dir ~/models/Qwen3.5-9B-exl3 --vram-gb 8 --context 131072 --cache-mode 8,4
     """
+    kv.check_page(page)
+
     def size(text: str | None, option: str, positive: bool = True) -> int | None:
         return parse_size(text, option, bare_unit="GiB", positive=positive) if text is not None else None
 

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from labwright.errors import OperationFailed
+from labwright.errors import BadInput, OperationFailed
 from labwright.matrix.abi import EXAMPLES, ModuleReport, VerifyReport, verify_python
 from labwright.matrix.abi_cache import AbiCache
 from labwright.stacks import show as show_module
@@ -41,6 +41,8 @@ def verify(
 
     Example: labwright stack verify --python /opt/tabbyapi/.venv/bin/python
     """
+    if not 1 <= timeout <= 3600:  # also nan; inf is > 3600
+        raise BadInput(f"--timeout {timeout}: give the seconds one module's import may take, 1 to 3600 (default 60)")
     report = verify_python(python, site_packages, do_import=not no_import, cache=AbiCache(enabled=not no_cache),
                            timeout=timeout)
     if as_json:

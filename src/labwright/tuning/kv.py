@@ -90,7 +90,7 @@ def tokens_in_budget(layout: KvLayout, spec: CacheSpec, budget: int, page: int =
     When no layer grows past its window (every layer sliding and capped), the model's max_position_embeddings is the
     limit; without one the answer is None (unbounded).
     """
-    _check_page(page)
+    check_page(page)
     if not all_capped(layout, spec):
         if layout.kv_layers == 0:
             return None
@@ -126,7 +126,8 @@ def round_up(tokens: int, page: int) -> int:
 MAX_CONTEXT = 16 * 1024 * 1024
 
 
-def _check_page(page: int) -> None:
+def check_page(page: int) -> None:
+    """``--page`` in range (every command that takes it, before any file is read)."""
     if not 1 <= page <= MAX_CONTEXT:
         raise BadInput(f"--page {page}: give the cache's allocation unit in tokens, 1 to {MAX_CONTEXT:,} "
                        "(tabbyAPI: 256)")
@@ -224,7 +225,7 @@ def rule_notes(layout: KvLayout, spec: CacheSpec) -> list[str]:
 def plan(layout: KvLayout, spec: CacheSpec, context: int | None = None, budget: int | None = None,
          page: int = DEFAULT_PAGE) -> KvPlan:
     """The planner's answer for one cache setting; ``context`` is rounded up to whole pages, as engines allocate."""
-    _check_page(page)
+    check_page(page)
     if context is not None:
         check_context(context)
     notes = list(layout.notes)

@@ -47,16 +47,6 @@ KNOWN_OWNERS_PENDING: dict[tuple[str, str], str] = {
     # B2 (matrix): --timeout is accepted whatever it is (and unused with --from)
     **{("matrix refresh", f"--timeout={v}"): "B2: range-check --timeout (finite, > 0, bounded) before anything"
        for v in ("0", "-1", "1000000000000", "nan", "inf")},
-    # R1 (stack): --timeout is checked after the environment; bad numbers should be refused first
-    ("stack verify", "--timeout=1000000000000"): "R1: range-check --timeout before reading the environment",
-    ("stack verify", "--timeout=inf"): "R1: range-check --timeout (finite, > 0) before reading the environment",
-    # R3 (kv): --page is not range-checked in kv fit (kv plan refuses the same values)
-    ("kv fit", "--page=0"): "R3: kv fit --page range check as kv plan's",
-    ("kv fit", "--page=-1"): "R3: kv fit --page range check as kv plan's",
-    ("kv fit", "--page=1000000000000"): "R3: kv fit --page range check as kv plan's",
-    # R3 (bench): importing matplotlib writes ~/.config/matplotlib before --plot is refused
-    ("bench llm", "--plot=under-a-file"): "R3: check --plot's directory before importing matplotlib",
-    ("bench compare", "--plot=under-a-file"): "R3: check --plot's directory before importing matplotlib",
 }
 
 #: Parameters that name a host, guest or node: odd strings there are bad input, never valid.
