@@ -48,8 +48,8 @@ app = typer.Typer(
     add_completion=False,
 )
 #: The command groups, one module each (labwright/cli/NAME.py), in the order `--help` lists them.
-GROUPS = ("lab", "matrix", "stack", "guest", "tabbyapi", "kv", "probe", "bench", "cluster", "bios", "desktop", "kokoro",
-          "verify")
+GROUPS = ("lab", "matrix", "stack", "guest", "gpu", "tabbyapi", "kv", "probe", "bench", "cluster", "bios", "desktop",
+          "kokoro", "verify")
 _registered: set[str] = set()
 
 
@@ -130,6 +130,11 @@ def _escaped(exc: BaseException) -> int:
         error(describe_oserror(exc))
         return 2 if exc.errno in _PATH_ERRNOS and exc.filename else 1
     if isinstance(exc, SystemExit):
+        context = exc.__context__
+        if isinstance(context, OSError) and context.errno == errno.EPIPE:
+            # typer's own reaction to `labwright ... | head` (typer/core.py: EPIPE -> sys.exit(1)): the reader left.
+            _quiet_stdout()
+            return 141
         frame = _where(exc)
         code = "" if exc.code is None else repr(exc.code)
         where = f" in {frame.filename}:{frame.lineno}" if frame else ""
@@ -141,6 +146,12 @@ def _escaped(exc: BaseException) -> int:
     error(f"internal error: {type(exc).__name__}: {first}{where}; this is a labwright bug, please report it with "
           "the command line (LABWRIGHT_DEBUG=1 prints the traceback)")
     return 1
+
+
+def _quiet_stdout() -> None:
+    """`labwright ... | head`: the reader left. Point stdout at /dev/null so the exit flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 _interrupts: list[int] = []
@@ -168,9 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 130
         _interrupts.append(signal.SIGINT)
     except BrokenPipeError:
-        # `labwright ... | head`: the reader left. Point stdout at /dev/null so the exit flush cannot fail again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _quiet_stdout()
         return 141
     finally:
         if own:

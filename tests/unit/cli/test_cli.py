@@ -159,3 +159,16 @@ def test_ctrl_c_while_the_cli_loads_is_one_line_exit_130():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 130, (proc.returncode, proc.stderr)
     assert proc.stderr == "labwright: interrupted\n" and proc.stdout == ""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["guest", "--help"], ["matrix", "show"]])
+def test_a_reader_that_left_early_is_no_error(cli_env, args):
+    """`labwright ... | head`: the pipe's reader is gone before labwright writes (its read end is closed right after
+    the start, long before the imports are done): no error line, no traceback, exit 141 as a shell's SIGPIPE."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(["labwright", *args], stdout=write_end, stderr=subprocess.PIPE, env=cli_env, text=True)
+    os.close(write_end)
+    os.close(read_end)
+    _out, err = proc.communicate(timeout=120)
+    assert err == "", err
+    assert proc.returncode == 141
