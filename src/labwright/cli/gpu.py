@@ -19,6 +19,8 @@ NAME = "gpu"
 HELP = "GPU guests: check that the GPU is visible, matched and really used by the engine; CUDA builds per GPU."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
+#: Faster than any single-stream decode on any GPU today: a larger bound is a typo.
+MAX_DECODE_FLOOR = 100_000
 
 
 @app.command()
@@ -46,8 +48,12 @@ def check(
     """
     if not host_root.is_dir():
         raise BadInput(f"--host-root {host_root}: not a directory; give the root of a host tree (default /)")
-    if decode_floor is not None and not decode_floor > 0:
-        raise BadInput(f"--decode-floor {decode_floor:g}: not a speed; give tokens per second above 0 (default 20)")
+    if not host_root.samefile("/") and not (host_root / "proc/driver/nvidia/version").is_file():
+        raise BadInput(f"--host-root {host_root}: no proc/driver/nvidia/version below it; give the root of a host "
+                       "tree with the NVIDIA driver's files (default /)")
+    if decode_floor is not None and not 0 < decode_floor <= MAX_DECODE_FLOOR:
+        raise BadInput(f"--decode-floor {decode_floor:g}: not a speed; give tokens per second above 0 and at most "
+                       f"{MAX_DECODE_FLOOR:,} (default 20)")
     if decode_url is not None and not decode_url.startswith(("http://", "https://")):
         raise BadInput(f"--decode-url {decode_url}: not an http(s) URL; give the OpenAI base URL as the guest sees "
                        "it, e.g. http://127.0.0.1:8001/v1")

@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 
+from labwright.cli import guest_snapshots
 from labwright.guests.base import BackendPool
 from labwright.guests.model import Change, GuestSpec, load_guests, select_guests
 from labwright.ui import stdout, table
@@ -180,3 +181,6 @@ def destroy(
         typer.confirm(f"destroy these {len(present)} guest(s) and their disks?", abort=True)
         guest = [spec.name for spec in present]
     _run_each(inventory, guest, as_json, "destroyed", lambda backend, spec: backend.destroy(spec))
+
+
+guest_snapshots.register(app)  # guest snapshot / snapshots / restore (labwright.snapshots)

@@ -24,6 +24,7 @@ from labwright.errors import BadInput, LabwrightError, OperationFailed
 from labwright.hostnames import LxdName, PctName, parse_host_name
 from labwright.snapshots.model import (
     DEFAULT_KEEP,
+    MAX_KEEP,
     PREFIX,
     Snapshot,
     SnapshotBackend,
@@ -129,8 +130,9 @@ def take(guest: Guest, step: str = "manual", keep: int = DEFAULT_KEEP, name: str
     """Snapshot ``guest`` before ``step``; return what was done. Without ``name`` the snapshot is labwright's
     (``labwright-<step>-<UTC time>``) and labwright's snapshots beyond the newest ``keep`` are deleted after it;
     with ``name`` it is the user's, never pruned. A name that exists is refused (BadInput), nothing changed."""
-    if keep < 1:
-        raise BadInput(f"--keep {keep}: keep at least 1 snapshot (the one being taken)")
+    if not 1 <= keep <= MAX_KEEP:
+        raise BadInput(f"--keep {keep}: keep 1 to {MAX_KEEP} snapshots (at least the one being taken; default "
+                       f"{DEFAULT_KEEP})")
     slug = step_slug(step)
     if name is not None:  # refused before anything is opened or asked
         check_user_name(name, guest_name(guest).host if isinstance(guest, str) else guest.label)

@@ -41,7 +41,7 @@ from pyinfra.api.exceptions import OperationError
 
 from labwright.errors import LabwrightError
 from labwright.hostnames import parse_host_name
-from labwright.snapshots.model import DEFAULT_KEEP
+from labwright.snapshots.model import DEFAULT_KEEP, MAX_KEEP
 
 logger = logging.getLogger("pyinfra")
 
@@ -81,8 +81,8 @@ def snapshot_command(host: Any, step: str) -> Iterator[FunctionCommand]:
     except (TypeError, ValueError):
         raise OperationError(f"snapshot_keep {data.get('snapshot_keep')!r}: a whole number of snapshots to keep, "
                              "e.g. snapshot_keep=3") from None
-    if keep < 1:
-        raise OperationError(f"snapshot_keep {keep}: keep at least 1")
+    if not 1 <= keep <= MAX_KEEP:
+        raise OperationError(f"snapshot_keep {keep}: keep 1 to {MAX_KEEP} snapshots, e.g. snapshot_keep=3")
     node_data = {k: v for k, v in data.items() if k.startswith("proxmox_") or k == "ssh_hostname"}
     yield FunctionCommand(_take, (host.name, step, keep, _flag(data.get("snapshot_required"), False), node_data), {})
 

@@ -29,6 +29,9 @@ _STAMP_LEN = len("20261124T062441Z")
 STEP_MAX = 40 - len(PREFIX) - 1 - _STAMP_LEN
 _OURS = re.compile(rf"^{PREFIX}(?P<step>[a-z0-9-]+)-(?P<stamp>\d{{8}}T\d{{6}}Z)$")
 DEFAULT_KEEP = 3
+#: More kept snapshots than this is a typo (each one holds a copy of what changed since; on LXD's dir pool, the
+#: whole guest).
+MAX_KEEP = 100
 
 
 @dataclass(frozen=True)

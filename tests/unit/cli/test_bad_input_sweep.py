@@ -44,9 +44,6 @@ CASE_TIMEOUT_S = 60.0
 
 #: (command, case id) pairs that still fail, owned by another engineer's files, with what is wrong. EMPTY when done.
 KNOWN_OWNERS_PENDING: dict[tuple[str, str], str] = {
-    # B2 (matrix): --timeout is accepted whatever it is (and unused with --from)
-    **{("matrix refresh", f"--timeout={v}"): "B2: range-check --timeout (finite, > 0, bounded) before anything"
-       for v in ("0", "-1", "1000000000000", "nan", "inf")},
 }
 
 #: Parameters that name a host, guest or node: odd strings there are bad input, never valid.
@@ -199,6 +196,11 @@ FILLERS: dict[tuple[str, str], Callable[[Path], str]] = {
     ("bios restore", "image"): _bios_image,
     ("desktop check", "guest"): _const("lw-sweep"),
     ("kokoro patch", "source"): _kokoro_checkout,
+    ("guest snapshot", "guest"): _const("@lxd/lw-sweep"),
+    ("guest snapshots", "guest"): _const("@lxd/lw-sweep"),
+    ("guest restore", "guest"): _const("@lxd/lw-sweep"),
+    ("gpu check", "guest"): _const("lw-sweep"),
+    ("gpu arch", "capability"): _const("8.6"),
 }
 
 

@@ -23,7 +23,7 @@ def registered():
     (["guest", "restore", "@ssh/host"], ["'@ssh/host'", "@pct/NODE/VMID"]),
     (["guest", "snapshot", "@lxd/llm1", "--name", "has space"], ["'has space'", "--name"]),
     (["guest", "snapshot", "@lxd/llm1", "--name", "labwright-x"], ["'labwright-x'", "--name"]),
-    (["guest", "snapshot", "@lxd/llm1", "--keep", "0"], ["--keep 0", "at least 1"]),
+    (["guest", "snapshot", "@lxd/llm1", "--keep", "0"], ["--keep 0", "keep 1 to 100"]),
     (["guest", "snapshot", "@pct/pve1/101", "--data", "proxmox_api_url"], ["--data 'proxmox_api_url'",
                                                                            "KEY=VALUE"]),
     (["guest", "snapshot", "@lxd/llm1", "--keep", "x"], ["--keep", "integer"]),

@@ -35,8 +35,8 @@ def test_nothing_for_hosts_that_are_not_containers_or_opted_out(host):
     assert list(snapshot_command(host, "stack-switch")) == []
 
 
-@pytest.mark.parametrize("keep, needle", [("three", "whole number"), ("0", "at least 1"), (0, "at least 1"),
-                                          (-2, "at least 1")])
+@pytest.mark.parametrize("keep, needle", [("three", "whole number"), ("0", "keep 1 to 100"), (0, "keep 1 to 100"),
+                                          (-2, "keep 1 to 100")])
 def test_bad_keep_is_one_line(keep, needle):
     with pytest.raises(OperationError, match=needle):
         list(snapshot_command(Host("@lxd/llm1", {"snapshot_keep": keep}), "stack-switch"))
