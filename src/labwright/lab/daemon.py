@@ -80,7 +80,9 @@ def start_daemon(report: Reporter) -> None:
                 _clear_stale_fuse_mount(Path("/var/lib/lxcfs"))
                 Path("/var/lib/lxcfs").mkdir(parents=True, exist_ok=True)
                 _detach(["lxcfs", "/var/lib/lxcfs"], LOG_DIR / "lxcfs.log")
-            if subprocess.run(["pgrep", "-x", "lxd"], capture_output=True).returncode != 0:
+            # By command line: each running container's `[lxc monitor]` process is named lxd as well, so
+            # `pgrep -x lxd` finds one while the daemon itself is dead and it would never be started again.
+            if subprocess.run(["pgrep", "-f", "^lxd( |$)"], capture_output=True).returncode != 0:
                 _detach(["lxd", "--group", "root", f"--logfile={LOG_DIR / 'lxd.log'}"], LOG_DIR / "lxd.out")
             _run(["lxd", "waitready", "--timeout=120"], "lxd waitready")
     report.change("started the LXD daemon")
