@@ -31,7 +31,8 @@ def _tmp_path(target: Path) -> Path:
     return target.with_name(f".{target.name}{_TMP_MARK}{os.getpid()}.{secrets.token_hex(4)}")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine (one we may not signal counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -52,7 +53,7 @@ def _remove_orphans(target: Path) -> None:
         if not name.startswith(prefix):
             continue
         pid_text = name[len(prefix):].split(".", 1)[0]
-        if pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+        if pid_text.isdigit() and int(pid_text) != os.getpid() and not pid_alive(int(pid_text)):
             with contextlib.suppress(OSError):
                 (target.parent / name).unlink()
 

@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from labwright import paths
+from labwright.atomic import pid_alive
 from labwright.errors import BadInput, OperationFailed
 from labwright.textio import read_text
 
@@ -105,23 +106,13 @@ def cached_tarball(recipe: ImageRecipe) -> Path:
     return cache_dir() / f"{recipe.name}-{recipe.digest}.tar.gz"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_abandoned_builds(log=print) -> list[Path]:
     """Remove the work directories of image builds whose process is gone (a killed `lab up` leaves a
     debootstrap tree of ~200 MB behind): the space is given back on the next build."""
     removed = []
     for work in cache_dir().glob("labwright-image-*"):
         pid_text = work.name.removeprefix("labwright-image-").split("-", 1)[0]
-        if work.is_dir() and (not pid_text.isdigit() or not _alive(int(pid_text))):
+        if work.is_dir() and (not pid_text.isdigit() or not pid_alive(int(pid_text))):
             shutil.rmtree(work, ignore_errors=True)
             removed.append(work)
             log(f"removed {work} (left by an image build that was killed)")

@@ -30,7 +30,6 @@ from email.parser import HeaderParser
 from pathlib import Path
 from urllib.parse import urljoin
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -48,6 +47,7 @@ from labwright.matrix.refresh import (
     wheel_from_listed,
     write_matrix_file,
 )
+from labwright.matrix.wheelinspect import linux_requirements
 from labwright.matrix.wheelname import WheelNameError, parse_wheel_filename
 
 DEFAULT_INDEX = "https://pypi.org/pypi"
@@ -192,14 +192,7 @@ def built_against(metadata: str) -> dict[str, str]:
     ``torch`` (an exact ``torch==`` pin), where present."""
     headers = HeaderParser().parsestr(metadata)
     out = {"version": (headers.get("Version") or "").strip()}
-    for line in headers.get_all("Requires-Dist") or []:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if req.marker is not None and not req.marker.evaluate({"platform_system": "Linux", "sys_platform": "linux",
-                                                               "platform_machine": "x86_64", "extra": ""}):
-            continue
+    for req in linux_requirements(headers):
         name = canonicalize_name(req.name)
         pins = [s.version for s in req.specifier if s.operator == "=="]
         if _CUDA_PACKAGES.match(name) and pins and "cuda" not in out:

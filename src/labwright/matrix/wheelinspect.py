@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from email.message import Message
 from email.parser import HeaderParser
 from pathlib import Path
 
@@ -28,6 +30,21 @@ from labwright.matrix.wheelname import WheelNameError, cuda_major, parse_wheel_f
 
 MAX_SO_BYTES = 2 * 1024**3  # a single .so larger than this is not read (torch's own libtorch_cuda is ~1.5 GB)
 
+
+
+#: The environment a homelab GPU box evaluates a requirement's marker in (extras not asked for).
+_LINUX = {"platform_system": "Linux", "sys_platform": "linux", "platform_machine": "x86_64", "extra": ""}
+
+
+def linux_requirements(headers: Message) -> Iterator[Requirement]:
+    """The Requires-Dist lines of a METADATA (parsed headers) that apply on x86_64 Linux; unparsable ones skipped."""
+    for line in headers.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or req.marker.evaluate(_LINUX):
+            yield req
 
 @dataclass
 class Inspection:
@@ -93,22 +110,15 @@ def inspect_wheel(path: Path) -> Inspection:
             result.contradictions.append(f"METADATA says version {result.metadata_version}, the file name "
                                          f"{name.version}")
     pin_torch, pin_cuda = "", ""
-    for line in headers.get_all("Requires-Dist") or []:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if req.marker is not None and not req.marker.evaluate({"platform_system": "Linux", "sys_platform": "linux",
-                                                               "platform_machine": "x86_64", "extra": ""}):
-            continue
+    for req in linux_requirements(headers):
         pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
         package = canonicalize_name(req.name)
         if package == "torch" and pins:
             pin_torch = pins[0].split("+")[0]
-            result.evidence.append(f"Requires-Dist: {line.split(';')[0].strip()}")
+            result.evidence.append(f"Requires-Dist: {str(req).split(';')[0].strip()}")
         elif (package == "cuda-toolkit" or package.startswith("nvidia-cuda-runtime")) and pins and not pin_cuda:
             pin_cuda = ".".join(pins[0].split(".")[:2])
-            result.evidence.append(f"Requires-Dist: {line.split(';')[0].strip()}")
+            result.evidence.append(f"Requires-Dist: {str(req).split(';')[0].strip()}")
     linked_major, links_torch, symbols = so_info
     result.links_torch = links_torch
     if linked_major:
