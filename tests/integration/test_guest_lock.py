@@ -181,3 +181,26 @@ def test_two_pyinfra_deploys_one_waits_for_the_other(lab: Lab, lab_container: st
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_probe_restore_takes_the_guest_lock(lab: Lab, lab_container: str, holder: subprocess.Popen[str]) -> None:
+    """`labwright probe` changes an engine's config in the guest: it takes the same run lock as the deploys, refuses
+    naming the holder (exit 1, one line, nothing touched), and runs once the holder is gone."""
+    held = lock_in(lab, lab_container)
+    assert held is not None and held["pid"] == holder.pid
+    cli = [str(Path(sys.executable).parent / "labwright"), "probe", "restore", "--guest", lab_container]
+    refused = subprocess.run([*cli, "--lock-wait", "0"], capture_output=True, text=True, env=tool_env(), timeout=300)
+    assert refused.returncode == 1, refused.stderr
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("labwright: error:")]
+    assert len(errors) == 1 and "another labwright run holds this guest" in errors[0], refused.stderr
+    assert f"pid {holder.pid} on {held['host']} (test holder:" in errors[0], errors[0]
+    assert "nothing to restore" not in refused.stdout  # refused before it looked at the guest's probe records
+    assert lock_in(lab, lab_container) == held
+    holder.kill()
+    holder.wait()
+    # The holder died without giving the lock back: the next run (same controller, pid gone) releases it and runs.
+    ran = subprocess.run([*cli, "--lock-wait", "0"], capture_output=True, text=True, env=tool_env(), timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    assert "released a stale run lock" in ran.stdout + ran.stderr
+    assert "nothing to restore: no interrupted probe" in ran.stdout
+    assert lock_in(lab, lab_container) is None  # given back at the end

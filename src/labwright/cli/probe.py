@@ -14,6 +14,7 @@ from types import FrameType
 import typer
 from rich.markup import escape
 
+from labwright import guestlock
 from labwright.errors import BadInput
 from labwright.tuning import kv_modes
 from labwright.tuning.kv import read_layout
@@ -39,6 +40,9 @@ NAME = "probe"
 HELP = "Find the real context ceiling of a running engine."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
+LockWaitOption = typer.Option(guestlock.DEFAULT_WAIT, "--lock-wait", help="Seconds to wait for another labwright "
+                              "run on the guest (a deploy, a stack switch) to finish; 0 refuses at once.")
+MAX_LOCK_WAIT = 86400.0
 
 DEFAULT_SERVICE = {"llamacpp": "llama-server", "tabbyapi": "tabbyapi"}
 MAX_TIMEOUT_S = 3600.0  # a real model load is minutes at worst; more is a typo
@@ -99,6 +103,7 @@ def ceiling(
     blind: bool = typer.Option(False, "--blind", help="Ignore the planner: plain binary search (the seed's method)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be written for --lo; change nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print every probe and the ceiling as JSON."),
+    lock_wait: float = LockWaitOption,
 ) -> None:
     """Restart the engine with candidate contexts until the largest one that starts is known, to the page.
 
@@ -120,48 +125,71 @@ def ceiling(
     if budget_bytes is not None and layout is None:
         raise BadInput("--budget needs --model-config: the planner turns the budget into tokens with the model's "
                        "bytes/token")
+    _check_lock_wait(lock_wait)
     target_guest = LxdGuest(guest)
-    # A record left by a killed probe of this unit is run first (the original config back); --dry-run only says so.
-    target: Target = (llamacpp_target(target_guest, unit, spec, recover_leftover=not dry_run) if engine == "llamacpp"
-                      else tabbyapi_target(target_guest, unit, spec, config_path, recover_leftover=not dry_run))
-    for note in target.notes:
-        console.print(f"note: {escape(note)}")
-    if dry_run:
-        first = target.render(-(-lo // page) * page)
-        state = "running" if target.was_active else "stopped"
-        if as_json:
-            stdout.print_json(json.dumps({"engine": engine, "guest": guest, "service": target.service,
-                                          "cache": spec.name, "service_state": state, "writes": [
-                                              {"path": f["path"], "content": base64.b64decode(f["content_b64"])
-                                               .decode(errors="replace")} for f in first]}))
+    # One run at a time per guest (labwright.guestlock): a deploy or stack switch on the same guest waits for the
+    # probe and the probe for them; --dry-run changes nothing and takes no lock.
+    with _run_lock(target_guest, f"labwright probe ceiling --service {unit}", dry_run, lock_wait):
+        # A record left by a killed probe of this unit is run first (the original config back); --dry-run only says
+        # so.
+        recover = not dry_run
+        target: Target = (llamacpp_target(target_guest, unit, spec, recover_leftover=recover) if engine == "llamacpp"
+                          else tabbyapi_target(target_guest, unit, spec, config_path, recover_leftover=recover))
+        for note in target.notes:
+            console.print(f"note: {escape(note)}")
+        if dry_run:
+            first = target.render(-(-lo // page) * page)
+            state = "running" if target.was_active else "stopped"
+            if as_json:
+                stdout.print_json(json.dumps({"engine": engine, "guest": guest, "service": target.service,
+                                              "cache": spec.name, "service_state": state, "writes": [
+                                                  {"path": f["path"], "content": base64.b64decode(f["content_b64"])
+                                                   .decode(errors="replace")} for f in first]}))
+                return
+            console.print(f"would probe {target.service} on {guest} ({state}) at {target.setting} from {lo:,} to "
+                          f"{hi:,} in {page}-token pages, cache {spec.name}; each start writes (shown for {lo:,}):")
+            for item in first:
+                console.print(f"[bold]{item['path']}[/]")
+                text = base64.b64decode(item["content_b64"]).decode(errors="replace")
+                stdout.print(escape(text), end="", soft_wrap=True)
+            console.print("and afterwards puts the original back (nothing was changed now)")
             return
-        console.print(f"would probe {target.service} on {guest} ({state}) at {target.setting} from {lo:,} to "
-                      f"{hi:,} in {page}-token pages, cache {spec.name}; each start writes (shown for {lo:,}):")
-        for item in first:
-            console.print(f"[bold]{item['path']}[/]")
-            stdout.print(escape(base64.b64decode(item["content_b64"]).decode(errors="replace")), end="", soft_wrap=True)
-        console.print("and afterwards puts the original back (nothing was changed now)")
-        return
 
-    def progress(probe: Probe) -> None:
+        def progress(probe: Probe) -> None:
+            if not as_json:
+                console.print(f"  {target.setting} {probe.candidate:>9,}: {probe.outcome:<7} ({probe.seconds:.1f}s, "
+                              f"{escape(probe.why)})")
+
         if not as_json:
-            console.print(f"  {target.setting} {probe.candidate:>9,}: {probe.outcome:<7} ({probe.seconds:.1f}s, "
-                          f"{escape(probe.why)})")
+            console.print(f"probing {target.service} on {guest}, cache {spec.name}, {lo:,}..{hi:,} in {page}-token "
+                          "pages")
+        try:
+            with _sigterm_interrupts():
+                result = probe_ceiling(target_guest, target, lo, hi, page, layout=layout, budget=budget_bytes,
+                                       timeout=timeout, blind=blind, progress=progress)
+        except KeyboardInterrupt:
+            # probe_ceiling's finally has restored by now (typer would otherwise turn Ctrl-C into a silent exit 130).
+            console.print(f"labwright: interrupted; the original config of {target.service} was put back and the "
+                          f"service left {'running' if target.was_active else 'stopped'} as it was")
+            raise typer.Exit(130) from None
+        _report(result, as_json)
+        if result.ceiling is None:
+            raise typer.Exit(1)
 
-    if not as_json:
-        console.print(f"probing {target.service} on {guest}, cache {spec.name}, {lo:,}..{hi:,} in {page}-token pages")
-    try:
-        with _sigterm_interrupts():
-            result = probe_ceiling(target_guest, target, lo, hi, page, layout=layout, budget=budget_bytes,
-                                   timeout=timeout, blind=blind, progress=progress)
-    except KeyboardInterrupt:
-        # probe_ceiling's finally has restored by now (typer would otherwise turn Ctrl-C into a silent exit 130).
-        console.print(f"labwright: interrupted; the original config of {target.service} was put back and the "
-                      f"service left {'running' if target.was_active else 'stopped'} as it was")
-        raise typer.Exit(130) from None
-    _report(result, as_json)
-    if result.ceiling is None:
-        raise typer.Exit(1)
+
+def _check_lock_wait(wait: float) -> None:
+    if not 0 <= wait <= MAX_LOCK_WAIT:  # also nan
+        raise BadInput(f"--lock-wait {wait:g}: give seconds from 0 (refuse at once) to {MAX_LOCK_WAIT:g} (a day); "
+                       f"default {guestlock.DEFAULT_WAIT:g}")
+
+
+@contextmanager
+def _run_lock(target_guest: LxdGuest, purpose: str, dry_run: bool, wait: float) -> Iterator[None]:
+    if dry_run:
+        yield
+        return
+    with guestlock.held(target_guest.host, purpose, wait=wait, say=lambda line: console.print(escape(line))):
+        yield  # GuestBusy (another run holds the guest) is an OperationFailed: one line, exit 1
 
 
 @contextmanager
@@ -182,6 +210,7 @@ def restore_command(
     guest: str = typer.Option(..., "--guest", help="LXD/Incus instance (NAME or REMOTE:NAME)."),
     service: str | None = typer.Option(None, "--service", help="Only this unit (default: every unit an interrupted "
                                        "probe left on the guest)."),
+    lock_wait: float = LockWaitOption,
 ) -> None:
     """Put back what a probe that was killed (SIGKILL, lost connection, reboot) left on a guest.
 
@@ -193,16 +222,18 @@ def restore_command(
     Example: labwright probe restore --guest lw-llm1
     """
     unit = f"{_unit(service)}.service" if service is not None else None
+    _check_lock_wait(lock_wait)
     target_guest = LxdGuest(guest)
-    records = leftovers(target_guest)
-    if unit is not None:
-        records = {name: record for name, record in records.items() if name == unit}
-    if not records:
-        which = f"of {service} " if service else ""
-        stdout.print(f"nothing to restore: no interrupted probe {which}on {escape(guest)}")
-        return
-    for unit, record in records.items():
-        stdout.print(escape(recover(target_guest, unit, record or {})))
+    with _run_lock(target_guest, "labwright probe restore", False, lock_wait):
+        records = leftovers(target_guest)
+        if unit is not None:
+            records = {name: record for name, record in records.items() if name == unit}
+        if not records:
+            which = f"of {service} " if service else ""
+            stdout.print(f"nothing to restore: no interrupted probe {which}on {escape(guest)}")
+            return
+        for unit, record in records.items():
+            stdout.print(escape(recover(target_guest, unit, record or {})))
 
 
 def _report(result: CeilingResult, as_json: bool) -> None:

@@ -58,6 +58,8 @@ NEVER_GIVEN = {"yes", "create"}
 MEANINGFUL_NUMBERS: dict[tuple[str, str], set[str]] = {
     ("matrix show", "limit"): {"1000000000000"},  # more rows than there are: all of them
     ("stack switch", "keep"): {"0", "1000000000000"},  # keep no older stack directory / keep them all
+    ("probe ceiling", "lock_wait"): {"0"},  # refuse at once when another run holds the guest
+    ("probe restore", "lock_wait"): {"0"},
 }
 
 RANDOM_BYTES = bytes((i * 7919 + 13) % 256 for i in range(4096)) + b"\x00\xff\xfe"
