@@ -30,6 +30,7 @@ import importlib  # noqa: E402
 import os  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import TextIO, cast  # noqa: E402
 
 import typer  # noqa: E402
 
@@ -45,7 +46,10 @@ app = typer.Typer(
     help="Reproducible local-LLM infrastructure for Proxmox VE and LXD/Incus homelabs.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # `labwright --install-completion` installs shell completion (bash, zsh, fish, PowerShell); docs/cli.md.
+    add_completion=True,
+    # -h as well as --help, on every command (click hands help_option_names down to the subcommands' contexts).
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 #: The command groups, one module each (labwright/cli/NAME.py), in the order `--help` lists them.
 GROUPS = ("lab", "matrix", "stack", "guest", "gpu", "tabbyapi", "kv", "probe", "bench", "cluster", "bios", "desktop",
@@ -85,9 +89,14 @@ _PATH_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, e
 _PACKAGE = Path(__file__).resolve().parent.parent
 
 
+#: The last error line printed (for the JSON error object of a command run with --json).
+_last_error: list[str] = []
+
+
 def error(message: str) -> None:
     """Print ``message`` as the command's one error line (newlines folded: one line, whatever the message)."""
     line = " ".join(str(message).split())
+    _last_error[:] = [line]
     print(f"labwright: error: {line}", file=sys.stderr)
 
 
@@ -190,13 +199,81 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _rewrite(args: list[str]) -> list[str]:
+    """Old spellings (vocab.DEPRECATED_FLAGS) to the new ones, one deprecation line each; `--` and what follows,
+    and pass-through commands (verify: its arguments are pytest's), are left as they are."""
+    from labwright.cli.vocab import DEPRECATED_FLAGS, PASS_THROUGH, deprecated
+
+    first = next((a for a in args if not a.startswith("-")), None)
+    if first in PASS_THROUGH:
+        return args
+    out: list[str] = []
+    for index, arg in enumerate(args):
+        if arg == "--":
+            return out + args[index:]
+        new = DEPRECATED_FLAGS.get(arg)
+        if new is not None:
+            deprecated(arg, new)
+            arg = new
+        out.append(arg)
+    return out
+
+
+class _Watched:
+    """sys.stdout, noting whether the command wrote to it (a report already printed gets no JSON error object
+    after it: stdout stays one JSON document)."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+        self.written = False
+
+    def write(self, text: str) -> int:
+        if text:
+            self.written = True
+        return self._inner.write(text)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+
+def _json_error(args: list[str], code: int, wrote: bool) -> None:
+    """With --json, a failure with an error line is a JSON object on stdout as well (unless the command's own
+    report is already there)."""
+    import json
+
+    mine = args[:args.index("--")] if "--" in args else args
+    if code in (0, 130, 141) or "--json" not in mine or not _last_error or wrote:
+        return
+    try:
+        print(json.dumps({"error": _last_error[0], "exit_code": code}), flush=True)
+    except BrokenPipeError:
+        _quiet_stdout()
+
+
 def _main(argv: list[str] | None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    _last_error.clear()
+    args = _rewrite(list(sys.argv[1:] if argv is None else argv))
+    watched = _Watched(sys.stdout)
+    sys.stdout = cast(TextIO, watched)
+    try:
+        code = _run(args)
+    finally:
+        if sys.stdout is watched:
+            sys.stdout = watched._inner
+    _json_error(args, code, watched.written)
+    return code
+
+
+def _run(args: list[str]) -> int:
     first = next((a for a in args if not a.startswith("-")), None)
     register([first] if first in GROUPS else GROUPS)
+    mine = args[:args.index("--")] if "--" in args else args
+    if first not in ("verify",) and "--dry" in mine and ("--yes" in mine or "-y" in mine):
+        error("--dry and --yes contradict each other: --dry changes nothing, --yes acts; give one of them")
+        return 2
     try:
         # Outside standalone mode click hands back the code of `raise typer.Exit(n)` instead of exiting.
-        result = app(args=argv, standalone_mode=False)
+        result = app(args=args, standalone_mode=False)
     except LabwrightError as exc:
         if os.environ.get("LABWRIGHT_DEBUG"):
             traceback.print_exception(exc)

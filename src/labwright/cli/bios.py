@@ -15,6 +15,7 @@ from labwright.bios import backup as backup_module
 from labwright.bios import flashrom
 from labwright.bios.ifd import Descriptor
 from labwright.bios.target import Target, parse_host_data
+from labwright.cli import vocab
 from labwright.ui import Reporter, stdout, table
 
 NAME = "bios"
@@ -108,7 +109,8 @@ def restore(
     host: str = HostArgument,
     image: Path = typer.Argument(..., metavar="IMAGE", help="A whole-chip image (from `labwright bios backup`)."),
     programmer: str = ProgrammerOption,
-    yes: bool = typer.Option(False, "--yes", help="Really write the chip; without it only the plan is printed."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Really write the chip; without it only the plan is printed."),
+    dry: bool = typer.Option(False, "--dry", help="Print the plan; write nothing (the default without --yes)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan and the outcome as JSON."),
     data: list[str] | None = DataOption,
     platform: str | None = PlatformOption,
@@ -120,6 +122,7 @@ def restore(
 
     Example: labwright bios restore @lxd/node1 backups/bios/lxd-node1-W25Q128.V-0123456789ab.bin --yes
     """
+    vocab.dry_or_yes(dry, yes)
     flashrom.check_programmer(programmer)
     backup_module.check_restore_image(image, platform)  # a bad image is refused before any host is contacted
     host_data = parse_host_data(host, data)

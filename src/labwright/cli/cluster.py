@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 
+from labwright.cli import vocab
 from labwright.cluster.doctor import HEALTHY, Diagnosis, doctor, host_data, load_cluster, prevent
 from labwright.cluster.ghosts import ghosts as run_ghosts
 from labwright.cluster.rejoin import rejoin as run_rejoin
@@ -23,10 +24,12 @@ HELP = "Proxmox/corosync cluster doctor and repair runbooks."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
-DEFAULT_INVENTORY = os.environ.get("LABWRIGHT_CLUSTER_INVENTORY", "inventories/cluster.py")
-InventoryArgument = typer.Argument(DEFAULT_INVENTORY, help="pyinfra inventory with a `cluster` (or `pve_nodes`) group.")
-InventoryOption = typer.Option(DEFAULT_INVENTORY, "--inventory", "-i",
-                               help="pyinfra inventory with a `cluster` (or `pve_nodes`) group.")
+DEFAULT_INVENTORY = os.environ.get("LABWRIGHT_CLUSTER_INVENTORY") or None
+InventoryOption = vocab.inventory_option("pyinfra inventory with a `cluster` (or `pve_nodes`) group "
+                                         "[$LABWRIGHT_CLUSTER_INVENTORY, $LABWRIGHT_INVENTORY, inventories/local.py].",
+                                         DEFAULT_INVENTORY)
+YesOption = typer.Option(False, "--yes", "-y", help="Do it (without: print the plan, change nothing).")
+DryOption = typer.Option(False, "--dry", help="Print the plan; change nothing (the default without --yes).")
 
 
 #: corosync's config_version is a 64-bit unsigned counter (corosync totemconfig.c, totem.config_version).
@@ -52,12 +55,7 @@ def check_address(value: str, option: str) -> str:
 
 
 def _runners(inventory: Path) -> list[NodeRunner]:
-    if inventory.is_dir():
-        raise BadInput(f"inventory {inventory} is a directory, not a file; pass the inventory file that lists your "
-                       "cluster nodes")
-    if not inventory.is_file():
-        raise BadInput(f"inventory {inventory}: no such file; pass the inventory that lists your cluster nodes")
-    return load_cluster(inventory)
+    return load_cluster(vocab.inventory(inventory, None))
 
 
 def _print_diagnosis(diag: Diagnosis) -> None:
@@ -93,7 +91,8 @@ def _print_diagnosis(diag: Diagnosis) -> None:
 
 @app.command("doctor")
 def doctor_cmd(
-    inventory: Path = InventoryArgument,
+    inventory: Path = InventoryOption,
+    old_inventory: Path | None = vocab.InventoryPositional,
     as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
     prevent_node: str = typer.Option(None, "--prevent", metavar="NODE",
                                      help="Before powering on a long-offline NODE: compare its last known "
@@ -105,8 +104,9 @@ def doctor_cmd(
 
     Exit 0: every node healthy (with --prevent: safe to power on); 1: a problem was found.
 
-    Example: labwright cluster doctor inventories/cluster.py
+    Example: labwright cluster doctor -i inventories/cluster.py
     """
+    inventory = vocab.inventory(inventory, old_inventory)
     if last_version is not None:
         if prevent_node is None:
             raise BadInput(f"--last-version {last_version} only means something with --prevent NODE; add --prevent "
@@ -148,7 +148,8 @@ def rejoin_cmd(
     node: str = typer.Argument(..., help="The stale node (its inventory/corosync name)."),
     lead: str = typer.Option(..., "--lead", help="Address of a quorate member for `pvecm add`."),
     inventory: Path = InventoryOption,
-    yes: bool = typer.Option(False, "--yes", help="Do it (without: print the plan, change nothing)."),
+    yes: bool = YesOption,
+    dry: bool = DryOption,
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Rejoin a node whose corosync config is stale (dry run unless --yes).
@@ -156,8 +157,9 @@ def rejoin_cmd(
     Stops corosync on NODE, runs `pvecm add LEAD --use_ssh --force` from /tmp, waits for quorum and verifies
     membership and config_version. Refuses unless the doctor says stale config and the cluster is quorate.
 
-    Example: labwright cluster rejoin pve7 --lead 10.140.3.10 --yes
+    Example: labwright cluster rejoin pve7 --lead 10.140.3.10 -i inventories/cluster.py --yes
     """
+    vocab.dry_or_yes(dry, yes)
     lead = check_address(lead, "--lead")
     result = run_rejoin(_runners(inventory), node, lead, yes, Reporter(quiet=as_json))
     if as_json:
@@ -176,9 +178,11 @@ def rejoin_cmd(
 
 @app.command("ghosts")
 def ghosts_cmd(
-    inventory: Path = InventoryArgument,
+    inventory: Path = InventoryOption,
+    old_inventory: Path | None = vocab.InventoryPositional,
     remove: str = typer.Option(None, "--remove", metavar="NAME", help="Remove this ghost node's directory."),
-    yes: bool = typer.Option(False, "--yes", help="With --remove: do it (without: show what would go)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="With --remove: do it (without: show what would go)."),
+    dry: bool = typer.Option(False, "--dry", help="With --remove: show what would go (the default without --yes)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """List ghost nodes and the guest configs and disks left in them; --remove NAME --yes removes one.
@@ -186,8 +190,10 @@ def ghosts_cmd(
     A ghost is a /etc/pve/nodes directory with no corosync membership and no nodelist entry. Removal tries
     `pvecm delnode` first and removes the directory only when pvecm says the node is unknown.
 
-    Example: labwright cluster ghosts inventories/cluster.py --remove pve9 --yes
+    Example: labwright cluster ghosts -i inventories/cluster.py --remove pve9 --yes
     """
+    vocab.dry_or_yes(dry, yes)
+    inventory = vocab.inventory(inventory, old_inventory)
     rep = run_ghosts(_runners(inventory), remove, yes, Reporter(quiet=as_json))
     if as_json:
         typer.echo(json.dumps(rep.as_json()))

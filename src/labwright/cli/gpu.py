@@ -85,6 +85,7 @@ def arch(
                                      "it (8.6, 12.0) or sm_86."),
     cuda: str | None = typer.Option(None, "--cuda", help="A build's CUDA version (12.8, cu128): exit 1 when it has "
                                     "no kernels for this GPU."),
+    as_json: bool = typer.Option(False, "--json", help="Print the architecture (and the --cuda verdict) as JSON."),
 ) -> None:
     """The architecture of a compute capability and the CUDA builds with kernels for it (labwright/data/gpu-arch.toml).
 
@@ -93,6 +94,13 @@ def arch(
     found = gpu_arch.architecture(capability)
     if cuda is not None:
         gpu_arch.parse_cuda(cuda)  # refused before anything is printed
+    if as_json:
+        reason = gpu_arch.why_not(cuda, found.capability) if cuda is not None else None
+        typer.echo(json.dumps({"capability": found.capability, "sm": found.sm, "name": found.name,
+                               "min_cuda": found.min_cuda, "max_cuda": found.max_cuda, "cuda": cuda,
+                               "cuda_has_kernels": None if cuda is None else not reason, "reason": reason or None},
+                              indent=2))
+        raise typer.Exit(1 if reason else 0)
     upto = f", up to CUDA {found.max_cuda}" if found.max_cuda else ""
     stdout.print(escape(f"{found.capability} ({found.sm}): {found.name}; builds need CUDA >= {found.min_cuda}{upto}"))
     if cuda is not None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from labwright.cli import guest_snapshots
+from labwright.cli import guest_snapshots, vocab
 from labwright.guests.base import BackendPool
 from labwright.guests.model import Change, GuestSpec, load_guests, select_guests
 from labwright.ui import stdout, table
@@ -22,14 +22,14 @@ HELP = "Declarative LXC guests on Proxmox VE and LXD/Incus with NVIDIA passthrou
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
-DEFAULT_INVENTORY = Path("inventories/local.py")
-InventoryArgument = typer.Argument(DEFAULT_INVENTORY, metavar="INVENTORY",
-                                   help="pyinfra inventory whose hosts carry `guest` data.")
+InventoryArgument = vocab.inventory_option("pyinfra inventory whose hosts carry `guest` data.")
+OldInventory = vocab.InventoryPositional
 GuestOption = typer.Option(None, "--guest", "-g", help="Only this guest (repeat for several); default: all.")
 JsonOption = typer.Option(False, "--json", help="Print JSON instead of text.")
 
 
 def _guests(inventory: Path, names: list[str] | None) -> list[GuestSpec]:
+    inventory = vocab.inventory(inventory, None)
     specs = select_guests(load_guests(inventory), names, str(inventory))
     if not specs:
         stdout.print(f"{inventory}: no hosts with `guest` data")
@@ -49,13 +49,18 @@ def _print_changes(changes: list[Change], indent: str = "  ") -> None:
 @app.command()
 def plan(
     inventory: Path = InventoryArgument,
+    old_inventory: Path | None = OldInventory,
     guest: list[str] | None = GuestOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Print what `apply` would change (and for Proxmox the exact config lines); touch nothing.
+    """Print what `apply` would change (and for Proxmox the exact config lines); touch nothing (= `apply --dry`).
 
-    Example: labwright guest plan inventories/lab.py --guest llm1
+    Example: labwright guest plan -i inventories/lab.py --guest llm1
     """
+    _plan(vocab.inventory(inventory, old_inventory), guest, as_json)
+
+
+def _plan(inventory: Path, guest: list[str] | None, as_json: bool) -> None:
     results = []
     with BackendPool() as pool:
         for spec in _guests(inventory, guest):
@@ -100,23 +105,33 @@ def _run_each(inventory: Path, names: list[str] | None, as_json: bool, verb: str
 @app.command()
 def apply(
     inventory: Path = InventoryArgument,
+    old_inventory: Path | None = OldInventory,
     guest: list[str] | None = GuestOption,
+    dry: bool = vocab.DryOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Make each guest match the inventory and print exactly what changed; a second run changes nothing.
 
-    Example: labwright guest apply inventories/lab.py
+    --dry prints what it would change (the same as `guest plan`).
+
+    Example: labwright guest apply -i inventories/lab.py
     """
+    inventory = vocab.inventory(inventory, old_inventory)
+    if dry:
+        _plan(inventory, guest, as_json)
+        return
     _run_each(inventory, guest, as_json, "changed", lambda backend, spec: backend.apply(spec))
 
 
 @app.command()
 def show(
     inventory: Path = InventoryArgument,
+    old_inventory: Path | None = OldInventory,
     guest: list[str] | None = GuestOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Show each guest as the host has it: state, addresses, and drift from the inventory."""
+    inventory = vocab.inventory(inventory, old_inventory)
     with BackendPool() as pool:
         infos = [pool.get(spec).show(spec) for spec in _guests(inventory, guest)]
     if as_json:
@@ -142,44 +157,74 @@ def show(
 @app.command()
 def start(
     inventory: Path = InventoryArgument,
+    old_inventory: Path | None = OldInventory,
     guest: list[str] | None = GuestOption,
+    dry: bool = vocab.DryOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Start the guests (GPU guests get the host's /dev/nvidia-uvm created first)."""
+    """Start the guests (GPU guests get the host's /dev/nvidia-uvm created first); --dry names them only."""
+    inventory = vocab.inventory(inventory, old_inventory)
+    if dry:
+        _would(inventory, guest, as_json, "start")
+        return
     _run_each(inventory, guest, as_json, "started", lambda backend, spec: backend.start(spec))
 
 
 @app.command()
 def stop(
     inventory: Path = InventoryArgument,
+    old_inventory: Path | None = OldInventory,
     guest: list[str] | None = GuestOption,
+    dry: bool = vocab.DryOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Stop the guests."""
+    """Stop the guests; --dry names them only."""
+    inventory = vocab.inventory(inventory, old_inventory)
+    if dry:
+        _would(inventory, guest, as_json, "stop")
+        return
     _run_each(inventory, guest, as_json, "stopped", lambda backend, spec: backend.stop(spec))
+
+
+def _would(inventory: Path, names: list[str] | None, as_json: bool, verb: str) -> list[GuestSpec]:
+    """--dry (and destroy without --yes): the guests the command would act on, changing nothing. For destroy only
+    the ones that exist."""
+    with BackendPool() as pool:
+        specs = _guests(inventory, names)
+        if verb == "destroy":
+            specs = [spec for spec in specs if pool.get(spec).exists(spec)]
+    if as_json:
+        typer.echo(json.dumps([{"guest": spec.name, "backend": spec.backend, "dry": True, "would": verb,
+                                "changes": []} for spec in specs], indent=2))
+    else:
+        for spec in specs:
+            stdout.print(f"would {verb} {_label(spec)}", markup=False)
+    return specs
 
 
 @app.command()
 def destroy(
     inventory: Path = InventoryArgument,
+    old_inventory: Path | None = OldInventory,
     guest: list[str] | None = GuestOption,
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Destroy them (without: say what would go, change nothing)."),
+    dry: bool = typer.Option(False, "--dry", help="Say what would go; change nothing (the default without --yes)."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Delete the guests labwright made (asks first unless --yes). Instances it did not make are refused.
+    """Delete the guests labwright made and their disks; a dry run unless --yes. Instances it did not make are
+    refused.
 
-    Example: labwright guest destroy inventories/lab.py --guest llm1 --yes
+    Example: labwright guest destroy -i inventories/lab.py --guest llm1 --yes
     """
+    vocab.dry_or_yes(dry, yes)
+    inventory = vocab.inventory(inventory, old_inventory)
     if not yes:
-        with BackendPool() as pool:
-            present = [spec for spec in _guests(inventory, guest) if pool.get(spec).exists(spec)]
-        if not present:
-            stdout.print("no guest to destroy")
-            return
-        for spec in present:
-            stdout.print(f"- {_label(spec)}", markup=False)
-        typer.confirm(f"destroy these {len(present)} guest(s) and their disks?", abort=True)
-        guest = [spec.name for spec in present]
+        present = _would(inventory, guest, as_json, "destroy")
+        if not as_json:
+            stdout.print("no guest to destroy" if not present else
+                         f"dry run: nothing destroyed; run again with --yes to destroy these {len(present)} guest(s) "
+                         "and their disks")
+        return
     _run_each(inventory, guest, as_json, "destroyed", lambda backend, spec: backend.destroy(spec))
 
 

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import typer
@@ -94,27 +93,27 @@ def restore(
                                                                                  "latest."),
     force: bool = typer.Option(False, "--force", help="Restore a running guest: stop it, restore, start it again."),
     dry: bool = DryOption,
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Restore (without: say what would happen, change nothing)."),
     data: list[str] | None = DataOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Put a guest back to a snapshot (everything since it was taken is lost). A running guest needs --force.
+    """Put a guest back to a snapshot (everything since it was taken is lost); a dry run unless --yes. A running
+    guest needs --force.
 
     Example: labwright guest restore @lxd/llm1 --force -y
     """
+    if dry and yes:
+        raise BadInput("--dry and --yes contradict each other: --dry changes nothing, --yes acts; give one of them")
     host_data = node_data(data)
     plan = snapshots.restore(guest, snapshot_name, force=force, dry=True, node_data=host_data)
-    if dry:
+    if not yes:
         if as_json:
             _echo_json(plan.to_dict())
         else:
             stdout.print(f"{plan.guest}: would restore {plan.name} ({', '.join(plan.steps)})", markup=False)
+            if not dry:
+                stdout.print("dry run: nothing changed; run again with -y/--yes to restore", markup=False)
         return
-    if not yes:
-        if not sys.stdin.isatty():
-            raise BadInput(f"restore {plan.guest} to {plan.name}: confirm with -y/--yes (no terminal to ask on); "
-                           "nothing was changed")
-        typer.confirm(f"restore {plan.guest} to {plan.name}? Everything since it was taken is lost", abort=True)
     result = snapshots.restore(guest, plan.name, force=force, node_data=host_data)
     if as_json:
         _echo_json(result.to_dict())

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from labwright.cli import vocab
+from labwright.errors import BadInput
 from labwright.lab import lab as lab_ops
 from labwright.lab.spec import load_lab_spec
 from labwright.ui import Reporter, stdout, table
@@ -16,24 +18,25 @@ HELP = "Build, inspect and remove the local LXD lab declared in an inventory's `
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
-DEFAULT_INVENTORY = Path("inventories/local.py")
-InventoryOption = typer.Option(
-    DEFAULT_INVENTORY, "--inventory", "-i", help="pyinfra inventory whose `lab` group declares the lab."
-)
+InventoryOption = vocab.inventory_option("pyinfra inventory whose `lab` group declares the lab.")
 
 
 @app.command()
 def up(
     inventory: Path = InventoryOption,
-    dry_run: bool = typer.Option(False, "--dry-run", "--plan", help="Say what would change; change nothing."),
+    dry_run: bool = vocab.DryOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
+    as_json: bool = vocab.JsonOption,
 ) -> None:
     """Install/start LXD if needed, preseed the bridge, build the image once, launch the containers.
 
     Example: labwright lab up -i inventories/local.py
     """
-    spec = load_lab_spec(inventory)
-    changes = lab_ops.up(spec, Reporter(quiet=quiet), dry_run=dry_run)
+    spec = load_lab_spec(vocab.inventory(inventory, None))
+    changes = lab_ops.up(spec, Reporter(quiet=quiet or as_json), dry_run=dry_run)
+    if as_json:
+        typer.echo(json.dumps({"lab": spec.name, "dry": dry_run, "changes": changes}, indent=2))
+        return
     if not quiet and changes:
         verb = "would change" if dry_run else "changed"
         stdout.print(f"lab {spec.name}: {verb} {len(changes)} thing(s)")
@@ -45,7 +48,7 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Show the lab's containers: state, address, image, age."""
-    spec = load_lab_spec(inventory)
+    spec = load_lab_spec(vocab.inventory(inventory, None))
     rows = lab_ops.status(spec)
     if as_json:
         typer.echo(json.dumps([row.__dict__ for row in rows], indent=2))
@@ -58,11 +61,22 @@ def status(
 @app.command()
 def down(
     inventory: Path = InventoryOption,
-    dry_run: bool = typer.Option(False, "--dry-run", "--plan", help="Say what would be removed; remove nothing."),
+    dry_run: bool = typer.Option(False, "--dry", help="Say what would be removed; remove nothing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    as_json: bool = vocab.JsonOption,
 ) -> None:
-    """Remove what `lab up` made for this lab (containers, profile, pool, bridge, image) and nothing else."""
-    spec = load_lab_spec(inventory)
+    """Remove what `lab up` made for this lab (containers, profile, pool, bridge, image) and nothing else.
+
+    Asks first unless -y/--yes (with --json: give --dry or --yes, there is no question to answer).
+    """
+    vocab.dry_or_yes(dry_run, yes)
+    if as_json and not (dry_run or yes):
+        raise BadInput("lab down --json: give --dry (what would be removed) or --yes (remove it); --json does not ask")
+    spec = load_lab_spec(vocab.inventory(inventory, None))
+    if as_json:
+        removed = lab_ops.down(spec, Reporter(quiet=True), dry_run=dry_run)
+        typer.echo(json.dumps({"lab": spec.name, "dry": dry_run, "removed": removed}, indent=2))
+        return
     if not dry_run and not yes:
         plan = lab_ops.down(spec, Reporter(quiet=True), dry_run=True)
         if not plan:

@@ -44,12 +44,13 @@ def refresh(
     name: str = typer.Option(None, "--name", help="Output file stem (default: the listing's stem)."),
     base_url: str = typer.Option("", "--base-url", help="Prefix for relative links and bare file names."),
     source: str = typer.Option("", "--source", help="Publisher to record for every wheel (overrides `# source:`)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Parse and count; write nothing."),
+    dry_run: bool = typer.Option(False, "--dry", help="Parse and count; write nothing."),
     allow_shrink: bool = typer.Option(False, "--allow-shrink", help="Let the file lose more than half its wheels."),
     index: str = typer.Option(registry.DEFAULT_INDEX, "--index", help="PyPI JSON API root (no --from)."),
     package: list[str] = typer.Option([], "--package", help="Only this registry package (repeatable; no --from)."),
     pre: bool = typer.Option(False, "--pre", help="Include pre-releases (no --from)."),
     timeout: float = typer.Option(15.0, "--timeout", help="Seconds per request before a source counts as down."),
+    as_json: bool = typer.Option(False, "--json", help="Print what each source gave and what was written as JSON."),
 ) -> None:
     """Update the matrix from the registries (no --from), or regenerate one *.toml from an upstream listing.
 
@@ -74,13 +75,17 @@ def refresh(
         if given:
             raise BadInput(f"{', '.join(given)} without --from: those shape a listing refresh; pass --from LISTING "
                            "or drop them to refresh from the registries")
-        _refresh_registries(target, read_components(meta), index, package, pre, timeout, dry_run)
+        _refresh_registries(target, read_components(meta), index, package, pre, timeout, dry_run, as_json)
         return
     if package or pre or index != registry.DEFAULT_INDEX or timeout != 15.0:
         raise BadInput("--index/--package/--pre/--timeout with --from: those are for the registry refresh; drop "
                        "--from or them")
     report = refresh_listing(listing, target, read_components(meta), kind=kind, name=name, base_url=base_url,
                              source=source, dry_run=dry_run, allow_shrink=allow_shrink)
+    if as_json:
+        typer.echo(json.dumps({"dry": dry_run, "path": str(report.path), "wheels": len(report.wheels),
+                               "skipped": report.skipped, "warnings": report.warnings}, indent=2))
+        return
     for warning in report.warnings:
         stdout.print(f"[yellow]![/] {warning}")
     verb = "would write" if dry_run else "wrote"
@@ -90,10 +95,19 @@ def refresh(
 
 
 def _refresh_registries(target: Path, components: dict, index: str, packages: list[str], pre: bool,
-                        timeout: float, dry_run: bool) -> None:
+                        timeout: float, dry_run: bool, as_json: bool = False) -> None:
     report = registry.refresh_registry(target, components, index=index, packages=packages, pre=pre,
                                        timeout=timeout, dry_run=dry_run)
     state = registry.read_state(target)
+    if as_json:
+        typer.echo(json.dumps({"dry": dry_run, "index": index, "sources": [
+            {"package": o.package, "status": o.status, "newest": o.newest or None, "wheels": len(o.wheels),
+             "sdists_only": o.sdists_only, "lines": o.lines} for o in report.outcomes],
+            "written": [str(p) for p in report.written], "unreached": report.unreached}, indent=2))
+        if len(report.failed) == len(report.outcomes):
+            raise OperationFailed(f"no registry answered ({index}): the matrix is unchanged; check the network or "
+                                  "--index, or raise --timeout")
+        return
     for outcome in report.outcomes:
         url = f"{index.rstrip('/')}/{outcome.package}/json"
         record = state["sources"].get(url, {})
@@ -226,6 +240,7 @@ def check(
     python: str = typer.Option(None, "--python", help="CPython of the venv; also selects lines by their markers."),
     platform: str = typer.Option("linux_x86_64", "--platform", help=f"One of {', '.join(inputs.PLATFORMS)}."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print the pins that fit."),
+    as_json: bool = typer.Option(False, "--json", help="Print every pin's verdict as JSON."),
 ) -> None:
     """Exit 0 when every pinned wheel was built for this torch major.minor / CUDA / Python; else one line per pin.
 
@@ -237,7 +252,12 @@ def check(
     if not lines:
         raise BadInput("nothing to check: pass requirements (flash_attn==2.8.3+cu130torch2.11) or -r FILE")
     verdicts = check_requirements(lines, torch, load_matrix(), cuda=cuda, python=python, platform=platform)
-    for verdict in verdicts:
+    if as_json:
+        typer.echo(json.dumps({"torch": torch, "pins": [{"origin": v.origin, "text": v.text, "name": v.name,
+                                                         "version": v.version, "status": v.status,
+                                                         "problems": v.problems, "hint": v.hint} for v in verdicts]},
+                              indent=2))
+    for verdict in ([] if as_json else verdicts):
         if verdict.status == BROKEN:
             typer.echo(verdict.line())
         elif verbose or verdict.status == UNKNOWN:
@@ -255,6 +275,7 @@ def show(
     python: str = typer.Option(None, "--python", help="Only wheels installable on this Python (3.12)."),
     platform: str = typer.Option("linux_x86_64", "--platform", help="Only wheels for this platform ('all': any)."),
     limit: int = typer.Option(40, "--limit", help="Print at most this many wheels (newest first)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary, the wheels or the stack as JSON."),
 ) -> None:
     """Read-only view of the matrix: a summary, one component's wheels, or one stack.
 
@@ -269,8 +290,10 @@ def show(
     matrix = load_matrix()
     if stack:
         named = get_stack(stack, matrix)
-        stdout.print(f"{named.name}: {named.description}\n  source: {named.source}\n  pins: {', '.join(named.pins)}")
-        _finish(resolve_stack(request_for(named), matrix), as_json=False)
+        if not as_json:
+            stdout.print(f"{named.name}: {named.description}\n  source: {named.source}\n  pins: "
+                         f"{', '.join(named.pins)}")
+        _finish(resolve_stack(request_for(named), matrix), as_json=as_json)
         return
     if component:
         if component not in matrix.components:
@@ -286,6 +309,11 @@ def show(
         wheels = sorted(wheels, key=lambda w: (w.parsed_version, w.release), reverse=True)
         rows = [[w.package, w.version, w.python, w.platform, w.torch or "-", w.cuda or "-", w.cxx11_abi or "-",
                  f"{w.source} {w.release}".strip()] for w in wheels[:limit]]
+        if as_json:
+            keys = ["package", "version", "python", "platform", "torch", "cuda", "cxx11_abi", "source"]
+            typer.echo(json.dumps({"component": component, "wheels": len(wheels),
+                                   "shown": [dict(zip(keys, row, strict=True)) for row in rows]}, indent=2))
+            return
         stdout.print(table(f"{component}: {len(wheels)} wheel(s), showing {len(rows)}",
                            ["package", "version", "python", "platform", "torch", "CUDA", "cxx11abi", "source"], rows))
         return
@@ -301,6 +329,12 @@ def show(
                      ", ".join(cudas) or "-",
                      "; ".join(ages[p] for p in matrix.components[name].packages if p in ages)
                      or "listings only (never fetched)"])
+    if as_json:
+        keys = ["component", "wheels", "versions", "torch", "cuda", "data"]
+        typer.echo(json.dumps({"root": str(matrix.root), "components": [dict(zip(keys, row, strict=True))
+                                                                          for row in rows],
+                               "stale": registry.stale_lines(Path(matrix.root))}, indent=2))
+        return
     stdout.print(table(f"wheels matrix ({matrix.root})", ["component", "wheels", "versions", "torch", "CUDA", "data"],
                        rows))
     for line in registry.stale_lines(Path(matrix.root)):

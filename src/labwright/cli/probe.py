@@ -101,7 +101,7 @@ def ceiling(
     timeout: float = typer.Option(20.0, "--timeout", help="Seconds a start may take before it counts as failed "
                                   "(then SIGKILL)."),
     blind: bool = typer.Option(False, "--blind", help="Ignore the planner: plain binary search (the seed's method)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be written for --lo; change nothing."),
+    dry_run: bool = typer.Option(False, "--dry", help="Show what would be written for --lo; change nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print every probe and the ceiling as JSON."),
     lock_wait: float = LockWaitOption,
 ) -> None:
@@ -128,9 +128,9 @@ def ceiling(
     _check_lock_wait(lock_wait)
     target_guest = LxdGuest(guest)
     # One run at a time per guest (labwright.guestlock): a deploy or stack switch on the same guest waits for the
-    # probe and the probe for them; --dry-run changes nothing and takes no lock.
+    # probe and the probe for them; --dry changes nothing and takes no lock.
     with _run_lock(target_guest, f"labwright probe ceiling --service {unit}", dry_run, lock_wait):
-        # A record left by a killed probe of this unit is run first (the original config back); --dry-run only says
+        # A record left by a killed probe of this unit is run first (the original config back); --dry only says
         # so.
         recover = not dry_run
         target: Target = (llamacpp_target(target_guest, unit, spec, recover_leftover=recover) if engine == "llamacpp"
@@ -211,6 +211,8 @@ def restore_command(
     service: str | None = typer.Option(None, "--service", help="Only this unit (default: every unit an interrupted "
                                        "probe left on the guest)."),
     lock_wait: float = LockWaitOption,
+    dry: bool = typer.Option(False, "--dry", help="Say what would be restored; change nothing (takes no lock)."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was (or would be) restored as JSON."),
 ) -> None:
     """Put back what a probe that was killed (SIGKILL, lost connection, reboot) left on a guest.
 
@@ -224,16 +226,25 @@ def restore_command(
     unit = f"{_unit(service)}.service" if service is not None else None
     _check_lock_wait(lock_wait)
     target_guest = LxdGuest(guest)
-    with _run_lock(target_guest, "labwright probe restore", False, lock_wait):
+    with _run_lock(target_guest, "labwright probe restore", dry, lock_wait):
         records = leftovers(target_guest)
         if unit is not None:
             records = {name: record for name, record in records.items() if name == unit}
         if not records:
             which = f"of {service} " if service else ""
-            stdout.print(f"nothing to restore: no interrupted probe {which}on {escape(guest)}")
+            if as_json:
+                typer.echo(json.dumps({"guest": guest, "dry": dry, "restored": []}))
+            else:
+                stdout.print(f"nothing to restore: no interrupted probe {which}on {escape(guest)}")
             return
+        done = []
         for unit, record in records.items():
-            stdout.print(escape(recover(target_guest, unit, record or {})))
+            line = f"would restore {unit} from its record" if dry else recover(target_guest, unit, record or {})
+            done.append({"unit": unit, "message": line})
+            if not as_json:
+                stdout.print(escape(line))
+        if as_json:
+            typer.echo(json.dumps({"guest": guest, "dry": dry, "restored": done}))
 
 
 def _report(result: CeilingResult, as_json: bool) -> None:

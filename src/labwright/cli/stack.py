@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -15,6 +16,7 @@ from labwright.matrix.abi_cache import AbiCache
 from labwright.stacks import show as show_module
 from labwright.stacks import switch as switch_module
 from labwright.stacks.from_matrix import describe_plan, plan_for_stack
+from labwright.stacks.layout import Entry, Layout
 from labwright.stacks.plan import DEFAULT_ROOT, check_root, check_venv_path
 from labwright.stacks.service import HealthCheck
 from labwright.ui import stdout
@@ -171,6 +173,7 @@ def switch(
     installer: str = typer.Option("auto", "--installer", help="auto (uv when present, else pip), uv or pip."),
     create: bool = typer.Option(False, "--create", help="Allow a --venv path that does not exist yet."),
     dry: bool = typer.Option(False, "--dry", help="Print the plan and change nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the outcome (or with --dry the plan) as JSON."),
 ) -> None:
     """Build stack NAME beside the running venv, verify it, swap the symlink, restart, health-check.
 
@@ -189,10 +192,17 @@ def switch(
     if dry:
         # The real run's own checks, before it writes anything: a dry run approves only what would run.
         found = switch_module.preflight(plan, options)
-        for line in describe_plan(plan, found, options.service, options.health, keep):
+        lines = describe_plan(plan, found, options.service, options.health, keep)
+        if as_json:
+            typer.echo(json.dumps({"venv": venv, "stack": to, "dry": True, "plan": lines}, indent=2))
+            return
+        for line in lines:
             _log(line)
         return
-    outcome = switch_module.switch(plan, options, _log)
+    outcome = switch_module.switch(plan, options, _quiet_log if as_json else _log)
+    if as_json:
+        typer.echo(json.dumps(_outcome_json(venv, outcome), indent=2))
+        return
     _log(outcome.message)
 
 
@@ -204,14 +214,53 @@ def rollback(
     health_cmd: str = typer.Option(None, "--health-cmd", help="Shell command that must exit 0 after the restart."),
     health_timeout: float = typer.Option(60.0, "--health-timeout", help="Seconds the service gets to be healthy."),
     root: str = typer.Option(DEFAULT_ROOT, "--root", help=ROOT_HELP),
+    dry: bool = typer.Option(False, "--dry", help="Say which stack it would go back to; change nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
     """Swap the venv back to the previous stack and restart; the stack it leaves becomes the previous one.
 
     Example: labwright stack rollback --venv /opt/tabbyapi/.venv --service tabbyapi
     """
     options = _options(service, health, health_cmd, health_timeout)
-    outcome = switch_module.rollback(check_root(root), check_venv_path(venv), options, _log)
+    if dry:
+        outcome = _rollback_plan(check_root(root), check_venv_path(venv), options)
+    else:
+        outcome = switch_module.rollback(check_root(root), check_venv_path(venv), options,
+                                         _quiet_log if as_json else _log)
+    if as_json:
+        typer.echo(json.dumps(_outcome_json(venv, outcome) | {"dry": dry}, indent=2))
+        return
     _log(outcome.message)
+
+
+def _quiet_log(line: str) -> None:
+    """--json: the progress lines go to stderr, stdout is the JSON document."""
+    print(line, file=sys.stderr)
+
+
+def _outcome_json(venv: str, outcome: switch_module.Outcome) -> dict[str, object]:
+    def entry(e: Entry | None) -> dict[str, object] | None:
+        return None if e is None else {"id": e.id, "stack": e.stack, "path": e.path, "at": e.at}
+
+    return {"venv": venv, "dry": False, "changed": outcome.changed, "current": entry(outcome.current),
+            "previous": entry(outcome.previous), "removed": outcome.removed, "message": outcome.message}
+
+
+def _rollback_plan(root: str, venv: str, options: switch_module.Options) -> switch_module.Outcome:
+    """`rollback --dry`: the same refusals as the real one, from the state on disk; nothing is written."""
+    layout = Layout(root, venv)
+    found = layout.inspect()
+    if found.kind not in ("managed", "linked"):
+        raise BadInput(f"--venv {venv}: not a labwright-managed symlink ({found.kind}), so there is nothing to "
+                       "roll back to; switch it first with `labwright stack switch`")
+    state = layout.read_state()
+    previous = state.previous
+    if previous is None or not Path(previous.path, "bin").is_dir():
+        raise BadInput(f"--venv {venv}: no previous environment to roll back to; nothing would change")
+    restart = f", restart {options.service}" if options.service else ""
+    return switch_module.Outcome(False, state.current, previous,
+                                 f"would swap {venv} back to stack {previous.stack} ({previous.id}){restart}; "
+                                 "nothing changed (dry run)")
 
 
 @app.command()

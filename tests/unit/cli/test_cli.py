@@ -38,7 +38,7 @@ def test_version(cli_env):
 def test_broken_inventory_is_one_line_exit_2(cli_env, tmp_path):
     inv = tmp_path / "inv.py"
     inv.write_text("lab = [\n")
-    for command in (["lab", "up"], ["lab", "status"], ["lab", "down", "--yes"], ["lab", "up", "--dry-run"]):
+    for command in (["lab", "up"], ["lab", "status"], ["lab", "down", "--yes"], ["lab", "up", "--dry"]):
         proc = run(cli_env, *command, "-i", str(inv))
         assert proc.returncode == 2, (command, proc.stderr)
         assert proc.stderr.count("\n") == 1

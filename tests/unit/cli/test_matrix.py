@@ -210,7 +210,7 @@ def test_refresh_dry_run_refuses_an_out_the_real_run_could_not_write(cli_env, tm
     listing.write_text("https://x.invalid/torch-2.11.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl\n")
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    for args in (["--dry-run"], []):
+    for args in (["--dry"], []):
         proc = run(cli_env, "refresh", "--from", str(listing), "--out", str(blocker / "sub"), *args)
         _one_line_exit_2(proc, f"--out {blocker / 'sub'}: {blocker} is a file, not a directory")
     assert blocker.read_text() == "x"

@@ -1,0 +1,71 @@
+"""One CLI vocabulary (docs/cli.md): the options every command spells the same way, and the old spellings that
+still work for one release with a deprecation line.
+
+- ``--dry``: say what would change, change nothing (pyinfra's spelling), on every command that changes something;
+- ``-y/--yes``: act without asking, where a command asks or is destructive (destructive ones stay dry without it);
+- ``-i/--inventory``: the pyinfra inventory, a file (``LABWRIGHT_INVENTORY`` or ``inventories/local.py``);
+- ``--json``: the report as JSON on stdout (and a failure as ``{"error": ..., "exit_code": N}``).
+
+tests/unit/cli/test_vocabulary.py walks the whole app and holds every command to these.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from labwright.errors import BadInput
+
+#: Old spellings of ``--dry``, rewritten in labwright.cli.main with one deprecation line (kept for one release).
+DEPRECATED_FLAGS = {"--dry-run": "--dry", "--plan": "--dry"}
+#: Commands whose arguments are not labwright's (passed on to pytest): no rewriting there.
+PASS_THROUGH = {"verify"}
+
+
+def default_inventory() -> Path:
+    return Path(os.environ.get("LABWRIGHT_INVENTORY") or "inventories/local.py")
+
+
+def inventory_option(help_text: str, default: Path | str | None = None) -> Any:
+    """``-i/--inventory FILE``, the same on every command (default: $LABWRIGHT_INVENTORY or inventories/local.py)."""
+    return typer.Option(Path(default) if default is not None else default_inventory(), "--inventory", "-i",
+                        metavar="FILE", help=help_text)
+
+
+#: The old positional inventory (``labwright cluster doctor inv.py``): hidden, deprecated, still taken.
+InventoryPositional = typer.Argument(None, hidden=True, metavar="[INVENTORY]", show_default=False)
+
+
+def deprecated(old: str, new: str) -> None:
+    """The one deprecation line on stderr naming the new spelling."""
+    print(f"labwright: deprecated: {old} is {new} now; the old spelling goes in the next release", file=sys.stderr)
+
+
+def inventory(option: Path, positional: Path | None) -> Path:
+    """The inventory the command reads: the option, or the old positional one (with its deprecation line). A
+    missing file is one line naming it and the option."""
+    if positional is not None:
+        deprecated(f"the positional inventory ({positional})", f"-i/--inventory {positional}")
+        option = positional
+    if option.is_dir():
+        raise BadInput(f"inventory {option} is a directory, not a file; pass the inventory file with -i/--inventory "
+                       "FILE")
+    if not option.is_file():
+        raise BadInput(f"inventory {option}: no such file; pass an existing file with -i/--inventory FILE (or "
+                       "set LABWRIGHT_INVENTORY)")
+    return option
+
+
+def dry_or_yes(dry: bool, yes: bool) -> None:
+    """``--dry`` and ``--yes`` together: refused in one line (the CLI's main checks this first; kept for callers that
+    invoke a command directly)."""
+    if dry and yes:
+        raise BadInput("--dry and --yes contradict each other: --dry changes nothing, --yes acts; give one of them")
+
+
+DryOption = typer.Option(False, "--dry", help="Say what would change; change nothing.")
+JsonOption = typer.Option(False, "--json", help="Print the result as JSON (shape: docs/cli.md).")
