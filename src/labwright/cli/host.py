@@ -1,0 +1,109 @@
+"""`labwright host`: runbooks for the GPU host itself (`upgrade`: a driver/kernel upgrade every GPU guest survives)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import sys
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from labwright.cli import vocab
+from labwright.errors import BadInput
+from labwright.hostupgrade.facts import REPOSITORY, node_facts
+from labwright.hostupgrade.plan import make_plan
+from labwright.hostupgrade.run import Done, Upgrade
+from labwright.lxd.client import LxdClient
+from labwright.lxd.remotes import resolve_endpoint
+from labwright.ui import stdout, table
+
+NAME = "host"
+HELP = "GPU host runbooks: upgrade the NVIDIA driver/kernel with snapshots, exact userspace and device majors."
+
+app = typer.Typer(no_args_is_help=True, help=HELP)
+
+
+def node_names(root: Path) -> list[str]:
+    """The names this host answers to: its host name (short and full), localhost, and under a test root the tree's
+    etc/hostname."""
+    names = [socket.gethostname(), socket.gethostname().split(".")[0], "localhost"]
+    if root != Path("/"):
+        with contextlib.suppress(OSError):
+            names.insert(0, (root / "etc/hostname").read_text().strip())
+    return list(dict.fromkeys(n for n in names if n))
+
+
+@app.command()
+def upgrade(
+    node: str = typer.Argument(..., metavar="NODE", help="This host's name (the runbook runs on the node itself)."),
+    to: str | None = typer.Option(None, "--to", help="Driver version to install (default: the newest in the "
+                                  "repository)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do it (without: print the plan, change nothing)."),
+    dry: bool = vocab.DryOption,
+    pin_kernel: bool = typer.Option(False, "--pin-kernel", help="When the new kernel has no driver build: pin the "
+                                    "running kernel instead of refusing."),
+    host_root: Path = typer.Option(Path("/"), "--host-root", help="The host's files below this directory (a fake "
+                                   "NVIDIA tree on the lab); --yes acts on it.", show_default=False),
+    repository: Path | None = typer.Option(None, "--repository", help="Directory of NVIDIA-Linux-x86_64-VERSION.run "
+                                           f"installers [HOST_ROOT{REPOSITORY}].", show_default=False),
+    as_json: bool = vocab.JsonOption,
+) -> None:
+    """Upgrade the NVIDIA driver (and boot the new kernel) with every GPU guest carried through: refuse a kernel
+    without a driver build (or --pin-kernel), snapshot every GPU guest, install the driver, install a boot unit for
+    the device nodes, reboot, re-read the majors into the guests, install the exactly matching userspace in each,
+    restart them and their engines, run gpu check on each; on a failure restore the snapshots.
+    Exit 0: done (or the plan printed); 1: failed (what was restored and what was left is said); 2: bad input.
+
+    Example: labwright host upgrade pve1 --to 550.54.15 --yes
+    """
+    vocab.dry_or_yes(dry, yes)
+    if not host_root.is_dir():
+        raise BadInput(f"--host-root {host_root}: not a directory; give the root of a host tree (default /)")
+    root = host_root.resolve()
+    if yes and root == Path("/"):
+        raise BadInput("host upgrade --yes acts only on a host tree given with --host-root in this version (the lab's "
+                       "fake NVIDIA files); on a real host run it without --yes and follow the printed plan")
+    names = node_names(root)
+    if node not in names:
+        raise BadInput(f"node {node!r} is not this host (it answers to {', '.join(names)}); run `labwright host "
+                       "upgrade` on the node itself with its name")
+    repo = repository if repository is not None else root / REPOSITORY.lstrip("/")
+    endpoint, project = resolve_endpoint(None)
+    client = LxdClient(endpoint, project=project)
+    try:
+        facts = node_facts(node, root, client, repo)
+        plan = make_plan(facts, to, pin_kernel)
+        for note in plan.notes:
+            print(f"labwright: note: {note}", file=sys.stderr)
+        if not yes:
+            if as_json:
+                typer.echo(json.dumps({**plan.to_dict(), "dry_run": True}, indent=2))
+                return
+            rows = [[str(i), s.action, escape(s.target), escape(s.detail)] for i, s in enumerate(plan.steps, 1)]
+            stdout.print(table(f"host upgrade {node}: nvidia {plan.from_version} -> {plan.to_version}, boot "
+                               f"{plan.boot_kernel} (dry run: nothing changed; --yes to do it)",
+                               ["#", "step", "target", "what"], rows))
+            return
+
+        def progress(done: Done) -> None:
+            if not as_json:
+                mark = "ok" if done.ok else "[red]FAIL[/]"
+                stdout.print(f"{mark} {done.action} {escape(done.target)}: {escape(done.detail)} "
+                             f"({done.seconds:.1f} s)")
+
+        services = {g.name: g.services for g in facts.guests}
+        outcome = Upgrade(plan, root, repo, client, progress).run(services)
+    finally:
+        client.close()
+    if as_json:
+        typer.echo(json.dumps(outcome.to_dict(), indent=2))
+    else:
+        for line in outcome.left:
+            stdout.print(f"  left: {escape(line)}")
+        stdout.print(escape(outcome.message) + f" ({outcome.seconds:.1f} s)")
+    if not outcome.ok:
+        print(f"labwright: host upgrade {node}: {outcome.message}", file=sys.stderr)
+        raise typer.Exit(1)

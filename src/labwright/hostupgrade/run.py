@@ -1,0 +1,231 @@
+"""Carry out a host upgrade plan: the host side on a ``SimulatedHost`` tree, the guests on the local LXD daemon
+(real containers: snapshots, device config, the userspace installer run inside them, restarts, ``gpu check``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labwright import snapshots
+from labwright.errors import LabwrightError, OperationFailed
+from labwright.gpu.guest import AUTO, check_guest
+from labwright.guests.gpu import BOOT_UNIT, GpuHost, boot_unit, install_boot_unit, installed_unit, unit_paths
+from labwright.hostnames import LxdName
+from labwright.hostupgrade.facts import installer_name
+from labwright.hostupgrade.plan import Plan, Step
+from labwright.hostupgrade.simhost import SimulatedHost
+from labwright.lxd.client import LxdClient
+from labwright.snapshots.lxd import LxdSnapshots
+
+SNAPSHOT_STEP = "host-upgrade"
+#: How long a restarted guest may take to answer exec with systemd up.
+GUEST_READY_SECONDS = 120.0
+
+
+@dataclass
+class Done:
+    action: str
+    target: str
+    ok: bool
+    detail: str
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Outcome:
+    plan: Plan
+    ok: bool = False
+    done: list[Done] = field(default_factory=list)
+    snapshots: dict[str, str] = field(default_factory=dict)  # guest -> snapshot taken
+    restored: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # what was left as it was (or not undone)
+    message: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.plan.to_dict(), "ok": self.ok, "done": [d.to_dict() for d in self.done],
+                "snapshots": dict(self.snapshots), "restored": list(self.restored), "left": list(self.left),
+                "message": self.message, "seconds": round(self.seconds, 3)}
+
+
+class Upgrade:
+    def __init__(self, plan: Plan, root: Path, repository: Path, client: LxdClient,
+                 progress: Callable[[Done], None] | None = None):
+        self.plan = plan
+        self.root = root
+        self.repository = repository
+        self.client = client
+        self.host = SimulatedHost(root)
+        self.gpu_host = GpuHost(root)
+        self.outcome = Outcome(plan)
+        self.progress = progress
+
+    def _record(self, step: Step, started: float, detail: str, ok: bool = True) -> None:
+        done = Done(step.action, step.target, ok, detail, time.monotonic() - started)
+        self.outcome.done.append(done)
+        if self.progress is not None:
+            self.progress(done)
+
+    def _backend(self, guest: str) -> LxdSnapshots:
+        return LxdSnapshots(LxdName("lxd", None, guest), client=self.client)
+
+    # --- the steps ----------------------------------------------------------------------------------------------
+    def snapshot(self, guest: str) -> str:
+        try:
+            taken = snapshots.take(self._backend(guest), SNAPSHOT_STEP)
+        except LabwrightError as exc:
+            raise _Refused(f"guest {guest}: the snapshot could not be taken: {exc}") from exc
+        self.outcome.snapshots[guest] = taken.name
+        return f"{taken.name} ({taken.how}, {taken.seconds:.1f} s)"
+
+    def boot_unit(self) -> str:
+        passed = [str(d.get("path")) for g in self.plan_guests() for d in
+                  (self.client.instance(g).get("devices") or {}).values()
+                  if d.get("type") == "unix-char" and str(d.get("path", "")).startswith("/dev/nvidia")]
+        current = installed_unit(self.gpu_host)
+        unit = boot_unit([*unit_paths(current), *(n.path for n in self.gpu_host.device_nodes()), *passed])
+        install_boot_unit(self.gpu_host, unit, f"host upgrade {self.plan.node}")
+        return f"{BOOT_UNIT}: {unit.summary()}"
+
+    def majors(self, guest: str) -> str:
+        """Point the guest's /dev/nvidia* unix-char devices at the host's nodes as they are now (major, minor)."""
+        nodes = {n.path: n for n in self.gpu_host.device_nodes()}
+        majors = self.gpu_host.majors()
+        instance = self.client.instance(guest)
+        devices = dict(instance.get("devices") or {})
+        changed = []
+        for name, device in devices.items():
+            path = str(device.get("path") or "")
+            if device.get("type") != "unix-char" or not path.startswith("/dev/nvidia"):
+                continue
+            node = nodes.get(path)
+            if node is None:
+                continue
+            new = {**device, "source": node.source, "major": str(node.major), "minor": str(node.minor)}
+            if new != device:
+                changed.append(f"{path} {device.get('major')}:{device.get('minor')} -> {node.major}:{node.minor}")
+                devices[name] = new
+        if changed:
+            self.client.request("PATCH", f"/1.0/instances/{guest}", {"devices": devices})
+        uvm = majors.get("nvidia-uvm")
+        return ("; ".join(changed) if changed else "already the host's majors") + f" (nvidia-uvm major {uvm})"
+
+    def userspace(self, guest: str) -> str:
+        name = installer_name(self.plan.to_version)
+        installer = self.repository / name
+        inside = f"/tmp/labwright-{name}"
+        self.client.push_file(guest, inside, installer.read_bytes(), mode=0o755)
+        result = self.client.exec(guest, ["sh", "-c", f"sh {inside} --no-kernel-module --silent; rc=$?; "
+                                                      f"rm -f {inside}; exit $rc"])
+        if result.exit_code != 0:
+            raise OperationFailed(f"guest {guest}: {name} --no-kernel-module failed (exit {result.exit_code}): "
+                                  f"{result.stderr.decode(errors='replace').strip()[-200:]}")
+        return f"{name} --no-kernel-module"
+
+    def restart(self, guest: str, services: tuple[str, ...]) -> str:
+        running = self.client.instance(guest).get("status") == "Running"
+        self.client.set_state(guest, "restart" if running else "start", force=True)
+        deadline = time.monotonic() + GUEST_READY_SECONDS
+        state = ""
+        while time.monotonic() < deadline:
+            result = self.client.exec(guest, ["sh", "-c", "systemctl is-system-running 2>/dev/null; true"])
+            state = result.stdout.decode(errors="replace").strip()
+            if state in ("running", "degraded"):
+                break
+            time.sleep(0.2)
+        else:
+            raise OperationFailed(f"guest {guest}: systemd did not finish starting in {GUEST_READY_SECONDS:.0f} s "
+                                  f"(state {state or 'unknown'})")
+        for service in services:
+            result = self.client.exec(guest, ["systemctl", "restart", f"{service}.service"])
+            if result.exit_code != 0:
+                raise OperationFailed(f"guest {guest}: systemctl restart {service} failed (exit {result.exit_code})")
+        return f"restarted (systemd {state})" + (f"; {', '.join(services)} restarted" if services else "")
+
+    def check(self, guest: str) -> tuple[bool, str]:
+        report = check_guest(guest, AUTO, self.root)
+        failed = [c for c in report.checks if not c.ok]
+        if failed:
+            return False, "; ".join(f"{c.name}: {c.detail}" for c in failed)
+        return True, f"{len(report.checks)} checks passed in {report.seconds:.2f} s"
+
+    def plan_guests(self) -> list[str]:
+        return [s.target for s in self.plan.steps if s.action == "snapshot"]
+
+    # --- the sequence -------------------------------------------------------------------------------------------
+    def run(self, services: dict[str, tuple[str, ...]]) -> Outcome:
+        started = time.monotonic()
+        out = self.outcome
+        host_changed = False
+        try:
+            for step in self.plan.steps:
+                t = time.monotonic()
+                if step.action in ("list", "kernel"):
+                    self._record(step, t, step.detail)
+                elif step.action == "pin-kernel":
+                    host_changed = True
+                    self._record(step, t, self.host.pin_kernel(step.target))
+                elif step.action == "snapshot":
+                    self._record(step, t, self.snapshot(step.target))
+                elif step.action == "host-driver":
+                    host_changed = True
+                    self._record(step, t, self.host.install_driver(self.plan.to_version,
+                                                                   self.running_kernel()))
+                elif step.action == "boot-unit":
+                    self._record(step, t, self.boot_unit())
+                elif step.action == "reboot":
+                    self._record(step, t, self.host.reboot(self.plan.boot_kernel))
+                elif step.action == "majors":
+                    self._record(step, t, self.majors(step.target))
+                elif step.action == "userspace":
+                    self._record(step, t, self.userspace(step.target))
+                elif step.action == "restart":
+                    self._record(step, t, self.restart(step.target, services.get(step.target, ())))
+                elif step.action == "check":
+                    ok, detail = self.check(step.target)
+                    self._record(step, t, detail, ok)
+                    if not ok:
+                        raise OperationFailed(f"gpu check {step.target} failed after the upgrade: {detail}")
+            out.ok = True
+            out.message = (f"node {self.plan.node}: nvidia {self.plan.from_version} -> {self.plan.to_version}, "
+                           f"kernel {self.plan.boot_kernel}; {len(self.plan_guests())} GPU guest(s) pass gpu check")
+        except _Refused as exc:
+            taken = ", ".join(out.snapshots.values()) or "none"
+            out.message = f"{exc}; nothing was upgraded (snapshots taken: {taken})"
+            out.left = [f"{g}: untouched" for g in self.plan_guests()]
+        except LabwrightError as exc:
+            self._restore(str(exc), host_changed)
+        out.seconds = time.monotonic() - started
+        return out
+
+    def running_kernel(self) -> str:
+        try:
+            return (self.root / "proc/sys/kernel/osrelease").read_text().strip()
+        except OSError:
+            return self.plan.boot_kernel
+
+    def _restore(self, why: str, host_changed: bool) -> None:
+        out = self.outcome
+        for guest, name in out.snapshots.items():
+            try:
+                snapshots.restore(self._backend(guest), name, force=True)
+                out.restored.append(guest)
+                out.left.append(f"{guest}: restored to {name} (its userspace and device config as before)")
+            except LabwrightError as exc:
+                out.left.append(f"{guest}: NOT restored ({exc}); restore it with `lxc restore {guest} {name}`")
+        if host_changed:
+            back = (f"reinstall NVIDIA-Linux-x86_64-{self.plan.from_version}.run --dkms and reboot to go back"
+                    if self.plan.from_version else "remove the driver to go back")
+            out.left.append(f"host {self.plan.node}: keeps nvidia {self.plan.to_version} (guest snapshots do not "
+                            f"undo a host driver): {back}")
+        out.message = f"{why}; restored {len(out.restored)}/{len(out.snapshots)} guest snapshot(s)"
+
+
+class _Refused(OperationFailed):
+    """A step before anything was upgraded could not be done."""

@@ -1,0 +1,110 @@
+"""The host side of the upgrade on a host tree below ``--host-root`` (the local lab's fake NVIDIA files).
+
+What it does to the tree is what the real steps leave on a host: the installer's ``--dkms`` build for the running
+kernel in DKMS's tree; ``proxmox-boot-tool kernel pin`` writing ``/etc/kernel/proxmox-boot-pin``; and a reboot:
+the kernel release in ``/proc/sys/kernel/osrelease``, the new module's version in ``/proc/driver/nvidia/version``,
+nvidia-uvm's dynamic major in ``/proc/devices`` (the value in ``labwright-sim/uvm-major-after-reboot`` under the
+root when that file exists: a new boot may give it another one), every ``/dev/nvidia*`` node gone and then made
+again by the ExecStart lines of labwright's boot unit, as nvidia-modprobe makes them. Nothing on the real host is
+touched; the guests (real LXD containers) keep running through the simulated reboot and are restarted after it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+
+from labwright.guests.gpu import BOOT_UNIT_PATH, CAP_PROC_FILES, NVIDIA_MAJOR, parse_proc_devices
+
+SIM_DIR = "labwright-sim"
+PIN_FILE = "etc/kernel/proxmox-boot-pin"
+_MODULE_LINE = re.compile(r"(Kernel Module(?:\s+for\s+\S+)?\s+)\d+\.\d+(?:\.\d+)?")
+
+
+class SimulatedHost:
+    def __init__(self, root: Path):
+        self.root = root
+        self.installed: str | None = None
+
+    def _mknod(self, name: str, major: int, minor: int, mode: int = 0o666) -> None:
+        path = self.root / "dev" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            os.mknod(path, mode | stat.S_IFCHR, os.makedev(major, minor))
+            os.chmod(path, mode)
+
+    def install_driver(self, version: str, kernel: str) -> str:
+        """``NVIDIA-Linux-x86_64-VERSION.run --dkms --silent``: the module built for the running kernel (DKMS's
+        tree); it is loaded at the next boot."""
+        module = self.root / "var/lib/dkms/nvidia" / version / kernel / "x86_64/module"
+        module.mkdir(parents=True, exist_ok=True)
+        (module / "nvidia.ko").write_bytes(b"\x7fELF fake nvidia module\n")
+        self.installed = version
+        return f"nvidia {version} built by DKMS for {kernel} (simulated under {self.root})"
+
+    def pin_kernel(self, kernel: str) -> str:
+        target = self.root / PIN_FILE
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(kernel + "\n")
+        return f"proxmox-boot-tool kernel pin {kernel} (simulated: {PIN_FILE})"
+
+    def reboot(self, kernel: str) -> str:
+        proc = self.root / "proc"
+        (proc / "sys/kernel").mkdir(parents=True, exist_ok=True)
+        (proc / "sys/kernel/osrelease").write_text(kernel + "\n")
+        version_file = proc / "driver/nvidia/version"
+        if self.installed is not None:
+            version_file.write_text(_MODULE_LINE.sub(lambda m: m.group(1) + str(self.installed),
+                                                     version_file.read_text(), count=1))
+        devices = (proc / "devices").read_text()
+        majors = parse_proc_devices(devices)
+        after = self.root / SIM_DIR / "uvm-major-after-reboot"
+        if after.exists() and "nvidia-uvm" in majors:
+            new = int(after.read_text().strip())
+            devices = re.sub(rf"(?m)^\s*{majors['nvidia-uvm']} nvidia-uvm$", f"{new:3d} nvidia-uvm", devices)
+            (proc / "devices").write_text(devices)
+        dev = self.root / "dev"
+        for path in list(dev.glob("nvidia*")):
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.is_char_device():
+                path.unlink()
+        made = self.run_boot_unit()
+        uvm = parse_proc_devices((proc / "devices").read_text()).get("nvidia-uvm")
+        return (f"rebooted into {kernel}, nvidia {self.installed or 'unchanged'} loaded, nvidia-uvm major {uvm}; "
+                f"boot unit made {len(made)} node(s)")
+
+    def run_boot_unit(self) -> list[str]:
+        """The installed boot unit's ``nvidia-modprobe`` lines against the tree (nvidia-modprobe.c: ``-c N``
+        /dev/nvidiaN or nvidiactl for 255, ``-m`` nvidia-modeset, ``-u -c B`` nvidia-uvm B and -tools B+1 with the
+        major from /proc/devices, ``-f PROC`` a capability node)."""
+        unit = self.root / BOOT_UNIT_PATH.lstrip("/")
+        if not unit.exists():
+            return []
+        majors = parse_proc_devices((self.root / "proc/devices").read_text())
+        caps = {proc: int(path.rsplit("nvidia-cap", 1)[1]) for path, proc in CAP_PROC_FILES.items()}
+        made: list[str] = []
+        for line in unit.read_text().splitlines():
+            if not line.startswith("ExecStart="):
+                continue
+            args = line.removeprefix("ExecStart=").split()[1:]
+            values = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-c", "-f")]
+            nodes: list[tuple[str, int, int, int]] = []
+            if "-u" in args and "nvidia-uvm" in majors:
+                for base in (int(v) for v in values if v.isdigit()):
+                    nodes += [("nvidia-uvm", majors["nvidia-uvm"], base, 0o666),
+                              ("nvidia-uvm-tools", majors["nvidia-uvm"], base + 1, 0o666)]
+            elif "-u" not in args:
+                nodes += [("nvidiactl" if v == "255" else f"nvidia{v}", NVIDIA_MAJOR, int(v), 0o666)
+                          for v in values if v.isdigit()]
+                nodes += [("nvidia-modeset", NVIDIA_MAJOR, 254, 0o666)] if "-m" in args else []
+                nodes += [(f"nvidia-caps/nvidia-cap{caps[v]}", majors.get("nvidia-caps", 0), caps[v], 0o444)
+                          for v in values if v in caps and "nvidia-caps" in majors]
+            for name, major, minor, mode in nodes:
+                if not (self.root / "dev" / name).exists():
+                    self._mknod(name, major, minor, mode)
+                    made.append("/dev/" + name)
+        return made
