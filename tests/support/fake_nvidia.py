@@ -180,3 +180,48 @@ def fake_nvidia_smi_script(query_output: str) -> str:
     9 (NVML's "driver not loaded" code) for anything else."""
     return ("#!/bin/sh\ncase \"$*\" in *--query-gpu=*) cat <<'LWEOF'\n" + query_output + "LWEOF\nexit 0;; esac\n"
             "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n")
+
+
+# --- the host upgrade's side of the tree: kernels, DKMS builds, the installer repository -------------------------
+def make_upgrade_host(root: str | Path, running: str = "6.8.12-4-pve", new: str | None = "6.8.12-9-pve",
+                      built: dict[str, list[str]] | None = None, repository: tuple[str, ...] = ("550.54.15",),
+                      hostname: str = "lwnode1", uvm_major_after_reboot: int | None = None) -> Path:
+    """Add to a fake NVIDIA host tree what `host upgrade` reads: the running kernel (/proc/sys/kernel/osrelease),
+    installed kernels (/lib/modules/K), DKMS's tree (/var/lib/dkms/nvidia/VER/K/x86_64/module/nvidia.ko, as `dkms
+    status` reads it), the installer repository (/var/cache/labwright/nvidia/NVIDIA-Linux-x86_64-VER.run, each a
+    script standing in for NVIDIA's: ``--no-kernel-module`` installs that version's userspace), /etc/hostname, and
+    the uvm major the next (simulated) boot gives. ``built``: kernel -> versions with a module built for it."""
+    root = Path(root)
+    (root / "proc/sys/kernel").mkdir(parents=True, exist_ok=True)
+    (root / "proc/sys/kernel/osrelease").write_text(running + "\n")
+    (root / "etc").mkdir(parents=True, exist_ok=True)
+    (root / "etc/hostname").write_text(hostname + "\n")
+    for kernel in (running, *([new] if new else [])):
+        (root / "lib/modules" / kernel).mkdir(parents=True, exist_ok=True)
+    for kernel, versions in (built if built is not None else {running: [DRIVER_VERSION]}).items():
+        for version in versions:
+            module = root / "var/lib/dkms/nvidia" / version / kernel / "x86_64/module"
+            module.mkdir(parents=True, exist_ok=True)
+            (module / "nvidia.ko").write_bytes(b"\x7fELF fake\n")
+    repo = root / "var/cache/labwright/nvidia"
+    repo.mkdir(parents=True, exist_ok=True)
+    for version in repository:
+        (repo / f"NVIDIA-Linux-x86_64-{version}.run").write_text(fake_run_installer(version))
+    if uvm_major_after_reboot is not None:
+        (root / "labwright-sim").mkdir(exist_ok=True)
+        (root / "labwright-sim/uvm-major-after-reboot").write_text(f"{uvm_major_after_reboot}\n")
+    return root
+
+
+def fake_run_installer(version: str, libdir: str = "/usr/lib/x86_64-linux-gnu") -> str:
+    """A stand-in for NVIDIA-Linux-x86_64-VERSION.run: with ``--no-kernel-module`` it replaces the guest's
+    libcuda/libnvidia-ml with VERSION's (versioned files and .so.1 links, as the installer leaves them) and
+    installs an nvidia-smi reporting VERSION; anything else is refused (exit 1) as the real one would need a kernel
+    source tree."""
+    smi = fake_nvidia_smi_script(nvidia_smi_query_lines(version))
+    return ("#!/bin/sh\ncase \" $* \" in *' --no-kernel-module '*) ;; *) echo 'needs --no-kernel-module here' >&2; "
+            "exit 1;; esac\nset -e\n"
+            f"mkdir -p {libdir}\nrm -f {libdir}/libcuda.so.* {libdir}/libnvidia-ml.so.*\n"
+            f"for l in libcuda.so libnvidia-ml.so; do echo fake > {libdir}/$l.{version}; "
+            f"ln -sf $l.{version} {libdir}/$l.1; done\n"
+            "cat > /usr/local/bin/nvidia-smi <<'LWSMI'\n" + smi + "LWSMI\nchmod 755 /usr/local/bin/nvidia-smi\n")
