@@ -103,6 +103,13 @@ def error(message: str) -> None:
 def _usage_line(exc: Exception) -> str:
     """A click usage error as one line: the message and where the help is (click prints three or more)."""
     message = " ".join(str(exc.format_message() if hasattr(exc, "format_message") else exc).split())
+    name, possible = getattr(exc, "option_name", None), getattr(exc, "possibilities", None)
+    if name and possible:  # click lists every close option; name the nearest one
+        import difflib
+
+        nearest = difflib.get_close_matches(name, sorted(possible), n=1, cutoff=0.0)
+        if nearest:
+            message = f"No such option: {name}. Did you mean {nearest[0]}?"
     ctx = getattr(exc, "ctx", None)
     path = str(getattr(ctx, "command_path", None) or "")
     where = f" (see `{path} --help`)" if path else ""
@@ -139,6 +146,10 @@ def _escaped(exc: BaseException) -> int:
         error(describe_oserror(exc))
         return 2 if exc.errno in _PATH_ERRNOS and exc.filename else 1
     if isinstance(exc, SystemExit):
+        frame = _where(exc)
+        if frame is not None and Path(frame.filename).name == "completion.py" and "typer" in Path(frame.filename).parts:
+            # `labwright --show-completion/--install-completion`: typer ends those with sys.exit(0) by design
+            return exc.code if isinstance(exc.code, int) else 0
         context = exc.__context__
         if isinstance(context, OSError) and context.errno == errno.EPIPE:
             # typer's own reaction to `labwright ... | head` (typer/core.py: EPIPE -> sys.exit(1)): the reader left.

@@ -255,7 +255,8 @@ def walk() -> list[Command]:
             return
         params = []
         for param in command.params:
-            if param.name == "help":
+            # help; and the hidden old spellings (a positional inventory): thin deprecated shims over the option
+            if param.name == "help" or getattr(param, "hidden", False):
                 continue
             long_flags = [o for o in param.opts if o.startswith("--")] if param.param_type_name == "option" else []
             flag = (long_flags or param.opts)[0] if param.param_type_name == "option" else None
