@@ -1,0 +1,173 @@
+"""`labwright host upgrade NODE` on the local lab: the host side is a fake NVIDIA tree below /dev (tests/support/
+fake_nvidia: /proc version and devices, mknod nodes, kernels, DKMS's tree, a repository of stand-in .run installers),
+the guests are real LXD containers with those nodes passed through. The whole sequence runs for real on the guests
+(LXD snapshots, device config PATCHed with the new majors, the installer run inside each guest, restarts under their
+systemd, `gpu check`); the host's driver install and reboot are simulated on the tree (labwright.hostupgrade.simhost):
+after the reboot nvidia-uvm has a new major and the nodes exist only because the boot unit made them.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from labwright.cli import main, register
+from labwright.guests.gpu import GpuHost
+from labwright.guests.lxd import LxdBackend
+from labwright.lxd.client import LxdClient
+from labwright.testing.waiting import wait_for
+from support.fake_nvidia import (
+    DRIVER_VERSION,
+    fake_root_in_dev,
+    make_fake_nvidia_host,
+    make_upgrade_host,
+    remove_fake_root,
+)
+from support.gpu_guest import LIBDIR, install_userspace, sh, spec
+
+pytestmark = pytest.mark.lab
+NEW = "550.54.15"
+OLD_KERNEL, NEW_KERNEL = "6.8.12-4-pve", "6.8.12-9-pve"
+
+
+@pytest.fixture
+def client(lab) -> Iterator[LxdClient]:
+    c = LxdClient()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def names(lab) -> Iterator[list[str]]:
+    made: list[str] = []
+    yield made
+    for name in made:
+        lab.remove(name)
+
+
+@pytest.fixture
+def host_root() -> Iterator[Path]:
+    root = fake_root_in_dev("lwtest-hu")
+    try:
+        make_fake_nvidia_host(root, uvm_major=509, caps_major=511)
+        make_upgrade_host(root, OLD_KERNEL, NEW_KERNEL, built={OLD_KERNEL: [DRIVER_VERSION],
+                                                               NEW_KERNEL: [DRIVER_VERSION, NEW]},
+                          repository=(NEW,), hostname="lwnode1", uvm_major_after_reboot=237)
+        yield root
+    finally:
+        remove_fake_root(root)
+
+
+def host(capsys, *args: str) -> tuple[int, str, str]:
+    register(["host", "gpu"])
+    code = main(["host", "upgrade", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def gpu_guest(client: LxdClient, names: list[str], root: Path, userspace: str) -> str:
+    name = f"lwhu-{secrets.token_hex(3)}"
+    names.append(name)
+    LxdBackend(client, gpu_host=GpuHost(root)).apply(spec(name, gpu="nvidia"))
+    install_userspace(client, name, userspace)
+    return name
+
+
+def nodes_in(client: LxdClient, name: str) -> dict[str, str]:
+    out = sh(client, name, "for f in /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia0; do "
+                           "[ -c $f ] && stat -c '%n %t:%T' $f; done; true")
+    return {p: f"{int(v.split(':')[0], 16)}:{int(v.split(':')[1], 16)}" for p, v in
+            (line.split() for line in out.splitlines())}
+
+
+def libs_in(client: LxdClient, name: str) -> str:
+    return sh(client, name, f"ls {LIBDIR} | grep -E '^lib(cuda|nvidia-ml)[.]so[.][0-9]+[.]' | sort").strip()
+
+
+def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, host_root, capsys):
+    matched = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    mismatched = gpu_guest(client, names, host_root, "550.40.07")  # already wrong before the upgrade
+    assert nodes_in(client, matched)["/dev/nvidia-uvm"] == "509:0"
+
+    # Dry by default: the plan, the mismatch said, nothing changed.
+    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--json")
+    plan = json.loads(out)
+    assert code == 0 and plan["dry_run"] and plan["to"] == NEW and plan["boot_kernel"] == NEW_KERNEL
+    assert [s["action"] for s in plan["steps"]][:4] == ["list", "kernel", "snapshot", "snapshot"]
+    assert err == (f"labwright: note: guest {mismatched} runs userspace 550.40.07 but the host module is "
+                   f"{DRIVER_VERSION}: mismatched now; the upgrade installs {NEW} in it\n")
+    assert GpuHost(host_root).driver_version() == DRIVER_VERSION
+    assert client.request("GET", f"/1.0/instances/{matched}/snapshots") == []
+
+    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["ok"], (out, err)
+    for name in (matched, mismatched):
+        assert nodes_in(client, name) == {"/dev/nvidia-uvm": "237:0", "/dev/nvidia-uvm-tools": "237:1",
+                                          "/dev/nvidia0": "195:0"}
+        assert libs_in(client, name) == f"libcuda.so.{NEW}\nlibnvidia-ml.so.{NEW}"
+        assert result["snapshots"][name].startswith("labwright-host-upgrade-")
+        checks = [d for d in result["done"] if d["action"] == "check" and d["target"] == name]
+        assert checks and checks[0]["ok"], result["done"]
+        # The guest config carries the re-read majors (what the next start of the guest passes).
+        devices = client.instance(name)["devices"]
+        assert {d["major"] for d in devices.values() if d.get("path") == "/dev/nvidia-uvm"} == {"237"}
+    gpu = GpuHost(host_root)
+    assert gpu.driver_version() == NEW
+    assert (host_root / "proc/sys/kernel/osrelease").read_text().strip() == NEW_KERNEL
+    assert "-u -c 0" in (host_root / "etc/systemd/system/labwright-nvidia-uvm.service").read_text()
+    # gpu check from the CLI agrees, on both guests.
+    register(["gpu"])
+    for name in (matched, mismatched):
+        assert main(["gpu", "check", name, "--host-root", str(host_root), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["ok"]
+    with capsys.disabled():
+        print(f"\nhost upgrade --yes of 2 GPU guests to gpu check passing: {result['seconds']:.1f} s")
+
+
+def test_a_failed_check_restores_every_snapshot(lab, client, names, host_root, capsys):
+    good = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    engine = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    # An engine unit that never opens the GPU (a CPU fallback): gpu check fails it after the upgrade.
+    wait_for(f"systemd in {engine} to finish starting", lambda: client.exec(engine, [
+        "sh", "-c", "systemctl is-system-running"]).stdout.decode().strip() in ("running", "degraded"), timeout=120)
+    sh(client, engine, "printf '[Service]\\nExecStart=/bin/sleep infinity\\n[Install]\\nWantedBy=multi-user.target\\n'"
+                       " > /etc/systemd/system/llama-server.service && systemctl daemon-reload && "
+                       "systemctl enable --now llama-server.service")
+    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes", "--json")
+    result = json.loads(out)
+    assert code == 1 and not result["ok"]
+    assert len(err.strip().splitlines()) == 1
+    assert f"gpu check {engine} failed after the upgrade: engine llama-server on the GPU" in err
+    assert sorted(result["restored"]) == sorted([good, engine])
+    for name in (good, engine):
+        assert libs_in(client, name) == f"libcuda.so.{DRIVER_VERSION}\nlibnvidia-ml.so.{DRIVER_VERSION}"
+        devices = client.instance(name)["devices"]
+        assert {d["major"] for d in devices.values() if d.get("path") == "/dev/nvidia-uvm"} == {"509"}
+        assert client.instance(name)["status"] == "Running"
+    assert any(line.startswith("host lwnode1: keeps nvidia 550.54.15") for line in result["left"]), result["left"]
+
+
+def test_bad_input_is_one_line_and_nothing_is_upgraded(lab, client, names, host_root, capsys):
+    name = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    code, out, err = host(capsys, "pve9", "--host-root", str(host_root), "--yes")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "node 'pve9' is not this host (it answers to lwnode1" in err
+    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--to", "550.54.99", "--yes")
+    assert code == 2 and out == "" and err == (
+        "labwright: error: --to 550.54.99: no such driver version in the repository "
+        f"{host_root}/var/cache/labwright/nvidia (there: {NEW}); give one of those or add "
+        "NVIDIA-Linux-x86_64-550.54.99.run to it\n")
+    # The new kernel without a build of the target: refused (or pinned with --pin-kernel).
+    (host_root / "var/lib/dkms/nvidia" / NEW / NEW_KERNEL / "x86_64/module/nvidia.ko").unlink()
+    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes")
+    assert code == 1 and out == "" and len(err.splitlines()) == 1
+    assert f"the new kernel {NEW_KERNEL} has no nvidia {NEW} module build" in err
+    assert GpuHost(host_root).driver_version() == DRIVER_VERSION
+    assert client.request("GET", f"/1.0/instances/{name}/snapshots") == []
+    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--pin-kernel", "--json")
+    assert code == 0 and json.loads(out)["boot_kernel"] == OLD_KERNEL
