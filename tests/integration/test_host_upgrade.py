@@ -16,9 +16,15 @@ from pathlib import Path
 import pytest
 
 from labwright.cli import main, register
+from labwright.errors import LxdError
 from labwright.guests.gpu import GpuHost
 from labwright.guests.lxd import LxdBackend
+from labwright.hostnames import LxdName
+from labwright.hostupgrade.facts import node_facts
+from labwright.hostupgrade.plan import make_plan
+from labwright.hostupgrade.run import Upgrade
 from labwright.lxd.client import LxdClient
+from labwright.snapshots.lxd import LxdSnapshots
 from labwright.testing.waiting import wait_for
 from support.fake_nvidia import (
     DRIVER_VERSION,
@@ -171,3 +177,35 @@ def test_bad_input_is_one_line_and_nothing_is_upgraded(lab, client, names, host_
     assert client.request("GET", f"/1.0/instances/{name}/snapshots") == []
     code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--pin-kernel", "--json")
     assert code == 0 and json.loads(out)["boot_kernel"] == OLD_KERNEL
+
+
+class _RefusingSnapshots(LxdSnapshots):
+    """The daemon refusing one guest's snapshot (as LXD words a failed snapshot operation); the other guests' go to
+    the real daemon."""
+
+    def create(self, name: str, description: str) -> None:
+        raise LxdError(f"Create instance snapshot: Failed creating instance snapshot record \"{name}\": no space")
+
+
+def test_a_snapshot_that_cannot_be_taken_upgrades_nothing(lab, client, names, host_root):
+    first = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    second = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    refusing = max(first, second)  # guests are snapshotted in name order: the other one's snapshot is taken first
+    facts = node_facts("lwnode1", host_root, client)
+    plan = make_plan(facts)
+
+    class Refusing(Upgrade):
+        def _backend(self, guest: str) -> LxdSnapshots:
+            kind = _RefusingSnapshots if guest == refusing else LxdSnapshots
+            return kind(LxdName("lxd", None, guest), client=self.client)
+
+    outcome = Refusing(plan, host_root, host_root / "var/cache/labwright/nvidia", client).run({})
+    assert not outcome.ok
+    assert outcome.message.startswith(f"guest {refusing}: the snapshot could not be taken: Create instance snapshot")
+    assert "nothing was upgraded (snapshots taken: labwright-host-upgrade-" in outcome.message
+    assert [d.action for d in outcome.done] == ["list", "kernel", "snapshot"]
+    assert GpuHost(host_root).driver_version() == DRIVER_VERSION
+    assert not (host_root / "var/lib/dkms/nvidia" / NEW / OLD_KERNEL).exists()
+    for name in (first, second):
+        assert libs_in(client, name) == f"libcuda.so.{DRIVER_VERSION}\nlibnvidia-ml.so.{DRIVER_VERSION}"
+        assert nodes_in(client, name)["/dev/nvidia-uvm"] == "509:0"
