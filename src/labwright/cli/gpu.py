@@ -20,7 +20,7 @@ HELP = "GPU guests: check that the GPU is visible, matched and really used by th
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
 #: Faster than any single-stream decode on any GPU today: a larger bound is a typo.
-MAX_DECODE_FLOOR = 100_000
+MAX_DECODE_FLOOR = 10_000_000
 
 
 @app.command()
