@@ -52,8 +52,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 #: The command groups, one module each (labwright/cli/NAME.py), in the order `--help` lists them.
-GROUPS = ("lab", "matrix", "stack", "guest", "gpu", "tabbyapi", "kv", "probe", "bench", "cluster", "bios", "desktop",
-          "kokoro", "verify")
+GROUPS = ("lab", "matrix", "stack", "guest", "gpu", "host", "tabbyapi", "kv", "probe", "bench", "cluster", "bios",
+          "desktop", "kokoro", "verify")
 _registered: set[str] = set()
 
 

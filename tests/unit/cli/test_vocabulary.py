@@ -28,9 +28,10 @@ DOCS = Path(__file__).resolve().parents[3] / "docs" / "cli.md"
 #: Commands that change something (a host, a guest, the lab, files): --dry on each.
 ACTS = {"lab up", "lab down", "matrix refresh", "stack switch", "stack rollback", "guest apply", "guest start",
         "guest stop", "guest destroy", "guest snapshot", "guest restore", "tabbyapi ngram", "probe ceiling",
-        "probe restore", "cluster rejoin", "cluster ghosts", "bios restore", "kokoro patch"}
+        "probe restore", "cluster rejoin", "cluster ghosts", "bios restore", "kokoro patch", "host upgrade"}
 #: Of those, the destructive ones (and the one that asks, lab down): -y/--yes; all but lab down stay dry without it.
-DESTRUCTIVE = {"lab down", "guest destroy", "guest restore", "cluster rejoin", "cluster ghosts", "bios restore"}
+DESTRUCTIVE = {"lab down", "guest destroy", "guest restore", "cluster rejoin", "cluster ghosts", "bios restore",
+               "host upgrade"}
 #: Commands that only read and report (bios backup reads the chip and writes only the new image under --out;
 #: bench writes only the --csv/--plot files asked for).
 READS = {"lab status", "matrix inspect", "matrix resolve", "matrix check", "matrix show", "matrix stacks",
