@@ -277,7 +277,10 @@ def _main(argv: list[str] | None) -> int:
 
 def _run(args: list[str]) -> int:
     first = next((a for a in args if not a.startswith("-")), None)
-    register([first] if first in GROUPS else GROUPS)
+    # `labwright --version` / `--show-completion SHELL` need no group: the groups' imports (seconds) are skipped
+    bare = first is None or (args[:1] == ["--show-completion"] and len(args) == 2)
+    quick = bare and bool(args) and args[0] in ("--version", "--show-completion", "--install-completion")
+    register([] if quick else [first] if first in GROUPS else GROUPS)
     mine = args[:args.index("--")] if "--" in args else args
     if first not in ("verify",) and "--dry" in mine and ("--yes" in mine or "-y" in mine):
         error("--dry and --yes contradict each other: --dry changes nothing, --yes acts; give one of them")

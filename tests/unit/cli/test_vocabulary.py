@@ -226,3 +226,12 @@ def test_shell_completion_is_one_documented_command(capsys):
     proc = subprocess.run([str(script), "--show-completion", "bash"], capture_output=True, text=True, timeout=120,
                           check=False)
     assert proc.returncode == 0 and "_LABWRIGHT_COMPLETE" in proc.stdout and proc.stderr == "", proc.stderr
+
+
+def test_version_and_completion_load_no_group():
+    # `labwright --version` and `--show-completion` import none of the command groups (seconds of imports)
+    code = ("import sys; from labwright.cli import main; rc = main(['--version']); "
+            "print(rc, sorted(m for m in sys.modules if m.startswith('labwright.cli.')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "0 ['labwright.cli.vocab']", proc.stdout
