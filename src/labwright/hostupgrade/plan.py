@@ -116,7 +116,9 @@ def make_plan(facts: NodeFacts, wanted: str | None = None, pin_kernel: bool = Fa
                       f"{g.name} ({'running' if g.running else 'stopped'}, userspace {g.userspace or 'none'})"
                       for g in facts.guests))]
     notes = [f"guest {g.name} runs userspace {g.userspace or 'none'} but the host module is {facts.driver}: "
-             f"mismatched now; the upgrade installs {target} in it" for g in mismatched(facts)]
+             f"mismatched now; the upgrade installs {target} in it" for g in mismatched(facts) if g.running]
+    notes += [f"guest {g.name} is stopped: its userspace is not known; the upgrade starts it and installs {target} "
+              "in it" for g in facts.guests if not g.running]
     if facts.new_kernel is not None:
         built = target in facts.builds.get(facts.new_kernel, ())
         if built:

@@ -120,6 +120,9 @@ class Upgrade:
         name = installer_name(self.plan.to_version)
         installer = self.repository / name
         inside = f"/tmp/labwright-{name}"
+        if self.client.instance(guest).get("status") != "Running":  # a stopped guest: started with the new majors
+            self.client.set_state(guest, "start")
+            self._wait_systemd(guest)
         self.client.push_file(guest, inside, installer.read_bytes(), mode=0o755)
         result = self.client.exec(guest, ["sh", "-c", f"sh {inside} --no-kernel-module --silent; rc=$?; "
                                                       f"rm -f {inside}; exit $rc"])
@@ -128,20 +131,22 @@ class Upgrade:
                                   f"{result.stderr.decode(errors='replace').strip()[-200:]}")
         return f"{name} --no-kernel-module"
 
-    def restart(self, guest: str, services: tuple[str, ...]) -> str:
-        running = self.client.instance(guest).get("status") == "Running"
-        self.client.set_state(guest, "restart" if running else "start", force=True)
+    def _wait_systemd(self, guest: str) -> str:
         deadline = time.monotonic() + GUEST_READY_SECONDS
         state = ""
         while time.monotonic() < deadline:
             result = self.client.exec(guest, ["sh", "-c", "systemctl is-system-running 2>/dev/null; true"])
             state = result.stdout.decode(errors="replace").strip()
             if state in ("running", "degraded"):
-                break
+                return state
             time.sleep(0.2)
-        else:
-            raise OperationFailed(f"guest {guest}: systemd did not finish starting in {GUEST_READY_SECONDS:.0f} s "
-                                  f"(state {state or 'unknown'})")
+        raise OperationFailed(f"guest {guest}: systemd did not finish starting in {GUEST_READY_SECONDS:.0f} s "
+                              f"(state {state or 'unknown'})")
+
+    def restart(self, guest: str, services: tuple[str, ...]) -> str:
+        running = self.client.instance(guest).get("status") == "Running"
+        self.client.set_state(guest, "restart" if running else "start", force=True)
+        state = self._wait_systemd(guest)
         for service in services:
             result = self.client.exec(guest, ["systemctl", "restart", f"{service}.service"])
             if result.exit_code != 0:

@@ -94,3 +94,11 @@ def test_a_node_without_gpu_guests_is_refused():
 def test_kernel_order_is_numeric():
     kernels = ["6.8.12-10-pve", "6.8.12-4-pve", "6.11.0-2-pve", "6.8.4-2-pve"]
     assert sorted(kernels, key=kernel_key) == ["6.8.4-2-pve", "6.8.12-4-pve", "6.8.12-10-pve", "6.11.0-2-pve"]
+
+
+def test_a_stopped_guest_is_said_and_carried_through():
+    stopped = GuestFacts("llm3", False, None, True, "pool default (dir)")
+    plan = make_plan(facts(guests=(guest("llm1"), stopped)))
+    assert plan.notes == ["guest llm3 is stopped: its userspace is not known; the upgrade starts it and installs "
+                          "550.54.15 in it"]
+    assert ("userspace", "llm3") in [(s.action, s.target) for s in plan.steps]
