@@ -97,22 +97,26 @@ def libs_in(client: LxdClient, name: str) -> str:
 def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, host_root, capsys):
     matched = gpu_guest(client, names, host_root, DRIVER_VERSION)
     mismatched = gpu_guest(client, names, host_root, "550.40.07")  # already wrong before the upgrade
+    stopped = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    client.set_state(stopped, "stop", force=True)
     assert nodes_in(client, matched)["/dev/nvidia-uvm"] == "509:0"
 
     # Dry by default: the plan, the mismatch said, nothing changed.
     code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--json")
     plan = json.loads(out)
     assert code == 0 and plan["dry_run"] and plan["to"] == NEW and plan["boot_kernel"] == NEW_KERNEL
-    assert [s["action"] for s in plan["steps"]][:4] == ["list", "kernel", "snapshot", "snapshot"]
+    assert [s["action"] for s in plan["steps"]][:5] == ["list", "kernel", "snapshot", "snapshot", "snapshot"]
     assert err == (f"labwright: note: guest {mismatched} runs userspace 550.40.07 but the host module is "
-                   f"{DRIVER_VERSION}: mismatched now; the upgrade installs {NEW} in it\n")
+                   f"{DRIVER_VERSION}: mismatched now; the upgrade installs {NEW} in it\n"
+                   f"labwright: note: guest {stopped} is stopped: its userspace is not known; the upgrade starts it "
+                   f"and installs {NEW} in it\n")
     assert GpuHost(host_root).driver_version() == DRIVER_VERSION
     assert client.request("GET", f"/1.0/instances/{matched}/snapshots") == []
 
     code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes", "--json")
     result = json.loads(out)
     assert code == 0 and result["ok"], (out, err)
-    for name in (matched, mismatched):
+    for name in (matched, mismatched, stopped):
         assert nodes_in(client, name) == {"/dev/nvidia-uvm": "237:0", "/dev/nvidia-uvm-tools": "237:1",
                                           "/dev/nvidia0": "195:0"}
         assert libs_in(client, name) == f"libcuda.so.{NEW}\nlibnvidia-ml.so.{NEW}"
@@ -128,11 +132,11 @@ def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, h
     assert "-u -c 0" in (host_root / "etc/systemd/system/labwright-nvidia-uvm.service").read_text()
     # gpu check from the CLI agrees, on both guests.
     register(["gpu"])
-    for name in (matched, mismatched):
+    for name in (matched, mismatched, stopped):
         assert main(["gpu", "check", name, "--host-root", str(host_root), "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["ok"]
     with capsys.disabled():
-        print(f"\nhost upgrade --yes of 2 GPU guests to gpu check passing: {result['seconds']:.1f} s")
+        print(f"\nhost upgrade --yes of 3 GPU guests (one stopped) to gpu check passing: {result['seconds']:.1f} s")
 
 
 def test_a_failed_check_restores_every_snapshot(lab, client, names, host_root, capsys):
