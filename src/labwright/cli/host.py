@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from labwright.cli import vocab
 from labwright.errors import BadInput
-from labwright.hostupgrade.facts import REPOSITORY, node_facts
+from labwright.hostupgrade.facts import REPOSITORY, node_facts, repository_versions
 from labwright.hostupgrade.plan import make_plan
 from labwright.hostupgrade.run import Done, Upgrade
 from labwright.lxd.client import LxdClient
@@ -66,11 +66,20 @@ def upgrade(
     if yes and root == Path("/"):
         raise BadInput("host upgrade --yes acts only on a host tree given with --host-root in this version (the lab's "
                        "fake NVIDIA files); on a real host run it without --yes and follow the printed plan")
+    if root != Path("/") and not (root / "proc/driver/nvidia/version").is_file():
+        raise BadInput(f"--host-root {host_root}: no proc/driver/nvidia/version below it; give the root of a host tree "
+                       "with the NVIDIA driver's files (default /)")
     names = node_names(root)
     if node not in names:
         raise BadInput(f"node {node!r} is not this host (it answers to {', '.join(names)}); run `labwright host "
                        "upgrade` on the node itself with its name")
     repo = repository if repository is not None else root / REPOSITORY.lstrip("/")
+    label = f"--repository {repo}" if repository is not None else f"the repository {repo} (--repository DIR)"
+    if not repo.is_dir():
+        raise BadInput(f"{label}: not a directory; give the directory of NVIDIA-Linux-x86_64-VERSION.run installers")
+    if not repository_versions(repo):
+        raise BadInput(f"{label}: no NVIDIA-Linux-x86_64-VERSION.run in it; add the installer of the driver to "
+                       "install")
     endpoint, project = resolve_endpoint(None)
     client = LxdClient(endpoint, project=project)
     try:

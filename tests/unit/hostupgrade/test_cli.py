@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from labwright.cli import main, register
+from support.fake_nvidia import DRIVER_VERSION, VERSION_TEXT
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
@@ -12,9 +15,16 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def host_tree(root: Path) -> Path:
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/hostname").write_text("lwnode1\n")
+    (root / "proc/driver/nvidia").mkdir(parents=True)
+    (root / "proc/driver/nvidia/version").write_text(VERSION_TEXT.format(version=DRIVER_VERSION))
+    return root
+
+
 def test_a_node_that_is_not_this_host(tmp_path, capsys):
-    (tmp_path / "etc").mkdir()
-    (tmp_path / "etc/hostname").write_text("lwnode1\n")
+    host_tree(tmp_path)
     code, out, err = run(capsys, "pve9", "--host-root", str(tmp_path))
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert err.startswith("labwright: error: node 'pve9' is not this host (it answers to lwnode1, ")
@@ -30,3 +40,26 @@ def test_yes_on_the_real_host_is_refused(capsys):
 def test_host_root_must_be_a_directory(tmp_path, capsys):
     code, _, err = run(capsys, "lwnode1", "--host-root", str(tmp_path / "missing"))
     assert code == 2 and "not a directory" in err and len(err.splitlines()) == 1
+
+
+def test_a_tree_without_the_driver_files_is_not_a_host_root(tmp_path, capsys):
+    code, out, err = run(capsys, "lwnode1", "--host-root", str(tmp_path))
+    assert code == 2 and out == ""
+    assert err == (f"labwright: error: --host-root {tmp_path}: no proc/driver/nvidia/version below it; give the root "
+                   "of a host tree with the NVIDIA driver's files (default /)\n")
+
+
+def test_the_repository_is_checked_before_the_daemon_is_asked(tmp_path, capsys):
+    root = host_tree(tmp_path / "host")
+    code, _, err = run(capsys, "lwnode1", "--host-root", str(root))
+    repo = root / "var/cache/labwright/nvidia"
+    assert code == 2 and err == (f"labwright: error: the repository {repo} (--repository DIR): not a directory; give "
+                                 "the directory of NVIDIA-Linux-x86_64-VERSION.run installers\n")
+    (tmp_path / "file").write_bytes(b"\xff\x00")
+    code, _, err = run(capsys, "lwnode1", "--host-root", str(root), "--repository", str(tmp_path / "file"))
+    assert code == 2 and err.startswith(f"labwright: error: --repository {tmp_path / 'file'}: not a directory")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty/NVIDIA-Linux-x86_64-latest.run").write_text("not a version")
+    code, _, err = run(capsys, "lwnode1", "--host-root", str(root), "--repository", str(tmp_path / "empty"))
+    assert code == 2 and err == (f"labwright: error: --repository {tmp_path / 'empty'}: no "
+                                 "NVIDIA-Linux-x86_64-VERSION.run in it; add the installer of the driver to install\n")
