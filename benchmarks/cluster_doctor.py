@@ -5,7 +5,7 @@
 Measured in one run, on the same cluster:
 - the doctor (library): all nodes' facts in parallel, one shell round trip per node, then the verdicts;
 - the same facts gathered node after node (what a sequential runbook costs);
-- the whole `labwright cluster doctor INVENTORY --json` process (CLI start-up included), and for scale a bare
+- the whole `labwright cluster doctor -i INVENTORY --json` process (CLI start-up included), and for scale a bare
   `import labwright.cli` (all command groups) and `import labwright.cluster.doctor` in a fresh interpreter;
 - the doctor while node3 is stale (exited on a config_version mismatch).
 
@@ -64,7 +64,7 @@ def main() -> int:
             "doctor (parallel, library)": timed(args.n, lambda: doctor(runners)),
             "same facts, node after node": timed(args.n, lambda: diagnose([gather(r) for r in runners])),
             "labwright cluster doctor --json (process)": timed(max(3, args.n // 2), lambda: subprocess.run(
-                [str(Path(sys.executable).parent / "labwright"), "cluster", "doctor", str(inv), "--json"],
+                [str(Path(sys.executable).parent / "labwright"), "cluster", "doctor", "-i", str(inv), "--json"],
                 capture_output=True, env=tool_env(), check=True)),
             # Where the process's time goes: importing the CLI (every command group) vs the doctor's own modules.
             "python -c 'import labwright.cli' (process)": timed(max(3, args.n // 2), lambda: subprocess.run(

@@ -51,8 +51,8 @@ def write_inventory(path: Path, names: list[str]) -> None:
 def cli_apply(inventory: Path) -> tuple[float, str]:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", "COLUMNS": "200"}
     started = time.perf_counter()
-    proc = subprocess.run(["labwright", "guest", "apply", str(inventory)], capture_output=True, text=True, env=env,
-                          timeout=1800)
+    proc = subprocess.run(["labwright", "guest", "apply", "-i", str(inventory)], capture_output=True, text=True,
+                          env=env, timeout=1800)
     elapsed = time.perf_counter() - started
     if proc.returncode:
         raise SystemExit(f"guest apply failed: {proc.stderr.strip()}")

@@ -73,7 +73,7 @@ def test_unknown_node_and_missing_inventory_are_one_line(cluster):
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0
     assert "no node named 'node9'" in error_line(p) and "node1, node2, node3" in p.stderr
-    p = cli(cluster, "doctor", "/nonexistent/cluster.py", inventory=False)
+    p = cli(cluster, "doctor", "-i", "/nonexistent/cluster.py", inventory=False)
     assert p.returncode == 2 and "/nonexistent/cluster.py" in error_line(p)
 
 
@@ -173,7 +173,7 @@ def test_prevent_compares_last_known_version(cluster, tmp_path):
         f'"cluster_netns": "{cluster.ns("node3")}"', f'"corosync_config_version": {v - 1}, "cluster_netns": "nope"'))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["cluster", "doctor", str(inv), "--prevent", "node3", "--json"])
+        rc = main(["cluster", "doctor", "-i", str(inv), "--prevent", "node3", "--json"])
     res = json.loads(out.getvalue())
     assert rc == 1 and res["last_known"] == v - 1 and res["missed_versions"] == [v] and res["quorate"], err.getvalue()
 

@@ -148,7 +148,7 @@ def tree(node) -> tuple[str, Path]:
 
 
 def cli(inv: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = ["cluster", "ghosts", str(inv), *args]
+    argv = ["cluster", "ghosts", "-i", str(inv), *args]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(argv)
@@ -194,7 +194,7 @@ def test_unreachable_node_over_ssh_host_key_not_trusted(tree, tmp_path):
     bad.write_text(inv.read_text().replace(str(inv.parent / "known_hosts"), str(tmp_path / "known_hosts")))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["cluster", "doctor", str(bad), "--json"])
+        rc = main(["cluster", "doctor", "-i", str(bad), "--json"])
     n = json.loads(out.getvalue())["nodes"][0]
     assert rc == 1 and n["verdict"] == "unreachable" and "host key of node pve1" in n["reasons"][0]
     assert f"is not in {tmp_path / 'known_hosts'}" in n["reasons"][0] and "\n" not in n["reasons"][0]

@@ -70,7 +70,7 @@ def test_up_twice_changes_nothing_and_down_removes_only_what_up_made(lab, lab_co
         third = lw(cli_env, "lab", "up", "-i", str(inv))
         assert "container lwup-c2 started" in third.stderr and "lwup-c1" not in third.stderr
 
-        plan = lw(cli_env, "lab", "down", "-i", str(inv), "--dry-run")
+        plan = lw(cli_env, "lab", "down", "-i", str(inv), "--dry")
         assert plan.returncode == 0 and "would delete container lwup-c1" in plan.stderr
         assert exists(client, "/1.0/instances/lwup-c1")
     finally:

@@ -245,7 +245,7 @@ def test_an_unknown_guest_or_service_is_one_line(lab, box):
 def test_dry_run_writes_nothing(lab, box):
     name, config = box
     before = sh(lab, name, "systemctl show -p InvocationID --value llama-server")
-    run = cli("--engine", "llamacpp", "--guest", name, "--cache-type", "q8_0,q4_0", "--lo", "8192", "--dry-run")
+    run = cli("--engine", "llamacpp", "--guest", name, "--cache-type", "q8_0,q4_0", "--lo", "8192", "--dry")
     assert run.returncode == 0, run.stderr
     assert "ExecStart=/usr/local/bin/llama-server --model /srv/models/tiny.gguf --ctx-size 8192" in run.stdout
     assert "--cache-type-k q8_0" in run.stdout and "--cache-type-v q4_0" in run.stdout

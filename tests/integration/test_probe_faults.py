@@ -227,8 +227,8 @@ def test_sigkill_mid_restart_of_tabbyapi_the_next_probe_restores_config_yml_firs
         if proc.poll() is None:
             proc.kill()
     assert sh(lab, name, f"head -c {len(MARK)} {TABBY}/config.yml") == MARK  # the candidate is what is left
-    # --dry-run changes nothing, and says the real run restores first
-    dry = labwright("probe", "ceiling", *args, "--dry-run")
+    # --dry changes nothing, and says the real run restores first
+    dry = labwright("probe", "ceiling", *args, "--dry")
     assert dry.returncode == 0, dry.stderr
     assert "an interrupted probe left /var/lib/labwright/probe/tabbyapi.service.json" in dry.stderr, dry.stderr
     assert sh(lab, name, f"head -c {len(MARK)} {TABBY}/config.yml") == MARK

@@ -23,7 +23,7 @@ def cli(cluster: NetnsCluster, *args: str, inventory: bool = True, subprocess_: 
     console script has them; importing the whole CLI costs seconds per subprocess) or as a subprocess."""
     argv = ["cluster", *args]
     if inventory:
-        argv += ["--inventory", str(cluster.inventory)] if args[0] == "rejoin" else [str(cluster.inventory)]  # type: ignore[attr-defined]
+        argv += ["--inventory", str(cluster.inventory)]  # type: ignore[attr-defined]
     if subprocess_:
         return subprocess.run(["labwright", *argv], capture_output=True, text=True, env=tool_env(), timeout=300)
     out, err = io.StringIO(), io.StringIO()

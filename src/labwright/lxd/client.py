@@ -1,7 +1,7 @@
 """A small, fast client for the LXD/Incus REST API.
 
-Why not pylxd for everything: pylxd's ``execute()`` opens websockets for every command and costs
-~130 ms; the raw API with ``record-output`` on a kept-alive connection costs ~15 ms. So exec and
+Why not pylxd (no longer a dependency, docs/cli.md): its ``execute()`` opened websockets for every command and
+cost ~130 ms; the raw API with ``record-output`` on a kept-alive connection costs ~15 ms. So exec and
 file transfer go through this client, over the unix socket (local) or HTTPS with client
 certificates (remotes), and both the lab and the ``@lxd`` connector share it.
 """

@@ -1,6 +1,6 @@
 """A minimal RFC 6455 websocket client, enough for LXD's exec streams.
 
-Why not a library: the only one installed is ws4py (pulled in by pylxd), which runs a thread per
+Why not a library: ws4py (what pylxd, no longer a dependency, used) runs a thread per
 socket and is too slow for a per-command hot path; this needs none. It works on any connected
 socket (a unix socket or a TLS socket to an HTTPS remote, see ``LxdClient.new_socket``) and stays
 single-threaded, so it is cooperative under gevent's monkey-patching and plain blocking without it.

@@ -3,7 +3,7 @@
 Why a zipapp and not ``pip install labwright`` on the target or a stdlib-only script: the target must run the
 ABI verifier before the swap, and the verifier needs pyelftools and packaging; a guest (a minimal Debian
 container, a Proxmox CT) usually has python3 but neither pip nor python3-venv, and must not get labwright's
-whole dependency tree (typer, pyinfra, pylxd) just to swap a venv. The bundle holds exactly the modules that
+whole dependency tree (typer, pyinfra, gevent) just to swap a venv. The bundle holds exactly the modules that
 run there (the stacks package minus the controller-only parts, the verifier, labwright.errors), pyelftools,
 packaging and pip (the fallback installer) as pure Python, so one ``files.put`` + one command work the same
 over ``@lxd``, ``@pct``, ``@ssh`` or locally. It is built deterministically (sorted entries, fixed times), so

@@ -43,14 +43,7 @@ from labwright.cli import main, register
 CASE_TIMEOUT_S = 60.0
 
 #: (command, case id) pairs that still fail, owned by another engineer's files, with what is wrong. EMPTY when done.
-_HOST_REPOSITORY = ("src/labwright/cli/host.py: --repository is read only after the LXD client connects (no daemon: "
-                    "the error names the socket, not --repository); check it is a directory before resolve_endpoint()")
-_HOST_ROOT = ("src/labwright/cli/host.py: an empty --host-root passes is_dir() and the run goes on to the LXD client; "
-              "refuse a tree that is not a host's (no etc/hostname) naming --host-root before resolve_endpoint()")
 KNOWN_OWNERS_PENDING: dict[tuple[str, str], str] = {
-    ("host upgrade", "--host-root=empty-dir"): _HOST_ROOT,
-    **{("host upgrade", f"--repository={case}"): _HOST_REPOSITORY
-       for case in ("random-bytes", "latin1-text", "empty-dir", "missing")},
 }
 
 #: Parameters that name a host, guest or node: odd strings there are bad input, never valid.

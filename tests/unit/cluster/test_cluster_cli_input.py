@@ -17,9 +17,9 @@ def inventory(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["doctor", "INV", "--last-version", "7"], "--last-version 7 only means something with --prevent NODE"),
-    (["doctor", "INV", "--prevent", "pve2", "--last-version", "-1"], "--last-version -1: not a corosync config"),
-    (["doctor", "INV", "--prevent", "pve2", "--last-version", str(2**64)], "not a corosync config_version"),
+    (["doctor", "-i", "INV", "--last-version", "7"], "--last-version 7 only means something with --prevent NODE"),
+    (["doctor", "-i", "INV", "--prevent", "pve2", "--last-version", "-1"], "--last-version -1: not a corosync config"),
+    (["doctor", "-i", "INV", "--prevent", "pve2", "--last-version", str(2**64)], "not a corosync config_version"),
     (["rejoin", "pve1", "--lead", "a b", "-i", "INV"], "--lead 'a b': not an IP address or host name"),
     (["rejoin", "pve1", "--lead", "@lxd/$(id)", "-i", "INV"], "--lead '@lxd/$(id)': not an IP address"),
     (["rejoin", "pve1", "--lead", "", "-i", "INV"], "--lead '': not an IP address"),
@@ -40,5 +40,5 @@ def test_addresses_and_host_names_pass_the_check(lead):
 
 
 def test_a_directory_as_inventory_is_called_a_directory(tmp_path, capsys):
-    assert main(["cluster", "ghosts", str(tmp_path)]) == 2
+    assert main(["cluster", "ghosts", "-i", str(tmp_path)]) == 2
     assert f"inventory {tmp_path} is a directory, not a file" in capsys.readouterr().err

@@ -18,9 +18,9 @@ from labwright.inventory import load_inventory
 COMMANDS = {
     "lab up": ["lab", "up", "-i", "{inv}"],
     "lab status": ["lab", "status", "-i", "{inv}"],
-    "guest plan": ["guest", "plan", "{inv}"],
-    "guest show": ["guest", "show", "{inv}"],
-    "cluster doctor": ["cluster", "doctor", "{inv}"],
+    "guest plan": ["guest", "plan", "-i", "{inv}"],
+    "guest show": ["guest", "show", "-i", "{inv}"],
+    "cluster doctor": ["cluster", "doctor", "-i", "{inv}"],
 }
 
 
