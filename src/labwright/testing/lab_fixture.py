@@ -20,12 +20,14 @@ from dataclasses import dataclass
 
 import pytest
 
+from labwright.errors import LxdError
 from labwright.lab import image as lab_image
 from labwright.lab import lab as lab_ops
 from labwright.lab.daemon import ensure_daemon
 from labwright.lab.keys import ensure_lab_key
 from labwright.lab.spec import LabSpec, spec_from_group
 from labwright.lxd.client import LxdClient
+from labwright.testing.waiting import wait_for
 from labwright.ui import Reporter
 
 TEST_LAB_DATA = {
@@ -69,7 +71,12 @@ class Lab:
         if inst is None:
             return
         if inst["status"] == "Running":
-            self.client.set_state(name, "stop", force=True)
+            try:
+                self.client.set_state(name, "stop", force=True, timeout=120)
+            except LxdError:
+                # On a loaded machine LXD can give up waiting for a forced stop that still completes: wait for it.
+                wait_for(f"instance {name} to stop", lambda: (self.client.instance_or_none(name) or {}).get(
+                    "status") != "Running", timeout=120, every=0.5)
         self.client.delete_instance(name)
 
 
