@@ -258,7 +258,12 @@ def test_driver_userspace_checked_against_a_fake_nvidia_host(guest, tmp_path):
     assert ok.rc == 0 and ok.totals.changed == 0, ok.output[-3000:]
     assert "NVIDIA userspace = host driver" in ok.output
     verify = guest.verify(env={**VERIFY_ENV, "LABWRIGHT_TABBYAPI_NVIDIA_ROOT": "/srv/fake-nvidia-match"})
-    assert verify.returncode == 0 and "skipped" not in verify.stdout, verify.stdout[-3000:]
+    assert verify.returncode == 0, verify.stdout[-3000:]
+    # The driver check ran (it skips without a driver tree); the only skip is the engine-on-the-GPU check, which
+    # needs a real /dev/nvidiaN this host does not have.
+    skipped = [line for line in verify.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert all("no /dev/nvidiaN GPU node on this host" in line for line in skipped), skipped
+    assert "1 skipped" in verify.stdout or not skipped, verify.stdout[-3000:]
     pid = guest.main_pid()
     bad = guest.deploy(tabbyapi_nvidia_root="/srv/fake-nvidia-mismatch", tabbyapi_gpu="check")
     assert bad.rc != 0 and guest.main_pid() == pid
