@@ -1,7 +1,32 @@
-"""Markers used by the integration tests (pytest runs with --strict-markers)."""
+"""Markers used by the integration tests (pytest runs with --strict-markers), and fixtures several of them share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from labwright.lxd.client import LxdClient
 
 
 def pytest_configure(config):
     # Registered here until pyproject's [tool.pytest.ini_options] lists it; both may coexist.
     config.addinivalue_line(
         "markers", "slow: builds real venvs, wheels and torch installs (minutes on a fresh machine); CI runs them")
+
+
+@pytest.fixture
+def client(lab) -> Iterator[LxdClient]:
+    """A client of the lab's LXD daemon for one test (a module's own `client` fixture takes precedence)."""
+    c = LxdClient()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def names(lab) -> Iterator[list[str]]:
+    """Append the name of every container a test makes: they are removed after it, whatever happened."""
+    made: list[str] = []
+    yield made
+    for name in made:
+        lab.remove(name)

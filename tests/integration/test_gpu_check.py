@@ -21,7 +21,6 @@ import pytest
 from labwright.cli import main, register
 from labwright.guests.gpu import GpuHost
 from labwright.guests.lxd import LxdBackend
-from labwright.lxd.client import LxdClient
 from labwright.verify import test_llamacpp as llamacpp_suite
 from support.fake_nvidia import (
     DRIVER_VERSION,
@@ -32,21 +31,6 @@ from support.fake_nvidia import (
 from support.gpu_guest import install_userspace, spec, start_llama_server
 
 pytestmark = pytest.mark.lab
-
-@pytest.fixture
-def client(lab) -> Iterator[LxdClient]:
-    c = LxdClient()
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def names(lab) -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for name in made:
-        lab.remove(name)
-
 
 @pytest.fixture
 def fake_host() -> Iterator[Path]:

@@ -41,21 +41,6 @@ OLD_KERNEL, NEW_KERNEL = "6.8.12-4-pve", "6.8.12-9-pve"
 
 
 @pytest.fixture
-def client(lab) -> Iterator[LxdClient]:
-    c = LxdClient()
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def names(lab) -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for name in made:
-        lab.remove(name)
-
-
-@pytest.fixture
 def host_root() -> Iterator[Path]:
     root = fake_root_in_dev("lwtest-hu")
     try:
