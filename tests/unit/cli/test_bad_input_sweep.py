@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 
-from labwright.cli import main, register
+from labwright.cli import main
+from support.cli_walk import leaf_commands
 
 #: A case that takes longer than this hangs (the loaded CI machine included: most cases take well under a second).
 CASE_TIMEOUT_S = 60.0
@@ -244,16 +244,8 @@ def _kind(command: str, param: Any) -> str:
 
 def walk() -> list[Command]:
     """Every command of the app with its parameters, as typer built them."""
-    root = typer.main.get_command(register())
     found: list[Command] = []
-
-    def visit(command: Any, path: list[str]) -> None:
-        subcommands = getattr(command, "commands", None)
-        if subcommands:
-            for name, sub in subcommands.items():
-                if not getattr(sub, "hidden", False):
-                    visit(sub, [*path, name])
-            return
+    for path, command in leaf_commands():
         params = []
         for param in command.params:
             # help; and the hidden old spellings (a positional inventory): thin deprecated shims over the option
@@ -261,11 +253,9 @@ def walk() -> list[Command]:
                 continue
             long_flags = [o for o in param.opts if o.startswith("--")] if param.param_type_name == "option" else []
             flag = (long_flags or param.opts)[0] if param.param_type_name == "option" else None
-            params.append(Parameter(param.name, flag, _kind(" ".join(path), param), bool(param.required),
+            params.append(Parameter(param.name, flag, _kind(path, param), bool(param.required),
                                     bool(param.multiple or param.nargs != 1)))
-        found.append(Command(" ".join(path), params, bool(getattr(command, "ignore_unknown_options", False))))
-
-    visit(root, [])
+        found.append(Command(path, params, bool(getattr(command, "ignore_unknown_options", False))))
     return found
 
 

@@ -15,13 +15,13 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import typer
 
 from labwright.cli import main, register
 from labwright.cli.vocab import DEPRECATED_FLAGS, PASS_THROUGH
+from support.cli_walk import leaf_commands
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "cli.md"
 
@@ -50,16 +50,8 @@ class Command:
 
 
 def walk() -> list[Command]:
-    root = typer.main.get_command(register())
     found: list[Command] = []
-
-    def visit(command: Any, path: list[str]) -> None:
-        subcommands = getattr(command, "commands", None)
-        if subcommands:
-            for name, sub in subcommands.items():
-                if not getattr(sub, "hidden", False):
-                    visit(sub, [*path, name])
-            return
+    for path, command in leaf_commands():
         options: dict[str, list[str]] = {}
         hidden_options: dict[str, list[str]] = {}
         arguments: list[str] = []
@@ -70,9 +62,7 @@ def walk() -> list[Command]:
                 (hidden_options if hidden else options)[param.name] = [*param.opts, *param.secondary_opts]
             else:
                 (hidden_arguments if hidden else arguments).append(param.name)
-        found.append(Command(" ".join(path), options, hidden_options, arguments, hidden_arguments))
-
-    visit(root, [])
+        found.append(Command(path, options, hidden_options, arguments, hidden_arguments))
     return found
 
 
