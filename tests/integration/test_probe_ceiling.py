@@ -11,14 +11,13 @@ import json
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import tool_env
+from labwright.testing.waiting import wait_for
 from labwright.tuning.kv import bytes_per_token, layout_from_dict, read_layout
 from labwright.tuning.probe import cache_spec, llamacpp_target, make_probe, probe_ceiling, restore, tabbyapi_target
 from labwright.tuning.probe_guest import LxdGuest
@@ -58,13 +57,6 @@ ExecStart=/bin/sh -c 'echo "Loading model from config.yml"; echo "still loading 
 WantedBy=multi-user.target
 """
 
-
-def wait_for(what: str, condition: Callable[[], bool], deadline_s: float = 240.0) -> None:
-    """Poll ``condition`` until it holds; fails naming ``what`` after ``deadline_s`` (the lab shares 2 cores)."""
-    began = time.monotonic()
-    while not condition():
-        assert time.monotonic() - began < deadline_s, f"not within {deadline_s:g}s: {what}"
-        time.sleep(0.1)
 
 
 def sh(lab: Lab, name: str, script: str) -> str:
@@ -205,7 +197,7 @@ def test_a_stale_auto_restart_with_the_old_config_is_not_read_as_the_new_result(
             return restarts >= 1 and bool(verdicts) and OOM_LINE in verdicts[-1] and "cache_size 65536" in verdicts[-1]
 
         wait_for("tabbyapi crash-looping on the over-limit config (NRestarts >= 1, newest verdict an OOM at 65536)",
-                 crash_looping)
+                 crash_looping, timeout=240.0)
         target = tabbyapi_target(guest, "tabbyapi", cache_spec("tabbyapi", "8,4"))
         probe = make_probe(guest, target, 10.0, 30)(16384)
         assert probe.outcome == "ok", (probe.why, probe.lines)
@@ -268,7 +260,7 @@ def test_ctrl_c_restores_the_original_and_the_interrupted_helper_cannot_stop_it_
             assert line, (seen, proc.communicate())
             seen.append(line)
         wait_for("the next probe's drop-in in the guest (a probe under way)",
-                 lambda: "90-labwright-probe.conf" in unit_state(lab, name, "llama-server")[1])
+                 lambda: "90-labwright-probe.conf" in unit_state(lab, name, "llama-server")[1], timeout=240.0)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=120)
         out, err = proc.stdout.read() if proc.stdout else "", proc.stderr.read()

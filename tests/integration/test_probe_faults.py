@@ -22,6 +22,7 @@ import pytest
 
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import tool_env
+from labwright.testing.waiting import wait_for as _wait_for
 from labwright.tuning.probe import MARK
 from support.probe_box import UNIT_PATH, llama_box
 from support.tabbyapi_standin import MAIN_PY, SEED_CONFIG_SAMPLE, SEED_MODEL_PY
@@ -51,19 +52,15 @@ WantedBy=multi-user.target
 DEADLINE_S = 240.0
 
 
+def wait_for(what: str, condition: Callable[[], object]) -> None:
+    _wait_for(what, condition, timeout=DEADLINE_S)
+
+
 def sh(lab: Lab, name: str, script: str) -> str:
     result = lab.client.exec(name, ["sh", "-c", script])
     assert result.exit_code == 0, f"{script!r} failed: {result.stderr.decode()}"
     return result.stdout.decode()
 
-
-def wait_for(what: str, condition: Callable[[], bool], deadline_s: float = DEADLINE_S) -> float:
-    """Poll ``condition`` until it holds; returns the seconds it took; fails naming ``what``."""
-    began = time.monotonic()
-    while not condition():
-        assert time.monotonic() - began < deadline_s, f"not within {deadline_s:g}s: {what}"
-        time.sleep(0.1)
-    return time.monotonic() - began
 
 
 def exists(lab: Lab, name: str, path: str) -> bool:
