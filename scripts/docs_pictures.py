@@ -161,8 +161,9 @@ def guest_plan(lab: Lab) -> None:
     models = Path("/srv/models")  # the mount's host side must exist for the plan to accept it
     made_models = not models.exists()
     models.mkdir(parents=True, exist_ok=True)
-    suffix = f"{int(time.time()) % 100000}"
-    web, db = f"lwdocs-web-{suffix}", f"lwdocs-db-{suffix}"
+    web, db = "docs-web1", "docs-db1"  # names the picture shows; left over from an interrupted run: removed first
+    for name in (web, db):
+        lab.remove(name)
     with tempfile.TemporaryDirectory(prefix="lwdocs-") as work:
         inventory = Path(work) / "guests.py"
         try:
