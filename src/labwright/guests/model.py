@@ -28,6 +28,7 @@ from labwright.guests.fields import (
     parse_net,
     parse_rootfs,
 )
+from labwright.guests.vm import VM_KEYS, VmSpec, parse_vm
 from labwright.hostnames import INSTANCE_NAME, VMID_MAX, VMID_MIN, LxdName, PctName, parse_host_name
 from labwright.inventory import load_inventory
 from labwright.lab.spec import validate_cpu, validate_memory
@@ -44,8 +45,10 @@ GPU_MODES: dict[str, tuple[str, ...]] = {
 KNOWN_KEYS = frozenset({
     "name", "backend", "node", "vmid", "hostname", "template", "image", "cores", "memory", "swap", "rootfs",
     "net", "unprivileged", "features", "mounts", "gpu", "gpu_mode", "nvidia_runtime", "profiles", "start",
-    "onboot", "lxd_config", "description", "clone",
+    "onboot", "lxd_config", "description", "clone", *VM_KEYS,
 })
+#: What a guest is: a container (LXD instance or Proxmox CT) or a Proxmox VE qemu VM (docs/guests.md, VMs).
+KINDS: tuple[str, ...] = ("ct", "vm")
 
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*$")
 _PVE_TEMPLATE = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*:vztmpl/[^/\s]+$")
@@ -78,6 +81,8 @@ class GuestSpec:
     onboot: bool | None = None
     lxd_config: tuple[tuple[str, str], ...] = ()  # extra raw LXD config keys, managed like the rest
     description: str | None = None
+    kind: str = "ct"  # "vm": a Proxmox qemu VM, its settings in ``vm``
+    vm: VmSpec | None = None
     # Where it came from, for messages, and the inventory data backends need (API URL, SSH address...).
     host: str = ""
     source: str = "<data>"
@@ -96,6 +101,10 @@ class GuestSpec:
     @property
     def wants_gpu(self) -> bool:
         return self.gpu == "nvidia"
+
+    @property
+    def is_vm(self) -> bool:
+        return self.kind == "vm"
 
     @property
     def backend_key(self) -> tuple[str, str | None]:
@@ -195,6 +204,20 @@ def spec_from_data(
     if backend not in BACKENDS:
         raise BadInput(f"{where}: backend {backend!r} must be one of {', '.join(BACKENDS)}")
 
+    kind = str(data.get("kind", "ct"))
+    if kind not in KINDS:
+        raise BadInput(f"{where}: kind {kind!r} must be ct (a container, the default) or vm (a Proxmox qemu VM)")
+    if kind == "vm" and backend != "proxmox":
+        raise BadInput(f"{where}: kind: vm is a Proxmox VE qemu VM; set backend: proxmox (LXD guests are containers)")
+    if kind == "vm" and host_vmid is not None:
+        raise BadInput(f"{where}: a VM is not reached through pct, so {host} cannot name it; name the host after the "
+                       "VM (e.g. \"win1\") and give `node` and `vmid` in its guest data")
+    if kind != "vm":
+        vm_only = sorted(set(data) & (VM_KEYS - {"kind"}))
+        if vm_only:
+            raise BadInput(f"{where}: {vm_only[0]} is a VM setting; add kind: vm (a Proxmox qemu VM) or remove it")
+    vm = parse_vm(data, where) if kind == "vm" else None
+
     node = data.get("node", host_node)
     if host_node is not None and node != host_node:
         raise BadInput(f"{where}: node {node!r} disagrees with the host name {host} (node {host_node})")
@@ -214,14 +237,17 @@ def spec_from_data(
         raise BadInput(f"{where}: vmid is for proxmox guests; an lxd guest is named by `name`")
 
     # Proxmox's own default hostname is CT<vmid>; an unnamed proxmox guest gets the same, lower-cased.
-    fallback = host_name if backend == "lxd" else (data.get("hostname") or host_name or f"ct{vmid}")
+    fallback = host_name if backend == "lxd" else (data.get("hostname") or host_name or f"{kind}{vmid}")
     name = str(data.get("name") or fallback or "")
     if not name:
         raise BadInput(f"{where}: give the guest a `name`")
     if backend == "lxd" and not INSTANCE_NAME.match(name):
         raise BadInput(f"{where}: {name!r} is not a valid LXD instance name; use 1-63 letters, digits and "
                        "hyphens, starting with a letter")
-    hostname = data.get("hostname", name if backend == "proxmox" else None)
+    if kind == "vm" and not _HOSTNAME.match(name):
+        raise BadInput(f"{where}: {name!r} is not a valid VM name; Proxmox wants a DNS name (letters, digits, "
+                       "hyphens, dots)")
+    hostname = data.get("hostname", name if backend == "proxmox" and kind == "ct" else None)
     if hostname is not None and not (isinstance(hostname, str) and _HOSTNAME.match(hostname)):
         raise BadInput(f"{where}: hostname {hostname!r} is not a valid host name (letters, digits, hyphens)")
 
@@ -286,6 +312,7 @@ def spec_from_data(
         start=parse_bool(data.get("start", True), f"{where}: start"), onboot=opt("onboot", parse_bool),
         lxd_config=tuple(sorted((k, _lxd_value(v)) for k, v in lxd_config.items())),
         description=None if data.get("description") is None else str(data["description"]),
+        kind=kind, vm=vm,
         host=host, source=source, host_data=dict(host_data or {}), node_data=dict(node_data or {}),
     )
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from proxmoxer import ProxmoxAPI
 
@@ -56,6 +56,9 @@ from labwright.guests.proxmox_render import (
 )
 from labwright.guests.pve_node import NodeGpu, PveNode, SshPveNode
 from labwright.hostnames import VMID_MAX, VMID_MIN
+
+if TYPE_CHECKING:
+    from labwright.guests.proxmox_vm import VmOps
 
 #: Applied to a running container at once; anything else waits for its next start (PVE's hotplug rules).
 LIVE_KEYS = frozenset({"hostname", "cores", "memory", "swap", "description", "onboot", "tags"})
@@ -102,6 +105,15 @@ class ProxmoxBackend(GuestBackend):
         self._version: tuple[int, int] | None = None
         self._unit_read = False
         self._unit_text: str | None = None  # the node's boot unit as read once per backend
+        self._vm_ops: VmOps | None = None
+
+    def _vms(self) -> VmOps:
+        """The ``kind: vm`` operations (qemu VMs), sharing this backend's API connection."""
+        if self._vm_ops is None:
+            from labwright.guests.proxmox_vm import VmOps
+
+            self._vm_ops = VmOps(self)
+        return self._vm_ops
 
     @classmethod
     def for_spec(cls, spec: GuestSpec, pve_node: PveNode | None = None, proxmox_api: ProxmoxAPI | None = None,
@@ -273,6 +285,8 @@ class ProxmoxBackend(GuestBackend):
 
     # --- plan ----------------------------------------------------------------------------------------------
     def plan(self, spec: GuestSpec) -> Plan:
+        if spec.is_vm:
+            return self._vms().plan(spec)
         return self._plan(spec, self._state(spec))
 
     def _plan(self, spec: GuestSpec, state: _State) -> Plan:
@@ -323,6 +337,8 @@ class ProxmoxBackend(GuestBackend):
 
     # --- apply ---------------------------------------------------------------------------------------------
     def apply(self, spec: GuestSpec) -> list[Change]:
+        if spec.is_vm:
+            return self._vms().apply(spec)
         state = self._state(spec)
         plan = self._plan(spec, state)
         if not plan.changes:
@@ -416,6 +432,8 @@ class ProxmoxBackend(GuestBackend):
 
     # --- the rest of the interface -------------------------------------------------------------------------
     def show(self, spec: GuestSpec) -> dict[str, Any]:
+        if spec.is_vm:
+            return self._vms().show(spec)
         self._node_version(spec)
         config, status = self._locate(spec)
         info: dict[str, Any] = {"name": spec.name, "backend": self.name, "node": self.node, "vmid": spec.vmid,
@@ -437,10 +455,14 @@ class ProxmoxBackend(GuestBackend):
         return info
 
     def exists(self, spec: GuestSpec) -> bool:
+        if spec.is_vm:
+            return self._vms().exists(spec)
         self._node_version(spec)
         return self._locate(spec)[0] is not None
 
     def start(self, spec: GuestSpec) -> list[Change]:
+        if spec.is_vm:
+            return self._vms().start(spec)
         status = self._require(spec)
         if status == "running":
             return []
@@ -448,6 +470,8 @@ class ProxmoxBackend(GuestBackend):
         return [Change("state", status, "running")]
 
     def stop(self, spec: GuestSpec) -> list[Change]:
+        if spec.is_vm:
+            return self._vms().stop(spec)
         status = self._require(spec)
         if status != "running":
             return []
@@ -455,6 +479,8 @@ class ProxmoxBackend(GuestBackend):
         return [Change("state", "running", "stopped")]
 
     def destroy(self, spec: GuestSpec) -> list[Change]:
+        if spec.is_vm:
+            return self._vms().destroy(spec)
         self._node_version(spec)
         config, status = self._locate(spec)
         if config is None:

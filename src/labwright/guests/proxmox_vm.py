@@ -1,0 +1,325 @@
+"""Proxmox VE qemu VMs (``kind: vm``) through the API: create, update, power, destroy, with PCI passthrough.
+
+``ProxmoxBackend`` hands a ``kind: vm`` guest to ``VmOps``; both share one API connection per node.
+
+- Plan reads only: the node is in the cluster, the vmid is free or this VM's, the disk storage takes VM images,
+  and every ``hostpci`` device given by address is on the node in an IOMMU group it can be passed alone
+  (``GET /nodes/NODE/hardware/pci``, ``proxmox_vm_render.check_iommu``). A refusal is one line; nothing is sent.
+- Create: ``POST /nodes/NODE/qemu`` (a ``qmcreate`` task that allocates ``scsi0``/``efidisk0``), then the start.
+  A failed create is rolled back by PVE itself (the config file is removed, the volumes freed); a failed start
+  after it destroys the VM again, so nothing half-made stays.
+- Update: one ``POST .../config`` (PVE's asynchronous ``update_vm_async``: a disk to allocate runs in a task,
+  whose UPID is waited for) with the config's ``digest``; nothing differs, nothing is sent. Changes to a running
+  VM's hardware stay pending until its next start, as PVE keeps them; the plan says so.
+- Devices given by address (``host``) are root-only (qemu-server ``check_hostpci_perm``): with an API token,
+  plan names the ways out (a resource ``mapping``, root@pam, or ``proxmox_root_via: ssh``, which writes the
+  ``hostpciN`` lines into ``/etc/pve/nodes/NODE/qemu-server/VMID.conf`` over SSH).
+
+Provenance: qemu-server 9.2.6 (commit e6352be67f70) ``src/PVE/API2/Qemu.pm``: ``create_vm`` 1159-1627 (worker
+``qmcreate`` 1598; "unable to create VM N -" 1372), ``check_hostpci_perm`` 918-936, ``update_vm_async`` 2646-2716,
+``destroy_vm`` 2776-2893 ("VM N is running - destroy failed" 2842), start/stop workers ``qmstart``/``qmstop``
+(3676, 3798).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+from labwright.guests.model import Change, GuestSpec, Plan
+from labwright.guests.proxmox_api import call
+from labwright.guests.proxmox_render import TAG, edit_conf
+from labwright.guests.proxmox_vm_render import (
+    BOOT_DISK,
+    EFI_DISK,
+    VmDesired,
+    VmDiff,
+    check_iommu,
+    diff_vm,
+    disk_note,
+    render_vm,
+    vm_of,
+)
+from labwright.hostnames import VMID_MAX, VMID_MIN
+
+if TYPE_CHECKING:
+    from labwright.guests.proxmox import ProxmoxBackend
+
+#: Applied to a running VM at once (PVE's hotplug default covers none of the hardware labwright sets).
+VM_LIVE_KEYS = frozenset({"name", "description", "onboot", "tags"})
+
+
+@dataclass
+class _VmState:
+    config: dict[str, Any] | None
+    status: str | None
+    desired: VmDesired
+    diff: VmDiff
+    via_ssh: dict[str, str] = field(default_factory=dict)
+    via_ssh_delete: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exists(self) -> bool:
+        return self.config is not None
+
+
+class VmOps:
+    """The ``kind: vm`` half of a ``ProxmoxBackend``: same node, API, credentials and SSH seam."""
+
+    def __init__(self, backend: ProxmoxBackend):
+        self.backend = backend
+        self._pci: list[dict[str, Any]] | None = None
+
+    @property
+    def node(self) -> str:
+        return self.backend.node
+
+    @property
+    def api(self) -> Any:
+        return self.backend.api
+
+    def _vm(self, spec: GuestSpec) -> Any:
+        return self.api.nodes(self.node).qemu(spec.vmid)
+
+    def _conf_path(self, spec: GuestSpec) -> str:
+        return f"/etc/pve/nodes/{self.node}/qemu-server/{spec.vmid}.conf"
+
+    # --- reading -------------------------------------------------------------------------------------------
+    def _locate(self, spec: GuestSpec) -> tuple[dict[str, Any] | None, str | None]:
+        if not (VMID_MIN <= int(spec.vmid or 0) <= VMID_MAX):
+            raise BadInput(f"{spec.where}: vmid {spec.vmid} is outside {VMID_MIN}-{VMID_MAX}")
+        resources = call(f"{spec.where}: listing cluster resources", lambda: self.api.cluster.resources.get(type="vm"))
+        entry = next((r for r in resources if int(r.get("vmid", 0)) == spec.vmid), None)
+        if entry is None:
+            return None, None
+        if entry.get("type") != "qemu" or entry.get("node") != self.node:
+            kind = "VM" if entry.get("type") == "qemu" else "container"
+            raise BadInput(f"{spec.where}: vmid {spec.vmid} is already a {kind} on node {entry.get('node')}; "
+                           "pick a free vmid")
+        config = call(f"{spec.where}: reading VM {spec.vmid}'s config", self._vm(spec).config.get)
+        return config, str(entry.get("status") or "stopped")
+
+    def _pci_devices(self, spec: GuestSpec) -> list[dict[str, Any]]:
+        if self._pci is None:
+            self._pci = list(call(f"{spec.where}: listing PCI devices of {self.node}",
+                                  self.api.nodes(self.node).hardware.pci.get))
+        return self._pci
+
+    def _disk_storage(self, spec: GuestSpec) -> str:
+        vm = vm_of(spec)
+        wanted = vm.disk.storage if vm.disk else None
+        storages = call(f"{spec.where}: listing storages of {self.node}",
+                        lambda: self.api.nodes(self.node).storage.get(content="images"))
+        names = [str(s.get("storage")) for s in storages]
+        if wanted is not None and wanted not in names:
+            raise BadInput(f"{spec.where}: storage {wanted!r} on {self.node} does not exist or holds no VM disks "
+                           f"(storages for VM disks: {', '.join(names) or 'none'}); fix `disk`")
+        if wanted is None and not names:
+            raise BadInput(f"{spec.where}: {self.node} has no storage for VM disks; name one in `disk`")
+        return wanted or next((n for n in ("local-lvm", "local-zfs") if n in names), names[0])
+
+    def _state(self, spec: GuestSpec) -> _VmState:
+        self.backend._node_version(spec)  # the node is in the cluster
+        config, status = self._locate(spec)
+        if config is not None and TAG not in str(config.get("tags") or "") and config.get("name") not in (
+                None, spec.name):
+            raise BadInput(f"{spec.where}: VM {spec.vmid} on {self.node} is {config.get('name')!r}, not made by "
+                           f"labwright; pick another vmid, or tag it {TAG} to let labwright manage it")
+        desired = render_vm(spec, self._disk_storage(spec) if config is None else "")
+        changes = diff_vm(spec, config, desired)
+        notes = list(desired.notes)
+        if any(entry.host for entry in vm_of(spec).hostpci):
+            notes += check_iommu(spec, self._pci_devices(spec), self.node)
+        if config is not None:
+            note = disk_note(spec, config)
+            if note:
+                notes.append(note)
+        state = _VmState(config, status, desired, changes, notes=notes)
+        self._root_only(spec, state)
+        return state
+
+    def _root_only(self, spec: GuestSpec, state: _VmState) -> None:
+        """Devices given by address are root@pam's (``check_hostpci_perm``); so is detaching one."""
+        credentials = self.backend.credentials
+        keys = [k for k, v in state.diff.put.items() if k.startswith("hostpci") and not v.startswith("mapping=")]
+        keys += [k for k in state.diff.delete if k.startswith("hostpci")]
+        if credentials.is_root or not keys:
+            return
+        if self.backend.root_via == "ssh":
+            state.via_ssh = {k: state.diff.put[k] for k in keys if k in state.diff.put}
+            state.via_ssh_delete = [k for k in keys if k in state.diff.delete]
+            return
+        who = (f"{credentials.principal} is an API token, which PVE never treats as root@pam"
+               if credentials.token else f"{credentials.principal} is not root@pam")
+        raise BadInput(
+            f"{spec.where}: {', '.join(sorted(keys))} (a PCI device by address) can only be set by root@pam, and "
+            f"{who}; nothing was created or changed. Three ways out: map the device (Datacenter > Resource Mappings) "
+            "and write hostpci as {\"mapping\": \"ID\"}, which a token with Mapping.Use may set; log in as root@pam "
+            "with a password (export PROXMOX_USER=root@pam PROXMOX_PASSWORD=...; unset PROXMOX_TOKEN_ID); or set "
+            f"proxmox_root_via: \"ssh\" in the host data of {self.node}")
+
+    # --- plan ----------------------------------------------------------------------------------------------
+    def plan(self, spec: GuestSpec) -> Plan:
+        return self._plan(spec, self._state(spec))
+
+    def _plan(self, spec: GuestSpec, state: _VmState) -> Plan:
+        changes = list(state.diff.changes)
+        lines = state.diff.config_lines()
+        notes = list(state.notes)
+        if not state.exists:
+            disks = [f"{BOOT_DISK}: {state.desired.disk}"]
+            disks += [f"{EFI_DISK}: {state.desired.efidisk}"] if state.desired.efidisk else []
+            lines = [*disks, *lines]
+            changes = [Change("vm", None, f"VM {spec.vmid} ({vm_of(spec).ostype}, {vm_of(spec).bios}"
+                              f"{', ' + str(vm_of(spec).machine) if vm_of(spec).machine else ''})"),
+                       *(Change(f"config {line.split(': ', 1)[0]}", None, line.split(": ", 1)[1]) for line in disks),
+                       *changes]
+        if state.via_ssh or state.via_ssh_delete:
+            notes.append(f"written over SSH into {self._conf_path(spec)}: "
+                         + ", ".join([*state.via_ssh, *(f"delete {k}" for k in state.via_ssh_delete)]))
+        if state.status == "running":
+            later = [c.what.removeprefix("config ") for c in state.diff.changes
+                     if c.what.removeprefix("config ") not in VM_LIVE_KEYS]
+            if later:
+                notes.append(f"{', '.join(later)} take(s) effect when VM {spec.vmid} is stopped and started again "
+                             "(PVE keeps them pending)")
+        if spec.start and state.status != "running":
+            changes.append(Change("state", state.status, "running"))
+        elif not spec.start and state.status == "running":
+            changes.append(Change("state", "running", "stopped"))
+        action: Literal["create", "update", "none"] = "create" if not state.exists else (
+            "update" if changes else "none")
+        return Plan(spec.name, "proxmox", action, changes, lines, notes)
+
+    # --- apply ---------------------------------------------------------------------------------------------
+    def apply(self, spec: GuestSpec) -> list[Change]:
+        state = self._state(spec)
+        plan = self._plan(spec, state)
+        if not plan.changes:
+            return []
+        if not state.exists:
+            self._create(spec, state)
+            return plan.changes
+        self._update(spec, state)
+        if spec.start and state.status != "running":
+            self._power(spec, "start")
+        elif not spec.start and state.status == "running":
+            self._power(spec, "stop")
+        return plan.changes
+
+    def _api_params(self, state: _VmState) -> tuple[dict[str, str], list[str]]:
+        put = {k: v for k, v in state.diff.put.items() if k not in state.via_ssh}
+        delete = [k for k in state.diff.delete if k not in state.via_ssh_delete]
+        return put, delete
+
+    def _create(self, spec: GuestSpec, state: _VmState) -> None:
+        put, _ = self._api_params(state)
+        params: dict[str, Any] = {"vmid": spec.vmid, BOOT_DISK: state.desired.disk, **put}
+        if state.desired.efidisk:
+            params[EFI_DISK] = state.desired.efidisk
+        upid = call(f"{spec.where}: creating VM {spec.vmid} on {self.node}",
+                    lambda: self.api.nodes(self.node).qemu.post(**params))
+        # A failed create task is rolled back by PVE itself (config removed, volumes freed).
+        self.backend._wait(upid, f"{spec.where}: creating VM {spec.vmid}")
+        try:
+            self._write_file(spec, state)
+            if spec.start:
+                self._power(spec, "start")
+        except Exception as exc:
+            self._remove_made(spec, exc)
+            raise
+
+    def _remove_made(self, spec: GuestSpec, cause: Exception) -> None:
+        try:
+            if call("status", self._vm(spec).status.current.get).get("status") == "running":
+                self.backend._wait(call("stop", self._vm(spec).status.stop.post), "stop")
+            self.backend._wait(call("destroy", lambda: self._vm(spec).delete(purge=1)), "destroy")
+        except OperationFailed as cleanup:
+            cause.args = (f"{cause}; removing the half-made VM {spec.vmid} failed too: {cleanup} (remove it with "
+                          f"`qm destroy {spec.vmid}` on {self.node})",)
+
+    def _update(self, spec: GuestSpec, state: _VmState) -> None:
+        put, delete = self._api_params(state)
+        if put or delete:
+            params: dict[str, Any] = {**put, "digest": (state.config or {}).get("digest")}
+            if delete:
+                params["delete"] = ",".join(delete)
+            upid = call(f"{spec.where}: updating VM {spec.vmid}'s config", lambda: self._vm(spec).config.post(**params))
+            if upid:  # update_vm_async answers null when nothing ran in a task
+                self.backend._wait(str(upid), f"{spec.where}: updating VM {spec.vmid}'s config")
+        self._write_file(spec, state)
+
+    def _write_file(self, spec: GuestSpec, state: _VmState) -> None:
+        """``hostpciN`` by address with ``proxmox_root_via: ssh``: straight into the node's config file."""
+        if not state.via_ssh and not state.via_ssh_delete:
+            return
+        path = self._conf_path(spec)
+        node = self.backend.pve_node
+        node.write_file(path, edit_conf(node.read_file(path), state.via_ssh, state.via_ssh_delete, None, frozenset()))
+
+    def _power(self, spec: GuestSpec, action: str) -> None:
+        endpoint = getattr(self._vm(spec).status, action)
+        upid = call(f"{spec.where}: {action} VM {spec.vmid}", endpoint.post)
+        self.backend._wait(upid, f"{spec.where}: {action} VM {spec.vmid}")
+
+    # --- the rest of the interface -------------------------------------------------------------------------
+    def show(self, spec: GuestSpec) -> dict[str, Any]:
+        self.backend._node_version(spec)
+        config, status = self._locate(spec)
+        info: dict[str, Any] = {"name": spec.name, "backend": "proxmox", "kind": "vm", "node": self.node,
+                                "vmid": spec.vmid, "exists": config is not None, "status": status or "absent"}
+        if config is None:
+            return info
+        try:
+            plan = self.plan(spec)
+            drift: list[str] | None = [c.describe() for c in plan.changes if c.what != "state"]
+            problem = None
+        except BadInput as exc:  # show only reads: report what apply would refuse instead of failing
+            drift, problem = None, str(exc)
+        info.update({"managed": TAG in str(config.get("tags") or ""), "in_sync": None if drift is None else not drift,
+                     "drift": drift or [], "problem": problem, "missing_nodes": [], "warnings": [],
+                     "config": {k: v for k, v in config.items() if k != "digest"}})
+        return info
+
+    def exists(self, spec: GuestSpec) -> bool:
+        self.backend._node_version(spec)
+        return self._locate(spec)[0] is not None
+
+    def _require(self, spec: GuestSpec) -> str:
+        self.backend._node_version(spec)
+        config, status = self._locate(spec)
+        if config is None:
+            raise OperationFailed(f"{spec.where}: no VM {spec.vmid} on {self.node}; run `labwright guest apply` first")
+        return status or "stopped"
+
+    def start(self, spec: GuestSpec) -> list[Change]:
+        status = self._require(spec)
+        if status == "running":
+            return []
+        self._power(spec, "start")
+        return [Change("state", status, "running")]
+
+    def stop(self, spec: GuestSpec) -> list[Change]:
+        status = self._require(spec)
+        if status != "running":
+            return []
+        self._power(spec, "stop")
+        return [Change("state", "running", "stopped")]
+
+    def destroy(self, spec: GuestSpec) -> list[Change]:
+        self.backend._node_version(spec)
+        config, status = self._locate(spec)
+        if config is None:
+            return []
+        if TAG not in str(config.get("tags") or ""):
+            raise SafetyCheckFailed(f"{spec.where}: VM {spec.vmid} on {self.node} was not made by labwright (no "
+                                    f"{TAG} tag); destroy it yourself with `qm destroy {spec.vmid}`")
+        if status == "running":
+            self._power(spec, "stop")
+        upid = call(f"{spec.where}: destroying VM {spec.vmid}",
+                    lambda: self._vm(spec).delete(purge=1, **{"destroy-unreferenced-disks": 1}))
+        self.backend._wait(upid, f"{spec.where}: destroying VM {spec.vmid}")
+        return [Change("vm", f"VM {spec.vmid}", None)]
+
