@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from support.pve_lxc import Lxc
+from support.pve_qemu import Qemu
 from support.pve_schema import ApiSchema, Endpoint, PveApiError, param_error, validate
 from support.pve_snapshot import Snapshots
 from support.pve_state import GiB, PveCluster, Task
@@ -55,12 +56,17 @@ class PveApi:
         config = schema.endpoints["/nodes/{node}/lxc/{vmid}/config"].methods["GET"]["returns"]["properties"]
         self.lxc = Lxc(cluster, create.properties("POST"), config)
         self.snapshots = Snapshots(cluster)
+        qm_create = schema.endpoints["/nodes/{node}/qemu"]
+        qm_config = schema.endpoints["/nodes/{node}/qemu/{vmid}/config"].methods["GET"]["returns"]["properties"]
+        self.qemu = Qemu(cluster, qm_create.properties("POST"), qm_config)
+        qm = "/nodes/{node}/qemu/{vmid}"
         vm = "/nodes/{node}/lxc/{vmid}"
         snap = vm + "/snapshot"
         self.routes: dict[tuple[str, str], Handler] = {
             ("GET", "/version"): lambda u, p: self._version(next(iter(cluster.nodes))),
             ("GET", "/nodes"): lambda u, p: [self._node_entry(n) for n in cluster.nodes],
-            ("GET", "/nodes/{node}"): lambda u, p: _subdirs("lxc", "status", "storage", "tasks", "version"),
+            ("GET", "/nodes/{node}"): lambda u, p: _subdirs("hardware", "lxc", "qemu", "status", "storage", "tasks",
+                                                            "version"),
             ("GET", "/nodes/{node}/version"): lambda u, p: self._version(p["node"]),
             ("GET", "/nodes/{node}/status"): lambda u, p: self._node_status(p["node"]),
             ("GET", "/nodes/{node}/lxc"): lambda u, p: self.lxc.list(p["node"]),
@@ -84,6 +90,22 @@ class PveApi:
             ("POST", snap + "/{snapname}/rollback"):
                 lambda u, p: self.snapshots.rollback(u, p["node"], int(p["vmid"]), p["snapname"],
                                                      p.get("start") == "1", self.lxc._boot),
+            ("GET", "/nodes/{node}/qemu"): lambda u, p: self.qemu.list(p["node"]),
+            ("POST", "/nodes/{node}/qemu"): lambda u, p: self.qemu.create(u, p["node"], p),
+            ("GET", qm): lambda u, p: _subdirs("config", "pending", "status"),
+            ("DELETE", qm): lambda u, p: self.qemu.destroy(u, p["node"], int(p["vmid"])),
+            ("GET", qm + "/config"): lambda u, p: self.qemu.config(p["node"], int(p["vmid"]), p.get("current") == "1"),
+            ("POST", qm + "/config"): lambda u, p: self.qemu.update(u, p["node"], int(p["vmid"]), p, sync=False),
+            ("PUT", qm + "/config"): lambda u, p: self.qemu.update(u, p["node"], int(p["vmid"]), p, sync=True),
+            ("GET", qm + "/pending"): lambda u, p: self.qemu.pending(p["node"], int(p["vmid"])),
+            ("GET", qm + "/status"): lambda u, p: _subdirs("current", "start", "stop", "shutdown"),
+            ("GET", qm + "/status/current"): lambda u, p: self.qemu.status(p["node"], int(p["vmid"])),
+            ("POST", qm + "/status/start"): lambda u, p: self.qemu.start(u, p["node"], int(p["vmid"])),
+            ("POST", qm + "/status/stop"): lambda u, p: self.qemu.stop(u, p["node"], int(p["vmid"])),
+            ("POST", qm + "/status/shutdown"):
+                lambda u, p: self.qemu.stop(u, p["node"], int(p["vmid"]), "qmshutdown"),
+            ("GET", "/nodes/{node}/hardware"): lambda u, p: [{"type": "pci"}, {"type": "usb"}],
+            ("GET", "/nodes/{node}/hardware/pci"): lambda u, p: self.qemu.hardware_pci(p["node"], p),
             ("GET", "/nodes/{node}/tasks"): lambda u, p: self._tasks(p),
             ("GET", "/nodes/{node}/tasks/{upid}"): lambda u, p: self._task(p) and _subdirs("log", "status", key="name"),
             ("DELETE", "/nodes/{node}/tasks/{upid}"): lambda u, p: self.cluster.stop_task(self._task(p).upid),
@@ -189,10 +211,16 @@ class PveApi:
                               "status": status["status"], "maxmem": status["maxmem"], "maxdisk": status["maxdisk"],
                               "maxcpu": status["cpus"], "template": status.get("template", 0),
                               **({"lock": status["lock"]} if "lock" in status else {})})
+            for node, vmid in self.cluster.qemu_vmids():
+                status = self.qemu.status(node, vmid)
+                items.append({"id": f"qemu/{vmid}", "type": "qemu", "vmid": vmid, "node": node, "name": status["name"],
+                              "status": status["status"], "maxmem": status["maxmem"], "maxdisk": status["maxdisk"],
+                              "maxcpu": status["cpus"], "template": status.get("template", 0),
+                              **({"lock": status["lock"]} if "lock" in status else {})})
         return items
 
     def _nextid(self, wanted: str | None) -> int:
-        used = {vmid for _, vmid in self.cluster.vmids()}
+        used = {vmid for _, vmid in [*self.cluster.vmids(), *self.cluster.qemu_vmids()]}
         if wanted is not None:
             if int(wanted) in used:
                 raise param_error({"vmid": f"VM {wanted} already exists"})

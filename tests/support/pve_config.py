@@ -65,6 +65,9 @@ class CtConfig:
     snapshots: str = ""
     warnings: list[str] = field(default_factory=list)
 
+    #: The pending section's header: ``[pve:pending]`` for containers, ``[PENDING]`` for qemu VMs.
+    PENDING_HEADER = "pve:pending"
+
     @classmethod
     def parse(cls, text: str, vmid: int = 0) -> CtConfig:
         conf = cls()
@@ -75,7 +78,7 @@ class CtConfig:
         for index, line in enumerate(lines):
             if not line.strip():
                 continue
-            if re.match(r"^\[pve:pending\]\s*$", line, re.I):
+            if re.match(rf"^\[{re.escape(cls.PENDING_HEADER)}\]\s*$", line, re.I):
                 section, target = "pending", conf.pending
                 continue
             if re.match(r"^\[([a-z][a-z0-9_\-]+)\]\s*$", line, re.I):
@@ -103,7 +106,7 @@ class CtConfig:
         out += [f"{k}: {v}" for k, v in sorted(self.options.items()) if k != "description"]
         out += [f"{k}: {v}" for k, v in self.lxc]
         if self.pending or self.pending_delete:
-            out += ["", "[pve:pending]"]
+            out += ["", f"[{self.PENDING_HEADER}]"]
             out += [f"{k}: {v}" for k, v in sorted(self.pending.items())]
             if self.pending_delete:
                 out.append("delete: " + ",".join(self.pending_delete))

@@ -196,3 +196,24 @@ def check_named_format(name: str, value: str) -> None:
             check(value)
     else:
         check(value)
+
+
+#: Formats PVE registers as a property-string hash rather than a validator, which the API schema names but does
+#: not spell out (``format: "pve-qm-hostpci"``); checked like an inline format (``parse_property_string``).
+#: ``pve-qm-hostpci``: qemu-server 9.2.6 (e6352be67f70) src/PVE/QemuServer/PCI.pm 28-140 (``$PCIRE`` line 28).
+_PCIRE = r"(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}(?:\.[a-f0-9])?"
+_HEX_ID = {"type": "string", "pattern": r"^0x[0-9a-fA-F]{4}$", "optional": 1}
+PROPERTY_FORMATS: dict[str, dict[str, dict[str, object]]] = {
+    "pve-qm-hostpci": {
+        "host": {"default_key": 1, "optional": 1, "type": "string", "pattern": f"{_PCIRE}(;{_PCIRE})*"},
+        "mapping": {"optional": 1, "type": "string", "format": "pve-configid"},
+        "rombar": {"type": "boolean", "optional": 1, "default": 1},
+        "romfile": {"type": "string", "pattern": "[^,;]+", "optional": 1},
+        "pcie": {"type": "boolean", "optional": 1, "default": 0},
+        "x-vga": {"type": "boolean", "optional": 1, "default": 0},
+        "legacy-igd": {"type": "boolean", "optional": 1, "default": 0},
+        "mdev": {"type": "string", "pattern": r"[^/\.:]+", "optional": 1},
+        "vendor-id": _HEX_ID, "device-id": _HEX_ID, "sub-vendor-id": _HEX_ID, "sub-device-id": _HEX_ID,
+        "driver": {"type": "string", "optional": 1, "default": "vfio", "enum": ["vfio", "keep"]},
+    },
+}

@@ -187,9 +187,7 @@ class Lxc:
         unprivileged = params.pop("unprivileged", "1") == "1"
         if not unprivileged:  # API2/LXC.pm 271-273
             self.cluster.check_perm(user, "/", ["Sys.Modify"])
-        owner = self.cluster.locate(vmid)
-        if owner is not None:
-            raise PveApiError(500, f"CT {vmid} already exists on node '{owner}'")
+        self.cluster.vmid_unused(vmid)
         if not self.cluster.has_privs(user, ["VM.Allocate"]):
             raise PveApiError(403, "Permission check failed")
         template = params.pop("ostemplate")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from labwright.errors import BadInput
-from support.pve_formats import FormatError, check_named_format, format_size, parse_size
+from support.pve_formats import PROPERTY_FORMATS, FormatError, check_named_format, format_size, parse_size
 
 ENV_VAR = "LABWRIGHT_PVE_APIDATA"
 #: The vendored, trimmed schema (see ``data/PROVENANCE.md``).
@@ -172,14 +172,18 @@ def indexed_schema(properties: Mapping[str, Any], key: str) -> dict[str, Any] | 
 
 def check_prop(value: Any, schema: Mapping[str, Any], path: str, errors: Errors) -> None:
     """One parameter against its schema (``check_prop``): type, format, pattern, lengths, range, enum."""
+    if schema.get("alias"):  # aliases are optional and remapped to their target key (JSONSchema.pm 1574-1575)
+        return
     if value is None:
-        if not schema.get("optional"):
+        if not schema.get("optional") and not schema.get("group"):
             _add_error(errors, path, "property is missing and it is not optional")
         return
     if not _check_type(path, schema.get("type"), value, errors) or isinstance(value, bool):
         return
     text = str(value)
     fmt = schema.get("format")
+    if isinstance(fmt, str) and fmt in PROPERTY_FORMATS:
+        fmt = PROPERTY_FORMATS[fmt]
     if fmt:
         try:
             if isinstance(fmt, Mapping):
@@ -249,6 +253,16 @@ def parse_property_string(fmt: Mapping[str, Any], data: str, path: str = "") -> 
         if sep and key and value:
             if key in result:
                 raise FormatError(f"duplicate key in comma-separated list property: {key}\n")
+            alias = (fmt.get(key) or {}).get("alias")
+            if alias:  # `virtio=MAC` is model=virtio,macaddr=MAC (pve-common JSONSchema.pm 1104-1113)
+                key_alias = fmt[key].get("keyAlias")
+                if key_alias:
+                    if key_alias in result:
+                        raise FormatError(f"key alias '{key_alias}' is already defined\n")
+                    result[key_alias] = key
+                key = alias
+                if key in result:
+                    raise FormatError(f"key '{key}' is already defined (via alias)\n")
             if key not in fmt:
                 raise FormatError(f"invalid key in comma-separated list property: {key}\n")
             if fmt[key].get("type") == "boolean":

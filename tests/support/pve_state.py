@@ -48,6 +48,10 @@ class SimNode:
     ip: str = "127.0.0.1"
     maxcpu: int = 16
     maxmem: int = 64 * GiB
+    #: The host's PCI devices as ``GET /nodes/NODE/hardware/pci`` lists them with ``pci-class-blacklist=`` (none
+    #: left out): ``id``, ``class``, ``vendor``, ``device``, ``iommugroup`` (-1: the IOMMU is off), names... See
+    #: ``support.pve_qemu.gpu_host_pci`` for a typical host.
+    pci: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def release(self) -> str:
@@ -158,23 +162,49 @@ class PveCluster:
         #: Called with (node, vmid, config) when a CT boots, before it counts as running; an exception fails the
         #: start task. Tests set it to make the CT real on a node (see PveSimulator's ``on_boot``).
         self.on_boot: Callable[[str, int, CtConfig], None] | None = None
+        #: Cluster-wide PCI resource mappings (``/etc/pve/mapping/pci.cfg``): id -> {node: "0000:01:00"}.
+        self.pci_mappings: dict[str, dict[str, str]] = {}
         self.tasks: dict[str, Task] = {}
         self._plans: list[_TaskPlan] = []
         self._pids = itertools.count(random.randrange(100_000, 900_000))
         self._threads: list[threading.Thread] = []
         for node in nodes:
             (pmxcfs / "nodes" / node.name / "lxc").mkdir(parents=True, exist_ok=True)
+            (pmxcfs / "nodes" / node.name / "qemu-server").mkdir(parents=True, exist_ok=True)
 
     # --- container files ------------------------------------------------------------------------
     def conf_path(self, node: str, vmid: int) -> Path:
         return self.pmxcfs / "nodes" / node / "lxc" / f"{vmid}.conf"
 
+    def qemu_conf_path(self, node: str, vmid: int) -> Path:
+        return self.pmxcfs / "nodes" / node / "qemu-server" / f"{vmid}.conf"
+
     def locate(self, vmid: int) -> str | None:
-        """The node whose pmxcfs directory holds ``vmid`` (PVE's vmlist), or None."""
+        """The node whose pmxcfs directory holds ``vmid`` as a container or a VM (PVE's vmlist), or None."""
+        found = self.locate_guest(vmid)
+        return found[0] if found else None
+
+    def locate_guest(self, vmid: int) -> tuple[str, str] | None:
+        """(node, ``lxc`` or ``qemu``) of ``vmid`` in the vmlist, or None."""
         for node in self.nodes:
             if self.conf_path(node, vmid).exists():
-                return node
+                return node, "lxc"
+            if self.qemu_conf_path(node, vmid).exists():
+                return node, "qemu"
         return None
+
+    def vmid_unused(self, vmid: int) -> None:
+        """``PVE::Cluster::check_vmid_unused`` (pve-cluster 9.1.6 src/PVE/Cluster.pm 785-797)."""
+        found = self.locate_guest(vmid)
+        if found is not None:
+            raise PveApiError(500, f"{'VM' if found[1] == 'qemu' else 'CT'} {vmid} already exists on node "
+                                   f"'{found[0]}'")
+
+    def qemu_vmids(self) -> Iterator[tuple[str, int]]:
+        for node in self.nodes:
+            for path in sorted((self.pmxcfs / "nodes" / node / "qemu-server").glob("*.conf")):
+                if path.stem.isdigit():
+                    yield node, int(path.stem)
 
     def vmids(self) -> Iterator[tuple[str, int]]:
         for node in self.nodes:
