@@ -5,6 +5,7 @@ re-run finds nothing to do.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 
@@ -14,6 +15,9 @@ from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import File, Sha256File
 
 from labwright.facts.desktop import XrdpGlobals
+
+_INI_KEY = re.compile(r"^[A-Za-z0-9_]+$")
+_MODE = re.compile(r"^[0-7]{3,4}$")
 
 
 def _sed_value(value: str) -> str:
@@ -33,6 +37,10 @@ def xrdp_globals(values: Mapping[str, str]):
 
         desktop.xrdp_globals(name="xrdp on loopback", values={"port": "tcp://.:3389", "security_layer": "tls"})
     """
+    for key, value in values.items():
+        # The key goes into a sed address and the value into a sed `a`/`s` text: one line of plain words only.
+        if not _INI_KEY.match(str(key)) or "\n" in str(value):
+            raise OperationError(f"xrdp_globals: {key}={value!r}: a key is letters, digits and _, a value one line")
     current = host.get_fact(XrdpGlobals)
     if current is None:
         if host.state.is_executing:
@@ -47,6 +55,8 @@ def xrdp_globals(values: Mapping[str, str]):
             yield f"sed -i '/^\\[Globals\\]/,/^\\[/ s|^{key}=.*|{_sed_value(line)}|' {path}"
         else:
             yield f"sed -i '/^\\[Globals\\]/a {_sed_value(line)}' {path}"
+    if all(current.get(key) == value for key, value in values.items()):
+        host.noop(f"{XrdpGlobals.PATH} [Globals] already sets {', '.join(values)}")
 
 
 @operation()
@@ -57,12 +67,16 @@ def copy_on_host(src: str, dest: str, user: str, group: str, mode: str = "644"):
     + src / dest: paths on the guest
     + user / group / mode: of ``dest``; a copy that differs, or has another owner or mode, is replaced
     """
+    if not _MODE.match(mode):
+        raise OperationError(f"copy_on_host: mode {mode!r} is not an octal mode such as 644")
     source_sum = host.get_fact(Sha256File, path=src)
     if source_sum is None and host.state.is_executing:
         raise OperationError(f"{src} does not exist on {host.name}: is the package that ships it installed?")
     info = host.get_fact(File, path=dest)
     same = (source_sum is not None and info and host.get_fact(Sha256File, path=dest) == source_sum
-            and info.get("user") == user and info.get("group") == group and str(info.get("mode")) == mode)
+            and info.get("user") == user and info.get("group") == group
+            # pyinfra's File fact says mode 0644 as 644
+            and str(info.get("mode")) == mode.lstrip("0"))
     if same:
         host.noop(f"{dest} is a copy of {src}")
         return
@@ -77,6 +91,9 @@ def self_signed_certificate(cert: str, key: str, group: str, subject: str):
     + cert / key: paths; the key is ``root:GROUP`` 0640 so members of GROUP (xrdp in ssl-cert) can read it
     + subject: the certificate's subject, e.g. ``/CN=desk1``
     """
+    if not subject.startswith("/") or "=" not in subject:
+        raise OperationError(f"self_signed_certificate: subject {subject!r} is not openssl's /KEY=VALUE form, e.g. "
+                             "/CN=desk1")
     key_info = host.get_fact(File, path=key)
     cert_info = host.get_fact(File, path=cert)
     if not key_info or not cert_info:

@@ -10,11 +10,13 @@ that means "started" and lines that mean "give up now" (tabbyAPI's out-of-VRAM l
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from pyinfra.api import operation
+from pyinfra.api.exceptions import OperationError
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,15 @@ def wait_healthy(
         wait_healthy(name="llama-server health", url="http://127.0.0.1:8080", service="llama-server",
                      timeout=120, models=["qwen"], _if=any_changed(unit, restarted))
     """
+    # Refused here, in one line: on the host a bad URL or a zero timeout only shows as "not healthy after ...".
+    if not re.match(r"^https?://[^/\s]+$", url.rstrip("/")):
+        raise OperationError(f"wait_healthy: url {url!r} is not an http(s) base URL; pass one like "
+                             "http://127.0.0.1:8080")
+    if not health_path.startswith("/"):
+        raise OperationError(f"wait_healthy: health_path {health_path!r} must start with /, e.g. /health")
+    if not timeout > 0 or not service:
+        raise OperationError(f"wait_healthy: service {service!r} and timeout {timeout!r}: both are needed, "
+                             "the timeout in seconds > 0")
     yield health_command(HealthCheck(
         url=url, service=service, timeout=timeout, health_path=health_path, models=tuple(models),
         all_models=all_models, models_wait=models_wait, key_file=key_file, key_name=key_name, restart=restart,

@@ -24,7 +24,10 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import operation
+from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
+
+from labwright.stacks.service import UNIT
 
 # The shell function every operation here starts with: why a unit is not running, in one line.
 _WHY = (
@@ -38,7 +41,12 @@ _WHY = (
 
 
 def _unit(service: str) -> str:
-    return service if "." in service else f"{service}.service"
+    unit = service if "." in service else f"{service}.service"
+    # An empty or odd name would otherwise become ".service" or a quoted word systemctl only refuses on the host.
+    if not isinstance(service, str) or not UNIT.match(unit) or unit.startswith("."):
+        raise OperationError(f"service {service!r} is not a systemd unit name; pass one like tabbyapi or "
+                             "tabbyapi.service")
+    return unit
 
 
 def start_command(service: str, restart: bool) -> str:
@@ -95,11 +103,13 @@ def started_owned(service: str, enabled: bool = True):
     """
     unit = _unit(service)
     running = host.get_fact(SystemdStatus, services=unit).get(unit)
-    if enabled and not host.get_fact(SystemdEnabled, services=unit).get(unit):
+    enable = enabled and not host.get_fact(SystemdEnabled, services=unit).get(unit)
+    if enable:
         yield f"systemctl enable {shlex.quote(unit)}"
     if running:
-        if not enabled:
-            host.noop(f"{unit} is running")
+        if not enable:
+            # Said for every no-change run, enabled or not (pyinfra shows it with the "No change" line).
+            host.noop(f"{unit} is running" + (" and enabled" if enabled else ""))
         return
     yield start_command(unit, restart=False)
 

@@ -27,7 +27,7 @@ def standin(tmp_path_factory):
 def deploy(cli_env, tree: Path, n: int = 3) -> tuple[int, str, int]:
     path = tree.parent / f"deploy_{tree.name}.py"
     path.write_text(DEPLOY.format(source=str(tree), n=n))
-    proc = subprocess.run(["pyinfra", "-y", "@local", str(path)], capture_output=True, text=True, env=cli_env,
+    proc = subprocess.run(["pyinfra", "-y", "--json", "@local", str(path)], capture_output=True, text=True, env=cli_env,
                           cwd=tree.parent, timeout=120)
     output = proc.stdout + proc.stderr
     changed = pyinfra_totals(output).changed if proc.returncode == 0 else -1
