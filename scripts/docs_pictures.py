@@ -106,6 +106,7 @@ def bench(lab: Lab) -> None:
                 raise SystemExit(f"lab container {name} has no address")
             url = f"http://{address}:8001/v1"
             results: list[Path] = []
+            command_lines: dict[str, str] = {}
             for label, data in (CONFIG_A, CONFIG_B):
                 if data:
                     deploy = ["pyinfra", "-y", f"@lxd/{name}", "deploys/llamacpp.py",
@@ -117,6 +118,9 @@ def bench(lab: Lab) -> None:
                     if redeploy.rc != 0:
                         raise SystemExit(f"redeploying {name} as {label!r} failed:\n{redeploy.output[-3000:]}")
                     commands.append(shlex.join(deploy))
+                unit = lab.client.exec(name, ["systemctl", "show", "-p", "ExecStart", "--value", "llama-server"])
+                argv = unit.stdout.decode().split("argv[]=", 1)[-1].split(" ;", 1)[0]
+                command_lines[label] = argv  # what the server really ran with: the A/B is the flags, nothing else
                 slug = label.split(":")[0].lower()
                 saved = IMG / f"bench-{slug}.json"
                 cmd = [LABWRIGHT, "bench", "llm", "--url", url, "--contexts", CONTEXTS, "--decode", str(DECODE),
@@ -134,8 +138,8 @@ def bench(lab: Lab) -> None:
     note = ("llama-server (llama.cpp, the pinned build) in an LXD container of the test lab (limits.memory=1GiB), "
             "deployed by deploys/llamacpp.py with the tiny generated GGUF (labwright.llamacpp.tiny_model, "
             "random weights, 4 layers); measured over the lab bridge from the host")
-    record("bench-llm.png", commands[:1], started, setup=note)
-    record("bench-compare.png", commands, started, setup=note, table=table)
+    record("bench-llm.png", commands[:1], started, setup=note, servers=command_lines)
+    record("bench-compare.png", commands, started, setup=note, table=table, servers=command_lines)
     log(table)
 
 
@@ -186,8 +190,8 @@ def guest_plan(lab: Lab) -> None:
         console.print(Text(line, style=style))
     (IMG / "guest-plan.svg").write_text(console.export_svg(title=shown))
     record("guest-plan.svg", [shown], started, output=output,
-           inventory_before=inventory_text(lab, "web", "db", edited=False),
-           inventory_after=inventory_text(lab, "web", "db", edited=True))
+           inventory_before=inventory_text(lab, web, db, edited=False),
+           inventory_after=inventory_text(lab, web, db, edited=True))
     log(output)
 
 
