@@ -38,7 +38,7 @@ def _guests(inventory: Path, names: list[str] | None) -> list[GuestSpec]:
 
 def _label(spec: GuestSpec) -> str:
     where = f"{spec.node}/{spec.vmid}" if spec.backend == "proxmox" else (spec.node or "local")
-    return f"guest {spec.name} ({spec.backend} {where})"
+    return f"guest {spec.name} ({spec.backend} {'VM ' if spec.is_vm else ''}{where})"
 
 
 def _print_changes(changes: list[Change], indent: str = "  ") -> None:
@@ -71,7 +71,8 @@ def _plan(inventory: Path, guest: list[str] | None, as_json: bool) -> None:
             stdout.print(f"{_label(spec)}: {'no change' if result.action == 'none' else result.action}", markup=False)
             _print_changes(result.changes)
             if result.config_lines:
-                stdout.print(f"  config lines for /etc/pve/lxc/{spec.vmid}.conf:", markup=False)
+                conf = f"qemu-server/{spec.vmid}.conf" if spec.is_vm else f"lxc/{spec.vmid}.conf"
+                stdout.print(f"  config lines for /etc/pve/{conf}:", markup=False)
                 for line in result.config_lines:
                     stdout.print(f"    {line}", markup=False)
             for note in result.notes:
