@@ -185,13 +185,28 @@ def _resolution_tables(resolution: Resolution) -> None:
 
 
 def _finish(resolution: Resolution, as_json: bool) -> None:
-    if as_json:
-        typer.echo(json.dumps(resolution.to_json(), indent=2))
-    else:
-        _resolution_tables(resolution)
+    message = None
     if not resolution.ok:
         more = f" (+{len(resolution.errors) - 1} more)" if len(resolution.errors) > 1 else ""
-        raise StackRefused(f"stack refused: {resolution.errors[0]}{more}")
+        message = f"stack refused: {resolution.errors[0]}{more}"
+    if as_json:
+        document = resolution.to_json()
+        if message is not None:  # the resolution is also the documented error object (docs/cli.md)
+            document.update(error=message, exit_code=StackRefused.exit_code)
+        typer.echo(json.dumps(document, indent=2))
+    else:
+        _resolution_tables(resolution)
+    if message is not None:
+        raise StackRefused(message)
+
+
+def _compute_cap(text: str) -> str:
+    from labwright.gpu.arch import architecture
+
+    try:
+        return architecture(text).capability
+    except BadInput as exc:
+        raise BadInput(f"--compute-cap: {exc}") from None
 
 
 @app.command()
@@ -205,14 +220,18 @@ def resolve(
     platform: str = typer.Option(None, "--platform", help=f"One of {', '.join(inputs.PLATFORMS)} [linux_x86_64]."),
     pin: list[str] = typer.Option([], "--pin", help="Constrain a package: --pin exllamav3==0.0.37 (repeatable)."),
     stack: str = typer.Option(None, "--stack", help="Resolve a named stack from stacks.toml instead."),
+    compute_cap: list[str] = typer.Option([], "--compute-cap", help="The GPU's compute capability as nvidia-smi "
+                                          "--query-gpu=compute_cap prints it (8.6, 12.0): builds without kernels "
+                                          "for it are refused (repeatable: one per GPU model)."),
     as_json: bool = typer.Option(False, "--json", help='Print {"ok", "wheels", "absent", "errors"} as JSON.'),
 ) -> None:
     """Pick the newest compatible wheel of each component, say why, and what is absent and why.
 
     Exit 0 when the stack resolves, 1 when it is refused, 2 for unparsable input.
 
-    Example: labwright matrix resolve --torch 2.11.0 --cuda 13.0 --python 3.12 --driver 580.65
+    Example: labwright matrix resolve --torch 2.11.0 --cuda 13.0 --python 3.12 --driver 580.65 --compute-cap 12.0
     """
+    caps = tuple(_compute_cap(cap) for cap in compute_cap)  # a bad one is refused before anything is read
     if stack:
         # A named stack fixes all of these; taking one silently over the other resolved something not asked for.
         given = [name for name, value in (("--torch", torch), ("--cuda", cuda), ("--python", python),
@@ -222,12 +241,13 @@ def resolve(
                            "(and --driver), or the versions without --stack")
     matrix = load_matrix()
     if stack:
-        request = request_for(get_stack(stack, matrix), driver=driver)
+        request = request_for(get_stack(stack, matrix), driver=driver, compute_caps=caps)
     elif not torch:
         raise BadInput("--torch is missing: give a torch version like --torch 2.11.0 (or --stack NAME)")
     else:
         request = StackRequest(torch=torch, cuda=cuda, python=python or "3.12", engine=engine or "tabbyapi",
-                               driver=driver, platform=platform or "linux_x86_64", pins=tuple(pin))
+                               driver=driver, platform=platform or "linux_x86_64", pins=tuple(pin),
+                               compute_caps=caps)
     _finish(resolve_stack(request, matrix), as_json)
 
 

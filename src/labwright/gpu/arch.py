@@ -108,18 +108,33 @@ def why_not(cuda: str, capability: str) -> str | None:
     return None
 
 
-def refuse_build(cuda: str, capability: str, *, what: str = "this build",
-                 alternatives: Iterable[tuple[str, str]] = ()) -> None:
-    """Raise BadInput when ``what`` (a stack, a wheel, a binary) built with CUDA ``cuda`` has no kernels for the GPU;
-    the message names the ``alternatives`` ((name, cuda) pairs, e.g. the matrix's stacks) that do, or the CUDA range
-    to look for."""
+def refusal(cuda: str, capability: str, *, what: str = "this build",
+            alternatives: Iterable[tuple[str, str]] = ()) -> str | None:
+    """None when ``what`` built with CUDA ``cuda`` has kernels for the GPU, else the one-line refusal: the reason and
+    the ``alternatives`` ((name, cuda) pairs, e.g. the matrix's stacks) that do, or the CUDA range to look for."""
     reason = why_not(cuda, capability)
     if reason is None:
-        return
+        return None
     arch = architecture(capability)
-    usable = [name for name, alt in alternatives if why_not(alt, capability) is None]
+    usable = list(dict.fromkeys(name for name, alt in alternatives if why_not(alt, capability) is None))
     wanted = f"CUDA >= {arch.min_cuda}" + (f" and <= {arch.max_cuda}" if arch.max_cuda else "")
     named = ", ".join(usable[:-1]) + " or " + usable[-1] if len(usable) > 1 else "".join(usable)
     instead = (f"use {named} instead" if usable
                else f"use a {wanted} build instead (none of the known stacks is one)")
-    raise BadInput(f"{what} (CUDA {cuda}) cannot run on this GPU: {reason}; {instead}")
+    return f"{what} (CUDA {cuda}) cannot run on this GPU: {reason}; {instead}"
+
+
+def refuse_build(cuda: str, capability: str, *, what: str = "this build",
+                 alternatives: Iterable[tuple[str, str]] = ()) -> None:
+    """Raise BadInput when ``what`` (a stack, a wheel, a binary) built with CUDA ``cuda`` has no kernels for the GPU
+    (the message as ``refusal`` words it)."""
+    message = refusal(cuda, capability, what=what, alternatives=alternatives)
+    if message is not None:
+        raise BadInput(message)
+
+
+def capabilities_of(gpus: Iterable[dict]) -> tuple[str, ...]:
+    """The distinct compute capabilities in the ``NvidiaGpus`` fact (``[{"compute_cap": "8.6", ...}]``), in the
+    table's spelling; GPUs whose driver cannot say (``None``) are left out, so no GPU facts means no check."""
+    found = (parse_capability(gpu["compute_cap"]) for gpu in gpus if gpu.get("compute_cap"))
+    return tuple(sorted(set(found), key=lambda cap: tuple(int(x) for x in cap.split("."))))

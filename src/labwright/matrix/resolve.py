@@ -6,7 +6,9 @@ Pure logic over the Matrix: no host is touched. What "fits" means, and why:
 - its CUDA major must equal torch's: the CUDA runtime soname is per major (libcudart.so.12 vs .13), while a newer
   minor of the same major is fine (tabbyAPI pairs exllamav3 +cu132 with torch +cu130);
 - its Python and platform tags must match;
-- the driver must run the CUDA of every chosen binary (cuda.toml floors).
+- the driver must run the CUDA of every chosen binary (cuda.toml floors);
+- given the GPUs' compute capabilities, every chosen binary's CUDA must carry kernels for each of them
+  (labwright.gpu.arch: a CUDA 12.6 build has none for a Blackwell RTX 50, sm_120, which needs CUDA >= 12.8).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from labwright.errors import BadInput
+from labwright.gpu import arch
 from labwright.matrix import inputs
 from labwright.matrix.load import load_matrix
 from labwright.matrix.model import Component, Matrix, Wheel
@@ -37,6 +40,7 @@ class StackRequest:
     platform: str = "linux_x86_64"
     pins: tuple[str, ...] = ()
     only: tuple[str, ...] = ()  # resolve only these components (default: all of the engine's)
+    compute_caps: tuple[str, ...] = ()  # the GPUs it must run on ("12.0"); empty: not checked
 
 
 @dataclass
@@ -69,13 +73,16 @@ class Resolution:
         return [c for c in self.wheels if c.component == component]
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "ok": self.ok,
             "wheels": [{"name": c.wheel.package, "version": c.wheel.version, "url": c.wheel.url,
                         "sha256": c.wheel.sha256 or None, "reason": c.reason} for c in self.wheels],
             "absent": [{"name": a.name, "reason": a.reason} for a in self.absent],
             "errors": list(self.errors),
         }
+        if self.request.compute_caps:  # only when asked: without GPUs the document is as it always was
+            out["compute_caps"] = [arch.parse_capability(c) for c in self.request.compute_caps]
+        return out
 
 
 def _release_key(release: str) -> Version:
@@ -169,6 +176,8 @@ class _Resolver:
         for name in request.only:
             if name not in matrix.components:
                 raise BadInput(f"component {name!r} is unknown: use one of {', '.join(matrix.components)}")
+        # parsed and looked up now: an unknown or misspelt capability is bad input, not a refused stack
+        self.compute_caps = tuple(dict.fromkeys(arch.architecture(c).capability for c in request.compute_caps))
 
     # -- torch ---------------------------------------------------------------------------------------------
     def torch(self) -> Wheel | None:
@@ -208,15 +217,17 @@ class _Resolver:
         if best.note:
             reason += f" ({best.note})"
         driver_note = self._driver(best.cuda, "torch")
-        if driver_note is None:
+        if driver_note is None or not self._kernels(best, f"torch {best.version}", same):
             return None
-        self.out.wheels.append(Chosen("torch", best, reason + driver_note))
+        self.out.wheels.append(Chosen("torch", best, reason + driver_note + self._kernels_note(best)))
         return best
 
     def _cuda_by_driver(self, wheels: list[Wheel]) -> list[Wheel]:
-        """No --cuda: the highest CUDA the driver runs (as uv's --torch-backend=auto), non-experimental first."""
+        """No --cuda: the highest CUDA the driver runs (as uv's --torch-backend=auto), non-experimental first; with
+        GPUs given, among the builds with kernels for all of them (a CUDA 13 torch for a Pascal card is no pick)."""
         usable = [w for w in wheels if self.driver is None or self._driver_ok(w.cuda)]
         pool = usable or wheels
+        pool = [w for w in pool if self._runs_on_gpus(w.cuda)] or pool
         best = max(pool, key=lambda w: (not w.note, Version(w.cuda)))
         self.cuda_wanted = best.cuda
         return wheels
@@ -248,6 +259,49 @@ class _Resolver:
                     f"{floor.compat_driver} (no minimum recorded for {cuda} itself)")
         return ""
 
+    # -- GPU architecture ----------------------------------------------------------------------------------
+    def _runs_on_gpus(self, cuda: str) -> bool:
+        return not cuda or all(arch.why_not(cuda, cap) is None for cap in self.compute_caps)
+
+    def _no_kernels(self, wheel: Wheel, what: str, same_release: list[Wheel]) -> str | None:
+        """None when ``wheel``'s CUDA has kernels for every given GPU; else the refusal, naming the stacks that
+        would run there and the CUDA builds of the same release that do. A CPU wheel (no CUDA) is not judged: it
+        runs nothing on the GPU."""
+        for cap in self.compute_caps if wheel.cuda else ():
+            stacks = [(name, stack.cuda) for name, stack in self.m.stacks.items() if self._runs_on_gpus(stack.cuda)]
+            message = arch.refusal(wheel.cuda, cap, what=what, alternatives=stacks)
+            if message is None:
+                continue
+            builds = sorted({w.cuda for w in same_release if w.cuda and self._runs_on_gpus(w.cuda)}, key=Version)
+            if builds:
+                labels = [cuda_to_label(c) for c in builds]
+                listed = ", ".join(labels[:-1]) + " or " + labels[-1] if len(labels) > 1 else labels[0]
+                hint = f" (--cuda {builds[-1]})" if wheel.package == "torch" else ""
+                message += f"; or {wheel.package} {wheel.public_version}'s own {listed} build{hint}"
+            return message
+        return None
+
+    def _kernels(self, wheel: Wheel, what: str, same_release: list[Wheel]) -> bool:
+        """True when ``wheel`` runs on every given GPU; else its refusal is recorded."""
+        message = self._no_kernels(wheel, what, same_release)
+        if message is not None:
+            self.out.errors.append(message)
+        return message is None
+
+    def _gpu_stage(self, display: str) -> Stage:
+        """The last filter of an extension's wheels: builds with kernels for the GPUs (an extension without one
+        is absent, with the refusal as its reason; a required one then refuses the stack)."""
+        def explain(candidates: list[Wheel]) -> str:
+            newest = max(candidates, key=lambda w: (Version(w.public_version), Version(w.cuda or "0")))
+            return self._no_kernels(newest, f"{display} {newest.version}", candidates) or ""
+        return (lambda w: self._runs_on_gpus(w.cuda), explain)
+
+    def _kernels_note(self, wheel: Wheel) -> str:
+        if not self.compute_caps or not wheel.cuda:
+            return ""
+        shown = ", ".join(arch.architecture(c).sm for c in self.compute_caps)
+        return f"; CUDA {wheel.cuda} has kernels for {shown}"
+
     # -- extensions ----------------------------------------------------------------------------------------
     def component(self, component: Component, torch: Wheel) -> None:
         torch_version = Version(torch.public_version)
@@ -271,7 +325,7 @@ class _Resolver:
                 return
             alternatives = sorted({w.local: w for w in kept if w.public_version == best.public_version
                                    and w.cuda != best.cuda and w.cuda}.values(), key=lambda w: Version(w.cuda))
-            reason = self._why(component, best, torch, torch_mm, pins) + driver_note
+            reason = self._why(component, best, torch, torch_mm, pins) + driver_note + self._kernels_note(best)
             self.out.wheels.append(Chosen(component.name, best, reason, alternatives))
 
     def _stages(self, component: Component, pins: list[Requirement], torch: Wheel, torch_mm: str,
@@ -297,6 +351,7 @@ class _Resolver:
                        f"(only {_listing({w.python for w in c})})"),
             (lambda w: platform_matches(w.platform, self.platform),
              lambda c: f"no {self.platform} wheel for {cp} + torch {torch_mm}"),
+            self._gpu_stage(display),
         ]
 
     def _why(self, component: Component, best: Wheel, torch: Wheel, torch_mm: str, pins: list[Requirement]) -> str:

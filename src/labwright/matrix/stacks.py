@@ -33,16 +33,20 @@ def get_stack(name: str, matrix: Matrix) -> Stack:
     return matrix.stacks[name]
 
 
-def request_for(stack: Stack, **overrides: str | None) -> StackRequest:
+def request_for(stack: Stack, *, compute_caps: tuple[str, ...] = (), **overrides: str | None) -> StackRequest:
+    """The request that resolves ``stack``; ``overrides`` (torch=, driver=) replace its own values where given, and
+    ``compute_caps`` (the GPUs' compute capabilities, e.g. from ``labwright.gpu.arch.capabilities_of`` over the
+    ``NvidiaGpus`` fact) refuse builds without kernels for them."""
     fields = {"torch": stack.torch, "cuda": stack.cuda, "python": stack.python, "engine": stack.engine}
     fields.update({k: v for k, v in overrides.items() if v})
-    return StackRequest(pins=stack.pins, only=stack.only, **fields)
+    return StackRequest(pins=stack.pins, only=stack.only, compute_caps=tuple(compute_caps), **fields)
 
 
-def resolve_named_stack(name: str, matrix: Matrix | None = None, driver: str | None = None) -> tuple[Stack, Resolution]:
+def resolve_named_stack(name: str, matrix: Matrix | None = None, driver: str | None = None,
+                        compute_caps: tuple[str, ...] = ()) -> tuple[Stack, Resolution]:
     matrix = matrix or load_matrix()
     stack = get_stack(name, matrix)
-    return stack, resolve_stack(request_for(stack, driver=driver), matrix)
+    return stack, resolve_stack(request_for(stack, driver=driver, compute_caps=compute_caps), matrix)
 
 
 def short_label(wheel: Wheel) -> str:
