@@ -58,6 +58,12 @@ class PortListeners(FactBase):
     def requires_command(self, port: int, service: str) -> str:
         return "ss"
 
+    @staticmethod
+    def default() -> dict[str, Any]:
+        # What pyinfra returns when the host has no `ss` (a bare container without iproute2): no listener seen,
+        # rather than None, which every caller would index (``listeners["pids"]``) and crash on.
+        return {"pids": [], "names": [], "main_pid": 0, "ours": False}
+
     def process(self, output: list[str]) -> dict[str, Any]:
         result = parse_listeners(output)
         # A listener line without any pid is still a listener.
