@@ -10,6 +10,7 @@ files.put/upload_to_directory.json, through tests/util.py's FakeHost). One file 
      "commands": [...],                               # what it yields, in order (format: support/pyinfra_data.py)
      "noop_description": "...",                       # required when it yields nothing
      "host_data": {...},                              # the host's inventory data
+     "host_name": "testhost",                         # its inventory name (@lxd/NAME: a container)
      "is_executing": false,                           # pyinfra's execution phase (default: planning)
      "guest_backend": {"exists": true, "changes": []},  # guests.container only: the guest backend's answers
      "exception": {"name": "OperationError", "message": "..."}}
@@ -124,15 +125,16 @@ def guest_backend(data: dict[str, Any] | None) -> Iterator[None]:
 def run_case(path: Path) -> None:
     data = json.loads(path.read_text())
     unknown = set(data) - {"args", "kwargs", "facts", "commands", "noop_description", "host_data", "exception",
-                           "is_executing", "guest_backend", "why"}
+                           "is_executing", "guest_backend", "host_name", "why"}
     assert not unknown, f"{path}: unknown keys {sorted(unknown)}"
     module_name, operation_name = path.parent.name.split(".")
     operation = getattr(importlib.import_module(f"labwright.operations.{module_name}"), operation_name)
 
-    inventory = Inventory(([("testhost", data.get("host_data", {}))], {}))
+    name = data.get("host_name", "testhost")
+    inventory = Inventory(([(name, data.get("host_data", {}))], {}))
     state = State(inventory, Config())
     state.is_executing = bool(data.get("is_executing", False))
-    host = inventory.get_host("testhost")
+    host = inventory.get_host(name)
     facts = FactsFromData(state, host, data.get("facts", {}), str(path))
     noops: list[str] = []
     host.get_fact = facts  # type: ignore[method-assign]
