@@ -46,6 +46,7 @@ LABWRIGHT = str(Path(sys.executable).parent / "labwright")
 CONTEXTS = "256,512,1024,2048,4096"
 DECODE = 64
 TRIALS = 3
+ROUNDS = 2  # A, B, A, B
 CONFIG_A: tuple[str, list[str]] = ("A: q4_0 KV, flash-attn on", [])
 CONFIG_B: tuple[str, list[str]] = ("B: f16 KV, flash-attn off", [
     "llamacpp_cache_type_k=f16", "llamacpp_cache_type_v=f16", "llamacpp_flash_attn=off"])
@@ -64,7 +65,7 @@ def machine() -> str:
     memory_kib = int(Path("/proc/meminfo").read_text().split()[1])
     load = os.getloadavg()[0]
     return (f"{platform.node()}: {os.cpu_count()} x {cpu}, {memory_kib / 2**20:.0f} GiB RAM, no GPU, "
-            f"{platform.system()} {platform.release()}; load average {load:.1f} when it started")
+            f"{platform.system()} {platform.release()}; 1-minute load average {load:.1f} as it finished")
 
 
 def record(picture: str, commands: list[str], started: float, **extra: object) -> None:
@@ -94,12 +95,13 @@ def display(cmd: list[str]) -> str:
 
 # --- bench ------------------------------------------------------------------------------------------
 def bench(lab: Lab) -> None:
+    """A, B, A, B, ...: the rounds interleave so that both configurations see the same (shared, busy) machine."""
     from support.probe_box import MODEL, llama_box
 
     started = time.monotonic()
     commands: list[str] = []
     with tempfile.TemporaryDirectory(prefix="lwdocs-") as work:
-        name, _ = llama_box(lab, Path(work), prefix="lwdocs", memory="1GiB")
+        name, _ = llama_box(lab, Path(work), prefix="lwdocs", memory="1GiB")  # deployed as configuration A
         try:
             address = instance_address(lab.client, name)
             if not address:
@@ -107,29 +109,31 @@ def bench(lab: Lab) -> None:
             url = f"http://{address}:8001/v1"
             results: list[Path] = []
             command_lines: dict[str, str] = {}
-            for label, data in (CONFIG_A, CONFIG_B):
-                if data:
-                    deploy = ["pyinfra", "-y", f"@lxd/{name}", "deploys/llamacpp.py",
-                              *[w for item in (f"llamacpp_model={MODEL}", "llamacpp_ctx_size=8192", *data)
-                                for w in ("--data", item)]]
-                    log("$ " + shlex.join(deploy))
-                    redeploy = run_pyinfra(f"@lxd/{name}", "deploys/llamacpp.py", f"llamacpp_model={MODEL}",
-                                           "llamacpp_ctx_size=8192", *data, cwd=REPO, timeout=900)
-                    if redeploy.rc != 0:
-                        raise SystemExit(f"redeploying {name} as {label!r} failed:\n{redeploy.output[-3000:]}")
-                    commands.append(shlex.join(deploy))
-                unit = lab.client.exec(name, ["systemctl", "show", "-p", "ExecStart", "--value", "llama-server"])
-                argv = unit.stdout.decode().split("argv[]=", 1)[-1].split(" ;", 1)[0]
-                command_lines[label] = argv  # what the server really ran with: the A/B is the flags, nothing else
-                slug = label.split(":")[0].lower()
-                saved = IMG / f"bench-{slug}.json"
-                cmd = [LABWRIGHT, "bench", "llm", "--url", url, "--contexts", CONTEXTS, "--decode", str(DECODE),
-                       "--trials", str(TRIALS), "--label", label, "--json"]
-                if slug == "a":
-                    cmd += ["--plot", str(IMG / "bench-llm.png")]
-                run(cmd, stdout_to=saved)
-                commands.append(display(cmd) + f" > docs/img/{saved.name}")
-                results.append(saved)
+            deployed = CONFIG_A[0]
+            for round_number in range(1, ROUNDS + 1):
+                for label, data in (CONFIG_A, CONFIG_B):
+                    if label != deployed:
+                        words = [f"llamacpp_model={MODEL}", "llamacpp_ctx_size=8192", *data]
+                        deploy = ["pyinfra", "-y", f"@lxd/{name}", "deploys/llamacpp.py",
+                                  *[w for item in words for w in ("--data", item)]]
+                        log("$ " + shlex.join(deploy))
+                        redeploy = run_pyinfra(f"@lxd/{name}", "deploys/llamacpp.py", *words, cwd=REPO, timeout=900)
+                        if redeploy.rc != 0:
+                            raise SystemExit(f"redeploying {name} as {label!r} failed:\n{redeploy.output[-3000:]}")
+                        commands.append(shlex.join(deploy).replace(name, "GUEST"))
+                        deployed = label
+                    unit = lab.client.exec(name, ["systemctl", "show", "-p", "ExecStart", "--value", "llama-server"])
+                    # What the server really ran with: the A/B differs in these flags and nothing else.
+                    command_lines[label] = unit.stdout.decode().split("argv[]=", 1)[-1].split(" ;", 1)[0]
+                    slug = label.split(":")[0].lower() + str(round_number)
+                    saved = IMG / f"bench-{slug}.json"
+                    cmd = [LABWRIGHT, "bench", "llm", "--url", url, "--contexts", CONTEXTS, "--decode", str(DECODE),
+                           "--trials", str(TRIALS), "--label", f"{label} (run {round_number})", "--json"]
+                    if slug == "a1":
+                        cmd += ["--plot", str(IMG / "bench-llm.png")]
+                    run(cmd, stdout_to=saved)
+                    commands.append(display(cmd).replace(address, "GUEST") + f" > docs/img/{saved.name}")
+                    results.append(saved)
             compare = [LABWRIGHT, "bench", "compare", *map(str, results), "--plot", str(IMG / "bench-compare.png")]
             table = run(compare)
             commands.append(display(compare))

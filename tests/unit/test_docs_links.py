@@ -27,8 +27,8 @@ HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 EXPLICIT_ANCHOR = re.compile(r"<a\s+(?:[^>]*\s)?(?:id|name)=[\"']([^\"']+)[\"']", re.IGNORECASE)
 
 
-def prose_lines(text: str) -> list[tuple[int, str]]:
-    """(line number, line) of the lines outside fenced code blocks, inline code blanked out."""
+def prose_lines(text: str, keep_code: bool = False) -> list[tuple[int, str]]:
+    """(line number, line) of the lines outside fenced code blocks, inline code blanked out unless ``keep_code``."""
     lines: list[tuple[int, str]] = []
     fence: str | None = None
     for number, line in enumerate(text.splitlines(), 1):
@@ -40,7 +40,7 @@ def prose_lines(text: str) -> list[tuple[int, str]]:
         if opened:
             fence = opened.group(1)
             continue
-        lines.append((number, INLINE_CODE.sub(lambda m: " " * len(m.group(0)), line)))
+        lines.append((number, line if keep_code else INLINE_CODE.sub(lambda m: " " * len(m.group(0)), line)))
     return lines
 
 
@@ -69,7 +69,7 @@ def anchors(page: Path) -> frozenset[str]:
     seen: dict[str, int] = {}
     found: set[str] = set()
     text = page.read_text(encoding="utf-8")
-    for _, line in prose_lines(text):
+    for _, line in prose_lines(text, keep_code=True):  # a heading's `code` is part of its anchor
         match = HEADING.match(line)
         if match:
             slug = github_slug(match.group(2))
@@ -154,3 +154,4 @@ def test_a_missing_file_and_a_missing_anchor_are_reported(tmp_path: Path) -> Non
     assert check(page, "#no-such-heading-here") is not None
     assert check(page, "../../../etc/passwd") is not None
     assert check(page, "cli.md") is None
+    assert check(page, "gpu.md#gpu-architecture-labwright-gpu-arch-and-the-facts") is None  # `code` in a heading
