@@ -7,9 +7,9 @@ from collections.abc import Iterable
 
 from pyinfra import host
 from pyinfra.facts.deb import DebPackages
-from pyinfra.operations import server
 
 from labwright.facts.llamacpp import PortListeners
+from labwright.snapshots import deploy as snapshot_ops
 
 
 def port_taken_by(port: int, service: str) -> str | None:
@@ -26,7 +26,12 @@ def install_missing(packages: Iterable[str], what: str, name: str | None = None)
 
     When the package registry cannot be reached (no network, a dead mirror or proxy), the step fails with apt's last
     lines and ONE line naming the packages and the fix; nothing after it (unit, start) runs, so no half-installed
-    service is left enabled as if it were good, and a re-run once the mirror answers completes."""
+    service is left enabled as if it were good, and a re-run once the mirror answers completes.
+
+    When packages are missing, a container guest is snapshotted right before apt runs, in the same operation (host
+    data ``snapshot_before``, ``snapshot_keep``, ``snapshot_required``; docs/snapshots.md); the ``snapshot_*`` data is
+    checked here, while pyinfra prepares, for every deploy that installs packages this way."""
+    snapshot_ops.check_snapshot_data()
     installed = host.get_fact(DebPackages)
     missing = [package for package in packages if package not in installed]
     if not missing:
@@ -36,7 +41,8 @@ def install_missing(packages: Iterable[str], what: str, name: str | None = None)
            f"(see above); check {host.name}'s network, apt mirror and proxy, then re-run (nothing was started)")
     # cache_time: a second attempt right after a failed one need not refresh the lists again (apt.update's rule).
     fresh = "find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -mmin -60 2>/dev/null | grep -q ."
-    server.shell(name=name or f"Install {', '.join(missing)}", commands=[
+    # One operation: the guest snapshot (labwright.snapshots.deploy; snapshot_before/keep/required) right before apt.
+    snapshot_ops.shell(name=name or f"Install {', '.join(missing)}", step="packages", commands=[
         f"export DEBIAN_FRONTEND=noninteractive; fail() {{ printf '%s\\n' \"$out\" | tail -n 4 >&2; "
         f"printf {shlex.quote(fix)}'\\n' \"$1\" >&2; exit 1; }}; "
         f"{fresh} || {{ out=$(apt-get update -q 2>&1) && ! printf '%s' \"$out\" | grep -q '^\\(W\\|E\\): "

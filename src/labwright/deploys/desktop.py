@@ -46,6 +46,7 @@ from labwright.facts.llamacpp import PortListeners
 from labwright.guestlock import locked
 from labwright.operations import desktop
 from labwright.operations import systemd as systemd_ops
+from labwright.snapshots.deploy import check_snapshot_data, snapshot
 
 SESSION_TEXT = "#!/bin/sh\n# MATE for xrdp sessions (labwright deploys/desktop.py)\nexec mate-session\n"
 DATA_KEYS = ("desktop_user", "desktop_port", "desktop_listen", "desktop_firefox_source", "desktop_stage")
@@ -57,6 +58,7 @@ def deploy_desktop() -> None:
     # --- read and check everything before touching anything ------------------------------------------
     refuse_unknown_keys(host.data.dict(), "desktop", [key.removeprefix("desktop_") for key in DATA_KEYS],
                         "docs/desktop.md")
+    check_snapshot_data()
     try:
         settings = parse_settings({k: host.data.get(k) for k in DATA_KEYS}, host.name)
         check_guest_data(host.data.get("guest"), host.name)
@@ -94,6 +96,11 @@ def deploy_desktop() -> None:
 
     # --- packages, without recommends ----------------------------------------------------------------
     wanted = packages(distro.id, settings.firefox_source)
+    missing = [p for p in wanted if p not in installed]
+    if missing or (settings.firefox_source == "mozilla" and any(p not in installed for p in MOZILLA_PREREQUISITES)):
+        # Packages are about to be installed: snapshot the guest first (snapshot_before/keep/required; nothing for a
+        # host that is not a container), so `labwright guest restore` undoes this run's desktop changes.
+        snapshot(name="Snapshot before the desktop packages", step="desktop")
     refreshed = False
     if settings.firefox_source == "mozilla":
         pre = [p for p in MOZILLA_PREREQUISITES if p not in installed]
@@ -117,7 +124,6 @@ def deploy_desktop() -> None:
         # Switching back from Mozilla's repository leaves no source or pin behind.
         for path in (MOZILLA_LIST, MOZILLA_PIN, MOZILLA_KEY):
             files.file(name=f"No {path} (firefox source {settings.firefox_source})", path=path, present=False)
-    missing = [p for p in wanted if p not in installed]
     if missing:
         if not refreshed:
             apt.update(name="Refresh apt lists (desktop packages missing)", cache_time=3600)

@@ -18,6 +18,7 @@ from pyinfra.operations import files
 from labwright.errors import LabwrightError
 from labwright.facts.python_stack import PythonStack
 from labwright.guestlock import shell_env
+from labwright.snapshots.deploy import snapshot_command
 from labwright.stacks.bundle import REMOTE_PATH, build_bundle
 from labwright.stacks.from_matrix import plan_for_stack
 from labwright.stacks.plan import DEFAULT_ROOT, SwitchPlan
@@ -69,7 +70,9 @@ def switch(stack: str | None = None, venv: str | None = None, service: str | Non
     + plan: a ready ``SwitchPlan`` instead of stack/venv/wheelhouse/torch/root
     + python: the target interpreter that runs the bundle
 
-    A second run with the same stack changes nothing (the fact shows the venv already on that environment).
+    A second run with the same stack changes nothing (the fact shows the venv already on that environment). When a
+    switch is due and a venv exists, the guest is snapshotted first (labwright.snapshots.deploy; host data
+    ``snapshot_before``, ``snapshot_keep``, ``snapshot_required``).
 
     **Example:**
 
@@ -98,6 +101,10 @@ def switch(stack: str | None = None, venv: str | None = None, service: str | Non
             and not current.get("pending"):
         host.noop(f"{plan.venv} already runs stack {plan.stack} ({plan.env_id})")
         return
+    # A switch is due: snapshot the guest first (host data snapshot_before/keep/required; nothing for a host that is
+    # not a container). Not before a first install, where no venv exists yet: there is nothing to go back to.
+    if now["kind"] != "absent":
+        yield from snapshot_command(host, "stack-switch")
     yield from files.put._inner(src=str(build_bundle()), dest=REMOTE_PATH, mode="644", create_remote_dir=True)
     plan_file = f"{plan.root}/plans/{plan.env_id}.json"
     yield from files.put._inner(src=StringIO(plan.dumps()), dest=plan_file, mode="600", create_remote_dir=True)

@@ -22,6 +22,7 @@ from pyinfra.operations import files
 from labwright.errors import LabwrightError
 from labwright.facts.git import GitCheckout
 from labwright.facts.tabbyapi import TabbyapiNgramFiles
+from labwright.snapshots.deploy import snapshot_command
 from labwright.tabbyapi.ngram import MODEL_PY, TabbyTexts, plan_ngram
 
 
@@ -32,7 +33,8 @@ def checkout(url: str, ref: str, dest: str):
 
     A tag or commit already checked out is a no-op without any network access; otherwise the remote is fetched
     and the ref resolved BEFORE anything is checked out: a ref the remote does not have fails with one line and
-    leaves the tree as it was. Untracked files (config.yml, api_tokens.yml, the venv link) stay.
+    leaves the tree as it was. Untracked files (config.yml, api_tokens.yml, the venv link) stay. Replacing an
+    existing checkout snapshots the guest first (labwright.snapshots.deploy); a first checkout does not.
 
     **Example:**
 
@@ -47,10 +49,13 @@ def checkout(url: str, ref: str, dest: str):
         return
     d, r, u = shlex.quote(dest), shlex.quote(ref), shlex.quote(url)
     git = f"git -C {d}"
+    wanted = shlex.quote(f"{dest}/.git/labwright-wanted")
     missing = (f"labwright: tabbyapi_ref: {ref!r} does not exist at {url} (no such tag, branch or commit): nothing was "
                "checked out, the running service is untouched; pin a ref the repository has")
     unreachable = (f"labwright: tabbyapi_git_url: cannot fetch {url}: fix the URL or the guest's network "
                    "(nothing changed)")
+    # 1. fetch and resolve the ref (the tree is not touched), 2. snapshot the guest when an existing checkout is about
+    # to move to another commit (not on a first install; a branch that did not move takes none), 3. check it out.
     yield (
         f"set -e; command -v git >/dev/null || {{ echo 'labwright: git is not installed on the guest' >&2; exit 1; }}; "
         f"mkdir -p {d}; [ -d {d}/.git ] || git init -q {d}; "
@@ -61,6 +66,13 @@ def checkout(url: str, ref: str, dest: str):
         f"sha=''; for c in refs/tags/{r} refs/remotes/origin/{r} {r}; do "
         f"sha=$({git} rev-parse -q --verify \"$c^{{commit}}\" 2>/dev/null) && break; sha=''; done; "
         f"[ -n \"$sha\" ] || {{ echo {shlex.quote(missing)} >&2; exit 1; }}; "
+        f"echo \"$sha\" > {wanted}"
+    )
+    if now["head"]:
+        yield from snapshot_command(host, "tabbyapi-ref", only_if=(
+            f"[ \"$(cat {wanted})\" != \"$({git} rev-parse -q --verify HEAD)\" ]"))
+    yield (
+        f"set -e; sha=$(cat {wanted}); rm -f {wanted}; "
         f"{git} -c advice.detachedHead=false checkout -q --force --detach \"$sha\"; "
         f"echo \"tabbyAPI source at {ref} ($sha)\""
     )

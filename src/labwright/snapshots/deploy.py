@@ -27,40 +27,102 @@ and never under ``--dry``. Host data: ``snapshot_before`` (default true; false t
 step goes on; true: the step fails there). Hosts that are not containers (``@local``, SSH hosts) yield nothing.
 For ``@pct/NODE/VMID`` the node's API settings (``proxmox_api_url``, ``proxmox_ca_file``, ...) come from the host's
 data.
+
+One snapshot per host per run: the first risky step of a pyinfra run takes it, and later risky steps of the same run
+(a package install, then a stack switch, then a tabbyAPI ref change) find it taken and say so, so restoring it undoes
+the whole run and one run never prunes the snapshots of earlier runs by itself. A deploy that snapshots checks the
+``snapshot_*`` data while pyinfra prepares (:func:`check_snapshot_data`): a bad value or an unknown ``snapshot_*`` key
+is one line naming it (with the nearest key), before anything runs.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pyinfra import host as current_host
-from pyinfra.api import FunctionCommand, operation
-from pyinfra.api.exceptions import OperationError
+from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api.exceptions import DeployError, OperationError
 
-from labwright.errors import LabwrightError
+from labwright.deploy_data import FALSE, TRUE, unknown_key_error
+from labwright.errors import BadInput, LabwrightError
 from labwright.hostnames import parse_host_name
 from labwright.snapshots.model import DEFAULT_KEEP, MAX_KEEP
 
 logger = logging.getLogger("pyinfra")
 
 
-def _flag(value: Any, default: bool) -> bool:
-    if value is None:
+SNAPSHOT_KEYS = ("before", "keep", "required")
+# The snapshot each host got in a pyinfra run (its State): later risky steps of the same run reuse it.
+_TAKEN: weakref.WeakKeyDictionary[Any, dict[str, str | None]] = weakref.WeakKeyDictionary()
+
+
+def _flag(key: str, value: Any, default: bool) -> bool:
+    if value is None or value == "":
         return default
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in TRUE or text in FALSE:
+        return text in TRUE
+    raise BadInput(f"snapshot_{key}: {value!r} is not true or false, e.g. snapshot_{key}=false")
 
 
-def _take(host_name: str, step: str, keep: int, required: bool, node_data: dict[str, Any]) -> None:
+def snapshot_settings(data: Mapping[str, Any]) -> tuple[bool, int, bool]:
+    """``(before, keep, required)`` from host data; an unknown ``snapshot_*`` key or a bad value is one BadInput line
+    naming the key (the nearest known key for a typo)."""
+    error = unknown_key_error(data, "snapshot", SNAPSHOT_KEYS, "docs/snapshots.md")
+    if error is not None:
+        raise error
+    before = _flag("before", data.get("snapshot_before"), True)
+    raw = data.get("snapshot_keep")
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        keep = DEFAULT_KEEP if raw is None or raw == "" else int(str(raw).strip())
+    except ValueError:
+        raise BadInput(f"snapshot_keep: {raw!r} is not a whole number of snapshots to keep, e.g. snapshot_keep=3"
+                       ) from None
+    if not 1 <= keep <= MAX_KEEP:
+        raise BadInput(f"snapshot_keep: {keep}: keep 1 to {MAX_KEEP} snapshots, e.g. snapshot_keep=3")
+    return before, keep, _flag("required", data.get("snapshot_required"), False)
+
+
+def _data(host: Any) -> Mapping[str, Any]:
+    return host.data.dict() if hasattr(host.data, "dict") else dict(host.data)
+
+
+def check_snapshot_data(host: Any = None) -> None:
+    """For a deploy, while pyinfra prepares: refuse bad ``snapshot_*`` data as a DeployError (one line, nothing run)."""
+    try:
+        snapshot_settings(_data(host or current_host))
+    except BadInput as exc:
+        raise DeployError(f"{exc} (nothing was changed)") from None
+
+
+def _take(state: Any, host: Any, host_name: str, step: str, keep: int, required: bool,
+          node_data: dict[str, Any], only_if: str | None = None) -> None:
     from labwright import snapshots
 
+    if only_if is not None and host is not None:
+        due, _ = host.run_shell_command(StringCommand(only_if))
+        if not due:
+            logger.info(f"{host_name}: no snapshot before {step}: nothing changes")
+            return
+    taken = _TAKEN.setdefault(state, {}) if state is not None else {}
+    if host_name in taken:
+        earlier = taken[host_name]
+        logger.info(f"{host_name}: no new snapshot before {step}: "
+                    + (f"{earlier} was taken earlier in this run" if earlier else
+                       "its storage cannot snapshot (said earlier in this run)"))
+        return
     try:
         name = snapshots.before(host_name, step, keep=keep, required=required, node_data=node_data)
     except LabwrightError as exc:
         raise OperationError(f"snapshot before {step}: {exc}") from exc
+    taken[host_name] = name
     if name is None:
         logger.warning(f"{host_name}: no snapshot before {step}: its storage cannot snapshot (set "
                        "snapshot_required: true to stop here instead)")
@@ -69,22 +131,20 @@ def _take(host_name: str, step: str, keep: int, required: bool, node_data: dict[
                     f"{host_name} {name} --force)")
 
 
-def snapshot_command(host: Any, step: str) -> Iterator[FunctionCommand]:
+def snapshot_command(host: Any, step: str, only_if: str | None = None) -> Iterator[FunctionCommand]:
     """Yield the command that snapshots ``host`` before ``step`` (nothing for a host that is not a container or
-    has ``snapshot_before: false``)."""
-    data = host.data.dict() if hasattr(host.data, "dict") else dict(host.data)
-    if not _flag(data.get("snapshot_before"), True) or parse_host_name(host.name) is None:
-        return
+    has ``snapshot_before: false``). ``only_if``: a shell command run on the host when the snapshot is due; it is
+    taken only when that exits 0 (an operation whose earlier command found out whether the change is real)."""
+    data = _data(host)
     try:
-        raw = data.get("snapshot_keep")
-        keep = DEFAULT_KEEP if raw is None or raw == "" else int(raw)
-    except (TypeError, ValueError):
-        raise OperationError(f"snapshot_keep {data.get('snapshot_keep')!r}: a whole number of snapshots to keep, "
-                             "e.g. snapshot_keep=3") from None
-    if not 1 <= keep <= MAX_KEEP:
-        raise OperationError(f"snapshot_keep {keep}: keep 1 to {MAX_KEEP} snapshots, e.g. snapshot_keep=3")
+        before, keep, required = snapshot_settings(data)
+    except BadInput as exc:
+        raise OperationError(str(exc)) from None
+    if not before or parse_host_name(host.name) is None:
+        return
     node_data = {k: v for k, v in data.items() if k.startswith("proxmox_") or k == "ssh_hostname"}
-    yield FunctionCommand(_take, (host.name, step, keep, _flag(data.get("snapshot_required"), False), node_data), {})
+    yield FunctionCommand(_take, (host.name, step, keep, required, node_data),
+                          {} if only_if is None else {"only_if": only_if})
 
 
 @operation(is_idempotent=False)
@@ -103,3 +163,22 @@ def snapshot(step: str):
         snapshot(name="Snapshot before the desktop packages", step="desktop")
     """
     yield from snapshot_command(current_host, step)
+
+
+@operation(is_idempotent=False)
+def shell(step: str, commands: list[str]):
+    """
+    Snapshot this host before ``step`` (as ``snapshot``), then run ``commands``: one operation, so a deploy's
+    change count and order stay as they were without the snapshot.
+
+    + step: what the commands do, in the snapshot's name
+    + commands: shell commands, run in order after the snapshot
+
+    **Example:**
+
+    .. code:: python
+
+        shell(name="Install git", step="packages", commands=["apt-get install -y git"])
+    """
+    yield from snapshot_command(current_host, step)
+    yield from commands

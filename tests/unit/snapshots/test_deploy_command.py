@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from pyinfra.api import FunctionCommand
-from pyinfra.api.exceptions import OperationError
+from pyinfra.api.exceptions import DeployError, OperationError
 
-from labwright.snapshots.deploy import _take, snapshot_command
+from labwright.snapshots.deploy import _take, check_snapshot_data, snapshot_command, snapshot_settings
 
 
 @dataclass
@@ -40,3 +40,75 @@ def test_nothing_for_hosts_that_are_not_containers_or_opted_out(host):
 def test_bad_keep_is_one_line(keep, needle):
     with pytest.raises(OperationError, match=needle):
         list(snapshot_command(Host("@lxd/llm1", {"snapshot_keep": keep}), "stack-switch"))
+
+
+def test_unknown_snapshot_key_is_refused_with_the_nearest_one():
+    with pytest.raises(OperationError, match=r"^snapshot_kep: unknown data key for this deploy \(did you mean "
+                                             r"snapshot_keep\?\)"):
+        list(snapshot_command(Host("@lxd/llm1", {"snapshot_kep": 2}), "stack-switch"))
+
+
+@pytest.mark.parametrize("data, needle", [({"snapshot_before": "maybe"}, "snapshot_before: 'maybe' is not true or "
+                                                                          "false"),
+                                          ({"snapshot_required": 3}, "snapshot_required: 3 is not true or false"),
+                                          ({"snapshot_keep": True}, "snapshot_keep: True is not a whole number"),
+                                          ({"snapshot_befor": False}, "did you mean snapshot_before?")])
+def test_the_prepare_time_check_is_one_deploy_error_line(data, needle):
+    with pytest.raises(DeployError) as caught:
+        check_snapshot_data(Host("@lxd/llm1", data))
+    assert needle in str(caught.value) and str(caught.value).endswith("(nothing was changed)")
+    assert "\n" not in str(caught.value)
+
+
+def test_the_three_keys_are_accepted_and_read():
+    assert snapshot_settings({"snapshot_before": "no", "snapshot_keep": "7", "snapshot_required": "yes",
+                              "tabbyapi_ref": "x"}) == (False, 7, True)
+    assert snapshot_settings({}) == (True, 3, False)
+
+
+class Recording:
+    """A host whose shell answers are given: records what the snapshot step asked it."""
+
+    def __init__(self, answer: bool):
+        self.answer = answer
+        self.asked: list[str] = []
+
+    def run_shell_command(self, command):
+        self.asked.append(str(command))
+        return self.answer, None
+
+
+def test_one_snapshot_per_host_per_run(monkeypatch):
+    from labwright import snapshots
+
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(snapshots, "before", lambda name, step, **kw: calls.append((name, step)) or f"snap-{step}")
+
+    class State:
+        pass
+
+    run, other_run = State(), State()
+    _take(run, None, "@lxd/llm1", "packages", 3, False, {})
+    _take(run, None, "@lxd/llm1", "stack-switch", 3, False, {})   # same run: the packages snapshot covers it
+    _take(run, None, "@lxd/llm2", "stack-switch", 3, False, {})   # another host
+    _take(other_run, None, "@lxd/llm1", "stack-switch", 3, False, {})
+    assert calls == [("@lxd/llm1", "packages"), ("@lxd/llm2", "stack-switch"), ("@lxd/llm1", "stack-switch")]
+
+
+def test_only_if_decides_on_the_host_when_the_step_runs(monkeypatch):
+    from labwright import snapshots
+
+    calls: list[str] = []
+    monkeypatch.setattr(snapshots, "before", lambda name, step, **kw: calls.append(step) or "snap")
+
+    class State:
+        pass
+
+    unmoved = Recording(False)
+    _take(State(), unmoved, "@lxd/llm1", "tabbyapi-ref", 3, False, {}, only_if="[ a != a ]")
+    assert unmoved.asked == ["[ a != a ]"] and calls == []
+    moved = Recording(True)
+    _take(State(), moved, "@lxd/llm1", "tabbyapi-ref", 3, False, {}, only_if="[ a != b ]")
+    assert calls == ["tabbyapi-ref"]
+    commands = list(snapshot_command(Host("@lxd/llm1"), "tabbyapi-ref", only_if="true"))
+    assert commands[0].kwargs == {"only_if": "true"}
