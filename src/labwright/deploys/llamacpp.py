@@ -12,17 +12,21 @@ import shlex
 from io import StringIO
 
 from pyinfra import host
+from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File, Sha256File
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import FALSE, TRUE
+from labwright.deploys import model as model_ops
 from labwright.deploys.common import install_missing, port_taken_by
+from labwright.errors import BadInput
 from labwright.facts.llamacpp import OllamaPresent, ReadableBy
 from labwright.guestlock import locked
 from labwright.llamacpp.deploy_data import (
     KEYS,
     OLLAMA_DROPIN,
+    downloaded_model,
     ollama_environment,
     ollama_mode,
     render_ollama_dropin,
@@ -30,22 +34,35 @@ from labwright.llamacpp.deploy_data import (
 )
 from labwright.operations import http
 from labwright.operations import systemd as systemd_ops
+from labwright.snapshots.deploy import check_snapshot_data
 
 
 @locked("llama.cpp")
 def deploy_llamacpp() -> None:
     """llama-server from the cached build, its unit, (re)start and health; the same KV policy for a local Ollama.
 
+    With deploys/model.py's keys (``model_repo`` + ``model_file``, or a ``model`` table) the GGUF is downloaded first
+    (labwright.deploys.model: huggingface_hub, resumed, checksums verified) and ``--model`` points at it; a model
+    that changed restarts the server onto it.
+
     Everything is checked before anything changes (model present, port free or already ours, cache types the
     engine accepts, a quantized V cache only with flash attention); each refusal is one line naming the data key.
     """
     # --- read and check host data before touching anything ------------------------------------------
-    data = host.data.dict()
+    check_snapshot_data()
+    try:
+        data, planned = downloaded_model(host.data.dict())
+    except BadInput as exc:
+        raise DeployError(f"{exc} (nothing was changed)") from None
     s = settings_from(data)
-    if not host.get_fact(File, path=s.model):
+    # A model named with deploys/model.py's keys is downloaded first (verified, resumable, into the shared cache);
+    # a repo, revision or file the Hub does not have stops the run here with one line. Until it is complete on the
+    # guest, the model checks below run after the download instead.
+    state = model_ops.probe(planned) if planned else "complete"
+    if planned is None and not host.get_fact(File, path=s.model):
         raise KEYS.fail("model", f"{s.model} does not exist on {host.name}; copy the GGUF there first (nothing was "
                         "changed)")
-    if not host.get_fact(ReadableBy, path=s.model, user=s.user):
+    if state == "complete" and not host.get_fact(ReadableBy, path=s.model, user=s.user):
         raise KEYS.fail("model", f"{s.model} is not readable by the service user {s.user} on {host.name}; make the "
                         "file and its directories world-readable or group-readable by it (nothing was changed)")
     holder = port_taken_by(s.flags["port"], s.service)
@@ -61,10 +78,16 @@ def deploy_llamacpp() -> None:
     apply_ollama = ollama_found and mode not in FALSE
     ollama_env = ollama_environment(data) if apply_ollama else {}
 
+    # --- the model first, when named by deploys/model.py's keys -------------------------------------
+    download = model_ops.download(planned, state) if planned else None
+
     # --- runtime libraries (apt only when missing) and the service user ------------------------------
     install_missing(s.runtime_packages, "runtime libraries", name="Install llama-server runtime libraries")
     server.user(name=f"Service user {s.user}", user=s.user, system=True, shell="/usr/sbin/nologin",
                 home=f"/var/lib/{s.service}", create_home=True)
+    if download is not None:
+        model_ops.readable_after_download(s.model, s.user, "model_dir", download)
+    model_changed = download.did_change if download is not None else (lambda: False)
 
     # --- the binary: staged, sha256-checked on the guest, then moved over the old one ----------------
     binary_changed = False
@@ -87,10 +110,10 @@ def deploy_llamacpp() -> None:
     # Restart only for a real change; a fresh start above already runs the new binary and unit.
     restarted = systemd_ops.restarted_owned(
         name=f"Restart {s.service} (unit or binary changed)", service=f"{s.service}.service",
-        _if=lambda: (unit.did_change() or binary_changed) and not started.did_change())
+        _if=lambda: (unit.did_change() or binary_changed or model_changed()) and not started.did_change())
     http.wait_healthy(name=f"{s.service} health: /health then /v1/models", url=s.health_url, service=s.service,
                       timeout=s.health_timeout, models=s.model_ids,
-                      _if=lambda: binary_changed or any_changed(unit, started, restarted)())
+                      _if=lambda: binary_changed or model_changed() or any_changed(unit, started, restarted)())
 
     # --- Ollama on the same host: the same KV policy, as a drop-in -----------------------------------
     if apply_ollama:

@@ -14,6 +14,7 @@ from pathlib import Path
 from pyinfra import host
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import DeployError
+from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.files import FindInFile
 from pyinfra.operations import files, server
 
@@ -22,6 +23,7 @@ from labwright.errors import BadInput
 from labwright.guestlock import locked
 from labwright.models import fetch
 from labwright.models.deploy_data import ModelSettings, settings
+from labwright.snapshots.deploy import check_snapshot_data
 
 VENV_MARKER = ".labwright-requirements"
 
@@ -52,24 +54,29 @@ def model_settings() -> ModelSettings:
         raise DeployError(f"{exc} (nothing was changed)") from None
 
 
-@locked("Model download")
-def deploy_model() -> None:
-    """huggingface_hub in a venv, the runner, then the download when the model is not complete yet.
-
-    A re-run with the same data finds the marker complete and changes nothing (no network call). A repo, revision or
-    file the Hub does not have stops the run with one line; a file whose checksum differs from the Hub's is removed and
-    nothing is marked complete, so MODELS_DIR/NAME never points at a truncated or corrupted model.
-    """
-    s = model_settings()
-    runner_source = Path(fetch.__file__).read_text(encoding="utf-8")
-    state, refusal = host.get_fact(ModelState, probe=s.probe_command(runner_source))
+def probe(s: ModelSettings) -> str:
+    """While pyinfra prepares: ``complete`` (the guest's marker says MODEL_DIR/NAME is complete for this spec, no
+    network) or ``incomplete``; a repo, revision or file the Hub does not have is a DeployError (one line, nothing
+    run)."""
+    state, refusal = host.get_fact(ModelState, probe=s.probe_command(runner_source()))
     if state == "refused":
         raise DeployError(f"{refusal.removesuffix('; nothing was downloaded')}; nothing was changed")
-    install_missing(s.runtime_packages, "model download packages")
+    return str(state)
+
+
+def runner_source() -> str:
+    return Path(fetch.__file__).read_text(encoding="utf-8")
+
+
+def download(s: ModelSettings, state: str, what: str = "model download packages") -> OperationMeta | None:
+    """The operations that make MODEL_DIR/NAME complete (python3-venv, the venv with huggingface_hub, the runner,
+    the download when ``state`` is not complete); the download operation, or None when there is nothing to download.
+    An engine deploy restarts the engine onto the model when ``download.did_change()``."""
+    install_missing(s.runtime_packages, what)
     files.directory(name=f"Model directory {s.dir}", path=s.dir, present=True, mode="755")
     runner_dir = str(Path(s.runner).parent)
     files.directory(name=f"Runner directory {runner_dir}", path=runner_dir, present=True, mode="755")
-    files.put(name=f"Runner {s.runner}", src=StringIO(runner_source),
+    files.put(name=f"Runner {s.runner}", src=StringIO(runner_source()),
               dest=s.runner, user="root", group="root", mode="644")
 
     source_args = f"--no-index --find-links {shlex.quote(s.find_links)} " if s.find_links else ""
@@ -80,7 +87,30 @@ def deploy_model() -> None:
             f"{s.venv}/bin/pip install -q --disable-pip-version-check {source_args}{shlex.quote(s.hub_requirement)}",
             f"printf '%s' {shlex.quote(requirement_text)} > {s.venv}/{VENV_MARKER}",
         ])
+    if state == "complete":
+        return None
+    return server.shell(name=f"Download {s.spec.label()} -> {s.dir}/{s.spec.name} (checksums verified)",
+                        commands=[s.download_command()], _timeout=s.download_timeout)
 
-    if state != "complete":
-        server.shell(name=f"Download {s.spec.label()} -> {s.dir}/{s.spec.name} (checksums verified)",
-                     commands=[s.download_command()], _timeout=s.download_timeout)
+
+def readable_after_download(path: str, user: str, key: str, download: OperationMeta) -> None:
+    """After a download in this run: ``user`` (the engine's service user, created before this) can read ``path``,
+    else one line naming the data key; the engine is not (re)started onto a model it cannot read."""
+    quoted = shlex.quote(path)
+    line = shlex.quote(f"labwright: {key}: {path} is not readable by the service user {user}: make the model "
+                       "directory world- or group-readable (the engine was not restarted)")
+    server.shell(name=f"{path} readable by {user}", _if=download.did_change,
+                 commands=[f"runuser -u {shlex.quote(user)} -- test -r {quoted} || {{ echo {line} >&2; exit 1; }}"])
+
+
+@locked("Model download")
+def deploy_model() -> None:
+    """huggingface_hub in a venv, the runner, then the download when the model is not complete yet.
+
+    A re-run with the same data finds the marker complete and changes nothing (no network call). A repo, revision or
+    file the Hub does not have stops the run with one line; a file whose checksum differs from the Hub's is removed and
+    nothing is marked complete, so MODELS_DIR/NAME never points at a truncated or corrupted model.
+    """
+    check_snapshot_data()
+    s = model_settings()
+    download(s, probe(s))

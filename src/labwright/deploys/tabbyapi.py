@@ -15,6 +15,7 @@ from pyinfra.facts.server import Command
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from labwright.deploys import model as model_ops
 from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import LabwrightError
 from labwright.facts.llamacpp import ReadableBy
@@ -23,8 +24,9 @@ from labwright.guestlock import locked
 from labwright.operations import guests, http, tabbyapi
 from labwright.operations import stack as stack_ops
 from labwright.operations import tabbyapi_deploy as ops
+from labwright.snapshots.deploy import check_snapshot_data
 from labwright.stacks.from_matrix import plan_for_stack
-from labwright.tabbyapi.deploy_data import OOM_LINE, STARTUP_LINE, settings_from
+from labwright.tabbyapi.deploy_data import OOM_LINE, STARTUP_LINE, downloaded_model, settings_from
 
 
 @locked("tabbyAPI")
@@ -35,10 +37,16 @@ def deploy_tabbyapi() -> None:
     port, driver), is checked first; each refusal is one line naming the key, and nothing changes. A broken stack
     is refused by the stack switch before its swap; a ref the remote does not have, before the checkout; both leave
     the running service as it was. A second run with the same data changes nothing.
+
+    With deploys/model.py's keys (``model_repo``, ``model_revision``, ``model_allow`` ..., or a ``model`` table) the
+    model is downloaded first (labwright.deploys.model: huggingface_hub, resumed, checksums verified) and config.yml's
+    ``model_dir`` / ``model_name`` point at it; a model that changed restarts tabbyAPI onto it.
     """
     # --- read and check everything before touching the host -------------------------------------------
+    check_snapshot_data()
     try:
-        s = settings_from(host.data.dict())
+        data, planned = downloaded_model(host.data.dict())
+        s = settings_from(data)
         plan = plan_for_stack(s.stack, s.venv, root=s.stacks_root, wheelhouse=s.wheelhouse or None,
                               torch=s.torch or None)
     except LabwrightError as exc:
@@ -46,10 +54,14 @@ def deploy_tabbyapi() -> None:
     if s.cache_rounded:
         logger.warning(s.cache_note)
 
-    if not host.get_fact(Directory, path=s.model_path):
+    # A model named with deploys/model.py's keys is downloaded first (verified, resumable, into the shared cache) and
+    # config.yml points at MODEL_DIR/NAME, its link; a repo, revision or file the Hub does not have stops the run here
+    # with one line. Until it is complete on the guest, the model checks below run after the download instead.
+    state = model_ops.probe(planned) if planned else "complete"
+    if planned is None and not host.get_fact(Directory, path=s.model_path):
         raise DeployError(f"tabbyapi_model_dir: {s.model_path} (model_dir/model_name) does not exist on {host.name}: "
                           "copy the model there or fix tabbyapi_model_dir / tabbyapi_model_name (nothing was changed)")
-    if not host.get_fact(ReadableBy, path=s.model_path, user=s.user):
+    if state == "complete" and not host.get_fact(ReadableBy, path=s.model_path, user=s.user):
         raise DeployError(f"tabbyapi_model_dir: {s.model_path} is not readable by the service user {s.user} on "
                           f"{host.name}: make it world- or group-readable (nothing was changed)")
     holder = port_taken_by(s.port, s.service)
@@ -79,9 +91,12 @@ def deploy_tabbyapi() -> None:
     if driver is not None and driver["status"] != "no-host-driver" and s.gpu != "check":
         guests.nvidia_userspace(name="NVIDIA userspace = host driver", root=s.nvidia_root)
 
+    download = model_ops.download(planned, state) if planned else None
     install_missing(s.packages, "packages")
     server.user(name=f"Service user {s.user}", user=s.user, system=True, shell="/usr/sbin/nologin",
                 home=f"/var/lib/{s.service}", create_home=True)
+    if download is not None:
+        model_ops.readable_after_download(s.model_path, s.user, "model_dir", download)
 
     # --- the engine stack: built beside and ABI-verified before the swap; a running service is restarted on it
     # and health-checked, with an automatic rollback
@@ -105,7 +120,7 @@ def deploy_tabbyapi() -> None:
                      group="root", mode="644")
     systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
     systemd.service(name=f"{s.service} enabled", service=f"{s.service}.service", running=None, enabled=True)
-    changed = [op for op in (source, tokens, config, ngram, unit) if op is not None]
+    changed = [op for op in (download, source, tokens, config, ngram, unit) if op is not None]
     # tabbyAPI's startup line in the journal first, then /health and /v1/models with the host's own API key; the
     # out-of-VRAM line ends the wait at once and stops the unit (else systemd restarts it into the same failure).
     http.wait_healthy(

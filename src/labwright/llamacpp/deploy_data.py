@@ -19,7 +19,9 @@ from typing import Any
 
 from labwright import paths
 from labwright.deploy_data import FALSE, TRUE, DeployData, jinja, refuse_unknown_keys
+from labwright.errors import BadInput
 from labwright.llamacpp.build import cache_dir
+from labwright.models.deploy_data import ModelSettings, engine_model
 
 TEMPLATES = paths.templates_dir("llamacpp")
 DEFAULTS: dict[str, Any] = tomllib.loads((TEMPLATES / "defaults.toml").read_text())
@@ -237,3 +239,18 @@ def ollama_environment(data: Mapping[str, Any]) -> dict[str, str]:
 
 def render_ollama_dropin(env: Mapping[str, str]) -> str:
     return JINJA.get_template("ollama-override.conf.j2").render(env=env)
+
+
+def downloaded_model(data: Mapping[str, Any]) -> tuple[dict[str, Any], ModelSettings | None]:
+    """The host data with ``llamacpp_model`` pointing at the GGUF that deploys/model.py's keys name (``model_repo`` +
+    ``model_file``, or a ``model`` table), and that download's settings; the data as given and None when no model is
+    named. ``llamacpp_model`` naming another file as well is refused (BadInput, one line): one of the two would be
+    ignored."""
+    planned = engine_model(data, "llama.cpp", gguf=True)
+    if planned is None:
+        return dict(data), None
+    given = data.get("llamacpp_model")
+    if given is not None and str(given).strip() != planned.path:
+        raise BadInput(f"llamacpp_model: {given!r} and model_repo {planned.spec.repo} both name the model: drop "
+                       f"llamacpp_model (the download is served from {planned.path}) or the model_* keys")
+    return {**data, "llamacpp_model": planned.path}, planned

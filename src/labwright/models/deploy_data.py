@@ -145,3 +145,23 @@ def planned_model(data: Mapping[str, Any]) -> ModelSettings | None:
     if data.get("model_repo") is None and data.get("model") is None:
         return None
     return settings(data)
+
+
+def engine_model(data: Mapping[str, Any], engine: str, gguf: bool) -> ModelSettings | None:
+    """The model an engine deploy downloads first when its host data names one with deploys/model.py's keys
+    (``model_repo`` ... or a ``model`` table), else None. ``gguf``: the engine serves one GGUF file (llama.cpp) and
+    needs ``model_file``; otherwise it loads a model directory (tabbyAPI) and ``model_file`` is refused."""
+    planned = planned_model(data)
+    if planned is None:
+        if any(str(key).startswith("model_") for key in data):
+            raise BadInput(f"model_repo: is required with the other model_* keys ({engine} downloads a model only when "
+                           "model_repo names it), e.g. model_repo=Qwen/Qwen3-0.6B")
+        return None
+    if gguf and not planned.spec.file:
+        raise _fail("file", f"{engine} serves one GGUF file: name it with model_file (model_repo {planned.spec.repo} "
+                    "without it would download a whole directory)")
+    if not gguf and planned.spec.file:
+        raise _fail("file", f"{planned.spec.file!r}: {engine} loads a model directory (EXL2/EXL3 safetensors), not "
+                    "one GGUF file: drop model_file and use model_allow patterns, or serve the GGUF with "
+                    "deploys/llamacpp.py")
+    return planned

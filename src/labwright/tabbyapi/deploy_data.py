@@ -20,6 +20,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from labwright import paths
 from labwright.deploy_data import unknown_key_error
 from labwright.errors import BadInput
+from labwright.models.deploy_data import ModelSettings, engine_model
 
 TEMPLATES = paths.templates_dir("tabbyapi")
 PAGE = 256  # exllamav3's KV cache page: cache_size is allocated in whole pages
@@ -269,3 +270,22 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
         sysmem_recurrent_cache=as_int("sysmem_recurrent_cache", cfg("sysmem_recurrent_cache"), 0),
         draft_model_name=draft, ngram_match_min=ngram, extra={str(k): dict(v) for k, v in extra.items()},
     )
+
+
+def downloaded_model(data: Mapping[str, Any]) -> tuple[dict[str, Any], ModelSettings | None]:
+    """The host data with ``tabbyapi_model_dir`` / ``tabbyapi_model_name`` pointing at the model directory that
+    deploys/model.py's keys name (``model_repo`` ..., or a ``model`` table), and that download's settings; the data as
+    given and None when no model is named. tabbyapi_model_dir / tabbyapi_model_name (flat or in the ``tabbyapi``
+    dict) naming another place as well are refused (BadInput, one line): one of the two would be ignored."""
+    planned = engine_model(data, "tabbyAPI", gguf=False)
+    if planned is None:
+        return dict(data), None
+    nested = data.get("tabbyapi") if isinstance(data.get("tabbyapi"), Mapping) else {}
+    wanted = {"model_dir": planned.dir, "model_name": planned.spec.name}
+    for key, value in wanted.items():
+        given = data.get(f"tabbyapi_{key}", nested.get(key) if nested else None)
+        if given is not None and str(given).strip().rstrip("/") != value:
+            raise BadInput(f"tabbyapi_{key}: {given!r} and model_repo {planned.spec.repo} both name the model: drop "
+                           f"tabbyapi_{key} (the download lands in {planned.dir}/{planned.spec.name}) or the model_* "
+                           "keys")
+    return {**data, "tabbyapi_model_dir": planned.dir, "tabbyapi_model_name": planned.spec.name}, planned
