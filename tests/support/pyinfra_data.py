@@ -26,8 +26,9 @@ import importlib
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
@@ -149,3 +150,16 @@ def fact_key(fact_class: type) -> str:
         if module.startswith(prefix):
             return f"{shown}{module.removeprefix(prefix)}.{fact_class.__name__}"
     raise AssertionError(f"{module}.{fact_class.__name__}: not a pyinfra or labwright fact")
+
+
+def defined_in(package: ModuleType, keep: Callable[[Any], bool]) -> list[str]:
+    """``module.NAME`` for what each module of ``package`` (labwright.operations, labwright.facts) defines itself and
+    ``keep`` accepts: every operation, every fact, so that a new one without data fails the completeness test."""
+    found = []
+    for path in sorted(Path(str(package.__file__)).resolve().parent.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        module = importlib.import_module(f"{package.__name__}.{path.stem}")
+        found += [f"{path.stem}.{name}" for name, value in vars(module).items()
+                  if getattr(value, "__module__", None) == module.__name__ and keep(value)]
+    return found

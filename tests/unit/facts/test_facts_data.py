@@ -27,23 +27,14 @@ import pytest
 from pyinfra.api import FactBase
 
 import labwright.facts
-from support.pyinfra_data import render_command
+from support.pyinfra_data import defined_in, render_command
 
 HERE = Path(__file__).resolve().parent
-FACTS_DIR = Path(labwright.facts.__file__).resolve().parent
 
 
 def labwright_facts() -> list[str]:
     """``module.Fact`` for every FactBase subclass defined in src/labwright/facts/*.py."""
-    found = []
-    for path in sorted(FACTS_DIR.glob("*.py")):
-        if path.name == "__init__.py":
-            continue
-        module = importlib.import_module(f"labwright.facts.{path.stem}")
-        for name, value in vars(module).items():
-            if inspect.isclass(value) and issubclass(value, FactBase) and value.__module__ == module.__name__:
-                found.append(f"{path.stem}.{name}")
-    return found
+    return defined_in(labwright.facts, lambda value: inspect.isclass(value) and issubclass(value, FactBase))
 
 
 def cases() -> list[Any]:

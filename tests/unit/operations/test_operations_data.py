@@ -41,23 +41,14 @@ from pyinfra.context import ctx_host, ctx_state
 
 import labwright.operations
 from labwright.guests.model import Change, GuestSpec, Plan
-from support.pyinfra_data import fact_key, render_commands
+from support.pyinfra_data import defined_in, fact_key, render_commands
 
 HERE = Path(__file__).resolve().parent
-OPERATIONS_DIR = Path(labwright.operations.__file__).resolve().parent
 
 
 def labwright_operations() -> list[str]:
     """``module.operation`` for every @operation in src/labwright/operations/*.py."""
-    found = []
-    for path in sorted(OPERATIONS_DIR.glob("*.py")):
-        if path.name == "__init__.py":
-            continue
-        module = importlib.import_module(f"labwright.operations.{path.stem}")
-        for name, value in vars(module).items():
-            if callable(value) and hasattr(value, "_inner") and getattr(value, "__module__", "") == module.__name__:
-                found.append(f"{path.stem}.{name}")
-    return found
+    return defined_in(labwright.operations, lambda value: callable(value) and hasattr(value, "_inner"))
 
 
 def cases() -> list[Any]:
