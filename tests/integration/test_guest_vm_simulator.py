@@ -249,6 +249,8 @@ def test_cli_plan_apply_show_destroy_a_vm(sim, cli):
     assert again.returncode == 0 and "0 guest(s) changed, 1 unchanged" in again.stdout
     assert len(sim.writes) == writes
 
+    table = lw(env, "show", "-i", inv)
+    assert table.returncode == 0 and "llmvm" in table.stdout and "running" in table.stdout, table.stderr
     shown = lw(env, "show", "-i", inv, "--json")
     assert shown.returncode == 0, shown.stderr
     info = json.loads(shown.stdout)[0]

@@ -141,7 +141,17 @@ class ProxmoxBackend(GuestBackend):
             closer()
 
     def _ct(self, spec: GuestSpec) -> Any:
-        return self.api.nodes(self.node).lxc(spec.vmid)
+        """The guest's API path: ``/nodes/NODE/lxc/VMID``, or ``.../qemu/VMID`` for a ``kind: vm`` guest."""
+        return (self.api.nodes(self.node).qemu if spec.is_vm else self.api.nodes(self.node).lxc)(spec.vmid)
+
+    @staticmethod
+    def _label(spec: GuestSpec) -> str:
+        """``CT 201`` or ``VM 120``, as PVE names them."""
+        return f"{'VM' if spec.is_vm else 'CT'} {spec.vmid}"
+
+    @staticmethod
+    def _tool(spec: GuestSpec) -> str:
+        return "qm" if spec.is_vm else "pct"
 
     def _wait(self, upid: str, what: str) -> None:
         TaskWaiter(self.api, self.task_timeout, self.poll_interval).wait(upid, what)
@@ -158,18 +168,18 @@ class ProxmoxBackend(GuestBackend):
         return self._version
 
     def _locate(self, spec: GuestSpec) -> tuple[dict[str, Any] | None, str | None]:
-        """(config, status) of CT ``vmid`` on this node; refuses a vmid used elsewhere or by a VM."""
+        """(config, status) of the guest on this node; refuses a vmid used elsewhere or by the other kind."""
         if not (VMID_MIN <= int(spec.vmid or 0) <= VMID_MAX):
             raise BadInput(f"{spec.where}: vmid {spec.vmid} is outside {VMID_MIN}-{VMID_MAX}")
         resources = call(f"{spec.where}: listing cluster resources", lambda: self.api.cluster.resources.get(type="vm"))
         entry = next((r for r in resources if int(r.get("vmid", 0)) == spec.vmid), None)
         if entry is None:
             return None, None
-        if entry.get("type") != "lxc" or entry.get("node") != self.node:
+        if entry.get("type") != ("qemu" if spec.is_vm else "lxc") or entry.get("node") != self.node:
             kind = "container" if entry.get("type") == "lxc" else "VM"
             raise BadInput(f"{spec.where}: vmid {spec.vmid} is already a {kind} on node {entry.get('node')}; "
                            "pick a free vmid")
-        config = call(f"{spec.where}: reading CT {spec.vmid}'s config", self._ct(spec).config.get)
+        config = call(f"{spec.where}: reading {self._label(spec)}'s config", self._ct(spec).config.get)
         return config, str(entry.get("status") or "stopped")
 
     def _facts(self, spec: GuestSpec, config: Mapping[str, Any] | None) -> NodeGpu | None:
@@ -179,15 +189,19 @@ class ProxmoxBackend(GuestBackend):
         return None
 
     def _rootfs_storage(self, spec: GuestSpec) -> str:
-        wanted = spec.rootfs.storage if spec.rootfs else None
+        return self.disk_storage(spec, spec.rootfs.storage if spec.rootfs else None, "rootdir", "container", "rootfs")
+
+    def disk_storage(self, spec: GuestSpec, wanted: str | None, content: str, what: str, field: str) -> str:
+        """The storage for a new guest's disk: ``wanted`` if it takes ``content`` (rootdir, images), else the
+        usual default (local-lvm, local-zfs, the first); refusals name ``field``."""
         storages = call(f"{spec.where}: listing storages of {self.node}",
-                        lambda: self.api.nodes(self.node).storage.get(content="rootdir"))
+                        lambda: self.api.nodes(self.node).storage.get(content=content))
         names = [str(s.get("storage")) for s in storages]
         if wanted is not None and wanted not in names:
-            raise BadInput(f"{spec.where}: storage {wanted!r} on {self.node} does not exist or holds no container "
-                           f"disks (storages for containers: {', '.join(names) or 'none'}); fix `rootfs`")
+            raise BadInput(f"{spec.where}: storage {wanted!r} on {self.node} does not exist or holds no {what} "
+                           f"disks (storages for {what} disks: {', '.join(names) or 'none'}); fix `{field}`")
         if wanted is None and not names:
-            raise BadInput(f"{spec.where}: {self.node} has no storage for container disks; name one in `rootfs`")
+            raise BadInput(f"{spec.where}: {self.node} has no storage for {what} disks; name one in `{field}`")
         return wanted or next((n for n in ("local-lvm", "local-zfs") if n in names), names[0])
 
     def _check_template(self, spec: GuestSpec) -> None:
@@ -395,15 +409,15 @@ class ProxmoxBackend(GuestBackend):
             raise
 
     def _remove_made(self, spec: GuestSpec, cause: Exception) -> None:
-        """Destroy the container this apply created; a failure here is added to the original error."""
+        """Destroy the guest this apply created; a failure here is added to the original error."""
         try:
             status = call("status", self._ct(spec).status.current.get).get("status")
             if status == "running":
                 self._wait(call("stop", self._ct(spec).status.stop.post), "stop")
             self._wait(call("destroy", lambda: self._ct(spec).delete(purge=1)), "destroy")
         except OperationFailed as cleanup:
-            cause.args = (f"{cause}; removing the half-made CT {spec.vmid} failed too: {cleanup} (remove it with "
-                          f"`pct destroy {spec.vmid}` on {self.node})",)
+            cause.args = (f"{cause}; removing the half-made {self._label(spec)} failed too: {cleanup} (remove it with "
+                          f"`{self._tool(spec)} destroy {spec.vmid}` on {self.node})",)
 
     def _update(self, spec: GuestSpec, state: _State) -> None:
         put, delete = self._api_params(state)
@@ -427,17 +441,16 @@ class ProxmoxBackend(GuestBackend):
         if action == "start" and spec.wants_gpu:
             self._preflight(spec)
         endpoint = getattr(self._ct(spec).status, action)
-        upid = call(f"{spec.where}: {action} CT {spec.vmid}", endpoint.post)
-        self._wait(upid, f"{spec.where}: {action} CT {spec.vmid}")
+        upid = call(f"{spec.where}: {action} {self._label(spec)}", endpoint.post)
+        self._wait(upid, f"{spec.where}: {action} {self._label(spec)}")
 
     # --- the rest of the interface -------------------------------------------------------------------------
     def show(self, spec: GuestSpec) -> dict[str, Any]:
-        if spec.is_vm:
-            return self._vms().show(spec)
         self._node_version(spec)
         config, status = self._locate(spec)
         info: dict[str, Any] = {"name": spec.name, "backend": self.name, "node": self.node, "vmid": spec.vmid,
-                                "exists": config is not None, "status": status or "absent"}
+                                "exists": config is not None, "status": status or "absent",
+                                **({"kind": "vm"} if spec.is_vm else {})}
         if config is None:
             return info
         missing: list[str] = []
@@ -455,14 +468,10 @@ class ProxmoxBackend(GuestBackend):
         return info
 
     def exists(self, spec: GuestSpec) -> bool:
-        if spec.is_vm:
-            return self._vms().exists(spec)
         self._node_version(spec)
         return self._locate(spec)[0] is not None
 
     def start(self, spec: GuestSpec) -> list[Change]:
-        if spec.is_vm:
-            return self._vms().start(spec)
         status = self._require(spec)
         if status == "running":
             return []
@@ -470,8 +479,6 @@ class ProxmoxBackend(GuestBackend):
         return [Change("state", status, "running")]
 
     def stop(self, spec: GuestSpec) -> list[Change]:
-        if spec.is_vm:
-            return self._vms().stop(spec)
         status = self._require(spec)
         if status != "running":
             return []
@@ -479,25 +486,24 @@ class ProxmoxBackend(GuestBackend):
         return [Change("state", "running", "stopped")]
 
     def destroy(self, spec: GuestSpec) -> list[Change]:
-        if spec.is_vm:
-            return self._vms().destroy(spec)
         self._node_version(spec)
         config, status = self._locate(spec)
         if config is None:
             return []
         if TAG not in str(config.get("tags") or ""):
-            raise SafetyCheckFailed(f"{spec.where}: CT {spec.vmid} on {self.node} was not made by labwright (no "
-                                    f"{TAG} tag); destroy it yourself with `pct destroy {spec.vmid}`")
+            raise SafetyCheckFailed(f"{spec.where}: {self._label(spec)} on {self.node} was not made by labwright (no "
+                                    f"{TAG} tag); destroy it yourself with `{self._tool(spec)} destroy {spec.vmid}`")
         if status == "running":
             self._power(spec, "stop")
-        upid = call(f"{spec.where}: destroying CT {spec.vmid}", lambda: self._ct(spec).delete(purge=1))
-        self._wait(upid, f"{spec.where}: destroying CT {spec.vmid}")
-        return [Change("container", f"CT {spec.vmid}", None)]
+        upid = call(f"{spec.where}: destroying {self._label(spec)}", lambda: self._ct(spec).delete(purge=1))
+        self._wait(upid, f"{spec.where}: destroying {self._label(spec)}")
+        return [Change("vm" if spec.is_vm else "container", self._label(spec), None)]
 
     def _require(self, spec: GuestSpec) -> str:
         self._node_version(spec)
         config, status = self._locate(spec)
         if config is None:
-            raise OperationFailed(f"{spec.where}: no CT {spec.vmid} on {self.node}; run `labwright guest apply` first")
+            raise OperationFailed(f"{spec.where}: no {self._label(spec)} on {self.node}; run `labwright guest apply` "
+                                  "first")
         return status or "stopped"
 

@@ -205,15 +205,17 @@ class Diff:
         return [f"{k}: {v}" for k, v in self.put.items()] + [f"{k}: {v}" for k, v in self.lxc or []]
 
 
-def _indexed(prefix: str, current: Mapping[str, Any], wanted: list[str], managed: Callable[[Any], bool],
-             default_key: str, identity: str, out: Diff) -> None:
-    """Match wanted values to existing ``prefixN`` keys by ``identity`` (a path); keep indices stable."""
+def indexed(prefix: str, current: Mapping[str, Any], wanted: list[str], managed: Callable[[Any], bool],
+            default_key: str, identity: str | Callable[[str], Any], out: Diff) -> None:
+    """Match wanted values to existing ``prefixN`` keys by ``identity`` (a property such as the path, or a function
+    of the value); keep indices stable."""
     existing = {int(k[len(prefix):]): str(v) for k, v in current.items() if re.fullmatch(rf"{prefix}\d+", k)}
     ours = {i: v for i, v in existing.items() if managed(v)}
-    by_id = {props(v, default_key).get(identity): i for i, v in ours.items()}
+    key = identity if callable(identity) else (lambda v: props(v, default_key).get(identity))
+    by_id = {key(v): i for i, v in ours.items()}
     used, claimed = set(existing), set()
     for value in wanted:
-        index = by_id.get(props(value, default_key).get(identity))
+        index = by_id.get(key(value))
         if index is not None and index not in claimed:
             claimed.add(index)
             if props(ours[index], default_key) != props(value, default_key):
@@ -263,9 +265,9 @@ def diff(spec: GuestSpec, current: Mapping[str, Any] | None, desired: Desired) -
                 value += f",hwaddr={have['hwaddr']}"  # keep the MAC: PVE would make up a new one
             out.changes.append(Change(f"config {key}", current.get(key), value))
             out.put[key] = value
-    _indexed("mp", current, desired.mounts, lambda v: str(v).startswith("/") and not str(v).startswith("/dev/"),
+    indexed("mp", current, desired.mounts, lambda v: str(v).startswith("/") and not str(v).startswith("/dev/"),
              "volume", "mp", out)
-    _indexed("dev", current, list(desired.wiring.devices), is_gpu_device, "path", "path", out)
+    indexed("dev", current, list(desired.wiring.devices), is_gpu_device, "path", "path", out)
     pairs = [(str(p[0]), str(p[1])) for p in current.get("lxc") or []]
     have_lines = [pairs[i] for i in sorted(gpu_lines(pairs, desired.wiring.majors))]
     if sorted(have_lines) != sorted(desired.wiring.lxc):

@@ -26,22 +26,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+from labwright.errors import BadInput
 from labwright.guests.model import Change, GuestSpec, Plan
 from labwright.guests.proxmox_api import call
-from labwright.guests.proxmox_render import TAG, edit_conf
+from labwright.guests.proxmox_render import TAG, Diff, edit_conf
 from labwright.guests.proxmox_vm_render import (
     BOOT_DISK,
     EFI_DISK,
     VmDesired,
-    VmDiff,
     check_iommu,
     diff_vm,
     disk_note,
     render_vm,
     vm_of,
 )
-from labwright.hostnames import VMID_MAX, VMID_MIN
 
 if TYPE_CHECKING:
     from labwright.guests.proxmox import ProxmoxBackend
@@ -55,7 +53,7 @@ class _VmState:
     config: dict[str, Any] | None
     status: str | None
     desired: VmDesired
-    diff: VmDiff
+    diff: Diff
     via_ssh: dict[str, str] = field(default_factory=dict)
     via_ssh_delete: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -80,54 +78,27 @@ class VmOps:
     def api(self) -> Any:
         return self.backend.api
 
-    def _vm(self, spec: GuestSpec) -> Any:
-        return self.api.nodes(self.node).qemu(spec.vmid)
-
     def _conf_path(self, spec: GuestSpec) -> str:
         return f"/etc/pve/nodes/{self.node}/qemu-server/{spec.vmid}.conf"
 
     # --- reading -------------------------------------------------------------------------------------------
-    def _locate(self, spec: GuestSpec) -> tuple[dict[str, Any] | None, str | None]:
-        if not (VMID_MIN <= int(spec.vmid or 0) <= VMID_MAX):
-            raise BadInput(f"{spec.where}: vmid {spec.vmid} is outside {VMID_MIN}-{VMID_MAX}")
-        resources = call(f"{spec.where}: listing cluster resources", lambda: self.api.cluster.resources.get(type="vm"))
-        entry = next((r for r in resources if int(r.get("vmid", 0)) == spec.vmid), None)
-        if entry is None:
-            return None, None
-        if entry.get("type") != "qemu" or entry.get("node") != self.node:
-            kind = "VM" if entry.get("type") == "qemu" else "container"
-            raise BadInput(f"{spec.where}: vmid {spec.vmid} is already a {kind} on node {entry.get('node')}; "
-                           "pick a free vmid")
-        config = call(f"{spec.where}: reading VM {spec.vmid}'s config", self._vm(spec).config.get)
-        return config, str(entry.get("status") or "stopped")
-
     def _pci_devices(self, spec: GuestSpec) -> list[dict[str, Any]]:
         if self._pci is None:
             self._pci = list(call(f"{spec.where}: listing PCI devices of {self.node}",
                                   self.api.nodes(self.node).hardware.pci.get))
         return self._pci
 
-    def _disk_storage(self, spec: GuestSpec) -> str:
-        vm = vm_of(spec)
-        wanted = vm.disk.storage if vm.disk else None
-        storages = call(f"{spec.where}: listing storages of {self.node}",
-                        lambda: self.api.nodes(self.node).storage.get(content="images"))
-        names = [str(s.get("storage")) for s in storages]
-        if wanted is not None and wanted not in names:
-            raise BadInput(f"{spec.where}: storage {wanted!r} on {self.node} does not exist or holds no VM disks "
-                           f"(storages for VM disks: {', '.join(names) or 'none'}); fix `disk`")
-        if wanted is None and not names:
-            raise BadInput(f"{spec.where}: {self.node} has no storage for VM disks; name one in `disk`")
-        return wanted or next((n for n in ("local-lvm", "local-zfs") if n in names), names[0])
-
     def _state(self, spec: GuestSpec) -> _VmState:
         self.backend._node_version(spec)  # the node is in the cluster
-        config, status = self._locate(spec)
+        config, status = self.backend._locate(spec)
         if config is not None and TAG not in str(config.get("tags") or "") and config.get("name") not in (
                 None, spec.name):
             raise BadInput(f"{spec.where}: VM {spec.vmid} on {self.node} is {config.get('name')!r}, not made by "
                            f"labwright; pick another vmid, or tag it {TAG} to let labwright manage it")
-        desired = render_vm(spec, self._disk_storage(spec) if config is None else "")
+        vm = vm_of(spec)
+        storage = "" if config is not None else self.backend.disk_storage(
+            spec, vm.disk.storage if vm.disk else None, "images", "VM", "disk")
+        desired = render_vm(spec, storage)
         changes = diff_vm(spec, config, desired)
         notes = list(desired.notes)
         if any(entry.host for entry in vm_of(spec).hostpci):
@@ -204,9 +175,9 @@ class VmOps:
             return plan.changes
         self._update(spec, state)
         if spec.start and state.status != "running":
-            self._power(spec, "start")
+            self.backend._power(spec, "start")
         elif not spec.start and state.status == "running":
-            self._power(spec, "stop")
+            self.backend._power(spec, "stop")
         return plan.changes
 
     def _api_params(self, state: _VmState) -> tuple[dict[str, str], list[str]]:
@@ -226,19 +197,10 @@ class VmOps:
         try:
             self._write_file(spec, state)
             if spec.start:
-                self._power(spec, "start")
+                self.backend._power(spec, "start")
         except Exception as exc:
-            self._remove_made(spec, exc)
+            self.backend._remove_made(spec, exc)
             raise
-
-    def _remove_made(self, spec: GuestSpec, cause: Exception) -> None:
-        try:
-            if call("status", self._vm(spec).status.current.get).get("status") == "running":
-                self.backend._wait(call("stop", self._vm(spec).status.stop.post), "stop")
-            self.backend._wait(call("destroy", lambda: self._vm(spec).delete(purge=1)), "destroy")
-        except OperationFailed as cleanup:
-            cause.args = (f"{cause}; removing the half-made VM {spec.vmid} failed too: {cleanup} (remove it with "
-                          f"`qm destroy {spec.vmid}` on {self.node})",)
 
     def _update(self, spec: GuestSpec, state: _VmState) -> None:
         put, delete = self._api_params(state)
@@ -246,7 +208,8 @@ class VmOps:
             params: dict[str, Any] = {**put, "digest": (state.config or {}).get("digest")}
             if delete:
                 params["delete"] = ",".join(delete)
-            upid = call(f"{spec.where}: updating VM {spec.vmid}'s config", lambda: self._vm(spec).config.post(**params))
+            config = self.backend._ct(spec).config
+            upid = call(f"{spec.where}: updating VM {spec.vmid}'s config", lambda: config.post(**params))
             if upid:  # update_vm_async answers null when nothing ran in a task
                 self.backend._wait(str(upid), f"{spec.where}: updating VM {spec.vmid}'s config")
         self._write_file(spec, state)
@@ -258,68 +221,3 @@ class VmOps:
         path = self._conf_path(spec)
         node = self.backend.pve_node
         node.write_file(path, edit_conf(node.read_file(path), state.via_ssh, state.via_ssh_delete, None, frozenset()))
-
-    def _power(self, spec: GuestSpec, action: str) -> None:
-        endpoint = getattr(self._vm(spec).status, action)
-        upid = call(f"{spec.where}: {action} VM {spec.vmid}", endpoint.post)
-        self.backend._wait(upid, f"{spec.where}: {action} VM {spec.vmid}")
-
-    # --- the rest of the interface -------------------------------------------------------------------------
-    def show(self, spec: GuestSpec) -> dict[str, Any]:
-        self.backend._node_version(spec)
-        config, status = self._locate(spec)
-        info: dict[str, Any] = {"name": spec.name, "backend": "proxmox", "kind": "vm", "node": self.node,
-                                "vmid": spec.vmid, "exists": config is not None, "status": status or "absent"}
-        if config is None:
-            return info
-        try:
-            plan = self.plan(spec)
-            drift: list[str] | None = [c.describe() for c in plan.changes if c.what != "state"]
-            problem = None
-        except BadInput as exc:  # show only reads: report what apply would refuse instead of failing
-            drift, problem = None, str(exc)
-        info.update({"managed": TAG in str(config.get("tags") or ""), "in_sync": None if drift is None else not drift,
-                     "drift": drift or [], "problem": problem, "missing_nodes": [], "warnings": [],
-                     "config": {k: v for k, v in config.items() if k != "digest"}})
-        return info
-
-    def exists(self, spec: GuestSpec) -> bool:
-        self.backend._node_version(spec)
-        return self._locate(spec)[0] is not None
-
-    def _require(self, spec: GuestSpec) -> str:
-        self.backend._node_version(spec)
-        config, status = self._locate(spec)
-        if config is None:
-            raise OperationFailed(f"{spec.where}: no VM {spec.vmid} on {self.node}; run `labwright guest apply` first")
-        return status or "stopped"
-
-    def start(self, spec: GuestSpec) -> list[Change]:
-        status = self._require(spec)
-        if status == "running":
-            return []
-        self._power(spec, "start")
-        return [Change("state", status, "running")]
-
-    def stop(self, spec: GuestSpec) -> list[Change]:
-        status = self._require(spec)
-        if status != "running":
-            return []
-        self._power(spec, "stop")
-        return [Change("state", "running", "stopped")]
-
-    def destroy(self, spec: GuestSpec) -> list[Change]:
-        self.backend._node_version(spec)
-        config, status = self._locate(spec)
-        if config is None:
-            return []
-        if TAG not in str(config.get("tags") or ""):
-            raise SafetyCheckFailed(f"{spec.where}: VM {spec.vmid} on {self.node} was not made by labwright (no "
-                                    f"{TAG} tag); destroy it yourself with `qm destroy {spec.vmid}`")
-        if status == "running":
-            self._power(spec, "stop")
-        upid = call(f"{spec.where}: destroying VM {spec.vmid}",
-                    lambda: self._vm(spec).delete(purge=1, **{"destroy-unreferenced-disks": 1}))
-        self.backend._wait(upid, f"{spec.where}: destroying VM {spec.vmid}")
-        return [Change("vm", f"VM {spec.vmid}", None)]
-

@@ -26,7 +26,7 @@ from typing import Any
 
 from labwright.errors import BadInput
 from labwright.guests.model import Change, GuestSpec
-from labwright.guests.proxmox_render import TAG, props
+from labwright.guests.proxmox_render import TAG, Diff, indexed, props
 from labwright.guests.vm import VmSpec, normalize_pci_id
 
 #: PVE's NIC models: ``virtio=MAC`` in a stored ``netN`` means model virtio, that MAC (the keyAlias rule).
@@ -104,16 +104,6 @@ def _machine_same(have: Any, want: str) -> bool:
     return bool(pinned and re.match(pinned, text))
 
 
-@dataclass
-class VmDiff:
-    changes: list[Change] = field(default_factory=list)
-    put: dict[str, str] = field(default_factory=dict)
-    delete: list[str] = field(default_factory=list)
-
-    def config_lines(self) -> list[str]:
-        return [f"{k}: {v}" for k, v in self.put.items()] + [f"delete: {k}" for k in self.delete]
-
-
 def _hostpci_identity(value: Any) -> str:
     parsed = props(value, "host")
     if parsed.get("host"):
@@ -121,9 +111,9 @@ def _hostpci_identity(value: Any) -> str:
     return f"mapping={parsed.get('mapping')}"
 
 
-def diff_vm(spec: GuestSpec, current: Mapping[str, Any] | None, desired: VmDesired) -> VmDiff:
+def diff_vm(spec: GuestSpec, current: Mapping[str, Any] | None, desired: VmDesired) -> Diff:
     """Changes from ``current`` (GET .../qemu/VMID/config; None: no such VM) to ``desired``."""
-    out = VmDiff()
+    out = Diff()
     current = current or {}
     for key, value in desired.options.items():
         have = current.get(key)
@@ -153,38 +143,11 @@ def diff_vm(spec: GuestSpec, current: Mapping[str, Any] | None, desired: VmDesir
                 value = f"virtio={have['macaddr']}" + value.removeprefix("virtio")
             out.changes.append(Change(f"config {key}", current.get(key), value))
             out.put[key] = value
-    _hostpci(current, desired.hostpci, out)
+    indexed("hostpci", current, desired.hostpci, lambda _: True, "host", _hostpci_identity, out)
     if current and desired.efidisk and not current.get(EFI_DISK):
         out.changes.append(Change(f"config {EFI_DISK}", None, desired.efidisk))
         out.put[EFI_DISK] = desired.efidisk
     return out
-
-
-def _hostpci(current: Mapping[str, Any], wanted: list[str], out: VmDiff) -> None:
-    """Match wanted devices to existing ``hostpciN`` by address (or mapping); keep indices stable."""
-    existing = {int(k[len("hostpci"):]): str(v) for k, v in current.items() if re.fullmatch(r"hostpci\d+", k)}
-    by_id = {_hostpci_identity(v): i for i, v in existing.items()}
-    claimed: set[int] = set()
-    fresh: list[str] = []
-    for value in wanted:
-        index = by_id.get(_hostpci_identity(value))
-        if index is None or index in claimed:
-            fresh.append(value)
-            continue
-        claimed.add(index)
-        if props(existing[index], "host") != props(value, "host"):
-            out.changes.append(Change(f"config hostpci{index}", existing[index], value))
-            out.put[f"hostpci{index}"] = value
-    free = (i for i in range(16) if i not in claimed)
-    for value in fresh:
-        index = next(free)
-        before = existing.get(index)
-        claimed.add(index)
-        out.changes.append(Change(f"config hostpci{index}", before, value))
-        out.put[f"hostpci{index}"] = value
-    for index in sorted(set(existing) - claimed):
-        out.changes.append(Change(f"config hostpci{index}", existing[index], None))
-        out.delete.append(f"hostpci{index}")
 
 
 def disk_note(spec: GuestSpec, current: Mapping[str, Any]) -> str | None:
