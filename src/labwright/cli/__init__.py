@@ -30,43 +30,125 @@ import importlib  # noqa: E402
 import os  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import TextIO, cast  # noqa: E402
+from typing import Any, TextIO, cast  # noqa: E402
 
 import typer  # noqa: E402
+import typer.core  # noqa: E402
 
 from labwright import __version__  # noqa: E402
 from labwright.errors import LabwrightError  # noqa: E402
-from labwright.textio import describe_oserror  # noqa: E402
 
 if _own_sigint:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+#: The command groups, one module each (labwright/cli/NAME.py), in the order `--help` lists them, with each one's
+#: short help. The help is kept here so `labwright --help` (and shell completion of a group name) lists every group
+#: without importing one: a group's module costs 0.1-0.6 s (pyinfra, paramiko); tests/unit/cli/test_startup.py
+#: holds every text equal to the module's own HELP.
+GROUP_HELP: dict[str, str] = {
+    "lab": "Build, inspect and remove the local LXD lab declared in an inventory's `lab` group.",
+    "matrix": "Wheel compatibility matrix: resolve and check engine stacks (torch, CUDA, flash-attn ...).",
+    "stack": "Install, switch and roll back named engine stacks in a guest.",
+    "guest": "Declarative LXC guests on Proxmox VE and LXD/Incus with NVIDIA passthrough.",
+    "gpu": "GPU guests: check that the GPU is visible, matched and really used by the engine; CUDA builds per GPU.",
+    "host": "GPU host runbooks: upgrade the NVIDIA driver/kernel with snapshots, exact userspace and device majors.",
+    "tabbyapi": "tabbyAPI configuration and the n-gram drafting patch.",
+    "kv": "KV-cache and context planning from a model's config.json or GGUF file.",
+    "probe": "Find the real context ceiling of a running engine.",
+    "bench": "Benchmark an OpenAI-compatible endpoint (prefill, decode, TTS).",
+    "cluster": "Proxmox/corosync cluster doctor and repair runbooks.",
+    "bios": "flashrom BIOS backups.",
+    "desktop": "Desktop guests (xrdp + MATE + Firefox): check one against the seed's troubleshooting table.",
+    "kokoro": "Kokoro-FastAPI TTS: the sentence-streaming patch.",
+    "verify": "Run a deploy's shipped testinfra suite against your hosts.",
+}
+GROUPS = tuple(GROUP_HELP)
+#: -h as well as --help, on every command (click hands help_option_names down to the subcommands' contexts).
+_CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+def _add_group(target: typer.Typer, module: Any) -> None:
+    if hasattr(module, "command"):  # a group of one command (verify): its arguments follow the name
+        target.command(name=module.NAME, help=module.HELP, context_settings=module.CONTEXT)(module.command)
+    else:
+        target.add_typer(module.app, name=module.NAME, help=module.HELP)
+
+
+def _load_group(name: str) -> Any:
+    """The click command typer builds for group ``name``, imported now (what ``register`` would add to the app)."""
+    holder = typer.Typer(pretty_exceptions_enable=False, context_settings=_CONTEXT)
+    _add_group(holder, importlib.import_module(f"labwright.cli.{name}"))
+    return typer.main.get_group(holder).commands[name]
+
+
+class LazyGroup(typer.core.TyperGroup):
+    """The top-level group: every name in GROUPS is a command, but its module is imported only when the command is
+    resolved to run (or to show its own help). Listing the groups (``labwright --help``, completing a group's name)
+    uses GROUP_HELP and imports nothing. A group already added to ``app`` (``register``) is used as typer built it."""
+
+    _listing = False
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*GROUPS, *(name for name in self.commands if name not in GROUP_HELP)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = self.commands.get(cmd_name)
+        if command is not None or cmd_name not in GROUP_HELP:
+            return command
+        if self._listing:  # its name and short help are all a listing shows
+            return typer.core.TyperCommand(name=cmd_name, help=GROUP_HELP[cmd_name])
+        command = self.commands[cmd_name] = _load_group(cmd_name)
+        return command
+
+    def _listed(self, method: Any, *args: Any) -> Any:
+        self._listing = True
+        try:
+            return method(*args)
+        finally:
+            self._listing = False
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        return cast(None, self._listed(super().format_help, ctx, formatter))
+
+    def shell_complete(self, ctx: Any, incomplete: str) -> Any:
+        return self._listed(super().shell_complete, ctx, incomplete)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except Exception as exc:
+            # typer suggests only among the commands built so far: suggest among every group's name instead
+            message = getattr(exc, "message", None)
+            if isinstance(message, str) and args and "Did you mean" not in message:
+                import difflib
+
+                nearest = difflib.get_close_matches(args[0], self.list_commands(ctx))
+                if nearest:
+                    exc.message = f"{message.rstrip('.')}. Did you mean {', '.join(map(repr, nearest))}?"  # type: ignore[attr-defined]
+            raise
+
+
 app = typer.Typer(
     name="labwright",
     help="Reproducible local-LLM infrastructure for Proxmox VE and LXD/Incus homelabs.",
+    cls=LazyGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     # `labwright --install-completion` installs shell completion (bash, zsh, fish, PowerShell); docs/cli.md.
     add_completion=True,
-    # -h as well as --help, on every command (click hands help_option_names down to the subcommands' contexts).
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings=_CONTEXT,
 )
-#: The command groups, one module each (labwright/cli/NAME.py), in the order `--help` lists them.
-GROUPS = ("lab", "matrix", "stack", "guest", "gpu", "host", "tabbyapi", "kv", "probe", "bench", "cluster", "bios",
-          "desktop", "kokoro", "verify")
 _registered: set[str] = set()
+#: The variable a shell's completion script sets when it asks labwright for completions (click's convention).
+_COMPLETE_VAR = "_LABWRIGHT_COMPLETE"
 
 
 def register(names: tuple[str, ...] | list[str] = GROUPS) -> typer.Typer:
-    """Import and add these groups to ``app`` (once each). Importing every group costs seconds (pyinfra,
-    paramiko, ...), so ``main`` loads only the group a command names and all of them for the top-level help."""
+    """Import and add these groups to ``app`` (once each), as typer's own sub-apps. ``main`` needs none of this (the
+    top-level group imports a group when it is invoked); tests that walk the whole app or add to a group call it."""
     for name in names:
         if name not in _registered:
-            module = importlib.import_module(f"labwright.cli.{name}")
-            if hasattr(module, "command"):  # a group of one command (verify): its arguments follow the name
-                app.command(name=module.NAME, help=module.HELP, context_settings=module.CONTEXT)(module.command)
-            else:
-                app.add_typer(module.app, name=module.NAME, help=module.HELP)
+            _add_group(app, importlib.import_module(f"labwright.cli.{name}"))
             _registered.add(name)
     return app
 
@@ -143,6 +225,8 @@ def _escaped(exc: BaseException) -> int:
               f"{exc.start}); give UTF-8 text files")
         return 2
     if isinstance(exc, OSError):
+        from labwright.textio import describe_oserror
+
         error(describe_oserror(exc))
         return 2 if exc.errno in _PATH_ERRNOS and exc.filename else 1
     if isinstance(exc, SystemExit):
@@ -271,20 +355,25 @@ def _main(argv: list[str] | None) -> int:
     finally:
         if sys.stdout is watched:
             sys.stdout = watched._inner
+        ui = sys.modules.get("labwright.ui")
+        if ui is not None:  # set for this command's --json only (main runs many commands in one test process)
+            setattr(ui, "plain_lines", False)  # noqa: B010
     _json_error(args, code, watched.written)
     return code
 
 
 def _run(args: list[str]) -> int:
+    # No group is imported here: the top-level group (LazyGroup) imports only the one the command names.
     first = next((a for a in args if not a.startswith("-")), None)
-    # `labwright --version` / `--show-completion SHELL` need no group: the groups' imports (seconds) are skipped
-    bare = first is None or (args[:1] == ["--show-completion"] and len(args) == 2)
-    quick = bare and bool(args) and args[0] in ("--version", "--show-completion", "--install-completion")
-    register([] if quick else [first] if first in GROUPS else GROUPS)
     mine = args[:args.index("--")] if "--" in args else args
     if first not in ("verify",) and "--dry" in mine and ("--yes" in mine or "-y" in mine):
         error("--dry and --yes contradict each other: --dry changes nothing, --yes acts; give one of them")
         return 2
+    if "--json" in mine:
+        # progress of long steps (labwright.ui.progress) as plain lines on stderr: stdout is the JSON document
+        from labwright import ui
+
+        ui.plain_lines = True
     try:
         # Outside standalone mode click hands back the code of `raise typer.Exit(n)` instead of exiting.
         result = app(args=args, standalone_mode=False)
@@ -301,6 +390,10 @@ def _run(args: list[str]) -> int:
     except (KeyboardInterrupt, BrokenPipeError):
         raise
     except SystemExit as exc:
+        if os.environ.get(_COMPLETE_VAR):
+            # the shell asked for completions (`_LABWRIGHT_COMPLETE=complete_bash ...`): typer printed them and ends
+            # with sys.exit(0) by design, from typer/core.py, not completion.py
+            return exc.code if isinstance(exc.code, int) else 0
         return _escaped(exc)
     except Exception as exc:
         # Usage errors from the click that typer bundles (typer._click): duck-typed, as its
