@@ -4,7 +4,12 @@ The environment is a venv over the real torch 2.13.0 (pip, from this machine's l
 ~/.cache/labwright/test-envs) plus one extension compiled with torch.utils.cpp_extension. Each cold run gets an
 empty cache directory (the OS page cache stays warm: this measures the verifier, not the disk).
 
-    .venv/bin/python benchmarks/abi_verifier.py [-n 5]
+    .venv/bin/python benchmarks/abi_verifier.py [-n 5] [--against OLD_SRC]
+
+``--against OLD_SRC`` (the ``src`` directory of another labwright, e.g. ``mkdir -p /tmp/old && git archive REF
+src | tar -x -C /tmp/old`` then ``--against /tmp/old/src``) also times cold and cached runs of that code and of
+this one alternately, each in its own process (same venv, same load), and prints them side by side: on a shared,
+loaded machine only runs taken side by side compare.
 
 Targets (issue 3): under 2 s cold, under 0.2 s cached. For scale it also prints `import torch` alone (the floor
 of any check that really imports) and the whole `labwright stack verify` process on a cached run (CLI start-up
@@ -41,10 +46,54 @@ def timed(n: int, run: Callable[[], object]) -> list[float]:
     return samples
 
 
+# One verify in a fresh process, timed around verify_python only (as the in-process numbers are).
+ONE_RUN = r"""
+import sys, time
+from pathlib import Path
+from labwright.matrix.abi import verify_python
+from labwright.matrix.abi_cache import AbiCache
+python, cache_dir = sys.argv[1], sys.argv[2]
+started = time.perf_counter()
+report = verify_python(python, cache=AbiCache(Path(cache_dir)))
+assert report.ok, report.to_json()
+print(time.perf_counter() - started)
+"""
+
+
+def side_by_side(n: int, python: str, work: Path, against: Path) -> None:
+    """Cold and cached verify for this checkout's src and ``against``, alternating, each run in its own process."""
+    sources = {"this checkout": Path(__file__).resolve().parents[1] / "src", f"{against}": against}
+    samples: dict[str, dict[str, list[float]]] = {name: {"cold": [], "cached": []} for name in sources}
+    runs = iter(range(10_000))
+
+    def once(src: Path, cache_dir: Path) -> float:
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        out = subprocess.run([sys.executable, "-c", ONE_RUN, python, str(cache_dir)], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        return float(out.strip().splitlines()[-1])
+
+    for name, src in sources.items():  # fill each one's cache for the cached runs
+        once(src, work / f"side-cached-{abs(hash(name))}")
+    for _ in range(n):
+        for name, src in sources.items():
+            samples[name]["cold"].append(once(src, work / f"side-cold-{next(runs)}"))
+            samples[name]["cached"].append(once(src, work / f"side-cached-{abs(hash(name))}"))
+    print(f"side by side, alternating, median of {n} (min..max):")
+    for name, got in samples.items():
+        cold, cached = got["cold"], got["cached"]
+        print(f"  {name:36} cold {statistics.median(cold):6.2f}s ({min(cold):.2f}..{max(cold):.2f})   "
+              f"cached {statistics.median(cached):6.3f}s ({min(cached):.3f}..{max(cached):.3f})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=5, help="runs per measurement (median reported)")
+    parser.add_argument("--against", type=Path, help="the src directory of another labwright to compare with")
     args = parser.parse_args()
+    if args.against is not None and not (args.against / "labwright" / "matrix" / "abi.py").is_file():
+        print(f"--against {args.against}: no labwright/matrix/abi.py under it; give the src directory of a "
+              "labwright checkout", file=sys.stderr)
+        return 2
 
     print("… torch 2.13.0 venv (made once) and the cpp_extension probe wheel", file=sys.stderr)
     torch_env = torch_venv("2.13.0")
@@ -85,6 +134,8 @@ def main() -> int:
                                                              check=True))
         cli_cached = timed(args.n, lambda: subprocess.run(cli, env=cli_env, check=True, capture_output=True))
         torch_lib_mb = sum(p.stat().st_size for p in (torch_env.site_packages / "torch" / "lib").glob("*.so*")) / 1e6
+        if args.against is not None:
+            side_by_side(args.n, python, work, args.against.resolve())
 
     print(f"torch 2.13.0+cpu, {torch_lib_mb:.0f} MB of torch/lib hashed cold; median of {args.n} runs; "
           f"{os.cpu_count()} CPUs")

@@ -38,7 +38,7 @@ from labwright.errors import BadInput
 from labwright.matrix import abi_env
 from labwright.matrix.abi_cache import AbiCache, key_of, recorded_hashes
 from labwright.matrix.abi_env import Distribution, Environment, TorchInstall
-from labwright.matrix.abi_import import Importer, ImportRequest, TorchImport
+from labwright.matrix.abi_import import Importer, ImportRequest, ProbeFailed, TorchImport
 from labwright.matrix.demangle import demangle
 from labwright.matrix.elfsyms import (
     BrokenElf,
@@ -257,10 +257,16 @@ def store_elf_info(info: DynamicInfo, sha: str, cache: AbiCache) -> DynamicInfo:
 
 
 def verify(env: Environment, *, do_import: bool = True, cache: AbiCache | None = None,
-           timeout: float = 60.0) -> VerifyReport:
-    started = time.monotonic()
+           timeout: float = 60.0, importer: Importer | None = None, started: float | None = None) -> VerifyReport:
+    """Check ``env``. ``importer``: a child already running ``env.python`` (the one that answered its probe),
+    used for the imports instead of a new one, and closed in any case."""
+    started = time.monotonic() if started is None else started
     cache = cache or AbiCache()
-    importer = Importer(env.python, timeout=timeout) if do_import and env.python else None
+    if importer is not None and not (do_import and env.python):
+        importer.close()
+        importer = None
+    if importer is None and do_import and env.python:
+        importer = Importer(env.python, timeout=timeout)
     try:
         # Start the importer before hashing when anything is new: torch takes 1-2 s to import, which then
         # overlaps the walk, hashing and ELF reading below instead of following them.
@@ -488,9 +494,20 @@ def verify_python(python: str | None = None, site_packages: Path | None = None, 
     if python and site_packages:
         raise BadInput("--python and --site-packages both given; pass one of them")
     if site_packages is not None:
-        env = abi_env.environment_for_site_packages(site_packages)
-    elif python:
-        env = abi_env.environment_for_python(python)
-    else:
+        return verify(abi_env.environment_for_site_packages(site_packages), **options)
+    if not python:
         raise BadInput("no environment given; pass --python /path/to/venv/bin/python or --site-packages DIR")
-    return verify(env, **options)
+    started = time.monotonic()
+    interpreter = abi_env.interpreter_for(python)
+    # One child answers where the environment's packages are and then, if anything needs importing, imports
+    # torch: a cold run starts torch's import one interpreter start-up sooner than with a separate probe.
+    importer = Importer(str(interpreter), timeout=options.get("timeout", 60.0))
+    try:
+        probe = importer.probe()
+        env = abi_env.environment_from_probe(python, interpreter, probe)
+    except ProbeFailed as exc:
+        raise abi_env.not_a_python(python, str(exc)) from None
+    except BaseException:
+        importer.close()
+        raise
+    return verify(env, importer=importer, started=started, **options)

@@ -10,9 +10,6 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import InvalidVersion, Version
-
 from labwright.errors import BadInput
 from labwright.matrix.elfsyms import SHARED_OBJECT, is_elf
 
@@ -63,8 +60,21 @@ def environment_for_python(python: str) -> Environment:
         proc = subprocess.run([str(interpreter), "-I", "-c", PROBE], capture_output=True, text=True, timeout=60)
         probe = json.loads(proc.stdout)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        raise BadInput(f"{python}: not a working Python interpreter ({_first_line(exc)}); "
-                       "pass --python /path/to/venv/bin/python") from exc
+        raise not_a_python(python, _first_line(exc)) from exc
+    return environment_from_probe(python, interpreter, probe)
+
+
+def not_a_python(python: str, reason: str) -> BadInput:
+    return BadInput(f"{python}: not a working Python interpreter ({reason}); pass --python /path/to/venv/bin/python")
+
+
+def interpreter_for(python: str) -> Path:
+    """The interpreter named by --python (a venv directory means its bin/python): BadInput when there is none."""
+    return _interpreter(Path(python))
+
+
+def environment_from_probe(python: str, interpreter: Path, probe: dict) -> Environment:
+    """The Environment from what PROBE (or the importer child's probe) printed under ``interpreter``."""
     stdlib = {os.path.realpath(p) for p in probe["stdlib"] if p}
     site_dirs: list[Path] = []
     for entry in probe["path"]:
@@ -233,6 +243,10 @@ def built_for_torch(dist: Distribution | None) -> tuple[str | None, str | None]:
     match = LOCAL_TORCH.search(local)
     if match:
         return match.group(1), f"version label +{local}"
+    # packaging only here: most wheels say their torch in the version label (checked above), and a cached run
+    # needs neither (imported lazily, as a cached `labwright stack verify` is mostly start-up).
+    from packaging.requirements import InvalidRequirement, Requirement
+
     for line in dist.requires:
         try:
             requirement = Requirement(line)
@@ -250,6 +264,8 @@ def same_minor(built_for: str, installed: str | None) -> bool:
     """Whether a build's torch and the installed torch agree on major.minor (labels carry no more, often)."""
     if installed is None:
         return True
+    from packaging.version import InvalidVersion, Version
+
     try:
         a, b = Version(built_for), Version(installed)
     except InvalidVersion:

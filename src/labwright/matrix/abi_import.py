@@ -9,10 +9,15 @@ One child imports torch once (1-2 s) and then takes the modules one by one, prin
 after each; if it dies inside one (a segfault in a PyInit, a hang past the timeout), that module is reported
 as crashed and the rest go to a fresh child. The child is started early, so torch imports while the parent
 is still hashing and reading ELF files.
+
+The same child first answers where the environment looks for packages (``probe()``: sys.path, the stdlib and
+where torch is, without importing it), then waits: torch is imported only once the parent says so (``start()``),
+which a fully cached run never does. One interpreter start, not two, before torch's import begins on a cold run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -34,13 +39,20 @@ def emit(obj):
     proto.flush()
 def describe(exc):
     return "%s: %s" % (type(exc).__name__, exc)
+import importlib.util, sysconfig
+spec = importlib.util.find_spec("torch")
+emit({"probe": {"executable": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3], "path": sys.path,
+                "stdlib": [sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")],
+                "torch": list(spec.submodule_search_locations or []) if spec else []}})
+if not sys.stdin.readline():
+    sys.exit(0)
 try:
     import torch
 except BaseException as exc:
     emit({"torch": False, "error": describe(exc)})
     sys.exit(0)
 emit({"torch": True, "version": str(getattr(torch, "__version__", ""))})
-import ctypes, importlib.util
+import ctypes
 promoted = set()
 for line in sys.stdin:
     request = json.loads(line)
@@ -85,8 +97,13 @@ class TorchImport:
     error: str | None = None
 
 
+class ProbeFailed(Exception):
+    """The interpreter did not answer the probe (not a Python, or one that cannot start): the reason."""
+
+
 class Importer:
-    """One child process at a time; ``start()`` early, ``run()`` when the module list is known."""
+    """One child process at a time; ``probe()`` first, ``start()`` (import torch) early, ``run()`` when the module
+    list is known."""
 
     def __init__(self, python: str, timeout: float = 60.0, env: dict[str, str] | None = None):
         self.python = python
@@ -97,10 +114,49 @@ class Importer:
         self._stderr: tempfile._TemporaryFileWrapper[bytes] | None = None
         self._buffer = b""
         self._last_death = "the interpreter exited"
+        self._started = False  # "go" sent: the child is importing torch
+
+    def probe(self, timeout: float = 60.0) -> dict:
+        """Start the child and return its answer on the environment (sys.path, stdlib, where torch is); torch is
+        not imported until ``start()``. ProbeFailed, with the reason, when no answer comes."""
+        self._spawn()
+        assert self._proc is not None
+        line = self._readline(time.monotonic() + timeout)
+        try:
+            message = json.loads(line) if line is not None else None
+        except ValueError:
+            message = None
+        if isinstance(message, dict) and isinstance(message.get("probe"), dict):
+            return message["probe"]
+        hung = line is None and self._proc.poll() is None
+        if not hung and line is None:
+            # stdout hit EOF: it is exiting; a core dump can delay its reaping
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=30)
+        self.close_child_only()
+        reason = (f"no answer within {timeout:.0f} s (killed)" if hung else
+                  self._death_reason(timed_out=False) if line is None else f"it printed {line[:80]!r}")
+        self.close()
+        raise ProbeFailed(reason)
 
     def start(self) -> None:
+        """Have the child import torch (spawning one first if none is running)."""
+        if self._proc is None:
+            self._spawn()
+        if self._started:
+            return
+        self._started = True
+        assert self._proc is not None and self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(b"go\n")
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died already: run() reports why
+
+    def _spawn(self) -> None:
         if self._proc is not None:
             return
+        self._started = False
         # stderr goes to a file, not a pipe: a chatty import (torch's warnings, a library's banner) could fill
         # a pipe nobody reads and deadlock the child.
         self._stderr = tempfile.NamedTemporaryFile(prefix="labwright-import-", suffix=".log")  # noqa: SIM115  (closed in close())
@@ -111,6 +167,7 @@ class Importer:
                                       stdout=subprocess.PIPE, stderr=self._stderr, env=self.env)
 
     def close(self) -> None:
+        self._started = False
         proc, self._proc = self._proc, None
         if proc is not None:
             if proc.poll() is None:
@@ -174,6 +231,8 @@ class Importer:
                     outcomes[current] = ImportOutcome(ok=False, error=f"import crashed: {reason}")
                 return False
             message = json.loads(line)
+            if "probe" in message:
+                continue  # a fresh child's answer on the environment: already known
             if "torch" in message:
                 self.torch = TorchImport(ok=bool(message["torch"]), version=message.get("version"),
                                          error=message.get("error"))
