@@ -122,6 +122,20 @@ class CtConfig:
                 values.pop(key, None)
         return values
 
+    def pending_rows(self) -> list[dict[str, Any]]:
+        """``GET .../pending``: one row per key with its ``value``, ``pending`` value and ``delete`` flag."""
+        rows = []
+        for key in sorted(set(self.options) | set(self.pending) | set(self.pending_delete)):
+            row: dict[str, Any] = {"key": key}
+            if key in self.options:
+                row["value"] = self.options[key]
+            if key in self.pending:
+                row["pending"] = self.pending[key]
+            if key in self.pending_delete:
+                row["delete"] = 1
+            rows.append(row)
+        return rows
+
     def apply_pending(self) -> None:
         """What a start does first (``vmconfig_apply_pending``)."""
         for key in self.pending_delete:

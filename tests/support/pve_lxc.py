@@ -285,19 +285,7 @@ class Lxc:
         return data
 
     def pending(self, node: str, vmid: int) -> list[dict[str, Any]]:
-        conf, _ = self.cluster.load(node, vmid)
-        keys = sorted(set(conf.options) | set(conf.pending) | set(conf.pending_delete))
-        rows = []
-        for key in keys:
-            row: dict[str, Any] = {"key": key}
-            if key in conf.options:
-                row["value"] = conf.options[key]
-            if key in conf.pending:
-                row["pending"] = conf.pending[key]
-            if key in conf.pending_delete:
-                row["delete"] = 1
-            rows.append(row)
-        return rows
+        return self.cluster.load(node, vmid)[0].pending_rows()
 
     def status(self, node: str, vmid: int) -> dict[str, Any]:
         conf, _ = self.cluster.load(node, vmid)

@@ -232,6 +232,15 @@ def indexed(prefix: str, current: Mapping[str, Any], wanted: list[str], managed:
         out.delete.append(f"{prefix}{index}")
 
 
+def tag(current: Mapping[str, Any], out: Diff) -> None:
+    """Add the ``labwright`` tag to the guest's tags (PVE keeps them sorted, ``;``-separated) unless it is there."""
+    tags = [t for t in re.split(r"[;,\s]+", str(current.get("tags") or "")) if t]
+    if TAG not in tags:
+        value = ";".join(sorted({*tags, TAG}))
+        out.changes.append(Change("config tags", current.get("tags"), value))
+        out.put["tags"] = value
+
+
 def diff(spec: GuestSpec, current: Mapping[str, Any] | None, desired: Desired) -> Diff:
     """Changes from ``current`` (GET .../config; None: the container does not exist) to ``desired``."""
     out = Diff()
@@ -252,11 +261,7 @@ def diff(spec: GuestSpec, current: Mapping[str, Any] | None, desired: Desired) -
         if not same:
             out.changes.append(Change(f"config {key}", have, value))
             out.put[key] = value
-    tags = [t for t in re.split(r"[;,\s]+", str(current.get("tags") or "")) if t]
-    if TAG not in tags:
-        value = ";".join(sorted({*tags, TAG}))
-        out.changes.append(Change("config tags", current.get("tags"), value))
-        out.put["tags"] = value
+    tag(current, out)
     for index, value in enumerate(desired.nets):
         key, have = f"net{index}", props(current.get(f"net{index}"))
         want = props(value)

@@ -26,7 +26,7 @@ from typing import Any
 
 from labwright.errors import BadInput
 from labwright.guests.model import Change, GuestSpec
-from labwright.guests.proxmox_render import TAG, Diff, indexed, props
+from labwright.guests.proxmox_render import Diff, indexed, props, tag
 from labwright.guests.vm import VmSpec, normalize_pci_id
 
 #: PVE's NIC models: ``virtio=MAC`` in a stored ``netN`` means model virtio, that MAC (the keyAlias rule).
@@ -128,11 +128,7 @@ def diff_vm(spec: GuestSpec, current: Mapping[str, Any] | None, desired: VmDesir
         if not same:
             out.changes.append(Change(f"config {key}", have, value))
             out.put[key] = value
-    tags = [t for t in re.split(r"[;,\s]+", str(current.get("tags") or "")) if t]
-    if TAG not in tags:
-        value = ";".join(sorted({*tags, TAG}))
-        out.changes.append(Change("config tags", current.get("tags"), value))
-        out.put["tags"] = value
+    tag(current, out)
     for index, value in enumerate(desired.nets):
         key = f"net{index}"
         have, want = net_props(current.get(key)), net_props(value)
