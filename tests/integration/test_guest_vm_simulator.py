@@ -69,10 +69,6 @@ def backend(spec, tmp_path):
     return backend_for(spec, pve_node=LocalPveNode(tmp_path / "node", label=f"node {spec.node}"), poll_interval=0.01)
 
 
-def qemu_config(sim, node, vmid):
-    return sim.api.qemu.load(node, vmid)[0]
-
-
 def test_vm_created_with_gpu_passthrough_and_a_second_apply_changes_nothing(sim, tmp_path, as_root):
     spec = guest(sim)
     pve = backend(spec, tmp_path)
@@ -83,7 +79,7 @@ def test_vm_created_with_gpu_passthrough_and_a_second_apply_changes_nothing(sim,
                                      "efidisk0: local-lvm:1,efitype=4m,pre-enrolled-keys=0"]
     assert "IOMMU group 12 on pve1: 0000:01:00.0, 0000:01:00.1 (passed whole)" in plan.notes
     pve.apply(spec)
-    config = qemu_config(sim, "pve1", 120).options
+    config = sim.vm_config("pve1", 120).options
     assert config["hostpci0"] == "0000:01:00,pcie=1,x-vga=1"
     assert (config["bios"], config["machine"], config["ostype"]) == ("ovmf", "pc-q35-10.0+pve1", "win11")
     assert (config["cores"], config["memory"], config["tags"], config["name"]) == ("8", "16384", "labwright", "win1")
@@ -101,7 +97,7 @@ def test_vm_created_with_gpu_passthrough_and_a_second_apply_changes_nothing(sim,
 def test_plan_shows_the_diff_and_apply_makes_it_pending_on_a_running_vm(sim, tmp_path, as_root):
     pve = backend(guest(sim), tmp_path)
     pve.apply(guest(sim))
-    mac = qemu_config(sim, "pve1", 120).options["net0"].split(",")[0].split("=")[1]
+    mac = sim.vm_config("pve1", 120).options["net0"].split(",")[0].split("=")[1]
     changed = guest(sim, cores=4, hostpci=[{"host": "0000:01:00", "x-vga": True}, {"host": "0000:03:00.0"}],
                     net={"bridge": "vmbr0", "vlan": 30})
     plan = pve.plan(changed)
@@ -126,10 +122,10 @@ def test_a_device_sharing_its_iommu_group_is_refused_and_nothing_is_created(sim,
     message = str(info.value)
     assert "hostpci[0] 0000:01:00.0 is in IOMMU group 12 with 0000:00:14.0 (USB 3.2 xHCI Controller)" in message
     assert "Pass the whole group" in message and "\n" not in message
-    assert sim.writes == [] and not sim.cluster.qemu_conf_path("pve2", 120).exists()
+    assert sim.writes == [] and not sim.vm_conf_path("pve2", 120).exists()
     whole = guest(sim, node="pve2", hostpci=[{"host": "0000:01:00", "x-vga": True}, {"host": "0000:00:14.0"}])
     backend(whole, tmp_path).apply(whole)
-    assert qemu_config(sim, "pve2", 120).options["hostpci1"] == "0000:00:14.0,pcie=1" and sim.is_running(120)
+    assert sim.vm_config("pve2", 120).options["hostpci1"] == "0000:00:14.0,pcie=1" and sim.is_running(120)
 
 
 @pytest.mark.parametrize("node, fields, needle", [
@@ -164,7 +160,7 @@ def test_a_token_may_pass_a_mapping_but_not_an_address(sim, tmp_path, as_token):
     sim.cluster.pci_mappings["rtx4090"] = {"pve1": "0000:01:00"}
     mapped = guest(sim, hostpci={"mapping": "rtx4090", "x-vga": True})
     backend(mapped, tmp_path).apply(mapped)
-    assert qemu_config(sim, "pve1", 120).options["hostpci0"] == "mapping=rtx4090,pcie=1,x-vga=1"
+    assert sim.vm_config("pve1", 120).options["hostpci0"] == "mapping=rtx4090,pcie=1,x-vga=1"
     assert sim.is_running(120) and all(w.user == TOKEN_ID for w in sim.writes)
 
 
@@ -177,7 +173,7 @@ def test_a_token_with_root_via_ssh_writes_the_device_line_into_the_config_file(s
     pve.apply(spec)
     create = next(w for w in sim.writes if w.path == "/nodes/pve1/qemu")
     assert "hostpci0" not in create.params  # PVE would refuse it to the token
-    assert qemu_config(sim, "pve1", 120).options["hostpci0"] == "0000:01:00,pcie=1,x-vga=1" and sim.is_running(120)
+    assert sim.vm_config("pve1", 120).options["hostpci0"] == "0000:01:00,pcie=1,x-vga=1" and sim.is_running(120)
     assert pve.plan(spec).action == "none"
 
 
@@ -187,7 +183,7 @@ def test_a_failed_start_removes_the_half_made_vm(sim, tmp_path, as_root):
     with pytest.raises(OperationFailed) as info:
         backend(second, tmp_path).apply(second)
     assert "PCI device '0000:01:00.0' already in use by VMID '120'" in str(info.value)
-    assert not sim.cluster.qemu_conf_path("pve1", 121).exists()
+    assert not sim.vm_conf_path("pve1", 121).exists()
     assert not any("vm-121-" in volume for volume in sim.cluster.storages["local-lvm"].volumes)
 
 
@@ -196,14 +192,14 @@ def test_destroy_stops_and_removes_only_a_labwright_vm(sim, tmp_path, as_root):
     pve = backend(spec, tmp_path)
     pve.apply(spec)
     assert pve.destroy(spec) == [Change("vm", "VM 120", None)]
-    assert not sim.cluster.qemu_conf_path("pve1", 120).exists() and not sim.is_running(120)
+    assert not sim.vm_conf_path("pve1", 120).exists() and not sim.is_running(120)
     assert not any("vm-120-" in volume for volume in sim.cluster.storages["local-lvm"].volumes)
     assert pve.destroy(spec) == []
-    sim.cluster.qemu_conf_path("pve1", 122).write_text("name: hand-made\nmemory: 1024\n")
+    sim.vm_conf_path("pve1", 122).write_text("name: hand-made\nmemory: 1024\n")
     foreign = guest(sim, vmid=122, name="hand-made")
     with pytest.raises(SafetyCheckFailed, match="VM 122 on pve1 was not made by labwright"):
         pve.destroy(foreign)
-    assert sim.cluster.qemu_conf_path("pve1", 122).exists()
+    assert sim.vm_conf_path("pve1", 122).exists()
 
 
 # --- the CLI -------------------------------------------------------------------------------------------------
@@ -243,7 +239,7 @@ def test_cli_plan_apply_show_destroy_a_vm(sim, cli):
     applied = lw(env, "apply", "-i", inv)
     assert applied.returncode == 0, applied.stderr
     assert "1 guest(s) changed, 0 unchanged" in applied.stdout
-    assert qemu_config(sim, "pve1", 130).options["machine"] == "q35" and sim.is_running(130)
+    assert sim.vm_config("pve1", 130).options["machine"] == "q35" and sim.is_running(130)
     writes = len(sim.writes)
     again = lw(env, "apply", "-i", inv)
     assert again.returncode == 0 and "0 guest(s) changed, 1 unchanged" in again.stdout
@@ -259,10 +255,10 @@ def test_cli_plan_apply_show_destroy_a_vm(sim, cli):
 
     dry = lw(env, "destroy", "-i", inv)
     assert dry.returncode == 0 and "dry run: nothing destroyed" in dry.stdout + dry.stderr
-    assert sim.cluster.qemu_conf_path("pve1", 130).exists()
+    assert sim.vm_conf_path("pve1", 130).exists()
     gone = lw(env, "destroy", "-i", inv, "--yes")
     assert gone.returncode == 0, gone.stderr
-    assert not sim.cluster.qemu_conf_path("pve1", 130).exists()
+    assert not sim.vm_conf_path("pve1", 130).exists()
 
 
 def test_cli_refuses_a_shared_iommu_group_in_one_line_exit_2(sim, cli):

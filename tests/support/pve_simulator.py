@@ -207,6 +207,14 @@ class PveSimulator:
     def config(self, node: str, vmid: int) -> CtConfig:
         return self.cluster.load(node, vmid)[0]
 
+    def vm_conf_path(self, node: str, vmid: int) -> Path:
+        """The VM's pmxcfs file, ``/etc/pve/nodes/NODE/qemu-server/VMID.conf`` on a node."""
+        return self.cluster.qemu_conf_path(node, vmid)
+
+    def vm_config(self, node: str, vmid: int) -> CtConfig:
+        """The VM's parsed config file (options, ``[PENDING]`` values)."""
+        return self.api.qemu.load(node, vmid)[0]
+
     def is_running(self, vmid: int) -> bool:
         return vmid in self.cluster.running
 
