@@ -46,43 +46,52 @@ def timed(n: int, run: Callable[[], object]) -> list[float]:
     return samples
 
 
-# One verify in a fresh process, timed around verify_python only (as the in-process numbers are).
+# One verify in a fresh process, timed around verify_python only (as the in-process numbers are): wall seconds,
+# and CPU seconds of this process and its children (the probe, the import child), which load moves far less.
 ONE_RUN = r"""
-import sys, time
+import resource, sys, time
 from pathlib import Path
 from labwright.matrix.abi import verify_python
 from labwright.matrix.abi_cache import AbiCache
 python, cache_dir = sys.argv[1], sys.argv[2]
-started = time.perf_counter()
+def cpu():
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+started, cpu_started = time.perf_counter(), cpu()
 report = verify_python(python, cache=AbiCache(Path(cache_dir)))
 assert report.ok, report.to_json()
-print(time.perf_counter() - started)
+print(time.perf_counter() - started, cpu() - cpu_started)
 """
 
 
 def side_by_side(n: int, python: str, work: Path, against: Path) -> None:
     """Cold and cached verify for this checkout's src and ``against``, alternating, each run in its own process."""
     sources = {"this checkout": Path(__file__).resolve().parents[1] / "src", f"{against}": against}
-    samples: dict[str, dict[str, list[float]]] = {name: {"cold": [], "cached": []} for name in sources}
+    kinds = ("cold", "cold cpu", "cached", "cached cpu")
+    samples: dict[str, dict[str, list[float]]] = {name: {kind: [] for kind in kinds} for name in sources}
     runs = iter(range(10_000))
 
-    def once(src: Path, cache_dir: Path) -> float:
+    def once(src: Path, cache_dir: Path) -> tuple[float, float]:
         env = {**os.environ, "PYTHONPATH": str(src)}
         out = subprocess.run([sys.executable, "-c", ONE_RUN, python, str(cache_dir)], env=env, check=True,
                              capture_output=True, text=True).stdout
-        return float(out.strip().splitlines()[-1])
+        wall, cpu = out.strip().splitlines()[-1].split()
+        return float(wall), float(cpu)
 
     for name, src in sources.items():  # fill each one's cache for the cached runs
         once(src, work / f"side-cached-{abs(hash(name))}")
     for _ in range(n):
         for name, src in sources.items():
-            samples[name]["cold"].append(once(src, work / f"side-cold-{next(runs)}"))
-            samples[name]["cached"].append(once(src, work / f"side-cached-{abs(hash(name))}"))
-    print(f"side by side, alternating, median of {n} (min..max):")
+            for kind, cache_dir in (("cold", work / f"side-cold-{next(runs)}"),
+                                    ("cached", work / f"side-cached-{abs(hash(name))}")):
+                wall, cpu = once(src, cache_dir)
+                samples[name][kind].append(wall)
+                samples[name][f"{kind} cpu"].append(cpu)
+    print(f"side by side, alternating, median of {n} (min..max); cpu: this process + its children, seconds:")
     for name, got in samples.items():
-        cold, cached = got["cold"], got["cached"]
-        print(f"  {name:36} cold {statistics.median(cold):6.2f}s ({min(cold):.2f}..{max(cold):.2f})   "
-              f"cached {statistics.median(cached):6.3f}s ({min(cached):.3f}..{max(cached):.3f})")
+        print(f"  {name}")
+        print("    " + "   ".join(f"{kind} {statistics.median(got[kind]):.3f} ({min(got[kind]):.3f}.."
+                                  f"{max(got[kind]):.3f})" for kind in kinds))
 
 
 def main() -> int:
