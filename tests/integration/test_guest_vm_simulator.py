@@ -162,6 +162,9 @@ def test_a_token_may_pass_a_mapping_but_not_an_address(sim, tmp_path, as_token):
     backend(mapped, tmp_path).apply(mapped)
     assert sim.vm_config("pve1", 120).options["hostpci0"] == "mapping=rtx4090,pcie=1,x-vga=1"
     assert sim.is_running(120) and all(w.user == TOKEN_ID for w in sim.writes)
+    detached = guest(sim, hostpci=None, bios="ovmf", machine="q35")  # a mapped device may be detached by the token
+    backend(detached, tmp_path).apply(detached)
+    assert sim.vm_config("pve1", 120).pending_delete == ["hostpci0"]  # running: PVE detaches it at the next start
 
 
 def test_a_token_with_root_via_ssh_writes_the_device_line_into_the_config_file(sim, tmp_path, as_token):

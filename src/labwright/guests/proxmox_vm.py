@@ -112,10 +112,17 @@ class VmOps:
         return state
 
     def _root_only(self, spec: GuestSpec, state: _VmState) -> None:
-        """Devices given by address are root@pam's (``check_hostpci_perm``); so is detaching one."""
+        """Devices given by address are root@pam's (``check_hostpci_perm`` runs on the old and the new value, so
+        replacing or detaching one is too)."""
         credentials = self.backend.credentials
-        keys = [k for k, v in state.diff.put.items() if k.startswith("hostpci") and not v.startswith("mapping=")]
-        keys += [k for k in state.diff.delete if k.startswith("hostpci")]
+        current = state.config or {}
+
+        def by_address(value: Any) -> bool:
+            return value is not None and not str(value).startswith("mapping=")
+
+        keys = [k for k, v in state.diff.put.items() if k.startswith("hostpci") and (by_address(v) or
+                                                                                     by_address(current.get(k)))]
+        keys += [k for k in state.diff.delete if k.startswith("hostpci") and by_address(current.get(k))]
         if credentials.is_root or not keys:
             return
         if self.backend.root_via == "ssh":
