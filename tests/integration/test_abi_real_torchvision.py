@@ -9,8 +9,9 @@ has both):
   c10::cuda::c10_cuda_check_implementation, which torchvision 0.28's _C.so calls, so it is refused naming that
   symbol; torchvision 0.29.1, built for 2.14 (its _C_stable.so binds only torch's stable C shim), is accepted.
 - download.pytorch.org/whl/cpu: torch 2.13.0+cpu with the CPU torchvision 0.27.1+cpu (built for torch 2.12) is
-  refused, the real import failing on a symbol the verifier named; 0.28.0+cpu (built for 2.13) is accepted and
-  imported for real.
+  refused, the real load failing on a symbol the verifier named (its image.so calls
+  c10::impl::cow::materialize_cow_storage(c10::StorageImpl&), which torch 2.13's libraries do not export: read
+  here from PyPI's 0.27.1 build); 0.28.0+cpu (built for 2.13) is accepted, loaded for real after import torch.
 
 Downloads stay small and cached: the torch venvs are the ones the other verifier tests make once
 (support.wheels.torch_venv), torchvision wheels are 2-8 MB and come from pip's cache after the first run.
@@ -137,8 +138,5 @@ def test_cpu_torchvision_for_torch_2_12_is_refused_beside_torch_2_13_cpu_and_the
     assert proc.returncode == 0, proc.stderr
     checked = [m for m in data["modules"] if m["distribution"] == "torchvision"]
     assert checked and all(m["verdict"] == "ok" and m["import"]["ok"] is True for m in checked), checked
-    works = matching.run_python("import torch, torchvision; print(torchvision.ops.nms("
-                                "torch.tensor([[0., 0., 1., 1.]]), torch.tensor([1.]), 0.5).tolist())")
-    assert works.stdout.strip() == "[0]", works.stderr
     print(f"\ndownload.pytorch.org CPU torchvision pair: {time.monotonic() - started:.1f} s")
 
