@@ -1,25 +1,61 @@
-"""Terminal output shared by the CLI: a step reporter with spinners, and tables."""
+"""Terminal output shared by the CLI: a step reporter with spinners, tables, and progress for the long steps.
+
+Progress (``progress``, ``run_with_progress``, ``copy_with_progress``) is the one way a step a person waits for
+(a build, a venv, a download, an image) says what it is doing: a line on stderr when it starts, lines while it runs
+(what the tool says it is at, e.g. ninja's ``[120/287]``, or that it is still running), and a line when it ends with
+how long it took. On a terminal the lines in between are one line redrawn in place; anywhere else (a log, a pipe, a
+CI job, and under ``--json``) they are plain lines, at most one every ``interval`` seconds, never a carriage return.
+``LABWRIGHT_PROGRESS=lines`` forces plain lines, ``LABWRIGHT_PROGRESS=off`` silences progress, and
+``LABWRIGHT_PROGRESS_INTERVAL=SECONDS`` sets how often plain lines come (default 10).
+
+The progress part is stdlib only (rich is imported by Reporter, the consoles and ``table`` when first used), so the
+code that runs without rich (the stack bundle on a guest) can use it as well.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
-console = Console(stderr=True, highlight=False)
-stdout = Console(highlight=False)
+#: Plain lines only (no line redrawn in place), whatever the stream is: the CLI sets it for a command run with
+#: ``--json`` (labwright.cli), so a terminal shows the same lines a log would.
+plain_lines = False
+
+_consoles: dict[str, Console] = {}
+
+
+def __getattr__(name: str) -> Console:
+    """``console`` (stderr) and ``stdout``: rich consoles, made on first use so importing this module costs no rich."""
+    if name not in ("console", "stdout"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _consoles:
+        from rich.console import Console
+
+        _consoles[name] = Console(stderr=name == "console", highlight=False)
+    return _consoles[name]
 
 
 class Reporter:
-    """Prints one line per step; steps show a spinner while they run (long steps stay visible)."""
+    """Prints one line per step; steps show a spinner while they run (long steps stay visible). Not on a terminal,
+    a step that runs long says so every ``heartbeat`` seconds (a log shows it is alive, and for how long)."""
 
-    def __init__(self, quiet: bool = False, out: Console | None = None):
+    def __init__(self, quiet: bool = False, out: Console | None = None, heartbeat: float = 30.0):
         self.quiet = quiet
-        self.out = out or console
+        self.out = out if out is not None else __getattr__("console")
+        self.heartbeat = heartbeat
         self.changed: list[str] = []
 
     @contextmanager
@@ -34,7 +70,10 @@ class Reporter:
         else:
             # Not a terminal (CI logs): say the step has started so a long one is visibly in progress.
             self.out.print(f"… {message}")
-            yield
+            beat = _Heartbeat(self.heartbeat, lambda: self.out.print(
+                f"… {message}: still running [{format_duration(time.monotonic() - started)}]"))
+            with beat:
+                yield
         self.out.print(f"[green]✓[/] {message} [dim]({time.monotonic() - started:.1f}s)[/]")
 
     def info(self, message: str) -> None:
@@ -52,6 +91,8 @@ class Reporter:
 
 
 def table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
+    from rich.table import Table
+
     t = Table(title=title, title_justify="left")
     for col in columns:
         t.add_column(col)
@@ -62,3 +103,264 @@ def table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
 
 def is_interactive() -> bool:
     return sys.stdin.isatty()
+
+
+# --- progress for the long steps ------------------------------------------------------------------------------------
+
+
+def format_duration(seconds: float) -> str:
+    """``4.2s``, ``5m31s``, ``1h02m``: what a person reads at a glance."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+class _Heartbeat:
+    """Calls ``beat`` every ``interval`` seconds on a daemon thread until the block ends (never when interval <= 0)."""
+
+    def __init__(self, interval: float, beat: Callable[[], None]):
+        self.interval = interval
+        self.beat = beat
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Heartbeat:
+        if self.interval > 0:
+            self._thread = threading.Thread(target=self._run, name="labwright-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.beat()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+class Progress:
+    """One long step's progress on ``stream`` (stderr unless given): see the module docstring.
+
+    ``update(detail)`` says where the step is now (``step 120/287 (41%)``); in plain-lines mode it is printed when
+    ``interval`` seconds have passed since the last line (``force=True``: now). A step that says nothing for
+    ``interval`` seconds gets a ``still running`` line with the time so far (``heartbeat=False``: none).
+    """
+
+    def __init__(self, what: str, *, stream: TextIO | None = None, interval: float | None = None,
+                 bar: bool | None = None, quiet: bool = False, heartbeat: bool = True):
+        setting = os.environ.get("LABWRIGHT_PROGRESS", "").strip().lower()
+        if interval is None:
+            interval = _default_interval()
+        self.what = what
+        self.stream = stream if stream is not None else sys.stderr
+        self.quiet = quiet or setting == "off"
+        if bar is None:
+            bar = not plain_lines and setting != "lines" and _is_terminal(self.stream)
+        self.bar = bar
+        # On a terminal the one line is redrawn often (its clock ticks); plain lines are at most one per interval.
+        self.interval = min(interval, 1.0) if bar else interval
+        self.detail = ""
+        self.started = time.monotonic()
+        self.elapsed = 0.0
+        self._last = self.started
+        self._lock = threading.Lock()
+        self._heartbeat = _Heartbeat(self.interval if heartbeat else 0.0, self._beat)
+        self._drawn = False
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # the reader went away (a closed pipe): progress is not worth failing for
+            pass
+
+    def _line(self, text: str) -> None:
+        if self.quiet:
+            return
+        if self.bar:
+            width = _columns(self.stream)  # a line wider than the terminal wraps, and \r redraws only its last row
+            self._write(f"\r\x1b[K{text if len(text) < width else text[:width - 2] + '…'}")
+            self._drawn = True
+        else:
+            self._write(text + "\n")
+        self._last = time.monotonic()
+
+    def _now(self) -> str:
+        return f"… {self.what}: {self.detail or 'still running'} [{format_duration(time.monotonic() - self.started)}]"
+
+    def _beat(self) -> None:
+        with self._lock:
+            if time.monotonic() - self._last >= self.interval * 0.9:
+                self._line(self._now())
+
+    def start(self) -> Progress:
+        self.started = self._last = time.monotonic()
+        with self._lock:
+            if not self.quiet:  # its own line, on a terminal too: the redrawn line goes below it
+                self._write(f"… {self.what}\n")
+        self._heartbeat.__enter__()
+        return self
+
+    def update(self, detail: str, *, force: bool = False) -> None:
+        with self._lock:
+            self.detail = detail
+            # a redrawn line at most ten times a second (ninja prints hundreds of lines a second at the end)
+            if force or (self.bar and not self._drawn) or \
+                    time.monotonic() - self._last >= (0.1 if self.bar else self.interval):
+                self._line(self._now())
+
+    def finish(self, ok: bool = True) -> float:
+        """Print the last line (``✓ what (5m31s)`` or ``✗ what failed after 12.0s``); the seconds it took."""
+        self._heartbeat.__exit__()
+        self.elapsed = time.monotonic() - self.started
+        with self._lock:
+            if self.bar and self._drawn:
+                self._write("\r\x1b[K")
+            took = format_duration(self.elapsed)
+            if not self.quiet:
+                self._write((f"✓ {self.what} ({took})" if ok else f"✗ {self.what} failed after {took}") + "\n")
+        return self.elapsed
+
+
+@contextmanager
+def progress(what: str, **options: Any) -> Iterator[Progress]:
+    """``with progress("build llama-server") as p: ... p.update("step 3/287")``: start, periodic and end lines
+    (options: those of ``Progress``). An exception ends it with the ``failed after`` line and goes on."""
+    step = Progress(what, **options).start()
+    try:
+        yield step
+    except BaseException:
+        step.finish(ok=False)
+        raise
+    step.finish()
+
+
+def _default_interval() -> float:
+    """Seconds between plain progress lines: ``LABWRIGHT_PROGRESS_INTERVAL`` (0: every update, no heartbeat), else 10
+    (a 6-minute build is ~40 lines in a log). A value that is not a number is ignored: a long build is not worth
+    stopping over how often it reports."""
+    try:
+        value = float(os.environ.get("LABWRIGHT_PROGRESS_INTERVAL", "10"))
+    except ValueError:
+        return 10.0
+    return value if 0 <= value <= 86400 else 10.0
+
+
+def _columns(stream: IO[str]) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+# What the long-running tools print, turned into a progress detail (None: a line that says nothing about progress).
+
+_STEP = re.compile(r"^\[\s*(\d+)\s*/\s*(\d+)\s*\]")  # ninja: [120/287] Building CXX object ...
+_PERCENT = re.compile(r"^\[\s*(\d{1,3})%\]")  # cmake's Makefiles: [ 42%] Building CXX object ...
+
+
+def build_step(line: str) -> str | None:
+    """cmake/ninja: ``[120/287] ...`` -> ``step 120/287 (41%)``; ``[ 42%] ...`` -> ``42%``; cmake's configure
+    lines (``-- Detecting CXX compiler``) -> their text."""
+    line = line.strip()
+    match = _STEP.match(line)
+    if match:
+        done, total = int(match[1]), int(match[2])
+        return f"step {done}/{total} ({100 * done // max(total, 1)}%)"
+    match = _PERCENT.match(line)
+    if match:
+        return f"{int(match[1])}%"
+    if line.startswith("-- "):
+        return line[3:][:100]
+    return None
+
+
+_INSTALL_WORDS = ("Collecting ", "Downloading ", "Building wheel", "Installing collected packages", "Successfully ",
+                  "Resolved ", "Prepared ", "Installed ", "Downloaded ", "Get:", "Unpacking ", "Setting up ",
+                  "Fetched ")
+
+
+def install_step(line: str) -> str | None:
+    """pip, uv, apt-get and debootstrap: the lines that say which package they are at (``Collecting torch==2.8.0``,
+    ``Setting up cmake ...``, debootstrap's ``I: Retrieving libc6 2.36-9``) -> the line, shortened."""
+    line = line.strip()
+    if line.startswith("I: "):  # debootstrap's progress lines (W: and E: are its warnings and errors)
+        line = line[3:]
+        return line if len(line) <= 100 else line[:99] + "…"
+    if line.startswith(_INSTALL_WORDS):
+        return line if len(line) <= 100 else line[:99] + "…"
+    return None
+
+
+def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], str | None] | None = build_step,
+                      log: Path | None = None, cwd: str | Path | None = None, env: dict[str, str] | None = None,
+                      keep: int = 40, **options: Any) -> list[str]:
+    """Run ``argv`` with its output (stdout and stderr together) read line by line: what ``parse`` makes of a line
+    is the progress detail, every line goes to ``log`` when given (the full output, for when it fails), and the last
+    ``keep`` lines are returned. A non-zero exit is OperationFailed naming ``what``, the exit code, the last line and
+    the log; the last lines are shown on the progress stream first."""
+    from labwright.errors import OperationFailed
+
+    tail: deque[str] = deque(maxlen=keep)
+    handle = log.open("w", encoding="utf-8") if log is not None else None
+    try:
+        with progress(what, **options) as step:
+            try:
+                proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        errors="replace", bufsize=1, cwd=cwd, env=env)
+            except OSError as exc:
+                raise OperationFailed(f"{what}: cannot run {argv[0]} ({exc.strerror or exc})") from None
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    if handle is not None:
+                        handle.write(line)
+                    line = line.rstrip("\n")
+                    tail.append(line)
+                    detail = parse(line) if parse is not None else None
+                    if detail:
+                        step.update(detail)
+                code = proc.wait()
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+            if code != 0:
+                if not step.quiet:
+                    step._write("".join(f"  | {line}\n" for line in list(tail)[-15:]))
+                last = next((line.strip() for line in reversed(tail) if line.strip()), "no output")
+                where = f"; the whole output is in {log}" if log is not None else ""
+                raise OperationFailed(f"{what} failed (exit {code}): {last}{where}")
+    finally:
+        if handle is not None:
+            handle.close()
+    return list(tail)
+
+
+def copy_with_progress(source: IO[bytes], target: IO[bytes], step: Progress, total: int | None = None,
+                       chunk: int = 1 << 20) -> int:
+    """Copy ``source`` to ``target`` in chunks, the progress detail saying how much of ``total`` bytes (when known)
+    has come; the number of bytes copied."""
+    done = 0
+    while True:
+        block = source.read(chunk)
+        if not block:
+            return done
+        target.write(block)
+        done += len(block)
+        if total:
+            step.update(f"{done / 1e6:.1f} of {total / 1e6:.1f} MB ({100 * done // total}%)")
+        else:
+            step.update(f"{done / 1e6:.1f} MB")

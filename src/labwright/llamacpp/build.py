@@ -7,6 +7,8 @@ engine; the binary is cached under ``~/.cache/labwright/llama/<version>/`` and r
     python -m labwright.llamacpp.build            # prints the binary's path, builds only when missing
 
 Measured on 2 idle cores: ~40 s download, ~5.5 min build, a 15 MB binary linked only to libgomp/libstdc++/libc.
+Every phase says on stderr what it is doing and how long it took (labwright.ui.progress): the download in MB, the
+configure's steps, the build's ninja step N/M; cmake's whole output is kept in ``build.log`` beside the binary.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from labwright import paths
 from labwright.errors import OperationFailed
+from labwright.ui import build_step, copy_with_progress, install_step, progress, run_with_progress
 
 SIMPLE_API = "https://pypi.org/simple/llama-cpp-python/"
 
@@ -89,13 +91,16 @@ def sdist_url(source: LlamaSource = PINNED) -> str:
     raise OperationFailed(f"{source.filename} is not on PyPI's index for llama-cpp-python")
 
 
-def download_sdist(dest: Path, source: LlamaSource = PINNED) -> Path:
+def download_sdist(dest: Path, source: LlamaSource = PINNED, url: str | None = None) -> Path:
+    """The sdist in ``dest``, downloaded from ``url`` (default: where PyPI's index says) unless already there."""
     target = dest / source.filename
     if target.exists() and sha256_of(target) == source.sha256:
         return target
     partial = target.with_suffix(".part")
-    with urllib.request.urlopen(sdist_url(source), timeout=300) as response, partial.open("wb") as out:
-        shutil.copyfileobj(response, out, 1 << 20)
+    with progress(f"download {source.filename}") as step, \
+            urllib.request.urlopen(url or sdist_url(source), timeout=300) as response, partial.open("wb") as out:
+        length = response.headers.get("Content-Length")
+        copy_with_progress(response, out, step, total=int(length) if length and length.isdigit() else None)
     actual = sha256_of(partial)
     if actual != source.sha256:
         partial.unlink()
@@ -110,8 +115,20 @@ def ensure_build_tools() -> None:
     if not missing:
         return
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-q", *missing], check=True, env=env)
+    run_with_progress(["apt-get", "update", "-q"], "apt-get update", parse=install_step, env=env)
+    run_with_progress(["apt-get", "install", "-y", "-q", *missing], f"apt-get install {' '.join(missing)}",
+                      parse=install_step, env=env)
+
+
+def compile_target(source_dir: Path, build: Path, target: str, jobs: int, log: Path) -> Path:
+    """Configure ``source_dir`` with CMAKE_FLAGS into ``build`` and build ``target``, each with its progress on
+    stderr (cmake's lines, ninja's step N/M); cmake's whole output goes to ``log``. The binary's path."""
+    configure_log, build_log = log.with_suffix(".configure.log"), log
+    run_with_progress(["cmake", "-S", str(source_dir), "-B", str(build), *CMAKE_FLAGS],
+                      f"configure {source_dir.name} (cmake)", parse=build_step, log=configure_log)
+    run_with_progress(["cmake", "--build", str(build), "--target", target, "-j", str(jobs)],
+                      f"build {target} ({jobs} jobs)", parse=build_step, log=build_log)
+    return build / "bin" / target
 
 
 def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None) -> Path:
@@ -129,28 +146,26 @@ def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None) ->
         fcntl.flock(lock, fcntl.LOCK_EX)
         if binary.exists():
             return binary
-        ensure_build_tools()
-        sdist = download_sdist(cache, source)
-        with tempfile.TemporaryDirectory(prefix="llama-build-") as tmp:
-            with tarfile.open(sdist) as archive:
-                if hasattr(tarfile, "data_filter"):
-                    archive.extractall(tmp, filter="data")
-                else:  # Python < 3.11.4 (Debian 12's 3.11.2) has no extraction filters; the sdist's sha256 is pinned
-                    archive.extractall(tmp)
-            vendor = Path(tmp) / source.filename.removesuffix(".tar.gz") / "vendor" / "llama.cpp"
-            if not (vendor / "CMakeLists.txt").exists():
-                raise OperationFailed(f"{source.filename} has no vendor/llama.cpp/CMakeLists.txt")
-            build = Path(tmp) / "build"
-            subprocess.run(["cmake", "-S", str(vendor), "-B", str(build), *CMAKE_FLAGS], check=True)
-            subprocess.run(
-                ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs or os.cpu_count() or 2)],
-                check=True,
-            )
-            staged = cache / "llama-server.new"
-            shutil.copy2(build / "bin" / "llama-server", staged)
-            staged.rename(binary)
-        (cache / "llama-server.sha256").write_text(sha256_of(binary) + "\n")
-        sdist.unlink()  # 76 MB of source is not worth keeping once the binary exists
+        with progress(f"build llama-server {source.version} once (download + compile, ~6 min on 2 cores; then "
+                      f"cached in {cache})", heartbeat=False):
+            ensure_build_tools()
+            sdist = download_sdist(cache, source)
+            with tempfile.TemporaryDirectory(prefix="llama-build-") as tmp:
+                with progress(f"unpack {source.filename}", heartbeat=False), tarfile.open(sdist) as archive:
+                    if hasattr(tarfile, "data_filter"):
+                        archive.extractall(tmp, filter="data")
+                    else:  # Python < 3.11.4 (Debian 12's 3.11.2) has no extraction filters; the sdist's sha256 is
+                        archive.extractall(tmp)  # pinned
+                vendor = Path(tmp) / source.filename.removesuffix(".tar.gz") / "vendor" / "llama.cpp"
+                if not (vendor / "CMakeLists.txt").exists():
+                    raise OperationFailed(f"{source.filename} has no vendor/llama.cpp/CMakeLists.txt")
+                built = compile_target(vendor, Path(tmp) / "build", "llama-server", jobs or os.cpu_count() or 2,
+                                       cache / "build.log")
+                staged = cache / "llama-server.new"
+                shutil.copy2(built, staged)
+                staged.rename(binary)
+            (cache / "llama-server.sha256").write_text(sha256_of(binary) + "\n")
+            sdist.unlink()  # 76 MB of source is not worth keeping once the binary exists
     return binary
 
 
