@@ -244,7 +244,7 @@ def elf_info(path: Path, sha: str, cache: AbiCache) -> DynamicInfo:
     data = cache.load_json(f"elf/{sha}.json")
     if isinstance(data, dict):
         return DynamicInfo(**data)
-    return store_elf_info(read_dynamic(path), sha, cache)
+    return store_elf_info(read_dynamic(path, exports=False), sha, cache)
 
 
 def store_elf_info(info: DynamicInfo, sha: str, cache: AbiCache) -> DynamicInfo:
@@ -353,7 +353,7 @@ def _torch_consumer(path: Path, cache: AbiCache,
         cache.mark_unrelated(path)  # a linker script: nothing the loader maps
         return None
     try:
-        full = read_dynamic(path)
+        full = read_dynamic(path, exports=False)  # what store_elf_info keeps: no other export is ever used
     except BrokenElf as exc:
         return str(exc)
     except BadInput as exc:

@@ -109,8 +109,12 @@ class BrokenElf(BadInput):
     disk leaves) or corrupt. The message names the file, what is wrong and the fix."""
 
 
-def read_dynamic(path: Path) -> DynamicInfo:
+def read_dynamic(path: Path, *, exports: bool = True) -> DynamicInfo:
     """Read one shared object's dynamic section and dynamic symbol table.
+
+    ``exports=False`` keeps only the ``PyInit_`` exports (what tells an extension module from a library): the
+    names of the other exported symbols are never decoded, which is most of the work for a big library that is
+    not torch's (numpy's, the nvidia-* wheels' on a CUDA torch) when all the verifier asks is whether it needs torch.
 
     Raises BadInput for a file that is not a readable ELF shared object (the caller names it in its report):
     BrokenElf for a truncated or corrupt one. pyelftools reports a short file as a construct FieldError or
@@ -125,7 +129,7 @@ def read_dynamic(path: Path) -> DynamicInfo:
     try:
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             _check_extents(path, mapped)
-            return _read(mapped)
+            return _read(mapped, exports)
     except BrokenElf:
         raise
     except OSError as exc:
@@ -166,7 +170,7 @@ def _check_extents(path: Path, mapped: mmap.mmap) -> None:
             from None
 
 
-def _read(mapped: mmap.mmap) -> DynamicInfo:
+def _read(mapped: mmap.mmap, all_exports: bool = True) -> DynamicInfo:
     # pyelftools parses the ELF header, the section headers and the dynamic entries, through the mmap; no
     # section objects are built, because building them all (as iter_sections/get_section_by_name do) parses
     # the whole .gnu.hash table too: 0.8 s for libtorch_cpu.so, for nothing the verifier uses.
@@ -187,17 +191,17 @@ def _read(mapped: mmap.mmap) -> DynamicInfo:
     table = _section_bytes(mapped, dynsym)
     table = table[:len(table) - len(table) % size]
     undefined, undefined_weak, exported = info.undefined, info.undefined_weak, info.exported
-    find = names.find
+    find, starts = names.find, names.startswith
     for name_at, st_info, st_other, shndx in _iter_symbols(order, table, elf.elfclass):
         if not name_at:
             continue
-        name = names[name_at:find(b"\0", name_at)].decode("utf-8", "replace")
         bind = st_info >> 4
         if shndx == SHN_UNDEF:
+            name = names[name_at:find(b"\0", name_at)].decode("utf-8", "replace")
             (undefined_weak if bind == STB_WEAK else undefined).append(name)
         elif (bind in (STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE) and (st_other & 3) in (STV_DEFAULT, STV_PROTECTED)
-              and (st_info & 0xF) not in (STT_SECTION, STT_FILE)):
-            exported.append(name)
+              and (st_info & 0xF) not in (STT_SECTION, STT_FILE) and (all_exports or starts(b"PyInit_", name_at))):
+            exported.append(names[name_at:find(b"\0", name_at)].decode("utf-8", "replace"))
     return info
 
 

@@ -84,6 +84,15 @@ def test_undefined_symbols_split_strong_and_weak(built):
     assert info.needs_torch
 
 
+@pytest.mark.parametrize("name", ["provider", "consumer", "old_abi"])
+def test_a_read_without_exports_is_the_full_read_less_all_but_pyinit(built, name):
+    """What the verifier reads of every .so that is not torch's: the same, but no export other than PyInit_."""
+    full, slim = read_dynamic(built[name]), read_dynamic(built[name], exports=False)
+    assert slim.exported == [s for s in full.exported if s.startswith("PyInit_")]
+    assert slim == DynamicInfo(**{**full.__dict__, "exported": slim.exported})
+    assert slim.python_init == full.python_init and slim.needs_torch == full.needs_torch
+
+
 def test_cxx11_abi_is_read_from_the_symbols_not_the_label(built):
     assert cxx11_abi_hint(read_dynamic(built["consumer"]).torch_undefined) is True
     assert cxx11_abi_hint(read_dynamic(built["old_abi"]).torch_undefined) is False
