@@ -303,14 +303,14 @@ def test_pyinfra_cli_operation_is_idempotent(lab_container, cli_env, tmp_path, l
     (tmp_path / "motd").write_text("labwright lab ✓\n")
     target = f"@lxd/{lab_container}"
     data = ["--data", f"lxd_agent={lxd_agent}"]
-    first = subprocess.run(["pyinfra", "-y", *data, target, str(deploy)], capture_output=True, text=True,
+    first = subprocess.run(["pyinfra", "-y", "--json", *data, target, str(deploy)], capture_output=True, text=True,
                            env=cli_env, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert pyinfra_totals(first.stderr).changed == 2
-    second = subprocess.run(["pyinfra", "-y", *data, target, str(deploy)], capture_output=True, text=True,
+    assert pyinfra_totals(first.stdout).changed == 2
+    second = subprocess.run(["pyinfra", "-y", "--json", *data, target, str(deploy)], capture_output=True, text=True,
                             env=cli_env, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
-    totals = pyinfra_totals(second.stderr)
+    totals = pyinfra_totals(second.stdout)
     assert (totals.changed, totals.no_change, totals.error) == (0, 2, 0)
     check = subprocess.run(["pyinfra", "-y", *data, target, "exec", "--",
                             f"cat /etc/motd; stat -c %U:%a /srv/app; {HOW}; seq 1 100000 | tail -1; sleep 2 & echo bg"],
@@ -338,8 +338,8 @@ def test_pyinfra_cli_runs_hosts_in_parallel_through_their_agents(make_lab_contai
         "    assert out.splitlines()[-1] == str(40000 + i), out[-50:]\n"
         "server.shell(name='bulk', commands=['head -c 3000000 /dev/urandom | od -An -tx1 | tail -1 >/root/done'])\n"
     )
-    result = subprocess.run(["pyinfra", "-y", ",".join(f"@lxd/{name}" for name in names), str(deploy)],
+    result = subprocess.run(["pyinfra", "-y", "--json", ",".join(f"@lxd/{name}" for name in names), str(deploy)],
                             capture_output=True, text=True, env=cli_env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    totals = pyinfra_totals(result.stderr)
+    totals = pyinfra_totals(result.stdout)
     assert (totals.changed, totals.error) == (2, 0)

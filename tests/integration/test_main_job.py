@@ -46,8 +46,8 @@ TOKEN_ID, TOKEN_SECRET = "root@pam!labwright", "0b6c3a52-1f3e-4a7e-9a55-3d1c2b7e
 def pyinfra(inventory: Path, deploy: str, *extra: str, env: dict[str, str] | None = None,
             timeout: float = 900) -> DeployRun:
     started = time.monotonic()
-    proc = subprocess.run([PYINFRA, "-y", str(inventory), deploy, *extra], cwd=REPO, capture_output=True, text=True,
-                          env={**tool_env(), **(env or {})}, timeout=timeout)
+    proc = subprocess.run([PYINFRA, "-y", "--json", str(inventory), deploy, *extra], cwd=REPO, capture_output=True,
+                          text=True, env={**tool_env(), **(env or {})}, timeout=timeout)
     return DeployRun(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started)
 
 

@@ -47,7 +47,7 @@ def run_deploy(name: str, tmp_path: Path, n: int = 3) -> subprocess.CompletedPro
     deploy = tmp_path / "ngram_deploy.py"
     deploy.write_text(DEPLOY.format(n=n))
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "COLUMNS": "200"}
-    return subprocess.run([str(BIN / "pyinfra"), "-y", f"@lxd/{name}", str(deploy)], cwd=REPO, env=env,
+    return subprocess.run([str(BIN / "pyinfra"), "-y", "--json", f"@lxd/{name}", str(deploy)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -135,7 +135,7 @@ class StandinService:
         values: dict[str, object] = {"venv": self.venv, "service": self.unit, "health": self.local_health_url,
                                      "health_timeout": 10, "wheelhouse": WHEELHOUSE}
         values.update(data)
-        command = [str(BIN / "pyinfra"), "-y", f"@lxd/{self.name}", "deploys/stack.py"]
+        command = [str(BIN / "pyinfra"), "-y", "--json", f"@lxd/{self.name}", "deploys/stack.py"]
         for key, value in values.items():
             if value is not None:
                 command += ["--data", f"{key}={value}"]

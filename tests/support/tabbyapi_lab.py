@@ -111,7 +111,7 @@ class TabbyGuest:
                 if v is not None]
 
     def deploy(self, **overrides: object) -> DeployRun:
-        cmd = [str(BIN / "pyinfra"), "-y", f"@lxd/{self.name}", "deploys/tabbyapi.py"]
+        cmd = [str(BIN / "pyinfra"), "-y", "--json", f"@lxd/{self.name}", "deploys/tabbyapi.py"]
         for item in self.data(**overrides):
             cmd += ["--data", item]
         env = {**tool_env(), "LABWRIGHT_MATRIX_DIR": str(self.stacks.matrix_dir)}
