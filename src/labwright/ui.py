@@ -350,14 +350,17 @@ def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], 
 
 
 def copy_with_progress(source: IO[bytes], target: IO[bytes], step: Progress, total: int | None = None,
-                       chunk: int = 1 << 20) -> int:
+                       chunk: int = 1 << 20, each: Callable[[bytes], object] | None = None) -> int:
     """Copy ``source`` to ``target`` in chunks, the progress detail saying how much of ``total`` bytes (when known)
-    has come; the number of bytes copied."""
+    has come; ``each`` sees every chunk (``digest.update``, to hash what is written as it comes); the number of
+    bytes copied."""
     done = 0
     while True:
         block = source.read(chunk)
         if not block:
             return done
+        if each is not None:
+            each(block)
         target.write(block)
         done += len(block)
         if total:

@@ -308,3 +308,15 @@ def test_the_build_module_runs_no_subprocess_of_its_own():
     # every long step of the llama-server build goes through the one progress helper
     text = Path(llama_build.__file__).read_text()
     assert "subprocess" not in text and "shutil.copyfileobj" not in text
+
+
+def test_a_copy_hashes_every_chunk_it_writes():
+    payload = os.urandom((1 << 20) * 2 + 7)
+    digest = hashlib.sha256()
+    target = io.BytesIO()
+    stream = io.StringIO()
+    with ui.progress("download w.whl", stream=stream, interval=0) as step:
+        copied = ui.copy_with_progress(io.BytesIO(payload), target, step, each=digest.update)
+    assert copied == len(payload) and target.getvalue() == payload
+    assert digest.hexdigest() == hashlib.sha256(payload).hexdigest()
+    assert "… download w.whl: 2.1 MB [" in stream.getvalue()  # no total known: how much has come
