@@ -2,16 +2,12 @@
 pinned to one torch minor (Requires-Dist torch==X.Y.Z), installed with --no-deps beside a torch of ANOTHER minor, as
 a pip that was told not to resolve (or a hand-made venv) leaves them.
 
-Two real pairs, each needing only its registry (skipped, saying which, when that registry cannot be reached; CI
-has both):
-- PyPI: torch 2.14.1 (its CUDA 13 build, installed alone: its libraries' symbols are read, it is not imported:
-  --no-import) with torchvision 0.28.0, built for torch 2.13.0: torch 2.14 changed
-  c10::cuda::c10_cuda_check_implementation, which torchvision 0.28's _C.so calls, so it is refused naming that
-  symbol; torchvision 0.29.1, built for 2.14 (its _C_stable.so binds only torch's stable C shim), is accepted.
-- download.pytorch.org/whl/cpu: torch 2.13.0+cpu with the CPU torchvision 0.27.1+cpu (built for torch 2.12) is
-  refused, the real load failing on a symbol the verifier named (its image.so calls
-  c10::impl::cow::materialize_cow_storage(c10::StorageImpl&), which torch 2.13's libraries do not export: read
-  here from PyPI's 0.27.1 build); 0.28.0+cpu (built for 2.13) is accepted, loaded for real after import torch.
+One real pair from PyPI (skipped, saying so, only when PyPI cannot be reached; CI reaches it): torch 2.14.1 (its
+CUDA 13 build, installed alone: its libraries' symbols are read, it is not imported: --no-import) with torchvision
+0.28.0, built for torch 2.13.0: torch 2.14 changed c10::cuda::c10_cuda_check_implementation, which torchvision 0.28's
+_C.so calls, so it is refused naming that symbol; torchvision 0.29.1, built for 2.14 (its _C_stable.so binds only
+torch's stable C shim), is accepted. (A CPU pair from download.pytorch.org was left out: that index does not resolve
+from the development machine, and a test never seen to pass is not kept.)
 
 Downloads stay small and cached: the torch venvs are the ones the other verifier tests make once
 (support.wheels.torch_venv), torchvision wheels are 2-8 MB and come from pip's cache after the first run.
@@ -33,7 +29,6 @@ from support.wheels import Venv, overlay_venv, torch_venv
 pytestmark = pytest.mark.slow
 
 PYPI = "https://pypi.org/simple"
-PYTORCH_CPU = "https://download.pytorch.org/whl/cpu"
 #: torch 2.14 changed this function's signature; torchvision 0.28.0 (for torch 2.13) calls the 2.13 one.
 CUDA_CHECK = "c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, unsigned int, bool)"
 
@@ -107,36 +102,3 @@ def test_pypi_torchvision_for_torch_2_13_is_refused_beside_torch_2_14_and_the_ma
     assert checked and all(m["verdict"] == "ok" and m["missing"]["count"] == 0 for m in checked), checked
     assert data["summary"]["broken"] == 0
     print(f"\nPyPI torchvision pair: {time.monotonic() - started:.1f} s (torch venv, two installs, four verifies)")
-
-
-def test_cpu_torchvision_for_torch_2_12_is_refused_beside_torch_2_13_cpu_and_the_matching_one_imports(
-        tmp_path, cli_env):
-    reachable(PYTORCH_CPU, "torchvision")
-    started = time.monotonic()
-    torch_213 = torch_venv("2.13.0")
-
-    old = overlay_venv(tmp_path / "tv-0.27", torch_213)
-    install_from(old, PYTORCH_CPU, "torchvision==0.27.1+cpu")
-    proc, data = verify(cli_env, tmp_path / "cache", old.python)
-    assert proc.returncode == 1, proc.stderr
-    assert data["torch"]["version"] == "2.13.0+cpu"
-    broken = [m for m in data["modules"] if m["distribution"] == "torchvision" and m["verdict"] != "ok"]
-    assert broken, data["modules"]
-    for module in broken:
-        assert module["verdict"] == "missing-symbols" and module["built_for_torch"].startswith("2.12."), module
-        missing = {s["mangled"]: s["demangled"] for s in module["missing"]["symbols"]}
-        assert missing and next(iter(missing.values())) in proc.stdout  # named for a person too
-        # the real import fails, and on a symbol the static check had named
-        assert module["import"]["ok"] is False, module
-        loader_said = module["import"]["error"].split("undefined symbol: ", 1)[1].split()[0]
-        assert loader_said in missing, (loader_said, sorted(missing))
-    assert "extension(s) broken against torch 2.13.0+cpu" in one_error_line(proc.stderr)
-
-    matching = overlay_venv(tmp_path / "tv-0.28", torch_213)
-    install_from(matching, PYTORCH_CPU, "torchvision==0.28.0+cpu")
-    proc, data = verify(cli_env, tmp_path / "cache", matching.python)
-    assert proc.returncode == 0, proc.stderr
-    checked = [m for m in data["modules"] if m["distribution"] == "torchvision"]
-    assert checked and all(m["verdict"] == "ok" and m["import"]["ok"] is True for m in checked), checked
-    print(f"\ndownload.pytorch.org CPU torchvision pair: {time.monotonic() - started:.1f} s")
-
