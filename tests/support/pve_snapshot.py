@@ -124,7 +124,9 @@ class Snapshots:
                 raise TaskAbort(f"snapshot name '{snapname}' already used")
             if any(kind not in SNAPSHOT_TYPES for _, kind in self._volumes(conf)):
                 raise TaskAbort("snapshot feature is not available")
-            snap = CtConfig(options=_copy(conf.options))
+            # __snapshot_copy_config copies every key but a few, the raw lxc lines (the `lxc` key) too
+            # (pve-guest-common src/PVE/AbstractConfig.pm; LXC::Config does not override it).
+            snap = CtConfig(options=_copy(conf.options), lxc=list(conf.lxc))
             snap.options.update(snapstate="prepare", snaptime=str(int(time.time())))
             if description:
                 snap.options["description"] = description

@@ -6,16 +6,20 @@ import contextlib
 import json
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
 
 from labwright.cli import vocab
 from labwright.errors import BadInput
+from labwright.guests.gpu import GpuHost
 from labwright.hostupgrade.facts import REPOSITORY, node_facts, repository_versions
-from labwright.hostupgrade.plan import make_plan
-from labwright.hostupgrade.run import Done, Upgrade
+from labwright.hostupgrade.plan import Plan, make_plan
+from labwright.hostupgrade.run import Done, Outcome, Upgrade
+from labwright.inventory import load_inventory
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 from labwright.ui import stdout, table
@@ -49,6 +53,10 @@ def upgrade(
                                    "NVIDIA tree on the lab); --yes acts on it.", show_default=False),
     repository: Path | None = typer.Option(None, "--repository", help="Directory of NVIDIA-Linux-x86_64-VERSION.run "
                                            f"installers [HOST_ROOT{REPOSITORY}].", show_default=False),
+    inventory: Path | None = typer.Option(None, "--inventory", "-i", metavar="FILE", help="pyinfra inventory with "
+                                          "NODE as a Proxmox VE node (proxmox_api_url in its host data): its GPU "
+                                          "containers are carried through the upgrade (without: LXD's).",
+                                          show_default=False),
     as_json: bool = vocab.JsonOption,
 ) -> None:
     """Upgrade the NVIDIA driver (and boot the new kernel) with every GPU guest carried through: refuse a kernel
@@ -57,9 +65,10 @@ def upgrade(
     restart them and their engines, run gpu check on each; on a failure restore the snapshots.
     Exit 0: done (or the plan printed); 1: failed (what was restored and what was left is said); 2: bad input.
 
-    Example: labwright host upgrade pve1 --to 550.54.15 --yes
+    Example: labwright host upgrade pve1 -i inventories/lab.py --to 550.54.15 --yes
     """
     vocab.dry_or_yes(dry, yes)
+    node_data = _pve_node(node, inventory) if inventory is not None else None
     if not host_root.is_dir():
         raise BadInput(f"--host-root {host_root}: not a directory; give the root of a host tree (default /)")
     root = host_root.resolve()
@@ -80,33 +89,12 @@ def upgrade(
     if not repository_versions(repo):
         raise BadInput(f"{label}: no NVIDIA-Linux-x86_64-VERSION.run in it; add the installer of the driver to "
                        "install")
-    endpoint, project = resolve_endpoint(None)
-    client = LxdClient(endpoint, project=project)
-    try:
-        facts = node_facts(node, root, client, repo)
-        plan = make_plan(facts, to, pin_kernel)
-        for note in plan.notes:
-            print(f"labwright: note: {note}", file=sys.stderr)
-        if not yes:
-            if as_json:
-                typer.echo(json.dumps({**plan.to_dict(), "dry_run": True}, indent=2))
-                return
-            rows = [[str(i), s.action, escape(s.target), escape(s.detail)] for i, s in enumerate(plan.steps, 1)]
-            stdout.print(table(f"host upgrade {node}: nvidia {plan.from_version} -> {plan.to_version}, boot "
-                               f"{plan.boot_kernel} (dry run: nothing changed; --yes to do it)",
-                               ["#", "step", "target", "what"], rows))
-            return
-
-        def progress(done: Done) -> None:
-            if not as_json:
-                mark = "ok" if done.ok else "[red]FAIL[/]"
-                stdout.print(f"{mark} {done.action} {escape(done.target)}: {escape(done.detail)} "
-                             f"({done.seconds:.1f} s)")
-
-        services = {g.name: g.services for g in facts.guests}
-        outcome = Upgrade(plan, root, repo, client, progress).run(services)
-    finally:
-        client.close()
+    if node_data is not None:
+        outcome = _pve_upgrade(node, root, repo, node_data, to, pin_kernel, yes, as_json)
+    else:
+        outcome = _lxd_upgrade(node, root, repo, to, pin_kernel, yes, as_json)
+    if outcome is None:
+        return
     if as_json:
         typer.echo(json.dumps(outcome.to_dict(), indent=2))
     else:
@@ -116,3 +104,67 @@ def upgrade(
     if not outcome.ok:
         print(f"labwright: host upgrade {node}: {outcome.message}", file=sys.stderr)
         raise typer.Exit(1)
+
+
+def _pve_node(node: str, inventory: Path) -> dict[str, Any]:
+    """The inventory's host data of ``node``, a Proxmox VE node (its ``proxmox_api_url``)."""
+    loaded = load_inventory(vocab.inventory(inventory, None))
+    host = loaded.host(node)
+    if host is None:
+        known = ", ".join(h.name for h in loaded.hosts if not h.name.startswith("@")) or "none"
+        raise BadInput(f"node {node!r} is not in the inventory {inventory} (its nodes: {known}); give the name of a "
+                       "Proxmox VE node from it")
+    if not host.data.get("proxmox_api_url"):
+        raise BadInput(f"node {node!r} in {inventory} has no proxmox_api_url in its host data; set it (e.g. "
+                       "https://NODE:8006) so the node's containers can be read and snapshotted through the API")
+    return dict(host.data)
+
+
+def _show_plan(node: str, plan: Plan, as_json: bool) -> None:
+    for note in plan.notes:
+        print(f"labwright: note: {note}", file=sys.stderr)
+    if as_json:
+        typer.echo(json.dumps({**plan.to_dict(), "dry_run": True}, indent=2))
+        return
+    rows = [[str(i), s.action, escape(s.target), escape(s.detail)] for i, s in enumerate(plan.steps, 1)]
+    stdout.print(table(f"host upgrade {node}: nvidia {plan.from_version} -> {plan.to_version}, boot "
+                       f"{plan.boot_kernel} (dry run: nothing changed; --yes to do it)",
+                       ["#", "step", "target", "what"], rows))
+
+
+def _progress(as_json: bool) -> Callable[[Done], None]:
+    def progress(done: Done) -> None:
+        if not as_json:
+            mark = "ok" if done.ok else "[red]FAIL[/]"
+            stdout.print(f"{mark} {done.action} {escape(done.target)}: {escape(done.detail)} ({done.seconds:.1f} s)")
+    return progress
+
+
+def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: bool, yes: bool,
+                 as_json: bool) -> Outcome | None:
+    endpoint, project = resolve_endpoint(None)
+    client = LxdClient(endpoint, project=project)
+    try:
+        facts = node_facts(node, root, client, repo)
+        plan = make_plan(facts, to, pin_kernel)
+        if not yes:
+            _show_plan(node, plan, as_json)
+            return None
+        services = {g.name: g.services for g in facts.guests}
+        return Upgrade(plan, root, repo, client, _progress(as_json)).run(services)
+    finally:
+        client.close()
+
+
+def _pve_upgrade(node: str, root: Path, repo: Path, node_data: dict[str, Any], to: str | None, pin_kernel: bool,
+                 yes: bool, as_json: bool) -> Outcome | None:
+    from labwright.guests.proxmox_api import Credentials, connect
+    from labwright.hostupgrade.pve import PveUpgrade, make_pve_plan, nvidia_majors, pve_node_facts
+
+    api = connect(Credentials.from_env(), node, node_data)
+    facts, guests = pve_node_facts(node, root, api, repo)
+    plan = make_pve_plan(facts, guests, to, pin_kernel, nvidia_majors(GpuHost(root)))
+    if not yes:
+        _show_plan(node, plan, as_json)
+        return None
+    return PveUpgrade(plan, root, repo, api, guests, _progress(as_json)).run({})

@@ -19,6 +19,7 @@ from labwright.hostupgrade.plan import Plan, Step
 from labwright.hostupgrade.simhost import SimulatedHost
 from labwright.lxd.client import LxdClient
 from labwright.snapshots.lxd import LxdSnapshots
+from labwright.snapshots.model import SnapshotBackend
 
 SNAPSHOT_STEP = "host-upgrade"
 #: How long a restarted guest may take to answer exec with systemd up.
@@ -55,12 +56,15 @@ class Outcome:
 
 
 class Upgrade:
-    def __init__(self, plan: Plan, root: Path, repository: Path, client: LxdClient,
+    #: What the check step proved, for the final message.
+    checked_as = "pass gpu check"
+
+    def __init__(self, plan: Plan, root: Path, repository: Path, client: LxdClient | None,
                  progress: Callable[[Done], None] | None = None):
         self.plan = plan
         self.root = root
         self.repository = repository
-        self.client = client
+        self._client = client
         self.host = SimulatedHost(root)
         self.gpu_host = GpuHost(root)
         self.outcome = Outcome(plan)
@@ -72,8 +76,19 @@ class Upgrade:
         if self.progress is not None:
             self.progress(done)
 
-    def _backend(self, guest: str) -> LxdSnapshots:
+    @property
+    def client(self) -> LxdClient:
+        """The LXD daemon the guests live on (the LXD path; the Proxmox path has none)."""
+        if self._client is None:
+            raise OperationFailed("host upgrade: no LXD daemon for these guests")
+        return self._client
+
+    def _backend(self, guest: str) -> SnapshotBackend:
         return LxdSnapshots(LxdName("lxd", None, guest), client=self.client)
+
+    def _after_restore(self, guest: str) -> str:
+        """What else a restored guest needs (the LXD restore leaves it as it was already)."""
+        return ""
 
     # --- the steps ----------------------------------------------------------------------------------------------
     def snapshot(self, guest: str) -> str:
@@ -199,7 +214,8 @@ class Upgrade:
                         raise OperationFailed(f"gpu check {step.target} failed after the upgrade: {detail}")
             out.ok = True
             out.message = (f"node {self.plan.node}: nvidia {self.plan.from_version} -> {self.plan.to_version}, "
-                           f"kernel {self.plan.boot_kernel}; {len(self.plan_guests())} GPU guest(s) pass gpu check")
+                           f"kernel {self.plan.boot_kernel}; {len(self.plan_guests())} GPU guest(s) "
+                           f"{self.checked_as}")
         except _Refused as exc:
             taken = ", ".join(out.snapshots.values()) or "none"
             out.message = f"{exc}; nothing was upgraded (snapshots taken: {taken})"
@@ -218,12 +234,15 @@ class Upgrade:
     def _restore(self, why: str, host_changed: bool) -> None:
         out = self.outcome
         for guest, name in out.snapshots.items():
+            backend = self._backend(guest)
             try:
-                snapshots.restore(self._backend(guest), name, force=True)
+                snapshots.restore(backend, name, force=True)
                 out.restored.append(guest)
-                out.left.append(f"{guest}: restored to {name} (its userspace and device config as before)")
+                out.left.append(f"{guest}: restored to {name} (its userspace and device config as before)"
+                                + self._after_restore(guest))
             except LabwrightError as exc:
-                out.left.append(f"{guest}: NOT restored ({exc}); restore it with `lxc restore {guest} {name}`")
+                out.left.append(f"{guest}: NOT restored ({exc}); restore it with "
+                                f"`{backend.native_command('restore', name)}`")
         if host_changed:
             back = (f"reinstall NVIDIA-Linux-x86_64-{self.plan.from_version}.run --dkms and reboot to go back"
                     if self.plan.from_version else "remove the driver to go back")

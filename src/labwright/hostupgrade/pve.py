@@ -1,0 +1,313 @@
+"""The host upgrade on a Proxmox VE node: the node's GPU containers read through the API, snapshotted with ``pct
+snapshot`` (``POST /nodes/{node}/lxc/{vmid}/snapshot``, labwright.snapshots), their raw device majors rewritten
+after the reboot, restarted, and restored from the snapshots on a failure.
+
+How a container gets the GPU, and what a reboot does to it (pve-container 6.1.10, commit 94f558522ef6):
+
+- ``devN: /dev/nvidia0,gid=44,mode=0666`` (PVE >= 8.1; the ``dev`` format in src/PVE/LXC/Config.pm: ``path``,
+  ``mode``, ``uid``, ``gid``, ``deny-write``). PVE resolves the node's device at every start: ``update_lxc_config``
+  in src/PVE/LXC.pm stats each ``devN`` path (``PVE::LXC::Tools::get_device_mode_and_rdev``) and writes
+  ``lxc.cgroup2.devices.allow = c MAJOR:MINOR rw`` with the major it has now, and src/lxc-pve-autodev-hook makes
+  the node inside the container from the same list. A new nvidia-uvm major needs no rewrite: only a restart.
+- raw lines (before 8.1, and what most guides still paste): ``lxc.cgroup2.devices.allow: c 195:* rwm``,
+  ``c 509:* rwm`` (nvidia-uvm's dynamic major) and ``lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none
+  bind,optional,create=file``. PVE passes them to LXC verbatim (``lxc`` key of the config, not in the API schema),
+  so an allow line names the major of the boot it was written in: after a reboot that moves nvidia-uvm's major the
+  container sees /dev/nvidia-uvm but may not open it. Those lines are rewritten to the host's new majors in the
+  node's config file (``/etc/pve/nodes/NODE/lxc/VMID.conf``, as labwright.guests.proxmox writes raw lines).
+
+Not done on PVE in this version: the userspace install inside the containers (it needs ``pct exec`` on the node;
+the plan says so as a note) and ``gpu check`` inside them (the check step checks what the node shows: the container
+runs again and its config passes the host's current majors).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from proxmoxer import ProxmoxAPI
+
+from labwright.errors import BadInput, OperationFailed
+from labwright.guests.gpu import NVIDIA_MAJOR, GpuHost
+from labwright.guests.proxmox_api import call
+from labwright.guests.proxmox_render import props
+from labwright.hostnames import PctName
+from labwright.hostupgrade.facts import dkms_builds, installed_kernels, repository_versions, running_kernel
+from labwright.hostupgrade.plan import GuestFacts, NodeFacts, Plan, Step, kernel_key, make_plan
+from labwright.hostupgrade.run import Done, Upgrade
+from labwright.snapshots.model import SnapshotBackend
+from labwright.snapshots.proxmox import PveSnapshots
+
+ALLOW = "lxc.cgroup2.devices.allow"
+MOUNT = "lxc.mount.entry"
+_DEV_KEY = re.compile(r"^dev\d+$")
+_ALLOW_VALUE = re.compile(r"^c (\d+):(\S+) (\S+)$")
+#: An allow line in the config file: ``lxc.cgroup2.devices.allow: c 509:* rwm`` (``=`` also parses, as in LXC).
+_ALLOW_LINE = re.compile(r"^(lxc\.cgroup2\.devices\.allow\s*[:=]\s*c )(\d+)(:\S+ \S+\s*)$")
+
+
+@dataclass(frozen=True)
+class PveGpuGuest:
+    """A container on the node that is passed the NVIDIA devices: by ``devN`` entries (``dev_paths``), by raw
+    lines (``raw_majors`` of its allow lines, ``raw_mounts`` its bind-mounted /dev/nvidia* nodes), or both."""
+
+    node: str
+    vmid: int
+    hostname: str
+    running: bool
+    dev_paths: tuple[str, ...] = ()
+    raw_majors: tuple[int, ...] = ()
+    raw_mounts: tuple[str, ...] = ()
+    snapshots: bool = True
+    storage: str = ""
+    no_snapshot_reason: str = ""
+
+    @property
+    def label(self) -> str:
+        return PctName(self.node, self.vmid).host
+
+    def wiring(self) -> str:
+        parts = []
+        if self.dev_paths:
+            parts.append(f"devN: {len(self.dev_paths)} node(s)")
+        if self.raw_majors or self.raw_mounts:
+            majors = ", ".join(str(m) for m in self.raw_majors) or "none"
+            parts.append(f"raw lines: allow majors {majors}, {len(self.raw_mounts)} bind mount(s)")
+        return "; ".join(parts)
+
+
+def gpu_wiring(config: Mapping[str, Any], nvidia_majors: set[int]) -> tuple[tuple[str, ...], tuple[int, ...],
+                                                                          tuple[str, ...]]:
+    """(devN /dev/nvidia* paths, majors of the raw allow lines that are NVIDIA's, raw /dev/nvidia* bind mounts) of
+    a container config as ``GET .../config`` returns it (raw lines as ``lxc: [[key, value], ...]``). An allow line
+    is NVIDIA's when its major is 195 or one of the node's nvidia* majors now, or when the container also
+    bind-mounts NVIDIA nodes and the major is a dynamic one (a uvm or caps major left from an earlier boot)."""
+    dev_paths = tuple(path for key, value in sorted(config.items(), key=lambda kv: _index(kv[0]))
+                      if _DEV_KEY.match(key) and (path := props(value, "path").get("path", "")).startswith(
+                          "/dev/nvidia"))
+    raw = [(str(pair[0]), str(pair[1])) for pair in (config.get("lxc") or []) if len(pair) == 2]
+    mounts = tuple(v.split()[0] for k, v in raw if k == MOUNT and v.split() and v.split()[0].startswith("/dev/nvidia"))
+    majors: list[int] = []
+    for key, value in raw:
+        match = _ALLOW_VALUE.match(value.strip()) if key == ALLOW else None
+        if match is None:
+            continue
+        major = int(match.group(1))
+        if major == NVIDIA_MAJOR or major in nvidia_majors or (mounts and _dynamic(major)):
+            majors.append(major)
+    return dev_paths, tuple(dict.fromkeys(majors)), mounts
+
+
+def _dynamic(major: int) -> bool:
+    """Linux's dynamically allocated character majors (Documentation/admin-guide/devices.txt: 234-254 and
+    384-511), where nvidia-uvm and nvidia-caps get theirs."""
+    return 234 <= major <= 254 or 384 <= major <= 511
+
+
+def _index(key: str) -> tuple[int, str]:
+    digits = re.sub(r"\D", "", key)
+    return (int(digits) if digits else -1), key
+
+
+def rewrite_allow_majors(text: str, mapping: Mapping[int, int]) -> tuple[str, list[str]]:
+    """The config file with every raw allow line of the main section whose major is in ``mapping`` pointed at
+    the new major; snapshot sections (``[name]``) and pending changes are left as they were (a rollback puts the
+    old lines back). Returns the text and ``old -> new`` for each line changed."""
+    lines = text.split("\n")
+    end = next((i for i, line in enumerate(lines) if line.startswith("[")), len(lines))
+    changes = []
+    for i in range(end):
+        match = _ALLOW_LINE.match(lines[i])
+        if match and int(match.group(2)) in mapping:
+            new = mapping[int(match.group(2))]
+            lines[i] = f"{match.group(1)}{new}{match.group(3)}"
+            changes.append(f"c {match.group(2)}:* -> c {new}:*")
+    return "\n".join(lines), changes
+
+
+def nvidia_majors(host: GpuHost) -> dict[str, int]:
+    return {name: major for name, major in host.majors().items() if name.startswith("nvidia")}
+
+
+def pve_gpu_guests(api: ProxmoxAPI, node: str, majors: set[int],
+                   support: Callable[[PctName], SnapshotBackend] | None = None) -> list[PveGpuGuest]:
+    """The node's containers whose config passes NVIDIA devices, with their storage's snapshot support."""
+    found = []
+    items = call(f"node {node}: listing containers", lambda: api.nodes(node).lxc.get())
+    for item in sorted(items, key=lambda i: int(i.get("vmid", 0))):
+        vmid = int(item["vmid"])
+        ct = api.nodes(node).lxc(vmid)
+        config = call(f"@pct/{node}/{vmid}: reading config", ct.config.get)
+        dev_paths, raw_majors, raw_mounts = gpu_wiring(config, majors)
+        if not (dev_paths or raw_majors or raw_mounts):
+            continue
+        name = PctName(node, vmid)
+        backend = support(name) if support is not None else PveSnapshots(name, api=api)
+        can = backend.support()
+        found.append(PveGpuGuest(node, vmid, str(config.get("hostname") or f"CT{vmid}"),
+                                 str(item.get("status")) == "running", dev_paths, raw_majors, raw_mounts,
+                                 can.supported, can.storage, can.reason))
+    return found
+
+
+def pve_node_facts(node: str, root: Path, api: ProxmoxAPI, repository: Path) -> tuple[NodeFacts, list[PveGpuGuest]]:
+    host = GpuHost(root)
+    loaded = host.driver_version()
+    kernel = running_kernel(root)
+    pending = [k for k in installed_kernels(root) if k != kernel and kernel_key(k) > kernel_key(kernel)]
+    guests = pve_gpu_guests(api, node, set(nvidia_majors(host).values()))
+    facts = NodeFacts(node, loaded, kernel, pending[-1] if pending else None, repository_versions(repository),
+                      dkms_builds(root, loaded),
+                      tuple(GuestFacts(g.label, g.running, None, g.snapshots, g.storage, g.no_snapshot_reason)
+                            for g in guests), str(repository))
+    return facts, guests
+
+
+def make_pve_plan(facts: NodeFacts, guests: list[PveGpuGuest], wanted: str | None = None,
+                  pin_kernel: bool = False, majors: Mapping[str, int] | None = None) -> Plan:
+    """The LXD plan's order and refusals (labwright.hostupgrade.plan), with each step said for a PVE container:
+    which guests have devN entries (no rewrite) and which raw allow lines (rewritten after the reboot)."""
+    if not guests:
+        raise BadInput(f"node {facts.node}: no GPU container on it (no container config passes /dev/nvidia*: devN "
+                       f"entries or {ALLOW} c {NVIDIA_MAJOR}:* lines); nothing to carry through an upgrade: upgrade "
+                       "the driver directly")
+    plan = make_plan(facts, wanted, pin_kernel)
+    by_label = {g.label: g for g in guests}
+    names = {major: name for name, major in (majors or {}).items()}
+    steps: list[Step] = []
+    for step in plan.steps:
+        guest = by_label.get(step.target)
+        if step.action == "list":
+            steps.append(replace(step, detail=f"{len(guests)} GPU container(s): " + "; ".join(
+                f"{g.label} {g.hostname} ({'running' if g.running else 'stopped'}; {g.wiring()})" for g in guests)))
+        elif step.action == "snapshot" and guest is not None:
+            steps.append(replace(step, detail=f"pct snapshot {guest.vmid} labwright-host-upgrade-<time> through the "
+                                              f"API (POST /nodes/{guest.node}/lxc/{guest.vmid}/snapshot) on "
+                                              f"{guest.storage}"))
+        elif step.action == "majors" and guest is not None:
+            said = []
+            if guest.dev_paths:
+                said.append("devN entries: no rewrite (PVE reads each devN node's major when the container starts)")
+            if guest.raw_majors:
+                stale = "stale: not an NVIDIA major now"
+                majors_said = ", ".join(f"{m} ({names.get(m, 'nvidia' if m == NVIDIA_MAJOR else stale)})"
+                                        for m in guest.raw_majors)
+                said.append(f"raw {ALLOW} majors {majors_said}: every one whose device gets a new major at the "
+                            f"reboot is rewritten to it in /etc/pve/nodes/{guest.node}/lxc/{guest.vmid}.conf")
+            steps.append(replace(step, detail="; ".join(said) or "no device major in its config"))
+        elif step.action == "userspace":
+            continue  # needs pct exec on the node: said as a note below
+        elif step.action == "restart" and guest is not None:
+            steps.append(replace(step, detail=(f"pct stop/start {guest.vmid} through the API: it starts with the new "
+                                               "majors" if guest.running else
+                                               "stopped: left stopped; its config carries the new majors")))
+        elif step.action == "check" and guest is not None:
+            steps.append(replace(step, detail=("running again" if guest.running else "still stopped") + " and its "
+                                 "config passes the host's majors as they are after the reboot; on any failure every "
+                                 "snapshot above is restored"))
+        else:
+            steps.append(step)
+    notes = [f"the NVIDIA userspace inside the containers is not installed by this version on Proxmox VE (it needs "
+             f"`pct exec` on the node): install NVIDIA-Linux-x86_64-{plan.to_version}.run --no-kernel-module in "
+             f"{', '.join(g.label for g in guests)} after the upgrade"]
+    notes += [f"guest {g.label}: its raw allow line for major {m} is stale already (no NVIDIA device has that major "
+              "now); fix it by hand" for g in guests for m in g.raw_majors
+              if m != NVIDIA_MAJOR and majors is not None and m not in majors.values()]
+    return Plan(plan.node, plan.from_version, plan.to_version, plan.boot_kernel, steps, notes)
+
+
+class PveUpgrade(Upgrade):
+    """The plan carried out on a Proxmox VE node: host steps on the (simulated) host tree as on LXD, the guests
+    through the PVE API and the node's config files below ``root`` (``/etc/pve``)."""
+
+    checked_as = "run with the host's device majors (userspace left: see the note)"
+
+    def __init__(self, plan: Plan, root: Path, repository: Path, api: ProxmoxAPI, guests: list[PveGpuGuest],
+                 progress: Callable[[Done], None] | None = None, poll_interval: float = 0.5):
+        super().__init__(plan, root, repository, None, progress)
+        self.api = api
+        self.guests = {g.label: g for g in guests}
+        self.poll_interval = poll_interval
+        self.majors_before = nvidia_majors(self.gpu_host)  # before anything: what the raw lines were written for
+
+    def _guest(self, label: str) -> PveGpuGuest:
+        return self.guests[label]
+
+    def _backend(self, guest: str) -> SnapshotBackend:
+        g = self._guest(guest)
+        return PveSnapshots(PctName(g.node, g.vmid), api=self.api, poll_interval=self.poll_interval)
+
+    def _conf(self, g: PveGpuGuest) -> str:
+        return f"/etc/pve/nodes/{g.node}/lxc/{g.vmid}.conf"
+
+    def _after_restore(self, guest: str) -> str:
+        g = self._guest(guest)
+        backend = self._backend(guest)
+        if g.running and not backend.running():
+            try:
+                backend.start()
+            except OperationFailed as exc:
+                return f"; it was running before the upgrade but did not start again: {exc}"
+            return "; started again"
+        return ""
+
+    def boot_unit(self) -> str:
+        from labwright.guests.gpu import BOOT_UNIT, boot_unit, install_boot_unit, installed_unit, unit_paths
+
+        passed = [p for g in self.guests.values() for p in (*g.dev_paths, *g.raw_mounts)]
+        current = installed_unit(self.gpu_host)
+        unit = boot_unit([*unit_paths(current), *(n.path for n in self.gpu_host.device_nodes()), *passed])
+        install_boot_unit(self.gpu_host, unit, f"host upgrade {self.plan.node}")
+        return f"{BOOT_UNIT}: {unit.summary()}"
+
+    def majors(self, guest: str) -> str:
+        g = self._guest(guest)
+        after = nvidia_majors(self.gpu_host)
+        mapping = {major: after[name] for name, major in self.majors_before.items()
+                   if name in after and after[name] != major}
+        said = "devN entries: PVE reads the new majors at start" if g.dev_paths else ""
+        if not g.raw_majors:
+            return said or "no device major in its config"
+        text = self.gpu_host.read_file(self._conf(g))
+        new, changes = rewrite_allow_majors(text, mapping)
+        if changes:
+            self.gpu_host.write_file(self._conf(g), new)
+        raw = (f"{ALLOW} {', '.join(changes)} in {self._conf(g)}" if changes else
+               f"raw {ALLOW} majors {', '.join(map(str, g.raw_majors))} are the host's already")
+        return "; ".join(p for p in (said, raw) if p) + f" (nvidia-uvm major {after.get('nvidia-uvm')})"
+
+    def userspace(self, guest: str) -> str:
+        raise OperationFailed(f"guest {guest}: installing the userspace needs pct exec on the node (not done on "
+                              "Proxmox VE in this version)")
+
+    def restart(self, guest: str, services: tuple[str, ...]) -> str:
+        g = self._guest(guest)
+        if not g.running:
+            return "stopped before the upgrade: left stopped (its config carries the new majors)"
+        backend = self._backend(guest)
+        if backend.running():
+            backend.stop()
+        backend.start()
+        return "stopped and started through the API"
+
+    def check(self, guest: str) -> tuple[bool, str]:
+        g = self._guest(guest)
+        problems = []
+        if g.running and not self._backend(guest).running():
+            problems.append("not running after the restart")
+        config = call(f"{guest}: reading config", lambda: self.api.nodes(g.node).lxc(g.vmid).config.get())
+        after = nvidia_majors(self.gpu_host)
+        _, raw_majors, _ = gpu_wiring(config, set(after.values()))
+        stale = [m for m in raw_majors if m != NVIDIA_MAJOR and m not in after.values()]
+        if stale:
+            problems.append(f"raw {ALLOW} major(s) {', '.join(map(str, stale))} are no NVIDIA device's on the host")
+        missing = [p for p in g.dev_paths if not Path(self.gpu_host.host_path(p)).exists()]
+        if missing:
+            problems.append(f"devN node(s) missing on the host: {', '.join(missing)}")
+        if problems:
+            return False, "; ".join(problems)
+        return True, ("running, " if g.running else "stopped, ") + "device majors are the host's"

@@ -1,0 +1,194 @@
+"""`labwright host upgrade NODE -i INVENTORY` for a Proxmox VE node, against the PVE simulator (real proxmoxer,
+verified HTTPS on 127.0.0.1).
+
+The node's side is a fake NVIDIA host tree (support.fake_nvidia: /proc, mknod'ed /dev/nvidia*, kernels, DKMS's
+tree, a repository of stand-in installers) whose ``etc/pve`` is the simulator's pmxcfs, so the raw lines the
+runbook rewrites land in the file the simulated API reads. The host's driver install and reboot are simulated on
+the tree (labwright.hostupgrade.simhost; the reboot moves nvidia-uvm 509 -> 237); the containers, their snapshots
+(``POST /nodes/pve1/lxc/VMID/snapshot``), restarts and rollbacks are the simulator's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from proxmoxer import ProxmoxAPI
+
+from labwright.cli import main, register
+from labwright.guests.gpu import GpuHost
+from support.fake_nvidia import DRIVER_VERSION, make_fake_nvidia_host, make_upgrade_host
+from support.pve_simulator import PveSimulator, SimNode, SimStorage, default_storages, host_devices
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fake NVIDIA host tree needs mknod (root)")
+
+TOKEN_ID, TOKEN_SECRET = "root@pam!labwright", "0b6f1c9e-2d4a-4f7e-9a3b-5c8d7e6f1a2b"
+NEW = "550.54.15"
+OLD_KERNEL, NEW_KERNEL = "6.8.12-4-pve", "6.8.12-9-pve"
+DEV_NODES = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+RAW_LINES = ["lxc.cgroup2.devices.allow: c 195:* rwm", "lxc.cgroup2.devices.allow: c 509:* rwm",
+             "lxc.cgroup2.devices.allow: c 511:* rwm"] + [
+    f"lxc.mount.entry: {p} {p.lstrip('/')} none bind,optional,create=file" for p in DEV_NODES]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    tree = make_fake_nvidia_host(tmp_path / "pve1", uvm_major=509, caps_major=511, extra_files=False)
+    return make_upgrade_host(tree, OLD_KERNEL, NEW_KERNEL, built={OLD_KERNEL: [DRIVER_VERSION],
+                                                                  NEW_KERNEL: [DRIVER_VERSION, NEW]},
+                             repository=(NEW,), hostname="pve1", uvm_major_after_reboot=237)
+
+
+@pytest.fixture
+def sim(root: Path):
+    storages = [*default_storages(), SimStorage("plain", "dir", ("rootdir", "images"))]
+    with PveSimulator(nodes=[SimNode("pve1", "8.2.4", devices=host_devices(root))], storages=storages,
+                      tokens={TOKEN_ID: TOKEN_SECRET}, task_seconds=0.01) as simulator:
+        (root / "etc/pve").symlink_to(simulator.pmxcfs)  # /etc/pve on the node is pmxcfs
+        yield simulator
+
+
+@pytest.fixture
+def inventory(tmp_path: Path, sim, monkeypatch) -> Path:
+    monkeypatch.delenv("PROXMOX_USER", raising=False)
+    monkeypatch.setenv("PROXMOX_TOKEN_ID", TOKEN_ID)
+    monkeypatch.setenv("PROXMOX_TOKEN_SECRET", TOKEN_SECRET)
+    path = tmp_path / "lab.py"
+    path.write_text(f"pve_nodes = ([('pve1', {{'proxmox_api_url': 'https://{sim.host}', "
+                    f"'proxmox_ca_file': {str(sim.ca_file)!r}}})], {{}})\n")
+    return path
+
+
+def as_root(sim) -> ProxmoxAPI:
+    """devN is root@pam's (a password login): the setup creates the containers that way."""
+    return ProxmoxAPI(sim.host, user="root@pam", password=sim.root_password, verify_ssl=str(sim.ca_file))
+
+
+def wait(api: ProxmoxAPI, upid: str) -> None:
+    from labwright.guests.proxmox_api import TaskWaiter
+
+    TaskWaiter(api, timeout=60, interval=0.01).wait(upid, "setup task")
+
+
+def container(sim, vmid: int, rootfs: str = "local-lvm:8", dev: bool = False, raw: bool = False,
+              start: bool = True) -> None:
+    api = as_root(sim)
+    devs = {f"dev{i}": f"{p},gid=44,mode=0666" for i, p in enumerate(DEV_NODES)} if dev else {}
+    wait(api, api.nodes("pve1").lxc.post(vmid=vmid, ostemplate=sim.template, rootfs=rootfs, hostname=f"ct{vmid}",
+                                         **devs))
+    if raw:  # what most guides paste into the config file
+        path = sim.conf_path("pve1", vmid)
+        path.write_text(path.read_text() + "\n".join(RAW_LINES) + "\n")
+    if start:
+        wait(api, api.nodes("pve1").lxc(vmid).status.start.post())
+
+
+def host(capsys, *args: str) -> tuple[int, str, str]:
+    register(["host"])
+    code = main(["host", "upgrade", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def allow_majors(sim, vmid: int) -> list[str]:
+    return [v for k, v in sim.config("pve1", vmid).lxc if k == "lxc.cgroup2.devices.allow"]
+
+
+def test_dry_plan_lists_the_gpu_containers_and_their_wiring(sim, root, inventory, capsys):
+    container(sim, 201, dev=True)
+    container(sim, 202, raw=True)
+    container(sim, 203, start=False)  # no GPU: not listed
+    before = len(sim.writes)
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--json")
+    plan = json.loads(out)
+    assert code == 0 and plan["dry_run"] and plan["to"] == NEW and plan["boot_kernel"] == NEW_KERNEL, (out, err)
+    steps = [(s["action"], s["target"]) for s in plan["steps"]]
+    assert steps[:4] == [("list", "@pct/pve1/201, @pct/pve1/202"), ("kernel", NEW_KERNEL),
+                         ("snapshot", "@pct/pve1/201"), ("snapshot", "@pct/pve1/202")]
+    assert "userspace" not in {a for a, _ in steps}
+    listed = plan["steps"][0]["detail"]
+    assert "@pct/pve1/201 ct201 (running; devN: 4 node(s))" in listed
+    assert "@pct/pve1/202 ct202 (running; raw lines: allow majors 195, 509, 511, 4 bind mount(s))" in listed
+    majors = {s["target"]: s["detail"] for s in plan["steps"] if s["action"] == "majors"}
+    assert majors["@pct/pve1/201"].startswith("devN entries: no rewrite")
+    assert "509 (nvidia-uvm), 511 (nvidia-caps)" in majors["@pct/pve1/202"]
+    assert "pct exec" in err and err.startswith("labwright: note: the NVIDIA userspace inside the containers")
+    assert len(sim.writes) == before  # the dry plan asked nothing that changes anything
+    assert allow_majors(sim, 202) == ["c 195:* rwm", "c 509:* rwm", "c 511:* rwm"]
+
+
+def test_yes_snapshots_every_gpu_container_and_rewrites_stale_raw_majors(sim, root, inventory, capsys):
+    container(sim, 201, dev=True)
+    container(sim, 202, raw=True)
+    container(sim, 204, raw=True, start=False)
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["ok"], (out, err)
+    snapshot_posts = [w.path for w in sim.writes if w.method == "POST" and w.path.endswith("/snapshot")]
+    assert snapshot_posts == [f"/nodes/pve1/lxc/{v}/snapshot" for v in (201, 202, 204)]
+    for vmid in (201, 202, 204):
+        assert result["snapshots"][f"@pct/pve1/{vmid}"].startswith("labwright-host-upgrade-")
+        conf = sim.config("pve1", vmid)
+        assert conf.options["parent"] == result["snapshots"][f"@pct/pve1/{vmid}"]
+    # The snapshots were taken before the host changed: the first write after them is the host's (no API call),
+    # and every snapshot POST precedes every stop/start of the upgrade.
+    first_power = next(i for i, w in enumerate(sim.writes) if w.path.endswith("/status/stop"))
+    last_snapshot = max(i for i, w in enumerate(sim.writes) if w.path.endswith("/snapshot"))
+    assert last_snapshot < first_power
+    # nvidia-uvm moved 509 -> 237 at the reboot: the raw lines follow it, the caps major (unchanged) stays.
+    assert GpuHost(root).majors()["nvidia-uvm"] == 237 and GpuHost(root).driver_version() == NEW
+    for vmid in (202, 204):
+        assert allow_majors(sim, vmid) == ["c 195:* rwm", "c 237:* rwm", "c 511:* rwm"]
+    # The snapshot section keeps the lines the container had when it was taken.
+    assert "lxc.cgroup2.devices.allow: c 509:* rwm" in sim.conf_path("pve1", 202).read_text().split("[", 1)[1]
+    # devN entries are not rewritten: PVE reads the node's major at start.
+    assert sim.config("pve1", 201).options["dev2"] == "/dev/nvidia-uvm,gid=44,mode=0666"
+    assert sim.is_running(201) and sim.is_running(202) and not sim.is_running(204)
+    majors = {d["target"]: d["detail"] for d in result["done"] if d["action"] == "majors"}
+    assert "c 509:* -> c 237:*" in majors["@pct/pve1/202"] and "c 511" not in majors["@pct/pve1/202"]
+    assert all(d["ok"] for d in result["done"] if d["action"] == "check")
+    assert "-u -c 0" in (root / "etc/systemd/system/labwright-nvidia-uvm.service").read_text()
+
+
+def test_a_failure_after_the_snapshots_restores_them(sim, root, inventory, capsys):
+    container(sim, 201, dev=True)
+    container(sim, 202, raw=True)
+    # The first container's start after the upgrade fails inside PVE's task (as a missing device would).
+    sim.fail_next_task("startup for container '201' failed", "vzstart")
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes", "--json")
+    result = json.loads(out)
+    assert code == 1 and not result["ok"]
+    assert len(err.strip().splitlines()) == 1 and "@pct/pve1/201: starting failed" in err, err
+    assert sorted(result["restored"]) == ["@pct/pve1/201", "@pct/pve1/202"]
+    rollbacks = [w.path for w in sim.writes if w.path.endswith("/rollback")]
+    assert rollbacks == [f"/nodes/pve1/lxc/{v}/snapshot/{result['snapshots'][f'@pct/pve1/{v}']}/rollback"
+                         for v in (201, 202)]
+    # 202's majors had been rewritten before 201 failed to start: the rollback put its old lines back.
+    assert allow_majors(sim, 202) == ["c 195:* rwm", "c 509:* rwm", "c 511:* rwm"]
+    assert sim.is_running(201) and sim.is_running(202)  # running before the upgrade: started again
+    assert any(line.startswith("host pve1: keeps nvidia 550.54.15") for line in result["left"]), result["left"]
+
+
+def test_storage_that_cannot_snapshot_stops_the_run_before_anything_changes(sim, root, inventory, capsys):
+    container(sim, 201, dev=True)
+    container(sim, 205, rootfs="plain:8", raw=True)
+    before = len(sim.writes)
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith("labwright: error: guest @pct/pve1/205: its storage cannot take snapshots (rootfs is on "
+                          "storage plain of type dir")
+    assert len(sim.writes) == before
+    assert GpuHost(root).driver_version() == DRIVER_VERSION
+    assert allow_majors(sim, 205) == ["c 195:* rwm", "c 509:* rwm", "c 511:* rwm"]
+
+
+def test_a_node_not_in_the_inventory_is_one_line(sim, root, inventory, capsys):
+    container(sim, 201, dev=True)
+    before = len(sim.writes)
+    code, out, err = host(capsys, "pve9", "-i", str(inventory), "--host-root", str(root), "--yes")
+    assert code == 2 and out == ""
+    assert err == (f"labwright: error: node 'pve9' is not in the inventory {inventory} (its nodes: pve1); give the "
+                   "name of a Proxmox VE node from it\n")
+    assert len(sim.writes) == before and GpuHost(root).driver_version() == DRIVER_VERSION
