@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python benchmarks/host_upgrade.py                  # 3 runs, 2 GPU guests
     sudo .venv/bin/python benchmarks/host_upgrade.py --runs 5 --guests 3
+    sudo .venv/bin/python benchmarks/host_upgrade.py --pve             # a Proxmox VE node on the PVE simulator
 
 Each run: a fresh fake NVIDIA host tree below /dev (tests/support/fake_nvidia: driver 550.54.14, nvidia-uvm major
 509, a new kernel with a DKMS build of 550.54.15, a stand-in installer; the simulated reboot gives nvidia-uvm 237)
@@ -10,6 +11,11 @@ and fresh LXD guests with its nodes passed through and a matching userspace. Tim
 (snapshots on the lab's pool, config PATCH, the installer run inside, restarts under systemd, gpu check); the host's
 driver install and reboot are simulated on the tree and take milliseconds, so a real host adds its reboot and the
 DKMS build. Reported: the total and the median per step kind. Guests are named lwbhu-<hex> and removed at the end.
+
+``--pve``: the same on a Proxmox VE node of the PVE simulator (tests/support/pve_simulator, its tasks 0.05 s each):
+half the containers passed the GPU with devN entries, half with raw lines; timed from `host upgrade pve1 -i INV
+--yes` to its return (snapshots, majors rewritten, stop/start of each, the checks). What it measures is labwright's
+side (API round trips and its task polling, every 0.5 s); a real node adds its own task times (snapshot, start).
 """
 
 from __future__ import annotations
@@ -18,11 +24,14 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import secrets
 import statistics
 import sys
+import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import _support  # noqa: F401  (tests/support on sys.path)
 
@@ -47,7 +56,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--guests", type=int, default=2)
+    parser.add_argument("--pve", action="store_true", help="a Proxmox VE node on the PVE simulator instead of LXD")
     args = parser.parse_args()
+    if args.pve:
+        return pve(args.runs, args.guests)
     lab = ensure_test_lab()
     register(["host", "gpu"])
     totals: list[float] = []
@@ -80,10 +92,74 @@ def main() -> int:
             for name in names:
                 lab.remove(name)
             remove_fake_root(root)
-    print(f"host upgrade --yes to every guest passing gpu check ({args.guests} guests): median "
-          f"{statistics.median(totals):.1f} s, min {min(totals):.1f} s, max {max(totals):.1f} s (n={len(totals)})")
+    report("host upgrade --yes to every guest passing gpu check", args.guests, totals, steps)
+    return 0
+
+
+def report(what: str, guests: int, totals: list[float], steps: dict[str, list[float]]) -> None:
+    print(f"{what} ({guests} guests): median {statistics.median(totals):.1f} s, min {min(totals):.1f} s, max "
+          f"{max(totals):.1f} s (n={len(totals)})")
     for action, values in steps.items():
         print(f"  {action:<12} median {statistics.median(values):6.2f} s (all guests together)")
+
+
+def pve(runs: int, guests: int) -> int:
+    from proxmoxer import ProxmoxAPI
+
+    from labwright.guests.proxmox_api import TaskWaiter
+    from support.pve_simulator import PveSimulator, SimNode, host_devices
+
+    register(["host"])
+    token, secret = "root@pam!bench", secrets.token_hex(16)
+    os.environ.update({"PROXMOX_TOKEN_ID": token, "PROXMOX_TOKEN_SECRET": secret})
+    os.environ.pop("PROXMOX_USER", None)
+    totals: list[float] = []
+    steps: dict[str, list[float]] = defaultdict(list)
+    paths = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    for run in range(runs):
+        with tempfile.TemporaryDirectory(prefix="lwbench-hu-pve-") as tmp:
+            root = make_fake_nvidia_host(Path(tmp) / "pve1", uvm_major=509, extra_files=False)
+            make_upgrade_host(root, built={"6.8.12-4-pve": [DRIVER_VERSION], "6.8.12-9-pve": [NEW]},
+                              repository=(NEW,), hostname="pve1", uvm_major_after_reboot=237)
+            with PveSimulator(nodes=[SimNode("pve1", "8.2.4", devices=host_devices(root))],
+                              tokens={token: secret}) as sim:
+                (root / "etc/pve").symlink_to(sim.pmxcfs)
+                api = ProxmoxAPI(sim.host, user="root@pam", password=sim.root_password, verify_ssl=str(sim.ca_file))
+                waiter = TaskWaiter(api, timeout=60, interval=0.01)
+                for i in range(guests):
+                    vmid = 201 + i
+                    devs = {f"dev{n}": p for n, p in enumerate(paths)} if i % 2 == 0 else {}
+                    waiter.wait(api.nodes("pve1").lxc.post(vmid=vmid, ostemplate=sim.template,
+                                                           rootfs="local-lvm:8", **devs), "create")
+                    if i % 2:
+                        conf = sim.conf_path("pve1", vmid)
+                        conf.write_text(conf.read_text() + "lxc.cgroup2.devices.allow: c 195:* rwm\n"
+                                        "lxc.cgroup2.devices.allow: c 509:* rwm\n" + "".join(
+                                            f"lxc.mount.entry: {p} {p[1:]} none bind,optional,create=file\n"
+                                            for p in paths))
+                    waiter.wait(api.nodes("pve1").lxc(vmid).status.start.post(), "start")
+                inventory = Path(tmp) / "lab.py"
+                inventory.write_text(f"pve_nodes = ([('pve1', {{'proxmox_api_url': 'https://{sim.host}', "
+                                     f"'proxmox_ca_file': {str(sim.ca_file)!r}}})], {{}})\n")
+                out = io.StringIO()
+                t0 = time.monotonic()
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                    code = cli_main(["host", "upgrade", "pve1", "-i", str(inventory), "--host-root", str(root),
+                                     "--yes", "--json"])
+                total = time.monotonic() - t0
+                result = json.loads(out.getvalue())
+                assert code == 0 and result["ok"], result
+                assert [v for k, v in sim.config("pve1", 202).lxc if k.endswith("allow")] == ["c 195:* rwm",
+                                                                                            "c 237:* rwm"]
+        totals.append(total)
+        per: dict[str, float] = defaultdict(float)
+        for done in result["done"]:
+            per[done["action"]] += done["seconds"]
+        for action, seconds in per.items():
+            steps[action].append(seconds)
+        print(f"run {run + 1}: {total:.1f} s for {guests} container(s)", file=sys.stderr)
+    report("host upgrade --yes on a PVE simulator node to every container running with the new majors", guests,
+           totals, steps)
     return 0
 
 
