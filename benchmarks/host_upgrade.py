@@ -81,12 +81,7 @@ def main() -> int:
             total = time.monotonic() - t0
             result = json.loads(out.getvalue())
             assert code == 0 and result["ok"], result
-            totals.append(total)
-            per: dict[str, float] = defaultdict(float)
-            for done in result["done"]:
-                per[done["action"]] += done["seconds"]
-            for action, seconds in per.items():
-                steps[action].append(seconds)
+            record(result, total, totals, steps)
             print(f"run {run + 1}: {total:.1f} s for {args.guests} guest(s)", file=sys.stderr)
         finally:
             for name in names:
@@ -94,6 +89,16 @@ def main() -> int:
             remove_fake_root(root)
     report("host upgrade --yes to every guest passing gpu check", args.guests, totals, steps)
     return 0
+
+
+def record(result: dict, total: float, totals: list[float], steps: dict[str, list[float]]) -> None:
+    """One run's total and its seconds per step kind (all guests together)."""
+    totals.append(total)
+    per: dict[str, float] = defaultdict(float)
+    for done in result["done"]:
+        per[done["action"]] += done["seconds"]
+    for action, seconds in per.items():
+        steps[action].append(seconds)
 
 
 def report(what: str, guests: int, totals: list[float], steps: dict[str, list[float]]) -> None:
@@ -151,12 +156,7 @@ def pve(runs: int, guests: int) -> int:
                 assert code == 0 and result["ok"], result
                 assert [v for k, v in sim.config("pve1", 202).lxc if k.endswith("allow")] == ["c 195:* rwm",
                                                                                             "c 237:* rwm"]
-        totals.append(total)
-        per: dict[str, float] = defaultdict(float)
-        for done in result["done"]:
-            per[done["action"]] += done["seconds"]
-        for action, seconds in per.items():
-            steps[action].append(seconds)
+        record(result, total, totals, steps)
         print(f"run {run + 1}: {total:.1f} s for {guests} container(s)", file=sys.stderr)
     report("host upgrade --yes on a PVE simulator node to every container running with the new majors", guests,
            totals, steps)

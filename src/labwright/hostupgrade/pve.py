@@ -255,14 +255,8 @@ class PveUpgrade(Upgrade):
             return "; started again"
         return ""
 
-    def boot_unit(self) -> str:
-        from labwright.guests.gpu import BOOT_UNIT, boot_unit, install_boot_unit, installed_unit, unit_paths
-
-        passed = [p for g in self.guests.values() for p in (*g.dev_paths, *g.raw_mounts)]
-        current = installed_unit(self.gpu_host)
-        unit = boot_unit([*unit_paths(current), *(n.path for n in self.gpu_host.device_nodes()), *passed])
-        install_boot_unit(self.gpu_host, unit, f"host upgrade {self.plan.node}")
-        return f"{BOOT_UNIT}: {unit.summary()}"
+    def passed_paths(self) -> list[str]:
+        return [p for g in self.guests.values() for p in (*g.dev_paths, *g.raw_mounts)]
 
     def majors(self, guest: str) -> str:
         g = self._guest(guest)

@@ -99,10 +99,14 @@ class Upgrade:
         self.outcome.snapshots[guest] = taken.name
         return f"{taken.name} ({taken.how}, {taken.seconds:.1f} s)"
 
+    def passed_paths(self) -> list[str]:
+        """The /dev/nvidia* paths the guests are passed (the boot unit makes each of them)."""
+        return [str(d.get("path")) for g in self.plan_guests() for d in
+                (self.client.instance(g).get("devices") or {}).values()
+                if d.get("type") == "unix-char" and str(d.get("path", "")).startswith("/dev/nvidia")]
+
     def boot_unit(self) -> str:
-        passed = [str(d.get("path")) for g in self.plan_guests() for d in
-                  (self.client.instance(g).get("devices") or {}).values()
-                  if d.get("type") == "unix-char" and str(d.get("path", "")).startswith("/dev/nvidia")]
+        passed = self.passed_paths()
         current = installed_unit(self.gpu_host)
         unit = boot_unit([*unit_paths(current), *(n.path for n in self.gpu_host.device_nodes()), *passed])
         install_boot_unit(self.gpu_host, unit, f"host upgrade {self.plan.node}")
