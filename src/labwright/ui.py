@@ -318,8 +318,10 @@ def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], 
     try:
         with progress(what, **options) as step:
             try:
+                # its own process group: an interrupted step stops the tool and everything it started (cmake's
+                # ninja and compilers), not only the tool
                 proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        errors="replace", bufsize=1, cwd=cwd, env=env)
+                                        errors="replace", bufsize=1, cwd=cwd, env=env, start_new_session=True)
             except OSError as exc:
                 raise OperationFailed(f"{what}: cannot run {argv[0]} ({exc.strerror or exc})") from None
             try:
@@ -334,8 +336,7 @@ def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], 
                         step.update(detail)
                 code = proc.wait()
             except BaseException:
-                proc.kill()
-                proc.wait()
+                _stop_group(proc)
                 raise
             if code != 0:
                 if not step.quiet:
@@ -347,6 +348,17 @@ def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], 
         if handle is not None:
             handle.close()
     return list(tail)
+
+
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """Kill ``proc``'s process group (the tool and what it started), then reap ``proc``."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
 
 
 def copy_with_progress(source: IO[bytes], target: IO[bytes], step: Progress, total: int | None = None,

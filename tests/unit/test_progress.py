@@ -320,3 +320,32 @@ def test_a_copy_hashes_every_chunk_it_writes():
     assert copied == len(payload) and target.getvalue() == payload
     assert digest.hexdigest() == hashlib.sha256(payload).hexdigest()
     assert "… download w.whl: 2.1 MB [" in stream.getvalue()  # no total known: how much has come
+
+
+def test_an_interrupted_step_stops_the_tool_and_what_it_started(tmp_path):
+    """Ctrl-C in the middle of a build: cmake's ninja and compilers must not go on compiling, orphaned."""
+    script = ("import subprocess, sys\n"
+              "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+              "print(f'pid {grandchild.pid}', flush=True)\n"
+              "grandchild.wait()\n")
+    seen: list[int] = []
+
+    def parse(line: str) -> str | None:
+        if line.startswith("pid "):
+            seen.append(int(line.split()[1]))
+            raise KeyboardInterrupt  # what a Ctrl-C raises in the loop reading the tool's output
+        return None
+
+    stream = io.StringIO()
+    with pytest.raises(KeyboardInterrupt):
+        ui.run_with_progress([sys.executable, "-c", script], "build demo", parse=parse, stream=stream)
+    assert stream.getvalue().splitlines()[-1].startswith("✗ build demo failed after ")
+
+    def gone() -> bool:
+        try:
+            state = Path(f"/proc/{seen[0]}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        return state in ("Z", "X")  # killed, waiting for its new parent to reap it
+
+    wait_for(f"the grandchild {seen[0]} to be killed with the step", gone, timeout=60)
