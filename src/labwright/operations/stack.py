@@ -71,8 +71,9 @@ def switch(stack: str | None = None, venv: str | None = None, service: str | Non
     + python: the target interpreter that runs the bundle
 
     A second run with the same stack changes nothing (the fact shows the venv already on that environment). When a
-    switch is due and a venv exists, the guest is snapshotted first (labwright.snapshots.deploy; host data
-    ``snapshot_before``, ``snapshot_keep``, ``snapshot_required``).
+    switch is due and a venv exists, the guest is snapshotted (labwright.snapshots.deploy; host data
+    ``snapshot_before``, ``snapshot_keep``, ``snapshot_required``) once the new stack is built and verified beside
+    the running one, before the swap: a refused stack takes no snapshot.
 
     **Example:**
 
@@ -101,10 +102,11 @@ def switch(stack: str | None = None, venv: str | None = None, service: str | Non
             and not current.get("pending"):
         host.noop(f"{plan.venv} already runs stack {plan.stack} ({plan.env_id})")
         return
-    # A switch is due: snapshot the guest first (host data snapshot_before/keep/required; nothing for a host that is
-    # not a container). Not before a first install, where no venv exists yet: there is nothing to go back to.
-    if now["kind"] != "absent":
-        yield from snapshot_command(host, "stack-switch")
+    # A switch is due. The guest is snapshotted before the swap (host data snapshot_before/keep/required; nothing for
+    # a host that is not a container), but after the new stack is built and verified beside the running one
+    # (`switch --build-only`): a refused stack then never pauses the service (a snapshot on LXD's dir pool freezes
+    # the guest for seconds). Not before a first install, where no venv exists yet: there is nothing to go back to.
+    snapshot = list(snapshot_command(host, "stack-switch")) if now["kind"] != "absent" else []
     yield from files.put._inner(src=str(build_bundle()), dest=REMOTE_PATH, mode="644", create_remote_dir=True)
     plan_file = f"{plan.root}/plans/{plan.env_id}.json"
     yield from files.put._inner(src=StringIO(plan.dumps()), dest=plan_file, mode="600", create_remote_dir=True)
@@ -113,6 +115,9 @@ def switch(stack: str | None = None, venv: str | None = None, service: str | Non
         options += ["--base-python", base_python]
     if create:
         options.append("--create")
+    if snapshot:
+        yield _command(python, "switch", "--plan", plan_file, "--build-only", *options, *extra)
+        yield from snapshot
     yield _command(python, "switch", "--plan", plan_file, *options, *extra)
 
 

@@ -21,7 +21,7 @@ from labwright.guestlock import DEFAULT_WAIT, LOCK_PATH, hold_local
 from labwright.stacks import show as show_module
 from labwright.stacks.plan import DEFAULT_ROOT, check_root, check_venv_path, plan_from_json
 from labwright.stacks.service import HealthCheck
-from labwright.stacks.switch import Options, rollback, switch
+from labwright.stacks.switch import Options, build_only, rollback, switch
 
 
 def log(line: str) -> None:
@@ -47,6 +47,9 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument("--base-python", help="interpreter to create the venv with (default: python<version>)")
     sw.add_argument("--installer", default="auto", choices=("auto", "uv", "pip"))
     sw.add_argument("--create", action="store_true", help="allow a --venv path that does not exist yet")
+    sw.add_argument("--build-only", action="store_true",
+                    help="build and verify beside the running stack, swap nothing (a switch with the same plan next "
+                         "reuses it)")
     _common(sw)
     rb = sub.add_parser("rollback", help="swap back to the previous environment")
     rb.add_argument("--venv", required=True)
@@ -90,6 +93,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise BadInput(f"--plan {args.plan}: not JSON ({exc})") from None
         plan = plan_from_json(data, args.plan)
+        if args.build_only:  # the plan file stays: the switch that follows reads it
+            with hold_local(f"stack build of {plan.stack} beside {plan.venv}", wait=_lock_wait(args)):
+                outcome = build_only(plan, _options(args), log)
+            log(outcome.message)
+            return 0
         try:
             with hold_local(f"stack switch of {plan.venv} to {plan.stack}", wait=_lock_wait(args)):
                 outcome = switch(plan, _options(args), log)
