@@ -358,10 +358,25 @@ class LxdConnector(HandoverTransfer, BaseConnector):
             if found.exit_code != 0:
                 raise OSError(f"{self.instance}: no user {user!r} to hand {path} to")
             uid = int(found.stdout)
+        mode = int(perms, 8) if perms else None
         try:
-            self.client.push_file(self.instance, path, data, mode=int(perms, 8) if perms else None, uid=uid)
+            self.client.push_file(self.instance, path, data, mode=mode, uid=uid)
         except LabwrightError as exc:
-            raise self._transfer_error(f"upload to {self.instance}:{path} failed: {exc}") from exc
+            # LXD's file API runs through a per-instance forkfile helper; right after the guest was frozen (a
+            # snapshot on the dir pool) its socket can reset once ("forkfile.sock: connection reset by peer", seen
+            # on the lab). A whole-file overwrite is safe to send again, once, while the guest still runs.
+            if "connection reset by peer" not in str(exc) or not self._running():
+                raise self._transfer_error(f"upload to {self.instance}:{path} failed: {exc}") from exc
+            try:
+                self.client.push_file(self.instance, path, data, mode=mode, uid=uid)
+            except LabwrightError as again:
+                raise self._transfer_error(f"upload to {self.instance}:{path} failed twice: {again}") from again
+
+    def _running(self) -> bool:
+        try:
+            return self._status(0) == "Running"
+        except LabwrightError:
+            return False
 
     def _transfer_error(self, detail: str) -> OSError:
         """A failed push/pull: the one line of ``_lost`` when the container or its daemon went away, else OSError."""
