@@ -10,6 +10,7 @@ config-era tabbyAPI (so the n-gram operation after it has nothing left to do the
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 from io import StringIO
 
@@ -24,6 +25,9 @@ from labwright.facts.git import GitCheckout
 from labwright.facts.tabbyapi import TabbyapiNgramFiles
 from labwright.snapshots.deploy import snapshot_command
 from labwright.tabbyapi.ngram import MODEL_PY, TabbyTexts, plan_ngram
+
+#: What a ref may be on the shell line that checks it out (git allows more; nobody pins those).
+_REF = re.compile(r"[A-Za-z0-9._/+@-]+")
 
 
 @operation()
@@ -43,6 +47,9 @@ def checkout(url: str, ref: str, dest: str):
         checkout(name="tabbyAPI source", url="https://github.com/theroyallab/tabbyAPI.git", ref="e632af4",
                  dest="/opt/tabbyapi")
     """
+    if not _REF.fullmatch(ref) or ref.startswith("-"):
+        raise OperationError(f"tabbyapi_ref: {ref!r} is not a git tag, branch or commit name (letters, digits and "
+                             "._/+@- only, not starting with -); pin a ref the repository has, e.g. a commit hash")
     now = host.get_fact(GitCheckout, dest=dest, ref=ref)
     if now["head"] and now["origin"] == url and now["ref_commit"] == now["head"]:
         host.noop(f"{dest} is at {ref} ({now['head'][:12]})")
@@ -84,6 +91,9 @@ def api_tokens(path: str, group: str):
     tabbyAPI's ``api_tokens.yml`` (api_key, admin_key), generated ON THE HOST with Python's ``secrets`` the first
     time and never again: the keys never pass through the controller, the inventory or git. Mode 640, root:GROUP.
     """
+    if not posixpath.isabs(path) or not group.strip():
+        raise OperationError(f"api_tokens: path={path!r} must be absolute and group={group!r} a group name (an empty "
+                             "group would leave the keys to root's own group)")
     info = host.get_fact(File, path=path)
     if info and info.get("mode") == 640 and info.get("user") == "root" and info.get("group") == group:
         host.noop(f"{path} exists (keys kept)")
