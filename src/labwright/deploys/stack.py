@@ -9,6 +9,8 @@ from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 
 from labwright.errors import LabwrightError
+from labwright.facts.nvidia import NvidiaGpus
+from labwright.gpu.arch import capabilities_of
 from labwright.guestlock import locked
 from labwright.operations import stack as stack_ops
 from labwright.stacks.deploy_data import flag, number, value
@@ -41,7 +43,8 @@ def deploy_stack() -> None:
             if not name:
                 raise DeployError("stack: required: a stack name from `labwright matrix stacks`, e.g. --data stack=A")
             plan = plan_for_stack(str(name), str(venv), root=root, wheelhouse=value(data, "wheelhouse"),
-                                  torch=value(data, "torch"))
+                                  torch=value(data, "torch"),
+                                  compute_caps=capabilities_of(host.get_fact(NvidiaGpus)))
     except LabwrightError as exc:
         raise DeployError(str(exc)) from None
 

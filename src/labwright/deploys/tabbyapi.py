@@ -19,7 +19,8 @@ from labwright.deploys import model as model_ops
 from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import LabwrightError
 from labwright.facts.llamacpp import ReadableBy
-from labwright.facts.nvidia import NvidiaDriverMatch
+from labwright.facts.nvidia import NvidiaDriverMatch, NvidiaGpus
+from labwright.gpu.arch import capabilities_of
 from labwright.guestlock import locked
 from labwright.operations import guests, http, tabbyapi
 from labwright.operations import stack as stack_ops
@@ -47,8 +48,11 @@ def deploy_tabbyapi() -> None:
     try:
         data, planned = downloaded_model(host.data.dict())
         s = settings_from(data)
+        # The GPUs' compute capabilities: a stack whose CUDA has no kernels for them is refused here, naming the
+        # stacks that have (a host without nvidia-smi reports none: no check).
+        caps = capabilities_of(host.get_fact(NvidiaGpus)) if s.gpu != "off" else ()
         plan = plan_for_stack(s.stack, s.venv, root=s.stacks_root, wheelhouse=s.wheelhouse or None,
-                              torch=s.torch or None)
+                              torch=s.torch or None, compute_caps=caps)
     except LabwrightError as exc:
         raise DeployError(str(exc)) from None
     if s.cache_rounded:

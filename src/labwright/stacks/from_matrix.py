@@ -16,11 +16,13 @@ from labwright.stacks.service import HealthCheck
 
 
 def plan_for_stack(name: str, venv: str, *, root: str = DEFAULT_ROOT, wheelhouse: str | None = None,
-                   torch: str | None = None, matrix: Matrix | None = None) -> SwitchPlan:
+                   torch: str | None = None, matrix: Matrix | None = None,
+                   compute_caps: tuple[str, ...] = ()) -> SwitchPlan:
     """Resolve stack ``name`` (optionally with another torch) into the exact wheels to install at ``venv``.
 
     ``wheelhouse`` is a directory on the target holding the wheels under their published file names; without
-    it each wheel comes from its matrix URL.
+    it each wheel comes from its matrix URL. ``compute_caps``: the target's GPUs (labwright.gpu.arch.capabilities_of
+    the NvidiaGpus fact); a build with no kernels for one of them is refused, naming the stacks that have some.
     """
     venv = check_venv_path(venv)
     root = check_root(root)
@@ -30,7 +32,7 @@ def plan_for_stack(name: str, venv: str, *, root: str = DEFAULT_ROOT, wheelhouse
     stack = get_stack(name, matrix)
     if torch is not None:
         inputs.parse_torch(torch)  # the one-line BadInput for a torch version that does not parse
-    resolution = resolve_stack(request_for(stack, torch=torch), matrix)
+    resolution = resolve_stack(request_for(stack, torch=torch, compute_caps=compute_caps), matrix)
     if not resolution.ok:
         raise BadInput(f"stack {name} cannot be built: {resolution.errors[0]}"
                        + (f" (and {len(resolution.errors) - 1} more; see `labwright matrix stacks`)"

@@ -67,3 +67,15 @@ def test_the_fact_reads_kind_target_and_state():
     assert empty == {"kind": "absent", "target": None, "current": None, "previous": None}
     command = fact.command("/opt/tabby api/.venv")
     assert "'/opt/tabby api/.venv'" in command and "/opt/labwright/stacks/state/" in command
+
+
+def test_the_gpus_compute_capability_refuses_a_stack_without_kernels_for_it():
+    """A GTX 1080 (sm_61): CUDA 13 dropped Pascal, so stack C (torch cu130) is refused while pyinfra prepares,
+    naming the stacks and builds that run there; stack A (cu128) plans as without the GPU facts."""
+    with pytest.raises(BadInput) as refused:
+        plan_for_stack("C", "/opt/tabbyapi/.venv", compute_caps=("6.1",))
+    line = str(refused.value)
+    assert line.startswith("stack C cannot be built: torch 2.11.0+cu130 (CUDA 13.0) cannot run on this GPU")
+    assert "Pascal (sm_61)" in line and "use A, B" in line and "\n" not in line
+    venv = "/opt/tabbyapi/.venv"
+    assert plan_for_stack("A", venv, compute_caps=("6.1",)) == plan_for_stack("A", venv)
