@@ -13,10 +13,14 @@ test run never touches the lab that ``labwright lab up`` made from inventories/l
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +59,13 @@ class Lab:
     def fresh(self, prefix: str = "lwt") -> str:
         """Copy the template into a new running container and return its name."""
         name = f"{prefix}-{secrets.token_hex(3)}"
+        with _template_lock():  # not while another session has the template started
+            self._copy_template(name)
+        self.client.set_state(name, "start")
+        lab_ops.wait_ready(self.client, name)
+        return name
+
+    def _copy_template(self, name: str) -> None:
         self.client.create_instance({
             "name": name,
             "type": "container",
@@ -62,9 +73,6 @@ class Lab:
             "profiles": [self.spec.profile],
             "config": {lab_ops.LAB_KEY: self.spec.name},
         })
-        self.client.set_state(name, "start")
-        lab_ops.wait_ready(self.client, name)
-        return name
 
     def remove(self, name: str) -> None:
         inst = self.client.instance_or_none(name)
@@ -80,7 +88,26 @@ class Lab:
         self.client.delete_instance(name)
 
 
+@contextlib.contextmanager
+def _template_lock() -> Iterator[None]:
+    """One pytest session at a time prepares the template: `lab up` starts it and this fixture stops it again, so a
+    second session (another test run against the same daemon) doing the same at once stops it under the first's
+    wait for its address ("did not get an address and sshd within 90s"). The lock is per machine, as the daemon is."""
+    where = Path("/run/lock") if os.access("/run/lock", os.W_OK) else Path(tempfile.gettempdir())
+    with open(where / "labwright-test-lab.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def ensure_test_lab() -> Lab:
+    with _template_lock():
+        return _ensure_test_lab()
+
+
+def _ensure_test_lab() -> Lab:
     spec = test_lab_spec([TEMPLATE])
     report = Reporter(quiet=True)
     # On a fresh machine (CI) the daemon is not running yet, and its socket may be a stale file.
