@@ -23,6 +23,7 @@ from labwright import paths
 from labwright.atomic import pid_alive
 from labwright.errors import BadInput, OperationFailed
 from labwright.textio import read_text
+from labwright.ui import install_step, run_with_progress
 
 BUILDER_VERSION = "1"  # bump when this module changes how images are made
 
@@ -137,10 +138,13 @@ def build_image(recipe: ImageRecipe, mirror: str | None = None, log=print) -> Pa
             cmd.append(mirror)
         log(f"debootstrap {recipe.suite} ({len(recipe.include)} packages) into {rootfs}")
         started = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise OperationFailed(f"debootstrap failed ({tail[0]}); check the mirror and disk space")
+        # Minutes on a first run: a progress line with the package debootstrap is at (labwright.ui), the whole
+        # output kept in the cache for when it fails.
+        try:
+            run_with_progress(cmd, f"debootstrap {recipe.suite}", parse=install_step,
+                              log=cache_dir() / "debootstrap.log")
+        except OperationFailed as exc:
+            raise OperationFailed(f"{exc}; check the mirror and disk space") from None
         log(f"debootstrap done in {time.monotonic() - started:.0f}s")
         for rel, content in recipe.files.items():
             dest = rootfs / rel.lstrip("/")

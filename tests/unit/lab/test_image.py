@@ -70,3 +70,27 @@ def test_abandoned_build_trees_are_removed_and_live_ones_kept(tmp_path, monkeypa
         (work / "rootfs" / "etc" / "hostname").write_text("x\n")
     assert remove_abandoned_builds(log=lambda _: None) == [dead]
     assert not dead.exists() and (live / "rootfs" / "etc" / "hostname").exists()
+
+
+def test_a_failing_debootstrap_is_one_line_with_its_own_error_and_the_log_kept(tmp_path, monkeypatch, capfd):
+    """Real debootstrap (scripts/setup installs it) against a mirror that does not exist: it fails at once on the
+    Release file; the error names the step, debootstrap's own E: line and the log, progress went to stderr, and no
+    half-built tree is left in the cache."""
+    import shutil
+
+    from labwright.errors import OperationFailed
+    from labwright.lab.image import build_image
+
+    if shutil.which("debootstrap") is None:
+        pytest.fail("debootstrap is missing: scripts/setup installs it")
+    monkeypatch.setenv("LABWRIGHT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LABWRIGHT_PROGRESS", "lines")
+    with pytest.raises(OperationFailed) as failed:
+        build_image(load_recipe(), mirror=f"file://{tmp_path}/no-mirror", log=lambda line: None)
+    line = str(failed.value)
+    assert line.startswith("debootstrap bookworm failed (exit ") and "\n" not in line
+    assert "E: " in line and line.endswith("check the mirror and disk space")
+    log = tmp_path / "cache" / "images" / "debootstrap.log"
+    assert str(log) in line and "E: " in log.read_text()
+    assert "debootstrap bookworm" in capfd.readouterr().err  # the progress line
+    assert [p.name for p in (tmp_path / "cache" / "images").iterdir()] == ["debootstrap.log"]
