@@ -56,7 +56,7 @@ class Gateway:
 
     def deploy(self, *data: str, env: dict[str, str] | None = None) -> DeployRun:
         items = [f"litellm_find_links={WHEELS}", f"litellm_aliases={ALIASES}", *data]
-        cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", str(self.inventory), "deploys/litellm.py",
+        cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", "--json", str(self.inventory), "deploys/litellm.py",
                "--limit", f"@lxd/{self.gw}"]
         for item in items:
             cmd += ["--data", item]

@@ -28,7 +28,7 @@ import pytest
 
 from labwright.lab.lab import instance_address
 from labwright.testing.lab_fixture import TEMPLATE, Lab
-from labwright.testing.pyinfra_output import DeployRun, pyinfra_totals, tool_env
+from labwright.testing.pyinfra_output import DeployRun, tool_env
 from support.pve_simulator import PveSimulator
 from support.stacks import StandinStacks, build_standin_stacks
 from support.tabbyapi_lab import MODEL_NAME, PORT, SERVICE, WHEELHOUSE, RepoServer, bridge_address, lab_subnet
@@ -199,13 +199,13 @@ def test_pct_connector_creates_its_declared_guest_through_the_api_then_a_second_
     assert len(created) == 1 and created[0].status == 200, simulator.writes
     marker = lab.client.exec(container, ["cat", f"/var/lib/pct-double/{vmid}/rootfs/root/labwright-marker"])
     assert marker.stdout.decode() == "made by the main job\n", marker.stderr.decode()
-    assert pyinfra_totals(first.output).changed >= 1
+    assert first.totals.changed >= 1, first.output[-3000:]
 
     writes = len(simulator.writes)
     second = pyinfra(inventory, str(deploy), env=env, timeout=300)
     assert second.rc == 0, second.output[-4000:]
     assert "create the declared guest" not in second.output
-    assert pyinfra_totals(second.output).changed == 0, second.output[-3000:]
+    assert second.totals.changed == 0, second.output[-3000:]
     assert len(simulator.writes) == writes, "the second run wrote to the Proxmox API"
 
 

@@ -46,6 +46,10 @@ RESULT_PREFIX = '{"plan"'
 """How pyinfra's ``--json`` line starts (``print_run_json`` puts "plan" first)."""
 
 
+SUMMARY_HEADER = "--> Results (pyinfra --json):"
+"""The first line of :meth:`PyinfraResult.summary`, which :class:`DeployRun` puts at the end of its output."""
+
+
 class UnreadableResult(AssertionError):
     """A pyinfra run's output holds no readable ``--json`` result (an AssertionError, so a test fails with it)."""
 
@@ -147,7 +151,7 @@ class PyinfraResult:
                      f"({t.operations} operation-hosts)")
         if self.failed_hosts:
             lines.append(f"    failed hosts: {', '.join(self.failed_hosts)}")
-        return "\n".join(["--> Results (pyinfra --json):", *lines])
+        return "\n".join([SUMMARY_HEADER, *lines])
 
 
 def _field(where: str, obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -218,7 +222,9 @@ def _tail(text: str, limit: int = 1500) -> str:
 def no_result(output: str, rc: int | None = None) -> UnreadableResult:
     """The error for an output without a ``--json`` result, saying what the output was instead."""
     exit_code = "" if rc is None else f" (exit {rc})"
-    if "Grand total" in output:
+    if SUMMARY_HEADER in output:
+        why = "this is a DeployRun's output, whose --json line was taken out: read run.totals / run.result"
+    elif "Grand total" in output:
         why = "this is pyinfra's screen output: run pyinfra with --json (run_pyinfra does)"
     elif "No hosts remaining!" in output:
         why = "every host failed, so pyinfra stopped before printing any result"
@@ -242,8 +248,11 @@ def parse_pyinfra_json(output: str, rc: int | None = None) -> PyinfraResult:
     return result_from_json(document)
 
 
-def pyinfra_totals(output: str) -> Totals:
-    """The totals of a ``pyinfra --json`` run, from its output (stdout, or stdout and stderr together)."""
+def pyinfra_totals(output: str | DeployRun) -> Totals:
+    """The totals of a ``pyinfra --json`` run, from its output (stdout, or stdout and stderr together) or its
+    :class:`DeployRun`."""
+    if isinstance(output, DeployRun):
+        return output.totals
     return parse_pyinfra_json(output).totals
 
 

@@ -135,6 +135,10 @@ def test_a_deploy_that_prints_on_stdout_keeps_its_lines_and_the_result(tmp_path:
     run = run_pyinfra("@local", deploy, cwd=tmp_path, timeout=300)
     assert run.rc == 0 and run.totals.changed == 2, run.output
     assert "hello from the deploy" in run.output
+    assert pyinfra_totals(run) == run.totals  # a DeployRun itself, as callers of the old API may pass
+    with pytest.raises(UnreadableResult, match=r"this is a DeployRun's output, whose --json line was taken out: "
+                                               r"read run.totals / run.result"):
+        pyinfra_totals(run.output)
 
 
 def test_the_recorded_lab_run_reads_per_host_with_one_failed_host() -> None:
