@@ -223,6 +223,8 @@ def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | No
     # link; a stalled read is retried with a Range request, so a longer wait costs nothing when all is well.
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "30")
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "60")
+    if not sys.stderr.isatty():  # its tqdm bars redraw with \r: in a pyinfra log or a pipe they are noise
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from huggingface_hub import HfApi, hf_hub_download, snapshot_download
     from huggingface_hub.errors import (
         HfHubHTTPError,
