@@ -133,8 +133,9 @@ def refuse_build(cuda: str, capability: str, *, what: str = "this build",
         raise BadInput(message)
 
 
-def capabilities_of(gpus: Iterable[dict]) -> tuple[str, ...]:
+def capabilities_of(gpus: Iterable[dict] | None) -> tuple[str, ...]:
     """The distinct compute capabilities in the ``NvidiaGpus`` fact (``[{"compute_cap": "8.6", ...}]``), in the
-    table's spelling; GPUs whose driver cannot say (``None``) are left out, so no GPU facts means no check."""
-    found = (parse_capability(gpu["compute_cap"]) for gpu in gpus if gpu.get("compute_cap"))
+    table's spelling; GPUs whose driver cannot say (``None``) are left out, so no GPU facts means no check (pyinfra
+    answers None for the whole fact on a host without nvidia-smi)."""
+    found = (parse_capability(gpu["compute_cap"]) for gpu in gpus or () if gpu.get("compute_cap"))
     return tuple(sorted(set(found), key=lambda cap: tuple(int(x) for x in cap.split("."))))

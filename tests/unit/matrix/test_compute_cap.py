@@ -157,6 +157,7 @@ def test_capabilities_of_the_gpu_facts():
             {"name": "NVIDIA GeForce RTX 3090", "compute_cap": "8.6"}, {"name": "b", "compute_cap": "12.0"}]
     assert arch.capabilities_of(gpus) == ("8.6", "12.0")
     assert arch.capabilities_of([]) == ()
+    assert arch.capabilities_of(None) == ()  # pyinfra's answer on a host without nvidia-smi
 
 
 # -- the command line ----------------------------------------------------------------------------------------------
