@@ -108,7 +108,9 @@ def preflight(plan: SwitchPlan, options: Options) -> VenvPath:
     return found
 
 
-def switch(plan: SwitchPlan, options: Options, log: Log = print) -> Outcome:
+def switch(plan: SwitchPlan, options: Options, log: Log = print, *, swap: bool = True) -> Outcome:
+    """Build (or reuse) and verify the plan's environment beside the running one, then swap, restart and check
+    health (``swap=False``: stop after the verify, see ``build_only``)."""
     preflight(plan, options)
     layout = Layout(plan.root, plan.venv)
     with layout.locked():
@@ -117,6 +119,9 @@ def switch(plan: SwitchPlan, options: Options, log: Log = print) -> Outcome:
         env_dir = layout.env_dir(plan.env_id)
         if found.kind == "managed" and found.target == str(env_dir / "venv") and state.current is not None \
                 and state.current.id == plan.env_id:
+            if not swap:
+                return Outcome(False, state.current, state.previous, f"{plan.venv} already has stack {plan.stack} "
+                                                                     f"({plan.env_id}) in place: nothing to build")
             if state.current.pending:
                 return _finish_interrupted(plan, options, layout, state, log)
             return Outcome(False, state.current, state.previous, f"{plan.venv} already runs stack {plan.stack} "
@@ -127,6 +132,9 @@ def switch(plan: SwitchPlan, options: Options, log: Log = print) -> Outcome:
         else:
             _build(plan, options, layout, found, env_dir, log)
         _verify(plan, env_dir, options, log, remove=not reused, running=found)
+        if not swap:
+            return Outcome(False, state.current, state.previous,
+                           f"stack {plan.stack} built and verified in {env_dir}; {plan.venv} not switched yet")
         return _swap_and_check(plan, options, layout, state, found, env_dir, log)
 
 
@@ -135,24 +143,7 @@ def build_only(plan: SwitchPlan, options: Options, log: Log = print) -> Outcome:
     or restarted. The pyinfra operation runs this first when it snapshots the guest, so the snapshot is taken once
     the new stack is known good and a refused stack never pauses the service (a snapshot on LXD's dir pool freezes
     the guest); the ``switch`` that follows reuses the environment."""
-    preflight(plan, options)
-    layout = Layout(plan.root, plan.venv)
-    with layout.locked():
-        found = inspect_for_switch(layout, options.create)
-        state = reconcile(layout, layout.read_state(), found, log)
-        env_dir = layout.env_dir(plan.env_id)
-        if found.kind == "managed" and found.target == str(env_dir / "venv") and state.current is not None \
-                and state.current.id == plan.env_id:
-            return Outcome(False, state.current, state.previous, f"{plan.venv} already has stack {plan.stack} "
-                                                                 f"({plan.env_id}) in place: nothing to build")
-        reused = _reusable(layout, env_dir)
-        if reused:
-            log(f"reuse {env_dir} (built before)")
-        else:
-            _build(plan, options, layout, found, env_dir, log)
-        _verify(plan, env_dir, options, log, remove=not reused, running=found)
-        return Outcome(False, state.current, state.previous,
-                       f"stack {plan.stack} built and verified in {env_dir}; {plan.venv} not switched yet")
+    return switch(plan, options, log, swap=False)
 
 
 def _build(plan: SwitchPlan, options: Options, layout: Layout, found: VenvPath, env_dir: Path, log: Log) -> None:
