@@ -11,6 +11,7 @@ import pytest
 
 from labwright.lxd.client import LxdClient
 from labwright.testing.lab_fixture import TEMPLATE
+from labwright.testing.pyinfra_output import parse_pyinfra_json
 from support.fake_nvidia import make_container_libraries, make_fake_nvidia_host
 
 
@@ -40,12 +41,12 @@ def test_guest_deploy_builds_the_inventory_then_changes_nothing(lab, repo, cli_e
         assert all(client.instance(n)["status"] == "Running" for n in names)
         assert client.instance(names[1])["config"]["security.nesting"] == "true"
 
-        second = pyinfra(cli_env, repo, "deploys/guest.py", "--data", f"guests_inventory={inventory}")
+        second = pyinfra(cli_env, repo, "--json", "deploys/guest.py", "--data", f"guests_inventory={inventory}")
         assert second.returncode == 0, second.stderr[-3000:]
-        rows = [line.split() for line in (second.stdout + second.stderr).splitlines()
-                if line.strip().startswith("Guests | Guest ")]
-        # Operation | Hosts | Success | Error | No Change
-        assert len(rows) == 2 and all(row[-4:] == ["1", "-", "-", "1"] for row in rows), rows
+        # pyinfra's --json results (labwright.testing.pyinfra_output): each guest's operation, no change on @local
+        guest_ops = [op for op in parse_pyinfra_json(second.stdout).operations or () if "Guests | Guest " in op.name]
+        assert len(guest_ops) == 2 and all(op.no_change == ("@local",) and not op.success and not op.error
+                                           for op in guest_ops), guest_ops
 
         only = pyinfra(cli_env, repo, "deploys/guest.py", "--data", f"guests_inventory={inventory}",
                        "--data", f"guests={names[0]},nope")

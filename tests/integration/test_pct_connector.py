@@ -31,6 +31,7 @@ from pyinfra.api.host import Host
 from labwright.lab.lab import instance_address
 from labwright.lxd.client import ExecResult
 from labwright.testing.lab_fixture import Lab
+from labwright.testing.pyinfra_output import pyinfra_totals
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = pytest.mark.lab
@@ -286,12 +287,10 @@ def test_pct_connector_against_pct_double_node_via_ssh_config_alias(pve_node, tm
 
 
 # --- pyinfra operations ------------------------------------------------------------------------
-def grand_total(output: str) -> tuple[int, int]:
-    """(success, no change) from pyinfra's results table."""
-    match = re.search(r"Grand total\s+(\d+|-)\s+(\d+|-)\s+(\d+|-)\s+(\d+|-)", output)
-    assert match, output[-2000:]
-    cells = [0 if cell == "-" else int(cell) for cell in match.groups()]
-    return cells[1], cells[3]
+def changed_and_unchanged(proc: subprocess.CompletedProcess[str]) -> tuple[int, int]:
+    """(changed, no change) from pyinfra's --json results (labwright.testing.pyinfra_output), not its screen."""
+    totals = pyinfra_totals(proc.stdout)
+    return totals.changed, totals.no_change
 
 
 def test_pct_connector_against_pct_double_node_operations_then_second_run_changes_nothing(pve_node, tmp_path):
@@ -305,12 +304,12 @@ def test_pct_connector_against_pct_double_node_operations_then_second_run_change
         "files.line(name='line', path='/etc/app.ini', line='key=value')\n"
     )
     args = [*pve_node.cli_data(), f"@pct/pve1/{CT}", str(deploy)]
-    first = run_cli(args, cwd=tmp_path)
+    first = run_cli(["--json", *args], cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert grand_total(first.stderr + first.stdout) == (4, 0)
-    second = run_cli(args, cwd=tmp_path)
+    assert changed_and_unchanged(first) == (4, 0)
+    second = run_cli(["--json", *args], cwd=tmp_path)
     assert second.returncode == 0, second.stderr
-    assert grand_total(second.stderr + second.stdout) == (0, 4)
+    assert changed_and_unchanged(second) == (0, 4)
     rootfs = PveNode.in_ct(CT, "")
     check = pve_node.sh(f"cd {rootfs} && cat opt/app/app.conf && stat -c '%a %U %n' opt/app/app.conf srv/app "
                         "srv/app/flag && cat etc/app.ini")
