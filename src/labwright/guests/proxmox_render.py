@@ -204,6 +204,11 @@ class Diff:
     def config_lines(self) -> list[str]:
         return [f"{k}: {v}" for k, v in self.put.items()] + [f"{k}: {v}" for k, v in self.lxc or []]
 
+    def through_api(self, via_ssh: dict[str, str], via_ssh_delete: list[str]) -> tuple[dict[str, str], list[str]]:
+        """The keys to set and delete through the API: all but the root-only ones written over SSH (CTs and VMs)."""
+        return ({k: v for k, v in self.put.items() if k not in via_ssh},
+                [k for k in self.delete if k not in via_ssh_delete])
+
 
 def indexed(prefix: str, current: Mapping[str, Any], wanted: list[str], managed: Callable[[Any], bool],
             default_key: str, identity: str | Callable[[str], Any], out: Diff) -> None:

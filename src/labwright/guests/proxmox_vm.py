@@ -188,9 +188,7 @@ class VmOps:
         return plan.changes
 
     def _api_params(self, state: _VmState) -> tuple[dict[str, str], list[str]]:
-        put = {k: v for k, v in state.diff.put.items() if k not in state.via_ssh}
-        delete = [k for k in state.diff.delete if k not in state.via_ssh_delete]
-        return put, delete
+        return state.diff.through_api(state.via_ssh, state.via_ssh_delete)
 
     def _create(self, spec: GuestSpec, state: _VmState) -> None:
         put, _ = self._api_params(state)
