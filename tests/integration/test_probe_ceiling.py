@@ -103,7 +103,7 @@ def test_llamacpp_probe_finds_the_real_ceiling_and_restores_the_service(lab, box
     print(f"\nf16: ceiling {result.ceiling} after {len(result.probes)} probes, predicted {result.predicted}: "
           + ", ".join(f"{p.candidate}:{p.outcome}" for p in result.probes))
     assert result.strategy == "seeded" and result.ceiling is not None
-    # Measured here: f16 under 512 MiB starts at ~120K (shared/notes/testbed-llama.md: ~123-127K).
+    # Measured here: f16 under 512 MiB starts at ~120K (the development machine's notes: ~123-127K).
     assert 100_000 <= result.ceiling <= 135_000, result.ceiling
     assert len(result.probes) <= 6, [(p.candidate, p.outcome) for p in result.probes]
     fits = [p for p in result.probes if p.outcome == "ok"]

@@ -1,7 +1,7 @@
 """Make sure an LXD (or Incus) daemon is installed and running on this machine.
 
 With systemd as PID 1 the packaged units are started; without it (containers, CI sandboxes)
-lxcfs and lxd are started by hand, detached, as measured in shared/notes/testbed-lxd.md.
+lxcfs and lxd are started by hand, detached, as measured on the development machine (docs/fresh-check.md).
 nftables must be installed before LXD starts, or creating a bridge fails ("iptables not found").
 """
 

@@ -4,7 +4,7 @@ Tests need a model llama.cpp really runs (no download, no GPU): ~9 MB, written i
 
     python -m labwright.llamacpp.tiny_model /tmp/tiny.gguf [--context-length 524288] [--seed 0]
 
-Shape choices (measured, see shared/notes/testbed-llama.md):
+Shape choices (measured on the development machine):
 - head size 64 (E=256, 4 heads): a quantized KV cache needs the head size divisible by its block size (32); E=64
   with 4 heads fails to load with a q8_0/q4_0 cache.
 - the trained context defaults far above any ``--ctx-size`` a test or the context probe asks for, so llama.cpp never

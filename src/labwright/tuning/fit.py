@@ -1,9 +1,9 @@
 """Where does a model live: weights + KV + a measured overhead against VRAM (and RAM), in the seed's terms.
 
-Verdicts, best first (shared/seeds/000): fits in VRAM; MoE expert offload (acceptable: routed experts in RAM,
-attention and KV on the GPU); split GPU/CPU (warn: PCIe-bound, the worst case); run fully on CPU; does not fit.
-A verdict is only given when an engine that speaks the model's format can do it (data/fit.toml): an EXL3 model
-that does not fit in VRAM has no fallback, as exllamav3 runs on the GPU only.
+Verdicts, best first (field note 000, docs/field-notes.md): fits in VRAM; MoE expert offload (acceptable: routed
+experts in RAM, attention and KV on the GPU); split GPU/CPU (warn: PCIe-bound, the worst case); run fully on CPU;
+does not fit. A verdict is only given when an engine that speaks the model's format can do it (data/fit.toml): an
+EXL3 model that does not fit in VRAM has no fallback, as exllamav3 runs on the GPU only.
 """
 
 from __future__ import annotations

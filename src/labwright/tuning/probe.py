@@ -425,7 +425,7 @@ def predict_from_baseline(layout: KvLayout, spec: CacheSpec, baseline: Probe, pa
                               f"{budget:,} B KV budget")
 
 
-# Measured (shared/notes/testbed-llama.md, and this probe's own runs under a 512 MiB LXD limit): llama-server
+# Measured (on the development machine, and this probe's own runs under a 512 MiB LXD limit): llama-server
 # starts as long as the guest's anonymous memory stays about 5.5 MiB under the limit (f16: 5.45 MiB, q8_0: 5.5 MiB
 # at the ceiling); the rest is page cache the kernel cannot take back (binaries, journal) before it kills.
 RESERVE = 5 * 1024**2

@@ -22,7 +22,7 @@ from labwright.paths import packaged_matrix_dir
 
 MATRIX_DIR = packaged_matrix_dir()
 
-# The seed's table exactly as published (shared/seeds/001_90d59dfcd4fe3aa5.txt): stacks.toml must keep it verbatim.
+# The seed's table exactly as published (field note 001, docs/field-notes.md): stacks.toml must keep it verbatim.
 SEED_TABLE = {
     "A": ("2.9.0+cu128", "0.0.37+cu128", "2.8.3+cu128 ✓", "1.6.2.post1 ✓", "✓"),
     "B": ("2.10.0+cu128", "0.0.37+cu128", "2.8.3+cu128 or +cu130 ✓", "1.6.2.post1 ✓", "✓"),

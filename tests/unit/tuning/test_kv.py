@@ -16,7 +16,7 @@ from labwright.tuning.units import GIB, parse_size
 CONFIGS = Path(__file__).resolve().parent / "configs"
 SEED = CONFIGS / "qwen3.5-9b.json"
 
-# shared/seeds/001: bytes/token and "tokens in 2.4 GB KV budget" for Qwen3.5-9B.
+# field note 001, docs/field-notes.md: bytes/token and "tokens in 2.4 GB KV budget" for Qwen3.5-9B.
 SEED_TABLE = {"8,8": (16_384, 155_000), "8,4": (12_288, 207_000), "4,4": (8_192, 310_000)}
 
 
