@@ -1,0 +1,261 @@
+"""Open WebUI: chat in the browser for the lab's models, from PyPI's open-webui in its own venv.
+
+The connections are chosen by labwright.openwebui.config (pure); see deploys/openwebui.py (the pyinfra CLI shim,
+with usage) and docs/openwebui.md.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from io import StringIO
+from pathlib import PurePosixPath
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+from pyinfra import host, inventory
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.files import File, FileContents
+from pyinfra.operations import files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
+from labwright.deploys.common import install_missing, pip_install, port_taken_by
+from labwright.deploys.litellm import address_of
+from labwright.facts.default_keys import DefaultKeysIn
+from labwright.facts.openwebui import OpenwebuiKeysCurrent, OpenwebuiVersion
+from labwright.guestlock import locked
+from labwright.litellm.config import ConfigError, EngineHost
+from labwright.litellm.config import load_defaults as litellm_defaults
+from labwright.openwebui.config import (
+    SIGNIN_CHECK,
+    TEMPLATES,
+    check_email,
+    check_name,
+    choose_backend,
+    load_defaults,
+    openai_env_script,
+    refuse_default_key,
+    render_settings,
+)
+from labwright.operations import http
+from labwright.operations import systemd as systemd_ops
+
+DEFAULTS = load_defaults()
+JINJA = jinja(TEMPLATES)
+NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+VERSION = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")
+UNSAFE = re.compile(r"[\s'\"$`\\;]")
+GIT_REF = re.compile(r"^[0-9a-f]{7,40}$|^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
+# Secrets are made on the guest only; a value for one of these in inventory data is refused.
+SECRET_KEYS = ("secret_key", "admin_password", "pipelines_api_key")
+
+KEYS = DeployData("openwebui", DEFAULTS)
+fail, data = KEYS.fail, KEYS.get
+
+
+def as_int(key: str, low: int, high: int | None = None) -> int:
+    return KEYS.int_of(key, data(key), low, high)
+
+
+def pip_source(find_links: str, extra_index_url: str) -> str:
+    """pip's source arguments: a wheelhouse alone (--no-index; an http:// one is trusted by name, pip ignores plain
+    http hosts otherwise), else PyPI plus an optional extra index (the CPU torch's, say)."""
+    if find_links:
+        args = f"--no-index --find-links {shlex.quote(find_links)}"
+        if find_links.startswith("http://"):
+            args += f" --trusted-host {shlex.quote(urlsplit(find_links).hostname or '')}"
+        return args
+    if extra_index_url:
+        return f"--extra-index-url {shlex.quote(extra_index_url)}"
+    return ""
+
+
+def generate(path: str, variable: str, nbytes: int, what: str) -> None:
+    """``VARIABLE=<random>`` into a root-only file on the guest (python3 secrets), made once, never read back."""
+    server.shell(name=f"Generate {what} on the guest ({path}, 0600 root)", commands=[
+        f"umask 077; python3 -c 'import secrets; print(\"{variable}=\" + secrets.token_urlsafe({nbytes}))' "
+        f"> {path}.new && mv {path}.new {path}",
+    ])
+
+
+@locked("Open WebUI")
+def deploy_openwebui() -> None:
+    """Open WebUI at a pinned version, its secret key and first admin (made on the guest), its connections to the
+    inventory's LiteLLM gateway or engines, offline settings, unit; the optional pipelines server with its own key.
+
+    Everything is checked before anything changes; each refusal is one line naming the data key.
+    """
+    # --- read and check everything before touching anything -----------------------------------------
+    refuse_unknown_keys(host.data.dict(), "openwebui", {*DEFAULTS["service"], *SECRET_KEYS},
+                        "docs/openwebui.md and labwright/data/templates/openwebui/defaults.toml")
+    for key in SECRET_KEYS:
+        value = host.data.get(f"openwebui_{key}")
+        if value is not None:
+            try:
+                refuse_default_key(value, f"openwebui_{key}")
+            except ConfigError as exc:
+                raise DeployError(str(exc)) from None
+            raise fail(key, "is never taken from inventory data (secrets stay out of inventories); labwright "
+                       f"generates it on the guest: remove openwebui_{key} (nothing was changed)")
+    service, user = str(data("service")), str(data("user"))
+    for key, value in (("service", service), ("user", user)):
+        if not NAME.match(value) or value == "root":
+            raise fail(key, f"{value!r} is not a valid name")
+    version = str(data("version")).strip()
+    if not VERSION.match(version):
+        raise fail("version", f"{version!r} is not an open-webui release such as 0.12.4")
+    venv, data_dir, config_dir = str(data("venv")), str(data("data_dir")), str(data("config_dir"))
+    for key, value in (("venv", venv), ("data_dir", data_dir), ("config_dir", config_dir)):
+        if not PurePosixPath(value).is_absolute() or UNSAFE.search(value) or value.rstrip("/") in ("", "/"):
+            raise fail(key, f"{value!r} must be an absolute path (not /) without spaces or quotes")
+    listen_host = str(data("host"))
+    if not re.fullmatch(r"[0-9A-Za-z.:]+", listen_host):
+        raise fail("host", f"{listen_host!r} is not an address to listen on")
+    port = as_int("port", 1, 65535)
+    litellm_port = as_int("litellm_port", 1, 65535)
+    find_links, extra_index = str(data("find_links") or ""), str(data("extra_index_url") or "")
+    for key, value in (("find_links", find_links), ("extra_index_url", extra_index)):
+        if UNSAFE.search(value):
+            raise fail(key, f"{value!r} must be a path or URL without spaces or quotes")
+    if extra_index and not re.match(r"^https?://[^/\s]+", extra_index):
+        raise fail("extra_index_url", f"{extra_index!r} is not an http(s) index URL")
+    health_timeout = as_int("health_timeout", 1)
+    pipelines = KEYS.bool_of("pipelines", data("pipelines"))
+    pipelines_port = as_int("pipelines_port", 1, 65535)
+    pipelines_dir, pipelines_repo = str(data("pipelines_dir")), str(data("pipelines_repo"))
+    pipelines_ref = str(data("pipelines_ref"))
+    if pipelines:
+        if not PurePosixPath(pipelines_dir).is_absolute() or UNSAFE.search(pipelines_dir):
+            raise fail("pipelines_dir", f"{pipelines_dir!r} must be an absolute path without spaces or quotes")
+        if UNSAFE.search(pipelines_repo) or not pipelines_repo or pipelines_repo.startswith("-"):
+            raise fail("pipelines_repo", f"{pipelines_repo!r} is not a git URL or path")
+        if not GIT_REF.match(pipelines_ref) or ".." in pipelines_ref:
+            raise fail("pipelines_ref", f"{pipelines_ref!r} is not a plain git commit, tag or branch")
+        if pipelines_port == port:
+            raise fail("pipelines_port", f"{pipelines_port} is Open WebUI's own port (openwebui_port)")
+    try:
+        admin_email = check_email(str(data("admin_email")))
+        admin_name = check_name(str(data("admin_name")))
+        hosts = [EngineHost(h.name, cast(Mapping[str, Any], h.data), h.name == host.name) for h in inventory]
+        gateway_here = bool(host.get_fact(File, path="/etc/litellm/master.env"))
+        connections = choose_backend(str(data("backend")), gateway_here, litellm_port, hosts,
+                                     litellm_defaults()["engines"], address_of)
+    except ConfigError as exc:
+        raise DeployError(str(exc)) from None
+
+    secret_env, admin_env, openai_env, settings_env, pipelines_env = (
+        f"{config_dir}/{name}" for name in ("secret.env", "admin.env", "openai.env", "settings.env", "pipelines.env"))
+    defaults_found = host.get_fact(DefaultKeysIn, paths=[secret_env, admin_env, openai_env, settings_env,
+                                                         pipelines_env])
+    if defaults_found:
+        found = defaults_found[0]
+        key = "pipelines_api_key" if found["path"] == pipelines_env else "secret_key"
+        raise fail(key, f"{found['path']} on {host.name} sets {found['variable']} to {found['why']}, which anyone "
+                   f"can look up; delete {found['path']} and re-run to generate a random one (nothing was changed)")
+    holder = port_taken_by(port, service)
+    if holder:
+        raise fail("port", f"{port} is already in use on {host.name} by {holder} (nothing was changed)")
+    if pipelines:
+        holder = port_taken_by(pipelines_port, f"{service}-pipelines")
+        if holder:
+            raise fail("pipelines_port", f"{pipelines_port} is already in use on {host.name} by {holder} (nothing "
+                       "was changed)")
+
+    # --- runtime, user, the venv at the pinned version ------------------------------------------------
+    install_missing([*data("runtime_packages"), *(["git"] if pipelines else [])], "Open WebUI's runtime")
+    server.user(name=f"Service user {user}", user=user, system=True, shell="/usr/sbin/nologin", home=data_dir,
+                create_home=True)
+    files.directory(name=f"{data_dir} ({user} 0750)", path=data_dir, user=user, group=user, mode="750")
+    source = pip_source(find_links, extra_index)
+    where = find_links or (f"PyPI and {extra_index}" if extra_index else "PyPI")
+    install_changed = False
+    current = host.get_fact(OpenwebuiVersion, venv=venv)
+    if current != version:
+        server.shell(name=f"Install open-webui=={version} in {venv} (was {current or 'absent'})", commands=[
+            f"mkdir -p {shlex.quote(str(PurePosixPath(venv).parent))}",
+            f"test -x {venv}/bin/pip || python3 -m venv {venv}",
+            pip_install(f"{venv}/bin/pip", f"{source} 'open-webui=={version}'", f"open-webui=={version}", where,
+                        "openwebui_find_links"),
+        ])
+        install_changed = True
+
+    # --- keys (made on the guest), settings, unit ---------------------------------------------------------
+    files.directory(name=f"{config_dir} (root 0755)", path=config_dir, user="root", group="root", mode="755")
+    made = []
+    for path, variable, nbytes, what in ((secret_env, "WEBUI_SECRET_KEY", 48, "WEBUI_SECRET_KEY"),
+                                         (admin_env, "WEBUI_ADMIN_PASSWORD", 18, "the admin's password"),
+                                         *([(pipelines_env, "PIPELINES_API_KEY", 32, "PIPELINES_API_KEY")]
+                                           if pipelines else [])):
+        if not host.get_fact(File, path=path):
+            generate(path, variable, nbytes, what)
+            made.append(path)
+    pipelines_url = f"http://127.0.0.1:{pipelines_port}" if pipelines else ""
+    settings = files.put(name=f"{settings_env}: {len(connections) + bool(pipelines)} connections, offline",
+                         src=StringIO(render_settings(connections, data_dir, admin_email, admin_name,
+                                                      pipelines_url)),
+                         dest=settings_env, user="root", group="root", mode="644")
+    keys_changed = False
+    if not host.get_fact(OpenwebuiKeysCurrent, script=openai_env_script(
+            connections, openai_env, pipelines_env if pipelines else "", check=True)):
+        server.shell(name=f"OPENAI_API_KEYS on the guest ({openai_env}, 0600 root; read from the key files there)",
+                     commands=[openai_env_script(connections, openai_env, pipelines_env if pipelines else "")])
+        keys_changed = True
+
+    pipelines_changed = False
+    if pipelines:
+        pipelines_changed = deploy_pipelines(pipelines_dir, pipelines_repo, pipelines_ref, pipelines_port, user,
+                                             data_dir, config_dir, service, source, where, health_timeout)
+
+    unit_text = JINJA.get_template("open-webui.service.j2").render(
+        user=user, data_dir=data_dir, config_dir=config_dir, venv=venv, host=listen_host, port=port)
+    unit = files.put(name=f"Unit {service}.service", src=StringIO(unit_text),
+                     dest=f"/etc/systemd/system/{service}.service", user="root", group="root", mode="644")
+    systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
+    started = systemd_ops.started_owned(name=f"{service} enabled and running", service=f"{service}.service")
+    changed = bool(install_changed or made or keys_changed or pipelines_changed)
+    restarted = systemd_ops.restarted_owned(
+        name=f"Restart {service} (install, keys, settings or unit changed)", service=f"{service}.service",
+        _if=lambda: (changed or any_changed(settings, unit)()) and not started.did_change())
+    health_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
+    base = f"http://{health_host}:{port}"
+    check = lambda: changed or any_changed(settings, unit, started, restarted)()  # noqa: E731
+    http.wait_healthy(name=f"{service} health: /health", url=base, service=service, timeout=health_timeout,
+                      health_path="/health", interval=1, journal_lines=20, request_timeout=30, _if=check)
+    server.shell(name=f"{service}: the admin signs in and sees the models",
+                 commands=[f"python3 -c {shlex.quote(SIGNIN_CHECK)} {shlex.quote(base)} {shlex.quote(config_dir)}"],
+                 _if=check)
+
+
+def deploy_pipelines(directory: str, repo: str, ref: str, port: int, user: str, data_dir: str, config_dir: str,
+                     service: str, source: str, where: str, health_timeout: int) -> bool:
+    """The pipelines server at ``ref`` in its own venv, on loopback, with the generated PIPELINES_API_KEY."""
+    name = f"{service}-pipelines"
+    marker = f"{directory}/.labwright-ref"
+    install = None
+    if (host.get_fact(FileContents, path=marker) or [""])[0].strip() != ref:
+        install = server.shell(name=f"pipelines server at {ref[:12]} in {directory}", commands=[
+            f"test -d {directory}/.git || git init -q {directory}",
+            f"git -C {directory} fetch -q --depth 1 {shlex.quote(repo)} {shlex.quote(ref)}",
+            f"git -C {directory} checkout -q --force FETCH_HEAD",
+            f"test -x {directory}/.venv/bin/pip || python3 -m venv {directory}/.venv",
+            pip_install(f"{directory}/.venv/bin/pip", f"{source} -r {directory}/requirements-minimum.txt",
+                        "the pipelines server's requirements", where, "openwebui_find_links"),
+            f"printf '%s\\n' {shlex.quote(ref)} > {marker}",
+        ])
+    files.directory(name=f"{data_dir}/pipelines ({user})", path=f"{data_dir}/pipelines", user=user, group=user,
+                    mode="750")
+    unit = files.put(name=f"Unit {name}.service", src=StringIO(JINJA.get_template("pipelines.service.j2").render(
+        user=user, directory=directory, data_dir=data_dir, config_dir=config_dir, port=port, ref=ref)),
+        dest=f"/etc/systemd/system/{name}.service", user="root", group="root", mode="644")
+    systemd.daemon_reload(name="systemd daemon-reload (pipelines unit changed)", _if=unit.did_change)
+    started = systemd_ops.started_owned(name=f"{name} enabled and running", service=f"{name}.service")
+    restarted = systemd_ops.restarted_owned(
+        name=f"Restart {name} (code or unit changed)", service=f"{name}.service",
+        _if=lambda: any_changed(unit, *([install] if install else []))() and not started.did_change())
+    http.wait_healthy(name=f"{name} health: /", url=f"http://127.0.0.1:{port}", service=name,
+                      timeout=health_timeout, health_path="/", interval=1, journal_lines=20,
+                      _if=any_changed(unit, started, restarted, *([install] if install else [])))
+    return install is not None
+

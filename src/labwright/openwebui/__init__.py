@@ -1,0 +1,1 @@
+"""Open WebUI: deploys/openwebui.py's pure configuration and its wheelhouse."""
