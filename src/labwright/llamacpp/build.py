@@ -9,10 +9,19 @@ engine; the binary is cached under ``~/.cache/labwright/llama/<version>/`` and r
 Measured on 2 idle cores: ~40 s download, ~5.5 min build, a 15 MB binary linked only to libgomp/libstdc++/libc.
 Every phase says on stderr what it is doing and how long it took (labwright.ui.progress): the download in MB, the
 configure's steps, the build's ninja step N/M; cmake's whole output is kept in ``build.log`` beside the binary.
+
+A CUDA build (``--arch`` given: the GPUs' compute capabilities, as the NvidiaGpus fact reports them) is cached per
+(llama.cpp version, CUDA version, architectures) under ``~/.cache/labwright/llama/<version>/cuda13.0-sm86/`` as
+``bin/llama-server`` plus ``lib/llama-server/`` (libcudart, libcublas, libcublasLt; the binary's RUNPATH is
+``$ORIGIN/../lib/llama-server``, so the same layout works on a guest: /usr/local/bin + /usr/local/lib/llama-server)
+and ``manifest.json`` (each file's sha256). The toolkit is NVIDIA's pip wheels (labwright.llamacpp.cuda).
+
+    python -m labwright.llamacpp.build --arch 8.6 --arch 12.0     # CUDA 13.0, SASS for sm_86 and sm_120a
 """
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import hashlib
 import json
@@ -22,11 +31,14 @@ import sys
 import tarfile
 import tempfile
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from labwright import paths
-from labwright.errors import OperationFailed
+from labwright.errors import BadInput, LabwrightError, OperationFailed
+from labwright.llamacpp import cuda as cuda_toolkit
+from labwright.llamacpp.cuda import CudaToolchain
 from labwright.ui import build_step, copy_with_progress, install_step, progress, run_with_progress
 
 SIMPLE_API = "https://pypi.org/simple/llama-cpp-python/"
@@ -64,9 +76,34 @@ CMAKE_FLAGS = (
 
 BUILD_TOOLS = {"cmake": "cmake", "ninja": "ninja-build", "g++": "g++"}
 
+#: Where a CUDA build's libraries sit relative to its binary, on the control machine and on a guest alike.
+CUDA_LIB_DIR = "../lib/llama-server"
+
+
+def cuda_flags(root: Path, cmake_archs: Sequence[str]) -> tuple[str, ...]:
+    """The CUDA build's flags on top of CMAKE_FLAGS: the pip toolkit's nvcc and root, the GPUs' architectures, no
+    VMM (no libcuda.so link stub in the wheels; see labwright.llamacpp.cuda), and a RUNPATH entry relative to the
+    binary (CMake writes $ORIGIN safely) so its CUDA libraries travel beside it; CMake adds the toolkit's lib dir
+    after it, a path that does not exist on a guest."""
+    return (
+        "-DGGML_CUDA=ON",
+        f"-DCUDAToolkit_ROOT={root}",
+        f"-DCMAKE_CUDA_COMPILER={root / 'bin' / 'nvcc'}",
+        f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(cmake_archs)}",
+        "-DGGML_CUDA_NO_VMM=ON",
+        "-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON",
+        f"-DCMAKE_BUILD_RPATH=$ORIGIN/{CUDA_LIB_DIR}",
+        "-DCMAKE_CUDA_RUNTIME_LIBRARY=Shared",
+    )
+
 
 def cache_dir(version: str = PINNED.version) -> Path:
     return paths.cache_path("llama", version)
+
+
+def cuda_cache_dir(cuda: CudaToolchain, cmake_archs: Sequence[str], version: str = PINNED.version) -> Path:
+    """One CUDA build's cache: keyed by llama.cpp version, CUDA version and architectures."""
+    return cache_dir(version) / cuda_toolkit.build_key(cuda, cmake_archs)
 
 
 def sha256_of(path: Path) -> str:
@@ -77,18 +114,30 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def sdist_url(source: LlamaSource = PINNED) -> str:
-    """The file's URL from PyPI's simple JSON API; its listed sha256 must match the pin, or PyPI changed under us."""
-    request = urllib.request.Request(SIMPLE_API, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+def pypi_url(project: str, filename: str, sha256: str) -> str:
+    """A file's URL from PyPI's simple JSON API; its listed sha256 must match the pin, or PyPI changed under us."""
+    request = urllib.request.Request(f"https://pypi.org/simple/{project}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(request, timeout=60) as response:
         index = json.load(response)
     for entry in index["files"]:
-        if entry["filename"] == source.filename:
+        if entry["filename"] == filename:
             listed = entry.get("hashes", {}).get("sha256")
-            if listed != source.sha256:
-                raise OperationFailed(f"PyPI lists sha256 {listed} for {source.filename}, pinned {source.sha256}")
+            if listed != sha256:
+                raise OperationFailed(f"PyPI lists sha256 {listed} for {filename}, pinned {sha256}")
             return str(entry["url"])
-    raise OperationFailed(f"{source.filename} is not on PyPI's index for llama-cpp-python")
+    raise OperationFailed(f"{filename} is not on PyPI's index for {project}")
+
+
+def sdist_url(source: LlamaSource = PINNED) -> str:
+    """The sdist's URL (pypi_url for llama-cpp-python)."""
+    return pypi_url(SIMPLE_API.rstrip("/").rsplit("/", 1)[-1], source.filename, source.sha256)
+
+
+def download_pinned(dest: Path, project: str, filename: str, sha256: str, url: str | None = None) -> Path:
+    """A pinned PyPI file in ``dest`` (download_sdist for any project: the CUDA toolkit's wheels)."""
+    return download_sdist(dest, LlamaSource(version="", filename=filename, sha256=sha256),
+                          url=url or pypi_url(project, filename, sha256))
 
 
 def download_sdist(dest: Path, source: LlamaSource = PINNED, url: str | None = None) -> Path:
@@ -120,23 +169,47 @@ def ensure_build_tools() -> None:
                       parse=install_step, env=env)
 
 
-def compile_target(source_dir: Path, build: Path, target: str, jobs: int, log: Path) -> Path:
-    """Configure ``source_dir`` with CMAKE_FLAGS into ``build`` and build ``target``, each with its progress on
-    stderr (cmake's lines, ninja's step N/M); cmake's whole output goes to ``log``. The binary's path."""
-    configure_log, build_log = log.with_suffix(".configure.log"), log
-    run_with_progress(["cmake", "-S", str(source_dir), "-B", str(build), *CMAKE_FLAGS],
-                      f"configure {source_dir.name} (cmake)", parse=build_step, log=configure_log)
+def configure(source_dir: Path, build: Path, log: Path, extra: Sequence[str] = ()) -> None:
+    """cmake ``source_dir`` into ``build`` with CMAKE_FLAGS and ``extra`` (cuda_flags), its lines as progress."""
+    run_with_progress(["cmake", "-S", str(source_dir), "-B", str(build), *CMAKE_FLAGS, *extra],
+                      f"configure {source_dir.name} (cmake)", parse=build_step, log=log.with_suffix(".configure.log"))
+
+
+def compile_target(source_dir: Path, build: Path, target: str, jobs: int, log: Path,
+                   extra: Sequence[str] = ()) -> Path:
+    """Configure ``source_dir`` with CMAKE_FLAGS (+ ``extra``) into ``build`` and build ``target``, each with its
+    progress on stderr (cmake's lines, ninja's step N/M); cmake's whole output goes to ``log``. The binary's path."""
+    configure(source_dir, build, log, extra)
     run_with_progress(["cmake", "--build", str(build), "--target", target, "-j", str(jobs)],
-                      f"build {target} ({jobs} jobs)", parse=build_step, log=build_log)
+                      f"build {target} ({jobs} jobs)", parse=build_step, log=log)
     return build / "bin" / target
 
 
-def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None) -> Path:
+def unpack_source(sdist: Path, into: Path, source: LlamaSource = PINNED) -> Path:
+    """The sdist unpacked into ``into``; the vendored llama.cpp tree's path."""
+    with progress(f"unpack {source.filename}", heartbeat=False), tarfile.open(sdist) as archive:
+        if hasattr(tarfile, "data_filter"):
+            archive.extractall(into, filter="data")
+        else:  # Python < 3.11.4 (Debian 12's 3.11.2) has no extraction filters; the sdist's sha256 is pinned
+            archive.extractall(into)
+    vendor = into / source.filename.removesuffix(".tar.gz") / "vendor" / "llama.cpp"
+    if not (vendor / "CMakeLists.txt").exists():
+        raise OperationFailed(f"{source.filename} has no vendor/llama.cpp/CMakeLists.txt")
+    return vendor
+
+
+def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None, *,
+                       cuda: CudaToolchain | None = None, archs: Sequence[str] = ()) -> Path:
     """Path of a cached ``llama-server`` for the pinned version, building it first when the cache lacks it.
+
+    ``cuda`` and ``archs`` (compute capabilities, "8.6", "12.0") make it the CUDA build for those GPUs
+    (build_cuda_server); a GPU the toolkit cannot compile for is refused (BadInput) before anything is downloaded.
 
     A file lock keeps parallel test runs from building twice; the binary is moved in place only when complete, so a
     killed build never leaves a half-written binary that later runs would trust.
     """
+    if cuda is not None or archs:
+        return build_cuda_server(cuda or cuda_toolkit.DEFAULT, archs, source, jobs)
     cache = cache_dir(source.version)
     binary = cache / "llama-server"
     if binary.exists():
@@ -151,14 +224,7 @@ def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None) ->
             ensure_build_tools()
             sdist = download_sdist(cache, source)
             with tempfile.TemporaryDirectory(prefix="llama-build-") as tmp:
-                with progress(f"unpack {source.filename}", heartbeat=False), tarfile.open(sdist) as archive:
-                    if hasattr(tarfile, "data_filter"):
-                        archive.extractall(tmp, filter="data")
-                    else:  # Python < 3.11.4 (Debian 12's 3.11.2) has no extraction filters; the sdist's sha256 is
-                        archive.extractall(tmp)  # pinned
-                vendor = Path(tmp) / source.filename.removesuffix(".tar.gz") / "vendor" / "llama.cpp"
-                if not (vendor / "CMakeLists.txt").exists():
-                    raise OperationFailed(f"{source.filename} has no vendor/llama.cpp/CMakeLists.txt")
+                vendor = unpack_source(sdist, Path(tmp), source)
                 built = compile_target(vendor, Path(tmp) / "build", "llama-server", jobs or os.cpu_count() or 2,
                                        cache / "build.log")
                 staged = cache / "llama-server.new"
@@ -169,8 +235,82 @@ def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None) ->
     return binary
 
 
-def main() -> int:
-    print(build_llama_server())
+def manifest_of(build_dir: Path) -> dict:
+    """A CUDA build's ``manifest.json``: the binary and each library, relative path and sha256."""
+    return json.loads((build_dir / "manifest.json").read_text())
+
+
+def build_cuda_server(cuda: CudaToolchain, archs: Sequence[str], source: LlamaSource = PINNED,
+                      jobs: int | None = None) -> Path:
+    """The cached CUDA ``bin/llama-server`` for these compute capabilities (see the module docstring's layout),
+    building it first: toolkit (pip wheels, cached), sdist, configure with cuda_flags, build, then a check that the
+    binary carries SASS for every requested architecture (cuobjdump), the libraries copied beside it."""
+    cmake_archs = cuda_toolkit.architectures(archs, cuda)
+    cache = cuda_cache_dir(cuda, cmake_archs, source.version)
+    binary = cache / "bin" / "llama-server"
+    if (cache / "manifest.json").exists():
+        return binary
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with (cache.parent / f".{cache.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (cache / "manifest.json").exists():
+            return binary
+        with progress(f"build llama-server {source.version} for CUDA {cuda.version} {' '.join(cmake_archs)} once "
+                      f"(toolkit + download + compile: long on few cores; then cached in {cache})", heartbeat=False):
+            ensure_build_tools()
+            root = cuda_toolkit.ensure_toolkit(cuda)
+            staging = cache.with_name(cache.name + ".new")
+            shutil.rmtree(staging, ignore_errors=True)
+            (staging / "bin").mkdir(parents=True)
+            libs = staging / "lib" / "llama-server"
+            libs.mkdir(parents=True)
+            sdist = download_sdist(cache.parent, source)
+            with tempfile.TemporaryDirectory(prefix="llama-cuda-build-") as tmp:
+                vendor = unpack_source(sdist, Path(tmp), source)
+                built = compile_target(vendor, Path(tmp) / "build", "llama-server", jobs or os.cpu_count() or 2,
+                                       staging / "build.log", extra=cuda_flags(root, cmake_archs))
+                shutil.copy2(built, staging / "bin" / "llama-server")
+            have = cuda_toolkit.sass_architectures(staging / "bin" / "llama-server", root)
+            missing = [cuda_toolkit.sm_name(a) for a in cmake_archs if cuda_toolkit.sm_name(a) not in have]
+            if missing:
+                raise OperationFailed(f"the CUDA llama-server carries SASS for {', '.join(have) or 'nothing'}, "
+                                      f"not {', '.join(missing)} (build log: {staging / 'build.log'})")
+            for name in cuda_toolkit.RUNTIME_LIBRARIES:
+                shutil.copy2(root / "lib" / name, libs / name)
+            files = [Path("bin/llama-server"), *(Path("lib/llama-server") / n for n in cuda_toolkit.RUNTIME_LIBRARIES)]
+            manifest = {"llama_cpp": source.version, "cuda": cuda.version, "architectures": list(cmake_archs),
+                        "sass": have, "files": {str(f): sha256_of(staging / f) for f in files}}
+            (staging / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+            shutil.rmtree(cache, ignore_errors=True)
+            staging.rename(cache)
+    return binary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labwright.llamacpp.build",
+                                     description="Build llama-server once (cached) and print its path.")
+    parser.add_argument("--arch", action="append", default=[], metavar="CAP",
+                        help="a GPU's compute capability (8.6, 12.0; repeatable): a CUDA build for those GPUs")
+    parser.add_argument("--cuda", default=None, help="CUDA version of NVIDIA's pip toolkit (default 13.0)")
+    parser.add_argument("--cuda-root", default=None, help="an installed CUDA toolkit's root instead of the pip one")
+    parser.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")
+    args = parser.parse_args(argv)
+    try:
+        if args.arch or args.cuda or args.cuda_root:
+            if not args.arch:
+                raise BadInput("--arch: a CUDA build needs the GPUs' compute capabilities (nvidia-smi "
+                               "--query-gpu=compute_cap), e.g. --arch 8.6")
+            toolchain = cuda_toolkit.toolchain(args.cuda, args.cuda_root)
+            cuda_toolkit.architectures(args.arch, toolchain)  # refuse before any download
+            print(build_llama_server(jobs=args.jobs, cuda=toolchain, archs=args.arch))
+        else:
+            print(build_llama_server(jobs=args.jobs))
+    except BadInput as exc:
+        print(f"labwright: {exc}", file=sys.stderr)
+        return 2
+    except LabwrightError as exc:
+        print(f"labwright: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
