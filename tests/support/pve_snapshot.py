@@ -31,13 +31,16 @@ Provenance (read for these behaviours):
 
 from __future__ import annotations
 
+import copy
 import re
 import time
+import uuid
 from typing import Any
 
 from support.pve_config import CtConfig, digest
+from support.pve_qemu import DISK, PINNED, MiB, Qemu, QmConfig
 from support.pve_schema import PveApiError
-from support.pve_state import PveCluster, Task, TaskAbort
+from support.pve_state import PveCluster, SimStorage, Task, TaskAbort
 
 #: Storage types whose container volumes can be snapshotted (pve-storage 9.1.7, see above).
 SNAPSHOT_TYPES = frozenset({"zfspool", "lvmthin", "rbd", "btrfs"})
@@ -78,10 +81,24 @@ def _copy(source: dict[str, str]) -> dict[str, str]:
 
 
 class Snapshots:
-    """The snapshot endpoints of one simulated cluster."""
+    """The container snapshot endpoints of one simulated cluster (``QemuSnapshots`` below: the VMs')."""
+
+    #: The guest type in "CT is locked (X)" (``guest_type``), and the workers' names.
+    GUEST = "CT"
+    TASKS = {"create": "vzsnapshot", "delete": "vzdelsnapshot", "rollback": "vzrollback"}
+    RESERVED = ("current", "vzdump")
 
     def __init__(self, cluster: PveCluster):
         self.cluster = cluster
+
+    def _load(self, node: str, vmid: int) -> tuple[CtConfig, str]:
+        return self.cluster.load(node, vmid)
+
+    def _save(self, node: str, vmid: int, conf: CtConfig) -> None:
+        self.cluster.save(node, vmid, conf)
+
+    def _new_config(self, options: dict[str, str], lxc: list[tuple[str, str]]) -> CtConfig:
+        return CtConfig(options=options, lxc=lxc)
 
     def _volumes(self, conf: CtConfig) -> list[tuple[str, str]]:
         """(volid, storage type) of the container's volumes; a bind mount's type is ``bind``."""
@@ -92,12 +109,18 @@ class Snapshots:
             volumes.append((volid, storage.type if storage else "bind"))
         return volumes
 
+    def _can_snapshot(self, volid: str, kind: str) -> bool:
+        return kind in SNAPSHOT_TYPES
+
+    def _row(self, snap: CtConfig) -> dict[str, Any]:
+        return {}
+
     def list(self, node: str, vmid: int) -> list[dict[str, Any]]:
-        conf, conf_digest = self.cluster.load(node, vmid)
+        conf, conf_digest = self._load(node, vmid)
         rows: list[dict[str, Any]] = []
         for name, snap in sections(conf).items():
             row: dict[str, Any] = {"name": name, "snaptime": int(snap.options.get("snaptime", "0")),
-                                   "description": snap.options.get("description", "")}
+                                   "description": snap.options.get("description", ""), **self._row(snap)}
             for key in ("parent", "snapstate"):
                 if snap.options.get(key):
                     row[key] = snap.options[key]
@@ -108,53 +131,73 @@ class Snapshots:
             current["parent"] = conf.options["parent"]
         return [*rows, current]
 
-    def create(self, user: str, node: str, vmid: int, snapname: str, description: str | None) -> str:
-        self.cluster.load(node, vmid)
-        if snapname in ("current", "vzdump"):
+    def _reserved(self, snapname: str) -> None:
+        if snapname in self.RESERVED:
             raise PveApiError(500, f"unable to use snapshot name '{snapname}' (reserved name)")
 
+    def _save_state(self, node: str, vmid: int, conf: CtConfig, snap: CtConfig, snapname: str,
+                    vmstate: bool) -> None:
+        """Save the guest's RAM into the snapshot (VMs only)."""
+
+    def _drop_state(self, snap: CtConfig) -> None:
+        """Free the snapshot's RAM state volume (VMs only)."""
+
+    def _after_rollback(self, node: str, vmid: int, snap: CtConfig, restored: CtConfig, task: Task,
+                        start: bool, boot: Any) -> None:
+        if start:
+            boot(node, vmid, task)
+
+    def _locked(self, conf: CtConfig) -> None:
+        if conf.options.get("lock"):  # check_lock (AbstractConfig.pm 336-340)
+            raise TaskAbort(f"{self.GUEST} is locked ({conf.options['lock']})")
+
+    def create(self, user: str, node: str, vmid: int, snapname: str, description: str | None,
+               vmstate: bool = False) -> str:
+        self._load(node, vmid)
+        self._reserved(snapname)
+
         def work(task: Task) -> None:
-            conf, _ = self.cluster.load(node, vmid)
+            conf, _ = self._load(node, vmid)
             if conf.options.get("template") == "1":
                 raise TaskAbort("you can't take a snapshot if it's a template")
-            if conf.options.get("lock"):
-                raise TaskAbort(f"CT is locked ({conf.options['lock']})")
+            self._locked(conf)
             snaps = sections(conf)
             if snapname in snaps:
                 raise TaskAbort(f"snapshot name '{snapname}' already used")
-            if any(kind not in SNAPSHOT_TYPES for _, kind in self._volumes(conf)):
+            if not all(self._can_snapshot(volid, kind) for volid, kind in self._volumes(conf)):
                 raise TaskAbort("snapshot feature is not available")
             # __snapshot_copy_config copies every key but a few, the raw lxc lines (the `lxc` key) too
             # (pve-guest-common src/PVE/AbstractConfig.pm; LXC::Config does not override it).
-            snap = CtConfig(options=_copy(conf.options), lxc=list(conf.lxc))
+            snap = self._new_config(_copy(conf.options), list(conf.lxc))
+            self._save_state(node, vmid, conf, snap, snapname, vmstate)
             snap.options.update(snapstate="prepare", snaptime=str(int(time.time())))
             if description:
                 snap.options["description"] = description
             snaps[snapname] = snap
             conf.options["lock"] = "snapshot"
             store(conf, snaps)
-            self.cluster.save(node, vmid, conf)
+            self._save(node, vmid, conf)
             task.checkpoint()  # a killed snapshot task leaves the lock and the 'prepare' state, as PVE's does
             del snap.options["snapstate"]
             del conf.options["lock"]
             conf.options["parent"] = snapname
             store(conf, snaps)
-            self.cluster.save(node, vmid, conf)
+            self._save(node, vmid, conf)
 
-        return self.cluster.start_task(node, "vzsnapshot", str(vmid), user, work)
+        return self.cluster.start_task(node, self.TASKS["create"], str(vmid), user, work)
 
     def delete(self, user: str, node: str, vmid: int, snapname: str) -> str:
-        self.cluster.load(node, vmid)
+        self._load(node, vmid)
 
         def work(task: Task) -> None:
-            conf, _ = self.cluster.load(node, vmid)
+            conf, _ = self._load(node, vmid)
             snaps = sections(conf)
             if snapname not in snaps:
                 raise TaskAbort(f"snapshot '{snapname}' does not exist")
-            if conf.options.get("lock"):
-                raise TaskAbort(f"CT is locked ({conf.options['lock']})")
+            self._locked(conf)
             task.checkpoint()
             new_parent = snaps[snapname].options.get("parent")
+            self._drop_state(snaps[snapname])
             del snaps[snapname]
             for holder in [conf, *snaps.values()]:
                 if holder.options.get("parent") == snapname:
@@ -163,16 +206,16 @@ class Snapshots:
                     else:
                         del holder.options["parent"]
             store(conf, snaps)
-            self.cluster.save(node, vmid, conf)
+            self._save(node, vmid, conf)
 
-        return self.cluster.start_task(node, "vzdelsnapshot", str(vmid), user, work)
+        return self.cluster.start_task(node, self.TASKS["delete"], str(vmid), user, work)
 
     def rollback(self, user: str, node: str, vmid: int, snapname: str, start: bool,
                  boot: Any) -> str:
-        self.cluster.load(node, vmid)
+        self._load(node, vmid)
 
         def work(task: Task) -> None:
-            conf, _ = self.cluster.load(node, vmid)
+            conf, _ = self._load(node, vmid)
             if conf.options.get("template") == "1":
                 raise TaskAbort("you can't rollback if vm is a template")
             snaps = sections(conf)
@@ -182,24 +225,383 @@ class Snapshots:
             newer = [n for n, s in snaps.items() if n != snapname and (
                 int(s.options.get("snaptime", "0")) > int(snap.options.get("snaptime", "0"))
                 or snapname in _ancestors(snaps, n))]  # snaptime has 1 s resolution; the parent chain orders
-            for volid, kind in self._volumes(CtConfig(options=dict(snap.options))):
+            for volid, kind in self._volumes(self._new_config(dict(snap.options), [])):
                 if kind == "zfspool" and newer:
                     raise TaskAbort(f"can't rollback, '{snapname}' is not most recent snapshot on "
                                     f"'{volid.split(':', 1)[1]}'")
             if snap.options.get("snapstate"):
                 raise TaskAbort(f"unable to rollback to incomplete snapshot (snapstate = {snap.options['snapstate']})")
-            if conf.options.get("lock"):
-                raise TaskAbort(f"CT is locked ({conf.options['lock']})")
-            self.cluster.running.discard(vmid)  # vm_stop($vmid, 1): a running CT is stopped, not refused
+            self._locked(conf)
+            self.cluster.running.discard(vmid)  # vm_stop($vmid, 1): a running guest is stopped, not refused
             task.checkpoint()
             kept = {k: v for k, v in conf.options.items() if re.match(r"^unused\d+$", k) or k == "description"}
-            restored = CtConfig(options={**kept, **_copy(snap.options), "parent": snapname}, lxc=list(snap.lxc))
+            restored = self._new_config({**kept, **_copy(snap.options), "parent": snapname}, list(snap.lxc))
             restored.snapshots = conf.snapshots
-            self.cluster.save(node, vmid, restored)
-            if start:
-                boot(node, vmid, task)
+            self._save(node, vmid, restored)
+            self._after_rollback(node, vmid, snap, restored, task, start, boot)
 
-        return self.cluster.start_task(node, "vzrollback", str(vmid), user, work)
+        return self.cluster.start_task(node, self.TASKS["rollback"], str(vmid), user, work)
+
+class QemuSnapshots(Snapshots):
+    """The VM snapshot endpoints: the same ``[SNAPNAME]`` sections in ``nodes/NODE/qemu-server/VMID.conf``, with
+    qemu-server's differences (provenance: qemu-server 9.2.6, commit e6352be67f70):
+
+    - src/PVE/API2/Qemu.pm: list adds ``vmstate`` 0/1 per snapshot (``snapshot_list`` 6076-6164); create refuses
+      ``current`` and (any case) ``pending`` before the worker (6212-6216), then
+      ``check_non_migratable_resources`` with ``vmstate`` ("Cannot live-migrate, snapshot (with RAM), or hibernate
+      a VM with: amd-sev", src/PVE/QemuMigrate/Helpers.pm 17-33), worker ``qmsnapshot`` (6229); rollback worker
+      ``qmrollback``, ``start`` only when the VM is not running after it (6421-6431); delete worker
+      ``qmdelsnapshot`` (6507).
+    - src/PVE/QemuConfig.pm: ``has_feature`` skips CD-ROM drives (74-93; Drive.pm ``drive_is_cdrom`` 761-767);
+      ``__snapshot_save_vmstate`` (219-262) on a running VM with ``vmstate=1``: a state volume
+      ``vm-VMID-state-SNAPNAME`` (``.raw`` on a file storage) on ``find_vmstate_storage`` (733-758: ``vmstatestorage``,
+      else a shared storage of the VM's disks, else a local one, file-based preferred, else ``local``), and
+      ``runningmachine`` recorded; ``__snapshot_rollback_hook`` (443-482) drops ``runningmachine`` and gives the VM
+      a new ``vmgenid``; a snapshot with a vmstate starts the VM from it after the rollback (pve-guest-common 6.0.2
+      src/PVE/AbstractConfig.pm ``snapshot_rollback`` 1196-1198); ``__snapshot_delete_vmstate_file`` (419-429).
+    - "VM is locked (X)": ``check_lock`` with ``guest_type`` VM (AbstractConfig.pm 336-340).
+    - Volumes: a VM disk on a file storage (dir, nfs, cifs, glusterfs) snapshots only as qcow2 (pve-storage 9.1.7
+      Plugin.pm 1575-1582), thick ``lvm`` not at all (LVMPlugin.pm 1367-1382); zfspool, lvmthin, rbd, btrfs do.
+    """
+
+    GUEST = "VM"
+    TASKS = {"create": "qmsnapshot", "delete": "qmdelsnapshot", "rollback": "qmrollback"}
+    FILE_TYPES = frozenset({"dir", "nfs", "cifs", "glusterfs", "cephfs"})
+
+    def __init__(self, cluster: PveCluster, qemu: Qemu):
+        super().__init__(cluster)
+        self.qemu = qemu
+
+    def _load(self, node: str, vmid: int) -> tuple[CtConfig, str]:
+        return self.qemu.load(node, vmid)
+
+    def _save(self, node: str, vmid: int, conf: CtConfig) -> None:
+        self.qemu.save(node, vmid, conf)
+
+    def _new_config(self, options: dict[str, str], lxc: list[tuple[str, str]]) -> CtConfig:
+        return QmConfig(options=options, lxc=lxc)
+
+    def _reserved(self, snapname: str) -> None:
+        if snapname == "current" or snapname.lower() == "pending":
+            raise PveApiError(500, f"unable to use snapshot name '{snapname}' (reserved name)")
+
+    def _volumes(self, conf: CtConfig) -> list[tuple[str, str]]:
+        volumes = []
+        for key in sorted(k for k in conf.options if DISK.match(k)):
+            value = conf.options[key]
+            if re.search(r"(?:^|,)media=cdrom(?:,|$)", value):
+                continue
+            volid = value.split(",", 1)[0].removeprefix("file=")
+            storage = self.cluster.storages.get(volid.split(":", 1)[0]) if ":" in volid else None
+            volumes.append((volid, storage.type if storage else "path"))
+        return volumes
+
+    def _can_snapshot(self, volid: str, kind: str) -> bool:
+        if kind in self.FILE_TYPES:
+            return volid.endswith(".qcow2")
+        return kind in SNAPSHOT_TYPES
+
+    def _row(self, snap: CtConfig) -> dict[str, Any]:
+        return {"vmstate": 1 if snap.options.get("vmstate") else 0}
+
+    def create(self, user: str, node: str, vmid: int, snapname: str, description: str | None,
+               vmstate: bool = False) -> str:
+        conf, _ = self._load(node, vmid)
+        self._reserved(snapname)
+        if vmstate:
+            blockers = [k for k in ("amd-sev", "intel-tdx") if conf.options.get(k)]
+            blockers += ["virtiofs"] if any(re.match(r"^virtiofs\d+$", k) for k in conf.options) else []
+            if blockers:
+                raise PveApiError(500, "Cannot live-migrate, snapshot (with RAM), or hibernate a VM with: "
+                                       + ", ".join(blockers))
+        return super().create(user, node, vmid, snapname, description, vmstate)
+
+    def _state_storage(self, conf: CtConfig) -> SimStorage:
+        if conf.options.get("vmstatestorage"):
+            return self.qemu.storage(conf.options["vmstatestorage"])
+        shared: SimStorage | None = None
+        local: SimStorage | None = None
+        for sid in sorted({volid.split(":", 1)[0] for volid, _ in self._volumes(conf)}):  # foreach_storage_used_by_vm
+            storage = self.cluster.storages.get(sid)
+            if storage is None:
+                continue
+            file_based = storage.type in self.FILE_TYPES
+            if storage.shared:
+                shared = storage if shared is None or file_based else shared
+            else:
+                local = storage if local is None or file_based else local
+        return shared or local or self.qemu.storage("local")
+
+    def _save_state(self, node: str, vmid: int, conf: CtConfig, snap: CtConfig, snapname: str,
+                    vmstate: bool) -> None:
+        if not vmstate or vmid not in self.cluster.running:
+            return  # a stopped VM has no RAM to save: the snapshot is taken without one
+        storage = self._state_storage(conf)
+        name = f"vm-{vmid}-state-{snapname}"
+        volid = f"{storage.name}:{vmid}/{name}.raw" if storage.type in self.FILE_TYPES else f"{storage.name}:{name}"
+        memory = int(re.sub(r"^current=|,.*$", "", conf.options.get("memory", "512")) or "512")
+        storage.volumes[volid] = (node, (memory * 2 + 500) * MiB)
+        machine = conf.options.get("machine", "")
+        snap.options["vmstate"] = volid
+        snap.options["runningmachine"] = machine if "-" in machine else (
+            f"pc-{'q35' if machine == 'q35' else 'i440fx'}-{PINNED}")
+
+    def _drop_state(self, snap: CtConfig) -> None:
+        volid = snap.options.get("vmstate")
+        if volid:
+            for storage in self.cluster.storages.values():
+                storage.volumes.pop(volid, None)
+
+    def _after_rollback(self, node: str, vmid: int, snap: CtConfig, restored: CtConfig, task: Task,
+                        start: bool, boot: Any) -> None:
+        restored.options.pop("runningmachine", None)
+        if restored.options.get("vmgenid"):
+            restored.options["vmgenid"] = str(uuid.uuid4())
+        self._save(node, vmid, restored)
+        if snap.options.get("vmstate"):
+            task.log.append(f"resuming VM {vmid} from the RAM state of snapshot {snap.options['vmstate']}")
+            boot(node, vmid, task)
+        elif start:
+            boot(node, vmid, task)
 
 
-__all__ = ["SNAPSHOT_TYPES", "Snapshots", "digest", "sections", "store"]
+#: The qemu snapshot methods' schemas, from pve-docs 9.1.3 (commit e5010dcea566) api-viewer/apidata.js (sha256
+#: dfbaf0b9eaf1a733..., the file ``data/pve-apidata.trimmed.json`` was trimmed from), with free-text descriptions
+#: dropped as ``pve_schema_trim.py`` does. The vendored trimmed schema keeps only these methods' names; this
+#: stays until it is trimmed again with the qemu snapshot endpoints in ``PveApi.routes``.
+QEMU_SNAPSHOT_METHODS: dict[str, dict[str, Any]] = {
+ "DELETE /nodes/{node}/qemu/{vmid}/snapshot/{snapname}": {
+  "allowtoken": 1,
+  "method": "DELETE",
+  "name": "delsnapshot",
+  "parameters": {
+   "additionalProperties": 0,
+   "properties": {
+    "force": {
+     "optional": 1,
+     "type": "boolean"
+    },
+    "node": {
+     "format": "pve-node",
+     "type": "string"
+    },
+    "snapname": {
+     "format": "pve-configid",
+     "maxLength": 40,
+     "type": "string"
+    },
+    "vmid": {
+     "format": "pve-vmid",
+     "maximum": 999999999,
+     "minimum": 100,
+     "type": "integer"
+    }
+   }
+  },
+  "permissions": {
+   "check": [
+    "perm",
+    "/vms/{vmid}",
+    [
+     "VM.Snapshot"
+    ]
+   ]
+  },
+  "protected": 1,
+  "proxyto": "node",
+  "returns": {
+   "type": "string"
+  }
+ },
+ "GET /nodes/{node}/qemu/{vmid}/snapshot": {
+  "allowtoken": 1,
+  "method": "GET",
+  "name": "snapshot_list",
+  "parameters": {
+   "additionalProperties": 0,
+   "properties": {
+    "node": {
+     "format": "pve-node",
+     "type": "string"
+    },
+    "vmid": {
+     "format": "pve-vmid",
+     "maximum": 999999999,
+     "minimum": 100,
+     "type": "integer"
+    }
+   }
+  },
+  "permissions": {
+   "check": [
+    "perm",
+    "/vms/{vmid}",
+    [
+     "VM.Audit"
+    ]
+   ]
+  },
+  "protected": 1,
+  "proxyto": "node",
+  "returns": {
+   "items": {
+    "properties": {
+     "description": {
+      "type": "string"
+     },
+     "name": {
+      "type": "string"
+     },
+     "parent": {
+      "optional": 1,
+      "type": "string"
+     },
+     "snaptime": {
+      "optional": 1,
+      "renderer": "timestamp",
+      "type": "integer"
+     },
+     "vmstate": {
+      "optional": 1,
+      "type": "boolean"
+     }
+    },
+    "type": "object"
+   },
+   "links": [
+    {
+     "href": "{name}",
+     "rel": "child"
+    }
+   ],
+   "type": "array"
+  }
+ },
+ "POST /nodes/{node}/qemu/{vmid}/snapshot": {
+  "allowtoken": 1,
+  "method": "POST",
+  "name": "snapshot",
+  "parameters": {
+   "additionalProperties": 0,
+   "properties": {
+    "description": {
+     "optional": 1,
+     "type": "string"
+    },
+    "node": {
+     "format": "pve-node",
+     "type": "string"
+    },
+    "snapname": {
+     "format": "pve-configid",
+     "maxLength": 40,
+     "type": "string"
+    },
+    "vmid": {
+     "format": "pve-vmid",
+     "maximum": 999999999,
+     "minimum": 100,
+     "type": "integer"
+    },
+    "vmstate": {
+     "optional": 1,
+     "type": "boolean"
+    }
+   }
+  },
+  "permissions": {
+   "check": [
+    "perm",
+    "/vms/{vmid}",
+    [
+     "VM.Snapshot"
+    ]
+   ]
+  },
+  "protected": 1,
+  "proxyto": "node",
+  "returns": {
+   "type": "string"
+  }
+ },
+ "POST /nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback": {
+  "allowtoken": 1,
+  "method": "POST",
+  "name": "rollback",
+  "parameters": {
+   "additionalProperties": 0,
+   "properties": {
+    "node": {
+     "format": "pve-node",
+     "type": "string"
+    },
+    "snapname": {
+     "format": "pve-configid",
+     "maxLength": 40,
+     "type": "string"
+    },
+    "start": {
+     "default": 0,
+     "optional": 1,
+     "type": "boolean"
+    },
+    "vmid": {
+     "format": "pve-vmid",
+     "maximum": 999999999,
+     "minimum": 100,
+     "type": "integer"
+    }
+   }
+  },
+  "permissions": {
+   "check": [
+    "perm",
+    "/vms/{vmid}",
+    [
+     "VM.Snapshot",
+     "VM.Snapshot.Rollback"
+    ],
+    "any",
+    1
+   ]
+  },
+  "protected": 1,
+  "proxyto": "node",
+  "returns": {
+   "type": "string"
+  }
+ }
+}
+
+
+def qemu_snapshot_routes(snapshots: QemuSnapshots) -> dict[tuple[str, str], Any]:
+    """The four qemu snapshot routes, in ``PveApi.routes``' shape."""
+    snap = "/nodes/{node}/qemu/{vmid}/snapshot"
+    qemu = snapshots.qemu
+    return {
+        ("GET", snap): lambda u, p: snapshots.list(p["node"], int(p["vmid"])),
+        ("POST", snap): lambda u, p: snapshots.create(u, p["node"], int(p["vmid"]), p["snapname"],
+                                                      p.get("description"), p.get("vmstate") == "1"),
+        ("DELETE", snap + "/{snapname}"):
+            lambda u, p: snapshots.delete(u, p["node"], int(p["vmid"]), p["snapname"]),
+        ("POST", snap + "/{snapname}/rollback"):
+            lambda u, p: snapshots.rollback(u, p["node"], int(p["vmid"]), p["snapname"], p.get("start") == "1",
+                                            qemu._boot),
+    }
+
+
+def serve_qemu_snapshots(sim: Any) -> QemuSnapshots:
+    """Make a running ``PveSimulator`` answer the qemu snapshot endpoints: their schemas (when the loaded schema
+    has only their names) and their routes. Idempotent."""
+    for key, schema in QEMU_SNAPSHOT_METHODS.items():
+        method, path = key.split(" ", 1)
+        methods = sim.schema.endpoints[path].methods
+        if "parameters" not in methods.get(method, {}):
+            methods[method] = copy.deepcopy(schema)
+    snapshots = QemuSnapshots(sim.cluster, sim.api.qemu)
+    sim.api.routes.update(qemu_snapshot_routes(snapshots))
+    return snapshots
+
+
+__all__ = ["QEMU_SNAPSHOT_METHODS", "SNAPSHOT_TYPES", "QemuSnapshots", "Snapshots", "digest", "qemu_snapshot_routes",
+           "sections", "serve_qemu_snapshots", "store"]
