@@ -120,6 +120,9 @@ def render_settings(connections: list[Connection], data_dir: str, admin_email: s
     urls = [c.url for c in connections] + ([pipelines_url] if pipelines_url else [])
     lines = ["# Managed by labwright deploys/openwebui.py; local edits are replaced on the next run.",
              f"DATA_DIR={data_dir}",
+             # env.py/config.py: the frontend's static files are copied here at every start; the default is inside
+             # the (root-owned) venv, which the service user cannot write
+             f"STATIC_DIR={data_dir}/static",
              # env.py: the first admin, made at start when no user exists (its password is in admin.env)
              f"WEBUI_ADMIN_EMAIL={admin_email}",
              f"WEBUI_ADMIN_NAME={admin_name}",

@@ -93,7 +93,7 @@ def test_settings_hold_urls_and_offline_switches_but_no_key() -> None:
     lines = dict(line.split("=", 1) for line in text.splitlines() if not line.startswith("#"))
     assert lines["OPENAI_API_BASE_URLS"] == "http://127.0.0.1:4000/v1;http://10.99.0.20:8001/v1;http://127.0.0.1:9099"
     assert lines["DATA_DIR"] == "/var/lib/open-webui" and lines["WEBUI_ADMIN_EMAIL"] == "admin@lab.test"
-    assert lines["WEBUI_ADMIN_NAME"] == "Lab Admin"
+    assert lines["WEBUI_ADMIN_NAME"] == "Lab Admin" and lines["STATIC_DIR"] == "/var/lib/open-webui/static"
     for name in ("OFFLINE_MODE", "HF_HUB_OFFLINE", "ENABLE_OLLAMA_API", "RAG_EMBEDDING_MODEL", "ENABLE_SIGNUP"):
         assert lines[name] == OFFLINE_SETTINGS[name]
     assert lines["ENABLE_OLLAMA_API"] == "false" and lines["RAG_EMBEDDING_MODEL"] == ""
