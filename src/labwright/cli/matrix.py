@@ -11,7 +11,7 @@ import typer
 from packaging.version import Version
 
 from labwright.errors import BadInput, OperationFailed
-from labwright.matrix import inputs, registry
+from labwright.matrix import inputs, outside, registry
 from labwright.matrix.check import BROKEN, UNKNOWN, check_requirements, read_requirement_lines
 from labwright.matrix.load import load_matrix, matrix_dir, read_components
 from labwright.matrix.refresh import KINDS
@@ -49,14 +49,22 @@ def refresh(
     index: str = typer.Option(registry.DEFAULT_INDEX, "--index", help="PyPI JSON API root (no --from)."),
     package: list[str] = typer.Option([], "--package", help="Only this registry package (repeatable; no --from)."),
     pre: bool = typer.Option(False, "--pre", help="Include pre-releases (no --from)."),
+    pytorch_index: str = typer.Option(outside.PYTORCH_INDEX, "--pytorch-index",
+                                      help="Root of PyTorch's per-CUDA index, or a mirror of it (no --from)."),
+    github_api: str = typer.Option(outside.GITHUB_API, "--github-api",
+                                   help="GitHub REST API root for the release assets (no --from; GITHUB_TOKEN from "
+                                        "the environment is sent when set)."),
+    pypi_only: bool = typer.Option(False, "--pypi-only", help="Read only the PyPI feeds (no --from)."),
     timeout: float = typer.Option(15.0, "--timeout", help="Seconds per request before a source counts as down."),
     as_json: bool = typer.Option(False, "--json", help="Print what each source gave and what was written as JSON."),
 ) -> None:
     """Update the matrix from the registries (no --from), or regenerate one *.toml from an upstream listing.
 
     With no --from: the PyPI JSON API for torch, torchvision, torchaudio, triton, exllamav3, flash-attn,
-    causal-conv1d, flash-linear-attention and fla-core, conditionally (an unchanged answer rewrites nothing); a
-    source that cannot be reached is named and its last data kept. Exit 1 when no source answered.
+    causal-conv1d, flash-linear-attention and fla-core, then download.pytorch.org's cu126/cu128/cu130 torch pages
+    and the GitHub releases of exllamav3, flash-attention, causal-conv1d and mjun0812's flash-attention rebuilds,
+    each conditionally (an unchanged answer rewrites nothing); a source that cannot be reached is named and its
+    last data kept. Exit 1 when no source answered.
 
     With --from: refuses a listing of another family than the file's (flash-attn wheels into torch.toml) and one
     that would drop more than half the file's wheels; the replaced file is kept as NAME.toml.prev.
@@ -75,11 +83,13 @@ def refresh(
         if given:
             raise BadInput(f"{', '.join(given)} without --from: those shape a listing refresh; pass --from LISTING "
                            "or drop them to refresh from the registries")
-        _refresh_registries(target, read_components(meta), index, package, pre, timeout, dry_run, as_json)
+        _refresh_registries(target, read_components(meta), index, package, pre, timeout, dry_run, as_json,
+                            pytorch_index, github_api, not pypi_only)
         return
-    if package or pre or index != registry.DEFAULT_INDEX or timeout != 15.0:
-        raise BadInput("--index/--package/--pre/--timeout with --from: those are for the registry refresh; drop "
-                       "--from or them")
+    if (package or pre or index != registry.DEFAULT_INDEX or timeout != 15.0 or pypi_only
+            or pytorch_index != outside.PYTORCH_INDEX or github_api != outside.GITHUB_API):
+        raise BadInput("--index/--package/--pre/--timeout/--pytorch-index/--github-api/--pypi-only with --from: "
+                       "those are for the registry refresh; drop --from or them")
     report = refresh_listing(listing, target, read_components(meta), kind=kind, name=name, base_url=base_url,
                              source=source, dry_run=dry_run, allow_shrink=allow_shrink)
     if as_json:
@@ -95,16 +105,21 @@ def refresh(
 
 
 def _refresh_registries(target: Path, components: dict, index: str, packages: list[str], pre: bool,
-                        timeout: float, dry_run: bool, as_json: bool = False) -> None:
+                        timeout: float, dry_run: bool, as_json: bool = False,
+                        pytorch_index: str = outside.PYTORCH_INDEX, github_api: str = outside.GITHUB_API,
+                        outside_sources: bool = True) -> None:
     report = registry.refresh_registry(target, components, index=index, packages=packages, pre=pre,
-                                       timeout=timeout, dry_run=dry_run)
+                                       timeout=timeout, dry_run=dry_run, pytorch_index=pytorch_index,
+                                       github_api=github_api, outside_sources=outside_sources)
     state = registry.read_state(target)
     if as_json:
         typer.echo(json.dumps({"dry": dry_run, "index": index, "sources": [
             {"package": o.package, "status": o.status, "newest": o.newest or None, "wheels": len(o.wheels),
              "sdists_only": o.sdists_only, "lines": o.lines} for o in report.outcomes],
+            "outside": [{"source": o.package, "url": o.url, "status": o.status, "newest": o.newest or None,
+                         "wheels": len(o.wheels), "lines": o.lines} for o in report.outside],
             "written": [str(p) for p in report.written], "unreached": report.unreached}, indent=2))
-        if len(report.failed) == len(report.outcomes):
+        if len(report.failed) == len(report.all):
             raise OperationFailed(f"no registry answered ({index}): the matrix is unchanged; check the network or "
                                   "--index, or raise --timeout")
         return
@@ -122,11 +137,21 @@ def _refresh_registries(target: Path, components: dict, index: str, packages: li
                    f"{outcome.newest or '-'}, {what} ({url})")
         for line in outcome.lines:
             typer.echo(f"  {line}")
+    for outcome in report.outside:
+        record = state["sources"].get(outcome.url, {})
+        if outcome.status == "unreachable":
+            since = record.get("changed")
+            kept = (f"kept its data from {since} ({registry.age(since)})" if since else
+                    "no data from it yet (the curated listings under sources/ still answer)")
+            typer.echo(f"✗ {outcome.package}: {outcome.url} unreachable ({outcome.lines[0]}): {kept}")
+            continue
+        typer.echo(f"{'=' if outcome.status == 'unchanged' else '✓'} {outcome.package}: {outcome.status}, newest "
+                   f"{outcome.newest or '-'}, {len(outcome.wheels)} linux wheels ({outcome.url})")
+        for line in outcome.lines:
+            typer.echo(f"  {line}")
     for path in report.written:
         typer.echo(f"wrote {path}")
-    for where, what in report.unreached.items():
-        typer.echo(f"- not read: {where} (not reachable from here): {what}")
-    if len(report.failed) == len(report.outcomes):
+    if len(report.failed) == len(report.all):
         raise OperationFailed(f"no registry answered ({index}): the matrix is unchanged; check the network or "
                               "--index, or raise --timeout")
 

@@ -9,6 +9,7 @@ stacks.toml are hand-written.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,23 @@ def _stacks(data: dict[str, Any]) -> dict[str, Stack]:
     return out
 
 
+def _one_row_per_url(wheels: list[Wheel]) -> list[Wheel]:
+    """A wheel listed by two files (a curated listing and a registry refresh of the same index) is one row: the
+    first file's (files are read in name order), with the sha256 and first-seen day the other knew."""
+    first: dict[str, int] = {}
+    out: list[Wheel] = []
+    for wheel in wheels:
+        at = first.get(wheel.url)
+        if at is None:
+            first[wheel.url] = len(out)
+            out.append(wheel)
+            continue
+        known = out[at]
+        if (not known.sha256 and wheel.sha256) or (not known.seen and wheel.seen):
+            out[at] = replace(known, sha256=known.sha256 or wheel.sha256, seen=known.seen or wheel.seen)
+    return out
+
+
 @lru_cache(maxsize=4)
 def _load(root: str) -> Matrix:
     path = Path(root)
@@ -151,6 +169,7 @@ def _load(root: str) -> Matrix:
         data = _read(file)
         if "wheels" in data:
             wheels.extend(wheels_from_rows(data["wheels"], str(file)))
+    wheels = _one_row_per_url(wheels)
     stacks_file = path / "stacks.toml"
     cuda_file = path / "cuda.toml"
     return Matrix(

@@ -9,9 +9,9 @@ Requires-Dist and its ``torch==`` pin.
 
 Each package is written to ``<family>_pypi.toml`` (rows keep the day they were first seen); what was asked, answered
 and when lives in ``registry-state.json`` beside them. A source that cannot be reached (or answers nonsense) is named
-and its last file is kept as it was, with the day it was last refreshed. Not reachable from here and so not read:
-download.pytorch.org (torch's per-CUDA indexes: torch.toml keeps the listing it was made from) and GitHub releases
-(exllamav3, the flash-attn / causal-conv1d prebuilt wheels).
+and its last file is kept as it was, with the day it was last refreshed. Then the sources outside PyPI
+(download.pytorch.org's per-CUDA torch pages, GitHub releases of the prebuilt-wheel projects: outside.py), the same
+way, each where it can be reached.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from packaging.version import InvalidVersion, Version
 from labwright import textio
 from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput, OperationFailed
+from labwright.matrix import outside
 from labwright.matrix.load import wheels_from_rows
 from labwright.matrix.model import Component, Wheel
 from labwright.matrix.refresh import (
@@ -54,10 +55,6 @@ DEFAULT_INDEX = "https://pypi.org/pypi"
 STATE_FILE = "registry-state.json"
 USER_AGENT = "labwright-matrix-refresh (+https://github.com/labwright)"
 MAX_BODY = 32 * 1024 * 1024  # torch's JSON is ~1 MB; anything near this is not a registry answer
-UNREACHED = {
-    "download.pytorch.org": "torch's CUDA builds per index (cu126/cu128/cu130 ...): torch.toml keeps its listing",
-    "github.com releases": "exllamav3, flash-attn and causal-conv1d prebuilt wheels: their *.toml keep their listing",
-}
 
 
 @dataclass(frozen=True)
@@ -110,6 +107,8 @@ class Answer:
     body: bytes = b""
     etag: str = ""
     last_modified: str = ""
+    content_type: str = ""
+    link: str = ""  # the Link header (GitHub's pagination)
 
 
 class Unreachable(Exception):
@@ -117,9 +116,9 @@ class Unreachable(Exception):
 
 
 def fetch(url: str, timeout: float, etag: str = "", last_modified: str = "", accept: str = "application/json",
-          deadline: float | None = None) -> Answer:
+          deadline: float | None = None, extra_headers: dict[str, str] | None = None) -> Answer:
     """GET ``url`` with a bounded connect/read timeout and an overall deadline; 304 when the validators match."""
-    headers = {"User-Agent": USER_AGENT, "Accept": accept}
+    headers = {"User-Agent": USER_AGENT, "Accept": accept, **(extra_headers or {})}
     if etag:
         headers["If-None-Match"] = etag
     if last_modified:
@@ -141,11 +140,15 @@ def fetch(url: str, timeout: float, etag: str = "", last_modified: str = "", acc
                     raise Unreachable(f"answer larger than {MAX_BODY // (1024 * 1024)} MiB")
                 chunks.append(chunk)
             return Answer(200, b"".join(chunks), response.headers.get("ETag", ""),
-                          response.headers.get("Last-Modified", ""))
+                          response.headers.get("Last-Modified", ""), response.headers.get("Content-Type", ""),
+                          response.headers.get("Link", ""))
     except urllib.error.HTTPError as exc:
         if exc.code == 304:
             return Answer(304, b"", exc.headers.get("ETag", "") or etag,
                           exc.headers.get("Last-Modified", "") or last_modified)
+        if exc.code in (403, 429) and exc.headers.get("X-RateLimit-Remaining") == "0":
+            raise Unreachable(f"HTTP {exc.code}: GitHub's API rate limit reached (60 requests an hour without a "
+                              "token): set GITHUB_TOKEN in the environment or refresh later") from None
         raise Unreachable(f"HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
         reason = exc.reason
@@ -216,6 +219,7 @@ class Outcome:
     lines: list[str] = field(default_factory=list)
     newest: str = ""
     sdists_only: bool = False
+    url: str = ""  # sources outside PyPI: the URL asked
 
 
 def parse_project(data: object, feed: Feed, components: dict[str, Component], pre: bool,
@@ -364,11 +368,16 @@ def _rows(feed: Feed, listed: list[tuple[Listed, str]], components: dict[str, Co
 class RegistryReport:
     outcomes: list[Outcome]
     written: list[Path]
-    unreached: dict[str, str]
+    unreached: dict[str, str]  # outside sources not reached this time: name -> why
+    outside: list[Outcome] = field(default_factory=list)
 
     @property
     def failed(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.status == "unreachable"]
+        return [o for o in self.outcomes + self.outside if o.status == "unreachable"]
+
+    @property
+    def all(self) -> list[Outcome]:
+        return self.outcomes + self.outside
 
 
 def _check_index(index: str) -> str:
@@ -379,9 +388,13 @@ def _check_index(index: str) -> str:
 
 def refresh_registry(out_dir: Path, components: dict[str, Component], index: str = DEFAULT_INDEX,
                      packages: list[str] | None = None, pre: bool = False, timeout: float = 15.0,
-                     dry_run: bool = False) -> RegistryReport:
-    """Fetch each feed (conditionally), write the files whose data changed, and say what each source gave."""
+                     dry_run: bool = False, pytorch_index: str = outside.PYTORCH_INDEX,
+                     github_api: str = outside.GITHUB_API, outside_sources: bool = True) -> RegistryReport:
+    """Fetch each feed (conditionally), write the files whose data changed, and say what each source gave; then
+    the sources outside PyPI (outside.py) the same way, unless ``outside_sources`` is False."""
     index = _check_index(index)
+    pytorch_index = outside.check_root("--pytorch-index", pytorch_index, outside.PYTORCH_INDEX)
+    github_api = outside.check_root("--github-api", github_api, outside.GITHUB_API)
     if not math.isfinite(timeout) or not 0 < timeout <= 600:
         raise BadInput(f"--timeout {timeout:g}: give a number of seconds above 0, at most 600 (default 15)")
     feeds = list(FEEDS)
@@ -435,9 +448,17 @@ def refresh_registry(out_dir: Path, components: dict[str, Component], index: str
             write_matrix_file(path, render_toml(wheels, header).replace(
                 "edit the listing under sources/ and re-run", "re-run `labwright matrix refresh`"))
             written.append(path)
+    extra: list[Outcome] = []
+    if outside_sources:
+        wanted = {str(canonicalize_name(p)) for p in packages} if packages else None
+        extra, more = outside.refresh_outside(out_dir, components, state, pytorch_index=pytorch_index,
+                                              github_api=github_api, packages=wanted, pre=pre, timeout=timeout,
+                                              today=today, dry_run=dry_run)
+        written += more
     if not dry_run:
         write_state(out_dir, state)
-    return RegistryReport(outcomes, written, dict(UNREACHED))
+    unreached = {o.package: o.lines[0] for o in extra if o.status == "unreachable"}
+    return RegistryReport(outcomes, written, unreached, extra)
 
 
 def _refresh_one(feed: Feed, out_dir: Path, components: dict[str, Component], index: str, pre: bool,
@@ -496,7 +517,7 @@ def data_ages(root: Path, now: datetime | None = None) -> dict[str, str]:
     """package -> ``pypi.org: changed 2 days ago, checked 3h ago`` for every package a refresh has fetched."""
     out = {}
     for url, rec in _records(root).items():
-        package = url.rstrip("/").rsplit("/", 2)[-2] if url.endswith("/json") else url
+        package = url.rstrip("/").rsplit("/", 2)[-2] if url.endswith("/json") else str(rec.get("name") or url)
         if rec.get("changed"):
             host = url.split("/")[2] if "://" in url else url
             what = "sdists only" if not rec.get("wheels") and rec.get("sdists") else f"{rec.get('wheels', 0)} wheels"

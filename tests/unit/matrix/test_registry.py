@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 import subprocess
@@ -14,9 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from labwright.errors import BadInput
 from labwright.matrix.load import _load, read_components
+from labwright.matrix.outside import OUTSIDE_FEEDS
 from labwright.matrix.registry import FEEDS, STATE_FILE, built_against, data_ages, read_state, refresh_registry
 from labwright.matrix.resolve import StackRequest, resolve_stack
 from labwright.paths import packaged_matrix_dir
@@ -35,10 +38,15 @@ class Registry:
     edits: dict[str, object] = field(default_factory=dict)  # package -> callable(data) changing its JSON
     requests: list[tuple[str, str]] = field(default_factory=list)  # (path, If-None-Match)
     answered_304: int = 0
+    simple_json: bool = False  # the PyTorch index answers PEP 691 JSON instead of PEP 503 HTML
+    authorization: list[str] = field(default_factory=list)  # Authorization headers GitHub's stand-in was sent
+    headers: dict[str, dict[str, str]] = field(default_factory=dict)  # path -> extra response headers
 
     def body(self, path: str) -> tuple[int, bytes]:
         if path in self.override:
             return self.override[path]
+        if path.startswith(("/pytorch/", "/github/")):
+            return outside_body(self, path)
         if path.startswith("/pypi/") and path.endswith("/json"):
             package = path.split("/")[2]
             file = RECORDED / "pypi" / f"{package}.json"
@@ -76,8 +84,14 @@ def registry():
                 self.send_header("ETag", tag)
                 self.end_headers()
                 return
+            if self.path.startswith("/github/"):
+                state.authorization.append(self.headers.get("Authorization", ""))
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            html = self.path.startswith("/pytorch/") and not state.simple_json
+            self.send_header("Content-Type", "text/html" if html else (
+                "application/vnd.pypi.simple.v1+json" if self.path.startswith("/pytorch/") else "application/json"))
+            for key, value in state.headers.get(self.path, {}).items():
+                self.send_header(key, value)
             self.send_header("Content-Length", str(len(body)))
             if state.etag and status == 200:
                 self.send_header("ETag", tag)
@@ -89,7 +103,10 @@ def registry():
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    state.index = f"http://127.0.0.1:{server.server_address[1]}/pypi"  # type: ignore[attr-defined]
+    root = f"http://127.0.0.1:{server.server_address[1]}"
+    state.index = f"{root}/pypi"  # type: ignore[attr-defined]
+    state.pytorch = f"{root}/pytorch"  # type: ignore[attr-defined]
+    state.github = f"{root}/github"  # type: ignore[attr-defined]
     yield state
     server.shutdown()
     server.server_close()
@@ -108,7 +125,8 @@ def _refresh(registry, out: Path, **kwargs):
     for name in ("components.toml", "cuda.toml", "stacks.toml"):  # so load_matrix(out) reads what refresh wrote
         if not (out / name).exists():
             (out / name).write_bytes((packaged_matrix_dir() / name).read_bytes())
-    return refresh_registry(out, COMPONENTS, index=registry.index, timeout=kwargs.pop("timeout", 10), **kwargs)
+    return refresh_registry(out, COMPONENTS, index=registry.index, timeout=kwargs.pop("timeout", 10),
+                            pytorch_index=registry.pytorch, github_api=registry.github, **kwargs)
 
 
 def _lines(report, package):
@@ -158,9 +176,10 @@ def test_families_without_wheels_on_pypi_say_so(registry, tmp_path):
         outcome = next(o for o in report.outcomes if o.package == package)
         assert outcome.status == "updated" and outcome.sdists_only and not outcome.wheels
     assert not (tmp_path / "flash_attn_pypi.toml").exists()
-    exl = [w for w in load_matrix(tmp_path).wheels if w.package == "exllamav3"]
+    exl = [w for w in load_matrix(tmp_path).wheels if w.package == "exllamav3" and w.source == "pypi.org"]
     assert exl and all(w.platform == "any" and "JIT" in w.note for w in exl)
-    assert set(report.unreached) == {"download.pytorch.org", "github.com releases"}
+    # the stand-in serves every outside source but mjun0812's releases (404): named, nothing else
+    assert set(report.unreached) == {"mjun0812/flash-attention-prebuild-wheels releases"}
 
 
 def test_no_change_refresh_is_conditional_and_rewrites_nothing(registry, tmp_path):
@@ -171,7 +190,9 @@ def test_no_change_refresh_is_conditional_and_rewrites_nothing(registry, tmp_pat
     assert {o.status for o in report.outcomes} == {"unchanged"}
     json_requests = [(p, tag) for p, tag in registry.requests if p.endswith("/json")]
     assert all(tag for _, tag in json_requests), f"a request without If-None-Match: {json_requests}"
-    assert registry.answered_304 == len(FEEDS)
+    # every PyPI feed and every outside source that answered the first time (all but mjun0812's 404 and the
+    # cu132 index that does not exist) answered 304
+    assert registry.answered_304 == len(FEEDS) + len(OUTSIDE_FEEDS) - 2
     assert not [p for p, _ in registry.requests if p.endswith(".metadata")], "metadata was fetched again"
     assert report.written == []
     assert {p: (p.stat().st_ino, p.read_bytes()) for p in tmp_path.glob("*.toml")} == files
@@ -220,7 +241,7 @@ def test_a_source_that_is_down_keeps_its_data_and_date(registry, tmp_path, cli_e
 
     registry.edits["flash-linear-attention"] = add_release
     report = _refresh(registry, tmp_path)
-    assert [o.package for o in report.failed] == ["torch", "fla-core"]
+    assert [o.package for o in report.outcomes if o.status == "unreachable"] == ["torch", "fla-core"]
     assert "HTTP 503" in _lines(report, "torch")[0]
     assert (tmp_path / "torch_pypi.toml").read_bytes() == torch_before
     # the half that answered is not written beside the half that did not: the file stays whole and old
@@ -233,7 +254,8 @@ def test_a_source_that_is_down_keeps_its_data_and_date(registry, tmp_path, cli_e
     _refresh(registry, tmp_path)
     fla = {w.version for w in load_matrix(tmp_path).wheels if w.package == "flash-linear-attention"}
     assert "0.7.0" in fla, "a release seen while the other half of its file was down was lost"
-    proc = cli(cli_env, "refresh", "--out", str(tmp_path), "--index", registry.index)
+    proc = cli(cli_env, "refresh", "--out", str(tmp_path), "--index", registry.index, "--pytorch-index",
+               registry.pytorch, "--github-api", registry.github)
     assert proc.returncode == 0, proc.stderr
     assert f"✗ torch: {registry.index}/torch/json unreachable (HTTP 503 Service Unavailable): kept its data from " \
            f"{record['changed']}" in proc.stdout
@@ -245,7 +267,9 @@ def test_everything_down_is_exit_1_and_writes_nothing(tmp_path, cli_env):
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    proc = cli(cli_env, "refresh", "--out", str(tmp_path), "--index", f"http://127.0.0.1:{port}/pypi", "--timeout", "2")
+    dead = f"http://127.0.0.1:{port}"
+    proc = cli(cli_env, "refresh", "--out", str(tmp_path), "--index", f"{dead}/pypi", "--timeout", "2",
+               "--pytorch-index", dead, "--github-api", dead)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.startswith("labwright: error: no registry answered") and proc.stderr.count("\n") == 1
     assert "✗ torch:" in proc.stdout and "no earlier data to keep" in proc.stdout
@@ -337,6 +361,8 @@ def test_show_says_how_old_each_familys_data_is(registry, tmp_path, cli_env):
     (["--kind", "pip-index"], "--kind without --from"),
     (["--package", "numpy"], "--package numpy: not a registry feed"),
     (["--timeout", "0"], "--timeout 0: give a number of seconds above 0, at most 600"),
+    (["--github-api", "api.github.com"], "--github-api 'api.github.com': not an http(s) URL"),
+    (["--pytorch-index", "file:///tmp"], "--pytorch-index 'file:///tmp': not an http(s) URL"),
 ])
 def test_bad_registry_options_are_exit_2(tmp_path, cli_env, args, message):
     proc = cli(cli_env, "refresh", "--out", str(tmp_path), *args)
@@ -349,3 +375,205 @@ def test_a_corrupt_state_file_is_bad_input(tmp_path):
     (tmp_path / STATE_FILE).write_text("{not json")
     with pytest.raises(BadInput, match="registry-state.json: not the JSON"):
         read_state(tmp_path)
+
+
+# -- sources outside PyPI ------------------------------------------------------------------------------------------
+# download.pytorch.org and api.github.com do not resolve from this machine, so their answers cannot be recorded here.
+# The stand-in builds them in the shapes their specifications give, from the file names of the committed listings
+# (sources/*.txt, themselves expanded from the projects' release workflows):
+# - PyTorch's index: PEP 503 (an <a href> per file, `#sha256=` fragment, PEP 592 `data-yanked`) or, when the test
+#   asks, PEP 691 JSON (`files[].filename/url/hashes/yanked`, content type application/vnd.pypi.simple.v1+json).
+# - GitHub's "List releases" (docs.github.com/rest/releases/releases, API 2022-11-28): a JSON list of releases with
+#   `tag_name`, `draft`, `prerelease`, `assets[].name/browser_download_url/digest` ("sha256:HEX"), paginated with a
+#   `Link: <...>; rel="next"` header.
+SOURCES = packaged_matrix_dir() / "sources"
+NEW_TORCH = "https://download.pytorch.org/whl/cu130/torch-2.15.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl"
+YANKED_TORCH = "https://download.pytorch.org/whl/cu130/torch-2.14.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl"
+
+
+def _listing_urls(name: str) -> list[tuple[str, str]]:
+    """(url, release) per line of a committed listing."""
+    out = []
+    for line in (SOURCES / name).read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            words = line.split()
+            release = next((w.split("=", 1)[1] for w in words[1:] if w.startswith("release=")), "")
+            out.append((words[0], release))
+    return out
+
+
+def _fake_sha(url: str) -> str:
+    return hashlib.sha256(url.encode()).hexdigest()
+
+
+def _pytorch_page(state: Registry, cuda: str) -> bytes:
+    urls = [u for u, _ in _listing_urls("torch.txt") if f"/whl/{cuda}/" in u]
+    if cuda == "cu130":
+        urls.append(NEW_TORCH)
+    if state.simple_json:
+        files = [{"filename": u.rsplit("/", 1)[1].replace("%2B", "+"), "url": u, "hashes": {"sha256": _fake_sha(u)}}
+                 for u in urls]
+        if cuda == "cu130":
+            files.append({"filename": "torch-2.14.0+cu130-cp312-cp312-manylinux_2_28_x86_64.whl", "url": YANKED_TORCH,
+                          "hashes": {}, "yanked": "broken build"})
+        return json.dumps({"meta": {"api-version": "1.1"}, "name": "torch", "files": files}).encode()
+    rows = [f'<a href="/whl/{cuda}/{u.rsplit("/", 1)[1]}#sha256={_fake_sha(u)}">{u.rsplit("/", 1)[1]}</a><br/>'
+            for u in urls]
+    if cuda == "cu130":
+        rows.append(f'<a href="{YANKED_TORCH.split("download.pytorch.org", 1)[1]}" data-yanked="">yanked</a><br/>')
+    return ("<!DOCTYPE html>\n<html><body><h1>Links for torch</h1>\n" + "\n".join(rows) + "\n</body></html>").encode()
+
+
+GITHUB_LISTINGS = {"turboderp-org/exllamav3": "exllamav3.txt", "Dao-AILab/flash-attention": "flash_attn_official.txt",
+                   "Dao-AILab/causal-conv1d": "causal_conv1d.txt"}
+
+
+def _releases(repo: str) -> list[dict]:
+    by_tag: dict[str, list[str]] = {}
+    for url, release in _listing_urls(GITHUB_LISTINGS[repo]):
+        tag = release or url.split("/releases/download/", 1)[1].split("/", 1)[0]
+        by_tag.setdefault(tag, []).append(url)
+    releases = [{"tag_name": tag, "draft": False, "prerelease": False,
+                 "assets": [{"name": u.rsplit("/", 1)[1], "browser_download_url": u,
+                             **({"digest": f"sha256:{_fake_sha(u)}"} if i % 2 == 0 else {})}
+                            for i, u in enumerate(urls)] + [{"name": "SHA256SUMS", "browser_download_url": "x"}]}
+                for tag, urls in sorted(by_tag.items(), key=lambda kv: Version(kv[0].lstrip("v")), reverse=True)]
+    if repo == "turboderp-org/exllamav3":
+        base = "https://github.com/turboderp-org/exllamav3/releases/download"
+        releases.insert(0, {"tag_name": "v1.7.0rc1", "draft": False, "prerelease": True, "assets": [
+            {"name": "x.whl", "browser_download_url":
+             f"{base}/v1.7.0rc1/exllamav3-1.7.0rc1+cu130.torch2.15.0-cp312-cp312-linux_x86_64.whl"}]})
+        releases.insert(0, {"tag_name": "v9.9.9", "draft": True, "assets": [
+            {"name": "x.whl", "browser_download_url":
+             f"{base}/v9.9.9/exllamav3-9.9.9+cu130.torch2.15.0-cp312-cp312-linux_x86_64.whl"}]})
+        releases.insert(2, {"tag_name": "v1.6.5", "draft": False, "prerelease": False, "assets": [
+            {"name": "exllamav3-1.6.5+cu130.torch2.15.0-cp312-cp312-linux_x86_64.whl", "browser_download_url":
+             f"{base}/v1.6.5/exllamav3-1.6.5+cu130.torch2.15.0-cp312-cp312-linux_x86_64.whl"}]})
+    return releases
+
+
+def outside_body(state: Registry, path: str) -> tuple[int, bytes]:
+    match = re.fullmatch(r"/pytorch/whl/(cu\d+)/torch/", path)
+    if match and match[1] == "cu132":
+        return 404, b"<html><body>404 Not Found</body></html>"
+    if match:
+        return 200, _pytorch_page(state, match[1])
+    match = re.fullmatch(r"/github/repos/([^/]+/[^/]+)/releases\?per_page=100(?:&page=(\d+))?", path)
+    if match and match[1] in GITHUB_LISTINGS:
+        releases, page = _releases(match[1]), int(match[2] or 1)
+        per = 8  # small pages, so that pagination is exercised
+        if page * per < len(releases):
+            root = state.github  # type: ignore[attr-defined]
+            state.headers[path] = {"Link": f'<{root}/repos/{match[1]}/releases?per_page=100&page={page + 1}>; '
+                                           f'rel="next", <{root}/repos/{match[1]}/releases?per_page=100&page=1>; '
+                                           'rel="first"'}
+        return 200, json.dumps(releases[(page - 1) * per:page * per]).encode()
+    return 404, b'{"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}'
+
+
+def _outside(report, name):
+    return next(o for o in report.outside if o.package == name)
+
+
+@pytest.mark.parametrize("simple_json", [False, True], ids=["pep503-html", "pep691-json"])
+def test_pytorch_index_pages_give_the_cuda_builds_with_their_hashes(registry, tmp_path, simple_json):
+    registry.simple_json = simple_json
+    report = _refresh(registry, tmp_path, packages=["torch"])
+    cu130 = _outside(report, "download.pytorch.org cu130")
+    assert cu130.status == "updated" and cu130.newest == "2.15.0", cu130
+    assert "1 yanked file(s) left out (PEP 592)" in cu130.lines
+    # PEP 503 pages link relative to the page, so rows point at the index that answered (here the stand-in)
+    rows = {w.url.rsplit("/", 1)[1]: w for w in load_matrix(tmp_path).wheels if w.source == "download.pytorch.org"}
+    new = rows[NEW_TORCH.rsplit("/", 1)[1]]
+    assert (new.version, new.cuda, new.python, new.source) == ("2.15.0+cu130", "13.0", "cp312", "download.pytorch.org")
+    assert new.sha256 == _fake_sha(NEW_TORCH) and new.seen
+    assert YANKED_TORCH.rsplit("/", 1)[1] not in rows
+    assert "no such index (HTTP 404): nothing listed" in _outside(report, "download.pytorch.org cu132").lines
+    listed = {u for u, _ in _listing_urls("torch.txt") if re.search(r"/whl/cu(126|128|129|130)/", u)}
+    expected = {u.rsplit("/", 1)[1] for u in listed
+                if Version(u.rsplit("torch-", 1)[1].split("%2B")[0]) >= Version("2.6")}
+    assert expected and expected <= set(rows), sorted(expected - set(rows))[:3]
+    resolution = resolve_stack(StackRequest(torch="2.15.0", cuda="13.0", python="3.12"), load_matrix(tmp_path))
+    assert [c.wheel.version for c in resolution.chosen("torch")] in (["2.15.0+cu130"], ["2.15.0"]), resolution.errors
+
+
+def test_github_releases_are_read_across_pages_without_drafts_or_prereleases(registry, tmp_path):
+    report = _refresh(registry, tmp_path, packages=["exllamav3"])
+    exl = _outside(report, "turboderp-org/exllamav3 releases")
+    assert exl.status == "updated" and exl.newest == "1.6.5", exl
+    assert any("pre-release(s) left out (v1.7.0rc1)" in line for line in exl.lines)
+    pages = [p for p, _ in registry.requests if p.startswith("/github/repos/turboderp-org/exllamav3/")]
+    assert len(pages) == -(-len(_releases("turboderp-org/exllamav3")) // 8), pages  # every page, once
+    rows = {w.url: w for w in load_matrix(tmp_path).wheels if w.source == "turboderp-org/exllamav3"}
+    assert not any("9.9.9" in u or "1.7.0rc1" in u for u in rows)
+    new = next(w for u, w in rows.items() if "/v1.6.5/" in u)
+    assert (new.torch, new.torch_build, new.cuda, new.release) == ("2.15", "2.15.0", "13.0", "v1.6.5")
+    linux = [(u, r) for u, r in _listing_urls("exllamav3.txt") if "linux" in u]
+    assert {u for u, _ in linux} <= set(rows), "a listed linux wheel of a release was not read"
+    assert not any("win_amd64" in u for u in rows)
+    with_digest = [w for w in rows.values() if w.sha256]
+    assert with_digest and all(w.sha256 == _fake_sha(w.url) for w in with_digest)
+
+
+def test_outside_sources_are_conditional_and_a_no_change_refresh_rewrites_nothing(registry, tmp_path):
+    _refresh(registry, tmp_path, packages=["torch", "exllamav3"])
+    files = {p: (p.stat().st_ino, p.read_bytes()) for p in tmp_path.glob("*.toml")}
+    assert tmp_path / "torch_pytorch_org.toml" in files and tmp_path / "exllamav3_github.toml" in files
+    registry.requests.clear()
+    report = _refresh(registry, tmp_path, packages=["torch", "exllamav3"])
+    assert {o.status for o in report.outside} == {"unchanged"}, [(o.package, o.status) for o in report.outside]
+    asked = [(p, tag) for p, tag in registry.requests if p.startswith(("/pytorch/", "/github/"))]
+    # every source that answered with a body is asked with its ETag (the cu132 index that 404'd has none)
+    assert asked and all(tag for p, tag in asked if "/cu132/" not in p), "an outside source asked without its ETag"
+    assert not report.written
+    assert {p: (p.stat().st_ino, p.read_bytes()) for p in tmp_path.glob("*.toml")} == files
+
+
+def test_an_outside_source_that_is_down_is_named_and_its_file_kept(registry, tmp_path, cli_env):
+    _refresh(registry, tmp_path, packages=["torch"])
+    before = (tmp_path / "torch_pytorch_org.toml").read_bytes()
+    registry.override["/pytorch/whl/cu128/torch/"] = (503, b"down")
+    registry.edits["torch"] = lambda data: data["releases"].setdefault("2.16.0", [])  # PyPI moves on meanwhile
+    proc = cli(cli_env, "refresh", "--out", str(tmp_path), "--index", registry.index, "--pytorch-index",
+               registry.pytorch, "--github-api", registry.github, "--package", "torch")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (f"✗ download.pytorch.org cu128: {registry.pytorch}/whl/cu128/torch/ unreachable (HTTP 503 Service "
+            "Unavailable): kept its data from 20") in proc.stdout
+    assert "= download.pytorch.org cu130: unchanged" in proc.stdout or "✓ download.pytorch.org cu130" in proc.stdout
+    # one page of the file down: the file stays whole and as it was
+    assert (tmp_path / "torch_pytorch_org.toml").read_bytes() == before
+    del registry.override["/pytorch/whl/cu128/torch/"]
+    report = _refresh(registry, tmp_path, packages=["torch"])
+    assert not report.failed
+
+
+def test_github_rate_limit_is_said_with_the_fix_and_a_token_is_sent(registry, tmp_path, monkeypatch):
+    path = "/github/repos/turboderp-org/exllamav3/releases?per_page=100"
+    registry.override[path] = (403, b'{"message": "API rate limit exceeded for 127.0.0.1."}')
+    registry.headers[path] = {"X-RateLimit-Remaining": "0", "X-RateLimit-Limit": "60"}
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_test_token_from_the_environment")
+    report = _refresh(registry, tmp_path, packages=["exllamav3"])
+    line = report.unreached["turboderp-org/exllamav3 releases"]
+    assert "rate limit" in line and "GITHUB_TOKEN" in line
+    assert "Bearer ghp_test_token_from_the_environment" in registry.authorization
+    assert not (tmp_path / "exllamav3_github.toml").exists()
+
+
+def test_malformed_outside_answers_are_one_line_each(registry, tmp_path):
+    registry.override["/pytorch/whl/cu126/torch/"] = (200, b"\x00\x01 not a page")
+    registry.override["/github/repos/Dao-AILab/causal-conv1d/releases?per_page=100"] = (200, b"[{not json")
+    report = _refresh(registry, tmp_path, packages=["torch", "causal-conv1d"])
+    assert report.unreached["download.pytorch.org cu126"] == "answer is neither PEP 691 JSON nor a PEP 503 HTML page"
+    assert report.unreached["Dao-AILab/causal-conv1d releases"] == "malformed JSON on page 1"
+
+
+def test_a_wheel_in_a_curated_listing_and_a_refreshed_file_is_one_row(registry, tmp_path):
+    registry.simple_json = True  # PEP 691 answers carry absolute URLs: the same URLs the curated listing has
+    _refresh(registry, tmp_path, packages=["torch"])
+    (tmp_path / "torch.toml").write_bytes((packaged_matrix_dir() / "torch.toml").read_bytes())
+    wheels = load_matrix(tmp_path).wheels
+    urls = [w.url for w in wheels]
+    assert len(urls) == len(set(urls))
+    both = next(u for u, _ in _listing_urls("torch.txt") if "/whl/cu128/torch-2.8.0" in u)
+    (row,) = [w for w in wheels if w.url == both]
+    assert row.sha256 == _fake_sha(both), "the curated row did not take the sha256 the refresh learned"
