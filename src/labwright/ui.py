@@ -165,6 +165,8 @@ class Progress:
         # On a terminal the one line is redrawn often (its clock ticks); plain lines are at most one per interval.
         self.interval = min(interval, 1.0) if bar else interval
         self.detail = ""
+        #: what the step came to, said on its end line (``✓ download x.whl (4.2s): 3.1 MB at 0.7 MB/s``)
+        self.result = ""
         self.started = time.monotonic()
         self.elapsed = 0.0
         self._last = self.started
@@ -223,7 +225,9 @@ class Progress:
                 self._write("\r\x1b[K")
             took = format_duration(self.elapsed)
             if not self.quiet:
-                self._write((f"✓ {self.what} ({took})" if ok else f"✗ {self.what} failed after {took}") + "\n")
+                result = f": {self.result}" if ok and self.result else ""
+                self._write((f"✓ {self.what} ({took}){result}" if ok else f"✗ {self.what} failed after {took}")
+                            + "\n")
         return self.elapsed
 
 
@@ -306,11 +310,15 @@ def install_step(line: str) -> str | None:
 
 def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], str | None] | None = build_step,
                       log: Path | None = None, cwd: str | Path | None = None, env: dict[str, str] | None = None,
-                      keep: int = 40, **options: Any) -> list[str]:
+                      keep: int = 40, timeout: float | None = None,
+                      failed: Callable[[int, list[str]], None] | None = None, **options: Any) -> list[str]:
     """Run ``argv`` with its output (stdout and stderr together) read line by line: what ``parse`` makes of a line
     is the progress detail, every line goes to ``log`` when given (the full output, for when it fails), and the last
     ``keep`` lines are returned. A non-zero exit is OperationFailed naming ``what``, the exit code, the last line and
-    the log; the last lines are shown on the progress stream first."""
+    the log; the last lines are shown on the progress stream first. A ``parse`` with a ``summary()`` method
+    (InstallProgress) gives the end line its result. ``failed(code, tail)`` sees a non-zero exit first
+    and may raise an error of its own (the caller's wording, its own exception type). ``timeout``: seconds after
+    which the tool and what it started are killed (OperationFailed ``still running after ...``)."""
     from labwright.errors import OperationFailed
 
     tail: deque[str] = deque(maxlen=keep)
@@ -324,7 +332,17 @@ def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], 
                                         errors="replace", bufsize=1, cwd=cwd, env=env, start_new_session=True)
             except OSError as exc:
                 raise OperationFailed(f"{what}: cannot run {argv[0]} ({exc.strerror or exc})") from None
+            expired = threading.Event()
+
+            def expire() -> None:
+                expired.set()
+                _kill_group(proc)
+
+            watchdog = threading.Timer(timeout, expire) if timeout is not None else None
             try:
+                if watchdog is not None:
+                    watchdog.daemon = True
+                    watchdog.start()
                 assert proc.stdout is not None
                 for line in proc.stdout:
                     if handle is not None:
@@ -338,44 +356,172 @@ def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], 
             except BaseException:
                 _stop_group(proc)
                 raise
+            finally:
+                if watchdog is not None:
+                    watchdog.cancel()
+            if expired.is_set():
+                raise OperationFailed(f"{what}: still running after {format_duration(timeout or 0)}; stopped it")
             if code != 0:
                 if not step.quiet:
                     step._write("".join(f"  | {line}\n" for line in list(tail)[-15:]))
+                if failed is not None:
+                    failed(code, list(tail))
                 last = next((line.strip() for line in reversed(tail) if line.strip()), "no output")
                 where = f"; the whole output is in {log}" if log is not None else ""
                 raise OperationFailed(f"{what} failed (exit {code}): {last}{where}")
+            summary = getattr(parse, "summary", None)  # a stateful parse (InstallProgress) says what it came to
+            if callable(summary):
+                step.result = summary()
     finally:
         if handle is not None:
             handle.close()
     return list(tail)
 
 
-def _stop_group(proc: subprocess.Popen[str]) -> None:
-    """Kill ``proc``'s process group (the tool and what it started), then reap ``proc``."""
+def _kill_group(proc: subprocess.Popen[str]) -> None:
     import signal
 
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
+
+
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """Kill ``proc``'s process group (the tool and what it started), then reap ``proc``."""
+    _kill_group(proc)
     proc.wait()
+
+
+def megabytes(count: float) -> str:
+    """``3.1 MB``: sizes in progress lines (decimal megabytes, as pip and PyPI give them)."""
+    return f"{count / 1e6:.1f} MB"
+
+
+def rate(count: float, seconds: float) -> str:
+    """``7.8 MB/s``: how fast ``count`` bytes came in ``seconds``."""
+    return f"{count / 1e6 / max(seconds, 1e-3):.1f} MB/s"
 
 
 def copy_with_progress(source: IO[bytes], target: IO[bytes], step: Progress, total: int | None = None,
                        chunk: int = 1 << 20, each: Callable[[bytes], object] | None = None) -> int:
     """Copy ``source`` to ``target`` in chunks, the progress detail saying how much of ``total`` bytes (when known)
-    has come; ``each`` sees every chunk (``digest.update``, to hash what is written as it comes); the number of
-    bytes copied."""
+    has come and how fast; ``each`` sees every chunk (``digest.update``, to hash what is written as it comes); the
+    end line says the size and the rate. The number of bytes copied."""
     done = 0
+    began = time.monotonic()
     while True:
         block = source.read(chunk)
         if not block:
+            step.result = f"{megabytes(done)} at {rate(done, time.monotonic() - began)}"
             return done
         if each is not None:
             each(block)
         target.write(block)
         done += len(block)
+        speed = rate(done, time.monotonic() - began)
         if total:
-            step.update(f"{done / 1e6:.1f} of {total / 1e6:.1f} MB ({100 * done // total}%)")
+            step.update(f"{done / 1e6:.1f} of {total / 1e6:.1f} MB ({100 * done // total}%), {speed}")
         else:
-            step.update(f"{done / 1e6:.1f} MB")
+            step.update(f"{megabytes(done)}, {speed}")
+
+
+class InstallProgress:
+    """A stateful ``parse`` for ``run_with_progress`` over pip, uv or ``pip download``: which package of how many
+    it is at, what it is downloading (with pip's ``--progress-bar raw``: bytes of the total and the rate), and the
+    megabytes downloaded so far. ``summary()`` is the end line's result (``7 packages, 912.4 MB downloaded``).
+
+    What it reads (pip 24.1+ and uv 0.4+ with their output not a terminal): pip's ``Collecting X`` / ``Processing
+    X`` (one per package), ``Downloading X (888.1 MB)``, ``Progress N of M`` (``--progress-bar raw``,
+    pip/_internal/cli/progress_bars.py), ``Installing collected packages: a, b``; uv's ``Downloading torch
+    (845.3MiB)``, ``Resolved N packages``, ``Prepared N packages``, ``Installed N packages``; anything else
+    ``install_step`` knows (apt, debootstrap)."""
+
+    _SIZE = re.compile(r"\(([\d.]+)\s*(k|M|G|Ki|Mi|Gi)?i?B\)\s*$")
+    _UNIT = {None: 1, "k": 1e3, "M": 1e6, "G": 1e9, "Ki": 1024, "Mi": 1 << 20, "Gi": 1 << 30}
+    _COUNT = re.compile(r"^(Resolved|Prepared|Installed|Downloaded|Uninstalled) (\d+) packages?")
+
+    def __init__(self, total: int | None = None):
+        self.total = total
+        self.packages = 0
+        self.current = ""
+        self.downloaded = 0  # bytes of the downloads that finished
+        self.download_bytes = 0  # of the one under way
+        self.download_total = 0
+        self._download_began = 0.0
+        self.installed: int | None = None
+
+    def _package(self) -> str:
+        if self.total:
+            return f"package {min(self.packages, self.total)} of {self.total}"
+        return f"package {self.packages}"
+
+    def _finish_download(self) -> None:
+        self.downloaded += self.download_bytes
+        self.download_bytes = self.download_total = 0
+
+    def __call__(self, line: str) -> str | None:
+        text = line.strip()
+        if text.startswith(("Collecting ", "Processing ")):
+            self._finish_download()
+            self.packages += 1
+            # "Processing /w/x.whl (from -r /e/requirements.txt (line 1))": the file's name; "Collecting sympy (from
+            # torch==2.8.0)": which package wants it
+            head, _, wanted_by = text.split(" ", 1)[1].partition(" (from ")
+            self.current = head.rsplit("/", 1)[-1] + ("" if not wanted_by or wanted_by.startswith("-r ")
+                                                      else f" (from {wanted_by}")
+            self.current = self.current[:80]
+            return f"{self._package()}: {self.current}"
+        if text.startswith("Progress ") and " of " in text:
+            try:
+                done, total = (int(part) for part in text[len("Progress "):].split(" of ", 1))
+            except ValueError:
+                return None
+            if done == 0 or not self._download_began:
+                self._download_began = time.monotonic()
+            self.download_bytes, self.download_total = done, total
+            of = f"{done / 1e6:.1f} of {total / 1e6:.1f} MB ({100 * done // total}%)" if total else megabytes(done)
+            return (f"{self._package()}: {self.current}: {of}, {rate(done, time.monotonic() - self._download_began)}"
+                    f"; {megabytes(self.downloaded + done)} downloaded")
+        if text.startswith("Downloading "):
+            self._finish_download()
+            self._download_began = time.monotonic()
+            size = self._SIZE.search(text)
+            if size:  # announced: counted as downloaded once the next package or download starts
+                self.download_bytes = int(float(size[1]) * self._UNIT.get(size[2], 1))
+            name = text[len("Downloading "):].rsplit("/", 1)[-1][:90]
+            return f"{self._package() + ': ' if self.packages else ''}downloading {name}"
+        if text.startswith("Installing collected packages:"):
+            self._finish_download()
+            names = [name.strip() for name in text.split(":", 1)[1].split(",") if name.strip()]
+            self.installed = len(names)
+            listed = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+            return f"installing {len(names)} package(s): {listed}"
+        count = self._COUNT.match(text)
+        if count:
+            if count[1] == "Installed":
+                self.installed = int(count[2])
+            return text[:100]
+        return install_step(text)
+
+    def summary(self) -> str:
+        self._finish_download()
+        parts = []
+        if self.installed is not None:
+            parts.append(f"{self.installed} package(s) installed")
+        elif self.packages:
+            parts.append(f"{self.packages} package(s)")
+        if self.downloaded:
+            parts.append(f"{megabytes(self.downloaded)} downloaded")
+        return ", ".join(parts)
+
+
+def pip_has_raw_progress(version: str | None) -> bool:
+    """pip 24.1 and later print ``Progress N of M`` lines with ``--progress-bar raw`` (an error before)."""
+    if not version:
+        return False
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (24, 1)

@@ -3,18 +3,20 @@
 Guests that cannot reach PyPI (or should not, on every deploy) install with ``pip install --no-index --find-links
 DIR``. pip does not evaluate ``python_full_version`` markers for a target Python, so callers add requirements that
 only apply below a patch release themselves (see labwright.litellm.wheelhouse).
+
+The download is a progress step on stderr (labwright.ui): which package it is at, the file downloading (megabytes of
+its size and the rate, from pip's ``--progress-bar raw``), and at the end the packages, megabytes and time.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
-from labwright import paths
+from labwright import paths, ui
 from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput, OperationFailed
 
@@ -36,18 +38,32 @@ def download_wheelhouse(requirements: list[str], python: str, target: Path) -> P
         return target
     target.mkdir(parents=True, exist_ok=True)
     remove_truncated_wheels(target)
-    command = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--only-binary=:all:",
-               "--python-version", python, "--implementation", "cp", "-d", str(target)]
+    command = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--only-binary=:all:",
+               "--python-version", python, "--implementation", "cp", "-d", str(target), *_raw_progress()]
     for platform in PLATFORMS:
         command += ["--platform", platform]
     # No machine pip.conf (extra indexes, constraints): the wheelhouse holds what PyPI serves.
     env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
-    proc = subprocess.run([*command, *requirements], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise OperationFailed(f"pip download {' '.join(requirements)} failed: {tail[0]}")
+
+    def failed(code: int, tail: list[str]) -> None:
+        lines = [line.strip() for line in tail if line.strip()]
+        errors = [line for line in lines if line.startswith("ERROR:")]
+        last = (errors or lines or ["no output"])[-1]
+        raise OperationFailed(f"pip download {' '.join(requirements)} failed: {last}")
+
+    ui.run_with_progress([*command, *requirements], f"download wheels for {' '.join(requirements)} (CPython {python})",
+                         parse=ui.InstallProgress(), keep=400, env=env, failed=failed)
     write_text_atomic(marker, stamp)  # the marker says "complete": never half written
     return target
+
+
+def _raw_progress() -> list[str]:
+    """pip's ``Progress N of M`` download lines, when the pip this interpreter runs has them (24.1+)."""
+    try:
+        import pip
+    except ImportError:
+        return []
+    return ["--progress-bar", "raw"] if ui.pip_has_raw_progress(getattr(pip, "__version__", None)) else []
 
 
 def _read_marker(marker: Path) -> bytes | None:

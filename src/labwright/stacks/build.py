@@ -9,6 +9,11 @@ beyond each other (torch's sympy/filelock/nvidia-* wheels, exllamav3's tokenizer
 pinned by a constraints file so the resolver cannot replace one: from the wheelhouse's directory alone
 (``--no-index``) when the plan is a local wheelhouse, else from the directories and the package index.
 Bytecode is compiled here, before the swap, so the restarted service does not pay for it during its downtime.
+
+Each installer run is a progress step on stderr (labwright.ui.run_with_progress): which package of how many,
+what is downloading (bytes of the total and the rate, from pip's ``--progress-bar raw``), and how long it took; on
+a guest run by pyinfra these are plain lines every ``LABWRIGHT_PROGRESS_INTERVAL`` seconds, stdout keeps the
+``labwright: ...`` step lines the caller reads.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from labwright import ui
 from labwright.errors import BadInput, OperationFailed
 from labwright.stacks.fetch import LocalWheel, NoSpace
 from labwright.stacks.layout import BUILDING, MANIFEST, now, write_atomic
@@ -118,12 +124,23 @@ def installer_command(new_python: str, choice: str = "auto") -> tuple[str, list[
     bundle = running_bundle()
     if bundle:
         # -E -s: no PYTHONPATH or user site: only the bundle's pip and the new venv are visible to it.
-        return "pip", [new_python, "-E", "-s", bundle, "pip", "--isolated", "--disable-pip-version-check", "install"]
+        return "pip", [new_python, "-E", "-s", bundle, "pip", "--isolated", "--disable-pip-version-check", "install",
+                       *_raw_progress()]
     if importlib.util.find_spec("pip") is not None:
         return "pip", [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "--python",
-                       new_python, "install"]
+                       new_python, "install", *_raw_progress()]
     raise OperationFailed("no installer here: neither uv nor pip; install uv, or run through the labwright bundle "
                           "(the pyinfra operation), which carries pip")
+
+
+def _raw_progress() -> list[str]:
+    """pip's ``Progress N of M`` lines for the downloads (the bundle's pip, or the one beside this interpreter: both
+    are the ``pip`` this process imports), when that pip has them."""
+    try:
+        import pip
+    except ImportError:
+        return []
+    return ["--progress-bar", "raw"] if ui.pip_has_raw_progress(getattr(pip, "__version__", None)) else []
 
 
 def build(plan: SwitchPlan, wheels: list[LocalWheel], env_dir: Path, python: str, installer: str,
@@ -138,7 +155,7 @@ def build(plan: SwitchPlan, wheels: list[LocalWheel], env_dir: Path, python: str
     requirements.write_text("".join(f"{w.path} --hash=sha256:{w.sha256}\n" for w in wheels))
     log(f"install {len(wheels)} wheel(s) with {name} into {venv}")
     _run([*prefix, "--no-deps", "--no-index", "--require-hashes", "-r", str(requirements)],
-         f"install the wheels with {name}", env_dir)
+         f"install {len(wheels)} wheel(s) with {name}", env_dir, total=len(wheels))
     if midway is not None:
         midway()
     install_dependencies(prefix, name, wheels, env_dir, log)
@@ -169,20 +186,18 @@ def install_dependencies(prefix: list[str], name: str, wheels: list[LocalWheel],
          f"install the dependencies of the stack's wheels with {name}", env_dir)
 
 
-def _run(argv: list[str], what: str, env_dir: Path) -> None:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600,
-                              env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
-    except OSError as exc:
-        raise OperationFailed(f"{what}: cannot run {argv[0]} ({exc})") from None
-    except subprocess.TimeoutExpired:
-        raise OperationFailed(f"{what}: still running after an hour; stopped it") from None
-    if proc.returncode == 0:
-        return
-    output = (proc.stdout + "\n" + proc.stderr).strip()
-    if any(marker in output for marker in NO_SPACE):
-        raise NoSpace(f"{what}: no space left on device")
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    interesting = [line for line in lines if "error" in line.lower()] or lines
-    raise OperationFailed(f"{what} failed in {env_dir} (exit {proc.returncode}): "
-                          f"{interesting[-1] if interesting else 'no output'}")
+def _run(argv: list[str], what: str, env_dir: Path, total: int | None = None) -> None:
+    """Run an installer as a progress step; its failure is one line naming ``what``, the directory and the line
+    of its output that says why (NoSpace when the disk filled up)."""
+
+    def failed(code: int, tail: list[str]) -> None:
+        output = "\n".join(tail)
+        if any(marker in output for marker in NO_SPACE):
+            raise NoSpace(f"{what}: no space left on device")
+        lines = [line.strip() for line in tail if line.strip()]
+        interesting = [line for line in lines if "error" in line.lower()] or lines
+        raise OperationFailed(f"{what} failed in {env_dir} (exit {code}): "
+                              f"{interesting[-1] if interesting else 'no output'}")
+
+    ui.run_with_progress(argv, what, parse=ui.InstallProgress(total), keep=400, timeout=3600, failed=failed,
+                         env={**os.environ, "PIP_CONFIG_FILE": os.devnull})

@@ -2,7 +2,8 @@
 
 A wheel from a local wheelhouse is hashed where it lies; a URL is streamed into the new environment's
 ``wheels/`` directory, hashed on the way. A known sha256 that differs stops the switch here, long before the
-running stack could be touched; an unknown one is recorded in the environment's manifest.
+running stack could be touched; an unknown one is recorded in the environment's manifest. A download is a progress
+step on stderr (labwright.ui): megabytes of the total and the rate while it comes, the size, time and rate at the end.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from labwright import ui
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.stacks.plan import PlannedWheel
 
@@ -101,14 +103,13 @@ def _download(wheel: PlannedWheel, path: Path, log: Callable[[str], None]) -> tu
     path.parent.mkdir(parents=True, exist_ok=True)
     log(f"download {wheel.source}")
     digest = hashlib.sha256()
-    size = 0
     request = urllib.request.Request(wheel.source, headers={"User-Agent": "labwright-stack-switch"})
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response, open(path, "wb") as out:
-            while chunk := response.read(CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-                out.write(chunk)
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response, open(path, "wb") as out, \
+                ui.progress(f"download {wheel.filename}") as step:
+            length = response.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+            size = ui.copy_with_progress(response, out, step, total=total, chunk=CHUNK, each=digest.update)
     except urllib.error.HTTPError as exc:
         raise BadInput(f"{wheel.package} {wheel.version}: {wheel.source} answered HTTP {exc.code} {exc.reason}; "
                        "the matrix row is stale: refresh it (labwright matrix refresh) or pass --wheelhouse with "
