@@ -6,8 +6,10 @@
     labwright verify llamacpp --hosts=lxc://lw-node1 --llamacpp-model=/srv/models/qwen.gguf
 
 Host data: ``llamacpp_<key>`` for every key in templates/llamacpp/defaults.toml ([service] and [flags]),
-``llamacpp_extra_args`` (a list appended to the command line), ``llamacpp_binary_src`` / ``llamacpp_binary_sha256``
-(the binary to push, default the cached build and its recorded sha256) and ``llamacpp_ollama_<key>`` ([ollama]).
+``llamacpp_extra_args`` (a list appended to the command line), ``llamacpp_build`` (auto: the CUDA build for the
+host's NVIDIA GPUs, the CPU build without; cpu; cuda), ``llamacpp_binary_src`` / ``llamacpp_binary_sha256`` (a
+binary of your own instead of the cached build) and ``llamacpp_ollama_<key>`` ([ollama]).
+A GPU host's CUDA build is made once on the control machine: ``python -m labwright.llamacpp.build --arch 8.6``.
 See docs/llamacpp.md.
 
 The binary is pushed from the control machine rather than built on each guest: one 5-minute build per machine

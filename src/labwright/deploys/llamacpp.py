@@ -8,12 +8,11 @@ labwright.llamacpp.deploy_data; see deploys/llamacpp.py and docs/llamacpp.md for
 
 from __future__ import annotations
 
-import shlex
 from io import StringIO
 
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.files import File, Sha256File
+from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
@@ -22,6 +21,7 @@ from labwright.deploys import model as model_ops
 from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import BadInput
 from labwright.facts.llamacpp import OllamaPresent, ReadableBy
+from labwright.facts.nvidia import NvidiaGpus
 from labwright.guestlock import locked
 from labwright.llamacpp.deploy_data import (
     KEYS,
@@ -33,6 +33,7 @@ from labwright.llamacpp.deploy_data import (
     settings_from,
 )
 from labwright.operations import http
+from labwright.operations import llamacpp as llamacpp_ops
 from labwright.operations import systemd as systemd_ops
 from labwright.snapshots.deploy import check_snapshot_data
 
@@ -54,7 +55,7 @@ def deploy_llamacpp() -> None:
         data, planned = downloaded_model(host.data.dict())
     except BadInput as exc:
         raise DeployError(f"{exc} (nothing was changed)") from None
-    s = settings_from(data)
+    s = settings_from(data, host.get_fact(NvidiaGpus))
     # A model named with deploys/model.py's keys is downloaded first (verified, resumable, into the shared cache);
     # a repo, revision or file the Hub does not have stops the run here with one line. Until it is complete on the
     # guest, the model checks below run after the download instead.
@@ -89,18 +90,13 @@ def deploy_llamacpp() -> None:
         model_ops.readable_after_download(s.model, s.user, "model_dir", download)
     model_changed = download.did_change if download is not None else (lambda: False)
 
-    # --- the binary: staged, sha256-checked on the guest, then moved over the old one ----------------
-    binary_changed = False
-    if host.get_fact(Sha256File, path=s.binary) != s.binary_sha256:
-        stage = s.binary_stage
-        files.put(name="Stage llama-server binary", src=s.binary_src, dest=stage, mode="755", user="root",
-                  group="root")
-        server.shell(name=f"Check sha256 and install {s.binary}", commands=[
-            f"echo '{s.binary_sha256}  {stage}' | sha256sum -c --quiet || {{ rm -f {shlex.quote(stage)}; "
-            f"echo 'labwright: pushed llama-server does not match sha256 {s.binary_sha256}' >&2; exit 1; }}",
-            f"mv -f {shlex.quote(stage)} {shlex.quote(s.binary)}",
-        ])
-        binary_changed = True
+    # --- the build for this host's GPUs (CUDA where it shows NVIDIA GPUs, else CPU): staged, sha256-checked on the
+    # guest, then moved over the old one; a CUDA build's libraries beside it ---------------------------
+    binary_op = llamacpp_ops.server_binary(
+        name=f"llama-server: the {s.build.describe()}", binary=s.binary,
+        build=str(data.get("llamacpp_build") or "auto"),
+        binary_src=data.get("llamacpp_binary_src") or None, binary_sha256=data.get("llamacpp_binary_sha256") or None)
+    binary_changed = binary_op.did_change
 
     # --- unit, start, restart on change, health ------------------------------------------------------
     unit = files.put(name=f"Unit {s.service}.service", src=StringIO(s.render_unit()),
@@ -110,10 +106,10 @@ def deploy_llamacpp() -> None:
     # Restart only for a real change; a fresh start above already runs the new binary and unit.
     restarted = systemd_ops.restarted_owned(
         name=f"Restart {s.service} (unit or binary changed)", service=f"{s.service}.service",
-        _if=lambda: (unit.did_change() or binary_changed or model_changed()) and not started.did_change())
+        _if=lambda: (unit.did_change() or binary_changed() or model_changed()) and not started.did_change())
     http.wait_healthy(name=f"{s.service} health: /health then /v1/models", url=s.health_url, service=s.service,
                       timeout=s.health_timeout, models=s.model_ids,
-                      _if=lambda: binary_changed or model_changed() or any_changed(unit, started, restarted)())
+                      _if=lambda: binary_changed() or model_changed() or any_changed(unit, started, restarted)())
 
     # --- Ollama on the same host: the same KV policy, as a drop-in -----------------------------------
     if apply_ollama:

@@ -20,7 +20,9 @@ from typing import Any
 from labwright import paths
 from labwright.deploy_data import FALSE, TRUE, DeployData, jinja, refuse_unknown_keys
 from labwright.errors import BadInput
-from labwright.llamacpp.build import cache_dir
+from labwright.gpu.arch import capabilities_of
+from labwright.llamacpp import cuda
+from labwright.llamacpp.build import CUDA_LIB_DIR, cache_dir
 from labwright.models.deploy_data import ModelSettings, engine_model
 
 TEMPLATES = paths.templates_dir("llamacpp")
@@ -95,10 +97,10 @@ def systemd_quote(arg: str) -> str:
     return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def local_binary(data: Mapping[str, Any]) -> tuple[str, str]:
+def local_binary(data: Mapping[str, Any], builds: Path | None = None) -> tuple[str, str]:
     """The binary to push and its sha256, checked here so a corrupt cache never reaches a guest."""
     keys = KEYS.over(data)
-    src = Path(str(keys.get("binary_src") or cache_dir() / "llama-server")).expanduser()
+    src = Path(str(keys.get("binary_src") or (builds or cache_dir()) / "llama-server")).expanduser()
     if not src.is_file():
         raise keys.fail("binary_src", f"{src} does not exist; build it with `python -m labwright.llamacpp.build` "
                         "or pass --data llamacpp_binary_src=PATH")
@@ -114,6 +116,92 @@ def local_binary(data: Mapping[str, Any]) -> tuple[str, str]:
     if expected and actual != expected:
         raise keys.fail("binary_sha256", f"{src} has sha256 {actual}, expected {expected}")
     return str(src), actual
+
+
+BUILDS = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class BuildChoice:
+    """Which llama-server a host gets: ``cpu``, ``cuda`` (for ``archs``, CMAKE_CUDA_ARCHITECTURES entries) or
+    ``given`` (``llamacpp_binary_src`` names one: the user's binary wins over the GPU facts)."""
+
+    kind: str
+    archs: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "cuda":
+            return f"CUDA {cuda.DEFAULT.version} build for {' '.join(cuda.sm_name(a) for a in self.archs)}"
+        return "CPU build" if self.kind == "cpu" else "given binary"
+
+
+@dataclass(frozen=True)
+class ServerFile:
+    """One file of the chosen build: where it is on the control machine, where it goes, its sha256."""
+
+    src: str
+    dest: str
+    sha256: str
+
+
+def build_choice(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None) -> BuildChoice:
+    """``llamacpp_build`` (auto, cpu, cuda) against the host's NvidiaGpus fact: auto is the CUDA build for the GPUs'
+    compute capabilities where the host shows NVIDIA GPUs, the CPU build elsewhere. A GPU CUDA 13.0 cannot compile for,
+    or cuda on a host without GPUs, is refused in one line naming the key."""
+    keys = KEYS.over(data)
+    mode = str(data.get("llamacpp_build") or "auto").strip().lower()
+    if mode not in BUILDS:
+        raise keys.fail("build", f"{mode!r} is not one of {', '.join(BUILDS)}")
+    if data.get("llamacpp_binary_src"):
+        return BuildChoice("given")
+    capabilities = capabilities_of(gpus)
+    if mode == "cpu" or (mode == "auto" and not capabilities):
+        return BuildChoice("cpu")
+    if not capabilities:
+        raise keys.fail("build", "cuda, but nvidia-smi on this host shows no NVIDIA GPU with a compute capability; "
+                        "pass the GPU through (guest gpu: nvidia) or use llamacpp_build=cpu (nothing was changed)")
+    try:
+        archs = cuda.architectures(capabilities, cuda.DEFAULT)
+    except BadInput as exc:
+        raise keys.fail("build", f"this host's GPUs: {exc} (nothing was changed)") from None
+    return BuildChoice("cuda", tuple(archs), capabilities)
+
+
+def guest_lib_dir(binary: str) -> str:
+    """Where a CUDA build's libraries go on the guest: the binary's RUNPATH, ../lib/llama-server beside it."""
+    return str(PurePosixPath(binary).parent.parent / PurePosixPath(CUDA_LIB_DIR).relative_to(".."))
+
+
+def server_files(choice: BuildChoice, data: Mapping[str, Any], binary: str,
+                 builds: Path | None = None) -> list[ServerFile]:
+    """The files to install for ``choice``, from the control machine's cache (``builds``: the llama.cpp version's
+    cache directory), each sha256 checked here against the build's record so a corrupt cache never reaches a guest.
+    A CUDA build not built yet is refused with the command that builds it."""
+    builds = builds or cache_dir()
+    if choice.kind != "cuda":
+        src, sha256 = local_binary(data, builds)
+        return [ServerFile(src, binary, sha256)]
+    keys = KEYS.over(data)
+    directory = builds / cuda.build_key(cuda.DEFAULT, choice.archs)
+    manifest_path = directory / "manifest.json"
+    if not manifest_path.is_file():
+        wanted = " ".join(f"--arch {cap}" for cap in choice.capabilities)
+        raise keys.fail("build", f"this host's GPUs need the {choice.describe()}, not built on this machine yet "
+                        f"({directory}); build it once with `python -m labwright.llamacpp.build {wanted}`, or use "
+                        "llamacpp_build=cpu (nothing was changed)")
+    recorded = json.loads(manifest_path.read_text())["files"]
+    lib_dir = guest_lib_dir(binary)
+    planned = []
+    for rel, sha256 in recorded.items():
+        local = directory / rel
+        actual = hashlib.sha256(local.read_bytes()).hexdigest() if local.is_file() else "missing"
+        if actual != sha256:
+            raise keys.fail("build", f"{local} has sha256 {actual}, its build recorded {sha256}: the cache is "
+                            f"damaged; remove {directory} and build it again (nothing was changed)")
+        dest = binary if rel == "bin/llama-server" else f"{lib_dir}/{PurePosixPath(rel).name}"
+        planned.append(ServerFile(str(local), dest, sha256))
+    return planned
 
 
 @dataclass(frozen=True)
@@ -133,6 +221,8 @@ class LlamacppSettings:
     runtime_packages: list[str]
     binary_src: str
     binary_sha256: str
+    build: BuildChoice = BuildChoice("cpu")
+    files: tuple[ServerFile, ...] = ()
 
     @property
     def exec_start(self) -> str:
@@ -164,12 +254,13 @@ class LlamacppSettings:
 
 def data_keys() -> set[str]:
     """Every ``llamacpp_<key>`` the deploy reads: [service] and [flags], ``ollama_<key>`` of [ollama], the binary."""
-    return ({*DEFAULTS["service"], *DEFAULTS["flags"], "extra_args", "binary_src", "binary_sha256"}
+    return ({*DEFAULTS["service"], *DEFAULTS["flags"], "extra_args", "binary_src", "binary_sha256", "build"}
             | {f"ollama_{key}" for key in DEFAULTS["ollama"]})
 
 
-def settings_from(data: Mapping[str, Any]) -> LlamacppSettings:
-    """Read and check the host data (names, paths, flags, extra args, the local binary), in the deploy's order."""
+def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = None) -> LlamacppSettings:
+    """Read and check the host data (names, paths, flags, extra args, the local build for the host's GPUs: the
+    NvidiaGpus fact, None for none), in the deploy's order."""
     refuse_unknown_keys(data, "llamacpp", data_keys(), "labwright/data/templates/llamacpp/defaults.toml")
     keys = KEYS.over(data)
     fail, get = keys.fail, keys.get
@@ -195,11 +286,13 @@ def settings_from(data: Mapping[str, Any]) -> LlamacppSettings:
     if not isinstance(packages, list | tuple) or not all(
             isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", p) for p in packages):
         raise fail("runtime_packages", f"{packages!r} is not a list of Debian package names, e.g. libgomp1,curl")
-    binary_src, binary_sha256 = local_binary(data)
+    choice = build_choice(data, gpus)
+    files = server_files(choice, data, binary)
     return LlamacppSettings(
         service=service, user=user, binary=binary, model=model, alias=alias, flags=flags, extra=list(extra),
         health_timeout=health_timeout, restart=str(get("restart")), restart_sec=restart_sec,
-        runtime_packages=list(packages), binary_src=binary_src, binary_sha256=binary_sha256)
+        runtime_packages=list(packages), binary_src=files[0].src, binary_sha256=files[0].sha256, build=choice,
+        files=tuple(files))
 
 
 def ollama_mode(data: Mapping[str, Any]) -> str:
