@@ -275,9 +275,10 @@ def build_cuda_server(cuda: CudaToolchain, archs: Sequence[str], source: LlamaSo
             if missing:
                 raise OperationFailed(f"the CUDA llama-server carries SASS for {', '.join(have) or 'nothing'}, "
                                       f"not {', '.join(missing)} (build log: {staging / 'build.log'})")
-            for name in cuda_toolkit.RUNTIME_LIBRARIES:
-                shutil.copy2(root / "lib" / name, libs / name)
-            files = [Path("bin/llama-server"), *(Path("lib/llama-server") / n for n in cuda_toolkit.RUNTIME_LIBRARIES)]
+            names = cuda_toolkit.runtime_libraries(cuda)
+            for name in names:
+                shutil.copy2(cuda_toolkit.library_path(root, name), libs / name)  # follows an installer's symlinks
+            files = [Path("bin/llama-server"), *(Path("lib/llama-server") / n for n in names)]
             manifest = {"llama_cpp": source.version, "cuda": cuda.version, "architectures": list(cmake_archs),
                         "sass": have, "files": {str(f): sha256_of(staging / f) for f in files}}
             (staging / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")

@@ -95,9 +95,23 @@ PIP_CUDA_13_0 = CudaToolchain(version="13.0", wheels=(
 DEFAULT = PIP_CUDA_13_0
 TOOLCHAINS = {DEFAULT.version: DEFAULT}
 
-#: The shared libraries a CUDA llama-server loads (llama.cpp links CUDA::cudart and CUDA::cublas, CMakeLists.txt
+#: The shared libraries a CUDA 13 llama-server loads (llama.cpp links CUDA::cudart and CUDA::cublas, CMakeLists.txt
 #: line 178; cuBLAS loads cublasLt); they travel with the binary. libcuda.so.1 is the guest's driver userspace.
 RUNTIME_LIBRARIES = ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13")
+
+
+def runtime_libraries(cuda: CudaToolchain) -> tuple[str, ...]:
+    """RUNTIME_LIBRARIES for this toolkit's major version (an installed CUDA 12: libcudart.so.12, ...)."""
+    major = cuda.version.split(".")[0]
+    return tuple(name.rsplit(".", 1)[0] + f".{major}" for name in RUNTIME_LIBRARIES)
+
+
+def library_path(root: Path, name: str) -> Path:
+    """Where a toolkit keeps ``name``: the wheels' lib/, an installer's lib64/ or targets/x86_64-linux/lib/."""
+    for directory in ("lib", "lib64", "targets/x86_64-linux/lib"):
+        if (root / directory / name).exists():
+            return root / directory / name
+    raise OperationFailed(f"{name} is not in {root}/lib, lib64 or targets/x86_64-linux/lib: not a complete toolkit")
 
 _UNVERSIONED = {"libcudart.so": "libcudart.so.13", "libcublas.so": "libcublas.so.13",
                 "libcublasLt.so": "libcublasLt.so.13"}

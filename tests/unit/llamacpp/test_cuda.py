@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labwright.errors import BadInput
+from labwright.errors import BadInput, OperationFailed
 from labwright.llamacpp import build, cuda
 from labwright.llamacpp.cuda import CudaToolchain
 
@@ -153,3 +153,14 @@ def test_the_build_command_refuses_bad_input_in_one_line_writing_nothing(
     assert result.stderr.count("\n") == 1 and result.stderr.startswith(message), result.stderr
     assert result.stdout == ""
     assert not (tmp_path / "cache").exists()
+
+
+def test_an_installed_cuda_12_ships_its_own_major_s_libraries(tmp_path: Path) -> None:
+    older = CudaToolchain(version="12.9", root=tmp_path)
+    assert cuda.runtime_libraries(older) == ("libcudart.so.12", "libcublas.so.12", "libcublasLt.so.12")
+    assert cuda.runtime_libraries(cuda.DEFAULT) == cuda.RUNTIME_LIBRARIES
+    (tmp_path / "targets/x86_64-linux/lib").mkdir(parents=True)
+    (tmp_path / "targets/x86_64-linux/lib/libcudart.so.12").write_bytes(b"\x7fELF")
+    assert cuda.library_path(tmp_path, "libcudart.so.12") == tmp_path / "targets/x86_64-linux/lib/libcudart.so.12"
+    with pytest.raises(OperationFailed, match=r"libcublas.so.12 is not in .*: not a complete toolkit"):
+        cuda.library_path(tmp_path, "libcublas.so.12")
