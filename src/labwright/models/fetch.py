@@ -23,6 +23,12 @@ What it guarantees:
 
 Exit status: 0 done, 1 failed (network, checksum, disk), 2 bad input (repo, revision or file not on the Hub, a name
 already taken), 3 (--check only) not complete. Errors are one line on stderr.
+
+Progress is on stdout, so that stderr stays the one error line: when bytes are to come (files not already in the
+cache), ``… download REPO@REVISION (N files, X MB)`` first, then a line every ``LABWRIGHT_PROGRESS_INTERVAL``
+seconds (default 10) with the megabytes come so far of the total and the rate (measured on the cache's blob files,
+huggingface_hub's ``*.incomplete`` ones included), and ``✓ download ... (TIME): X MB at R MB/s`` at the end (``✗
+... failed after TIME`` before the error line). ``LABWRIGHT_PROGRESS=off`` silences it.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -215,6 +222,110 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(lines[:2])[:300] if lines else type(exc).__name__
 
 
+def _duration(seconds: float) -> str:
+    """As labwright.ui.format_duration (this file imports nothing from labwright)."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def _interval() -> float:
+    try:
+        value = float(os.environ.get("LABWRIGHT_PROGRESS_INTERVAL", "10"))
+    except ValueError:
+        return 10.0
+    return max(value, 0.2) if 0 <= value <= 86400 else 10.0
+
+
+def blobs_dir(cache: Path, repo: str) -> Path:
+    """Where huggingface_hub keeps a model repo's files (file_download.py ``repo_folder_name``: ``models--ORG--NAME``,
+    then ``blobs/``, each file named by its sha256 (LFS) or git blob id, ``.incomplete`` while it comes)."""
+    return cache / f"models--{repo.replace('/', '--')}" / "blobs"
+
+
+def _blob_bytes(blobs: Path) -> int:
+    total = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(blobs):
+            with contextlib.suppress(OSError):
+                total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+class DownloadProgress:
+    """Lines on stdout while a model's files come (see the module docstring): a thread measures the blob directory
+    every interval. Nothing at all when no byte is to come (every file already in the cache)."""
+
+    def __init__(self, what: str, blobs: Path, missing: int, files: int, out: Any = None):
+        self.what, self.blobs, self.missing, self.files = what, blobs, missing, files
+        self.out = out if out is not None else sys.stdout
+        self.quiet = missing <= 0 or os.environ.get("LABWRIGHT_PROGRESS", "").strip().lower() == "off"
+        self.interval = _interval()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.began = time.monotonic()
+        self.base = 0
+
+    def _print(self, text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            print(text, file=self.out, flush=True)
+
+    def _come(self) -> int:
+        return max(0, _blob_bytes(self.blobs) - self.base)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.interval):
+            come = min(self._come(), self.missing)
+            seconds = time.monotonic() - self.began
+            self._print(f"… {self.what}: {come / 1e6:.1f} of {self.missing / 1e6:.1f} MB "
+                        f"({100 * come // self.missing}%), {come / 1e6 / max(seconds, 1e-3):.1f} MB/s "
+                        f"[{_duration(seconds)}]")
+
+    def __enter__(self) -> DownloadProgress:
+        if self.quiet:
+            return self
+        self.base = _blob_bytes(self.blobs)
+        self.began = time.monotonic()
+        self._print(f"… {self.what} ({self.files} file(s), {self.missing / 1e6:.1f} MB)")
+        self._thread = threading.Thread(target=self._tick, name="labwright-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        seconds = time.monotonic() - self.began
+        if kind is None:
+            come = self._come()
+            self._print(f"✓ {self.what} ({_duration(seconds)}): {come / 1e6:.1f} MB at "
+                        f"{come / 1e6 / max(seconds, 1e-3):.1f} MB/s")
+        else:
+            self._print(f"✗ {self.what} failed after {_duration(seconds)}")
+
+
+def _to_come(tree: dict[str, Any], wanted: list[str], blobs: Path) -> tuple[int, int]:
+    """(bytes, files) of ``wanted`` that are not whole in the cache's blobs yet."""
+    missing = files = 0
+    for rel in wanted:
+        entry = tree.get(rel)
+        if entry is None:
+            continue
+        name, size = (entry.lfs.sha256, entry.lfs.size) if entry.lfs is not None else (entry.blob_id, entry.size)
+        try:
+            whole = (blobs / name).stat().st_size == size
+        except OSError:
+            whole = False
+        if not whole:
+            missing += size or 0
+            files += 1
+    return missing, files
+
+
 def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | None) -> dict[str, Any]:
     """Download, verify, mark complete; returns the marker. Raises Refused."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -251,8 +362,6 @@ def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | No
         tree = {entry.path: entry for entry in api.list_repo_tree(repo, recursive=True, revision=commit)
                 if isinstance(entry, RepoFile)}
         if spec.get("file"):
-            local = hf_hub_download(repo, spec["file"], revision=commit, cache_dir=str(cache), endpoint=endpoint)
-            snapshot = Path(local).parents[len(Path(spec["file"]).parts) - 1]
             wanted = [spec["file"]]
         else:
             wanted = list(filter_repo_objects(tree, allow_patterns=spec.get("allow") or None,
@@ -260,9 +369,17 @@ def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | No
             if not wanted:
                 raise Refused(f"model_allow/model_ignore: no file of {repo}@{revision} matches (its files: "
                               f"{', '.join(sorted(tree)[:8]) or 'none'}); nothing was downloaded", EXIT_BAD_INPUT)
-            snapshot = Path(snapshot_download(repo, revision=commit, cache_dir=str(cache), endpoint=endpoint,
-                                              allow_patterns=spec.get("allow") or None,
-                                              ignore_patterns=spec.get("ignore") or None, max_workers=4))
+        blobs = blobs_dir(cache, repo)
+        missing, count = _to_come(tree, wanted, blobs)
+        with DownloadProgress(f"download {repo}@{revision}", blobs, missing, count):
+            if spec.get("file"):
+                local = hf_hub_download(repo, spec["file"], revision=commit, cache_dir=str(cache),
+                                        endpoint=endpoint)
+                snapshot = Path(local).parents[len(Path(spec["file"]).parts) - 1]
+            else:
+                snapshot = Path(snapshot_download(repo, revision=commit, cache_dir=str(cache), endpoint=endpoint,
+                                                  allow_patterns=spec.get("allow") or None,
+                                                  ignore_patterns=spec.get("ignore") or None, max_workers=4))
     except RevisionNotFoundError:
         raise _not_found("RevisionNotFound", spec, where) from None
     except RemoteEntryNotFoundError:
