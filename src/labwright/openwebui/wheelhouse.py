@@ -23,6 +23,10 @@ from labwright.errors import BadInput, LabwrightError
 from labwright.openwebui.config import load_defaults
 from labwright.wheelhouse import cache_root, download_wheelhouse
 
+# redis (an open-webui dependency) needs async-timeout on Python < 3.11.3 (Debian bookworm has 3.11.2), a marker pip
+# does not evaluate for the target Python: it is added explicitly (as for litellm's wheelhouse).
+EXTRA = ["async-timeout>=4.0.3"]
+
 
 def wheelhouse(version: str, python: str, root: Path | None = None, torch_find_links: str = "") -> Path:
     """The cached wheelhouse for ``open-webui==version`` on CPython ``python`` (e.g. 3.11.2), built if missing."""
@@ -37,7 +41,7 @@ def wheelhouse(version: str, python: str, root: Path | None = None, torch_find_l
     if torch_find_links:
         os.environ["PIP_FIND_LINKS"] = " ".join(filter(None, [previous, torch_find_links]))
     try:
-        return download_wheelhouse([f"open-webui=={version}"], python, target)
+        return download_wheelhouse([f"open-webui=={version}", *EXTRA], python, target)
     finally:
         if torch_find_links:
             if previous is None:
