@@ -88,6 +88,59 @@ def test_another_gpu_gets_its_own_architecture_only(toolkit: Path, source: Path,
         assert cuda.sass_architectures(tmp_path / "build" / object_target(name), toolkit) == ["sm_89"]
 
 
+LINKED_LIKE_LLAMA_SERVER = {
+    "CMakeLists.txt": """cmake_minimum_required(VERSION 3.18)
+project(linked_like_llama_server LANGUAGES CXX CUDA)
+find_package(CUDAToolkit REQUIRED)
+add_executable(probe probe.cu)
+target_link_libraries(probe PRIVATE CUDA::cudart CUDA::cublas)  # what ggml-cuda links (CMakeLists.txt line 178)
+""",
+    "probe.cu": """#include <cstdio>
+#include <cublas_v2.h>
+__global__ void add_one(float *x) { x[threadIdx.x] += 1.0f; }
+int main() {
+    int devices = -1;
+    cudaError_t err = cudaGetDeviceCount(&devices);
+    cublasHandle_t handle;
+    std::printf("cudart: %s; cublasCreate: %d\\n", cudaGetErrorString(err), (int)cublasCreate(&handle));
+    return 0;
+}
+""",
+}
+
+
+def test_a_cuda_executable_linked_like_llama_server_finds_its_libraries_beside_it(
+        toolkit: Path, tmp_path: Path) -> None:
+    """The link half of the build, which the object test does not reach: CUDA::cudart and CUDA::cublas from the pip
+    toolkit, the RUNPATH cuda_flags set, and the cache's bin/ + lib/llama-server/ layout (also the guest's)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for name, text in LINKED_LIKE_LLAMA_SERVER.items():
+        (project / name).write_text(text)
+    flags = [flag for flag in build.cuda_flags(toolkit, ["86-real"]) if not flag.startswith("-DGGML_")]
+    subprocess.run(["cmake", "-S", str(project), "-B", str(tmp_path / "b"), "-G", "Ninja", *flags], check=True,
+                   capture_output=True, text=True)
+    subprocess.run(["ninja", "-C", str(tmp_path / "b")], check=True, capture_output=True, text=True)
+    layout = tmp_path / "layout"
+    (layout / "bin").mkdir(parents=True)
+    (layout / "lib" / "llama-server").mkdir(parents=True)
+    (tmp_path / "b" / "probe").rename(layout / "bin" / "probe")
+    dynamic = subprocess.run(["readelf", "-d", str(layout / "bin" / "probe")], capture_output=True, text=True,
+                             check=True).stdout
+    assert "Library runpath: [$ORIGIN/../lib/llama-server]" in dynamic, dynamic
+    assert "[libcudart.so.13]" in dynamic and "[libcublas.so.13]" in dynamic
+    missing = subprocess.run([str(layout / "bin" / "probe")], capture_output=True, text=True, check=False)
+    assert missing.returncode == 127, missing.stdout
+    assert "error while loading shared libraries: libcu" in missing.stderr, missing.stderr
+    for name in cuda.RUNTIME_LIBRARIES:
+        (layout / "lib" / "llama-server" / name).symlink_to(cuda.library_path(toolkit, name))
+    ran = subprocess.run([str(layout / "bin" / "probe")], capture_output=True, text=True, check=False)
+    # No GPU and no driver here: the runtime loads and says so; cuBLAS loads (with cublasLt) and cannot initialise.
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith("cudart: CUDA driver version is insufficient for CUDA runtime version"), ran.stdout
+    assert re.search(r"cublasCreate: [1-9]", ran.stdout), ran.stdout
+
+
 def test_a_gpu_cuda_13_cannot_compile_for_is_refused_in_one_line_before_anything_is_written(tmp_path: Path) -> None:
     env = {**os.environ, "LABWRIGHT_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(REPO / "src")}
     result = subprocess.run([sys.executable, "-m", "labwright.llamacpp.build", "--arch", "7.0"], env=env,

@@ -82,9 +82,10 @@ CUDA_LIB_DIR = "../lib/llama-server"
 
 def cuda_flags(root: Path, cmake_archs: Sequence[str]) -> tuple[str, ...]:
     """The CUDA build's flags on top of CMAKE_FLAGS: the pip toolkit's nvcc and root, the GPUs' architectures, no
-    VMM (no libcuda.so link stub in the wheels; see labwright.llamacpp.cuda), and a RUNPATH entry relative to the
-    binary (CMake writes $ORIGIN safely) so its CUDA libraries travel beside it; CMake adds the toolkit's lib dir
-    after it, a path that does not exist on a guest."""
+    VMM (no libcuda.so link stub in the wheels; see labwright.llamacpp.cuda), and the RUNPATH
+    ``$ORIGIN/../lib/llama-server`` alone (CMake writes $ORIGIN safely; no path of this machine's toolkit is kept), so
+    its CUDA libraries travel beside it (tests/integration/test_llamacpp_cuda_build.py links and runs an executable
+    this way)."""
     return (
         "-DGGML_CUDA=ON",
         f"-DCUDAToolkit_ROOT={root}",
