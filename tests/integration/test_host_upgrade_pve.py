@@ -2,10 +2,14 @@
 verified HTTPS on 127.0.0.1).
 
 The node's side is a fake NVIDIA host tree (support.fake_nvidia: /proc, mknod'ed /dev/nvidia*, kernels, DKMS's
-tree, a repository of stand-in installers) whose ``etc/pve`` is the simulator's pmxcfs, so the raw lines the
-runbook rewrites land in the file the simulated API reads. The host's driver install and reboot are simulated on
-the tree (labwright.hostupgrade.simhost; the reboot moves nvidia-uvm 509 -> 237); the containers, their snapshots
-(``POST /nodes/pve1/lxc/VMID/snapshot``), restarts and rollbacks are the simulator's.
+tree, the host's userspace, a repository of stand-in installers) whose ``etc/pve`` is the simulator's pmxcfs, so
+the raw lines the runbook rewrites land in the file the simulated API reads. The host's driver install and reboot
+are simulated on the tree (labwright.hostupgrade.simhost; the reboot moves nvidia-uvm 509 -> 237); the
+containers, their snapshots (``POST /nodes/pve1/lxc/VMID/snapshot``), restarts and rollbacks are the simulator's,
+and each container is also a chroot of the pct double joined to the simulator (support.pve_pct_node): the runbook
+finds ``pct`` on the node's PATH, pushes the installer into each container and runs it and ``gpu check`` there with
+``pct exec``; each start gives a container a /dev made from its config and the host's nodes of that moment; a
+rollback puts the container's files back.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from proxmoxer import ProxmoxAPI
 
 from labwright.cli import main, register
 from labwright.guests.gpu import GpuHost
-from support.fake_nvidia import DRIVER_VERSION, make_fake_nvidia_host, make_upgrade_host
+from support.fake_nvidia import DRIVER_VERSION, make_container_libraries, make_fake_nvidia_host, make_upgrade_host
+from support.pve_pct_node import PctNode
 from support.pve_simulator import PveSimulator, SimNode, SimStorage, default_storages, host_devices
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fake NVIDIA host tree needs mknod (root)")
@@ -33,21 +38,49 @@ RAW_LINES = ["lxc.cgroup2.devices.allow: c 195:* rwm", "lxc.cgroup2.devices.allo
     f"lxc.mount.entry: {p} {p.lstrip('/')} none bind,optional,create=file" for p in DEV_NODES]
 
 
+#: What the repository's installer for NEW really installs: itself, unless a test gives it a mislabelled one.
+INSTALLS: dict[str, str] = {}
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     tree = make_fake_nvidia_host(tmp_path / "pve1", uvm_major=509, caps_major=511, extra_files=False)
     return make_upgrade_host(tree, OLD_KERNEL, NEW_KERNEL, built={OLD_KERNEL: [DRIVER_VERSION],
                                                                   NEW_KERNEL: [DRIVER_VERSION, NEW]},
-                             repository=(NEW,), hostname="pve1", uvm_major_after_reboot=237)
+                             repository=(NEW,), hostname="pve1", uvm_major_after_reboot=237, host_userspace=True,
+                             installers=INSTALLS)
 
 
 @pytest.fixture
-def sim(root: Path):
+def sim(root: Path, tmp_path: Path, monkeypatch):
     storages = [*default_storages(), SimStorage("plain", "dir", ("rootdir", "images"))]
     with PveSimulator(nodes=[SimNode("pve1", "8.2.4", devices=host_devices(root))], storages=storages,
                       tokens={TOKEN_ID: TOKEN_SECRET}, task_seconds=0.01) as simulator:
         (root / "etc/pve").symlink_to(simulator.pmxcfs)  # /etc/pve on the node is pmxcfs
+        node = PctNode(tmp_path / "pct", simulator, root)
+        for key, value in node.env.items():  # the runbook runs on the node: its pct is the double
+            monkeypatch.setenv(key, value)
+        simulator.pct_node = node
         yield simulator
+
+
+def ct_userspace(sim, vmid: int) -> list[str]:
+    """The NVIDIA library files in the container's tree (its rootfs in the pct double)."""
+    libdir = sim.pct_node.rootfs(vmid) / "usr/lib/x86_64-linux-gnu"
+    return sorted(p.name for p in libdir.glob("lib*.so.*") if p.name.startswith(("libcuda.so.", "libnvidia-ml.so."))
+                  and not p.name.endswith(".1"))
+
+
+def old_userspace() -> list[str]:
+    return [f"libcuda.so.{DRIVER_VERSION}", f"libnvidia-ml.so.{DRIVER_VERSION}"]
+
+
+def new_userspace() -> list[str]:
+    return [f"libcuda.so.{NEW}", f"libnvidia-ml.so.{NEW}"]
+
+
+def host_userspace(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "usr/lib/x86_64-linux-gnu").glob("lib*.so.*") if not p.name.endswith(".1"))
 
 
 @pytest.fixture
@@ -73,7 +106,9 @@ def wait(api: ProxmoxAPI, upid: str) -> None:
 
 
 def container(sim, vmid: int, rootfs: str = "local-lvm:8", dev: bool = False, raw: bool = False,
-              start: bool = True) -> None:
+              start: bool = True, userspace: str | None = DRIVER_VERSION) -> None:
+    """A GPU container as the guides make it; a started one gets ``userspace`` installed in its tree (the host's
+    version by default)."""
     api = as_root(sim)
     devs = {f"dev{i}": f"{p},gid=44,mode=0666" for i, p in enumerate(DEV_NODES)} if dev else {}
     wait(api, api.nodes("pve1").lxc.post(vmid=vmid, ostemplate=sim.template, rootfs=rootfs, hostname=f"ct{vmid}",
@@ -83,6 +118,8 @@ def container(sim, vmid: int, rootfs: str = "local-lvm:8", dev: bool = False, ra
         path.write_text(path.read_text() + "\n".join(RAW_LINES) + "\n")
     if start:
         wait(api, api.nodes("pve1").lxc(vmid).status.start.post())
+        if userspace:
+            make_container_libraries(sim.pct_node.rootfs(vmid), userspace)
 
 
 def host(capsys, *args: str) -> tuple[int, str, str]:
@@ -98,7 +135,7 @@ def allow_majors(sim, vmid: int) -> list[str]:
 
 def test_dry_plan_lists_the_gpu_containers_and_their_wiring(sim, root, inventory, capsys):
     container(sim, 201, dev=True)
-    container(sim, 202, raw=True)
+    container(sim, 202, raw=True, userspace="535.183.01")  # mismatched already: read with pct exec, said
     container(sim, 203, start=False)  # no GPU: not listed
     before = len(sim.writes)
     code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--json")
@@ -107,14 +144,17 @@ def test_dry_plan_lists_the_gpu_containers_and_their_wiring(sim, root, inventory
     steps = [(s["action"], s["target"]) for s in plan["steps"]]
     assert steps[:4] == [("list", "@pct/pve1/201, @pct/pve1/202"), ("kernel", NEW_KERNEL),
                          ("snapshot", "@pct/pve1/201"), ("snapshot", "@pct/pve1/202")]
-    assert "userspace" not in {a for a, _ in steps}
+    userspace = {s["target"]: s["detail"] for s in plan["steps"] if s["action"] == "userspace"}
+    assert set(userspace) == {"@pct/pve1/201", "@pct/pve1/202"}
+    assert "run with pct exec 202 -- ... --no-kernel-module" in userspace["@pct/pve1/202"]
     listed = plan["steps"][0]["detail"]
     assert "@pct/pve1/201 ct201 (running; devN: 4 node(s))" in listed
     assert "@pct/pve1/202 ct202 (running; raw lines: allow majors 195, 509, 511, 4 bind mount(s))" in listed
     majors = {s["target"]: s["detail"] for s in plan["steps"] if s["action"] == "majors"}
     assert majors["@pct/pve1/201"].startswith("devN entries: no rewrite")
     assert "509 (nvidia-uvm), 511 (nvidia-caps)" in majors["@pct/pve1/202"]
-    assert "pct exec" in err and err.startswith("labwright: note: the NVIDIA userspace inside the containers")
+    assert err == (f"labwright: note: guest @pct/pve1/202 runs userspace 535.183.01 but the host module is "
+                   f"{DRIVER_VERSION}: mismatched now; the upgrade installs {NEW} in it\n"), err
     assert len(sim.writes) == before  # the dry plan asked nothing that changes anything
     assert allow_majors(sim, 202) == ["c 195:* rwm", "c 509:* rwm", "c 511:* rwm"]
 
@@ -150,6 +190,19 @@ def test_yes_snapshots_every_gpu_container_and_rewrites_stale_raw_majors(sim, ro
     assert "c 509:* -> c 237:*" in majors["@pct/pve1/202"] and "c 511" not in majors["@pct/pve1/202"]
     assert all(d["ok"] for d in result["done"] if d["action"] == "check")
     assert "-u -c 0" in (root / "etc/systemd/system/labwright-nvidia-uvm.service").read_text()
+    # The exact userspace went into every container through pct push + pct exec, the stopped one included (started
+    # for it, stopped again), and gpu check ran inside each through pct exec.
+    for vmid in (201, 202, 204):
+        assert ct_userspace(sim, vmid) == new_userspace(), vmid
+    checks = {d["target"]: d["detail"] for d in result["done"] if d["action"] == "check"}
+    assert checks["@pct/pve1/201"].startswith("running, gpu check: 3 checks passed")
+    assert checks["@pct/pve1/204"].startswith("stopped again, gpu check: 3 checks passed while it was started")
+    installs = {d["target"]: d["detail"] for d in result["done"] if d["action"] == "userspace"}
+    assert installs["@pct/pve1/204"].endswith("started for it and stopped again")
+    # the container's /dev is the host's after the reboot: nvidia-uvm 237:0, made at its restart
+    uvm = (sim.pct_node.rootfs(202) / "dev/nvidia-uvm").stat().st_rdev
+    assert (os.major(uvm), os.minor(uvm)) == (237, 0)
+    assert host_userspace(root) == new_userspace()
 
 
 def test_a_failure_after_the_snapshots_restores_them(sim, root, inventory, capsys):
@@ -168,7 +221,43 @@ def test_a_failure_after_the_snapshots_restores_them(sim, root, inventory, capsy
     # 202's majors had been rewritten before 201 failed to start: the rollback put its old lines back.
     assert allow_majors(sim, 202) == ["c 195:* rwm", "c 509:* rwm", "c 511:* rwm"]
     assert sim.is_running(201) and sim.is_running(202)  # running before the upgrade: started again
-    assert any(line.startswith("host pve1: keeps nvidia 550.54.15") for line in result["left"]), result["left"]
+    # 202 had its new userspace when 201 failed: the rollback put its files back with its config.
+    assert ct_userspace(sim, 201) == old_userspace() and ct_userspace(sim, 202) == old_userspace()
+    # and the host driver went back: the new version's files gone, the previous one's restored, said in the report
+    assert host_userspace(root) == old_userspace()
+    assert not (root / "var/lib/dkms/nvidia" / NEW / OLD_KERNEL).exists()
+    assert any(line.startswith(f"host pve1: nvidia driver back to {DRIVER_VERSION}: {NEW}'s files and DKMS build "
+                               "removed") for line in result["left"]), result["left"]
+    assert result["message"].endswith(f"host driver back to {DRIVER_VERSION}")
+
+
+def test_a_container_left_with_a_mismatched_userspace_fails_the_check_and_everything_goes_back(sim, root, inventory,
+                                                                                              capsys):
+    INSTALLS[NEW] = DRIVER_VERSION  # a mislabelled download: the NEW installer holds the old userspace
+    try:
+        make_upgrade_host(root, OLD_KERNEL, NEW_KERNEL, built={}, repository=(NEW,), hostname="pve1",
+                          installers=INSTALLS)
+    finally:
+        INSTALLS.clear()
+    container(sim, 201, dev=True)
+    container(sim, 202, raw=True)
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes", "--json")
+    result = json.loads(out)
+    assert code == 1 and not result["ok"], (out, err)
+    failed = next(d for d in result["done"] if not d["ok"])
+    assert failed["action"] == "check" and failed["target"] == "@pct/pve1/201"
+    assert (f"userspace == host module: driver mismatch: host module {NEW}, container has libcuda.so "
+            f"{DRIVER_VERSION}") in failed["detail"]
+    assert len(err.splitlines()) == 1 and err.startswith("labwright: host upgrade pve1: gpu check @pct/pve1/201 "
+                                                         "failed after the upgrade: userspace == host module: ")
+    assert err.rstrip().endswith(f"restored 2/2 guest snapshot(s); host driver back to {DRIVER_VERSION}")
+    assert sorted(result["restored"]) == ["@pct/pve1/201", "@pct/pve1/202"]
+    for vmid in (201, 202):
+        assert sim.config("pve1", vmid).options["parent"] == result["snapshots"][f"@pct/pve1/{vmid}"]
+        assert ct_userspace(sim, vmid) == old_userspace() and sim.is_running(vmid)
+    assert allow_majors(sim, 202) == ["c 195:* rwm", "c 509:* rwm", "c 511:* rwm"]
+    assert host_userspace(root) == old_userspace()
+    assert any(line.startswith(f"host pve1: nvidia driver back to {DRIVER_VERSION}") for line in result["left"])
 
 
 def test_storage_that_cannot_snapshot_stops_the_run_before_anything_changes(sim, root, inventory, capsys):

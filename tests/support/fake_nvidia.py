@@ -185,12 +185,15 @@ def fake_nvidia_smi_script(query_output: str) -> str:
 # --- the host upgrade's side of the tree: kernels, DKMS builds, the installer repository -------------------------
 def make_upgrade_host(root: str | Path, running: str = "6.8.12-4-pve", new: str | None = "6.8.12-9-pve",
                       built: dict[str, list[str]] | None = None, repository: tuple[str, ...] = ("550.54.15",),
-                      hostname: str = "lwnode1", uvm_major_after_reboot: int | None = None) -> Path:
+                      hostname: str = "lwnode1", uvm_major_after_reboot: int | None = None,
+                      host_userspace: bool = False, installers: dict[str, str] | None = None) -> Path:
     """Add to a fake NVIDIA host tree what `host upgrade` reads: the running kernel (/proc/sys/kernel/osrelease),
     installed kernels (/lib/modules/K), DKMS's tree (/var/lib/dkms/nvidia/VER/K/x86_64/module/nvidia.ko, as `dkms
     status` reads it), the installer repository (/var/cache/labwright/nvidia/NVIDIA-Linux-x86_64-VER.run, each a
     script standing in for NVIDIA's: ``--no-kernel-module`` installs that version's userspace), /etc/hostname, and
-    the uvm major the next (simulated) boot gives. ``built``: kernel -> versions with a module built for it."""
+    the uvm major the next (simulated) boot gives. ``built``: kernel -> versions with a module built for it.
+    ``host_userspace``: the running driver's libcuda/libnvidia-ml on the host too (what a host install leaves).
+    ``installers``: version -> the userspace version its installer really installs (a mislabelled download)."""
     root = Path(root)
     (root / "proc/sys/kernel").mkdir(parents=True, exist_ok=True)
     (root / "proc/sys/kernel/osrelease").write_text(running + "\n")
@@ -206,7 +209,11 @@ def make_upgrade_host(root: str | Path, running: str = "6.8.12-4-pve", new: str 
     repo = root / "var/cache/labwright/nvidia"
     repo.mkdir(parents=True, exist_ok=True)
     for version in repository:
-        (repo / f"NVIDIA-Linux-x86_64-{version}.run").write_text(fake_run_installer(version))
+        inside = (installers or {}).get(version, version)
+        (repo / f"NVIDIA-Linux-x86_64-{version}.run").write_text(fake_run_installer(inside))
+    if host_userspace:
+        running_driver = (root / "proc/driver/nvidia/version").read_text().split("Kernel Module")[1].split()[0]
+        make_container_libraries(root, running_driver)
     if uvm_major_after_reboot is not None:
         (root / "labwright-sim").mkdir(exist_ok=True)
         (root / "labwright-sim/uvm-major-after-reboot").write_text(f"{uvm_major_after_reboot}\n")
@@ -224,4 +231,8 @@ def fake_run_installer(version: str, libdir: str = "/usr/lib/x86_64-linux-gnu") 
             f"mkdir -p {libdir}\nrm -f {libdir}/libcuda.so.* {libdir}/libnvidia-ml.so.*\n"
             f"for l in libcuda.so libnvidia-ml.so; do echo fake > {libdir}/$l.{version}; "
             f"ln -sf $l.{version} {libdir}/$l.1; done\n"
-            "cat > /usr/local/bin/nvidia-smi <<'LWSMI'\n" + smi + "LWSMI\nchmod 755 /usr/local/bin/nvidia-smi\n")
+            "mkdir -p /usr/local/bin\n"
+            # a new file renamed over the old one, as installers replace files (never an in-place edit)
+            "cat > /usr/local/bin/.nvidia-smi.new <<'LWSMI'\n" + smi
+            + "LWSMI\nchmod 755 /usr/local/bin/.nvidia-smi.new\n"
+            "mv -f /usr/local/bin/.nvidia-smi.new /usr/local/bin/nvidia-smi\n")

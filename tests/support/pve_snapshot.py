@@ -35,6 +35,7 @@ import copy
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from support.pve_config import CtConfig, digest
@@ -90,6 +91,14 @@ class Snapshots:
 
     def __init__(self, cluster: PveCluster):
         self.cluster = cluster
+        #: The storage side the simulator does not keep (volume contents): called as ``volumes(action, node, vmid,
+        #: snapname)`` with ``snapshot``, ``rollback`` or ``delete`` inside the task, where PVE snapshots, rolls back
+        #: or deletes the volumes; an exception fails the task. Tests set it (support.pve_pct_node).
+        self.volumes: Callable[[str, str, int, str], None] | None = None
+
+    def _volume(self, action: str, node: str, vmid: int, snapname: str) -> None:
+        if self.volumes is not None:
+            self.volumes(action, node, vmid, snapname)
 
     def _load(self, node: str, vmid: int) -> tuple[CtConfig, str]:
         return self.cluster.load(node, vmid)
@@ -178,6 +187,7 @@ class Snapshots:
             store(conf, snaps)
             self._save(node, vmid, conf)
             task.checkpoint()  # a killed snapshot task leaves the lock and the 'prepare' state, as PVE's does
+            self._volume("snapshot", node, vmid, snapname)
             del snap.options["snapstate"]
             del conf.options["lock"]
             conf.options["parent"] = snapname
@@ -197,6 +207,7 @@ class Snapshots:
             self._locked(conf)
             task.checkpoint()
             new_parent = snaps[snapname].options.get("parent")
+            self._volume("delete", node, vmid, snapname)
             self._drop_state(snaps[snapname])
             del snaps[snapname]
             for holder in [conf, *snaps.values()]:
@@ -234,6 +245,7 @@ class Snapshots:
             self._locked(conf)
             self.cluster.running.discard(vmid)  # vm_stop($vmid, 1): a running guest is stopped, not refused
             task.checkpoint()
+            self._volume("rollback", node, vmid, snapname)
             kept = {k: v for k, v in conf.options.items() if re.match(r"^unused\d+$", k) or k == "description"}
             restored = self._new_config({**kept, **_copy(snap.options), "parent": snapname}, list(snap.lxc))
             restored.snapshots = conf.snapshots

@@ -16,14 +16,21 @@ How a container gets the GPU, and what a reboot does to it (pve-container 6.1.10
   container sees /dev/nvidia-uvm but may not open it. Those lines are rewritten to the host's new majors in the
   node's config file (``/etc/pve/nodes/NODE/lxc/VMID.conf``, as labwright.guests.proxmox writes raw lines).
 
-Not done on PVE in this version: the userspace install inside the containers (it needs ``pct exec`` on the node;
-the plan says so as a note) and ``gpu check`` inside them (the check step checks what the node shows: the container
-runs again and its config passes the host's current majors).
+Inside the containers the runbook works as a person on the node would, with ``pct`` (it runs on the node: ``host
+upgrade NODE`` refuses another host): the installer is copied in with ``pct push`` (checked by its sha256 read back
+with ``pct exec``, since pct exits 0 when its copy failed) and run with ``pct exec VMID -- ... --no-kernel-module``,
+and ``gpu check``'s collection commands run through ``pct exec`` (labwright.gpu.check: GPU visible, userspace ==
+host module exactly, the CT's NVIDIA nodes with the host's majors). A stopped container is started for that
+and stopped again. When the after-check fails, every snapshot is rolled back (the containers' files, their
+userspace with them, and configs) and the host driver goes back to the version before (labwright.hostupgrade
+.simhost on the lab's tree; its module is loaded at the next boot).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,12 +38,23 @@ from typing import Any
 
 from proxmoxer import ProxmoxAPI
 
+from labwright.connectors.pct import pct_exec_command, pct_push_command
 from labwright.errors import BadInput, OperationFailed
-from labwright.guests.gpu import NVIDIA_MAJOR, GpuHost
+from labwright.gpu.check import Check, run_checks
+from labwright.gpu.guest import AUTO, _service
+from labwright.guests.gpu import LIBRARY_DIRS, NVIDIA_MAJOR, GpuHost, userspace_versions
 from labwright.guests.proxmox_api import call
 from labwright.guests.proxmox_render import props
 from labwright.hostnames import PctName
-from labwright.hostupgrade.facts import dkms_builds, installed_kernels, repository_versions, running_kernel
+from labwright.hosts import Host
+from labwright.hosts.local import LocalHost
+from labwright.hostupgrade.facts import (
+    dkms_builds,
+    installed_kernels,
+    installer_name,
+    repository_versions,
+    running_kernel,
+)
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts, Plan, Step, kernel_key, make_plan
 from labwright.hostupgrade.run import Done, Upgrade
 from labwright.snapshots.model import SnapshotBackend
@@ -154,15 +172,40 @@ def pve_gpu_guests(api: ProxmoxAPI, node: str, majors: set[int],
     return found
 
 
-def pve_node_facts(node: str, root: Path, api: ProxmoxAPI, repository: Path) -> tuple[NodeFacts, list[PveGpuGuest]]:
+def pct_runner(node: Host, vmid: int) -> Callable[[str], tuple[int, str]]:
+    """gpu check's ``Runner`` for CT ``vmid``: each command through ``pct exec`` on the node."""
+    def run(command: str) -> tuple[int, str]:
+        result = node.run(pct_exec_command(vmid, command))
+        return result.rc, result.stdout
+
+    return run
+
+
+def ct_userspace(node: Host, vmid: int) -> str | None:
+    """The version of a running CT's libcuda/libnvidia-ml (``mixed:A,B`` when they differ), read with ``pct exec``;
+    None when it has none, or ``pct`` cannot be asked (not on a node)."""
+    dirs = " ".join(shlex.quote(d) for d in LIBRARY_DIRS)
+    code, output = pct_runner(node, vmid)(f"for d in {dirs}; do ls -1 \"$d\" 2>/dev/null; done; true")
+    if code != 0:
+        return None
+    versions = sorted(set(userspace_versions(output.splitlines()).values()))
+    if not versions:
+        return None
+    return versions[0] if len(versions) == 1 else "mixed:" + ",".join(versions)
+
+
+def pve_node_facts(node: str, root: Path, api: ProxmoxAPI, repository: Path,
+                   node_host: Host | None = None) -> tuple[NodeFacts, list[PveGpuGuest]]:
     host = GpuHost(root)
     loaded = host.driver_version()
     kernel = running_kernel(root)
     pending = [k for k in installed_kernels(root) if k != kernel and kernel_key(k) > kernel_key(kernel)]
     guests = pve_gpu_guests(api, node, set(nvidia_majors(host).values()))
+    on_node = node_host or LocalHost(label=f"node {node}")
     facts = NodeFacts(node, loaded, kernel, pending[-1] if pending else None, repository_versions(repository),
                       dkms_builds(root, loaded),
-                      tuple(GuestFacts(g.label, g.running, None, g.snapshots, g.storage, g.no_snapshot_reason)
+                      tuple(GuestFacts(g.label, g.running, ct_userspace(on_node, g.vmid) if g.running else None,
+                                       g.snapshots, g.storage, g.no_snapshot_reason)
                             for g in guests), str(repository))
     return facts, guests
 
@@ -199,21 +242,24 @@ def make_pve_plan(facts: NodeFacts, guests: list[PveGpuGuest], wanted: str | Non
                 said.append(f"raw {ALLOW} majors {majors_said}: every one whose device gets a new major at the "
                             f"reboot is rewritten to it in /etc/pve/nodes/{guest.node}/lxc/{guest.vmid}.conf")
             steps.append(replace(step, detail="; ".join(said) or "no device major in its config"))
-        elif step.action == "userspace":
-            continue  # needs pct exec on the node: said as a note below
+        elif step.action == "userspace" and guest is not None:
+            steps.append(replace(step, detail=(
+                f"NVIDIA-Linux-x86_64-{plan.to_version}.run copied in with pct push {guest.vmid} (sha256 checked) and "
+                f"run with pct exec {guest.vmid} -- ... --no-kernel-module" + (
+                    "" if guest.running else "; stopped: started for it, stopped again"))))
         elif step.action == "restart" and guest is not None:
             steps.append(replace(step, detail=(f"pct stop/start {guest.vmid} through the API: it starts with the new "
                                                "majors" if guest.running else
                                                "stopped: left stopped; its config carries the new majors")))
         elif step.action == "check" and guest is not None:
-            steps.append(replace(step, detail=("running again" if guest.running else "still stopped") + " and its "
-                                 "config passes the host's majors as they are after the reboot; on any failure every "
-                                 "snapshot above is restored"))
+            steps.append(replace(step, detail=("running again" if guest.running else "still stopped (checked while "
+                                 "started for the userspace)") + ", gpu check through pct exec (userspace == "
+                                 f"{plan.to_version}, its NVIDIA nodes with the host's majors) and its config passes "
+                                 "the host's majors as they are after the reboot; on any failure every snapshot above "
+                                 "is restored and the host driver goes back"))
         else:
             steps.append(step)
-    notes = [f"the NVIDIA userspace inside the containers is not installed by this version on Proxmox VE (it needs "
-             f"`pct exec` on the node): install NVIDIA-Linux-x86_64-{plan.to_version}.run --no-kernel-module in "
-             f"{', '.join(g.label for g in guests)} after the upgrade"]
+    notes = list(plan.notes)
     notes += [f"guest {g.label}: its raw allow line for major {m} is stale already (no NVIDIA device has that major "
               "now); fix it by hand" for g in guests for m in g.raw_majors
               if m != NVIDIA_MAJOR and majors is not None and m not in majors.values()]
@@ -224,15 +270,20 @@ class PveUpgrade(Upgrade):
     """The plan carried out on a Proxmox VE node: host steps on the (simulated) host tree as on LXD, the guests
     through the PVE API and the node's config files below ``root`` (``/etc/pve``)."""
 
-    checked_as = "run with the host's device majors (userspace left: see the note)"
+    checked_as = "pass gpu check through pct exec, with the host's device majors"
 
     def __init__(self, plan: Plan, root: Path, repository: Path, api: ProxmoxAPI, guests: list[PveGpuGuest],
-                 progress: Callable[[Done], None] | None = None, poll_interval: float = 0.5):
+                 progress: Callable[[Done], None] | None = None, poll_interval: float = 0.5,
+                 node: Host | None = None):
         super().__init__(plan, root, repository, None, progress)
         self.api = api
         self.guests = {g.label: g for g in guests}
         self.poll_interval = poll_interval
+        #: Where ``pct`` runs: this machine, the node (``host upgrade NODE`` runs on the node itself).
+        self.node = node or LocalHost(label=f"node {plan.node}")
         self.majors_before = nvidia_majors(self.gpu_host)  # before anything: what the raw lines were written for
+        #: gpu check of a CT that was stopped, taken while it was started for its userspace.
+        self.checked_while_started: dict[str, list[Check]] = {}
 
     def _guest(self, label: str) -> PveGpuGuest:
         return self.guests[label]
@@ -274,9 +325,47 @@ class PveUpgrade(Upgrade):
                f"raw {ALLOW} majors {', '.join(map(str, g.raw_majors))} are the host's already")
         return "; ".join(p for p in (said, raw) if p) + f" (nvidia-uvm major {after.get('nvidia-uvm')})"
 
+    def _pct(self, guest: str, command: str, what: str) -> str:
+        result = self.node.run(command)
+        if not result.ok:
+            raise OperationFailed(f"guest {guest}: {what} failed (exit {result.rc}): {result.last_line()}")
+        return result.stdout
+
     def userspace(self, guest: str) -> str:
-        raise OperationFailed(f"guest {guest}: installing the userspace needs pct exec on the node (not done on "
-                              "Proxmox VE in this version)")
+        """The repository's installer into the CT (pct push, its sha256 read back), run with --no-kernel-module."""
+        g = self._guest(guest)
+        name = installer_name(self.plan.to_version)
+        installer = self.repository / name
+        inside = f"/tmp/labwright-{name}"
+        backend = self._backend(guest)
+        started_here = not backend.running()
+        if started_here:  # pct exec needs it running; it starts with the new majors
+            backend.start()
+        try:
+            self._pct(guest, pct_push_command(g.vmid, str(installer), inside, perms=0o755), f"pct push {name}")
+            digest = hashlib.sha256(installer.read_bytes()).hexdigest()
+            seen = self._pct(guest, pct_exec_command(g.vmid, f"sha256sum {shlex.quote(inside)}"), "reading it back")
+            if seen.split()[:1] != [digest]:
+                raise OperationFailed(f"guest {guest}: pct push of {name} left another file in the container "
+                                      f"(sha256 {(seen.split() or ['none'])[0][:12]}..., expected {digest[:12]}...); "
+                                      "pct exits 0 when its copy failed: check the container's free space")
+            run = (f"sh {shlex.quote(inside)} --no-kernel-module --silent; rc=$?; rm -f {shlex.quote(inside)}; "
+                   "exit $rc")
+            self._pct(guest, pct_exec_command(g.vmid, run), f"{name} --no-kernel-module")
+            if started_here:
+                self.checked_while_started[guest] = self._gpu_checks(g)
+        finally:
+            if started_here:
+                backend.stop()
+        return (f"{name} --no-kernel-module (pct push {g.vmid}, pct exec {g.vmid})"
+                + ("; started for it and stopped again" if started_here else ""))
+
+    def _gpu_checks(self, g: PveGpuGuest) -> list[Check]:
+        """gpu check through pct exec; the host nodes compared are the ones the CT is passed."""
+        run = pct_runner(self.node, g.vmid)
+        passed = {*g.dev_paths, *g.raw_mounts}
+        nodes = [n for n in self.gpu_host.device_nodes() if n.path in passed]
+        return run_checks(run, self.gpu_host.driver_version(), nodes, _service(run, AUTO))
 
     def restart(self, guest: str, services: tuple[str, ...]) -> str:
         g = self._guest(guest)
@@ -302,6 +391,24 @@ class PveUpgrade(Upgrade):
         missing = [p for p in g.dev_paths if not Path(self.gpu_host.host_path(p)).exists()]
         if missing:
             problems.append(f"devN node(s) missing on the host: {', '.join(missing)}")
+        checks = self._gpu_checks(g) if g.running else self.checked_while_started.get(guest, [])
+        problems += [f"{c.name}: {c.detail}" for c in checks if not c.ok]
         if problems:
             return False, "; ".join(problems)
-        return True, ("running, " if g.running else "stopped, ") + "device majors are the host's"
+        passed = f"gpu check: {len(checks)} checks passed" + ("" if g.running else " while it was started")
+        return True, ("running, " if g.running else "stopped again, ") + f"{passed}; device majors are the host's"
+
+    def _restore(self, why: str, host_changed: bool) -> None:
+        super()._restore(why, host_changed)
+        if self.host.installed is None:
+            return
+        out = self.outcome
+        try:
+            back = self.host.rollback_driver()
+        except OSError as exc:
+            out.left.append(f"host {self.plan.node}: putting the previous driver back failed ({exc}); reinstall "
+                            f"NVIDIA-Linux-x86_64-{self.plan.from_version}.run --dkms")
+            return
+        out.left = [line for line in out.left if not line.startswith(f"host {self.plan.node}: keeps nvidia")]
+        out.left.append(f"host {self.plan.node}: {back}")
+        out.message += f"; host driver back to {self.plan.from_version}"

@@ -24,10 +24,29 @@ PIN_FILE = "etc/kernel/proxmox-boot-pin"
 _MODULE_LINE = re.compile(r"(Kernel Module(?:\s+for\s+\S+)?\s+)\d+\.\d+(?:\.\d+)?")
 
 
+#: Where the driver's userspace lies on the host (the installer's default for Debian/PVE), and its files there.
+HOST_LIBDIR = "usr/lib/x86_64-linux-gnu"
+HOST_FILE_GLOBS = (f"{HOST_LIBDIR}/libcuda.so*", f"{HOST_LIBDIR}/libnvidia-ml.so*", "usr/bin/nvidia-smi")
+PREVIOUS_DIR = f"{SIM_DIR}/driver-previous"
+
+
 class SimulatedHost:
     def __init__(self, root: Path):
         self.root = root
         self.installed: str | None = None
+        self.previous: str | None = None
+        self._new_builds: list[Path] = []
+
+    def _module_version(self) -> str | None:
+        try:
+            match = _MODULE_LINE.search((self.root / "proc/driver/nvidia/version").read_text())
+        except OSError:
+            return None
+        return match.group(0).split()[-1] if match else None
+
+    def _host_files(self) -> list[Path]:
+        return sorted(p for pattern in HOST_FILE_GLOBS for p in self.root.glob(pattern)
+                      if p.is_file() or p.is_symlink())
 
     def _mknod(self, name: str, major: int, minor: int, mode: int = 0o666) -> None:
         path = self.root / "dev" / name
@@ -38,12 +57,55 @@ class SimulatedHost:
 
     def install_driver(self, version: str, kernel: str) -> str:
         """``NVIDIA-Linux-x86_64-VERSION.run --dkms --silent``: the module built for the running kernel (DKMS's
-        tree); it is loaded at the next boot."""
+        tree; loaded at the next boot) and the host's userspace replaced (libcuda, libnvidia-ml, nvidia-smi), the
+        previous version's files kept under ``labwright-sim/driver-previous`` for ``rollback_driver``."""
+        self.previous = self._module_version()
         module = self.root / "var/lib/dkms/nvidia" / version / kernel / "x86_64/module"
+        if not module.exists():
+            self._new_builds.append(self.root / "var/lib/dkms/nvidia" / version / kernel)
         module.mkdir(parents=True, exist_ok=True)
         (module / "nvidia.ko").write_bytes(b"\x7fELF fake nvidia module\n")
+        saved = self.root / PREVIOUS_DIR
+        shutil.rmtree(saved, ignore_errors=True)
+        for path in self._host_files():
+            target = saved / path.relative_to(self.root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+        libdir = self.root / HOST_LIBDIR
+        libdir.mkdir(parents=True, exist_ok=True)
+        for lib in ("libcuda.so", "libnvidia-ml.so"):
+            (libdir / f"{lib}.{version}").write_bytes(b"\x7fELF fake\n")
+            (libdir / f"{lib}.1").symlink_to(f"{lib}.{version}")
+        smi = self.root / "usr/bin/nvidia-smi"
+        smi.parent.mkdir(parents=True, exist_ok=True)
+        smi.write_text(f"#!/bin/sh\necho 'NVIDIA-SMI {version}  Driver Version: {version}'\n")
         self.installed = version
-        return f"nvidia {version} built by DKMS for {kernel} (simulated under {self.root})"
+        return f"nvidia {version} built by DKMS for {kernel}, host userspace {version} (simulated under {self.root})"
+
+    def rollback_driver(self) -> str:
+        """The driver before ``install_driver`` back: the new version's files and DKMS build removed, the previous
+        version's files restored. Its module is loaded at the next boot (the running one stays until then)."""
+        new = self.installed
+        for path in self._host_files():
+            path.unlink()
+        saved = self.root / PREVIOUS_DIR
+        restored = 0
+        if saved.exists():
+            for path in sorted(p for p in saved.rglob("*") if p.is_file() or p.is_symlink()):
+                target = self.root / path.relative_to(saved)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+                restored += 1
+            shutil.rmtree(saved)
+        for build in self._new_builds:
+            shutil.rmtree(build, ignore_errors=True)
+        self._new_builds = []
+        self.installed = None
+        loaded = self._module_version()
+        module = (f"its module is the one running (the node had not booted {new})" if loaded == self.previous else
+                  f"the running module is {loaded} until the node boots again: reboot it to load {self.previous}")
+        return (f"nvidia driver back to {self.previous}: {new}'s files and DKMS build removed, {restored} file(s) of "
+                f"{self.previous} restored; {module}")
 
     def pin_kernel(self, kernel: str) -> str:
         target = self.root / PIN_FILE

@@ -57,3 +57,23 @@ def test_without_the_boot_unit_the_reboot_leaves_no_node(tmp_path):
     root = tree(tmp_path)
     SimulatedHost(root).reboot("6.8.12-4-pve")
     assert GpuHost(root).device_nodes() == []
+
+
+def test_driver_rollback_puts_the_previous_versions_files_back(tmp_path):
+    root = tree(tmp_path, host_userspace=True)
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    before = {p.name: os.readlink(p) if p.is_symlink() else p.read_bytes() for p in lib.iterdir()}
+    assert f"libcuda.so.{DRIVER_VERSION}" in before
+    sim = SimulatedHost(root)
+    sim.install_driver("550.54.15", "6.8.12-4-pve")
+    assert sorted(p.name for p in lib.glob("libcuda.so.*")) == ["libcuda.so.1", "libcuda.so.550.54.15"]
+    assert "550.54.15" in (root / "usr/bin/nvidia-smi").read_text()
+
+    said = sim.rollback_driver()
+
+    assert said == (f"nvidia driver back to {DRIVER_VERSION}: 550.54.15's files and DKMS build removed, 6 file(s) of "
+                    f"{DRIVER_VERSION} restored; its module is the one running (the node had not booted 550.54.15)")
+    assert {p.name: os.readlink(p) if p.is_symlink() else p.read_bytes() for p in lib.iterdir()} == before
+    assert not (root / "usr/bin/nvidia-smi").exists()  # the old version had none on this host
+    assert not (root / "var/lib/dkms/nvidia/550.54.15/6.8.12-4-pve").exists()
+    assert (root / "var/lib/dkms/nvidia" / DRIVER_VERSION / "6.8.12-4-pve").exists()  # its own build kept

@@ -62,11 +62,11 @@ def pve_guest(vmid: int, **fields) -> PveGpuGuest:
 
 def node(guests: list[PveGpuGuest]) -> NodeFacts:
     return NodeFacts("pve1", "550.54.14", "6.8.12-4-pve", None, ("550.54.15",), {},
-                     tuple(GuestFacts(g.label, g.running, None, g.snapshots, g.storage, g.no_snapshot_reason)
+                     tuple(GuestFacts(g.label, g.running, "550.54.14", g.snapshots, g.storage, g.no_snapshot_reason)
                            for g in guests), "/var/cache/labwright/nvidia")
 
 
-def test_the_plan_says_which_guest_needs_a_rewrite_and_leaves_the_userspace_as_a_note():
+def test_the_plan_says_which_guest_needs_a_rewrite_and_installs_the_userspace_through_pct():
     guests = [pve_guest(201, dev_paths=("/dev/nvidia0", "/dev/nvidia-uvm"), storage="local-lvm (lvmthin)"),
               pve_guest(202, raw_majors=(195, 509, 508), raw_mounts=("/dev/nvidia-uvm",), storage="tank (zfspool)")]
     plan = make_pve_plan(node(guests), guests, majors=MAJORS)
@@ -74,14 +74,17 @@ def test_the_plan_says_which_guest_needs_a_rewrite_and_leaves_the_userspace_as_a
     assert actions == [("list", "@pct/pve1/201, @pct/pve1/202"), ("snapshot", "@pct/pve1/201"),
                        ("snapshot", "@pct/pve1/202"), ("host-driver", "pve1"), ("boot-unit", "pve1"),
                        ("reboot", "pve1"), ("majors", "@pct/pve1/201"), ("majors", "@pct/pve1/202"),
+                       ("userspace", "@pct/pve1/201"), ("userspace", "@pct/pve1/202"),
                        ("restart", "@pct/pve1/201"), ("restart", "@pct/pve1/202"), ("check", "@pct/pve1/201"),
                        ("check", "@pct/pve1/202")]
     assert "POST /nodes/pve1/lxc/202/snapshot) on tank (zfspool)" in plan.steps[2].detail
     assert plan.steps[6].detail.startswith("devN entries: no rewrite")
     assert "195 (nvidia-frontend), 509 (nvidia-uvm), 508 (stale: not an NVIDIA major now)" in plan.steps[7].detail
-    assert "pct exec" in plan.notes[0] and "@pct/pve1/201, @pct/pve1/202" in plan.notes[0]
-    assert plan.notes[1] == ("guest @pct/pve1/202: its raw allow line for major 508 is stale already (no NVIDIA "
-                             "device has that major now); fix it by hand")
+    assert plan.steps[8].detail == ("NVIDIA-Linux-x86_64-550.54.15.run copied in with pct push 201 (sha256 checked) "
+                                    "and run with pct exec 201 -- ... --no-kernel-module")
+    assert "gpu check through pct exec (userspace == 550.54.15" in plan.steps[12].detail
+    assert plan.notes == [("guest @pct/pve1/202: its raw allow line for major 508 is stale already (no NVIDIA "
+                             "device has that major now); fix it by hand")]
 
 
 def test_refusals_before_anything_changes():
