@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from typing import Any
 
+from labwright import ui
 from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed, SafetyCheckFailed
 from labwright.guests.base import GuestBackend
 from labwright.guests.gpu import (
@@ -273,7 +274,9 @@ class LxdBackend(GuestBackend):
             "description": spec.description or "",
         }
         try:
-            self.client.create_instance(body)
+            # a progress step (labwright.ui): LXD's create includes pulling a remote image, the long part
+            with ui.progress(f"{spec.where}: create {spec.name} from {_describe(source)}"):
+                self.client.create_instance(body)
         except LxdError as exc:
             self._remove_if_made(spec)
             raise OperationFailed(f"{spec.where}: LXD could not create it: {_lxd_reason(exc)}") from exc
@@ -310,7 +313,8 @@ class LxdBackend(GuestBackend):
             self._preflight(spec)
         verb = "start" if running else "stop"
         try:
-            self.client.set_state(spec.name, verb, timeout=30)
+            with ui.progress(f"{spec.where}: {verb} {spec.name}"):
+                self.client.set_state(spec.name, verb, timeout=30)
         except LxdError as exc:
             if running:
                 raise OperationFailed(f"{spec.where}: LXD could not start it: {_lxd_reason(exc)}") from exc
@@ -388,6 +392,15 @@ class LxdBackend(GuestBackend):
             raise OperationFailed(f"{spec.where}: no instance {spec.name} on LXD {self.remote}; "
                                   "run `labwright guest apply` first")
         return current
+
+
+def _describe(source: dict[str, Any]) -> str:
+    """What an instance is made from, for its progress line: ``image debian/12``, ``image debian/12 from
+    https://images.lxd.canonical.com`` (pulled first), ``a copy of lw-base``."""
+    if source.get("type") == "copy":
+        return f"a copy of {source.get('source')}"
+    name = source.get("alias") or str(source.get("fingerprint", ""))[:12]
+    return f"image {name}" + (f" from {source['server']}" if source.get("server") else "")
 
 
 def _lxd_reason(exc: LxdError) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from proxmoxer import ProxmoxAPI
 
+from labwright import ui
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.guests.base import GuestBackend
 from labwright.guests.gpu import (
@@ -154,7 +155,9 @@ class ProxmoxBackend(GuestBackend):
         return "qm" if spec.is_vm else "pct"
 
     def _wait(self, upid: str, what: str) -> None:
-        TaskWaiter(self.api, self.task_timeout, self.poll_interval).wait(upid, what)
+        # a progress step (labwright.ui): the phase (create, start, stop, destroy) and how long PVE's task took
+        with ui.progress(what):
+            TaskWaiter(self.api, self.task_timeout, self.poll_interval).wait(upid, what)
 
     # --- reading -------------------------------------------------------------------------------------------
     def _node_version(self, spec: GuestSpec) -> tuple[int, int]:
@@ -411,8 +414,10 @@ class ProxmoxBackend(GuestBackend):
         try:
             status = call("status", self._ct(spec).status.current.get).get("status")
             if status == "running":
-                self._wait(call("stop", self._ct(spec).status.stop.post), "stop")
-            self._wait(call("destroy", lambda: self._ct(spec).delete(purge=1)), "destroy")
+                self._wait(call("stop", self._ct(spec).status.stop.post),
+                           f"{spec.where}: stop the half-made {self._label(spec)}")
+            self._wait(call("destroy", lambda: self._ct(spec).delete(purge=1)),
+                       f"{spec.where}: destroy the half-made {self._label(spec)}")
         except OperationFailed as cleanup:
             cause.args = (f"{cause}; removing the half-made {self._label(spec)} failed too: {cleanup} (remove it with "
                           f"`{self._tool(spec)} destroy {spec.vmid}` on {self.node})",)
