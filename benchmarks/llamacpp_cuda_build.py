@@ -88,9 +88,9 @@ def main() -> int:
             break
         time.sleep(2)
     reader.join(timeout=30)
-    steps = [m.group(0) for line in lines for m in re.finditer(r"\[(\d+)/(\d+)\]", line)]
+    steps = [m.group(1) for line in lines for m in re.finditer(r"step (\d+/\d+)", line)]
     for log in (cache / "llama").glob("*/cuda*/build.log"):  # ninja's own lines, kept by the build
-        steps += re.findall(r"\[\d+/\d+\]", log.read_text(errors="replace"))
+        steps += re.findall(r"\[(\d+/\d+)\]", log.read_text(errors="replace"))
     last_step = steps[-1] if steps else ""
     phases = {m.group(1): float(m.group(2)) for line in lines if (m := re.match(r"✓ (.+) \((\d+\.\d+)s\)", line))}
     took = time.monotonic() - started
