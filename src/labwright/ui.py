@@ -516,6 +516,16 @@ class InstallProgress:
         return ", ".join(parts)
 
 
+def pip_progress_args() -> list[str]:
+    """``--progress-bar raw`` when the pip this process imports (the one beside this interpreter, or the stack
+    bundle's) prints ``Progress N of M`` lines; nothing for an older pip or none."""
+    try:
+        import pip
+    except ImportError:
+        return []
+    return ["--progress-bar", "raw"] if pip_has_raw_progress(getattr(pip, "__version__", None)) else []
+
+
 def pip_has_raw_progress(version: str | None) -> bool:
     """pip 24.1 and later print ``Progress N of M`` lines with ``--progress-bar raw`` (an error before)."""
     if not version:

@@ -39,7 +39,7 @@ def download_wheelhouse(requirements: list[str], python: str, target: Path) -> P
     target.mkdir(parents=True, exist_ok=True)
     remove_truncated_wheels(target)
     command = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--only-binary=:all:",
-               "--python-version", python, "--implementation", "cp", "-d", str(target), *_raw_progress()]
+               "--python-version", python, "--implementation", "cp", "-d", str(target), *ui.pip_progress_args()]
     for platform in PLATFORMS:
         command += ["--platform", platform]
     # No machine pip.conf (extra indexes, constraints): the wheelhouse holds what PyPI serves.
@@ -55,15 +55,6 @@ def download_wheelhouse(requirements: list[str], python: str, target: Path) -> P
                          parse=ui.InstallProgress(), keep=400, env=env, failed=failed)
     write_text_atomic(marker, stamp)  # the marker says "complete": never half written
     return target
-
-
-def _raw_progress() -> list[str]:
-    """pip's ``Progress N of M`` download lines, when the pip this interpreter runs has them (24.1+)."""
-    try:
-        import pip
-    except ImportError:
-        return []
-    return ["--progress-bar", "raw"] if ui.pip_has_raw_progress(getattr(pip, "__version__", None)) else []
 
 
 def _read_marker(marker: Path) -> bytes | None:

@@ -242,3 +242,19 @@ def test_the_bundle_carries_the_progress_module():
     from labwright.stacks.bundle import MODULES
 
     assert "ui.py" in MODULES  # the stack build on a guest reports through it
+
+
+@pytest.mark.parametrize("version, raw", [("26.3", True), ("24.1", True), ("24.0", False), ("23.0.1", False),
+                                          ("", False), (None, False), ("dev", False)])
+def test_pip_gets_raw_progress_only_where_it_has_it(version, raw):
+    assert ui.pip_has_raw_progress(version) is raw
+
+
+def test_the_installers_pip_is_asked_for_raw_progress():
+    import pip
+
+    from labwright.stacks.build import installer_command
+
+    assert ui.pip_has_raw_progress(pip.__version__), f"pip {pip.__version__}: the venv's pip is 24.1 or later"
+    _, argv = installer_command("/x/venv/bin/python", "pip")
+    assert argv[-3:] == ["install", "--progress-bar", "raw"], argv

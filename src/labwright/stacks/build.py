@@ -125,22 +125,12 @@ def installer_command(new_python: str, choice: str = "auto") -> tuple[str, list[
     if bundle:
         # -E -s: no PYTHONPATH or user site: only the bundle's pip and the new venv are visible to it.
         return "pip", [new_python, "-E", "-s", bundle, "pip", "--isolated", "--disable-pip-version-check", "install",
-                       *_raw_progress()]
+                       *ui.pip_progress_args()]
     if importlib.util.find_spec("pip") is not None:
         return "pip", [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "--python",
-                       new_python, "install", *_raw_progress()]
+                       new_python, "install", *ui.pip_progress_args()]
     raise OperationFailed("no installer here: neither uv nor pip; install uv, or run through the labwright bundle "
                           "(the pyinfra operation), which carries pip")
-
-
-def _raw_progress() -> list[str]:
-    """pip's ``Progress N of M`` lines for the downloads (the bundle's pip, or the one beside this interpreter: both
-    are the ``pip`` this process imports), when that pip has them."""
-    try:
-        import pip
-    except ImportError:
-        return []
-    return ["--progress-bar", "raw"] if ui.pip_has_raw_progress(getattr(pip, "__version__", None)) else []
 
 
 def build(plan: SwitchPlan, wheels: list[LocalWheel], env_dir: Path, python: str, installer: str,
