@@ -1,0 +1,314 @@
+"""deploys/openwebui.py for real, checked in a REAL browser: Open WebUI 0.12.4 from PyPI in a lab container beside the
+REAL llama-server on a tiny generated GGUF; Debian's Chromium, headless, driven by Playwright, signs in with the
+generated admin credentials, sends a chat message and sees the streamed answer.
+
+open-webui's ~240 wheels (0.7 GB with the CPU torch) are built once into a wheelhouse under
+~/.cache/labwright/test-envs/openwebui-wheels/ (labwright.openwebui.wheelhouse) and served to the guest over the
+lab bridge by an HTTP server on this machine: the deploy's ``openwebui_find_links`` URL path, the one an air-gapped
+user takes (lab containers cannot verify PyPI's certificate here). Open WebUI talks to the engine directly (no
+LiteLLM gateway on this host: openwebui_backend=auto picks the inventory's engines). The engine stops each answer
+after 64 tokens (--n-predict): the tiny model never emits an end-of-generation token.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from labwright.lab.lab import instance_address
+from labwright.llamacpp.build import build_llama_server
+from labwright.llamacpp.tiny_model import write_tiny_gguf
+from labwright.openwebui.config import load_defaults
+from labwright.openwebui.wheelhouse import wheelhouse
+from labwright.paths import cache_root, package_dir
+from labwright.testing.lab_fixture import Lab
+from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
+
+pytest_plugins = ["labwright.testing.lab_fixture"]
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "/srv/models/tiny.gguf"
+ALIAS = "tiny"
+N_PREDICT = 64
+PORT = 8080
+ENGINE_PORT = 8001
+CHROMIUM = "/usr/bin/chromium"
+WIDTH, HEIGHT = 1280, 800
+VERSION = str(load_defaults()["service"]["version"])
+INVENTORY = """\
+lab = [
+    ("@lxd/{name}", {{"llamacpp_model": "{model}", "llamacpp_alias": "{alias}", "llamacpp_ctx_size": 4096,
+                     "llamacpp_extra_args": ["--n-predict", "{n_predict}"]}}),
+]
+"""
+
+
+@dataclass
+class Webui:
+    lab: Lab
+    name: str
+    address: str
+    inventory: Path
+    wheels_url: str
+    deploy_started: float = 0.0
+    before: subprocess.CompletedProcess[str] | None = None
+    first: DeployRun | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def sh(self, script: str) -> str:
+        result = self.lab.client.exec(self.name, ["sh", "-c", script])
+        assert result.exit_code == 0, f"{script!r} failed: {result.stderr.decode()}"
+        return result.stdout.decode()
+
+    def deploy(self, *data: str) -> DeployRun:
+        return run_pyinfra(str(self.inventory), "deploys/openwebui.py", f"openwebui_find_links={self.wheels_url}",
+                           *data, cwd=REPO, timeout=1500)
+
+    def verify(self) -> subprocess.CompletedProcess[str]:
+        suite = package_dir("labwright.verify") / "test_openwebui.py"
+        cmd = [sys.executable, "-m", "pytest", str(suite), f"--hosts=lxc://{self.name}", "-q", "-p",
+               "no:cacheprovider"]
+        return subprocess.run(cmd, cwd=REPO, env={**tool_env(), "LABWRIGHT_OPENWEBUI_MODELS": ALIAS},
+                              capture_output=True, text=True, timeout=300)
+
+    def env_value(self, file: str, variable: str) -> str:
+        text = self.sh(f"cat /etc/open-webui/{file}")
+        match = re.search(rf"^{variable}=(.*)$", text, re.MULTILINE)
+        assert match, f"no {variable} in /etc/open-webui/{file}"
+        return match.group(1).strip().strip('"')
+
+    def predicted(self) -> float:
+        """llama-server's own count of generated tokens (its /metrics)."""
+        url = f"http://{self.address}:{ENGINE_PORT}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        match = re.search(r"^llamacpp:tokens_predicted_total\s+(\S+)", text, re.MULTILINE)
+        assert match, text[:2000]
+        return float(match.group(1))
+
+
+def serve(directory: Path, address: str) -> tuple[ThreadingHTTPServer, str]:
+    """The wheelhouse as a plain directory listing (what pip's --find-links reads) on the lab bridge."""
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer((address, 0), functools.partial(Quiet, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://{address}:{server.server_address[1]}/"
+
+
+@pytest.fixture(scope="module")
+def webui(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webui]:
+    binary = build_llama_server()
+    assert binary.is_file()
+    model = write_tiny_gguf(tmp_path_factory.mktemp("model") / "tiny.gguf")
+    name = lab.fresh("lwowui")
+    server = None
+    try:
+        python = lab.client.exec(name, ["python3", "-c", "import platform; print(platform.python_version())"])
+        started = time.monotonic()
+        wheels = wheelhouse(VERSION, python.stdout.decode().strip(),
+                            root=cache_root() / "test-envs" / "openwebui-wheels")
+        whl = list(wheels.glob("*.whl"))
+        print(f"\nwheelhouse ready in {time.monotonic() - started:.1f}s: {wheels} ({len(whl)} wheels, "
+              f"{sum(w.stat().st_size for w in whl) / 1e9:.2f} GB)")
+        server, url = serve(wheels, str(lab.spec.subnet.ip))
+        assert lab.client.exec(name, ["mkdir", "-p", "/srv/models"]).exit_code == 0
+        with model.open("rb") as handle:
+            lab.client.push_file(name, MODEL, handle, mode=0o644)
+        inventory = tmp_path_factory.mktemp("inventory") / "lab.py"
+        inventory.write_text(INVENTORY.format(name=name, model=MODEL, alias=ALIAS, n_predict=N_PREDICT))
+        engine = run_pyinfra(str(inventory), "deploys/llamacpp.py", cwd=REPO, timeout=900)
+        assert engine.rc == 0, engine.output[-4000:]
+        state = Webui(lab, name, instance_address(lab.client, name) or "", inventory, url)
+        state.before = state.verify()
+        state.deploy_started = time.monotonic()
+        state.first = state.deploy()
+        state.timings["deploy"] = time.monotonic() - state.deploy_started
+        assert state.first.rc == 0, state.first.output[-6000:]
+        yield state
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        lab.remove(name)
+
+
+def test_verify_fails_before_and_passes_after_the_deploy(webui: Webui) -> None:
+    assert webui.before is not None and webui.first is not None
+    assert webui.before.returncode == 1, webui.before.stdout[-3000:]
+    assert "test_unit_enabled_and_active" in webui.before.stdout
+    assert webui.first.totals.changed > 0 and webui.first.totals.error == 0
+    assert len(webui.first.operation("the admin signs in and sees the models").success) == 1, \
+        webui.first.output[-3000:]
+    print(f"\nfirst deploy: {webui.first.seconds:.1f}s, {webui.first.totals.changed} changed")
+    result = webui.verify()
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_secrets_are_made_on_the_guest_and_never_printed(webui: Webui) -> None:
+    assert webui.first is not None
+    secret = webui.env_value("secret.env", "WEBUI_SECRET_KEY")
+    password = webui.env_value("admin.env", "WEBUI_ADMIN_PASSWORD")
+    assert len(secret) >= 48 and len(password) >= 20
+    for value in (secret, password):
+        assert value not in webui.first.output
+        assert value not in webui.sh("cat /etc/open-webui/settings.env /etc/systemd/system/open-webui.service")
+    modes = webui.sh("stat -c '%n %a %U' /etc/open-webui/secret.env /etc/open-webui/admin.env "
+                     "/etc/open-webui/openai.env")
+    assert [line.split()[1:] for line in modes.splitlines()] == [["600", "root"]] * 3, modes
+    assert webui.sh("cat /etc/open-webui/openai.env") == "OPENAI_API_KEYS=none\n"
+    settings = webui.sh("cat /etc/open-webui/settings.env")
+    assert f"OPENAI_API_BASE_URLS=http://127.0.0.1:{ENGINE_PORT}/v1\n" in settings
+    assert "OFFLINE_MODE=true\n" in settings and "ENABLE_OLLAMA_API=false\n" in settings
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", data[:32]
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_the_browser_signs_in_chats_and_sees_the_streamed_answer(webui: Webui, tmp_path: Path) -> None:
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    password = webui.env_value("admin.env", "WEBUI_ADMIN_PASSWORD")
+    email = str(load_defaults()["service"]["admin_email"])
+    base = f"http://{webui.address}:{PORT}"
+    predicted_before = webui.predicted()
+    frames: list[tuple[float, str]] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+            page.on("websocket", lambda ws: ws.on(
+                "framereceived", lambda payload: frames.append((time.monotonic(), str(payload)))))
+            page.goto(f"{base}/auth", timeout=120_000)
+            page.fill("input[type=email]", email, timeout=120_000)
+            page.fill("input[type=password]", password)
+            page.locator("button[type=submit]").first.click()
+            page.wait_for_function("() => !!localStorage.token", timeout=120_000)
+            page.goto(f"{base}/?models={ALIAS}", timeout=120_000)
+            editor = page.locator("#chat-input")
+            editor.wait_for(state="visible", timeout=120_000)
+            # A first sign-in may open the release-notes dialog over the chat: close it if it is there.
+            lets_go = page.get_by_text("Okay, Let's Go!")
+            if lets_go.count() and lets_go.first.is_visible():
+                lets_go.first.click()
+            editor.click()
+            page.keyboard.type("Hello from the lab browser test")
+            sent = time.monotonic()
+            page.locator("#send-message-button").click()
+            answer = page.locator("#response-content-container").last
+            page.wait_for_function(
+                "() => { const all = document.querySelectorAll('#response-content-container');"
+                " return all.length && all[all.length - 1].innerText.trim().length > 0; }", timeout=120_000)
+            first_token = time.monotonic()
+            # The answer is complete when the engine has generated N_PREDICT more tokens and the page stopped changing.
+            deadline = time.monotonic() + 180
+            while webui.predicted() < predicted_before + N_PREDICT:
+                assert time.monotonic() < deadline, "llama-server did not generate the answer's tokens in 180s"
+                page.wait_for_timeout(250)
+            page.wait_for_selector("#response-content-container", timeout=30_000)
+            stable, last_text = 0, ""
+            while stable < 4:
+                assert time.monotonic() < deadline, f"the answer kept changing: {last_text[-200:]!r}"
+                page.wait_for_timeout(250)
+                text = answer.inner_text()
+                stable = stable + 1 if text == last_text else 0
+                last_text = text
+            chat_id = page.url.rstrip("/").rsplit("/c/", 1)[-1]
+            stored = page.evaluate(
+                "async (id) => { const r = await fetch('/api/v1/chats/' + id, {headers: "
+                "{Authorization: 'Bearer ' + localStorage.token}}); return await r.json(); }", chat_id)
+            screenshot = page.screenshot(path=str(tmp_path / "chat.png"))
+            answer_png = answer.screenshot()
+        finally:
+            browser.close()
+
+    webui.timings.update(first_token_after_send=first_token - sent,
+                         deploy_to_first_token=first_token - webui.deploy_started)
+    if os.environ.get("LABWRIGHT_OPENWEBUI_TIMINGS"):  # benchmarks/openwebui.py reads them
+        Path(os.environ["LABWRIGHT_OPENWEBUI_TIMINGS"]).write_text(json.dumps(webui.timings))
+    print(f"\nfirst streamed token in the browser {first_token - sent:.2f}s after send; "
+          f"{first_token - webui.deploy_started:.1f}s after the deploy started "
+          f"(deploy {webui.timings['deploy']:.1f}s)")
+    # The stored answer (Open WebUI's own record of what the engine said) is what the page shows.
+    messages = stored["chat"]["history"]["messages"].values()
+    [content] = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert content.strip(), stored
+    words = re.findall(r"[A-Za-z0-9]{3,}", content)
+    shown = [w for w in words if w in last_text]
+    assert len(words) >= 3 and len(shown) >= 0.8 * len(words), (content[:300], last_text[:300])
+    # Streamed: the answer reached the page over the socket as delta events (0.12.4's utils/middleware.py emits
+    # "response:completion" with each text delta), several of them, before the final chat:completion.
+    types = [m.group(1) for _, payload in frames for m in [re.search(r'"data":\{"type":"([^"]+)"', payload)] if m]
+    deltas = [payload for _, payload in frames if '"response:completion"' in payload and '"delta"' in payload]
+    assert len(deltas) >= 2 and "chat:completion" in types, f"{len(deltas)} delta events: not streamed ({types})"
+    assert "".join(re.findall(r'"delta":"((?:[^"\\]|\\.)*)"', "".join(deltas))), deltas[:3]
+    # The screenshot: a PNG of the viewport, not blank; the answer's own box holds rendered text (many colours).
+    assert png_size(screenshot) == (WIDTH, HEIGHT)
+    page_colours = Image.open(io.BytesIO(screenshot)).convert("RGB").getcolors(maxcolors=1 << 20) or []
+    answer_colours = Image.open(io.BytesIO(answer_png)).convert("L").getcolors(maxcolors=1 << 16) or []
+    assert len(page_colours) > 20 and len(answer_colours) > 8, (len(page_colours), len(answer_colours))
+    (tmp_path / "answer.txt").write_text(json.dumps({"content": content, "shown": last_text}))
+
+
+def test_second_run_changes_nothing(webui: Webui) -> None:
+    again = webui.deploy()
+    assert again.rc == 0, again.output[-4000:]
+    assert (again.totals.changed, again.totals.error) == (0, 0), again.output[-4000:]
+    print(f"\nno-change re-run: {again.seconds:.2f}s ({again.totals.no_change} operations)")
+
+
+@pytest.mark.parametrize(("items", "key", "words"), [
+    (["openwebui_pipelines_api_key=0p3n-w3bu!"], "openwebui_pipelines_api_key",
+     "is Open WebUI pipelines' default API key, which anyone can look up"),
+    (["openwebui_admin_password=hunter2-hunter2"], "openwebui_admin_password", "is never taken from inventory data"),
+    (["openwebui_backend=gateway"], "openwebui_backend", "no LiteLLM gateway on this host"),
+    (["openwebui_admin_email=admin"], "openwebui_admin_email", "'admin' is not an e-mail address"),
+    (["openwebui_prot=8081"], "openwebui_prot", "did you mean openwebui_port?"),
+])
+def test_bad_input_is_one_line_and_leaves_the_service_alone(webui: Webui, items: list[str], key: str,
+                                                             words: str) -> None:
+    files = "/etc/open-webui/*.env /etc/systemd/system/open-webui.service"
+    before = webui.sh(f"sha256sum {files}; systemctl show -p MainPID --value open-webui.service")
+    run = webui.deploy(*items)
+    assert run.rc != 0
+    lines = [line for line in run.output.splitlines() if f"{key}: " in line]
+    assert len(lines) == 1 and words in lines[0], run.output[-3000:]
+    assert "0p3n-w3bu!" not in lines[0] and "hunter2" not in run.output
+    assert "Traceback" not in run.output and "Beginning operation run" not in run.output, run.output[-3000:]
+    assert webui.sh(f"sha256sum {files}; systemctl show -p MainPID --value open-webui.service") == before
+
+
+def test_a_public_default_key_on_the_guest_is_refused(webui: Webui) -> None:
+    """The seed's pipelines server kept its published default key: found in a key file, the deploy stops."""
+    webui.sh("umask 077; echo 'PIPELINES_API_KEY=0p3n-w3bu!' > /etc/open-webui/pipelines.env")
+    try:
+        run = webui.deploy()
+        assert run.rc != 0
+        assert ("openwebui_pipelines_api_key: /etc/open-webui/pipelines.env on "
+                f"@lxd/{webui.name} sets PIPELINES_API_KEY to Open WebUI pipelines' default API key") in run.output, \
+            run.output[-3000:]
+        verify = webui.verify()
+        assert verify.returncode == 1 and "test_no_public_default_key" in verify.stdout, verify.stdout[-3000:]
+    finally:
+        webui.sh(f"rm -f {shlex.quote('/etc/open-webui/pipelines.env')}")
