@@ -281,3 +281,15 @@ def test_a_node_not_in_the_inventory_is_one_line(sim, root, inventory, capsys):
     assert err == (f"labwright: error: node 'pve9' is not in the inventory {inventory} (its nodes: pve1); give the "
                    "name of a Proxmox VE node from it\n")
     assert len(sim.writes) == before and GpuHost(root).driver_version() == DRIVER_VERSION
+
+
+def test_a_node_without_pct_is_refused_before_anything_changes(sim, root, inventory, capsys, monkeypatch):
+    container(sim, 201, dev=True)
+    monkeypatch.setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")  # not a Proxmox VE node: no pct
+    before = len(sim.writes)
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes")
+    assert code == 2 and out == "", (out, err)
+    assert err == ("labwright: error: node pve1: no `pct` on this host; the upgrade installs the userspace into the "
+                   "containers with pct push/exec: run `labwright host upgrade` on the Proxmox VE node itself\n")
+    assert len(sim.writes) == before and GpuHost(root).driver_version() == DRIVER_VERSION
+    assert host_userspace(root) == old_userspace()

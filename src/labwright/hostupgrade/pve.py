@@ -56,7 +56,7 @@ from labwright.hostupgrade.facts import (
     running_kernel,
 )
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts, Plan, Step, kernel_key, make_plan
-from labwright.hostupgrade.run import Done, Upgrade
+from labwright.hostupgrade.run import Done, Outcome, Upgrade
 from labwright.snapshots.model import SnapshotBackend
 from labwright.snapshots.proxmox import PveSnapshots
 
@@ -287,6 +287,15 @@ class PveUpgrade(Upgrade):
 
     def _guest(self, label: str) -> PveGpuGuest:
         return self.guests[label]
+
+    def run(self, services: dict[str, tuple[str, ...]]) -> Outcome:
+        """Refuse before anything changes when ``pct`` cannot be run here (the userspace and the checks need it)."""
+        found = self.node.run("command -v pct")
+        if not found.ok:
+            raise BadInput(f"node {self.plan.node}: no `pct` on this host; the upgrade installs the userspace into "
+                           "the containers with pct push/exec: run `labwright host upgrade` on the Proxmox VE node "
+                           "itself")
+        return super().run(services)
 
     def _backend(self, guest: str) -> SnapshotBackend:
         g = self._guest(guest)
