@@ -5,8 +5,9 @@ generated admin credentials, sends a chat message and sees the streamed answer.
 open-webui's ~240 wheels (0.7 GB with the CPU torch) are built once into a wheelhouse under
 ~/.cache/labwright/test-envs/openwebui-wheels/ (labwright.openwebui.wheelhouse) and served to the guest over the
 lab bridge by an HTTP server on this machine: the deploy's ``openwebui_find_links`` URL path, the one an air-gapped
-user takes (lab containers cannot verify PyPI's certificate here). Open WebUI talks to the engine directly (no
-LiteLLM gateway on this host: openwebui_backend=auto picks the inventory's engines). The engine stops each answer
+user takes (lab containers cannot verify PyPI's certificate here). Open WebUI first talks to the engine directly (no
+LiteLLM gateway on this host: openwebui_backend=auto picks the inventory's engines); the last test deploys the
+LiteLLM gateway on the same guest and checks that Open WebUI switches to it. The engine stops each answer
 after 64 tokens (--n-predict): the tiny model never emits an end-of-generation token.
 """
 
@@ -31,6 +32,8 @@ from pathlib import Path
 import pytest
 
 from labwright.lab.lab import instance_address
+from labwright.litellm.config import load_defaults as litellm_defaults
+from labwright.litellm.wheelhouse import wheelhouse as litellm_wheelhouse
 from labwright.llamacpp.build import build_llama_server
 from labwright.llamacpp.tiny_model import write_tiny_gguf
 from labwright.openwebui.config import load_defaults
@@ -312,3 +315,28 @@ def test_a_public_default_key_on_the_guest_is_refused(webui: Webui) -> None:
         assert verify.returncode == 1 and "test_no_public_default_key" in verify.stdout, verify.stdout[-3000:]
     finally:
         webui.sh(f"rm -f {shlex.quote('/etc/open-webui/pipelines.env')}")
+
+
+def test_the_litellm_gateway_on_the_same_host_becomes_the_one_connection(webui: Webui) -> None:
+    """With deploys/litellm.py on the same guest, openwebui_backend=auto switches to the gateway: its master key is
+    copied into openai.env on the guest (never printed, never through this machine), the admin sees the model
+    through the gateway, and a third run changes nothing. (Last in the module: the gateway stays.)"""
+    python = webui.sh("python3 -c 'import platform; print(platform.python_version())'").strip()
+    wheels = litellm_wheelhouse(str(litellm_defaults()["service"]["version"]), python)
+    webui.lab.client.request("PATCH", f"/1.0/instances/{webui.name}", {"devices": {"litellm-wheels": {
+        "type": "disk", "source": str(wheels), "path": "/mnt/litellm-wheels", "readonly": "true"}}})
+    gateway = run_pyinfra(str(webui.inventory), "deploys/litellm.py", "litellm_find_links=/mnt/litellm-wheels",
+                          cwd=REPO, timeout=900)
+    assert gateway.rc == 0, gateway.output[-4000:]
+    master = webui.sh("sed -n 's/^LITELLM_MASTER_KEY=//p' /etc/litellm/master.env").strip()
+    assert master.startswith("sk-")
+    run = webui.deploy()
+    assert run.rc == 0, run.output[-4000:]
+    assert master not in run.output
+    assert "OPENAI_API_BASE_URLS=http://127.0.0.1:4000/v1\n" in webui.sh("cat /etc/open-webui/settings.env")
+    assert webui.sh("cat /etc/open-webui/openai.env") == f"OPENAI_API_KEYS={master}\n"
+    assert len(run.operation("the admin signs in and sees the models").success) == 1, run.output[-3000:]
+    verify = webui.verify()
+    assert verify.returncode == 0, verify.stdout[-4000:]
+    again = webui.deploy()
+    assert again.rc == 0 and (again.totals.changed, again.totals.error) == (0, 0), again.output[-3000:]
