@@ -112,6 +112,7 @@ def pve(runs: int, guests: int) -> int:
     from proxmoxer import ProxmoxAPI
 
     from labwright.guests.proxmox_api import TaskWaiter
+    from support.pve_pct_node import PctNode
     from support.pve_simulator import PveSimulator, SimNode, host_devices
 
     register(["host"])
@@ -129,6 +130,9 @@ def pve(runs: int, guests: int) -> int:
             with PveSimulator(nodes=[SimNode("pve1", "8.2.4", devices=host_devices(root))],
                               tokens={token: secret}) as sim:
                 (root / "etc/pve").symlink_to(sim.pmxcfs)
+                # the node's `pct` (push, exec): the pct double joined to this simulator's containers
+                saved_env = dict(os.environ)
+                os.environ.update(PctNode(Path(tmp) / "pct", sim, root).env)
                 api = ProxmoxAPI(sim.host, user="root@pam", password=sim.root_password, verify_ssl=str(sim.ca_file))
                 waiter = TaskWaiter(api, timeout=60, interval=0.01)
                 for i in range(guests):
@@ -152,6 +156,8 @@ def pve(runs: int, guests: int) -> int:
                     code = cli_main(["host", "upgrade", "pve1", "-i", str(inventory), "--host-root", str(root),
                                      "--yes", "--json"])
                 total = time.monotonic() - t0
+                os.environ.clear()
+                os.environ.update(saved_env)
                 result = json.loads(out.getvalue())
                 assert code == 0 and result["ok"], result
                 assert [v for k, v in sim.config("pve1", 202).lxc if k.endswith("allow")] == ["c 195:* rwm",

@@ -55,6 +55,7 @@ def host_root() -> Iterator[Path]:
 
 def host(capsys, *args: str) -> tuple[int, str, str]:
     register(["host", "gpu"])
+    capsys.readouterr()  # what setting the guests up printed (their progress lines) is not this command's output
     code = main(["host", "upgrade", *args])
     out, err = capsys.readouterr()
     return code, out, err
