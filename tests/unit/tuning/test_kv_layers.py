@@ -254,6 +254,43 @@ def test_deepseek_v3_real_config_is_mla():
     assert kv.bytes_per_token(layout, F16) == 61 * (512 + 64) * 2 == 70_272
 
 
+# --- verbatim files other repositories keep (see SOURCES: how each was judged whole) ----------------------------
+
+def test_lfm2_350m_real_config_early_index_form():
+    layout = kv.read_layout(CONFIGS / "lfm2-350m.json")       # LiquidAI/LFM2-350M, downloaded with the model
+    # 16 layers; full_attn_idxs [2, 5, 8, 10, 12, 14]: 6 attention (8 KV heads x 1024 / 16 = 64), 10 short conv
+    assert [i for i, layer in enumerate(layout.layers) if layer.kind == "full"] == [2, 5, 8, 10, 12, 14]
+    assert (layout.total_layers, layout.full_layers, layout.count("state")) == (16, 6, 10)
+    assert kv.bytes_per_token(layout, F16) == kv.bytes_per_token(layout, TABBY) == f16_bytes(6, 8, 64) == 12_288
+    # conv state per sequence: 10 layers x (conv_L_cache 3 - 1) x hidden 1024 x 4 bytes (f32)
+    assert layout.state_bytes == 10 * (3 - 1) * 1024 * 4 == 81_920
+    # the uniform model counted all 16 layers: 2.7x too much
+    assert f16_bytes(16, 8, 64) / kv.bytes_per_token(layout, F16) > 2.6
+
+
+def test_qwen3_next_80b_instruct_real_config():
+    layout = kv.read_layout(CONFIGS / "qwen3-next-80b-a3b-instruct.json")   # Qwen/Qwen3-Next-80B-A3B-Instruct
+    # 48 layers, full_attention_interval 4: full at 3, 7, ..., 47 (12), 36 GatedDeltaNet; 2 KV heads x 256
+    assert [i for i, layer in enumerate(layout.layers) if layer.kind == "full"] == list(range(3, 48, 4))
+    assert (layout.total_layers, layout.full_layers, dict(layout.no_cache_kinds)) == (48, 12, {"linear_attention": 36})
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(12, 2, 256) == 24_576
+    # GatedDeltaNet state: 36 x ((conv 4 - 1) x (2 x 16 key heads x 128 + 32 value heads x 128) + 128 x 128 x 32) x 4
+    assert layout.state_bytes == 36 * ((4 - 1) * (2 * 16 * 128 + 32 * 128) + 128 * 128 * 32) * 4 == 79_036_416
+    # the first commit's fixture holds 19 of these 39 keys (no linear_* sizes): same layers, state not sized
+    fixture = kv.read_layout(CONFIGS / "qwen3-next-80b-a3b.json")
+    assert fixture.layers == layout.layers and fixture.state_bytes is None
+
+
+def test_phi4_14b_stack_under_a_remote_code_type_is_full_attention_and_says_so():
+    layout = kv.read_layout(CONFIGS / "phi-4-reasoning-vision-15b.json")   # microsoft/Phi-4-reasoning-vision-15B
+    # model_type phi4-siglip (remote code): 40 layers planned as full attention, 10 KV heads x 5120 / 40 = 128
+    assert (layout.total_layers, layout.full_layers, layout.sliding_layers) == (40, 40, 0)
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(40, 10, 128) == 204_800
+    assert any("'phi4-siglip' is not one labwright knows" in note for note in layout.notes)
+    plan = kv.plan(layout, F16, budget=8 * 1024**3).to_json()
+    assert plan["bytes_per_token"] == 204_800 and any("phi4-siglip" in note for note in plan["notes"])
+
+
 # --- families still written from their config classes' keys (no verbatim config.json found) ---------------------
 
 def test_lfm2_conv_layers_and_early_index_form():
