@@ -11,8 +11,9 @@ Layers are built the way llama.cpp builds them (src/llama-model.cpp load_hparams
 Nemotron-H, Jamba, LFM2, Granite 4); ``%s.attention.key_length`` / ``value_length`` (default n_embd / n_head), and
 ``key_length_swa`` / ``value_length_swa`` for sliding layers; ``%s.attention.sliding_window`` with
 ``%s.attention.sliding_window_pattern`` (a per-layer bool array, or a period) or the pattern llama.cpp sets in code
-(data/kv-cache.toml [gguf.swa_pattern]); ``%s.full_attention_interval`` (Qwen3-Next/3.5); ``%s.attention.kv_lora_rank``
-+ ``%s.rope.dimension_count`` (MLA); ``%s.attention.shared_kv_layers`` (Gemma 3n: the last layers reuse KV).
+(data/kv-cache.toml [gguf.swa_pattern]); ``%s.attention.recurrent_layers`` or ``%s.full_attention_interval``
+(Qwen3-Next/3.5: interval 4 when the file has neither, as llama.cpp assumes); ``%s.attention.kv_lora_rank`` +
+``%s.rope.dimension_count`` (MLA); ``%s.attention.shared_kv_layers`` (Gemma 3n: the last layers reuse KV).
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ def layout_from_metadata(metadata: dict[str, Any], path: str | Path = "model.ggu
     chunk = data["chunked"].get(arch)
     if chunk and get("attention.sliding_window") is not None and window == 0:
         chunk = None   # llama.cpp: a Llama 4 GGUF with sliding_window = 0 has no chunked layers
-    interval = int(get("full_attention_interval", 0))
+    recurrent_at = _recurrent_flags(get, arch, layers, data, path)
     lora = int(get("attention.kv_lora_rank", 0))
     state_name = data["hybrid"].get(arch, "recurrent")
     # Nemotron-H: a layer is recurrent only when both head_count_kv and feed_forward_length are 0 there; the MLP/MoE
@@ -235,7 +236,7 @@ def layout_from_metadata(metadata: dict[str, Any], path: str | Path = "model.ggu
            if arch in data["layers"]["recurrent_needs_no_ffn"] else [0] * layers)
     built = []
     for index in range(layers):
-        if interval and (index + 1) % interval:
+        if recurrent_at[index]:
             built.append(Layer("state", name=state_name))
         elif kv_heads[index] == 0 and ffn[index]:
             built.append(Layer("none", name="mlp"))
@@ -264,6 +265,27 @@ def layout_from_metadata(metadata: dict[str, Any], path: str | Path = "model.ggu
         recurrent = layers if parallel else sum(1 for layer in built if layer.kind == "state")
         state = _state(metadata, arch, recurrent, notes)
     return KvLayout(str(path), arch, tuple(built), _context(get), tuple(notes), state_bytes=state, origin="gguf")
+
+
+def _recurrent_flags(get: Any, arch: str, layers: int, data: dict[str, Any], path: Path) -> list[bool]:
+    """Layers llama.cpp marks recurrent from the file alone (Qwen3-Next / Qwen3.5: src/models/qwen3next.cpp).
+
+    ``%s.attention.recurrent_layers`` (one flag per layer) wins; else every ``full_attention_interval``-th layer
+    attends (4 when the file does not say, for the architectures in [gguf.layers] interval_default) and the others
+    are recurrent, except the trailing ``%s.nextn_predict_layers`` MTP blocks. Other architectures: none here (their
+    recurrent layers are the ones with head_count_kv 0).
+    """
+    flags = get("attention.recurrent_layers")
+    if isinstance(flags, list):
+        if len(flags) != layers:
+            raise BadInput(f"GGUF {path}: {arch}.attention.recurrent_layers has {len(flags)} entries but "
+                           f"block_count is {layers}: the two contradict each other")
+        return [bool(flag) for flag in flags]
+    interval = int(get("full_attention_interval", data["layers"]["interval_default"].get(arch, 0)))
+    if interval <= 0:
+        return [False] * layers
+    trunk = layers - int(get("nextn_predict_layers", 0))
+    return [index < trunk and (index + 1) % interval != 0 for index in range(layers)]
 
 
 def _state(metadata: dict[str, Any], arch: str, recurrent: int, notes: list[str]) -> int | None:

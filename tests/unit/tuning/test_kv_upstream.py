@@ -45,7 +45,7 @@ def write_gguf(path: Path, arch: str, meta: dict) -> Path:
     for key, value in meta.items():
         name = f"{arch}.{key}"
         if isinstance(value, list):
-            writer.add_array(name, [int(v) for v in value])
+            writer.add_array(name, [v if isinstance(v, bool) else int(v) for v in value])
         else:
             writer.add_uint32(name, int(value))
     writer.add_token_list([f"t{i}" for i in range(100)])
@@ -207,6 +207,66 @@ def test_gguf_qwen35_state_matches_its_config_json(tmp_path):
     assert layout.state_bytes == mamba2(48, 4, 48 * 128, 16, 128) == 156_893_184
     assert layout.state_bytes == kv.read_layout(CONFIGS / "aic-qwen3.5-27b.json").state_bytes
     assert kv.plan(layout, F16).to_json()["state_bytes_per_sequence"] == 156_893_184
+
+
+def qwen3_next_meta(cfg: dict) -> dict:
+    """The keys llama.cpp's convert_hf_to_gguf writes for Qwen3-Next, from its config.json (as for Qwen3.5 above)."""
+    return {"block_count": cfg["num_hidden_layers"], "context_length": cfg["max_position_embeddings"],
+            "embedding_length": cfg["hidden_size"], "attention.head_count": cfg["num_attention_heads"],
+            "attention.head_count_kv": cfg["num_key_value_heads"], "attention.key_length": cfg["head_dim"],
+            "attention.value_length": cfg["head_dim"], "ssm.conv_kernel": cfg["linear_conv_kernel_dim"],
+            "ssm.state_size": cfg["linear_key_head_dim"], "ssm.group_count": cfg["linear_num_key_heads"],
+            "ssm.inner_size": cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"],
+            "ssm.time_step_rank": cfg["linear_num_value_heads"]}
+
+
+def test_gguf_qwen3_next_without_an_interval_key_is_every_fourth_layer_as_llama_cpp_assumes(tmp_path):
+    # llama.cpp 02ebd8f src/models/qwen3next.cpp: full_attn_interval = 4 unless the file says otherwise; before
+    # that default, a GGUF without the key was planned as 48 full-attention layers (4x the KV) with no state
+    cfg = load("qwen3-next-80b-a3b-instruct.json")
+    meta = qwen3_next_meta(cfg)
+    layout = kv.read_layout(write_gguf(tmp_path / "Qwen3-Next-80B-A3B.gguf", "qwen3next", meta))
+    config = kv.read_layout(CONFIGS / "qwen3-next-80b-a3b-instruct.json")
+    # 12 full (layers 3, 7, ..., 47) x 2 KV heads x 256; 36 GatedDeltaNet layers with the config's state
+    assert [i for i, layer in enumerate(layout.layers) if layer.attends] == list(range(3, 48, 4))
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(12, 2, 256) == kv.bytes_per_token(config, F16)
+    assert layout.state_bytes == mamba2(36, 4, 32 * 128, 16, 128) == config.state_bytes == 79_036_416
+    # the key, when present, is read (an interval of 2: 24 full, 24 recurrent)
+    two = kv.read_layout(write_gguf(tmp_path / "two.gguf", "qwen3next", meta | {"full_attention_interval": 2}))
+    assert (two.full_layers, two.count("state")) == (24, 24)
+
+
+def test_gguf_qwen35_recurrent_layers_flags_and_mtp_block(tmp_path):
+    cfg = load("aic-qwen3.5-27b.json")["text_config"]
+    meta = qwen3_next_meta(cfg | {"num_hidden_layers": 64})
+    # %s.attention.recurrent_layers (one flag per layer) wins over the interval: here the last 8 layers attend
+    flags = [i < 56 for i in range(64)]
+    layout = kv.read_layout(write_gguf(tmp_path / "flags.gguf", "qwen35", meta | {"attention.recurrent_layers": flags}))
+    assert [i for i, layer in enumerate(layout.layers) if layer.attends] == list(range(56, 64))
+    assert layout.state_bytes == mamba2(56, 4, 48 * 128, 16, 128)
+    # a trailing NextN/MTP block (block_count 65, nextn_predict_layers 1) is never recurrent: 16 + 1 attend
+    mtp = kv.read_layout(write_gguf(tmp_path / "mtp.gguf", "qwen35", meta | {"block_count": 65,
+                                                                            "nextn_predict_layers": 1}))
+    assert [i for i, layer in enumerate(mtp.layers) if layer.attends] == [*range(3, 64, 4), 64]
+    assert mtp.state_bytes == mamba2(48, 4, 48 * 128, 16, 128) == 156_893_184
+    with pytest.raises(BadInput, match="attention.recurrent_layers has 63 entries but block_count is 64"):
+        kv.read_layout(write_gguf(tmp_path / "bad.gguf", "qwen35", meta | {"attention.recurrent_layers": flags[1:]}))
+
+
+def test_gguf_lfm2_350m_matches_its_config_json(tmp_path):
+    cfg = load("lfm2-350m.json")
+    # llama.cpp convert_hf_to_gguf (LFM2): head_count_kv per layer, 0 for the short-conv layers; shortconv.l_cache
+    meta = {"block_count": cfg["num_hidden_layers"], "embedding_length": cfg["hidden_size"],
+            "attention.head_count": cfg["num_attention_heads"],
+            "attention.head_count_kv": [cfg["num_key_value_heads"] if i in cfg["full_attn_idxs"] else 0
+                                        for i in range(cfg["num_hidden_layers"])],
+            "shortconv.l_cache": cfg["conv_L_cache"]}
+    layout = kv.read_layout(write_gguf(tmp_path / "LFM2-350M.gguf", "lfm2", meta))
+    config = kv.read_layout(CONFIGS / "lfm2-350m.json")
+    assert shape(layout) == shape(config)
+    # 6 attention layers x 8 KV heads x 64; 10 conv layers x hidden 1024 x (3 - 1) x 4 bytes
+    assert kv.bytes_per_token(layout, F16) == f16_bytes(6, 8, 64) == kv.bytes_per_token(config, F16)
+    assert layout.state_bytes == 10 * 1024 * (3 - 1) * F32 == config.state_bytes
 
 
 def test_gguf_nemotron_h_mlp_layers_hold_no_state(tmp_path):
