@@ -281,6 +281,15 @@ def test_qwen3_next_80b_instruct_real_config():
     assert fixture.layers == layout.layers and fixture.state_bytes is None
 
 
+def test_mistral_small_3_text_stack_real_config():
+    layout = kv.read_layout(CONFIGS / "mistral-small-3-flux2-dev-text-encoder.json")   # FLUX.2-dev's text encoder
+    # text_config: 40 layers, sliding_window null (no sliding layers), 8 KV heads x head_dim 128
+    assert (layout.total_layers, layout.full_layers, layout.sliding_layers) == (40, 40, 0)
+    assert kv.bytes_per_token(layout, F16) == kv.bytes_per_token(layout, VLLM) == f16_bytes(40, 8, 128) == 163_840
+    # the same layers as transformers' Mistral3Config() defaults (checkpoint Mistral-Small-3.1-24B-Instruct-2503)
+    assert layout.layers == kv.read_layout(CONFIGS / "tf-mistral3.json").layers
+
+
 def test_phi4_14b_stack_under_a_remote_code_type_is_full_attention_and_says_so():
     layout = kv.read_layout(CONFIGS / "phi-4-reasoning-vision-15b.json")   # microsoft/Phi-4-reasoning-vision-15B
     # model_type phi4-siglip (remote code): 40 layers planned as full attention, 10 KV heads x 5120 / 40 = 128
