@@ -253,6 +253,29 @@ def test_gguf_qwen35_recurrent_layers_flags_and_mtp_block(tmp_path):
         kv.read_layout(write_gguf(tmp_path / "bad.gguf", "qwen35", meta | {"attention.recurrent_layers": flags[1:]}))
 
 
+def test_gguf_mimo_v2_sliding_layers_are_capped_as_llama_cpp_caps_them(tmp_path):
+    cfg = load("aic-mimo-v2-flash.json")
+    pattern = cfg["hybrid_layer_pattern"]           # 1 = sliding window attention, 0 = full
+    # llama.cpp 0e703ad src/models/mimo2.cpp load_arch_hparams: swa_type STANDARD, n_swa from
+    # %s.attention.sliding_window, swa_layers from %s.attention.sliding_window_pattern (array), heads per layer
+    meta = {"block_count": 48, "embedding_length": cfg["hidden_size"],
+            "attention.head_count": [cfg["swa_num_attention_heads"] if p else cfg["num_attention_heads"]
+                                     for p in pattern],
+            "attention.head_count_kv": [cfg["swa_num_key_value_heads"] if p else cfg["num_key_value_heads"]
+                                        for p in pattern],
+            "attention.key_length": cfg["head_dim"], "attention.value_length": cfg["v_head_dim"],
+            "attention.sliding_window": cfg["sliding_window_size"],
+            "attention.sliding_window_pattern": [bool(p) for p in pattern]}
+    layout = kv.read_layout(write_gguf(tmp_path / "MiMo-V2-Flash.gguf", "mimo2", meta))
+    config = kv.read_layout(CONFIGS / "aic-mimo-v2-flash.json")
+    # 9 full (4 KV heads), 39 sliding (8 KV heads, window 128); K 192 and V 128 apart
+    assert (layout.full_layers, layout.sliding_layers, layout.window) == (9, 39, 128)
+    assert kv.bytes_per_token(layout, F16) == 9 * 4 * (192 + 128) * 2 == kv.bytes_per_token(config, F16)
+    # at 32,768 tokens a sliding layer holds PAD256(min(32768, 128 + 512)) = 768 cells (the iSWA cache)
+    assert kv.kv_bytes(layout, F16, 32_768) == 9 * 4 * 320 * 2 * 32_768 + 39 * 8 * 320 * 2 * 768
+    assert kv.kv_bytes(layout, F16, 32_768) == kv.kv_bytes(config, F16, 32_768)
+
+
 def test_gguf_lfm2_350m_matches_its_config_json(tmp_path):
     cfg = load("lfm2-350m.json")
     # llama.cpp convert_hf_to_gguf (LFM2): head_count_kv per layer, 0 for the short-conv layers; shortconv.l_cache
