@@ -257,6 +257,15 @@ def layout_from_metadata(metadata: dict[str, Any], path: str | Path = "model.ggu
     if 0 < shared < layers:
         built = built[:-shared] + [Layer("none", name="shared_kv") for _ in range(shared)]
         notes.append(f"the last {shared} layers reuse earlier layers' KV ({arch}.attention.shared_kv_layers)")
+    # NextN/MTP blocks at the end (GLM-4.5/4.6, Qwen3.5/3-Next, ...): llama.cpp keeps no KV cache for them.
+    # load_hparams sets n_layer_kv_from_start = n_layer - nextn_predict_layers (src/llama-model.cpp LLM_ARCH_GLM4_MOE,
+    # "GLM-4.5-Air (46 layers + 1 NextN layer)"; src/models/qwen35.cpp the same) and llama_hparams::has_kv(il) is
+    # false from there on (src/llama-hparams.cpp), so the KV cache skips those layers.
+    nextn = int(get("nextn_predict_layers", 0))
+    if 0 < nextn < layers and not 0 < shared < layers:
+        built = built[:-nextn] + [Layer("none", name="nextn") for _ in range(nextn)]
+        notes.append(f"the last {nextn} layer(s) are NextN/MTP blocks ({arch}.nextn_predict_layers): llama.cpp keeps "
+                     "no KV cache for them")
     state: int | None = 0
     if arch in data["hybrid"]:
         # Falcon-H1 runs a Mamba2 mixer beside attention in every layer: all of them are recurrent too

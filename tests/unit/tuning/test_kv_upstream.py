@@ -244,10 +244,14 @@ def test_gguf_qwen35_recurrent_layers_flags_and_mtp_block(tmp_path):
     layout = kv.read_layout(write_gguf(tmp_path / "flags.gguf", "qwen35", meta | {"attention.recurrent_layers": flags}))
     assert [i for i, layer in enumerate(layout.layers) if layer.attends] == list(range(56, 64))
     assert layout.state_bytes == mamba2(56, 4, 48 * 128, 16, 128)
-    # a trailing NextN/MTP block (block_count 65, nextn_predict_layers 1) is never recurrent: 16 + 1 attend
+    # a trailing NextN/MTP block (block_count 65, nextn_predict_layers 1) is never recurrent and, as llama.cpp's
+    # n_layer_kv_from_start = n_layer - nextn_predict_layers makes has_kv(64) false, keeps no KV: 16 layers attend
     mtp = kv.read_layout(write_gguf(tmp_path / "mtp.gguf", "qwen35", meta | {"block_count": 65,
                                                                             "nextn_predict_layers": 1}))
-    assert [i for i, layer in enumerate(mtp.layers) if layer.attends] == [*range(3, 64, 4), 64]
+    assert [i for i, layer in enumerate(mtp.layers) if layer.attends] == list(range(3, 64, 4))
+    assert mtp.layers[64].kind == "none" and any("NextN/MTP" in note for note in mtp.notes)
+    assert kv.bytes_per_token(mtp, F16) == kv.bytes_per_token(
+        kv.read_layout(write_gguf(tmp_path / "no-mtp.gguf", "qwen35", meta)), F16)
     assert mtp.state_bytes == mamba2(48, 4, 48 * 128, 16, 128) == 156_893_184
     with pytest.raises(BadInput, match="attention.recurrent_layers has 63 entries but block_count is 64"):
         kv.read_layout(write_gguf(tmp_path / "bad.gguf", "qwen35", meta | {"attention.recurrent_layers": flags[1:]}))
@@ -396,3 +400,18 @@ def test_kv_plan_cli_on_a_hybrid_gguf_prints_the_state_from_metadata(tmp_path, c
     assert plan["bytes_per_token"] == 16 * 4 * 2 * 256 * 34 // 32       # 16 full layers, q8_0 K and V
     table = subprocess.run(args, capture_output=True, text=True, env=cli_env)
     assert "48 recurrent layers keep a fixed state per sequence (156,893,184 B)" in " ".join(table.stdout.split())
+
+
+def test_gguf_glm4moe_nextn_layer_keeps_no_kv_cache(tmp_path):
+    # GLM-4.5-Air as llama.cpp loads it: block_count 47 = 46 layers + 1 NextN layer (src/llama-model.cpp
+    # LLM_ARCH_GLM4_MOE: "case 47: GLM-4.5-Air (46 layers + 1 NextN layer)", n_layer_kv_from_start = 47 - 1).
+    # Heads as GLM-4.5-Air's config gives them: 96 query heads, 8 KV heads, head_dim 128.
+    meta = {"block_count": 47, "embedding_length": 4096, "attention.head_count": 96, "attention.head_count_kv": 8,
+            "attention.key_length": 128, "attention.value_length": 128, "nextn_predict_layers": 1}
+    layout = kv.read_layout(write_gguf(tmp_path / "GLM-4.5-Air.gguf", "glm4moe", meta))
+    assert layout.full_layers == 46 and layout.layers[46].kind == "none"
+    assert kv.bytes_per_token(layout, F16) == 46 * 8 * (128 + 128) * 2 == 188_416
+    # without the key every block keeps KV (47 x 8 x 256 x 2)
+    plain = kv.read_layout(write_gguf(tmp_path / "plain.gguf", "glm4moe", {k: v for k, v in meta.items()
+                                                                           if k != "nextn_predict_layers"}))
+    assert kv.bytes_per_token(plain, F16) == 47 * 8 * 256 * 2
