@@ -38,12 +38,9 @@ from labwright.matrix.model import Component, Wheel
 from labwright.matrix.refresh import (
     Listed,
     _Anchors,
-    _sort_key,
     _split_fragment,
     existing_rows,
-    render_toml,
     wheel_from_listed,
-    write_matrix_file,
 )
 from labwright.matrix.wheelname import WheelNameError, parse_wheel_filename
 
@@ -219,25 +216,9 @@ def refresh_outside(out_dir: Path, components: dict[str, Component], state: dict
                     if o.status == "updated":
                         state["sources"][o.url].update(etag="", last_modified="", sha256="")
             continue
-        seen_urls: set[str] = set()
-        wheels = []
-        for o in parts:
-            for w in o.wheels:
-                if w.url not in seen_urls:
-                    seen_urls.add(w.url)
-                    wheels.append(w)
-        path = out_dir / f"{stem}.toml"
-        if not wheels:
-            if path.exists() and not dry_run:
-                path.unlink()
-            continue
-        header: dict[str, str | int] = {
-            "kind": "simple-index" if parts[0].url.startswith(pytorch_index) else "github-releases",
-            "source": ", ".join(o.url for o in parts), "refreshed": registry._now(), "count": len(wheels)}
-        if not dry_run:
-            write_matrix_file(path, render_toml(sorted(wheels, key=_sort_key), header).replace(
-                "edit the listing under sources/ and re-run", "re-run `labwright matrix refresh`"))
-            written.append(path)
+        kind = "simple-index" if parts[0].url.startswith(pytorch_index) else "github-releases"
+        written += registry.write_family(out_dir / f"{stem}.toml", [w for o in parts for w in o.wheels], kind,
+                                         [o.url for o in parts], registry._now(), dry_run)
     return [o for _, o in outcomes], written
 
 

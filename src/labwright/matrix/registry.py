@@ -435,19 +435,9 @@ def refresh_registry(out_dir: Path, components: dict[str, Component], index: str
             continue
         if all(o.status == "unchanged" for o in parts):
             continue
-        wheels = sorted((w for o in parts for w in o.wheels), key=_sort_key)
-        path = out_dir / f"{stem}.toml"
-        if not wheels:
-            if path.exists() and not dry_run:
-                path.unlink()
-            continue
-        header: dict[str, str | int] = {
-            "kind": "pypi-json", "source": ", ".join(f"{index}/{o.package}/json" for o in parts),
-            "refreshed": state["sources"][f"{index}/{parts[0].package}/json"]["changed"], "count": len(wheels)}
-        if not dry_run:
-            write_matrix_file(path, render_toml(wheels, header).replace(
-                "edit the listing under sources/ and re-run", "re-run `labwright matrix refresh`"))
-            written.append(path)
+        written += write_family(out_dir / f"{stem}.toml", [w for o in parts for w in o.wheels], "pypi-json",
+                                [f"{index}/{o.package}/json" for o in parts],
+                                state["sources"][f"{index}/{parts[0].package}/json"]["changed"], dry_run)
     extra: list[Outcome] = []
     if outside_sources:
         wanted = {str(canonicalize_name(p)) for p in packages} if packages else None
@@ -459,6 +449,24 @@ def refresh_registry(out_dir: Path, components: dict[str, Component], index: str
         write_state(out_dir, state)
     unreached = {o.package: o.lines[0] for o in extra if o.status == "unreachable"}
     return RegistryReport(outcomes, written, unreached, extra)
+
+
+def write_family(path: Path, wheels: list[Wheel], kind: str, sources: list[str], refreshed: str,
+                 dry_run: bool) -> list[Path]:
+    """Write one refreshed matrix file (one row per URL, sorted), or remove it when its sources list no wheel
+    any more; the paths written."""
+    rows = sorted({w.url: w for w in reversed(wheels)}.values(), key=_sort_key)  # the first row per URL wins
+    if dry_run:
+        return []
+    if not rows:
+        if path.exists():
+            path.unlink()
+        return []
+    header: dict[str, str | int] = {"kind": kind, "source": ", ".join(sources), "refreshed": refreshed,
+                                    "count": len(rows)}
+    write_matrix_file(path, render_toml(rows, header).replace("edit the listing under sources/ and re-run",
+                                                              "re-run `labwright matrix refresh`"))
+    return [path]
 
 
 def _refresh_one(feed: Feed, out_dir: Path, components: dict[str, Component], index: str, pre: bool,
