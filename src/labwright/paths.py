@@ -56,7 +56,7 @@ def packaged_matrix_dir() -> Path:
     return data_dir() / "matrix"
 
 
-VERIFY_SUITES = ("base", "desktop", "kokoro", "litellm", "llamacpp", "tabbyapi")
+VERIFY_SUITES = ("base", "desktop", "kokoro", "litellm", "llamacpp", "openwebui", "tabbyapi")
 
 
 def verify_suite(name: str) -> Path:
