@@ -28,6 +28,12 @@ step goes on; true: the step fails there). Hosts that are not containers (``@loc
 For ``@pct/NODE/VMID`` the node's API settings (``proxmox_api_url``, ``proxmox_ca_file``, ...) come from the host's
 data.
 
+A Proxmox VM (``kind: vm``) is deployed to over SSH, under a host name of its own; the snapshot goes to the VM through
+the API all the same when the host's data names it (:func:`snapshot_guest`): ``proxmox_vm: "NODE/VMID"``, or the
+host's ``guest`` declaration with ``kind: "vm"``, ``node`` and ``vmid`` (what ``labwright guest apply`` made it
+from). The node's API settings then come from the inventory host named like the node, else from the host's own
+``proxmox_*`` data (never its ``ssh_hostname``: that is the VM's address).
+
 One snapshot per host per run: the first risky step of a pyinfra run takes it, and later risky steps of the same run
 (a package install, then a stack switch, then a tabbyAPI ref change) find it taken and say so, so restoring it undoes
 the whole run and one run never prunes the snapshots of earlier runs by itself. A deploy that snapshots checks the
@@ -48,13 +54,14 @@ from pyinfra.api.exceptions import DeployError, OperationError
 
 from labwright.deploy_data import FALSE, TRUE, unknown_key_error
 from labwright.errors import BadInput, LabwrightError
-from labwright.hostnames import parse_host_name
+from labwright.hostnames import PctName, parse_host_name, parse_pct_target
 from labwright.snapshots.model import DEFAULT_KEEP, MAX_KEEP
 
 logger = logging.getLogger("pyinfra")
 
 
 SNAPSHOT_KEYS = ("before", "keep", "required")
+VM_KEY = "proxmox_vm"
 # The snapshot each host got in a pyinfra run (its State): later risky steps of the same run reuse it.
 _TAKEN: weakref.WeakKeyDictionary[Any, dict[str, str | None]] = weakref.WeakKeyDictionary()
 
@@ -94,10 +101,59 @@ def _data(host: Any) -> Mapping[str, Any]:
     return host.data.dict() if hasattr(host.data, "dict") else dict(host.data)
 
 
-def check_snapshot_data(host: Any = None) -> None:
-    """For a deploy, while pyinfra prepares: refuse bad ``snapshot_*`` data as a DeployError (one line, nothing run)."""
+def _vm_name(host_name: str, data: Mapping[str, Any]) -> PctName | None:
+    """The Proxmox VM a host that is not a container deploys into: ``proxmox_vm: "NODE/VMID"``, else a ``guest``
+    declaration with ``kind: "vm"`` (its ``node`` and ``vmid``); None when the data names none."""
+    raw = data.get(VM_KEY)
+    if raw is not None and raw != "":
+        text = str(raw).strip().removeprefix("@pct/")
+        try:
+            return parse_pct_target(text)
+        except BadInput:
+            raise BadInput(f"host {host_name}: {VM_KEY}: {raw!r} is not NODE/VMID, the node and id of the VM "
+                           f"this host is, e.g. {VM_KEY}=pve1/120") from None
+    guest = data.get("guest")
+    if not isinstance(guest, Mapping) or str(guest.get("kind", "")).lower() != "vm":
+        return None
+    node, vmid = guest.get("node"), guest.get("vmid")
+    if node in (None, "") or vmid in (None, ""):
+        missing = " and ".join(k for k, v in (("node", node), ("vmid", vmid)) if v in (None, ""))
+        raise BadInput(f"host {host_name}: its guest is a VM (kind: vm) without {missing}, so labwright cannot "
+                       f"snapshot it before a risky step; give guest {missing}, or {VM_KEY}: NODE/VMID, or set "
+                       "snapshot_before: false")
     try:
-        snapshot_settings(_data(host or current_host))
+        return parse_pct_target(f"{node}/{vmid}")
+    except BadInput as exc:
+        raise BadInput(f"host {host_name}: guest node/vmid: {exc}") from None
+
+
+def snapshot_guest(host: Any) -> tuple[str, dict[str, Any]] | None:
+    """``(guest name, node data)`` of what a risky step on ``host`` snapshots: the host itself when it is a
+    container (``@lxd/...``, ``@pct/NODE/VMID``), the Proxmox VM its data names (``proxmox_vm`` or a ``kind: vm``
+    guest) as ``@pct/NODE/VMID``, else None (``@local``, an SSH host that is no VM of a node)."""
+    data = _data(host)
+    if parse_host_name(host.name) is not None:
+        return host.name, {k: v for k, v in data.items() if k.startswith("proxmox_") or k == "ssh_hostname"}
+    vm = _vm_name(host.name, data)
+    if vm is None:
+        return None
+    node_data = {k: v for k, v in data.items() if k.startswith("proxmox_") and k != VM_KEY}
+    inventory = getattr(host, "inventory", None)
+    node_host = inventory.get_host(vm.node, None) if inventory is not None else None
+    if node_host is not None:
+        node_data = {k: v for k, v in _data(node_host).items()
+                     if (k.startswith("proxmox_") and k != VM_KEY) or k == "ssh_hostname"}
+    return vm.host, node_data
+
+
+def check_snapshot_data(host: Any = None) -> None:
+    """For a deploy, while pyinfra prepares: refuse bad ``snapshot_*`` data (and a bad ``proxmox_vm``) as a
+    DeployError (one line, nothing run)."""
+    host = host or current_host
+    try:
+        before, _, _ = snapshot_settings(_data(host))
+        if before:
+            snapshot_guest(host)
     except BadInput as exc:
         raise DeployError(f"{exc} (nothing was changed)") from None
 
@@ -132,18 +188,25 @@ def _take(state: Any, host: Any, host_name: str, step: str, keep: int, required:
 
 
 def snapshot_command(host: Any, step: str, only_if: str | None = None) -> Iterator[FunctionCommand]:
-    """Yield the command that snapshots ``host`` before ``step`` (nothing for a host that is not a container or
-    has ``snapshot_before: false``). ``only_if``: a shell command run on the host when the snapshot is due; it is
-    taken only when that exits 0 (an operation whose earlier command found out whether the change is real)."""
+    """Yield the command that snapshots ``host`` before ``step`` (nothing for a host that is neither a container nor
+    a Proxmox VM its data names (:func:`snapshot_guest`), or has ``snapshot_before: false``). ``only_if``: a shell
+    command run on the host when the snapshot is due; it is taken only when that exits 0 (an operation whose
+    earlier command found out whether the change is real)."""
     data = _data(host)
     try:
         before, keep, required = snapshot_settings(data)
     except BadInput as exc:
         raise OperationError(str(exc)) from None
-    if not before or parse_host_name(host.name) is None:
+    if not before:
         return
-    node_data = {k: v for k, v in data.items() if k.startswith("proxmox_") or k == "ssh_hostname"}
-    yield FunctionCommand(_take, (host.name, step, keep, required, node_data),
+    try:
+        target = snapshot_guest(host)
+    except BadInput as exc:
+        raise OperationError(str(exc)) from None
+    if target is None:
+        return
+    guest, node_data = target
+    yield FunctionCommand(_take, (guest, step, keep, required, node_data),
                           {} if only_if is None else {"only_if": only_if})
 
 

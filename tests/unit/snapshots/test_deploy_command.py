@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,7 +10,7 @@ import pytest
 from pyinfra.api import FunctionCommand
 from pyinfra.api.exceptions import DeployError, OperationError
 
-from labwright.snapshots.deploy import _take, check_snapshot_data, snapshot_command, snapshot_settings
+from labwright.snapshots.deploy import _take, check_snapshot_data, snapshot_command, snapshot_guest, snapshot_settings
 
 
 @dataclass
@@ -112,3 +113,68 @@ def test_only_if_decides_on_the_host_when_the_step_runs(monkeypatch):
     assert calls == ["tabbyapi-ref"]
     commands = list(snapshot_command(Host("@lxd/llm1"), "tabbyapi-ref", only_if="true"))
     assert commands[0].kwargs == {"only_if": "true"}
+
+
+# --- a Proxmox VM deployed to over SSH: the snapshot goes to the VM through the API ------------------------------
+class Inventory:
+    def __init__(self, *hosts: Host):
+        self.hosts = {h.name: h for h in hosts}
+
+    def get_host(self, name, default=None):
+        return self.hosts.get(name, default)
+
+
+@dataclass
+class InventoryHost(Host):
+    inventory: Any = None
+
+
+def test_an_ssh_host_naming_its_vm_snapshots_the_vm_with_its_own_proxmox_data_not_its_address():
+    host = Host("win1.lan", {"proxmox_vm": "pve1/120", "proxmox_api_url": "https://pve1.lan:8006",
+                             "proxmox_ca_file": "/ca.pem", "ssh_hostname": "10.1.2.3", "snapshot_keep": 2})
+    (command,) = snapshot_command(host, "packages")
+    assert command.function is _take
+    assert command.args == ("@pct/pve1/120", "packages", 2, False,
+                            {"proxmox_api_url": "https://pve1.lan:8006", "proxmox_ca_file": "/ca.pem"})
+
+
+def test_a_kind_vm_guest_declaration_names_the_vm_and_the_node_host_gives_the_api_settings():
+    node = Host("pve1", {"proxmox_api_url": "https://pve1.lan:8006", "ssh_hostname": "pve1.lan", "cpu": 8})
+    host = InventoryHost("win1", {"guest": {"backend": "proxmox", "kind": "vm", "node": "pve1", "vmid": 120},
+                                  "proxmox_api_url": "https://wrong:8006"}, Inventory(node))
+    assert snapshot_guest(host) == ("@pct/pve1/120", {"proxmox_api_url": "https://pve1.lan:8006",
+                                                      "ssh_hostname": "pve1.lan"})
+    (command,) = snapshot_command(host, "stack-switch")
+    assert command.args[0] == "@pct/pve1/120"
+
+
+def test_a_container_guest_declaration_on_an_ssh_host_is_no_vm():
+    assert snapshot_guest(Host("llm1.lan", {"guest": {"backend": "proxmox", "node": "pve1", "vmid": 201}})) is None
+    assert list(snapshot_command(Host("llm1.lan", {"guest": {"kind": "ct", "node": "pve1", "vmid": 1}}), "x")) == []
+
+
+def test_a_vm_host_opted_out_yields_nothing_even_with_a_bad_vm_name():
+    assert list(snapshot_command(Host("win1", {"proxmox_vm": "nonsense", "snapshot_before": False}), "x")) == []
+    check_snapshot_data(Host("win1", {"proxmox_vm": "nonsense", "snapshot_before": False}))
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({"proxmox_vm": "120"}, "host win1: proxmox_vm: '120' is not NODE/VMID, the node and id of the VM this host is, "
+                            "e.g. proxmox_vm=pve1/120"),
+    ({"proxmox_vm": "pve1/99"}, "proxmox_vm: 'pve1/99' is not NODE/VMID"),
+    ({"guest": {"kind": "vm", "node": "pve1"}}, "host win1: its guest is a VM (kind: vm) without vmid, so labwright "
+                                                "cannot snapshot it before a risky step; give guest vmid, or "
+                                                "proxmox_vm: NODE/VMID, or set snapshot_before: false"),
+    ({"guest": {"kind": "vm"}}, "without node and vmid"),
+])
+def test_a_vm_that_cannot_be_named_is_one_line_at_prepare_and_at_run(data, needle):
+    with pytest.raises(DeployError) as caught:
+        check_snapshot_data(Host("win1", data))
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(OperationError, match=re.escape(needle)):
+        list(snapshot_command(Host("win1", data), "packages"))
+
+
+def test_the_vm_is_named_with_or_without_the_pct_prefix():
+    assert snapshot_guest(Host("w", {"proxmox_vm": "@pct/pve2/130"}))[0] == "@pct/pve2/130"
+    assert snapshot_guest(Host("w", {"proxmox_vm": " pve2/130 "}))[0] == "@pct/pve2/130"
