@@ -6,64 +6,24 @@ asserts on what the simulator stored or recorded (``sim.writes``), nothing is mo
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from proxmoxer import ProxmoxAPI, ResourceException
+from proxmoxer import ResourceException
 
 from labwright import snapshots
 from labwright.errors import BadInput, OperationFailed
-from labwright.guests.proxmox_api import TaskWaiter
-from support.pve_simulator import PveSimulator, SimNode, SimStorage, default_storages
+from support import pve_snapshot_sim as shared
 from support.pve_snapshot import sections
-from support.snapshot_cli import assert_one_line_refusal, run_cli
+from support.pve_snapshot_sim import cli, create, mine_and_three_keeping_two, options, wait
+from support.snapshot_cli import assert_one_line_refusal
 
 GUEST = "@pct/pve1/201"
-
-
-@pytest.fixture
-def sim():
-    storages = [*default_storages(), SimStorage("dirstore", "dir", ("rootdir", "images")),
-                SimStorage("tank", "zfspool", ("rootdir", "images"))]
-    with PveSimulator(nodes=[SimNode("pve1", "8.2.4")], storages=storages, task_seconds=0.01) as simulator:
-        yield simulator
-
-
-@pytest.fixture
-def root_env(monkeypatch, sim):
-    monkeypatch.delenv("PROXMOX_TOKEN_ID", raising=False)
-    monkeypatch.setenv("PROXMOX_USER", "root@pam")
-    monkeypatch.setenv("PROXMOX_PASSWORD", sim.root_password)
-
-
-@pytest.fixture
-def api(sim) -> ProxmoxAPI:
-    return ProxmoxAPI(sim.host, user="root@pam", password=sim.root_password, verify_ssl=str(sim.ca_file))
-
-
-def node_data(sim) -> dict[str, str]:
-    return {"proxmox_api_url": f"https://{sim.host}", "proxmox_ca_file": str(sim.ca_file)}
-
-
-def options(sim) -> dict:
-    return {"node_data": node_data(sim), "poll_interval": 0.01}
-
-
-def wait(api, upid: str) -> dict:
-    return TaskWaiter(api, timeout=30, interval=0.01).wait(upid, "test task")
+#: The simulator, root's environment and a client: one set of fixtures for the container and the VM tests.
+sim, root_env, api = shared.sim, shared.root_env, shared.api
 
 
 def make_ct(api, vmid: int = 201, rootfs: str = "local-lvm:8", start: bool = True) -> None:
-    wait(api, api.nodes("pve1").lxc.post(vmid=vmid, ostemplate="local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
-                                         rootfs=rootfs, hostname="llm1", memory=2048))
-    if start:
-        wait(api, api.nodes("pve1").lxc(vmid).status.start.post())
-
-
-def cli(sim, *args: str) -> subprocess.CompletedProcess[str]:
-    data = [f"--data={k}={v}" for k, v in node_data(sim).items()]
-    env = {"PATH": "/usr/bin:/bin", "PROXMOX_USER": "root@pam", "PROXMOX_PASSWORD": sim.root_password}
-    return run_cli(env, *args, *data, timeout=300)
+    create(api, "lxc", vmid, start, ostemplate="local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+           rootfs=rootfs, hostname="llm1", memory=2048)
 
 
 def test_take_break_restore_running_ct(sim, api, root_env):
@@ -103,10 +63,7 @@ def test_running_ct_without_force_refused_no_write(sim, api):
 
 def test_keep_last_n_and_existing_name(sim, api, root_env):
     make_ct(api, start=False)
-    assert cli(sim, "guest", "snapshot", GUEST, "--name", "mine").returncode == 0
-    taken = [snapshots.take(GUEST, "pkg-upgrade", keep=2, **options(sim)) for _ in range(3)]
-    assert taken[2].pruned == [taken[0].name]
-    assert sorted(sections(sim.config("pve1", 201))) == sorted(["mine", taken[1].name, taken[2].name])
+    taken = mine_and_three_keeping_two(sim, GUEST, "pkg-upgrade", lambda: sim.config("pve1", 201))
     listed = [s.name for s in snapshots.list_snapshots(GUEST, **options(sim))]
     assert listed[-2:] == [taken[1].name, taken[2].name] and "mine" in listed
     before = len(sim.writes)

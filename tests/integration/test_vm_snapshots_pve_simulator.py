@@ -6,67 +6,26 @@ must put that config back. Every assertion is on what the simulator stored or re
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from proxmoxer import ProxmoxAPI, ResourceException
+from proxmoxer import ResourceException
 
 from labwright import snapshots
 from labwright.errors import OperationFailed
-from labwright.guests.proxmox_api import TaskWaiter
-from support.pve_qemu import gpu_host_pci
-from support.pve_simulator import PveSimulator, SimNode, SimStorage, default_storages
-from support.pve_snapshot import sections, serve_qemu_snapshots
-from support.snapshot_cli import assert_one_line_refusal, run_cli
+from support import pve_snapshot_sim as shared
+from support.pve_snapshot import sections
+from support.pve_snapshot_sim import cli, create, mine_and_three_keeping_two, options, wait
+from support.snapshot_cli import assert_one_line_refusal
 
 GUEST = "@pct/pve1/120"
-
-
-@pytest.fixture
-def sim():
-    storages = [*default_storages(), SimStorage("dirstore", "dir", ("rootdir", "images")),
-                SimStorage("tank", "zfspool", ("rootdir", "images"))]
-    with PveSimulator(nodes=[SimNode("pve1", "8.2.4", pci=gpu_host_pci())], storages=storages,
-                      task_seconds=0.01) as simulator:
-        serve_qemu_snapshots(simulator)
-        yield simulator
-
-
-@pytest.fixture
-def root_env(monkeypatch, sim):
-    monkeypatch.delenv("PROXMOX_TOKEN_ID", raising=False)
-    monkeypatch.setenv("PROXMOX_USER", "root@pam")
-    monkeypatch.setenv("PROXMOX_PASSWORD", sim.root_password)
-
-
-@pytest.fixture
-def api(sim) -> ProxmoxAPI:
-    return ProxmoxAPI(sim.host, user="root@pam", password=sim.root_password, verify_ssl=str(sim.ca_file))
-
-
-def options(sim) -> dict:
-    return {"node_data": {"proxmox_api_url": f"https://{sim.host}", "proxmox_ca_file": str(sim.ca_file)},
-            "poll_interval": 0.01}
-
-
-def wait(api, upid: str) -> dict:
-    return TaskWaiter(api, timeout=30, interval=0.01).wait(upid, "test task")
+#: The simulator, root's environment and a client: one set of fixtures for the container and the VM tests.
+sim, root_env, api = shared.sim, shared.root_env, shared.api
 
 
 def make_vm(api, vmid: int = 120, disk: str = "local-lvm:32", start: bool = True, **extra) -> None:
     """A GPU VM as labwright's ``kind: vm`` makes it: q35, OVMF, the RTX 4090 passed through, a CD-ROM."""
-    wait(api, api.nodes("pve1").qemu.post(vmid=vmid, name="win1", memory=8192, cores=4, machine="q35",
-                                          bios="ovmf", ostype="win11", scsi0=disk, efidisk0="local-lvm:1,efitype=4m",
-                                          ide2="none,media=cdrom", hostpci0="0000:01:00,pcie=1,x-vga=1",
-                                          net0="virtio,bridge=vmbr0", **extra))
-    if start:
-        wait(api, api.nodes("pve1").qemu(vmid).status.start.post())
-
-
-def cli(sim, *args: str) -> subprocess.CompletedProcess[str]:
-    data = [f"--data={k}={v}" for k, v in options(sim)["node_data"].items()]
-    env = {"PATH": "/usr/bin:/bin", "PROXMOX_USER": "root@pam", "PROXMOX_PASSWORD": sim.root_password}
-    return run_cli(env, *args, *data, timeout=300)
+    create(api, "qemu", vmid, start, name="win1", memory=8192, cores=4, machine="q35", bios="ovmf", ostype="win11",
+           scsi0=disk, efidisk0="local-lvm:1,efitype=4m", ide2="none,media=cdrom",
+           hostpci0="0000:01:00,pcie=1,x-vga=1", net0="virtio,bridge=vmbr0", **extra)
 
 
 def test_take_break_restore_a_running_gpu_vm(sim, api, root_env):
@@ -118,10 +77,7 @@ def test_cli_restore_onto_a_running_vm_without_force_is_refused_and_nothing_sent
 
 def test_existing_name_refused_keep_last_n_and_a_stopped_vm_stays_stopped(sim, api, root_env):
     make_vm(api, start=False)
-    assert cli(sim, "guest", "snapshot", GUEST, "--name", "mine").returncode == 0
-    taken = [snapshots.take(GUEST, "stack-switch", keep=2, **options(sim)) for _ in range(3)]
-    assert taken[2].pruned == [taken[0].name]
-    assert sorted(sections(sim.vm_config("pve1", 120))) == sorted(["mine", taken[1].name, taken[2].name])
+    mine_and_three_keeping_two(sim, GUEST, "stack-switch", lambda: sim.vm_config("pve1", 120))
     before = len(sim.writes)
 
     again = cli(sim, "guest", "snapshot", GUEST, "--name", "mine")

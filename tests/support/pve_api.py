@@ -31,7 +31,7 @@ from typing import Any
 from support.pve_lxc import Lxc
 from support.pve_qemu import Qemu
 from support.pve_schema import ApiSchema, Endpoint, PveApiError, param_error, validate
-from support.pve_snapshot import Snapshots
+from support.pve_snapshot import QemuSnapshots, Snapshots, snapshot_routes
 from support.pve_state import GiB, PveCluster, Task
 
 Handler = Callable[[str, dict[str, str]], Any]
@@ -59,9 +59,9 @@ class PveApi:
         qm_create = schema.endpoints["/nodes/{node}/qemu"]
         qm_config = schema.endpoints["/nodes/{node}/qemu/{vmid}/config"].methods["GET"]["returns"]["properties"]
         self.qemu = Qemu(cluster, qm_create.properties("POST"), qm_config)
+        self.qemu_snapshots = QemuSnapshots(cluster, self.qemu)
         qm = "/nodes/{node}/qemu/{vmid}"
         vm = "/nodes/{node}/lxc/{vmid}"
-        snap = vm + "/snapshot"
         self.routes: dict[tuple[str, str], Handler] = {
             ("GET", "/version"): lambda u, p: self._version(next(iter(cluster.nodes))),
             ("GET", "/nodes"): lambda u, p: [self._node_entry(n) for n in cluster.nodes],
@@ -82,14 +82,6 @@ class PveApi:
             ("POST", vm + "/status/stop"): lambda u, p: self.lxc.stop(u, p["node"], int(p["vmid"])),
             ("POST", vm + "/status/shutdown"):
                 lambda u, p: self.lxc.stop(u, p["node"], int(p["vmid"]), "vzshutdown"),
-            ("GET", snap): lambda u, p: self.snapshots.list(p["node"], int(p["vmid"])),
-            ("POST", snap): lambda u, p: self.snapshots.create(u, p["node"], int(p["vmid"]), p["snapname"],
-                                                               p.get("description")),
-            ("DELETE", snap + "/{snapname}"):
-                lambda u, p: self.snapshots.delete(u, p["node"], int(p["vmid"]), p["snapname"]),
-            ("POST", snap + "/{snapname}/rollback"):
-                lambda u, p: self.snapshots.rollback(u, p["node"], int(p["vmid"]), p["snapname"],
-                                                     p.get("start") == "1", self.lxc._boot),
             ("GET", "/nodes/{node}/qemu"): lambda u, p: self.qemu.list(p["node"]),
             ("POST", "/nodes/{node}/qemu"): lambda u, p: self.qemu.create(u, p["node"], p),
             ("GET", qm): lambda u, p: _subdirs("config", "pending", "status"),
@@ -111,6 +103,8 @@ class PveApi:
             ("DELETE", "/nodes/{node}/tasks/{upid}"): lambda u, p: self.cluster.stop_task(self._task(p).upid),
             ("GET", "/nodes/{node}/tasks/{upid}/status"): lambda u, p: self._task(p).as_status(),
             ("GET", "/nodes/{node}/tasks/{upid}/log"): lambda u, p: self._task_log(p),
+            **snapshot_routes("lxc", self.snapshots, self.lxc._boot),
+            **snapshot_routes("qemu", self.qemu_snapshots, self.qemu._boot),
             ("GET", "/cluster/status"): lambda u, p: self._cluster_status(),
             ("GET", "/cluster/resources"): lambda u, p: self._resources(p.get("type")),
             ("GET", "/cluster/nextid"): lambda u, p: self._nextid(p.get("vmid")),

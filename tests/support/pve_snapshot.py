@@ -31,7 +31,6 @@ Provenance (read for these behaviours):
 
 from __future__ import annotations
 
-import copy
 import re
 import time
 import uuid
@@ -88,9 +87,13 @@ class Snapshots:
     GUEST = "CT"
     TASKS = {"create": "vzsnapshot", "delete": "vzdelsnapshot", "rollback": "vzrollback"}
     RESERVED = ("current", "vzdump")
+    #: The config class a rollback writes back.
+    CONFIG: type[CtConfig] = CtConfig
 
-    def __init__(self, cluster: PveCluster):
+    def __init__(self, cluster: PveCluster, configs: PveCluster | Qemu | None = None):
         self.cluster = cluster
+        #: Where the guests' config files are loaded from and saved to (the cluster's lxc/, a ``Qemu``'s qemu-server/).
+        self.configs = configs or cluster
         #: The storage side the simulator does not keep (volume contents): called as ``volumes(action, node, vmid,
         #: snapname)`` with ``snapshot``, ``rollback`` or ``delete`` inside the task, where PVE snapshots, rolls back
         #: or deletes the volumes; an exception fails the task. Tests set it (support.pve_pct_node).
@@ -101,13 +104,13 @@ class Snapshots:
             self.volumes(action, node, vmid, snapname)
 
     def _load(self, node: str, vmid: int) -> tuple[CtConfig, str]:
-        return self.cluster.load(node, vmid)
+        return self.configs.load(node, vmid)
 
     def _save(self, node: str, vmid: int, conf: CtConfig) -> None:
-        self.cluster.save(node, vmid, conf)
+        self.configs.save(node, vmid, conf)
 
     def _new_config(self, options: dict[str, str], lxc: list[tuple[str, str]]) -> CtConfig:
-        return CtConfig(options=options, lxc=lxc)
+        return self.CONFIG(options=options, lxc=lxc)
 
     def _volumes(self, conf: CtConfig) -> list[tuple[str, str]]:
         """(volid, storage type) of the container's volumes; a bind mount's type is ``bind``."""
@@ -280,18 +283,11 @@ class QemuSnapshots(Snapshots):
     TASKS = {"create": "qmsnapshot", "delete": "qmdelsnapshot", "rollback": "qmrollback"}
     FILE_TYPES = frozenset({"dir", "nfs", "cifs", "glusterfs", "cephfs"})
 
+    CONFIG = QmConfig
+
     def __init__(self, cluster: PveCluster, qemu: Qemu):
-        super().__init__(cluster)
+        super().__init__(cluster, qemu)
         self.qemu = qemu
-
-    def _load(self, node: str, vmid: int) -> tuple[CtConfig, str]:
-        return self.qemu.load(node, vmid)
-
-    def _save(self, node: str, vmid: int, conf: CtConfig) -> None:
-        self.qemu.save(node, vmid, conf)
-
-    def _new_config(self, options: dict[str, str], lxc: list[tuple[str, str]]) -> CtConfig:
-        return QmConfig(options=options, lxc=lxc)
 
     def _reserved(self, snapname: str) -> None:
         if snapname == "current" or snapname.lower() == "pending":
@@ -377,219 +373,11 @@ class QemuSnapshots(Snapshots):
             boot(node, vmid, task)
 
 
-#: The qemu snapshot methods' schemas, from pve-docs 9.1.3 (commit e5010dcea566) api-viewer/apidata.js (sha256
-#: dfbaf0b9eaf1a733..., the file ``data/pve-apidata.trimmed.json`` was trimmed from), with free-text descriptions
-#: dropped as ``pve_schema_trim.py`` does. The vendored trimmed schema keeps only these methods' names; this
-#: stays until it is trimmed again with the qemu snapshot endpoints in ``PveApi.routes``.
-QEMU_SNAPSHOT_METHODS: dict[str, dict[str, Any]] = {
- "DELETE /nodes/{node}/qemu/{vmid}/snapshot/{snapname}": {
-  "allowtoken": 1,
-  "method": "DELETE",
-  "name": "delsnapshot",
-  "parameters": {
-   "additionalProperties": 0,
-   "properties": {
-    "force": {
-     "optional": 1,
-     "type": "boolean"
-    },
-    "node": {
-     "format": "pve-node",
-     "type": "string"
-    },
-    "snapname": {
-     "format": "pve-configid",
-     "maxLength": 40,
-     "type": "string"
-    },
-    "vmid": {
-     "format": "pve-vmid",
-     "maximum": 999999999,
-     "minimum": 100,
-     "type": "integer"
-    }
-   }
-  },
-  "permissions": {
-   "check": [
-    "perm",
-    "/vms/{vmid}",
-    [
-     "VM.Snapshot"
-    ]
-   ]
-  },
-  "protected": 1,
-  "proxyto": "node",
-  "returns": {
-   "type": "string"
-  }
- },
- "GET /nodes/{node}/qemu/{vmid}/snapshot": {
-  "allowtoken": 1,
-  "method": "GET",
-  "name": "snapshot_list",
-  "parameters": {
-   "additionalProperties": 0,
-   "properties": {
-    "node": {
-     "format": "pve-node",
-     "type": "string"
-    },
-    "vmid": {
-     "format": "pve-vmid",
-     "maximum": 999999999,
-     "minimum": 100,
-     "type": "integer"
-    }
-   }
-  },
-  "permissions": {
-   "check": [
-    "perm",
-    "/vms/{vmid}",
-    [
-     "VM.Audit"
-    ]
-   ]
-  },
-  "protected": 1,
-  "proxyto": "node",
-  "returns": {
-   "items": {
-    "properties": {
-     "description": {
-      "type": "string"
-     },
-     "name": {
-      "type": "string"
-     },
-     "parent": {
-      "optional": 1,
-      "type": "string"
-     },
-     "snaptime": {
-      "optional": 1,
-      "renderer": "timestamp",
-      "type": "integer"
-     },
-     "vmstate": {
-      "optional": 1,
-      "type": "boolean"
-     }
-    },
-    "type": "object"
-   },
-   "links": [
-    {
-     "href": "{name}",
-     "rel": "child"
-    }
-   ],
-   "type": "array"
-  }
- },
- "POST /nodes/{node}/qemu/{vmid}/snapshot": {
-  "allowtoken": 1,
-  "method": "POST",
-  "name": "snapshot",
-  "parameters": {
-   "additionalProperties": 0,
-   "properties": {
-    "description": {
-     "optional": 1,
-     "type": "string"
-    },
-    "node": {
-     "format": "pve-node",
-     "type": "string"
-    },
-    "snapname": {
-     "format": "pve-configid",
-     "maxLength": 40,
-     "type": "string"
-    },
-    "vmid": {
-     "format": "pve-vmid",
-     "maximum": 999999999,
-     "minimum": 100,
-     "type": "integer"
-    },
-    "vmstate": {
-     "optional": 1,
-     "type": "boolean"
-    }
-   }
-  },
-  "permissions": {
-   "check": [
-    "perm",
-    "/vms/{vmid}",
-    [
-     "VM.Snapshot"
-    ]
-   ]
-  },
-  "protected": 1,
-  "proxyto": "node",
-  "returns": {
-   "type": "string"
-  }
- },
- "POST /nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback": {
-  "allowtoken": 1,
-  "method": "POST",
-  "name": "rollback",
-  "parameters": {
-   "additionalProperties": 0,
-   "properties": {
-    "node": {
-     "format": "pve-node",
-     "type": "string"
-    },
-    "snapname": {
-     "format": "pve-configid",
-     "maxLength": 40,
-     "type": "string"
-    },
-    "start": {
-     "default": 0,
-     "optional": 1,
-     "type": "boolean"
-    },
-    "vmid": {
-     "format": "pve-vmid",
-     "maximum": 999999999,
-     "minimum": 100,
-     "type": "integer"
-    }
-   }
-  },
-  "permissions": {
-   "check": [
-    "perm",
-    "/vms/{vmid}",
-    [
-     "VM.Snapshot",
-     "VM.Snapshot.Rollback"
-    ],
-    "any",
-    1
-   ]
-  },
-  "protected": 1,
-  "proxyto": "node",
-  "returns": {
-   "type": "string"
-  }
- }
-}
-
-
-def qemu_snapshot_routes(snapshots: QemuSnapshots) -> dict[tuple[str, str], Any]:
-    """The four qemu snapshot routes, in ``PveApi.routes``' shape."""
-    snap = "/nodes/{node}/qemu/{vmid}/snapshot"
-    qemu = snapshots.qemu
+def snapshot_routes(guests: str, snapshots: Snapshots, boot: Callable[[str, int, Task], None]
+                    ) -> dict[tuple[str, str], Any]:
+    """The four snapshot routes of ``/nodes/{node}/GUESTS/{vmid}`` (``lxc`` or ``qemu``), in ``PveApi.routes``'
+    shape; ``boot`` starts the guest after a rollback asked to (``start=1``)."""
+    snap = f"/nodes/{{node}}/{guests}/{{vmid}}/snapshot"
     return {
         ("GET", snap): lambda u, p: snapshots.list(p["node"], int(p["vmid"])),
         ("POST", snap): lambda u, p: snapshots.create(u, p["node"], int(p["vmid"]), p["snapname"],
@@ -598,22 +386,8 @@ def qemu_snapshot_routes(snapshots: QemuSnapshots) -> dict[tuple[str, str], Any]
             lambda u, p: snapshots.delete(u, p["node"], int(p["vmid"]), p["snapname"]),
         ("POST", snap + "/{snapname}/rollback"):
             lambda u, p: snapshots.rollback(u, p["node"], int(p["vmid"]), p["snapname"], p.get("start") == "1",
-                                            qemu._boot),
+                                            boot),
     }
 
 
-def serve_qemu_snapshots(sim: Any) -> QemuSnapshots:
-    """Make a running ``PveSimulator`` answer the qemu snapshot endpoints: their schemas (when the loaded schema
-    has only their names) and their routes. Idempotent."""
-    for key, schema in QEMU_SNAPSHOT_METHODS.items():
-        method, path = key.split(" ", 1)
-        methods = sim.schema.endpoints[path].methods
-        if "parameters" not in methods.get(method, {}):
-            methods[method] = copy.deepcopy(schema)
-    snapshots = QemuSnapshots(sim.cluster, sim.api.qemu)
-    sim.api.routes.update(qemu_snapshot_routes(snapshots))
-    return snapshots
-
-
-__all__ = ["QEMU_SNAPSHOT_METHODS", "SNAPSHOT_TYPES", "QemuSnapshots", "Snapshots", "digest", "qemu_snapshot_routes",
-           "sections", "serve_qemu_snapshots", "store"]
+__all__ = ["SNAPSHOT_TYPES", "QemuSnapshots", "Snapshots", "digest", "sections", "snapshot_routes", "store"]
