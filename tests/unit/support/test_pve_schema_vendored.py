@@ -29,9 +29,9 @@ def test_every_implemented_endpoint_keeps_its_full_schema():
 
 def test_a_real_endpoint_the_simulator_lacks_is_still_known():
     schema = ApiSchema.load(TRIMMED)
-    endpoint, uri = schema.match("/nodes/pve1/qemu/100/snapshot")
-    assert endpoint.path == "/nodes/{node}/qemu/{vmid}/snapshot" and uri == {"node": "pve1", "vmid": "100"}
-    assert set(endpoint.methods) == {"GET", "POST"} and endpoint.methods["GET"] == {"name": "snapshot_list"}
+    endpoint, uri = schema.match("/nodes/pve1/qemu/100/migrate")
+    assert endpoint.path == "/nodes/{node}/qemu/{vmid}/migrate" and uri == {"node": "pve1", "vmid": "100"}
+    assert set(endpoint.methods) == {"GET", "POST"} and endpoint.methods["GET"] == {"name": "migrate_vm_precondition"}
     assert schema.match("/nodes/pve1/lxc/101/bogus") is None
 
 
