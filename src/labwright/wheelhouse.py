@@ -14,17 +14,42 @@ import os
 import re
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from labwright import paths, ui
 from labwright.atomic import write_text_atomic
-from labwright.errors import BadInput, OperationFailed
+from labwright.errors import BadInput, LabwrightError, OperationFailed
 
 PLATFORMS = ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"]
 
 
 def cache_root() -> Path:
     return paths.cache_root()
+
+
+def check_versions(package: str, version: str, example: str, python: str) -> None:
+    """``version`` is a release of ``package`` (such as ``example``) and ``python`` a CPython 3 version, or BadInput
+    naming the option."""
+    if not re.fullmatch(r"\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?", version):
+        article = "an" if package[:1] in "aeiou" else "a"
+        raise BadInput(f"--version {version!r}: not {article} {package} release, e.g. {example}")
+    if not re.fullmatch(r"3\.\d{1,2}(\.\d{1,3})?", python):
+        raise BadInput(f"--python {python!r}: not a CPython 3 version; give the guest's, e.g. 3.11.2")
+
+
+def cli(build: Callable[[], Path]) -> int:
+    """A wheelhouse module's ``main``: print the directory ``build`` returns; an error is one line on stderr and its
+    exit code (2 for bad input), an interrupt 130."""
+    try:
+        print(build())
+    except LabwrightError as exc:
+        print(f"labwright: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("labwright: interrupted", file=sys.stderr)
+        return 130
+    return 0
 
 
 def download_wheelhouse(requirements: list[str], python: str, target: Path) -> Path:

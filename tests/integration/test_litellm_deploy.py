@@ -10,7 +10,6 @@ gateway container. Which engine answered is read from llama-server's own /metric
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import time
@@ -27,13 +26,12 @@ from labwright.llamacpp.build import build_llama_server
 from labwright.llamacpp.tiny_model import write_tiny_gguf
 from labwright.paths import verify_suite
 from labwright.testing.lab_fixture import Lab
-from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
+from labwright.testing.pyinfra_output import DeployRun, tool_env
+from support.tiny_engine import MODEL, REPO, deploy_tiny_engines, guest_python, guest_sh, tokens_predicted
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
-MODEL = "/srv/models/tiny.gguf"
 WHEELS = "/mnt/litellm-wheels"
 PORT = 4000
 ENGINE_PORT = 8001
@@ -50,9 +48,7 @@ class Gateway:
         self.first: DeployRun | None = None
 
     def sh(self, name: str, script: str) -> str:
-        result = self.lab.client.exec(name, ["sh", "-c", script])
-        assert result.exit_code == 0, f"{script!r} failed: {result.stderr.decode()}"
-        return result.stdout.decode()
+        return guest_sh(self.lab, name, script)
 
     def deploy(self, *data: str, env: dict[str, str] | None = None) -> DeployRun:
         items = [f"litellm_find_links={WHEELS}", f"litellm_aliases={ALIASES}", *data]
@@ -106,12 +102,7 @@ class Gateway:
             time.sleep(0.2)
 
     def predicted(self, address: str) -> float:
-        """llama-server's own count of generated tokens (its /metrics)."""
-        with urllib.request.urlopen(f"http://{address}:{ENGINE_PORT}/metrics", timeout=10) as response:
-            text = response.read().decode()
-        match = re.search(r"^llamacpp:tokens_predicted_total\s+(\S+)", text, re.MULTILINE)
-        assert match, text[:2000]
-        return float(match.group(1))
+        return tokens_predicted(address, ENGINE_PORT)
 
 
 INVENTORY = """\
@@ -129,18 +120,12 @@ def gateway(lab: Lab, tmp_path_factory: pytest.TempPathFactory):
     model = write_tiny_gguf(tmp_path_factory.mktemp("model") / "tiny.gguf")
     gw, engine = lab.fresh("lwlitegw"), lab.fresh("lwliteng")
     try:
-        python = lab.client.exec(gw, ["python3", "-c", "import platform; print(platform.python_version())"])
-        wheels = wheelhouse(str(load_defaults()["service"]["version"]), python.stdout.decode().strip())
+        wheels = wheelhouse(str(load_defaults()["service"]["version"]), guest_python(lab, gw))
         lab.client.request("PATCH", f"/1.0/instances/{gw}", {"devices": {"litellm-wheels": {
             "type": "disk", "source": str(wheels), "path": WHEELS, "readonly": "true"}}})
-        for name in (gw, engine):
-            assert lab.client.exec(name, ["mkdir", "-p", "/srv/models"]).exit_code == 0
-            with model.open("rb") as handle:
-                lab.client.push_file(name, MODEL, handle, mode=0o644)
         inventory = tmp_path_factory.mktemp("inventory") / "lab.py"
         inventory.write_text(INVENTORY.format(gw=gw, engine=engine, model=MODEL))
-        engines = run_pyinfra(str(inventory), "deploys/llamacpp.py", cwd=REPO, timeout=900)
-        assert engines.rc == 0, engines.output[-4000:]
+        deploy_tiny_engines(lab, [gw, engine], model, inventory)
         state = Gateway(lab, gw, engine, inventory)
         state.before = state.verify()
         state.first = state.deploy()

@@ -1,15 +1,48 @@
-"""Steps every service deploy takes the same way: refuse a port someone else holds, install only missing packages."""
+"""Steps every service deploy takes the same way: check the service's name, user and pinned release, refuse a port
+someone else holds, install only missing packages, pip from a wheelhouse or an index."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 from pyinfra import host
 from pyinfra.facts.deb import DebPackages
 
+from labwright.deploy_data import DeployData
 from labwright.facts.llamacpp import PortListeners
 from labwright.snapshots import deploy as snapshot_ops
+
+NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")  # a systemd unit / system user name
+RELEASE = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")  # a PyPI release such as 0.12.4 or 1.80.0rc1
+
+
+def service_user_version(keys: DeployData, package: str, example: str) -> tuple[str, str, str]:
+    """The ``service``, ``user`` and ``version`` data of a pip-installed service, checked: plain names (never root)
+    and a release of ``package`` such as ``example``; a refusal names the data key."""
+    service, user = str(keys.get("service")), str(keys.get("user"))
+    for key, value in (("service", service), ("user", user)):
+        if not NAME.match(value) or value == "root":
+            raise keys.fail(key, f"{value!r} is not a valid name")
+    version = str(keys.get("version")).strip()
+    if not RELEASE.match(version):
+        raise keys.fail("version", f"{version!r} is not a release of {package} such as {example}")
+    return service, user, version
+
+
+def pip_source(find_links: str, extra_index_url: str = "") -> str:
+    """pip's source arguments: a wheelhouse alone (--no-index; an http:// one is trusted by name, pip ignores plain
+    http hosts otherwise), else PyPI plus an optional extra index (the CPU torch's, say)."""
+    if find_links:
+        args = f"--no-index --find-links {shlex.quote(find_links)}"
+        if find_links.startswith("http://"):
+            args += f" --trusted-host {shlex.quote(urlsplit(find_links).hostname or '')}"
+        return args
+    if extra_index_url:
+        return f"--extra-index-url {shlex.quote(extra_index_url)}"
+    return ""
 
 
 def port_taken_by(port: int, service: str) -> str | None:

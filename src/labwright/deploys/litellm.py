@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from collections.abc import Mapping
 from io import StringIO
 from pathlib import PurePosixPath
@@ -21,7 +20,7 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
-from labwright.deploys.common import install_missing, pip_install, port_taken_by
+from labwright.deploys.common import install_missing, pip_install, pip_source, port_taken_by, service_user_version
 from labwright.errors import LabwrightError
 from labwright.facts.default_keys import DefaultKeysIn
 from labwright.facts.litellm import LitellmVersion
@@ -46,8 +45,6 @@ from labwright.operations import systemd as systemd_ops
 
 DEFAULTS = load_defaults()
 JINJA = jinja(TEMPLATES)
-NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-VERSION = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")
 
 
 KEYS = DeployData("litellm", DEFAULTS)
@@ -98,13 +95,7 @@ def deploy_litellm() -> None:
     if host.data.get("litellm_master_key") is not None:
         raise fail("master_key", "is never taken from inventory data (secrets stay out of inventories); labwright "
                    "generates it on the gateway: remove litellm_master_key (nothing was changed)")
-    service, user = str(data("service")), str(data("user"))
-    for key, value in (("service", service), ("user", user)):
-        if not NAME.match(value) or value == "root":
-            raise fail(key, f"{value!r} is not a valid name")
-    version = str(data("version")).strip()
-    if not VERSION.match(version):
-        raise fail("version", f"{version!r} is not a litellm release such as 1.80.0")
+    service, user, version = service_user_version(KEYS, "litellm", "1.80.0")
     venv, config_dir = str(data("venv")), str(data("config_dir"))
     for key, value in (("venv", venv), ("config_dir", config_dir)):
         if not PurePosixPath(value).is_absolute() or re.search(r"[\s'\"$`\\]", value):
@@ -152,7 +143,7 @@ def deploy_litellm() -> None:
     install_changed = False
     current = host.get_fact(LitellmVersion, venv=venv)
     if current != version:
-        source = f"--no-index --find-links {shlex.quote(find_links)}" if find_links else ""
+        source = pip_source(find_links)
         server.shell(name=f"Install litellm[proxy]=={version} in {venv} (was {current or 'absent'})", commands=[
             f"test -x {venv}/bin/pip || python3 -m venv {venv}",
             pip_install(f"{venv}/bin/pip", f"{source} 'litellm[proxy]=={version}'", f"litellm[proxy]=={version}",

@@ -10,23 +10,17 @@ Python < 3.11.3 (Debian bookworm has 3.11.2), a marker pip does not evaluate for
 from __future__ import annotations
 
 import argparse
-import re
-import sys
 from pathlib import Path
 
-from labwright.errors import BadInput, LabwrightError
 from labwright.litellm.config import load_defaults
-from labwright.wheelhouse import cache_root, download_wheelhouse
+from labwright.wheelhouse import cache_root, check_versions, cli, download_wheelhouse
 
 EXTRA = ["async-timeout>=4.0.3"]
 
 
 def wheelhouse(version: str, python: str, root: Path | None = None) -> Path:
     """The cached wheelhouse for ``litellm[proxy]==version`` on CPython ``python`` (e.g. 3.11.2), built if missing."""
-    if not re.fullmatch(r"\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?", version):
-        raise BadInput(f"--version {version!r}: not a litellm release, e.g. 1.80.0")
-    if not re.fullmatch(r"3\.\d{1,2}(\.\d{1,3})?", python):
-        raise BadInput(f"--python {python!r}: not a CPython 3 version; give the guest's, e.g. 3.11.2")
+    check_versions("litellm", version, "1.80.0", python)
     target = (root or cache_root() / "litellm") / f"{version}-py{python}"
     return download_wheelhouse([f"litellm[proxy]=={version}", *EXTRA], python, target)
 
@@ -37,15 +31,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="litellm release (default: the deploy's pin)")
     parser.add_argument("--python", required=True, help="the guest's Python version, e.g. 3.11.2")
     args = parser.parse_args(argv)
-    try:
-        print(wheelhouse(args.version, args.python))
-    except LabwrightError as exc:
-        print(f"labwright: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("labwright: interrupted", file=sys.stderr)
-        return 130
-    return 0
+    return cli(lambda: wheelhouse(args.version, args.python))
 
 
 if __name__ == "__main__":

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 from pathlib import Path
 
-from labwright.errors import BadInput, LabwrightError
+from labwright.errors import BadInput
 from labwright.openwebui.config import load_defaults
-from labwright.wheelhouse import cache_root, download_wheelhouse
+from labwright.wheelhouse import cache_root, check_versions, cli, download_wheelhouse
 
 # redis (an open-webui dependency) needs async-timeout on Python < 3.11.3 (Debian bookworm has 3.11.2), a marker pip
 # does not evaluate for the target Python: it is added explicitly (as for litellm's wheelhouse).
@@ -30,10 +29,7 @@ EXTRA = ["async-timeout>=4.0.3"]
 
 def wheelhouse(version: str, python: str, root: Path | None = None, torch_find_links: str = "") -> Path:
     """The cached wheelhouse for ``open-webui==version`` on CPython ``python`` (e.g. 3.11.2), built if missing."""
-    if not re.fullmatch(r"\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?", version):
-        raise BadInput(f"--version {version!r}: not an open-webui release, e.g. 0.12.4")
-    if not re.fullmatch(r"3\.\d{1,2}(\.\d{1,3})?", python):
-        raise BadInput(f"--python {python!r}: not a CPython 3 version; give the guest's, e.g. 3.11.2")
+    check_versions("open-webui", version, "0.12.4", python)
     if torch_find_links and not (re.match(r"^https?://", torch_find_links) or Path(torch_find_links).is_dir()):
         raise BadInput(f"--torch-find-links {torch_find_links!r}: not a directory or http(s) URL")
     target = (root or cache_root() / "openwebui") / f"{version}-py{python}"
@@ -58,15 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-find-links", default="",
                         help="a directory or URL with a CPU torch wheel (else PyPI's CUDA torch and its NVIDIA wheels)")
     args = parser.parse_args(argv)
-    try:
-        print(wheelhouse(args.version, args.python, torch_find_links=args.torch_find_links))
-    except LabwrightError as exc:
-        print(f"labwright: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("labwright: interrupted", file=sys.stderr)
-        return 130
-    return 0
+    return cli(lambda: wheelhouse(args.version, args.python, torch_find_links=args.torch_find_links))
 
 
 if __name__ == "__main__":

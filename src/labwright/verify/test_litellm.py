@@ -20,6 +20,7 @@ import pytest
 
 from labwright import paths
 from labwright.default_keys import find_default_keys
+from labwright.verify.service_checks import assert_root_only, assert_runs_as, assert_unit_enabled_and_running
 
 DEFAULTS = tomllib.loads((paths.templates_dir("litellm") / "defaults.toml")
                         .read_text())["service"]
@@ -59,23 +60,16 @@ def http_get(host, path: str, with_key: bool) -> tuple[int, str]:
 
 
 def test_unit_enabled_and_active(host):
-    unit = host.service(f"{SERVICE}.service")
-    assert unit.is_enabled, "unit is not enabled: it would not come back after a reboot"
-    assert unit.is_running
+    assert_unit_enabled_and_running(host, SERVICE)
 
 
 def test_runs_as_the_service_user(host):
-    pid = host.run(f"systemctl show -p MainPID --value {SERVICE}.service").stdout.strip()
-    assert pid.isdigit() and pid != "0", "no main process"
-    owner = host.run(f"ps -o user= -p {pid}").stdout.strip()
-    assert owner == USER and owner != "root"
+    assert_runs_as(host, SERVICE, USER)
 
 
 @pytest.mark.parametrize("name", ["master.env", "secrets.env"])
 def test_key_files_are_root_only(host, name):
-    path = host.file(f"{CONFIG_DIR}/{name}")
-    assert path.exists, f"{path.path} is missing"
-    assert (path.user, path.group, path.mode) == ("root", "root", 0o600), (path.user, path.group, oct(path.mode))
+    assert_root_only(host, f"{CONFIG_DIR}/{name}")
 
 
 def test_config_is_not_world_readable_and_holds_no_literal_key(host):

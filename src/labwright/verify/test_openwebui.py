@@ -21,6 +21,7 @@ import pytest
 from labwright import paths
 from labwright.default_keys import find_default_keys
 from labwright.openwebui.config import OFFLINE_SETTINGS, SIGNIN_CHECK
+from labwright.verify.service_checks import assert_root_only, assert_runs_as, assert_unit_enabled_and_running
 
 DEFAULTS = tomllib.loads((paths.templates_dir("openwebui") / "defaults.toml").read_text())["service"]
 
@@ -51,23 +52,16 @@ def run_python(host, script: str, *args: str):
 
 
 def test_unit_enabled_and_active(host):
-    unit = host.service(f"{SERVICE}.service")
-    assert unit.is_enabled, "unit is not enabled: it would not come back after a reboot"
-    assert unit.is_running
+    assert_unit_enabled_and_running(host, SERVICE)
 
 
 def test_runs_as_the_service_user(host):
-    pid = host.run(f"systemctl show -p MainPID --value {SERVICE}.service").stdout.strip()
-    assert pid.isdigit() and pid != "0", "no main process"
-    owner = host.run(f"ps -o user= -p {pid}").stdout.strip()
-    assert owner == USER and owner != "root"
+    assert_runs_as(host, SERVICE, USER)
 
 
 @pytest.mark.parametrize("name", KEY_FILES)
 def test_key_files_are_root_only(host, name):
-    path = host.file(f"{CONFIG_DIR}/{name}")
-    assert path.exists, f"{path.path} is missing"
-    assert (path.user, path.group, path.mode) == ("root", "root", 0o600), (path.user, path.group, oct(path.mode))
+    assert_root_only(host, f"{CONFIG_DIR}/{name}")
 
 
 def test_no_public_default_key(host):
