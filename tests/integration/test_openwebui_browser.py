@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -36,24 +35,45 @@ from labwright.litellm.config import load_defaults as litellm_defaults
 from labwright.litellm.wheelhouse import wheelhouse as litellm_wheelhouse
 from labwright.llamacpp.build import build_llama_server
 from labwright.llamacpp.tiny_model import write_tiny_gguf
-from labwright.openwebui.config import load_defaults
+from labwright.openwebui.config import SIGNIN_CHECK, load_defaults
 from labwright.openwebui.wheelhouse import wheelhouse
 from labwright.paths import cache_root, package_dir
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
+from support.pipelines_standin import PIPELINE_ID, git_daemon, write_repository
+from support.tiny_engine import ENGINE_PORT, MODEL, REPO, deploy_tiny_engines, guest_python, guest_sh, tokens_predicted
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
-MODEL = "/srv/models/tiny.gguf"
 ALIAS = "tiny"
 N_PREDICT = 64
 PORT = 8080
-ENGINE_PORT = 8001
 CHROMIUM = "/usr/bin/chromium"
 WIDTH, HEIGHT = 1280, 800
 VERSION = str(load_defaults()["service"]["version"])
+PIPELINES_PORT = int(load_defaults()["service"]["pipelines_port"])
+# The pipelines server's requirements-minimum.txt (open-webui/pipelines at the pinned commit) as wheels for 3.11.2:
+#   pip download --only-binary=:all: --python-version 3.11.2 --platform manylinux2014_x86_64 -d DIR -r FILE
+PIPELINES_WHEELS = cache_root() / "test-envs" / "openwebui-pipelines-wheels"
+# Run on the guest as root: GET a pipelines URL with the key from pipelines.env ("file"), the public default
+# ("default") or no key ("none"); prints the status and the model ids, never the key.
+PIPELINES_GET = r"""
+import json, sys, urllib.error, urllib.request
+url, which = sys.argv[1], sys.argv[2]
+headers = {}
+if which == "file":
+    for line in open("/etc/open-webui/pipelines.env"):
+        if line.startswith("PIPELINES_API_KEY="):
+            headers["Authorization"] = "Bearer " + line.split("=", 1)[1].strip()
+elif which == "default":
+    headers["Authorization"] = "Bearer 0p3n-w3bu!"
+try:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as r:
+        print(json.dumps([r.status, [m["id"] for m in json.load(r).get("data", [])]]))
+except urllib.error.HTTPError as error:
+    print(json.dumps([error.code, []]))
+"""
 INVENTORY = """\
 lab = [
     ("@lxd/{name}", {{"llamacpp_model": "{model}", "llamacpp_alias": "{alias}", "llamacpp_ctx_size": 4096,
@@ -75,9 +95,7 @@ class Webui:
     timings: dict[str, float] = field(default_factory=dict)
 
     def sh(self, script: str) -> str:
-        result = self.lab.client.exec(self.name, ["sh", "-c", script])
-        assert result.exit_code == 0, f"{script!r} failed: {result.stderr.decode()}"
-        return result.stdout.decode()
+        return guest_sh(self.lab, self.name, script)
 
     def deploy(self, *data: str) -> DeployRun:
         return run_pyinfra(str(self.inventory), "deploys/openwebui.py", f"openwebui_find_links={self.wheels_url}",
@@ -97,13 +115,7 @@ class Webui:
         return match.group(1).strip().strip('"')
 
     def predicted(self) -> float:
-        """llama-server's own count of generated tokens (its /metrics)."""
-        url = f"http://{self.address}:{ENGINE_PORT}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            text = response.read().decode()
-        match = re.search(r"^llamacpp:tokens_predicted_total\s+(\S+)", text, re.MULTILINE)
-        assert match, text[:2000]
-        return float(match.group(1))
+        return tokens_predicted(self.address, ENGINE_PORT)
 
 
 def serve(directory: Path, address: str) -> tuple[ThreadingHTTPServer, str]:
@@ -125,21 +137,15 @@ def webui(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webui]
     name = lab.fresh("lwowui")
     server = None
     try:
-        python = lab.client.exec(name, ["python3", "-c", "import platform; print(platform.python_version())"])
         started = time.monotonic()
-        wheels = wheelhouse(VERSION, python.stdout.decode().strip(),
-                            root=cache_root() / "test-envs" / "openwebui-wheels")
+        wheels = wheelhouse(VERSION, guest_python(lab, name), root=cache_root() / "test-envs" / "openwebui-wheels")
         whl = list(wheels.glob("*.whl"))
         print(f"\nwheelhouse ready in {time.monotonic() - started:.1f}s: {wheels} ({len(whl)} wheels, "
               f"{sum(w.stat().st_size for w in whl) / 1e9:.2f} GB)")
         server, url = serve(wheels, str(lab.spec.subnet.ip))
-        assert lab.client.exec(name, ["mkdir", "-p", "/srv/models"]).exit_code == 0
-        with model.open("rb") as handle:
-            lab.client.push_file(name, MODEL, handle, mode=0o644)
         inventory = tmp_path_factory.mktemp("inventory") / "lab.py"
         inventory.write_text(INVENTORY.format(name=name, model=MODEL, alias=ALIAS, n_predict=N_PREDICT))
-        engine = run_pyinfra(str(inventory), "deploys/llamacpp.py", cwd=REPO, timeout=900)
-        assert engine.rc == 0, engine.output[-4000:]
+        deploy_tiny_engines(lab, [name], model, inventory)
         state = Webui(lab, name, instance_address(lab.client, name) or "", inventory, url)
         state.before = state.verify()
         state.deploy_started = time.monotonic()
@@ -317,12 +323,62 @@ def test_a_public_default_key_on_the_guest_is_refused(webui: Webui) -> None:
         webui.sh(f"rm -f {shlex.quote('/etc/open-webui/pipelines.env')}")
 
 
+def test_the_pipelines_server_runs_with_its_generated_key(webui: Webui, tmp_path: Path) -> None:
+    """openwebui_pipelines=true: the pipelines server (a stand-in tree with upstream's layout, served by git daemon
+    on the lab bridge; its wheels over HTTP) runs on loopback with the PIPELINES_API_KEY generated on the guest,
+    refuses the public default and no key, and Open WebUI lists its pipeline through the key copied on the guest."""
+    assert sorted(PIPELINES_WHEELS.glob("fastapi-*.whl")), (
+        f"no pipelines wheelhouse in {PIPELINES_WHEELS}: download requirements-minimum.txt's wheels there "
+        "(see PIPELINES_WHEELS)")
+    commit = write_repository(tmp_path / "pipelines")
+    bridge = str(webui.lab.spec.subnet.ip)
+    server, wheels_url = serve(PIPELINES_WHEELS, bridge)
+    try:
+        with git_daemon(tmp_path, bridge, "pipelines") as repo:
+            items = ["openwebui_pipelines=true", f"openwebui_pipelines_repo={repo}",
+                     f"openwebui_pipelines_ref={commit}", f"openwebui_pipelines_find_links={wheels_url}"]
+            started = time.monotonic()
+            run = webui.deploy(*items)
+            assert run.rc == 0, run.output[-6000:]
+            print(f"\npipelines deploy: {time.monotonic() - started:.1f}s, {run.totals.changed} changed")
+            assert webui.sh("systemctl is-active open-webui-pipelines.service").strip() == "active"
+            pid = webui.sh("systemctl show -p MainPID --value open-webui-pipelines.service").strip()
+            assert webui.sh(f"ps -o user= -p {pid}").strip() == "open-webui"
+            assert webui.sh("git -C /opt/open-webui-pipelines rev-parse HEAD").strip() == commit
+            # The key: made on the guest, root-only, never printed, copied into Open WebUI's keys beside the engine's.
+            key = webui.env_value("pipelines.env", "PIPELINES_API_KEY")
+            assert len(key) >= 40 and key != "0p3n-w3bu!"
+            assert webui.sh("stat -c '%a %U %G' /etc/open-webui/pipelines.env").split() == ["600", "root", "root"]
+            assert key not in run.output
+            assert key not in webui.sh("cat /etc/open-webui/settings.env /etc/systemd/system/open-webui*.service")
+            assert webui.sh("cat /etc/open-webui/openai.env") == f"OPENAI_API_KEYS=none;{key}\n"
+            assert (f"OPENAI_API_BASE_URLS=http://127.0.0.1:{ENGINE_PORT}/v1;http://127.0.0.1:{PIPELINES_PORT}\n"
+                    in webui.sh("cat /etc/open-webui/settings.env"))
+            # The server answers its model list only with the generated key (upstream main.py: /models, /v1/models).
+            for path in ("/v1/models", "/models"):
+                url = f"http://127.0.0.1:{PIPELINES_PORT}{path}"
+                answers = {which: json.loads(webui.sh(f"python3 -c {shlex.quote(PIPELINES_GET)} {url} {which}"))
+                           for which in ("file", "default", "none")}
+                assert answers["file"] == [200, [PIPELINE_ID]], answers
+                assert answers["default"][0] == 401 and answers["none"][0] in (401, 403), answers
+            # Open WebUI itself lists the pipeline: it called the server with the key from openai.env.
+            signin = webui.sh(f"python3 -c {shlex.quote(SIGNIN_CHECK)} http://127.0.0.1:{PORT} /etc/open-webui")
+            models = json.loads(signin.strip().splitlines()[-1])["models"]
+            assert PIPELINE_ID in models and ALIAS in models, models
+            assert key not in signin
+            again = webui.deploy(*items)
+            assert again.rc == 0, again.output[-4000:]
+            assert (again.totals.changed, again.totals.error) == (0, 0), again.output[-4000:]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_litellm_gateway_on_the_same_host_becomes_the_one_connection(webui: Webui) -> None:
     """With deploys/litellm.py on the same guest, openwebui_backend=auto switches to the gateway: its master key is
     copied into openai.env on the guest (never printed, never through this machine), the admin sees the model
     through the gateway, and a third run changes nothing. (Last in the module: the gateway stays.)"""
-    python = webui.sh("python3 -c 'import platform; print(platform.python_version())'").strip()
-    wheels = litellm_wheelhouse(str(litellm_defaults()["service"]["version"]), python)
+    wheels = litellm_wheelhouse(str(litellm_defaults()["service"]["version"]), guest_python(webui.lab, webui.name))
     webui.lab.client.request("PATCH", f"/1.0/instances/{webui.name}", {"devices": {"litellm-wheels": {
         "type": "disk", "source": str(wheels), "path": "/mnt/litellm-wheels", "readonly": "true"}}})
     gateway = run_pyinfra(str(webui.inventory), "deploys/litellm.py", "litellm_find_links=/mnt/litellm-wheels",

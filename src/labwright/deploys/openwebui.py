@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from io import StringIO
 from pathlib import PurePosixPath
 from typing import Any, cast
-from urllib.parse import urlsplit
 
 from pyinfra import host, inventory
 from pyinfra.api.exceptions import DeployError
@@ -21,7 +20,7 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
-from labwright.deploys.common import install_missing, pip_install, port_taken_by
+from labwright.deploys.common import install_missing, pip_install, pip_source, port_taken_by, service_user_version
 from labwright.deploys.litellm import address_of
 from labwright.facts.default_keys import DefaultKeysIn
 from labwright.facts.openwebui import OpenwebuiKeysCurrent, OpenwebuiVersion
@@ -44,8 +43,6 @@ from labwright.operations import systemd as systemd_ops
 
 DEFAULTS = load_defaults()
 JINJA = jinja(TEMPLATES)
-NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-VERSION = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")
 UNSAFE = re.compile(r"[\s'\"$`\\;]")
 GIT_REF = re.compile(r"^[0-9a-f]{7,40}$|^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
 # Secrets are made on the guest only; a value for one of these in inventory data is refused.
@@ -57,19 +54,6 @@ fail, data = KEYS.fail, KEYS.get
 
 def as_int(key: str, low: int, high: int | None = None) -> int:
     return KEYS.int_of(key, data(key), low, high)
-
-
-def pip_source(find_links: str, extra_index_url: str) -> str:
-    """pip's source arguments: a wheelhouse alone (--no-index; an http:// one is trusted by name, pip ignores plain
-    http hosts otherwise), else PyPI plus an optional extra index (the CPU torch's, say)."""
-    if find_links:
-        args = f"--no-index --find-links {shlex.quote(find_links)}"
-        if find_links.startswith("http://"):
-            args += f" --trusted-host {shlex.quote(urlsplit(find_links).hostname or '')}"
-        return args
-    if extra_index_url:
-        return f"--extra-index-url {shlex.quote(extra_index_url)}"
-    return ""
 
 
 def generate(path: str, variable: str, nbytes: int, what: str) -> None:
@@ -99,13 +83,7 @@ def deploy_openwebui() -> None:
                 raise DeployError(str(exc)) from None
             raise fail(key, "is never taken from inventory data (secrets stay out of inventories); labwright "
                        f"generates it on the guest: remove openwebui_{key} (nothing was changed)")
-    service, user = str(data("service")), str(data("user"))
-    for key, value in (("service", service), ("user", user)):
-        if not NAME.match(value) or value == "root":
-            raise fail(key, f"{value!r} is not a valid name")
-    version = str(data("version")).strip()
-    if not VERSION.match(version):
-        raise fail("version", f"{version!r} is not an open-webui release such as 0.12.4")
+    service, user, version = service_user_version(KEYS, "open-webui", "0.12.4")
     venv, data_dir, config_dir = str(data("venv")), str(data("data_dir")), str(data("config_dir"))
     for key, value in (("venv", venv), ("data_dir", data_dir), ("config_dir", config_dir)):
         if not PurePosixPath(value).is_absolute() or UNSAFE.search(value) or value.rstrip("/") in ("", "/"):
@@ -116,7 +94,9 @@ def deploy_openwebui() -> None:
     port = as_int("port", 1, 65535)
     litellm_port = as_int("litellm_port", 1, 65535)
     find_links, extra_index = str(data("find_links") or ""), str(data("extra_index_url") or "")
-    for key, value in (("find_links", find_links), ("extra_index_url", extra_index)):
+    pipelines_find_links = str(data("pipelines_find_links") or "")
+    for key, value in (("find_links", find_links), ("extra_index_url", extra_index),
+                       ("pipelines_find_links", pipelines_find_links)):
         if UNSAFE.search(value):
             raise fail(key, f"{value!r} must be a path or URL without spaces or quotes")
     if extra_index and not re.match(r"^https?://[^/\s]+", extra_index):
@@ -205,8 +185,11 @@ def deploy_openwebui() -> None:
 
     pipelines_changed = False
     if pipelines:
+        # Its requirements come from their own wheelhouse when one is given, else from Open WebUI's source.
+        pipelines_source = pip_source(pipelines_find_links, extra_index) if pipelines_find_links else source
         pipelines_changed = deploy_pipelines(pipelines_dir, pipelines_repo, pipelines_ref, pipelines_port, user,
-                                             data_dir, config_dir, service, source, where, health_timeout)
+                                             data_dir, config_dir, service, pipelines_source,
+                                             pipelines_find_links or where, health_timeout)
 
     unit_text = JINJA.get_template("open-webui.service.j2").render(
         user=user, data_dir=data_dir, config_dir=config_dir, venv=venv, host=listen_host, port=port)
@@ -241,7 +224,8 @@ def deploy_pipelines(directory: str, repo: str, ref: str, port: int, user: str, 
             f"git -C {directory} checkout -q --force FETCH_HEAD",
             f"test -x {directory}/.venv/bin/pip || python3 -m venv {directory}/.venv",
             pip_install(f"{directory}/.venv/bin/pip", f"{source} -r {directory}/requirements-minimum.txt",
-                        "the pipelines server's requirements", where, "openwebui_find_links"),
+                        "the pipelines server's requirements", where,
+                        "openwebui_pipelines_find_links or openwebui_find_links"),
             f"printf '%s\\n' {shlex.quote(ref)} > {marker}",
         ])
     files.directory(name=f"{data_dir}/pipelines ({user})", path=f"{data_dir}/pipelines", user=user, group=user,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from labwright.deploys.openwebui import pip_source
+from labwright.deploys.common import pip_source
 from labwright.litellm.config import ConfigError, EngineHost
 from labwright.litellm.config import load_defaults as litellm_defaults
 from labwright.openwebui.config import (
