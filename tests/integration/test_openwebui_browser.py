@@ -40,7 +40,8 @@ from labwright.openwebui.wheelhouse import wheelhouse
 from labwright.paths import cache_root, package_dir
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
-from support.pipelines_standin import PIPELINE_ID, git_daemon, write_repository
+from labwright.wheelhouse import download_wheelhouse
+from support.pipelines_standin import PIPELINE_ID, REQUIREMENTS, git_daemon, write_repository
 from support.tiny_engine import ENGINE_PORT, MODEL, REPO, deploy_tiny_engines, guest_python, guest_sh, tokens_predicted
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
@@ -327,9 +328,13 @@ def test_the_pipelines_server_runs_with_its_generated_key(webui: Webui, tmp_path
     """openwebui_pipelines=true: the pipelines server (a stand-in tree with upstream's layout, served by git daemon
     on the lab bridge; its wheels over HTTP) runs on loopback with the PIPELINES_API_KEY generated on the guest,
     refuses the public default and no key, and Open WebUI lists its pipeline through the key copied on the guest."""
-    assert sorted(PIPELINES_WHEELS.glob("fastapi-*.whl")), (
-        f"no pipelines wheelhouse in {PIPELINES_WHEELS}: download requirements-minimum.txt's wheels there "
-        "(see PIPELINES_WHEELS)")
+    # requirements-minimum.txt's wheels for the guest's Python, downloaded once into the cache (pip, PyPI)
+    requirements = PIPELINES_WHEELS.parent / "openwebui-pipelines-requirements-minimum.txt"
+    if not requirements.is_file() or requirements.read_text() != REQUIREMENTS:
+        requirements.parent.mkdir(parents=True, exist_ok=True)
+        requirements.write_text(REQUIREMENTS)
+    download_wheelhouse(["-r", str(requirements)], guest_python(webui.lab, webui.name), PIPELINES_WHEELS)
+    assert sorted(PIPELINES_WHEELS.glob("fastapi-*.whl")), f"no fastapi wheel in {PIPELINES_WHEELS}"
     commit = write_repository(tmp_path / "pipelines")
     bridge = str(webui.lab.spec.subnet.ip)
     server, wheels_url = serve(PIPELINES_WHEELS, bridge)
