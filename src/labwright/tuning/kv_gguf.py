@@ -286,15 +286,20 @@ def _recurrent_flags(get: Any, arch: str, layers: int, data: dict[str, Any], pat
     """
     flags = get("attention.recurrent_layers")
     if isinstance(flags, list):
-        if len(flags) != layers:
-            raise BadInput(f"GGUF {path}: {arch}.attention.recurrent_layers has {len(flags)} entries but "
-                           f"block_count is {layers}: the two contradict each other")
-        return [bool(flag) for flag in flags]
+        return _layer_flags(flags, layers, f"{arch}.attention.recurrent_layers", path)
     interval = int(get("full_attention_interval", data["layers"]["interval_default"].get(arch, 0)))
     if interval <= 0:
         return [False] * layers
     trunk = layers - int(get("nextn_predict_layers", 0))
     return [index < trunk and (index + 1) % interval != 0 for index in range(layers)]
+
+
+def _layer_flags(flags: list[Any], layers: int, key: str, path: Path) -> list[bool]:
+    """A per-layer flag array of the GGUF, refused when its length is not block_count."""
+    if len(flags) != layers:
+        raise BadInput(f"GGUF {path}: {key} has {len(flags)} entries but block_count is {layers}: the two "
+                       "contradict each other")
+    return [bool(flag) for flag in flags]
 
 
 def _state(metadata: dict[str, Any], arch: str, recurrent: int, notes: list[str]) -> int | None:
@@ -313,10 +318,7 @@ def _sliding_flags(get: Any, arch: str, layers: int, data: dict[str, Any], path:
                    notes: list[str]) -> list[bool]:
     pattern = get("attention.sliding_window_pattern")
     if isinstance(pattern, list):
-        if len(pattern) != layers:
-            raise BadInput(f"GGUF {path}: {arch}.attention.sliding_window_pattern has {len(pattern)} entries but "
-                           f"block_count is {layers}: the two contradict each other")
-        return [bool(flag) for flag in pattern]
+        return _layer_flags(pattern, layers, f"{arch}.attention.sliding_window_pattern", path)
     coded = _coded_pattern(get, arch, layers, data)
     period = int(pattern) if pattern else int(coded.get("period", 0))
     if period:
