@@ -14,8 +14,10 @@ the same target once their writer is gone.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 PREVIOUS_SUFFIX = ".prev"
@@ -123,3 +125,16 @@ def write_text_atomic(target: Path, text: str, *, keep_previous: bool = False, m
                       encoding: str = "utf-8") -> None:
     """Replace ``target`` with ``text`` (encoded as ``encoding``) atomically; see ``write_bytes_atomic``."""
     write_bytes_atomic(target, text.encode(encoding), keep_previous=keep_previous, mode=mode)
+
+
+@contextlib.contextmanager
+def once_under_lock(done: Path, lock: Path) -> Iterator[bool]:
+    """Work done once per cache entry by whichever of several parallel runs comes first: yields False when ``done``
+    exists (already, or once the lock is ours), else True while this run holds an exclusive flock on ``lock``."""
+    if done.exists():
+        yield False
+        return
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield not done.exists()

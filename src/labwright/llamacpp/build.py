@@ -22,7 +22,6 @@ and ``manifest.json`` (each file's sha256). The toolkit is NVIDIA's pip wheels (
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
 import os
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labwright import paths
+from labwright.atomic import once_under_lock
 from labwright.errors import BadInput, LabwrightError, OperationFailed
 from labwright.llamacpp import cuda as cuda_toolkit
 from labwright.llamacpp.cuda import CudaToolchain
@@ -213,12 +213,8 @@ def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None, *,
         return build_cuda_server(cuda or cuda_toolkit.DEFAULT, archs, source, jobs)
     cache = cache_dir(source.version)
     binary = cache / "llama-server"
-    if binary.exists():
-        return binary
-    cache.mkdir(parents=True, exist_ok=True)
-    with (cache / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if binary.exists():
+    with once_under_lock(binary, cache / ".lock") as todo:
+        if not todo:
             return binary
         with progress(f"build llama-server {source.version} once (download + compile, ~6 min on 2 cores; then "
                       f"cached in {cache})", heartbeat=False):
@@ -249,12 +245,8 @@ def build_cuda_server(cuda: CudaToolchain, archs: Sequence[str], source: LlamaSo
     cmake_archs = cuda_toolkit.architectures(archs, cuda)
     cache = cuda_cache_dir(cuda, cmake_archs, source.version)
     binary = cache / "bin" / "llama-server"
-    if (cache / "manifest.json").exists():
-        return binary
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with (cache.parent / f".{cache.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (cache / "manifest.json").exists():
+    with once_under_lock(cache / "manifest.json", cache.parent / f".{cache.name}.lock") as todo:
+        if not todo:
             return binary
         with progress(f"build llama-server {source.version} for CUDA {cuda.version} {' '.join(cmake_archs)} once "
                       f"(toolkit + download + compile: long on few cores; then cached in {cache})", heartbeat=False):

@@ -27,7 +27,6 @@ forward compatible). We build what ``native`` would on the GPU host, from its fa
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -38,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labwright import paths
+from labwright.atomic import once_under_lock
 from labwright.errors import BadInput, OperationFailed
 from labwright.gpu import arch
 from labwright.ui import progress
@@ -223,10 +223,8 @@ def ensure_toolkit(cuda: CudaToolchain = DEFAULT) -> Path:
         return root
     from labwright.llamacpp.build import download_pinned  # build imports this module
 
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with (root.parent / f".pip-{cuda.version}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (root / ".complete").exists():
+    with once_under_lock(root / ".complete", root.parent / f".pip-{cuda.version}.lock") as todo:
+        if not todo:
             return root
         total = sum(w.size for w in cuda.wheels) / 1e6
         with progress(f"CUDA {cuda.version} toolkit from NVIDIA's pip wheels ({total:.0f} MB, once; cached in "
