@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
-
 from pyinfra.api import FactBase
 
+from labwright.facts.python_stack import VenvPackageVersion
 
-class LitellmVersion(FactBase):
-    """``importlib.metadata`` reads the version without importing litellm (an import takes seconds)."""
 
-    def command(self, venv: str) -> str:
-        python = shlex.quote(f"{venv.rstrip('/')}/bin/python")
-        code = shlex.quote("import importlib.metadata as m; print(m.version('litellm'))")
-        return f"{python} -c {code} 2>/dev/null || true"
+class LitellmVersion(VenvPackageVersion, FactBase):
+    """The litellm version in a venv."""
 
-    def process(self, output: list[str]) -> str | None:
-        text = "".join(output).strip()
-        return text or None
+    package = "litellm"

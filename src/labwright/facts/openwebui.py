@@ -7,18 +7,13 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from labwright.facts.python_stack import VenvPackageVersion
 
-class OpenwebuiVersion(FactBase):
-    """``importlib.metadata`` reads the version without importing open_webui (an import takes many seconds)."""
 
-    def command(self, venv: str) -> str:
-        python = shlex.quote(f"{venv.rstrip('/')}/bin/python")
-        code = shlex.quote("import importlib.metadata as m; print(m.version('open-webui'))")
-        return f"{python} -c {code} 2>/dev/null || true"
+class OpenwebuiVersion(VenvPackageVersion, FactBase):
+    """The open-webui version in its venv (an import of open_webui takes many seconds)."""
 
-    def process(self, output: list[str]) -> str | None:
-        text = "".join(output).strip()
-        return text or None
+    package = "open-webui"
 
 
 class OpenwebuiKeysCurrent(FactBase):

@@ -66,3 +66,20 @@ class PythonStack(FactBase[Any]):
         if not isinstance(state, dict) or state.get("schema") != STATE_SCHEMA:
             state = {}
         return {"kind": kind, "target": target, "current": state.get("current"), "previous": state.get("previous")}
+
+
+class VenvPackageVersion:
+    """Mixin for a fact (``class XVersion(VenvPackageVersion, FactBase)``): the version of ``package`` installed in
+    a venv (None: no venv or not installed), read by ``importlib.metadata`` without importing the package (a big
+    package's import takes seconds)."""
+
+    package = ""
+
+    def command(self, venv: str) -> str:
+        python = shlex.quote(f"{venv.rstrip('/')}/bin/python")
+        code = shlex.quote(f"import importlib.metadata as m; print(m.version({self.package!r}))")
+        return f"{python} -c {code} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        text = "".join(output).strip()
+        return text or None
