@@ -43,6 +43,7 @@ def fake_host() -> Iterator[Path]:
 
 
 def gpu_check(capsys, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()  # what the set-up printed (guest creation progress) is not the command's output
     register(["gpu"])
     code = main(["gpu", "check", *args])
     out, err = capsys.readouterr()
