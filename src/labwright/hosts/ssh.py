@@ -11,6 +11,7 @@ stdin, a deadline and both output streams are exact.
 from __future__ import annotations
 
 import io
+import logging
 import select
 import socket
 import time
@@ -27,6 +28,25 @@ from labwright.hosts import Result, Source, shell_line
 from labwright.hosts.options import endpoint, ssh_options
 
 READ_CHUNK = 32768
+
+
+class _SaidByConnectError(logging.Filter):
+    """Drop the two warnings of pyinfra's SSH client (pyinfra 3.10.0, connectors/sshuserclient/client.py: StrictPolicy
+    line 37, get_host_keys line 182) that would print beside labwright's own one-line error: "No host key for H found
+    in known_hosts" (connect_error says it, with the fix) and "Failed to load host keys from F: [Errno 2] ..." for a
+    known_hosts file that does not exist yet (normal before the first SSH login; an unreadable or broken file still
+    warns)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if message.startswith("No host key for ") and message.endswith(" found in known_hosts"):
+            return False
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (message.startswith("Failed to load host keys from ") and len(args) == 2
+                    and isinstance(args[1], FileNotFoundError))
+
+
+logging.getLogger("pyinfra").addFilter(_SaidByConnectError())
 
 
 def read_channel(channel: paramiko.Channel, timeout: float | None,
