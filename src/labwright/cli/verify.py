@@ -46,5 +46,28 @@ def command(
     # --rootdir and an empty -c: the suite runs the same from any directory, whatever pytest config is there.
     argv = [sys.executable, "-m", "pytest", "-c", "/dev/null", "--rootdir", str(file.parent), "-p", "no:cacheprovider",
             str(file), *ctx.args]
-    code = subprocess.call(argv)
-    raise typer.Exit(code if code in (0, 1) else 2)
+    # stderr is held back: a pytest usage error (exit 4: an unknown option, a missing file) prints pytest's usage
+    # block there, and is said here in one line; any other stderr is passed on as pytest wrote it.
+    proc = subprocess.run(argv, stderr=subprocess.PIPE, text=True, errors="replace")
+    if proc.returncode == USAGE_ERROR:
+        raise BadInput(f"verify {suite}: {usage_error(proc.stderr)}; see `labwright verify {suite} --help` "
+                       "(the suite's options) and testinfra's --hosts")
+    sys.stderr.write(proc.stderr)
+    raise typer.Exit(proc.returncode if proc.returncode in (0, 1) else 2)
+
+
+#: pytest.ExitCode.USAGE_ERROR (src/_pytest/config/__init__.py)
+USAGE_ERROR = 4
+
+
+def usage_error(stderr: str) -> str:
+    """The one line of pytest's usage-error output that says what was wrong: argparse's "...: error: X" (an
+    unknown or malformed option) or pytest's own "ERROR: X" (a file or directory not found)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        if ": error: " in line:
+            return line.split(": error: ", 1)[1]
+    for line in lines:
+        if line.startswith("ERROR: ") and not line.startswith("ERROR: usage:"):
+            return line[len("ERROR: "):]
+    return lines[-1] if lines else "pytest refused the arguments"

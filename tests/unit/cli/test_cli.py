@@ -172,3 +172,13 @@ def test_a_reader_that_left_early_is_no_error(cli_env, args):
     _out, err = proc.communicate(timeout=120)
     assert err == "", err
     assert proc.returncode == 141
+
+
+def test_verify_pytest_usage_errors_are_one_line(cli_env, tmp_path):
+    # `verify` hands its arguments to pytest; pytest's usage block (exit 4) becomes one labwright line, exit 2.
+    for args, words in ((["verify", "tabbyapi", "-i", "lab.py"], "unrecognized arguments: -i lab.py"),
+                        (["verify", "base", "nosuch_test.py"], "file or directory not found: nosuch_test.py")):
+        proc = run(cli_env, *args, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr == (f"labwright: error: verify {args[1]}: {words}; see `labwright verify {args[1]} --help` "
+                               "(the suite's options) and testinfra's --hosts\n"), proc.stderr
