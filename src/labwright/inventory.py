@@ -36,7 +36,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
@@ -252,8 +252,13 @@ def _exec_file(filename: str) -> tuple[dict[str, Any], frozenset[str], str]:
     except SyntaxError as exc:
         raise _UserCodeFailed(filename, f"line {exc.lineno}: {exc.msg}", fix="fix the Python syntax") from None
     namespace: dict[str, Any] = {"__file__": filename}
+    real_exit = os._exit
+    os._exit = _refuse_os_exit  # would end labwright at once, status 0, no output
     try:
         exec(code, namespace)
+    except _OsExit as exc:
+        raise _UserCodeFailed.from_traceback(filename, exc, f"calls os._exit({exc.status})",
+                                             fix="an inventory defines groups and must not exit") from None
     except SystemExit as exc:  # `sys.exit()` in an inventory must not end labwright with its status
         raise _UserCodeFailed.from_traceback(
             filename, exc, f"calls sys.exit({'' if exc.code is None else repr(exc.code)})",
@@ -261,7 +266,22 @@ def _exec_file(filename: str) -> tuple[dict[str, Any], frozenset[str], str]:
     except Exception as exc:  # the inventory is the user's code: whatever it raises is bad input
         raise _UserCodeFailed.from_traceback(filename, exc, f"{type(exc).__name__}: {_one_line(str(exc))}",
                                              fix="fix the inventory") from None
+    finally:
+        os._exit = real_exit
     return namespace, frozenset(code.co_names), source
+
+
+class _OsExit(BaseException):
+    """``os._exit(n)`` called by an inventory while it loads (a BaseException: the inventory's own ``except
+    Exception`` does not swallow it)."""
+
+    def __init__(self, status: object):
+        super().__init__(status)
+        self.status = status
+
+
+def _refuse_os_exit(status: object) -> NoReturn:
+    raise _OsExit(status)
 
 
 class _UserCodeFailed(Exception):

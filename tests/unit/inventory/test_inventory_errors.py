@@ -6,6 +6,7 @@ Before labwright.inventory, an inventory calling ``sys.exit(0)`` ended ``cluster
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from pathlib import Path
 
@@ -65,6 +66,9 @@ def test_an_inventory_that_raises_shows_the_users_line(tmp_path, cli_env, comman
      "inv.py: line 2: byte 0xe9 is not UTF-8 text; save the file as UTF-8"),
     ({"inv.py": "import sys\nsys.exit()\n"}, "line 2 `sys.exit()`: calls sys.exit(); an inventory defines groups"),
     ({"inv.py": "raise SystemExit(3)\n"}, "line 1 `raise SystemExit(3)`: calls sys.exit(3)"),
+    # os._exit would end labwright at once with that status and no output; an `except Exception` cannot swallow it
+    ({"inv.py": "import os\ntry:\n    os._exit(0)\nexcept Exception:\n    pass\n"},
+     "line 3 `os._exit(0)`: calls os._exit(0); an inventory defines groups and must not exit"),
     ({"inv.py": "import nosuchmodule_xyz\n"}, "line 1 `import nosuchmodule_xyz`: ModuleNotFoundError"),
     ({"inv.py": "g = ['@pct/pve1']\n"}, "@pct/pve1: expected @pct/NODE/VMID, e.g. @pct/pve1/101"),
     ({"inv.py": "g = ['@pct/pve1/99']\n"},
@@ -112,3 +116,17 @@ def test_loading_twice_reads_the_file_again(tmp_path):
     assert [h.name for h in load_inventory(path, cwd=tmp_path)] == ["@lxd/a"]
     path.write_text("g = ['@lxd/b']\n")
     assert [h.name for h in load_inventory(path, cwd=tmp_path)] == ["@lxd/b"]
+
+
+@pytest.mark.parametrize("source", ["lab = ['@lxd/a']\n", "import os\nos._exit(1)\n", "raise ValueError('x')\n"])
+def test_os_exit_is_the_real_one_again_after_an_inventory_loads(tmp_path, source):
+    import os
+
+    from labwright import inventory
+
+    real = os._exit
+    path = tmp_path / "inv.py"
+    path.write_text(source)
+    with contextlib.suppress(inventory._UserCodeFailed):
+        inventory._exec_file(str(path))
+    assert os._exit is real
