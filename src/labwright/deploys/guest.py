@@ -11,6 +11,8 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 
+from labwright.deploy_data import refuse_unknown_keys
+from labwright.errors import LabwrightError
 from labwright.guests.model import load_guests, select_guests
 from labwright.operations import guests
 
@@ -21,10 +23,15 @@ def deploy_guest() -> None:
     if host.name != "@local":
         raise DeployError(f"deploys/guest.py drives the LXD/Proxmox APIs from here: run it on @local, not {host.name}")
 
+    refuse_unknown_keys(host.data.dict(), "guests", ["inventory"], "deploys/guest.py's docstring (docs/guests.md)")
     inventory = str(host.data.get("guests_inventory") or os.environ.get("LABWRIGHT_GUESTS_INVENTORY")
                     or "inventories/local.py")
     wanted = host.data.get("guests")
     names = [n.strip() for n in wanted.split(",") if n.strip()] if isinstance(wanted, str) else wanted
 
-    for spec in select_guests(load_guests(inventory), names, inventory):
+    try:
+        specs = select_guests(load_guests(inventory), names, inventory)
+    except LabwrightError as exc:  # a bad inventory or guest name: pyinfra prints a DeployError as one line
+        raise DeployError(str(exc)) from None
+    for spec in specs:
         guests.container(name=f"Guest {spec.name} ({spec.backend})", guest=spec)

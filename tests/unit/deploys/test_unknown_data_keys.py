@@ -63,6 +63,7 @@ def test_no_near_key_points_at_the_list() -> None:
     ("deploys/litellm.py", "litellm_prot=4000", "litellm_port"),
     ("deploys/desktop.py", "desktop_usr=alice", "desktop_user"),
     ("deploys/tabbyapi.py", "tabbyapi_cache_sise=65536", "tabbyapi_cache_size"),
+    ("deploys/guest.py", "guests_inventry=inventories/lab.py", "guests_inventory"),
 ])
 def test_pyinfra_run_refuses_before_anything(deploy: str, typo: str, nearest: str, tmp_path: Path) -> None:
     """Through pyinfra itself (`--dry @local`): one line, no traceback, refused while pyinfra prepares."""
@@ -73,6 +74,22 @@ def test_pyinfra_run_refuses_before_anything(deploy: str, typo: str, nearest: st
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert f"{typo.split('=')[0]}: unknown data key for this deploy (did you mean {nearest}?)" in output, output
+    assert "Traceback" not in output
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    ("guests=nosuch", "inventories/local.py: no guest named nosuch (guests: "),
+    ("guests_inventory=missing.py", "inventory missing.py: no such file; pass an existing file"),
+])
+def test_guest_deploy_bad_inventory_or_name_is_one_line(data: str, line: str) -> None:
+    """deploys/guest.py's BadInput from the inventory loader reaches pyinfra as a DeployError: its one line, no
+    traceback, nothing built."""
+    pyinfra = Path(sys.executable).parent / "pyinfra"
+    result = subprocess.run([str(pyinfra), "-y", "--dry", "@local", "deploys/guest.py", "--data", data],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "--> pyinfra error in " in output and line in output, output
     assert "Traceback" not in output
 
 
