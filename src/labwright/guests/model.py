@@ -180,6 +180,19 @@ def _name_from_host(host: str) -> tuple[str | None, str | None, int | None]:
     return host, None, None
 
 
+def _backend_from_host(host: str) -> str | None:
+    """The backend a connector host name implies: ``@lxd/...`` (and ``@incus/...``) lxd, ``@pct/...`` proxmox."""
+    try:
+        parsed = parse_host_name(host)
+    except BadInput:
+        return None
+    if isinstance(parsed, LxdName):
+        return "lxd"
+    if isinstance(parsed, PctName):
+        return "proxmox"
+    return None
+
+
 def spec_from_data(
     host: str,
     data: Mapping[str, Any],
@@ -200,9 +213,16 @@ def spec_from_data(
     if unknown:
         raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; see docs/guests.md for the fields")
 
-    backend = data.get("backend")
+    implied = _backend_from_host(host)
+    backend = data.get("backend", implied)
+    if backend is None:
+        raise BadInput(f"{where}: no backend: add backend: 'lxd' or 'proxmox' to its guest data (a host named "
+                       "@lxd/NAME or @pct/NODE/VMID implies it)")
     if backend not in BACKENDS:
         raise BadInput(f"{where}: backend {backend!r} must be one of {', '.join(BACKENDS)}")
+    if implied is not None and backend != implied:
+        raise BadInput(f"{where}: backend {backend!r} disagrees with the host name {host} "
+                       f"({'an LXD' if implied == 'lxd' else 'a Proxmox'} guest)")
 
     kind = str(data.get("kind", "ct"))
     if kind not in KINDS:

@@ -86,6 +86,14 @@ def test_lxd_guest_takes_name_and_remote_from_the_host_name():
     assert (local.name, local.node, local.template) == ("web1", None, "debian/12")
 
 
+def test_the_connector_in_the_host_name_implies_the_backend():
+    lxd = spec_from_data("@lxd/web1", {"cores": 2})
+    assert (lxd.backend, lxd.name, lxd.cores) == ("lxd", "web1", 2)
+    pve = spec_from_data("@pct/pve1/201", {"cores": 2})
+    assert (pve.backend, pve.node, pve.vmid) == ("proxmox", "pve1", 201)
+    assert spec_from_data("@lxd/web1", {"backend": "lxd"}).backend == "lxd"  # saying it is fine too
+
+
 def test_features_in_three_spellings_agree():
     as_dict = spec_from_data("a", {"backend": "lxd", "features": {"nesting": True, "mount": ["nfs", "cifs"]}})
     as_list = spec_from_data("a", {"backend": "lxd", "features": ["nesting"]})
@@ -107,6 +115,10 @@ def test_vmid_edges_are_accepted():
 
 @pytest.mark.parametrize(("host", "data", "fragment"), [
     ("a", {**PVE, "backend": "docker"}, "backend 'docker' must be one of proxmox, lxd"),
+    ("box1", {"cores": 2}, "guest box1: no backend: add backend: 'lxd' or 'proxmox' to its guest data"),
+    ("@lxd/web1", {"backend": "proxmox", "node": "pve1", "vmid": 201},
+     "backend 'proxmox' disagrees with the host name @lxd/web1 (an LXD guest)"),
+    ("@pct/pve1/201", {"backend": "lxd"}, "backend 'lxd' disagrees with the host name @pct/pve1/201 (a Proxmox guest)"),
     ("a", {**PVE, "node": None}, "needs `node`"),
     ("a", {**PVE, "node": "pve 1"}, "node 'pve 1'"),
     ("@pct/pve1/201", {**PVE, "node": "pve2"}, "disagrees with the host name"),
