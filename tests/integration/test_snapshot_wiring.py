@@ -31,12 +31,8 @@ from support.stack_service import StandinService
 from support.stacks import StandinStacks, build_standin_stacks
 from support.tabbyapi_lab import (
     SOURCE,
-    RepoServer,
     TabbyGuest,
-    bridge_address,
-    lab_subnet,
-    restore_apt_cache,
-    save_apt_cache,
+    deployed_guest,
 )
 from support.tabbyapi_standin import build_standin_repo
 
@@ -120,20 +116,8 @@ def test_a_snapshot_typo_is_one_line_before_anything_runs(lab, lab_container):
 @pytest.fixture(scope="module")
 def tabby(lab: Lab, stacks: StandinStacks, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TabbyGuest]:
     repo = build_standin_repo(tmp_path_factory.mktemp("standin-tabby") / "tabbyAPI")
-    name = lab.fresh("lwsnt")
-    try:
-        with RepoServer(repo, bridge_address(lab_subnet())) as server:
-            guest = TabbyGuest(lab.client, name, stacks, server.url)
-            guest.prepare()
-            cached = restore_apt_cache(guest)
-            if not cached and lab.client.exec(name, ["sh", "-c", "timeout 60 apt-get update -qq"]).exit_code != 0:
-                pytest.skip("the container cannot reach a Debian mirror for git")
-            guest.first = guest.deploy()  # type: ignore[attr-defined]
-            if guest.first.rc == 0 and not cached:  # type: ignore[attr-defined]
-                save_apt_cache(guest)
-            yield guest
-    finally:
-        lab.remove(name)
+    with deployed_guest(lab, stacks, repo, "lwsnt") as guest:
+        yield guest
 
 
 VERIFY_ENV = {"LABWRIGHT_TABBYAPI_MODEL_NAME": "standin-model", "LABWRIGHT_TABBYAPI_CACHE_SIZE": "4096",

@@ -30,12 +30,8 @@ from support.tabbyapi_lab import (
     MODEL_NAME,
     SERVICE,
     SOURCE,
-    RepoServer,
     TabbyGuest,
-    bridge_address,
-    lab_subnet,
-    restore_apt_cache,
-    save_apt_cache,
+    deployed_guest,
 )
 from support.tabbyapi_standin import OOM_LINE, STARTUP_LINE, StandinRepo, build_standin_repo
 
@@ -99,25 +95,12 @@ def stacks(tmp_path_factory: pytest.TempPathFactory) -> StandinStacks:
 def guest(lab: Lab, stacks: StandinStacks, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TabbyGuest]:
     repo = build_standin_repo(tmp_path_factory.mktemp("standin") / "tabbyAPI")
     add_odd_shape(repo)
-    name = lab.fresh("lwtabby")
-    try:
-        with RepoServer(repo, bridge_address(lab_subnet())) as server:
-            g = TabbyGuest(lab.client, name, stacks, server.url)
-            started = time.monotonic()
-            g.prepare()
-            # apt lists and .debs from an earlier run (the deploy's apt step then installs git from them); on the
-            # first run the deploy downloads them and they are kept for the next.
-            cached = restore_apt_cache(g)
-            if not cached and lab.client.exec(name, ["sh", "-c", "timeout 60 apt-get update -qq"]).exit_code != 0:
-                pytest.skip("the container cannot reach a Debian mirror for git")
-            g.before = g.verify(env=VERIFY_ENV)  # type: ignore[attr-defined]
-            g.first = g.deploy()  # type: ignore[attr-defined]
-            if g.first.rc == 0 and not cached:
-                save_apt_cache(g)
-            print(f"\nguest ready in {time.monotonic() - started:.1f}s (first deploy {g.first.seconds:.1f}s)")
-            yield g
-    finally:
-        lab.remove(name)
+
+    def verify_before(g: TabbyGuest) -> None:
+        g.before = g.verify(env=VERIFY_ENV)
+
+    with deployed_guest(lab, stacks, repo, "lwtabby", before=verify_before) as g:
+        yield g
 
 
 def back_to_defaults(guest: TabbyGuest) -> None:

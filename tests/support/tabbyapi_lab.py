@@ -21,8 +21,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from labwright.lab.lab import instance_address
 from labwright.lxd.client import LxdClient
@@ -30,6 +33,9 @@ from labwright.paths import verify_suite
 from labwright.testing.pyinfra_output import DeployRun, tool_env
 from support.stacks import StandinStacks
 from support.tabbyapi_standin import StandinRepo
+
+if TYPE_CHECKING:
+    from labwright.testing.lab_fixture import Lab
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -82,6 +88,8 @@ class TabbyGuest:
         self.stacks = stacks
         self.git_url = git_url
         self.address = instance_address(client, name) or ""
+        self.before: subprocess.CompletedProcess[str] | None = None  # the verify suite before the first deploy
+        self.first: DeployRun | None = None  # the first deploy, made by deployed_guest()
 
     def sh(self, script: str, check: bool = True) -> str:
         result = self.client.exec(self.name, ["sh", "-c", script])
@@ -197,3 +205,32 @@ def lab_subnet() -> str:
     from labwright.testing.lab_fixture import TEST_LAB_DATA
 
     return os.environ.get("LABWRIGHT_TEST_SUBNET", str(TEST_LAB_DATA["lab_subnet"]))
+
+
+@contextmanager
+def deployed_guest(lab: Lab, stacks: StandinStacks, repo: StandinRepo, prefix: str, *,
+                   before: Callable[[TabbyGuest], object] | None = None) -> Iterator[TabbyGuest]:
+    """A fresh lab container with the stand-in tabbyAPI served from the lab bridge, prepared and deployed once
+    (``guest.first``; ``before(guest)`` runs just ahead of that deploy). apt lists and .debs from an earlier run are
+    put in first (the deploy's apt step then installs git from them); a first run downloads them and keeps them.
+    The container is removed afterwards."""
+    import pytest
+
+    name = lab.fresh(prefix)
+    try:
+        with RepoServer(repo, bridge_address(lab_subnet())) as server:
+            guest = TabbyGuest(lab.client, name, stacks, server.url)
+            started = time.monotonic()
+            guest.prepare()
+            cached = restore_apt_cache(guest)
+            if not cached and lab.client.exec(name, ["sh", "-c", "timeout 60 apt-get update -qq"]).exit_code != 0:
+                pytest.skip("the container cannot reach a Debian mirror for git")
+            if before is not None:
+                before(guest)
+            guest.first = guest.deploy()
+            if guest.first.rc == 0 and not cached:
+                save_apt_cache(guest)
+            print(f"\nguest ready in {time.monotonic() - started:.1f}s (first deploy {guest.first.seconds:.1f}s)")
+            yield guest
+    finally:
+        lab.remove(name)
