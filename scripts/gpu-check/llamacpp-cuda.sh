@@ -7,7 +7,7 @@
 # Needs network for NVIDIA's pip CUDA 13.0 wheels (526 MB) and the llama.cpp sdist (77 MB), or both already in
 # ~/.cache/labwright (cuda/wheels/ or cuda/pip-13.0/, llama/0.3.36/); or an installed toolkit: CUDA_ROOT=/usr/local/cuda.
 # Driver >= 580 (CUDA 13.0). Run from the repo root with labwright's dependencies importable (README.md here).
-# Usage: scripts/gpu-check/llamacpp-cuda.sh [JOBS]
+# Usage: [LLAMA_SDIST=llama_cpp_python-0.3.36.tar.gz] [CUDA_ROOT=/usr/local/cuda] scripts/gpu-check/llamacpp-cuda.sh [JOBS]
 set -u
 JOBS=${1:-$(nproc)}
 export PYTHONUNBUFFERED=1 PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD/src"
@@ -28,7 +28,23 @@ ARGS=(); for c in $CAPS; do ARGS+=(--arch "$c"); done
 [ -n "${CUDA_ROOT:-}" ] && ARGS+=(--cuda-root "$CUDA_ROOT")
 step "build llama-server for ${ARGS[*]} ($JOBS jobs)"
 START=$(date +%s)
-BIN=$(python3 -m labwright.llamacpp.build --jobs "$JOBS" "${ARGS[@]}") || exit 1
+if [ -n "${LLAMA_SDIST:-}" ]; then
+  # A llama-cpp-python 0.3.36 sdist given by path (a lent machine without network gets a copy trimmed of models/,
+  # docs/, tests/ and examples/ to fit its 64 MiB transfer): the same build_cuda_server, pinned to that file's sha256.
+  BIN=$(python3 - "$LLAMA_SDIST" "$JOBS" "${CUDA_ROOT:-}" $CAPS <<'PY'
+import shutil, sys
+from pathlib import Path
+from labwright.llamacpp import build, cuda
+sdist, jobs, root, caps = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] or None, sys.argv[4:]
+source = build.LlamaSource(build.PINNED.version, build.PINNED.filename, build.sha256_of(sdist))
+build.cache_dir(source.version).mkdir(parents=True, exist_ok=True)
+shutil.copy2(sdist, build.cache_dir(source.version) / source.filename)
+print(build.build_cuda_server(cuda.toolchain(None, root), caps, source, jobs))
+PY
+  ) || exit 1
+else
+  BIN=$(python3 -m labwright.llamacpp.build --jobs "$JOBS" "${ARGS[@]}") || exit 1
+fi
 echo "built $BIN in $(( $(date +%s) - START )) s"
 DIR=$(dirname "$(dirname "$BIN")")
 python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print('sass:', m['sass'], 'archs:', m['architectures'])" \
@@ -36,6 +52,7 @@ python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print('sass:', m['s
 ls -la "$BIN" "$DIR/lib/llama-server"; ldd "$BIN" | grep -E 'cuda|cublas'
 step "run it on the GPU with a tiny model"
 python3 -m labwright.llamacpp.tiny_model /tmp/lw-tiny.gguf >/dev/null
+echo "$BIN" > /tmp/lw-llama-cuda-bin
 "$BIN" --model /tmp/lw-tiny.gguf --n-gpu-layers 99 --port 18001 --host 127.0.0.1 --ctx-size 2048 \
   > /tmp/lw-llama-cuda.log 2>&1 &
 PID=$!
