@@ -1,7 +1,8 @@
 """Cross-check: the planner's KV bytes against what the real llama-server logs for its KV buffer, on the tiny GGUF.
 
-Runs only where labwright.llamacpp.build has already cached llama-server (~/.cache/labwright/llama/<version>/); it
-never builds it (that is minutes). Measured once by hand as well (llama-server 0.3.36 sdist, llama.cpp 0c1e570):
+Uses the llama-server labwright.llamacpp.build caches in ~/.cache/labwright/llama/<version>/, building it first where
+the machine has none (~6 min on 2 cores, once; the lab tests share it). Measured once by hand as well (llama-server
+0.3.36 sdist, llama.cpp 0c1e570):
   -c 4096 f16            -> "llama_kv_cache: size = 16.00 MiB (4096 cells, 4 layers, 1/1 seqs),
                              K (f16): 8.00 MiB, V (f16): 8.00 MiB"
   -c 8192 q8_0/q4_0 -fa  -> "size = 13.00 MiB (8192 cells, 4 layers), K (q8_0): 8.50 MiB, V (q4_0): 4.50 MiB"

@@ -266,6 +266,18 @@ def layout_from_metadata(metadata: dict[str, Any], path: str | Path = "model.ggu
         built = built[:-nextn] + [Layer("none", name="nextn") for _ in range(nextn)]
         notes.append(f"the last {nextn} layer(s) are NextN/MTP blocks ({arch}.nextn_predict_layers): llama.cpp keeps "
                      "no KV cache for them")
+    # Layers without KV heads are planned as neither KV nor state only where the architecture says so (a hybrid's
+    # recurrent layers, Nemotron-H's MLP blocks); anywhere else the file is broken or the architecture is one
+    # labwright does not know as recurrent, and planning "0 bytes per token, any context fits" would be dangerous.
+    headless = sum(1 for layer in built if layer.kind == "none" and layer.name == state_name)
+    if not any(layer.attends or layer.kind == "state" for layer in built):
+        raise BadInput(f"GGUF {path}: none of its {layers} layers has attention heads ({arch}.attention.head_count_kv "
+                       f"is 0 or missing) and {arch} is not a recurrent architecture labwright knows; plan it from "
+                       "its config.json instead, or " + _FIX)
+    if headless and arch not in data["hybrid"]:
+        notes.append(f"{headless} of {layers} layers have {arch}.attention.head_count_kv 0 and {arch} is not a hybrid "
+                     "architecture labwright knows: planned with neither KV nor state for them (if they are "
+                     "recurrent, their fixed state is not counted)")
     state: int | None = 0
     if arch in data["hybrid"]:
         # Falcon-H1 runs a Mamba2 mixer beside attention in every layer: all of them are recurrent too

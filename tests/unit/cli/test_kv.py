@@ -186,6 +186,57 @@ def test_fit_from_a_gguf_only_model_dir_says_what_it_assumes(cli_env, tmp_path):
     assert doc["kv_bytes"] == 4096 * 4 * 4 * 128 * 2 and doc["format"] == "gguf"
 
 
+def test_fit_says_what_its_kv_figure_rests_on(cli_env):
+    # Qwen3.5-9B: 24 of 32 layers are linear attention with a fixed state the fit does not count; a full-attention
+    # Llama has no such assumption. The note stands beside the verdict in the table and in the JSON alike.
+    args = ["fit", "--config", SEED, "--weights-gb", "6", "--vram-gb", "8", "--context", "32768"]
+    assert "KV assumes: 24 recurrent layers' fixed state is not counted" in ok_json(cli_env, *args)["notes"]
+    proc = run(cli_env, *args)
+    assert proc.returncode == 0 and "KV assumes: 24 recurrent layers' fixed state is not counted" in proc.stdout
+    llama = ok_json(cli_env, "fit", "--config", str(CONFIGS / "llama-3-8b.json"), "--weights-gb", "6",
+                    "--vram-gb", "8", "--context", "32768")
+    assert not [note for note in llama["notes"] if note.startswith("KV assumes")]
+
+
+def _headless_gguf(path: Path, arch: str, kv_heads) -> Path:
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_uint32(f"{arch}.block_count", 4)
+    writer.add_uint32(f"{arch}.embedding_length", 256)
+    if kv_heads is not None:
+        writer.add_uint32(f"{arch}.attention.head_count", 4)
+        writer.add_array(f"{arch}.attention.head_count_kv", kv_heads)
+    writer.add_token_list(["a", "b"])
+    writer.add_tensor("token_embd.weight", np.zeros(16, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_gguf_with_no_attention_and_no_known_state_is_refused_not_0_bytes(cli_env, tmp_path):
+    # An architecture labwright does not know, with no KV heads anywhere: planning it would print 0 B/token and
+    # "any context fits"; it is refused instead, naming the key and the way out.
+    path = _headless_gguf(tmp_path / "newarch.gguf", "newarch", None)
+    for args in (["plan", "--config", str(path), "--context", "4096"],
+                 ["fit", "--config", str(path), "--weights-gb", "4", "--vram-gb", "8", "--context", "4096"]):
+        line = one_line_exit_2(run(cli_env, *args), str(path), "newarch.attention.head_count_kv",
+                               "not a recurrent architecture labwright knows", "config.json")
+        assert "0 B" not in line and "any context" not in line
+
+
+def test_a_gguf_whose_unknown_arch_has_headless_layers_says_their_state_is_not_counted(cli_env, tmp_path):
+    path = _headless_gguf(tmp_path / "newhybrid.gguf", "newhybrid", [2, 0, 0, 2])
+    doc = ok_json(cli_env, "plan", "--config", str(path), "--cache-type", "f16", "--context", "4096")
+    assert (doc["kv_layers"], doc["bytes_per_token"]) == (2, 2 * 2 * 64 * 2 * 2)   # 2 layers x 2 heads x 64 x K+V x f16
+    proc = run(cli_env, "plan", "--config", str(path), "--cache-type", "f16", "--context", "4096")
+    assert proc.returncode == 0
+    assert "2 of 4 layers have newhybrid.attention.head_count_kv 0" in " ".join(proc.stdout.split())
+
+
 # --- issue 16's sweep: impossible models, meaningless sizes, files that are not what they claim ---------------------
 
 def one_line_exit_2(proc: subprocess.CompletedProcess[str], *words: str) -> str:
