@@ -12,7 +12,6 @@ import json
 import shutil
 import subprocess
 import sysconfig
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,9 +135,7 @@ def test_a_rerun_comes_from_the_cache(tmp_path, wheelhouse):
     cache = tmp_path / "cache"
     first = verify_python(str(venv.python), cache=AbiCache(cache))
     assert first.ok and not first.modules[0].import_cached
-    started = time.monotonic()
-    second = verify_python(str(venv.python), cache=AbiCache(cache))
-    assert time.monotonic() - started < 1.0  # no import subprocess, no ELF read
+    second = verify_python(str(venv.python), cache=AbiCache(cache))  # no import subprocess, no ELF read (the flags)
     assert second.ok and second.hashed_bytes == 0
     assert second.modules[0].static_cached and second.modules[0].import_cached
     assert second.to_json()["summary"]["cached"] == 1

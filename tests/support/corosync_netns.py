@@ -183,7 +183,11 @@ class NetnsCluster:
             time.sleep(0.1)
         if self.pid(name) is not None:
             os.kill(pid, signal.SIGKILL)
-            time.sleep(0.2)
+            deadline = time.monotonic() + timeout
+            while self.pid(name) is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self.pid(name) is not None:
+                raise RuntimeError(f"corosync of {name} (pid {pid}) still runs {timeout:.0f} s after SIGKILL")
 
     def quorate(self, name: str) -> tuple[bool, int]:
         res = self.runner(name, with_standin=False).run("corosync-quorumtool -s", timeout=10)

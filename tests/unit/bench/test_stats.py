@@ -175,10 +175,11 @@ def test_gpu_memory_peak_from_a_standin_nvidia_smi(tmp_path):
     assert memory.gpu_used_bytes(str(smi)) == 3000 * 2**20
     with memory.GpuSampler(str(smi), interval=0.02) as sampler:
         (tmp_path / "used").write_text("1500\n4000\n")
-        time.sleep(0.3)
+        deadline = time.monotonic() + 30
+        while sampler.peak != 5500 * 2**20 and time.monotonic() < deadline:  # the sampler's thread saw the peak
+            time.sleep(0.01)
         (tmp_path / "used").write_text("100\n100\n")
-        time.sleep(0.1)
-    assert sampler.peak == 5500 * 2**20
+    assert sampler.peak == 5500 * 2**20, "the sampler never read the 1500+4000 MiB peak within 30 s"
     (tmp_path / "used").write_text("not a number\n")
     assert memory.gpu_used_bytes(str(smi)) is None
     assert memory.gpu_used_bytes(str(tmp_path / "missing")) is None

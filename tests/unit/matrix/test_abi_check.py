@@ -9,7 +9,6 @@ from __future__ import annotations
 import shutil
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 import pytest
@@ -82,9 +81,7 @@ def test_second_run_is_served_from_the_cache(tmp_path, standins):
     env = abi_env.environment_for_site_packages(site)
     first = verify(env, cache=AbiCache(tmp_path / "cache"))
     assert first.hashed_bytes > 0
-    started = time.monotonic()
     second = verify(env, cache=AbiCache(tmp_path / "cache"))
-    assert time.monotonic() - started < 0.5
     assert second.hashed_bytes == 0  # every hash came from the stat memo: no file was read
     assert all(m.static_cached for m in second.modules)
     assert second.to_json()["modules"] == [
