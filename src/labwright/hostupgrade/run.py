@@ -167,7 +167,11 @@ class Upgrade:
         self.client.set_state(guest, "restart" if running else "start", force=True)
         state = self._wait_systemd(guest)
         for service in services:
-            result = self.client.exec(guest, ["systemctl", "restart", f"{service}.service"])
+            # reset-failed first: a unit that crash-looped on the old driver may sit at systemd's start limit, which
+            # refuses a plain restart ("start of the service was attempted too often")
+            unit = f"{service}.service"
+            result = self.client.exec(guest, ["sh", "-c", 'systemctl reset-failed "$1" 2>/dev/null; '
+                                                          'exec systemctl restart "$1"', "sh", unit])
             if result.exit_code != 0:
                 raise OperationFailed(f"guest {guest}: systemctl restart {service} failed (exit {result.exit_code})")
         return f"restarted (systemd {state})" + (f"; {', '.join(services)} restarted" if services else "")
