@@ -83,14 +83,8 @@ def _keep(target: Path) -> None:
     os.replace(link, previous_path(target))
 
 
-def write_bytes_atomic(target: Path, data: bytes, *, keep_previous: bool = False, mode: int | None = None) -> None:
-    """Replace ``target`` with ``data`` atomically (see the module docstring).
-
-    The new file keeps the permission bits of the file it replaces (``mode`` overrides; a new file gets 0o644 less the
-    umask). With ``keep_previous`` the replaced content stays as ``NAME.prev``. On failure the temporary file is
-    removed, ``target`` is untouched and the OSError goes up.
-    """
-    target = Path(target)
+def _stage(target: Path, data: bytes, mode: int | None) -> Path:
+    """``data`` in a temporary file beside ``target``, on disk (fsync), with the permission bits the new file gets."""
     _remove_orphans(target)
     if mode is None:
         try:
@@ -111,14 +105,46 @@ def write_bytes_atomic(target: Path, data: bytes, *, keep_previous: bool = False
             os.fsync(fd)
         finally:
             os.close(fd)
-        if keep_previous and target.is_file():
-            _keep(target)
-        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    _fsync_dir(target.parent)
+    return tmp
+
+
+def write_bytes_atomic(target: Path, data: bytes, *, keep_previous: bool = False, mode: int | None = None) -> None:
+    """Replace ``target`` with ``data`` atomically (see the module docstring).
+
+    The new file keeps the permission bits of the file it replaces (``mode`` overrides; a new file gets 0o644 less the
+    umask). With ``keep_previous`` the replaced content stays as ``NAME.prev``. On failure the temporary file is
+    removed, ``target`` is untouched and the OSError goes up.
+    """
+    write_files_atomic({Path(target): data}, keep_previous=keep_previous, mode=mode)
+
+
+def write_files_atomic(files: dict[Path, bytes], *, keep_previous: bool = False, mode: int | None = None) -> None:
+    """Replace several files, all or none as far as a failure goes: every new content is staged and on disk before
+    the first rename, so a write error (disk full, permissions) changes no file; then each is renamed over its target
+    (``keep_previous`` as in ``write_bytes_atomic``). A kill between two renames leaves each file whole, old or new."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for target, data in files.items():
+            try:
+                staged.append((_stage(Path(target), data, mode), Path(target)))
+            except OSError as exc:
+                exc.filename = str(target)  # the file the caller named, not the temporary beside it
+                raise
+        for tmp, target in staged:
+            if keep_previous and target.is_file():
+                _keep(target)
+            os.replace(tmp, target)
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        raise
+    for directory in {target.parent for _, target in staged}:
+        _fsync_dir(directory)
 
 
 def write_text_atomic(target: Path, text: str, *, keep_previous: bool = False, mode: int | None = None,

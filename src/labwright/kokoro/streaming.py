@@ -19,13 +19,13 @@ keyword is added). Anything else (another split pattern someone chose, a missing
 from __future__ import annotations
 
 import ast
-import os
 import re
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from labwright.atomic import write_files_atomic
 from labwright.errors import BadInput, OperationFailed
 from labwright.tabbyapi.ngram import unified_diff
 from labwright.tabbyapi.pycall import (
@@ -297,21 +297,10 @@ def read_tree(source_dir: Path) -> KokoroTexts:
 
 
 def write_change(change: StreamingChange) -> None:
-    """Write every changed file, or none: each is staged next to its target first, then renamed over it."""
-    staged: list[tuple[Path, Path]] = []
+    """Write every changed file, or none on a write error (labwright.atomic.write_files_atomic: each staged and on
+    disk before the first rename); the replaced content stays as NAME.prev."""
     try:
-        for file in change.files:
-            target = Path(file.path)
-            stage = target.with_name(f".{target.name}.labwright-new")
-            staged.append((stage, target))
-            with stage.open("w", encoding="utf-8", newline="") as handle:
-                handle.write(file.after)
-                handle.flush()
-                os.fsync(handle.fileno())  # on disk before the rename: a crash leaves the old file or the new
-        for stage, target in staged:
-            stage.replace(target)
+        write_files_atomic({Path(file.path): file.after.encode("utf-8") for file in change.files}, keep_previous=True)
     except OSError as exc:
-        for stage, _ in staged:
-            stage.unlink(missing_ok=True)
         raise OperationFailed(f"{exc.filename}: cannot write ({exc.strerror}); run as the file's owner or root, or "
                               "use --dry to see the change") from exc

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from labwright.atomic import previous_path, write_bytes_atomic, write_text_atomic
+from labwright.atomic import previous_path, write_bytes_atomic, write_files_atomic, write_text_atomic
 
 
 def test_writes_new_file_with_umask_mode(tmp_path: Path) -> None:
@@ -110,3 +110,49 @@ def test_sigkill_mid_write_leaves_old_or_new(tmp_path: Path, round_: int) -> Non
     write_bytes_atomic(target, b"after")  # the next write cleans what the killed one left
     leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("."))
     assert leftovers == [], leftovers
+
+
+def test_several_files_are_all_or_none_on_a_write_error(tmp_path: Path) -> None:
+    first, second = tmp_path / "kokoro_v1.py", tmp_path / "gone" / "tts_service.py"
+    first.write_text("old")
+    with pytest.raises(FileNotFoundError) as raised:
+        write_files_atomic({first: b"new", second: b"new"}, keep_previous=True)
+    assert raised.value.filename == str(second)          # the file named, not the temporary beside it
+    assert first.read_text() == "old" and not previous_path(first).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kokoro_v1.py"]
+
+
+MULTI_WRITER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from labwright.atomic import write_files_atomic
+    targets = [Path(name) for name in sys.argv[1:]]
+    i = 0
+    while True:
+        sys.stdout.write(f"start {i}\\n")
+        sys.stdout.flush()
+        write_files_atomic({t: (b"AB"[i % 2:i % 2 + 1]) * (4 << 20) for t in targets}, keep_previous=True)
+        i += 1
+""")
+
+
+@pytest.mark.parametrize("round_", range(6))
+def test_sigkill_while_writing_several_files_leaves_each_whole(tmp_path: Path, round_: int) -> None:
+    """What `kokoro patch` writes (two files): killed at any moment, each file is whole, old or new."""
+    targets = [tmp_path / "kokoro_v1.py", tmp_path / "tts_service.py"]
+    for target in targets:
+        target.write_bytes(b"B" * (4 << 20))
+    proc = subprocess.Popen([sys.executable, "-c", MULTI_WRITER, *map(str, targets)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == f"start {1 + round_ % 3}":
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    for path in [*targets, *map(previous_path, targets)]:
+        if path.exists():
+            data = path.read_bytes()
+            assert data in (b"A" * (4 << 20), b"B" * (4 << 20)), f"{path.name}: {len(data)} bytes, partial or mixed"
+    write_files_atomic({t: b"after" for t in targets})  # the next write cleans what the killed one left
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
