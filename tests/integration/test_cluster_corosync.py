@@ -106,6 +106,7 @@ def test_stale_config_version_doctor_and_rejoin_with_pvecm_standin(cluster):
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["changed"] and (res["before_version"], res["after_version"]) == (old, new)
+    assert res["dry"] is False and "dry_run" not in res  # the CLI's one word (docs/cli.md)
     assert any("pvecm add" in s for s in res["steps"])
     rc, diag = doctor_json(cluster)
     assert rc == 0 and all(n["verdict"] == "healthy" for n in diag["nodes"]), diag

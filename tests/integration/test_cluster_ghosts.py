@@ -171,6 +171,7 @@ def test_ghosts_listed_with_their_guest_configs_and_disks(tree):
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert rep["checked_on"] == "pve1" and rep["node_dirs"] == ["pve1", "pve8", "pve9"]
+    assert rep["dry"] is True and "dry_run" not in rep
     ghosts = {g["name"]: g for g in rep["ghosts"]}
     assert sorted(ghosts) == ["pve8", "pve9"]  # pve1 is the member in the nodelist
     assert ghosts["pve8"]["guests"] == [] and ghosts["pve8"]["lost_disks"] == []

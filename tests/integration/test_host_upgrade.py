@@ -90,7 +90,7 @@ def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, h
     # Dry by default: the plan, the mismatch said, nothing changed.
     code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--json")
     plan = json.loads(out)
-    assert code == 0 and plan["dry_run"] and plan["to"] == NEW and plan["boot_kernel"] == NEW_KERNEL
+    assert code == 0 and plan["dry"] and plan["to"] == NEW and plan["boot_kernel"] == NEW_KERNEL
     assert [s["action"] for s in plan["steps"]][:5] == ["list", "kernel", "snapshot", "snapshot", "snapshot"]
     assert err == (f"labwright: note: guest {mismatched} runs userspace 550.40.07 but the host module is "
                    f"{DRIVER_VERSION}: mismatched now; the upgrade installs {NEW} in it\n"

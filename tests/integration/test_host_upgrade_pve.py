@@ -140,7 +140,7 @@ def test_dry_plan_lists_the_gpu_containers_and_their_wiring(sim, root, inventory
     before = len(sim.writes)
     code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--json")
     plan = json.loads(out)
-    assert code == 0 and plan["dry_run"] and plan["to"] == NEW and plan["boot_kernel"] == NEW_KERNEL, (out, err)
+    assert code == 0 and plan["dry"] and plan["to"] == NEW and plan["boot_kernel"] == NEW_KERNEL, (out, err)
     steps = [(s["action"], s["target"]) for s in plan["steps"]]
     assert steps[:4] == [("list", "@pct/pve1/201, @pct/pve1/202"), ("kernel", NEW_KERNEL),
                          ("snapshot", "@pct/pve1/201"), ("snapshot", "@pct/pve1/202")]

@@ -120,6 +120,25 @@ def test_a_failed_health_check_after_the_swap_rolls_back_by_itself(service):
     assert "standin-2.11" not in service.sh(f"ls {STACKS}").output
 
 
+def test_a_rollback_onto_a_stack_broken_too_says_what_is_down_and_how_to_restore_it(service):
+    # The previous stack loses its extension behind labwright's back; the new one fails its health check; the
+    # automatic rollback restarts onto the previous one, which fails too: the error must say so, loudly, with the
+    # symlink's target and the exact commands, never "healthy again".
+    assert service.deploy(stack="standin-2.10").rc == 0
+    good = service.readlink()
+    service.sh(f"rm -rf {good}/lib/python3*/site-packages/standin_attn")
+    run = service.deploy(stack="standin-2.11", health_timeout=3)
+    assert run.rc != 0
+    line = one_error_line(run.output, "is DOWN there too")
+    unit = f"{service.unit}.service"
+    assert "rolled back by itself to stack standin-2.10" in line and "healthy again" not in line, line
+    assert f"{unit} is DOWN there too" in line and f"-> {good};" in line, line
+    assert f"see `journalctl -u {unit} -n 50`, then restore it with `systemctl reset-failed {unit}; " \
+           f"systemctl restart {unit}`" in line, line
+    assert service.readlink() == good  # left on the previous stack, as said
+    assert service.health()[0] != 200
+
+
 def test_rollback_restores_the_previous_stack_and_show_tells_the_verifiers_truth(service):
     assert service.deploy(stack="standin-2.10").rc == 0
     new = service.readlink()

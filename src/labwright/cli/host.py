@@ -124,7 +124,7 @@ def _show_plan(node: str, plan: Plan, as_json: bool) -> None:
     for note in plan.notes:
         print(f"labwright: note: {note}", file=sys.stderr)
     if as_json:
-        typer.echo(json.dumps({**plan.to_dict(), "dry_run": True}, indent=2))
+        typer.echo(json.dumps({**plan.to_dict(), "dry": True}, indent=2))
         return
     rows = [[str(i), s.action, escape(s.target), escape(s.detail)] for i, s in enumerate(plan.steps, 1)]
     stdout.print(table(f"host upgrade {node}: nvidia {plan.from_version} -> {plan.to_version}, boot "

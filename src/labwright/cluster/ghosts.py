@@ -159,6 +159,7 @@ class GhostReport:
 
     def as_json(self) -> dict[str, Any]:
         d = asdict(self)
+        d["dry"] = d.pop("dry_run")  # the CLI's one word for a plan-only run (docs/cli.md)
         for g, gj in zip(self.ghosts, d["ghosts"], strict=True):
             gj["lost_disks"] = g.lost_disks
         return d

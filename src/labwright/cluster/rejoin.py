@@ -38,7 +38,9 @@ class RejoinResult:
     message: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["dry"] = d.pop("dry_run")  # the CLI's one word for a plan-only run (docs/cli.md)
+        return d
 
 
 def plan_steps(node: str, lead: str) -> list[str]:

@@ -239,7 +239,7 @@ def read_listing(path: Path, kind: str, base_url: str = "", source: str = "") ->
 
 
 def check_out_dir(out_dir: Path, stem: str) -> None:
-    """BadInput unless ``out_dir`` is a writable directory or can be made one (checked before --dry-run reports,
+    """BadInput unless ``out_dir`` is a writable directory or can be made one (checked before --dry reports,
     so a dry run never approves what the real run cannot write)."""
     existing = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
     if existing is None or not existing.is_dir():
