@@ -29,7 +29,8 @@ def run(command: str) -> tuple[int, str]:
 
 
 def start(binary: str, model: str, port: int, log: Path, env: dict[str, str]) -> subprocess.Popen:
-    argv = [binary, "--model", model, "--n-gpu-layers", "99", "--host", "127.0.0.1", "--port", str(port),
+    # -lv 4: llama.cpp logs "load_tensors: offloaded N/N layers to GPU" at INFO, which the engine check reports
+    argv = [binary, "--model", model, "--n-gpu-layers", "99", "-lv", "4", "--host", "127.0.0.1", "--port", str(port),
             "--ctx-size", "2048"]
     return subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **env})
 

@@ -53,7 +53,7 @@ ls -la "$BIN" "$DIR/lib/llama-server"; ldd "$BIN" | grep -E 'cuda|cublas'
 step "run it on the GPU with a tiny model"
 python3 -m labwright.llamacpp.tiny_model /tmp/lw-tiny.gguf >/dev/null
 echo "$BIN" > /tmp/lw-llama-cuda-bin
-"$BIN" --model /tmp/lw-tiny.gguf --n-gpu-layers 99 --port 18001 --host 127.0.0.1 --ctx-size 2048 \
+"$BIN" --model /tmp/lw-tiny.gguf --n-gpu-layers 99 -lv 4 --port 18001 --host 127.0.0.1 --ctx-size 2048 \
   > /tmp/lw-llama-cuda.log 2>&1 &
 PID=$!
 for _ in $(seq 120); do curl -sf http://127.0.0.1:18001/health >/dev/null && break; sleep 1; done

@@ -20,6 +20,7 @@ Every actual value is rendered in the shape the expected value asks for, so a mi
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import importlib
@@ -150,6 +151,42 @@ def fact_key(fact_class: type) -> str:
         if module.startswith(prefix):
             return f"{shown}{module.removeprefix(prefix)}.{fact_class.__name__}"
     raise AssertionError(f"{module}.{fact_class.__name__}: not a pyinfra or labwright fact")
+
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "labwright"
+
+
+def defined_outside(package: ModuleType, decorator: str | None = None, base: str | None = None) -> list[str]:
+    """``labwright.MODULE.NAME`` for each module-level ``@<decorator>`` function or ``class X(<base>)`` in labwright's
+    source outside ``package`` (operations a feature keeps beside its own code: snapshots.deploy; facts a deploy keeps:
+    deploys.model), read from the source so that a new one elsewhere cannot escape the completeness tests. Operations
+    made inside a function (guestlock.lock_operations) are not module-level: the lab tests cover them."""
+    inside = Path(str(package.__file__)).resolve().parent
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        if inside in path.parents:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        module = ".".join(("labwright", *path.relative_to(SRC).with_suffix("").parts))
+        for node in tree.body:
+            if decorator and isinstance(node, ast.FunctionDef) and any(
+                    _name(d.func if isinstance(d, ast.Call) else d) == decorator for d in node.decorator_list):
+                found.append(f"{module}.{node.name}")
+            if base and isinstance(node, ast.ClassDef) and any(_name(b) == base for b in node.bases):
+                found.append(f"{module}.{node.name}")
+    return found
+
+
+def _name(node: ast.expr) -> str:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def object_named(directory: str, package: str) -> Any:
+    """A data directory's operation or fact: ``module.NAME`` in ``package``, or a full ``labwright.MODULE.NAME``."""
+    module_name, name = directory.rsplit(".", 1)
+    if not module_name.startswith("labwright."):
+        module_name = f"{package}.{module_name}"
+    return getattr(importlib.import_module(module_name), name)
 
 
 def defined_in(package: ModuleType, keep: Callable[[Any], bool]) -> list[str]:

@@ -225,7 +225,11 @@ def snapshot(step: str):
 
         snapshot(name="Snapshot before the desktop packages", step="desktop")
     """
-    yield from snapshot_command(current_host, step)
+    commands = list(snapshot_command(current_host, step))
+    if not commands:
+        current_host.noop(f"no snapshot before {step}: snapshot_before is false, or the host is neither a container "
+                          "nor a Proxmox VM its data names")
+    yield from commands
 
 
 @operation(is_idempotent=False)

@@ -17,7 +17,6 @@ shell command); here each case pins the command and the parsing, odd and empty o
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import json
 from pathlib import Path
@@ -27,14 +26,16 @@ import pytest
 from pyinfra.api import FactBase
 
 import labwright.facts
-from support.pyinfra_data import defined_in, render_command
+from support.pyinfra_data import defined_in, defined_outside, object_named, render_command
 
 HERE = Path(__file__).resolve().parent
 
 
 def labwright_facts() -> list[str]:
-    """``module.Fact`` for every FactBase subclass defined in src/labwright/facts/*.py."""
-    return defined_in(labwright.facts, lambda value: inspect.isclass(value) and issubclass(value, FactBase))
+    """``module.Fact`` for every FactBase subclass defined in src/labwright/facts/*.py, and ``labwright.MODULE.Fact``
+    for every module-level one elsewhere (deploys.model)."""
+    return [*defined_in(labwright.facts, lambda value: inspect.isclass(value) and issubclass(value, FactBase)),
+            *defined_outside(labwright.facts, base="FactBase")]
 
 
 def cases() -> list[Any]:
@@ -59,8 +60,7 @@ def run_case(path: Path) -> None:
     data = json.loads(path.read_text())
     unknown = set(data) - {"arg", "command", "requires_command", "output", "fact", "why"}
     assert not unknown, f"{path}: unknown keys {sorted(unknown)}"
-    module_name, fact_name = path.parent.name.split(".")
-    fact = getattr(importlib.import_module(f"labwright.facts.{module_name}"), fact_name)()
+    fact = object_named(path.parent.name, "labwright.facts")()
     arguments = data.get("arg", {})
 
     command = _call(fact.command, arguments)

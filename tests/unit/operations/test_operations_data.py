@@ -25,7 +25,6 @@ the key to add: an operation never silently sees None.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import typing
 from collections.abc import Iterator
@@ -41,14 +40,16 @@ from pyinfra.context import ctx_host, ctx_state
 
 import labwright.operations
 from labwright.guests.model import Change, GuestSpec, Plan
-from support.pyinfra_data import defined_in, fact_key, render_commands
+from support.pyinfra_data import defined_in, defined_outside, fact_key, object_named, render_commands
 
 HERE = Path(__file__).resolve().parent
 
 
 def labwright_operations() -> list[str]:
-    """``module.operation`` for every @operation in src/labwright/operations/*.py."""
-    return defined_in(labwright.operations, lambda value: callable(value) and hasattr(value, "_inner"))
+    """``module.operation`` for every @operation in src/labwright/operations/*.py, and ``labwright.MODULE.operation``
+    for every module-level one elsewhere (snapshots.deploy)."""
+    return [*defined_in(labwright.operations, lambda value: callable(value) and hasattr(value, "_inner")),
+            *defined_outside(labwright.operations, decorator="operation")]
 
 
 def cases() -> list[Any]:
@@ -118,8 +119,7 @@ def run_case(path: Path) -> None:
     unknown = set(data) - {"args", "kwargs", "facts", "commands", "noop_description", "host_data", "exception",
                            "is_executing", "guest_backend", "host_name", "why"}
     assert not unknown, f"{path}: unknown keys {sorted(unknown)}"
-    module_name, operation_name = path.parent.name.split(".")
-    operation = getattr(importlib.import_module(f"labwright.operations.{module_name}"), operation_name)
+    operation = object_named(path.parent.name, "labwright.operations")
 
     name = data.get("host_name", "testhost")
     inventory = Inventory(([(name, data.get("host_data", {}))], {}))
