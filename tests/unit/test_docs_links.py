@@ -16,7 +16,13 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
+# Every Markdown page of the repository, the ones beside code included (scripts/gpu-check/README.md, provenance
+# notes); not the package's data (src/labwright/data: listings recorded from upstream pages, their anchors theirs).
+PAGES = sorted(path for path in REPO.rglob("*.md")
+               if not {".git", ".venv", "node_modules", ".pytest_cache"} & set(path.relative_to(REPO).parts)
+               and REPO / "src" / "labwright" / "data" not in path.parents)
+FIELD_NOTES = REPO / "docs" / "field-notes.md"
+SEED = re.compile(r"\bseeds?\b", re.IGNORECASE)
 
 INLINE = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFERENCE = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$", re.MULTILINE)
@@ -155,3 +161,15 @@ def test_a_missing_file_and_a_missing_anchor_are_reported(tmp_path: Path) -> Non
     assert check(page, "../../../etc/passwd") is not None
     assert check(page, "cli.md") is None
     assert check(page, "gpu.md#gpu-architecture-labwright-gpu-arch-and-the-facts") is None  # `code` in a heading
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p != FIELD_NOTES], ids=lambda p: str(p.relative_to(REPO)))
+def test_a_page_that_cites_the_field_notes_links_them(page: Path) -> None:
+    """"The seed" means a field note the reader may not have: a page that cites one links docs/field-notes.md, where
+    each is explained."""
+    text = page.read_text(encoding="utf-8")
+    cites = [number for number, line in prose_lines(text) if SEED.search(line)]
+    if not cites:
+        return
+    linked = [target for _, target in links(page) if target.split("#")[0].endswith("field-notes.md")]
+    assert linked, f"{page.relative_to(REPO)} cites the field notes (line {cites[0]}) but never links docs/field-notes.md"
