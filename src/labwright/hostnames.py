@@ -85,6 +85,20 @@ def parse_pct_target(target: str | None) -> PctName:
     return PctName(node, int(vmid_text))
 
 
+def lxd_guest(text: str) -> LxdName:
+    """One LXD/Incus guest as a command takes it (docs/cli.md, "guest"): the instance as ``lxc`` names it (``NAME``,
+    ``REMOTE:NAME``) or as the inventory names its host (``@lxd/NAME``, ``@lxd/REMOTE:NAME``, ``@incus/NAME``): the
+    same guest either way. Anything else is one BadHostName line (a ``@pct/...`` guest is not on LXD)."""
+    try:
+        parsed = parse_host_name(text) if text.startswith("@") else parse_lxd_target(text)
+    except BadHostName:
+        parsed = None
+    if isinstance(parsed, LxdName):
+        return parsed
+    raise BadHostName(f"guest {text!r} is not an LXD instance name (NAME, REMOTE:NAME or @lxd/NAME); use 1-63 letters, "
+                      "digits and hyphens, starting with a letter")
+
+
 def parse_host_name(host: str) -> LxdName | PctName | None:
     """The container a pyinfra host name points at; None for any other host (``pve1``, ``@local``, ``@ssh/x``).
     A malformed ``@lxd``/``@incus``/``@pct`` name raises ``BadHostName``."""

@@ -172,4 +172,4 @@ def test_a_page_that_cites_the_field_notes_links_them(page: Path) -> None:
     if not cites:
         return
     linked = [target for _, target in links(page) if target.split("#")[0].endswith("field-notes.md")]
-    assert linked, f"{page.relative_to(REPO)} cites the field notes (line {cites[0]}) but never links docs/field-notes.md"
+    assert linked, f"{page.relative_to(REPO)} cites the field notes (line {cites[0]}), never links docs/field-notes.md"

@@ -89,7 +89,7 @@ def _print_diagnosis(diag: Diagnosis) -> None:
             stdout.print(f"  fix: {n.suggestion}", markup=False)
 
 
-@app.command("doctor")
+@app.command("doctor", cls=vocab.HiddenArgumentsCommand)
 def doctor_cmd(
     inventory: Path = InventoryOption,
     old_inventory: Path | None = vocab.InventoryPositional,
@@ -176,7 +176,7 @@ def rejoin_cmd(
     stdout.print(result.message, markup=False)
 
 
-@app.command("ghosts")
+@app.command("ghosts", cls=vocab.HiddenArgumentsCommand)
 def ghosts_cmd(
     inventory: Path = InventoryOption,
     old_inventory: Path | None = vocab.InventoryPositional,

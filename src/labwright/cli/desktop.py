@@ -14,8 +14,8 @@ import typer
 from labwright.desktop.checks import Check, Runner, read_record, run_checks
 from labwright.desktop.recipe import DOWNGRADE_KEYS
 from labwright.errors import BadInput, LxdError
+from labwright.hostnames import BadHostName, lxd_guest
 from labwright.hosts.lxd import LxdHost
-from labwright.lab.spec import INSTANCE_NAME
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 from labwright.ui import stdout, table
@@ -40,12 +40,12 @@ def check_arguments(user: str | None, port: int | None) -> None:
 
 
 def _host(guest: str) -> LxdHost:
-    remote, _, name = guest.rpartition(":")
-    if not INSTANCE_NAME.match(name):
-        raise BadInput(f"guest {guest!r} is not an LXD instance name (NAME or REMOTE:NAME); use 1-63 letters, digits "
-                       "and hyphens, starting with a letter (see `lxc list`)")
-    endpoint, project = resolve_endpoint(remote or None)
-    return LxdHost(name, LxdClient(endpoint, project=project))
+    try:
+        parsed = lxd_guest(guest)
+    except BadHostName as exc:
+        raise BadInput(f"{exc} (see `lxc list`)") from None
+    endpoint, project = resolve_endpoint(parsed.remote, flavour=parsed.flavour)
+    return LxdHost(parsed.instance, LxdClient(endpoint, project=project))
 
 
 def runner(host: LxdHost) -> Runner:

@@ -46,7 +46,7 @@ def _print_changes(changes: list[Change], indent: str = "  ") -> None:
         stdout.print(indent + change.describe(), markup=False)
 
 
-@app.command()
+@app.command(cls=vocab.HiddenArgumentsCommand)
 def plan(
     inventory: Path = InventoryArgument,
     old_inventory: Path | None = OldInventory,
@@ -103,7 +103,7 @@ def _run_each(inventory: Path, names: list[str] | None, as_json: bool, verb: str
         stdout.print(f"{changed} guest(s) {verb}, {len(specs) - changed} unchanged")
 
 
-@app.command()
+@app.command(cls=vocab.HiddenArgumentsCommand)
 def apply(
     inventory: Path = InventoryArgument,
     old_inventory: Path | None = OldInventory,
@@ -124,7 +124,7 @@ def apply(
     _run_each(inventory, guest, as_json, "changed", lambda backend, spec: backend.apply(spec))
 
 
-@app.command()
+@app.command(cls=vocab.HiddenArgumentsCommand)
 def show(
     inventory: Path = InventoryArgument,
     old_inventory: Path | None = OldInventory,
@@ -155,7 +155,7 @@ def show(
             stdout.print(f"{info['name']}: warning: {warning}", markup=False)
 
 
-@app.command()
+@app.command(cls=vocab.HiddenArgumentsCommand)
 def start(
     inventory: Path = InventoryArgument,
     old_inventory: Path | None = OldInventory,
@@ -171,7 +171,7 @@ def start(
     _run_each(inventory, guest, as_json, "started", lambda backend, spec: backend.start(spec))
 
 
-@app.command()
+@app.command(cls=vocab.HiddenArgumentsCommand)
 def stop(
     inventory: Path = InventoryArgument,
     old_inventory: Path | None = OldInventory,
@@ -203,7 +203,7 @@ def _would(inventory: Path, names: list[str] | None, as_json: bool, verb: str) -
     return specs
 
 
-@app.command()
+@app.command(cls=vocab.HiddenArgumentsCommand)
 def destroy(
     inventory: Path = InventoryArgument,
     old_inventory: Path | None = OldInventory,

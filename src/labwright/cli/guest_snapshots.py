@@ -12,11 +12,17 @@ import typer
 
 from labwright import snapshots
 from labwright.errors import BadInput
+from labwright.hostnames import lxd_guest
 from labwright.snapshots.model import DEFAULT_KEEP
 from labwright.ui import stdout, table
 
-GuestArgument = typer.Argument(..., metavar="GUEST", help="The guest: @lxd/NAME, @lxd/REMOTE:NAME, @incus/NAME or "
-                                                          "@pct/NODE/VMID.")
+GuestArgument = typer.Argument(..., metavar="GUEST", help="The guest: NAME or REMOTE:NAME (as lxc names it), "
+                                                          "@lxd/NAME, @lxd/REMOTE:NAME, @incus/NAME or @pct/NODE/VMID.")
+
+
+def host_name(guest: str) -> str:
+    """The guest as the snapshot backends take it: the inventory's host name (``lxc``'s NAME is @lxd/NAME)."""
+    return guest if guest.startswith("@") else lxd_guest(guest).host
 JsonOption = typer.Option(False, "--json", help="Print JSON instead of text.")
 DryOption = typer.Option(False, "--dry", help="Say what would be done; change nothing.")
 DataOption = typer.Option(None, "--data", help="Host data of the Proxmox node, KEY=VALUE (repeat), e.g. "
@@ -52,7 +58,7 @@ def snapshot(
 
     Example: labwright guest snapshot @lxd/llm1 --name before-upgrade
     """
-    result = snapshots.take(guest, "manual", keep=keep, name=name, dry=dry, node_data=node_data(data))
+    result = snapshots.take(host_name(guest), "manual", keep=keep, name=name, dry=dry, node_data=node_data(data))
     if as_json:
         _echo_json(result.to_dict())
         return
@@ -75,7 +81,7 @@ def snapshots_command(
 
     Example: labwright guest snapshots @pct/pve1/101
     """
-    found = snapshots.list_snapshots(guest, node_data=node_data(data))
+    found = snapshots.list_snapshots(host_name(guest), node_data=node_data(data))
     if as_json:
         _echo_json([s.to_dict() for s in found])
         return
@@ -105,7 +111,7 @@ def restore(
     if dry and yes:
         raise BadInput("--dry and --yes contradict each other: --dry changes nothing, --yes acts; give one of them")
     host_data = node_data(data)
-    plan = snapshots.restore(guest, snapshot_name, force=force, dry=True, node_data=host_data)
+    plan = snapshots.restore(host_name(guest), snapshot_name, force=force, dry=True, node_data=host_data)
     if not yes:
         if as_json:
             _echo_json(plan.to_dict())
@@ -114,7 +120,7 @@ def restore(
             if not dry:
                 stdout.print("dry run: nothing changed; run again with -y/--yes to restore", markup=False)
         return
-    result = snapshots.restore(guest, plan.name, force=force, node_data=host_data)
+    result = snapshots.restore(host_name(guest), plan.name, force=force, node_data=host_data)
     if as_json:
         _echo_json(result.to_dict())
         return

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from labwright.errors import BadInput
 
@@ -36,8 +37,20 @@ def inventory_option(help_text: str, default: Path | str | None = None) -> Any:
                         metavar="FILE", help=help_text)
 
 
-#: The old positional inventory (``labwright cluster doctor inv.py``): hidden, deprecated, still taken.
-InventoryPositional = typer.Argument(None, hidden=True, metavar="[INVENTORY]", show_default=False)
+#: The old positional inventory (``labwright cluster doctor inv.py``): hidden, deprecated, still taken. A command
+#: that takes it is made with ``cls=HiddenArgumentsCommand`` so that its usage line does not show it either.
+InventoryPositional = typer.Argument(None, hidden=True, metavar="INVENTORY", show_default=False)
+
+
+class HiddenArgumentsCommand(TyperCommand):
+    """A command whose usage line leaves out hidden arguments (click shows them there, help hides only the row)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:  # typer's own click Context (typer vendors click)
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if not getattr(param, "hidden", False):
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
 
 
 def deprecated(old: str, new: str) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 from labwright.errors import BadInput, LxdError
 from labwright.gpu.check import Check, DecodeRequest, Runner, run_checks
 from labwright.guests.gpu import GpuHost
+from labwright.hostnames import BadHostName, lxd_guest
 from labwright.hosts.lxd import LxdHost
-from labwright.lab.spec import INSTANCE_NAME
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 
@@ -62,15 +62,15 @@ def runner(host: LxdHost) -> Runner:
 
 
 def _lxd_host(guest: str) -> LxdHost:
-    remote, _, name = guest.rpartition(":")
-    if not INSTANCE_NAME.match(name):
-        raise BadInput(f"guest {guest!r} is not an LXD instance name (NAME); use 1-63 letters, digits and hyphens, "
-                       "starting with a letter (see `lxc list`)")
-    if remote:
+    try:
+        parsed = lxd_guest(guest)
+    except BadHostName as exc:
+        raise BadInput(f"{exc} (see `lxc list`)") from None
+    if parsed.remote:
         raise BadInput(f"guest {guest}: gpu check reads the host's NVIDIA files, so it runs on the LXD host itself; "
-                       f"run `labwright gpu check {name}` there")
-    endpoint, project = resolve_endpoint(None)
-    return LxdHost(name, LxdClient(endpoint, project=project))
+                       f"run `labwright gpu check {parsed.instance}` there")
+    endpoint, project = resolve_endpoint(None, flavour=parsed.flavour)
+    return LxdHost(parsed.instance, LxdClient(endpoint, project=project))
 
 
 def _service(run: Runner, service: str | None) -> str | None:

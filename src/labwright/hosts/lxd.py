@@ -8,7 +8,7 @@ import shlex
 from collections.abc import Sequence
 
 from labwright.errors import LabwrightError, LxdError, LxdNotFound
-from labwright.hostnames import parse_lxd_target
+from labwright.hostnames import lxd_guest
 from labwright.hosts import Result, Source, shell_line, source_bytes
 from labwright.lxd.client import ExecResult, LxdClient
 from labwright.lxd.remotes import resolve_endpoint
@@ -16,11 +16,11 @@ from labwright.lxd.remotes import resolve_endpoint
 
 class LxdHost:
     def __init__(self, target: str, client: LxdClient | None = None):
-        parsed = parse_lxd_target(target)
+        parsed = lxd_guest(target)
         self.name = parsed.instance
         self.label = f"container {target}"
         if client is None:
-            endpoint, project = resolve_endpoint(parsed.remote)
+            endpoint, project = resolve_endpoint(parsed.remote, flavour=parsed.flavour)
             client = LxdClient(endpoint, project=project)
         self.client = client
 

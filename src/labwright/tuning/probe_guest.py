@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed
-from labwright.hostnames import BadHostName
+from labwright.hostnames import BadHostName, lxd_guest
 from labwright.hosts.lxd import LxdHost
 from labwright.lxd.client import LxdClient
-from labwright.lxd.remotes import split_target
 
 WAITER_SOURCE = (Path(__file__).with_name("probe_waiter.py")).read_text()
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -42,13 +41,13 @@ class LxdGuest:
     exec with recorded output, its file API)."""
 
     def __init__(self, target: str, client: LxdClient | None = None):
-        _, name = split_target(target)
         self.name = target
-        self.instance = name
         try:
+            name = lxd_guest(target).instance
             self.host = LxdHost(target, client)
         except BadHostName:  # not an instance name LXD accepts, so there is no such instance
             raise BadInput(f"--guest {target}: no such LXD instance; list them with `lxc list`") from None
+        self.instance = name
         self.client = self.host.client
         try:
             info = self.client.instance(name)

@@ -20,7 +20,7 @@ def the_error(stderr: str) -> str:
 @pytest.mark.parametrize("command", ["plan", "apply", "show", "start", "stop", "destroy"])
 def test_every_command_has_help(cli_env, command):
     proc = lw(cli_env, command, "--help")
-    assert proc.returncode == 0 and "INVENTORY" in proc.stdout and "--guest" in proc.stdout
+    assert proc.returncode == 0 and "--inventory" in proc.stdout and "--guest" in proc.stdout
 
 
 @pytest.mark.parametrize(("text", "fragment"), [

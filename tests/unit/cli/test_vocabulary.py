@@ -110,6 +110,10 @@ def test_every_command_is_classified_and_holds_the_vocabulary(command: Command):
 def test_short_h_is_help(command: Command, capsys):
     code, out, err = run(capsys, *command.path.split(), "-h")
     assert code == 0 and "Usage:" in out and err == "", (command.path, code, err)
+    usage = " ".join(next(line for line in out.splitlines() if "Usage:" in line).split())
+    for hidden in command.hidden_arguments:  # the old positional inventory: taken, never advertised
+        shown = {hidden, hidden.upper(), hidden.removeprefix("old_").upper()}
+        assert not [word for word in shown if word in usage], f"{command.path}: usage shows {usage!r}"
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if {"--dry", "--yes"} <= spellings(c)],

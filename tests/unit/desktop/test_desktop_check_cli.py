@@ -81,8 +81,8 @@ def test_a_missing_stopped_or_unreachable_guest_is_one_error_line(stand_in, caps
 def test_a_name_lxd_cannot_have_is_refused_before_the_daemon_is_asked(capsys):
     assert main(["desktop", "check", "lab:desk_1"]) == 2
     assert capsys.readouterr().err.strip() == ("labwright: error: guest 'lab:desk_1' is not an LXD instance name "
-                                               "(NAME or REMOTE:NAME); use 1-63 letters, digits and hyphens, "
-                                               "starting with a letter (see `lxc list`)")
+                                               "(NAME, REMOTE:NAME or @lxd/NAME); use 1-63 letters, digits and "
+                                               "hyphens, starting with a letter (see `lxc list`)")
 
 
 @pytest.mark.parametrize(("args", "words"), [

@@ -14,6 +14,7 @@ from labwright.hostnames import (
     BadHostName,
     LxdName,
     PctName,
+    lxd_guest,
     parse_host_name,
 )
 from labwright.lab.spec import spec_from_group
@@ -114,3 +115,23 @@ def test_an_unknown_connector_is_one_line_naming_the_file(tmp_path):
     with pytest.raises(BadInput) as caught:
         load_inventory(inventory, cwd=tmp_path)
     assert str(caught.value) == f"inventory {inventory}: Invalid connector: nosuch; fix the host name"
+
+
+@pytest.mark.parametrize(("given", "flavour", "remote", "instance"), [
+    ("llm1", "lxd", None, "llm1"),
+    ("lab:llm1", "lxd", "lab", "llm1"),
+    ("@lxd/llm1", "lxd", None, "llm1"),
+    ("@lxd/lab:llm1", "lxd", "lab", "llm1"),
+    ("@incus/llm1", "incus", None, "llm1"),
+])
+def test_a_guest_is_taken_as_lxc_or_the_inventory_names_it(given, flavour, remote, instance):
+    parsed = lxd_guest(given)
+    assert (parsed.flavour, parsed.remote, parsed.instance) == (flavour, remote, instance)
+
+
+@pytest.mark.parametrize("given", ["desk_1", "lab:desk_1", "@lxd/$(id)", "@pct/pve1/120", "@ssh/llm1", "@lxd/", ""])
+def test_anything_else_is_one_line_naming_the_forms(given):
+    with pytest.raises(BadHostName) as refused:
+        lxd_guest(given)
+    assert str(refused.value) == (f"guest {given!r} is not an LXD instance name (NAME, REMOTE:NAME or @lxd/NAME); "
+                                  "use 1-63 letters, digits and hyphens, starting with a letter")

@@ -17,7 +17,7 @@ def registered():
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["guest", "snapshot", "llm1"], ["'llm1'", "@lxd/NAME"]),
+    (["guest", "snapshot", "llm_1"], ["'llm_1'", "@lxd/NAME"]),
     (["guest", "snapshot", "@lxd/9bad"], ["'9bad'", "starting with a letter"]),
     (["guest", "snapshots", "@pct/pve1/42"], ["VMID '42'", "100"]),
     (["guest", "restore", "@ssh/host"], ["'@ssh/host'", "@pct/NODE/VMID"]),
