@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from labwright.lxd.client import LxdClient
+from support.cli_docs import assert_documented
 
 pytestmark = pytest.mark.lab
 
@@ -45,9 +46,11 @@ def test_up_twice_changes_nothing_and_down_removes_only_what_up_made(lab, lab_co
     client = lab.client
     inv = inventory(tmp_path, "lwup", "10.99.8.1/24", ["lwup-c1", "lwup-c2"])
     try:
-        first = lw(cli_env, "lab", "up", "-i", str(inv))
+        first = lw(cli_env, "lab", "up", "-i", str(inv), "--json")
         assert first.returncode == 0, first.stderr
-        assert "container lwup-c1 launched" in first.stderr and "network lwupbr0" in first.stderr
+        assert_documented("lab up", json.loads(first.stdout))
+        changes = " | ".join(json.loads(first.stdout)["changes"])
+        assert "container lwup-c1 launched" in changes and "network lwupbr0" in changes, changes
 
         status = lw(cli_env, "lab", "status", "-i", str(inv), "--json")
         rows = {row["name"]: row for row in json.loads(status.stdout)}
@@ -72,6 +75,10 @@ def test_up_twice_changes_nothing_and_down_removes_only_what_up_made(lab, lab_co
 
         plan = lw(cli_env, "lab", "down", "-i", str(inv), "--dry")
         assert plan.returncode == 0 and "would delete container lwup-c1" in plan.stderr
+        planned = lw(cli_env, "lab", "down", "-i", str(inv), "--dry", "--json")
+        assert planned.returncode == 0, planned.stderr
+        assert_documented("lab down", json.loads(planned.stdout))
+        assert json.loads(planned.stdout)["dry"] is True
         assert exists(client, "/1.0/instances/lwup-c1")
     finally:
         down = lw(cli_env, "lab", "down", "-i", str(inv), "--yes")

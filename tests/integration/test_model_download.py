@@ -9,6 +9,8 @@ from it through HF_ENDPOINT. The files are checked inside the guest with its own
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import random
 from pathlib import Path
 
@@ -165,3 +167,55 @@ def test_a_typo_in_the_data_is_one_line_and_changes_nothing(lab, guest):
     assert run.rc != 0
     assert "model_revison: not a key of deploys/model.py" in run.output, run.output[-3000:]
     assert "Traceback" not in run.output and hub.requests == []
+
+
+def _mapped_root(lab: Lab, name: str) -> tuple[int, int]:
+    """The host uid and gid the unprivileged container's root is mapped to (LXD's volatile.idmap.current)."""
+    config = lab.client.instance(name)["config"]
+    maps = json.loads(config.get("volatile.idmap.current") or config.get("volatile.last_state.idmap") or "[]")
+    uid = next(m["Hostid"] for m in maps if m["Isuid"] and m["Nsid"] == 0)
+    gid = next(m["Hostid"] for m in maps if m["Isgid"] and m["Nsid"] == 0)
+    return uid, gid
+
+
+def test_two_guests_sharing_model_dir_on_a_mount_download_each_blob_once(lab, tmp_path):
+    # docs/models.md "Sharing the cache between guests": model_dir on a host directory mounted into both guests (an
+    # LXD disk device), owned by the guests' mapped root. The first guest downloads; the second, asking for the same
+    # repo under another name, finds every blob in the shared cache: no file is fetched again, the sums match.
+    shared = tmp_path / "models"
+    shared.mkdir()
+    names = [lab.fresh("lwshare"), lab.fresh("lwshare")]
+    try:
+        uid, gid = _mapped_root(lab, names[0])
+        assert _mapped_root(lab, names[1]) == (uid, gid), "the two guests must share one idmap to share a directory"
+        os.chown(shared, uid, gid)
+        tmp_path.chmod(0o755)
+        code, version = sh(lab, names[0], "python3 -c 'import platform; print(platform.python_version())'")
+        assert code == 0, version
+        wheels = download_wheelhouse([HUB_REQUIREMENT], version.strip(),
+                                     cache_root() / "models-hub" / f"py{version.strip()}")
+        for name in names:
+            lab.client.request("PATCH", f"/1.0/instances/{name}", {"devices": {
+                "hub-wheels": {"type": "disk", "source": str(wheels), "path": WHEELS, "readonly": "true"},
+                "models": {"type": "disk", "source": str(shared), "path": "/srv/models"}}})
+        with StandinHub(bridge_address(lab_subnet())) as hub:
+            hub.add(StandinRepo("lab/shared", dict(FILES)))
+            first = deploy(names[0], hub, "model_repo=lab/shared", 'model_allow=["*.json","*.safetensors"]',
+                           "model_name=shared-a")
+            assert first.rc == 0, first.output[-5000:]
+            assert len(hub.file_gets()) == 3
+            hub.reset_log()
+            second = deploy(names[1], hub, "model_repo=lab/shared", 'model_allow=["*.json","*.safetensors"]',
+                            "model_name=shared-b")
+            assert second.rc == 0, second.output[-5000:]
+            assert hub.file_gets() == [], [r.path for r in hub.file_gets()]  # every blob came from the shared cache
+        for name, link in zip(names, ("shared-a", "shared-b"), strict=True):
+            code, sums = sh(lab, name, f"cd /srv/models/{link} && sha256sum -- *")
+            assert code == 0, sums
+            for file in ("config.json", "tokenizer.json", "model.safetensors"):
+                assert f"{hashlib.sha256(FILES[file]).hexdigest()}  {file}" in sums
+        blobs = list((shared / "hub" / "models--lab--shared" / "blobs").iterdir())
+        assert len(blobs) == 3, blobs  # one copy of each file on the host, for both guests
+    finally:
+        for name in names:
+            lab.remove(name)

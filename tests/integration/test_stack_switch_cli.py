@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from support.cli_docs import assert_documented
 from support.stacks import StandinStacks, build_standin_stacks
 
 pytestmark = pytest.mark.slow
@@ -51,7 +52,13 @@ def test_dry_changes_nothing_and_a_new_path_needs_create(run):
 def test_switch_refuse_roll_back_and_show(run):
     first = run("switch", "--to", "standin-2.9", "--create", health_check=False)
     assert first.returncode == 0, first.stderr
-    assert run("switch", "--to", "standin-2.10").returncode == 0
+    planned = run("switch", "--to", "standin-2.10", "--dry", "--json")
+    assert planned.returncode == 0, planned.stderr
+    assert_documented("stack switch", json.loads(planned.stdout), variant=1)
+    switched = run("switch", "--to", "standin-2.10", "--json")
+    assert switched.returncode == 0, switched.stderr
+    assert_documented("stack switch", json.loads(switched.stdout))
+    assert json.loads(switched.stdout)["changed"] is True
     two_ten = os.readlink(run.venv)
     again = run("switch", "--to", "standin-2.10")
     assert again.returncode == 0 and "nothing to do" in again.stdout
@@ -64,8 +71,14 @@ def test_switch_refuse_roll_back_and_show(run):
     assert unhealthy.returncode == 1 and "rolled back by itself to stack standin-2.10" in unhealthy.stderr
     assert os.readlink(run.venv) == two_ten
 
-    back = run("rollback")
+    planned = run("rollback", "--dry", "--json")
+    assert planned.returncode == 0, planned.stderr
+    assert_documented("stack switch", json.loads(planned.stdout))  # "as stack switch", dry: true
+    assert json.loads(planned.stdout)["dry"] is True and os.readlink(run.venv) == two_ten
+    back = run("rollback", "--json")
     assert back.returncode == 0, back.stderr
+    assert_documented("stack switch", json.loads(back.stdout))
+    assert json.loads(back.stdout)["current"]["stack"] == "standin-2.9"
     assert "/standin-2.9-" in os.readlink(run.venv)
     shown = run("show", "--json")
     assert shown.returncode == 0, shown.stderr
