@@ -146,3 +146,29 @@ def test_no_engine_service_is_said_not_checked(lab, client, names, fake_host, ca
     report = json.loads(out)
     assert code == 0 and report["service"] is None
     assert report["checks"][-1]["detail"].startswith("not checked: no llama-server or tabbyapi service")
+
+
+def test_a_userspace_only_the_dynamic_loader_knows_is_read(lab, client, names, fake_host, tmp_path, capsys):
+    # Where a container runtime or an installer puts the driver's libraries outside the distribution directories
+    # (the lent H200 had them in /usr/local/nvidia/lib64, named in ld.so.conf): real ELF shared objects in
+    # /opt/nvidia-driver/lib, registered with ldconfig, are the userspace the check must find (it said "no userspace"
+    # on a machine whose CUDA worked).
+    name = f"lwgpu-{secrets.token_hex(3)}"
+    names.append(name)
+    LxdBackend(client, gpu_host=GpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
+    source = tmp_path / "stub.c"
+    source.write_text("int labwright_stub(void) { return 0; }\n")
+    for lib in ("libcuda.so", "libnvidia-ml.so"):
+        built = tmp_path / f"{lib}.{DRIVER_VERSION}"
+        subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{lib}.1", "-o", str(built), str(source)], check=True)
+        client.push_file(name, f"/opt/nvidia-driver/lib/{built.name}", built.read_bytes(), mode=0o755)
+    client.push_file(name, "/etc/ld.so.conf.d/zz-nvidia-driver.conf", b"/opt/nvidia-driver/lib\n", mode=0o644)
+    setup = client.exec(name, ["sh", "-c", "cd /opt/nvidia-driver/lib && for l in libcuda.so libnvidia-ml.so; do "
+                                           f"ln -sf $l.{DRIVER_VERSION} $l.1; done && ldconfig && ldconfig -p"])
+    assert setup.exit_code == 0 and b"/opt/nvidia-driver/lib/libcuda.so.1" in setup.stdout, setup.stdout
+
+    code, out, err = gpu_check(capsys, name, "--host-root", str(fake_host), "--service", "none", "--json")
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
+    assert checks["userspace == host module"]["ok"], checks["userspace == host module"]
+    assert DRIVER_VERSION in checks["userspace == host module"]["detail"]
+    assert code == 0, err

@@ -22,7 +22,7 @@ from pyinfra.api import FactBase
 
 from labwright.gpu.check import sections as marked_sections
 from labwright.gpu.smi import SMI_QUERY, parse_gpu_query
-from labwright.guests.gpu import LIBRARY_DIRS, check_driver_match, parse_driver_version, userspace_versions
+from labwright.guests.gpu import check_driver_match, parse_driver_version, userspace_listing, userspace_versions
 
 _MARK = "@@labwright-nvidia-"
 
@@ -53,13 +53,12 @@ class NvidiaDriverMatch(FactBase[Any]):
     """
 
     def command(self, root: str = "/") -> str:
-        dirs = " ".join(_below(root, d) for d in LIBRARY_DIRS)
         smi = ("command -v nvidia-smi >/dev/null 2>&1 && timeout 20 nvidia-smi 2>&1 | head -n 12"
                if root.rstrip("/") == "" else "true")
         return (
             f"echo {_MARK}driver; cat {_below(root, '/proc/driver/nvidia/version')} 2>/dev/null; "
-            f"echo {_MARK}libs; for d in {dirs}; do ls -1 \"$d\" 2>/dev/null; done "
-            "| grep -E '^lib(cuda|nvidia-ml)[.]so[.][0-9]' || true; "
+            f"echo {_MARK}libs; {userspace_listing(root)} | grep -E '^lib(cuda|nvidia-ml)[.]so[.][0-9]' | sort -u "
+            "|| true; "
             f"echo {_MARK}smi; {{ {smi}; }} || true"
         )
 

@@ -28,7 +28,7 @@ from importlib import resources
 
 from labwright.desktop.checks import Check
 from labwright.gpu.smi import SMI_QUERY, GpuInfo, parse_gpu_query
-from labwright.guests.gpu import LIBRARY_DIRS, DeviceNode, check_driver_match, userspace_versions
+from labwright.guests.gpu import DeviceNode, check_driver_match, userspace_listing, userspace_versions
 
 Runner = Callable[[str], tuple[int, str]]
 
@@ -101,13 +101,11 @@ def sections(lines: Iterable[str], mark: str) -> dict[str, list[str]]:
 
 # --- collecting (two commands in the guest) ------------------------------------------------------------------------
 def guest_command() -> str:
-    dirs = " ".join(shlex.quote(d) for d in LIBRARY_DIRS)
     return (
         # Not `find -type c`: LXD bind-mounts each node over a plain file, which readdir reports as a file.
         f"echo {_MARK}nodes; for f in /dev/nvidia* /dev/nvidia-caps/*; do "
         "[ -c \"$f\" ] && stat -c '%n %t %T' \"$f\"; done; "
-        f"echo {_MARK}libs; for d in {dirs}; do ls -1 \"$d\" 2>/dev/null; done "
-        "| grep -E '^lib(cuda|nvidia-ml)[.]so[.][0-9]'; "
+        f"echo {_MARK}libs; {userspace_listing()} | grep -E '^lib(cuda|nvidia-ml)[.]so[.][0-9]' | sort -u; "
         f"echo {_MARK}smi; if command -v nvidia-smi >/dev/null 2>&1; then timeout 20 {SMI_QUERY} 2>&1; "
         f"else echo {_MARK}no-smi; fi; true"
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import stat
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -27,8 +28,16 @@ from labwright.errors import OperationFailed
 NVIDIA_MAJOR = 195
 #: Userspace libraries whose file name carries the exact driver version (libcuda.so.550.54.14).
 VERSIONED_LIBRARIES = ("libcuda.so", "libnvidia-ml.so")
-#: Where distributions and the .run installer put them.
-LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/usr/lib/aarch64-linux-gnu")
+#: Where distributions and the .run installer put them, and where container runtimes mount the host's (NVIDIA's CUDA
+#: images and Kubernetes' device plugin: /usr/local/nvidia/lib64, named in ld.so.conf). Seen on the lent H200
+#: (2026-11-27): libcuda.so.580.159.04 in /usr/local/nvidia/lib64 and in no distribution directory, so a check that
+#: read only those called a working GPU machine "no userspace".
+LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/usr/lib/aarch64-linux-gnu",
+                "/usr/local/nvidia/lib64", "/usr/local/nvidia/lib")
+#: The directories the dynamic loader's cache has libcuda/libnvidia-ml in (``ldconfig -p``: "libcuda.so.1 (libc6,
+#: x86-64) => /opt/nvidia/lib/libcuda.so.1"): what a CUDA program really loads, wherever an installer put it.
+_LOADER_DIRS = ("ldconfig -p 2>/dev/null | sed -nE 's#^.* => (/.*)/lib(cuda|nvidia-ml)[.]so.*#\\1#p' | sort -u")
+
 #: Creates /dev/nvidia-uvm (and nvidia0) without a CUDA program having run; the node appears only
 #: when the module is used, and a container whose passthrough names a missing node won't start.
 UVM_PREFLIGHT = ("nvidia-modprobe", "-u", "-c", "0")
@@ -53,6 +62,18 @@ _DRIVER_LINE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+" + _VERSION)
 _LIBRARY = re.compile(r"^(lib(?:cuda|nvidia-ml)\.so)\." + _VERSION + r"$")
 _SMI_VERSION = re.compile(r"Driver Version:\s*" + _VERSION)
 _NODE_ORDER = re.compile(r"^nvidia(\d+)$")
+
+
+def userspace_listing(root: str = "/") -> str:
+    """A shell command listing the file names in every directory the NVIDIA userspace may be in (LIBRARY_DIRS, and
+    on a real system the loader's own directories for it); ``userspace_versions`` reads the versions from them. Below
+    a fake ``root`` (tests) only LIBRARY_DIRS are read."""
+    base = root.rstrip("/")
+    dirs = " ".join(shlex.quote(base + d) for d in LIBRARY_DIRS)
+    listing = f"for d in {dirs}; do ls -1 \"$d\" 2>/dev/null; done"
+    if base:
+        return f"{{ {listing}; }}"
+    return f"{{ {listing}; {_LOADER_DIRS} | while IFS= read -r d; do ls -1 \"$d\" 2>/dev/null; done; }}"
 
 
 # --- pure parsers ----------------------------------------------------------------------------

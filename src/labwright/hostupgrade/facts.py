@@ -17,13 +17,11 @@ local LXD daemon.
 from __future__ import annotations
 
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
-from labwright.gpu.check import LIBRARY_DIRS
 from labwright.gpu.guest import ENGINE_SERVICES
-from labwright.guests.gpu import GpuHost, userspace_versions
+from labwright.guests.gpu import GpuHost, userspace_listing, userspace_versions
 from labwright.hostnames import LxdName
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts, kernel_key
 from labwright.lxd.client import LxdClient
@@ -91,9 +89,8 @@ def node_guest_devices(instance: dict[str, Any], root: Path) -> bool:
 
 def guest_userspace(client: LxdClient, name: str) -> tuple[str | None, tuple[str, ...]]:
     """(userspace version or None; "mixed:a,b" for libraries of different versions, engine services present)."""
-    dirs = " ".join(shlex.quote(d) for d in LIBRARY_DIRS)
     units = " ".join(f"{s}.service" for s in ENGINE_SERVICES)
-    script = (f"for d in {dirs}; do ls -1 \"$d\" 2>/dev/null; done; echo @@units; "
+    script = (f"{userspace_listing()}; echo @@units; "
               f"systemctl show -p LoadState --value {units} 2>/dev/null; true")
     result = client.exec(name, ["sh", "-c", script])
     libs, _, units_out = result.stdout.decode(errors="replace").partition("@@units")

@@ -42,7 +42,7 @@ from labwright.connectors.pct import pct_exec_command, pct_push_command
 from labwright.errors import BadInput, OperationFailed
 from labwright.gpu.check import Check, run_checks
 from labwright.gpu.guest import AUTO, _service
-from labwright.guests.gpu import LIBRARY_DIRS, NVIDIA_MAJOR, GpuHost, userspace_versions
+from labwright.guests.gpu import NVIDIA_MAJOR, GpuHost, userspace_listing, userspace_versions
 from labwright.guests.proxmox_api import call
 from labwright.guests.proxmox_render import props
 from labwright.hostnames import PctName
@@ -184,8 +184,7 @@ def pct_runner(node: Host, vmid: int) -> Callable[[str], tuple[int, str]]:
 def ct_userspace(node: Host, vmid: int) -> str | None:
     """The version of a running CT's libcuda/libnvidia-ml (``mixed:A,B`` when they differ), read with ``pct exec``;
     None when it has none, or ``pct`` cannot be asked (not on a node)."""
-    dirs = " ".join(shlex.quote(d) for d in LIBRARY_DIRS)
-    code, output = pct_runner(node, vmid)(f"for d in {dirs}; do ls -1 \"$d\" 2>/dev/null; done; true")
+    code, output = pct_runner(node, vmid)(f"{userspace_listing()}; true")
     if code != 0:
         return None
     versions = sorted(set(userspace_versions(output.splitlines()).values()))
