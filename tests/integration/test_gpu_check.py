@@ -156,6 +156,7 @@ def test_a_userspace_only_the_dynamic_loader_knows_is_read(lab, client, names, f
     name = f"lwgpu-{secrets.token_hex(3)}"
     names.append(name)
     LxdBackend(client, gpu_host=GpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
+    assert client.exec(name, ["mkdir", "-p", "/opt/nvidia-driver/lib"]).exit_code == 0
     source = tmp_path / "stub.c"
     source.write_text("int labwright_stub(void) { return 0; }\n")
     for lib in ("libcuda.so", "libnvidia-ml.so"):
