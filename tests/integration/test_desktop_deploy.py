@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from labwright import snapshots
 from labwright.desktop import password as passwords
 from labwright.desktop.recipe import PASSWORD_ENV
 from labwright.lab.lab import instance_address, wait_ready
@@ -126,6 +127,27 @@ def test_second_run_changes_nothing(deployed):
     assert again.rc == 0, again.output[-4000:]
     assert (again.totals.changed, again.totals.error) == (0, 0), again.output[-4000:]
     print(f"\nno-change re-run: {again.seconds:.2f}s ({again.totals.no_change} operations)")
+
+
+def test_a_missing_package_is_installed_after_a_snapshot_the_guest_can_be_restored_to(lab, deployed):
+    # docs/snapshots.md: a desktop deploy that is about to install packages snapshots the guest first. x11-utils (a
+    # leaf of the recipe) is removed behind the deploy's back; the next run puts it back, after a snapshot taken
+    # before any package changed (the guest at that moment: without x11-utils).
+    sh(lab, deployed.name, "dpkg -r --force-depends x11-utils >/dev/null")
+    before = set(snapshot_names(lab, deployed.name))
+    run = deploy(deployed.name)
+    assert run.rc == 0, run.output[-4000:]
+    taken = sorted(set(snapshot_names(lab, deployed.name)) - before)
+    assert len(taken) == 1 and taken[0].startswith("labwright-desktop-"), taken
+    assert "Snapshot before the desktop packages" in run.output
+    sh(lab, deployed.name, "dpkg -s x11-utils | grep -q '^Status: install ok installed'")
+    again = deploy(deployed.name)
+    assert (again.rc, again.totals.changed) == (0, 0), again.output[-4000:]
+    assert sorted(set(snapshot_names(lab, deployed.name)) - before) == taken  # nothing to install: no snapshot
+
+
+def snapshot_names(lab: Lab, name: str) -> list[str]:
+    return [s.name for s in snapshots.list_snapshots(f"@lxd/{name}", client=lab.client)]
 
 
 def test_a_real_rdp_client_logs_in_to_a_mate_session(lab, deployed, tmp_path):

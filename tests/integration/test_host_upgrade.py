@@ -87,19 +87,25 @@ def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, h
     client.set_state(stopped, "stop", force=True)
     assert nodes_in(client, matched)["/dev/nvidia-uvm"] == "509:0"
 
+    # A guest mismatched before the upgrade is refused in one line, nothing changed, dry or not.
+    for extra in ((), ("--yes",)):
+        code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), *extra)
+        assert code == 2 and err.count("\n") == 1 and f"guest {mismatched} runs userspace 550.40.07" in err, err
+        assert "--fix-mismatched" in err and GpuHost(host_root).driver_version() == DRIVER_VERSION
+    assert client.request("GET", f"/1.0/instances/{matched}/snapshots") == []
     # Dry by default: the plan, the mismatch said, nothing changed.
-    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--json")
+    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--fix-mismatched", "--json")
     plan = json.loads(out)
     assert code == 0 and plan["dry"] and plan["to"] == NEW and plan["boot_kernel"] == NEW_KERNEL
     assert [s["action"] for s in plan["steps"]][:5] == ["list", "kernel", "snapshot", "snapshot", "snapshot"]
     assert err == (f"labwright: note: guest {mismatched} runs userspace 550.40.07 but the host module is "
-                   f"{DRIVER_VERSION}: mismatched now; the upgrade installs {NEW} in it\n"
+                   f"{DRIVER_VERSION}: mismatched now; the upgrade installs {NEW} in it (--fix-mismatched)\n"
                    f"labwright: note: guest {stopped} is stopped: its userspace is not known; the upgrade starts it "
                    f"and installs {NEW} in it\n")
     assert GpuHost(host_root).driver_version() == DRIVER_VERSION
     assert client.request("GET", f"/1.0/instances/{matched}/snapshots") == []
 
-    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes", "--json")
+    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--fix-mismatched", "--yes", "--json")
     result = json.loads(out)
     assert code == 0 and result["ok"], (out, err)
     for name in (matched, mismatched, stopped):

@@ -138,7 +138,11 @@ def test_dry_plan_lists_the_gpu_containers_and_their_wiring(sim, root, inventory
     container(sim, 202, raw=True, userspace="535.183.01")  # mismatched already: read with pct exec, said
     container(sim, 203, start=False)  # no GPU: not listed
     before = len(sim.writes)
-    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--json")
+    code, _, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root))
+    assert code == 2 and err.count("\n") == 1 and "guest @pct/pve1/202 runs userspace 535.183.01" in err, err
+    assert len(sim.writes) == before
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--fix-mismatched",
+                          "--json")
     plan = json.loads(out)
     assert code == 0 and plan["dry"] and plan["to"] == NEW and plan["boot_kernel"] == NEW_KERNEL, (out, err)
     steps = [(s["action"], s["target"]) for s in plan["steps"]]
@@ -154,7 +158,7 @@ def test_dry_plan_lists_the_gpu_containers_and_their_wiring(sim, root, inventory
     assert majors["@pct/pve1/201"].startswith("devN entries: no rewrite")
     assert "509 (nvidia-uvm), 511 (nvidia-caps)" in majors["@pct/pve1/202"]
     assert err == (f"labwright: note: guest @pct/pve1/202 runs userspace 535.183.01 but the host module is "
-                   f"{DRIVER_VERSION}: mismatched now; the upgrade installs {NEW} in it\n"), err
+                   f"{DRIVER_VERSION}: mismatched now; the upgrade installs {NEW} in it (--fix-mismatched)\n"), err
     assert len(sim.writes) == before  # the dry plan asked nothing that changes anything
     assert allow_majors(sim, 202) == ["c 195:* rwm", "c 509:* rwm", "c 511:* rwm"]
 

@@ -49,6 +49,9 @@ def upgrade(
     dry: bool = vocab.DryOption,
     pin_kernel: bool = typer.Option(False, "--pin-kernel", help="When the new kernel has no driver build: pin the "
                                     "running kernel instead of refusing."),
+    fix_mismatched: bool = typer.Option(False, "--fix-mismatched", help="A running guest whose userspace already "
+                                        "differs from the loaded module is refused; with this it gets the new "
+                                        "userspace with the upgrade."),
     host_root: Path = typer.Option(Path("/"), "--host-root", help="The host's files below this directory (a fake "
                                    "NVIDIA tree on the lab); --yes acts on it.", show_default=False),
     repository: Path | None = typer.Option(None, "--repository", help="Directory of NVIDIA-Linux-x86_64-VERSION.run "
@@ -90,9 +93,9 @@ def upgrade(
         raise BadInput(f"{label}: no NVIDIA-Linux-x86_64-VERSION.run in it; add the installer of the driver to "
                        "install")
     if node_data is not None:
-        outcome = _pve_upgrade(node, root, repo, node_data, to, pin_kernel, yes, as_json)
+        outcome = _pve_upgrade(node, root, repo, node_data, to, pin_kernel, fix_mismatched, yes, as_json)
     else:
-        outcome = _lxd_upgrade(node, root, repo, to, pin_kernel, yes, as_json)
+        outcome = _lxd_upgrade(node, root, repo, to, pin_kernel, fix_mismatched, yes, as_json)
     if outcome is None:
         return
     if as_json:
@@ -140,13 +143,13 @@ def _progress(as_json: bool) -> Callable[[Done], None]:
     return progress
 
 
-def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: bool, yes: bool,
-                 as_json: bool) -> Outcome | None:
+def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: bool, fix_mismatched: bool,
+                 yes: bool, as_json: bool) -> Outcome | None:
     endpoint, project = resolve_endpoint(None)
     client = LxdClient(endpoint, project=project)
     try:
         facts = node_facts(node, root, client, repo)
-        plan = make_plan(facts, to, pin_kernel)
+        plan = make_plan(facts, to, pin_kernel, fix_mismatched)
         if not yes:
             _show_plan(node, plan, as_json)
             return None
@@ -157,13 +160,13 @@ def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: 
 
 
 def _pve_upgrade(node: str, root: Path, repo: Path, node_data: dict[str, Any], to: str | None, pin_kernel: bool,
-                 yes: bool, as_json: bool) -> Outcome | None:
+                 fix_mismatched: bool, yes: bool, as_json: bool) -> Outcome | None:
     from labwright.guests.proxmox_api import Credentials, connect
     from labwright.hostupgrade.pve import PveUpgrade, make_pve_plan, nvidia_majors, pve_node_facts
 
     api = connect(Credentials.from_env(), node, node_data)
     facts, guests = pve_node_facts(node, root, api, repo)
-    plan = make_pve_plan(facts, guests, to, pin_kernel, nvidia_majors(GpuHost(root)))
+    plan = make_pve_plan(facts, guests, to, pin_kernel, nvidia_majors(GpuHost(root)), fix_mismatched)
     if not yes:
         _show_plan(node, plan, as_json)
         return None

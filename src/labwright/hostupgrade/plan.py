@@ -97,14 +97,27 @@ def mismatched(facts: NodeFacts) -> list[GuestFacts]:
     return [g for g in facts.guests if g.userspace != facts.driver]
 
 
-def make_plan(facts: NodeFacts, wanted: str | None = None, pin_kernel: bool = False) -> Plan:
+def make_plan(facts: NodeFacts, wanted: str | None = None, pin_kernel: bool = False,
+              fix_mismatched: bool = False) -> Plan:
     """The ordered steps, or a one-line refusal: BadInput for a version not in the repository, a node with no GPU
-    guest, a guest whose storage cannot snapshot; SafetyCheckFailed for a new kernel without a driver build (unless
-    ``pin_kernel``: the running kernel is pinned and booted again)."""
+    guest, a guest whose storage cannot snapshot, a running guest whose userspace already differs from the loaded
+    module (unless ``fix_mismatched``: the upgrade then installs the new one in it as in every guest);
+    SafetyCheckFailed for a new kernel without a driver build (unless ``pin_kernel``: the running kernel is pinned
+    and booted again)."""
     target = choose_target(facts, wanted)
     if not facts.guests:
         raise BadInput(f"node {facts.node}: no GPU guest on it (no LXD instance passes this host's /dev/nvidia* "
                        "nodes); nothing to carry through an upgrade: upgrade the driver directly")
+    wrong = [g for g in mismatched(facts) if g.running]
+    if wrong and not fix_mismatched:
+        # Already broken before the upgrade: its engine may be on the CPU now, and a gpu check after the upgrade
+        # would be the first to say so. The operator decides: fix it first, or let the upgrade install the new one.
+        g = wrong[0]
+        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+        raise BadInput(f"guest {g.name}{more} runs userspace {g.userspace or 'none'} but the host module is "
+                       f"{facts.driver}: mismatched before the upgrade; nothing was changed. Fix it first (`labwright "
+                       f"gpu check {g.name}` names the fix) or pass --fix-mismatched to install {target} in it with "
+                       "the upgrade")
     cannot = [g for g in facts.guests if not g.snapshots]
     if cannot:
         g = cannot[0]
@@ -116,7 +129,7 @@ def make_plan(facts: NodeFacts, wanted: str | None = None, pin_kernel: bool = Fa
                       f"{g.name} ({'running' if g.running else 'stopped'}, userspace {g.userspace or 'none'})"
                       for g in facts.guests))]
     notes = [f"guest {g.name} runs userspace {g.userspace or 'none'} but the host module is {facts.driver}: "
-             f"mismatched now; the upgrade installs {target} in it" for g in mismatched(facts) if g.running]
+             f"mismatched now; the upgrade installs {target} in it (--fix-mismatched)" for g in wrong]
     notes += [f"guest {g.name} is stopped: its userspace is not known; the upgrade starts it and installs {target} "
               "in it" for g in facts.guests if not g.running]
     if facts.new_kernel is not None:

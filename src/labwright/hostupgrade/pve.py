@@ -210,14 +210,15 @@ def pve_node_facts(node: str, root: Path, api: ProxmoxAPI, repository: Path,
 
 
 def make_pve_plan(facts: NodeFacts, guests: list[PveGpuGuest], wanted: str | None = None,
-                  pin_kernel: bool = False, majors: Mapping[str, int] | None = None) -> Plan:
+                  pin_kernel: bool = False, majors: Mapping[str, int] | None = None,
+                  fix_mismatched: bool = False) -> Plan:
     """The LXD plan's order and refusals (labwright.hostupgrade.plan), with each step said for a PVE container:
     which guests have devN entries (no rewrite) and which raw allow lines (rewritten after the reboot)."""
     if not guests:
         raise BadInput(f"node {facts.node}: no GPU container on it (no container config passes /dev/nvidia*: devN "
                        f"entries or {ALLOW} c {NVIDIA_MAJOR}:* lines); nothing to carry through an upgrade: upgrade "
                        "the driver directly")
-    plan = make_plan(facts, wanted, pin_kernel)
+    plan = make_plan(facts, wanted, pin_kernel, fix_mismatched)
     by_label = {g.label: g for g in guests}
     names = {major: name for name, major in (majors or {}).items()}
     steps: list[Step] = []

@@ -79,10 +79,17 @@ def test_storage_without_snapshots_is_said_up_front():
     assert str(info.value).startswith("guest llm2: its storage cannot take snapshots (LXD storage driver 'cephfs'")
 
 
-def test_a_mismatched_guest_is_said_and_fixed_by_the_plan():
-    plan = make_plan(facts(guests=(guest("llm1"), guest("llm2", userspace="550.40.07"))))
+def test_a_mismatched_guest_is_refused_in_one_line_unless_asked_to_fix_it():
+    node = facts(guests=(guest("llm1"), guest("llm2", userspace="550.40.07")))
+    with pytest.raises(BadInput) as refused:
+        make_plan(node)
+    assert str(refused.value) == (
+        "guest llm2 runs userspace 550.40.07 but the host module is 550.54.14: mismatched before the upgrade; nothing "
+        "was changed. Fix it first (`labwright gpu check llm2` names the fix) or pass --fix-mismatched to install "
+        "550.54.15 in it with the upgrade")
+    plan = make_plan(node, fix_mismatched=True)
     assert plan.notes == ["guest llm2 runs userspace 550.40.07 but the host module is 550.54.14: mismatched now; the "
-                          "upgrade installs 550.54.15 in it"]
+                          "upgrade installs 550.54.15 in it (--fix-mismatched)"]
     assert ("userspace", "llm2") in [(s.action, s.target) for s in plan.steps]
 
 
