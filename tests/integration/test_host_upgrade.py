@@ -23,6 +23,7 @@ from labwright.hostnames import LxdName
 from labwright.hostupgrade.facts import node_facts
 from labwright.hostupgrade.plan import make_plan
 from labwright.hostupgrade.run import Upgrade
+from labwright.hostupgrade.simhost import PIN_FILE
 from labwright.lxd.client import LxdClient
 from labwright.snapshots.lxd import LxdSnapshots
 from labwright.testing.waiting import wait_for
@@ -173,6 +174,15 @@ def test_bad_input_is_one_line_and_nothing_is_upgraded(lab, client, names, host_
     assert client.request("GET", f"/1.0/instances/{name}/snapshots") == []
     code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--pin-kernel", "--json")
     assert code == 0 and json.loads(out)["boot_kernel"] == OLD_KERNEL
+    # And done: the running kernel pinned (proxmox-boot-tool kernel pin, simulated under the root) and booted again
+    # with the new driver; the guest carried through.
+    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--pin-kernel", "--yes", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["ok"], (out, err)
+    assert (host_root / PIN_FILE).read_text().strip() == OLD_KERNEL
+    assert (host_root / "proc/sys/kernel/osrelease").read_text().strip() == OLD_KERNEL
+    assert GpuHost(host_root).driver_version() == NEW
+    assert libs_in(client, name) == f"libcuda.so.{NEW}\nlibnvidia-ml.so.{NEW}"
 
 
 class _RefusingSnapshots(LxdSnapshots):

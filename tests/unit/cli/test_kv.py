@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from support.gguf_files import write_gguf
+
 CONFIGS = Path(__file__).resolve().parents[1] / "tuning" / "configs"
 SEED = str(CONFIGS / "qwen3.5-9b.json")
 
@@ -199,22 +201,8 @@ def test_fit_says_what_its_kv_figure_rests_on(cli_env):
 
 
 def _headless_gguf(path: Path, arch: str, kv_heads) -> Path:
-    import gguf
-    import numpy as np
-
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_uint32(f"{arch}.block_count", 4)
-    writer.add_uint32(f"{arch}.embedding_length", 256)
-    if kv_heads is not None:
-        writer.add_uint32(f"{arch}.attention.head_count", 4)
-        writer.add_array(f"{arch}.attention.head_count_kv", kv_heads)
-    writer.add_token_list(["a", "b"])
-    writer.add_tensor("token_embd.weight", np.zeros(16, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    heads = {} if kv_heads is None else {"attention.head_count": 4, "attention.head_count_kv": kv_heads}
+    return write_gguf(path, arch, {"block_count": 4, "embedding_length": 256, **heads})
 
 
 def test_a_gguf_with_no_attention_and_no_known_state_is_refused_not_0_bytes(cli_env, tmp_path):

@@ -14,13 +14,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import gguf
-import numpy as np
 import pytest
 
 from labwright.errors import BadInput
 from labwright.tuning import kv, kv_gguf, kv_modes
 from labwright.tuning.kv_config import layout_from_dict
+from support.gguf_files import write_gguf as support_write_gguf
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 F16 = kv_modes.ggml_type("f16")
@@ -360,22 +359,7 @@ def test_a_safetensors_index_is_refused(tmp_path):
 # --- GGUF headers mirroring real models' metadata ----------------------------------------------------------------
 
 def write_gguf(path: Path, arch: str, meta: dict, vocab: int = 1000, tensor_bytes: int = 64) -> Path:
-    writer = gguf.GGUFWriter(str(path), arch)
-    for key, value in meta.items():
-        name = f"{arch}.{key}"
-        if isinstance(value, list) and value and isinstance(value[0], bool):
-            writer.add_array(name, value)
-        elif isinstance(value, list):
-            writer.add_array(name, [int(v) for v in value])
-        else:
-            writer.add_uint32(name, int(value))
-    writer.add_token_list([f"t{i}" for i in range(vocab)])
-    writer.add_tensor("token_embd.weight", np.zeros(tensor_bytes // 4, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return support_write_gguf(path, arch, meta, vocab, tensor_bytes)
 
 
 # llama.cpp writes these keys for Qwen3.5-27B (qwen35): 64 blocks, every 4th full attention, 4 KV heads x 256.

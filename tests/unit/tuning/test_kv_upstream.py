@@ -12,13 +12,12 @@ import json
 import subprocess
 from pathlib import Path
 
-import gguf
-import numpy as np
 import pytest
 
 from labwright.errors import BadInput
 from labwright.tuning import kv, kv_modes
 from labwright.tuning.kv_config import layout_from_dict
+from support.gguf_files import write_gguf
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 F16 = kv_modes.ggml_type("f16")
@@ -37,24 +36,6 @@ def load(name: str) -> dict:
 def shape(layout: kv.KvLayout) -> list[tuple]:
     """Each layer's kind and width, without the name a config spells its recurrent layers with."""
     return [(layer.kind, layer.kv_heads, layer.k_dim, layer.v_dim) for layer in layout.layers]
-
-
-def write_gguf(path: Path, arch: str, meta: dict) -> Path:
-    """A real GGUF (gguf.GGUFWriter) with these {arch}.* keys, a small vocabulary and one tensor."""
-    writer = gguf.GGUFWriter(str(path), arch)
-    for key, value in meta.items():
-        name = f"{arch}.{key}"
-        if isinstance(value, list):
-            writer.add_array(name, [v if isinstance(v, bool) else int(v) for v in value])
-        else:
-            writer.add_uint32(name, int(value))
-    writer.add_token_list([f"t{i}" for i in range(100)])
-    writer.add_tensor("token_embd.weight", np.zeros(16, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 def mamba2(layers: int, conv: int, inner: int, groups: int, state: int) -> int:
