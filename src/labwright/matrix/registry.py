@@ -20,9 +20,11 @@ import hashlib
 import json
 import math
 import re
+import struct
 import time
 import urllib.error
 import urllib.request
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -157,6 +159,78 @@ def fetch(url: str, timeout: float, etag: str = "", last_modified: str = "", acc
         raise Unreachable(f"timed out after {timeout:g}s") from None
     except OSError as exc:
         raise Unreachable(f"{type(exc).__name__}: {exc}") from None
+
+
+def fetch_range(url: str, first: int | None, last: int | None, timeout: float) -> tuple[bytes, int]:
+    """Bytes ``first``..``last`` of ``url`` (``first`` None: the last ``last`` bytes) by an HTTP range request, and
+    the file's whole size from Content-Range. A server that ignores the range (200: the whole file) is refused at
+    once rather than read: a torch wheel is hundreds of MB."""
+    wanted = f"bytes=-{last}" if first is None else f"bytes={first}-{last}"
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, "Range": wanted})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            if response.status != 206:
+                raise Unreachable(f"HTTP {response.status} to a range request: the server sends whole files only")
+            total = response.headers.get("Content-Range", "").rpartition("/")[2]
+            body = response.read(MAX_BODY + 1)
+            if len(body) > MAX_BODY:
+                raise Unreachable(f"range answer larger than {MAX_BODY // (1024 * 1024)} MiB")
+            return body, int(total) if total.isdigit() else 0
+    except urllib.error.HTTPError as exc:
+        raise Unreachable(f"HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise Unreachable(f"{type(exc).__name__}: {exc}") from None
+
+
+_EOCD = struct.Struct("<4s4H2LH")  # end of central directory: signature, disks, entries, cd size, cd offset, comment
+_CENTRAL = struct.Struct("<4s6H3L5H2L")  # a central directory entry, before its name
+_LOCAL = struct.Struct("<4s5H3L2H")  # a member's local header, before its name and extra field
+_METADATA_NAME = re.compile(r"^[^/]+\.dist-info/METADATA$")
+
+
+def metadata_from_wheel(url: str, timeout: float) -> str:
+    """A wheel's ``*.dist-info/METADATA`` read from the wheel itself with HTTP range requests, where the registry
+    serves no PEP 658 metadata for it (PyPI had none for torch 2.14.1's wheels): the zip's end record from the last
+    64 KiB, its central directory, then that one member (pip's lazy wheel reads the same parts). Unreachable when the
+    server takes no ranges, the file is not a zip this reads (zip64: no torch wheel is near 4 GiB), or the member is
+    missing."""
+    tail, total = fetch_range(url, None, 65536, timeout)
+    end = tail.rfind(b"PK\x05\x06")
+    if end < 0 or len(tail) - end < _EOCD.size:
+        raise Unreachable("no zip end record in the wheel's last 64 KiB")
+    _, _, _, _, entries, cd_size, cd_offset, _ = _EOCD.unpack_from(tail, end)
+    if 0xFFFFFFFF in (cd_size, cd_offset) or entries == 0xFFFF:
+        raise Unreachable("a zip64 wheel (not read by range)")
+    start_of_tail = total - len(tail)
+    if total and cd_offset >= start_of_tail:
+        directory = tail[cd_offset - start_of_tail:cd_offset - start_of_tail + cd_size]
+    else:
+        directory, _ = fetch_range(url, cd_offset, cd_offset + cd_size - 1, timeout)
+    at = 0
+    while at + _CENTRAL.size <= len(directory):
+        fields = _CENTRAL.unpack_from(directory, at)
+        if fields[0] != b"PK\x01\x02":
+            break
+        method, size, name_len, extra_len, comment_len, offset = (fields[4], fields[8], fields[10], fields[11],
+                                                                  fields[12], fields[16])
+        name = directory[at + _CENTRAL.size:at + _CENTRAL.size + name_len].decode("utf-8", "replace")
+        at += _CENTRAL.size + name_len + extra_len + comment_len
+        if not _METADATA_NAME.match(name):
+            continue
+        header, _ = fetch_range(url, offset, offset + _LOCAL.size + name_len + 1024 + size - 1, timeout)
+        local = _LOCAL.unpack_from(header, 0)
+        data = header[_LOCAL.size + local[9] + local[10]:][:size]
+        if local[0] != b"PK\x03\x04" or len(data) != size:
+            raise Unreachable(f"{name}: its local header or data is not where the zip directory says")
+        try:
+            if method == 8:
+                return zlib.decompressobj(-15).decompress(data).decode("utf-8", "replace")
+        except zlib.error as exc:
+            raise Unreachable(f"{name}: {exc}") from None
+        if method == 0:
+            return data.decode("utf-8", "replace")
+        raise Unreachable(f"{name} is compressed with zip method {method}")
+    raise Unreachable("no *.dist-info/METADATA in the wheel's zip directory")
 
 
 # -- state ----------------------------------------------------------------------------------------------------------
@@ -296,18 +370,22 @@ def _metadata_for(release: str, listed: list[Listed], feed: Feed, state: dict, t
                    key=lambda item: "cp312" not in item.url)[:3]
     why = ""
     for pick in picks:
+        source = pick.url + ".metadata"
         try:
-            answer = fetch(pick.url + ".metadata", timeout, accept="*/*")
+            text = fetch(source, timeout, accept="*/*").body.decode("utf-8", "replace")
         except Unreachable as exc:
-            why = str(exc)
-            continue
-        found = built_against(answer.body.decode("utf-8", "replace"))
+            try:  # no PEP 658 file for it: read METADATA from the wheel itself
+                text, source = metadata_from_wheel(pick.url, timeout), pick.url + " (METADATA by range)"
+            except Unreachable as by_range:
+                why = why or f"{exc}; the wheel by range: {by_range}"  # the first (cp312) wheel's reasons
+                continue
+        found = built_against(text)
         name = parse_wheel_filename(pick.url)
         if found.get("version") and Version(found["version"]) != Version(name.version):
             lines.append(f"{feed.package} {release}: {name.filename}'s metadata says version {found['version']}, its "
                          f"name {name.version}: the wheel contradicts its name, left out")
             return {"contradicts": found["version"]}
-        found["from"] = pick.url + ".metadata"
+        found["from"] = source
         state["built_against"][key] = found
         return found
     if picks:

@@ -101,7 +101,9 @@ def test_requirements_file_markers_comments_and_includes(matrix, tmp_path):
 def test_bad_inputs(matrix, tmp_path):
     with pytest.raises(BadInput, match="argument 1: '!!flash' is not a requirement"):
         check(matrix, "!!flash")
-    with pytest.raises(BadInput, match="argument 1: '' in 'flash-attn===' is not a version"):
+    # packaging < 26 parses "===" with an empty version (labwright then refuses the version); 26.x refuses the
+    # requirement itself: one line naming the input either way
+    with pytest.raises(BadInput, match=r"argument 1: ('' in )?'flash-attn===' is not a (version|requirement)"):
         check(matrix, "flash-attn===")
     with pytest.raises(BadInput, match="--torch 'banana' is not a torch version"):
         check(matrix, FA_211, torch="banana")

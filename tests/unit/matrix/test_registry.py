@@ -41,6 +41,8 @@ class Registry:
     simple_json: bool = False  # the PyTorch index answers PEP 691 JSON instead of PEP 503 HTML
     authorization: list[str] = field(default_factory=list)  # Authorization headers GitHub's stand-in was sent
     headers: dict[str, dict[str, str]] = field(default_factory=dict)  # path -> extra response headers
+    ranges: set[str] = field(default_factory=set)  # paths answered by range (206) when asked so
+    range_requests: list[tuple[str, str]] = field(default_factory=list)  # (path, Range)
 
     def body(self, path: str) -> tuple[int, bytes]:
         if path in self.override:
@@ -86,6 +88,20 @@ def registry():
                 return
             if self.path.startswith("/github/"):
                 state.authorization.append(self.headers.get("Authorization", ""))
+            wanted = self.headers.get("Range", "")
+            if wanted.startswith("bytes=") and status == 200 and self.path in state.ranges:
+                # HTTP range requests (RFC 9110 14.1.2: "bytes=-N" is the last N bytes) where a test serves a file so
+                state.range_requests.append((self.path, wanted))
+                first, _, last = wanted[len("bytes="):].partition("-")
+                start = max(len(body) - int(last), 0) if first == "" else int(first)
+                stop = len(body) - 1 if first == "" or not last else min(int(last), len(body) - 1)
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{stop}/{len(body)}")
+                self.send_header("Content-Length", str(stop - start + 1))
+                self.end_headers()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(body[start:stop + 1])
+                return
             self.send_response(status)
             html = self.path.startswith("/pytorch/") and not state.simple_json
             self.send_header("Content-Type", "text/html" if html else (
@@ -577,3 +593,50 @@ def test_a_wheel_in_a_curated_listing_and_a_refreshed_file_is_one_row(registry, 
     both = next(u for u, _ in _listing_urls("torch.txt") if "/whl/cu128/torch-2.8.0" in u)
     (row,) = [w for w in wheels if w.url == both]
     assert row.sha256 == _fake_sha(both), "the curated row did not take the sha256 the refresh learned"
+
+
+def _wheel_with_metadata(metadata: bytes, members: int) -> bytes:
+    """A real wheel (zip): its METADATA first, then ``members`` files (many: a central directory over 64 KiB, as
+    torch's with thousands of files), deflated as wheels are."""
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as wheel:
+        wheel.writestr("torch-2.14.1.dist-info/METADATA", metadata)
+        for index in range(members):
+            wheel.writestr(f"torch/include/ATen/native/generated/operator_{index:05d}_with_a_long_name.h", b"//\n")
+        wheel.writestr("torch-2.14.1.dist-info/RECORD", b"")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("members", [10, 3000], ids=["directory-in-the-tail", "directory-fetched-apart"])
+def test_a_release_without_pep658_metadata_is_read_from_its_wheel_by_range(registry, tmp_path, members):
+    # PyPI serves no core metadata for torch 2.14.1's wheels (seen 2026-11-27: no "core-metadata" in the simple API,
+    # .metadata 404) but answers range requests on the wheel: its METADATA is read from the zip's end record,
+    # directory and that member, a few KiB of a 550 MB file, instead of leaving the release out.
+    recorded = (RECORDED / "files" / "torch-2.14.0-cp312-cp312-manylinux_2_28_x86_64.whl.metadata").read_bytes()
+    metadata = recorded.replace(b"Version: 2.14.0", b"Version: 2.14.1")
+    wheel = "/files/torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl"
+    registry.override[wheel] = (200, _wheel_with_metadata(metadata, members))
+    registry.ranges.add(wheel)
+    _refresh(registry, tmp_path, packages=["torch"])
+    state = read_state(tmp_path)
+    meta = state["built_against"]["torch==2.14.1"]
+    assert meta["from"].endswith("torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl (METADATA by range)")
+    assert meta["cuda"] == built_against(recorded.decode())["cuda"]
+    rows = [w for w in load_matrix(tmp_path).wheels if w.package == "torch" and w.version == "2.14.1"]
+    assert rows and {w.cuda for w in rows} == {meta["cuda"]}
+    asked = [r for p, r in registry.range_requests if p == wheel]
+    assert asked[0] == "bytes=-65536" and len(asked) == (2 if members == 10 else 3), asked
+    assert len(registry.override[wheel][1]) > 65536 * (members > 10)  # the directory really lay outside the tail
+
+
+def test_a_server_without_ranges_leaves_the_release_out_without_reading_the_wheel(registry, tmp_path):
+    wheel = "/files/torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl"
+    registry.override[wheel] = (200, b"x" * 100_000)  # served whole: a 200 to a range request
+    report = _refresh(registry, tmp_path, packages=["torch"])
+    torch = next(o for o in report.outcomes if o.package == "torch")
+    line = next(line for line in torch.lines if "core metadata (PEP 658) not readable" in line)
+    assert "2.14.1" in line and "the wheel by range: HTTP 200 to a range request" in line, line
+    assert not [w for w in load_matrix(tmp_path).wheels if w.package == "torch" and w.version == "2.14.1"]
