@@ -108,13 +108,14 @@ def make_plan(facts: NodeFacts, wanted: str | None = None, pin_kernel: bool = Fa
     if not facts.guests:
         raise BadInput(f"node {facts.node}: no GPU guest on it (no LXD instance passes this host's /dev/nvidia* "
                        "nodes); nothing to carry through an upgrade: upgrade the driver directly")
-    wrong = [g for g in mismatched(facts) if g.running]
+    # A known version other than the module's; none read (no libraries, or pct could not be asked) is said below.
+    wrong = [g for g in mismatched(facts) if g.running and g.userspace is not None]
     if wrong and not fix_mismatched:
         # Already broken before the upgrade: its engine may be on the CPU now, and a gpu check after the upgrade
         # would be the first to say so. The operator decides: fix it first, or let the upgrade install the new one.
         g = wrong[0]
         more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
-        raise BadInput(f"guest {g.name}{more} runs userspace {g.userspace or 'none'} but the host module is "
+        raise BadInput(f"guest {g.name}{more} runs userspace {g.userspace} but the host module is "
                        f"{facts.driver}: mismatched before the upgrade; nothing was changed. Fix it first (`labwright "
                        f"gpu check {g.name}` names the fix) or pass --fix-mismatched to install {target} in it with "
                        "the upgrade")
@@ -128,8 +129,10 @@ def make_plan(facts: NodeFacts, wanted: str | None = None, pin_kernel: bool = Fa
                   f"{len(facts.guests)} GPU guest(s): " + "; ".join(
                       f"{g.name} ({'running' if g.running else 'stopped'}, userspace {g.userspace or 'none'})"
                       for g in facts.guests))]
-    notes = [f"guest {g.name} runs userspace {g.userspace or 'none'} but the host module is {facts.driver}: "
-             f"mismatched now; the upgrade installs {target} in it (--fix-mismatched)" for g in wrong]
+    notes = [f"guest {g.name} runs userspace {g.userspace} but the host module is {facts.driver}: mismatched now; "
+             f"the upgrade installs {target} in it (--fix-mismatched)" for g in wrong]
+    notes += [f"guest {g.name}: no userspace read (no libcuda/libnvidia-ml found, or the node's pct not reachable); "
+              f"the upgrade installs {target} in it" for g in facts.guests if g.running and g.userspace is None]
     notes += [f"guest {g.name} is stopped: its userspace is not known; the upgrade starts it and installs {target} "
               "in it" for g in facts.guests if not g.running]
     if facts.new_kernel is not None:
