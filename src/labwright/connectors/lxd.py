@@ -44,6 +44,7 @@ from pyinfra.connectors.util import (
 from typing_extensions import TypedDict, Unpack, override
 
 from labwright.connectors._transfer import HandoverTransfer, stdin_bytes
+from labwright.connectors.names import parsed_for_pyinfra
 from labwright.errors import BadInput, LabwrightError
 from labwright.guests.declared import ensure_declared, pyinfra_dry_run, spec_for_host, wait_until
 from labwright.hostnames import parse_lxd_target
@@ -124,7 +125,7 @@ class LxdConnector(HandoverTransfer, BaseConnector):
 
     @classmethod
     def _names(cls, name: str | None) -> Iterator[tuple[str, dict, list[str]]]:
-        parsed = parse_lxd_target(name, cls.flavour)  # labwright.hostnames: the one parser of these names
+        parsed = parsed_for_pyinfra(parse_lxd_target, name, cls.flavour)  # labwright.hostnames: the one parser
         yield (
             f"@{cls.flavour}/{name}",
             {"lxd_instance": parsed.instance, "lxd_remote": parsed.remote},

@@ -60,6 +60,7 @@ from pyinfra.connectors.util import (
 from typing_extensions import TypedDict, Unpack, override
 
 from labwright.connectors._transfer import HandoverTransfer, stdin_bytes
+from labwright.connectors.names import parsed_for_pyinfra
 from labwright.errors import BadInput, LabwrightError
 from labwright.guests.declared import ensure_declared, pyinfra_dry_run, spec_for_host
 from labwright.hostnames import parse_pct_target
@@ -101,7 +102,7 @@ node_data_meta: dict[str, DataMeta] = SSH_OPTIONS
 # --- names ------------------------------------------------------------------------------------
 def parse_pct_name(name: str | None) -> tuple[str, int]:
     """``NODE/VMID`` -> (node, vmid); one line (an InventoryError) for anything else (labwright.hostnames)."""
-    parsed = parse_pct_target(name)
+    parsed = parsed_for_pyinfra(parse_pct_target, name)
     return parsed.node, parsed.vmid
 
 
