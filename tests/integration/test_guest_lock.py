@@ -204,3 +204,31 @@ def test_probe_restore_takes_the_guest_lock(lab: Lab, lab_container: str, holder
     assert "released a stale run lock" in ran.stdout + ran.stderr
     assert "nothing to restore: no interrupted probe" in ran.stdout
     assert lock_in(lab, lab_container) is None  # given back at the end
+
+
+def test_guest_restore_of_a_running_guest_waits_for_the_run_holding_it(lab: Lab, lab_container: str,
+                                                                       holder: subprocess.Popen[str]) -> None:
+    """Restoring a running guest stops it and discards everything since the snapshot: never under a deploy or stack
+    switch still running in it. Refused naming the holder (exit 1, one line, the guest untouched and running), then
+    done once the holder is gone."""
+    held = lock_in(lab, lab_container)
+    assert held is not None and held["pid"] == holder.pid
+    cli = [str(Path(sys.executable).parent / "labwright"), "guest"]
+    taken = subprocess.run([*cli, "snapshot", lab_container, "--name", "before-restore-test"], capture_output=True,
+                           text=True, env=tool_env(), timeout=300)
+    assert taken.returncode == 0, taken.stderr
+    lab.client.exec(lab_container, ["touch", "/root/after-the-snapshot"])
+    restore = [*cli, "restore", lab_container, "before-restore-test", "--force", "--yes", "--lock-wait", "0"]
+    refused = subprocess.run(restore, capture_output=True, text=True, env=tool_env(), timeout=300)
+    assert refused.returncode == 1, refused.stderr
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("labwright: error:")]
+    assert len(errors) == 1 and "another labwright run holds this guest" in errors[0], refused.stderr
+    assert f"pid {holder.pid} on {held['host']} (test holder:" in errors[0], errors[0]
+    assert lab.client.instance(lab_container)["status"] == "Running"
+    assert lab.client.exec(lab_container, ["test", "-e", "/root/after-the-snapshot"]).exit_code == 0  # untouched
+    holder.kill()
+    holder.wait()
+    done = subprocess.run(restore, capture_output=True, text=True, env=tool_env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert lab.client.exec(lab_container, ["test", "-e", "/root/after-the-snapshot"]).exit_code != 0  # restored
+    assert lab.client.instance(lab_container)["status"] == "Running"

@@ -5,12 +5,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import typer
 
-from labwright import snapshots
+from labwright import guestlock, snapshots
+from labwright.cli import vocab
 from labwright.errors import BadInput
 from labwright.hostnames import lxd_guest
 from labwright.snapshots.model import DEFAULT_KEEP
@@ -101,15 +105,17 @@ def restore(
     dry: bool = DryOption,
     yes: bool = typer.Option(False, "--yes", "-y", help="Restore (without: say what would happen, change nothing)."),
     data: list[str] | None = DataOption,
+    lock_wait: float = vocab.LockWaitOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Put a guest back to a snapshot (everything since it was taken is lost); a dry run unless --yes. A running
-    guest needs --force.
+    guest needs --force; on LXD it is restored only once no other labwright run holds it (the guest's run lock).
 
     Example: labwright guest restore @lxd/llm1 --force -y
     """
     if dry and yes:
         raise BadInput("--dry and --yes contradict each other: --dry changes nothing, --yes acts; give one of them")
+    vocab.check_lock_wait(lock_wait)
     host_data = node_data(data)
     plan = snapshots.restore(host_name(guest), snapshot_name, force=force, dry=True, node_data=host_data)
     if not yes:
@@ -120,12 +126,29 @@ def restore(
             if not dry:
                 stdout.print("dry run: nothing changed; run again with -y/--yes to restore", markup=False)
         return
-    result = snapshots.restore(host_name(guest), plan.name, force=force, node_data=host_data)
+    with _run_lock(host_name(guest), plan.restarted, lock_wait):
+        result = snapshots.restore(host_name(guest), plan.name, force=force, node_data=host_data)
     if as_json:
         _echo_json(result.to_dict())
         return
     stdout.print(f"{result.guest}: restored {result.name} in {result.seconds:.1f} s"
                  + (" (stopped, restored, started again)" if result.restarted else ""), markup=False)
+
+
+@contextlib.contextmanager
+def _run_lock(guest: str, running: bool, wait: float) -> Iterator[None]:
+    """A running LXD guest's run lock (labwright.guestlock) while it is restored: a deploy or stack switch in it
+    finishes first (or the restore is refused naming it). The restore stops the guest, so the lock (in its /run)
+    goes with it; a stopped guest runs nothing to wait for. A Proxmox guest's lock is not taken here: reaching it
+    needs the node's SSH, which the API-only restore does not use."""
+    if not running or not guest.startswith(("@lxd/", "@incus/")):
+        yield
+        return
+    from labwright.hosts.lxd import LxdHost
+
+    with guestlock.held(LxdHost(guest), "labwright guest restore", wait=wait,
+                        say=lambda line: print(f"labwright: {line}", file=sys.stderr)):
+        yield
 
 
 def register(app: typer.Typer) -> None:

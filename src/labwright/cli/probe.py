@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 
 from labwright import guestlock
+from labwright.cli import vocab
 from labwright.errors import BadInput
 from labwright.tuning import kv_modes
 from labwright.tuning.kv import read_layout
@@ -40,9 +41,7 @@ NAME = "probe"
 HELP = "Find the real context ceiling of a running engine."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
-LockWaitOption = typer.Option(guestlock.DEFAULT_WAIT, "--lock-wait", help="Seconds to wait for another labwright "
-                              "run on the guest (a deploy, a stack switch) to finish; 0 refuses at once.")
-MAX_LOCK_WAIT = 86400.0
+LockWaitOption = vocab.LockWaitOption
 
 DEFAULT_SERVICE = {"llamacpp": "llama-server", "tabbyapi": "tabbyapi"}
 MAX_TIMEOUT_S = 3600.0  # a real model load is minutes at worst; more is a typo
@@ -125,7 +124,7 @@ def ceiling(
     if budget_bytes is not None and layout is None:
         raise BadInput("--budget needs --model-config: the planner turns the budget into tokens with the model's "
                        "bytes/token")
-    _check_lock_wait(lock_wait)
+    vocab.check_lock_wait(lock_wait)
     target_guest = LxdGuest(guest)
     # One run at a time per guest (labwright.guestlock): a deploy or stack switch on the same guest waits for the
     # probe and the probe for them; --dry changes nothing and takes no lock.
@@ -177,11 +176,6 @@ def ceiling(
             raise typer.Exit(1)
 
 
-def _check_lock_wait(wait: float) -> None:
-    if not 0 <= wait <= MAX_LOCK_WAIT:  # also nan
-        raise BadInput(f"--lock-wait {wait:g}: give seconds from 0 (refuse at once) to {MAX_LOCK_WAIT:g} (a day); "
-                       f"default {guestlock.DEFAULT_WAIT:g}")
-
 
 @contextmanager
 def _run_lock(target_guest: LxdGuest, purpose: str, dry_run: bool, wait: float) -> Iterator[None]:
@@ -224,7 +218,7 @@ def restore_command(
     Example: labwright probe restore --guest lw-llm1
     """
     unit = f"{_unit(service)}.service" if service is not None else None
-    _check_lock_wait(lock_wait)
+    vocab.check_lock_wait(lock_wait)
     target_guest = LxdGuest(guest)
     with _run_lock(target_guest, "labwright probe restore", dry, lock_wait):
         records = leftovers(target_guest)

@@ -19,6 +19,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
+from labwright import guestlock
 from labwright.errors import BadInput
 
 #: Old spellings of ``--dry``, rewritten in labwright.cli.main with one deprecation line (kept for one release).
@@ -82,3 +83,15 @@ def dry_or_yes(dry: bool, yes: bool) -> None:
 
 DryOption = typer.Option(False, "--dry", help="Say what would change; change nothing.")
 JsonOption = typer.Option(False, "--json", help="Print the result as JSON (shape: docs/cli.md).")
+
+
+#: ``--lock-wait SECONDS`` where a command takes a guest's run lock (labwright.guestlock): probe, guest restore.
+LockWaitOption = typer.Option(guestlock.DEFAULT_WAIT, "--lock-wait", help="Seconds to wait for another labwright "
+                              "run on the guest (a deploy, a stack switch) to finish; 0 refuses at once.")
+MAX_LOCK_WAIT = 86400.0
+
+
+def check_lock_wait(wait: float) -> None:
+    if not 0 <= wait <= MAX_LOCK_WAIT:  # also nan
+        raise BadInput(f"--lock-wait {wait:g}: give seconds from 0 (refuse at once) to {MAX_LOCK_WAIT:g} (a day); "
+                       f"default {guestlock.DEFAULT_WAIT:g}")
