@@ -5,7 +5,9 @@ In one run, into a fresh directory (a copy of the packaged matrix's hand-written
              release, every *_pypi.toml written
   no-change  the refresh right after: conditional requests (ETag / body hash), nothing parsed or written
   fetch      the same JSON bodies fetched with plain urllib (the network floor a refresh cannot beat)
-Prints each (median of --runs for no-change and fetch) and no-change as a ratio to the cold run.
+  import torch  `python -c "import torch"` in the real torch 2.13.0 venv the ABI benchmark uses (the yardstick
+             issue 18 asks for: what any check that imports torch pays), interleaved with the no-change runs
+Prints each (median of --runs for no-change, fetch and import torch) and each as a ratio to import torch.
 
     .venv/bin/python benchmarks/matrix_refresh.py [--index https://pypi.org/pypi] [--runs 5]
 """
@@ -20,6 +22,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+import _support  # noqa: F401  (tests/support on sys.path)
 
 from labwright.matrix.registry import DEFAULT_INDEX, FEEDS
 from labwright.paths import packaged_matrix_dir
@@ -44,13 +48,19 @@ def main() -> None:
         out = Path(tmp)
         for name in ("components.toml", "cuda.toml", "stacks.toml"):
             shutil.copy(packaged_matrix_dir() / name, out / name)
+        from support.wheels import torch_venv
+
+        python = str(torch_venv("2.13.0").python)
         cold, _ = _refresh(out, args.index)
-        unchanged = []
+        unchanged, imports = [], []
         for _ in range(args.runs):
             elapsed, stdout = _refresh(out, args.index)
             if "updated" in stdout:
                 raise SystemExit(f"a no-change refresh updated something:\n{stdout}")
             unchanged.append(elapsed)
+            started = time.perf_counter()
+            subprocess.run([python, "-c", "import torch"], check=True, timeout=300)
+            imports.append(time.perf_counter() - started)
         fetches = []
         for _ in range(args.runs):
             started = time.perf_counter()
@@ -58,11 +68,14 @@ def main() -> None:
                 with urllib.request.urlopen(f"{args.index}/{feed.package}/json", timeout=30) as response:
                     response.read()
             fetches.append(time.perf_counter() - started)
-    no_change, fetch = statistics.median(unchanged), statistics.median(fetches)
+    no_change, fetch, torch = statistics.median(unchanged), statistics.median(fetches), statistics.median(imports)
     print(f"matrix refresh ({args.index}, {len(FEEDS)} feeds)")
-    print(f"  cold       {cold:7.2f} s")
-    print(f"  no-change  {no_change:7.2f} s  (median of {args.runs}; {no_change / cold:.2f} x cold)")
-    print(f"  fetch      {fetch:7.2f} s  (plain GET of the {len(FEEDS)} JSON bodies: the network floor)")
+    print(f"  cold          {cold:7.2f} s  ({cold / torch:.2f} x import torch)")
+    print(f"  no-change     {no_change:7.2f} s  (median of {args.runs}; {no_change / cold:.2f} x cold, "
+          f"{no_change / torch:.2f} x import torch)")
+    print(f"  fetch         {fetch:7.2f} s  (plain GET of the {len(FEEDS)} JSON bodies: the network floor; "
+          f"{fetch / torch:.2f} x import torch)")
+    print(f"  import torch  {torch:7.2f} s  (median of {args.runs}, torch 2.13.0 CPU, between the no-change runs)")
 
 
 if __name__ == "__main__":
