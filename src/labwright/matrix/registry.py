@@ -233,6 +233,20 @@ def metadata_from_wheel(url: str, timeout: float) -> str:
     raise Unreachable("no *.dist-info/METADATA in the wheel's zip directory")
 
 
+#: PyPI serves its files from files.pythonhosted.org (the JSON API's "url" there); a mirror in front of it may answer
+#: with its own path to the same file: the machine this was built on gets https://pypi.org/packages/packages/<path>
+#: for https://files.pythonhosted.org/packages/<path> (the simple API gives the latter; both serve the same bytes).
+#: The matrix keeps the canonical URL, so the data it ships installs from any machine.
+MIRRORED_FILES = (("https://pypi.org/packages/packages/", "https://files.pythonhosted.org/packages/"),)
+
+
+def canonical_file_url(url: str) -> str:
+    for mirrored, canonical in MIRRORED_FILES:
+        if url.startswith(mirrored):
+            return canonical + url[len(mirrored):]
+    return url
+
+
 # -- state ----------------------------------------------------------------------------------------------------------
 def read_state(out_dir: Path) -> dict:
     path = out_dir / STATE_FILE
@@ -341,7 +355,7 @@ def parse_project(data: object, feed: Feed, components: dict[str, Component], pr
                 continue
             if not _linux(name.platform_tag):
                 continue
-            url = urljoin(json_url, str(item.get("url", "")))
+            url = canonical_file_url(urljoin(json_url, str(item.get("url", ""))))
             digest = str((item.get("digests") or {}).get("sha256", "")).lower()
             listed.append((Listed(url=url, sha256=digest, source="pypi.org"), release))
             newest = max(newest, version) if newest else version
@@ -578,7 +592,8 @@ def _refresh_one(feed: Feed, out_dir: Path, components: dict[str, Component], in
     except Unreachable as exc:
         record.update(error=str(exc), error_at=now)
         return Outcome(feed.package, "unreachable", lines=[str(exc)])
-    first_seen = {str(r.get("url")): str(r.get("seen")) for r in (existing_rows(path) or []) if r.get("seen")}
+    first_seen = {canonical_file_url(str(r.get("url"))): str(r.get("seen")) for r in (existing_rows(path) or [])
+                  if r.get("seen")}
     info = data.get("info") if isinstance(data.get("info"), dict) else None
     wheels, incomplete = _rows(feed, listed, components, state, timeout, lines, first_seen, today, info)
     wheels = [w for w in wheels if w.package == feed.package]

@@ -640,3 +640,28 @@ def test_a_server_without_ranges_leaves_the_release_out_without_reading_the_whee
     line = next(line for line in torch.lines if "core metadata (PEP 658) not readable" in line)
     assert "2.14.1" in line and "the wheel by range: HTTP 200 to a range request" in line, line
     assert not [w for w in load_matrix(tmp_path).wheels if w.package == "torch" and w.version == "2.14.1"]
+
+
+def test_a_mirror_s_path_to_a_pypi_file_is_kept_as_pypi_s_own(registry, tmp_path):
+    # The PyPI this was built on answers its JSON with https://pypi.org/packages/packages/<path> for the file PyPI
+    # itself names https://files.pythonhosted.org/packages/<path>; the matrix ships the latter, so the data works from
+    # any machine, and a row keeps its first-seen day across the change of spelling.
+    mirrored = "https://pypi.org/packages/packages/1a/2b/3c4d/fla_core-0.7.0-py3-none-any.whl"
+
+    def add_release(data):
+        data["releases"]["0.7.0"] = [dict(data["releases"]["0.6.0"][-1], filename="fla_core-0.7.0-py3-none-any.whl",
+                                          url=mirrored)]
+
+    registry.edits["fla-core"] = add_release
+    _refresh(registry, tmp_path)
+    path = tmp_path / "fla_pypi.toml"
+    rows = {w.version: w for w in load_matrix(tmp_path).wheels if w.package == "fla-core"}
+    assert rows["0.7.0"].url == "https://files.pythonhosted.org/packages/1a/2b/3c4d/fla_core-0.7.0-py3-none-any.whl"
+    assert "pypi.org/packages/packages" not in path.read_text()
+    # a file written before (the mirror's spelling, an old first-seen day) keeps that day
+    path.write_text(path.read_text().replace("https://files.pythonhosted.org/packages/", mirrored.split("1a/")[0])
+                    .replace(f'seen = "{rows["0.7.0"].seen}"', 'seen = "2000-01-01"'))
+    registry.edits["fla-core"] = lambda data: (add_release(data), data["releases"].pop("0.6.0"))
+    _refresh(registry, tmp_path)
+    again = {w.version: w for w in load_matrix(tmp_path).wheels if w.package == "fla-core"}
+    assert again["0.7.0"].seen == "2000-01-01" and again["0.7.0"].url.startswith("https://files.pythonhosted.org/")
