@@ -19,21 +19,12 @@ from labwright import guestlock
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import run_pyinfra, tool_env
 from labwright.testing.waiting import wait_for
+from support.guest_lock import holding
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-# A labwright run outside pyinfra that holds a guest (as `labwright stack switch` or `probe` would): it takes the
-# lock through labwright.hosts, says so, and holds it until its stdin closes.
-HOLDER = """
-import sys
-from labwright import guestlock
-from labwright.hosts.lxd import LxdHost
-with guestlock.held(LxdHost(sys.argv[1]), "test holder", wait=0):
-    print("held", flush=True)
-    sys.stdin.read()
-"""
 
 
 def lock_in(lab: Lab, name: str) -> dict | None:
@@ -43,15 +34,9 @@ def lock_in(lab: Lab, name: str) -> dict | None:
 
 @pytest.fixture
 def holder(lab: Lab, lab_container: str) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, lab_container], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=tool_env())
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.strip() == "held", proc.stderr.read() if proc.stderr else ""
-    yield proc
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
+    """A labwright run outside pyinfra that holds the guest (support.guest_lock)."""
+    with holding(lab_container) as proc:
+        yield proc
 
 
 def key_data(lab: Lab) -> str:

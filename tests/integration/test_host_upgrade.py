@@ -35,6 +35,7 @@ from support.fake_nvidia import (
     remove_fake_root,
 )
 from support.gpu_guest import LIBDIR, install_userspace, sh, spec
+from support.guest_lock import holding
 
 pytestmark = pytest.mark.lab
 NEW = "550.54.15"
@@ -183,6 +184,25 @@ def test_bad_input_is_one_line_and_nothing_is_upgraded(lab, client, names, host_
     assert (host_root / "proc/sys/kernel/osrelease").read_text().strip() == OLD_KERNEL
     assert GpuHost(host_root).driver_version() == NEW
     assert libs_in(client, name) == f"libcuda.so.{NEW}\nlibnvidia-ml.so.{NEW}"
+
+
+def test_a_guest_another_labwright_run_holds_is_waited_for_or_refused(lab, client, names, host_root, capsys):
+    # A deploy or stack switch still running in a GPU guest: the upgrade (which stops, changes and restarts the guest)
+    # refuses naming it, before any snapshot or host change, and goes ahead once that run is gone.
+    name = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    with holding(name) as holder:
+        code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes", "--lock-wait", "0", "--json")
+        result = json.loads(out)
+        assert code == 1 and not result["ok"], (out, err)
+        assert "another labwright run holds this guest" in result["message"] and f"pid {holder.pid}" in \
+            result["message"], result["message"]
+        assert "nothing was upgraded" in result["message"]
+        assert GpuHost(host_root).driver_version() == DRIVER_VERSION
+        assert client.request("GET", f"/1.0/instances/{name}/snapshots") == []
+    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes", "--lock-wait", "0", "--json")
+    assert code == 0 and json.loads(out)["ok"], (out, err)
+    assert "released a stale run lock" in err  # the killed holder's, by this controller (its pid is gone)
+    assert GpuHost(host_root).driver_version() == NEW
 
 
 class _RefusingSnapshots(LxdSnapshots):

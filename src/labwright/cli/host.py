@@ -60,6 +60,7 @@ def upgrade(
                                           "NODE as a Proxmox VE node (proxmox_api_url in its host data): its GPU "
                                           "containers are carried through the upgrade (without: LXD's).",
                                           show_default=False),
+    lock_wait: float = vocab.LockWaitOption,
     as_json: bool = vocab.JsonOption,
 ) -> None:
     """Upgrade the NVIDIA driver (and boot the new kernel) with every GPU guest carried through: refuse a kernel
@@ -71,6 +72,7 @@ def upgrade(
     Example: labwright host upgrade pve1 -i inventories/lab.py --to 550.54.15 --yes
     """
     vocab.dry_or_yes(dry, yes)
+    vocab.check_lock_wait(lock_wait)
     node_data = _pve_node(node, inventory) if inventory is not None else None
     if not host_root.is_dir():
         raise BadInput(f"--host-root {host_root}: not a directory; give the root of a host tree (default /)")
@@ -95,7 +97,7 @@ def upgrade(
     if node_data is not None:
         outcome = _pve_upgrade(node, root, repo, node_data, to, pin_kernel, fix_mismatched, yes, as_json)
     else:
-        outcome = _lxd_upgrade(node, root, repo, to, pin_kernel, fix_mismatched, yes, as_json)
+        outcome = _lxd_upgrade(node, root, repo, to, pin_kernel, fix_mismatched, yes, as_json, lock_wait)
     if outcome is None:
         return
     if as_json:
@@ -144,7 +146,7 @@ def _progress(as_json: bool) -> Callable[[Done], None]:
 
 
 def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: bool, fix_mismatched: bool,
-                 yes: bool, as_json: bool) -> Outcome | None:
+                 yes: bool, as_json: bool, lock_wait: float) -> Outcome | None:
     endpoint, project = resolve_endpoint(None)
     client = LxdClient(endpoint, project=project)
     try:
@@ -154,7 +156,9 @@ def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: 
             _show_plan(node, plan, as_json)
             return None
         services = {g.name: g.services for g in facts.guests}
-        return Upgrade(plan, root, repo, client, _progress(as_json)).run(services)
+        upgrade = Upgrade(plan, root, repo, client, _progress(as_json))
+        upgrade.lock_wait = lock_wait
+        return upgrade.run(services)
     finally:
         client.close()
 

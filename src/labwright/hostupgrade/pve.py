@@ -28,6 +28,7 @@ userspace with them, and configs) and the host driver goes back to the version b
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import shlex
@@ -271,6 +272,10 @@ class PveUpgrade(Upgrade):
     through the PVE API and the node's config files below ``root`` (``/etc/pve``)."""
 
     checked_as = "pass gpu check through pct exec, with the host's device majors"
+
+    def lock_guests(self, locks: contextlib.ExitStack) -> None:
+        """Not here: a PVE container's run lock is reached over the node's SSH, which this API-driven path does not
+        use (docs/reliability.md)."""
 
     def __init__(self, plan: Plan, root: Path, repository: Path, api: ProxmoxAPI, guests: list[PveGpuGuest],
                  progress: Callable[[Done], None] | None = None, poll_interval: float = 0.5,

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -58,6 +60,8 @@ class Outcome:
 class Upgrade:
     #: What the check step proved, for the final message.
     checked_as = "pass gpu check"
+    #: Seconds to wait for another labwright run on a GPU guest before refusing (labwright.guestlock).
+    lock_wait = 300.0
 
     def __init__(self, plan: Plan, root: Path, repository: Path, client: LxdClient | None,
                  progress: Callable[[Done], None] | None = None):
@@ -186,12 +190,35 @@ class Upgrade:
     def plan_guests(self) -> list[str]:
         return [s.target for s in self.plan.steps if s.action == "snapshot"]
 
+    def lock_guests(self, locks: contextlib.ExitStack) -> None:
+        """Hold every running GPU guest's run lock (labwright.guestlock) for the whole upgrade: a deploy or stack
+        switch in a guest finishes first (``lock_wait`` seconds), or the upgrade is refused naming it before
+        anything is done. The restarts end the guests' locks with their /run; a stopped guest runs nothing."""
+        from labwright.guestlock import GuestBusy, held
+        from labwright.hosts.lxd import LxdHost
+
+        for guest in self.plan_guests():
+            if self.client.instance(guest).get("status") != "Running":
+                continue
+            try:
+                locks.enter_context(held(LxdHost(guest, self.client), "labwright host upgrade", wait=self.lock_wait,
+                                         say=lambda line: print(f"labwright: {line}", file=sys.stderr)))
+            except GuestBusy as exc:
+                raise _Refused(str(exc)) from exc
+            except LabwrightError as exc:  # no python3 there: no labwright run can hold it either
+                print(f"labwright: note: guest {guest}: upgraded without its run lock ({exc})", file=sys.stderr)
+
     # --- the sequence -------------------------------------------------------------------------------------------
     def run(self, services: dict[str, tuple[str, ...]]) -> Outcome:
+        with contextlib.ExitStack() as locks:
+            return self._run(services, locks)
+
+    def _run(self, services: dict[str, tuple[str, ...]], locks: contextlib.ExitStack) -> Outcome:
         started = time.monotonic()
         out = self.outcome
         host_changed = False
         try:
+            self.lock_guests(locks)
             for step in self.plan.steps:
                 t = time.monotonic()
                 if step.action in ("list", "kernel"):

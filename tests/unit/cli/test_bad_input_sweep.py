@@ -61,6 +61,7 @@ MEANINGFUL_NUMBERS: dict[tuple[str, str], set[str]] = {
     ("probe ceiling", "lock_wait"): {"0"},  # refuse at once when another run holds the guest
     ("probe restore", "lock_wait"): {"0"},
     ("guest restore", "lock_wait"): {"0"},
+    ("host upgrade", "lock_wait"): {"0"},
 }
 
 RANDOM_BYTES = bytes((i * 7919 + 13) % 256 for i in range(4096)) + b"\x00\xff\xfe"
