@@ -147,7 +147,7 @@ def _run_lock(guest: str, running: bool, wait: float) -> Iterator[None]:
     from labwright.hosts.lxd import LxdHost
 
     with guestlock.held(LxdHost(guest), "labwright guest restore", wait=wait,
-                        say=lambda line: print(f"labwright: {line}", file=sys.stderr)):
+                        say=lambda line: print(line, file=sys.stderr)):
         yield
 
 

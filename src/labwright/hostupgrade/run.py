@@ -202,7 +202,7 @@ class Upgrade:
                 continue
             try:
                 locks.enter_context(held(LxdHost(guest, self.client), "labwright host upgrade", wait=self.lock_wait,
-                                         say=lambda line: print(f"labwright: {line}", file=sys.stderr)))
+                                         say=lambda line: print(line, file=sys.stderr)))
             except GuestBusy as exc:
                 raise _Refused(str(exc)) from exc
             except LabwrightError as exc:  # no python3 there: no labwright run can hold it either
