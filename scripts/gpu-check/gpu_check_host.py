@@ -21,6 +21,7 @@ from pathlib import Path
 
 from labwright.gpu.check import EngineState, decode_check, decode_command, engine_check, run_checks
 from labwright.guests.gpu import GpuHost
+from labwright.testing.waiting import wait_for
 
 
 def run(command: str) -> tuple[int, str]:
@@ -36,18 +37,16 @@ def start(binary: str, model: str, port: int, log: Path, env: dict[str, str]) ->
 
 
 def wait_healthy(port: int, process: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         if process.poll() is not None:
             raise SystemExit(f"llama-server on port {port} exited {process.returncode} before /health answered")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
+                return answer.status == 200
         except OSError:
-            pass
-        time.sleep(0.2)  # poll interval inside the deadline loop
-    raise SystemExit(f"llama-server on port {port}: /health not ok within {timeout:.0f} s")
+            return False
+
+    wait_for(f"llama-server's /health on port {port}", healthy, timeout=timeout, every=0.2)
 
 
 def engine_state(process: subprocess.Popen, log: Path) -> EngineState:

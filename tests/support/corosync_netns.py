@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labwright.cluster.runner import NodeRunner
+from labwright.testing.waiting import wait_for
 
 SUBNET = os.environ.get("LABWRIGHT_CLUSTER_SUBNET", "10.98.7")  # /24; not the LXD test lab's 10.99.9.0/24
 REPO = Path(__file__).resolve().parents[2]
@@ -183,11 +184,8 @@ class NetnsCluster:
             time.sleep(0.1)
         if self.pid(name) is not None:
             os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + timeout
-            while self.pid(name) is not None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if self.pid(name) is not None:
-                raise RuntimeError(f"corosync of {name} (pid {pid}) still runs {timeout:.0f} s after SIGKILL")
+            wait_for(f"corosync of {name} (pid {pid}) to be gone after SIGKILL", lambda: self.pid(name) is None,
+                     timeout=timeout, every=0.05)
 
     def quorate(self, name: str) -> tuple[bool, int]:
         res = self.runner(name, with_standin=False).run("corosync-quorumtool -s", timeout=10)

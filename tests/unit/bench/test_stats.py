@@ -16,6 +16,7 @@ from labwright.bench import memory, prompt, report, stats
 from labwright.bench.openai import Trial
 from labwright.bench.runner import SCHEMA, ContextResult, parse_contexts
 from labwright.errors import BadInput
+from labwright.testing.waiting import wait_for
 
 
 def trial(ttft, total, prompt_tokens=1000, decode=100, server=None):
@@ -169,17 +170,15 @@ def standin_nvidia_smi(directory, used):
 
 
 def test_gpu_memory_peak_from_a_standin_nvidia_smi(tmp_path):
-    import time
 
     smi = standin_nvidia_smi(tmp_path, "1000\n2000\n")  # two GPUs, MiB
     assert memory.gpu_used_bytes(str(smi)) == 3000 * 2**20
     with memory.GpuSampler(str(smi), interval=0.02) as sampler:
         (tmp_path / "used").write_text("1500\n4000\n")
-        deadline = time.monotonic() + 30
-        while sampler.peak != 5500 * 2**20 and time.monotonic() < deadline:  # the sampler's thread saw the peak
-            time.sleep(0.01)
+        wait_for("the sampler to read the 1500+4000 MiB peak", lambda: sampler.peak == 5500 * 2**20, timeout=30,
+                 every=0.01)
         (tmp_path / "used").write_text("100\n100\n")
-    assert sampler.peak == 5500 * 2**20, "the sampler never read the 1500+4000 MiB peak within 30 s"
+    assert sampler.peak == 5500 * 2**20
     (tmp_path / "used").write_text("not a number\n")
     assert memory.gpu_used_bytes(str(smi)) is None
     assert memory.gpu_used_bytes(str(tmp_path / "missing")) is None

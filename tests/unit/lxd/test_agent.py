@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from labwright.lxd.session import AGENT_SOURCE, KILL_AFTER
+from labwright.testing.waiting import wait_for
 
 
 def interpreters() -> list[tuple[str, str]]:
@@ -150,10 +151,8 @@ def test_timeout_kills_the_process_group(agent, tmp_path):
     assert time.monotonic() - started < 15, "the timed-out command ran on towards its sleep 30"
     # The background subshell's command line names the marker: once no process does, nothing is left to touch it
     # (a surviving child would still be listed, then create the marker).
-    deadline = time.monotonic() + 30
-    while _processes_naming(str(marker)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _processes_naming(str(marker)), "a background child of a timed-out command survived"
+    wait_for("the timed-out command's background child to be gone",
+             lambda: not _processes_naming(str(marker)), timeout=30, every=0.05)
     assert not marker.exists(), "a background child of a timed-out command survived"
     assert agent.run("echo next")["stdout"] == b"next\n"
 
