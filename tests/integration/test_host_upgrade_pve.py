@@ -24,6 +24,7 @@ from proxmoxer import ProxmoxAPI
 from labwright.cli import main, register
 from labwright.guests.gpu import GpuHost
 from support.fake_nvidia import DRIVER_VERSION, make_container_libraries, make_fake_nvidia_host, make_upgrade_host
+from support.guest_lock import holding
 from support.pve_pct_node import PctNode
 from support.pve_simulator import PveSimulator, SimNode, SimStorage, default_storages, host_devices
 
@@ -207,6 +208,32 @@ def test_yes_snapshots_every_gpu_container_and_rewrites_stale_raw_majors(sim, ro
     uvm = (sim.pct_node.rootfs(202) / "dev/nvidia-uvm").stat().st_rdev
     assert (os.major(uvm), os.minor(uvm)) == (237, 0)
     assert host_userspace(root) == new_userspace()
+
+
+def test_a_container_another_labwright_run_holds_is_refused_before_anything_changes(sim, root, inventory, capsys):
+    # A deploy or stack switch still running in a GPU container (its run lock in the CT's /run/lock, taken through
+    # pct exec): the upgrade refuses naming it before any snapshot or host change, and goes ahead once it is gone.
+    container(sim, 201, dev=True)
+    container(sim, 202, raw=True)
+    with holding("@pct/pve1/202") as holder:
+        code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes",
+                              "--lock-wait", "0", "--json")
+        result = json.loads(out)
+        assert code == 1 and not result["ok"], (out, err)
+        assert "@pct/pve1/202: another labwright run holds this guest" in result["message"], result["message"]
+        assert f"pid {holder.pid}" in result["message"] and "nothing was upgraded" in result["message"]
+        assert not [w for w in sim.writes if w.path.endswith("/snapshot")]
+        assert GpuHost(root).driver_version() == DRIVER_VERSION and host_userspace(root) == old_userspace()
+        assert ct_userspace(sim, 202) == old_userspace()
+        # 201's lock, taken before 202 was found busy, was given back
+        assert not (sim.pct_node.rootfs(201) / "run/lock/labwright.lock").exists()
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes",
+                          "--lock-wait", "0", "--json")
+    assert code == 0 and json.loads(out)["ok"], (out, err)
+    assert "@pct/pve1/202: released a stale run lock" in err  # the killed holder's, on this node (its pid is gone)
+    assert GpuHost(root).driver_version() == NEW and ct_userspace(sim, 202) == new_userspace()
+    for vmid in (201, 202):  # released at the end
+        assert not (sim.pct_node.rootfs(vmid) / "run/lock/labwright.lock").exists()
 
 
 def test_a_failure_after_the_snapshots_restores_them(sim, root, inventory, capsys):

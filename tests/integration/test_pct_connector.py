@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -32,9 +33,13 @@ from labwright.lab.lab import instance_address
 from labwright.lxd.client import ExecResult
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import pyinfra_totals
+from support.pve_snapshot_sim import api, create, sim
+from support.pve_snapshot_sim import cli as sim_cli
+from support.snapshot_cli import assert_one_line_refusal
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = pytest.mark.lab
+__all__ = ["api", "sim"]  # fixtures of support.pve_snapshot_sim
 
 REPO = Path(__file__).resolve().parents[2]
 PCT_DOUBLE = REPO / "tests" / "support" / "doubles" / "pct"
@@ -429,3 +434,51 @@ def test_pct_connector_finds_tools_in_usr_local_bin_as_ssh_would(pve_node, host)
     assert out.stdout_lines == ["local-tool-ran", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
     ok, out = host.run_shell_command("echo $PATH", _env={"PATH": "/opt/mine/bin:/usr/bin:/bin"})
     assert ok and out.stdout_lines == ["/opt/mine/bin:/usr/bin:/bin"]
+
+
+# --- guest restore of a running Proxmox container: its run lock taken over the node's SSH -------------------------
+def test_guest_restore_of_a_running_container_waits_for_its_run_lock_over_the_nodes_ssh(pve_node, sim, api):
+    # The restore goes through the API (the PVE simulator); the container's run lock is in its /run/lock, reached
+    # as pyinfra's @pct connector reaches it (the node's SSH, pct exec): here the node is the pct double's, whose
+    # CT 101 a deploy from another controller holds (its lease still running).
+    guest = f"@pct/pve1/{CT}"
+    create(api, "lxc", CT, True, ostemplate="local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+           rootfs="local-lvm:8", hostname="llm1")
+    assert sim_cli(sim, "guest", "snapshot", guest, "--name", "before").returncode == 0
+    ssh = [f"--data=ssh_hostname={pve_node.address}", f"--data=ssh_key={pve_node.key}",
+           f"--data=ssh_known_hosts_file={pve_node.known_hosts}"]
+    lock = PveNode.in_ct(CT, "/run/lock/labwright.lock")
+    holder = {"token": "t-other", "pid": 4242, "start": "1", "boot_id": "b", "machine_id": "m",
+              "host": "controller-b", "user": "root", "command": "pyinfra inventories/lab.py deploys/stack.py",
+              "purpose": "labwright stack", "since": time.time(), "expires": time.time() + 3600}
+    written = pve_node.sh(f"mkdir -p {os.path.dirname(lock)} && cat > {lock} <<'END'\n{json.dumps(holder)}\nEND")
+    assert written.exit_code == 0, written.stderr
+    before = len(sim.writes)
+
+    busy = sim_cli(sim, "guest", "restore", guest, "before", "--force", "-y", "--lock-wait", "0", *ssh)
+    assert busy.returncode == 1, (busy.stdout, busy.stderr)
+    assert f"{guest}: another labwright run holds this guest (pid 4242 on controller-b" in busy.stderr, busy.stderr
+    assert sim.writes[before:] == [] and sim.is_running(CT)  # not stopped, not rolled back
+
+    # The node's SSH not reachable (nothing listens on 127.0.0.1:1): one line naming the way out, nothing done.
+    unreachable = sim_cli(sim, "guest", "restore", guest, "before", "--force", "-y", "--data=ssh_hostname=127.0.0.1",
+                          "--data=ssh_port=1")
+    assert_one_line_refusal(unreachable, f"{guest} is running and its run lock is reached over the node's SSH",
+                            "--no-lock")
+    assert sim.writes[before:] == []
+
+    # --no-lock: restored without asking the node (the holder's lock is left where it is).
+    forced = sim_cli(sim, "guest", "restore", guest, "before", "--force", "-y", "--no-lock", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["steps"] == ["stop", "restore", "start"]
+    assert json.loads(pve_node.sh(f"cat {lock}").stdout)["token"] == "t-other"
+
+    # The holder gone: the restore takes the lock over SSH, restores, and gives the lock back.
+    assert pve_node.sh(f"rm {lock}").exit_code == 0
+    before = len(sim.writes)
+    done = sim_cli(sim, "guest", "restore", guest, "before", "--force", "-y", "--lock-wait", "0", *ssh)
+    assert done.returncode == 0, done.stderr
+    assert [w.path for w in sim.writes[before:]] == [f"/nodes/pve1/lxc/{CT}/status/stop",
+                                                     f"/nodes/pve1/lxc/{CT}/snapshot/before/rollback",
+                                                     f"/nodes/pve1/lxc/{CT}/status/start"]
+    assert pve_node.sh(f"test -e {lock} && echo left || echo gone").stdout.decode().strip() == "gone"

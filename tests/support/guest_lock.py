@@ -1,6 +1,6 @@
 """Another labwright run holding a lab guest's run lock (labwright.guestlock), as `stack switch` or `probe` would:
-a process that takes the lock through labwright.hosts, says so, and holds it until it is killed or its stdin
-closes."""
+a process that takes the lock through labwright.hosts (or `pct exec` on a node), says so, and holds it until it is
+killed or its stdin closes."""
 
 from __future__ import annotations
 
@@ -14,8 +14,14 @@ from labwright.testing.pyinfra_output import tool_env
 HOLDER = """
 import sys
 from labwright import guestlock
-from labwright.hosts.lxd import LxdHost
-with guestlock.held(LxdHost(sys.argv[1]), "test holder", wait=0):
+if sys.argv[1].startswith("@pct/"):  # on the node: through pct exec, as host upgrade takes it
+    from labwright.hosts.local import LocalHost
+    from labwright.hostupgrade.pve import PctGuest
+    guest = PctGuest(LocalHost(), int(sys.argv[1].rsplit("/", 1)[1]), sys.argv[1])
+else:
+    from labwright.hosts.lxd import LxdHost
+    guest = LxdHost(sys.argv[1])
+with guestlock.held(guest, "test holder", wait=0):
     print("held", flush=True)
     sys.stdin.read()
 """
@@ -23,7 +29,8 @@ with guestlock.held(LxdHost(sys.argv[1]), "test holder", wait=0):
 
 @contextmanager
 def holding(name: str) -> Iterator[subprocess.Popen[str]]:
-    """The holder of ``name``'s lock, started and holding when the block runs; killed after it."""
+    """The holder of ``name``'s lock (an LXD guest, or ``@pct/NODE/VMID`` through the ``pct`` on PATH), started and
+    holding when the block runs; killed after it."""
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=tool_env())
     try:

@@ -10,7 +10,7 @@ import re
 import shlex
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -136,6 +136,15 @@ def parse_host_data(target: str, items: Sequence[str] | None) -> dict[str, Any]:
             raise BadInput(f"--data {item!r}: {key} is given twice; give it once")
         data[key] = _typed(item, key, value, known[key])
     return data
+
+
+def connector_data(target: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """Of host data given for more than the connector (``guest restore``'s ``--data`` also names the Proxmox API),
+    the keys ``target``'s connector reads, typed as it reads them (BadInput naming a bad value)."""
+    known = _data_types(connector_name(target))
+    items = {key: str(value).lower() if isinstance(value, bool) else str(value)
+             for key, value in data.items() if key in known}
+    return parse_host_data(target, [f"{key}={value}" for key, value in items.items()])
 
 
 class Target(ConnectorHost):

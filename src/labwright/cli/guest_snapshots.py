@@ -15,7 +15,7 @@ import typer
 
 from labwright import guestlock, snapshots
 from labwright.cli import vocab
-from labwright.errors import BadInput
+from labwright.errors import BadInput, OperationFailed
 from labwright.hostnames import lxd_guest
 from labwright.snapshots.model import DEFAULT_KEEP
 from labwright.ui import stdout, table
@@ -106,10 +106,14 @@ def restore(
     yes: bool = typer.Option(False, "--yes", "-y", help="Restore (without: say what would happen, change nothing)."),
     data: list[str] | None = DataOption,
     lock_wait: float = vocab.LockWaitOption,
+    no_lock: bool = typer.Option(False, "--no-lock", help="Restore a running guest without taking its run lock "
+                                 "(without waiting for another labwright run on it): for a Proxmox container whose "
+                                 "node cannot be reached over SSH from here."),
     as_json: bool = JsonOption,
 ) -> None:
     """Put a guest back to a snapshot (everything since it was taken is lost); a dry run unless --yes. A running
-    guest needs --force; on LXD it is restored only once no other labwright run holds it (the guest's run lock).
+    guest needs --force, and is restored only once no other labwright run holds it (the guest's run lock; a Proxmox
+    container's is reached over the node's SSH: --data ssh_hostname=..., or --no-lock).
 
     Example: labwright guest restore @lxd/llm1 --force -y
     """
@@ -126,7 +130,7 @@ def restore(
             if not dry:
                 stdout.print("dry run: nothing changed; run again with -y/--yes to restore", markup=False)
         return
-    with _run_lock(host_name(guest), plan.restarted, lock_wait):
+    with _run_lock(host_name(guest), plan, lock_wait, host_data, no_lock):
         result = snapshots.restore(host_name(guest), plan.name, force=force, node_data=host_data)
     if as_json:
         _echo_json(result.to_dict())
@@ -136,19 +140,52 @@ def restore(
 
 
 @contextlib.contextmanager
-def _run_lock(guest: str, running: bool, wait: float) -> Iterator[None]:
-    """A running LXD guest's run lock (labwright.guestlock) while it is restored: a deploy or stack switch in it
-    finishes first (or the restore is refused naming it). The restore stops the guest, so the lock (in its /run)
-    goes with it; a stopped guest runs nothing to wait for. A Proxmox guest's lock is not taken here: reaching it
-    needs the node's SSH, which the API-only restore does not use."""
-    if not running or not guest.startswith(("@lxd/", "@incus/")):
+def _run_lock(guest: str, plan: snapshots.RestoreResult, wait: float, data: dict[str, Any], no_lock: bool
+              ) -> Iterator[None]:
+    """A running guest's run lock (labwright.guestlock) while it is restored: a deploy or stack switch in it finishes
+    first (or the restore is refused naming it). The restore stops the guest, so the lock (in its /run) goes with it;
+    a stopped guest runs nothing to wait for. An LXD guest's is reached through the LXD API; a Proxmox container's
+    through the node's SSH and ``pct exec``, as pyinfra's @pct connector reaches it (``--data ssh_hostname=...``), which
+    the API-driven restore needs for nothing else. A Proxmox VM has no way in through its node: not taken."""
+    if not plan.restarted or no_lock or plan.kind == "vm" or not guest.startswith(("@lxd/", "@incus/", "@pct/")):
         yield
         return
-    from labwright.hosts.lxd import LxdHost
+    say = lambda line: print(line, file=sys.stderr)  # noqa: E731
+    if not guest.startswith("@pct/"):
+        from labwright.hosts.lxd import LxdHost
 
-    with guestlock.held(LxdHost(guest), "labwright guest restore", wait=wait,
-                        say=lambda line: print(line, file=sys.stderr)):
-        yield
+        with guestlock.held(LxdHost(guest), "labwright guest restore", wait=wait, say=say):
+            yield
+        return
+    from labwright.bios.target import connector_data
+    from labwright.hosts.connector import ConnectorHost
+
+    try:
+        host = ConnectorHost.connect(guest, connector_data(guest, data))
+    except BadInput as exc:
+        raise BadInput(f"{guest} is running and its run lock is reached over the node's SSH, which failed "
+                       f"({str(exc).removeprefix(f'HOST {guest}: ')}): give the node's SSH with --data "
+                       "ssh_hostname=NODE_ADDRESS (and ssh_key=..., as for pyinfra's @pct connector), or pass "
+                       "--no-lock to restore without waiting for another labwright run on it") from None
+    with host:
+        run = guestlock.host_runner(host)
+        owner = guestlock.owner_record("labwright guest restore")
+        try:
+            guestlock.acquire(run, guest, owner, wait=wait, say=say)
+        except guestlock.GuestBusy:
+            raise
+        except OperationFailed as exc:
+            if "no python3" not in str(exc):
+                raise
+            # no python3 in the container: no labwright run can hold its lock either
+            print(f"labwright: note: {guest}: restored without its run lock ({exc})", file=sys.stderr)
+            yield
+            return
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                guestlock.release_remote(run, guest, owner["token"])
 
 
 def register(app: typer.Typer) -> None:

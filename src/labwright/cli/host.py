@@ -95,7 +95,8 @@ def upgrade(
         raise BadInput(f"{label}: no NVIDIA-Linux-x86_64-VERSION.run in it; add the installer of the driver to "
                        "install")
     if node_data is not None:
-        outcome = _pve_upgrade(node, root, repo, node_data, to, pin_kernel, fix_mismatched, yes, as_json)
+        outcome = _pve_upgrade(node, root, repo, node_data, to, pin_kernel, fix_mismatched, yes, as_json,
+                               lock_wait)
     else:
         outcome = _lxd_upgrade(node, root, repo, to, pin_kernel, fix_mismatched, yes, as_json, lock_wait)
     if outcome is None:
@@ -164,7 +165,7 @@ def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: 
 
 
 def _pve_upgrade(node: str, root: Path, repo: Path, node_data: dict[str, Any], to: str | None, pin_kernel: bool,
-                 fix_mismatched: bool, yes: bool, as_json: bool) -> Outcome | None:
+                 fix_mismatched: bool, yes: bool, as_json: bool, lock_wait: float) -> Outcome | None:
     from labwright.guests.proxmox_api import Credentials, connect
     from labwright.hostupgrade.pve import PveUpgrade, make_pve_plan, nvidia_majors, pve_node_facts
 
@@ -174,4 +175,6 @@ def _pve_upgrade(node: str, root: Path, repo: Path, node_data: dict[str, Any], t
     if not yes:
         _show_plan(node, plan, as_json)
         return None
-    return PveUpgrade(plan, root, repo, api, guests, _progress(as_json)).run({})
+    upgrade = PveUpgrade(plan, root, repo, api, guests, _progress(as_json))
+    upgrade.lock_wait = lock_wait
+    return upgrade.run({})

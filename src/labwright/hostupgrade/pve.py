@@ -32,6 +32,7 @@ import contextlib
 import hashlib
 import re
 import shlex
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,7 +48,7 @@ from labwright.guests.gpu import NVIDIA_MAJOR, GpuHost, userspace_listing, users
 from labwright.guests.proxmox_api import call
 from labwright.guests.proxmox_render import props
 from labwright.hostnames import PctName
-from labwright.hosts import Host
+from labwright.hosts import Host, Result
 from labwright.hosts.local import LocalHost
 from labwright.hostupgrade.facts import (
     dkms_builds,
@@ -57,7 +58,7 @@ from labwright.hostupgrade.facts import (
     running_kernel,
 )
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts, Plan, Step, kernel_key, make_plan
-from labwright.hostupgrade.run import Done, Outcome, Upgrade
+from labwright.hostupgrade.run import Done, Outcome, Refused, Upgrade
 from labwright.snapshots.model import SnapshotBackend
 from labwright.snapshots.proxmox import PveSnapshots
 
@@ -173,6 +174,19 @@ def pve_gpu_guests(api: ProxmoxAPI, node: str, majors: set[int],
     return found
 
 
+class PctGuest:
+    """CT ``vmid`` as a :class:`labwright.hosts.Host`-like runner (``run``, ``label``): each command through ``pct
+    exec`` on the node (what the run lock needs)."""
+
+    def __init__(self, node: Host, vmid: int, label: str):
+        self.node = node
+        self.vmid = vmid
+        self.label = label
+
+    def run(self, command: str) -> Result:
+        return self.node.run(pct_exec_command(self.vmid, command))
+
+
 def pct_runner(node: Host, vmid: int) -> Callable[[str], tuple[int, str]]:
     """gpu check's ``Runner`` for CT ``vmid``: each command through ``pct exec`` on the node."""
     def run(command: str) -> tuple[int, str]:
@@ -274,8 +288,23 @@ class PveUpgrade(Upgrade):
     checked_as = "pass gpu check through pct exec, with the host's device majors"
 
     def lock_guests(self, locks: contextlib.ExitStack) -> None:
-        """Not here: a PVE container's run lock is reached over the node's SSH, which this API-driven path does not
-        use (docs/reliability.md)."""
+        """Hold every running GPU container's run lock (labwright.guestlock, its /run/lock in the CT) for the whole
+        upgrade, through ``pct exec`` on the node, as on LXD: a deploy or stack switch in it (pyinfra's @pct
+        connector takes the same file) finishes first, or the upgrade is refused naming it before anything is done.
+        A stopped container runs nothing to wait for; the restarts end the locks with the CTs' /run."""
+        from labwright.guestlock import GuestBusy, held
+
+        for label in self.plan_guests():
+            g = self._guest(label)
+            if not g.running:
+                continue
+            try:
+                locks.enter_context(held(PctGuest(self.node, g.vmid, label), "labwright host upgrade",
+                                         wait=self.lock_wait, say=lambda line: print(line, file=sys.stderr)))
+            except GuestBusy as exc:
+                raise Refused(str(exc)) from exc
+            except OperationFailed as exc:  # no python3 there: no labwright run can hold it either
+                print(f"labwright: note: guest {label}: upgraded without its run lock ({exc})", file=sys.stderr)
 
     def __init__(self, plan: Plan, root: Path, repository: Path, api: ProxmoxAPI, guests: list[PveGpuGuest],
                  progress: Callable[[Done], None] | None = None, poll_interval: float = 0.5,

@@ -99,7 +99,7 @@ class Upgrade:
         try:
             taken = snapshots.take(self._backend(guest), SNAPSHOT_STEP)
         except LabwrightError as exc:
-            raise _Refused(f"guest {guest}: the snapshot could not be taken: {exc}") from exc
+            raise Refused(f"guest {guest}: the snapshot could not be taken: {exc}") from exc
         self.outcome.snapshots[guest] = taken.name
         return f"{taken.name} ({taken.how}, {taken.seconds:.1f} s)"
 
@@ -204,7 +204,7 @@ class Upgrade:
                 locks.enter_context(held(LxdHost(guest, self.client), "labwright host upgrade", wait=self.lock_wait,
                                          say=lambda line: print(line, file=sys.stderr)))
             except GuestBusy as exc:
-                raise _Refused(str(exc)) from exc
+                raise Refused(str(exc)) from exc
             except LabwrightError as exc:  # no python3 there: no labwright run can hold it either
                 print(f"labwright: note: guest {guest}: upgraded without its run lock ({exc})", file=sys.stderr)
 
@@ -251,7 +251,7 @@ class Upgrade:
             out.message = (f"node {self.plan.node}: nvidia {self.plan.from_version} -> {self.plan.to_version}, "
                            f"kernel {self.plan.boot_kernel}; {len(self.plan_guests())} GPU guest(s) "
                            f"{self.checked_as}")
-        except _Refused as exc:
+        except Refused as exc:
             taken = ", ".join(out.snapshots.values()) or "none"
             out.message = f"{exc}; nothing was upgraded (snapshots taken: {taken})"
             out.left = [f"{g}: untouched" for g in self.plan_guests()]
@@ -286,5 +286,5 @@ class Upgrade:
         out.message = f"{why}; restored {len(out.restored)}/{len(out.snapshots)} guest snapshot(s)"
 
 
-class _Refused(OperationFailed):
+class Refused(OperationFailed):
     """A step before anything was upgraded could not be done."""

@@ -106,6 +106,8 @@ class RestoreResult:
     dry: bool
     seconds: float = 0.0
     steps: list[str] = field(default_factory=list)
+    #: ``container`` or ``vm`` (a Proxmox VE qemu guest: no way into it through its node).
+    kind: str = "container"
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -217,7 +219,8 @@ def restore(guest: Guest, name: str | None = None, force: bool = False, dry: boo
             raise BadInput(f"{backend.label} is running; restoring {name} discards everything since it was taken: "
                            "stop the guest first, or pass --force to stop it, restore and start it again")
         steps = (["stop"] if running else []) + ["restore"] + (["start"] if running else [])
-        result = RestoreResult(backend.label, name, running, running, dry, steps=steps)
+        kind = "vm" if getattr(backend, "kind", "") == "qemu" else "container"
+        result = RestoreResult(backend.label, name, running, running, dry, steps=steps, kind=kind)
         if dry:
             return result
         started = time.monotonic()
