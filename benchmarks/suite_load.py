@@ -5,7 +5,7 @@ process per core spins (pure-Python busy loops at normal priority, the load a pa
 puts on a homelab box; no stress tool to install). Prints each run's wall time, pass/fail counts and the loaded/idle
 ratio. A failure under load is the bug this benchmark exists to catch: the script exits 1 when any run fails.
 
-    .venv/bin/python benchmarks/suite_load.py [--rounds 1] [--busy N] [--only loaded] [-- PYTEST ARGS]
+    .venv/bin/python benchmarks/suite_load.py [--rounds 1] [--busy N] [--only loaded] [--log PREFIX] [-- PYTEST ARGS]
 
 ``--only loaded`` skips the idle runs: the whole suite under load (``--only loaded -- tests``) is what issue 16 asks
 to hold three times, and one idle run of it is what CI already does.
@@ -34,17 +34,24 @@ def spin(stop: multiprocessing.synchronize.Event) -> None:  # type: ignore[name-
             pass
 
 
-def run_pytest(args: list[str]) -> tuple[float, int, str]:
+def run_pytest(args: list[str], log: Path | None = None) -> tuple[float, int, str]:
+    """One pytest run; its output is written to ``log`` as it runs (to follow a long run: ``tail -f LOG``)."""
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=ROOT,
-                          capture_output=True, text=True)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    if log is None:
+        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        output, code = proc.stdout, proc.returncode
+    else:
+        with log.open("w") as handle:
+            code = subprocess.run(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT).returncode
+        output = log.read_text(errors="replace")
     elapsed = time.monotonic() - started
-    found = SUMMARY.findall(proc.stdout)
-    summary = found[-1] if found else (proc.stdout.strip().splitlines() or ["no output"])[-1]
-    if proc.returncode != 0:
-        failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    found = SUMMARY.findall(output)
+    summary = found[-1] if found else (output.strip().splitlines() or ["no output"])[-1]
+    if code != 0:
+        failed = [line for line in output.splitlines() if line.startswith(("FAILED", "ERROR"))]
         summary += "".join(f"\n    {line}" for line in failed[:20])
-    return elapsed, proc.returncode, summary
+    return elapsed, code, summary
 
 
 def main() -> int:
@@ -53,6 +60,8 @@ def main() -> int:
     parser.add_argument("--busy", type=int, default=os.cpu_count() or 1,
                         help="busy processes while loaded (default: one per core)")
     parser.add_argument("--only", choices=("idle", "loaded"), help="run only this kind (no ratio is printed)")
+    parser.add_argument("--log", type=Path, help="write each run's pytest output to LOG-ROUND-KIND.txt as it runs "
+                        "(LOG a path prefix), to follow it with tail -f")
     parser.add_argument("pytest_args", nargs="*", default=["tests/unit"])
     args = parser.parse_args()
     if args.rounds < 1 or args.busy < 1:
@@ -67,7 +76,8 @@ def main() -> int:
             for worker in workers:
                 worker.start()
             try:
-                elapsed, code, summary = run_pytest(args.pytest_args)
+                log = Path(f"{args.log}-{round_}-{kind}.txt") if args.log else None
+                elapsed, code, summary = run_pytest(args.pytest_args, log)
             finally:
                 stop.set()
                 for worker in workers:
