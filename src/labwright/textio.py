@@ -55,14 +55,21 @@ def describe_oserror(exc: OSError, path: Path | str | None = None, what: str = "
 
 
 def _read_regular(path: Path, what: str, max_bytes: int) -> bytes:
+    # Opened without blocking: a named pipe nobody writes to would block open() for ever. A pipe that has a writer
+    # (``--config <(...)``) is then read blocking, to its end; one without a writer reads as empty, said as such.
     try:
-        with open(path, "rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as handle:
+            mode = os.fstat(fd).st_mode
             if stat.S_ISDIR(mode):
                 raise BadInput(f"{path} is a directory, not a file (expected {what}); give the file's path")
             if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
                 raise BadInput(f"{path} is not a regular file (expected {what}); give the path of a file")
+            os.set_blocking(fd, True)
             data = handle.read(max_bytes + 1)
+            if not data and stat.S_ISFIFO(mode) and not stat.S_ISREG(mode):
+                raise BadInput(f"{path} is a pipe with nothing written to it (expected {what}); give the path of a "
+                               "file")
     except IsADirectoryError:
         raise BadInput(f"{path} is a directory, not a file (expected {what}); give the file's path") from None
     except OSError as exc:

@@ -3,6 +3,9 @@ and the fix."""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,51 @@ def test_parse_errors_name_the_line(tmp_path: Path):
     assert "holds a JSON list, not an object" in refused(read_json_object, j, WHAT)
     j.write_text("[" * 100000)
     refused(read_json, j, WHAT)
+
+
+def test_a_pipe_nobody_writes_to_is_refused_not_waited_on(tmp_path: Path):
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    said: list[str] = []
+    # open() must not block on a writer that never comes: read in a thread, so that a regression fails, not hangs
+    reader = threading.Thread(target=lambda: said.append(refused(read_text, pipe, WHAT)), daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    assert not reader.is_alive(), f"reading {pipe} blocked: a pipe with no writer was waited on"
+    message = said[0]
+    assert f"{pipe} is a pipe with nothing written to it" in message and "give the path of a file" in message
+
+
+def test_a_pipe_with_a_writer_is_read_to_its_end(tmp_path: Path):
+    # `--config <(...)`: the writer may be slower than the reader; the read waits for the whole document.
+    read_end, write_end = os.pipe()
+
+    def write() -> None:
+        with os.fdopen(write_end, "wb") as handle:
+            handle.write(b"model:\n")
+            handle.flush()
+            time.sleep(0.2)  # the second half arrives after the reader started: it must not stop at the first
+            handle.write(b"  a: 1\n")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert read_yaml(f"/proc/self/fd/{read_end}", WHAT) == {"model": {"a": 1}}
+    finally:
+        writer.join()
+        os.close(read_end)
+
+
+def test_gguf_sniffing_skips_pipes(tmp_path: Path):
+    from labwright.tuning.kv_gguf import is_gguf
+
+    pipe = tmp_path / "model"
+    os.mkfifo(pipe)
+    found: list[bool] = []
+    sniffer = threading.Thread(target=lambda: found.append(is_gguf(pipe)), daemon=True)
+    sniffer.start()
+    sniffer.join(timeout=30)
+    assert found == [False]  # not opened: that would block here, and eat a real pipe's first bytes
+    gguf = tmp_path / "model.bin"
+    gguf.write_bytes(b"GGUF" + bytes(20))
+    assert is_gguf(gguf) is True

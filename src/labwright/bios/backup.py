@@ -215,6 +215,11 @@ class RestorePlan:
 
 def check_restore_image(image: Path, platform: str | None = None) -> tuple[bytes, str, ifd.Descriptor]:
     """Local checks before touching any host: readable, a descriptor, 16 MiB, its manifest's sha256 if present."""
+    if image.exists() and not image.is_file() and not image.is_dir():
+        # a pipe or device: read once to check and again to hash and copy, it would not be the same bytes (and a
+        # pipe nobody writes to blocks the read for ever)
+        raise BadInput(f"IMAGE {image} is not a regular file (a pipe, socket or device); give the path of the image "
+                       "file `labwright bios backup` wrote")
     try:
         data = image.read_bytes()
     except OSError as exc:

@@ -68,6 +68,9 @@ def inventory(option: Path, positional: Path | None) -> Path:
     if option.is_dir():
         raise BadInput(f"inventory {option} is a directory, not a file; pass the inventory file with -i/--inventory "
                        "FILE")
+    if option.exists() and not option.is_file():
+        raise BadInput(f"inventory {option} is not a regular file (a pipe, socket or device); pass the inventory "
+                       "file with -i/--inventory FILE")
     if not option.is_file():
         raise BadInput(f"inventory {option}: no such file; pass an existing file with -i/--inventory FILE (or "
                        "set LABWRIGHT_INVENTORY)")

@@ -109,11 +109,14 @@ class _Header:
 
 
 def is_gguf(path: str | Path) -> bool:
-    """A .gguf name, or a file that starts with the GGUF magic."""
+    """A .gguf name, or a regular file that starts with the GGUF magic (a pipe is not sniffed: that would block
+    on one nobody writes to, and eat the first bytes of one somebody does)."""
     path = Path(path)
     if path.suffix.lower() == ".gguf":
         return True
     try:
+        if not path.is_file():
+            return False
         with path.open("rb") as handle:
             return handle.read(4) == MAGIC
     except OSError:

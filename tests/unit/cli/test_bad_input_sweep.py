@@ -4,7 +4,8 @@ value is plausible and a later step failed), one stderr line that names the inpu
 written.
 
 Classes, by what the parameter is (introspected from the typer app):
-- a path read: a file of random bytes, a Latin-1 (not UTF-8) text file, an empty directory, a missing path;
+- a path read: a file of random bytes, a Latin-1 (not UTF-8) text file, an empty directory, a missing path, a
+  named pipe nobody writes to (a read that blocks on it is a hang);
 - a path written (--out, --plot): a path under a regular file;
 - an int/float: 0, -1, 10**12, "abc" (and "nan", "inf" for floats);
 - a host/guest/node name: "@lxd/$(id)", "a b", 300 characters, "", a non-UTF-8 byte;
@@ -308,12 +309,18 @@ def _bad_values(command: Command, param: Parameter) -> list[tuple[str, bool, Cal
         path.mkdir(exist_ok=True)
         return str(path)
 
+    def named_pipe(sandbox: Path) -> str:
+        path = sandbox / "cwd" / "pipe"
+        if not path.exists():
+            os.mkfifo(path)
+        return str(path)
+
     def under_a_file(sandbox: Path) -> str:
         return str(Path(file_of_random_bytes(sandbox)) / "sub" / "x")
 
     if param.kind == "path":
         return [("random-bytes", True, file_of_random_bytes), ("latin1-text", True, latin1_text),
-                ("empty-dir", True, empty_directory),
+                ("empty-dir", True, empty_directory), ("fifo-no-writer", True, named_pipe),
                 ("missing", True, lambda sandbox: str(sandbox / "cwd" / "no-such-file"))]
     if param.kind == "output":
         return [("under-a-file", True, under_a_file)]
@@ -365,6 +372,9 @@ def snapshot(root: Path) -> dict[str, str]:
             seen[os.path.relpath(os.path.join(dirpath, name), root)] = "dir"
         for name in filenames:
             path = os.path.join(dirpath, name)
+            if not os.path.isfile(path):  # a named pipe (the fifo case): its kind, never read
+                seen[os.path.relpath(path, root)] = "not a regular file"
+                continue
             try:
                 digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
             except OSError as exc:
