@@ -229,6 +229,12 @@ def _escaped(exc: BaseException) -> int:
 
         error(describe_oserror(exc))
         return 2 if exc.errno in _PATH_ERRNOS and exc.filename else 1
+    if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from "):
+        # pathlib's resolve() on Python < 3.13 (an OSError ELOOP from 3.13 on, handled above): a path given is a
+        # loop of symbolic links
+        error(f"{str(exc).removeprefix('Symlink loop from ').strip(chr(39))}: a loop of symbolic links; check the "
+              "path")
+        return 2
     if isinstance(exc, SystemExit):
         frame = _where(exc)
         if frame is not None and Path(frame.filename).name == "completion.py" and "typer" in Path(frame.filename).parts:

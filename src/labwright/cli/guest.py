@@ -13,6 +13,7 @@ from typing import Any
 import typer
 
 from labwright.cli import guest_snapshots, vocab
+from labwright.errors import BadInput
 from labwright.guests.base import BackendPool
 from labwright.guests.model import Change, GuestSpec, load_guests, select_guests
 from labwright.ui import stdout, table
@@ -32,7 +33,9 @@ def _guests(inventory: Path, names: list[str] | None) -> list[GuestSpec]:
     inventory = vocab.inventory(inventory, None)
     specs = select_guests(load_guests(inventory), names, str(inventory))
     if not specs:
-        stdout.print(f"{inventory}: no hosts with `guest` data")
+        raise BadInput(f"inventory {inventory}: no host has `guest` data, so there is nothing to do; declare one "
+                       "(a host with guest={\"backend\": \"lxd\", ...}, docs/guests.md) or pass the inventory that "
+                       "has them")
     return specs
 
 

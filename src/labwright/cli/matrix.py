@@ -294,6 +294,10 @@ def check(
     lines = [(f"argument {i}", text) for i, text in enumerate(requirements or [], 1)]
     for path in requirement_files:
         lines += read_requirement_lines(path)
+    if not lines and requirement_files:
+        files = ", ".join(str(p) for p in requirement_files)
+        raise BadInput(f"-r {files}: no requirements in it, so nothing to check; give a requirements file with pins "
+                       "(flash_attn==2.8.3+cu130torch2.11) or pass them as arguments")
     if not lines:
         raise BadInput("nothing to check: pass requirements (flash_attn==2.8.3+cu130torch2.11) or -r FILE")
     verdicts = check_requirements(lines, torch, load_matrix(), cuda=cuda, python=python, platform=platform)

@@ -25,7 +25,8 @@ def ngram(
 ) -> None:
     """Turn on exllamav3 n-gram drafting: config keys where tabbyAPI has them, else the one-line source patch.
 
-    Exit 0: config/patch/already; 1: refused (a draft model is set) or unrecognised source; 2: bad input.
+    Exit 0: config/patch/already; 1: refused (a draft model is set) or unrecognised source; 2: bad input
+    (a config.yml that cannot be read or edited as written included).
 
     Example: labwright tabbyapi ngram --source /opt/tabbyapi --min 3 --dry
     """

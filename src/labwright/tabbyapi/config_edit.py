@@ -47,11 +47,12 @@ def load(text: str) -> dict[str, Any]:
     try:
         data = yaml.load(text, Loader=_UniqueKeys) if text.strip(BOM + " \t\r\n") else {}
     except yaml.YAMLError as exc:
-        raise ConfigShapeError(f"is not valid YAML ({str(exc).splitlines()[0]})") from exc
+        raise ConfigShapeError(f"is not valid YAML ({str(exc).splitlines()[0]}); fix the YAML") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigShapeError("is not a YAML mapping at the top level")
+        raise ConfigShapeError("is not a YAML mapping at the top level (tabbyAPI's config.yml is one: model:, "
+                               "network:, draft_model: ...); give tabbyAPI's config.yml")
     return data
 
 
@@ -79,11 +80,12 @@ def _top_level_node(body: str, key: str) -> tuple[yaml.Node, yaml.Node] | None:
     try:
         root = yaml.compose(body, Loader=_UniqueKeys)
     except yaml.YAMLError as exc:
-        raise ConfigShapeError(f"is not valid YAML ({str(exc).splitlines()[0]})") from exc
+        raise ConfigShapeError(f"is not valid YAML ({str(exc).splitlines()[0]}); fix the YAML") from exc
     if root is None:
         return None
     if not isinstance(root, yaml.MappingNode):
-        raise ConfigShapeError("is not a YAML mapping at the top level")
+        raise ConfigShapeError("is not a YAML mapping at the top level (tabbyAPI's config.yml is one: model:, "
+                               "network:, draft_model: ...); give tabbyAPI's config.yml")
     if root.flow_style:
         raise ConfigShapeError("is a flow-style mapping ({...}); write it as a block mapping")
     found = [(k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode) and k.value == key]

@@ -51,6 +51,11 @@ class ShapeUnrecognised(OperationFailed):
     """The tabbyAPI source has neither known shape: nothing was changed."""
 
 
+class ConfigUnusable(BadInput):
+    """The config.yml cannot be read or edited as it is written (not a mapping, broken YAML, a duplicate key, an
+    unusual layout): the user's file is the cause, so bad input (exit 2); the message says how to fix it."""
+
+
 class DraftModelConfigured(SafetyCheckFailed):
     """A draft model is configured; exllamav3 asserts when n-gram drafting is added to it."""
 
@@ -67,6 +72,8 @@ class NgramChange:
     diff: str = ""
     new_text: str | None = None
     message: str = ""
+    #: "unrecognised" because of the config.yml itself (not the tabbyAPI source): bad input.
+    config_unusable: bool = False
 
     @property
     def ok(self) -> bool:
@@ -79,7 +86,7 @@ class NgramChange:
         if self.mode == "refused":
             raise DraftModelConfigured(self.message)
         if self.mode == "unrecognised":
-            raise ShapeUnrecognised(self.message)
+            raise ConfigUnusable(self.message) if self.config_unusable else ShapeUnrecognised(self.message)
 
 
 @dataclass(frozen=True)
@@ -139,7 +146,8 @@ def plan_ngram(texts: TabbyTexts, match_min: int = DEFAULT_MATCH_MIN) -> NgramCh
         draft = config_edit.draft_section(texts.config or "")
         context = config_edit.max_seq_len(texts.config or "")
     except config_edit.ConfigShapeError as exc:
-        return NgramChange("unrecognised", texts.config_path, message=f"{texts.config_path} {exc}")
+        return NgramChange("unrecognised", texts.config_path, message=f"{texts.config_path} {exc}",
+                           config_unusable=True)
     check_match_min(match_min, context)
     if texts.model_py is None:
         return NgramChange("unrecognised", texts.model_py_path, message=(
@@ -200,7 +208,8 @@ def _plan_config(texts: TabbyTexts, match_min: int) -> NgramChange:
     try:
         after = config_edit.set_draft_keys(before, {"draft_mode": "ngram", KEYWORD: match_min})
     except config_edit.ConfigShapeError as exc:
-        return NgramChange("unrecognised", texts.config_path, message=f"{texts.config_path} {exc}")
+        return NgramChange("unrecognised", texts.config_path, message=f"{texts.config_path} {exc}",
+                           config_unusable=True)
     if after == before:
         return NgramChange("already", texts.config_path,
                            message=f"{texts.config_path} already sets draft_mode: ngram, {KEYWORD}: {match_min}")

@@ -5,9 +5,10 @@ written.
 
 Classes, by what the parameter is (introspected from the typer app):
 - a path read: a file of random bytes, a Latin-1 (not UTF-8) text file, an empty directory, a missing path, a
-  named pipe nobody writes to (a read that blocks on it is a hang);
+  named pipe nobody writes to (a read that blocks on it is a hang), an empty file, a well-formed document of the
+  wrong shape (a JSON list, a YAML scalar), a loop of symbolic links;
 - a path written (--out, --plot): a path under a regular file;
-- an int/float: 0, -1, 10**12, "abc" (and "nan", "inf" for floats);
+- an int/float: 0, -1, 10**12, "abc", "0x10" (and "nan", "inf", "-inf", "1e400" for floats);
 - a host/guest/node name: "@lxd/$(id)", "a b", 300 characters, "", a non-UTF-8 byte;
 - any other string: "a $(id)", 300 characters, "", "1000000000000", "-1" (these may be valid: exit 0 is allowed,
   the rest holds);
@@ -55,6 +56,13 @@ OUTPUT_PARAMETERS = {"out", "plot"}
 DRY_PARAMETERS = {"dry", "dry_run"}
 #: Parameters never given (they would make a command act for real).
 NEVER_GIVEN = {"yes", "create"}
+#: Files that are meaningful for a path parameter (so not bad input), with why.
+MEANINGFUL_FILES: dict[tuple[str, str], set[str]] = {
+    # tabbyAPI reads an empty config.yml as all defaults (common/tabby_config.py _from_file: unwrap(None, {})):
+    # n-gram drafting is added to it
+    ("tabbyapi ngram", "config"): {"empty-file"},
+    ("bench tts", "text"): {"json-list", "yaml-scalar"},  # any UTF-8 text is text to speak
+}
 #: Numbers that are meaningful for a parameter (so not bad input), with why.
 MEANINGFUL_NUMBERS: dict[tuple[str, str], set[str]] = {
     ("matrix show", "limit"): {"1000000000000"},  # more rows than there are: all of them
@@ -315,17 +323,36 @@ def _bad_values(command: Command, param: Parameter) -> list[tuple[str, bool, Cal
             os.mkfifo(path)
         return str(path)
 
+    def written(name: str, data: bytes) -> Callable[[Path], str]:
+        def make(sandbox: Path) -> str:
+            path = sandbox / "cwd" / name
+            path.write_bytes(data)
+            return str(path)
+        return make
+
+    def symlink_loop(sandbox: Path) -> str:
+        first, second = sandbox / "cwd" / "loop-a", sandbox / "cwd" / "loop-b"
+        if not first.is_symlink():
+            first.symlink_to(second)
+            second.symlink_to(first)
+        return str(first)
+
     def under_a_file(sandbox: Path) -> str:
         return str(Path(file_of_random_bytes(sandbox)) / "sub" / "x")
 
     if param.kind == "path":
-        return [("random-bytes", True, file_of_random_bytes), ("latin1-text", True, latin1_text),
-                ("empty-dir", True, empty_directory), ("fifo-no-writer", True, named_pipe),
-                ("missing", True, lambda sandbox: str(sandbox / "cwd" / "no-such-file"))]
+        meaningful_file = MEANINGFUL_FILES.get((command.path, param.name), set())
+        files = [("random-bytes", True, file_of_random_bytes), ("latin1-text", True, latin1_text),
+                 ("empty-dir", True, empty_directory), ("fifo-no-writer", True, named_pipe),
+                 ("empty-file", True, written("empty", b"")), ("json-list", True, written("list.json", b"[1, 2]\n")),
+                 ("yaml-scalar", True, written("scalar.yml", b"just words\n")), ("symlink-loop", True, symlink_loop),
+                 ("missing", True, lambda sandbox: str(sandbox / "cwd" / "no-such-file"))]
+        return [(case_id, strict and case_id not in meaningful_file, make) for case_id, strict, make in files]
     if param.kind == "output":
         return [("under-a-file", True, under_a_file)]
     if param.kind in ("int", "float"):
-        values = ["0", "-1", "1000000000000", "abc", *(["nan", "inf"] if param.kind == "float" else [])]
+        values = ["0", "-1", "1000000000000", "abc", "0x10",
+                  *(["nan", "inf", "-inf", "1e400"] if param.kind == "float" else [])]
         meaningful = MEANINGFUL_NUMBERS.get((command.path, param.name), set())
         return [(v, v not in meaningful, _const(v)) for v in values]
     if param.kind == "name":

@@ -51,4 +51,7 @@ def test_inventory_without_guests(cli_env, tmp_path):
     inv = tmp_path / "inv.py"
     inv.write_text('lab = ["@lxd/x"]\n')
     proc = lw(cli_env, "plan", str(inv))
-    assert proc.returncode == 0 and "no hosts with `guest` data" in proc.stdout
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert the_error(proc.stderr) == (f"labwright: error: inventory {inv}: no host has `guest` data, so there is "
+                                      'nothing to do; declare one (a host with guest={"backend": "lxd", ...}, '
+                                      "docs/guests.md) or pass the inventory that has them")
