@@ -47,9 +47,16 @@ class DeployData:
         return DeployError(f"{self.prefix}_{key}: {message}")
 
     def get(self, key: str, section: str = "service") -> Any:
-        """The host's ``PREFIX_KEY``, else the default of ``key`` in ``section``."""
+        """The host's ``PREFIX_KEY``, else the default of ``key`` in ``section``. A list or dict where the default is
+        one value (``llamacpp_build=[]``) is refused, not read as that default or as its text."""
         value = (host.data if self.data is None else self.data).get(f"{self.prefix}_{key}")
-        return self.defaults[section].get(key) if value is None else value
+        default = self.defaults[section].get(key)
+        if value is None:
+            return default
+        problem = one_value_problem(value, default)
+        if problem is not None:
+            raise self.fail(key, problem)
+        return value
 
     def int_of(self, key: str, value: Any, low: int, high: int | None = None) -> int:
         try:
@@ -67,6 +74,16 @@ class DeployData:
         if text in TRUE or text in FALSE:
             return text in TRUE
         raise self.fail(key, f"{value!r} is not true or false")
+
+
+def one_value_problem(value: Any, default: Any) -> str | None:
+    """Why ``value`` cannot stand for a key whose default is one value (a string, number or bool): a list/dict (or
+    set, tuple) given for it; None when it can. The caller raises it naming the key."""
+    if isinstance(default, str | int | float | bool) and isinstance(value, list | dict | tuple | set):
+        kind = "true or false" if isinstance(default, bool) else "a number" if isinstance(default, int | float) \
+            else "a string"
+        return f"{value!r} is a {type(value).__name__}; give one value ({kind}, default {default!r})"
+    return None
 
 
 def keys_of(defaults: Mapping[str, Any]) -> set[str]:

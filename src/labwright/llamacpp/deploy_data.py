@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from labwright import paths
-from labwright.deploy_data import FALSE, TRUE, DeployData, jinja, refuse_unknown_keys
+from labwright.deploy_data import FALSE, TRUE, DeployData, jinja, one_value_problem, refuse_unknown_keys
 from labwright.errors import BadInput
 from labwright.gpu.arch import capabilities_of
 from labwright.llamacpp import cuda
@@ -100,8 +100,16 @@ def systemd_quote(arg: str) -> str:
 def local_binary(data: Mapping[str, Any], builds: Path | None = None) -> tuple[str, str]:
     """The binary to push and its sha256, checked here so a corrupt cache never reaches a guest."""
     keys = KEYS.over(data)
-    src = Path(str(keys.get("binary_src") or (builds or cache_dir()) / "llama-server")).expanduser()
-    if not src.is_file():
+    given_src = keys.get("binary_src")
+    if given_src is not None and not isinstance(given_src, str | Path):
+        raise keys.fail("binary_src", f"{given_src!r} is not a path; give the llama-server binary on this machine")
+    src = Path(str(given_src or (builds or cache_dir()) / "llama-server")).expanduser()
+    try:
+        there = src.is_file()
+    except OSError as exc:  # a name too long, a loop of links
+        raise keys.fail("binary_src", f"{str(src)[:80]}: {exc.strerror}; give the llama-server binary on this "
+                        "machine") from None
+    if not there:
         raise keys.fail("binary_src", f"{src} does not exist; build it with `python -m labwright.llamacpp.build` "
                         "or pass --data llamacpp_binary_src=PATH")
     given = data.get("llamacpp_binary_sha256")
@@ -150,7 +158,11 @@ def build_choice(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None) -> 
     compute capabilities where the host shows NVIDIA GPUs, the CPU build elsewhere. A GPU CUDA 13.0 cannot compile for,
     or cuda on a host without GPUs, is refused in one line naming the key."""
     keys = KEYS.over(data)
-    mode = str(data.get("llamacpp_build") or "auto").strip().lower()
+    given = data.get("llamacpp_build")
+    problem = one_value_problem(given, "auto")
+    if problem is not None:
+        raise keys.fail("build", problem)
+    mode = str(given or "auto").strip().lower()
     if mode not in BUILDS:
         raise keys.fail("build", f"{mode!r} is not one of {', '.join(BUILDS)}")
     if data.get("llamacpp_binary_src"):
@@ -297,7 +309,11 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
 
 def ollama_mode(data: Mapping[str, Any]) -> str:
     """``llamacpp_ollama_override``: auto, or one of the true/false spellings."""
-    mode = str(data.get("llamacpp_ollama_override", DEFAULTS["ollama"]["override"])).strip().lower()
+    given = data.get("llamacpp_ollama_override", DEFAULTS["ollama"]["override"])
+    problem = one_value_problem(given, "auto")
+    if problem is not None:
+        raise KEYS.fail("ollama_override", problem)
+    mode = str(given).strip().lower()
     if mode not in ("auto", *TRUE, *FALSE):
         raise KEYS.fail("ollama_override", f"{mode!r} is not auto, true or false")
     return mode

@@ -18,7 +18,7 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from labwright import paths
-from labwright.deploy_data import unknown_key_error
+from labwright.deploy_data import one_value_problem, unknown_key_error
 from labwright.errors import BadInput
 from labwright.models.deploy_data import ModelSettings, engine_model
 
@@ -190,11 +190,13 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
 
     def get(section: str, key: str) -> Any:
         flat = data.get(f"tabbyapi_{key}")
-        if flat is not None:
-            return flat
-        if key in nested and nested[key] is not None:
-            return nested[key]
-        return defaults[section][key]
+        value = flat if flat is not None else nested.get(key)
+        if value is None:
+            return defaults[section][key]
+        problem = one_value_problem(value, defaults[section][key])
+        if problem is not None:
+            raise fail(key, problem)
+        return value
 
     src: Callable[[str], Any] = lambda key: get("source", key)  # noqa: E731
     stk: Callable[[str], Any] = lambda key: get("stack", key)  # noqa: E731
@@ -229,8 +231,8 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
     if not re.fullmatch(r"[A-Za-z0-9.:-]+", host):
         raise fail("host", f"{host!r} is not an address to listen on")
     model_name = str(cfg("model_name")).strip()
-    if not model_name or "/" in model_name or model_name in (".", ".."):
-        raise fail("model_name", f"{model_name!r} must be the model's directory name under model_dir")
+    if not model_name or "/" in model_name or model_name in (".", "..") or len(model_name.encode()) > 255:
+        raise fail("model_name", f"{model_name[:80]!r} must be the model's directory name under model_dir")
     max_seq_len = as_int("max_seq_len", cfg("max_seq_len"), -1)
     if max_seq_len == 0:
         raise fail("max_seq_len", "0 is not a context length (-1 takes the model's own)")
