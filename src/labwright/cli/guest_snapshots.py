@@ -121,6 +121,10 @@ def restore(
         raise BadInput("--dry and --yes contradict each other: --dry changes nothing, --yes acts; give one of them")
     vocab.check_lock_wait(lock_wait)
     host_data = node_data(data)
+    if yes and not no_lock and host_name(guest).startswith("@pct/"):
+        from labwright.bios.target import connector_data
+
+        connector_data(host_name(guest), host_data)  # the node's SSH data checked before anything is contacted
     plan = snapshots.restore(host_name(guest), snapshot_name, force=force, dry=True, node_data=host_data)
     if not yes:
         if as_json:

@@ -27,9 +27,16 @@ def registered():
     (["guest", "snapshot", "@pct/pve1/101", "--data", "proxmox_api_url"], ["--data 'proxmox_api_url'",
                                                                            "KEY=VALUE"]),
     (["guest", "snapshot", "@lxd/llm1", "--keep", "x"], ["--keep", "integer"]),
+    # the node's SSH for a running container's run lock: checked before the API is asked anything
+    (["guest", "restore", "@pct/pve1/101", "--force", "-y", "--data", "proxmox_api_url=https://127.0.0.1:9",
+      "--data", "ssh_port=abc"], ["--data 'ssh_port=abc'", "whole number"]),
 ])
 def test_refused_before_any_request(args, needles, capsys, monkeypatch):
     monkeypatch.setenv("LXD_DIR", "/nonexistent-no-daemon-here")  # a request would fail differently (exit 1)
+    monkeypatch.setenv("PROXMOX_TOKEN_ID", "root@pam!labwright")
+    monkeypatch.setenv("PROXMOX_TOKEN_SECRET", "not-used")
+    for proxy in ("https_proxy", "HTTPS_PROXY"):  # nothing listens there: a request would be exit 1, not 2
+        monkeypatch.setenv(proxy, "http://127.0.0.1:9")
     code = main(args)
     out, err = capsys.readouterr()
     assert code == 2, (out, err)
