@@ -121,10 +121,11 @@ def restore(
         raise BadInput("--dry and --yes contradict each other: --dry changes nothing, --yes acts; give one of them")
     vocab.check_lock_wait(lock_wait)
     host_data = node_data(data)
+    ssh_data: dict[str, Any] = {}
     if yes and not no_lock and host_name(guest).startswith("@pct/"):
         from labwright.bios.target import connector_data
 
-        connector_data(host_name(guest), host_data)  # the node's SSH data checked before anything is contacted
+        ssh_data = connector_data(host_name(guest), host_data)  # checked before anything is contacted
     plan = snapshots.restore(host_name(guest), snapshot_name, force=force, dry=True, node_data=host_data)
     if not yes:
         if as_json:
@@ -134,7 +135,7 @@ def restore(
             if not dry:
                 stdout.print("dry run: nothing changed; run again with -y/--yes to restore", markup=False)
         return
-    with _run_lock(host_name(guest), plan, lock_wait, host_data, no_lock):
+    with _run_lock(host_name(guest), plan, lock_wait, ssh_data, no_lock):
         result = snapshots.restore(host_name(guest), plan.name, force=force, node_data=host_data)
     if as_json:
         _echo_json(result.to_dict())
@@ -144,13 +145,14 @@ def restore(
 
 
 @contextlib.contextmanager
-def _run_lock(guest: str, plan: snapshots.RestoreResult, wait: float, data: dict[str, Any], no_lock: bool
+def _run_lock(guest: str, plan: snapshots.RestoreResult, wait: float, ssh_data: dict[str, Any], no_lock: bool
               ) -> Iterator[None]:
     """A running guest's run lock (labwright.guestlock) while it is restored: a deploy or stack switch in it finishes
     first (or the restore is refused naming it). The restore stops the guest, so the lock (in its /run) goes with it;
     a stopped guest runs nothing to wait for. An LXD guest's is reached through the LXD API; a Proxmox container's
     through the node's SSH and ``pct exec``, as pyinfra's @pct connector reaches it (``--data ssh_hostname=...``), which
-    the API-driven restore needs for nothing else. A Proxmox VM has no way in through its node: not taken."""
+    the API-driven restore needs for nothing else (``ssh_data``: the connector's keys of --data, typed). A Proxmox VM
+    has no way in through its node: not taken."""
     if not plan.restarted or no_lock or plan.kind == "vm" or not guest.startswith(("@lxd/", "@incus/", "@pct/")):
         yield
         return
@@ -161,11 +163,10 @@ def _run_lock(guest: str, plan: snapshots.RestoreResult, wait: float, data: dict
         with guestlock.held(LxdHost(guest), "labwright guest restore", wait=wait, say=say):
             yield
         return
-    from labwright.bios.target import connector_data
     from labwright.hosts.connector import ConnectorHost
 
     try:
-        host = ConnectorHost.connect(guest, connector_data(guest, data))
+        host = ConnectorHost.connect(guest, ssh_data)
     except BadInput as exc:
         raise BadInput(f"{guest} is running and its run lock is reached over the node's SSH, which failed "
                        f"({str(exc).removeprefix(f'HOST {guest}: ')}): give the node's SSH with --data "
