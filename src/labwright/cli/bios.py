@@ -14,8 +14,9 @@ from rich.markup import escape
 from labwright.bios import backup as backup_module
 from labwright.bios import flashrom
 from labwright.bios.ifd import Descriptor
-from labwright.bios.target import Target, parse_host_data
+from labwright.bios.target import Target
 from labwright.cli import vocab
+from labwright.hosts.host_data import parse_host_data
 from labwright.ui import Reporter, stdout, table
 
 NAME = "bios"

@@ -123,7 +123,7 @@ def restore(
     host_data = node_data(data)
     ssh_data: dict[str, Any] = {}
     if yes and not no_lock and host_name(guest).startswith("@pct/"):
-        from labwright.bios.target import connector_data
+        from labwright.hosts.host_data import connector_data
 
         ssh_data = connector_data(host_name(guest), host_data)  # checked before anything is contacted
     plan = snapshots.restore(host_name(guest), snapshot_name, force=force, dry=True, node_data=host_data)

@@ -9,6 +9,8 @@ Every runbook that reaches a machine goes through a :class:`Host`; each transpor
 - :mod:`labwright.hosts.lxd`: an LXD/Incus container through labwright's LXD API client;
 - :mod:`labwright.hosts.connector`: any connected pyinfra host (``@local``, ``@lxd/NAME``, ``@pct/NODE/VMID``...).
 
+:mod:`labwright.hosts.host_data` types a connector's ``--data KEY=VALUE`` host data as the connector reads it.
+
 The ``@pct`` connector is pyinfra's SSH connector to the node plus the ``pct`` wrapping (as pyinfra's
 ``connectors/dockerssh.py`` is for docker); its node commands go through :class:`labwright.hosts.ssh.SshHost`.
 """

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from labwright.bios import manifest
-from labwright.bios.target import check_hostname, parse_host_data
 from labwright.errors import BadInput
+from labwright.hosts.host_data import check_hostname, parse_host_data
 
 
 def test_values_get_the_connector_s_types():
