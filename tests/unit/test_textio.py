@@ -3,14 +3,17 @@ and the fix."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
+import termios
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from labwright.errors import BadInput
+from labwright.testing.waiting import wait_for
 from labwright.textio import describe_oserror, read_json, read_json_object, read_text, read_toml, read_yaml
 
 WHAT = "a tabbyAPI config.yml"
@@ -100,6 +103,11 @@ def test_a_pipe_nobody_writes_to_is_refused_not_waited_on(tmp_path: Path):
     assert f"{pipe} is a pipe with nothing written to it" in message and "give the path of a file" in message
 
 
+def unread(fd: int) -> int:
+    """Bytes waiting in the pipe behind ``fd`` (FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
 def test_a_pipe_with_a_writer_is_read_to_its_end(tmp_path: Path):
     # `--config <(...)`: the writer may be slower than the reader; the read waits for the whole document.
     read_end, write_end = os.pipe()
@@ -108,7 +116,9 @@ def test_a_pipe_with_a_writer_is_read_to_its_end(tmp_path: Path):
         with os.fdopen(write_end, "wb") as handle:
             handle.write(b"model:\n")
             handle.flush()
-            time.sleep(0.2)  # the second half arrives after the reader started: it must not stop at the first
+            # the second half arrives only once the reader has taken the first: it must not stop there
+            wait_for("the reader to take the first half from the pipe", lambda: unread(read_end) == 0, timeout=60,
+                     every=0.01)
             handle.write(b"  a: 1\n")
 
     writer = threading.Thread(target=write)
