@@ -3,6 +3,7 @@
     sudo .venv/bin/python benchmarks/host_upgrade.py                  # 3 runs, 2 GPU guests
     sudo .venv/bin/python benchmarks/host_upgrade.py --runs 5 --guests 3
     sudo .venv/bin/python benchmarks/host_upgrade.py --pve             # a Proxmox VE node on the PVE simulator
+    sudo .venv/bin/python benchmarks/host_upgrade.py --node            # the real-node path, beside the lab's
 
 Each run: a fresh fake NVIDIA host tree below /dev (tests/support/fake_nvidia: driver 550.54.14, nvidia-uvm major
 509, a new kernel with a DKMS build of 550.54.15, a stand-in installer; the simulated reboot gives nvidia-uvm 237)
@@ -16,6 +17,13 @@ DKMS build. Reported: the total and the median per step kind. Guests are named l
 half the containers passed the GPU with devN entries, half with raw lines; timed from `host upgrade pve1 -i INV
 --yes` to its return (snapshots, majors rewritten, stop/start of each, the checks). What it measures is labwright's
 side (API round trips and its task polling, every 0.5 s); a real node adds its own task times (snapshot, start).
+
+``--node``: each run twice on fresh trees and guests, side by side: the lab's simulated host steps (above) and the
+real-node path (labwright.hostupgrade.realhost with the doubles of tests/support/host_tools: the installer behind
+the .run, dkms, proxmox-boot-tool, systemctl), which stops at `systemctl reboot` with its state saved, then the tree
+is booted (tests/support/host_doubles.boot) and the resume unit's command run as systemd would. Timed: up to the
+reboot, the resume to every guest passing gpu check, and their sum (a real node adds its reboot and the DKMS
+build), with the ratio to the simulated path.
 """
 
 from __future__ import annotations
@@ -57,9 +65,13 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--guests", type=int, default=2)
     parser.add_argument("--pve", action="store_true", help="a Proxmox VE node on the PVE simulator instead of LXD")
+    parser.add_argument("--node", action="store_true", help="the real-node path (doubles, resume unit) beside the "
+                        "lab's simulated one")
     args = parser.parse_args()
     if args.pve:
         return pve(args.runs, args.guests)
+    if args.node:
+        return node(args.runs, args.guests)
     lab = ensure_test_lab()
     register(["host", "gpu"])
     totals: list[float] = []
@@ -88,6 +100,75 @@ def main() -> int:
                 lab.remove(name)
             remove_fake_root(root)
     report("host upgrade --yes to every guest passing gpu check", args.guests, totals, steps)
+    return 0
+
+
+def node(runs: int, guests: int) -> int:
+    from labwright.hostupgrade.facts import node_facts
+    from labwright.hostupgrade.plan import make_plan
+    from labwright.hostupgrade.realhost import CommandHost
+    from labwright.hostupgrade.run import Upgrade
+    from support.host_doubles import boot, make_node, run_resume_unit, tool_env
+
+    lab = ensure_test_lab()
+    register(["host", "gpu"])
+    kernels = ("6.8.12-4-pve", "6.8.12-9-pve")
+    simulated: list[float] = []
+    to_reboot: list[float] = []
+    resumed: list[float] = []
+    for run in range(runs):
+        for kind in ("simulated", "node"):
+            root = fake_root_in_dev("lwbench-hn")
+            names = [f"lwbhu-{secrets.token_hex(3)}" for _ in range(guests)]
+            saved_env = dict(os.environ)
+            try:
+                make_fake_nvidia_host(root, uvm_major=509)
+                built = {kernels[0]: [DRIVER_VERSION]} if kind == "node" else {kernels[0]: [DRIVER_VERSION],
+                                                                               kernels[1]: [NEW]}
+                make_upgrade_host(root, *kernels, built=built, repository=(DRIVER_VERSION, NEW), hostname="lwbench",
+                                  uvm_major_after_reboot=237, host_userspace=True)
+                for name in names:
+                    LxdBackend(lab.client, gpu_host=GpuHost(root)).apply(spec(name, gpu="nvidia"))
+                    install_userspace(lab.client, name, DRIVER_VERSION)
+                if kind == "simulated":
+                    t0 = time.monotonic()
+                    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                        code = cli_main(["host", "upgrade", "lwbench", "--host-root", str(root), "--yes", "--json"])
+                    assert code == 0
+                    simulated.append(time.monotonic() - t0)
+                    continue
+                make_node(root, kernels, kernels, DRIVER_VERSION, kernels[0])
+                os.environ.update(tool_env(root))
+                repo = root / "var/cache/labwright/nvidia"
+                t0 = time.monotonic()
+                facts = node_facts("lwbench", root, lab.client, repo)
+                plan = make_plan(facts)
+                host = CommandHost(root, repo)
+                host.preflight(plan)
+                out = Upgrade(plan, root, repo, lab.client, host=host).run({g.name: g.services for g in facts.guests})
+                to_reboot.append(time.monotonic() - t0)
+                assert out.ok and out.rebooting, out.message
+                boot(root, uvm_major=237)
+                t1 = time.monotonic()
+                done = run_resume_unit(root, dict(os.environ))
+                resumed.append(time.monotonic() - t1)
+                assert done.returncode == 0, done.stderr[-2000:]
+            finally:
+                os.environ.clear()
+                os.environ.update(saved_env)
+                for name in names:
+                    lab.remove(name)
+                remove_fake_root(root)
+        print(f"run {run + 1}: simulated {simulated[-1]:.1f} s, node {to_reboot[-1]:.1f} + {resumed[-1]:.1f} s",
+              file=sys.stderr)
+    node_total = [a + b for a, b in zip(to_reboot, resumed, strict=True)]
+    med = statistics.median
+    print(f"host upgrade --yes to every guest passing gpu check ({guests} guests, n={runs}):")
+    print(f"  lab, simulated host steps     median {med(simulated):6.1f} s")
+    print(f"  node path: up to the reboot   median {med(to_reboot):6.1f} s")
+    print(f"  node path: resume unit        median {med(resumed):6.1f} s (its own process: imports, LXD client)")
+    print(f"  node path: both               median {med(node_total):6.1f} s = {med(node_total) / med(simulated):.2f}x "
+          "the simulated path (a real node adds its DKMS build and its reboot)")
     return 0
 
 

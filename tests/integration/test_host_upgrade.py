@@ -9,7 +9,6 @@ after the reboot nvidia-uvm has a new major and the nodes exist only because the
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,13 +17,11 @@ import pytest
 from labwright.cli import main, register
 from labwright.errors import LxdError
 from labwright.guests.gpu import GpuHost
-from labwright.guests.lxd import LxdBackend
 from labwright.hostnames import LxdName
 from labwright.hostupgrade.facts import node_facts
 from labwright.hostupgrade.plan import make_plan
 from labwright.hostupgrade.run import Upgrade
 from labwright.hostupgrade.simhost import PIN_FILE
-from labwright.lxd.client import LxdClient
 from labwright.snapshots.lxd import LxdSnapshots
 from labwright.testing.waiting import wait_for
 from support.fake_nvidia import (
@@ -34,7 +31,7 @@ from support.fake_nvidia import (
     make_upgrade_host,
     remove_fake_root,
 )
-from support.gpu_guest import LIBDIR, install_userspace, sh, spec
+from support.gpu_guest import libs_in, nodes_in, sh, upgrade_guest
 from support.guest_lock import holding
 
 pytestmark = pytest.mark.lab
@@ -63,29 +60,10 @@ def host(capsys, *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def gpu_guest(client: LxdClient, names: list[str], root: Path, userspace: str) -> str:
-    name = f"lwhu-{secrets.token_hex(3)}"
-    names.append(name)
-    LxdBackend(client, gpu_host=GpuHost(root)).apply(spec(name, gpu="nvidia"))
-    install_userspace(client, name, userspace)
-    return name
-
-
-def nodes_in(client: LxdClient, name: str) -> dict[str, str]:
-    out = sh(client, name, "for f in /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia0; do "
-                           "[ -c $f ] && stat -c '%n %t:%T' $f; done; true")
-    return {p: f"{int(v.split(':')[0], 16)}:{int(v.split(':')[1], 16)}" for p, v in
-            (line.split() for line in out.splitlines())}
-
-
-def libs_in(client: LxdClient, name: str) -> str:
-    return sh(client, name, f"ls {LIBDIR} | grep -E '^lib(cuda|nvidia-ml)[.]so[.][0-9]+[.]' | sort").strip()
-
-
 def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, host_root, capsys):
-    matched = gpu_guest(client, names, host_root, DRIVER_VERSION)
-    mismatched = gpu_guest(client, names, host_root, "550.40.07")  # already wrong before the upgrade
-    stopped = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    matched = upgrade_guest(client, names, host_root, DRIVER_VERSION)
+    mismatched = upgrade_guest(client, names, host_root, "550.40.07")  # already wrong before the upgrade
+    stopped = upgrade_guest(client, names, host_root, DRIVER_VERSION)
     client.set_state(stopped, "stop", force=True)
     assert nodes_in(client, matched)["/dev/nvidia-uvm"] == "509:0"
 
@@ -134,8 +112,8 @@ def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, h
 
 
 def test_a_failed_check_restores_every_snapshot(lab, client, names, host_root, capsys):
-    good = gpu_guest(client, names, host_root, DRIVER_VERSION)
-    engine = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    good = upgrade_guest(client, names, host_root, DRIVER_VERSION)
+    engine = upgrade_guest(client, names, host_root, DRIVER_VERSION)
     # An engine unit that never opens the GPU (a CPU fallback): gpu check fails it after the upgrade.
     wait_for(f"systemd in {engine} to finish starting", lambda: client.exec(engine, [
         "sh", "-c", "systemctl is-system-running"]).stdout.decode().strip() in ("running", "degraded"), timeout=120)
@@ -157,7 +135,7 @@ def test_a_failed_check_restores_every_snapshot(lab, client, names, host_root, c
 
 
 def test_bad_input_is_one_line_and_nothing_is_upgraded(lab, client, names, host_root, capsys):
-    name = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    name = upgrade_guest(client, names, host_root, DRIVER_VERSION)
     code, out, err = host(capsys, "pve9", "--host-root", str(host_root), "--yes")
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert "node 'pve9' is not this host (it answers to lwnode1" in err
@@ -189,7 +167,7 @@ def test_bad_input_is_one_line_and_nothing_is_upgraded(lab, client, names, host_
 def test_a_guest_another_labwright_run_holds_is_waited_for_or_refused(lab, client, names, host_root, capsys):
     # A deploy or stack switch still running in a GPU guest: the upgrade (which stops, changes and restarts the guest)
     # refuses naming it, before any snapshot or host change, and goes ahead once that run is gone.
-    name = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    name = upgrade_guest(client, names, host_root, DRIVER_VERSION)
     with holding(name) as holder:
         code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes", "--lock-wait", "0", "--json")
         result = json.loads(out)
@@ -214,8 +192,8 @@ class _RefusingSnapshots(LxdSnapshots):
 
 
 def test_a_snapshot_that_cannot_be_taken_upgrades_nothing(lab, client, names, host_root):
-    first = gpu_guest(client, names, host_root, DRIVER_VERSION)
-    second = gpu_guest(client, names, host_root, DRIVER_VERSION)
+    first = upgrade_guest(client, names, host_root, DRIVER_VERSION)
+    second = upgrade_guest(client, names, host_root, DRIVER_VERSION)
     refusing = max(first, second)  # guests are snapshotted in name order: the other one's snapshot is taken first
     facts = node_facts("lwnode1", host_root, client)
     plan = make_plan(facts)

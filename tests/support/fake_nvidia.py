@@ -223,11 +223,15 @@ def make_upgrade_host(root: str | Path, running: str = "6.8.12-4-pve", new: str 
 def fake_run_installer(version: str, libdir: str = "/usr/lib/x86_64-linux-gnu") -> str:
     """A stand-in for NVIDIA-Linux-x86_64-VERSION.run: with ``--no-kernel-module`` it replaces the guest's
     libcuda/libnvidia-ml with VERSION's (versioned files and .so.1 links, as the installer leaves them) and
-    installs an nvidia-smi reporting VERSION; anything else is refused (exit 1) as the real one would need a kernel
-    source tree."""
+    installs an nvidia-smi reporting VERSION. A host install (no ``--no-kernel-module``) runs the nvidia-installer
+    double of tests/support/host_tools on the tree ``$LW_FAKE_ROOT`` when ``$LW_HOST_TOOLS`` names it (the .run's
+    makeself stub passes every other argument to nvidia-installer and exits with its status: makeself 1.6.0-nv2,
+    scriptargs and ``exit $res``); without it, refused (exit 1)."""
     smi = fake_nvidia_smi_script(nvidia_smi_query_lines(version))
-    return ("#!/bin/sh\ncase \" $* \" in *' --no-kernel-module '*) ;; *) echo 'needs --no-kernel-module here' >&2; "
-            "exit 1;; esac\nset -e\n"
+    return ("#!/bin/sh\ncase \" $* \" in *' --no-kernel-module '*) ;; *) "
+            "if [ -n \"$LW_HOST_TOOLS\" ]; then LW_INSTALLER_VERSION=" + version + " exec python3 "
+            "\"$LW_HOST_TOOLS/nvidia-installer\" \"$@\"; fi; "
+            "echo 'needs --no-kernel-module here' >&2; exit 1;; esac\nset -e\n"
             f"mkdir -p {libdir}\nrm -f {libdir}/libcuda.so.* {libdir}/libnvidia-ml.so.*\n"
             f"for l in libcuda.so libnvidia-ml.so; do echo fake > {libdir}/$l.{version}; "
             f"ln -sf $l.{version} {libdir}/$l.1; done\n"

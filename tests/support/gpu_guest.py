@@ -4,9 +4,12 @@ running under the guest's systemd with GPU layers requested."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
+from labwright.guests.gpu import GpuHost
+from labwright.guests.lxd import LxdBackend
 from labwright.guests.model import GuestSpec, spec_from_data
 from labwright.llamacpp.build import build_llama_server
 from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
@@ -57,3 +60,21 @@ def start_llama_server(client: LxdClient, name: str, tmp_path: Path) -> None:
              timeout=120)
 
 
+# --- the host upgrade's guests (tests/integration/test_host_upgrade*.py) ------------------------------------------
+def upgrade_guest(client: LxdClient, names: list[str], root: Path, userspace: str) -> str:
+    name = f"lwhu-{secrets.token_hex(3)}"
+    names.append(name)
+    LxdBackend(client, gpu_host=GpuHost(root)).apply(spec(name, gpu="nvidia"))
+    install_userspace(client, name, userspace)
+    return name
+
+
+def nodes_in(client: LxdClient, name: str) -> dict[str, str]:
+    out = sh(client, name, "for f in /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia0; do "
+                           "[ -c $f ] && stat -c '%n %t:%T' $f; done; true")
+    return {p: f"{int(v.split(':')[0], 16)}:{int(v.split(':')[1], 16)}" for p, v in
+            (line.split() for line in out.splitlines())}
+
+
+def libs_in(client: LxdClient, name: str) -> str:
+    return sh(client, name, f"ls {LIBDIR} | grep -E '^lib(cuda|nvidia-ml)[.]so[.][0-9]+[.]' | sort").strip()

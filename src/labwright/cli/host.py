@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import sys
 from collections.abc import Callable
@@ -16,8 +17,10 @@ from rich.markup import escape
 from labwright.cli import vocab
 from labwright.errors import BadInput
 from labwright.guests.gpu import GpuHost
+from labwright.hostupgrade import state
 from labwright.hostupgrade.facts import REPOSITORY, node_facts, repository_versions
 from labwright.hostupgrade.plan import Plan, make_plan
+from labwright.hostupgrade.realhost import CommandHost
 from labwright.hostupgrade.run import Done, Outcome, Upgrade
 from labwright.inventory import load_inventory
 from labwright.lxd.client import LxdClient
@@ -61,25 +64,30 @@ def upgrade(
                                           "containers are carried through the upgrade (without: LXD's).",
                                           show_default=False),
     lock_wait: float = vocab.LockWaitOption,
+    resume: bool = typer.Option(False, "--resume", help="Go on after the upgrade's reboot (what the boot unit "
+                                "labwright-host-upgrade.service runs; by hand when it could not)."),
     as_json: bool = vocab.JsonOption,
 ) -> None:
     """Upgrade the NVIDIA driver (and boot the new kernel) with every GPU guest carried through: refuse a kernel
     without a driver build (or --pin-kernel), snapshot every GPU guest, install the driver, install a boot unit for
     the device nodes, reboot, re-read the majors into the guests, install the exactly matching userspace in each,
     restart them and their engines, run gpu check on each; on a failure restore the snapshots.
-    Exit 0: done (or the plan printed); 1: failed (what was restored and what was left is said); 2: bad input.
+    On a real node the reboot is real: the run saves its state in /var/lib/labwright/host-upgrade.json and the boot
+    unit labwright-host-upgrade.service resumes it (`journalctl -u labwright-host-upgrade`); run it again without
+    --yes to see how it ended.
+    Exit 0: done, rebooting to go on, or the plan printed; 1: failed (what was restored and what was left is said);
+    2: bad input.
 
     Example: labwright host upgrade pve1 -i inventories/lab.py --to 550.54.15 --yes
     """
-    vocab.dry_or_yes(dry, yes)
+    if resume and (yes or dry):
+        raise BadInput("--resume goes on with the upgrade the state file describes; give it without --yes/--dry")
+    if not resume:
+        vocab.dry_or_yes(dry, yes)
     vocab.check_lock_wait(lock_wait)
-    node_data = _pve_node(node, inventory) if inventory is not None else None
     if not host_root.is_dir():
         raise BadInput(f"--host-root {host_root}: not a directory; give the root of a host tree (default /)")
     root = host_root.resolve()
-    if yes and root == Path("/"):
-        raise BadInput("host upgrade --yes acts only on a host tree given with --host-root in this version (the lab's "
-                       "fake NVIDIA files); on a real host run it without --yes and follow the printed plan")
     if root != Path("/") and not (root / "proc/driver/nvidia/version").is_file():
         raise BadInput(f"--host-root {host_root}: no proc/driver/nvidia/version below it; give the root of a host tree "
                        "with the NVIDIA driver's files (default /)")
@@ -87,6 +95,22 @@ def upgrade(
     if node not in names:
         raise BadInput(f"node {node!r} is not this host (it answers to {', '.join(names)}); run `labwright host "
                        "upgrade` on the node itself with its name")
+    if root == Path("/") and (yes or resume) and os.geteuid() != 0:
+        raise BadInput("host upgrade on this host installs a driver and reboots: run it as root (sudo)")
+    saved = state.load(root)
+    if saved is not None and saved.node != node:
+        raise BadInput(f"{state.state_file(root)} is an upgrade of node {saved.node!r}, not {node!r}; give "
+                       f"{saved.node} (this host's name when it started)")
+    if resume:
+        _finish(node, _resume(node, root, saved, as_json), as_json)
+        return
+    if saved is not None and saved.phase == state.REBOOTING:
+        if yes:
+            raise BadInput(f"node {node}: {saved.summary()}; nothing was changed")
+        print(f"labwright: note: {saved.summary()}", file=sys.stderr)
+    elif saved is not None:
+        print(f"labwright: note: the last upgrade: {saved.summary()}", file=sys.stderr)
+    node_data = _pve_node(node, inventory) if inventory is not None else None
     repo = repository if repository is not None else root / REPOSITORY.lstrip("/")
     label = f"--repository {repo}" if repository is not None else f"the repository {repo} (--repository DIR)"
     if not repo.is_dir():
@@ -94,13 +118,22 @@ def upgrade(
     if not repository_versions(repo):
         raise BadInput(f"{label}: no NVIDIA-Linux-x86_64-VERSION.run in it; add the installer of the driver to "
                        "install")
+    if root == Path("/") and not Path("/proc/driver/nvidia/version").is_file():
+        raise BadInput("this host has no NVIDIA driver loaded (no /proc/driver/nvidia/version); host upgrade carries "
+                       "GPU guests from a loaded driver to a new one: run it on the GPU node (install the driver "
+                       "first on a new one)")
+    host = CommandHost(root, repo.resolve()) if root == Path("/") else None
     if node_data is not None:
+        assert inventory is not None
         outcome = _pve_upgrade(node, root, repo, node_data, to, pin_kernel, fix_mismatched, yes, as_json,
-                               lock_wait)
+                               lock_wait, host, inventory)
     else:
-        outcome = _lxd_upgrade(node, root, repo, to, pin_kernel, fix_mismatched, yes, as_json, lock_wait)
-    if outcome is None:
-        return
+        outcome = _lxd_upgrade(node, root, repo, to, pin_kernel, fix_mismatched, yes, as_json, lock_wait, host)
+    if outcome is not None:
+        _finish(node, outcome, as_json)
+
+
+def _finish(node: str, outcome: Outcome, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(outcome.to_dict(), indent=2))
     else:
@@ -110,6 +143,37 @@ def upgrade(
     if not outcome.ok:
         print(f"labwright: host upgrade {node}: {outcome.message}", file=sys.stderr)
         raise typer.Exit(1)
+
+
+def _resume(node: str, root: Path, saved: state.Saved | None, as_json: bool) -> Outcome:
+    """The saved upgrade carried on after its reboot (the boot unit's command)."""
+    if saved is None:
+        raise BadInput(f"node {node}: no upgrade to resume ({state.state_file(root)} does not exist); start one with "
+                       f"`labwright host upgrade {node} --yes`")
+    if saved.phase != state.REBOOTING:
+        raise BadInput(f"node {node}: nothing to resume: {saved.summary()}")
+    plan = saved.plan_object()
+    repo = Path(saved.repository)
+    host = CommandHost(root, repo)  # only a run on the node's own tools reboots for real and saves a state
+    upgrade: Upgrade
+    if saved.kind == "pve":
+        from labwright.guests.proxmox_api import Credentials, connect
+        from labwright.hostupgrade.pve import PveUpgrade, guests_from_saved
+
+        node_data = _pve_node(node, Path(str(saved.inventory)))
+        api = connect(Credentials.from_env(), node, node_data)
+        pve = PveUpgrade(plan, root, repo, api, guests_from_saved(saved), _progress(as_json), host=host)
+        pve.majors_before = {str(k): int(v) for k, v in saved.extra.get("majors_before", {}).items()}
+        pve.lock_wait = saved.lock_wait
+        return pve.resume(saved)
+    endpoint, project = resolve_endpoint(None)
+    client = LxdClient(endpoint, project=project)
+    try:
+        upgrade = Upgrade(plan, root, repo, client, _progress(as_json), host=host)
+        upgrade.lock_wait = saved.lock_wait
+        return upgrade.resume(saved)
+    finally:
+        client.close()
 
 
 def _pve_node(node: str, inventory: Path) -> dict[str, Any]:
@@ -147,7 +211,7 @@ def _progress(as_json: bool) -> Callable[[Done], None]:
 
 
 def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: bool, fix_mismatched: bool,
-                 yes: bool, as_json: bool, lock_wait: float) -> Outcome | None:
+                 yes: bool, as_json: bool, lock_wait: float, host: CommandHost | None) -> Outcome | None:
     endpoint, project = resolve_endpoint(None)
     client = LxdClient(endpoint, project=project)
     try:
@@ -157,7 +221,9 @@ def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: 
             _show_plan(node, plan, as_json)
             return None
         services = {g.name: g.services for g in facts.guests}
-        upgrade = Upgrade(plan, root, repo, client, _progress(as_json))
+        if host is not None:
+            host.preflight(plan)
+        upgrade = Upgrade(plan, root, repo, client, _progress(as_json), host=host)
         upgrade.lock_wait = lock_wait
         return upgrade.run(services)
     finally:
@@ -165,9 +231,10 @@ def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: 
 
 
 def _pve_upgrade(node: str, root: Path, repo: Path, node_data: dict[str, Any], to: str | None, pin_kernel: bool,
-                 fix_mismatched: bool, yes: bool, as_json: bool, lock_wait: float) -> Outcome | None:
+                 fix_mismatched: bool, yes: bool, as_json: bool, lock_wait: float, host: CommandHost | None,
+                 inventory: Path) -> Outcome | None:
     from labwright.guests.proxmox_api import Credentials, connect
-    from labwright.hostupgrade.pve import PveUpgrade, make_pve_plan, nvidia_majors, pve_node_facts
+    from labwright.hostupgrade.pve import PveUpgrade, make_pve_plan, nvidia_majors, pve_node_facts, pve_saved
 
     api = connect(Credentials.from_env(), node, node_data)
     facts, guests = pve_node_facts(node, root, api, repo)
@@ -175,6 +242,9 @@ def _pve_upgrade(node: str, root: Path, repo: Path, node_data: dict[str, Any], t
     if not yes:
         _show_plan(node, plan, as_json)
         return None
-    upgrade = PveUpgrade(plan, root, repo, api, guests, _progress(as_json))
+    if host is not None:
+        host.preflight(plan)
+    upgrade = PveUpgrade(plan, root, repo, api, guests, _progress(as_json), host=host)
     upgrade.lock_wait = lock_wait
+    upgrade.saved = pve_saved(upgrade, inventory.resolve())
     return upgrade.run({})

@@ -126,4 +126,9 @@ def node_facts(node: str, root: Path, client: LxdClient, repository: Path | None
     kernel = running_kernel(root)
     pending = [k for k in installed_kernels(root) if k != kernel and kernel_key(k) > kernel_key(kernel)]
     return NodeFacts(node, loaded, kernel, pending[-1] if pending else None, repository_versions(repo),
-                     dkms_builds(root, loaded), tuple(gpu_guests(client, root)), str(repo))
+                     dkms_builds(root, loaded), tuple(gpu_guests(client, root)), str(repo), kernel_headers(root))
+
+
+def kernel_headers(root: Path) -> tuple[str, ...]:
+    """Installed kernels whose headers are there (``/lib/modules/K/build``, what DKMS builds against)."""
+    return tuple(k for k in installed_kernels(root) if (root / "lib/modules" / k / "build").exists())

@@ -39,6 +39,8 @@ class NodeFacts:
     builds: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kernel -> driver versions DKMS built for it
     guests: tuple[GuestFacts, ...] = ()
     repository: str = ""
+    #: Kernels with headers (/lib/modules/K/build): the installer's --dkms run builds the new driver for them.
+    headers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,12 @@ def version_key(version: str) -> tuple[int, ...]:
 def kernel_key(kernel: str) -> tuple[tuple[int, str], ...]:
     """Sort key for kernel release strings (6.8.12-4-pve < 6.8.12-10-pve < 6.11.0-2-pve): numbers as numbers."""
     return tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"[.-]", kernel))
+
+
+def headers_package(kernel: str) -> str:
+    """The package with a kernel's headers: Proxmox VE's (proxmox-headers-K, pve-headers-K before PVE 8.1) or
+    Debian/Ubuntu's."""
+    return f"proxmox-headers-{kernel}" if kernel.endswith("-pve") else f"linux-headers-{kernel}"
 
 
 def choose_target(facts: NodeFacts, wanted: str | None) -> str:
@@ -141,15 +149,21 @@ def make_plan(facts: NodeFacts, wanted: str | None = None, pin_kernel: bool = Fa
             boot = facts.new_kernel
             steps.append(Step("kernel", facts.new_kernel, f"kernel {facts.new_kernel} has a DKMS build of nvidia "
                               f"{target}: boots into it"))
+        elif facts.new_kernel in facts.headers:
+            boot = facts.new_kernel
+            steps.append(Step("kernel", facts.new_kernel, f"kernel {facts.new_kernel} has its headers: the driver "
+                              f"install builds nvidia {target} for it through DKMS (and fails before the reboot when "
+                              "the build does); boots into it"))
         elif pin_kernel:
             steps.append(Step("pin-kernel", facts.running_kernel, f"kernel {facts.new_kernel} has no nvidia {target} "
                               f"build: pin {facts.running_kernel} (proxmox-boot-tool kernel pin) and boot it again"))
         else:
             have = ", ".join(facts.builds.get(facts.new_kernel, ())) or "none"
             raise SafetyCheckFailed(f"node {facts.node}: the new kernel {facts.new_kernel} has no nvidia {target} "
-                                    f"module build (DKMS builds for it: {have}); nothing was changed. Rebuild it "
-                                    f"(dkms install nvidia/{target} -k {facts.new_kernel}) or pass --pin-kernel to "
-                                    f"keep {facts.running_kernel}")
+                                    f"module build (DKMS builds for it: {have}) and no headers to build one; nothing "
+                                    f"was changed. Install its headers (apt install "
+                                    f"{headers_package(facts.new_kernel)}) or pass --pin-kernel to keep "
+                                    f"{facts.running_kernel}")
     for g in facts.guests:
         steps.append(Step("snapshot", g.name, f"snapshot {g.name} on {g.storage} (labwright-host-upgrade-<time>)"))
     steps.append(Step("host-driver", facts.node, f"install nvidia {target} on the host "

@@ -34,7 +34,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +54,13 @@ from labwright.hostupgrade.facts import (
     dkms_builds,
     installed_kernels,
     installer_name,
+    kernel_headers,
     repository_versions,
     running_kernel,
 )
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts, Plan, Step, kernel_key, make_plan
-from labwright.hostupgrade.run import Done, Outcome, Refused, Upgrade
+from labwright.hostupgrade.run import Done, NodeHost, Outcome, Refused, Upgrade
+from labwright.hostupgrade.state import Saved
 from labwright.snapshots.model import SnapshotBackend
 from labwright.snapshots.proxmox import PveSnapshots
 
@@ -220,7 +222,7 @@ def pve_node_facts(node: str, root: Path, api: ProxmoxAPI, repository: Path,
                       dkms_builds(root, loaded),
                       tuple(GuestFacts(g.label, g.running, ct_userspace(on_node, g.vmid) if g.running else None,
                                        g.snapshots, g.storage, g.no_snapshot_reason)
-                            for g in guests), str(repository))
+                            for g in guests), str(repository), kernel_headers(root))
     return facts, guests
 
 
@@ -308,8 +310,8 @@ class PveUpgrade(Upgrade):
 
     def __init__(self, plan: Plan, root: Path, repository: Path, api: ProxmoxAPI, guests: list[PveGpuGuest],
                  progress: Callable[[Done], None] | None = None, poll_interval: float = 0.5,
-                 node: Host | None = None):
-        super().__init__(plan, root, repository, None, progress)
+                 node: Host | None = None, host: NodeHost | None = None):
+        super().__init__(plan, root, repository, None, progress, host=host)
         self.api = api
         self.guests = {g.label: g for g in guests}
         self.poll_interval = poll_interval
@@ -455,3 +457,17 @@ class PveUpgrade(Upgrade):
         out.left = [line for line in out.left if not line.startswith(f"host {self.plan.node}: keeps nvidia")]
         out.left.append(f"host {self.plan.node}: {back}")
         out.message += f"; host driver back to {self.plan.from_version}"
+
+
+def pve_saved(upgrade: PveUpgrade, inventory: Path) -> Saved:
+    """What a resumed Proxmox upgrade needs besides the plan: the inventory to reach the API again, the guests as
+    they were before (running or not), and the nvidia majors the raw allow lines were written for."""
+    return Saved(upgrade.plan.node, "pve", {}, 0, str(upgrade.repository), inventory=str(inventory),
+                 guests=[asdict(g) for g in upgrade.guests.values()], extra={"majors_before": upgrade.majors_before})
+
+
+def guests_from_saved(saved: Saved) -> list[PveGpuGuest]:
+    """The containers as ``pve_saved`` kept them (JSON gives lists where the dataclass has tuples)."""
+    tuples = ("dev_paths", "raw_majors", "raw_mounts")
+    fields: list[dict[str, Any]] = [{k: tuple(v) if k in tuples else v for k, v in g.items()} for g in saved.guests]
+    return [PveGpuGuest(**f) for f in fields]

@@ -4,21 +4,24 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from labwright import snapshots
 from labwright.errors import LabwrightError, OperationFailed
 from labwright.gpu.guest import AUTO, check_guest
 from labwright.guests.gpu import BOOT_UNIT, GpuHost, boot_unit, install_boot_unit, installed_unit, unit_paths
 from labwright.hostnames import LxdName
+from labwright.hostupgrade import state
 from labwright.hostupgrade.facts import installer_name
 from labwright.hostupgrade.plan import Plan, Step
 from labwright.hostupgrade.simhost import SimulatedHost
+from labwright.hostupgrade.state import REBOOTING, RESUME_UNIT, Saved
 from labwright.lxd.client import LxdClient
 from labwright.snapshots.lxd import LxdSnapshots
 from labwright.snapshots.model import SnapshotBackend
@@ -26,6 +29,26 @@ from labwright.snapshots.model import SnapshotBackend
 SNAPSHOT_STEP = "host-upgrade"
 #: How long a restarted guest may take to answer exec with systemd up.
 GUEST_READY_SECONDS = 120.0
+
+
+class NodeHost(Protocol):
+    """The host side of an upgrade: ``SimulatedHost`` on the lab's tree, ``CommandHost`` on a real node."""
+
+    installed: str | None  # the version install_driver installed (None: not yet, or rolled back)
+    previous: str | None  # the loaded version before it
+    reboots_for_real: bool  # the reboot ends this process (the state file and the resume unit carry the run on)
+
+    def install_driver(self, version: str, kernel: str) -> str: ...
+
+    def rollback_driver(self) -> str: ...
+
+    def pin_kernel(self, kernel: str) -> str: ...
+
+    def reboot(self, kernel: str) -> str: ...
+
+    def enable_resume_unit(self, text: str) -> str: ...
+
+    def remove_resume_unit(self) -> None: ...
 
 
 @dataclass
@@ -50,11 +73,12 @@ class Outcome:
     left: list[str] = field(default_factory=list)  # what was left as it was (or not undone)
     message: str = ""
     seconds: float = 0.0
+    rebooting: bool = False  # a real node: rebooting, the boot unit resumes the upgrade
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.plan.to_dict(), "ok": self.ok, "done": [d.to_dict() for d in self.done],
                 "snapshots": dict(self.snapshots), "restored": list(self.restored), "left": list(self.left),
-                "message": self.message, "seconds": round(self.seconds, 3)}
+                "message": self.message, "seconds": round(self.seconds, 3), "rebooting": self.rebooting}
 
 
 class Upgrade:
@@ -64,12 +88,15 @@ class Upgrade:
     lock_wait = 300.0
 
     def __init__(self, plan: Plan, root: Path, repository: Path, client: LxdClient | None,
-                 progress: Callable[[Done], None] | None = None):
+                 progress: Callable[[Done], None] | None = None, host: NodeHost | None = None):
         self.plan = plan
         self.root = root
         self.repository = repository
         self._client = client
-        self.host = SimulatedHost(root)
+        #: The host side: the lab's tree simulated, or the node's own tools (realhost.CommandHost).
+        self.host: NodeHost = host if host is not None else SimulatedHost(root)
+        #: Where the run stands across a real reboot (state.py); set by the CLI for a real host.
+        self.saved: Saved | None = None
         self.gpu_host = GpuHost(root)
         self.outcome = Outcome(plan)
         self.progress = progress
@@ -211,42 +238,93 @@ class Upgrade:
     # --- the sequence -------------------------------------------------------------------------------------------
     def run(self, services: dict[str, tuple[str, ...]]) -> Outcome:
         with contextlib.ExitStack() as locks:
-            return self._run(services, locks)
+            out = self._run(services, locks)
+        if self.saved is not None and self.saved.phase == REBOOTING and not out.rebooting:
+            # the state was saved and then the reboot could not be asked for: nothing must resume at a later boot
+            self.finish(self.saved, out)
+        return out
 
-    def _run(self, services: dict[str, tuple[str, ...]], locks: contextlib.ExitStack) -> Outcome:
+    def resume(self, saved: Saved) -> Outcome:
+        """Go on after the reboot from ``saved.next_step``: the steps done before it, the snapshots taken and the
+        driver installed are taken from the state file; a failure from here restores the snapshots as before."""
+        self.saved = saved
+        self.outcome.done = [Done(**d) for d in saved.done]
+        self.outcome.snapshots = dict(saved.snapshots)
+        self.host.installed = self.plan.to_version
+        self.host.previous = saved.previous_driver
+        services = {k: tuple(v) for k, v in saved.services.items()}
+        with contextlib.ExitStack() as locks:
+            out = self._run(services, locks, start=saved.next_step, host_changed=True)
+        self.finish(saved, out)
+        return out
+
+    def finish(self, saved: Saved, out: Outcome) -> None:
+        """The outcome into the state file; the resume unit and the carried credentials removed (a unit that cannot
+        be removed is said in ``left``: it would run again at the next boot, find the upgrade finished and stop)."""
+        saved.phase = state.DONE if out.ok else state.FAILED
+        saved.outcome = out.to_dict()
+        saved.done = [d.to_dict() for d in out.done]
+        state.remove_env(self.root)
+        try:
+            self.host.remove_resume_unit()
+        except LabwrightError as exc:
+            out.left.append(f"host {self.plan.node}: {state.RESUME_UNIT} not removed ({exc}); remove it by hand")
+        state.save(self.root, saved)
+
+    def _step(self, step: Step, services: dict[str, tuple[str, ...]]) -> tuple[bool, str]:
+        if step.action in ("list", "kernel"):
+            return True, step.detail
+        if step.action == "pin-kernel":
+            return True, self.host.pin_kernel(step.target)
+        if step.action == "snapshot":
+            return True, self.snapshot(step.target)
+        if step.action == "host-driver":
+            return True, self.host.install_driver(self.plan.to_version, self.driver_kernel())
+        if step.action == "boot-unit":
+            return True, self.boot_unit()
+        if step.action == "reboot":
+            return True, self.host.reboot(self.plan.boot_kernel)
+        if step.action == "majors":
+            return True, self.majors(step.target)
+        if step.action == "userspace":
+            return True, self.userspace(step.target)
+        if step.action == "restart":
+            return True, self.restart(step.target, services.get(step.target, ()))
+        if step.action == "check":
+            return self.check(step.target)
+        raise OperationFailed(f"host upgrade: unknown step {step.action!r} in the plan")
+
+    def driver_kernel(self) -> str:
+        """The kernel the driver is built for: the running one on the lab's tree (as the installer does without
+        --kernel-name); on a real node the one it boots next, so the running module is left alone until then."""
+        return self.plan.boot_kernel if self.host.reboots_for_real else self.running_kernel()
+
+    def _run(self, services: dict[str, tuple[str, ...]], locks: contextlib.ExitStack, start: int = 0,
+             host_changed: bool = False) -> Outcome:
         started = time.monotonic()
         out = self.outcome
-        host_changed = False
         try:
             self.lock_guests(locks)
-            for step in self.plan.steps:
+            for index, step in enumerate(self.plan.steps):
+                if index < start:
+                    continue
                 t = time.monotonic()
-                if step.action in ("list", "kernel"):
-                    self._record(step, t, step.detail)
-                elif step.action == "pin-kernel":
+                if step.action in ("pin-kernel", "host-driver"):
                     host_changed = True
-                    self._record(step, t, self.host.pin_kernel(step.target))
-                elif step.action == "snapshot":
-                    self._record(step, t, self.snapshot(step.target))
-                elif step.action == "host-driver":
-                    host_changed = True
-                    self._record(step, t, self.host.install_driver(self.plan.to_version,
-                                                                   self.running_kernel()))
-                elif step.action == "boot-unit":
-                    self._record(step, t, self.boot_unit())
-                elif step.action == "reboot":
-                    self._record(step, t, self.host.reboot(self.plan.boot_kernel))
-                elif step.action == "majors":
-                    self._record(step, t, self.majors(step.target))
-                elif step.action == "userspace":
-                    self._record(step, t, self.userspace(step.target))
-                elif step.action == "restart":
-                    self._record(step, t, self.restart(step.target, services.get(step.target, ())))
-                elif step.action == "check":
-                    ok, detail = self.check(step.target)
-                    self._record(step, t, detail, ok)
-                    if not ok:
-                        raise OperationFailed(f"gpu check {step.target} failed after the upgrade: {detail}")
+                if step.action == "reboot" and self.host.reboots_for_real:
+                    self.suspend(index + 1, services)
+                ok, detail = self._step(step, services)
+                self._record(step, t, detail, ok)
+                if not ok:
+                    raise OperationFailed(f"gpu check {step.target} failed after the upgrade: {detail}")
+                if step.action == "reboot" and self.host.reboots_for_real:
+                    out.ok, out.rebooting = True, True
+                    out.message = (f"node {self.plan.node}: nvidia {self.plan.to_version} installed for "
+                                   f"{self.plan.boot_kernel}, rebooting; {RESUME_UNIT} resumes the upgrade at boot "
+                                   f"(follow it: journalctl -fu {RESUME_UNIT}; then `labwright host upgrade "
+                                   f"{self.plan.node}` shows how it ended)")
+                    out.seconds = time.monotonic() - started
+                    return out
             out.ok = True
             out.message = (f"node {self.plan.node}: nvidia {self.plan.from_version} -> {self.plan.to_version}, "
                            f"kernel {self.plan.boot_kernel}; {len(self.plan_guests())} GPU guest(s) "
@@ -259,6 +337,30 @@ class Upgrade:
             self._restore(str(exc), host_changed)
         out.seconds = time.monotonic() - started
         return out
+
+    def suspend(self, next_step: int, services: dict[str, tuple[str, ...]]) -> None:
+        """Before a real reboot: the state file, the credentials for the boot unit, the resume unit enabled (checked
+        by the link ``systemctl enable`` makes). Raises OperationFailed (the snapshots are restored) when any of it
+        cannot be done: a reboot without them would leave the guests half upgraded."""
+        saved = self.saved or state.Saved(self.plan.node, "lxd", {}, 0, str(self.repository))
+        saved.plan = self.plan.to_dict()
+        saved.next_step = next_step
+        saved.phase = state.REBOOTING
+        saved.done = [d.to_dict() for d in self.outcome.done]
+        saved.snapshots = dict(self.outcome.snapshots)
+        saved.services = {k: list(v) for k, v in services.items()}
+        saved.previous_driver = self.host.previous if self.host.previous is not None else self.plan.from_version
+        saved.lock_wait = self.lock_wait
+        saved.started = saved.started or state.now()
+        saved.repository = str(self.repository)
+        self.saved = saved
+        try:
+            state.save(self.root, saved)
+            state.write_env(self.root, os.environ)
+        except OSError as exc:
+            raise OperationFailed(f"writing {state.STATE_PATH} failed ({exc}); not rebooting") from exc
+        self.host.enable_resume_unit(state.resume_unit_text(self.plan.node, state.resume_command(
+            self.plan.node, self.root)))
 
     def running_kernel(self) -> str:
         try:

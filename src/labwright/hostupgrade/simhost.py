@@ -31,6 +31,9 @@ PREVIOUS_DIR = f"{SIM_DIR}/driver-previous"
 
 
 class SimulatedHost:
+    #: The simulated reboot happens in this process: no state file, no resume unit.
+    reboots_for_real = False
+
     def __init__(self, root: Path):
         self.root = root
         self.installed: str | None = None
@@ -106,6 +109,12 @@ class SimulatedHost:
                   f"the running module is {loaded} until the node boots again: reboot it to load {self.previous}")
         return (f"nvidia driver back to {self.previous}: {new}'s files and DKMS build removed, {restored} file(s) of "
                 f"{self.previous} restored; {module}")
+
+    def enable_resume_unit(self, text: str) -> str:
+        raise OSError("the lab's simulated reboot needs no resume unit")
+
+    def remove_resume_unit(self) -> None:
+        """Nothing was installed."""
 
     def pin_kernel(self, kernel: str) -> str:
         target = self.root / PIN_FILE

@@ -31,10 +31,19 @@ def test_a_node_that_is_not_this_host(tmp_path, capsys):
     assert err.rstrip().endswith("run `labwright host upgrade` on the node itself with its name")
 
 
-def test_yes_on_the_real_host_is_refused(capsys):
-    code, out, err = run(capsys, "localhost", "--yes")
-    assert code == 2 and out == "" and len(err.splitlines()) == 1
-    assert "acts only on a host tree given with --host-root" in err
+def test_a_real_host_without_the_driver_is_refused(tmp_path, capsys):
+    """This machine has no NVIDIA driver: on "/" (no --host-root) the upgrade stops once its inputs are read, before
+    the daemon or the host is asked anything."""
+    assert not Path("/proc/driver/nvidia/version").exists()
+    (tmp_path / "NVIDIA-Linux-x86_64-550.54.15.run").write_text("#!/bin/sh\n")
+    for args in (["--yes"], ["--dry"]):
+        code, out, err = run(capsys, "localhost", "--repository", str(tmp_path), *args)
+        assert code == 2 and out == "" and len(err.splitlines()) == 1
+        assert err.startswith("labwright: error: this host has no NVIDIA driver loaded (no /proc/driver/nvidia/"
+                              "version)"), err
+    code, out, err = run(capsys, "localhost", "--resume")  # the state is what a resume needs, not a loaded driver
+    assert code == 2 and err.startswith("labwright: error: node localhost: no upgrade to resume (/var/lib/labwright/"
+                                        "host-upgrade.json does not exist)"), err
 
 
 def test_host_root_must_be_a_directory(tmp_path, capsys):

@@ -60,12 +60,26 @@ def test_new_kernel_without_a_build_is_refused_or_pinned():
         make_plan(no_build)
     message = str(info.value)
     assert message.startswith("node pve1: the new kernel 6.8.12-9-pve has no nvidia 550.54.15 module build "
-                              "(DKMS builds for it: 550.54.14); nothing was changed.")
+                              "(DKMS builds for it: 550.54.14) and no headers to build one; nothing was changed.")
+    assert "apt install proxmox-headers-6.8.12-9-pve" in message
     assert "--pin-kernel" in message and "\n" not in message
     plan = make_plan(no_build, pin_kernel=True)
     assert plan.boot_kernel == "6.8.12-4-pve"
     assert [s.action for s in plan.steps[:3]] == ["list", "pin-kernel", "snapshot"]
     assert "proxmox-boot-tool kernel pin" in plan.steps[1].detail
+
+
+def test_new_kernel_with_headers_is_built_by_the_install_and_booted():
+    """A real node: the new driver is not built for the new kernel before it is installed; its headers are what
+    lets the installer's DKMS run build it, so the plan boots it and the host-driver step builds for it."""
+    with_headers = facts(builds={"6.8.12-4-pve": (OLD,), "6.8.12-9-pve": (OLD,)}, headers=("6.8.12-9-pve",))
+    plan = make_plan(with_headers)
+    assert plan.boot_kernel == "6.8.12-9-pve"
+    kernel = next(s for s in plan.steps if s.action == "kernel")
+    assert kernel.target == "6.8.12-9-pve" and "builds nvidia 550.54.15 for it through DKMS" in kernel.detail
+    headers_of_running_only = facts(builds={"6.8.12-4-pve": (OLD,)}, headers=("6.8.12-4-pve",))
+    with pytest.raises(SafetyCheckFailed):
+        make_plan(headers_of_running_only)
 
 
 def test_no_pending_kernel_boots_the_running_one():

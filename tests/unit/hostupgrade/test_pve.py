@@ -3,6 +3,8 @@ rewritten to new majors (snapshot sections untouched), and the PVE plan's steps 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from labwright.errors import BadInput
@@ -94,3 +96,19 @@ def test_refusals_before_anything_changes():
                        no_snapshot_reason="rootfs is on storage local of type dir, which cannot snapshot")
     with pytest.raises(BadInput, match=r"^guest @pct/pve1/203: its storage cannot take snapshots \(rootfs is on"):
         make_pve_plan(node([cannot]), [cannot])
+
+
+def test_the_containers_go_through_the_state_file_unchanged(tmp_path):
+    """A Proxmox upgrade resumed at boot reads its containers back from the state file (as they were before the
+    upgrade: which ran, how each is wired) and the majors its raw lines were written for."""
+    from labwright.hostupgrade import state
+    from labwright.hostupgrade.pve import guests_from_saved
+
+    guests = [pve_guest(201, dev_paths=("/dev/nvidia0", "/dev/nvidia-uvm")),
+              dataclasses.replace(pve_guest(202, raw_majors=(195, 509), raw_mounts=("/dev/nvidia0",)), running=False)]
+    saved = state.Saved("pve1", "pve", {}, 0, "/var/cache/labwright/nvidia", inventory="/etc/lab.py",
+                        guests=[dataclasses.asdict(g) for g in guests], extra={"majors_before": {"nvidia-uvm": 509}})
+    state.save(tmp_path, saved)
+    back = state.load(tmp_path)
+    assert back is not None and guests_from_saved(back) == guests
+    assert back.extra == {"majors_before": {"nvidia-uvm": 509}} and back.inventory == "/etc/lab.py"

@@ -1,0 +1,223 @@
+"""The host side of the upgrade on the node itself: NVIDIA's installer, DKMS, proxmox-boot-tool and systemd for real.
+
+``SimulatedHost`` (simhost.py) writes to a host tree what these commands leave; ``CommandHost`` runs them and then
+checks what they left, because an exit status is not proof: the installer's ``--dkms`` path reports success from
+its own log, and ``systemctl enable`` of a unit without an [Install] target exits 0 having enabled nothing.
+
+- driver: ``sh NVIDIA-Linux-x86_64-VER.run --silent --dkms --kernel-name=BOOT`` with ``BOOT`` the kernel the node
+  boots next. For a kernel other than the running one the installer builds and installs the module for it through
+  DKMS (``dkms add``, ``dkms build -k BOOT``, ``dkms install -k BOOT``) and does not try to load it, so the engines
+  that hold the running module keep running until the reboot. Checked: DKMS's module for BOOT
+  (``/var/lib/dkms/nvidia/VER/BOOT/<arch>/module/nvidia.ko*``), the installed copy in
+  ``/lib/modules/BOOT/updates/dkms/``, and the host's ``libcuda.so.VER``. A failure names the installer's log.
+- the new kernel's build: the same run (``--kernel-name``), so a kernel without headers fails before the reboot.
+- ``proxmox-boot-tool kernel pin K``: checked by the pin file it writes (``/etc/kernel/proxmox-boot-pin``).
+- reboot: ``systemctl reboot`` after the state file and the resume unit are in place (state.py).
+- rollback: the previous version's installer again, when the repository still has it.
+
+Every command runs through ``runner`` (this machine's shell by default; tests put the doubles of tests/support/
+host_tools first on PATH with a host tree as their root). Nothing here is used under a ``--host-root`` tree without
+an explicit runner: the lab's tree is simulated.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from labwright.atomic import write_text_atomic
+from labwright.errors import BadInput, OperationFailed
+from labwright.hosts import Host, Result
+from labwright.hosts.local import LocalHost
+from labwright.hostupgrade.facts import installer_name
+from labwright.hostupgrade.plan import Plan, headers_package
+from labwright.hostupgrade.simhost import HOST_LIBDIR, PIN_FILE
+from labwright.hostupgrade.state import RESUME_UNIT, RESUME_UNIT_PATH, RESUME_WANTS_LINK
+
+INSTALLER_LOG = "/var/log/nvidia-installer.log"
+#: The ESPs proxmox-boot-tool manages (absent: GRUB, where pin runs update-grub itself).
+ESP_LIST = "/etc/kernel/proxmox-boot-uuids"
+#: Seconds the installer may take (it compiles the module: minutes on a homelab CPU).
+INSTALL_TIMEOUT = 1800.0
+_ERROR_LINE = re.compile(r"^ERROR: (.+)$", re.M)
+_MODULE = re.compile(r"^nvidia\.ko(\.xz|\.zst|\.gz)?$")
+
+
+class CommandHost:
+    """The node's own tools, run and then checked (module files, pin file, libraries)."""
+
+    #: The reboot ends this process: the run saves its state and a boot unit resumes it (state.py).
+    reboots_for_real = True
+
+    def __init__(self, root: Path, repository: Path, runner: Host | None = None):
+        self.root = root
+        self.repository = repository
+        self.runner = runner or LocalHost(label="this host")
+        self.installed: str | None = None
+        self.previous: str | None = None
+
+    # --- checks before anything is done ---------------------------------------------------------------------------
+    def preflight(self, plan: Plan) -> None:
+        """BadInput naming the missing tool or headers, before the first snapshot."""
+        boot_kernel = plan.boot_kernel
+        pin = any(s.action == "pin-kernel" for s in plan.steps)
+        needed = ["sh", "dkms", "systemctl"] + (["proxmox-boot-tool"] if pin else [])
+        missing = [tool for tool in needed if not self.runner.run(f"command -v {tool}").ok]
+        if missing:
+            hint = {"dkms": "apt install dkms", "proxmox-boot-tool": "it is Proxmox VE's (proxmox-kernel-helper); "
+                    "on another distribution hold the kernel in the boot loader and run without --pin-kernel",
+                    "systemctl": "the resume after the reboot is a systemd unit"}
+            raise BadInput(f"host upgrade: {', '.join(missing)} not found on this host; "
+                           + "; ".join(f"{m}: {hint.get(m, 'install it')}" for m in missing))
+        if not (self.root / "run/systemd/system").is_dir():
+            # sd_booted(): what systemctl itself checks before it talks to the manager (sd-daemon.c)
+            raise BadInput("host upgrade: this host was not booted with systemd (no /run/systemd/system); the "
+                           f"upgrade goes on after its reboot through the systemd unit {RESUME_UNIT}: run it on a "
+                           "systemd host")
+        build = self.root / "lib/modules" / boot_kernel / "build"
+        if not build.exists():
+            raise BadInput(f"kernel {boot_kernel}: no headers (/lib/modules/{boot_kernel}/build is missing), so DKMS "
+                           f"cannot build the nvidia module for it; apt install {headers_package(boot_kernel)} and "
+                           "run again")
+
+    # --- the steps ------------------------------------------------------------------------------------------------
+    def _run(self, command: str, what: str, timeout: float = 120.0) -> Result:
+        result = self.runner.run(command, timeout=timeout)
+        if not result.ok:
+            raise OperationFailed(f"{what} failed (exit {result.rc}): {_tail(result)}")
+        return result
+
+    def install_driver(self, version: str, kernel: str) -> str:
+        """The driver ``version`` for ``kernel`` (the kernel the node boots next): installer, then the results."""
+        installer = self.repository / installer_name(version)
+        self.previous = self._loaded_version()
+        command = installer_command(installer, kernel)
+        result = self.runner.run(command, timeout=INSTALL_TIMEOUT)
+        problems = []
+        if not result.ok:
+            problems.append(f"exit {result.rc}")
+        built = self.dkms_module(version, kernel)
+        if built is None:
+            problems.append(f"no DKMS build of nvidia/{version} for {kernel} in /var/lib/dkms")
+        installed = self.installed_module(kernel)
+        if installed is None:
+            problems.append(f"no nvidia.ko in /lib/modules/{kernel}/updates/dkms")
+        libcuda = self.root / HOST_LIBDIR / f"libcuda.so.{version}"
+        if not libcuda.exists():
+            problems.append(f"no /{HOST_LIBDIR}/libcuda.so.{version}")
+        if problems:
+            raise OperationFailed(f"{installer.name} --dkms for {kernel}: {', '.join(problems)}; "
+                                  f"{self._log_error() or _tail(result)} (log: {INSTALLER_LOG})")
+        self.installed = version
+        return f"nvidia {version} built by DKMS for {kernel} ({built.name if built else ''}), host userspace {version}"
+
+    def dkms_module(self, version: str, kernel: str) -> Path | None:
+        base = self.root / "var/lib/dkms/nvidia" / version / kernel
+        found = sorted(p for p in base.glob("*/module/*") if _MODULE.match(p.name))
+        return found[0] if found else None
+
+    def installed_module(self, kernel: str) -> Path | None:
+        found = sorted(p for p in (self.root / "lib/modules" / kernel / "updates/dkms").glob("nvidia.ko*")
+                       if _MODULE.match(p.name))
+        return found[0] if found else None
+
+    def rollback_driver(self) -> str:
+        """The version before ``install_driver`` again, from its installer in the repository (loaded at the next
+        boot); OSError-free: a failure is OperationFailed naming what to run."""
+        new, previous = self.installed, self.previous
+        if previous is None:
+            raise OperationFailed(f"no driver was loaded before {new}; remove it with nvidia-uninstall if needed")
+        installer = self.repository / installer_name(previous)
+        if not installer.is_file():
+            raise OperationFailed(f"{installer.name} is not in the repository {self.repository}; put it there and "
+                                  "run it with --dkms")
+        running = self._running_kernel()
+        self._run(installer_command(installer, running), f"{installer.name} --dkms", INSTALL_TIMEOUT)
+        self.installed = None
+        loaded = self._loaded_version()
+        module = ("its module is the one running" if loaded == previous else
+                  f"the running module is {loaded} until the node boots again: reboot it to load {previous}")
+        return f"nvidia driver back to {previous} ({installer.name} --dkms for {running}); {module}"
+
+    def pin_kernel(self, kernel: str) -> str:
+        """``proxmox-boot-tool kernel pin K``, then ``refresh`` on a node whose ESPs it manages: run without a
+        terminal, pin only writes the pin file there and says "Use the 'refresh' command" (proxmox-kernel-helper
+        8.1.0, _ask_interactive_refresh), so the next boot would still load the new kernel."""
+        self._run(f"proxmox-boot-tool kernel pin {shlex.quote(kernel)}", f"proxmox-boot-tool kernel pin {kernel}")
+        refreshed = ""
+        if (self.root / ESP_LIST.lstrip("/")).exists():
+            self._run("proxmox-boot-tool refresh", "proxmox-boot-tool refresh", timeout=600.0)
+            refreshed = ", ESPs refreshed"
+        try:
+            pinned = (self.root / PIN_FILE).read_text().strip()
+        except OSError:
+            pinned = ""
+        if pinned != kernel:
+            raise OperationFailed(f"proxmox-boot-tool kernel pin {kernel} exited 0 but /{PIN_FILE} says "
+                                  f"{pinned or 'nothing'}; pin it by hand and run again")
+        return f"proxmox-boot-tool kernel pin {kernel} (/{PIN_FILE}{refreshed})"
+
+    def reboot(self, kernel: str) -> str:
+        self._run("systemctl reboot", "systemctl reboot")
+        return f"reboot into {kernel} requested (systemctl reboot); the upgrade resumes at boot"
+
+    def enable_resume_unit(self, text: str) -> str:
+        """Write the resume unit and enable it; checked by the link ``systemctl enable`` makes."""
+        path = self.root / RESUME_UNIT_PATH.lstrip("/")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(path, text, mode=0o644)
+        except OSError as exc:
+            raise OperationFailed(f"writing {RESUME_UNIT_PATH} failed ({exc}); not rebooting") from exc
+        self._run("systemctl daemon-reload", "systemctl daemon-reload")
+        self._run(f"systemctl enable {RESUME_UNIT}", f"systemctl enable {RESUME_UNIT}")
+        if not (self.root / RESUME_WANTS_LINK.lstrip("/")).is_symlink():
+            raise OperationFailed(f"systemctl enable {RESUME_UNIT} exited 0 but {RESUME_WANTS_LINK} is not there; "
+                                  "not rebooting (nothing would resume the upgrade)")
+        return f"{RESUME_UNIT} enabled"
+
+    def remove_resume_unit(self) -> None:
+        path = self.root / RESUME_UNIT_PATH.lstrip("/")
+        if path.exists() or (self.root / RESUME_WANTS_LINK.lstrip("/")).is_symlink():
+            self._run(f"systemctl disable {RESUME_UNIT}", f"systemctl disable {RESUME_UNIT}")
+        path.unlink(missing_ok=True)
+        self.runner.run("systemctl daemon-reload")  # the unit is gone either way; systemd forgets it at the reload
+        if (self.root / RESUME_WANTS_LINK.lstrip("/")).is_symlink():
+            raise OperationFailed(f"systemctl disable {RESUME_UNIT} left {RESUME_WANTS_LINK}")
+
+    # --- facts ----------------------------------------------------------------------------------------------------
+    def _loaded_version(self) -> str | None:
+        try:
+            text = (self.root / "proc/driver/nvidia/version").read_text()
+        except OSError:
+            return None
+        match = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+        return match.group(1) if match else None
+
+    def _running_kernel(self) -> str:
+        try:
+            return (self.root / "proc/sys/kernel/osrelease").read_text().strip()
+        except OSError:
+            return ""
+
+    def _log_error(self) -> str:
+        try:
+            text = (self.root / INSTALLER_LOG.lstrip("/")).read_text(errors="replace")
+        except OSError:
+            return ""
+        errors = _ERROR_LINE.findall(text)
+        return f"the installer's log says: {errors[-1].strip()[:200]}" if errors else ""
+
+
+def installer_command(installer: Path, kernel: str) -> str:
+    """The host install: silent (``--ui=none --no-questions``), registered with DKMS, built for ``kernel``, and
+    allowed while the running module is in use (the guests' engines hold it until the reboot: without the flag a
+    silent run takes the default answer, "Abort installation"; nvidia-installer kernel.c
+    check_for_unloaded_kernel_module, which ``--kernel-name`` alone does not skip)."""
+    return (f"sh {shlex.quote(str(installer))} --silent --dkms --kernel-name={shlex.quote(kernel)} "
+            f"--allow-installation-with-running-driver --log-file-name={INSTALLER_LOG}")
+
+
+def _tail(result: Result) -> str:
+    return result.last_line()[:200]

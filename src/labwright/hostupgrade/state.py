@@ -1,0 +1,179 @@
+"""What a host upgrade on a real node keeps across its reboot: a state file, and a boot unit that resumes it.
+
+``host upgrade NODE --yes`` runs everything up to the reboot in the operator's shell: snapshots, the driver install
+(``--dkms``), the boot unit for the device nodes. The reboot ends that process, so before asking for it the run
+writes ``/var/lib/labwright/host-upgrade.json`` (atomically: temp file, fsync, rename) with the plan, the steps done,
+the snapshots taken and how to reach the guests again, and enables ``labwright-host-upgrade.service``, a oneshot
+ordered after the device-node unit and the guest managers. At boot it runs ``labwright host upgrade NODE --resume``:
+the majors, the exactly matching userspace in each guest, the restarts and ``gpu check`` (or the snapshots restored),
+then records the outcome in the same file, and disables and removes itself. ``host upgrade NODE`` (dry) reports an
+upgrade waiting for its reboot or finished; ``journalctl -u labwright-host-upgrade`` shows the resumed run.
+
+Proxmox VE credentials (``PROXMOX_*``) are not in the environment of a boot unit: the ones the run was given are
+written to ``/var/lib/labwright/host-upgrade.env`` (mode 0600, root's, read by the unit's ``EnvironmentFile=``) and
+removed when the resumed run ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labwright.atomic import write_text_atomic
+from labwright.errors import BadInput
+from labwright.guests.gpu import BOOT_UNIT
+from labwright.hostupgrade.plan import Plan, Step
+
+STATE_PATH = "/var/lib/labwright/host-upgrade.json"
+ENV_PATH = "/var/lib/labwright/host-upgrade.env"
+RESUME_UNIT = "labwright-host-upgrade.service"
+RESUME_UNIT_PATH = f"/etc/systemd/system/{RESUME_UNIT}"
+#: What ``systemctl enable`` makes for ``WantedBy=multi-user.target`` (systemd's install.c: a symlink in the
+#: target's .wants directory next to the unit file); checked, not trusted from the exit code.
+RESUME_WANTS_LINK = f"/etc/systemd/system/multi-user.target.wants/{RESUME_UNIT}"
+#: The guest managers a resumed upgrade waits for (it restarts their guests), as the device-node unit orders itself
+#: before them.
+_AFTER = ("network-online.target", BOOT_UNIT, "pve-guests.service", "lxd.service", "snap.lxd.daemon.service",
+          "incus.service")
+#: Environment carried to the boot unit: the Proxmox API credentials and TLS settings the run was given.
+CARRIED_ENV_PREFIXES = ("PROXMOX_", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
+
+REBOOTING, DONE, FAILED = "rebooting", "done", "failed"
+
+
+@dataclass
+class Saved:
+    """One upgrade across its reboot. ``next_step``: the index in ``plan.steps`` the resumed run starts at;
+    ``phase``: rebooting (waiting for the boot unit), then done or failed with ``outcome`` (Outcome.to_dict())."""
+
+    node: str
+    kind: str  # "lxd" | "pve"
+    plan: dict[str, Any]
+    next_step: int
+    repository: str
+    phase: str = REBOOTING
+    done: list[dict[str, Any]] = field(default_factory=list)
+    snapshots: dict[str, str] = field(default_factory=dict)
+    services: dict[str, list[str]] = field(default_factory=dict)
+    previous_driver: str | None = None
+    lock_wait: float = 300.0
+    inventory: str | None = None  # Proxmox: the inventory the node's host data came from (absolute)
+    guests: list[dict[str, Any]] = field(default_factory=list)  # Proxmox: PveGpuGuest fields, as before the upgrade
+    extra: dict[str, Any] = field(default_factory=dict)  # Proxmox: majors_before (what raw lines were written for)
+    started: str = ""
+    outcome: dict[str, Any] | None = None
+
+    def plan_object(self) -> Plan:
+        p = self.plan
+        return Plan(str(p["node"]), p.get("from"), str(p["to"]), str(p["boot_kernel"]),
+                    [Step(**s) for s in p.get("steps", [])], list(p.get("notes", [])))
+
+    def summary(self) -> str:
+        plan = self.plan
+        what = f"nvidia {plan.get('from') or 'none'} -> {plan.get('to')}, kernel {plan.get('boot_kernel')}"
+        if self.phase == REBOOTING:
+            return (f"the upgrade started {self.started} ({what}) waits for its reboot: {RESUME_UNIT} resumes it at "
+                    f"boot (`labwright host upgrade {self.node} --resume` by hand)")
+        message = (self.outcome or {}).get("message", "")
+        return f"the upgrade started {self.started} ({what}) {'finished' if self.phase == DONE else 'FAILED'}: " \
+               f"{message}"
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def state_file(root: Path) -> Path:
+    return root / STATE_PATH.lstrip("/")
+
+
+def save(root: Path, saved: Saved) -> None:
+    state_file(root).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(state_file(root), json.dumps(asdict(saved), indent=2) + "\n", mode=0o600)
+
+
+def load(root: Path) -> Saved | None:
+    """The saved upgrade, or None when there is none; BadInput for a file labwright cannot read back."""
+    path = state_file(root)
+    try:
+        data = json.loads(path.read_text())
+        return Saved(**data)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as exc:
+        raise BadInput(f"{path}: not a host upgrade state labwright can read ({str(exc).splitlines()[0][:120]}); "
+                       f"look at it, restore guests by hand if needed, then remove it") from None
+
+
+def carried_env(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(CARRIED_ENV_PREFIXES)}
+
+
+def write_env(root: Path, environ: Mapping[str, str]) -> bool:
+    """The credentials for the boot unit (0600); False when there are none to carry."""
+    carried = carried_env(environ)
+    if not carried:
+        return False
+    text = "".join(f"{k}={_env_quote(v)}\n" for k, v in carried.items())
+    (root / ENV_PATH.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(root / ENV_PATH.lstrip("/"), text, mode=0o600)
+    return True
+
+
+def remove_env(root: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (root / ENV_PATH.lstrip("/")).unlink()
+
+
+def _env_quote(value: str) -> str:
+    """A value for systemd's EnvironmentFile= (systemd.exec(5): double quotes with backslash escapes)."""
+    if "\n" in value:
+        raise BadInput("a PROXMOX_* environment variable holds a newline; the boot unit cannot carry it: unset it "
+                       "or give the credential on one line")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def resume_command(node: str, root: Path, python: str | None = None) -> list[str]:
+    """How the boot unit runs labwright: this interpreter (the venv or uv tool labwright is installed in) with
+    ``-m labwright``, so no PATH is needed at boot."""
+    command = [python or sys.executable, "-m", "labwright", "host", "upgrade", node, "--resume"]
+    if root != Path("/"):
+        command += ["--host-root", str(root)]
+    return command
+
+
+def resume_unit_text(node: str, command: list[str]) -> str:
+    return "\n".join([
+        f"# Managed by labwright (`labwright host upgrade {node} --yes`): resumes the upgrade after its reboot,",
+        "# then disables and removes itself. State: " + STATE_PATH,
+        "[Unit]",
+        f"Description=labwright host upgrade {node}: resume after the reboot",
+        f"After={' '.join(_AFTER)}",
+        "Wants=network-online.target",
+        f"ConditionPathExists={STATE_PATH}",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        f"EnvironmentFile=-{ENV_PATH}",
+        "TimeoutStartSec=3600",
+        "ExecStart=" + " ".join(shlex.quote(a) for a in command),
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ])
+
+
+def unit_exec_start(text: str) -> list[str]:
+    """The ExecStart argv of a resume unit's text (what systemd would run)."""
+    for line in text.splitlines():
+        if line.startswith("ExecStart="):
+            return shlex.split(line.removeprefix("ExecStart="))
+    raise BadInput(f"{RESUME_UNIT}: no ExecStart= line")
