@@ -141,3 +141,9 @@ def test_a_guest_that_fails_its_check_after_the_boot_is_restored(lab, client, na
     assert saved is not None and saved.phase == state.FAILED and saved.outcome is not None
     assert saved.outcome["restored"] == [guest]
     assert not (node_root / RESUME_LINK).is_symlink()  # it does not run again at the next boot
+    # The host driver goes back too, so the restored userspace matches the module the next boot loads.
+    assert f"host lwnode1: nvidia driver back to {DRIVER_VERSION} (NVIDIA-Linux-x86_64-{DRIVER_VERSION}.run --dkms " \
+           f"for {NEW_KERNEL}); the running module is {NEW} until the node boots again: reboot it to load " \
+           f"{DRIVER_VERSION}" in saved.outcome["left"], saved.outcome["left"]
+    assert boot(node_root) == (NEW_KERNEL, DRIVER_VERSION)
+    assert GpuHost(node_root).driver_version() == DRIVER_VERSION

@@ -288,6 +288,7 @@ class PveUpgrade(Upgrade):
     through the PVE API and the node's config files below ``root`` (``/etc/pve``)."""
 
     checked_as = "pass gpu check through pct exec, with the host's device majors"
+    rolls_back_driver = True
 
     def lock_guests(self, locks: contextlib.ExitStack) -> None:
         """Hold every running GPU container's run lock (labwright.guestlock, its /run/lock in the CT) for the whole
@@ -442,22 +443,6 @@ class PveUpgrade(Upgrade):
             return False, "; ".join(problems)
         passed = f"gpu check: {len(checks)} checks passed" + ("" if g.running else " while it was started")
         return True, ("running, " if g.running else "stopped again, ") + f"{passed}; device majors are the host's"
-
-    def _restore(self, why: str, host_changed: bool) -> None:
-        super()._restore(why, host_changed)
-        if self.host.installed is None:
-            return
-        out = self.outcome
-        try:
-            back = self.host.rollback_driver()
-        except OSError as exc:
-            out.left.append(f"host {self.plan.node}: putting the previous driver back failed ({exc}); reinstall "
-                            f"NVIDIA-Linux-x86_64-{self.plan.from_version}.run --dkms")
-            return
-        out.left = [line for line in out.left if not line.startswith(f"host {self.plan.node}: keeps nvidia")]
-        out.left.append(f"host {self.plan.node}: {back}")
-        out.message += f"; host driver back to {self.plan.from_version}"
-
 
 def pve_saved(upgrade: PveUpgrade, inventory: Path) -> Saved:
     """What a resumed Proxmox upgrade needs besides the plan: the inventory to reach the API again, the guests as

@@ -86,6 +86,9 @@ class Upgrade:
     checked_as = "pass gpu check"
     #: Seconds to wait for another labwright run on a GPU guest before refusing (labwright.guestlock).
     lock_wait = 300.0
+    #: A failure after the host driver changed puts the previous one back (Proxmox; always on a real node). The
+    #: lab's LXD path leaves it and says how to go back.
+    rolls_back_driver = False
 
     def __init__(self, plan: Plan, root: Path, repository: Path, client: LxdClient | None,
                  progress: Callable[[Done], None] | None = None, host: NodeHost | None = None):
@@ -386,6 +389,22 @@ class Upgrade:
             out.left.append(f"host {self.plan.node}: keeps nvidia {self.plan.to_version} (guest snapshots do not "
                             f"undo a host driver): {back}")
         out.message = f"{why}; restored {len(out.restored)}/{len(out.snapshots)} guest snapshot(s)"
+        if (self.rolls_back_driver or self.host.reboots_for_real) and self.host.installed is not None:
+            self._rollback_driver()
+
+    def _rollback_driver(self) -> None:
+        """The previous driver back on the host (its files; its module loads at the next boot), so the restored
+        guests' userspace matches it again after that boot."""
+        out = self.outcome
+        try:
+            back = self.host.rollback_driver()
+        except (OSError, LabwrightError) as exc:
+            out.left.append(f"host {self.plan.node}: putting the previous driver back failed ({exc}); reinstall "
+                            f"NVIDIA-Linux-x86_64-{self.plan.from_version}.run --dkms")
+            return
+        out.left = [line for line in out.left if not line.startswith(f"host {self.plan.node}: keeps nvidia")]
+        out.left.append(f"host {self.plan.node}: {back}")
+        out.message += f"; host driver back to {self.plan.from_version}"
 
 
 class Refused(OperationFailed):

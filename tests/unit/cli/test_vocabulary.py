@@ -213,13 +213,14 @@ def test_shell_completion_is_one_documented_command(capsys):
     names = {flag for p in root.params for flag in p.opts}
     assert {"--install-completion", "--show-completion"} <= names
     assert "labwright --install-completion" in DOCS.read_text()
-    code, out, err = run(capsys, "--show-completion", "bash")
-    assert code == 0 and err == "" and "complete -o default -F" in out, (code, out[:200], err)
-    # the installed entry point: the script completes `labwright`
+    # The installed entry point, started from bash: typer names the shell by walking up to the parent process
+    # (shellingham), not from its argument, so the parent must be the shell asked for (a `sh -c` or a job runner above
+    # pytest would be "Shell  not supported"). `; true` keeps bash from exec-ing the command in its own place.
     script = Path(sys.executable).with_name("labwright")
-    proc = subprocess.run([str(script), "--show-completion", "bash"], capture_output=True, text=True, timeout=120,
-                          check=False)
-    assert proc.returncode == 0 and "_LABWRIGHT_COMPLETE" in proc.stdout and proc.stderr == "", proc.stderr
+    proc = subprocess.run(["bash", "-c", '"$0" --show-completion bash; rc=$?; true; exit $rc', str(script)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "complete -o default -F" in proc.stdout and "_LABWRIGHT_COMPLETE" in proc.stdout, proc.stdout[:300]
 
 
 def test_version_and_completion_load_no_group():
