@@ -85,6 +85,7 @@ def upgrade(
     if not resume:
         vocab.dry_or_yes(dry, yes)
     vocab.check_lock_wait(lock_wait)
+    node_data = _pve_node(node, inventory) if inventory is not None and not resume else None
     if not host_root.is_dir():
         raise BadInput(f"--host-root {host_root}: not a directory; give the root of a host tree (default /)")
     root = host_root.resolve()
@@ -110,7 +111,6 @@ def upgrade(
         print(f"labwright: note: {saved.summary()}", file=sys.stderr)
     elif saved is not None:
         print(f"labwright: note: the last upgrade: {saved.summary()}", file=sys.stderr)
-    node_data = _pve_node(node, inventory) if inventory is not None else None
     repo = repository if repository is not None else root / REPOSITORY.lstrip("/")
     label = f"--repository {repo}" if repository is not None else f"the repository {repo} (--repository DIR)"
     if not repo.is_dir():
