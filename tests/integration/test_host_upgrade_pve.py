@@ -324,3 +324,61 @@ def test_a_node_without_pct_is_refused_before_anything_changes(sim, root, invent
                    "containers with pct push/exec: run `labwright host upgrade` on the Proxmox VE node itself\n")
     assert len(sim.writes) == before and GpuHost(root).driver_version() == DRIVER_VERSION
     assert host_userspace(root) == old_userspace()
+
+
+def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_the_saved_credentials(
+        sim, root, inventory, capsys, monkeypatch):
+    """The real-node path on Proxmox VE: the node's tools (the doubles of tests/support/host_tools, derived from
+    their sources) install the driver for the new kernel; the run stops at `systemctl reboot` with its state and the
+    API credentials saved (0600) for the boot unit; the tree boots (nvidia-uvm 509 -> 237) and the resume unit's
+    command, started without any PROXMOX_* variable in its environment but the unit's EnvironmentFile=, rewrites the
+    raw majors, installs the userspace in the containers through pct, restarts them and runs gpu check."""
+    import shutil
+
+    from labwright.guests.proxmox_api import Credentials, connect
+    from labwright.hostupgrade import state
+    from labwright.hostupgrade.pve import PveUpgrade, make_pve_plan, nvidia_majors, pve_node_facts, pve_saved
+    from labwright.hostupgrade.realhost import CommandHost
+    from support.fake_nvidia import fake_run_installer
+    from support.host_doubles import RESUME_LINK, boot, make_node, run_resume_unit, tool_env
+
+    shutil.rmtree(root / "var/lib/dkms/nvidia" / NEW)  # a real node: nothing of the new driver before its install
+    repo = root / "var/cache/labwright/nvidia"
+    (repo / f"NVIDIA-Linux-x86_64-{DRIVER_VERSION}.run").write_text(fake_run_installer(DRIVER_VERSION))
+    make_node(root, (OLD_KERNEL, NEW_KERNEL), (OLD_KERNEL, NEW_KERNEL), DRIVER_VERSION, OLD_KERNEL)
+    for key in ("PATH", "LW_FAKE_ROOT", "LW_HOST_TOOLS"):  # the doubles first, then the pct double, then the rest
+        monkeypatch.setenv(key, tool_env(root)[key])
+    container(sim, 201, dev=True)
+    container(sim, 202, raw=True)
+
+    api = connect(Credentials.from_env(), "pve1", {"proxmox_api_url": f"https://{sim.host}",
+                                                   "proxmox_ca_file": str(sim.ca_file)})
+    facts, guests = pve_node_facts("pve1", root, api, repo)
+    plan = make_pve_plan(facts, guests, None, False, nvidia_majors(GpuHost(root)))
+    assert plan.boot_kernel == NEW_KERNEL
+    host_side = CommandHost(root, repo)
+    host_side.preflight(plan)
+    upgrade = PveUpgrade(plan, root, repo, api, guests, host=host_side)
+    upgrade.saved = pve_saved(upgrade, inventory)
+    out = upgrade.run({})
+    assert out.ok and out.rebooting, (out.message, out.left)
+    assert ct_userspace(sim, 202) == old_userspace() and allow_majors(sim, 202) == ["c 195:* rwm", "c 509:* rwm",
+                                                                                    "c 511:* rwm"]
+    saved = state.load(root)
+    assert saved is not None and saved.kind == "pve" and saved.extra["majors_before"]["nvidia-uvm"] == 509
+    env_file = root / "var/lib/labwright/host-upgrade.env"
+    assert f'PROXMOX_TOKEN_ID="{TOKEN_ID}"' in env_file.read_text().splitlines()
+
+    assert boot(root, uvm_major=237) == (NEW_KERNEL, NEW)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PROXMOX_")}
+    resumed = run_resume_unit(root, clean)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert allow_majors(sim, 202) == ["c 195:* rwm", "c 237:* rwm", "c 511:* rwm"]
+    for vmid in (201, 202):
+        assert ct_userspace(sim, vmid) == new_userspace() and sim.is_running(vmid)
+    saved = state.load(root)
+    assert saved is not None and saved.phase == state.DONE and saved.outcome is not None
+    assert all(d["ok"] for d in saved.outcome["done"] if d["action"] == "check")
+    assert [d["target"] for d in saved.outcome["done"] if d["action"] == "check"] == ["@pct/pve1/201",
+                                                                                     "@pct/pve1/202"]
+    assert not env_file.exists() and not (root / RESUME_LINK).is_symlink()
