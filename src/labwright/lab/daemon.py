@@ -99,8 +99,11 @@ def _clear_stale_fuse_mount(path: Path) -> None:
 
 
 def _detach(cmd: list[str], log: Path) -> None:
+    """Start a daemon detached from this process: its own session, stdin /dev/null, output to ``log``, and its
+    working directory "/" (as a daemon's is): LXD's children inherit it, and an instance copy's rsync fails with
+    "getcwd(): No such file or directory" once the directory `labwright lab up` ran in is removed."""
     with open(log, "ab") as out, open(os.devnull, "rb") as devnull:
-        subprocess.Popen(cmd, stdin=devnull, stdout=out, stderr=out, start_new_session=True, close_fds=True)
+        subprocess.Popen(cmd, stdin=devnull, stdout=out, stderr=out, start_new_session=True, close_fds=True, cwd="/")
 
 
 def ensure_daemon(report: Reporter) -> LxdClient:
