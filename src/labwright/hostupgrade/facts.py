@@ -29,7 +29,7 @@ from labwright.snapshots.lxd import LxdSnapshots
 
 REPOSITORY = "/var/cache/labwright/nvidia"
 _INSTALLER = re.compile(r"^NVIDIA-Linux-x86_64-(\d+\.\d+(?:\.\d+)?)\.run$")
-_MODULE = re.compile(r"^nvidia\.ko(\.xz|\.zst|\.gz)?$")
+MODULE_FILE = re.compile(r"^nvidia\.ko(\.xz|\.zst|\.gz)?$")  # nvidia.ko, compressed or not (dkms set_module_suffix)
 
 
 def installer_name(version: str) -> str:
@@ -62,12 +62,12 @@ def dkms_builds(root: Path, loaded: str | None) -> dict[str, tuple[str, ...]]:
     """kernel -> nvidia versions with a module built for it."""
     builds: dict[str, set[str]] = {}
     for module in (root / "var/lib/dkms/nvidia").glob("*/*/*/module/*"):
-        if _MODULE.match(module.name):
+        if MODULE_FILE.match(module.name):
             version, kernel = module.parts[-5], module.parts[-4]
             builds.setdefault(kernel, set()).add(version)
     for kernel in installed_kernels(root):
         packaged = [p for p in (root / "lib/modules" / kernel / "updates/dkms").glob("nvidia.ko*") if
-                    _MODULE.match(p.name)]
+                    MODULE_FILE.match(p.name)]
         if packaged and kernel not in builds and loaded:
             builds[kernel] = {loaded}
     return {k: tuple(sorted(v)) for k, v in builds.items()}

@@ -28,9 +28,10 @@ from pathlib import Path
 
 from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput, OperationFailed
+from labwright.guests.gpu import GpuHost
 from labwright.hosts import Host, Result
 from labwright.hosts.local import LocalHost
-from labwright.hostupgrade.facts import installer_name
+from labwright.hostupgrade.facts import MODULE_FILE, installer_name, running_kernel
 from labwright.hostupgrade.plan import Plan, headers_package
 from labwright.hostupgrade.simhost import HOST_LIBDIR, PIN_FILE
 from labwright.hostupgrade.state import RESUME_UNIT, RESUME_UNIT_PATH, RESUME_WANTS_LINK
@@ -41,7 +42,6 @@ ESP_LIST = "/etc/kernel/proxmox-boot-uuids"
 #: Seconds the installer may take (it compiles the module: minutes on a homelab CPU).
 INSTALL_TIMEOUT = 1800.0
 _ERROR_LINE = re.compile(r"^ERROR: (.+)$", re.M)
-_MODULE = re.compile(r"^nvidia\.ko(\.xz|\.zst|\.gz)?$")
 
 
 class CommandHost:
@@ -91,7 +91,7 @@ class CommandHost:
     def install_driver(self, version: str, kernel: str) -> str:
         """The driver ``version`` for ``kernel`` (the kernel the node boots next): installer, then the results."""
         installer = self.repository / installer_name(version)
-        self.previous = self._loaded_version()
+        self.previous = GpuHost(self.root).driver_version()
         command = installer_command(installer, kernel)
         result = self.runner.run(command, timeout=INSTALL_TIMEOUT)
         problems = []
@@ -114,12 +114,12 @@ class CommandHost:
 
     def dkms_module(self, version: str, kernel: str) -> Path | None:
         base = self.root / "var/lib/dkms/nvidia" / version / kernel
-        found = sorted(p for p in base.glob("*/module/*") if _MODULE.match(p.name))
+        found = sorted(p for p in base.glob("*/module/*") if MODULE_FILE.match(p.name))
         return found[0] if found else None
 
     def installed_module(self, kernel: str) -> Path | None:
         found = sorted(p for p in (self.root / "lib/modules" / kernel / "updates/dkms").glob("nvidia.ko*")
-                       if _MODULE.match(p.name))
+                       if MODULE_FILE.match(p.name))
         return found[0] if found else None
 
     def rollback_driver(self) -> str:
@@ -132,10 +132,10 @@ class CommandHost:
         if not installer.is_file():
             raise OperationFailed(f"{installer.name} is not in the repository {self.repository}; put it there and "
                                   "run it with --dkms")
-        running = self._running_kernel()
+        running = running_kernel(self.root)
         self._run(installer_command(installer, running), f"{installer.name} --dkms", INSTALL_TIMEOUT)
         self.installed = None
-        loaded = self._loaded_version()
+        loaded = GpuHost(self.root).driver_version()
         module = ("its module is the one running" if loaded == previous else
                   f"the running module is {loaded} until the node boots again: reboot it to load {previous}")
         return f"nvidia driver back to {previous} ({installer.name} --dkms for {running}); {module}"
@@ -187,20 +187,6 @@ class CommandHost:
             raise OperationFailed(f"systemctl disable {RESUME_UNIT} left {RESUME_WANTS_LINK}")
 
     # --- facts ----------------------------------------------------------------------------------------------------
-    def _loaded_version(self) -> str | None:
-        try:
-            text = (self.root / "proc/driver/nvidia/version").read_text()
-        except OSError:
-            return None
-        match = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
-        return match.group(1) if match else None
-
-    def _running_kernel(self) -> str:
-        try:
-            return (self.root / "proc/sys/kernel/osrelease").read_text().strip()
-        except OSError:
-            return ""
-
     def _log_error(self) -> str:
         try:
             text = (self.root / INSTALLER_LOG.lstrip("/")).read_text(errors="replace")
