@@ -10,13 +10,15 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from labwright.hostupgrade.plan import kernel_key
+from labwright.hostupgrade.state import RESUME_UNIT_PATH, RESUME_WANTS_LINK, unit_exec_start
 from support.fake_nvidia import VERSION_TEXT, reboot, run_boot_unit
 
 TOOLS = Path(__file__).resolve().parent / "host_tools"
 SIM = "labwright-sim"
 UVM_UNIT = "etc/systemd/system/labwright-nvidia-uvm.service"
-RESUME_UNIT = "etc/systemd/system/labwright-host-upgrade.service"
-RESUME_LINK = "etc/systemd/system/multi-user.target.wants/labwright-host-upgrade.service"
+RESUME_UNIT = RESUME_UNIT_PATH.lstrip("/")
+RESUME_LINK = RESUME_WANTS_LINK.lstrip("/")
 
 
 def tool_env(root: Path, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -60,10 +62,6 @@ def make_node(root: Path, kernels: tuple[str, ...], headers: tuple[str, ...], dr
         (root / "etc/kernel/proxmox-boot-uuids").write_text("1234-ABCD\n")
 
 
-def _kernel_key(kernel: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else -1 for p in kernel.replace("-", ".").split("."))
-
-
 def boot(root: Path, uvm_major: int | None = None) -> tuple[str, str | None]:
     """The node boots: the kernel its boot entry names (proxmox-boot-tool's recorded entry, else the newest
     /boot/vmlinuz-*), the nvidia module installed for that kernel loaded (DKMS's /updates/dkms, else the
@@ -71,7 +69,7 @@ def boot(root: Path, uvm_major: int | None = None) -> tuple[str, str | None]:
     ``uvm_major`` (a new boot may give another), every /dev/nvidia* node gone, then the device-node unit's
     nvidia-modprobe lines. Returns (kernel, loaded version)."""
     entry = root / SIM / "boot-entry"
-    kernels = sorted((p.name.removeprefix("vmlinuz-") for p in (root / "boot").glob("vmlinuz-*")), key=_kernel_key)
+    kernels = sorted((p.name.removeprefix("vmlinuz-") for p in (root / "boot").glob("vmlinuz-*")), key=kernel_key)
     kernel = entry.read_text().strip() if entry.exists() else kernels[-1]
     (root / "proc/sys/kernel/osrelease").write_text(kernel + "\n")
     version = None
@@ -103,7 +101,7 @@ def run_resume_unit(root: Path, env: dict[str, str], timeout: float = 900) -> su
     with the unit's EnvironmentFile= read (systemd.exec(5): KEY=VALUE lines, double-quoted values)."""
     assert (root / RESUME_LINK).is_symlink(), "the resume unit is not enabled"
     text = (root / RESUME_UNIT).read_text()
-    argv = shlex.split(next(line for line in text.splitlines() if line.startswith("ExecStart=")).split("=", 1)[1])
+    argv = unit_exec_start(text)
     unit_env = dict(env)
     for line in text.splitlines():
         if line.startswith("EnvironmentFile="):
