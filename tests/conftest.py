@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from labwright.testing.pyinfra_output import tool_env
+from support import parallel
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 
@@ -27,3 +28,31 @@ def repo() -> Path:
 def cli_env() -> dict[str, str]:
     """Environment for running the repo's commands (labwright, pyinfra) as subprocesses."""
     return tool_env()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true", help="the unit tests and the tests marked smoke (one real "
+                     "component each): the developers' loop, scripts/test --quick")
+
+
+def pytest_configure(config):
+    for line in parallel.MARKERS:
+        config.addinivalue_line("markers", line)
+    config.addinivalue_line("markers", "smoke: the one real-component test of its kind that --quick runs")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("quick"):
+        keep = [i for i in items if not i.nodeid.startswith("tests/integration/") or i.get_closest_marker("smoke")]
+        if len(keep) != len(items):
+            kept = {id(i) for i in keep}
+            config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
+            items[:] = keep
+    parallel.assign_groups_and_order(config, items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test holds the shared resources it declares (support.parallel) from set-up to tear-down."""
+    with parallel.holding(item):
+        return (yield)

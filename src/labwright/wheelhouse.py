@@ -10,6 +10,7 @@ its size and the rate, from pip's ``--progress-bar raw``), and at the end the pa
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import sys
@@ -62,6 +63,16 @@ def download_wheelhouse(requirements: list[str], python: str, target: Path) -> P
     if _read_marker(marker) == stamp.encode():
         return target
     target.mkdir(parents=True, exist_ok=True)
+    # One download per wheelhouse at a time (two deploys, or two test workers, wanting the same one): the second
+    # waits, then finds it complete. Without it, the second's clean-up below deletes the first's half-copied wheels.
+    with (target.parent / f".{target.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _read_marker(marker) == stamp.encode():
+            return target
+        return _download(requirements, python, target, marker, stamp)
+
+
+def _download(requirements: list[str], python: str, target: Path, marker: Path, stamp: str) -> Path:
     remove_truncated_wheels(target)
     command = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--only-binary=:all:",
                "--python-version", python, "--implementation", "cp", "-d", str(target), *ui.pip_progress_args()]

@@ -204,6 +204,7 @@ def restart_daemon_if_down() -> None:
     ensure_daemon(Reporter(quiet=True))
 
 
+@pytest.mark.lab_exclusive  # restarts the daemon every other lab test talks to (tests/support/parallel.py)
 def test_lxd_daemon_restarted_mid_deploy_then_rerun_serves(guest: Guest) -> None:
     if guest.health() != 200:
         guest.recover("(setup)")

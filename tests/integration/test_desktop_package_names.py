@@ -35,7 +35,7 @@ def package_names(distro: str) -> set[str]:
                 url = f"{base}/dists/{suite}/{component}/binary-amd64/Packages.xz"
                 with urllib.request.urlopen(url, timeout=120) as response:
                     data = response.read()
-                tmp = path.with_suffix(".part")
+                tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
                 tmp.write_bytes(data)
                 tmp.replace(path)
             for line in lzma.decompress(path.read_bytes()).decode("utf-8", "replace").splitlines():

@@ -19,7 +19,7 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.api.exceptions import ConnectError
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.lab_resource("lxd-https")]  # core.https_address, the trust store
 
 ADDRESS = "127.0.0.1:18443"
 

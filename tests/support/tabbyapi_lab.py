@@ -191,7 +191,7 @@ def save_apt_cache(guest: TabbyGuest) -> None:
     if result.exit_code == 0:
         cache = apt_cache_file()
         cache.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache.with_suffix(".part")
+        partial = cache.with_name(f"{cache.name}.{os.getpid()}.part")  # one per writer: two workers may save at once
         partial.write_bytes(result.stdout)
         partial.replace(cache)
 

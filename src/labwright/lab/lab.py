@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from labwright.errors import BadInput, LxdError, OperationFailed
@@ -68,13 +70,68 @@ def check_disk(path: str = "/var/lib", need: int = MIN_FREE_BYTES) -> None:
 
 
 # --- infrastructure: network, pool, profile ----------------------------------------------------
-def wanted_objects(spec: LabSpec) -> dict[str, dict[str, Any]]:
+def cow_refusal(filesystems: str = "/proc/filesystems", loop_control: str = "/dev/loop-control") -> str | None:
+    """Why a btrfs pool on a loop file cannot be made on this host, or None when it can.
+
+    LXD's btrfs driver makes the loop file itself (``lxc storage create POOL btrfs size=N``: a sparse
+    ``disks/POOL.img`` formatted with ``mkfs.btrfs`` and mounted through a loop device; LXD's own test suite runs its
+    btrfs backend this way, test/backends/btrfs.sh). So it needs the kernel's btrfs, btrfs-progs and loop devices;
+    a container without loop access (a nested lab) has none."""
+    try:
+        known = Path(filesystems).read_text()
+    except OSError:
+        known = ""
+    if "btrfs" not in known.split():
+        subprocess.run(["modprobe", "-q", "btrfs"], capture_output=True)  # a module not loaded yet
+        try:
+            known = Path(filesystems).read_text()
+        except OSError:
+            known = ""
+        if "btrfs" not in known.split():
+            return "this kernel has no btrfs (not in /proc/filesystems, modprobe btrfs failed)"
+    if not any(shutil.which("mkfs.btrfs", path=d) for d in (os.environ.get("PATH", ""), "/usr/sbin:/sbin")):
+        return "mkfs.btrfs is not installed (apt-get install btrfs-progs)"
+    if not Path(loop_control).exists():
+        return f"no loop devices here ({loop_control} is missing: a container without loop access)"
+    return None
+
+
+def pool_object(spec: LabSpec, driver: str) -> dict[str, Any]:
+    config = {"size": spec.pool_size} if driver == "btrfs" else {}
+    return {"name": spec.pool, "driver": driver, "description": spec.marker, "config": config}
+
+
+def choose_pool_driver(spec: LabSpec, client: LxdClient | None, report: Reporter) -> str:
+    """The driver of the lab's pool: the one it has when it exists (a pool's driver never changes), else
+    ``lab_pool_driver`` with ``auto`` resolved (btrfs where ``cow_refusal`` finds nothing, else dir with the reason
+    printed). An explicit ``btrfs`` the host cannot make, or an existing pool of another driver, is refused."""
+    current = client.get_or_none(f"/1.0/storage-pools/{spec.pool}") if client is not None else None
+    if current is not None:
+        driver = str(current.get("driver", "dir"))
+        if spec.pool_driver not in ("auto", driver) and current.get("description") == spec.marker:
+            raise BadInput(f"{spec.source}: lab_pool_driver {spec.pool_driver} but pool {spec.pool} exists with "
+                           f"driver {driver}; run `labwright lab down` and `lab up` again to remake it, or set "
+                           f"lab_pool_driver = {driver!r}")
+        return driver
+    if spec.pool_driver == "dir":
+        return "dir"
+    refusal = cow_refusal()
+    if refusal is None:
+        return "btrfs"
+    if spec.pool_driver == "btrfs":
+        raise BadInput(f"{spec.source}: lab_pool_driver btrfs cannot be made here: {refusal}; fix that, or set "
+                       "lab_pool_driver = 'dir' (or 'auto')")
+    report.info(f"pool {spec.pool}: dir, not btrfs: {refusal}")
+    return "dir"
+
+
+def wanted_objects(spec: LabSpec, pool_driver: str | None = None) -> dict[str, dict[str, Any]]:
     return {
         "networks": {
             "name": spec.bridge, "type": "bridge", "description": spec.marker,
             "config": {"ipv4.address": str(spec.subnet), "ipv4.nat": "true", "ipv6.address": "none"},
         },
-        "storage-pools": {"name": spec.pool, "driver": "dir", "description": spec.marker, "config": {}},
+        "storage-pools": pool_object(spec, pool_driver or spec.pool_driver.replace("auto", "dir")),
         "profiles": {
             "name": spec.profile, "description": spec.marker,
             "config": {"limits.cpu": spec.cpu, "limits.memory": spec.memory},
@@ -113,10 +170,11 @@ def _differs(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
     return False
 
 
-def plan_infrastructure(spec: LabSpec, client: LxdClient) -> dict[str, dict[str, Any]]:
+def plan_infrastructure(spec: LabSpec, client: LxdClient, pool_driver: str | None = None,
+                        ) -> dict[str, dict[str, Any]]:
     """Objects to create or update; refuses objects of the same name that labwright did not make."""
     todo = {}
-    for kind, obj in wanted_objects(spec).items():
+    for kind, obj in wanted_objects(spec, pool_driver).items():
         current = client.get_or_none(f"/1.0/{kind}/{obj['name']}")
         if current is None:
             todo[kind] = obj
@@ -125,6 +183,8 @@ def plan_infrastructure(spec: LabSpec, client: LxdClient) -> dict[str, dict[str,
             field = {"networks": "lab_bridge", "storage-pools": "lab_pool", "profiles": "lab_profile"}[kind]
             raise BadInput(f"{spec.source}: LXD {kind[:-1]} {obj['name']!r} exists and was not made by labwright; "
                            f"set another {field} in the inventory")
+        if kind == "storage-pools":
+            continue  # made once: its driver and loop file size stay what they were made with
         if _differs(current, obj):
             todo[kind] = obj
     return todo
@@ -226,12 +286,14 @@ def up(spec: LabSpec, report: Reporter, dry_run: bool = False) -> list[str]:
         if inst is not None and not owned_by(inst, spec):
             raise BadInput(f"{spec.source}: container {name!r} exists and was not made by labwright lab "
                            f"{spec.name!r}; rename it in the inventory or remove it yourself")
-    todo = plan_infrastructure(spec, client)
+    driver = choose_pool_driver(spec, client, report)
+    todo = plan_infrastructure(spec, client, driver)
     if "networks" in todo:
         check_subnet_free(spec, client)
     if dry_run:
         for kind, obj in todo.items():
-            report.change(f"would create/update {kind[:-1]} {obj['name']}")
+            what = f" ({obj['driver']})" if kind == "storage-pools" else ""
+            report.change(f"would create/update {kind[:-1]} {obj['name']}{what}")
         for name, inst in existing.items():
             if inst is None:
                 report.change(f"would launch container {name}")
@@ -240,9 +302,17 @@ def up(spec: LabSpec, report: Reporter, dry_run: bool = False) -> list[str]:
         return report.changed
     if todo:
         with report.step(f"preseed {', '.join(o['name'] for o in todo.values())} (bridge {spec.subnet})"):
-            apply_preseed(todo)
+            try:
+                apply_preseed(todo)
+            except OperationFailed as exc:
+                if spec.pool_driver != "auto" or todo.get("storage-pools", {}).get("driver") != "btrfs":
+                    raise
+                # the daemon refused the loop file (lxd init reverts what the preseed made): the plain pool then
+                report.info(f"pool {spec.pool}: dir, not btrfs: the daemon refused it ({exc})")
+                todo["storage-pools"] = pool_object(spec, "dir")
+                apply_preseed(todo)
         for kind, obj in todo.items():
-            report.change(f"{kind[:-1]} {obj['name']}")
+            report.change(f"{kind[:-1]} {obj['name']}" + (f" ({obj['driver']})" if kind == "storage-pools" else ""))
     else:
         report.unchanged(f"bridge {spec.bridge} {spec.subnet}, pool {spec.pool}, profile {spec.profile}")
     _, public_key, key_created = ensure_lab_key()

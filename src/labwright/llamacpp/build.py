@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labwright import paths
-from labwright.atomic import once_under_lock
+from labwright.atomic import once_under_lock, write_text_atomic
 from labwright.errors import BadInput, LabwrightError, OperationFailed
 from labwright.llamacpp import cuda as cuda_toolkit
 from labwright.llamacpp.cuda import CudaToolchain
@@ -146,7 +146,7 @@ def download_sdist(dest: Path, source: LlamaSource = PINNED, url: str | None = N
     target = dest / source.filename
     if target.exists() and sha256_of(target) == source.sha256:
         return target
-    partial = target.with_suffix(".part")
+    partial = target.with_name(f"{target.name}.{os.getpid()}.part")  # two downloaders never share a partial
     with progress(f"download {source.filename}") as step, \
             urllib.request.urlopen(url or sdist_url(source), timeout=300) as response, partial.open("wb") as out:
         length = response.headers.get("Content-Length")
@@ -155,7 +155,7 @@ def download_sdist(dest: Path, source: LlamaSource = PINNED, url: str | None = N
     if actual != source.sha256:
         partial.unlink()
         raise OperationFailed(f"{source.filename}: sha256 {actual}, expected {source.sha256}")
-    partial.rename(target)
+    os.replace(partial, target)
     return target
 
 
@@ -226,8 +226,9 @@ def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None, *,
                                        cache / "build.log")
                 staged = cache / "llama-server.new"
                 shutil.copy2(built, staged)
+                # the sidecar first: a binary in place always has its sha256 beside it (deploy_data reads both)
+                write_text_atomic(cache / "llama-server.sha256", sha256_of(staged) + "\n")
                 staged.rename(binary)
-            (cache / "llama-server.sha256").write_text(sha256_of(binary) + "\n")
             sdist.unlink()  # 76 MB of source is not worth keeping once the binary exists
     return binary
 

@@ -9,6 +9,13 @@ copy of a stopped template container (seconds), not a new debootstrap.
 
 The test lab is separate from the user's own (``lwtest``, bridge ``lwtestbr0``, 10.99.9.0/24) so a
 test run never touches the lab that ``labwright lab up`` made from inventories/local.py.
+
+Its pool is copy-on-write where the host allows it (``lab_pool_driver = "auto"``: btrfs on a loop file LXD makes;
+``dir`` with the reason printed where the kernel, btrfs-progs or loop devices are missing), so a fresh container is
+a btrfs snapshot of the stopped template (about 0.3 s) plus its boot, not an rsync of its whole tree. The template is
+made once per machine and kept stopped; each run's first ``lab`` checks it in one pass and only rebuilds what a
+killed run left half done (a template left running or frozen, a pool of the wrong driver, containers whose run is
+gone), saying what it found in one line each.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import contextlib
 import fcntl
 import os
 import secrets
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,8 +49,13 @@ TEST_LAB_DATA = {
     "lab_pool": "lwtest",
     "lab_profile": "lwtest",
     "lab_memory": "1GiB",
+    "lab_pool_driver": os.environ.get("LABWRIGHT_TEST_POOL_DRIVER", "auto"),
+    "lab_pool_size": "40GiB",
 }
 TEMPLATE = "lwtest-template"
+#: Which test process made a container: ``PID:STARTTIME`` (/proc/PID/stat field 22), so the next run can tell a
+#: container of a run that is gone (removed) from one of a run still going (another xdist worker: kept).
+OWNER_KEY = "user.labwright.test-owner"
 
 
 def test_lab_spec(containers: list[str] | None = None) -> LabSpec:
@@ -71,7 +84,7 @@ class Lab:
             "type": "container",
             "source": {"type": "copy", "source": TEMPLATE},
             "profiles": [self.spec.profile],
-            "config": {lab_ops.LAB_KEY: self.spec.name},
+            "config": {lab_ops.LAB_KEY: self.spec.name, OWNER_KEY: process_token(os.getpid())},
         })
 
     def remove(self, name: str) -> None:
@@ -102,22 +115,80 @@ def _template_lock() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def process_token(pid: int) -> str:
+    """``PID:STARTTIME``: a pid reused by another process later does not match."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return f"{pid}:gone"
+    return f"{pid}:{stat.rsplit(')', 1)[1].split()[19]}"
+
+
+def owner_alive(token: str) -> bool:
+    pid, _, _ = token.partition(":")
+    return pid.isdigit() and process_token(int(pid)) == token
+
+
 def ensure_test_lab() -> Lab:
     with _template_lock():
         return _ensure_test_lab()
 
 
+def say(line: str) -> None:
+    print(f"labwright test lab: {line}", file=sys.stderr, flush=True)
+
+
+def half_states(client: LxdClient, spec: LabSpec) -> list[str]:
+    """What a killed run can leave behind, each as one line; repaired by ``_ensure_test_lab``."""
+    found = []
+    template = client.instance_or_none(TEMPLATE)
+    if template is not None and template["status"] in ("Frozen", "Freezing"):
+        found.append(f"template {TEMPLATE} was left {template['status'].lower()}: rebuilding it")
+    elif template is not None and template["status"] == "Running":
+        found.append(f"template {TEMPLATE} was left running (a run stopped while preparing it): stopping it")
+    elif template is not None and template["config"].get(lab_ops.IMAGE_KEY) != lab_image.load_recipe().alias:
+        found.append(f"template {TEMPLATE} was made from another image recipe: rebuilding it")
+    pool = client.get_or_none(f"/1.0/storage-pools/{spec.pool}")
+    if pool is not None and pool.get("driver") == "dir" and spec.pool_driver == "auto" \
+            and lab_ops.cow_refusal() is None:
+        found.append(f"pool {spec.pool} is dir although btrfs works here now: remaking the test lab on btrfs")
+    for inst in client.instances():
+        token = inst.get("config", {}).get(OWNER_KEY)
+        if inst.get("config", {}).get(lab_ops.LAB_KEY) == spec.name and token and not owner_alive(token):
+            found.append(f"container {inst['name']} ({inst['status'].lower()}) of a run that is gone: removing it")
+    return found
+
+
+class _Saying(Reporter):
+    """Quiet, but what the lab says as information (the pool's driver and why) reaches the test log."""
+
+    def info(self, message: str) -> None:
+        say(message)
+
+
 def _ensure_test_lab() -> Lab:
     spec = test_lab_spec([TEMPLATE])
-    report = Reporter(quiet=True)
+    report = _Saying(quiet=True)
     # On a fresh machine (CI) the daemon is not running yet, and its socket may be a stale file.
     client = ensure_daemon(report)
+    remover = Lab(spec, client, "", "")
+    for line in half_states(client, spec):
+        say(line)
+        if line.startswith("container "):
+            remover.remove(line.split()[1])
+        elif "rebuilding" in line:
+            if client.instance(TEMPLATE)["status"] in ("Frozen", "Freezing"):
+                client.set_state(TEMPLATE, "unfreeze", timeout=60)
+            remover.remove(TEMPLATE)
+        elif line.startswith("pool "):
+            lab_ops.down(spec, report)  # only the test lab's own objects: the marker says whose they are
     template = client.instance_or_none(TEMPLATE)
-    wanted_image = lab_image.load_recipe().alias
-    if template is not None and template["config"].get(lab_ops.IMAGE_KEY) != wanted_image:
-        # The image recipe changed: rebuild the template so tests run on what `lab up` now makes.
-        Lab(spec, client, "", "").remove(TEMPLATE)
-    lab_ops.up(spec, report)
+    ready = (template is not None and template["status"] == "Stopped"
+             and not lab_ops.plan_infrastructure(spec, client, lab_ops.choose_pool_driver(spec, client, report)))
+    if not ready:
+        # `up` makes what is missing and starts the template (to put the key in); it is stopped again below and
+        # stays stopped for the rest of the run, so copies of it never see it running.
+        lab_ops.up(spec, report)
     private, public, _ = ensure_lab_key()
     if client.instance(TEMPLATE)["status"] == "Running":
         client.set_state(TEMPLATE, "stop", timeout=60)

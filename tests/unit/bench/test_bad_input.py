@@ -6,7 +6,7 @@ that answers a web page are one line on stderr, exit 2, no traceback, nothing se
 
 from __future__ import annotations
 
-import os
+import hashlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -83,7 +83,8 @@ def test_a_context_beyond_what_a_vllm_server_lists_is_refused_before_prompts_are
 
 
 @pytest.mark.parametrize(("name", "content", "words"), [
-    ("run.json", os.urandom(64) + b"\xff", ("run.json",)),
+    # fixed junk, not os.urandom: xdist's workers must collect the same test ids
+    ("run.json", hashlib.sha512(b"not a result").digest() + b"\xff", ("run.json",)),
     ("model.gguf", b"GGUF\x03\x00\x00\x00" + bytes(range(256)), ("model.gguf is a binary file, not text",)),
     ("latin1.json", '{"label": "café"}'.encode("latin-1"), ("latin1.json is not UTF-8 text",)),
     ("empty.json", b"", ("empty.json is not valid JSON",)),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
 import pytest
 
 from labwright.errors import BadInput
@@ -45,3 +48,39 @@ def test_bad_input_is_one_line_exit_2_and_nothing_downloaded(capsys, args, words
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("labwright: error: ") and words in err, err
     assert not any(tmp_path.iterdir())
+
+
+def test_two_downloads_of_one_wheelhouse_at_once_run_pip_once(tmp_path, monkeypatch):
+    """Two deploys (or two test workers) wanting the same wheelhouse: the second waits for the first and reuses what
+    it made, instead of deleting the first's half-copied wheels and downloading again."""
+    import threading
+
+    from labwright import wheelhouse as wh
+
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def fake_pip(command, *args, **kwargs):
+        calls.append(command)
+        target = Path(command[command.index("-d") + 1])
+        (target / "x-1-py3-none-any.whl").write_bytes(b"half a wheel")  # not a zip yet: the clean-up would delete it
+        started.set()
+        assert release.wait(30), "the test never let the first download finish"
+        with zipfile.ZipFile(target / "x-1-py3-none-any.whl", "w") as whl:
+            whl.writestr("x/__init__.py", "")
+
+    monkeypatch.setattr(wh.ui, "run_with_progress", fake_pip)
+    target = tmp_path / "house"
+    results: list[Path] = []
+    first = threading.Thread(target=lambda: results.append(download_wheelhouse(["x==1"], "3.11.2", target)))
+    first.start()
+    assert started.wait(30)
+    second = threading.Thread(target=lambda: results.append(download_wheelhouse(["x==1"], "3.11.2", target)))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive(), "the second download did not wait for the first"
+    assert (target / "x-1-py3-none-any.whl").read_bytes() == b"half a wheel"  # not cleaned away under the first
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert results == [target, target] and len(calls) == 1
+    assert zipfile.is_zipfile(target / "x-1-py3-none-any.whl")
