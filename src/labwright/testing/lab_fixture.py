@@ -59,7 +59,9 @@ OWNER_KEY = "user.labwright.test-owner"
 
 
 def test_lab_spec(containers: list[str] | None = None) -> LabSpec:
-    return spec_from_group([f"@lxd/{c}" for c in containers or []], TEST_LAB_DATA, source="test lab")
+    chosen = os.environ.get("LABWRIGHT_TEST_POOL_DRIVER")
+    source = "test lab" + (f" (LABWRIGHT_TEST_POOL_DRIVER={chosen!r}: dir, btrfs or auto)" if chosen else "")
+    return spec_from_group([f"@lxd/{c}" for c in containers or []], TEST_LAB_DATA, source=source)
 
 
 @dataclass
