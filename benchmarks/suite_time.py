@@ -18,7 +18,9 @@ priority. A failed test fails the benchmark (exit 1): a suite that is fast but w
                                               [--busy 2] [--duty 0.6] [--record] [--log DIR]
 
 ``--record`` writes the idle run's per-test durations to tests/durations.json (the order xdist hands work out in,
-longest first: tests/support/parallel.py), with the commit they were measured on.
+longest first: tests/support/parallel.py), with the commit they were measured on. ``--record-from LOG`` writes it
+from the output of a whole run made with ``--durations=0`` instead (``scripts/test --durations=0 > LOG``), without
+running anything.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ GROUPS: dict[str, list[str]] = {
 BEFORE = {"idle": 2623.0, "loaded": 4602.0, "ci": 2725.0}
 TARGET = {"idle": 20 * 60.0, "loaded": 35 * 60.0, "ci": 25 * 60.0}
 SUMMARY = re.compile(r"=+ (.*) in [\d.]+s")
+DURATION = re.compile(r"^([\d.]+)s (setup|call|teardown)\s+(\S.*)$")
 
 
 def spin(stop: multiprocessing.synchronize.Event, duty: float) -> None:  # type: ignore[name-defined]
@@ -97,6 +100,28 @@ def per_test(junit: Path) -> dict[str, float]:
     return out
 
 
+def from_durations_log(text: str) -> dict[str, float]:
+    """Per-test seconds (set-up, call and tear-down added) from pytest's ``--durations=0`` lines."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        match = DURATION.match(line.strip())
+        if match:
+            out[match.group(3)] = out.get(match.group(3), 0.0) + float(match.group(1))
+    return out
+
+
+def record(durations: dict[str, float]) -> None:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    out = ROOT / "tests" / "durations.json"
+    data = {"commit": commit, "measured": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(),
+            "seconds": {k: round(v, 2) for k, v in sorted(durations.items())}}
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=0) + "\n")
+    tmp.replace(out)
+    print(f"wrote {out.relative_to(ROOT)} ({len(durations)} tests)")
+
+
 def fmt(seconds: float) -> str:
     return f"{int(seconds // 60)} min {seconds % 60:4.1f} s"
 
@@ -109,8 +134,20 @@ def main() -> int:
     parser.add_argument("--busy", type=int, default=2, help="busy processes while loaded (default 2)")
     parser.add_argument("--duty", type=float, default=0.6, help="share of time each is busy (default 0.6)")
     parser.add_argument("--record", action="store_true", help="write tests/durations.json from the idle run")
+    parser.add_argument("--record-from", type=Path, metavar="LOG",
+                        help="write tests/durations.json from a --durations=0 run's output and stop")
     parser.add_argument("--log", type=Path, help="directory for each group's pytest output (default: a temp dir)")
     args = parser.parse_args()
+    if args.record_from:
+        try:
+            found = from_durations_log(args.record_from.read_text(errors="replace"))
+        except OSError as exc:
+            parser.error(f"--record-from {args.record_from}: {exc.strerror}")
+        if not found:
+            parser.error(f"--record-from {args.record_from}: no --durations=0 lines in it; run the suite with "
+                         "--durations=0 and give its output")
+        record(found)
+        return 0
     groups = [g.strip() for g in args.groups.split(",") if g.strip()]
     unknown = [g for g in groups if g not in (*GROUPS, "fresh-check")]
     if unknown or not groups:
@@ -163,15 +200,7 @@ def main() -> int:
         print(f"CI (fresh-check + suite, idle) {fmt(ci)}  (before {fmt(BEFORE['ci'])}: {BEFORE['ci'] / ci:.2f}x; "
               f"target at most {fmt(TARGET['ci'])}: {'met' if ci <= TARGET['ci'] else 'MISSED'})")
     if args.record and durations:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
-        out = ROOT / "tests" / "durations.json"
-        data = {"commit": commit, "measured": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(),
-                "seconds": {k: round(v, 2) for k, v in sorted(durations.items())}}
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=0, sort_keys=False) + "\n")
-        tmp.replace(out)
-        print(f"wrote {out.relative_to(ROOT)} ({len(durations)} tests)")
+        record(durations)
     return 1 if failures else 0
 
 

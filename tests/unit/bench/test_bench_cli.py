@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 from dataclasses import dataclass
 
 import pytest
 
 from labwright.cli import main
+from support.cli_child import run_cli
 
 
 @dataclass
@@ -22,7 +22,7 @@ class Result:
 
 @pytest.fixture
 def bench(capsys):
-    """`labwright bench ARGS` through the CLI's entry point, in this process (one subprocess test below)."""
+    """`labwright bench ARGS` through the CLI's entry point, in this process (one test below: a forked child)."""
 
     def run(*args):
         capsys.readouterr()
@@ -49,8 +49,7 @@ def closed_port():
 def test_plain_bench_runs_llm_and_prints_json(cli_env, standin):
     standin.script.prompt_tokens = 300
     args = ["--url", standin.url, "--contexts", "64,128", "--decode", "4", "--trials", "2", "--json"]
-    proc = subprocess.run(["labwright", "bench", *args], capture_output=True, text=True, env=cli_env,
-                          timeout=60)
+    proc = run_cli(["bench", *args], env=cli_env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert (doc["model"], doc["label"], doc["tokenizer"], doc["trials"]) == ("standin", "standin", "estimate", 2)

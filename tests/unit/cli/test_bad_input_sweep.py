@@ -23,13 +23,9 @@ Required parameters get a valid value (FILLERS) so that the bad value, not a mis
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import select
-import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from labwright.cli import main
+from support.cli_child import fork_main
 from support.cli_walk import leaf_commands
 
 #: A case that takes longer than this hangs (the loaded CI machine included: most cases take well under a second).
@@ -430,50 +426,10 @@ def run_in_child(argv: list[str], sandbox: Path) -> Outcome:
         "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "no_proxy": "", "NO_PROXY": "",
         "PIP_NO_INDEX": "1", "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1",
     }
+    unset: dict[str, str | None] = {"LABWRIGHT_DEBUG": None, "LABWRIGHT_MATRIX_DIR": None}
     started = time.monotonic()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 99
-        try:
-            os.setpgid(0, 0)
-            os.chdir(sandbox / "cwd")
-            os.environ.update(env)
-            for key in ("LABWRIGHT_DEBUG", "LABWRIGHT_MATRIX_DIR"):
-                os.environ.pop(key, None)
-            stdin = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(stdin, 0)
-            os.dup2(os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)
-            os.dup2(os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
-            sys.stdin = open(0, closefd=False)  # noqa: SIM115
-            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-            sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")  # noqa: SIM115 - as Python's own
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            code = main(argv)
-        except BaseException as exc:  # whatever it is, the parent reports it
-            import traceback
-
-            traceback.print_exception(exc, file=sys.stderr)
-            code = 98
-        finally:
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(code if isinstance(code, int) and 0 <= code < 256 else 97)
-    pidfd = os.pidfd_open(pid)
-    try:
-        ready, _, _ = select.select([pidfd], [], [], CASE_TIMEOUT_S)
-        exit_code: int | None = None
-        if ready:
-            _, status = os.waitpid(pid, 0)
-            exit_code = os.waitstatus_to_exitcode(status)
-        else:
-            for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-                with contextlib.suppress(ProcessLookupError):
-                    target()
-            os.waitpid(pid, 0)
-    finally:
-        os.close(pidfd)
+    exit_code = fork_main(argv, stdin=os.devnull, stdout=out_path, stderr=err_path, timeout=CASE_TIMEOUT_S,
+                          cwd=sandbox / "cwd", env_changes=env | unset)
     seconds = time.monotonic() - started
     read = lambda p: p.read_text(errors="replace") if p.exists() else ""  # noqa: E731
     return Outcome(exit_code, read(out_path), read(err_path), seconds)

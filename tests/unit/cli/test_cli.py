@@ -8,11 +8,13 @@ import subprocess
 
 import pytest
 
+from support.cli_child import run_cli
+
 GROUPS = ["lab", "matrix", "stack", "guest", "tabbyapi", "kv", "probe", "bench", "cluster", "bios"]
 
 
 def run(cli_env, *args, cwd=None):
-    return subprocess.run(["labwright", *args], capture_output=True, text=True, env=cli_env, cwd=cwd)
+    return run_cli(list(args), env=cli_env, cwd=cwd)
 
 
 def test_top_level_help_lists_every_group(cli_env):

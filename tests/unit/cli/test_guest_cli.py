@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
+
+from support.cli_child import run_cli
 
 
 def lw(cli_env, *args):
-    return subprocess.run(["labwright", "guest", *args], capture_output=True, text=True, env=cli_env, timeout=60)
+    return run_cli(["guest", *args], env=cli_env, timeout=60)
 
 
 def the_error(stderr: str) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from support.cli_child import run_cli
 from support.gguf_files import write_gguf
 
 CONFIGS = Path(__file__).resolve().parents[1] / "tuning" / "configs"
@@ -17,7 +18,7 @@ SEED = str(CONFIGS / "qwen3.5-9b.json")
 
 
 def run(cli_env, *args):
-    return subprocess.run(["labwright", "kv", *args], capture_output=True, text=True, env=cli_env)
+    return run_cli(["kv", *args], env=cli_env)
 
 
 def ok_json(cli_env, *args):

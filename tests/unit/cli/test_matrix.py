@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
+
+from labwright.matrix.load import load_matrix
+from labwright.paths import packaged_matrix_dir
+from support.cli_child import run_cli
 
 FA_29 = ("https://github.com/mjun0812/flash-attention-prebuild-wheels/releases/download/v0.9.0/"
          "flash_attn-2.8.3+cu128torch2.9-cp312-cp312-linux_x86_64.whl")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _packaged_matrix_parsed():
+    """The packaged matrix parsed here once (load_matrix caches it per directory, and no test here rewrites it): each
+    command's child (support.cli_child) inherits it instead of parsing it again."""
+    load_matrix(packaged_matrix_dir())
+
+
 def run(cli_env, *args, cwd=None):
-    return subprocess.run(["labwright", "matrix", *args], capture_output=True, text=True, env=cli_env, cwd=cwd)
+    return run_cli(["matrix", *args], env=cli_env, cwd=cwd)
 
 
 def test_resolve_json_is_exactly_the_documented_object(cli_env):

@@ -14,6 +14,7 @@ import pytest
 
 from labwright.errors import BadInput
 from labwright.inventory import load_inventory
+from support.cli_child import run_cli
 
 # Each command that reads an inventory, as argv with {inv} for the path.
 COMMANDS = {
@@ -27,8 +28,7 @@ COMMANDS = {
 
 def labwright(cli_env: dict[str, str], command: str, inventory: Path) -> subprocess.CompletedProcess[str]:
     argv = [arg.replace("{inv}", str(inventory)) for arg in COMMANDS[command]]
-    return subprocess.run(["labwright", *argv], capture_output=True, text=True, env=cli_env, cwd=inventory.parent,
-                          timeout=120)
+    return run_cli(argv, env=cli_env, cwd=inventory.parent, timeout=120)
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:

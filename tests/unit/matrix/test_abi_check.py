@@ -18,6 +18,7 @@ from labwright.matrix import abi_env
 from labwright.matrix.abi import verify, verify_python
 from labwright.matrix.abi_cache import AbiCache
 from labwright.matrix.abi_env import Distribution
+from support.cli_child import run_cli
 from support.wheels import (
     STANDIN_EXTENSION,
     build_standin_torch,
@@ -280,14 +281,11 @@ def test_a_half_installed_extension_is_reported_broken_naming_it(tmp_path, stand
 
 
 def test_stack_verify_cli_names_the_torn_extension_and_exits_1(tmp_path, standins, cli_env):
-    import subprocess
-
     v1, _, extension = standins
     site = lay_out(tmp_path / "site-packages", v1.tree, extension)
     target = site / "standin_attn" / extension.name
     target.write_bytes(target.read_bytes()[:1000])
-    proc = subprocess.run(["labwright", "stack", "verify", "--site-packages", str(site), "--no-cache"],
-                          capture_output=True, text=True, env=cli_env)
+    proc = run_cli(["stack", "verify", "--site-packages", str(site), "--no-cache"], env=cli_env)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr + proc.stdout and proc.stderr.count("\n") == 1
     assert "broken-file" in proc.stdout and str(target) in proc.stdout.replace("\n", "")

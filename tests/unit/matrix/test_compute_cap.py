@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 
 import pytest
 
@@ -27,6 +26,7 @@ from labwright.matrix.load import load_matrix
 from labwright.matrix.resolve import StackRequest, resolve_stack
 from labwright.matrix.stacks import get_stack, request_for
 from labwright.paths import packaged_matrix_dir
+from support.cli_child import run_cli
 
 #: capability -> (first CUDA with native kernels, last CUDA that still builds them or None), from the sources above.
 NVIDIA = {
@@ -163,7 +163,7 @@ def test_capabilities_of_the_gpu_facts():
 # -- the command line ----------------------------------------------------------------------------------------------
 
 def run(cli_env, *args):
-    return subprocess.run(["labwright", "matrix", "resolve", *args], capture_output=True, text=True, env=cli_env)
+    return run_cli(["matrix", "resolve", *args], env=cli_env)
 
 
 def test_cli_refuses_a_blackwell_stack_without_kernels(cli_env):

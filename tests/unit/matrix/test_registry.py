@@ -7,7 +7,6 @@ import contextlib
 import hashlib
 import json
 import re
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from labwright.matrix.outside import OUTSIDE_FEEDS
 from labwright.matrix.registry import FEEDS, STATE_FILE, built_against, data_ages, read_state, refresh_registry
 from labwright.matrix.resolve import StackRequest, resolve_stack
 from labwright.paths import packaged_matrix_dir
+from support.cli_child import run_cli
 
 RECORDED = Path(__file__).parent / "recorded"
 COMPONENTS = read_components(packaged_matrix_dir() / "components.toml")
@@ -134,7 +134,7 @@ def load_matrix(root: Path):
 
 
 def cli(cli_env, *args):
-    return subprocess.run(["labwright", "matrix", *args], capture_output=True, text=True, env=cli_env, timeout=300)
+    return run_cli(["matrix", *args], env=cli_env, timeout=300)
 
 
 def _refresh(registry, out: Path, **kwargs):

@@ -6,13 +6,13 @@ extension's DT_NEEDED says) and/or libc10.so with a torch-namespaced symbol, zip
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from labwright.errors import BadInput
 from labwright.matrix.wheelinspect import inspect_wheel
+from support.cli_child import run_cli
 from support.wheels import compile_shared, write_wheel
 
 TORCH_CALL = """
@@ -92,19 +92,17 @@ def test_contradictions_are_one_line_each(tmp_path, libs, version, cuda, require
 
 def test_cli_exit_codes(tmp_path, libs, cli_env):
     good = _wheel(tmp_path, libs, "1.4.2+cu132.torch2.11.0", 13, ["torch==2.11.0"])
-    proc = subprocess.run(["labwright", "matrix", "inspect", str(good), "--json"], capture_output=True, text=True,
-                          env=cli_env)
+    proc = run_cli(["matrix", "inspect", str(good), "--json"], env=cli_env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["cuda"] == "13.2"
     bad = _wheel(tmp_path / "b", libs, "1.4.2+cu128.torch2.11.0", 13, ["torch==2.11.0"])
-    proc = subprocess.run(["labwright", "matrix", "inspect", str(bad)], capture_output=True, text=True, env=cli_env)
+    proc = run_cli(["matrix", "inspect", str(bad)], env=cli_env)
     assert proc.returncode == 1
     assert "✗ the label says CUDA 12.8, its .so files link libcudart.so.13" in proc.stdout
     assert proc.stderr.count("\n") == 1
     truncated = tmp_path / "exllamav3-1.0.0-cp312-cp312-linux_x86_64.whl"
     truncated.write_bytes(good.read_bytes()[:200])
-    proc = subprocess.run(["labwright", "matrix", "inspect", str(truncated)], capture_output=True, text=True,
-                          env=cli_env)
+    proc = run_cli(["matrix", "inspect", str(truncated)], env=cli_env)
     assert proc.returncode == 2 and "not a zip archive" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
@@ -18,6 +17,7 @@ from labwright.tabbyapi.ngram import (
     plan_ngram,
     plan_patch,
 )
+from support.cli_child import run_cli
 from support.tabbyapi_standin import (
     CONFIG_CONFIG_SAMPLE,
     CONFIG_MODEL_PY,
@@ -246,7 +246,7 @@ def test_standin_refs_give_patch_and_config(standin, tmp_path):
 
 
 def run(cli_env, *args):
-    return subprocess.run(["labwright", "tabbyapi", "ngram", *args], capture_output=True, text=True, env=cli_env)
+    return run_cli(["tabbyapi", "ngram", *args], env=cli_env)
 
 
 def test_cli_patch_then_already_with_json_and_exit_0(cli_env, standin, tmp_path):

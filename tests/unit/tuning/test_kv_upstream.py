@@ -9,7 +9,6 @@ per recurrent layer, f32 (src/llama-hparams.cpp), the same whether read from con
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from labwright.errors import BadInput
 from labwright.tuning import kv, kv_modes
 from labwright.tuning.kv_config import layout_from_dict
+from support.cli_child import run_cli
 from support.gguf_files import write_gguf
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -373,13 +373,13 @@ def test_kv_plan_cli_on_a_hybrid_gguf_prints_the_state_from_metadata(tmp_path, c
             "full_attention_interval": 4, "ssm.conv_kernel": 4, "ssm.state_size": 128, "ssm.group_count": 16,
             "ssm.inner_size": 6144, "ssm.time_step_rank": 48}
     path = write_gguf(tmp_path / "Qwen3.5-27B-Q4_K_M.gguf", "qwen35", meta)
-    args = ["labwright", "kv", "plan", "--config", str(path), "--cache-type", "q8_0", "--context", "32768"]
-    done = subprocess.run([*args, "--json"], capture_output=True, text=True, env=cli_env)
+    args = ["kv", "plan", "--config", str(path), "--cache-type", "q8_0", "--context", "32768"]
+    done = run_cli([*args, "--json"], env=cli_env)
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert plan["state_bytes_per_sequence"] == mamba2(48, 4, 6144, 16, 128) == 156_893_184
     assert plan["bytes_per_token"] == 16 * 4 * 2 * 256 * 34 // 32       # 16 full layers, q8_0 K and V
-    table = subprocess.run(args, capture_output=True, text=True, env=cli_env)
+    table = run_cli(args, env=cli_env)
     assert "48 recurrent layers keep a fixed state per sequence (156,893,184 B)" in " ".join(table.stdout.split())
 
 
