@@ -396,7 +396,10 @@ def down(spec: LabSpec, report: Reporter, dry_run: bool = False) -> list[str]:
         if dry_run:
             report.change(f"would delete {kind[:-1]} {name}")
             continue
-        users = [u for u in current.get("used_by") or [] if not u.startswith("/1.0/profiles/" + spec.profile)]
+        # the lab's own profile, and the image volumes a copy-on-write pool (btrfs) keeps of images it launched
+        # from (_empty_pool removes those), do not keep it
+        users = [u for u in current.get("used_by") or []
+                 if not u.startswith(("/1.0/profiles/" + spec.profile, "/1.0/images/"))]
         if kind != "profiles" and users:
             raise OperationFailed(f"{kind[:-1]} {name} is still used by {', '.join(users)}; remove those first")
         if kind == "storage-pools":

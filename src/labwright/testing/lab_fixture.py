@@ -58,10 +58,10 @@ TEMPLATE = "lwtest-template"
 OWNER_KEY = "user.labwright.test-owner"
 
 
-def test_lab_spec(containers: list[str] | None = None) -> LabSpec:
+def test_lab_spec(containers: list[str] | None = None, data: dict[str, str] | None = None) -> LabSpec:
     chosen = os.environ.get("LABWRIGHT_TEST_POOL_DRIVER")
     source = "test lab" + (f" (LABWRIGHT_TEST_POOL_DRIVER={chosen!r}: dir, btrfs or auto)" if chosen else "")
-    return spec_from_group([f"@lxd/{c}" for c in containers or []], TEST_LAB_DATA, source=source)
+    return spec_from_group([f"@lxd/{c}" for c in containers or []], data or TEST_LAB_DATA, source=source)
 
 
 @dataclass
@@ -70,11 +70,12 @@ class Lab:
     client: LxdClient
     public_key: str
     private_key_path: str
+    template: str = TEMPLATE
 
     def fresh(self, prefix: str = "lwt") -> str:
         """Copy the template into a new running container and return its name."""
         name = f"{prefix}-{secrets.token_hex(3)}"
-        with _template_lock():  # not while another session has the template started
+        with _template_lock(self.template, exclusive=False):  # copies side by side; never while it is prepared
             self._copy_template(name)
         self.client.set_state(name, "start")
         lab_ops.wait_ready(self.client, name)
@@ -84,7 +85,7 @@ class Lab:
         self.client.create_instance({
             "name": name,
             "type": "container",
-            "source": {"type": "copy", "source": TEMPLATE},
+            "source": {"type": "copy", "source": self.template},
             "profiles": [self.spec.profile],
             "config": {lab_ops.LAB_KEY: self.spec.name, OWNER_KEY: process_token(os.getpid())},
         })
@@ -104,13 +105,15 @@ class Lab:
 
 
 @contextlib.contextmanager
-def _template_lock() -> Iterator[None]:
-    """One pytest session at a time prepares the template: `lab up` starts it and this fixture stops it again, so a
-    second session (another test run against the same daemon) doing the same at once stops it under the first's
-    wait for its address ("did not get an address and sshd within 90s"). The lock is per machine, as the daemon is."""
+def _template_lock(template: str = TEMPLATE, exclusive: bool = True) -> Iterator[None]:
+    """One pytest session at a time prepares the template (exclusive): `lab up` starts it and this fixture stops it
+    again, so a second session (another test run against the same daemon) doing the same at once stops it under the
+    first's wait for its address ("did not get an address and sshd within 90s"). Copies hold it shared: side by side
+    (xdist workers), never while it is prepared. The lock is per machine, as the daemon is."""
     where = Path("/run/lock") if os.access("/run/lock", os.W_OK) else Path(tempfile.gettempdir())
-    with open(where / "labwright-test-lab.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    name = "labwright-test-lab.lock" if template == TEMPLATE else f"labwright-test-lab-{template}.lock"
+    with open(where / name, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
         finally:
@@ -131,29 +134,34 @@ def owner_alive(token: str) -> bool:
     return pid.isdigit() and process_token(int(pid)) == token
 
 
-def ensure_test_lab() -> Lab:
-    with _template_lock():
-        return _ensure_test_lab()
+def ensure_test_lab(data: dict[str, str] | None = None, template: str = TEMPLATE) -> Lab:
+    """The test lab (``data``: its ``lab_*`` settings, TEST_LAB_DATA by default) with its stopped template, made or
+    repaired as needed (``half_states``)."""
+    with _template_lock(template):
+        return _ensure_test_lab(data, template)
 
 
 def say(line: str) -> None:
     print(f"labwright test lab: {line}", file=sys.stderr, flush=True)
 
 
-def half_states(client: LxdClient, spec: LabSpec) -> list[str]:
+def half_states(client: LxdClient, spec: LabSpec, name: str = TEMPLATE) -> list[str]:
     """What a killed run can leave behind, each as one line; repaired by ``_ensure_test_lab``."""
     found = []
-    template = client.instance_or_none(TEMPLATE)
+    template = client.instance_or_none(name)
     if template is not None and template["status"] in ("Frozen", "Freezing"):
-        found.append(f"template {TEMPLATE} was left {template['status'].lower()}: rebuilding it")
+        found.append(f"template {name} was left {template['status'].lower()}: rebuilding it")
     elif template is not None and template["status"] == "Running":
-        found.append(f"template {TEMPLATE} was left running (a run stopped while preparing it): stopping it")
+        found.append(f"template {name} was left running (a run stopped while preparing it): stopping it")
     elif template is not None and template["config"].get(lab_ops.IMAGE_KEY) != lab_image.load_recipe().alias:
-        found.append(f"template {TEMPLATE} was made from another image recipe: rebuilding it")
+        found.append(f"template {name} was made from another image recipe: rebuilding it")
     pool = client.get_or_none(f"/1.0/storage-pools/{spec.pool}")
-    if pool is not None and pool.get("driver") == "dir" and spec.pool_driver == "auto" \
-            and lab_ops.cow_refusal() is None:
+    driver = (pool or {}).get("driver")
+    if pool is not None and driver == "dir" and spec.pool_driver == "auto" and lab_ops.cow_refusal() is None:
         found.append(f"pool {spec.pool} is dir although btrfs works here now: remaking the test lab on btrfs")
+    elif pool is not None and spec.pool_driver in ("dir", "btrfs") and driver != spec.pool_driver:
+        found.append(f"pool {spec.pool} is {driver}, {spec.pool_driver} is asked for: remaking the test lab on "
+                     f"{spec.pool_driver}")
     for inst in client.instances():
         token = inst.get("config", {}).get(OWNER_KEY)
         if inst.get("config", {}).get(lab_ops.LAB_KEY) == spec.name and token and not owner_alive(token):
@@ -168,23 +176,23 @@ class _Saying(Reporter):
         say(message)
 
 
-def _ensure_test_lab() -> Lab:
-    spec = test_lab_spec([TEMPLATE])
+def _ensure_test_lab(data: dict[str, str] | None = None, name: str = TEMPLATE) -> Lab:
+    spec = test_lab_spec([name], data)
     report = _Saying(quiet=True)
     # On a fresh machine (CI) the daemon is not running yet, and its socket may be a stale file.
     client = ensure_daemon(report)
-    remover = Lab(spec, client, "", "")
-    for line in half_states(client, spec):
+    remover = Lab(spec, client, "", "", name)
+    for line in half_states(client, spec, name):
         say(line)
         if line.startswith("container "):
             remover.remove(line.split()[1])
         elif "rebuilding" in line:
-            if client.instance(TEMPLATE)["status"] in ("Frozen", "Freezing"):
-                client.set_state(TEMPLATE, "unfreeze", timeout=60)
-            remover.remove(TEMPLATE)
+            if client.instance(name)["status"] in ("Frozen", "Freezing"):
+                client.set_state(name, "unfreeze", timeout=60)
+            remover.remove(name)
         elif line.startswith("pool "):
             lab_ops.down(spec, report)  # only the test lab's own objects: the marker says whose they are
-    template = client.instance_or_none(TEMPLATE)
+    template = client.instance_or_none(name)
     ready = (template is not None and template["status"] == "Stopped"
              and not lab_ops.plan_infrastructure(spec, client, lab_ops.choose_pool_driver(spec, client, report)))
     if not ready:
@@ -192,9 +200,9 @@ def _ensure_test_lab() -> Lab:
         # stays stopped for the rest of the run, so copies of it never see it running.
         lab_ops.up(spec, report)
     private, public, _ = ensure_lab_key()
-    if client.instance(TEMPLATE)["status"] == "Running":
-        client.set_state(TEMPLATE, "stop", timeout=60)
-    return Lab(spec, client, public, str(private))
+    if client.instance(name)["status"] == "Running":
+        client.set_state(name, "stop", timeout=60)
+    return Lab(spec, client, public, str(private), name)
 
 
 @pytest.fixture(scope="session")
