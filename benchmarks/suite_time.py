@@ -37,6 +37,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import _support  # noqa: F401  (tests/support on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 BROWSER = "tests/integration/test_openwebui_browser.py"
 GROUPS: dict[str, list[str]] = {
@@ -106,7 +108,8 @@ def from_durations_log(text: str) -> dict[str, float]:
     for line in text.splitlines():
         match = DURATION.match(line.strip())
         if match:
-            out[match.group(3)] = out.get(match.group(3), 0.0) + float(match.group(1))
+            nodeid = match.group(3)
+            out[nodeid] = out.get(nodeid, 0.0) + float(match.group(1))
     return out
 
 

@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 
 from labwright.testing.pyinfra_output import tool_env
-from support import parallel
 
-pytest_plugins = ["labwright.testing.lab_fixture"]
+pytest_plugins = ["labwright.testing.lab_fixture", "support.parallel"]  # parallel: xdist scheduling, shared locks
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,8 +35,6 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    for line in parallel.MARKERS:
-        config.addinivalue_line("markers", line)
     config.addinivalue_line("markers", "smoke: the one real-component test of its kind that --quick runs")
 
 
@@ -48,11 +45,3 @@ def pytest_collection_modifyitems(config, items):
             kept = {id(i) for i in keep}
             config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
             items[:] = keep
-    parallel.assign_groups_and_order(config, items)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Each test holds the shared resources it declares (support.parallel) from set-up to tear-down."""
-    with parallel.holding(item):
-        return (yield)

@@ -78,6 +78,7 @@ def assert_passes(result: subprocess.CompletedProcess[str]) -> None:
 
 
 # --- the default deploy ----------------------------------------------------------------------------------
+@pytest.mark.smoke  # a real pyinfra deploy and its testinfra suite: scripts/test --quick
 def test_verify_fails_on_a_fresh_container_and_passes_after_the_deploy(lab, deployed):
     # The suite must be able to fail: the bare image has no admin user and password logins on.
     assert deployed.before.returncode == 1, deployed.before.stdout[-3000:]

@@ -102,6 +102,7 @@ def test_decoder_matches_ifdtool_d(chip: Path) -> None:
     assert len(theirs) == 3
 
 
+@pytest.mark.smoke  # real flashrom (dummy programmer): scripts/test --quick
 def test_backup_reads_twice_copies_off_and_verifies(chip: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     first = labwright("bios", "backup", "@local", "--programmer", dummy_programmer(chip), "--out", str(out), "--json")

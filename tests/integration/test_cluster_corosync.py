@@ -39,6 +39,7 @@ def cluster(tmp_path_factory) -> Iterator[NetnsCluster]:
     yield from running_cluster(tmp_path_factory.mktemp("cluster"), version=VERSION)
 
 
+@pytest.mark.smoke  # real corosync in network namespaces: scripts/test --quick
 def test_doctor_healthy_cluster(cluster):
     rc, diag = doctor_json(cluster)
     assert rc == 0, diag

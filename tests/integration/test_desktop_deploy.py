@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import time
@@ -92,7 +93,7 @@ def desktop_cache(lab: Lab) -> str:
 @pytest.fixture(scope="module")
 def deployed(lab: Lab, desktop_cache: str):
     """One guest cloned from the cache through the guest model, verified before and deployed once."""
-    name = f"lwdesk-{int(time.time()) % 100000}"
+    name = f"lwdesk-{secrets.token_hex(3)}"  # random: two runs (or workers) never share a name
     try:
         make_guest(lab, name, desktop_cache)
         before = verify(name)
@@ -319,7 +320,7 @@ def assert_refused_untouched(lab: Lab, name: str, run: DeployRun, words: str) ->
 @pytest.fixture(scope="module")
 def plain(lab: Lab):
     """One plain lab container for all the refusals (each test leaves it as it found it; privileged goes last)."""
-    name = f"lwdesk-bad-{int(time.time()) % 100000}"
+    name = f"lwdesk-bad-{secrets.token_hex(3)}"
     try:
         yield make_guest(lab, name, TEMPLATE)
     finally:

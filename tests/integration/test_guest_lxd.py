@@ -73,6 +73,7 @@ def run_in(client: LxdClient, name: str, *command: str) -> str:
     return result.stdout.decode()
 
 
+@pytest.mark.smoke  # a guest on the real LXD: scripts/test --quick
 def test_create_update_noop_and_destroy(lab, client, guest_names, tmp_path):
     name = new_name(guest_names)
     backend = LxdBackend(client)

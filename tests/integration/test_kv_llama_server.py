@@ -49,7 +49,7 @@ def _logged_kv(server: Path, model: Path, *args: str) -> tuple[float, int]:
 
 
 @pytest.mark.parametrize(("args", "cache_type", "context"), [
-    (("-c", "4096"), "f16", 4096),
+    pytest.param(("-c", "4096"), "f16", 4096, marks=pytest.mark.smoke),  # the real llama-server: --quick
     (("-c", "8192", "-ctk", "q8_0", "-ctv", "q4_0", "-fa", "on"), "q8_0,q4_0", 8192),
 ])
 def test_planner_matches_llama_server_kv_buffer(tmp_path, args, cache_type, context):

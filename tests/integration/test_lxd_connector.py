@@ -66,6 +66,7 @@ def connect(lxd_agent):
     return make
 
 
+@pytest.mark.smoke  # the @lxd connector on the real LXD: scripts/test --quick
 def test_exec_output_exit_code_and_stderr_are_faithful(lab_container, connect):
     host = connect(lab_container)
     ok, out = host.run_shell_command("echo out; echo 'ünïcødé ✓'; echo err >&2; exit 7")

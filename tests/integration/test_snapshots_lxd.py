@@ -60,7 +60,8 @@ def test_restore_puts_a_broken_running_guest_back(lab, lab_container):
     assert sh(lab, lab_container, "echo before > /root/before.txt")[0] == 0
     taken = snapshots.take(guest, "stack-switch", client=lab.client)
     assert taken.name.startswith("labwright-stack-switch-") and len(taken.name) <= 40
-    assert "dir" in taken.storage and taken.how.startswith("copy")
+    driver = pool_driver(lab)  # btrfs where the host allows (lab_pool_driver auto), else dir
+    assert taken.storage == f"pool {lab.spec.pool} ({driver})" and taken.how == POOL_SNAPSHOTS[driver]
     break_guest(lab, lab_container)
 
     done = snapshots.restore(guest, force=True, client=lab.client)
@@ -153,9 +154,24 @@ def test_missing_guest_is_one_line(lab, cli_env):
     assert_one_line_refusal(result, "@lxd/lws-does-not-exist", "lxc list")
 
 
-def test_lab_pool_is_reported_as_copy_based(lab, lab_container):
+#: What labwright says of a snapshot on each pool the test lab can have (LXD: a dir pool copies the rootfs,
+#: lxd/storage/drivers/driver_dir_volumes.go; btrfs makes a subvolume snapshot, driver_btrfs_volumes.go).
+POOL_SNAPSHOTS = {
+    "dir": "copy (dir pool: each snapshot is a full copy of the root filesystem; slower, and as large as it)",
+    "btrfs": "native (btrfs subvolume snapshot)",
+}
+
+
+def pool_driver(lab) -> str:
+    return str(lab.client.get_or_none(f"/1.0/storage-pools/{lab.spec.pool}")["driver"])
+
+
+def test_lab_pool_is_reported_with_its_driver_and_how_it_snapshots(lab, lab_container):
     support = LxdSnapshots(parse_lxd_target(lab_container), lab.client).support()
-    assert support.supported and support.storage == f"pool {lab.spec.pool} (dir)"
+    driver = pool_driver(lab)
+    assert support.supported and support.storage == f"pool {lab.spec.pool} ({driver})"
+    assert support.how == POOL_SNAPSHOTS[driver]
+    assert support.how.startswith("copy" if driver == "dir" else "native")
 
 
 

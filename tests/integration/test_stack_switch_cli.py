@@ -49,6 +49,7 @@ def test_dry_changes_nothing_and_a_new_path_needs_create(run):
     assert missing.returncode == 2 and "--create" in missing.stderr and missing.stderr.count("\n") == 1
 
 
+@pytest.mark.smoke  # real pip and venvs: scripts/test --quick
 def test_switch_refuse_roll_back_and_show(run):
     first = run("switch", "--to", "standin-2.9", "--create", health_check=False)
     assert first.returncode == 0, first.stderr

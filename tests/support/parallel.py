@@ -2,10 +2,13 @@
 
 Three rules, applied at collection and around each test:
 
-1. **A lab module stays in one worker.** Every test under ``tests/integration`` without an ``xdist_group`` of its own
-   gets its module's path as group, so the module's own order holds (a quorum-loss test last, a privileged desktop
-   last) and its module-scoped fixtures (a deployed guest, a built wheelhouse) are built once, not once per worker.
-   Unit tests carry no group: xdist hands them out one at a time to whichever worker is free.
+1. **A lab module stays in one worker.** Under ``--dist loadgroup`` the controller schedules with ``LabModules``
+   (``pytest_xdist_make_scheduler``): a module under ``tests/integration`` is one unit of work, so the module's own
+   order holds (a quorum-loss test last, a privileged desktop last) and its module-scoped fixtures (a deployed guest, a
+   built wheelhouse) are built once, not once per worker. Unit tests are one unit each: xdist hands them out one at a
+   time to whichever worker is free. (The grouping is read from the node id itself, not from xdist's own
+   ``xdist_group`` marker: xdist 3.8 renames ``item._nodeid``, which pytest 9 no longer reads, so its groups silently
+   do nothing there.)
 2. **The longest work first.** Work units are ordered by their duration in ``tests/durations.json`` (measured, written
    by ``benchmarks/suite_time.py --record``), longest first, so no long lab module starts last and leaves one
    worker running alone at the end; a module not in the file counts as ``UNKNOWN_GROUP_S``.
@@ -78,37 +81,56 @@ def load_durations(path: Path | None = None) -> dict[str, float]:
     return {str(k): float(v) for k, v in (data.get("seconds") or {}).items()} if isinstance(data, dict) else {}
 
 
-def group_of(item: pytest.Item) -> str | None:
-    for mark in item.iter_markers("xdist_group"):
-        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-    return None
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module under tests/integration, else the test itself."""
+    path = nodeid.split("::", 1)[0]
+    return path if path.startswith(INTEGRATION) else nodeid
 
 
-def assign_groups_and_order(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Rules 1 and 2 (only when xdist distributes: a plain run keeps pytest's order)."""
-    if getattr(config.option, "dist", "no") == "no":
+def make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    """xdist's LoadScopeScheduling with ``unit_of`` as its scope (the controller sees node ids, not markers)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LabModules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return LabModules(config, log)
+
+
+def grouping(config: pytest.Config) -> bool:
+    """True in a worker of ``--dist loadgroup`` (xdist sets the worker's ``dist`` to "no" and ``loadgroup`` to True:
+    xdist/remote.py setup_config) and in a one-process run given ``--dist loadgroup``."""
+    return bool(getattr(config.option, "loadgroup", False)) or getattr(config.option, "dist", "no") == "loadgroup"
+
+
+def configure_controller(config: pytest.Config) -> None:
+    """On xdist's controller (it schedules; the workers collect): keep the workers' order of the work units instead
+    of sorting them by their number of tests (LoadScopeScheduling's ``loadscopereorder``)."""
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        config.option.loadscopereorder = False
+
+
+def order(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Rule 2 (only under --dist loadgroup: a plain run keeps pytest's order): units longest first, each unit's own
+    tests in their order."""
+    if not grouping(config):
         return
-    for item in items:
-        if group_of(item) is None and item.nodeid.startswith(INTEGRATION):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
     known = load_durations()
-    unit_of = {item.nodeid: group_of(item) or item.nodeid for item in items}
     cost: dict[str, float] = {}
     measured: set[str] = set()
     for item in items:
-        unit = unit_of[item.nodeid]
+        unit = unit_of(item.nodeid)
         if item.nodeid in known:
             measured.add(unit)
         cost[unit] = cost.get(unit, 0.0) + known.get(item.nodeid, UNKNOWN_TEST_S)
     for unit in cost:
-        if unit not in measured and unit not in unit_of:  # a group (not a test id) never measured
+        if unit not in measured and unit.startswith(INTEGRATION) and "::" not in unit:  # a lab module never measured
             cost[unit] = max(cost[unit], UNKNOWN_GROUP_S)
     first_seen: dict[str, int] = {}
     for i, item in enumerate(items):
-        first_seen.setdefault(unit_of[item.nodeid], i)
-    # stable within a unit, longest unit first; xdist keeps this order (loadscopereorder is turned off)
-    items.sort(key=lambda it: (-cost[unit_of[it.nodeid]], first_seen[unit_of[it.nodeid]]))
-    config.option.loadscopereorder = False
+        first_seen.setdefault(unit_of(item.nodeid), i)
+    items.sort(key=lambda it: (-cost[unit_of(it.nodeid)], first_seen[unit_of(it.nodeid)]))
 
 
 def resources(item: pytest.Item) -> list[tuple[str, bool]]:
@@ -131,3 +153,28 @@ def holding(item: pytest.Item) -> Iterator[None]:
         for name, exclusive in resources(item):
             stack.enter_context(flocked(name, exclusive))
         yield
+
+
+# --- the plugin (tests/conftest.py loads it: pytest_plugins) ---------------------------------------------------------
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    configure_controller(config)
+
+
+@pytest.hookimpl(trylast=True)  # after --quick (tests/conftest.py) has deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    order(config, items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        return make_scheduler(config, log)
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    """Each test holds the shared resources it declares from set-up to tear-down."""
+    with holding(item):
+        return (yield)

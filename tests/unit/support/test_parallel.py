@@ -4,6 +4,7 @@ a daemon-restarting test away from every other lab test."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from types import SimpleNamespace
@@ -17,11 +18,10 @@ from support import parallel
 class Item:
     """The part of a pytest item the rules read."""
 
-    def __init__(self, nodeid: str, group: str | None = None, fixtures: tuple[str, ...] = (), marks=()):
+    def __init__(self, nodeid: str, fixtures: tuple[str, ...] = (), marks=()):
         self.nodeid = nodeid
         self.fixturenames = fixtures
-        self.marks = [pytest.mark.xdist_group(group).mark] if group else []
-        self.marks += [m.mark for m in marks]
+        self.marks = [m.mark for m in marks]
 
     def iter_markers(self, name):
         return (m for m in self.marks if m.name == name)
@@ -29,15 +29,13 @@ class Item:
     def get_closest_marker(self, name):
         return next(self.iter_markers(name), None)
 
-    def add_marker(self, mark):
-        self.marks.append(mark.mark)
-
 
 def config(dist: str = "loadgroup"):
-    return SimpleNamespace(option=SimpleNamespace(dist=dist, loadscopereorder=True))
+    """A worker's config as xdist leaves it (xdist/remote.py setup_config: dist "no", loadgroup said apart)."""
+    return SimpleNamespace(option=SimpleNamespace(dist="no", loadgroup=dist == "loadgroup", loadscopereorder=True))
 
 
-def test_lab_modules_stay_together_longest_first_and_unit_tests_fill_in(tmp_path, monkeypatch):
+def test_lab_modules_are_one_unit_longest_first_and_unit_tests_fill_in(tmp_path, monkeypatch):
     durations = tmp_path / "durations.json"
     durations.write_text(json.dumps({"seconds": {
         "tests/integration/test_b.py::test_1": 100.0, "tests/integration/test_b.py::test_2": 50.0,
@@ -45,28 +43,26 @@ def test_lab_modules_stay_together_longest_first_and_unit_tests_fill_in(tmp_path
     monkeypatch.setattr(parallel, "DURATIONS", durations)
     items = [Item("tests/unit/test_u.py::test_fast"), Item("tests/integration/test_a.py::test_1"),
              Item("tests/integration/test_b.py::test_1"), Item("tests/unit/test_u.py::test_slow"),
-             Item("tests/integration/test_new.py::test_1"), Item("tests/integration/test_b.py::test_2"),
-             Item("tests/integration/test_c.py::test_1", group="shared")]
-    cfg = config()
-    parallel.assign_groups_and_order(cfg, items)  # type: ignore[arg-type]
+             Item("tests/integration/test_new.py::test_1"), Item("tests/integration/test_b.py::test_2")]
+    parallel.order(config(), items)  # type: ignore[arg-type]
     assert [i.nodeid for i in items] == [
         "tests/integration/test_b.py::test_1", "tests/integration/test_b.py::test_2",  # 150 s, its own order kept
         "tests/unit/test_u.py::test_slow",  # 40 s
         "tests/integration/test_new.py::test_1",  # never measured: UNKNOWN_GROUP_S (30 s)
-        "tests/integration/test_c.py::test_1",  # a group of its own naming, never measured: 30 s too
         "tests/integration/test_a.py::test_1",  # 20 s
         "tests/unit/test_u.py::test_fast"]
-    assert [parallel.group_of(i) for i in items] == [
-        "tests/integration/test_b.py", "tests/integration/test_b.py", None, "tests/integration/test_new.py",
-        "shared", "tests/integration/test_a.py", None]
-    assert cfg.option.loadscopereorder is False  # xdist keeps this order instead of sorting by test count
+    assert [parallel.unit_of(i.nodeid) for i in items] == [
+        "tests/integration/test_b.py", "tests/integration/test_b.py", "tests/unit/test_u.py::test_slow",
+        "tests/integration/test_new.py", "tests/integration/test_a.py", "tests/unit/test_u.py::test_fast"]
+    controller = SimpleNamespace(option=SimpleNamespace(dist="loadgroup", loadscopereorder=True))
+    parallel.configure_controller(controller)  # type: ignore[arg-type]
+    assert controller.option.loadscopereorder is False  # xdist keeps this order instead of sorting by test count
 
 
-def test_without_xdist_nothing_is_grouped_or_reordered():
+def test_without_loadgroup_nothing_is_reordered():
     items = [Item("tests/unit/test_u.py::t"), Item("tests/integration/test_a.py::t")]
-    parallel.assign_groups_and_order(config("no"), items)  # type: ignore[arg-type]
+    parallel.order(config("no"), items)  # type: ignore[arg-type]
     assert [i.nodeid for i in items] == ["tests/unit/test_u.py::t", "tests/integration/test_a.py::t"]
-    assert all(parallel.group_of(i) is None for i in items)
 
 
 def test_what_each_test_holds():
@@ -133,3 +129,65 @@ def gate_is_held(gate) -> bool:
             return True
         fcntl.flock(handle, fcntl.LOCK_UN)
         return False
+
+
+def test_quick_is_the_unit_tests_and_one_real_smoke_per_component():
+    """scripts/test --quick: every unit test, and of the integration tests only those marked smoke, one per real
+    component (docs/testing.md lists them)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--quick", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "tests"], cwd=parallel.ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    full = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "tests/unit"], cwd=parallel.ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert {i for i in ids if i.startswith("tests/unit/")} == {
+        line for line in full.stdout.splitlines() if "::" in line}
+    modules = {i.split("::")[0].removeprefix("tests/integration/") for i in ids if i.startswith("tests/integration/")}
+    assert modules == {"test_lxd_connector.py", "test_guest_lxd.py", "test_base_deploy.py", "test_stack_switch_cli.py",
+                       "test_kv_llama_server.py", "test_cluster_corosync.py", "test_bios_backup.py"}, modules
+    assert len([i for i in ids if i.startswith("tests/integration/")]) <= 10  # one (or one parametrised) each
+
+
+PROBE = """
+import os, time
+from pathlib import Path
+
+def record(name):
+    with open(os.environ["PROBE_LOG"], "a") as log:
+        log.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {name} {time.monotonic()}\\n")
+"""
+
+
+def test_real_xdist_keeps_each_lab_module_in_one_worker_in_order_and_spreads_unit_tests(tmp_path):
+    """The scheduler for real: pytest with two xdist workers on a small tree laid out like this one; every test of a
+    lab module runs in one worker, in the module's order; the unit tests go to both workers."""
+    import subprocess
+    import sys
+
+    (tmp_path / "tests" / "integration").mkdir(parents=True)
+    (tmp_path / "tests" / "unit").mkdir()
+    (tmp_path / "tests" / "probe.py").write_text(PROBE)
+    (tmp_path / "tests" / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(parallel.ROOT / 'tests')!r})\npytest_plugins = ['support.parallel']\n")
+    for module in ("test_a", "test_b", "test_c"):
+        (tmp_path / "tests" / "integration" / f"{module}.py").write_text("from probe import record\n" + "".join(
+            f"def test_{i}():\n    record('{module}.{i}')\n" for i in range(6)))
+    (tmp_path / "tests" / "unit" / "test_u.py").write_text("import time\nfrom probe import record\n" + "".join(
+        f"def test_{i}():\n    record('u.{i}')\n    time.sleep(0.05)\n" for i in range(30)))
+    log = tmp_path / "probe.log"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-q", "-p",
+                           "no:cacheprovider", "--rootdir", str(tmp_path), "-c", "/dev/null", "tests"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PROBE_LOG": str(log), "PYTHONPATH": str(tmp_path / "tests")})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line.split() for line in log.read_text().splitlines()]
+    for module in ("test_a", "test_b", "test_c"):
+        ran = [(worker, name) for worker, name, _ in rows if name.startswith(module)]
+        assert len({worker for worker, _ in ran}) == 1, ran  # one worker
+        assert [name for _, name in ran] == [f"{module}.{i}" for i in range(6)], ran  # in order
+    assert {worker for worker, name, _ in rows if name.startswith("u.")} == {"gw0", "gw1"}
+
