@@ -20,7 +20,8 @@ priority. A failed test fails the benchmark (exit 1): a suite that is fast but w
 ``--record`` writes the idle run's per-test durations to tests/durations.json (the order xdist hands work out in,
 longest first: tests/support/parallel.py), with the commit they were measured on. ``--record-from LOG`` writes it
 from the output of a whole run made with ``--durations=0`` instead (``scripts/test --durations=0 > LOG``), without
-running anything.
+running anything; ``--table LOG`` prints the same run as Markdown tables (per module, and the slowest items with
+their set-up, call and tear-down), as docs/testing.md keeps them.
 """
 
 from __future__ import annotations
@@ -113,6 +114,27 @@ def from_durations_log(text: str) -> dict[str, float]:
     return out
 
 
+def table(text: str, top: int = 30) -> str:
+    """Markdown: seconds per module (set-up + call + tear-down of its tests, which includes its fixtures), then the
+    ``top`` slowest single phases."""
+    phases: list[tuple[float, str, str]] = []
+    for line in text.splitlines():
+        match = DURATION.match(line.strip())
+        if match:
+            phases.append((float(match.group(1)), match.group(2), match.group(3)))
+    modules: dict[str, list[float]] = {}
+    for seconds, phase, nodeid in phases:
+        row = modules.setdefault(nodeid.split("::")[0], [0.0, 0.0, 0.0])
+        row[("setup", "call", "teardown").index(phase)] += seconds
+    out = ["| module | set-up (fixtures) s | call s | tear-down s | total s |", "| --- | ---: | ---: | ---: | ---: |"]
+    for module, (setup, call, teardown) in sorted(modules.items(), key=lambda kv: -sum(kv[1])):
+        out.append(f"| {module} | {setup:.1f} | {call:.1f} | {teardown:.1f} | {setup + call + teardown:.1f} |")
+    out += ["", "| phase | s | test |", "| --- | ---: | --- |"]
+    for seconds, phase, nodeid in sorted(phases, reverse=True)[:top]:
+        out.append(f"| {phase} | {seconds:.1f} | `{nodeid}` |")
+    return "\n".join(out)
+
+
 def record(durations: dict[str, float]) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
@@ -139,8 +161,16 @@ def main() -> int:
     parser.add_argument("--record", action="store_true", help="write tests/durations.json from the idle run")
     parser.add_argument("--record-from", type=Path, metavar="LOG",
                         help="write tests/durations.json from a --durations=0 run's output and stop")
+    parser.add_argument("--table", type=Path, metavar="LOG",
+                        help="print a --durations=0 run's output as Markdown tables and stop")
     parser.add_argument("--log", type=Path, help="directory for each group's pytest output (default: a temp dir)")
     args = parser.parse_args()
+    if args.table:
+        try:
+            print(table(args.table.read_text(errors="replace")))
+        except OSError as exc:
+            parser.error(f"--table {args.table}: {exc.strerror}")
+        return 0
     if args.record_from:
         try:
             found = from_durations_log(args.record_from.read_text(errors="replace"))

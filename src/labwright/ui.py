@@ -48,6 +48,14 @@ def __getattr__(name: str) -> Console:
     return _consoles[name]
 
 
+def remake_consoles() -> None:
+    """The consoles made again, in place, from this process's environment now (COLUMNS, NO_COLOR, the terminal are
+    read when a console is made): for a forked child, whose modules hold the consoles by reference
+    (``from labwright.ui import stdout``) but whose environment is its own."""
+    for name, made in _consoles.items():
+        made.__init__(stderr=name == "console", highlight=False)  # type: ignore[misc]
+
+
 class Reporter:
     """Prints one line per step; steps show a spinner while they run (long steps stay visible). Not on a terminal,
     a step that runs long says so every ``heartbeat`` seconds (a log shows it is alive, and for how long)."""

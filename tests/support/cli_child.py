@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import labwright
+from labwright import ui
 from labwright.cli import GROUP_HELP, main
 
 #: The console script: its path is the program's ``sys.argv[0]`` (click's "Usage: labwright ...", a lock's holder).
@@ -85,6 +86,11 @@ def fork_main(argv: list[str], *, stdin: str | Path, stdout: str | Path, stderr:
             sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")  # noqa: SIM115 - as Python's own
             if argv0 is not None:
                 sys.argv = [argv0, *argv]
+            # what a new process would make from its own environment, not inherit from this one: the rich consoles
+            # read COLUMNS, NO_COLOR and the terminal when they are made (an earlier test's 80 columns wrapped a
+            # later test's COLUMNS=250 table), and --json sets plain lines for the rest of the process
+            ui.remake_consoles()
+            ui.plain_lines = False
             signal.signal(signal.SIGINT, signal.default_int_handler)
             code = main(argv)
         except BaseException as exc:  # whatever it is, the parent reports it

@@ -167,6 +167,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     order(config, items)
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: a run without xdist (-p no:xdist) has none
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
     if getattr(config.option, "dist", "no") == "loadgroup":
         return make_scheduler(config, log)

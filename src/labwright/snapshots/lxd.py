@@ -14,10 +14,11 @@ request is made.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
-from labwright.errors import BadInput, LxdNotFound
+from labwright.errors import BadInput, LxdError, LxdNotFound
 from labwright.hostnames import LxdName
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
@@ -34,6 +35,11 @@ DRIVERS = {
     "powerflex": "native",
     "pure": "native",
 }
+
+
+#: A snapshot refused because a file vanished while LXD walked the guest's tree (see LxdSnapshots.create).
+_VANISHED = re.compile(r"lstat .*: no such file or directory")
+VANISHED_FILE_TRIES = 3
 
 
 def _created(value: Any) -> datetime | None:
@@ -103,7 +109,17 @@ class LxdSnapshots(SnapshotBackend):
 
     def create(self, name: str, description: str) -> None:
         # Instance snapshots have no description field in LXD; the name carries the step.
-        self.client.request("POST", f"{self._path}/snapshots", {"name": name, "stateful": False})
+        for attempt in range(VANISHED_FILE_TRIES):
+            try:
+                self.client.request("POST", f"{self._path}/snapshots", {"name": name, "stateful": False})
+                return
+            except LxdError as exc:
+                # btrfs: LXD looks for nested subvolumes by walking the running guest's whole tree first
+                # (lxd/storage/drivers/driver_btrfs_utils.go getSubvolumes, filepath.Walk); a file the guest removes
+                # during the walk (dhclient's resolv.conf.dhclient-new.PID) fails the snapshot with
+                # "lstat ...: no such file or directory", and nothing was made. Asking again is safe.
+                if attempt + 1 == VANISHED_FILE_TRIES or not _VANISHED.search(str(exc)):
+                    raise
 
     def delete(self, name: str) -> None:
         self.client.request("DELETE", f"{self._path}/snapshots/{name}")
