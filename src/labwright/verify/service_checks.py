@@ -3,6 +3,7 @@ running as its own user, and its key files are root-only. Each takes testinfra's
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 
@@ -21,7 +22,9 @@ def assert_runs_as(host: Any, service: str, user: str) -> None:
 
 
 def assert_root_only(host: Any, path: str) -> None:
-    """``path`` exists and is root:root 0600."""
-    file = host.file(path)
-    assert file.exists, f"{path} is missing"
-    assert (file.user, file.group, file.mode) == ("root", "root", 0o600), (path, file.user, file.group, oct(file.mode))
+    """``path`` exists and is root:root 0600: owner, group and mode read by one ``stat``, so the assertion and its
+    message say what one look at the file saw (testinfra's File reads each with a command of its own)."""
+    seen = host.run(f"stat -c '%U %G %a' -- {shlex.quote(path)}")
+    assert seen.rc == 0, f"{path} is missing ({seen.stderr.strip()})"
+    user, group, mode = seen.stdout.split()
+    assert (user, group, int(mode, 8)) == ("root", "root", 0o600), f"{path} is {user}:{group} {mode}, not root:root 600"
