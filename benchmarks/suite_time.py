@@ -2,8 +2,9 @@
 
 Targets (2 cores): ``scripts/test`` at most 20 min idle and at most 35 min with both cores 60 % busy; CI (fresh-check
 plus the suite) at most 25 min. Before issue 29 (docs/testing.md): 43 min 43 s idle, 76 min 42 s loaded, CI 45-63
-min. Each group runs as ``scripts/test`` runs it (pytest-xdist on both cores, ``--dist loadgroup``), one after the
-other, so the groups add up to the whole suite:
+min. With every group asked for (the default), the suite runs once as ``scripts/test`` runs it (its workers,
+``--dist loadgroup``) and each group's test seconds (summed over the workers, set-up and tear-down included) are read
+from its JUnit XML; with some groups, each runs alone as ``scripts/test PATHS``. The groups:
 
 - ``unit``: tests/unit;
 - ``lab``: tests/integration, not ``slow``, not the browser;
@@ -64,8 +65,24 @@ def spin(stop: multiprocessing.synchronize.Event, duty: float) -> None:  # type:
         time.sleep(0.1 * (1 - duty))
 
 
+def slow_ids() -> set[str]:
+    """The node ids marked slow (collected, not run)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p",
+                           "no:xdist", "-m", "slow", "tests/integration"], cwd=ROOT, capture_output=True, text=True)
+    return {line.strip() for line in proc.stdout.splitlines() if "::" in line}
+
+
+def group_of(nodeid: str, slow: set[str]) -> str:
+    if nodeid.startswith("tests/unit/"):
+        return "unit"
+    if nodeid.startswith(BROWSER):
+        return "browser"
+    return "slow" if nodeid in slow else "lab"
+
+
 def run_group(name: str, log_dir: Path, kind: str) -> tuple[float, int, str, dict[str, float]]:
-    """One group as scripts/test runs it; (wall seconds, exit code, summary line, per-test seconds)."""
+    """One group as scripts/test runs it (``suite``: all of them in one run); (wall seconds, exit code, summary
+    line, per-test seconds)."""
     log = log_dir / f"{kind}-{name}.txt"
     started = time.monotonic()
     if name == "fresh-check":
@@ -76,7 +93,7 @@ def run_group(name: str, log_dir: Path, kind: str) -> tuple[float, int, str, dic
             if log.stat().st_size else "no output", {}
     junit = log_dir / f"{kind}-{name}.xml"
     command = [str(ROOT / "scripts" / "test"), "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-               *GROUPS[name]]
+               *(GROUPS[name] if name != "suite" else [])]
     with log.open("w") as handle:
         code = subprocess.run(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT).returncode
     elapsed = time.monotonic() - started
@@ -203,7 +220,9 @@ def main() -> int:
             worker.start()
         try:
             total = 0.0
-            for name in groups:
+            whole = set(GROUPS) <= set(groups)
+            runs = (["suite"] if whole else []) + [g for g in groups if g == "fresh-check" or not whole]
+            for name in runs:
                 if name == "fresh-check" and kind == "loaded":
                     continue  # CI runs it on an idle machine; its own number is idle
                 elapsed, code, summary, tests = run_group(name, log_dir, kind)
@@ -215,6 +234,13 @@ def main() -> int:
                     if kind == "idle":
                         durations.update(tests)
                 print(f"{kind:6} {name:11} {fmt(elapsed):>14}  exit {code}  {summary}", flush=True)
+                if name == "suite":
+                    slow = slow_ids()
+                    sums: dict[str, float] = {}
+                    for nodeid, seconds in tests.items():
+                        sums[group_of(nodeid, slow)] = sums.get(group_of(nodeid, slow), 0.0) + seconds
+                    for group in GROUPS:
+                        print(f"{kind:6}   {group:9} {fmt(sums.get(group, 0.0)):>14}  test seconds (all workers)")
             totals[kind] = total
         finally:
             stop.set()
