@@ -39,8 +39,6 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import _support  # noqa: F401  (tests/support on sys.path)
-
 ROOT = Path(__file__).resolve().parents[1]
 BROWSER = "tests/integration/test_openwebui_browser.py"
 GROUPS: dict[str, list[str]] = {
@@ -52,7 +50,8 @@ GROUPS: dict[str, list[str]] = {
 #: Before issue 29, measured on this machine kind (docs/testing.md, docs/reliability.md), seconds.
 BEFORE = {"idle": 2623.0, "loaded": 4602.0, "ci": 2725.0}
 TARGET = {"idle": 20 * 60.0, "loaded": 35 * 60.0, "ci": 25 * 60.0}
-SUMMARY = re.compile(r"=+ (.*) in [\d.]+s")
+SUMMARY = re.compile(r"^(?:=+ )?(\d+ (?:passed|failed|errors?|skipped|deselected|no tests).*?) in [\d.]+s",
+                     re.MULTILINE)  # pytest's own closing line (with -q, or framed), not a nested run's
 DURATION = re.compile(r"^([\d.]+)s (setup|call|teardown)\s+(\S.*)$")
 
 
