@@ -29,7 +29,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -39,6 +38,7 @@ from pathlib import Path
 import _support  # noqa: F401  (tests/support on sys.path)
 
 from labwright.testing.lab_fixture import ensure_test_lab
+from support.health_poll import Poller
 from support.stack_service import WHEELHOUSE, StandinService
 from support.stacks import StandinStacks, build_standin_stacks
 from support.wheels import test_env_root
@@ -49,56 +49,6 @@ SERVED = "http://127.0.0.1:8901"
 WHEELS = {"standin-2.9": ("torch-2.9.0-", "standin_attn-1.0.0+torch2.9-"),
           "standin-2.10": ("torch-2.10.0-", "standin_attn-1.0.0+torch2.10-")}
 TORCH = {"standin-2.9": "2.9.0", "standin-2.10": "2.10.0"}
-
-
-class Poller:
-    """GET a health URL every ``interval`` seconds in a thread; keep (time, healthy) samples."""
-
-    def __init__(self, url: str, interval: float = 0.01):
-        self.url, self.interval = url, interval
-        self.samples: list[tuple[float, bool]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.perf_counter()
-            try:
-                with urllib.request.urlopen(self.url, timeout=0.5) as response:
-                    ok = response.status == 200
-            except (urllib.error.URLError, OSError):
-                ok = False
-            self.samples.append((started, ok))
-            self._stop.wait(max(0.0, self.interval - (time.perf_counter() - started)))
-
-    def __enter__(self) -> Poller:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def longest_outage(self) -> float:
-        worst, last_ok, down = 0.0, None, False
-        for at, ok in self.samples:
-            if ok:
-                if down and last_ok is not None:
-                    worst = max(worst, at - last_ok)
-                last_ok, down = at, False
-            else:
-                down = True
-        if down:
-            raise RuntimeError(f"{self.url} never came back")
-        return worst
-
-    def wait_healthy(self, timeout: float = 120) -> None:
-        deadline = time.perf_counter() + timeout
-        while time.perf_counter() < deadline:
-            if self.samples and self.samples[-1][1]:
-                return
-            time.sleep(self.interval)
-        raise RuntimeError(f"{self.url} not healthy after {timeout} s")
 
 
 def stacks_for(torch_mb: int) -> StandinStacks:

@@ -31,6 +31,10 @@ class LxdNotFound(LxdError):
     """An LXD object (instance, network, image, file) does not exist."""
 
 
+class OperationTimeout(OperationFailed):
+    """A wait on a daemon's operation reached its deadline with the operation still running."""
+
+
 class SafetyCheckFailed(LabwrightError):
     """A destructive step refused because its safety checks did not pass: exit 1, nothing changed."""
 

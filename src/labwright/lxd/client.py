@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import socket
 import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from labwright.errors import LxdError, LxdNotFound, OperationFailed
+from labwright.errors import LxdError, LxdNotFound, OperationFailed, OperationTimeout
 
 #: Where the local daemon's socket lives, first match wins. LXD_DIR / INCUS_DIR, when set, are the only place
 #: looked at, as `lxc`/`incus` do (lxd/shared/util.go VarPath: $LXD_DIR replaces the default directory), so a
@@ -116,6 +117,10 @@ class ExecResult:
 
 class LxdClient:
     """Thread-safe (one connection per thread) client of one LXD/Incus daemon."""
+
+    #: The longest labwright waits on any one LXD operation it did not give a deadline of its own (an image
+    #: unpacked, a copy of a large guest on a ``dir`` pool): a wait is never unbounded.
+    operation_timeout: float = 1800.0
 
     def __init__(self, endpoint: Endpoint | None = None, timeout: float = 120.0, project: str | None = None):
         self.endpoint = endpoint or Endpoint(socket_path=find_local_socket())
@@ -258,18 +263,44 @@ class LxdClient:
             return self.wait_operation(doc["operation"])
         return doc.get("metadata")
 
-    def wait_operation(self, operation: str, timeout: float | None = None) -> Any:
-        """Wait for an operation; raise with its error when it fails."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def wait_operation(self, operation: str, timeout: float | None = None, what: str = "",
+                       every: float = 60, on_wait: Callable[[dict[str, Any]], None] | None = None) -> Any:
+        """Wait for an operation, at most ``timeout`` seconds (default ``operation_timeout``: no wait is unbounded);
+        raise with its error when it fails, and ``OperationTimeout`` naming ``what`` (else the operation's own
+        description) when it is still running at the deadline. ``on_wait`` is called with the operation's metadata
+        after each wait of at most ``every`` seconds that ended with it still running."""
+        limit = self.operation_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        meta: dict[str, Any] = {}
         while True:
-            step = 60 if deadline is None else max(1, min(60, int(deadline - time.monotonic())))
-            meta = self.request("GET", f"{operation}/wait", params={"timeout": step})
-            if meta.get("status_code") == 200:
+            # LXD takes whole seconds (strconv.Atoi on "timeout"): at least 1, so the last wait may pass the deadline
+            # by under a second instead of asking in a loop.
+            step = max(1, min(int(every), math.ceil(deadline - time.monotonic())))
+            try:
+                meta = self.request("GET", f"{operation}/wait", params={"timeout": step}) or {}
+            except LxdNotFound:
+                raise
+            except LxdError as exc:
+                # From LXD 5.0.3 (and 5.21, 6.x), a wait that times out on a running operation is an error answer:
+                # operationWaitGet returns SmartError(op.Wait(ctx)), the context's "context deadline exceeded"
+                # (canonical/lxd lxd/operations.go operationWaitGet); LXD 5.0.2 and Incus answer the running
+                # operation instead. Both mean: still running.
+                if "deadline exceeded" not in str(exc):
+                    raise
+                meta = {"status_code": 103}
+            code = int(meta.get("status_code") or 0)
+            if code == 200:
                 return meta
-            if meta.get("status_code", 0) >= 400:
+            if code >= 400:
                 raise LxdError(f"operation {meta.get('description', operation)}: {meta.get('err')}")
-            if deadline is not None and time.monotonic() >= deadline:
-                raise OperationFailed(f"operation {operation} did not finish within {timeout}s")
+            if on_wait is not None:
+                on_wait(meta)
+            if time.monotonic() >= deadline:
+                described = what or f"LXD operation {meta.get('description') or operation!s}"
+                ident = operation.rsplit("/", 1)[-1]
+                raise OperationTimeout(f"{described} did not finish within {limit:.0f} s (LXD operation {ident} "
+                                       f"still {str(meta.get('status') or 'running').lower()}; "
+                                       f"`lxc operation show {ident}` shows it)")
 
     # --- instances --------------------------------------------------------------------------
     def instances(self) -> list[dict[str, Any]]:

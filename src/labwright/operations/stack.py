@@ -18,7 +18,7 @@ from pyinfra.operations import files
 from labwright.errors import LabwrightError
 from labwright.facts.python_stack import PythonStack
 from labwright.guestlock import shell_env
-from labwright.snapshots.deploy import snapshot_command
+from labwright.snapshots.deploy import required_check_command, snapshot_command
 from labwright.stacks.bundle import REMOTE_PATH, build_bundle
 from labwright.stacks.from_matrix import plan_for_stack
 from labwright.stacks.plan import DEFAULT_ROOT, SwitchPlan
@@ -104,9 +104,16 @@ def switch(stack: str | None = None, venv: str | None = None, service: str | Non
         return
     # A switch is due. The guest is snapshotted before the swap (host data snapshot_before/keep/required; nothing for
     # a host that is not a container), but after the new stack is built and verified beside the running one
-    # (`switch --build-only`): a refused stack then never pauses the service (a snapshot on LXD's dir pool freezes
-    # the guest for seconds). Not before a first install, where no venv exists yet: there is nothing to go back to.
-    snapshot = list(snapshot_command(host, "stack-switch")) if now["kind"] != "absent" else []
+    # (`switch --build-only`): a refused stack then never pauses the service. On LXD's dir pool a snapshot of the
+    # running guest is a full copy with it frozen (30-90 s without answers), so none is taken there unless
+    # snapshot_required: the previous stack's venv stays beside the new one, and rollback swaps back to it.
+    # Not before a first install, where no venv exists yet: there is nothing to go back to.
+    instead = (f"the switch keeps stack {current.get('stack') or 'before it'}'s venv beside the new one, so "
+               f"a rollback (stack.rollback, or `labwright stack rollback --venv {plan.venv}` in the guest) goes "
+               "back in a restart")
+    snapshot = list(snapshot_command(host, "stack-switch", instead=instead)) if now["kind"] != "absent" else []
+    if snapshot:  # snapshot_required on storage that cannot snapshot: refused before the new stack is built
+        yield from required_check_command(host)
     yield from files.put._inner(src=str(build_bundle()), dest=REMOTE_PATH, mode="644", create_remote_dir=True)
     plan_file = f"{plan.root}/plans/{plan.env_id}.json"
     yield from files.put._inner(src=StringIO(plan.dumps()), dest=plan_file, mode="600", create_remote_dir=True)

@@ -10,18 +10,27 @@
 Guests are named as pyinfra hosts are: ``@lxd/NAME``, ``@lxd/REMOTE:NAME``, ``@incus/...`` (LXD API) and
 ``@pct/NODE/VMID`` (Proxmox VE API; the node's host data such as ``proxmox_api_url`` passed as ``node_data``).
 labwright prunes only its own snapshots (``labwright-*``), never one a user took under another name.
+
+A snapshot before a risky step (:func:`before`) is taken only where it is cheap: copy-on-write storage (btrfs, zfs,
+LVM, Ceph; every storage Proxmox snapshots on), or a stopped guest. On LXD's/Incus's ``dir`` pool a snapshot of a
+running guest is a full copy with the guest frozen until it ends (``Support.freezes_running``), so it is skipped with
+one line saying why and what stands in for it, unless the step requires it (``snapshot_required: true``): then the
+size of the copy and the downtime it is expected to cost are said before it is taken, and the time it took after.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput, LabwrightError, OperationFailed
 from labwright.hostnames import LxdName, PctName, parse_host_name
+from labwright.paths import cache_path
 from labwright.snapshots.model import (
     DEFAULT_KEEP,
     MAX_KEEP,
@@ -37,8 +46,8 @@ from labwright.snapshots.model import (
     to_prune,
 )
 
-__all__ = ["DEFAULT_KEEP", "PREFIX", "RestoreResult", "Snapshot", "SnapshotBackend", "SnapshotsUnsupported", "Support",
-           "TakeResult", "backend_for", "before", "guest_name", "list_snapshots", "restore", "take"]
+__all__ = ["DEFAULT_KEEP", "PREFIX", "Before", "RestoreResult", "Snapshot", "SnapshotBackend", "SnapshotsUnsupported",
+           "Support", "TakeResult", "backend_for", "before", "guest_name", "list_snapshots", "restore", "take"]
 
 Guest = str | SnapshotBackend
 
@@ -168,22 +177,111 @@ def take(guest: Guest, step: str = "manual", keep: int = DEFAULT_KEEP, name: str
                                        f"`{backend.native_command('delete', old_snapshot.name)}`)")
                 result.pruned.remove(old_snapshot.name)
         result.seconds = time.monotonic() - started
+        result.warnings[:0] = list(getattr(backend, "notes", []))
         return result
 
 
-def before(host: str, step: str, keep: int = DEFAULT_KEEP, required: bool = True,
-           node_data: Mapping[str, Any] | None = None, **options: Any) -> str | None:
-    """The one call a risky step makes first: snapshot ``host`` (a guest name) and prune; return the snapshot's
-    name. A host that is not a container (``@local``, an SSH host) returns None: there is nothing to snapshot.
-    With ``required=False`` storage that cannot snapshot returns None instead of raising."""
-    if parse_host_name(host) is None:
-        return None
+@dataclass
+class Before:
+    """What the snapshot before a risky step came to: ``name`` when one was taken, else ``skipped`` (one line:
+    why none was, and what stands in for it). ``said_first``: what was said before it was taken (the downtime a
+    copy costs); ``notes``: what the backend found on the way (a guest it thawed)."""
+
+    guest: str
+    name: str | None = None
+    skipped: str = ""
+    said_first: str = ""
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+#: Measured copy rates of freezing snapshots, per daemon and pool: the next copy's downtime is foretold from them.
+RATES_FILE = "snapshot-copy-rates.json"
+
+
+def _rates() -> dict[str, float]:
+    path = cache_path(RATES_FILE)
     try:
-        return take(host, step, keep=keep, node_data=node_data, **options).name
-    except SnapshotsUnsupported:
-        if required:
-            raise
-        return None
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError):
+        return {}  # a cache: a broken one is replaced by the next measurement
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): float(v) for k, v in data.items() if isinstance(v, int | float) and 1e3 < v < 1e12}
+
+
+def _record_rate(key: str, size: int | None, seconds: float) -> None:
+    if not size or seconds <= 0.05:
+        return
+    rates = _rates()
+    rates[key] = size / seconds
+    try:
+        path = cache_path(RATES_FILE)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(rates, indent=1, sort_keys=True) + "\n")
+    except OSError:
+        pass  # the foretelling only gets less exact
+
+
+def _gb(size: int) -> str:
+    return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.0f} MB"
+
+
+def copy_notice(label: str, support: Support, size: int | None, rate: float | None) -> str:
+    """The line said before a freezing copy is taken: its size and the downtime to expect."""
+    what = f"a full copy of {_gb(size)}" if size else "a full copy of its root filesystem"
+    if size and rate:
+        when = f"about {size / rate:.0f} s (the last copy on this pool ran at {rate / 1e6:.0f} MB/s)"
+    else:
+        when = "for as long as the copy takes (no copy on this pool measured yet; 27-86 s for a 900 MB stack on the " \
+               "2-core lab)"
+    return (f"{label}: snapshot on {support.storage} is {what} with the guest frozen: its services stop answering "
+            f"{when} (snapshot_required: true)")
+
+
+def before(host: str, step: str, keep: int = DEFAULT_KEEP, required: bool = True,
+           node_data: Mapping[str, Any] | None = None, instead: str = "",
+           say: Callable[[str], None] | None = None, **options: Any) -> Before:
+    """The one call a risky step makes first: snapshot ``host`` (a guest name) where that is cheap, and prune.
+
+    A host that is not a container (``@local``, an SSH host) gets none: there is nothing to snapshot. Storage that
+    cannot snapshot: ``required`` raises SnapshotsUnsupported, else none. A running guest on storage whose snapshot
+    freezes it for a full copy (LXD's ``dir``): none unless ``required``, the line saying why and ``instead`` (what
+    the step has in place of a snapshot, e.g. the stack switch's previous venv); with ``required`` the copy's size
+    and expected downtime go to ``say`` first."""
+    if parse_host_name(host) is None:
+        return Before(host, skipped="not a container: nothing to snapshot")
+    say = say or (lambda line: None)
+    with _Opened(host, node_data, options) as backend:
+        if not backend.exists():
+            raise BadInput(backend.missing())
+        support = backend.support()
+        if not support.supported:
+            if required:
+                _require_support(backend)
+            return Before(backend.label, skipped=f"its storage cannot snapshot ({support.reason}); set "
+                          "snapshot_required: true to stop here instead")
+        notes: list[str] = []
+        if support.freezes_running and backend.running():
+            if not required:
+                return Before(backend.label, skipped=(
+                    f"a snapshot on {support.storage} copies the whole running guest with it frozen until the copy "
+                    "ends (its services stop answering); "
+                    + (instead or "this step has no other way back") + ". Set snapshot_required: true to take the "
+                    "copy anyway, or keep guests on a copy-on-write pool (btrfs, zfs, lvm) where it is instant"))
+            size = backend.copy_size()
+            key = f"{getattr(getattr(backend, 'client', None), 'endpoint', None)!s}|{support.storage}"
+            said = copy_notice(backend.label, support, size, _rates().get(key))
+            say(said)
+            result = take(backend, step, keep=keep)
+            _record_rate(key, size, result.seconds)
+        else:
+            said = ""
+            result = take(backend, step, keep=keep)
+        notes.extend(result.warnings)
+        return Before(backend.label, result.name, said_first=said, seconds=result.seconds, notes=notes)
 
 
 def list_snapshots(guest: Guest, node_data: Mapping[str, Any] | None = None, **options: Any) -> list[Snapshot]:

@@ -24,7 +24,10 @@ operation first, inside the branch that has decided to change something:
 The command runs when pyinfra executes (in order, after the facts said a change is due), never while it prepares
 and never under ``--dry``. Host data: ``snapshot_before`` (default true; false turns it off), ``snapshot_keep``
 (default 3), ``snapshot_required`` (default false: a guest whose storage cannot snapshot gets a warning and the
-step goes on; true: the step fails there). Hosts that are not containers (``@local``, SSH hosts) yield nothing.
+step goes on, and a running guest on a ``dir`` pool, where a snapshot is a full copy with the guest frozen, gets
+none and a line saying why; true: storage that cannot snapshot fails the step before it changes anything, and the
+``dir`` copy is taken with its size and expected downtime said first). See labwright.snapshots.before.
+Hosts that are not containers (``@local``, SSH hosts) yield nothing.
 For ``@pct/NODE/VMID`` the node's API settings (``proxmox_api_url``, ``proxmox_ca_file``, ...) come from the host's
 data.
 
@@ -63,7 +66,7 @@ logger = logging.getLogger("pyinfra")
 SNAPSHOT_KEYS = ("before", "keep", "required")
 VM_KEY = "proxmox_vm"
 # The snapshot each host got in a pyinfra run (its State): later risky steps of the same run reuse it.
-_TAKEN: weakref.WeakKeyDictionary[Any, dict[str, str | None]] = weakref.WeakKeyDictionary()
+_TAKEN: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 def _flag(key: str, value: Any, default: bool) -> bool:
@@ -159,7 +162,7 @@ def check_snapshot_data(host: Any = None) -> None:
 
 
 def _take(state: Any, host: Any, host_name: str, step: str, keep: int, required: bool,
-          node_data: dict[str, Any], only_if: str | None = None) -> None:
+          node_data: dict[str, Any], only_if: str | None = None, instead: str = "") -> None:
     from labwright import snapshots
 
     if only_if is not None and host is not None:
@@ -171,27 +174,56 @@ def _take(state: Any, host: Any, host_name: str, step: str, keep: int, required:
     if host_name in taken:
         earlier = taken[host_name]
         logger.info(f"{host_name}: no new snapshot before {step}: "
-                    + (f"{earlier} was taken earlier in this run" if earlier else
-                       "its storage cannot snapshot (said earlier in this run)"))
+                    + (f"{earlier.name} was taken earlier in this run" if earlier.name else
+                       f"none was taken earlier in this run ({earlier.skipped})"))
         return
     try:
-        name = snapshots.before(host_name, step, keep=keep, required=required, node_data=node_data)
+        result = snapshots.before(host_name, step, keep=keep, required=required, node_data=node_data,
+                                  instead=instead, say=logger.warning)
     except LabwrightError as exc:
         raise OperationError(f"snapshot before {step}: {exc}") from exc
-    taken[host_name] = name
-    if name is None:
-        logger.warning(f"{host_name}: no snapshot before {step}: its storage cannot snapshot (set "
-                       "snapshot_required: true to stop here instead)")
+    taken[host_name] = result
+    for note in result.notes:
+        logger.warning(note)
+    if result.name is None:
+        logger.warning(f"{host_name}: no snapshot before {step}: {result.skipped}")
     else:
-        logger.info(f"{host_name}: snapshot {name} taken before {step} (restore: labwright guest restore "
-                    f"{host_name} {name} --force)")
+        logger.info(f"{host_name}: snapshot {result.name} taken before {step} in {result.seconds:.1f} s (restore: "
+                    f"labwright guest restore {host_name} {result.name} --force)")
 
 
-def snapshot_command(host: Any, step: str, only_if: str | None = None) -> Iterator[FunctionCommand]:
+def _refuse_unsupported(state: Any, host: Any, guest: str, node_data: dict[str, Any]) -> None:
+    from labwright import snapshots
+
+    try:
+        with snapshots._Opened(guest, node_data, {}) as backend:
+            if backend.exists():
+                snapshots._require_support(backend)
+    except LabwrightError as exc:
+        raise OperationError(f"snapshot_required: {exc}") from exc
+
+
+def required_check_command(host: Any) -> Iterator[FunctionCommand]:
+    """For a step whose snapshot comes after work of its own (the stack switch builds the new stack first): with
+    ``snapshot_required: true``, a command that refuses storage that cannot snapshot (naming the pool or Proxmox
+    storage and its driver) before that work starts. Nothing otherwise."""
+    data = _data(host)
+    try:
+        before, _, required = snapshot_settings(data)
+        target = snapshot_guest(host) if before and required else None
+    except BadInput as exc:
+        raise OperationError(str(exc)) from None
+    if target is not None:
+        yield FunctionCommand(_refuse_unsupported, target, {})
+
+
+def snapshot_command(host: Any, step: str, only_if: str | None = None,
+                     instead: str = "") -> Iterator[FunctionCommand]:
     """Yield the command that snapshots ``host`` before ``step`` (nothing for a host that is neither a container nor
     a Proxmox VM its data names (:func:`snapshot_guest`), or has ``snapshot_before: false``). ``only_if``: a shell
     command run on the host when the snapshot is due; it is taken only when that exits 0 (an operation whose
-    earlier command found out whether the change is real)."""
+    earlier command found out whether the change is real). ``instead``: what the step has in place of a snapshot
+    where one would freeze the running guest for a full copy (labwright.snapshots.before)."""
     data = _data(host)
     try:
         before, keep, required = snapshot_settings(data)
@@ -206,8 +238,10 @@ def snapshot_command(host: Any, step: str, only_if: str | None = None) -> Iterat
     if target is None:
         return
     guest, node_data = target
-    yield FunctionCommand(_take, (guest, step, keep, required, node_data),
-                          {} if only_if is None else {"only_if": only_if})
+    kwargs: dict[str, Any] = {} if only_if is None else {"only_if": only_if}
+    if instead:
+        kwargs["instead"] = instead
+    yield FunctionCommand(_take, (guest, step, keep, required, node_data), kwargs)
 
 
 @operation(is_idempotent=False)

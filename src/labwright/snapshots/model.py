@@ -42,6 +42,9 @@ class Snapshot:
     created: datetime | None
     step: str | None = None
     description: str = ""
+    #: Proxmox lists a snapshot whose creation or deletion did not finish with ``snapstate`` set; it cannot be
+    #: rolled back (see labwright.snapshots.proxmox).
+    incomplete: bool = False
 
     @property
     def ours(self) -> bool:
@@ -115,23 +118,29 @@ def to_prune(snapshots: list[Snapshot], keep: int) -> list[Snapshot]:
 
 
 def latest_ours(snapshots: list[Snapshot]) -> Snapshot | None:
-    ours = sorted((s for s in snapshots if s.ours), key=sort_key)
+    """labwright's newest snapshot that can be put back (an incomplete one never can)."""
+    ours = sorted((s for s in snapshots if s.ours and not s.incomplete), key=sort_key)
     return ours[-1] if ours else None
 
 
-def snapshot_from(name: str, created: datetime | None, description: str = "") -> Snapshot:
+def snapshot_from(name: str, created: datetime | None, description: str = "", incomplete: bool = False) -> Snapshot:
     ours = parse_ours(name)
-    return Snapshot(name, created, ours[0] if ours else None, description)
+    return Snapshot(name, created, ours[0] if ours else None, description, incomplete)
 
 
 @dataclass(frozen=True)
 class Support:
-    """Whether the guest's storage can take snapshots; ``how`` says how (``copy`` costs a full copy)."""
+    """Whether the guest's storage can take snapshots; ``how`` says how (``copy`` costs a full copy).
+
+    ``freezes_running``: a snapshot of the running guest is a full copy taken with the guest frozen for the whole
+    copy (LXD's and Incus's ``dir`` driver), so the service stops answering until it ends. A copy-on-write snapshot
+    (btrfs, zfs, LVM, Ceph; every storage Proxmox snapshots on) freezes for an instant at most."""
 
     supported: bool
     storage: str
     how: str  # e.g. "zfs", "copy (dir pool: every snapshot is a full copy of the root filesystem)"
     reason: str = ""
+    freezes_running: bool = False
 
 
 class SnapshotBackend(ABC):
@@ -151,6 +160,10 @@ class SnapshotBackend(ABC):
 
     @abstractmethod
     def support(self) -> Support: ...
+
+    def copy_size(self) -> int | None:
+        """Bytes a full copy of the guest moves (for a storage whose snapshot is a copy); None when unknown."""
+        return None
 
     @abstractmethod
     def list(self) -> list[Snapshot]: ...

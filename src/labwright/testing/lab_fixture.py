@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from labwright.errors import LxdError
+from labwright.errors import BadInput, LxdError
 from labwright.lab import image as lab_image
 from labwright.lab import lab as lab_ops
 from labwright.lab.daemon import ensure_daemon
@@ -72,23 +72,49 @@ class Lab:
     private_key_path: str
     template: str = TEMPLATE
 
-    def fresh(self, prefix: str = "lwt") -> str:
-        """Copy the template into a new running container and return its name."""
+    def fresh(self, prefix: str = "lwt", pool: str | None = None) -> str:
+        """Copy the template into a new running container and return its name. ``pool``: another storage pool of
+        the lab's daemon for its root disk (``extra_pool``), e.g. a ``dir`` pool beside the btrfs one."""
         name = f"{prefix}-{secrets.token_hex(3)}"
         with _template_lock(self.template, exclusive=False):  # copies side by side; never while it is prepared
-            self._copy_template(name)
+            self._copy_template(name, pool)
         self.client.set_state(name, "start")
         lab_ops.wait_ready(self.client, name)
         return name
 
-    def _copy_template(self, name: str) -> None:
-        self.client.create_instance({
+    def _copy_template(self, name: str, pool: str | None = None) -> None:
+        spec: dict[str, object] = {
             "name": name,
             "type": "container",
             "source": {"type": "copy", "source": self.template},
             "profiles": [self.spec.profile],
             "config": {lab_ops.LAB_KEY: self.spec.name, OWNER_KEY: process_token(os.getpid())},
-        })
+        }
+        if pool is not None:
+            spec["devices"] = {"root": {"type": "disk", "path": "/", "pool": pool}}
+        self.client.create_instance(spec)
+
+    def extra_pool(self, driver: str) -> str:
+        """A storage pool of ``driver`` beside the lab's own (``lwtest-dir``, ``lwtest-zfs``), made once and kept like
+        the template; its name. The driver the host cannot make is a BadInput naming why (zfs without its module)."""
+        name = f"{self.spec.pool}-{driver}"
+        current = self.client.get_or_none(f"/1.0/storage-pools/{name}")
+        if current is not None:
+            return name
+        if driver == "zfs" and (refusal := zfs_refusal()):
+            raise BadInput(f"no {driver} pool on this host: {refusal}")
+        config = {"size": "8GiB"} if driver in ("btrfs", "zfs") else {}
+        with _template_lock(self.template, exclusive=False):
+            if self.client.get_or_none(f"/1.0/storage-pools/{name}") is None:
+                try:
+                    self.client.request("POST", "/1.0/storage-pools", {
+                        "name": name, "driver": driver, "description": self.spec.marker, "config": config})
+                except LxdError as exc:
+                    if self.client.get_or_none(f"/1.0/storage-pools/{name}") is None:  # not another worker's
+                        raise
+                    del exc
+        return name
+
 
     def remove(self, name: str) -> None:
         inst = self.client.instance_or_none(name)
@@ -102,6 +128,20 @@ class Lab:
                 wait_for(f"instance {name} to stop", lambda: (self.client.instance_or_none(name) or {}).get(
                     "status") != "Running", timeout=120, every=0.5)
         self.client.delete_instance(name)
+
+
+def zfs_refusal() -> str:
+    """Why a zfs pool on a loop file cannot be made here ('' when it can): LXD needs the zfs kernel module and
+    zfsutils (``zpool``)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("zpool") is None:
+        return "no zpool command (zfsutils-linux)"
+    if subprocess.run(["modprobe", "-q", "zfs"], capture_output=True).returncode != 0 \
+            and not Path("/sys/module/zfs").exists():
+        return "no zfs kernel module (modprobe zfs failed)"
+    return ""
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ import pytest
 from pyinfra.api import FunctionCommand
 from pyinfra.api.exceptions import DeployError, OperationError
 
+from labwright.snapshots import Before
 from labwright.snapshots.deploy import _take, check_snapshot_data, snapshot_command, snapshot_guest, snapshot_settings
 
 
@@ -83,7 +84,7 @@ def test_one_snapshot_per_host_per_run(monkeypatch):
     from labwright import snapshots
 
     calls: list[tuple[str, str]] = []
-    monkeypatch.setattr(snapshots, "before", lambda name, step, **kw: calls.append((name, step)) or f"snap-{step}")
+    monkeypatch.setattr(snapshots, "before", lambda name, step, **kw: calls.append((name, step)) or Before(name, f"snap-{step}"))
 
     class State:
         pass
@@ -100,7 +101,7 @@ def test_only_if_decides_on_the_host_when_the_step_runs(monkeypatch):
     from labwright import snapshots
 
     calls: list[str] = []
-    monkeypatch.setattr(snapshots, "before", lambda name, step, **kw: calls.append(step) or "snap")
+    monkeypatch.setattr(snapshots, "before", lambda name, step, **kw: calls.append(step) or Before(name, "snap"))
 
     class State:
         pass

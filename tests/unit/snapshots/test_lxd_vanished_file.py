@@ -15,15 +15,27 @@ VANISHED = ("operation Snapshotting instance: Create instance snapshot: lstat /v
 
 
 class Client:
+    """LXD as LxdSnapshots.create meets it: the POST starts an operation; the operation's wait says how it ended."""
+
     def __init__(self, failures: list[str]):
         self.failures = failures
         self.posts: list[dict] = []
 
-    def request(self, method, path, body=None, params=None):
-        assert (method, path) == ("POST", "/1.0/instances/g1/snapshots"), (method, path)
+    def instance(self, name):
+        return {"name": name, "status": "Running"}
+
+    def request(self, method, path, body=None, params=None, wait=True):
+        if (method, path) == ("GET", "/1.0/operations"):
+            return {"running": []}
+        assert (method, path, wait) == ("POST", "/1.0/instances/g1/snapshots", False), (method, path, wait)
         self.posts.append(body)
+        return {"id": f"op{len(self.posts)}"}
+
+    def wait_operation(self, operation, **options):
+        assert operation == f"/1.0/operations/op{len(self.posts)}" and options["timeout"] > 0
         if self.failures:
             raise LxdError(self.failures.pop(0))
+        return {"status_code": 200}
 
 
 def backend(client: Client) -> LxdSnapshots:
