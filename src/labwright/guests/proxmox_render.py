@@ -5,7 +5,9 @@ Ownership on a container labwright manages (tagged ``labwright``): the scalar op
 ``netN`` for the spec's interfaces, every bind mount ``mpN`` (volume mount points are left alone),
 every ``devN`` naming an ``/dev/nvidia*`` node, and the raw ``lxc.*`` lines of the classic GPU
 wiring. Values are compared parsed (``a=1,b=2`` equals ``b=2,a=1``), ignoring what PVE adds
-itself (``type=veth``, a generated ``hwaddr``), so a second apply finds nothing to change.
+itself (``type=veth``, a generated ``hwaddr``), so a second apply finds nothing to change. Comparisons go
+through ``pve_props``: booleans in any spelling PVE takes (``ro=yes`` is ``ro=1``), key order and schema
+defaults (``keyctl=0`` is no feature) do not count.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from labwright.errors import BadInput
 from labwright.guests.gpu import UVM_PREFLIGHT
 from labwright.guests.model import Change, GuestSpec
 from labwright.guests.pve_node import NodeGpu
+from labwright.guests.pve_props import LXC_DEV, LXC_FEATURES, LXC_MP, LXC_NET, PropFormat, covers, parse, same
 
 TAG = "labwright"
 #: devN passthrough exists from PVE 8.1 on (pve-docs schema, 2023-11); older nodes get the classic lines.
@@ -30,24 +33,13 @@ ALLOW = "lxc.cgroup2.devices.allow"
 MOUNT = "lxc.mount.entry"
 #: Nodes the driver creates only when first used; the uvm preflight makes them before they are passed.
 LAZY = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-_BOOLEAN_KEYS = {"nesting", "keyctl", "fuse", "mknod", "force_rw_sys", "ro", "backup", "acl", "quota", "replicate",
-                 "shared", "firewall", "link_down", "deny-write", "host-managed", "keepattrs"}
 
 
 # --- property strings ------------------------------------------------------------------------------
 def props(value: Any, default_key: str | None = None) -> dict[str, str]:
-    """``volume,mp=/x,ro=1`` -> dict; booleans as 1/0 so ``ro=true`` equals ``ro=1``."""
-    result: dict[str, str] = {}
-    for part in str(value or "").split(","):
-        if not part:
-            continue
-        key, sep, val = part.partition("=")
-        if not sep:
-            key, val = default_key or "", part
-        if key in _BOOLEAN_KEYS:
-            val = {"true": "1", "yes": "1", "on": "1", "false": "0", "no": "0", "off": "0"}.get(val.lower(), val)
-        result[key] = val
-    return result
+    """``volume,mp=/x,ro=1`` -> dict, split only (to read a key such as the path); compare values with
+    ``pve_props.same``/``covers`` and their format, which know each key's type and default."""
+    return parse(value, default_key=default_key)
 
 
 def pve_version(text: str) -> tuple[int, int]:
@@ -114,6 +106,13 @@ def resolve_gpu(spec: GuestSpec, version: tuple[int, int], facts: NodeGpu | None
     lines += [(MOUNT, f"{p} {p.lstrip('/')} none bind,optional,create=file") for p in ordered
               if "/nvidia-caps/" not in p or caps is not None]
     return Wiring("classic", lxc=tuple(lines), majors=majors | set(wanted), preflight=preflight, notes=tuple(notes))
+
+
+def is_bind_mount(value: Any) -> bool:
+    """A host directory mounted into the guest (pve-container 6.1.10 src/PVE/LXC/Config.pm ``classify_mountpoint``
+    1897-1904: a path, not under /dev/), whether its volume is written bare or as ``volume=``."""
+    volume = parse(value, LXC_MP).get("volume", "")
+    return volume.startswith("/") and not volume.startswith("/dev/")
 
 
 def is_gpu_device(value: Any) -> bool:
@@ -211,19 +210,20 @@ class Diff:
 
 
 def indexed(prefix: str, current: Mapping[str, Any], wanted: list[str], managed: Callable[[Any], bool],
-            default_key: str, identity: str | Callable[[str], Any], out: Diff) -> None:
+            fmt: PropFormat, identity: str | Callable[[str], Any], out: Diff) -> None:
     """Match wanted values to existing ``prefixN`` keys by ``identity`` (a property such as the path, or a function
-    of the value); keep indices stable."""
+    of the value); keep indices stable. A matched value is rewritten only when it means something else to PVE
+    (``fmt``: booleans, key order, defaults)."""
     existing = {int(k[len(prefix):]): str(v) for k, v in current.items() if re.fullmatch(rf"{prefix}\d+", k)}
     ours = {i: v for i, v in existing.items() if managed(v)}
-    key = identity if callable(identity) else (lambda v: props(v, default_key).get(identity))
+    key = identity if callable(identity) else (lambda v: parse(v, fmt).get(identity))
     by_id = {key(v): i for i, v in ours.items()}
     used, claimed = set(existing), set()
     for value in wanted:
         index = by_id.get(key(value))
         if index is not None and index not in claimed:
             claimed.add(index)
-            if props(ours[index], default_key) != props(value, default_key):
+            if not same(ours[index], value, fmt):
                 out.changes.append(Change(f"config {prefix}{index}", ours[index], value))
                 out.put[f"{prefix}{index}"] = value
             continue
@@ -258,26 +258,24 @@ def diff(spec: GuestSpec, current: Mapping[str, Any] | None, desired: Desired) -
     for key, value in desired.options.items():
         have = current.get(key)
         if key == "features":
-            same = have is not None and props(have) == props(value)
+            unchanged = have is not None and same(have, value, LXC_FEATURES)
         elif key == "description":
-            same = have is not None and str(have).rstrip("\n") == value.rstrip("\n")
+            unchanged = have is not None and str(have).rstrip("\n") == value.rstrip("\n")
         else:
-            same = have is not None and str(have) == value
-        if not same:
+            unchanged = have is not None and str(have) == value
+        if not unchanged:
             out.changes.append(Change(f"config {key}", have, value))
             out.put[key] = value
     tag(current, out)
     for index, value in enumerate(desired.nets):
-        key, have = f"net{index}", props(current.get(f"net{index}"))
-        want = props(value)
-        if any(have.get(k) != v for k, v in want.items()):
-            if "hwaddr" not in want and have.get("hwaddr"):
+        key, have = f"net{index}", parse(current.get(f"net{index}"), LXC_NET)
+        if not covers(current.get(key), value, LXC_NET):
+            if "hwaddr" not in parse(value, LXC_NET) and have.get("hwaddr"):
                 value += f",hwaddr={have['hwaddr']}"  # keep the MAC: PVE would make up a new one
             out.changes.append(Change(f"config {key}", current.get(key), value))
             out.put[key] = value
-    indexed("mp", current, desired.mounts, lambda v: str(v).startswith("/") and not str(v).startswith("/dev/"),
-             "volume", "mp", out)
-    indexed("dev", current, list(desired.wiring.devices), is_gpu_device, "path", "path", out)
+    indexed("mp", current, desired.mounts, is_bind_mount, LXC_MP, "mp", out)
+    indexed("dev", current, list(desired.wiring.devices), is_gpu_device, LXC_DEV, "path", out)
     pairs = [(str(p[0]), str(p[1])) for p in current.get("lxc") or []]
     have_lines = [pairs[i] for i in sorted(gpu_lines(pairs, desired.wiring.majors))]
     if sorted(have_lines) != sorted(desired.wiring.lxc):

@@ -40,6 +40,7 @@ from labwright.guests.proxmox_vm_render import (
     render_vm,
     vm_of,
 )
+from labwright.guests.pve_props import HOSTPCI, parse
 
 if TYPE_CHECKING:
     from labwright.guests.proxmox import ProxmoxBackend
@@ -117,8 +118,8 @@ class VmOps:
         credentials = self.backend.credentials
         current = state.config or {}
 
-        def by_address(value: Any) -> bool:
-            return value is not None and not str(value).startswith("mapping=")
+        def by_address(value: Any) -> bool:  # check_hostpci_perm parses the value: a `host` key is root's
+            return bool(parse(value, HOSTPCI).get("host"))
 
         keys = [k for k, v in state.diff.put.items() if k.startswith("hostpci") and (by_address(v) or
                                                                                      by_address(current.get(k)))]

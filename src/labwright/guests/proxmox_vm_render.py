@@ -5,7 +5,9 @@ Ownership on a VM labwright manages (tagged ``labwright``): the options the spec
 interfaces, every ``hostpciN`` (a device dropped from the inventory is detached), and on create the boot disk
 ``scsi0`` and, with OVMF, the ``efidisk0`` that keeps the UEFI variables. Disks are never shrunk or replaced:
 a bigger ``disk`` is only reported. Values are compared parsed, ignoring what PVE adds itself (a generated MAC,
-the ``size=`` of an allocated volume, a Windows guest's pinned ``machine`` version).
+the ``size=`` of an allocated volume, a Windows guest's pinned ``machine`` version), and by what they mean to PVE
+(``pve_props``): ``hostpci0: 02:00,pcie=on,x-vga=on`` as ``qm set`` stores it is ``0000:02:00,pcie=1,x-vga=1``, so
+labwright plans no rewrite (which only root@pam could make) for another spelling of the same device.
 
 Provenance (qemu-server 9.2.6, commit e6352be67f70): ``src/PVE/API2/Qemu.pm`` ``create_vm`` (1159-1627: disks
 allocated from ``STORAGE:SIZE``, ``boot``/``smbios1``/``vmgenid`` generated, the machine pinned for Windows 1526-1530,
@@ -26,12 +28,10 @@ from typing import Any
 
 from labwright.errors import BadInput
 from labwright.guests.model import Change, GuestSpec
-from labwright.guests.proxmox_render import Diff, indexed, props, tag
-from labwright.guests.vm import VmSpec, normalize_pci_id
+from labwright.guests.proxmox_render import Diff, indexed, tag
+from labwright.guests.pve_props import HOSTPCI, QEMU_MEMORY, QEMU_NET, covers, normalize_pci_id, parse, same
+from labwright.guests.vm import VmSpec
 
-#: PVE's NIC models: ``virtio=MAC`` in a stored ``netN`` means model virtio, that MAC (the keyAlias rule).
-NIC_MODELS = ("e1000", "e1000-82540em", "e1000-82544gc", "e1000-82545em", "e1000e", "i82551", "i82557b",
-              "i82559er", "ne2k_isa", "ne2k_pci", "pcnet", "rtl8139", "virtio", "vmxnet3")
 DEFAULT_DISK_GIB = 32
 BOOT_DISK = "scsi0"
 EFI_DISK = "efidisk0"
@@ -87,12 +87,7 @@ def render_vm(spec: GuestSpec, disk_storage: str) -> VmDesired:
 
 def net_props(value: Any) -> dict[str, str]:
     """A stored qemu ``netN`` parsed, the ``MODEL=MAC`` key alias resolved (pve-common JSONSchema.pm 1104-1113)."""
-    parsed = props(value, "model")
-    for model in NIC_MODELS:
-        if model in parsed:
-            parsed["macaddr"] = parsed.pop(model)
-            parsed["model"] = model
-    return parsed
+    return parse(value, QEMU_NET)
 
 
 def _machine_same(have: Any, want: str) -> bool:
@@ -105,10 +100,8 @@ def _machine_same(have: Any, want: str) -> bool:
 
 
 def _hostpci_identity(value: Any) -> str:
-    parsed = props(value, "host")
-    if parsed.get("host"):
-        return ";".join(normalize_pci_id(a) for a in parsed["host"].split(";"))
-    return f"mapping={parsed.get('mapping')}"
+    parsed = parse(value, HOSTPCI)  # host ids with their domain (SysFSTools lspci's filter)
+    return parsed["host"] if parsed.get("host") else f"mapping={parsed.get('mapping')}"
 
 
 def diff_vm(spec: GuestSpec, current: Mapping[str, Any] | None, desired: VmDesired) -> Diff:
@@ -118,28 +111,26 @@ def diff_vm(spec: GuestSpec, current: Mapping[str, Any] | None, desired: VmDesir
     for key, value in desired.options.items():
         have = current.get(key)
         if key == "machine":
-            same = _machine_same(have, value)
+            unchanged = _machine_same(have, value)
         elif key == "description":
-            same = have is not None and str(have).rstrip("\n") == value.rstrip("\n")
+            unchanged = have is not None and str(have).rstrip("\n") == value.rstrip("\n")
         elif key == "memory":
-            same = have is not None and props(have, "current").get("current") == value
+            unchanged = same(have, value, QEMU_MEMORY)
         else:
-            same = have is not None and str(have) == value
-        if not same:
+            unchanged = have is not None and str(have) == value
+        if not unchanged:
             out.changes.append(Change(f"config {key}", have, value))
             out.put[key] = value
     tag(current, out)
     for index, value in enumerate(desired.nets):
         key = f"net{index}"
         have, want = net_props(current.get(key)), net_props(value)
-        if not want.get("macaddr"):
-            want.pop("macaddr", None)
-        if any(have.get(k) != v for k, v in want.items()):
-            if "macaddr" not in want and have.get("macaddr"):  # keep the MAC: PVE would make up a new one
+        if not covers(current.get(key), value, QEMU_NET):
+            if not want.get("macaddr") and have.get("macaddr"):  # keep the MAC: PVE would make up a new one
                 value = f"virtio={have['macaddr']}" + value.removeprefix("virtio")
             out.changes.append(Change(f"config {key}", current.get(key), value))
             out.put[key] = value
-    indexed("hostpci", current, desired.hostpci, lambda _: True, "host", _hostpci_identity, out)
+    indexed("hostpci", current, desired.hostpci, lambda _: True, HOSTPCI, _hostpci_identity, out)
     if current and desired.efidisk and not current.get(EFI_DISK):
         out.changes.append(Change(f"config {EFI_DISK}", None, desired.efidisk))
         out.put[EFI_DISK] = desired.efidisk
@@ -151,7 +142,7 @@ def disk_note(spec: GuestSpec, current: Mapping[str, Any]) -> str | None:
     vm = vm_of(spec)
     if not (vm.disk and vm.disk.size_gib) or not current.get(BOOT_DISK):
         return None
-    size = props(current[BOOT_DISK], "file").get("size", "")
+    size = parse(current[BOOT_DISK], default_key="file").get("size", "")
     match = re.fullmatch(r"(\d+)([KMGT]?)", size)
     if not match:
         return None

@@ -22,6 +22,7 @@ from typing import Any
 
 from labwright.errors import BadInput
 from labwright.guests.fields import RootfsSpec, parse_bool, parse_rootfs
+from labwright.guests.pve_props import normalize_pci_id
 
 #: ``$MAX_HOSTPCI_DEVICES`` (qemu-server src/PVE/QemuServer/PCI.pm line 26).
 MAX_HOSTPCI = 16
@@ -88,12 +89,6 @@ class VmSpec:
     @property
     def q35(self) -> bool:
         return bool(self.machine) and "q35" in str(self.machine)
-
-
-def normalize_pci_id(text: str) -> str:
-    """``01:00.0`` -> ``0000:01:00.0`` (``PVE::SysFSTools::normalize_pci_id``), lower case."""
-    text = text.strip().lower()
-    return text if re.match(r"^[a-f0-9]{4,}:[a-f0-9]{2}:", text) else f"0000:{text}"
 
 
 def _hostpci_item(item: Any, where: str) -> HostPci:
