@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import shutil
 import stat
 from pathlib import Path
@@ -175,6 +176,51 @@ def nvidia_smi_query_lines(version: str = DRIVER_VERSION, gpus: tuple[tuple[str,
                    for i, (name, cap, mib) in enumerate(gpus))
 
 
+#: The ``--query-gpu`` fields the double knows (a subset of ``nvidia-smi --help-query-gpu``; "name"/"gpu_name" and
+#: "uuid"/"gpu_uuid" are the same field under two names there).
+QUERY_FIELDS = ("timestamp", "driver_version", "count", "index", "name", "gpu_name", "uuid", "gpu_uuid",
+                "pci.bus_id", "memory.total", "memory.used", "memory.free", "compute_cap")
+#: The first driver branch whose nvidia-smi has ``compute_cap``: absent from 470.182.03's ``--help-query-gpu``
+#: (huggingface/candle#733) and refused by 470.256.02 (canonical/inference-snaps#89); listed by 510+ drivers.
+#: The exact first release between 470 and 510 (495?) is not established; the lab treats everything below 510 as 470.
+COMPUTE_CAP_SINCE = 510
+
+
+def query_fields(version: str) -> tuple[str, ...]:
+    """The fields the nvidia-smi of driver ``version`` accepts (of QUERY_FIELDS)."""
+    major = int(version.split(".")[0])
+    return tuple(f for f in QUERY_FIELDS if f != "compute_cap" or major >= COMPUTE_CAP_SINCE)
+
+
+def nvidia_smi_double(version: str = DRIVER_VERSION, gpus: tuple[tuple[str, str, int], ...] = (
+        ("NVIDIA GeForce RTX 3090", "8.6", 24576),), fields: tuple[str, ...] | None = None) -> str:
+    """A POSIX-sh stand-in for nvidia-smi that answers ``--query-gpu=F1,F2 --format=csv,noheader[,nounits]`` as
+    the real one does (tests/conformance/nvidia-smi/): each GPU's values for the fields asked, in the order asked,
+    joined by ", " (memory "24576 MiB", the unit dropped with ``nounits``); a field it does not know (``fields``,
+    by default ``query_fields(version)``: no ``compute_cap`` below 510) fails the whole query with ``Field "X" is
+    not a valid field to query.`` on stdout and exit 2, naming the first unknown field only. Anything else: the
+    "could not communicate" line and exit 9, as ``fake_nvidia_smi_script``."""
+    known = "," + ",".join(fields if fields is not None else query_fields(version)) + ","
+    values = []
+    for i, (name, cap, mib) in enumerate(gpus):
+        answers = {"index": str(i), "name": name, "gpu_name": name, "uuid": f"GPU-{i:08x}-1111-2222-3333-444455556666",
+                   "driver_version": version, "memory.total": f"{mib} MiB", "memory.used": "1 MiB",
+                   "memory.free": f"{mib - 1} MiB", "compute_cap": cap, "count": str(len(gpus)),
+                   "pci.bus_id": f"00000000:{i + 1:02X}:00.0", "gpu_uuid": f"GPU-{i:08x}-1111-2222-3333-444455556666",
+                   "timestamp": "2026/11/27 10:00:00.000"}
+        values += [f"  {i}:{field}) v={shlex.quote(value)};;" for field, value in answers.items()]
+    return ("#!/bin/sh\nq=; fmt=\nfor a in \"$@\"; do case \"$a\" in --query-gpu=*) q=${a#--query-gpu=};; "
+            "--format=*) fmt=${a#--format=};; esac; done\n"
+            "if [ -z \"$q\" ]; then echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA "
+            "driver.'; exit 9; fi\n"
+            f"known={shlex.quote(known)}\nifs=$IFS; IFS=,\nfor f in $q; do case \"$known\" in *\",$f,\"*) ;; "
+            "*) IFS=$ifs; echo \"Field \\\"$f\\\" is not a valid field to query.\"; exit 2;; esac; done\n"
+            "IFS=$ifs\nvalue() {\n  v=\n  case \"$1:$2\" in\n" + "\n".join(values) + "\n  esac\n"
+            "  case \"$fmt\" in *nounits*) v=${v% MiB};; esac\n}\n"
+            f"n=0\nwhile [ \"$n\" -lt {len(gpus)} ]; do line=; IFS=,; for f in $q; do IFS=$ifs; value \"$n\" \"$f\"; "
+            "line=\"${line:+$line, }$v\"; done; IFS=$ifs; printf '%s\\n' \"$line\"; n=$((n + 1)); done\nexit 0\n")
+
+
 def fake_nvidia_smi_script(query_output: str) -> str:
     """A shell script standing in for nvidia-smi in a container: prints ``query_output`` for ``--query-gpu``, exits
     9 (NVML's "driver not loaded" code) for anything else."""
@@ -223,11 +269,12 @@ def make_upgrade_host(root: str | Path, running: str = "6.8.12-4-pve", new: str 
 def fake_run_installer(version: str, libdir: str = "/usr/lib/x86_64-linux-gnu") -> str:
     """A stand-in for NVIDIA-Linux-x86_64-VERSION.run: with ``--no-kernel-module`` it replaces the guest's
     libcuda/libnvidia-ml with VERSION's (versioned files and .so.1 links, as the installer leaves them) and
-    installs an nvidia-smi reporting VERSION. A host install (no ``--no-kernel-module``) runs the nvidia-installer
-    double of tests/support/host_tools on the tree ``$LW_FAKE_ROOT`` when ``$LW_HOST_TOOLS`` names it (the .run's
-    makeself stub passes every other argument to nvidia-installer and exits with its status: makeself 1.6.0-nv2,
-    scriptargs and ``exit $res``); without it, refused (exit 1)."""
-    smi = fake_nvidia_smi_script(nvidia_smi_query_lines(version))
+    installs an nvidia-smi reporting VERSION (``nvidia_smi_double``: no compute_cap field below 510). A host
+    install (no ``--no-kernel-module``) runs the nvidia-installer double of tests/support/host_tools on the tree
+    ``$LW_FAKE_ROOT`` when ``$LW_HOST_TOOLS`` names it (the .run's makeself stub passes every other argument to
+    nvidia-installer and exits with its status: makeself 1.6.0-nv2, scriptargs and ``exit $res``); without it,
+    refused (exit 1)."""
+    smi = nvidia_smi_double(version)  # a 470 installer's nvidia-smi refuses compute_cap as the real one does
     return ("#!/bin/sh\ncase \" $* \" in *' --no-kernel-module '*) ;; *) "
             "if [ -n \"$LW_HOST_TOOLS\" ]; then LW_INSTALLER_VERSION=" + version + " exec python3 "
             "\"$LW_HOST_TOOLS/nvidia-installer\" \"$@\"; fi; "

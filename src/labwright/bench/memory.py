@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shlex
 import shutil
 import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
+
+from labwright.gpu.smi import parse_query, query_command
 
 LISTEN = "0A"
 MIB = 1024 * 1024
@@ -111,13 +114,17 @@ class RssSampler(PeakSampler):
 
 
 def gpu_used_bytes(command: str) -> int | None:
-    """Memory in use on all NVIDIA GPUs together (``nvidia-smi --query-gpu=memory.used``, MiB), or None."""
+    """Memory in use on all NVIDIA GPUs together (``nvidia-smi --query-gpu=memory.used``, MiB), or None: asked
+    through labwright.gpu.smi.query_command like every nvidia-smi query (a field this nvidia-smi refuses is dropped,
+    so a refused memory.used leaves nothing to sum: None)."""
     try:
-        proc = subprocess.run([command, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        proc = subprocess.run(["/bin/sh", "-c", query_command(("memory.used",), smi=shlex.quote(command),
+                                                               timeout=None, nounits=True)],
                               capture_output=True, text=True, timeout=10)
-        if proc.returncode != 0:
+        query = parse_query(proc.stdout)
+        if proc.returncode != 0 or query.exit != 0 or "memory.used" not in query.fields:
             return None
-        return sum(int(line.strip()) for line in proc.stdout.splitlines() if line.strip()) * MIB
+        return sum(int(row["memory.used"] or "") for row in query.rows) * MIB
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
 

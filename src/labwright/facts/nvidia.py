@@ -72,16 +72,19 @@ class NvidiaDriverMatch(FactBase[Any]):
 
 
 class NvidiaGpus(FactBase[Any]):
-    """The GPUs nvidia-smi sees: ``[{"index", "name", "uuid", "compute_cap", "driver_version", "memory_mib"}]``
-    (``compute_cap`` "8.6", "12.0"; None where the driver cannot say). Empty without nvidia-smi or a driver.
+    """The GPUs nvidia-smi sees: ``[{"index", "name", "uuid", "compute_cap", "compute_cap_from", "driver_version",
+    "memory_mib"}]`` (``compute_cap`` "8.6", "12.0"; None where neither the driver nor the GPU's name says;
+    ``compute_cap_from`` "nvidia-smi", "name" or ""). Empty without nvidia-smi or a driver. An nvidia-smi without
+    the ``compute_cap`` field (the 470 branch refuses the whole query) is asked again without it
+    (labwright.gpu.smi.query_command), the capability then read from the GPU's name.
 
     Not /proc/driver/nvidia/gpus/*/information: it names the model, bus and UUID but carries no compute capability.
     """
 
     def command(self) -> str:
-        return f"command -v nvidia-smi >/dev/null 2>&1 && timeout 20 {SMI_QUERY} 2>&1 || true"
+        return f"command -v nvidia-smi >/dev/null 2>&1 && {SMI_QUERY} 2>&1 || true"
 
     def process(self, output: list[str]) -> list[dict[str, Any]]:
         return [{"index": g.index, "name": g.name, "uuid": g.uuid, "compute_cap": g.compute_cap,
-                 "driver_version": g.driver_version, "memory_mib": g.memory_mib}
+                 "compute_cap_from": g.compute_cap_from, "driver_version": g.driver_version, "memory_mib": g.memory_mib}
                 for g in parse_gpu_query("\n".join(output))]

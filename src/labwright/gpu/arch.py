@@ -62,6 +62,23 @@ def table() -> dict[str, Architecture]:
             for cap, entry in data["capability"].items()}
 
 
+@cache
+def _models() -> tuple[tuple[re.Pattern[str], str], ...]:
+    data = tomllib.loads(resources.files("labwright.data").joinpath("gpu-arch.toml").read_text())
+    return tuple((re.compile(entry["pattern"], re.IGNORECASE), parse_capability(entry["capability"]))
+                 for entry in data.get("model", ()))
+
+
+def capability_from_name(name: str) -> str | None:
+    """The compute capability of a GPU named as nvidia-smi names it ("NVIDIA GeForce RTX 3090" -> "8.6"), from the
+    ``[[model]]`` rows of ``labwright/data/gpu-arch.toml``; None for a name no row matches (never guessed). For an
+    nvidia-smi without the ``compute_cap`` field (the 470 branch: labwright.gpu.smi)."""
+    for pattern, capability in _models():
+        if pattern.search(name):
+            return capability
+    return None
+
+
 def architecture(capability: str) -> Architecture:
     cap = parse_capability(capability)
     known = table()

@@ -2,7 +2,9 @@
 
 Four checks, each with the cause and the fix when it fails:
 
-1. the GPU is visible in the guest (``/dev/nvidiaN`` character nodes; ``nvidia-smi`` lists it where installed);
+1. the GPU is visible in the guest (``/dev/nvidiaN`` character nodes; ``nvidia-smi`` lists it where installed; an
+   nvidia-smi without a field labwright asks for, ``compute_cap`` on the 470 branch, is asked again without it:
+   labwright.gpu.smi.query_command);
 2. the guest's NVIDIA userspace (``libcuda.so.<ver>``, ``libnvidia-ml.so.<ver>``, nvidia-smi's driver version) equals
    the host kernel module's version EXACTLY (``labwright.guests.gpu.check_driver_match``);
 3. every NVIDIA node of the host exists in the guest with the host's major:minor (nvidia-uvm's major is dynamic and
@@ -27,7 +29,7 @@ from functools import cache
 from importlib import resources
 
 from labwright.desktop.checks import Check
-from labwright.gpu.smi import SMI_QUERY, GpuInfo, parse_gpu_query
+from labwright.gpu.smi import SMI_QUERY, GpuInfo, gpus_of, parse_query
 from labwright.guests.gpu import DeviceNode, check_driver_match, userspace_listing, userspace_versions
 
 Runner = Callable[[str], tuple[int, str]]
@@ -75,6 +77,8 @@ class GuestGpu:
     libraries: dict[str, str] = field(default_factory=dict)  # libcuda.so -> 550.54.14
     smi_output: str | None = None
     gpus: list[GpuInfo] = field(default_factory=list)
+    #: fields this nvidia-smi refused and the query asked again without (``compute_cap`` on the 470 branch)
+    smi_rejected: tuple[str, ...] = ()
 
 
 @dataclass
@@ -106,7 +110,7 @@ def guest_command() -> str:
         f"echo {_MARK}nodes; for f in /dev/nvidia* /dev/nvidia-caps/*; do "
         "[ -c \"$f\" ] && stat -c '%n %t %T' \"$f\"; done; "
         f"echo {_MARK}libs; {userspace_listing()} | grep -E '^lib(cuda|nvidia-ml)[.]so[.][0-9]' | sort -u; "
-        f"echo {_MARK}smi; if command -v nvidia-smi >/dev/null 2>&1; then timeout 20 {SMI_QUERY} 2>&1; "
+        f"echo {_MARK}smi; if command -v nvidia-smi >/dev/null 2>&1; then {SMI_QUERY} 2>&1; "
         f"else echo {_MARK}no-smi; fi; true"
     )
 
@@ -120,7 +124,8 @@ def parse_guest(output: str) -> GuestGpu:
             nodes[fields[0]] = (int(fields[1], 16), int(fields[2], 16))
     smi_lines = parts.get("smi", [])
     smi = None if "no-smi" in parts else "\n".join(smi_lines)
-    return GuestGpu(nodes, userspace_versions(parts.get("libs", [])), smi, parse_gpu_query(smi or ""))
+    query = parse_query(smi or "")
+    return GuestGpu(nodes, userspace_versions(parts.get("libs", [])), smi, gpus_of(query), query.rejected)
 
 
 def engine_command(service: str) -> str:
@@ -152,12 +157,21 @@ def visible_check(guest: GuestGpu) -> Check:
                      "the GPU nodes are not passed through (or the host lost them at a reboot)",
                      "labwright guest apply INVENTORY (re-reads the host's nodes), then restart the guest")
     if guest.smi_output is not None and not guest.gpus:
+        said = parse_query(guest.smi_output).text.strip()[:200]  # nvidia-smi's own lines, not labwright's markers
         return Check("GPU visible in the guest", False, f"{', '.join(gpus)} present, but nvidia-smi lists no GPU: "
-                     f"{guest.smi_output.strip()[:200]}", "the driver cannot be reached from the guest",
+                     f"{said}", "the driver cannot be reached from the guest",
                      "see the userspace check; reinstall the userspace matching the host module")
-    listed = "; ".join(f"{g.name} (compute capability {g.compute_cap or '?'})" for g in guest.gpus)
-    return Check("GPU visible in the guest", True, f"{', '.join(gpus)}" + (f"; nvidia-smi: {listed}" if listed else
-                                                                          "; nvidia-smi not installed"))
+    listed = "; ".join(f"{g.name} (compute capability {_capability(g)})" for g in guest.gpus)
+    refused = (f" (this nvidia-smi has no {', '.join(guest.smi_rejected)} field: asked again without it)"
+               if guest.smi_rejected and guest.gpus else "")
+    return Check("GPU visible in the guest", True, f"{', '.join(gpus)}" + (f"; nvidia-smi: {listed}{refused}" if listed
+                                                                          else "; nvidia-smi not installed"))
+
+
+def _capability(gpu: GpuInfo) -> str:
+    if gpu.compute_cap is None:
+        return "?"
+    return gpu.compute_cap + (" from the GPU's name" if gpu.compute_cap_from == "name" else "")
 
 
 def userspace_check(host_version: str | None, guest: GuestGpu) -> Check:

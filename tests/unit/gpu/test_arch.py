@@ -86,3 +86,22 @@ def test_the_matrix_stacks_on_a_pascal_card_keep_only_cuda_12():
     assert cu12 and all(name in str(info.value) for name in cu12)
     assert "CUDA 13.0 dropped Pascal (sm_61)" in str(info.value)
     arch.refuse_build(stacks["C"].cuda, "12.0", what="stack C", alternatives=alternatives)  # Blackwell: fine
+
+
+#: Names as nvidia-smi prints them (470 already prefixes most with "NVIDIA"; older Tesla names carry none), with the
+#: capability NVIDIA's CUDA GPUs page gives each, written out here, not read from gpu-arch.toml.
+@pytest.mark.parametrize(("name", "cap"), [
+    ("NVIDIA GeForce RTX 3090", "8.6"), ("NVIDIA GeForce RTX 3060 Laptop GPU", "8.6"), ("NVIDIA RTX A6000", "8.6"),
+    ("NVIDIA A10", "8.6"), ("NVIDIA A100-SXM4-40GB", "8.0"), ("NVIDIA A100 80GB PCIe", "8.0"), ("NVIDIA A30", "8.0"),
+    ("Tesla T4", "7.5"), ("NVIDIA GeForce RTX 2080 Ti", "7.5"), ("NVIDIA GeForce GTX 1660 SUPER", "7.5"),
+    ("Quadro RTX 6000", "7.5"), ("NVIDIA TITAN RTX", "7.5"), ("Tesla V100-PCIE-16GB", "7.0"), ("NVIDIA TITAN V", "7.0"),
+    ("Tesla P100-PCIE-16GB", "6.0"), ("Tesla P40", "6.1"), ("NVIDIA GeForce GTX 1080 Ti", "6.1"),
+    ("Quadro P4000", "6.1"), ("NVIDIA TITAN Xp", "6.1"), ("NVIDIA GeForce GTX 970", "5.2"), ("Tesla M40 24GB", "5.2"),
+    ("NVIDIA GeForce GTX 750 Ti", "5.0"), ("NVIDIA GeForce RTX 4090", "8.9"), ("NVIDIA RTX 6000 Ada Generation", "8.9"),
+    ("NVIDIA L4", "8.9"), ("NVIDIA H100 80GB HBM3", "9.0"), ("NVIDIA GeForce RTX 5090", "12.0"),
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0"),
+    ("Tesla K80", None), ("NVIDIA Graphics Device", None), ("", None)])
+def test_capability_from_the_gpu_name(name, cap):
+    assert arch.capability_from_name(name) == cap
+    if cap is not None:
+        assert arch.architecture(cap).capability == cap  # every row names a capability the table knows

@@ -26,7 +26,7 @@ from labwright.gpu.check import (
 )
 from labwright.gpu.smi import parse_gpu_query
 from labwright.guests.gpu import DeviceNode
-from support.fake_nvidia import nvidia_smi_query_lines
+from support.fake_nvidia import nvidia_smi_double, nvidia_smi_query_lines
 
 #: The cached CPU build (labwright.llamacpp.build: llama.cpp 0c1e570) started with -ngl 99 on the tiny GGUF, as it
 #: logged it (2026-11-24; the first lines, then the load at -lv 4).
@@ -224,3 +224,31 @@ def test_decode_script_posts_a_completion_with_the_key_from_a_tokens_file(tmp_pa
         assert body["max_tokens"] == 32 and body["stream"] is False and body["temperature"] == 0
     finally:
         server.shutdown()
+
+
+def test_gpu_check_passes_on_a_470_driver_whose_nvidia_smi_has_no_compute_cap(tmp_path):
+    """The 470 branch's nvidia-smi refuses the whole query for compute_cap (tests/conformance/nvidia-smi): the GPU
+    works, so the check must pass; the capability comes from the GPU's name, and the detail says why."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(nvidia_smi_double("470.256.02"))
+    smi.chmod(0o755)
+    out = subprocess.run(["/bin/sh", "-c", guest_command()], capture_output=True, text=True, check=True,
+                         env={"PATH": f"{tmp_path}:/usr/bin:/bin"}).stdout
+    guest = parse_guest(out)
+    guest.nodes = {"/dev/nvidia0": (195, 0)}  # no GPU node on this machine: the one the guest would have
+    guest.libraries = {"libcuda.so": "470.256.02", "libnvidia-ml.so": "470.256.02"}
+    visible = visible_check(guest)
+    assert visible.ok, visible
+    assert visible.detail == ("/dev/nvidia0; nvidia-smi: NVIDIA GeForce RTX 3090 (compute capability 8.6 from the "
+                              "GPU's name) (this nvidia-smi has no compute_cap field: asked again without it)")
+    assert userspace_check("470.256.02", guest).ok
+
+
+def test_an_unreachable_driver_is_still_reported_with_nvidia_smis_own_words():
+    guest = parse_guest("@@labwright-gpu-nodes\n/dev/nvidia0 c3 0\n@@labwright-gpu-libs\n@@labwright-gpu-smi\n"
+                        "@@labwright-smi-fields index,name,uuid,compute_cap,driver_version,memory.total\n"
+                        "@@labwright-smi-exit 18\nFailed to initialize NVML: Driver/library version mismatch\n")
+    check = visible_check(guest)
+    assert not check.ok and check.cause == "the driver cannot be reached from the guest"
+    assert check.detail == ("/dev/nvidia0 present, but nvidia-smi lists no GPU: Failed to initialize NVML: "
+                            "Driver/library version mismatch")
