@@ -226,7 +226,7 @@ def _record_rate(key: str, size: int | None, seconds: float) -> None:
 
 
 def _gb(size: int) -> str:
-    return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.0f} MB"
+    return f"{size / 1e9:.2f} GB" if size >= 1e9 else f"{size / 1e6:.0f} MB"
 
 
 def copy_notice(label: str, support: Support, size: int | None, rate: float | None) -> str:

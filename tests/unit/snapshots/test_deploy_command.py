@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyinfra.api import FunctionCommand
 from pyinfra.api.exceptions import DeployError, OperationError
 
@@ -84,7 +86,8 @@ def test_one_snapshot_per_host_per_run(monkeypatch):
     from labwright import snapshots
 
     calls: list[tuple[str, str]] = []
-    monkeypatch.setattr(snapshots, "before", lambda name, step, **kw: calls.append((name, step)) or Before(name, f"snap-{step}"))
+    monkeypatch.setattr(snapshots, "before",
+                        lambda name, step, **kw: calls.append((name, step)) or Before(name, f"snap-{step}"))
 
     class State:
         pass
@@ -179,3 +182,29 @@ def test_a_vm_that_cannot_be_named_is_one_line_at_prepare_and_at_run(data, needl
 def test_the_vm_is_named_with_or_without_the_pct_prefix():
     assert snapshot_guest(Host("w", {"proxmox_vm": "@pct/pve2/130"}))[0] == "@pct/pve2/130"
     assert snapshot_guest(Host("w", {"proxmox_vm": " pve2/130 "}))[0] == "@pct/pve2/130"
+
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=12),
+                    st.lists(st.integers(), max_size=3),
+                    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+@given(key=st.sampled_from(["snapshot_before", "snapshot_required"]), value=_values)
+def test_any_value_of_a_flag_is_read_as_a_boolean_or_refused_in_one_line_naming_it(key, value):
+    from labwright.deploy_data import FALSE, TRUE
+    from labwright.errors import BadInput
+
+    try:
+        before, _, required = snapshot_settings({key: value})
+    except BadInput as exc:
+        assert str(exc).startswith(f"{key}: ") and "\n" not in str(exc) and "true or false" in str(exc)
+        assert not isinstance(value, bool) and value not in (None, "")
+        return
+    got = before if key == "snapshot_before" else required
+    if isinstance(value, bool):
+        assert got is value
+    elif value in (None, ""):
+        assert got is (key == "snapshot_before")
+    else:
+        assert str(value).strip().lower() in (*TRUE, *FALSE)
+        assert got is (str(value).strip().lower() in TRUE)

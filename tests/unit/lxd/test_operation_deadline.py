@@ -1,0 +1,163 @@
+"""No wait on an LXD operation is unbounded, and the freezes a snapshot leaves behind are undone and said.
+
+The answers are LXD's own: ``GET /1.0/operations/ID/wait?timeout=N`` answers the running operation when N runs out
+(LXD 5.0.2's operationWaitGet, and Incus), or, from LXD 5.0.3 on, an error whose text is the context's
+"context deadline exceeded" (canonical/lxd lxd/operations.go operationWaitGet: ``op.Wait(ctx)`` then
+``response.SmartError(err)``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from labwright.errors import LxdError, OperationTimeout
+from labwright.hostnames import parse_host_name
+from labwright.lxd.client import Endpoint, LxdClient
+from labwright.snapshots import lxd as lxd_snapshots
+from labwright.snapshots.lxd import LxdSnapshots
+
+RUNNING = {"status_code": 103, "status": "Running", "description": "Snapshotting instance"}
+
+
+class Scripted(LxdClient):
+    """An LxdClient whose requests are answered from a script; the clock moves by the wait asked for."""
+
+    def __init__(self, waits: list[Any], statuses: list[str] | None = None):
+        super().__init__(Endpoint(socket_path="/nonexistent/unix.socket"))
+        self.waits, self.statuses = list(waits), list(statuses or [])
+        self.asked: list[tuple[str, str, Any]] = []
+        self.now = 1000.0
+
+    def request(self, method, path, json_body=None, params=None, wait=True):  # type: ignore[override]
+        self.asked.append((method, path, params if params is not None else json_body))
+        if path.endswith("/wait"):
+            self.now += params["timeout"]
+            answer = self.waits.pop(0) if self.waits else RUNNING
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        if method == "POST" and path.endswith("/snapshots"):
+            return {"id": "op1"}
+        if path == "/1.0/operations":
+            return {"running": []}
+        if method == "PUT" and path.endswith("/state"):
+            self.statuses.insert(0, "Running")
+            return None
+        if method == "GET" and path.startswith("/1.0/instances/"):
+            status = self.statuses.pop(0) if len(self.statuses) > 1 else (self.statuses or ["Running"])[0]
+            return {"name": "g1", "status": status}
+        raise AssertionError(f"unexpected {method} {path}")
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    holder: dict[str, Scripted] = {}
+    monkeypatch.setattr("labwright.lxd.client.time.monotonic", lambda: holder["client"].now)
+    monkeypatch.setattr("labwright.snapshots.lxd.time.monotonic", lambda: holder["client"].now)
+    return holder
+
+
+def test_the_lxd_5_0_3_deadline_error_is_a_running_operation_not_a_failure(clock):
+    client = clock["client"] = Scripted([LxdError("GET /1.0/operations/op1/wait: context deadline exceeded", 500),
+                                         {"status_code": 200, "status": "Success"}])
+    assert client.wait_operation("/1.0/operations/op1", timeout=300, every=10)["status_code"] == 200
+
+
+def test_any_other_error_of_a_wait_goes_up():
+    client = Scripted([LxdError("GET /1.0/operations/op1/wait: not authorized", 403)])
+    with pytest.raises(LxdError, match="not authorized"):
+        client.wait_operation("/1.0/operations/op1", timeout=30)
+
+
+@given(limit=st.integers(min_value=1, max_value=7200), every=st.integers(min_value=1, max_value=120))
+def test_every_wait_ends_by_its_deadline_naming_what_it_waited_for(limit, every):
+    client = Scripted([])
+    import labwright.lxd.client as module
+
+    real = module.time.monotonic
+    module.time.monotonic = lambda: client.now  # type: ignore[assignment]
+    try:
+        start = client.now
+        with pytest.raises(OperationTimeout) as caught:
+            client.wait_operation("/1.0/operations/op1", timeout=limit, every=every, what="@lxd/g1: snapshot s1")
+    finally:
+        module.time.monotonic = real  # type: ignore[assignment]
+    assert client.now - start < limit + 1  # never more than a second past the deadline
+    message = str(caught.value)
+    assert message.startswith(f"@lxd/g1: snapshot s1 did not finish within {limit} s") and "\n" not in message
+    assert all(p["timeout"] >= 1 for _, path, p in client.asked)  # never a busy loop of zero waits
+
+
+def test_the_default_deadline_bounds_a_wait_given_none(clock):
+    client = clock["client"] = Scripted([])
+    client.operation_timeout = 90
+    with pytest.raises(OperationTimeout, match="LXD operation Snapshotting instance did not finish within 90 s"):
+        client.wait_operation("/1.0/operations/op1")
+
+
+def freezer(tmp_path: Path, name: str = "g1") -> Path:
+    path = tmp_path / f"sys/fs/cgroup/freezer/lxc.payload.{name}/freezer.state"
+    path.parent.mkdir(parents=True)
+    path.write_text("FREEZING\n")
+    return path
+
+
+def backend(client: Scripted, tmp_path: Path, timeout: float = 60) -> LxdSnapshots:
+    return LxdSnapshots(parse_host_name("@lxd/g1"), client, snapshot_timeout=timeout,  # type: ignore[arg-type]
+                        freezer_root=str(tmp_path))
+
+
+def test_a_freeze_that_hangs_is_asked_again_then_thawed_at_the_deadline(clock, tmp_path, monkeypatch):
+    state = freezer(tmp_path)
+    client = clock["client"] = Scripted([], statuses=["Running", "Freezing"])
+    snaps = backend(client, tmp_path, timeout=60)
+    written: list[str] = []
+    real_write = Path.write_text
+
+    def record(self, text, *a, **k):
+        if self == state:
+            written.append(text)
+        return real_write(self, text, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", record)
+    with pytest.raises(OperationTimeout) as caught:
+        snaps.create("labwright-x-20261127T000000Z", "")
+    assert written[0] == "FROZEN"  # asked again once, FREEZING_STUCK seconds in
+    assert written[-1] == "THAWED"
+    assert any("stayed Freezing" in note and "asked again" in note for note in snaps.notes)
+    message = str(caught.value)
+    assert "did not finish within 60 s" in message and "was Freezing" in message and "thawed its freezer" in message
+    assert "\n" not in message
+
+
+def test_a_frozen_guest_at_the_deadline_is_unfrozen_through_the_api(clock, tmp_path):
+    client = clock["client"] = Scripted([], statuses=["Running", "Frozen"])
+    with pytest.raises(OperationTimeout, match="was Frozen by snapshot .* thawed it"):
+        backend(client, tmp_path, timeout=5).create("labwright-x-20261127T000000Z", "")
+    assert ("PUT", "/1.0/instances/g1/state", {"action": "unfreeze", "force": False, "timeout": 30}) in client.asked
+
+
+def test_a_remote_guest_left_freezing_gets_the_command_for_its_host(clock, tmp_path):
+    client = clock["client"] = Scripted([], statuses=["Freezing"])
+    client.endpoint = Endpoint(url="https://127.0.0.1:8443")
+    snaps = backend(client, tmp_path)
+    note = snaps.thaw_left_frozen()
+    assert "cannot be thawed from here" in note and "freezer.state" in note and "\n" not in note
+
+
+def test_a_guest_frozen_by_a_running_operation_is_left_to_it(clock, tmp_path):
+    client = clock["client"] = Scripted([], statuses=["Frozen"])
+    client.request = lambda method, path, json_body=None, params=None, wait=True: (  # type: ignore[method-assign]
+        {"running": [{"resources": {"instances": ["/1.0/instances/g1"]}}]} if path == "/1.0/operations"
+        else {"name": "g1", "status": "Frozen"})
+    assert backend(client, tmp_path).thaw_left_frozen() == ""
+
+
+def test_defaults_are_bounded():
+    assert 0 < lxd_snapshots.SNAPSHOT_TIMEOUT <= 3600 and 0 < LxdClient.operation_timeout <= 7200
+    assert 0 < lxd_snapshots.FREEZING_STUCK < lxd_snapshots.SNAPSHOT_TIMEOUT
