@@ -30,10 +30,31 @@ huggingface_hub-2.4.0-py3-none-any.whl) sends or reads; file + line numbers refe
   if user is not authenticated [and] missing repos"); a missing entry carries ``X-Repo-Commit`` (file_download.py
   1773-1777 caches the non-existence under it).
 
+Access, as the Hub answers it (the same headers ``hf_raise_for_status`` reads, 2.4.0 utils/_http.py 871-953; upstream
+huggingface/huggingface_hub main at ee0a451, src/huggingface_hub/utils/_http.py 803-886):
+
+- a token is ``Authorization: Bearer TOKEN`` (utils/_headers.py 119, ``build_hf_headers``); one not in ``tokens`` is
+  refused on every route with 401 and ``X-Error-Message: Invalid credentials in Authorization header`` (the message
+  _http.py 935 tells apart from a missing repo), no code.
+- ``private``: answered as a missing repo unless the token is in ``readers``: 401 ``RepoNotFound`` without a token,
+  404 with one (the 401 of the comment at _http.py 939-943).
+- ``gated`` ("auto" or "manual", ``ModelInfo.gated``): the info and the tree are served to anyone (the Hub lists a
+  gated repo's files: huggingface/huggingface.js#945, 2024-10); the files (resolve) and ``GET
+  /api/models/{repo}/auth-check`` (hf_api.py 12047-12120, ``auth_check``) answer ``X-Error-Code: GatedRepo``
+  (_http.py 888-892 -> GatedRepoError, errors.py 343-362): 401 "... You must have access to it and be authenticated
+  to access it. Please log in." without a token (the Hub's message as GatedRepoError reports it, e.g.
+  city96/ComfyUI_ExtraModels#99), 403 "... you are not in the authorized list. Visit URL to ask for access." with a
+  token not in ``readers`` (errors.py 356-361).
+- ``disabled``: 403 with ``X-Error-Message: Access to this resource is disabled.`` and no code on every route
+  (_http.py 894-902 -> DisabledRepoError, errors.py 365-383).
+- ``auth-check`` of a repo the token may read: 200, empty body.
+
 Faults for tests: ``cut_once[path] = N`` sends the headers of the whole file, N bytes, then closes the connection
 (once; ``cut_always`` every time); ``corrupt.add(path)`` serves the right length with wrong bytes;
 ``stall[path] = N`` sends N bytes, sets ``stalled`` and waits for ``release`` (once), so a test can kill the client
-mid-transfer. Every request is recorded in ``requests``.
+mid-transfer; ``refuse_file[path] = (STATUS, CODE, MESSAGE)`` answers that file's resolve with the Hub's error headers
+(``X-Error-Code: CODE`` when CODE is not "", ``X-Error-Message: MESSAGE``): a refusal the client does not know.
+Every request is recorded in ``requests`` (with the bearer token it carried).
 """
 
 from __future__ import annotations
@@ -65,6 +86,10 @@ class StandinRepo:
     files: dict[str, bytes]
     branches: dict[str, str] = field(default_factory=dict)  # branch/tag -> commit
     commit: str = ""
+    gated: str = ""  # "", "auto" or "manual": the files need a token in ``readers``
+    private: bool = False  # the repo itself needs a token in ``readers``
+    disabled: bool = False
+    readers: set[str] = field(default_factory=set)  # tokens granted access (licence accepted, or a member)
 
     def __post_init__(self) -> None:
         listing = json.dumps({p: hashlib.sha256(d).hexdigest() for p, d in sorted(self.files.items())})
@@ -103,6 +128,7 @@ class Seen:
     method: str
     path: str
     range: str | None
+    token: str | None = None  # the bearer token sent, if any
 
 
 class StandinHub:
@@ -112,10 +138,12 @@ class StandinHub:
         self.address = address
         self.repos: dict[str, StandinRepo] = {}
         self.requests: list[Seen] = []
+        self.tokens: set[str] = set()  # tokens the Hub knows; any other is refused as invalid credentials
         self.cut_once: dict[str, int] = {}  # repo file path -> bytes sent before the connection is dropped (once)
         self.cut_always: dict[str, int] = {}  # repo file path -> bytes sent before every transfer is dropped
         self.corrupt: set[str] = set()  # repo file paths served with wrong bytes
         self.stall: dict[str, int] = {}  # repo file path -> bytes sent before the transfer waits for ``release``
+        self.refuse_file: dict[str, tuple[int, str, str]] = {}  # repo file path -> (status, X-Error-Code, message)
         self.stalled = threading.Event()  # set when a stalled transfer has sent its bytes
         self.release = threading.Event()
         self._lock = threading.Lock()
@@ -174,19 +202,29 @@ class StandinHub:
     # --- routes -----------------------------------------------------------------------------------------------
     def _handle(self, handler: http.server.BaseHTTPRequestHandler, role: str, head: bool) -> None:
         split = urlsplit(handler.path)
+        bearer = re.fullmatch(r"Bearer (\S+)", handler.headers.get("Authorization") or "")
+        token = bearer[1] if bearer else None
         with self._lock:
-            self.requests.append(Seen(role, handler.command, split.path, handler.headers.get("Range")))
+            self.requests.append(Seen(role, handler.command, split.path, handler.headers.get("Range"), token))
         try:
             if role == "cdn":
                 self._cdn(handler, split.path, head)
                 return
+            if token is not None and token not in self.tokens:
+                self._error(handler, 401, "", "Invalid credentials in Authorization header")
+                return
+            match = re.fullmatch(r"/api/models/(.+)/auth-check", split.path)
+            if match:
+                if self._lookup(handler, unquote(match[1]), None, token, files=True) is not None:
+                    self._json(handler, {}, "")
+                return
             match = re.fullmatch(r"/api/models/(.+)/(revision|tree)/([^/]+)", split.path)
             if match:
-                self._api(handler, unquote(match[1]), match[2], unquote(match[3]), parse_qs(split.query))
+                self._api(handler, unquote(match[1]), match[2], unquote(match[3]), parse_qs(split.query), token)
                 return
             match = re.fullmatch(r"/(.+?)/resolve/([^/]+)/(.+)", split.path)
             if match:
-                self._resolve(handler, unquote(match[1]), unquote(match[2]), unquote(match[3]), head)
+                self._resolve(handler, unquote(match[1]), unquote(match[2]), unquote(match[3]), head, token)
                 return
             self._error(handler, 404, "", "Not Found")
         except (BrokenPipeError, ConnectionResetError):
@@ -207,12 +245,27 @@ class StandinHub:
         if handler.command != "HEAD":
             handler.wfile.write(body)
 
-    def _lookup(self, handler: http.server.BaseHTTPRequestHandler, repo_id: str,
-                revision: str) -> tuple[StandinRepo, str] | None:
+    def _lookup(self, handler: http.server.BaseHTTPRequestHandler, repo_id: str, revision: str | None,
+                token: str | None, files: bool = False) -> tuple[StandinRepo, str] | None:
+        """The repo and the commit ``revision`` names (the main branch's for None), or None once the refusal the Hub
+        gives is sent: missing or private, disabled, gated (``files``: a file or the access check), revision."""
         repo = self.repos.get(repo_id)
-        if repo is None:
-            self._error(handler, 401, "RepoNotFound", "Repository not found")
+        if repo is None or (repo.private and token not in repo.readers):
+            self._error(handler, 404 if token else 401, "RepoNotFound", "Repository not found")
             return None
+        if repo.disabled:
+            self._error(handler, 403, "", "Access to this resource is disabled.")
+            return None
+        if files and repo.gated and token not in repo.readers:
+            if token is None:
+                self._error(handler, 401, "GatedRepo", f"Access to model {repo_id} is restricted. You must have "
+                            "access to it and be authenticated to access it. Please log in.")
+            else:
+                self._error(handler, 403, "GatedRepo", f"Access to model {repo_id} is restricted and you are not in "
+                            f"the authorized list. Visit {self.endpoint}/{repo_id} to ask for access.")
+            return None
+        if revision is None:
+            return repo, repo.commit
         commit = repo.resolve(revision)
         if commit is None:
             self._error(handler, 404, "RevisionNotFound", f"Invalid rev id: {revision}")
@@ -223,21 +276,23 @@ class StandinHub:
         body = json.dumps(payload).encode()
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
-        handler.send_header("X-Repo-Commit", commit)
+        if commit:
+            handler.send_header("X-Repo-Commit", commit)
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
         handler.wfile.write(body)
 
     def _api(self, handler: http.server.BaseHTTPRequestHandler, repo_id: str, kind: str, revision: str,
-             query: dict[str, list[str]]) -> None:
-        found = self._lookup(handler, repo_id, revision)
+             query: dict[str, list[str]], token: str | None = None) -> None:
+        found = self._lookup(handler, repo_id, revision, token)
         if found is None:
             return
         repo, commit = found
         if kind == "revision":
             self._json(handler, {"_id": commit[:24], "id": repo.repo_id, "modelId": repo.repo_id, "sha": commit,
-                                 "private": False, "gated": False, "disabled": False, "downloads": 0, "likes": 0,
-                                 "tags": [], "siblings": [{"rfilename": p} for p in sorted(repo.files)]}, commit)
+                                 "private": repo.private, "gated": repo.gated or False, "disabled": False,
+                                 "downloads": 0, "likes": 0, "tags": [],
+                                 "siblings": [{"rfilename": p} for p in sorted(repo.files)]}, commit)
             return
         entries = repo.tree()
         if query.get("recursive", ["false"])[0].lower() != "true":
@@ -245,12 +300,16 @@ class StandinHub:
         self._json(handler, entries, commit)
 
     def _resolve(self, handler: http.server.BaseHTTPRequestHandler, repo_id: str, revision: str, path: str,
-                 head: bool) -> None:
-        found = self._lookup(handler, repo_id, revision)
+                 head: bool, token: str | None = None) -> None:
+        found = self._lookup(handler, repo_id, revision, token, files=True)
         if found is None:
             return
         repo, commit = found
         data = repo.files.get(path)
+        if path in self.refuse_file:
+            status, code, message = self.refuse_file[path]
+            self._error(handler, status, code, message)
+            return
         if data is None:
             self._error(handler, 404, "EntryNotFound", f"{path} does not exist on \"{revision}\"", commit=commit)
             return
