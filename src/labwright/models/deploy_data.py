@@ -73,7 +73,7 @@ class ModelSettings:
 
     def probe_command(self, runner_source: str) -> str:
         """The runner's ``--probe`` from its source on stdin (works before anything is installed): ``complete``,
-        ``incomplete`` or ``refused LINE`` (the Hub says the repo, revision or file does not exist)."""
+        ``incomplete`` or ``refused LINE`` (the Hub says the repo, revision or file does not exist, or refuses it)."""
         return (f"python3 - --probe {self.runner_args()} --endpoint {shlex.quote(self.endpoint)} "
                 f"<<'{PROBE_END}' || true\n{runner_source.rstrip()}\n{PROBE_END}\n")
 

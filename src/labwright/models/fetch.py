@@ -21,8 +21,11 @@ What it guarantees:
 - A second run of the same spec finds the marker complete and downloads nothing; run again without the marker (a
   spec changed), huggingface_hub finds the files in its cache and fetches none of them again.
 
-Exit status: 0 done, 1 failed (network, checksum, disk), 2 bad input (repo, revision or file not on the Hub, a name
-already taken), 3 (--check only) not complete. Errors are one line on stderr.
+Exit status: 0 done, 1 failed (network, checksum, disk, a Hub refusal it does not know: its own code and message), 2
+bad input (repo, revision or file not on the Hub, a gated repo whose licence is not accepted or no token, a disabled
+repo, a token the Hub refuses, a name already taken), 3 (--check only) not complete. Errors are one line on stderr:
+the Hub's ``X-Error-Code`` / ``X-Error-Message`` headers are read for every request (``hub_refusal``) and each known
+code is one line naming the repo and the fix.
 
 Progress is on stdout, so that stderr stays the one error line: when bytes are to come (files not already in the
 cache), ``… download REPO@REVISION (N files, X MB)`` first, then a line every ``LABWRIGHT_PROGRESS_INTERVAL``
@@ -134,16 +137,128 @@ def _check_name_free(models: Path, name: str) -> None:
                       "model_name (nothing was downloaded)", EXIT_BAD_INPUT)
 
 
-def _not_found(error_code: str, spec: dict[str, Any], where: str) -> Refused:
-    """The one line for the Hub's ``X-Error-Code`` (huggingface_hub 2.4.0 utils/_http.py 880-953 maps the same)."""
+# The Hub says why it refused a request in two headers, ``X-Error-Code`` and ``X-Error-Message``; huggingface_hub turns
+# them into its exception classes in ``hf_raise_for_status`` (huggingface_hub 2.4.0, the pinned client:
+# utils/_http.py 871-953, errors.py 313-465; upstream huggingface/huggingface_hub main at ee0a451 (1.29.0.dev0):
+# src/huggingface_hub/utils/_http.py 803-886, errors.py 301-453). ``hub_refusal`` reads the same headers, for every
+# request labwright makes (the probe's stdlib requests and huggingface_hub's, through the exception's response).
+DISABLED_MESSAGE = "Access to this resource is disabled."  # _http.py 894 (2.4.0): the message alone marks it
+BAD_TOKEN_MESSAGE = "Invalid credentials in Authorization header"  # _http.py 935 (2.4.0): a 401 that is the token
+
+
+def _one_header(headers: Any, name: str) -> str:
+    value = headers.get(name) if headers is not None else None
+    return " ".join(str(value).split())[:300] if value else ""
+
+
+def _entry_of(url: str) -> str:
+    from urllib.parse import unquote
+
+    match = re.search(r"/resolve/[^/?]+/([^?#]+)", url)
+    return unquote(match[1]) if match else ""
+
+
+def hub_refusal(status: int, headers: Any, spec: dict[str, Any], where: str, token_sent: bool,
+                url: str = "") -> Refused | None:
+    """The one line for the Hub's refusal of one request (``status`` and the answer's ``headers``, anything with a
+    case-insensitive ``get``), or None when the answer does not say why (no ``X-Error-Code``/``X-Error-Message``: a
+    network or proxy failure, a server error, a mirror's bare 404; the caller reports it as such).
+
+    Bad input (exit 2, naming the data key and the fix): ``GatedRepo`` (accept the licence on the model's page, give
+    a token of that account in HF_TOKEN; it says whether a token was sent), ``RepoNotFound`` or a 401 that is not the
+    token's fault (the name, or a private repo without a token that can read it: the Hub answers both alike),
+    ``RevisionNotFound``, ``EntryNotFound`` for the spec's file, a disabled repo, a token the Hub refuses. Any other
+    code (or a 4xx with only a message) is exit 1 with the Hub's own code and message."""
+    if status < 400:
+        return None
+    code, message = _one_header(headers, "X-Error-Code"), _one_header(headers, "X-Error-Message")
+    where = where.rstrip("/")
     repo, revision = spec["repo"], spec["revision"]
-    if error_code == "RevisionNotFound":
-        message = f"model_revision: {revision!r} is not a branch, tag or commit of {repo} on {where}"
-    elif error_code == "EntryNotFound":
-        message = f"model_file: {spec.get('file')!r} is not a file of {repo}@{revision} on {where}"
-    else:
-        message = f"model_repo: {repo!r} is not a repo on {where}, or it is private or gated (give a token in HF_TOKEN)"
-    return Refused(f"{message}; nothing was downloaded", EXIT_BAD_INPUT)
+    page = f"{where}/{repo}"
+    token = "a token was sent" if token_sent else "no token was sent: HF_TOKEN is not set"
+
+    def bad(line: str) -> Refused:
+        return Refused(f"{line}; nothing was downloaded", EXIT_BAD_INPUT)
+
+    if code == "GatedRepo":
+        if token_sent:
+            return bad(f"model_repo: {repo!r} is gated on {where} and the token sent (HF_TOKEN) has no access to it "
+                       f"yet: accept its licence on {page} logged in as the token's account (a gate its authors "
+                       "approve by hand also waits for them), then re-run")
+        return bad(f"model_repo: {repo!r} is gated on {where} ({token}): accept its licence on {page}, then give a "
+                   "token of that account in HF_TOKEN and re-run")
+    if message == DISABLED_MESSAGE:
+        return bad(f"model_repo: {repo!r} is disabled on {where} (the Hub: {message!r}; its page {page} may say "
+                   "why): choose another repo")
+    if code == "RevisionNotFound":
+        return bad(f"model_revision: {revision!r} is not a branch, tag or commit of {repo} on {where}")
+    if code == "EntryNotFound" and spec.get("file"):
+        return bad(f"model_file: {spec['file']!r} is not a file of {repo}@{revision} on {where}")
+    if code == "RepoNotFound" or (not code and status == 401 and message != BAD_TOKEN_MESSAGE):
+        access = ("the token sent cannot read it" if token_sent else token)
+        return bad(f"model_repo: {repo!r} is not a repo on {where}, or one this machine may not read: check the "
+                   f"name ({page} is its page); a private repo needs a token of an account that can read it in "
+                   f"HF_TOKEN ({access})")
+    if message == BAD_TOKEN_MESSAGE:
+        return bad(f"HF_TOKEN: {where} refused the token sent ({message!r}): give a valid token of the account "
+                   f"that may read {repo}, or none for a public repo")
+    if code or (message and status < 500):
+        entry = f" ({_entry_of(url)})" if _entry_of(url) else ""
+        return Refused(f"download of {repo}@{revision} from {where} failed: the Hub answered {status}"
+                       f"{' ' + code if code else ''}{entry}: {message or 'no message'} (nothing was marked complete; "
+                       "re-run to continue)", EXIT_FAILED)
+    return None
+
+
+def hub_token() -> str | None:
+    """The token huggingface_hub sends (2.4.0 utils/_auth.py 60-86 ``get_token``, 147-156, 453-460: ``HF_TOKEN``,
+    else ``HUGGING_FACE_HUB_TOKEN``, else the token file; constants.py 159-168 and 250-257 put the file at
+    ``HF_TOKEN_PATH``, else ``HF_HOME/token``, ``HF_HOME`` defaulting to ``XDG_CACHE_HOME/huggingface`` or
+    ``~/.cache/huggingface``), so the probe asks with the token the download will use."""
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        value = (os.environ.get(name) or "").replace("\r", "").replace("\n", "").strip()
+        if value:
+            return value
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+    path = os.environ.get("HF_TOKEN_PATH") or os.path.join(os.path.expanduser(os.path.expandvars(home)), "token")
+    try:
+        value = Path(os.path.expanduser(os.path.expandvars(path))).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return value.replace("\r", "").replace("\n", "").strip() or None
+
+
+# huggingface_hub's exceptions without a response to read (2.4.0 errors.py): what the Hub's code was.
+_CODES_BY_CLASS = {"GatedRepoError": "GatedRepo", "RepositoryNotFoundError": "RepoNotFound",
+                   "RevisionNotFoundError": "RevisionNotFound", "RemoteEntryNotFoundError": "EntryNotFound"}
+
+
+def refusal_of(exc: BaseException, spec: dict[str, Any], where: str) -> Refused | None:
+    """``hub_refusal`` for a huggingface_hub error: the Hub's answer is the ``response`` of the error or of one it was
+    raised from (hf_hub_download wraps some HEAD failures in LocalEntryNotFoundError: 2.4.0 file_download.py
+    1932-1967); whether a token was sent is read off the request itself."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            break
+        response = getattr(seen, "response", None)
+        status = getattr(response, "status_code", None)
+        if isinstance(status, int):
+            try:
+                sent = bool(response.request.headers.get("authorization"))  # type: ignore[union-attr]
+            except (AttributeError, RuntimeError):
+                sent = hub_token() is not None
+            refusal = hub_refusal(status, getattr(response, "headers", None), spec, where, sent,
+                                  str(getattr(response, "url", "") or ""))
+            if refusal is not None:
+                return refusal
+        seen = seen.__cause__ or seen.__context__
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _CODES_BY_CLASS:
+            return hub_refusal(404, {"X-Error-Code": _CODES_BY_CLASS[cls.__name__]}, spec, where,
+                               hub_token() is not None)
+    return None
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -152,18 +267,23 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def preflight(spec: dict[str, Any], endpoint: str | None, timeout: float = 30) -> bool:
-    """Ask the Hub whether the repo, the revision and (for one file) the file exist, with the standard library only,
-    before anything is installed: the requests huggingface_hub makes first (``/api/models/REPO/revision/REV``; a HEAD
-    of ``/REPO/resolve/REV/FILE``). Raises Refused for an answer that names what is missing; False when the Hub could
-    not be asked (the download step then says why), True when all is there."""
+    """Ask the Hub whether the repo, the revision and (for one file) the file exist and may be read, with the standard
+    library only, before anything is installed: the requests huggingface_hub makes first
+    (``/api/models/REPO/revision/REV``; a HEAD of ``/REPO/resolve/REV/FILE``) and the Hub's access check
+    (``/api/models/REPO/auth-check``, huggingface_hub 2.4.0 hf_api.py 12047-12120 ``auth_check``: the Hub shows a
+    gated repo's info and tree to anyone and refuses only its files). Sends the token the download will send.
+    Raises Refused (``hub_refusal``) for an answer that names what is missing or refused; False when the Hub could not
+    be asked (the download step then says why), True when all is there."""
     from urllib.parse import quote
 
     where = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
     repo, revision = spec["repo"], spec["revision"]
     headers = {"User-Agent": "labwright-models-preflight"}
-    if os.environ.get("HF_TOKEN"):
-        headers["Authorization"] = f"Bearer {os.environ['HF_TOKEN']}"
-    asks = [("GET", f"{where}/api/models/{repo}/revision/{quote(revision, safe='')}")]
+    token = hub_token()
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    asks = [("GET", f"{where}/api/models/{repo}/revision/{quote(revision, safe='')}"),
+            ("GET", f"{where}/api/models/{repo}/auth-check")]
     if spec.get("file"):
         asks.append(("HEAD", f"{where}/{repo}/resolve/{quote(revision, safe='')}/{quote(spec['file'])}"))
     opener = urllib.request.build_opener(_NoRedirect)
@@ -174,9 +294,14 @@ def preflight(spec: dict[str, Any], endpoint: str | None, timeout: float = 30) -
         except urllib.error.HTTPError as exc:
             if 300 <= exc.code < 400:
                 continue
-            code = exc.headers.get("X-Error-Code", "")
-            if code in ("RepoNotFound", "RevisionNotFound", "EntryNotFound") or exc.code == 401:
-                raise _not_found(code or "RepoNotFound", spec, where) from None
+            check = url.endswith("/auth-check")
+            said = exc.headers.get("X-Error-Code") or exc.headers.get("X-Error-Message")
+            refusal = hub_refusal(exc.code, exc.headers, spec, where, token is not None, url) \
+                if said or not check else None
+            if refusal is not None and refusal.status == EXIT_BAD_INPUT:
+                raise refusal from None
+            if check:
+                continue  # a mirror without the route, or a refusal the download reports: the file is still asked
             return False
         except (OSError, ValueError):
             return False
@@ -337,13 +462,7 @@ def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | No
     if not sys.stderr.isatty():  # its tqdm bars redraw with \r: in a pyinfra log or a pipe they are noise
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from huggingface_hub import HfApi, hf_hub_download, snapshot_download
-    from huggingface_hub.errors import (
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RemoteEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
     from huggingface_hub.hf_api import RepoFile
     from huggingface_hub.utils import filter_repo_objects, logging
 
@@ -380,13 +499,10 @@ def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | No
                 snapshot = Path(snapshot_download(repo, revision=commit, cache_dir=str(cache), endpoint=endpoint,
                                                   allow_patterns=spec.get("allow") or None,
                                                   ignore_patterns=spec.get("ignore") or None, max_workers=4))
-    except RevisionNotFoundError:
-        raise _not_found("RevisionNotFound", spec, where) from None
-    except RemoteEntryNotFoundError:
-        raise _not_found("EntryNotFound", spec, where) from None
-    except RepositoryNotFoundError:
-        raise _not_found("RepoNotFound", spec, where) from None
     except failures as exc:
+        refusal = refusal_of(exc, spec, where)  # the Hub's X-Error-Code / X-Error-Message, when it said why
+        if refusal is not None:
+            raise refusal from None
         raise Refused(f"download of {repo}@{revision} from {where} failed: {_one_line(exc)} (files completed so far "
                       "stay in the cache; nothing was marked complete; re-run to continue)", EXIT_FAILED) from None
 

@@ -53,6 +53,7 @@ def run(hub: StandinHub, models: Path, **data) -> subprocess.CompletedProcess[st
     spec = parse_spec(data)
     env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(models.parent / "hf-home")}
     env.pop("HF_TOKEN", None)
+    env.pop("HF_TOKEN_PATH", None)
     return subprocess.run([sys.executable, str(RUNNER), "--spec", json.dumps(spec.as_json()), "--cache",
                            str(models / "hub"), "--models", str(models)], capture_output=True, text=True, env=env,
                           timeout=300)
@@ -144,7 +145,7 @@ def test_stand_in_hub_a_failed_new_spec_leaves_the_previous_model_in_place(hub, 
 
 
 @pytest.mark.parametrize(("data", "start", "words"), [
-    ({"repo": "lab/nope"}, "model_repo: 'lab/nope' is not a repo on http://", "private or gated"),
+    ({"repo": "lab/nope"}, "model_repo: 'lab/nope' is not a repo on http://", "check the name"),
     ({"repo": "lab/tiny", "revision": "v9"}, "model_revision: 'v9' is not a branch, tag or commit of lab/tiny",
      "nothing was downloaded"),
     ({"repo": "lab/tiny", "revision": "f" * 40}, "model_revision: 'ffff", "nothing was downloaded"),
@@ -236,9 +237,11 @@ def test_stand_in_hub_a_transfer_cut_every_time_fails_in_one_line_and_leaves_no_
 def probe(hub: StandinHub, models: Path, **data) -> str:
     """The runner's --probe as the deploy's fact runs it: its source on stdin of a bare python3."""
     spec = parse_spec(data)
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH")}
+    env["HF_HOME"] = str(models.parent / "hf-home")  # no token file of this machine's user is sent
     proc = subprocess.run([sys.executable, "-", "--probe", "--spec", json.dumps(spec.as_json()), "--cache",
                            str(models / "hub"), "--models", str(models), "--endpoint", hub.endpoint],
-                          input=RUNNER.read_text(), capture_output=True, text=True, timeout=120)
+                          input=RUNNER.read_text(), capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     return proc.stdout.strip()
 
