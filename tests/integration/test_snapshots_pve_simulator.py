@@ -123,3 +123,33 @@ def test_simulator_snapshot_rules(sim, api):
     assert sim.is_running(301)
     with pytest.raises(OperationFailed, match="snapshot 'nope' does not exist"):
         wait(api, ct.snapshot("nope").delete())
+
+
+def test_an_incomplete_snapshot_is_passed_over_and_refused_before_the_guest_is_stopped(sim, api, root_env):
+    """A snapshot task that died leaves its snapshot with ``snapstate: prepare`` (pve-guest-common
+    src/PVE/AbstractConfig.pm snapshot_create: the state is set before the volumes are snapshotted and dropped by
+    __snapshot_commit); the list shows it (pve-container src/PVE/API2/LXC/Snapshot.pm snapshot_list:
+    ``$item->{snapstate} = $d->{snapstate} if $d->{snapstate}``) and PVE refuses to roll back to it
+    (AbstractConfig.pm snapshot_rollback: "unable to rollback to incomplete snapshot (snapstate = ...)")."""
+    make_ct(api)
+    good = snapshots.take(GUEST, "packages", **options(sim))
+    sim.fail_next_task("received interrupt", task_type="vzsnapshot")
+    with pytest.raises(OperationFailed):
+        snapshots.take(GUEST, "stack-switch", **options(sim))
+    conf = sim.config("pve1", 201)
+    incomplete = next(name for name, snap in sections(conf).items() if snap.options.get("snapstate") == "prepare")
+    del conf.options["lock"]  # `pct unlock 201` on the node
+    sim.cluster.save("pve1", 201, conf)
+    listed = {s.name: s for s in snapshots.list_snapshots(GUEST, **options(sim))}
+    assert listed[incomplete].incomplete == "prepare" and listed[good.name].incomplete == ""
+    before = len(sim.writes)
+
+    refused = cli(sim, "guest", "restore", GUEST, incomplete, "--force", "-y")
+    assert_one_line_refusal(refused, GUEST, f"snapshot {incomplete} is incomplete (snapstate = prepare",
+                            "pct delsnapshot 201")
+    assert sim.writes[before:] == [] and sim.is_running(201)  # refused before the stop, as nothing else would be
+
+    done = snapshots.restore(GUEST, force=True, **options(sim))
+    assert done.name == good.name
+    assert any(f"passed over {incomplete}, newer but incomplete" in n for n in done.notes)
+    assert sim.is_running(201)

@@ -127,6 +127,8 @@ def restore(
 
         ssh_data = connector_data(host_name(guest), host_data)  # checked before anything is contacted
     plan = snapshots.restore(host_name(guest), snapshot_name, force=force, dry=True, node_data=host_data)
+    for note in [] if as_json else plan.notes:
+        stdout.print(note, markup=False)
     if not yes:
         if as_json:
             _echo_json(plan.to_dict())

@@ -117,6 +117,8 @@ class RestoreResult:
     steps: list[str] = field(default_factory=list)
     #: ``container`` or ``vm`` (a Proxmox VE qemu guest: no way into it through its node).
     kind: str = "container"
+    #: What was passed over on the way, e.g. a newer snapshot that is incomplete.
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -301,9 +303,9 @@ def restore(guest: Guest, name: str | None = None, force: bool = False, dry: boo
             raise BadInput(backend.missing())
         snapshots = sorted(backend.list(), key=sort_key)
         if name is None:
-            chosen = latest_ours(snapshots)
+            chosen = latest_ours(snapshots)  # an incomplete snapshot never: it cannot be rolled back
             if chosen is None:
-                others = ", ".join(s.name for s in snapshots)
+                others = ", ".join(s.name for s in snapshots if not s.incomplete)
                 raise BadInput(f"{backend.label}: no labwright snapshot to restore"
                                + (f"; name one of its snapshots: {others}" if others else
                                   f"; take one first with `labwright guest snapshot {backend.label}`"))
@@ -312,6 +314,13 @@ def restore(guest: Guest, name: str | None = None, force: bool = False, dry: boo
             known = ", ".join(s.name for s in snapshots) or "none"
             raise BadInput(f"{backend.label}: no snapshot {name!r} (snapshots: {known}); list them with "
                            f"`labwright guest snapshots {backend.label}`")
+        chosen_snapshot = next(s for s in snapshots if s.name == name)
+        if chosen_snapshot.incomplete:  # refused before the guest is stopped: PVE would refuse the rollback
+            others = ", ".join(s.name for s in snapshots if not s.incomplete) or "none"
+            raise BadInput(f"{backend.label}: snapshot {name} is incomplete (snapstate = {chosen_snapshot.incomplete}:"
+                           f" its {'creation' if chosen_snapshot.incomplete == 'prepare' else 'deletion'} did not "
+                           f"finish) and cannot be restored; nothing was changed. Restore another ({others}), or "
+                           f"remove it with `{backend.native_command('delete', name)} --force`")
         running = backend.running()
         if running and not force:
             raise BadInput(f"{backend.label} is running; restoring {name} discards everything since it was taken: "
@@ -319,6 +328,9 @@ def restore(guest: Guest, name: str | None = None, force: bool = False, dry: boo
         steps = (["stop"] if running else []) + ["restore"] + (["start"] if running else [])
         kind = "vm" if getattr(backend, "kind", "") == "qemu" else "container"
         result = RestoreResult(backend.label, name, running, running, dry, steps=steps, kind=kind)
+        passed = [s for s in snapshots if s.ours and s.incomplete and sort_key(s) > sort_key(chosen_snapshot)]
+        result.notes = [f"{backend.label}: passed over {s.name}, newer but incomplete (snapstate = {s.incomplete}); "
+                        f"remove it with `{backend.native_command('delete', s.name)} --force`" for s in passed]
         if dry:
             return result
         started = time.monotonic()

@@ -42,9 +42,9 @@ class Snapshot:
     created: datetime | None
     step: str | None = None
     description: str = ""
-    #: Proxmox lists a snapshot whose creation or deletion did not finish with ``snapstate`` set; it cannot be
-    #: rolled back (see labwright.snapshots.proxmox).
-    incomplete: bool = False
+    #: Proxmox lists a snapshot whose creation or deletion did not finish with its ``snapstate`` (``prepare``,
+    #: ``delete``); it cannot be rolled back (see labwright.snapshots.proxmox). "" for a complete one.
+    incomplete: str = ""
 
     @property
     def ours(self) -> bool:
@@ -123,7 +123,7 @@ def latest_ours(snapshots: list[Snapshot]) -> Snapshot | None:
     return ours[-1] if ours else None
 
 
-def snapshot_from(name: str, created: datetime | None, description: str = "", incomplete: bool = False) -> Snapshot:
+def snapshot_from(name: str, created: datetime | None, description: str = "", incomplete: str = "") -> Snapshot:
     ours = parse_ours(name)
     return Snapshot(name, created, ours[0] if ours else None, description, incomplete)
 

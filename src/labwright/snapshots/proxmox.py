@@ -184,7 +184,13 @@ class PveSnapshots(SnapshotBackend):
                 continue
             when = item.get("snaptime")
             created = datetime.fromtimestamp(int(when), UTC) if when else None
-            result.append(snapshot_from(str(item.get("name")), created, str(item.get("description") or "")))
+            # A snapshot whose creation or deletion did not finish keeps ``snapstate`` (``prepare``/``delete``) and is
+            # listed with it (pve-container src/PVE/API2/LXC/Snapshot.pm and qemu-server src/PVE/API2/Qemu.pm
+            # snapshot_list: ``$item->{snapstate} = $d->{snapstate} if $d->{snapstate}``); PVE refuses to roll back
+            # to it (pve-guest-common src/PVE/AbstractConfig.pm snapshot_rollback: "unable to rollback to
+            # incomplete snapshot (snapstate = ...)").
+            result.append(snapshot_from(str(item.get("name")), created, str(item.get("description") or ""),
+                                        str(item.get("snapstate") or "")))
         return result
 
     def create(self, name: str, description: str) -> None:
