@@ -21,6 +21,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,6 +34,10 @@ from labwright.bios.target import Target
 from labwright.testing.pyinfra_output import run_pyinfra, tool_env
 from labwright.ui import Reporter
 from support.bios_image import dummy_programmer, write_x99_image
+
+#: This venv's console script by its path, not a bare name looked up on PATH (.venv/bin is not on it when the
+#: benchmark runs as `.venv/bin/python benchmarks/bios_backup.py`).
+LABWRIGHT = str(Path(sys.executable).parent / "labwright")
 
 
 def timed(fn: Callable[[], object], repeat: int) -> float:
@@ -98,7 +103,7 @@ def main() -> None:
             backup(target, programmer, work / f"lib{next(counter)}", Reporter(quiet=True))
 
         def cli() -> None:
-            subprocess.run(["labwright", "bios", "backup", "@local", "-p", programmer, "--out",
+            subprocess.run([LABWRIGHT, "bios", "backup", "@local", "-p", programmer, "--out",
                             str(work / f"cli{next(counter)}")], check=True, capture_output=True, env=tool_env())
 
         results = [("raw flashrom -r (1 read)", timed(raw, args.repeat)),

@@ -33,7 +33,7 @@ class CountingClient(LxdClient):
         super().__init__()
         self.sent: list[str] = []
 
-    def raw(self, method, path, body=None, headers=None, params=None):  # type: ignore[override]
+    def raw(self, method, path, body=None, headers=None, params=None):
         self.sent.append(method)
         return super().raw(method, path, body=body, headers=headers, params=params)
 
@@ -51,8 +51,9 @@ def write_inventory(path: Path, names: list[str]) -> None:
 def cli_apply(inventory: Path) -> tuple[float, str]:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", "COLUMNS": "200"}
     started = time.perf_counter()
-    proc = subprocess.run(["labwright", "guest", "apply", "-i", str(inventory)], capture_output=True, text=True,
-                          env=env, timeout=1800)
+    # This venv's console script by its path: a bare name is looked up on the PATH of the one who started it.
+    proc = subprocess.run([str(Path(sys.executable).parent / "labwright"), "guest", "apply", "-i", str(inventory)],
+                          capture_output=True, text=True, env=env, timeout=1800)
     elapsed = time.perf_counter() - started
     if proc.returncode:
         raise SystemExit(f"guest apply failed: {proc.stderr.strip()}")
