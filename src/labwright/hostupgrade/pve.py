@@ -58,6 +58,7 @@ from labwright.hostupgrade.facts import (
     repository_versions,
     running_kernel,
 )
+from labwright.hostupgrade.installer import guest_installer_said
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts, Plan, Step, kernel_key, make_plan
 from labwright.hostupgrade.run import Done, NodeHost, Outcome, Refused, Upgrade
 from labwright.hostupgrade.state import Saved
@@ -397,7 +398,10 @@ class PveUpgrade(Upgrade):
                                       "pct exits 0 when its copy failed: check the container's free space")
             run = (f"sh {shlex.quote(inside)} --no-kernel-module --silent; rc=$?; rm -f {shlex.quote(inside)}; "
                    "exit $rc")
-            self._pct(guest, pct_exec_command(g.vmid, run), f"{name} --no-kernel-module")
+            result = self.node.run(pct_exec_command(g.vmid, run))
+            if not result.ok:
+                said = guest_installer_said(f"{result.stderr}\n{result.stdout}")
+                raise OperationFailed(f"guest {guest}: {name} --no-kernel-module failed (exit {result.rc}): {said}")
             if started_here:
                 self.checked_while_started[guest] = self._gpu_checks(g)
         finally:

@@ -9,7 +9,9 @@ its own log, and ``systemctl enable`` of a unit without an [Install] target exit
   DKMS (``dkms add``, ``dkms build -k BOOT``, ``dkms install -k BOOT``) and does not try to load it, so the engines
   that hold the running module keep running until the reboot. Checked: DKMS's module for BOOT
   (``/var/lib/dkms/nvidia/VER/BOOT/<arch>/module/nvidia.ko*``), the installed copy in
-  ``/lib/modules/BOOT/updates/dkms/``, and the host's ``libcuda.so.VER``. A failure names the installer's log.
+  ``/lib/modules/BOOT/updates/dkms/``, and the host's ``libcuda.so.VER``. A failure quotes the installer's ERROR
+  lines that say what failed (not its closing "Installation has failed.": labwright.hostupgrade.installer) and names
+  the log it wrote.
 - the new kernel's build: the same run (``--kernel-name``), so a kernel without headers fails before the reboot.
 - ``proxmox-boot-tool kernel pin K``: checked by the pin file it writes (``/etc/kernel/proxmox-boot-pin``).
 - reboot: ``systemctl reboot`` after the state file and the resume unit are in place (state.py).
@@ -22,7 +24,6 @@ an explicit runner: the lab's tree is simulated.
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from labwright.guests.gpu import GpuHost
 from labwright.hosts import Host, Result
 from labwright.hosts.local import LocalHost
 from labwright.hostupgrade.facts import MODULE_FILE, installer_name, running_kernel
+from labwright.hostupgrade.installer import failure, named_log
 from labwright.hostupgrade.plan import Plan, headers_package
 from labwright.hostupgrade.simhost import HOST_LIBDIR, PIN_FILE
 from labwright.hostupgrade.state import RESUME_UNIT, RESUME_UNIT_PATH, RESUME_WANTS_LINK
@@ -41,7 +43,6 @@ INSTALLER_LOG = "/var/log/nvidia-installer.log"
 ESP_LIST = "/etc/kernel/proxmox-boot-uuids"
 #: Seconds the installer may take (it compiles the module: minutes on a homelab CPU).
 INSTALL_TIMEOUT = 1800.0
-_ERROR_LINE = re.compile(r"^ERROR: (.+)$", re.M)
 
 
 class CommandHost:
@@ -108,7 +109,7 @@ class CommandHost:
             problems.append(f"no /{HOST_LIBDIR}/libcuda.so.{version}")
         if problems:
             raise OperationFailed(f"{installer.name} --dkms for {kernel}: {', '.join(problems)}; "
-                                  f"{self._log_error() or _tail(result)} (log: {INSTALLER_LOG})")
+                                  f"{self._installer_said(result)}")
         self.installed = version
         return f"nvidia {version} built by DKMS for {kernel} ({built.name if built else ''}), host userspace {version}"
 
@@ -133,7 +134,9 @@ class CommandHost:
             raise OperationFailed(f"{installer.name} is not in the repository {self.repository}; put it there and "
                                   "run it with --dkms")
         running = running_kernel(self.root)
-        self._run(installer_command(installer, running), f"{installer.name} --dkms", INSTALL_TIMEOUT)
+        result = self.runner.run(installer_command(installer, running), timeout=INSTALL_TIMEOUT)
+        if not result.ok:
+            raise OperationFailed(f"{installer.name} --dkms failed (exit {result.rc}): {self._installer_said(result)}")
         self.installed = None
         loaded = GpuHost(self.root).driver_version()
         module = ("its module is the one running" if loaded == previous else
@@ -187,13 +190,19 @@ class CommandHost:
             raise OperationFailed(f"systemctl disable {RESUME_UNIT} left {RESUME_WANTS_LINK}")
 
     # --- facts ----------------------------------------------------------------------------------------------------
-    def _log_error(self) -> str:
+    def _installer_said(self, result: Result) -> str:
+        """What failed, in the installer's words (labwright.hostupgrade.installer: its ERROR lines that name the
+        failure, not the closing "Installation has failed." every failed run ends with), from its output or else
+        its log, and the log it names."""
+        output = f"{result.stderr}\n{result.stdout}"
+        log = named_log(output) if "Installation has failed." in output else INSTALLER_LOG
         try:
-            text = (self.root / INSTALLER_LOG.lstrip("/")).read_text(errors="replace")
+            text = (self.root / log.lstrip("/")).read_text(errors="replace")
         except OSError:
-            return ""
-        errors = _ERROR_LINE.findall(text)
-        return f"the installer's log says: {errors[-1].strip()[:200]}" if errors else ""
+            text = ""
+        found = failure(output, text)
+        said = found.said()
+        return f"{f'the installer says: {said}' if said else _tail(result)} (log: {found.log or log})"
 
 
 def installer_command(installer: Path, kernel: str) -> str:

@@ -19,6 +19,7 @@ from labwright.guests.gpu import BOOT_UNIT, GpuHost, boot_unit, install_boot_uni
 from labwright.hostnames import LxdName
 from labwright.hostupgrade import state
 from labwright.hostupgrade.facts import installer_name
+from labwright.hostupgrade.installer import guest_installer_said
 from labwright.hostupgrade.plan import Plan, Step
 from labwright.hostupgrade.simhost import SimulatedHost
 from labwright.hostupgrade.state import REBOOTING, RESUME_UNIT, Saved
@@ -180,8 +181,9 @@ class Upgrade:
         result = self.client.exec(guest, ["sh", "-c", f"sh {inside} --no-kernel-module --silent; rc=$?; "
                                                       f"rm -f {inside}; exit $rc"])
         if result.exit_code != 0:
+            output = result.stderr.decode(errors="replace") + "\n" + result.stdout.decode(errors="replace")
             raise OperationFailed(f"guest {guest}: {name} --no-kernel-module failed (exit {result.exit_code}): "
-                                  f"{result.stderr.decode(errors='replace').strip()[-200:]}")
+                                  f"{guest_installer_said(output)}")
         return f"{name} --no-kernel-module"
 
     def _wait_systemd(self, guest: str) -> str:
