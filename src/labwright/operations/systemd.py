@@ -27,6 +27,7 @@ from pyinfra.api import operation
 from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from labwright.facts.systemd import SystemdUnits, systemd_refusal, unit_flag
 from labwright.stacks.service import UNIT
 
 # The shell function every operation here starts with: why a unit is not running, in one line.
@@ -102,8 +103,13 @@ def started_owned(service: str, enabled: bool = True):
         started_owned(name="llama-server running", service="llama-server")
     """
     unit = _unit(service)
-    running = host.get_fact(SystemdStatus, services=unit).get(unit)
-    enable = enabled and not host.get_fact(SystemdEnabled, services=unit).get(unit)
+    # No running systemd: one line, before pyinfra's SystemdStatus fails the host ("could not load fact"). Its
+    # answers are then read in every shape pyinfra gives ({} without systemctl, a dict without the unit).
+    refusal = systemd_refusal(host.get_fact(SystemdUnits), host.name, f"{unit} is a systemd unit")
+    if refusal:
+        raise OperationError(refusal)
+    running = unit_flag(host.get_fact(SystemdStatus, services=unit), unit)
+    enable = enabled and not unit_flag(host.get_fact(SystemdEnabled, services=unit), unit)
     if enable:
         yield f"systemctl enable {shlex.quote(unit)}"
     if running:

@@ -175,6 +175,10 @@ def test_missing_fact_data_names_the_key(tmp_path: Path) -> None:
     case = tmp_path / "systemd.started_owned" / "no_facts.json"
     case.parent.mkdir()
     case.write_text(json.dumps({"args": ["x"], "commands": []}))
+    with pytest.raises(AssertionError, match=r'add "facts": \{"labwright.systemd.SystemdUnits": \{"": '):
+        run_case(case)
+    case.write_text(json.dumps({"args": ["x"], "commands": [], "facts": {
+        "labwright.systemd.SystemdUnits": {"": {"init": "running", "units": {}}}}}))
     with pytest.raises(AssertionError, match=r'add "facts": \{"systemd.SystemdStatus": \{"machine=None, '
                                              r"services=x.service, user_mode=False, user_name=None\""):
         run_case(case)
