@@ -11,7 +11,6 @@ from io import StringIO
 from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import Directory
-from pyinfra.facts.server import Command
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
@@ -20,6 +19,7 @@ from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import LabwrightError
 from labwright.facts.llamacpp import ReadableBy
 from labwright.facts.nvidia import NvidiaDriverMatch, NvidiaGpus
+from labwright.facts.systemd import SystemdUnits, systemd_refusal, unit_active
 from labwright.gpu.arch import capabilities_of
 from labwright.guestlock import locked
 from labwright.operations import guests, http, tabbyapi
@@ -86,7 +86,14 @@ def deploy_tabbyapi() -> None:
                               "changed)")
 
     unit_path = f"/etc/systemd/system/{s.service}.service"
-    active = host.get_fact(Command, f"systemctl is-active {s.service}.service 2>/dev/null || true").strip() == "active"
+    # tabbyAPI runs as a systemd unit: a host without a running systemd is refused here in one line (a --dry run
+    # included), before pyinfra's own systemd facts fail the host. The answer is read in any shape pyinfra gives
+    # (labwright.facts.systemd): a `systemctl is-active` Command fact was None there, and .strip() a traceback.
+    systemd_state = host.get_fact(SystemdUnits, units=f"{s.service}.service")
+    refusal = systemd_refusal(systemd_state, host.name, f"tabbyAPI runs as the systemd unit {s.service}.service")
+    if refusal:
+        raise DeployError(refusal)
+    active = unit_active(systemd_state, f"{s.service}.service")
 
     # --- the guest, the driver, packages, the user ----------------------------------------------------
     guest = host.data.get("guest")
