@@ -232,14 +232,18 @@ def fake_nvidia_smi_script(query_output: str) -> str:
 def make_upgrade_host(root: str | Path, running: str = "6.8.12-4-pve", new: str | None = "6.8.12-9-pve",
                       built: dict[str, list[str]] | None = None, repository: tuple[str, ...] = ("550.54.15",),
                       hostname: str = "lwnode1", uvm_major_after_reboot: int | None = None,
-                      host_userspace: bool = False, installers: dict[str, str] | None = None) -> Path:
+                      host_userspace: bool = False, installers: dict[str, str] | None = None,
+                      unfinished: dict[str, list[str]] | None = None) -> Path:
     """Add to a fake NVIDIA host tree what `host upgrade` reads: the running kernel (/proc/sys/kernel/osrelease),
     installed kernels (/lib/modules/K), DKMS's tree (/var/lib/dkms/nvidia/VER/K/x86_64/module/nvidia.ko, as `dkms
     status` reads it), the installer repository (/var/cache/labwright/nvidia/NVIDIA-Linux-x86_64-VER.run, each a
     script standing in for NVIDIA's: ``--no-kernel-module`` installs that version's userspace), /etc/hostname, and
     the uvm major the next (simulated) boot gives. ``built``: kernel -> versions with a module built for it.
     ``host_userspace``: the running driver's libcuda/libnvidia-ml on the host too (what a host install leaves).
-    ``installers``: version -> the userspace version its installer really installs (a mislabelled download)."""
+    ``installers``: version -> the userspace version its installer really installs (a mislabelled download).
+    ``unfinished``: kernel -> versions whose DKMS build for it did not finish: what dkms 3.x leaves then, its
+    temporary ``/var/lib/dkms/nvidia/VER/K/.tmp_x86_64_XXXXXX`` with nvidia.ko but not the rest, never renamed to
+    ``x86_64`` (dell/dkms dkms.in do_build, v3.2.2-5 L1478-1544; tests/support/host_tools/dkms)."""
     root = Path(root)
     (root / "proc/sys/kernel").mkdir(parents=True, exist_ok=True)
     (root / "proc/sys/kernel/osrelease").write_text(running + "\n")
@@ -252,6 +256,11 @@ def make_upgrade_host(root: str | Path, running: str = "6.8.12-4-pve", new: str 
             module = root / "var/lib/dkms/nvidia" / version / kernel / "x86_64/module"
             module.mkdir(parents=True, exist_ok=True)
             (module / "nvidia.ko").write_bytes(b"\x7fELF fake\n")
+    for kernel, versions in (unfinished or {}).items():
+        for version in versions:
+            module = root / "var/lib/dkms/nvidia" / version / kernel / ".tmp_x86_64_Q7fz2K/module"
+            module.mkdir(parents=True, exist_ok=True)
+            (module / "nvidia.ko").write_bytes(b"\x7fELF fake, the build stopped here\n")
     repo = root / "var/cache/labwright/nvidia"
     repo.mkdir(parents=True, exist_ok=True)
     for version in repository:

@@ -4,7 +4,9 @@ local LXD daemon.
 - driver: ``/proc/driver/nvidia/version`` (``GpuHost``); running kernel: ``/proc/sys/kernel/osrelease``;
   installed kernels: the directories of ``/lib/modules``; the new kernel: the newest of those that is not running.
 - DKMS builds: DKMS's own tree, ``/var/lib/dkms/nvidia/<version>/<kernel>/<arch>/module/nvidia.ko[.xz|.zst]``
-  (what ``dkms status`` reads: ``nvidia/<version>, <kernel>, <arch>: built/installed``), plus a packaged module
+  (what ``dkms status`` reads: ``nvidia/<version>, <kernel>, <arch>: built/installed``), finished builds only
+  (``dkms_tree_builds``: a build in progress or one that failed is a ``<kernel>/.tmp_<arch>_XXXXXX`` directory, not
+  a build), plus a packaged module
   ``/lib/modules/<kernel>/updates/dkms/nvidia.ko*`` whose version is unknown without modinfo (counted as the loaded
   version only when DKMS lists nothing for that kernel).
 - the repository: a directory of NVIDIA's ``NVIDIA-Linux-x86_64-<version>.run`` installers (``/var/cache/labwright/
@@ -17,6 +19,7 @@ local LXD daemon.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +61,65 @@ def installed_kernels(root: Path) -> list[str]:
         return []
 
 
+#: dkms.in do_build (dell/dkms v3.2.2-5 = 793fdab, L1476-1544; v3.1.8 = eb06953, L1450-1518) builds into
+#: ``mktemp -d KERNEL/.tmp_ARCH_XXXXXX`` and renames that to ``KERNEL/ARCH`` only after checking every module of the
+#: package is in its ``module/`` (L1532-1544: ``die 7 "Missing module ..."`` first, leaving the directory behind, as a
+#: failed copy, a full disk or a killed build do; ``dkms remove`` deletes ``*/.tmp_*`` later, L2115). v3.1.7
+#: (a38a4a1, L1447) named it ``tmp_ARCH_XXXXXX``, without the dot, which dkms's own ``*`` for the architecture then
+#: caught (commit 38343aa, "prefix tempdir with '.' to avoid being caught by architecture wildcards"). Neither is a
+#: build, whatever it holds.
+_UNFINISHED_ARCH = re.compile(r"^\.|^tmp_.+_[A-Za-z0-9]{6}$")
+#: Kernel directories as dkms status globs them (dkms.in module_status_built L2284: ``+([0-9]).*``), so neither
+#: ``build/`` (the build tree), ``source`` nor a ``kernel-K-ARCH`` link is taken for a kernel.
+_KERNEL_DIR = re.compile(r"^[0-9]+\.")
+
+
+@dataclass(frozen=True)
+class DkmsBuild:
+    """A finished DKMS build of the nvidia module: ``/var/lib/dkms/nvidia/VERSION/KERNEL/ARCH/module/FILE``."""
+
+    version: str
+    kernel: str
+    arch: str
+    module: Path
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in path.iterdir() if p.is_dir())
+    except OSError:
+        return []
+
+
+def dkms_tree_builds(root: Path, version: str | None = None, kernel: str | None = None) -> list[DkmsBuild]:
+    """Every finished build in DKMS's tree (``version``/``kernel``: only those): a ``KERNEL/ARCH/module/nvidia.ko*``
+    file below a version directory, ARCH never a build directory DKMS has not renamed yet (``.tmp_ARCH_XXXXXX``,
+    3.1.7's ``tmp_ARCH_XXXXXX``; see _UNFINISHED_ARCH). The one reader of that tree: the plan's facts and the
+    driver step's check both go through it."""
+    found = []
+    for version_dir in _subdirs(root / "var/lib/dkms/nvidia"):
+        if version_dir.name.startswith(".") or version_dir.is_symlink() or version not in (None, version_dir.name):
+            continue
+        for kernel_dir in _subdirs(version_dir):
+            if not _KERNEL_DIR.match(kernel_dir.name) or kernel not in (None, kernel_dir.name):
+                continue
+            for arch_dir in _subdirs(kernel_dir):
+                if _UNFINISHED_ARCH.match(arch_dir.name):
+                    continue
+                try:
+                    files = sorted((arch_dir / "module").iterdir())
+                except OSError:
+                    continue
+                found += [DkmsBuild(version_dir.name, kernel_dir.name, arch_dir.name, f) for f in files
+                          if MODULE_FILE.match(f.name) and f.is_file()]
+    return found
+
+
 def dkms_builds(root: Path, loaded: str | None) -> dict[str, tuple[str, ...]]:
-    """kernel -> nvidia versions with a module built for it."""
+    """kernel -> nvidia versions with a finished build for it (``dkms_tree_builds``)."""
     builds: dict[str, set[str]] = {}
-    for module in (root / "var/lib/dkms/nvidia").glob("*/*/*/module/*"):
-        if MODULE_FILE.match(module.name):
-            version, kernel = module.parts[-5], module.parts[-4]
-            builds.setdefault(kernel, set()).add(version)
+    for build in dkms_tree_builds(root):
+        builds.setdefault(build.kernel, set()).add(build.version)
     for kernel in installed_kernels(root):
         packaged = [p for p in (root / "lib/modules" / kernel / "updates/dkms").glob("nvidia.ko*") if
                     MODULE_FILE.match(p.name)]

@@ -32,7 +32,7 @@ from labwright.errors import BadInput, OperationFailed
 from labwright.guests.gpu import GpuHost
 from labwright.hosts import Host, Result
 from labwright.hosts.local import LocalHost
-from labwright.hostupgrade.facts import MODULE_FILE, installer_name, running_kernel
+from labwright.hostupgrade.facts import MODULE_FILE, dkms_tree_builds, installer_name, running_kernel
 from labwright.hostupgrade.installer import failure, named_log
 from labwright.hostupgrade.plan import Plan, headers_package
 from labwright.hostupgrade.simhost import HOST_LIBDIR, PIN_FILE
@@ -114,9 +114,10 @@ class CommandHost:
         return f"nvidia {version} built by DKMS for {kernel} ({built.name if built else ''}), host userspace {version}"
 
     def dkms_module(self, version: str, kernel: str) -> Path | None:
-        base = self.root / "var/lib/dkms/nvidia" / version / kernel
-        found = sorted(p for p in base.glob("*/module/*") if MODULE_FILE.match(p.name))
-        return found[0] if found else None
+        """The module file of DKMS's finished build of ``version`` for ``kernel`` (a ``.tmp_ARCH_XXXXXX`` directory
+        a failed build left is none: facts.dkms_tree_builds)."""
+        found = dkms_tree_builds(self.root, version, kernel)
+        return found[0].module if found else None
 
     def installed_module(self, kernel: str) -> Path | None:
         found = sorted(p for p in (self.root / "lib/modules" / kernel / "updates/dkms").glob("nvidia.ko*")
