@@ -14,9 +14,12 @@ import pytest
 
 from labwright import snapshots
 from labwright.errors import OperationTimeout
+from labwright.guests.lxd import LxdBackend
+from labwright.guests.model import spec_from_data
 from labwright.hostnames import parse_host_name
+from labwright.lab import lab as lab_ops
 from labwright.snapshots.lxd import LxdSnapshots
-from labwright.testing.lab_fixture import Lab
+from labwright.testing.lab_fixture import TEMPLATE, Lab
 from labwright.testing.pyinfra_output import pyinfra_totals
 from labwright.testing.waiting import wait_for
 from support.health_poll import Poller
@@ -90,6 +93,13 @@ def test_snapshot_required_takes_the_copy_saying_its_size_and_downtime_first(lab
 def test_a_guest_left_frozen_is_thawed_before_the_next_snapshot_and_said(lab, service):
     lab.client.set_state(service.name, "freeze")
     assert lab.client.instance(service.name)["status"] == "Frozen"
+    # `lab status` and `guest show` say it, and how to thaw it
+    row = next(r for r in lab_ops.status(lab.spec, lab.client) if r.name == service.name)
+    assert row.state.startswith("Frozen") and "with no LXD operation on it" in row.note
+    assert f"`lxc start {service.name}` thaws it" in row.note
+    spec = spec_from_data(f"@lxd/{service.name}", {"backend": "lxd", "clone": TEMPLATE, "profiles": ["lwtest"]})
+    shown = LxdBackend(lab.client).show(spec)
+    assert shown["status"] == "Frozen" and any("Frozen with no LXD operation" in w for w in shown["warnings"])
     result = snapshots.take(f"@lxd/{service.name}", "left-frozen")
     assert lab.client.instance(service.name)["status"] == "Running"
     assert any("was Frozen with no LXD operation on it" in w and "thawed it" in w for w in result.warnings), \

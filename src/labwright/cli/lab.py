@@ -56,6 +56,9 @@ def status(
     stdout.print(table(f"lab {spec.name} (bridge {spec.bridge} {spec.subnet})",
                        ["container", "state", "address", "image", "age"],
                        [[r.name, r.state, r.address, r.image, r.age] for r in rows]))
+    for row in rows:
+        if row.note:
+            stdout.print(f"{row.name}: {row.note}", markup=False)
 
 
 @app.command()

@@ -37,6 +37,7 @@ from labwright.guests.lxd_render import (
 from labwright.guests.model import Change, GuestSpec, Plan
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import load_client_config, resolve_endpoint
+from labwright.snapshots.lxd import freeze_note
 
 
 class LxdBackend(GuestBackend):
@@ -345,6 +346,10 @@ class LxdBackend(GuestBackend):
             missing, warnings = plan.missing_nodes, plan.warnings
         except BadInput as exc:  # show is read-only: report what apply would refuse instead of failing
             drift, problem = None, str(exc)
+        frozen = freeze_note(self.client, spec.name, str(current.get("status") or ""),
+                             "incus" if spec.host.startswith("@incus/") else "lxc")
+        if frozen:
+            warnings = [frozen, *warnings]
         info.update({
             "status": current.get("status"), "managed": (current.get("config") or {}).get(MARKER_KEY) == spec.name,
             "profiles": current.get("profiles"), "addresses": addresses,

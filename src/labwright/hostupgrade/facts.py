@@ -170,7 +170,7 @@ def gpu_guests(client: LxdClient, root: Path) -> list[GuestFacts]:
         snaps = LxdSnapshots(LxdName("lxd", None, name), client=client)
         support = snaps.support()
         found.append(GuestFacts(name, running, userspace, support.supported, support.storage,
-                                support.reason, services))
+                                support.reason, services, snapshot_freezes=support.freezes_running))
     return sorted(found, key=lambda g: g.name)
 
 

@@ -27,6 +27,8 @@ class GuestFacts:
     storage: str = ""
     no_snapshot_reason: str = ""
     services: tuple[str, ...] = ()
+    #: Its snapshot is a full copy taken with the running guest frozen (LXD's dir pool): said in the plan.
+    snapshot_freezes: bool = False
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,10 @@ def make_plan(facts: NodeFacts, wanted: str | None = None, pin_kernel: bool = Fa
                                     f"{headers_package(facts.new_kernel)}) or pass --pin-kernel to keep "
                                     f"{facts.running_kernel}")
     for g in facts.guests:
-        steps.append(Step("snapshot", g.name, f"snapshot {g.name} on {g.storage} (labwright-host-upgrade-<time>)"))
+        cost = (": a full copy with the guest frozen until it ends, its services do not answer meanwhile (the "
+                "upgrade restarts them anyway)") if g.snapshot_freezes and g.running else ""
+        steps.append(Step("snapshot", g.name, f"snapshot {g.name} on {g.storage} (labwright-host-upgrade-<time>)"
+                          + cost))
     steps.append(Step("host-driver", facts.node, f"install nvidia {target} on the host "
                       f"(NVIDIA-Linux-x86_64-{target}.run --dkms; was {facts.driver or 'none'})"))
     steps.append(Step("boot-unit", facts.node, "install labwright-nvidia-uvm.service: every node the guests pass "

@@ -24,6 +24,7 @@ from labwright.lab.daemon import ensure_daemon
 from labwright.lab.keys import ensure_lab_key
 from labwright.lab.spec import LabSpec
 from labwright.lxd.client import LxdClient
+from labwright.snapshots.lxd import freeze_note
 from labwright.ui import Reporter
 
 LAB_KEY = "user.labwright.lab"
@@ -206,6 +207,8 @@ class ContainerRow:
     address: str
     image: str
     age: str
+    #: A line about the state where it needs one (a guest left Frozen: what holds it, how to thaw it).
+    note: str = ""
 
 
 def instance_address(client: LxdClient, name: str) -> str | None:
@@ -368,6 +371,7 @@ def status(spec: LabSpec, client: LxdClient | None = None) -> list[ContainerRow]
             address=(instance_address(client, inst["name"]) or "-") if running else "-",
             image=config.get(IMAGE_KEY, config.get("image.description", "?")),
             age=_age(inst.get("created_at", "")),
+            note=freeze_note(client, inst["name"], str(inst["status"])),
         ))
     for name in sorted(declared - {r.name for r in rows}):
         rows.append(ContainerRow(name, "absent", "-", "-", "-"))

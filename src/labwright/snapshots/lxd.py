@@ -71,6 +71,34 @@ _VANISHED = re.compile(r"lstat .*: no such file or directory")
 VANISHED_FILE_TRIES = 3
 
 
+def operations_on(client: LxdClient, instance: str) -> list[dict[str, Any]]:
+    """LXD's running operations that name ``instance`` among their resources."""
+    ops = client.request("GET", "/1.0/operations", params={"recursion": 1}) or {}
+    path = f"/1.0/instances/{instance}"
+    found = []
+    for op in (ops.get("running") or []) if isinstance(ops, dict) else []:
+        resources = (op.get("resources") or {}).get("instances") or []
+        if any(str(r).split("?", 1)[0] == path for r in resources):
+            found.append(op)
+    return found
+
+
+def freeze_note(client: LxdClient, instance: str, status: str, tool: str = "lxc") -> str:
+    """One line for a guest whose status is Frozen or Freezing (its services do not answer): what holds it, and
+    how to thaw it when nothing does; "" for any other status."""
+    if status not in FROZEN_STATES:
+        return ""
+    try:
+        held = operations_on(client, instance)
+    except LxdError:
+        held = []
+    if held:
+        what = ", ".join(sorted({str(op.get("description") or "an operation") for op in held}))
+        return f"{status} by LXD's running {what}: its services do not answer until it ends"
+    return (f"{status} with no LXD operation on it (a snapshot that did not finish, or `{tool} pause`): its services "
+            f"do not answer; `{tool} start {instance}` thaws it")
+
+
 def _created(value: Any) -> datetime | None:
     if not value:
         return None
@@ -122,15 +150,7 @@ class LxdSnapshots(SnapshotBackend):
         return str(self._instance().get("status") or "")
 
     def _operations_on(self) -> list[dict[str, Any]]:
-        """LXD's running operations that name this instance among their resources."""
-        ops = self.client.request("GET", "/1.0/operations", params={"recursion": 1}) or {}
-        path = f"/1.0/instances/{self.name.instance}"
-        found = []
-        for op in (ops.get("running") or []) if isinstance(ops, dict) else []:
-            resources = (op.get("resources") or {}).get("instances") or []
-            if any(str(r).split("?", 1)[0] == path for r in resources):
-                found.append(op)
-        return found
+        return operations_on(self.client, self.name.instance)
 
     def _freezer(self) -> Path | None:
         """The local cgroup freezer file of this container, None for a remote daemon or a cgroup not found."""
@@ -156,26 +176,45 @@ class LxdSnapshots(SnapshotBackend):
         return True
 
     def thaw(self, why: str) -> str:
-        """Thaw a guest left Frozen or Freezing; return the one line that says what was found and done."""
+        """Thaw a guest left Frozen or Freezing; return the one line that says what was found and done.
+
+        A Freezing guest is never thawed by writing THAWED: liblxc's freeze polls the freezer until it reads FROZEN,
+        so LXD's operation would then wait for ever (found by this module's own test, on LXD 5.0.2 with the cgroup v1
+        freezer). The freeze is completed first (FROZEN written again, what unsticks a task caught mid-fork), then
+        the guest is unfrozen through LXD; LXD goes on copying with the guest running, and its snapshot succeeds."""
         status = self.status()
         if status not in FROZEN_STATES:
             return ""
-        if status == "Frozen":
-            try:
-                self.client.set_state(self.name.instance, "unfreeze")
-                done = "thawed it"
-            except LxdError as exc:
-                done = "thawed its freezer cgroup" if self._write_freezer(False) else f"thawing failed ({exc})"
-        elif self._write_freezer(False):
-            done = "thawed its freezer cgroup"
-        else:
-            tool = "incus" if self.name.flavour == "incus" else "lxc"
-            done = (f"it cannot be thawed from here: on its host write THAWED to "
-                    f"/sys/fs/cgroup/freezer/lxc.payload.{self.name.instance}/freezer.state, or `{tool} restart "
-                    f"--force {self.name.instance}`")
-        note = f"{self.label} was {status} {why}: {done}"
+        found = status
+        tool = "incus" if self.name.flavour == "incus" else "lxc"
+        if status == "Freezing":
+            if self._write_freezer(True):
+                status = self._status_after_freezing()
+            if status == "Freezing":
+                note = (f"{self.label} was Freezing {why}: it cannot be completed from here: on its host write FROZEN "
+                        f"to /sys/fs/cgroup/freezer/lxc.payload.{self.name.instance}/freezer.state (then "
+                        f"`{tool} start {self.name.instance}` thaws it)")
+                self.notes.append(note)
+                return note
+        try:
+            self.client.set_state(self.name.instance, "unfreeze")
+            done = "thawed it"
+        except LxdError as exc:
+            # LXD says Frozen, so liblxc waits on nothing: the cgroup can be thawed directly.
+            done = "thawed its freezer cgroup" if self._write_freezer(False) else f"thawing failed ({exc})"
+        note = f"{self.label} was {found} {why}: {done}"
         self.notes.append(note)
         return note
+
+    def _status_after_freezing(self) -> str:
+        """The status once LXD has seen the freeze complete (liblxc polls about once a second), at most
+        FREEZING_STUCK seconds from now."""
+        deadline = time.monotonic() + FREEZING_STUCK
+        while True:
+            status = self.status()
+            if status != "Freezing" or time.monotonic() >= deadline:
+                return status
+            time.sleep(0.2)
 
     def thaw_left_frozen(self) -> str:
         """A guest Frozen or Freezing with no LXD operation on it was left so by a snapshot that never finished

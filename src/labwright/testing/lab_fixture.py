@@ -120,7 +120,7 @@ class Lab:
         inst = self.client.instance_or_none(name)
         if inst is None:
             return
-        if inst["status"] == "Running":
+        if inst["status"] != "Stopped":  # Running, or Frozen by a test (a forced stop thaws it)
             try:
                 self.client.set_state(name, "stop", force=True, timeout=120)
             except LxdError:

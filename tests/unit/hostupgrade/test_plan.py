@@ -123,3 +123,13 @@ def test_a_stopped_guest_is_said_and_carried_through():
     assert plan.notes == ["guest llm3 is stopped: its userspace is not known; the upgrade starts it and installs "
                           "550.54.15 in it"]
     assert ("userspace", "llm3") in [(s.action, s.target) for s in plan.steps]
+
+
+def test_a_snapshot_that_freezes_a_running_guest_for_a_copy_says_so_in_the_plan():
+    copying = GuestFacts("llm1", True, OLD, True, "pool default (dir)", "", ("llama-server",), snapshot_freezes=True)
+    stopped = GuestFacts("llm2", False, None, True, "pool default (dir)", "", (), snapshot_freezes=True)
+    cow = GuestFacts("llm3", True, OLD, True, "pool fast (btrfs)", "", ("llama-server",))
+    plan = make_plan(facts(guests=(copying, stopped, cow)))
+    detail = {s.target: s.detail for s in plan.steps if s.action == "snapshot"}
+    assert "a full copy with the guest frozen until it ends" in detail["llm1"]
+    assert "frozen" not in detail["llm2"] and "frozen" not in detail["llm3"]

@@ -25,13 +25,16 @@ RUNNING = {"status_code": 103, "status": "Running", "description": "Snapshotting
 
 
 class Scripted(LxdClient):
-    """An LxdClient whose requests are answered from a script; the clock moves by the wait asked for."""
+    """An LxdClient whose requests are answered from a script; the clock moves by the wait asked for (and 0.2 s per
+    status read). The instance's status is ``status()`` of the test's model of LXD."""
 
-    def __init__(self, waits: list[Any], statuses: list[str] | None = None):
+    def __init__(self, waits: list[Any], status: Any = "Running"):
         super().__init__(Endpoint(socket_path="/nonexistent/unix.socket"))
-        self.waits, self.statuses = list(waits), list(statuses or [])
+        self.waits = list(waits)
+        self.status = status if callable(status) else (lambda: status)
         self.asked: list[tuple[str, str, Any]] = []
         self.now = 1000.0
+        self.unfrozen = False
 
     def request(self, method, path, json_body=None, params=None, wait=True):  # type: ignore[override]
         self.asked.append((method, path, params if params is not None else json_body))
@@ -46,11 +49,13 @@ class Scripted(LxdClient):
         if path == "/1.0/operations":
             return {"running": []}
         if method == "PUT" and path.endswith("/state"):
-            self.statuses.insert(0, "Running")
+            if self.status() != "Frozen":
+                raise LxdError("The container is already running")  # LXD's Unfreeze checks IsFrozen
+            self.unfrozen = True
             return None
         if method == "GET" and path.startswith("/1.0/instances/"):
-            status = self.statuses.pop(0) if len(self.statuses) > 1 else (self.statuses or ["Running"])[0]
-            return {"name": "g1", "status": status}
+            self.now += 0.2
+            return {"name": "g1", "status": "Running" if self.unfrozen else self.status()}
         raise AssertionError(f"unexpected {method} {path}")
 
 
@@ -112,46 +117,74 @@ def backend(client: Scripted, tmp_path: Path, timeout: float = 60) -> LxdSnapsho
                         freezer_root=str(tmp_path))
 
 
-def test_a_freeze_that_hangs_is_asked_again_then_thawed_at_the_deadline(clock, tmp_path, monkeypatch):
+def stuck_until_frozen_is_written(state: Path):
+    """LXD as it was seen: Freezing while liblxc polls a freezer that a task caught mid-fork keeps FREEZING, Frozen
+    once FROZEN is written to it again (and the first second of any freeze is Freezing too)."""
+    started: list[bool] = []
+
+    def status() -> str:
+        if not started:
+            started.append(True)
+            return "Running"
+        return "Frozen" if state.read_text().strip() == "FROZEN" else "Freezing"
+
+    return status
+
+
+def test_a_freeze_that_hangs_is_asked_again_then_thawed_through_lxd_at_the_deadline(clock, tmp_path):
     state = freezer(tmp_path)
-    client = clock["client"] = Scripted([], statuses=["Running", "Freezing"])
+    client = clock["client"] = Scripted([], status=stuck_until_frozen_is_written(state))
     snaps = backend(client, tmp_path, timeout=60)
-    written: list[str] = []
-    real_write = Path.write_text
-
-    def record(self, text, *a, **k):
-        if self == state:
-            written.append(text)
-        return real_write(self, text, *a, **k)
-
-    monkeypatch.setattr(Path, "write_text", record)
     with pytest.raises(OperationTimeout) as caught:
         snaps.create("labwright-x-20261127T000000Z", "")
-    assert written[0] == "FROZEN"  # asked again once, FREEZING_STUCK seconds in
-    assert written[-1] == "THAWED"
+    assert state.read_text() == "FROZEN"  # never THAWED under liblxc's poll: LXD's operation would never end
     assert any("stayed Freezing" in note and "asked again" in note for note in snaps.notes)
+    assert ("PUT", "/1.0/instances/g1/state", {"action": "unfreeze", "force": False, "timeout": 30}) in client.asked
     message = str(caught.value)
-    assert "did not finish within 60 s" in message and "was Freezing" in message and "thawed its freezer" in message
+    assert "did not finish within 60 s" in message and "was Frozen by snapshot" in message and "thawed it" in message
     assert "\n" not in message
 
 
+def test_a_freeze_left_hanging_at_the_deadline_is_completed_then_thawed(clock, tmp_path):
+    state = freezer(tmp_path)
+    client = clock["client"] = Scripted([], status=stuck_until_frozen_is_written(state))
+    snaps = backend(client, tmp_path, timeout=5)  # the deadline comes before FREEZING_STUCK
+    with pytest.raises(OperationTimeout, match="was Freezing by snapshot .*: thawed it"):
+        snaps.create("labwright-x-20261127T000000Z", "")
+    assert state.read_text() == "FROZEN" and client.unfrozen
+
+
+def test_a_freeze_that_cannot_be_reached_is_never_thawed_half_way(clock, tmp_path):
+    client = clock["client"] = Scripted([], status="Freezing")  # no freezer file: a remote daemon's guest
+    with pytest.raises(OperationTimeout, match="cannot be completed from here: on its host write FROZEN"):
+        backend(client, tmp_path, timeout=5).create("labwright-x-20261127T000000Z", "")
+    assert not client.unfrozen
+
+
 def test_a_frozen_guest_at_the_deadline_is_unfrozen_through_the_api(clock, tmp_path):
-    client = clock["client"] = Scripted([], statuses=["Running", "Frozen"])
+    seen: list[str] = []
+
+    def status() -> str:
+        seen.append("x")
+        return "Running" if len(seen) == 1 else "Frozen"
+
+    client = clock["client"] = Scripted([], status=status)
     with pytest.raises(OperationTimeout, match="was Frozen by snapshot .* thawed it"):
         backend(client, tmp_path, timeout=5).create("labwright-x-20261127T000000Z", "")
-    assert ("PUT", "/1.0/instances/g1/state", {"action": "unfreeze", "force": False, "timeout": 30}) in client.asked
+    assert client.unfrozen
 
 
 def test_a_remote_guest_left_freezing_gets_the_command_for_its_host(clock, tmp_path):
-    client = clock["client"] = Scripted([], statuses=["Freezing"])
+    freezer(tmp_path)  # the path exists here, but the daemon is remote: its guest's cgroup is elsewhere
+    client = clock["client"] = Scripted([], status="Freezing")
     client.endpoint = Endpoint(url="https://127.0.0.1:8443")
     snaps = backend(client, tmp_path)
     note = snaps.thaw_left_frozen()
-    assert "cannot be thawed from here" in note and "freezer.state" in note and "\n" not in note
+    assert "cannot be completed from here" in note and "freezer.state" in note and "\n" not in note
 
 
 def test_a_guest_frozen_by_a_running_operation_is_left_to_it(clock, tmp_path):
-    client = clock["client"] = Scripted([], statuses=["Frozen"])
+    client = clock["client"] = Scripted([], status="Frozen")
     client.request = lambda method, path, json_body=None, params=None, wait=True: (  # type: ignore[method-assign]
         {"running": [{"resources": {"instances": ["/1.0/instances/g1"]}}]} if path == "/1.0/operations"
         else {"name": "g1", "status": "Frozen"})
@@ -161,3 +194,21 @@ def test_a_guest_frozen_by_a_running_operation_is_left_to_it(clock, tmp_path):
 def test_defaults_are_bounded():
     assert 0 < lxd_snapshots.SNAPSHOT_TIMEOUT <= 3600 and 0 < LxdClient.operation_timeout <= 7200
     assert 0 < lxd_snapshots.FREEZING_STUCK < lxd_snapshots.SNAPSHOT_TIMEOUT
+
+
+@pytest.mark.parametrize("status, running_ops, needles", [
+    ("Running", [], []),
+    ("Stopped", [], []),
+    ("Frozen", [], ["Frozen with no LXD operation on it", "`lxc start g1` thaws it"]),
+    ("Freezing", [{"description": "Snapshotting instance", "resources": {"instances": ["/1.0/instances/g1"]}}],
+     ["Freezing by LXD's running Snapshotting instance", "until it ends"]),
+    ("Frozen", [{"description": "Snapshotting instance", "resources": {"instances": ["/1.0/instances/other"]}}],
+     ["Frozen with no LXD operation on it"]),
+])
+def test_freeze_note_says_what_holds_a_guest_and_how_to_thaw_it(status, running_ops, needles):
+    client = Scripted([])
+    client.request = lambda method, path, json_body=None, params=None, wait=True: (  # type: ignore[method-assign]
+        {"running": running_ops} if path == "/1.0/operations" else None)
+    note = lxd_snapshots.freeze_note(client, "g1", status)
+    assert (note == "") == (not needles)
+    assert all(n in note for n in needles) and "\n" not in note
