@@ -33,3 +33,23 @@ def test_a_worker_count_that_is_not_1_to_99_is_one_line_exit_2(workers):
     assert result.returncode == 2 and result.stdout == "", result
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("✗ test: LABWRIGHT_TEST_WORKERS=") and "set 1-99" in lines[0], lines
+
+
+def test_a_test_that_waits_for_ever_is_failed_by_the_suites_own_bound(tmp_path):
+    """pyproject's [tool.pytest.ini_options] timeout (pytest-timeout) holds in xdist workers too: a test blocked on
+    something that never comes fails with its stack, and the run goes on to the next test."""
+    import sys
+    import tomllib
+
+    bound = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["timeout"]
+    assert 60 <= int(bound) <= 3600
+    (tmp_path / "test_stuck.py").write_text(
+        "import threading\n\n"
+        "def test_waits_for_ever():\n    threading.Event().wait()\n\n"
+        "def test_after_it():\n    assert True\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 2\n")  # the suite's key, at a bound a test can wait
+    for parallel in ([], ["-n", "2"]):
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel,
+                              str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1, run.stdout[-2000:]
+        assert "Timeout" in run.stdout and "1 failed, 1 passed" in run.stdout, run.stdout[-2000:]
