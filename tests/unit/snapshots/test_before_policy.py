@@ -150,3 +150,29 @@ def test_a_broken_rates_cache_is_replaced_not_fatal(tmp_path, monkeypatch):
 
 def test_not_a_container_has_nothing_to_snapshot():
     assert before("@local", "x").name is None
+
+
+def test_snapshot_required_on_storage_that_cannot_snapshot_is_refused_naming_pool_and_driver(monkeypatch):
+    """The stack switch yields required_check_command first (before its bundle and build): the refusal comes before
+    the switch starts."""
+    from pyinfra.api.exceptions import OperationError
+
+    from labwright.snapshots.deploy import _refuse_unsupported, required_check_command
+
+    backend = Backend(SUPPORTS["none"], True)
+    monkeypatch.setattr(snapshots, "backend_for", lambda *a, **k: backend)
+
+    class Host:
+        name = "@lxd/g1"
+        data = {"snapshot_required": True}
+
+    commands = list(required_check_command(Host()))
+    assert len(commands) == 1 and commands[0].function is _refuse_unsupported
+    with pytest.raises(OperationError) as caught:
+        commands[0].function(None, None, *commands[0].args)
+    message = str(caught.value)
+    assert message.startswith("snapshot_required: @lxd/g1: snapshots are not possible here")
+    assert "pool p" in message and "'cephfs'" in message and "\n" not in message
+    assert "create" not in backend.events
+    Host.data = {"snapshot_required": False}
+    assert list(required_check_command(Host())) == []
