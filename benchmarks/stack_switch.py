@@ -179,28 +179,26 @@ def stats(rows: list[tuple[float, float]]) -> tuple[float, float, float, float]:
     return statistics.median(downs), min(downs), max(downs), statistics.median(r[1] for r in rows)
 
 
-def report(driver: str, results: dict[str, list[tuple[float, float]]], args: argparse.Namespace) -> list[str]:
-    """Print one driver's table; return its verdict lines."""
-    switch = stats(results["switch"])
-    print(f"\nStorage driver {driver}: service downtime, stand-in engine ({args.rounds} switches each, torch wheel "
-          f"{args.torch_mb} MB, /health polled every 10 ms from the host)\n")
-    print(f"{'method':<58} {'downtime median':>16} {'min':>8} {'max':>8} {'command':>9}")
-    rows = [("labwright stack switch (build+verify beside, swap, restart)", switch),
-            ("seed in-place, cold: stop; uv pip install URLs; start", stats(results["cold"])),
-            ("seed in-place, warm uv cache: stop; uv pip install; start", stats(results["warm"]))]
+def downtime_table(driver: str, title: str, rows: list[tuple[str, tuple[float, float, float, float]]],
+                   width: int = 58) -> list[str]:
+    """Print one driver's downtime table (the first row is labwright's switch, the others what it replaces);
+    return its verdict lines against the 20x target."""
+    print(f"\nStorage driver {driver}: {title}\n")
+    print(f"{'method':<{width}} {'downtime median':>16} {'min':>8} {'max':>8} {'command':>9}")
     for label, (median, low, high, command) in rows:
-        print(f"{label:<58} {median:>14.3f} s {low:>6.3f} s {high:>6.3f} s {command:>7.1f} s")
+        print(f"{label:<{width}} {median:>14.3f} s {low:>6.3f} s {high:>6.3f} s {command:>7.1f} s")
+    switch = rows[0][1][0]
     verdicts = []
     for label, (median, *_rest) in rows[1:]:
-        ratio = median / max(switch[0], 1e-3)
+        ratio = median / max(switch, 1e-3)
         verdicts.append(f"{driver}: ratio {label.split(':')[0]} / switch: {ratio:.1f}x "
                         f"({'meets' if ratio >= 20 else 'below'} the 20x target)")
     return verdicts
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=4, help="switches per method (alternating 2.10 / 2.9)")
+def driver_args(parser: argparse.ArgumentParser, name: str) -> tuple[argparse.Namespace, list[str]] | None:
+    """The options both downtime benchmarks take; None (after one line on stderr) for a bad value."""
+    parser.add_argument("--rounds", type=int, default=4, help="changes per method (alternating 2.10 / 2.9)")
     parser.add_argument("--torch-mb", type=int, default=900, help="stand-in torch wheel size (0: tiny)")
     parser.add_argument("--drivers", default="dir,btrfs,zfs",
                         help="storage drivers to measure on, comma-separated (those the host cannot make are said "
@@ -209,11 +207,18 @@ def main() -> int:
     args = parser.parse_args()
     drivers = [d.strip() for d in args.drivers.split(",") if d.strip()]
     unknown = sorted(set(drivers) - {"dir", "btrfs", "zfs", "lvm"})
-    if unknown or not 1 <= args.rounds <= 50 or not 0 <= args.torch_mb <= 4096:
-        print(f"✗ stack_switch: --drivers takes dir, btrfs, zfs, lvm (got {', '.join(unknown) or args.drivers}); "
-              "--rounds 1-50; --torch-mb 0-4096", file=sys.stderr)
-        return 2
+    if unknown or not drivers or not 1 <= args.rounds <= 50 or not 0 <= args.torch_mb <= 4096:
+        print(f"✗ {name}: --drivers takes dir, btrfs, zfs, lvm (got {args.drivers!r}); --rounds 1-50; "
+              "--torch-mb 0-4096", file=sys.stderr)
+        return None
+    return args, drivers
 
+
+def main() -> int:
+    parsed = driver_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]), "stack_switch")
+    if parsed is None:
+        return 2
+    args, drivers = parsed
     stacks = stacks_for(args.torch_mb)
     lab = ensure_test_lab()
     verdicts: list[str] = []
@@ -221,7 +226,12 @@ def main() -> int:
         if skipped:
             print(f"\nStorage driver {driver}: not measured: {skipped}")
             continue
-        verdicts += report(driver, run_driver(lab, stacks, args, driver, pool), args)
+        results = run_driver(lab, stacks, args, driver, pool)
+        verdicts += downtime_table(driver, f"service downtime, stand-in engine ({args.rounds} switches each, torch "
+                                   f"wheel {args.torch_mb} MB, /health polled every 10 ms from the host)", [
+            ("labwright stack switch (build+verify beside, swap, restart)", stats(results["switch"])),
+            ("seed in-place, cold: stop; uv pip install URLs; start", stats(results["cold"])),
+            ("seed in-place, warm uv cache: stop; uv pip install; start", stats(results["warm"]))])
     print()
     for line in verdicts:
         print(line)

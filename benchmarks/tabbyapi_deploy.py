@@ -36,7 +36,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _support  # noqa: F401  (tests/support on sys.path)
-from stack_switch import Poller, pools_for, stacks_for, stats, uv_binary  # same poller, pools, wheels, uv
+from stack_switch import (  # the same poller, pools, wheels, uv and table
+    Poller,
+    downtime_table,
+    driver_args,
+    pools_for,
+    stacks_for,
+    stats,
+    uv_binary,
+)
 
 from labwright.testing.lab_fixture import ensure_test_lab
 from support.tabbyapi_lab import WHEELHOUSE, RepoServer, TabbyGuest, bridge_address, lab_subnet
@@ -125,18 +133,10 @@ def run_driver(lab, stacks, args: argparse.Namespace, driver: str,  # type: igno
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=4, help="stack changes per method (alternating 2.10 / 2.9)")
-    parser.add_argument("--torch-mb", type=int, default=900, help="stand-in torch wheel size (0: tiny)")
-    parser.add_argument("--drivers", default="dir,btrfs,zfs",
-                        help="storage drivers to measure on, comma-separated (as benchmarks/stack_switch.py)")
-    parser.add_argument("--keep-container", action="store_true")
-    args = parser.parse_args()
-    drivers = [d.strip() for d in args.drivers.split(",") if d.strip()]
-    if set(drivers) - {"dir", "btrfs", "zfs", "lvm"} or not 1 <= args.rounds <= 50:
-        print("✗ tabbyapi_deploy: --drivers takes dir, btrfs, zfs, lvm; --rounds 1-50", file=sys.stderr)
+    parsed = driver_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]), "tabbyapi_deploy")
+    if parsed is None:
         return 2
-
+    args, drivers = parsed
     stacks = stacks_for(args.torch_mb)
     lab = ensure_test_lab()
     verdicts: list[str] = []
@@ -149,20 +149,12 @@ def main() -> int:
         print(f"\nStorage driver {driver}: deploys/tabbyapi.py no-change re-run: median {rerun:.2f} s of "
               f"{len(reruns)} ({', '.join(f'{r:.2f}' for r in reruns)} s; 0 changes each) - target < 10 s: "
               f"{'met' if rerun < 10 else 'MISSED'}")
-        switch = stats(results["switch"])
-        print(f"Storage driver {driver}: service downtime, tabbyAPI stand-in ({args.rounds} stack changes each, "
-              f"torch wheel {args.torch_mb} MB, /health polled every 10 ms from the host)\n")
-        print(f"{'method':<62} {'downtime median':>16} {'min':>8} {'max':>8} {'command':>9}")
-        rows = [("deploys/tabbyapi.py stack= (switch beside, swap, restart)", switch),
-                ("seed stop-reinstall-start, cold: stop; uv pip install URLs; start", stats(results["cold"])),
-                ("seed stop-reinstall-start, warm uv cache: stop; uv install; start", stats(results["warm"]))]
-        for label, (median, low, high, command) in rows:
-            print(f"{label:<62} {median:>14.3f} s {low:>6.3f} s {high:>6.3f} s {command:>7.1f} s")
         verdicts.append(f"{driver}: no-change re-run {rerun:.2f} s ({'met' if rerun < 10 else 'MISSED'})")
-        for label, (median, *_rest) in rows[1:]:
-            ratio = median / max(switch[0], 1e-3)
-            verdicts.append(f"{driver}: ratio {label.split(':')[0]} / stack= switch: {ratio:.1f}x "
-                            f"({'meets' if ratio >= 20 else 'below'} the 20x target)")
+        verdicts += downtime_table(driver, f"service downtime, tabbyAPI stand-in ({args.rounds} stack changes each, "
+                                   f"torch wheel {args.torch_mb} MB, /health polled every 10 ms from the host)", [
+            ("deploys/tabbyapi.py stack= (switch beside, swap, restart)", stats(results["switch"])),
+            ("seed stop-reinstall-start, cold: stop; uv pip install URLs; start", stats(results["cold"])),
+            ("seed stop-reinstall-start, warm uv cache: stop; uv install; start", stats(results["warm"]))], width=62)
     print()
     for line in verdicts:
         print(line)
