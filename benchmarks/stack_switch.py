@@ -189,10 +189,12 @@ def downtime_table(driver: str, title: str, rows: list[tuple[str, tuple[float, f
         print(f"{label:<{width}} {median:>14.3f} s {low:>6.3f} s {high:>6.3f} s {command:>7.1f} s")
     switch = rows[0][1][0]
     verdicts = []
-    for label, (median, *_rest) in rows[1:]:
+    for index, (label, (median, *_rest)) in enumerate(rows[1:]):
         ratio = median / max(switch, 1e-3)
-        verdicts.append(f"{driver}: ratio {label.split(':')[0]} / switch: {ratio:.1f}x "
-                        f"({'meets' if ratio >= 20 else 'below'} the 20x target)")
+        # The target is against the field note's own procedure (the cold row); a warm uv cache is for reference.
+        verdict = ("meets the 20x target" if ratio >= 20 else "MISSES the 20x target") if index == 0 else \
+            "for reference, not the target"
+        verdicts.append(f"{driver}: ratio {label.split(':')[0]} / switch: {ratio:.1f}x ({verdict})")
     return verdicts
 
 
@@ -237,7 +239,7 @@ def main() -> int:
         print(line)
     print("\n'command' is the whole command's wall time (for the switch: pyinfra start-up, bundle, build and verify "
           "while the service keeps answering).")
-    return 0 if verdicts and all("meets" in v for v in verdicts) else 1
+    return 0 if verdicts and not any("MISSES" in v for v in verdicts) else 1
 
 
 if __name__ == "__main__":
