@@ -21,6 +21,10 @@ b4d500f; tests/conformance/nvidia-installer/):
   kernel.  ...", kernel.c L1712-1720) and the silent default answer aborts; before (470: kernel.c L1555-1570) it is
   an ERROR ("... appears to already be loaded in your kernel.  ..."). So where no ERROR but the closing one names the
   failure, the last WARNING before it does.
+- An option it does not know stops it before anything, with no log written: the option parser's own line
+  ``./nvidia-installer: unrecognized option: "--X"`` (no prefix; common-utils/nvgetopt.c L246, 302.17: L192), then
+  ``ERROR: Invalid commandline, please run `./nvidia-installer --help` for usage information.`` (nvidia-installer.c
+  L635-639, 535.216.01: L575-578). Both are quoted (``unrecognized option: "--X"`` first); ``commandline`` says so.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ DEFAULT_LOG = "/var/log/nvidia-installer.log"
 _PREFIXES = ("ERROR: ", "WARNING: ", "-> ")
 _CLOSING = re.compile(r"^Installation has failed\.")
 _NAMED_LOG = re.compile(r"Please see the file '([^']+)' for details")
+#: nvgetopt's line for an option the installer does not know (or one without a dash), before its ERROR.
+_OPTION = re.compile(r'^\S*nvidia-installer: ((?:unrecognized|invalid) option: ".*")$')
+_COMMANDLINE = re.compile(r"^Invalid commandline\b")
 _WIDTH = 240  # characters quoted of one message
 
 
@@ -44,6 +51,11 @@ class InstallerFailure:
     errors: tuple[str, ...]
     warning: str | None
     log: str | None
+
+    @property
+    def commandline(self) -> bool:
+        """It stopped at its command line (an option it does not know): nothing done, no log written."""
+        return any(_COMMANDLINE.match(e) for e in self.errors)
 
     def said(self) -> str:
         """The one-line quote, or "" when the output names no failure."""
@@ -63,6 +75,11 @@ def messages(text: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     current: list[str] | None = None
     for line in text.splitlines():
+        option = _OPTION.match(line)
+        if option:
+            current = None
+            found.append(("ERROR", option.group(1)))
+            continue
         prefix = next((p for p in _PREFIXES if line.startswith(p)), None)
         if prefix is not None:
             current = None

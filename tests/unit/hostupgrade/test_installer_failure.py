@@ -6,13 +6,14 @@ wrapped and indented to the prefix on a terminal, a message's text going on afte
 from __future__ import annotations
 
 import textwrap
+from typing import cast
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from labwright.errors import OperationFailed
-from labwright.hosts import Result
+from labwright.hosts import Host, Result
 from labwright.hostupgrade.installer import failure, guest_installer_said, read_failure
 from labwright.hostupgrade.realhost import CommandHost
 
@@ -59,7 +60,7 @@ def test_the_log_the_installer_names_is_read_and_pointed_at(tmp_path):
         "ERROR: An error occurred while performing the step: \"Building kernel modules\". See /root/nvidia-590.log "
         "for details.\n-> The command `make` failed with the following output:\n\nERROR: modpost: missing MODULE\n"
         f"ERROR: {CLOSING.format(log='/root/nvidia-590.log')}\n")
-    h = CommandHost(root, root / "var/cache/labwright/nvidia", runner=_Said("/root/nvidia-590.log"))
+    h = CommandHost(root, root / "var/cache/labwright/nvidia", runner=cast(Host, _Said("/root/nvidia-590.log")))
     with pytest.raises(OperationFailed) as info:
         h.install_driver(NEW, RUNNING)
     assert str(info.value).endswith('the installer says: An error occurred while performing the step: "Building '
@@ -115,3 +116,17 @@ def test_the_errors_naming_the_failure_are_quoted_whatever_they_say(first, secon
         assert said.startswith(errors[0][:200])
     else:
         assert said == ("WARNING: An NVIDIA kernel module 'nvidia-uvm' appears to be already loaded." if warn else "")
+
+
+def test_an_option_the_installer_does_not_know_is_quoted_with_its_parser_line():
+    """nvgetopt's own line (no prefix) names the option; the ERROR after it only says the command line was bad."""
+    output = ('./nvidia-installer: invalid option: "silent"\n\nERROR: Invalid commandline, please run '
+              "`./nvidia-installer --help` for usage information.\n\n")
+    found = failure(output, "ERROR: an earlier run's log\n")
+    assert found.errors == ('invalid option: "silent"', "Invalid commandline, please run `./nvidia-installer --help` "
+                            "for usage information.")
+    assert found.commandline and found.log is None
+    # a compiler's complaint in a build log is not the installer's parser
+    logged = read_failure("   cc: error: unrecognized command-line option '-mfoo'\n"
+                          '   make: unrecognized option: "--bar"\n')
+    assert logged.errors == () and not logged.commandline
