@@ -5,9 +5,11 @@ checks what they left, because an exit status is not proof: the installer's ``--
 its own log, and ``systemctl enable`` of a unit without an [Install] target exits 0 having enabled nothing.
 
 - driver: ``sh NVIDIA-Linux-x86_64-VER.run --silent --dkms --kernel-name=BOOT`` with ``BOOT`` the kernel the node
-  boots next. For a kernel other than the running one the installer builds and installs the module for it through
-  DKMS (``dkms add``, ``dkms build -k BOOT``, ``dkms install -k BOOT``) and does not try to load it, so the engines
-  that hold the running module keep running until the reboot. Checked: DKMS's module for BOOT
+  boots next, and ``--allow-installation-with-running-driver`` where VER's installer knows it (545.23.06 and later:
+  every option is chosen by VER, labwright.hostupgrade.installer_options; an older installer with a module loaded is
+  refused before it runs). For a kernel other than the running one the installer builds and installs the module
+  for it through DKMS (``dkms add``, ``dkms build -k BOOT``, ``dkms install -k BOOT``) and does not try to load it,
+  so the engines that hold the running module keep running until the reboot. Checked: DKMS's module for BOOT
   (``/var/lib/dkms/nvidia/VER/BOOT/<arch>/module/nvidia.ko*``), the installed copy in
   ``/lib/modules/BOOT/updates/dkms/``, and the host's ``libcuda.so.VER``. A failure quotes the installer's ERROR
   lines that say what failed (not its closing "Installation has failed.": labwright.hostupgrade.installer) and names
@@ -34,6 +36,7 @@ from labwright.hosts import Host, Result
 from labwright.hosts.local import LocalHost
 from labwright.hostupgrade.facts import MODULE_FILE, dkms_tree_builds, installer_name, running_kernel
 from labwright.hostupgrade.installer import failure, named_log
+from labwright.hostupgrade.installer_options import UNLOAD, installer_args, refusal
 from labwright.hostupgrade.plan import Plan, headers_package
 from labwright.hostupgrade.simhost import HOST_LIBDIR, PIN_FILE
 from labwright.hostupgrade.state import RESUME_UNIT, RESUME_UNIT_PATH, RESUME_WANTS_LINK
@@ -93,7 +96,10 @@ class CommandHost:
         """The driver ``version`` for ``kernel`` (the kernel the node boots next): installer, then the results."""
         installer = self.repository / installer_name(version)
         self.previous = GpuHost(self.root).driver_version()
-        command = installer_command(installer, kernel)
+        cannot = refusal(version, self.previous)
+        if cannot:  # the plan refuses it first (make_plan); never run an installer that stops at its options
+            raise OperationFailed(f"{installer.name} not run: {cannot}")
+        command = installer_command(installer, version, kernel)
         result = self.runner.run(command, timeout=INSTALL_TIMEOUT)
         problems = []
         if not result.ok:
@@ -135,7 +141,12 @@ class CommandHost:
             raise OperationFailed(f"{installer.name} is not in the repository {self.repository}; put it there and "
                                   "run it with --dkms")
         running = running_kernel(self.root)
-        result = self.runner.run(installer_command(installer, running), timeout=INSTALL_TIMEOUT)
+        cannot = refusal(previous, GpuHost(self.root).driver_version())
+        if cannot:
+            by_hand = " ".join(["sh", shlex.quote(str(installer)), *installer_args(previous, running, INSTALLER_LOG)])
+            raise OperationFailed(f"{installer.name} not run: {cannot}; put {previous} back by hand: stop the GPU "
+                                  f"guests, {UNLOAD}, {by_hand}, then reboot")
+        result = self.runner.run(installer_command(installer, previous, running), timeout=INSTALL_TIMEOUT)
         if not result.ok:
             raise OperationFailed(f"{installer.name} --dkms failed (exit {result.rc}): {self._installer_said(result)}")
         self.installed = None
@@ -203,16 +214,19 @@ class CommandHost:
             text = ""
         found = failure(output, text)
         said = found.said()
-        return f"{f'the installer says: {said}' if said else _tail(result)} (log: {found.log or log})"
+        where = "it stopped at its options and wrote no log" if found.commandline else f"log: {found.log or log}"
+        return f"{f'the installer says: {said}' if said else _tail(result)} ({where})"
 
 
-def installer_command(installer: Path, kernel: str) -> str:
-    """The host install: silent (``--ui=none --no-questions``), registered with DKMS, built for ``kernel``, and
-    allowed while the running module is in use (the guests' engines hold it until the reboot: without the flag a
-    silent run takes the default answer, "Abort installation"; nvidia-installer kernel.c
-    check_for_unloaded_kernel_module, which ``--kernel-name`` alone does not skip)."""
-    return (f"sh {shlex.quote(str(installer))} --silent --dkms --kernel-name={shlex.quote(kernel)} "
-            f"--allow-installation-with-running-driver --log-file-name={INSTALLER_LOG}")
+def installer_command(installer: Path, version: str, kernel: str) -> str:
+    """The host install with driver ``version``'s installer: silent (``--ui=none --no-questions``), registered with
+    DKMS, built for ``kernel``, logged to ``INSTALLER_LOG``, and (545.23.06 and later) allowed while the running
+    module is in use (the guests' engines hold it until the reboot: without the flag a silent 545+ run takes the
+    default answer, "Abort installation"; kernel.c check_for_unloaded_kernel_module, which ``--kernel-name`` alone
+    does not skip). Only the options ``version``'s installer knows (labwright.hostupgrade.installer_options): one it
+    does not know stops it at once."""
+    args = " ".join(shlex.quote(arg) for arg in installer_args(version, kernel, INSTALLER_LOG))
+    return f"sh {shlex.quote(str(installer))} {args}"
 
 
 def _tail(result: Result) -> str:

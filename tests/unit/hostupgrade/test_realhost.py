@@ -24,20 +24,23 @@ OLD, NEW = DRIVER_VERSION, "550.54.15"
 RUNNING, NEXT = "6.8.12-4-pve", "6.8.12-9-pve"
 
 
-def tree(root: Path, esp: bool = True, headers: tuple[str, ...] = (RUNNING, NEXT)) -> Path:
+def tree(root: Path, esp: bool = True, headers: tuple[str, ...] = (RUNNING, NEXT), old: str = OLD,
+         new: str = NEW) -> Path:
+    """A node running driver ``old`` (loaded, DKMS-built for the running kernel), ``old``'s and ``new``'s .run in
+    the repository."""
     (root / "proc/sys/kernel").mkdir(parents=True)
     (root / "proc/sys/kernel/osrelease").write_text(RUNNING + "\n")
     (root / "proc/driver/nvidia").mkdir(parents=True)
-    (root / "proc/driver/nvidia/version").write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {OLD}  x\n")
+    (root / "proc/driver/nvidia/version").write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {old}  x\n")
     (root / "etc/systemd/system").mkdir(parents=True)
-    make_node(root, (RUNNING, NEXT), headers, OLD, RUNNING, esp=esp)
+    make_node(root, (RUNNING, NEXT), headers, old, RUNNING, esp=esp)
     libdir = root / "usr/lib/x86_64-linux-gnu"
     libdir.mkdir(parents=True)
-    (libdir / f"libcuda.so.{OLD}").write_bytes(b"old")
-    (libdir / "libcuda.so.1").symlink_to(f"libcuda.so.{OLD}")
+    (libdir / f"libcuda.so.{old}").write_bytes(b"old")
+    (libdir / "libcuda.so.1").symlink_to(f"libcuda.so.{old}")
     repo = root / "var/cache/labwright/nvidia"
     repo.mkdir(parents=True)
-    for version in (OLD, NEW):
+    for version in (old, new):
         (repo / f"NVIDIA-Linux-x86_64-{version}.run").write_text(fake_run_installer(version))
     return root
 
@@ -237,7 +240,8 @@ def test_a_refused_reboot_leaves_nothing_to_resume(tmp_path):
     assert out.message.startswith("systemctl reboot failed (exit 1): Failed to reboot system via logind: Access "
                                   "denied; restored 0/0 guest snapshot(s)"), out.message
     saved = state.load(root)
-    assert saved is not None and saved.phase == state.FAILED and saved.outcome["ok"] is False
+    assert saved is not None and saved.phase == state.FAILED
+    assert saved.outcome is not None and saved.outcome["ok"] is False
     assert not (root / f"etc/systemd/system/{RESUME_UNIT}").exists()
     assert not (root / RESUME_WANTS_LINK.lstrip("/")).is_symlink()
     assert not (root / "var/lib/labwright/host-upgrade.env").exists()
