@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from labwright.errors import BadInput, SafetyCheckFailed
+from labwright.hostupgrade.installer_options import BY_NAME, MODULE_LOADED, UNLOAD, knows, refusal
 
 _VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
 
@@ -109,12 +110,23 @@ def mismatched(facts: NodeFacts) -> list[GuestFacts]:
 
 def make_plan(facts: NodeFacts, wanted: str | None = None, pin_kernel: bool = False,
               fix_mismatched: bool = False) -> Plan:
-    """The ordered steps, or a one-line refusal: BadInput for a version not in the repository, a node with no GPU
-    guest, a guest whose storage cannot snapshot, a running guest whose userspace already differs from the loaded
-    module (unless ``fix_mismatched``: the upgrade then installs the new one in it as in every guest);
+    """The ordered steps, or a one-line refusal: BadInput for a version not in the repository, one whose installer
+    cannot do the host install (no ``--dkms``, or a module loaded and no ``--allow-installation-with-running-driver``:
+    labwright.hostupgrade.installer_options), a node with no GPU guest, a guest whose storage cannot snapshot, a
+    running guest whose userspace already differs from the loaded module (unless ``fix_mismatched``: the upgrade
+    then installs the new one in it as in every guest);
     SafetyCheckFailed for a new kernel without a driver build (unless ``pin_kernel``: the running kernel is pinned
     and booted again)."""
     target = choose_target(facts, wanted)
+    refused = refusal(target, facts.driver)
+    if refused:
+        # The installer would stop at an option it does not know, or at the loaded module: refused before anything.
+        dkms = knows(target, "--dkms")
+        raise BadInput(f"host upgrade to {target}: {refused}; nothing was changed. Give --to a driver of "
+                       f"{BY_NAME[MODULE_LOADED if dkms else '--dkms'].since} or later (add its .run to "
+                       f"{facts.repository}), or install {target} by hand with the GPU guests stopped and the modules "
+                       f"unloaded ({UNLOAD}; sh NVIDIA-Linux-x86_64-{target}.run --silent{' --dkms' if dkms else ''}) "
+                       "and reboot")
     if not facts.guests:
         raise BadInput(f"node {facts.node}: no GPU guest on it (no LXD instance passes this host's /dev/nvidia* "
                        "nodes); nothing to carry through an upgrade: upgrade the driver directly")
@@ -145,6 +157,12 @@ def make_plan(facts: NodeFacts, wanted: str | None = None, pin_kernel: bool = Fa
               f"the upgrade installs {target} in it" for g in facts.guests if g.running and g.userspace is None]
     notes += [f"guest {g.name} is stopped: its userspace is not known; the upgrade starts it and installs {target} "
               "in it" for g in facts.guests if not g.running]
+    if facts.driver is not None and not knows(facts.driver, MODULE_LOADED):
+        notes.append(f"nvidia {facts.driver}'s installer has no {MODULE_LOADED} (added in "
+                     f"{BY_NAME[MODULE_LOADED].since}) and refuses to install while a module is loaded: should the "
+                     f"upgrade fail after the host-driver step, the guests are restored but on a real node "
+                     f"{facts.driver} goes back on the host by hand (stop the GPU guests, {UNLOAD}, sh "
+                     f"NVIDIA-Linux-x86_64-{facts.driver}.run --silent --dkms, reboot)")
     if facts.new_kernel is not None:
         built = target in facts.builds.get(facts.new_kernel, ())
         if built:
