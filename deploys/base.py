@@ -1,7 +1,7 @@
 """Base deploy: timezone, locale, unattended upgrades, an admin user with the lab key, sshd hardening.
 
     pyinfra -y inventories/local.py deploys/base.py
-    pyinfra -y @lxd/lw-node1 deploys/base.py --data unattended_upgrades=true
+    pyinfra -y @lxd/lw-node1 deploys/base.py --data unattended_upgrades=false
     labwright verify base --hosts=lxc://lw-node1
 
 Host data (defaults in labwright.base.deploy_data.DEFAULTS, documented in docs/base.md): admin_user,

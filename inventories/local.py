@@ -28,6 +28,6 @@ lab = (
         "admin_ssh_public_key_file": str(lab_key_path().with_suffix(".pub")),
         "timezone": "Etc/UTC",
         "locale": "en_US.UTF-8",
-        "unattended_upgrades": False,
+        "unattended_upgrades": True,  # security updates on (the default); False turns them off on purpose
     },
 )

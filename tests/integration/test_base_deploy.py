@@ -125,15 +125,19 @@ def test_password_logins_are_refused(lab, deployed):
 
 
 def test_unattended_upgrades_follow_the_host_data(lab, deployed):
-    on = deploy(lab, deployed.name, "unattended_upgrades=true")
-    assert on.rc == 0, on.output[-4000:]
-    assert on.totals.changed >= 1
-    assert_passes(verify(lab, deployed.name, "--base-unattended-upgrades=on"))
-    stale = verify(lab, deployed.name, "--base-unattended-upgrades=off")
-    assert stale.returncode == 1 and "test_unattended_upgrades_setting" in stale.stdout
+    # On by default (the distribution's own default); off only when the host data says so, on purpose.
+    assert sh(lab, deployed.name, "apt-config dump APT::Periodic::Unattended-Upgrade") == \
+        'APT::Periodic::Unattended-Upgrade "1";\n'
     off = deploy(lab, deployed.name, "unattended_upgrades=false")
     assert off.rc == 0 and off.totals.changed >= 1, off.output[-4000:]
+    assert "Unattended upgrades off" in off.output
     assert_passes(verify(lab, deployed.name, "--base-unattended-upgrades=off"))
+    stale = verify(lab, deployed.name)  # the suite's default expects them on, and says so
+    assert stale.returncode == 1 and "test_unattended_upgrades_setting" in stale.stdout
+    on = deploy(lab, deployed.name)
+    assert on.rc == 0 and on.totals.changed >= 1, on.output[-4000:]
+    assert "Unattended upgrades on" in on.output
+    assert_passes(verify(lab, deployed.name, "--base-unattended-upgrades=on"))
 
 
 def test_a_rejected_sshd_dropin_is_never_installed(lab, deployed):

@@ -32,7 +32,9 @@ DEFAULTS: dict[str, Any] = {
     "admin_ssh_public_key_file": None,
     "timezone": "Etc/UTC",
     "locale": "en_US.UTF-8",
-    "unattended_upgrades": False,
+    # The distribution's own default (Debian's unattended-upgrades with 20auto-upgrades "1"): security updates stay
+    # on unless the host data turns them off on purpose (docs/security.md).
+    "unattended_upgrades": True,
     "sshd_extra_config": [],
 }
 

@@ -4,7 +4,7 @@ Each value comes from a pytest option, else an environment variable, else the de
 inventories/local.py, so a plain run checks a host deployed with the local inventory's data:
 
     labwright verify base --hosts=lxc://lw-node1
-    labwright verify base --hosts=lxc://web1 --base-timezone=Europe/Berlin --base-unattended-upgrades=on
+    labwright verify base --hosts=lxc://web1 --base-timezone=Europe/Berlin --base-unattended-upgrades=off
     labwright verify base --hosts=ssh://labadmin@10.99.0.53 --ssh-identity-file=KEY --sudo
     labwright verify llamacpp --hosts=lxc://lw-node1 --llamacpp-model=/srv/models/q.gguf \
         --llamacpp-flag ctx_size=65536
@@ -29,7 +29,7 @@ BASE_OPTIONS = {
                        "public key file whose keys must be in the admin's authorized_keys"),
     "timezone": ("LABWRIGHT_BASE_TIMEZONE", "Etc/UTC", "expected timezone"),
     "locale": ("LABWRIGHT_BASE_LOCALE", "en_US.UTF-8", "expected default locale"),
-    "unattended-upgrades": ("LABWRIGHT_BASE_UNATTENDED_UPGRADES", "off", "expected unattended upgrades: on or off"),
+    "unattended-upgrades": ("LABWRIGHT_BASE_UNATTENDED_UPGRADES", "on", "expected unattended upgrades: on or off"),
 }
 
 

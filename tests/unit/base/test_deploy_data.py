@@ -21,11 +21,22 @@ def pub(tmp_path: Path) -> Path:
 
 def test_defaults(pub):
     s = settings_from({"admin_ssh_public_key_file": str(pub)})
-    assert (s.admin_user, s.timezone, s.locale, s.unattended) == ("labadmin", "Etc/UTC", "en_US.UTF-8", False)
-    assert s.admin_keys == [KEY] and "unattended-upgrades" not in s.packages
+    assert (s.admin_user, s.timezone, s.locale, s.unattended) == ("labadmin", "Etc/UTC", "en_US.UTF-8", True)
+    assert s.admin_keys == [KEY] and "unattended-upgrades" in s.packages
     assert s.zone_file == "/usr/share/zoneinfo/Etc/UTC" and s.locale_pattern == r"en_US\.UTF-8"
-    assert 'APT::Periodic::Unattended-Upgrade "0";' in s.render_auto_upgrades()
+    # Security updates are on by default (Debian's own default with unattended-upgrades installed).
+    assert 'APT::Periodic::Unattended-Upgrade "1";' in s.render_auto_upgrades()
+    assert 'APT::Periodic::Update-Package-Lists "1";' in s.render_auto_upgrades()
     assert "labadmin" in s.render_sudoers()
+
+
+@pytest.mark.parametrize("off", [False, "false", "no", "off", "0", 0])
+def test_security_updates_are_off_only_when_the_data_says_so(pub, off):
+    s = settings_from({"admin_ssh_public_key_file": str(pub), "unattended_upgrades": off})
+    assert not s.unattended and "unattended-upgrades" not in s.packages
+    assert 'APT::Periodic::Unattended-Upgrade "0";' in s.render_auto_upgrades()
+    # An absent key and an explicit None (an inventory's "unset") keep the default: on.
+    assert settings_from({"admin_ssh_public_key_file": str(pub), "unattended_upgrades": None}).unattended
 
 
 def test_unattended_and_extra_sshd_lines(pub):
