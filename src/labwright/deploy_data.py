@@ -20,6 +20,7 @@ from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 
 from labwright.errors import BadInput
+from labwright.shell import path_problem
 
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -66,6 +67,15 @@ class DeployData:
         if number < low or (high is not None and number > high):
             raise self.fail(key, f"{number} is out of range ({low}..{high if high is not None else ''})")
         return number
+
+    def path_of(self, key: str, value: Any, absolute: bool = True) -> str:
+        """``value`` as a path that may go into commands and units: refused in one line naming the key when it holds
+        shell characters (;|&<>$`), quotes, spaces or line breaks, or (``absolute``) is relative."""
+        text = str(value)
+        problem = path_problem(text, absolute)
+        if problem is not None:
+            raise self.fail(key, problem)
+        return text
 
     def bool_of(self, key: str, value: Any) -> bool:
         if isinstance(value, bool):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -21,6 +20,7 @@ from pyinfra.api.exceptions import DeployError
 from labwright import paths
 from labwright.deploy_data import jinja
 from labwright.lab.keys import lab_key_path
+from labwright.shell import quote
 
 SSHD_DROPIN = "/etc/ssh/sshd_config.d/50-labwright.conf"
 AUTO_UPGRADES = "/etc/apt/apt.conf.d/20auto-upgrades"
@@ -113,7 +113,7 @@ def sshd_check(dropin: str) -> str:
     current drop-ins plus the candidate), so even the check never puts a broken file where sshd
     reads its configuration.
     """
-    name = shlex.quote(PurePosixPath(dropin).name)
+    name = quote(PurePosixPath(dropin).name)
     return (
         'd=$(mktemp -d) && mkdir "$d/conf.d" '
         '&& for f in /etc/ssh/sshd_config.d/*.conf; do if [ -e "$f" ]; then cp "$f" "$d/conf.d/" || exit 1; fi; done '

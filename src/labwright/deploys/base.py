@@ -6,7 +6,6 @@ CLI shim, with usage) and docs/base.md.
 
 from __future__ import annotations
 
-import shlex
 from io import StringIO
 from pathlib import PurePosixPath
 
@@ -20,6 +19,7 @@ from pyinfra.operations import files, server
 from labwright.base.deploy_data import AUTO_UPGRADES, SSHD_DROPIN, fail, locale_key, settings_from, sha1, sshd_check
 from labwright.deploys.common import install_missing
 from labwright.guestlock import locked
+from labwright.shell import quote
 
 
 def install_validated(label: str, text: str, dest: str, mode: str, check: str) -> bool:
@@ -38,13 +38,13 @@ def install_validated(label: str, text: str, dest: str, mode: str, check: str) -
     stage = str(dest_path.with_name(f".{dest_path.name}.labwright-new"))
     files.put(name=f"{label}: stage candidate", src=StringIO(text), dest=stage, user="root", group="root",
               mode=mode)
-    quoted = shlex.quote(stage)
+    quoted = quote(stage)
     server.shell(
         name=f"{label}: validate, then install",
         commands=[
             f"if ! ( {check.format(quoted)} ); then rm -f {quoted}; "
             f"echo 'labwright: {label}: candidate rejected, {dest} left unchanged' >&2; exit 1; fi",
-            f"mv -f {quoted} {shlex.quote(dest)}",
+            f"mv -f {quoted} {quote(dest)}",
         ],
     )
     return True
@@ -82,7 +82,7 @@ def deploy_base() -> None:
             raise fail("timezone", f"{timezone!r} is not a known zone on {host.name} (no {zone_file})")
     else:
         server.shell(name=f"Check timezone {timezone} exists", commands=[
-            f"test -f {shlex.quote(zone_file)} || "
+            f"test -f {quote(zone_file)} || "
             f"{{ echo 'labwright: timezone: unknown zone {timezone}' >&2; exit 1; }}",
         ])
     localtime = files.link(name=f"Timezone {timezone}: /etc/localtime", path="/etc/localtime", target=zone_file,

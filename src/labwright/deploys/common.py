@@ -4,7 +4,6 @@ someone else holds, install only missing packages, pip from a wheelhouse or an i
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -13,6 +12,7 @@ from pyinfra.facts.deb import DebPackages
 
 from labwright.deploy_data import DeployData
 from labwright.facts.llamacpp import PortListeners
+from labwright.shell import join, quote
 from labwright.snapshots import deploy as snapshot_ops
 
 NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")  # a systemd unit / system user name
@@ -36,12 +36,12 @@ def pip_source(find_links: str, extra_index_url: str = "") -> str:
     """pip's source arguments: a wheelhouse alone (--no-index; an http:// one is trusted by name, pip ignores plain
     http hosts otherwise), else PyPI plus an optional extra index (the CPU torch's, say)."""
     if find_links:
-        args = f"--no-index --find-links {shlex.quote(find_links)}"
+        args = f"--no-index --find-links {quote(find_links)}"
         if find_links.startswith("http://"):
-            args += f" --trusted-host {shlex.quote(urlsplit(find_links).hostname or '')}"
+            args += f" --trusted-host {quote(urlsplit(find_links).hostname or '')}"
         return args
     if extra_index_url:
-        return f"--extra-index-url {shlex.quote(extra_index_url)}"
+        return f"--extra-index-url {quote(extra_index_url)}"
     return ""
 
 
@@ -69,7 +69,7 @@ def install_missing(packages: Iterable[str], what: str, name: str | None = None)
     missing = [package for package in packages if package not in installed]
     if not missing:
         return
-    names = " ".join(shlex.quote(package) for package in missing)
+    names = join(missing)
     fix = (f"labwright: cannot install {', '.join(missing)} ({what}) from the package registry: apt-get %s failed "
            f"(see above); check {host.name}'s network, apt mirror and proxy, then re-run (nothing was started)")
     # cache_time: a second attempt right after a failed one need not refresh the lists again (apt.update's rule).
@@ -77,7 +77,7 @@ def install_missing(packages: Iterable[str], what: str, name: str | None = None)
     # One operation: the guest snapshot (labwright.snapshots.deploy; snapshot_before/keep/required) right before apt.
     snapshot_ops.shell(name=name or f"Install {', '.join(missing)}", step="packages", commands=[
         f"export DEBIAN_FRONTEND=noninteractive; fail() {{ printf '%s\\n' \"$out\" | tail -n 4 >&2; "
-        f"printf {shlex.quote(fix)}'\\n' \"$1\" >&2; exit 1; }}; "
+        f"printf {quote(fix)}'\\n' \"$1\" >&2; exit 1; }}; "
         f"{fresh} || {{ out=$(apt-get update -q 2>&1) && ! printf '%s' \"$out\" | grep -q '^\\(W\\|E\\): "
         f"Failed to fetch' || fail update; }}; "
         f"out=$(apt-get -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold install "
@@ -85,12 +85,18 @@ def install_missing(packages: Iterable[str], what: str, name: str | None = None)
     ])
 
 
+def venv_create(venv: str) -> str:
+    """The shell line that makes the venv ``venv`` unless it has a pip already (the path quoted)."""
+    return f"test -x {quote(venv + '/bin/pip')} || python3 -m venv {quote(venv)}"
+
+
 def pip_install(pip: str, args: str, what: str, source: str, key: str, where: str | None = None) -> str:
     """The shell line for ``PIP install -q ARGS`` that, when the index or wheelhouse cannot be reached (or a
     wheel is missing), prints pip's last lines and ONE line naming what failed and the data key to fix; nothing after
-    it in the deploy runs, so the service is not restarted onto a half-installed venv, and a re-run installs again."""
+    it in the deploy runs, so the service is not restarted onto a half-installed venv, and a re-run installs again.
+    ``pip`` is a path (quoted here); ``args`` are shell words the caller has quoted."""
     fix = (f"labwright: cannot install {what} from {source}: pip failed (see above); check {where or host.name}'s "
            "network "
            f"or {key}, then re-run (the service was not restarted)")
-    return (f"out=$({pip} install -q --disable-pip-version-check {args} 2>&1) || "
-            f"{{ printf '%s\\n' \"$out\" | tail -n 4 >&2; echo {shlex.quote(fix)} >&2; exit 1; }}")
+    return (f"out=$({quote(pip)} install -q --disable-pip-version-check {args} 2>&1) || "
+            f"{{ printf '%s\\n' \"$out\" | tail -n 4 >&2; echo {quote(fix)} >&2; exit 1; }}")

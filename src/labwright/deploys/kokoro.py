@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 import shutil
 from io import StringIO
 from pathlib import Path, PurePosixPath
@@ -21,7 +20,7 @@ from pyinfra.operations.util import any_changed
 
 from labwright.default_keys import is_default_key
 from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
-from labwright.deploys.common import install_missing, pip_install, port_taken_by
+from labwright.deploys.common import install_missing, pip_install, port_taken_by, venv_create
 from labwright.errors import LabwrightError
 from labwright.facts.nvidia import NvidiaDriverVersion
 from labwright.guestlock import locked
@@ -30,6 +29,7 @@ from labwright.kokoro.streaming import plan_streaming, read_tree
 from labwright.operations import http
 from labwright.operations import systemd as systemd_ops
 from labwright.paths import cache_root
+from labwright.shell import join, quote
 
 DEFAULTS = load_defaults()
 JINJA = jinja(TEMPLATES)
@@ -61,6 +61,22 @@ def stage(source: Path, patched: dict[str, str]) -> Path:
     return target
 
 
+def install_commands(venv: str, wanted: list[str], what: str, find_links: str, extra_index: str, marker: str,
+                     where: str) -> list[str]:
+    """The venv at ``venv`` with the ``wanted`` requirements from ``find_links`` (alone), else ``extra_index`` and
+    PyPI, then ``marker`` (the requirement list and its digest) in ``venv``/.labwright-requirements; every value
+    quoted."""
+    source_args = f"--no-index --find-links {quote(find_links)} " if find_links else ""
+    if extra_index and not find_links:
+        source_args = f"--extra-index-url {quote(extra_index)} "
+    return [
+        venv_create(venv),
+        pip_install(f"{venv}/bin/pip", source_args + join(wanted), what, find_links or extra_index or "PyPI",
+                    "kokoro_find_links / kokoro_extra_index_url", where=where),
+        f"printf '%s\\n' {quote(marker)} > {quote(f'{venv}/{MARKER}')}",
+    ]
+
+
 @locked("Kokoro TTS")
 def deploy_kokoro() -> None:
     """Kokoro-FastAPI from a checkout on this machine (streaming patch applied), its venv, unit and health.
@@ -75,21 +91,19 @@ def deploy_kokoro() -> None:
     for key, value in (("service", service), ("user", user)):
         if not NAME.match(value) or value == "root":
             raise fail(key, f"{value!r} is not a valid name")
-    guest_dir, venv = str(data("dir")), str(data("venv"))
+    guest_dir, venv = KEYS.path_of("dir", data("dir")), KEYS.path_of("venv", data("venv"))
     for key, value in (("dir", guest_dir), ("venv", venv)):
-        if not PurePosixPath(value).is_absolute() or re.search(r"[\s'\"$`\\]", value) or value in ("/", "/opt", "/usr"):
-            raise fail(key, f"{value!r} must be a dedicated absolute path without spaces or quotes")
+        if PurePosixPath(value) in (PurePosixPath("/"), PurePosixPath("/opt"), PurePosixPath("/usr")):
+            raise fail(key, f"{value!r} must be a dedicated absolute path, not a system directory")
     listen_host = str(data("host"))
     if not re.fullmatch(r"[0-9A-Za-z.:]+", listen_host):
         raise fail("host", f"{listen_host!r} is not an address to listen on")
     port = as_int("port", 1, 65535)
     health_timeout = as_int("health_timeout", 1)
-    find_links = str(data("find_links") or "")
-    if re.search(r"[\s'\"$`\\]", find_links):
-        raise fail("find_links", f"{find_links!r} must be a path or URL without spaces or quotes")
-    extra_index = str(data("extra_index_url") or "")
-    if extra_index and (not extra_index.startswith("https://") or re.search(r"[\s'\"$`\\]", extra_index)):
-        raise fail("extra_index_url", f"{extra_index!r} must be an https:// URL without spaces or quotes")
+    find_links = KEYS.path_of("find_links", data("find_links") or "", absolute=False)
+    extra_index = KEYS.path_of("extra_index_url", data("extra_index_url") or "", absolute=False)
+    if extra_index and not extra_index.startswith("https://"):
+        raise fail("extra_index_url", f"{extra_index!r} must be an https:// URL")
     try:
         device = choose_device(str(data("use")), str(data("device") or ""), DEFAULTS["choice"])
     except DataError as exc:
@@ -152,16 +166,9 @@ def deploy_kokoro() -> None:
     digest = hashlib.sha256(requirement_text.encode()).hexdigest()
     install_changed = False
     if not host.get_fact(FindInFile, path=f"{venv}/{MARKER}", pattern=f"sha256 {digest}"):
-        source_args = f"--no-index --find-links {shlex.quote(find_links)} " if find_links else ""
-        if extra_index and not find_links:
-            source_args = f"--extra-index-url {shlex.quote(extra_index)} "
-        server.shell(name=f"Install {len(wanted)} requirements ({device}) into {venv}", commands=[
-            f"test -x {venv}/bin/pip || python3 -m venv {venv}",
-            pip_install(f"{venv}/bin/pip", source_args + " ".join(shlex.quote(r) for r in wanted),
-                        f"{len(wanted)} requirements ({device})", find_links or extra_index or "PyPI",
-                        "kokoro_find_links / kokoro_extra_index_url"),
-            f"printf '%s\\n' {shlex.quote(requirement_text + 'sha256 ' + digest)} > {venv}/{MARKER}",
-        ])
+        server.shell(name=f"Install {len(wanted)} requirements ({device}) into {venv}",
+                     commands=install_commands(venv, wanted, f"{len(wanted)} requirements ({device})", find_links,
+                                               extra_index, requirement_text + "sha256 " + digest, host.name))
         install_changed = True
 
     # --- unit, start, restart on change, health ----------------------------------------------------------

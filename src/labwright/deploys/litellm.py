@@ -10,7 +10,6 @@ import os
 import re
 from collections.abc import Mapping
 from io import StringIO
-from pathlib import PurePosixPath
 from typing import Any, cast
 
 from pyinfra import host, inventory
@@ -20,7 +19,14 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
-from labwright.deploys.common import install_missing, pip_install, pip_source, port_taken_by, service_user_version
+from labwright.deploys.common import (
+    install_missing,
+    pip_install,
+    pip_source,
+    port_taken_by,
+    service_user_version,
+    venv_create,
+)
 from labwright.errors import LabwrightError
 from labwright.facts.default_keys import DefaultKeysIn
 from labwright.facts.litellm import LitellmVersion
@@ -42,9 +48,11 @@ from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 from labwright.operations import http
 from labwright.operations import systemd as systemd_ops
+from labwright.shell import quote
 
 DEFAULTS = load_defaults()
 JINJA = jinja(TEMPLATES)
+MASTER_KEY_SCRIPT = 'import secrets; print("LITELLM_MASTER_KEY=sk-" + secrets.token_urlsafe(32))'
 
 
 KEYS = DeployData("litellm", DEFAULTS)
@@ -81,6 +89,20 @@ def address_of(engine: EngineHost) -> str:
     return engine.name
 
 
+def install_commands(venv: str, version: str, find_links: str, where: str) -> list[str]:
+    """The venv at ``venv`` with litellm[proxy]==``version`` from ``find_links`` (else PyPI); every value quoted."""
+    spec = f"litellm[proxy]=={version}"
+    return [venv_create(venv), pip_install(f"{venv}/bin/pip", f"{pip_source(find_links)} {quote(spec)}", spec,
+                                           find_links or "PyPI", "litellm_find_links", where=where)]
+
+
+def master_key_command(master_env: str) -> str:
+    """``LITELLM_MASTER_KEY=sk-<random>`` into ``master_env``, made on the gateway: 0600 under umask 077, moved into
+    place whole (the path quoted)."""
+    new = quote(f"{master_env}.new")
+    return f"umask 077; python3 -c {quote(MASTER_KEY_SCRIPT)} > {new} && mv {new} {quote(master_env)}"
+
+
 @locked("LiteLLM gateway")
 def deploy_litellm() -> None:
     """The LiteLLM proxy at a pinned version, its master key (made on the gateway), cloud keys, config and unit.
@@ -96,17 +118,12 @@ def deploy_litellm() -> None:
         raise fail("master_key", "is never taken from inventory data (secrets stay out of inventories); labwright "
                    "generates it on the gateway: remove litellm_master_key (nothing was changed)")
     service, user, version = service_user_version(KEYS, "litellm", "1.80.0")
-    venv, config_dir = str(data("venv")), str(data("config_dir"))
-    for key, value in (("venv", venv), ("config_dir", config_dir)):
-        if not PurePosixPath(value).is_absolute() or re.search(r"[\s'\"$`\\]", value):
-            raise fail(key, f"{value!r} must be an absolute path without spaces or quotes")
+    venv, config_dir = KEYS.path_of("venv", data("venv")), KEYS.path_of("config_dir", data("config_dir"))
     listen_host = str(data("host"))
     if not re.fullmatch(r"[0-9A-Za-z.:]+", listen_host):
         raise fail("host", f"{listen_host!r} is not an address to listen on")
     port = as_int("port", 1, 65535)
-    find_links = str(data("find_links") or "")
-    if re.search(r"[\s'\"$`\\]", find_links):
-        raise fail("find_links", f"{find_links!r} must be a path or URL without spaces or quotes")
+    find_links = KEYS.path_of("find_links", data("find_links") or "", absolute=False)
     health_timeout = as_int("health_timeout", 1)
     num_retries = as_int("num_retries", 0)
     request_timeout = as_int("timeout", 1)
@@ -143,22 +160,16 @@ def deploy_litellm() -> None:
     install_changed = False
     current = host.get_fact(LitellmVersion, venv=venv)
     if current != version:
-        source = pip_source(find_links)
-        server.shell(name=f"Install litellm[proxy]=={version} in {venv} (was {current or 'absent'})", commands=[
-            f"test -x {venv}/bin/pip || python3 -m venv {venv}",
-            pip_install(f"{venv}/bin/pip", f"{source} 'litellm[proxy]=={version}'", f"litellm[proxy]=={version}",
-                        find_links or "PyPI", "litellm_find_links"),
-        ])
+        server.shell(name=f"Install litellm[proxy]=={version} in {venv} (was {current or 'absent'})",
+                     commands=install_commands(venv, version, find_links, host.name))
         install_changed = True
 
     # --- keys, config, unit ---------------------------------------------------------------------------
     files.directory(name=f"{config_dir} (root:{user} 0750)", path=config_dir, user="root", group=user, mode="750")
     master_created = False
     if not host.get_fact(File, path=master_env):
-        server.shell(name=f"Generate the master key on the gateway ({master_env}, 0600 root)", commands=[
-            f"umask 077; python3 -c 'import secrets; print(\"LITELLM_MASTER_KEY=sk-\" + secrets.token_urlsafe(32))' "
-            f"> {master_env}.new && mv {master_env}.new {master_env}",
-        ])
+        server.shell(name=f"Generate the master key on the gateway ({master_env}, 0600 root)",
+                     commands=[master_key_command(master_env)])
         master_created = True
     secrets_file = files.put(name=f"Cloud keys ({secrets_env}, 0600 root)",
                              src=StringIO(render_secrets(gateway.secrets)), dest=secrets_env, user="root",
