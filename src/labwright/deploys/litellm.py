@@ -48,6 +48,7 @@ from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 from labwright.operations import http
 from labwright.operations import systemd as systemd_ops
+from labwright.operations.secrets import secret_file
 from labwright.shell import quote
 
 DEFAULTS = load_defaults()
@@ -171,9 +172,9 @@ def deploy_litellm() -> None:
         server.shell(name=f"Generate the master key on the gateway ({master_env}, 0600 root)",
                      commands=[master_key_command(master_env)])
         master_created = True
-    secrets_file = files.put(name=f"Cloud keys ({secrets_env}, 0600 root)",
-                             src=StringIO(render_secrets(gateway.secrets)), dest=secrets_env, user="root",
-                             group="root", mode="600")
+    # Never shown by --diff, never world-readable on the way (labwright.operations.secrets).
+    secrets_file = secret_file(name=f"Cloud keys ({secrets_env}, 0600 root)", content=render_secrets(gateway.secrets),
+                               dest=secrets_env, user="root", group="root", mode="600")
     config = files.put(name=f"{config_file}: {len(gateway.models)} models", src=StringIO(
         render_config(gateway, num_retries, request_timeout)), dest=config_file, user="root", group=user, mode="640")
     unit_text = JINJA.get_template("litellm.service.j2").render(user=user, home=home, config_dir=config_dir, venv=venv,
