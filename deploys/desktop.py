@@ -11,9 +11,9 @@ choice; debian-esr: Debian's firefox-esr, same steps otherwise), desktop_stage (
 a golden container). With `guest` data (the guest model) the deploy also refuses a privileged guest and raw
 AppArmor/seccomp/LXC overrides before looking at the guest.
 
-The password comes from $LABWRIGHT_DESKTOP_PASSWORD, or is generated (secrets) when the user is created and
-printed once; it is hashed on this machine, so only the hash reaches the guest. It is never written to git or an
-inventory. Every refusal (privileged or de-confined guest, unsupported release, empty password, port in use) is
+The password comes from $LABWRIGHT_DESKTOP_PASSWORD (hashed on this machine; the hash reaches chpasswd -e on
+stdin), or is generated on the guest when the user has none, kept in /root/labwright-desktop-password-USER (0600
+root) and never printed. It is never written to git or an inventory, nor put on a command line. Every refusal (privileged or de-confined guest, unsupported release, empty password, port in use) is
 one line, before anything changes. See docs/desktop.md.
 """
 

@@ -275,21 +275,32 @@ def test_loopback_listen_then_back_to_lan(lab, deployed):
     assert "*:3389" in sh(lab, deployed.name, "ss -Hltn 'sport = :3389'")
 
 
-def test_generated_password_is_printed_once_stored_nowhere_and_is_the_users(lab, deployed):
+def test_generated_password_is_never_printed_kept_root_only_and_is_the_users(lab, deployed):
     first = deploy(deployed.name, "desktop_user=anna", password=None)
     assert first.rc == 0, first.output[-3000:]
-    found = re.findall(r"desktop user anna: generated password (\S+) \(shown once", first.output)
-    assert len(found) == 1, first.output[-3000:]
-    generated = found[0]
+    kept = "/root/labwright-desktop-password-anna"
+    found = [line for line in first.output.splitlines() if "desktop user anna: generated password in " in line]
+    assert len(found) == 1 and kept in found[0] and f"lxc exec {deployed.name} -- cat {kept}" in found[0], \
+        first.output[-3000:]
+    generated = sh(lab, deployed.name, f"cat {kept}").strip()
     assert len(generated) == 16 and generated.isalnum()
+    assert generated not in first.output, "the generated password was printed"
+    assert sh(lab, deployed.name, f"stat -c '%a %U %G' {kept}") == "600 root root\n"
     shadow = sh(lab, deployed.name, "getent shadow anna | cut -d: -f2").strip()
-    assert passwords.matches(generated, shadow), "the printed password is not the one set"
+    assert passwords.matches(generated, shadow), "the kept password is not the one set"
+    assert shadow not in first.output
     stored = lab.client.exec(deployed.name, ["grep", "-rlF", generated, "/etc", "/home", "/root", "/var/log"])
-    assert stored.exit_code == 1, f"the password is stored in {stored.stdout.decode()}"
+    assert stored.stdout.decode().split() == [kept], f"the password is also in {stored.stdout.decode()}"
     again = deploy(deployed.name, "desktop_user=anna", password=None)
     assert again.rc == 0 and again.totals.changed == 0, again.output[-3000:]
     assert "generated password" not in again.output
     assert sh(lab, deployed.name, "getent shadow anna | cut -d: -f2").strip() == shadow
+    # A chosen password replaces it, and the kept file (no longer the password) goes.
+    chosen = deploy(deployed.name, "desktop_user=anna", password=PASSWORD)
+    assert chosen.rc == 0 and chosen.totals.changed == 1, chosen.output[-3000:]
+    assert passwords.matches(PASSWORD, sh(lab, deployed.name, "getent shadow anna | cut -d: -f2").strip())
+    assert lab.client.exec(deployed.name, ["test", "-e", kept]).exit_code == 1
+    assert "$6$" not in chosen.output
     back = deploy(deployed.name)  # the record names desk again
     assert back.rc == 0 and back.totals.changed == 1, back.output[-3000:]
 
@@ -376,7 +387,8 @@ def test_dry_run_plans_the_mozilla_repository_and_changes_nothing(lab, plain):
                  "Refresh apt lists (Mozilla repository added)", "desktop packages (no recommends)",
                  "xrdp.ini: port=3389, TLS only", "Firefox launcher on the desktop"):
         assert step in out, f"{step!r} not planned:\n{out[-3000:]}"
-    assert "would get a generated password (not shown" in out and ": generated password" not in out
+    assert "would get a generated password in /root/labwright-desktop-password-desk" in out
+    assert ": generated password" not in out
     assert_refused_untouched(lab, plain, DeployRun(1, "pyinfra error: dry run\n", 0), "dry run")
     assert lab.client.exec(plain, ["test", "-e", "/etc/apt/sources.list.d/mozilla.list"]).exit_code == 1
 

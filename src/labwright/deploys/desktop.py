@@ -46,7 +46,20 @@ from labwright.facts.llamacpp import PortListeners
 from labwright.guestlock import locked
 from labwright.operations import desktop
 from labwright.operations import systemd as systemd_ops
+from labwright.shell import quote
 from labwright.snapshots.deploy import check_snapshot_data, snapshot
+
+# A shadow password field that lets no one log in: useradd's "!" for a new user, "*", or empty.
+NO_PASSWORD = ("", "!", "!!", "*", "!*")
+
+
+def read_as_root(host_name: str, path: str) -> str:
+    """The command an operator runs on this machine to read ``path`` in the guest ``host_name``, as root."""
+    for prefix, tool in (("@lxd/", "lxc"), ("@incus/", "incus")):
+        if host_name.startswith(prefix):
+            return f"{tool} exec {quote(host_name.removeprefix(prefix))} -- cat {quote(path)}"
+    return f"sudo cat {quote(path)} (on {host_name})"
+
 
 SESSION_TEXT = "#!/bin/sh\n# MATE for xrdp sessions (labwright deploys/desktop.py)\nexec mate-session\n"
 DATA_KEYS = ("desktop_user", "desktop_port", "desktop_listen", "desktop_firefox_source", "desktop_stage")
@@ -83,16 +96,18 @@ def deploy_desktop() -> None:
             raise DeployError(f"desktop_port: {settings.port} is already in use on {host.name} by {holder}; stop it or "
                               "set desktop_port (nothing was changed)")
 
+    # The password never reaches a command line: a given one is hashed here and set through chpasswd -e reading a
+    # root-only staged file; none given and the user has none (new, or left without one): generated on the guest
+    # into a root-only file (desktop.user_password). An existing user's password is otherwise left alone.
     password_hash: str | None = None
-    shown_password: str | None = None
+    generate = False
     if settings.stage == "all":
-        if existing is None:
-            shown_password = None if given_password else passwords.generate()
-            password_hash = passwords.sha512_crypt(given_password or shown_password or "")
-        elif given_password is not None:
-            current = str(existing.get("password") or "")
-            password_hash = current if passwords.matches(given_password, current) else \
-                passwords.sha512_crypt(given_password)
+        current = str((existing or {}).get("password") or "")
+        if given_password is not None:
+            if not passwords.matches(given_password, current):
+                password_hash = passwords.sha512_crypt(given_password)
+        elif current in NO_PASSWORD:
+            generate = True
 
     # --- packages, without recommends ----------------------------------------------------------------
     wanted = packages(distro.id, settings.firefox_source)
@@ -156,8 +171,10 @@ def deploy_desktop() -> None:
             "exit 1"])
 
         # --- the desktop user and a MATE session --------------------------------------------------------
-        server.user(name=f"Desktop user {user}", user=user, shell="/bin/bash", home=home, create_home=True,
-                    password=password_hash)
+        server.user(name=f"Desktop user {user}", user=user, shell="/bin/bash", home=home, create_home=True)
+        if generate or password_hash is not None:
+            desktop.user_password(name=f"Password of {user} ({'generated on the guest' if generate else 'given'}; "
+                                       "by stdin, never on a command line)", user=user, password_hash=password_hash)
         files.put(name="MATE as the session (~/.xsession)", src=StringIO(SESSION_TEXT), dest=f"{home}/.xsession",
                   user=user, group=user, mode="755")
         for path in (f"{home}/.config", f"{home}/.config/caja", f"{home}/Desktop"):
@@ -171,8 +188,12 @@ def deploy_desktop() -> None:
         files.put(name=f"Record ({RECORD}) for `labwright desktop check`",
                   src=StringIO(json.dumps(record, indent=2, sort_keys=True) + "\n"), dest=RECORD, mode="644",
                   user="root", group="root", create_remote_dir=True)
-        if shown_password and "--dry" in sys.argv:
-            print(f"{host.name}: desktop user {user} would get a generated password (not shown: --dry applies nothing)")
-        elif shown_password:
-            print(f"{host.name}: desktop user {user}: generated password {shown_password} (shown once, stored nowhere; "
-                  f"set ${PASSWORD_ENV} to choose one)")
+        if generate:
+            kept = desktop.password_file(user)
+            if "--dry" in sys.argv:
+                print(f"{host.name}: desktop user {user} would get a generated password in {kept} on the guest "
+                      "(--dry applies nothing)")
+            else:
+                print(f"{host.name}: desktop user {user}: generated password in {kept} on the guest (root only, "
+                      f"0600; never printed), read it with: {read_as_root(host.name, kept)}; set ${PASSWORD_ENV} to "
+                      "choose one")

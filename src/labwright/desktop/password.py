@@ -1,5 +1,6 @@
-"""The desktop user's password: generated with ``secrets`` or taken from the environment, hashed here (SHA-512 crypt
-through ``openssl passwd -6``, the password on stdin), so only the hash ever reaches the guest or a log."""
+"""The desktop user's password from the environment, hashed here (SHA-512 crypt through ``openssl passwd -6``, the
+password on stdin), so only the hash reaches the guest (through ``chpasswd -e`` on stdin, never a command line or a
+log). A password nobody gave is generated on the guest instead (labwright.operations.desktop.user_password)."""
 
 from __future__ import annotations
 

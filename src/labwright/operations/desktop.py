@@ -15,6 +15,8 @@ from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import File, Sha256File
 
 from labwright.facts.desktop import XrdpGlobals
+from labwright.operations.secrets import stage_dir, staged_upload
+from labwright.shell import quote
 
 _INI_KEY = re.compile(r"^[A-Za-z0-9_]+$")
 _MODE = re.compile(r"^[0-7]{3,4}$")
@@ -106,3 +108,41 @@ def self_signed_certificate(cert: str, key: str, group: str, subject: str):
         yield f"chown root:{shlex.quote(group)} {shlex.quote(key)} && chmod 640 {shlex.quote(key)}"
         return
     host.noop(f"{cert} and its key exist")
+
+
+def password_file(user: str) -> str:
+    """Where a generated password for the desktop ``user`` is kept on the guest: root's, mode 0600."""
+    return f"/root/labwright-desktop-password-{user}"
+
+
+@operation()
+def user_password(user: str, password_hash: str | None = None):
+    """
+    Set the desktop ``user``'s password without it or its hash ever being on a command line.
+
+    + user: the desktop user (it exists)
+    + password_hash: a SHA-512 crypt hash (made on the control machine from ``$LABWRIGHT_DESKTOP_PASSWORD``), set
+      through ``chpasswd -e`` reading it from a root-only staged file; a generated password left by an earlier run
+      is then removed. None: generate one on the guest (16 letters and digits from /dev/urandom), set it through
+      ``chpasswd -c SHA512`` on stdin, and keep it in :func:`password_file` (0600 root, written under umask 077 and
+      moved into place whole) for the operator to read; it is never printed.
+
+    **Example:**
+
+    .. code:: python
+
+        desktop.user_password(name="Desktop password", user="desk")
+    """
+    kept = password_file(user)
+    if password_hash is not None:
+        stage = stage_dir(kept)
+        staged = yield from staged_upload(f"{user}:{password_hash}\n", stage)
+        yield (f"chpasswd -e < {quote(staged)}; rc=$?; rm -rf {quote(stage)}; "
+               f"if [ $rc -eq 0 ]; then rm -f {quote(kept)}; fi; exit $rc")
+        return
+    # printf is a shell builtin: the password goes from the root-only file to chpasswd's stdin, never into an argv.
+    yield (f"umask 077 && d=$(mktemp -d /root/.labwright-desktop-password.XXXXXX) || exit 1; "
+           f"tr -dc A-Za-z0-9 < /dev/urandom | head -c 16 > \"$d/password\" "
+           f"&& [ \"$(wc -c < \"$d/password\")\" -eq 16 ] "
+           f"&& {{ printf '%s:' {quote(user)}; cat \"$d/password\"; echo; }} | chpasswd -c SHA512 "
+           f"&& echo >> \"$d/password\" && mv -f \"$d/password\" {quote(kept)}; rc=$?; rm -rf \"$d\"; exit $rc")
