@@ -339,12 +339,12 @@ def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_t
     from labwright.hostupgrade import state
     from labwright.hostupgrade.pve import PveUpgrade, make_pve_plan, nvidia_majors, pve_node_facts, pve_saved
     from labwright.hostupgrade.realhost import CommandHost
-    from support.fake_nvidia import fake_run_installer
+    from support.fake_nvidia import fake_run_installer, write_installer
     from support.host_doubles import RESUME_LINK, boot, make_node, run_resume_unit, tool_env
 
     shutil.rmtree(root / "var/lib/dkms/nvidia" / NEW)  # a real node: nothing of the new driver before its install
     repo = root / "var/cache/labwright/nvidia"
-    (repo / f"NVIDIA-Linux-x86_64-{DRIVER_VERSION}.run").write_text(fake_run_installer(DRIVER_VERSION))
+    write_installer(repo, DRIVER_VERSION, fake_run_installer(DRIVER_VERSION))
     make_node(root, (OLD_KERNEL, NEW_KERNEL), (OLD_KERNEL, NEW_KERNEL), DRIVER_VERSION, OLD_KERNEL)
     for key in ("PATH", "LW_FAKE_ROOT", "LW_HOST_TOOLS"):  # the doubles first, then the pct double, then the rest
         monkeypatch.setenv(key, tool_env(root)[key])

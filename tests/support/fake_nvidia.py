@@ -10,6 +10,7 @@ a fresh directory below ``/dev`` (``fake_root_in_dev``), never on top of the hos
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shlex
@@ -265,7 +266,7 @@ def make_upgrade_host(root: str | Path, running: str = "6.8.12-4-pve", new: str 
     repo.mkdir(parents=True, exist_ok=True)
     for version in repository:
         inside = (installers or {}).get(version, version)
-        (repo / f"NVIDIA-Linux-x86_64-{version}.run").write_text(fake_run_installer(inside))
+        write_installer(repo, version, fake_run_installer(inside))
     if host_userspace:
         running_driver = (root / "proc/driver/nvidia/version").read_text().split("Kernel Module")[1].split()[0]
         make_container_libraries(root, running_driver)
@@ -273,6 +274,20 @@ def make_upgrade_host(root: str | Path, running: str = "6.8.12-4-pve", new: str 
         (root / "labwright-sim").mkdir(exist_ok=True)
         (root / "labwright-sim/uvm-major-after-reboot").write_text(f"{uvm_major_after_reboot}\n")
     return root
+
+
+def write_installer(repo: Path, version: str, text: str) -> Path:
+    """``NVIDIA-Linux-x86_64-VERSION.run`` in the repository with its sha256 recorded beside it, as NVIDIA publishes
+    it (``.run.sha256sum``, sha256sum format: labwright.hostupgrade.trust verifies it before every run)."""
+    installer = repo / f"NVIDIA-Linux-x86_64-{version}.run"
+    installer.write_text(text)
+    record_sha256(installer)
+    return installer
+
+
+def record_sha256(installer: Path) -> None:
+    digest = hashlib.sha256(installer.read_bytes()).hexdigest()
+    installer.with_name(installer.name + ".sha256sum").write_text(f"{digest}  {installer.name}\n")
 
 
 def fake_run_installer(version: str, libdir: str = "/usr/lib/x86_64-linux-gnu") -> str:

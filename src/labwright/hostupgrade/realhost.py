@@ -18,6 +18,8 @@ its own log, and ``systemctl enable`` of a unit without an [Install] target exit
 - ``proxmox-boot-tool kernel pin K``: checked by the pin file it writes (``/etc/kernel/proxmox-boot-pin``).
 - reboot: ``systemctl reboot`` after the state file and the resume unit are in place (state.py).
 - rollback: the previous version's installer again, when the repository still has it.
+- every installer is verified against the sha256 recorded beside it (``.run.sha256sum``, labwright.hostupgrade
+  .trust) right before it runs.
 
 Every command runs through ``runner`` (this machine's shell by default; tests put the doubles of tests/support/
 host_tools first on PATH with a host tree as their root). Nothing here is used under a ``--host-root`` tree without
@@ -40,6 +42,7 @@ from labwright.hostupgrade.installer_options import UNLOAD, installer_args, refu
 from labwright.hostupgrade.plan import Plan, headers_package
 from labwright.hostupgrade.simhost import HOST_LIBDIR, PIN_FILE
 from labwright.hostupgrade.state import RESUME_UNIT, RESUME_UNIT_PATH, RESUME_WANTS_LINK
+from labwright.hostupgrade.trust import verify_installer
 
 INSTALLER_LOG = "/var/log/nvidia-installer.log"
 #: The ESPs proxmox-boot-tool manages (absent: GRUB, where pin runs update-grub itself).
@@ -99,6 +102,7 @@ class CommandHost:
         cannot = refusal(version, self.previous)
         if cannot:  # the plan refuses it first (make_plan); never run an installer that stops at its options
             raise OperationFailed(f"{installer.name} not run: {cannot}")
+        verify_installer(installer, version)  # its recorded sha256 (trust.py), right before it runs as root
         command = installer_command(installer, version, kernel)
         result = self.runner.run(command, timeout=INSTALL_TIMEOUT)
         problems = []
@@ -146,6 +150,7 @@ class CommandHost:
             by_hand = " ".join(["sh", shlex.quote(str(installer)), *installer_args(previous, running, INSTALLER_LOG)])
             raise OperationFailed(f"{installer.name} not run: {cannot}; put {previous} back by hand: stop the GPU "
                                   f"guests, {UNLOAD}, {by_hand}, then reboot")
+        verify_installer(installer, previous)
         result = self.runner.run(installer_command(installer, previous, running), timeout=INSTALL_TIMEOUT)
         if not result.ok:
             raise OperationFailed(f"{installer.name} --dkms failed (exit {result.rc}): {self._installer_said(result)}")

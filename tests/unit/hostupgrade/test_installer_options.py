@@ -19,7 +19,7 @@ from labwright.errors import BadInput, OperationFailed
 from labwright.hostupgrade.installer_options import BY_NAME, OPTIONS, installer_args, knows, refusal, version_key
 from labwright.hostupgrade.plan import make_plan
 from labwright.hostupgrade.realhost import INSTALLER_LOG, installer_command
-from support.fake_nvidia import fake_run_installer
+from support.fake_nvidia import fake_run_installer, write_installer
 from support.host_doubles import TOOLS, tool_env
 
 from .test_plan import facts, guest
@@ -184,7 +184,8 @@ def test_an_installer_older_than_its_name_is_quoted_by_its_option_parser(tmp_pat
     root = tree(tmp_path)
     (root / "var/log").mkdir(parents=True, exist_ok=True)
     (root / "var/log/nvidia-installer.log").write_text("ERROR: an earlier run's error\n")
-    (root / "var/cache/labwright/nvidia/NVIDIA-Linux-x86_64-550.54.15.run").write_text(fake_run_installer(OLD_535))
+    # mislabelled, with its sha256 recorded as it is (the checksum proves the bytes, not what the name says)
+    write_installer(root / "var/cache/labwright/nvidia", "550.54.15", fake_run_installer(OLD_535))
     with pytest.raises(OperationFailed) as info:
         host(root).install_driver("550.54.15", NEXT)
     said = str(info.value)
