@@ -110,4 +110,22 @@ def run_resume_unit(root: Path, env: dict[str, str], timeout: float = 900) -> su
                 for item in path.read_text().splitlines():
                     key, _, value = item.partition("=")
                     unit_env[key] = shlex.split(value)[0] if value else ""
-    return subprocess.run(argv, env=unit_env, capture_output=True, text=True, timeout=timeout)
+    try:
+        return subprocess.run(argv, env=unit_env, capture_output=True, text=True, timeout=timeout)
+    finally:
+        run_stop_post(root, text)
+
+
+def run_stop_post(root: Path, text: str) -> None:
+    """The unit's ExecStopPost= lines, as systemd runs them once the service stopped however it stopped (a clean
+    exit, a failure, a kill): each ``rm -f`` with its absolute paths taken below ``root``; a leading ``-`` lets
+    the command fail (systemd.service(5))."""
+    for line in text.splitlines():
+        if not line.startswith("ExecStopPost="):
+            continue
+        argv = shlex.split(line.removeprefix("ExecStopPost=").lstrip("-"))
+        assert Path(argv[0]).name == "rm" and argv[1] == "-f", f"an ExecStopPost= this double cannot run: {line}"
+        for path in argv[2:]:
+            target = root / path.lstrip("/")
+            if target.is_symlink() or target.exists():
+                target.unlink()

@@ -15,13 +15,14 @@ import typer
 from rich.markup import escape
 
 from labwright.cli import vocab
-from labwright.errors import BadInput
+from labwright.errors import BadInput, LabwrightError
 from labwright.guests.gpu import GpuHost
 from labwright.hostupgrade import state
 from labwright.hostupgrade.facts import REPOSITORY, node_facts, repository_versions
 from labwright.hostupgrade.plan import Plan, make_plan
 from labwright.hostupgrade.realhost import CommandHost
-from labwright.hostupgrade.run import Done, Outcome, Upgrade
+from labwright.hostupgrade.run import Done, Outcome, Upgrade, end_resume, remove_credentials_and_unit
+from labwright.hostupgrade.trust import check_root_code, verify_repository_installer
 from labwright.inventory import load_inventory
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
@@ -123,10 +124,19 @@ def upgrade(
                        "GPU guests from a loaded driver to a new one: run it on the GPU node (install the driver "
                        "first on a new one)")
     host = CommandHost(root, repo.resolve()) if root == Path("/") else None
+    api_mode = state.HTTPS
+    if node_data is not None and host is not None:
+        from labwright.hostupgrade.pve import node_api_mode
+
+        api_mode = node_api_mode(root)
+    if yes and host is not None:
+        # the boot unit runs this interpreter, labwright, the inventory (over HTTPS) and the installers as root
+        check_root_code(inventory.resolve() if inventory is not None and api_mode == state.HTTPS else None,
+                        repo.resolve())
     if node_data is not None:
         assert inventory is not None
         outcome = _pve_upgrade(node, root, repo, node_data, to, pin_kernel, fix_mismatched, yes, as_json,
-                               lock_wait, host, inventory)
+                               lock_wait, host, inventory, api_mode)
     else:
         outcome = _lxd_upgrade(node, root, repo, to, pin_kernel, fix_mismatched, yes, as_json, lock_wait, host)
     if outcome is not None:
@@ -146,22 +156,46 @@ def _finish(node: str, outcome: Outcome, as_json: bool) -> None:
 
 
 def _resume(node: str, root: Path, saved: state.Saved | None, as_json: bool) -> Outcome:
-    """The saved upgrade carried on after its reboot (the boot unit's command)."""
+    """The saved upgrade carried on after its reboot (the boot unit's command). However it ends (done, failed,
+    refused while reading the inventory or reaching the API, stopped on anything else) the carried credentials and
+    the resume unit are removed (the unit's ExecStopPost= does the same when this process is killed); a resume that
+    stopped before its end is left to be resumed by hand, saying why."""
     if saved is None:
         raise BadInput(f"node {node}: no upgrade to resume ({state.state_file(root)} does not exist); start one with "
                        f"`labwright host upgrade {node} --yes`")
     if saved.phase != state.REBOOTING:
+        state.remove_env(root)  # nothing to resume: nothing needs the credentials either
         raise BadInput(f"node {node}: nothing to resume: {saved.summary()}")
+    saved.resume_failed = ""
+    host = CommandHost(root, Path(saved.repository))  # only a run on the node's own tools saves a state
+    try:
+        return _resumed(node, root, saved, host, as_json)
+    except BaseException as exc:
+        if saved.phase == state.REBOOTING and not saved.resume_failed:
+            why = str(exc) if isinstance(exc, LabwrightError) else f"{type(exc).__name__}: {exc}"
+            end_resume(root, host, saved, (why.splitlines() or [""])[0][:300])
+        raise
+    finally:
+        if state.leftovers(root):
+            remove_credentials_and_unit(root, host)
+
+
+def _resumed(node: str, root: Path, saved: state.Saved, host: CommandHost, as_json: bool) -> Outcome:
     plan = saved.plan_object()
     repo = Path(saved.repository)
-    host = CommandHost(root, repo)  # only a run on the node's own tools reboots for real and saves a state
+    over_https = saved.kind == "pve" and saved.api == state.HTTPS
+    if root == Path("/"):  # what this root run reads and runs from here is root's alone (trust.py)
+        check_root_code(Path(str(saved.inventory)) if over_https else None, repo)
     upgrade: Upgrade
     if saved.kind == "pve":
         from labwright.guests.proxmox_api import Credentials, connect
-        from labwright.hostupgrade.pve import PveUpgrade, guests_from_saved
+        from labwright.hostupgrade.pve import PveUpgrade, guests_from_saved, pvesh_api
 
-        node_data = _pve_node(node, Path(str(saved.inventory)))
-        api = connect(Credentials.from_env(), node, node_data)
+        if over_https:
+            node_data = _pve_node(node, Path(str(saved.inventory)))
+            api = connect(Credentials.from_env(), node, node_data)
+        else:  # the node acts as root itself: no inventory read, no secret needed (pve.pvesh_api)
+            api = pvesh_api()
         pve = PveUpgrade(plan, root, repo, api, guests_from_saved(saved), _progress(as_json), host=host)
         pve.majors_before = {str(k): int(v) for k, v in saved.extra.get("majors_before", {}).items()}
         pve.lock_wait = saved.lock_wait
@@ -188,6 +222,13 @@ def _pve_node(node: str, inventory: Path) -> dict[str, Any]:
         raise BadInput(f"node {node!r} in {inventory} has no proxmox_api_url in its host data; set it (e.g. "
                        "https://NODE:8006) so the node's containers can be read and snapshotted through the API")
     return dict(host.data)
+
+
+def _verify_installers(repo: Path, plan: Plan) -> None:
+    """Before anything is done: the target's installer (and the loaded version's, which a failure puts back) match
+    the sha256 recorded beside them (trust.py); each is checked again right before it runs."""
+    verify_repository_installer(repo, plan.to_version)
+    verify_repository_installer(repo, plan.from_version)
 
 
 def _show_plan(node: str, plan: Plan, as_json: bool) -> None:
@@ -221,6 +262,7 @@ def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: 
             _show_plan(node, plan, as_json)
             return None
         services = {g.name: g.services for g in facts.guests}
+        _verify_installers(repo, plan)
         if host is not None:
             host.preflight(plan)
         upgrade = Upgrade(plan, root, repo, client, _progress(as_json), host=host)
@@ -232,7 +274,7 @@ def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: 
 
 def _pve_upgrade(node: str, root: Path, repo: Path, node_data: dict[str, Any], to: str | None, pin_kernel: bool,
                  fix_mismatched: bool, yes: bool, as_json: bool, lock_wait: float, host: CommandHost | None,
-                 inventory: Path) -> Outcome | None:
+                 inventory: Path, api_mode: str = state.HTTPS) -> Outcome | None:
     from labwright.guests.proxmox_api import Credentials, connect
     from labwright.hostupgrade.pve import PveUpgrade, make_pve_plan, nvidia_majors, pve_node_facts, pve_saved
 
@@ -242,9 +284,10 @@ def _pve_upgrade(node: str, root: Path, repo: Path, node_data: dict[str, Any], t
     if not yes:
         _show_plan(node, plan, as_json)
         return None
+    _verify_installers(repo, plan)
     if host is not None:
         host.preflight(plan)
     upgrade = PveUpgrade(plan, root, repo, api, guests, _progress(as_json), host=host)
     upgrade.lock_wait = lock_wait
-    upgrade.saved = pve_saved(upgrade, inventory.resolve())
+    upgrade.saved = pve_saved(upgrade, inventory.resolve(), api_mode)
     return upgrade.run({})

@@ -29,9 +29,10 @@ userspace with them, and configs) and the host driver goes back to the version b
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import os
 import re
 import shlex
+import shutil
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
@@ -61,7 +62,8 @@ from labwright.hostupgrade.facts import (
 from labwright.hostupgrade.installer import guest_installer_said
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts, Plan, Step, kernel_key, make_plan
 from labwright.hostupgrade.run import Done, NodeHost, Outcome, Refused, Upgrade
-from labwright.hostupgrade.state import Saved
+from labwright.hostupgrade.state import HTTPS, PVESH, Saved
+from labwright.hostupgrade.trust import verify_installer
 from labwright.snapshots.model import SnapshotBackend
 from labwright.snapshots.proxmox import PveSnapshots
 
@@ -383,20 +385,25 @@ class PveUpgrade(Upgrade):
         g = self._guest(guest)
         name = installer_name(self.plan.to_version)
         installer = self.repository / name
-        inside = f"/tmp/labwright-{name}"
+        digest = verify_installer(installer, self.plan.to_version)  # the recorded sha256 (trust.py), before the copy
         backend = self._backend(guest)
         started_here = not backend.running()
         if started_here:  # pct exec needs it running; it starts with the new majors
             backend.start()
         try:
+            # a fresh directory of its own (mktemp -d, 0700), not a /tmp name a user of the container could predict
+            made = self._pct(guest, pct_exec_command(g.vmid, "mktemp -d /tmp/labwright-installer.XXXXXXXXXX"),
+                             "mktemp -d").strip()
+            if not made.startswith("/tmp/labwright-installer.") or any(c.isspace() for c in made):
+                raise OperationFailed(f"guest {guest}: mktemp -d answered {made[:60]!r}; the installer was not copied")
+            inside = f"{made}/{name}"
             self._pct(guest, pct_push_command(g.vmid, str(installer), inside, perms=0o755), f"pct push {name}")
-            digest = hashlib.sha256(installer.read_bytes()).hexdigest()
             seen = self._pct(guest, pct_exec_command(g.vmid, f"sha256sum {shlex.quote(inside)}"), "reading it back")
             if seen.split()[:1] != [digest]:
                 raise OperationFailed(f"guest {guest}: pct push of {name} left another file in the container "
                                       f"(sha256 {(seen.split() or ['none'])[0][:12]}..., expected {digest[:12]}...); "
                                       "pct exits 0 when its copy failed: check the container's free space")
-            run = (f"sh {shlex.quote(inside)} --no-kernel-module --silent; rc=$?; rm -f {shlex.quote(inside)}; "
+            run = (f"sh {shlex.quote(inside)} --no-kernel-module --silent; rc=$?; rm -rf {shlex.quote(made)}; "
                    "exit $rc")
             result = self.node.run(pct_exec_command(g.vmid, run))
             if not result.ok:
@@ -448,11 +455,36 @@ class PveUpgrade(Upgrade):
         passed = f"gpu check: {len(checks)} checks passed" + ("" if g.running else " while it was started")
         return True, ("running, " if g.running else "stopped again, ") + f"{passed}; device majors are the host's"
 
-def pve_saved(upgrade: PveUpgrade, inventory: Path) -> Saved:
-    """What a resumed Proxmox upgrade needs besides the plan: the inventory to reach the API again, the guests as
-    they were before (running or not), and the nvidia majors the raw allow lines were written for."""
+def pve_saved(upgrade: PveUpgrade, inventory: Path, api: str = HTTPS) -> Saved:
+    """What a resumed Proxmox upgrade needs besides the plan: how it reaches the API again (``api``: PVESH, the
+    node's own pvesh as root, or HTTPS with the inventory and the carried credentials), the guests as they were
+    before (running or not), and the nvidia majors the raw allow lines were written for."""
     return Saved(upgrade.plan.node, "pve", {}, 0, str(upgrade.repository), inventory=str(inventory),
-                 guests=[asdict(g) for g in upgrade.guests.values()], extra={"majors_before": upgrade.majors_before})
+                 guests=[asdict(g) for g in upgrade.guests.values()], extra={"majors_before": upgrade.majors_before},
+                 api=api)
+
+
+#: Seconds one pvesh call may take: a task's worker runs in pvesh's foreground (a snapshot, a start or a stop).
+PVESH_TIMEOUT = 900.0
+
+
+def node_api_mode(root: Path) -> str:
+    """PVESH when the resumed run can reach the node's API as root without any secret: it runs on the node itself
+    (``root`` is /) as root, with ``pvesh`` and the cluster file system (/etc/pve/local); else HTTPS."""
+    if root == Path("/") and os.geteuid() == 0 and shutil.which("pvesh") and Path("/etc/pve/local").is_dir():
+        return PVESH
+    return HTTPS
+
+
+def pvesh_api(timeout: float = PVESH_TIMEOUT) -> ProxmoxAPI:
+    """The node's API through its own ``pvesh``, with proxmoxer's local backend: the same ProxmoxAPI interface
+    (``api.nodes(n).lxc(v).snapshot.post(...)``), each call ``pvesh get|create|set|delete PATH -k v --output-format
+    json``. pvesh needs no login: pve-manager's PVE/CLI/pvesh.pm (4d3822cc751e) sets up the CLI environment as
+    root@pam (``setup_environment``: ``PVE::RPCEnvironment->setup_default_cli_env()``) and calls the API handler
+    in-process (``call_api_method``: ``$handler->handle($info, $param)``); a task's worker runs in the foreground
+    for the CLI (pve-common RESTEnvironment.pm ``fork_worker``: ``$sync`` when the type is 'cli'), its log lines
+    ahead of the JSON, which proxmoxer's serializer skips. So no API secret is written for the boot unit."""
+    return ProxmoxAPI(backend="local", service="PVE", timeout=timeout)
 
 
 def guests_from_saved(saved: Saved) -> list[PveGpuGuest]:

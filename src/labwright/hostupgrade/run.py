@@ -23,6 +23,7 @@ from labwright.hostupgrade.installer import guest_installer_said
 from labwright.hostupgrade.plan import Plan, Step
 from labwright.hostupgrade.simhost import SimulatedHost
 from labwright.hostupgrade.state import REBOOTING, RESUME_UNIT, Saved
+from labwright.hostupgrade.trust import verify_installer
 from labwright.lxd.client import LxdClient
 from labwright.snapshots.lxd import LxdSnapshots
 from labwright.snapshots.model import SnapshotBackend
@@ -171,15 +172,25 @@ class Upgrade:
         return ("; ".join(changed) if changed else "already the host's majors") + f" (nvidia-uvm major {uvm})"
 
     def userspace(self, guest: str) -> str:
+        """The repository's installer, checked against its recorded sha256 (the bytes checked are the bytes copied),
+        into a fresh ``mktemp -d`` directory in the guest (no predictable /tmp name), run with --no-kernel-module,
+        then removed."""
         name = installer_name(self.plan.to_version)
         installer = self.repository / name
-        inside = f"/tmp/labwright-{name}"
+        data = installer.read_bytes()
+        verify_installer(installer, self.plan.to_version, data)
         if self.client.instance(guest).get("status") != "Running":  # a stopped guest: started with the new majors
             self.client.set_state(guest, "start")
             self._wait_systemd(guest)
-        self.client.push_file(guest, inside, installer.read_bytes(), mode=0o755)
-        result = self.client.exec(guest, ["sh", "-c", f"sh {inside} --no-kernel-module --silent; rc=$?; "
-                                                      f"rm -f {inside}; exit $rc"])
+        made = self.client.exec(guest, ["mktemp", "-d", "/tmp/labwright-installer.XXXXXXXXXX"])
+        directory = made.stdout.decode(errors="replace").strip()
+        if made.exit_code != 0 or not directory.startswith("/tmp/labwright-installer."):
+            raise OperationFailed(f"guest {guest}: mktemp -d failed (exit {made.exit_code}); the installer was not "
+                                  "copied in")
+        inside = f"{directory}/{name}"
+        self.client.push_file(guest, inside, data, mode=0o755)
+        result = self.client.exec(guest, ["sh", "-c", 'sh "$1/$2" --no-kernel-module --silent; rc=$?; rm -rf "$1"; '
+                                                      'exit $rc', "sh", directory, name])
         if result.exit_code != 0:
             output = result.stderr.decode(errors="replace") + "\n" + result.stdout.decode(errors="replace")
             raise OperationFailed(f"guest {guest}: {name} --no-kernel-module failed (exit {result.exit_code}): "
@@ -242,39 +253,61 @@ class Upgrade:
 
     # --- the sequence -------------------------------------------------------------------------------------------
     def run(self, services: dict[str, tuple[str, ...]]) -> Outcome:
-        with contextlib.ExitStack() as locks:
-            out = self._run(services, locks)
-        if self.saved is not None and self.saved.phase == REBOOTING and not out.rebooting:
-            # the state was saved and then the reboot could not be asked for: nothing must resume at a later boot
-            self.finish(self.saved, out)
+        out: Outcome | None = None
+        try:
+            with contextlib.ExitStack() as locks:
+                out = self._run(services, locks)
+        finally:
+            if self.saved is not None and self.saved.phase == REBOOTING and (out is None or not out.rebooting):
+                # the state was saved and then the reboot could not be asked for (or the run stopped on something
+                # unforeseen): nothing must resume at a later boot, no credential stays
+                self.finish(self.saved, out if out is not None else self._stopped("the run stopped before the reboot"))
+        assert out is not None
         return out
 
     def resume(self, saved: Saved) -> Outcome:
         """Go on after the reboot from ``saved.next_step``: the steps done before it, the snapshots taken and the
-        driver installed are taken from the state file; a failure from here restores the snapshots as before."""
+        driver installed are taken from the state file; a failure from here restores the snapshots as before. The
+        credentials and the resume unit are removed however it ends (``finally``): a run that stops on something
+        unforeseen leaves the upgrade to be resumed by hand (``resume_failed``), not at every boot."""
         self.saved = saved
-        self.outcome.done = [Done(**d) for d in saved.done]
-        self.outcome.snapshots = dict(saved.snapshots)
-        self.host.installed = self.plan.to_version
-        self.host.previous = saved.previous_driver
-        services = {k: tuple(v) for k, v in saved.services.items()}
-        with contextlib.ExitStack() as locks:
-            out = self._run(services, locks, start=saved.next_step, host_changed=True)
+        out: Outcome | None = None
+        try:
+            self.outcome.done = [Done(**d) for d in saved.done]
+            self.outcome.snapshots = dict(saved.snapshots)
+            self.host.installed = self.plan.to_version
+            self.host.previous = saved.previous_driver
+            services = {k: tuple(v) for k, v in saved.services.items()}
+            with contextlib.ExitStack() as locks:
+                out = self._run(services, locks, start=saved.next_step, host_changed=True)
+        except BaseException as exc:
+            end_resume(self.root, self.host, saved, f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+            raise
+        assert out is not None
         self.finish(saved, out)
+        return out
+
+    def _stopped(self, why: str) -> Outcome:
+        out = self.outcome
+        out.ok = False
+        out.message = out.message or why
         return out
 
     def finish(self, saved: Saved, out: Outcome) -> None:
         """The outcome into the state file; the resume unit and the carried credentials removed (a unit that cannot
-        be removed is said in ``left``: it would run again at the next boot, find the upgrade finished and stop)."""
+        be removed is said in ``left``: its ExecStopPost= lines remove it when it stops, and a later start finds
+        the upgrade finished and stops)."""
         saved.phase = state.DONE if out.ok else state.FAILED
-        saved.outcome = out.to_dict()
         saved.done = [d.to_dict() for d in out.done]
-        state.remove_env(self.root)
+        saved.resume_failed = ""
+        left = remove_credentials_and_unit(self.root, self.host)
+        out.left += [f"host {self.plan.node}: {line}" for line in left]
+        saved.outcome = out.to_dict()
         try:
-            self.host.remove_resume_unit()
-        except LabwrightError as exc:
-            out.left.append(f"host {self.plan.node}: {state.RESUME_UNIT} not removed ({exc}); remove it by hand")
-        state.save(self.root, saved)
+            state.save(self.root, saved)
+        except OSError as exc:
+            raise OperationFailed(f"{state.STATE_PATH} not written ({exc.strerror or exc}); the upgrade "
+                                  f"{'finished' if out.ok else 'FAILED'}: {out.message}") from exc
 
     def _step(self, step: Step, services: dict[str, tuple[str, ...]]) -> tuple[bool, str]:
         if step.action in ("list", "kernel"):
@@ -361,7 +394,7 @@ class Upgrade:
         self.saved = saved
         try:
             state.save(self.root, saved)
-            state.write_env(self.root, os.environ)
+            state.write_env(self.root, state.carried_for(saved, os.environ))
         except OSError as exc:
             raise OperationFailed(f"writing {state.STATE_PATH} failed ({exc}); not rebooting") from exc
         self.host.enable_resume_unit(state.resume_unit_text(self.plan.node, state.resume_command(
@@ -407,6 +440,33 @@ class Upgrade:
         out.left = [line for line in out.left if not line.startswith(f"host {self.plan.node}: keeps nvidia")]
         out.left.append(f"host {self.plan.node}: {back}")
         out.message += f"; host driver back to {self.plan.from_version}"
+
+
+def remove_credentials_and_unit(root: Path, host: NodeHost) -> list[str]:
+    """The carried credentials, then the resume unit, removed; what could not be is returned (said in ``left``)."""
+    left = []
+    try:
+        state.remove_env(root)
+    except OSError as exc:
+        left.append(f"{state.ENV_PATH} not removed ({exc}); remove it by hand: it holds PROXMOX_* credentials")
+    try:
+        host.remove_resume_unit()
+    except (OSError, LabwrightError) as exc:
+        left.append(f"{RESUME_UNIT} not removed ({exc}); remove it by hand (systemctl disable {RESUME_UNIT})")
+    return left
+
+
+def end_resume(root: Path, host: NodeHost, saved: Saved, why: str) -> list[str]:
+    """A resume that stopped before its end (the inventory, the API, a step that raised what the run does not
+    catch): the credentials and the unit removed, the state kept resumable by hand with why it stopped. Never
+    raises: it runs on the way out of a failure."""
+    left = remove_credentials_and_unit(root, host)
+    saved.resume_failed = why + (f"; {'; '.join(left)}" if left else "")
+    try:
+        state.save(root, saved)
+    except OSError as exc:
+        left.append(f"{state.STATE_PATH} not updated ({exc})")
+    return left
 
 
 class Refused(OperationFailed):

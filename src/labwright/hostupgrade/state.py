@@ -9,9 +9,19 @@ the majors, the exactly matching userspace in each guest, the restarts and ``gpu
 then records the outcome in the same file, and disables and removes itself. ``host upgrade NODE`` (dry) reports an
 upgrade waiting for its reboot or finished; ``journalctl -u labwright-host-upgrade`` shows the resumed run.
 
-Proxmox VE credentials (``PROXMOX_*``) are not in the environment of a boot unit: the ones the run was given are
-written to ``/var/lib/labwright/host-upgrade.env`` (mode 0600, root's, read by the unit's ``EnvironmentFile=``) and
-removed when the resumed run ends.
+Credentials never outlive their step. Where the node can act as root itself (the run is root on a Proxmox VE node
+with ``pvesh``) the resumed run reaches the API through ``pvesh`` (labwright.hostupgrade.pve.pvesh_api) and no API
+secret is written at all. Otherwise the ``PROXMOX_*`` credentials the run was given are written to
+``/var/lib/labwright/host-upgrade.env`` (mode 0600 under umask 077, root's, read by the unit's ``EnvironmentFile=``);
+an LXD upgrade carries none. The env file and the unit are removed on every path of the resume: by the run itself (a
+``finally`` around the whole resume, the inventory and the API included) and by the unit's ``ExecStopPost=`` lines,
+which systemd runs however the service stopped (systemd.service(5), ExecStopPost=: after a clean exit, a failure
+or a kill at its TimeoutStartSec= alike). A resume that stops before its end stays resumable by hand
+(``resume_failed`` says why); nothing runs it at the next boot.
+
+The unit runs labwright as root at boot, so ``--yes`` on a real node refuses (labwright.hostupgrade.trust) an
+interpreter, labwright package, inventory or installer repository that anyone but root could write, and the unit
+runs the interpreter isolated (``-I``: no current directory, PYTHON* variables or user site-packages on its path).
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import os
 import shlex
 import sys
 from collections.abc import Mapping
@@ -42,10 +53,16 @@ RESUME_WANTS_LINK = f"/etc/systemd/system/multi-user.target.wants/{RESUME_UNIT}"
 #: before them.
 _AFTER = ("network-online.target", BOOT_UNIT, "pve-guests.service", "lxd.service", "snap.lxd.daemon.service",
           "incus.service")
+#: The unit's ExecStopPost= lines: the credentials, then the unit itself (its wants link first, so the next boot does
+#: not start it); ``-`` keeps a failed removal from marking the unit failed, ``rm -f`` needs no D-Bus.
+CLEANUP = (f"-/bin/rm -f {ENV_PATH}", f"-/bin/rm -f {RESUME_WANTS_LINK} {RESUME_UNIT_PATH}")
 #: Environment carried to the boot unit: the Proxmox API credentials and TLS settings the run was given.
 CARRIED_ENV_PREFIXES = ("PROXMOX_", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 
 REBOOTING, DONE, FAILED = "rebooting", "done", "failed"
+#: How a resumed Proxmox upgrade reaches the API: ``pvesh`` on the node as root (no secret kept), or HTTPS with the
+#: carried PROXMOX_* credentials.
+PVESH, HTTPS = "pvesh", "https"
 
 
 @dataclass
@@ -69,6 +86,8 @@ class Saved:
     extra: dict[str, Any] = field(default_factory=dict)  # Proxmox: majors_before (what raw lines were written for)
     started: str = ""
     outcome: dict[str, Any] | None = None
+    api: str = HTTPS  # Proxmox: PVESH (the node's own pvesh as root, no secret written) or HTTPS (PROXMOX_* carried)
+    resume_failed: str = ""  # why the last resume stopped before its end (it is resumed by hand from there)
 
     def plan_object(self) -> Plan:
         p = self.plan
@@ -78,6 +97,11 @@ class Saved:
     def summary(self) -> str:
         plan = self.plan
         what = f"nvidia {plan.get('from') or 'none'} -> {plan.get('to')}, kernel {plan.get('boot_kernel')}"
+        if self.phase == REBOOTING and self.resume_failed:
+            return (f"the upgrade started {self.started} ({what}) was not carried on after its reboot: its resume "
+                    f"stopped ({self.resume_failed}); nothing resumes it at boot any more: fix that and run "
+                    f"`labwright host upgrade {self.node} --resume` as root"
+                    + (" with PROXMOX_* exported" if self.kind == "pve" and self.api == HTTPS else ""))
         if self.phase == REBOOTING:
             return (f"the upgrade started {self.started} ({what}) waits for its reboot: {RESUME_UNIT} resumes it at "
                     f"boot (`labwright host upgrade {self.node} --resume` by hand)")
@@ -127,9 +151,21 @@ def write_env(root: Path, environ: Mapping[str, str]) -> bool:
     return True
 
 
+def carried_for(saved: Saved, environ: Mapping[str, str]) -> dict[str, str]:
+    """What the boot unit needs of ``environ``: the Proxmox credentials of an upgrade that reaches the API over HTTPS;
+    nothing for one through pvesh (the node acts as root itself) or an LXD upgrade."""
+    return carried_env(environ) if saved.kind == "pve" and saved.api == HTTPS else {}
+
+
 def remove_env(root: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         (root / ENV_PATH.lstrip("/")).unlink()
+
+
+def leftovers(root: Path) -> list[str]:
+    """What of a resume must not outlive it and is still there: the env file, the unit, its wants link."""
+    return [path for path in (ENV_PATH, RESUME_UNIT_PATH, RESUME_WANTS_LINK)
+            if os.path.lexists(root / path.lstrip("/"))]
 
 
 def _env_quote(value: str) -> str:
@@ -141,9 +177,10 @@ def _env_quote(value: str) -> str:
 
 
 def resume_command(node: str, root: Path, python: str | None = None) -> list[str]:
-    """How the boot unit runs labwright: this interpreter (the venv or uv tool labwright is installed in) with
-    ``-m labwright``, so no PATH is needed at boot."""
-    command = [python or sys.executable, "-m", "labwright", "host", "upgrade", node, "--resume"]
+    """How the boot unit runs labwright: this interpreter (the venv or uv tool labwright is installed in, checked
+    root-only by labwright.hostupgrade.trust) with ``-I -m labwright``, so no PATH is needed at boot and nothing but
+    the interpreter's own site-packages is imported (``-I``: no current directory, PYTHON* variables or user site)."""
+    command = [python or sys.executable, "-I", "-m", "labwright", "host", "upgrade", node, "--resume"]
     if root != Path("/"):
         command += ["--host-root", str(root)]
     return command
@@ -163,7 +200,11 @@ def resume_unit_text(node: str, command: list[str]) -> str:
         "Type=oneshot",
         f"EnvironmentFile=-{ENV_PATH}",
         "TimeoutStartSec=3600",
+        "UMask=0077",
         "ExecStart=" + " ".join(shlex.quote(a) for a in command),
+        # run however the service stopped (exit, failure, a kill at TimeoutStartSec=): the credentials and the unit
+        # never outlive the resume, even when labwright could not clean up itself
+        *(f"ExecStopPost={line}" for line in CLEANUP),
         "",
         "[Install]",
         "WantedBy=multi-user.target",
