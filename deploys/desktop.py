@@ -13,8 +13,9 @@ AppArmor/seccomp/LXC overrides before looking at the guest.
 
 The password comes from $LABWRIGHT_DESKTOP_PASSWORD (hashed on this machine; the hash reaches chpasswd -e on
 stdin), or is generated on the guest when the user has none, kept in /root/labwright-desktop-password-USER (0600
-root) and never printed. It is never written to git or an inventory, nor put on a command line. Every refusal (privileged or de-confined guest, unsupported release, empty password, port in use) is
-one line, before anything changes. See docs/desktop.md.
+root) and never printed. It is never written to git or an inventory, nor put on a command line. Every refusal
+(privileged or de-confined guest, unsupported release, empty password, port in use) is one line, before anything
+changes. See docs/desktop.md.
 """
 
 from labwright.deploys.desktop import deploy_desktop
