@@ -326,13 +326,16 @@ def test_a_node_without_pct_is_refused_before_anything_changes(sim, root, invent
     assert host_userspace(root) == old_userspace()
 
 
+@pytest.mark.parametrize("api", ["https", "pvesh"])
 def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_the_saved_credentials(
-        sim, root, inventory, capsys, monkeypatch):
+        sim, root, inventory, capsys, monkeypatch, tmp_path, api):
     """The real-node path on Proxmox VE: the node's tools (the doubles of tests/support/host_tools, derived from
     their sources) install the driver for the new kernel; the run stops at `systemctl reboot` with its state and the
     API credentials saved (0600) for the boot unit; the tree boots (nvidia-uvm 509 -> 237) and the resume unit's
     command, started without any PROXMOX_* variable in its environment but the unit's EnvironmentFile=, rewrites the
-    raw majors, installs the userspace in the containers through pct, restarts them and runs gpu check."""
+    raw majors, installs the userspace in the containers through pct, restarts them and runs gpu check.
+    ``pvesh``: the node acts as root itself (its pvesh: tests/support/doubles/pvesh), so no credential is written at
+    all and the inventory is not read at boot (it is gone by then)."""
     import shutil
 
     from labwright.guests.proxmox_api import Credentials, connect
@@ -348,6 +351,14 @@ def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_t
     make_node(root, (OLD_KERNEL, NEW_KERNEL), (OLD_KERNEL, NEW_KERNEL), DRIVER_VERSION, OLD_KERNEL)
     for key in ("PATH", "LW_FAKE_ROOT", "LW_HOST_TOOLS"):  # the doubles first, then the pct double, then the rest
         monkeypatch.setenv(key, tool_env(root)[key])
+    if api == "pvesh":  # the node's pvesh, serving root@pam locally (the double reaches the simulator itself)
+        bindir = tmp_path / "pvesh-bin"
+        bindir.mkdir()
+        (bindir / "pvesh").symlink_to(Path(__file__).resolve().parents[1] / "support/doubles/pvesh")
+        monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+        monkeypatch.setenv("LW_PVESH_URL", f"https://{sim.host}")
+        monkeypatch.setenv("LW_PVESH_CA", str(sim.ca_file))
+        monkeypatch.setenv("LW_PVESH_TOKEN", f"{TOKEN_ID}={TOKEN_SECRET}")
     container(sim, 201, dev=True)
     container(sim, 202, raw=True)
 
@@ -359,7 +370,7 @@ def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_t
     host_side = CommandHost(root, repo)
     host_side.preflight(plan)
     upgrade = PveUpgrade(plan, root, repo, api, guests, host=host_side)
-    upgrade.saved = pve_saved(upgrade, inventory)
+    upgrade.saved = pve_saved(upgrade, inventory, api)
     out = upgrade.run({})
     assert out.ok and out.rebooting, (out.message, out.left)
     assert ct_userspace(sim, 202) == old_userspace() and allow_majors(sim, 202) == ["c 195:* rwm", "c 509:* rwm",
@@ -367,7 +378,11 @@ def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_t
     saved = state.load(root)
     assert saved is not None and saved.kind == "pve" and saved.extra["majors_before"]["nvidia-uvm"] == 509
     env_file = root / "var/lib/labwright/host-upgrade.env"
-    assert f'PROXMOX_TOKEN_ID="{TOKEN_ID}"' in env_file.read_text().splitlines()
+    if api == "https":
+        assert f'PROXMOX_TOKEN_ID="{TOKEN_ID}"' in env_file.read_text().splitlines()
+    else:
+        assert saved.api == "pvesh" and not env_file.exists()
+        inventory.unlink()  # not read at boot
 
     assert boot(root, uvm_major=237) == (NEW_KERNEL, NEW)
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PROXMOX_")}
@@ -382,3 +397,6 @@ def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_t
     assert [d["target"] for d in saved.outcome["done"] if d["action"] == "check"] == ["@pct/pve1/201",
                                                                                      "@pct/pve1/202"]
     assert not env_file.exists() and not (root / RESUME_LINK).is_symlink()
+    assert state.leftovers(root) == []
+    assert not [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+                and TOKEN_SECRET.encode() in p.read_bytes()]

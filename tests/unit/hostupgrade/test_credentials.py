@@ -231,8 +231,13 @@ def test_through_pvesh_no_secret_is_written_and_the_inventory_is_not_read(tmp_pa
     monkeypatch.delenv("PROXMOX_TOKEN_SECRET")
     import labwright.hostupgrade.pve as pve
 
-    used = []
-    monkeypatch.setattr(pve, "pvesh_api", lambda timeout=pve.PVESH_TIMEOUT: used.append("pvesh") or object())
+    used: list[str] = []
+
+    def pvesh_api(timeout: float = pve.PVESH_TIMEOUT) -> object:
+        used.append("pvesh")
+        return object()
+
+    monkeypatch.setattr(pve, "pvesh_api", pvesh_api)
     code, out, err = resume(capsys, root)
     assert code == 0, err
     assert used == ["pvesh"]
