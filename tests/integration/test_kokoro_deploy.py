@@ -129,6 +129,8 @@ def odd_source(tmp_path: Path, source: Path) -> Path:
     (["kokoro_source=ODD"], "kokoro_patch_streaming", "split_pattern=r'[;]', neither the upstream"),
     (["kokoro_source=/nonexistent/kokoro"], "kokoro_source", "has no pyproject.toml"),
     (["kokoro_extra_index_url=http://plain.example"], "kokoro_extra_index_url", "must be an https:// URL"),
+    (["kokoro_venv=/opt/kokoro-venv&&id"], "kokoro_venv", "'/opt/kokoro-venv&&id' contains '&'"),
+    (["kokoro_dir=/opt/kokoro;reboot"], "kokoro_dir", "'/opt/kokoro;reboot' contains ';'"),
     (['kokoro_env={"API_KEY": "0p3n-w3bu!"}'], "kokoro_env", "API_KEY is Open WebUI pipelines' default API key"),
 ])
 def test_bad_input_is_one_line_and_leaves_the_service_alone(lab, deployed, odd_source, items, key, words):

@@ -50,15 +50,17 @@ class Gateway:
     def sh(self, name: str, script: str) -> str:
         return guest_sh(self.lab, name, script)
 
-    def deploy(self, *data: str, env: dict[str, str] | None = None) -> DeployRun:
+    def deploy(self, *data: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> DeployRun:
         items = [f"litellm_find_links={WHEELS}", f"litellm_aliases={ALIASES}", *data]
-        cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", "--json", str(self.inventory), "deploys/litellm.py",
-               "--limit", f"@lxd/{self.gw}"]
+        # --dry without -y: pyinfra prints --diff in its change detection, which -y skips.
+        yes = [] if "--dry" in args else ["-y"]
+        cmd = [str(Path(sys.executable).parent / "pyinfra"), *yes, *args, "--json", str(self.inventory),
+               "deploys/litellm.py", "--limit", f"@lxd/{self.gw}"]
         for item in items:
             cmd += ["--data", item]
         start = time.monotonic()
         proc = subprocess.run(cmd, cwd=REPO, env={**tool_env(), **(env or {})}, capture_output=True, text=True,
-                              timeout=900)
+                              timeout=900, stdin=subprocess.DEVNULL)
         return DeployRun(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
 
     def verify(self, *models: str) -> subprocess.CompletedProcess[str]:
@@ -215,6 +217,7 @@ def test_second_run_changes_nothing(gateway):
      "haiku needs $LW_TEST_ABSENT_KEY in the environment"),
     (["litellm_port=9099"], {}, "litellm_port", "9099 is already in use"),
     (["litellm_master_key=sk-abc"], {}, "litellm_master_key", "never taken from inventory data"),
+    (["litellm_venv=/opt/litellm;reboot"], {}, "litellm_venv", "'/opt/litellm;reboot' contains ';'"),
     (['litellm_cloud_models=[{"name": "haiku", "model": "openrouter/anthropic/claude-haiku-4.5", '
       '"key_env": "LW_TEST_KEY"}]'], {"LW_TEST_KEY": "sk-1234"}, "litellm_cloud_models",
      "$LW_TEST_KEY is LiteLLM's documented example master key"),
@@ -256,6 +259,9 @@ def test_cloud_model_key_goes_to_a_root_only_file(gateway):
     cloud = ('litellm_cloud_models=[{"name": "haiku", "model": "openrouter/anthropic/claude-haiku-4.5", '
              '"key_env": "LW_TEST_KEY"}]')
     secret = "sk-or-test-" + "x7" * 12
+    dry = gateway.deploy(cloud, env={"LW_TEST_KEY": secret}, args=("--dry", "--diff"))
+    assert dry.rc == 0 and secret not in dry.output, dry.output[-4000:]
+    assert "secrets.env (it holds a secret: contents not shown)" in dry.output, dry.output[-4000:]
     run = gateway.deploy(cloud, env={"LW_TEST_KEY": secret})
     assert run.rc == 0, run.output[-4000:]
     assert secret not in run.output
@@ -267,4 +273,10 @@ def test_cloud_model_key_goes_to_a_root_only_file(gateway):
     assert result.returncode == 0, result.stdout[-4000:]
     again = gateway.deploy(cloud, env={"LW_TEST_KEY": secret})
     assert again.rc == 0 and again.totals.changed == 0, again.output[-3000:]
+    # A changed key under --diff: pyinfra's files.put would print the old file and the new one; neither shows.
+    rotated = "sk-or-test-" + "q3" * 12
+    dry = gateway.deploy(cloud, env={"LW_TEST_KEY": rotated}, args=("--dry", "--diff"))
+    assert dry.rc == 0, dry.output[-4000:]
+    assert secret not in dry.output and rotated not in dry.output, dry.output[-4000:]
+    assert "Will modify /etc/litellm/secrets.env (it holds a secret: contents not shown)" in dry.output
     # (The last test of the module: the gateway is not restored to spare a restart.)
