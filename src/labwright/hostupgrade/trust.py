@@ -135,7 +135,9 @@ def check_root_code(inventory: Path | None, repository: Path, python: str | None
         if found is None:
             continue
         where, why = found
-        place = str(where) if where == Path(os.path.realpath(path)) else f"{where} (on the way to {path})"
+        real = Path(os.path.realpath(path))
+        place = (str(where) if where == real else f"{where} (in {path})" if where.is_relative_to(real) else
+                 f"{where} (on the way to {path})")
         fix = (_FIX_INSTALL if what in ("the interpreter", "its site-packages", "the labwright package")
                or what.startswith("a .pth") else
                f"make it root's and not group- or other-writable (chown root:root {where}; chmod go-w {where})")

@@ -109,8 +109,8 @@ def test_one_writable_file_in_the_package_is_enough(tmp_path):
     paths = code_tree(tmp_path)
     (paths["package"] / "hostupgrade/run.py").chmod(0o666)
     said = refused(paths, tmp_path)
-    assert said.startswith(f"host upgrade: the labwright package {paths['package'] / 'hostupgrade/run.py'} (on the "
-                           f"way to {paths['package']}) is writable by group and others (mode 0666)")
+    assert said.startswith(f"host upgrade: the labwright package {paths['package'] / 'hostupgrade/run.py'} (in "
+                           f"{paths['package']}) is writable by group and others (mode 0666)")
 
 
 def test_the_inventory_and_the_repository_are_checked_with_their_fix(tmp_path):
@@ -125,8 +125,8 @@ def test_the_inventory_and_the_repository_are_checked_with_their_fix(tmp_path):
     installer = paths["repo"] / f"NVIDIA-Linux-x86_64-{NEW}.run"
     installer.chmod(0o646)
     said = refused(paths, tmp_path)
-    assert said.startswith(f"host upgrade: the installer repository {installer} (on the way to {paths['repo']}) is "
-                           "writable by others (mode 0646)")
+    assert said.startswith(f"host upgrade: the installer repository {installer} (in {paths['repo']}) is writable by "
+                           "others (mode 0646)")
 
 
 @pytest.mark.skipif(not AS_ROOT, reason="making a file another user's needs root")
