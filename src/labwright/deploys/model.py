@@ -7,7 +7,6 @@ and docs/models.md.
 
 from __future__ import annotations
 
-import shlex
 from io import StringIO
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from labwright.errors import BadInput
 from labwright.guestlock import locked
 from labwright.models import fetch
 from labwright.models.deploy_data import ModelSettings, settings
+from labwright.shell import quote
 from labwright.snapshots.deploy import check_snapshot_data
 
 VENV_MARKER = ".labwright-requirements"
@@ -79,13 +79,13 @@ def download(s: ModelSettings, state: str, what: str = "model download packages"
     files.put(name=f"Runner {s.runner}", src=StringIO(runner_source()),
               dest=s.runner, user="root", group="root", mode="644")
 
-    source_args = f"--no-index --find-links {shlex.quote(s.find_links)} " if s.find_links else ""
+    source_args = f"--no-index --find-links {quote(s.find_links)} " if s.find_links else ""
     requirement_text = f"{s.hub_requirement} from {s.find_links or 'PyPI'}\n"
     if not host.get_fact(FindInFile, path=f"{s.venv}/{VENV_MARKER}", pattern=f"^{requirement_text.strip()}$"):
         server.shell(name=f"{s.hub_requirement} into {s.venv}", commands=[
             f"test -x {s.venv}/bin/pip || python3 -m venv {s.venv}",
-            f"{s.venv}/bin/pip install -q --disable-pip-version-check {source_args}{shlex.quote(s.hub_requirement)}",
-            f"printf '%s' {shlex.quote(requirement_text)} > {s.venv}/{VENV_MARKER}",
+            f"{s.venv}/bin/pip install -q --disable-pip-version-check {source_args}{quote(s.hub_requirement)}",
+            f"printf '%s' {quote(requirement_text)} > {s.venv}/{VENV_MARKER}",
         ])
     if state == "complete":
         return None
@@ -96,11 +96,11 @@ def download(s: ModelSettings, state: str, what: str = "model download packages"
 def readable_after_download(path: str, user: str, key: str, download: OperationMeta) -> None:
     """After a download in this run: ``user`` (the engine's service user, created before this) can read ``path``,
     else one line naming the data key; the engine is not (re)started onto a model it cannot read."""
-    quoted = shlex.quote(path)
-    line = shlex.quote(f"labwright: {key}: {path} is not readable by the service user {user}: make the model "
+    quoted = quote(path)
+    line = quote(f"labwright: {key}: {path} is not readable by the service user {user}: make the model "
                        "directory world- or group-readable (the engine was not restarted)")
     server.shell(name=f"{path} readable by {user}", _if=download.did_change,
-                 commands=[f"runuser -u {shlex.quote(user)} -- test -r {quoted} || {{ echo {line} >&2; exit 1; }}"])
+                 commands=[f"runuser -u {quote(user)} -- test -r {quoted} || {{ echo {line} >&2; exit 1; }}"])
 
 
 @locked("Model download")

@@ -7,7 +7,6 @@ with usage) and docs/openwebui.md.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping
 from io import StringIO
 from pathlib import PurePosixPath
@@ -40,6 +39,7 @@ from labwright.openwebui.config import (
 )
 from labwright.operations import http
 from labwright.operations import systemd as systemd_ops
+from labwright.shell import quote
 
 DEFAULTS = load_defaults()
 JINJA = jinja(TEMPLATES)
@@ -154,7 +154,7 @@ def deploy_openwebui() -> None:
     current = host.get_fact(OpenwebuiVersion, venv=venv)
     if current != version:
         server.shell(name=f"Install open-webui=={version} in {venv} (was {current or 'absent'})", commands=[
-            f"mkdir -p {shlex.quote(str(PurePosixPath(venv).parent))}",
+            f"mkdir -p {quote(str(PurePosixPath(venv).parent))}",
             f"test -x {venv}/bin/pip || python3 -m venv {venv}",
             pip_install(f"{venv}/bin/pip", f"{source} 'open-webui=={version}'", f"open-webui=={version}", where,
                         "openwebui_find_links"),
@@ -207,7 +207,7 @@ def deploy_openwebui() -> None:
     http.wait_healthy(name=f"{service} health: /health", url=base, service=service, timeout=health_timeout,
                       health_path="/health", interval=1, journal_lines=20, request_timeout=30, _if=check)
     server.shell(name=f"{service}: the admin signs in and sees the models",
-                 commands=[f"python3 -c {shlex.quote(SIGNIN_CHECK)} {shlex.quote(base)} {shlex.quote(config_dir)}"],
+                 commands=[f"python3 -c {quote(SIGNIN_CHECK)} {quote(base)} {quote(config_dir)}"],
                  _if=check)
 
 
@@ -220,13 +220,13 @@ def deploy_pipelines(directory: str, repo: str, ref: str, port: int, user: str, 
     if (host.get_fact(FileContents, path=marker) or [""])[0].strip() != ref:
         install = server.shell(name=f"pipelines server at {ref[:12]} in {directory}", commands=[
             f"test -d {directory}/.git || git init -q {directory}",
-            f"git -C {directory} fetch -q --depth 1 {shlex.quote(repo)} {shlex.quote(ref)}",
+            f"git -C {directory} fetch -q --depth 1 {quote(repo)} {quote(ref)}",
             f"git -C {directory} checkout -q --force FETCH_HEAD",
             f"test -x {directory}/.venv/bin/pip || python3 -m venv {directory}/.venv",
             pip_install(f"{directory}/.venv/bin/pip", f"{source} -r {directory}/requirements-minimum.txt",
                         "the pipelines server's requirements", where,
                         "openwebui_pipelines_find_links or openwebui_find_links"),
-            f"printf '%s\\n' {shlex.quote(ref)} > {marker}",
+            f"printf '%s\\n' {quote(ref)} > {marker}",
         ])
     files.directory(name=f"{data_dir}/pipelines ({user})", path=f"{data_dir}/pipelines", user=user, group=user,
                     mode="750")

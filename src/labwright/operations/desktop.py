@@ -6,7 +6,6 @@ re-run finds nothing to do.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping
 
 from pyinfra import host
@@ -48,7 +47,7 @@ def xrdp_globals(values: Mapping[str, str]):
         if host.state.is_executing:
             raise OperationError(f"{XrdpGlobals.PATH} does not exist: is xrdp installed?")
         current = {}
-    path = shlex.quote(XrdpGlobals.PATH)
+    path = quote(XrdpGlobals.PATH)
     for key, value in values.items():
         if current.get(key) == value:
             continue
@@ -82,7 +81,7 @@ def copy_on_host(src: str, dest: str, user: str, group: str, mode: str = "644"):
     if same:
         host.noop(f"{dest} is a copy of {src}")
         return
-    yield f"install -o {shlex.quote(user)} -g {shlex.quote(group)} -m {mode} {shlex.quote(src)} {shlex.quote(dest)}"
+    yield f"install -o {quote(user)} -g {quote(group)} -m {mode} {quote(src)} {quote(dest)}"
 
 
 @operation()
@@ -99,13 +98,13 @@ def self_signed_certificate(cert: str, key: str, group: str, subject: str):
     key_info = host.get_fact(File, path=key)
     cert_info = host.get_fact(File, path=cert)
     if not key_info or not cert_info:
-        yield (f"openssl req -x509 -newkey rsa:3072 -nodes -days 3650 -subj {shlex.quote(subject)} "
-               f"-keyout {shlex.quote(key)} -out {shlex.quote(cert)} 2>/dev/null")
-        yield f"chown root:{shlex.quote(group)} {shlex.quote(key)} && chmod 640 {shlex.quote(key)}"
-        yield f"chmod 644 {shlex.quote(cert)}"
+        yield (f"openssl req -x509 -newkey rsa:3072 -nodes -days 3650 -subj {quote(subject)} "
+               f"-keyout {quote(key)} -out {quote(cert)} 2>/dev/null")
+        yield f"chown root:{quote(group)} {quote(key)} && chmod 640 {quote(key)}"
+        yield f"chmod 644 {quote(cert)}"
         return
     if key_info.get("group") != group or str(key_info.get("mode")) != "640":
-        yield f"chown root:{shlex.quote(group)} {shlex.quote(key)} && chmod 640 {shlex.quote(key)}"
+        yield f"chown root:{quote(group)} {quote(key)} && chmod 640 {quote(key)}"
         return
     host.noop(f"{cert} and its key exist")
 

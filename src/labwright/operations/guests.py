@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +18,7 @@ from labwright.facts.nvidia import NvidiaDriverMatch
 from labwright.guests.base import BackendPool
 from labwright.guests.declared import spec_for_host
 from labwright.guests.model import GuestSpec, spec_from_data
+from labwright.shell import quote
 
 #: NVIDIA's public archive of Linux driver installers, by exact version.
 NVIDIA_RUN_URL = "https://download.nvidia.com/XFree86/Linux-x86_64/{version}/NVIDIA-Linux-x86_64-{version}.run"
@@ -115,7 +115,7 @@ def nvidia_userspace(installer_url: str | None = None, root: str = "/"):
     url = (installer_url or NVIDIA_RUN_URL).format(version=version)
     run_file = f"/tmp/NVIDIA-Linux-x86_64-{version}.run"
     # --no-kernel-module: the module is the host's; the container gets only the userspace side.
-    yield f"curl -fsSL -o {shlex.quote(run_file)} {shlex.quote(url)}"
-    yield (f"sh {shlex.quote(run_file)} --no-kernel-module --silent --no-questions --ui=none "
+    yield f"curl -fsSL -o {quote(run_file)} {quote(url)}"
+    yield (f"sh {quote(run_file)} --no-kernel-module --silent --no-questions --ui=none "
            "--no-nouveau-check --no-systemd")
-    yield f"rm -f {shlex.quote(run_file)}"
+    yield f"rm -f {quote(run_file)}"

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from pyinfra.api import operation
 from pyinfra.api.exceptions import OperationError
+
+from labwright.shell import quote
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def health_command(check: HealthCheck) -> str:
     spec = asdict(check)
     spec["models"] = list(check.models)
     spec["fatal_lines"] = [list(pair) for pair in check.fatal_lines]
-    return f"python3 -c {shlex.quote(SCRIPT)} {shlex.quote(json.dumps(spec, separators=(',', ':')))}"
+    return f"python3 -c {quote(SCRIPT)} {quote(json.dumps(spec, separators=(',', ':')))}"
 
 
 @operation(is_idempotent=False)

@@ -8,7 +8,6 @@ again on the facts of the moment.
 from __future__ import annotations
 
 import posixpath
-import shlex
 from pathlib import Path
 
 from pyinfra import host
@@ -18,6 +17,7 @@ from pyinfra.facts.files import Sha256File
 
 from labwright.facts.nvidia import NvidiaGpus
 from labwright.llamacpp.deploy_data import build_choice, server_files
+from labwright.shell import quote
 
 
 def staged(dest: str) -> str:
@@ -59,8 +59,8 @@ def server_binary(binary: str, build: str = "auto", binary_src: str | None = Non
     for item in planned:
         if host.get_fact(Sha256File, path=item.dest) == item.sha256:
             continue
-        stage, dest = shlex.quote(staged(item.dest)), shlex.quote(item.dest)
-        directory = shlex.quote(posixpath.dirname(item.dest))
+        stage, dest = quote(staged(item.dest)), quote(item.dest)
+        directory = quote(posixpath.dirname(item.dest))
         mode = "755" if item.dest == binary else "644"
         yield f"mkdir -p {directory}"
         yield FileUploadCommand(item.src, staged(item.dest))

@@ -7,7 +7,6 @@ it works over ``@lxd``, ``@pct``, ``@ssh`` and ``@local`` alike; the target need
 
 from __future__ import annotations
 
-import shlex
 from io import StringIO
 
 from pyinfra import host
@@ -18,6 +17,7 @@ from pyinfra.operations import files
 from labwright.errors import LabwrightError
 from labwright.facts.python_stack import PythonStack
 from labwright.guestlock import shell_env
+from labwright.shell import join, quote
 from labwright.snapshots.deploy import required_check_command, snapshot_command
 from labwright.stacks.bundle import REMOTE_PATH, build_bundle
 from labwright.stacks.from_matrix import plan_for_stack
@@ -42,10 +42,10 @@ def _command(python: str, *args: str) -> StringCommand:
     # One shell line: fail with a readable message where the target has no python3 at all.
     # shell_env(): the bundle takes the guest's run lock (guestlock.hold_local); this run's token tells it that
     # the deploy running it already holds that lock.
-    runner = shlex.quote(python)
+    runner = quote(python)
     return StringCommand(
         f"command -v {runner} >/dev/null || {{ echo 'labwright: error: no {python} on this host: install "
-        f"python3 (3.10+)' >&2; exit 1; }}; {shell_env()}{runner} {shlex.join([REMOTE_PATH, *args])}")
+        f"python3 (3.10+)' >&2; exit 1; }}; {shell_env()}{runner} {join([REMOTE_PATH, *args])}")
 
 
 @operation()

@@ -20,14 +20,13 @@ Each failure is one ``labwright:`` line with the unit's state and the journal ta
 
 from __future__ import annotations
 
-import shlex
-
 from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from labwright.facts.systemd import SystemdUnits, systemd_refusal, unit_flag
+from labwright.shell import quote
 from labwright.stacks.service import UNIT
 
 # The shell function every operation here starts with: why a unit is not running, in one line.
@@ -52,7 +51,7 @@ def _unit(service: str) -> str:
 
 def start_command(service: str, restart: bool) -> str:
     """The shell line that (re)starts a unit labwright owns: reset-failed first, then one line on failure."""
-    unit = shlex.quote(_unit(service))
+    unit = quote(_unit(service))
     verb = "restart" if restart else "start"
     return (f"{_WHY}systemctl reset-failed {unit} 2>/dev/null || true; "
             f"systemctl {verb} {unit} || {{ why {unit}; exit 1; }}")
@@ -60,7 +59,7 @@ def start_command(service: str, restart: bool) -> str:
 
 def foreign_restart_command(service: str, running_only: bool, wait: float) -> str:
     """The shell line that restarts a unit someone else packaged, backing off while its start limit refuses."""
-    unit = shlex.quote(_unit(service))
+    unit = quote(_unit(service))
     verb = "try-restart" if running_only else "restart"
     return (f"{_WHY}end=$(( $(date +%s) + {int(wait)} )); delay=1; "
             f"while ! systemctl {verb} {unit} 2>/dev/null; do "
@@ -111,7 +110,7 @@ def started_owned(service: str, enabled: bool = True):
     running = unit_flag(host.get_fact(SystemdStatus, services=unit), unit)
     enable = enabled and not unit_flag(host.get_fact(SystemdEnabled, services=unit), unit)
     if enable:
-        yield f"systemctl enable {shlex.quote(unit)}"
+        yield f"systemctl enable {quote(unit)}"
     if running:
         if not enable:
             # Said for every no-change run, enabled or not (pyinfra shows it with the "No change" line).

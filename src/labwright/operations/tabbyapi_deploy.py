@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-import shlex
 from io import StringIO
 
 from pyinfra import host
@@ -23,6 +22,7 @@ from pyinfra.operations import files
 from labwright.errors import LabwrightError
 from labwright.facts.git import GitCheckout
 from labwright.facts.tabbyapi import TabbyapiNgramFiles
+from labwright.shell import quote
 from labwright.snapshots.deploy import snapshot_command
 from labwright.tabbyapi.ngram import MODEL_PY, TabbyTexts, plan_ngram
 
@@ -54,9 +54,9 @@ def checkout(url: str, ref: str, dest: str):
     if now["head"] and now["origin"] == url and now["ref_commit"] == now["head"]:
         host.noop(f"{dest} is at {ref} ({now['head'][:12]})")
         return
-    d, r, u = shlex.quote(dest), shlex.quote(ref), shlex.quote(url)
+    d, r, u = quote(dest), quote(ref), quote(url)
     git = f"git -C {d}"
-    wanted = shlex.quote(f"{dest}/.git/labwright-wanted")
+    wanted = quote(f"{dest}/.git/labwright-wanted")
     missing = (f"labwright: tabbyapi_ref: {ref!r} does not exist at {url} (no such tag, branch or commit): nothing was "
                "checked out, the running service is untouched; pin a ref the repository has")
     unreachable = (f"labwright: tabbyapi_git_url: cannot fetch {url}: fix the URL or the guest's network "
@@ -69,10 +69,10 @@ def checkout(url: str, ref: str, dest: str):
         f"if {git} remote get-url origin >/dev/null 2>&1; then {git} remote set-url origin {u}; "
         f"else {git} remote add origin {u}; fi; "
         f"{git} fetch -q --force --tags origin '+refs/heads/*:refs/remotes/origin/*' "
-        f"|| {{ echo {shlex.quote(unreachable)} >&2; exit 1; }}; "
+        f"|| {{ echo {quote(unreachable)} >&2; exit 1; }}; "
         f"sha=''; for c in refs/tags/{r} refs/remotes/origin/{r} {r}; do "
         f"sha=$({git} rev-parse -q --verify \"$c^{{commit}}\" 2>/dev/null) && break; sha=''; done; "
-        f"[ -n \"$sha\" ] || {{ echo {shlex.quote(missing)} >&2; exit 1; }}; "
+        f"[ -n \"$sha\" ] || {{ echo {quote(missing)} >&2; exit 1; }}; "
         f"echo \"$sha\" > {wanted}"
     )
     if now["head"]:
@@ -100,10 +100,10 @@ def api_tokens(path: str, group: str):
         return
     script = ("import secrets; print(f'api_key: {secrets.token_hex(32)}'); "
               "print(f'admin_key: {secrets.token_hex(32)}')")
-    p = shlex.quote(path)
-    yield (f"umask 077; mkdir -p {shlex.quote(posixpath.dirname(path))}; "
-           f"[ -s {p} ] || python3 -c {shlex.quote(script)} > {p}; "
-           f"chown root:{shlex.quote(group)} {p}; chmod 640 {p}")
+    p = quote(path)
+    yield (f"umask 077; mkdir -p {quote(posixpath.dirname(path))}; "
+           f"[ -s {p} ] || python3 -c {quote(script)} > {p}; "
+           f"chown root:{quote(group)} {p}; chmod 640 {p}")
 
 
 @operation()

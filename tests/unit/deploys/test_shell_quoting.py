@@ -157,3 +157,11 @@ def test_a_deploy_refuses_a_path_with_shell_characters_in_one_line_before_anythi
     lines = [line for line in output.splitlines() if f"{key}: " in line]
     assert len(lines) == 1 and "give a path without shell characters" in lines[0], output
     assert "Traceback" not in output and "Beginning operation run" not in output
+
+
+def test_deploys_and_operations_quote_through_the_one_helper() -> None:
+    """No deploy or operation quotes for a shell on its own: labwright.shell is the one helper."""
+    src = REPO / "src" / "labwright"
+    found = [str(path.relative_to(src)) for folder in ("deploys", "operations", "base")
+             for path in sorted((src / folder).glob("*.py")) if "shlex" in path.read_text()]
+    assert found == [], f"use labwright.shell.quote / join instead of shlex in {found}"
