@@ -19,7 +19,14 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
-from labwright.deploys.common import install_missing, pip_install, pip_source, port_taken_by, service_user_version
+from labwright.deploys.common import (
+    install_missing,
+    pip_install,
+    pip_source,
+    port_taken_by,
+    service_user_version,
+    venv_create,
+)
 from labwright.deploys.litellm import address_of
 from labwright.facts.default_keys import DefaultKeysIn
 from labwright.facts.openwebui import OpenwebuiKeysCurrent, OpenwebuiVersion
@@ -60,7 +67,7 @@ def generate(path: str, variable: str, nbytes: int, what: str) -> None:
     """``VARIABLE=<random>`` into a root-only file on the guest (python3 secrets), made once, never read back."""
     server.shell(name=f"Generate {what} on the guest ({path}, 0600 root)", commands=[
         f"umask 077; python3 -c 'import secrets; print(\"{variable}=\" + secrets.token_urlsafe({nbytes}))' "
-        f"> {path}.new && mv {path}.new {path}",
+        f"> {quote(path + '.new')} && mv {quote(path + '.new')} {quote(path)}",
     ])
 
 
@@ -84,21 +91,18 @@ def deploy_openwebui() -> None:
             raise fail(key, "is never taken from inventory data (secrets stay out of inventories); labwright "
                        f"generates it on the guest: remove openwebui_{key} (nothing was changed)")
     service, user, version = service_user_version(KEYS, "open-webui", "0.12.4")
-    venv, data_dir, config_dir = str(data("venv")), str(data("data_dir")), str(data("config_dir"))
+    venv, data_dir, config_dir = (KEYS.path_of(key, data(key)) for key in ("venv", "data_dir", "config_dir"))
     for key, value in (("venv", venv), ("data_dir", data_dir), ("config_dir", config_dir)):
-        if not PurePosixPath(value).is_absolute() or UNSAFE.search(value) or value.rstrip("/") in ("", "/"):
-            raise fail(key, f"{value!r} must be an absolute path (not /) without spaces or quotes")
+        if value.rstrip("/") in ("", "/"):
+            raise fail(key, f"{value!r} must be an absolute path, not /")
     listen_host = str(data("host"))
     if not re.fullmatch(r"[0-9A-Za-z.:]+", listen_host):
         raise fail("host", f"{listen_host!r} is not an address to listen on")
     port = as_int("port", 1, 65535)
     litellm_port = as_int("litellm_port", 1, 65535)
-    find_links, extra_index = str(data("find_links") or ""), str(data("extra_index_url") or "")
-    pipelines_find_links = str(data("pipelines_find_links") or "")
-    for key, value in (("find_links", find_links), ("extra_index_url", extra_index),
-                       ("pipelines_find_links", pipelines_find_links)):
-        if UNSAFE.search(value):
-            raise fail(key, f"{value!r} must be a path or URL without spaces or quotes")
+    find_links, extra_index, pipelines_find_links = (
+        KEYS.path_of(key, data(key) or "", absolute=False)
+        for key in ("find_links", "extra_index_url", "pipelines_find_links"))
     if extra_index and not re.match(r"^https?://[^/\s]+", extra_index):
         raise fail("extra_index_url", f"{extra_index!r} is not an http(s) index URL")
     health_timeout = as_int("health_timeout", 1)
@@ -107,8 +111,7 @@ def deploy_openwebui() -> None:
     pipelines_dir, pipelines_repo = str(data("pipelines_dir")), str(data("pipelines_repo"))
     pipelines_ref = str(data("pipelines_ref"))
     if pipelines:
-        if not PurePosixPath(pipelines_dir).is_absolute() or UNSAFE.search(pipelines_dir):
-            raise fail("pipelines_dir", f"{pipelines_dir!r} must be an absolute path without spaces or quotes")
+        KEYS.path_of("pipelines_dir", pipelines_dir)
         if UNSAFE.search(pipelines_repo) or not pipelines_repo or pipelines_repo.startswith("-"):
             raise fail("pipelines_repo", f"{pipelines_repo!r} is not a git URL or path")
         if not GIT_REF.match(pipelines_ref) or ".." in pipelines_ref:
@@ -155,7 +158,7 @@ def deploy_openwebui() -> None:
     if current != version:
         server.shell(name=f"Install open-webui=={version} in {venv} (was {current or 'absent'})", commands=[
             f"mkdir -p {quote(str(PurePosixPath(venv).parent))}",
-            f"test -x {venv}/bin/pip || python3 -m venv {venv}",
+            venv_create(venv),
             pip_install(f"{venv}/bin/pip", f"{source} 'open-webui=={version}'", f"open-webui=={version}", where,
                         "openwebui_find_links"),
         ])
@@ -219,14 +222,14 @@ def deploy_pipelines(directory: str, repo: str, ref: str, port: int, user: str, 
     install = None
     if (host.get_fact(FileContents, path=marker) or [""])[0].strip() != ref:
         install = server.shell(name=f"pipelines server at {ref[:12]} in {directory}", commands=[
-            f"test -d {directory}/.git || git init -q {directory}",
-            f"git -C {directory} fetch -q --depth 1 {quote(repo)} {quote(ref)}",
-            f"git -C {directory} checkout -q --force FETCH_HEAD",
-            f"test -x {directory}/.venv/bin/pip || python3 -m venv {directory}/.venv",
-            pip_install(f"{directory}/.venv/bin/pip", f"{source} -r {directory}/requirements-minimum.txt",
+            f"test -d {quote(directory + '/.git')} || git init -q {quote(directory)}",
+            f"git -C {quote(directory)} fetch -q --depth 1 {quote(repo)} {quote(ref)}",
+            f"git -C {quote(directory)} checkout -q --force FETCH_HEAD",
+            venv_create(f"{directory}/.venv"),
+            pip_install(f"{directory}/.venv/bin/pip", f"{source} -r {quote(directory + '/requirements-minimum.txt')}",
                         "the pipelines server's requirements", where,
                         "openwebui_pipelines_find_links or openwebui_find_links"),
-            f"printf '%s\\n' {quote(ref)} > {marker}",
+            f"printf '%s\\n' {quote(ref)} > {quote(marker)}",
         ])
     files.directory(name=f"{data_dir}/pipelines ({user})", path=f"{data_dir}/pipelines", user=user, group=user,
                     mode="750")
