@@ -326,9 +326,9 @@ def test_a_node_without_pct_is_refused_before_anything_changes(sim, root, invent
     assert host_userspace(root) == old_userspace()
 
 
-@pytest.mark.parametrize("api", ["https", "pvesh"])
+@pytest.mark.parametrize("mode", ["https", "pvesh"])
 def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_the_saved_credentials(
-        sim, root, inventory, capsys, monkeypatch, tmp_path, api):
+        sim, root, inventory, capsys, monkeypatch, tmp_path, mode):
     """The real-node path on Proxmox VE: the node's tools (the doubles of tests/support/host_tools, derived from
     their sources) install the driver for the new kernel; the run stops at `systemctl reboot` with its state and the
     API credentials saved (0600) for the boot unit; the tree boots (nvidia-uvm 509 -> 237) and the resume unit's
@@ -351,7 +351,7 @@ def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_t
     make_node(root, (OLD_KERNEL, NEW_KERNEL), (OLD_KERNEL, NEW_KERNEL), DRIVER_VERSION, OLD_KERNEL)
     for key in ("PATH", "LW_FAKE_ROOT", "LW_HOST_TOOLS"):  # the doubles first, then the pct double, then the rest
         monkeypatch.setenv(key, tool_env(root)[key])
-    if api == "pvesh":  # the node's pvesh, serving root@pam locally (the double reaches the simulator itself)
+    if mode == "pvesh":  # the node's pvesh, serving root@pam locally (the double reaches the simulator itself)
         bindir = tmp_path / "pvesh-bin"
         bindir.mkdir()
         (bindir / "pvesh").symlink_to(Path(__file__).resolve().parents[1] / "support/doubles/pvesh")
@@ -370,7 +370,7 @@ def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_t
     host_side = CommandHost(root, repo)
     host_side.preflight(plan)
     upgrade = PveUpgrade(plan, root, repo, api, guests, host=host_side)
-    upgrade.saved = pve_saved(upgrade, inventory, api)
+    upgrade.saved = pve_saved(upgrade, inventory, mode)
     out = upgrade.run({})
     assert out.ok and out.rebooting, (out.message, out.left)
     assert ct_userspace(sim, 202) == old_userspace() and allow_majors(sim, 202) == ["c 195:* rwm", "c 509:* rwm",
@@ -378,7 +378,7 @@ def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_t
     saved = state.load(root)
     assert saved is not None and saved.kind == "pve" and saved.extra["majors_before"]["nvidia-uvm"] == 509
     env_file = root / "var/lib/labwright/host-upgrade.env"
-    if api == "https":
+    if mode == "https":
         assert f'PROXMOX_TOKEN_ID="{TOKEN_ID}"' in env_file.read_text().splitlines()
     else:
         assert saved.api == "pvesh" and not env_file.exists()
