@@ -8,6 +8,7 @@ after the reboot nvidia-uvm has a new major and the nodes exist only because the
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,6 +145,17 @@ def test_bad_input_is_one_line_and_nothing_is_upgraded(lab, client, names, host_
         "labwright: error: --to 550.54.99: no such driver version in the repository "
         f"{host_root}/var/cache/labwright/nvidia (there: {NEW}); give one of those or add "
         "NVIDIA-Linux-x86_64-550.54.99.run to it\n")
+    # An installer that is not the one whose sha256 was recorded: refused before any snapshot, naming the file and
+    # both hashes, nothing run.
+    installer = host_root / f"var/cache/labwright/nvidia/NVIDIA-Linux-x86_64-{NEW}.run"
+    good = installer.read_bytes()
+    installer.write_bytes(good + b"# changed on the way\n")
+    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith(f"labwright: error: {installer}: sha256 ") and err.endswith("; nothing was run\n")
+    assert f"does not match {hashlib.sha256(good).hexdigest()} recorded in {installer.name}.sha256sum" in err
+    assert client.request("GET", f"/1.0/instances/{name}/snapshots") == []
+    installer.write_bytes(good)
     # The new kernel without a build of the target: refused (or pinned with --pin-kernel).
     (host_root / "var/lib/dkms/nvidia" / NEW / NEW_KERNEL / "x86_64/module/nvidia.ko").unlink()
     code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes")
