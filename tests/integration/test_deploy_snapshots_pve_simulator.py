@@ -65,8 +65,8 @@ def test_proxmox_vm_data_snapshots_the_vm_before_the_risky_step_and_guest_restor
     assert snapshot_posts(sim) == [("/nodes/pve1/qemu/120/snapshot",
                                     {"snapname": name, "description": "labwright: before packages"})]  # no vmstate
     assert sim.is_running(VM.vmid)  # disk-only: the VM kept running
-    assert f"snapshot {name} taken before packages (restore: labwright guest restore @pct/pve1/120" in (
-        run.stdout + run.stderr)
+    assert re.search(rf"snapshot {name} taken before packages in \d+\.\d s \(restore: labwright guest restore "
+                     r"@pct/pve1/120", run.stdout + run.stderr), run.stdout + run.stderr
 
     # the run's change undone: the VM's config broken after the snapshot, restored by `labwright guest restore`
     api.nodes("pve1").qemu(120).config.put(memory=2048, name="broken")

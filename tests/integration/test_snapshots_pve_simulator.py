@@ -88,7 +88,8 @@ def test_storage_without_snapshots_is_said_and_nothing_sent(sim, api, root_env):
                                               r"type dir, which cannot snapshot container volumes"):
         snapshots.take(GUEST, "stack-switch", **options(sim))
     assert sim.writes[before:] == []
-    assert snapshots.before(GUEST, "stack-switch", required=False, **options(sim)) is None
+    skipped = snapshots.before(GUEST, "stack-switch", required=False, **options(sim))
+    assert skipped.name is None and "its storage cannot snapshot (rootfs is on storage dirstore" in skipped.skipped
     # the simulator refuses it too, in the task, as PVE does
     with pytest.raises(OperationFailed, match="snapshot feature is not available"):
         wait(api, api.nodes("pve1").lxc(201).snapshot.post(snapname="direct"))
