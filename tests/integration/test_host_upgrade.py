@@ -155,6 +155,9 @@ def test_bad_input_is_one_line_and_nothing_is_upgraded(lab, client, names, host_
     assert err.startswith(f"labwright: error: {installer}: sha256 ") and err.endswith("; nothing was run\n")
     assert f"does not match {hashlib.sha256(good).hexdigest()} recorded in {installer.name}.sha256sum" in err
     assert client.request("GET", f"/1.0/instances/{name}/snapshots") == []
+    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--json")  # the dry plan says so first
+    assert code == 0 and f"labwright: note: --yes will refuse: {installer}: sha256 " in err
+    assert any(n.startswith("--yes will refuse: ") for n in json.loads(out)["notes"])
     installer.write_bytes(good)
     # The new kernel without a build of the target: refused (or pinned with --pin-kernel).
     (host_root / "var/lib/dkms/nvidia" / NEW / NEW_KERNEL / "x86_64/module/nvidia.ko").unlink()

@@ -231,6 +231,16 @@ def _verify_installers(repo: Path, plan: Plan) -> None:
     verify_repository_installer(repo, plan.from_version)
 
 
+def _with_installer_notes(repo: Path, plan: Plan) -> Plan:
+    """The dry plan notes an installer --yes would refuse (no recorded sha256, or not matching it)."""
+    for version in dict.fromkeys((plan.to_version, plan.from_version)):
+        try:
+            verify_repository_installer(repo, version)
+        except BadInput as exc:
+            plan.notes.append(f"--yes will refuse: {exc}")
+    return plan
+
+
 def _show_plan(node: str, plan: Plan, as_json: bool) -> None:
     for note in plan.notes:
         print(f"labwright: note: {note}", file=sys.stderr)
@@ -259,7 +269,7 @@ def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: 
         facts = node_facts(node, root, client, repo)
         plan = make_plan(facts, to, pin_kernel, fix_mismatched)
         if not yes:
-            _show_plan(node, plan, as_json)
+            _show_plan(node, _with_installer_notes(repo, plan), as_json)
             return None
         services = {g.name: g.services for g in facts.guests}
         _verify_installers(repo, plan)
@@ -282,7 +292,7 @@ def _pve_upgrade(node: str, root: Path, repo: Path, node_data: dict[str, Any], t
     facts, guests = pve_node_facts(node, root, api, repo)
     plan = make_pve_plan(facts, guests, to, pin_kernel, nvidia_majors(GpuHost(root)), fix_mismatched)
     if not yes:
-        _show_plan(node, plan, as_json)
+        _show_plan(node, _with_installer_notes(repo, plan), as_json)
         return None
     _verify_installers(repo, plan)
     if host is not None:
