@@ -215,7 +215,9 @@ def nvidia_smi_double(version: str = DRIVER_VERSION, gpus: tuple[tuple[str, str,
             "if [ -z \"$q\" ]; then echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA "
             "driver.'; exit 9; fi\n"
             f"known={shlex.quote(known)}\nifs=$IFS; IFS=,\nfor f in $q; do case \"$known\" in *\",$f,\"*) ;; "
-            "*) IFS=$ifs; echo \"Field \\\"$f\\\" is not a valid field to query.\"; exit 2;; esac; done\n"
+            # the refusal then an empty line, on stdout (recorded on nvidia-smi 580.159.04, tests/conformance/
+            # nvidia-smi/query-unknown-field-580.toml)
+            "*) IFS=$ifs; echo \"Field \\\"$f\\\" is not a valid field to query.\"; echo; exit 2;; esac; done\n"
             "IFS=$ifs\nvalue() {\n  v=\n  case \"$1:$2\" in\n" + "\n".join(values) + "\n  esac\n"
             "  case \"$fmt\" in *nounits*) v=${v% MiB};; esac\n}\n"
             f"n=0\nwhile [ \"$n\" -lt {len(gpus)} ]; do line=; IFS=,; for f in $q; do IFS=$ifs; value \"$n\" \"$f\"; "

@@ -49,7 +49,8 @@ def double(tmp_path: Path, spec: dict[str, Any]) -> Path:
 def test_the_refusal_and_the_answer_after_it_are_recorded():
     names = {path.stem for path in CASES}
     assert {"query-compute-cap-470", "query-labwright-fields-470", "query-unknown-field",
-            "query-without-compute-cap-470"} <= names
+            "query-without-compute-cap-470", "query-labwright-fields-580", "query-unknown-field-580",
+            "query-two-unknown-fields-580"} <= names
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda path: path.stem)
@@ -84,7 +85,16 @@ def test_the_double_prints_what_was_recorded(path, tmp_path):
     smi = double(tmp_path, case["expect"]["double"])
     argv = shlex.split(run["command"])
     done = subprocess.run([str(smi), *argv[1:]], capture_output=True, text=True, timeout=30)
-    assert (done.returncode, done.stdout, done.stderr) == (run["exit"], run["stdout"], run["stderr"])
+    if case["provenance"]["how"].startswith("recorded on a real driver"):
+        assert (done.returncode, done.stdout, done.stderr) == (run["exit"], run["stdout"], run["stderr"])
+    else:
+        # A public quote drops the empty line nvidia-smi prints after its refusal (recorded on 580.159.04:
+        # query-unknown-field-580.toml): trailing empty lines are not compared for quoted cases.
+        def trimmed(text: str) -> str:
+            return text.rstrip("\n") + "\n" if text else text
+
+        assert (done.returncode, trimmed(done.stdout), trimmed(done.stderr)) == \
+            (run["exit"], trimmed(run["stdout"]), trimmed(run["stderr"]))
 
 
 @pytest.mark.parametrize("path", [p for p in CASES if "asked_again" in load(p)["expect"]], ids=lambda path: path.stem)

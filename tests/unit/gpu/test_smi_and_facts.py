@@ -67,7 +67,7 @@ def test_a_470_driver_refuses_compute_cap_and_the_fact_asks_again_without_it(tmp
     env = smi_on_path(tmp_path, "470.256.02")
     bare = subprocess.run(["/bin/sh", "-c", f"nvidia-smi --query-gpu={','.join(FIELDS)} --format=csv,noheader"],
                           capture_output=True, text=True, env=env)
-    assert (bare.returncode, bare.stdout) == (2, 'Field "compute_cap" is not a valid field to query.\n')
+    assert (bare.returncode, bare.stdout) == (2, 'Field "compute_cap" is not a valid field to query.\n\n')
     fact = NvidiaGpus()
     out = subprocess.run(["/bin/sh", "-c", fact.command()], capture_output=True, text=True, check=True, env=env).stdout
     facts = fact.process(out.splitlines())
