@@ -256,6 +256,7 @@ def before(host: str, step: str, keep: int = DEFAULT_KEEP, required: bool = True
     if parse_host_name(host) is None:
         return Before(host, skipped="not a container: nothing to snapshot")
     say = say or (lambda line: None)
+    instead = " ".join(instead.split())  # the skip is one line whatever the caller's text
     with _Opened(host, node_data, options) as backend:
         if not backend.exists():
             raise BadInput(backend.missing())

@@ -142,27 +142,36 @@ def llamacpp_expected_from(config: pytest.Config) -> LlamacppExpected:
     return LlamacppExpected(value("service"), value("user"), value("model"), value("alias"), flags)
 
 
-#: How often a ``stat -c`` through ``lxc exec`` is asked again when its output was lost (see steady_lxc_stat).
-LXC_STAT_TRIES = 3
+#: How often a command through ``lxc exec`` is asked again when its answer was lost (see steady_lxc_run).
+LXC_TRIES = 3
+#: The line each command run through ``lxc exec`` ends its stderr with: its absence means the answer was lost.
+END_MARK = "@@labwright-verify-end"
 
 
-def steady_lxc_stat(run):
+def steady_lxc_run(self, command: str, *args: str, **kwargs: object):
     """testinfra's ``lxc://`` backend runs each command as ``lxc exec NAME --mode=non-interactive -- /bin/sh -c CMD``
-    (testinfra/backend/lxc.py, LxcBackend.run). On a loaded host LXD 5.0 can lose such a command's output: its log
-    says "Failed getting exec control websocket reader, killing command" and the client gets exit 0 with nothing on
-    stdout, so ``File.user`` read ``''`` for a file owned by ``ops`` (seen in this repo's loaded test runs). A
-    ``stat -c FORMAT PATH`` that exits 0 always prints, so an empty answer is a lost one: asked again, a bounded
-    number of times; every other command's answer is taken as it came."""
-    def run_steady(self, command: str, *args: str, **kwargs: object):
-        out = run(self, command, *args, **kwargs)
-        for _ in range(LXC_STAT_TRIES - 1):
-            if not (command.startswith("stat -c") and out.rc == 0 and not out.stdout.strip()):
-                break
-            out = run(self, command, *args, **kwargs)
-        return out
+    (testinfra/backend/lxc.py, LxcBackend.run). On a loaded host LXD 5.0 can lose a command's output: its log says
+    "Failed getting exec control websocket reader, killing command" and the client gets exit 0 with nothing on
+    stdout or stderr (seen in this repo's loaded runs: ``stat -c %U`` read ``''``, then ``ps -o user= -p PID``).
+    Any command can be hit, so each one is run in a subshell followed by a mark on stderr (``END_MARK``): an answer
+    without the mark was lost and is asked again (the verify suites only read), a bounded number of times; the mark
+    is taken off before testinfra sees the answer, which is otherwise exactly the command's."""
+    cmd = self.get_command(command, *args)
+    marked = f"( {cmd}\n); lw_rc=$?; echo {END_MARK} >&2; exit $lw_rc"
+    tail = f"{END_MARK}\n".encode()
+    out = None
+    for _ in range(LXC_TRIES):
+        out = self.run_local("lxc exec %s --mode=non-interactive -- /bin/sh -c %s", self.name, marked)
+        err = out.stderr_bytes
+        if err.endswith(tail):
+            out._stderr = err[: -len(tail)]
+            break
+    assert out is not None
+    out.command = self.encode(cmd)
+    return out
 
-    run_steady.steady = True  # type: ignore[attr-defined]
-    return run_steady
+
+steady_lxc_run.steady = True  # type: ignore[attr-defined]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -172,7 +181,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from testinfra.backend.lxc import LxcBackend
 
     if not getattr(LxcBackend.run, "steady", False):
-        LxcBackend.run = steady_lxc_stat(LxcBackend.run)
+        LxcBackend.run = steady_lxc_run
 
 
 @pytest.fixture(scope="session")
