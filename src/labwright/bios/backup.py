@@ -25,8 +25,9 @@ from typing import Any
 
 from labwright.bios import flashrom, ifd
 from labwright.bios import manifest as manifest_module
-from labwright.bios.manifest import SCHEMA, manifest_path, sha256_file
+from labwright.bios.manifest import SCHEMA, manifest_path
 from labwright.bios.target import Target
+from labwright.digest import sha256_file
 from labwright.errors import BadInput, OperationFailed
 from labwright.ui import Reporter
 

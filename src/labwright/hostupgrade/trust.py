@@ -29,6 +29,7 @@ import sysconfig
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from labwright.digest import sha256_file
 from labwright.errors import BadInput
 from labwright.hostupgrade.facts import installer_name
 
@@ -170,12 +171,7 @@ def recorded_sha256(installer: Path, version: str) -> str:
                    f"fetch it again: curl -fsSLo {sums} {url}{SUMS_SUFFIX}; nothing was run")
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+file_sha256 = sha256_file
 
 
 def verify_installer(installer: Path, version: str, data: bytes | None = None) -> str:

@@ -22,7 +22,6 @@ and ``manifest.json`` (each file's sha256). The toolkit is NVIDIA's pip wheels (
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from labwright import paths
 from labwright.atomic import once_under_lock, write_text_atomic
+from labwright.digest import sha256_file
 from labwright.errors import BadInput, LabwrightError, OperationFailed
 from labwright.llamacpp import cuda as cuda_toolkit
 from labwright.llamacpp.cuda import CudaToolchain
@@ -107,12 +107,7 @@ def cuda_cache_dir(cuda: CudaToolchain, cmake_archs: Sequence[str], version: str
     return cache_dir(version) / cuda_toolkit.build_key(cuda, cmake_archs)
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+sha256_of = sha256_file
 
 
 def pypi_url(project: str, filename: str, sha256: str) -> str:
