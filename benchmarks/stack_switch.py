@@ -216,18 +216,24 @@ def driver_args(parser: argparse.ArgumentParser, name: str) -> tuple[argparse.Na
     return args, drivers
 
 
+def each_driver(args: argparse.Namespace, drivers: list[str]):  # type: ignore[no-untyped-def]
+    """(lab, stacks, driver, pool) for each driver the lab can make; the others are said and skipped."""
+    stacks = stacks_for(args.torch_mb)
+    lab = ensure_test_lab()
+    for driver, pool, skipped in pools_for(lab, drivers):
+        if skipped:
+            print(f"\nStorage driver {driver}: not measured: {skipped}")
+            continue
+        yield lab, stacks, driver, pool
+
+
 def main() -> int:
     parsed = driver_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]), "stack_switch")
     if parsed is None:
         return 2
     args, drivers = parsed
-    stacks = stacks_for(args.torch_mb)
-    lab = ensure_test_lab()
     verdicts: list[str] = []
-    for driver, pool, skipped in pools_for(lab, drivers):
-        if skipped:
-            print(f"\nStorage driver {driver}: not measured: {skipped}")
-            continue
+    for lab, stacks, driver, pool in each_driver(args, drivers):
         results = run_driver(lab, stacks, args, driver, pool)
         verdicts += downtime_table(driver, f"service downtime, stand-in engine ({args.rounds} switches each, torch "
                                    f"wheel {args.torch_mb} MB, /health polled every 10 ms from the host)", [

@@ -40,13 +40,11 @@ from stack_switch import (  # the same poller, pools, wheels, uv and table
     Poller,
     downtime_table,
     driver_args,
-    pools_for,
-    stacks_for,
+    each_driver,
     stats,
     uv_binary,
 )
 
-from labwright.testing.lab_fixture import ensure_test_lab
 from support.tabbyapi_lab import WHEELHOUSE, RepoServer, TabbyGuest, bridge_address, lab_subnet
 from support.tabbyapi_standin import build_standin_repo
 
@@ -137,13 +135,8 @@ def main() -> int:
     if parsed is None:
         return 2
     args, drivers = parsed
-    stacks = stacks_for(args.torch_mb)
-    lab = ensure_test_lab()
     verdicts: list[str] = []
-    for driver, pool, skipped in pools_for(lab, drivers):
-        if skipped:
-            print(f"\nStorage driver {driver}: not measured: {skipped}")
-            continue
+    for lab, stacks, driver, pool in each_driver(args, drivers):
         reruns, results = run_driver(lab, stacks, args, driver, pool)
         rerun = statistics.median(reruns)
         print(f"\nStorage driver {driver}: deploys/tabbyapi.py no-change re-run: median {rerun:.2f} s of "
