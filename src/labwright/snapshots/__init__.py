@@ -266,7 +266,6 @@ def before(host: str, step: str, keep: int = DEFAULT_KEEP, required: bool = True
                 _require_support(backend)
             return Before(backend.label, skipped=f"its storage cannot snapshot ({support.reason}); set "
                           "snapshot_required: true to stop here instead")
-        notes: list[str] = []
         if support.freezes_running and backend.running():
             if not required:
                 return Before(backend.label, skipped=(
@@ -283,8 +282,8 @@ def before(host: str, step: str, keep: int = DEFAULT_KEEP, required: bool = True
         else:
             said = ""
             result = take(backend, step, keep=keep)
-        notes.extend(result.warnings)
-        return Before(backend.label, result.name, said_first=said, seconds=result.seconds, notes=notes)
+        return Before(backend.label, result.name, said_first=said, seconds=result.seconds,
+                      notes=list(result.warnings))
 
 
 def list_snapshots(guest: Guest, node_data: Mapping[str, Any] | None = None, **options: Any) -> list[Snapshot]:

@@ -109,10 +109,9 @@ class Lab:
                 try:
                     self.client.request("POST", "/1.0/storage-pools", {
                         "name": name, "driver": driver, "description": self.spec.marker, "config": config})
-                except LxdError as exc:
+                except LxdError:
                     if self.client.get_or_none(f"/1.0/storage-pools/{name}") is None:  # not another worker's
                         raise
-                    del exc
         return name
 
 

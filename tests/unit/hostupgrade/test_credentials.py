@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from labwright.hostupgrade.plan import Plan, Step
 from labwright.hostupgrade.pve import PveUpgrade
 from labwright.hostupgrade.realhost import CommandHost
 from labwright.hostupgrade.run import Upgrade
+from labwright.testing.waiting import wait_for
 from support.host_doubles import run_stop_post, tool_env
 
 from .test_realhost import NEW, NEXT, OLD, host, tree
@@ -197,7 +197,8 @@ def test_a_killed_resume_is_cleaned_up_by_the_units_exec_stop_post(tmp_path, mon
     saved = state.load(root)
     assert saved is not None and saved.inventory is not None
     started = tmp_path / "started"
-    Path(saved.inventory).write_text(f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(60)\n")
+    Path(saved.inventory).write_text(f"import pathlib, threading\npathlib.Path({str(started)!r}).touch()\n"
+                                    "threading.Event().wait()\n")  # a resume that hangs until it is killed
     text = (root / state.RESUME_UNIT_PATH.lstrip("/")).read_text()
     assert [line for line in text.splitlines() if line.startswith("ExecStopPost=")] == [
         f"ExecStopPost=-/bin/rm -f {state.ENV_PATH}",
@@ -206,10 +207,7 @@ def test_a_killed_resume_is_cleaned_up_by_the_units_exec_stop_post(tmp_path, mon
     assert argv[:3] == [sys.executable, "-I", "-m"]
     child = subprocess.Popen(argv, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert started.exists(), "the resume did not reach the inventory"
+        wait_for("the resume to reach the inventory", started.exists, timeout=60, every=0.05)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     finally:
