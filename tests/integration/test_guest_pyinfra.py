@@ -3,9 +3,12 @@ second run changes nothing; nvidia_userspace installs the host's driver version 
 
 from __future__ import annotations
 
+import hashlib
+import re
 import secrets
 import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +68,7 @@ def test_guest_deploy_refuses_other_targets(repo, cli_env):
 FAKE_INSTALLER = """#!/bin/sh
 # Stands in for NVIDIA-Linux-x86_64-{version}.run: records its arguments, leaves the userspace libraries.
 echo "$@" > {root}/installer-args
+echo "$0" > {root}/installer-path
 rm -f {root}/usr/lib/x86_64-linux-gnu/libcuda.so.* {root}/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*
 mkdir -p {root}/usr/lib/x86_64-linux-gnu
 touch {root}/usr/lib/x86_64-linux-gnu/libcuda.so.{version} {root}/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{version}
@@ -76,7 +80,7 @@ def test_nvidia_userspace_follows_the_host_driver(repo, cli_env, tmp_path):
     make_fake_nvidia_host(root, driver="550.54.14")
     make_container_libraries(root, "545.29.06")  # an older userspace: mismatch
     for version in ("550.54.14", "570.133.07"):
-        (tmp_path / f"fake-{version}.run").write_text(FAKE_INSTALLER.format(version=version, root=root))
+        publish(tmp_path / f"fake-{version}.run", FAKE_INSTALLER.format(version=version, root=root), version)
     deploy = tmp_path / "nvidia.py"
     deploy.write_text(textwrap.dedent(f"""
         from labwright.operations import guests
@@ -89,6 +93,10 @@ def test_nvidia_userspace_follows_the_host_driver(repo, cli_env, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (libdir / "libcuda.so.550.54.14").exists() and not (libdir / "libcuda.so.545.29.06").exists()
     assert (root / "installer-args").read_text().split()[:2] == ["--no-kernel-module", "--silent"]
+    # run from a fresh mktemp -d directory (not a /tmp name a guest user could predict), removed afterwards
+    ran_from = Path((root / "installer-path").read_text().strip())
+    assert re.fullmatch(r"/tmp/labwright-nvidia\.\w{10}/NVIDIA-Linux-x86_64-550\.54\.14\.run", str(ran_from))
+    assert not ran_from.parent.exists()
 
     (root / "installer-args").unlink()
     again = pyinfra(cli_env, repo, str(deploy))
@@ -101,6 +109,63 @@ def test_nvidia_userspace_follows_the_host_driver(repo, cli_env, tmp_path):
     upgraded = pyinfra(cli_env, repo, str(deploy))
     assert upgraded.returncode == 0, upgraded.stderr[-3000:]
     assert (libdir / "libcuda.so.570.133.07").exists() and not (libdir / "libcuda.so.550.54.14").exists()
+
+
+def publish(installer: Path, text: str, version: str, sha256: str | None = None) -> None:
+    """The installer and, beside it, its ``.sha256sum`` as NVIDIA publishes it (``HASH  NAME``)."""
+    installer.write_text(text)
+    digest = sha256 or hashlib.sha256(text.encode()).hexdigest()
+    installer.with_name(installer.name + ".sha256sum").write_text(f"{digest}  NVIDIA-Linux-x86_64-{version}.run\n")
+
+
+def nvidia_deploy(tmp_path: Path, root: Path, extra: str = "") -> Path:
+    deploy = tmp_path / "nvidia.py"
+    deploy.write_text(textwrap.dedent(f"""
+        from labwright.operations import guests
+        guests.nvidia_userspace(name="NVIDIA userspace", root="{root}",
+                                installer_url="file://{tmp_path}/fake-{{version}}.run"{extra})
+        """))
+    return deploy
+
+
+def temp_dirs() -> set[str]:
+    return {p.name for p in Path("/tmp").glob("labwright-nvidia.*")}
+
+
+def test_nvidia_userspace_refuses_an_installer_that_is_not_the_published_one(repo, cli_env, tmp_path):
+    root = tmp_path / "root"
+    make_fake_nvidia_host(root, driver="550.54.14")
+    make_container_libraries(root, "545.29.06")
+    text = FAKE_INSTALLER.format(version="550.54.14", root=root)
+    publish(tmp_path / "fake-550.54.14.run", text, "550.54.14", sha256="0" * 64)  # a different installer's hash
+    before = temp_dirs()
+
+    proc = pyinfra(cli_env, repo, str(nvidia_deploy(tmp_path, root)))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert not (root / "installer-args").exists()  # not run
+    actual = hashlib.sha256(text.encode()).hexdigest()
+    line = next(line for line in out.splitlines() if "does not match" in line)
+    assert f"NVIDIA-Linux-x86_64-550.54.14.run: sha256 {actual} does not match {'0' * 64} published at " in line
+    assert "the installer was not run" in line
+    assert temp_dirs() <= before  # its directory removed
+
+    # no line for this installer in the sums file: refused, not run
+    (tmp_path / "fake-550.54.14.run.sha256sum").write_text(f"{actual}  NVIDIA-Linux-x86_64-999.1.run\n")
+    proc = pyinfra(cli_env, repo, str(nvidia_deploy(tmp_path, root)))
+    assert proc.returncode != 0 and not (root / "installer-args").exists()
+    assert "no sha256 line for NVIDIA-Linux-x86_64-550.54.14.run in it" in proc.stdout + proc.stderr
+
+    # a pinned sha256 is used instead of the published one (no sums file needed) ...
+    (tmp_path / "fake-550.54.14.run.sha256sum").unlink()
+    proc = pyinfra(cli_env, repo, str(nvidia_deploy(tmp_path, root, f", installer_sha256='{actual.upper()}'")))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (root / "installer-args").exists()
+
+    # ... and one that is not a sha256 is refused in one line before anything
+    proc = pyinfra(cli_env, repo, str(nvidia_deploy(tmp_path, root, ", installer_sha256='abc;reboot'")))
+    assert proc.returncode != 0
+    assert "installer_sha256: 'abc;reboot' is not a sha256 (64 hex digits)" in proc.stdout + proc.stderr
 
 
 def test_nvidia_userspace_without_a_host_driver_is_an_error(repo, cli_env, tmp_path):
