@@ -155,16 +155,27 @@ def test_gpu_passthrough_with_fake_nodes(lab, client, guest_names):
         assert client.instance(name)["status"] == "Running"
         # Not `find -type c`: LXD bind-mounts each node over a plain file, which readdir reports as a file.
         listing = run_in(client, name, "sh", "-c", "for f in /dev/nvidia* /dev/nvidia-caps/*; do "
-                                                   "[ -c \"$f\" ] && stat -c '%n %t %T %a' \"$f\"; done; true")
-        seen = {path: (int(major, 16), int(minor, 16), mode)
-                for path, major, minor, mode in (line.split() for line in listing.splitlines())}
+                                                   "[ -c \"$f\" ] && stat -c '%n %t %T %a %G' \"$f\"; done; true")
+        seen = {path: (int(major, 16), int(minor, 16), mode, group)
+                for path, major, minor, mode, group in (line.split() for line in listing.splitlines())}
         assert seen == {
-            "/dev/nvidia0": (195, 0, "666"), "/dev/nvidiactl": (195, 255, "666"),
-            "/dev/nvidia-modeset": (195, 254, "666"), "/dev/nvidia-uvm": (509, 0, "666"),
-            "/dev/nvidia-uvm-tools": (509, 1, "666"),
-            # the host's own modes, not widened: capability nodes are read-only on the host
-            "/dev/nvidia-caps/nvidia-cap1": (511, 1, "444"), "/dev/nvidia-caps/nvidia-cap2": (511, 2, "444"),
+            # the host's nodes are 0666 (the driver's default): the guest's are 0660, group video
+            "/dev/nvidia0": (195, 0, "660", "video"), "/dev/nvidiactl": (195, 255, "660", "video"),
+            "/dev/nvidia-modeset": (195, 254, "660", "video"), "/dev/nvidia-uvm": (509, 0, "660", "video"),
+            "/dev/nvidia-uvm-tools": (509, 1, "660", "video"),
+            # never widened: capability nodes are read-only on the host (0444), 0440 here
+            "/dev/nvidia-caps/nvidia-cap1": (511, 1, "440", "video"),
+            "/dev/nvidia-caps/nvidia-cap2": (511, 2, "440", "video"),
         }
+        # Who may open the GPU: a user in video gets past the permission check to the (absent) driver, ENXIO;
+        # any other user is refused by the mode, EACCES.
+        opened = run_in(client, name, "sh", "-c",
+                        "useradd --system --no-create-home --groups video lwsvc && "
+                        "useradd --system --no-create-home lwother && "
+                        "for u in lwsvc lwother; do printf '%s: ' $u; "
+                        "setpriv --reuid=$u --regid=$u --init-groups sh -c ': 3<>/dev/nvidia0' 2>&1 | "
+                        "sed -n 's/.*: //p' | tail -1; done")
+        assert opened.splitlines() == ["lwsvc: No such device or address", "lwother: Permission denied"], opened
         client.sent.clear()
         assert backend.apply(spec) == [] and client.writes() == []
 

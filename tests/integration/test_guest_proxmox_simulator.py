@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import textwrap
 
@@ -80,11 +81,18 @@ def test_proxmox_backend_on_pve_simulator_creates_gpu_guest_as_root_with_dev_lin
     pve = backend(spec, host)
     plan = pve.plan(spec)
     assert plan.action == "create" and sim.writes == []
-    assert "dev0: /dev/nvidia0,gid=44,mode=0666" in plan.config_lines
+    assert "dev0: /dev/nvidia0,gid=44,mode=0660" in plan.config_lines
     pve.apply(spec)
     config = sim.config("pve1", 201).options
     devs = [config[f"dev{i}"] for i in range(len(GPU_NODES))]
-    assert devs == [f"{p},gid=44,mode={'0444' if 'caps' in p else '0666'}" for p in GPU_NODES]
+    caps = {"/dev/nvidia-caps/nvidia-cap1": "0400", "/dev/nvidia-caps/nvidia-cap2": "0440"}
+    assert devs == [f"{p},gid=44,mode={caps.get(p, '0660')}" for p in GPU_NODES]
+    # the nodes the started CT got (pve-container's create_passthrough_device_node): group video (44), never
+    # others' bits, so only root and the engines' service users (in video) open the GPU
+    made = sim.cluster.passthrough[201]
+    assert {p: (oct(n.mode), n.uid, n.gid) for p, n in made.items()} == {
+        p: (oct(int(caps.get(p, "0660"), 8)), 0, 44) for p in GPU_NODES}
+    assert all(not n.mode & 0o007 for n in made.values())
     assert (config["memory"], config["cores"], config["features"], config["tags"]) == ("4096", "4", "nesting=1",
                                                                                       "labwright")
     assert config["rootfs"] == "local-lvm:vm-201-disk-0,size=16G" and sim.is_running(201)
@@ -93,6 +101,27 @@ def test_proxmox_backend_on_pve_simulator_creates_gpu_guest_as_root_with_dev_lin
     writes = len(sim.writes)
     assert pve.apply(spec) == [] and pve.plan(spec).action == "none"
     assert len(sim.writes) == writes  # idempotent: the re-apply sent no write at all
+
+
+def test_proxmox_backend_on_pve_simulator_a_guest_with_0666_nodes_is_planned_to_0660(sim, host, as_root):
+    """A GPU guest made when labwright passed the nodes 0666 (or by hand): plan shows each devN going to 0660,
+    apply narrows them, and the restarted CT's nodes are group video's, never others'."""
+    spec = guest(sim, gpu="nvidia")
+    backend(spec, host).apply(spec)
+    conf = sim.conf_path("pve1", 201)
+    conf.write_text(re.sub(r"mode=0\d\d\d", "mode=0666", conf.read_text()))  # as labwright wrote them before
+    pve = backend(spec, host)
+    plan = pve.plan(spec)
+    widened = {c.what: (c.before, c.after) for c in plan.changes if c.what.startswith("config dev")}
+    assert widened["config dev0"] == ("/dev/nvidia0,gid=44,mode=0666", "/dev/nvidia0,gid=44,mode=0660")
+    assert widened["config dev5"] == ("/dev/nvidia-caps/nvidia-cap1,gid=44,mode=0666",
+                               "/dev/nvidia-caps/nvidia-cap1,gid=44,mode=0400")
+    assert len(widened) == len(GPU_NODES) and "dev0: /dev/nvidia0,gid=44,mode=0660" in plan.config_lines
+    pve.apply(spec)
+    pve.stop(spec)
+    pve.start(spec)
+    assert {n.mode for n in sim.cluster.passthrough[201].values()} == {0o660, 0o440, 0o400}
+    assert pve.plan(spec).action == "none"
 
 
 def test_proxmox_backend_on_pve_simulator_refuses_gpu_with_a_token_and_names_both_ways_out(sim, host, as_token):
@@ -124,7 +153,7 @@ def test_proxmox_backend_on_pve_simulator_token_with_ssh_path_writes_dev_lines_t
     sent = {key for w in sim.writes for key in w.params}
     assert not any(k.startswith(("dev", "mp")) for k in sent)  # the API never saw a root-only key
     config = sim.config("pve1", 201).options
-    assert config["dev0"] == "/dev/nvidia0,gid=44,mode=0666" and config["mp0"] == "/tank/models,mp=/models,ro=1"
+    assert config["dev0"] == "/dev/nvidia0,gid=44,mode=0660" and config["mp0"] == "/tank/models,mp=/models,ro=1"
     assert all(w.user == TOKEN_ID for w in sim.writes) and sim.is_running(201)
     writes = len(sim.writes)
     assert pve.apply(spec) == [] and len(sim.writes) == writes

@@ -54,7 +54,7 @@ from support.pve_schema import (
     parse_property_string,
     print_property_string,
 )
-from support.pve_state import PveCluster, SimStorage, Task, TaskAbort
+from support.pve_state import PassthroughNode, PveCluster, SimStorage, Task, TaskAbort
 
 MiB = 1024**2
 
@@ -324,9 +324,16 @@ class Lxc:
         if conf.pending or conf.pending_delete:
             self._apply(node, vmid, conf, False)
             self.cluster.save(node, vmid, conf)
+        nodes: dict[str, PassthroughNode] = {}
         for key, value in sorted(conf.options.items()):
             if re.match(r"^dev\d+$", key):
-                path = parse_property_string(fmt(self.props, key), value).get("path", "")
+                device = parse_property_string(fmt(self.props, key), value)
+                path = device.get("path", "")
+                if path in self.cluster.nodes[node].devices:
+                    # src/PVE/LXC.pm create_passthrough_device_node 1897-1921: mode default 0660, uid/gid 0
+                    major, minor = self.cluster.nodes[node].devices[path]
+                    nodes[path] = PassthroughNode(major, minor, int(str(device.get("mode", "0660")), 8),
+                                                  int(device.get("uid", 0)), int(device.get("gid", 0)))
                 if path not in self.cluster.nodes[node].devices:
                     # vm_start -> update_lxc_config stats every devN path before lxc-start and dies, so the
                     # task's status is that message (pve-container 6.1.10 src/PVE/LXC.pm 3136, 769-776;
@@ -341,6 +348,7 @@ class Lxc:
             except Exception as exc:
                 raise TaskAbort(f"startup for container '{vmid}' failed: {exc}") from exc
         self.cluster.running.add(vmid)
+        self.cluster.passthrough[vmid] = nodes
 
     def start(self, user: str, node: str, vmid: int) -> str:
         self.cluster.load(node, vmid)
@@ -358,6 +366,7 @@ class Lxc:
             self._check_lock(conf)
             task.checkpoint()
             self.cluster.running.discard(vmid)
+            self.cluster.passthrough.pop(vmid, None)
 
         return self.cluster.start_task(node, kind, str(vmid), user, work)
 
@@ -373,6 +382,7 @@ class Lxc:
             task.checkpoint()
             current, _ = self.cluster.load(node, vmid)
             self.cluster.running.discard(vmid)
+            self.cluster.passthrough.pop(vmid, None)
             self._free_volumes(current.options)
             self.cluster.conf_path(node, vmid).unlink()
 

@@ -146,6 +146,20 @@ class _TaskPlan:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class PassthroughNode:
+    """A device node inside a CT, from its ``devN`` line: pve-container 6.1.10 (94f558522ef6) src/PVE/LXC.pm
+    ``create_passthrough_device_node`` 1897-1921 mknods it with the host node's rdev, then ``chmod``s it to the
+    line's ``mode`` (default 0660, 1906-1909) and ``chown``s it to its ``uid``/``gid`` (default 0, 1911-1918;
+    the CT's ids, mapped to the host's for an unprivileged CT)."""
+
+    major: int
+    minor: int
+    mode: int
+    uid: int
+    gid: int
+
+
 class PveCluster:
     """All state behind the API. Every mutation happens under ``lock``; tasks take it for their work."""
 
@@ -159,6 +173,9 @@ class PveCluster:
         self.cluster_name = cluster_name
         self.lock = threading.RLock()
         self.running: set[int] = set()
+        #: The device nodes a running CT's devN lines made, as pve-container makes them at start
+        #: (``create_passthrough_device_node``): vmid -> {path: PassthroughNode}.
+        self.passthrough: dict[int, dict[str, PassthroughNode]] = {}
         #: Called with (node, vmid, config) when a CT boots, before it counts as running; an exception fails the
         #: start task. Tests set it to make the CT real on a node (see PveSimulator's ``on_boot``).
         self.on_boot: Callable[[str, int, CtConfig], None] | None = None

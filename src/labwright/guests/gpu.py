@@ -26,6 +26,14 @@ from labwright.errors import OperationFailed
 
 #: Fixed by NVIDIA for the GPU nodes and nvidiactl (/proc/devices calls it "nvidia-frontend" or "nvidia").
 NVIDIA_MAJOR = 195
+#: The group the NVIDIA nodes get inside a guest: ``video``, gid 44 on Debian and Ubuntu (base-passwd's fixed
+#: entry; community-scripts and PVE's own examples pass GPU nodes with gid=44 too). The engine deploys put their
+#: service user in it, so the nodes can be 0660 (``guest_mode``) instead of the driver's default 0666 (any user,
+#: any process of the guest, could open the GPU, read its memory through UVM and load it).
+GPU_GROUP = "video"
+GPU_GID = 44
+#: The most a node gets inside a guest: owner and group only, never others.
+GUEST_MODE_MASK = 0o660
 #: Userspace libraries whose file name carries the exact driver version (libcuda.so.550.54.14).
 VERSIONED_LIBRARIES = ("libcuda.so", "libnvidia-ml.so")
 #: Where distributions and the .run installer put them, and where container runtimes mount the host's (NVIDIA's CUDA
@@ -168,6 +176,17 @@ class DeviceNode:
     @property
     def name(self) -> str:
         return os.path.basename(self.path)
+
+    @property
+    def guest_mode(self) -> int:
+        """The mode the node gets inside a guest (``guest_mode``)."""
+        return guest_mode(self.mode)
+
+
+def guest_mode(host_mode: int) -> int:
+    """A node's mode inside a guest: the host's bits without others' (0666 -> 0660, a capability node's 0444 ->
+    0440, 0400 stays 0400): only root and the ``GPU_GROUP`` members (the engines' service users) open it."""
+    return host_mode & GUEST_MODE_MASK
 
 
 def _node_sort_key(name: str) -> tuple[int, int, str]:

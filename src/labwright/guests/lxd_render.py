@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labwright.errors import BadInput
-from labwright.guests.gpu import DeviceNode, GpuHost
+from labwright.guests.gpu import GPU_GID, GUEST_MODE_MASK, DeviceNode, GpuHost
 from labwright.guests.model import Change, GuestSpec
 
 MARKER_KEY = "user.labwright.guest"  # the guest's name: destroy refuses instances without it
@@ -168,10 +168,14 @@ def render(spec: GuestSpec, gpu: GpuWiring, root_pool: str | None) -> Desired:
             disk["shift"] = "true"
         devices[mount_device_name(mount.guest, mount.name)] = disk
     if gpu.mode == "gpu":
-        devices["gpu"] = {"type": "gpu", "gputype": "physical", "vendorid": NVIDIA_VENDOR}
+        # LXD's own defaults are gid 0, mode 0660 (doc/reference/devices_gpu.md): root only. The group is the
+        # one the engines' service users are in (gpu.GPU_GROUP).
+        devices["gpu"] = {"type": "gpu", "gputype": "physical", "vendorid": NVIDIA_VENDOR, "gid": str(GPU_GID),
+                          "mode": f"{GUEST_MODE_MASK:04o}"}
     for node in gpu.nodes:
+        # never others' bits: 0660 (0440 for a read-only capability node), group video (gpu.guest_mode)
         char = {"type": "unix-char", "source": node.source, "path": node.path, "major": str(node.major),
-                "minor": str(node.minor), "mode": f"{node.mode:04o}"}
+                "minor": str(node.minor), "gid": str(GPU_GID), "mode": f"{node.guest_mode:04o}"}
         if node.name in LAZY_NODES:
             char["required"] = "false"
         devices[node.name] = char

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labwright.errors import BadInput
-from labwright.guests.gpu import UVM_PREFLIGHT
+from labwright.guests.gpu import GPU_GID, GUEST_MODE_MASK, UVM_PREFLIGHT, guest_mode
 from labwright.guests.model import Change, GuestSpec
 from labwright.guests.pve_node import NodeGpu
 from labwright.guests.pve_props import LXC_DEV, LXC_FEATURES, LXC_MP, LXC_NET, PropFormat, covers, parse, same
@@ -26,8 +26,20 @@ from labwright.guests.pve_props import LXC_DEV, LXC_FEATURES, LXC_MP, LXC_NET, P
 TAG = "labwright"
 #: devN passthrough exists from PVE 8.1 on (pve-docs schema, 2023-11); older nodes get the classic lines.
 DEV_SINCE = (8, 1)
-#: The group the nodes get inside the guest: ``video`` on Debian/Ubuntu, as community-scripts set it.
-DEV_GID = 44
+#: The group the nodes get inside the guest: ``video`` on Debian/Ubuntu, as community-scripts set it; the engines'
+#: service users are in it, so the nodes are 0660 (gpu.guest_mode), never the driver's 0666.
+DEV_GID = GPU_GID
+#: A capability node's mode in the guest, from its mode on the host (NVIDIA's MIG user guide, "Device nodes"; the
+#: lent H100 showed the same): the MIG config capability is root's alone (0400), the monitor one read-only (0444,
+#: here 0440: no others' bits). The node facts carry no mode, so these are the host's as NVIDIA sets them.
+CAPS_MODES = {"/dev/nvidia-caps/nvidia-cap1": guest_mode(0o400), "/dev/nvidia-caps/nvidia-cap2": guest_mode(0o444)}
+
+
+def _dev_mode(path: str) -> int:
+    """The ``mode=`` of a ``devN`` line: 0660 (gpu.guest_mode of the driver's 0666), capability nodes read-only."""
+    if "/nvidia-caps/" in path:
+        return CAPS_MODES.get(path, guest_mode(0o444))
+    return GUEST_MODE_MASK
 NVIDIA_MAJOR = 195
 ALLOW = "lxc.cgroup2.devices.allow"
 MOUNT = "lxc.mount.entry"
@@ -95,7 +107,7 @@ def resolve_gpu(spec: GuestSpec, version: tuple[int, int], facts: NodeGpu | None
     notes = [f"/dev/nvidia-uvm is missing on {node_label}; apply runs `{' '.join(UVM_PREFLIGHT)}` there first"
              ] if preflight else []
     if mode == "dev":
-        devices = tuple(f"{p},gid={DEV_GID},mode={'0444' if '/nvidia-caps/' in p else '0666'}" for p in ordered)
+        devices = tuple(f"{p},gid={DEV_GID},mode={_dev_mode(p):04o}" for p in ordered)
         return Wiring("dev", devices=devices, majors=majors, preflight=preflight, notes=tuple(notes))
     uvm = facts.majors.get("nvidia-uvm") or next((n.major for n in facts.nodes if n.path == LAZY[0]), None)
     caps = facts.majors.get("nvidia-caps") or next((n.major for n in facts.nodes if "/nvidia-caps/" in n.path), None)

@@ -153,8 +153,12 @@ def test_local_auto_without_a_card_lxd_sees_passes_each_node(tmp_path):
     assert wiring.mode == "unix-char" and not wiring.runtime
     devices = render(spec(gpu="nvidia"), wiring, None).devices
     assert devices["nvidia0"] == {"type": "unix-char", "source": str(tmp_path / "dev/nvidia0"),
-                                  "path": "/dev/nvidia0", "major": "195", "minor": "0", "mode": "0666"}
+                                  "path": "/dev/nvidia0", "major": "195", "minor": "0", "gid": "44", "mode": "0660"}
     assert devices["nvidiactl"]["minor"] == "255"
+    # never others' bits: the host's 0666 becomes 0660, a read-only capability node's 0444 becomes 0440, group video
+    assert {name: (d["mode"], d["gid"]) for name, d in devices.items() if d["type"] == "unix-char"} == {
+        **{n: ("0660", "44") for n in ("nvidia0", "nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools")},
+        "nvidia-cap1": ("0440", "44"), "nvidia-cap2": ("0440", "44")}
     assert devices["nvidia-uvm"]["major"] == "236" and devices["nvidia-uvm"]["required"] == "false"
     assert devices["nvidia-cap1"]["path"] == "/dev/nvidia-caps/nvidia-cap1"
 
@@ -183,7 +187,8 @@ def test_local_with_a_card_and_container_tools_uses_the_gpu_device_and_runtime(t
     wiring = resolve_gpu(spec(gpu="nvidia"), host, 1)
     assert wiring.runtime
     desired = render(spec(gpu="nvidia"), wiring, None)
-    assert desired.devices["gpu"] == {"type": "gpu", "gputype": "physical", "vendorid": "10de"}
+    assert desired.devices["gpu"] == {"type": "gpu", "gputype": "physical", "vendorid": "10de", "gid": "44",
+                                      "mode": "0660"}
     assert desired.config["nvidia.runtime"] == "true"
     # gpu_mode forces unix-char even where LXD sees the card
     assert resolve_gpu(spec(gpu="nvidia", gpu_mode="unix-char"), host, 1).mode == "unix-char"

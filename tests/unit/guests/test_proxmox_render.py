@@ -50,8 +50,8 @@ def test_create_renders_every_option_as_config_lines():
     assert "net0: name=eth0,bridge=vmbr0,ip=dhcp" in lines and "features: nesting=1" in lines
     assert "onboot: 1" in lines and "tags: labwright" in lines
     assert [line for line in lines if line.startswith("dev")] == [
-        "dev0: /dev/nvidia0,gid=44,mode=0666", "dev1: /dev/nvidiactl,gid=44,mode=0666",
-        "dev2: /dev/nvidia-uvm,gid=44,mode=0666", "dev3: /dev/nvidia-uvm-tools,gid=44,mode=0666"]
+        "dev0: /dev/nvidia0,gid=44,mode=0660", "dev1: /dev/nvidiactl,gid=44,mode=0660",
+        "dev2: /dev/nvidia-uvm,gid=44,mode=0660", "dev3: /dev/nvidia-uvm-tools,gid=44,mode=0660"]
 
 
 def test_features_compare_parsed_and_changes_are_named():
@@ -76,7 +76,7 @@ def test_bind_mounts_keep_their_index_and_volume_mounts_are_left_alone():
 
 
 def test_gpu_none_removes_only_nvidia_devices():
-    current = stored(dev0="/dev/nvidia0,gid=44,mode=0666", dev1="/dev/dri/renderD128,gid=104")
+    current = stored(dev0="/dev/nvidia0,gid=44,mode=0660", dev1="/dev/dri/renderD128,gid=104")
     result = changes_of(spec(), current)
     assert result.delete == ["dev0"] and "dev1" not in result.put
 
@@ -121,7 +121,7 @@ def test_gpu_wiring_choice():
         resolve_gpu(spec(gpu="nvidia"), (8, 2), NodeGpu("550.54.14", {}, NODES[1:]), "n")
     no_uvm = resolve_gpu(spec(gpu="nvidia"), (8, 2), NodeGpu("550.54.14", {}, NODES[:2]), "n")
     assert no_uvm.preflight == (("nvidia-modprobe", "-u", "-c", "0"),)
-    assert "/dev/nvidia-uvm,gid=44,mode=0666" in no_uvm.devices
+    assert "/dev/nvidia-uvm,gid=44,mode=0660" in no_uvm.devices
 
 
 def test_root_only_settings():
@@ -187,9 +187,9 @@ def test_wiring_from_a_real_h100_host():
     guest = spec(gpu="nvidia")
     dev = resolve_gpu(guest, (8, 2), facts, "h100")
     assert dev.mode == "dev" and list(dev.devices) == [
-        "/dev/nvidia0,gid=44,mode=0666", "/dev/nvidiactl,gid=44,mode=0666", "/dev/nvidia-uvm,gid=44,mode=0666",
-        "/dev/nvidia-uvm-tools,gid=44,mode=0666", "/dev/nvidia-caps/nvidia-cap1,gid=44,mode=0444",
-        "/dev/nvidia-caps/nvidia-cap2,gid=44,mode=0444"]
+        "/dev/nvidia0,gid=44,mode=0660", "/dev/nvidiactl,gid=44,mode=0660", "/dev/nvidia-uvm,gid=44,mode=0660",
+        "/dev/nvidia-uvm-tools,gid=44,mode=0660", "/dev/nvidia-caps/nvidia-cap1,gid=44,mode=0400",
+        "/dev/nvidia-caps/nvidia-cap2,gid=44,mode=0440"]
     classic = resolve_gpu(guest, (7, 4), facts, "h100")
     allows = [value for key, value in classic.lxc if key == "lxc.cgroup2.devices.allow"]
     mounts = [value.split()[0] for key, value in classic.lxc if key == "lxc.mount.entry"]

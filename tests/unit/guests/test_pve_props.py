@@ -239,7 +239,7 @@ def test_gpu_device_nodes_in_any_spelling_are_no_change(data):
     for index, path in enumerate(GPU_NODES):
         gid = data.draw(st.sampled_from(["44", "044", "+44"]))
         flags = {"deny-write": False} if data.draw(st.booleans()) else {}
-        current[f"dev{index}"] = data.draw(spelling(("path", path), flags, {}, {"gid": gid, "mode": "0666"}))
+        current[f"dev{index}"] = data.draw(spelling(("path", path), flags, {}, {"gid": gid, "mode": "0660"}))
     spec = ct(gpu="nvidia", features={"nesting": True})
     desired = render(spec, resolve_gpu(spec, (8, 2), FACTS, "node pve1"), "local-lvm")
     result = diff(spec, ct_stored(features="nesting=1", **current), desired)
