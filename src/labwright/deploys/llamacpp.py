@@ -23,6 +23,7 @@ from labwright.errors import BadInput
 from labwright.facts.llamacpp import OllamaPresent, ReadableBy
 from labwright.facts.nvidia import NvidiaGpus
 from labwright.guestlock import locked
+from labwright.guests.gpu import GPU_GROUP
 from labwright.llamacpp.deploy_data import (
     KEYS,
     OLLAMA_DROPIN,
@@ -84,8 +85,10 @@ def deploy_llamacpp() -> None:
 
     # --- runtime libraries (apt only when missing) and the service user ------------------------------
     install_missing(s.runtime_packages, "runtime libraries", name="Install llama-server runtime libraries")
+    # a CUDA build's user in the GPU nodes' group: a guest's nodes are 0660 group video (guests.gpu.guest_mode)
     server.user(name=f"Service user {s.user}", user=s.user, system=True, shell="/usr/sbin/nologin",
-                home=f"/var/lib/{s.service}", create_home=True)
+                home=f"/var/lib/{s.service}", create_home=True,
+                groups=[GPU_GROUP] if s.build.kind == "cuda" else None, append=True)
     if download is not None:
         model_ops.readable_after_download(s.model, s.user, "model_dir", download)
     model_changed = download.did_change if download is not None else (lambda: False)
