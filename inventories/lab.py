@@ -18,6 +18,8 @@ pve_nodes = (
     ],
     {
         "ssh_user": "root",
+        # labwright logs in here as root (pct, pvesh): deploys/base.py keeps root's key logins, not passwords
+        "sshd_permit_root_login": "prohibit-password",
         "proxmox_api_url": "https://192.168.1.11:8006",
         "proxmox_verify_tls": True,  # keep TLS verified; point proxmox_ca_file at your cluster CA instead
         "proxmox_ca_file": "/etc/labwright/pve-root-ca.pem",

@@ -6,6 +6,7 @@ The verify suite (labwright/verify/test_base.py) runs as users run it, in a subp
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-DROPIN = "/etc/ssh/sshd_config.d/50-labwright.conf"
+DROPIN = "/etc/ssh/sshd_config.d/00-labwright.conf"
 # The issue's target for a run that has nothing to do; override on a slow or busy machine.
 
 
@@ -107,8 +108,10 @@ def test_admin_logs_in_with_the_lab_key_and_has_passwordless_sudo(lab, deployed)
         assert stdout.channel.recv_exit_status() == 0
     finally:
         client.close()
-    # Root keeps key logins (prohibit-password): pyinfra over SSH still gets in.
-    ssh_connect(deployed.address, "root", key_filename=lab.private_key_path).close()
+    # PermitRootLogin no (the default): root's key, which the image authorizes, no longer gets in.
+    assert sh(lab, deployed.name, "test -s /root/.ssh/authorized_keys && echo yes") == "yes\n"
+    with pytest.raises(paramiko.AuthenticationException):
+        ssh_connect(deployed.address, "root", key_filename=lab.private_key_path)
 
 
 def test_password_logins_are_refused(lab, deployed):
@@ -148,7 +151,7 @@ def test_a_rejected_sshd_dropin_is_never_installed(lab, deployed):
     assert "Reload ssh" not in bad.output
     # The live drop-in is byte-for-byte the old one, nothing is left staged, sshd still takes its config.
     assert sh(lab, deployed.name, f"sha256sum {DROPIN}") == live_before
-    assert sh(lab, deployed.name, "ls -A /etc/ssh/sshd_config.d") == "50-labwright.conf\n"
+    assert sh(lab, deployed.name, "ls -A /etc/ssh/sshd_config.d") == "00-labwright.conf\n"
     sh(lab, deployed.name, "/usr/sbin/sshd -t && systemctl is-active ssh")
     assert_passes(verify(lab, deployed.name))
 
@@ -242,3 +245,65 @@ def test_sshd_config_without_the_include_is_refused(lab, deployed):
     finally:
         sh(lab, deployed.name, f"sed -i 's|^#{include}|{include}|' /etc/ssh/sshd_config")
     assert deploy(lab, deployed.name).totals.changed == 0
+
+
+# --- PermitRootLogin, as sshd really takes it -------------------------------------------------------------
+def ssh_root_deploy(lab: Lab, deployed: Deployed, *data: str) -> DeployRun:
+    """The deploy as a user bootstraps a host over SSH as root (docs/base.md), not through @lxd."""
+    return run_pyinfra(deployed.address, "deploys/base.py", f"admin_ssh_public_key_file={public_key_file(lab)}",
+                       "ssh_strict_host_key_checking=off", *data, cwd=REPO,
+                       args=("--user", "root", "--key", lab.private_key_path))
+
+
+def test_root_over_ssh_is_refused_unless_its_key_logins_are_kept_on_purpose(lab, deployed):
+    # The image lets root in by key; restore that, as a host before its first base deploy.
+    sh(lab, deployed.name, f"sed -i 's/^PermitRootLogin no$/PermitRootLogin prohibit-password/' {DROPIN} "
+                           "&& systemctl reload ssh")
+    try:
+        refused = ssh_root_deploy(lab, deployed)
+        assert refused.rc != 0
+        lines = [line for line in refused.output.splitlines() if "sshd_permit_root_login: " in line]
+        assert len(lines) == 1 and "reached over SSH as root" in lines[0], refused.output[-3000:]
+        assert "--user labadmin --sudo" in lines[0] and "Beginning operation run" not in refused.output
+
+        kept = ssh_root_deploy(lab, deployed, "sshd_permit_root_login=prohibit-password")
+        assert kept.rc == 0, kept.output[-3000:]
+        # Debian 12's OpenSSH 9.2 prints it under its old name (servconf.c's table had without-password first)
+        assert re.search(r"^permitrootlogin (prohibit|without)-password$", sh(lab, deployed.name, "sshd -T"), re.M)
+        ssh_connect(deployed.address, "root", key_filename=lab.private_key_path).close()
+        assert_passes(verify(lab, deployed.name, "--base-permit-root-login=prohibit-password"))
+        assert verify(lab, deployed.name).returncode == 1  # the default expects no, and says so
+    finally:
+        restored = deploy(lab, deployed.name)
+        assert restored.rc == 0, restored.output[-3000:]
+    assert "permitrootlogin no" in sh(lab, deployed.name, "sshd -T")
+    with pytest.raises(paramiko.AuthenticationException):
+        ssh_connect(deployed.address, "root", key_filename=lab.private_key_path)
+
+
+def test_a_drop_in_read_first_is_named_and_the_old_one_gives_way(lab, deployed):
+    conf_d = "/etc/ssh/sshd_config.d"
+    # Where labwright put its drop-in before, and cloud-init's, which sorted before it and won.
+    sh(lab, deployed.name, f"mv {DROPIN} {conf_d}/50-labwright.conf && "
+                           f"printf 'PasswordAuthentication yes\\n' > {conf_d}/50-cloud-init.conf && "
+                           "systemctl reload ssh && sshd -T | grep -qx 'passwordauthentication yes'")
+    try:
+        moved = deploy(lab, deployed.name)
+        assert moved.rc == 0, moved.output[-3000:]
+        assert "sshd -T: the hardening is in effect" in moved.output
+        assert sh(lab, deployed.name, f"ls -A {conf_d}") == "00-labwright.conf\n50-cloud-init.conf\n"
+        effective = sh(lab, deployed.name, "sshd -T")
+        assert "passwordauthentication no" in effective and "permitrootlogin no" in effective
+        assert_passes(verify(lab, deployed.name))
+
+        # A file read before it (sshd keeps the first value): named in one line, by the effective check.
+        sh(lab, deployed.name, f"printf 'PermitRootLogin yes\\n' > {conf_d}/00-aaa.conf && systemctl reload ssh")
+        outvoted = deploy(lab, deployed.name)
+        assert outvoted.rc != 0
+        lines = [line for line in outvoted.output.splitlines() if "sshd -T says permitrootlogin yes, not no" in line]
+        assert len(lines) == 1 and f"{conf_d}/00-aaa.conf sets it before {DROPIN}" in lines[0], outvoted.output[-3000:]
+        assert "Beginning operation run" not in outvoted.output  # found before anything ran
+        assert "test_sshd_effective_permitrootlogin" in verify(lab, deployed.name).stdout
+    finally:
+        sh(lab, deployed.name, f"rm -f {conf_d}/00-aaa.conf {conf_d}/50-cloud-init.conf && systemctl reload ssh")
+    assert deploy(lab, deployed.name).rc == 0

@@ -2,7 +2,8 @@
 
 Reads a mapping (``host.data.dict()`` in the deploy, a dict in tests) and the control machine's public key file,
 never a target host. Keys (documented in docs/base.md): admin_user, admin_ssh_public_key_file, timezone, locale,
-unattended_upgrades, sshd_extra_config. A refusal names the key, without a prefix (``timezone: ...``).
+unattended_upgrades, sshd_permit_root_login, sshd_extra_config. A refusal names the key, without a prefix
+(``timezone: ...``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,19 @@ from labwright.deploy_data import jinja
 from labwright.lab.keys import lab_key_path
 from labwright.shell import quote
 
-SSHD_DROPIN = "/etc/ssh/sshd_config.d/50-labwright.conf"
+#: sshd keeps the FIRST value it reads for an option (OpenSSH servconf.c, openssh-portable 0ef0f5a83,
+#: ``parse_multistate`` L1279-1280: ``if (*activep && *intptr == -1) *intptr = value;``; sshd_config(5): "for each
+#: keyword, the first obtained value will be used"), and Debian's sshd_config includes sshd_config.d/*.conf (in
+#: glob order) at its top. So the drop-in is named to be read first: ``00-`` sorts before cloud-init's
+#: ``50-cloud-init.conf`` (which may set ``PasswordAuthentication yes``) and every other ``NN-`` file but another
+#: ``00-``; the effective values are checked with ``sshd -T`` after every change (``sshd_effective_check``).
+SSHD_DROPIN = "/etc/ssh/sshd_config.d/00-labwright.conf"
+#: Where labwright put the drop-in before: removed, so one file holds its settings.
+SSHD_DROPIN_OLD = "/etc/ssh/sshd_config.d/50-labwright.conf"
+#: ``sshd_permit_root_login`` values: ``no`` (default), or root's key logins kept on purpose for a host labwright
+#: (or you) reach as root over SSH. ``without-password`` is OpenSSH's old name for ``prohibit-password``
+#: (servconf.c ``multistate_permitrootlogin`` L1063-1069); ``yes`` (passwords) is refused.
+PERMIT_ROOT_LOGIN = ("no", "prohibit-password", "forced-commands-only")
 AUTO_UPGRADES = "/etc/apt/apt.conf.d/20auto-upgrades"
 BASE_PACKAGES = ["openssh-server", "sudo", "locales", "tzdata"]
 
@@ -35,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     # The distribution's own default (Debian's unattended-upgrades with 20auto-upgrades "1"): security updates stay
     # on unless the host data turns them off on purpose (docs/security.md).
     "unattended_upgrades": True,
+    "sshd_permit_root_login": "no",
     "sshd_extra_config": [],
 }
 
@@ -131,6 +145,7 @@ class BaseSettings:
     locale: str
     unattended: bool
     sshd_extra: list[str]
+    permit_root_login: str = "no"
 
     @property
     def packages(self) -> list[str]:
@@ -152,7 +167,14 @@ class BaseSettings:
         return JINJA.get_template("20auto-upgrades.j2").render(flag="1" if self.unattended else "0")
 
     def render_sshd_dropin(self) -> str:
-        return JINJA.get_template("sshd-labwright.conf.j2").render(extra_lines=self.sshd_extra)
+        return JINJA.get_template("sshd-labwright.conf.j2").render(extra_lines=self.sshd_extra,
+                                                                  permit_root_login=self.permit_root_login)
+
+    @property
+    def sshd_effective(self) -> dict[str, str]:
+        """What ``sshd -T`` must print for the hardening options (lower-case names, as it prints them)."""
+        return {"permitrootlogin": self.permit_root_login, "passwordauthentication": "no",
+                "kbdinteractiveauthentication": "no", "permitemptypasswords": "no", "pubkeyauthentication": "yes"}
 
 
 def settings_from(data: Mapping[str, Any]) -> BaseSettings:
@@ -168,4 +190,40 @@ def settings_from(data: Mapping[str, Any]) -> BaseSettings:
     if not LOCALE.match(locale):
         raise fail("locale", f"{locale!r} is not a locale name such as en_US.UTF-8")
     unattended = as_bool(data, "unattended_upgrades")
-    return BaseSettings(admin_user, admin_keys, timezone, locale, unattended, extra_sshd_lines(data))
+    permit = permit_root_login(data)
+    return BaseSettings(admin_user, admin_keys, timezone, locale, unattended, extra_sshd_lines(data), permit)
+
+
+def permit_root_login(data: Mapping[str, Any]) -> str:
+    """``sshd_permit_root_login``: ``no`` unless the host data keeps root's key logins on purpose."""
+    found = value(data, "sshd_permit_root_login")
+    text = "no" if found is False else str(found).strip().lower()
+    text = "prohibit-password" if text == "without-password" else text
+    if text not in PERMIT_ROOT_LOGIN:
+        raise fail("sshd_permit_root_login", f"{found!r} is not one of {', '.join(PERMIT_ROOT_LOGIN)} (root logins "
+                   "with a password are not offered; keep root's key logins with prohibit-password)")
+    return text
+
+
+def sshd_effective_check(expected: Mapping[str, str], dropin: str = SSHD_DROPIN, report: bool = False) -> str:
+    """A command that fails, in one line per option, when ``sshd -T`` (the configuration sshd really uses, every
+    file and Include read) does not print the expected value: it names the first file that sets the option
+    otherwise, in the order sshd reads them (the drop-ins in glob order, then sshd_config; sshd keeps the first).
+    ``report``: the lines go to stdout and it exits 0 (a fact's command); nothing when sshd is not installed."""
+    pairs = " ".join(f"{quote(k)}={quote(v)}" for k, v in expected.items())
+    to, end = (("", "exit 0") if report else (" >&2", "exit $bad"))
+    return (
+        ("[ -x /usr/sbin/sshd ] || exit 0; " if report else "")
+        + f"t=$(/usr/sbin/sshd -T 2>&1) || {{ echo \"labwright: sshd -T failed: $(echo \"$t\" | tail -1)\"{to}; "
+        f"{'exit 0' if report else 'exit 1'}; }}; "
+        f"bad=0; for pair in {pairs}; do o=${{pair%%=*}}; want=${{pair#*=}}; "
+        "got=$(printf '%s\\n' \"$t\" | awk -v o=\"$o\" '$1 == o { print $2; exit }'); "
+        # OpenSSH 9.2 (Debian 12) still prints prohibit-password under its old name
+        '[ "$got" = without-password ] && got=prohibit-password; '
+        '[ "$got" = "$want" ] && continue; bad=1; '
+        # the first file (in sshd's reading order) that sets the option is the one whose value sshd kept
+        "first=$(for f in /etc/ssh/sshd_config.d/*.conf /etc/ssh/sshd_config; do [ -f \"$f\" ] && "
+        "grep -Eiq \"^[[:space:]]*$o([[:space:]]|=)\" \"$f\" && { echo \"$f\"; break; }; done); "
+        "echo \"labwright: sshd -T says $o $got, not $want: ${first:-a Match block or a file outside sshd_config.d} "
+        f"sets it before {dropin} (sshd keeps the first value it reads); remove it there\"{to}; done; {end}"
+    )

@@ -6,6 +6,7 @@ CLI shim, with usage) and docs/base.md.
 
 from __future__ import annotations
 
+import getpass
 from io import StringIO
 from pathlib import PurePosixPath
 
@@ -16,10 +17,29 @@ from pyinfra.facts.files import File, FindInFile, Link, Sha1File
 from pyinfra.facts.server import Locales
 from pyinfra.operations import files, server
 
-from labwright.base.deploy_data import AUTO_UPGRADES, SSHD_DROPIN, fail, locale_key, settings_from, sha1, sshd_check
+from labwright.base.deploy_data import (
+    AUTO_UPGRADES,
+    SSHD_DROPIN,
+    SSHD_DROPIN_OLD,
+    fail,
+    locale_key,
+    settings_from,
+    sha1,
+    sshd_check,
+    sshd_effective_check,
+)
 from labwright.deploys.common import install_missing
+from labwright.facts.sshd import SshdEffectiveProblems
 from labwright.guestlock import locked
 from labwright.shell import quote
+
+
+def ssh_as_root() -> bool:
+    """This run reaches the host over SSH as root (``--user root``, ``ssh_user: root``, or no user given and the
+    control machine's own user is root, as paramiko then logs in)."""
+    if host.connector_cls.__name__ != "SSHConnector":
+        return False
+    return str(host.data.get("ssh_user") or getpass.getuser()) == "root"
 
 
 def install_validated(label: str, text: str, dest: str, mode: str, check: str) -> bool:
@@ -59,6 +79,11 @@ def deploy_base() -> None:
     """
     # --- read and check host data before touching anything ------------------------------------------
     s = settings_from(host.data.dict())
+    if s.permit_root_login == "no" and ssh_as_root():
+        raise fail("sshd_permit_root_login", f"{host.name} is reached over SSH as root, and PermitRootLogin no "
+                   "would shut that login out after this run; run it as the admin user (pyinfra --user "
+                   f"{s.admin_user} --sudo) once it exists, or keep root's key logins on this host on purpose: "
+                   "--data sshd_permit_root_login=prohibit-password (nothing was changed)")
 
     # --- packages: apt only runs (and only refreshes its lists) when something is missing -------------
     installed = host.get_fact(DebPackages)  # read before the install: what the checks below know of the host
@@ -130,8 +155,19 @@ def deploy_base() -> None:
 
     # --- sshd hardening ------------------------------------------------------------------------------------
     server.service(name="ssh running and enabled", service="ssh", running=True, enabled=True)
-    if install_validated("sshd hardening drop-in", s.render_sshd_dropin(), SSHD_DROPIN, mode="644",
-                         check=sshd_check(SSHD_DROPIN)):
+    changed = install_validated("sshd hardening drop-in", s.render_sshd_dropin(), SSHD_DROPIN, mode="644",
+                                check=sshd_check(SSHD_DROPIN))
+    if host.get_fact(File, path=SSHD_DROPIN_OLD):
+        # where labwright put it before: it sorted after cloud-init's 50-cloud-init.conf, which then won
+        files.file(name=f"Old sshd drop-in {SSHD_DROPIN_OLD} removed", path=SSHD_DROPIN_OLD, present=False)
+        changed = True
+    if changed:
         # Reached only if the validate-and-install step above succeeded: pyinfra stops a host at its
         # first failed operation, so a rejected config is never reloaded.
         server.service(name="Reload ssh (drop-in changed)", service="ssh", reloaded=True)
+        server.shell(name="sshd -T: the hardening is in effect", commands=[sshd_effective_check(s.sshd_effective)])
+    else:
+        # Nothing changes: what sshd uses now is what it will use; a file read before the drop-in may outvote it.
+        problems = host.get_fact(SshdEffectiveProblems, expected=s.sshd_effective)
+        if problems:
+            raise DeployError(f"{host.name}: {problems[0].removeprefix('labwright: ')} (nothing was changed)")

@@ -30,6 +30,9 @@ BASE_OPTIONS = {
     "timezone": ("LABWRIGHT_BASE_TIMEZONE", "Etc/UTC", "expected timezone"),
     "locale": ("LABWRIGHT_BASE_LOCALE", "en_US.UTF-8", "expected default locale"),
     "unattended-upgrades": ("LABWRIGHT_BASE_UNATTENDED_UPGRADES", "on", "expected unattended upgrades: on or off"),
+    "permit-root-login": ("LABWRIGHT_BASE_PERMIT_ROOT_LOGIN", "no",
+                          "expected PermitRootLogin in sshd -T: no, or prohibit-password where the deploy kept root's "
+                          "key logins (sshd_permit_root_login)"),
 }
 
 
@@ -81,6 +84,7 @@ class BaseExpected:
     timezone: str
     locale: str
     unattended_upgrades: bool
+    permit_root_login: str = "no"
 
 
 def expected_from(config: pytest.Config) -> BaseExpected:
@@ -94,6 +98,7 @@ def expected_from(config: pytest.Config) -> BaseExpected:
         timezone=value("timezone"),
         locale=value("locale"),
         unattended_upgrades=as_switch(value("unattended-upgrades")),
+        permit_root_login=value("permit-root-login").strip().lower().replace("without-password", "prohibit-password"),
     )
 
 

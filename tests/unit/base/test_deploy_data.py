@@ -53,6 +53,8 @@ def test_unattended_and_extra_sshd_lines(pub):
     ({"locale": "en US"}, "locale", "not a locale name"),
     ({"unattended_upgrades": "sometimes"}, "unattended_upgrades", "not a boolean"),
     ({"sshd_extra_config": [1]}, "sshd_extra_config", "list of sshd_config lines"),
+    ({"sshd_permit_root_login": "yes"}, "sshd_permit_root_login", "not one of no, prohibit-password"),
+    ({"sshd_permit_root_login": "no;reboot"}, "sshd_permit_root_login", "not one of"),
     ({"admin_ssh_public_key_file": "/nonexistent.pub"}, "admin_ssh_public_key_file", "does not exist"),
 ])
 def test_refusals_name_the_key(pub, more, key, words):
@@ -76,4 +78,16 @@ def test_locale_key_compares_as_glibc(name, key):
 
 def test_sshd_check_tests_a_copy_with_the_candidate():
     check = sshd_check(SSHD_DROPIN)
-    assert '"$d/conf.d/"50-labwright.conf' in check and "sshd -t -f" in check and "{}" in check
+    assert '"$d/conf.d/"00-labwright.conf' in check and "sshd -t -f" in check and "{}" in check
+
+
+def test_root_logins_are_off_unless_the_data_keeps_root_keys_on_purpose(pub):
+    s = settings_from({"admin_ssh_public_key_file": str(pub)})
+    assert s.permit_root_login == "no" and "\nPermitRootLogin no\n" in s.render_sshd_dropin()
+    assert s.sshd_effective["permitrootlogin"] == "no" and s.sshd_effective["passwordauthentication"] == "no"
+    for spelling in ("prohibit-password", "without-password", " Prohibit-Password "):
+        kept = settings_from({"admin_ssh_public_key_file": str(pub), "sshd_permit_root_login": spelling})
+        assert kept.permit_root_login == "prohibit-password"
+        assert "\nPermitRootLogin prohibit-password\n" in kept.render_sshd_dropin()
+    # the drop-in is read before cloud-init's 50-cloud-init.conf (sshd keeps the first value of an option)
+    assert SSHD_DROPIN == "/etc/ssh/sshd_config.d/00-labwright.conf" and "00-labwright.conf" < "50-cloud-init.conf"
