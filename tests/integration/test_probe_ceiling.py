@@ -143,12 +143,21 @@ def test_llamacpp_probe_finds_the_real_ceiling_and_restores_the_service(lab, box
     # an answer wrong by more than 5% either way fails.
     once = make_probe(guest, target, 20.0, 15)
     margin = (result.ceiling // 20 // 256 + 1) * 256
+
+    def outcomes(candidate: int, wanted: set[str]) -> list[str]:
+        """Up to two starts at ``candidate``; the second only when the first was not ``wanted`` (each start near
+        the edge costs up to the probe's timeout)."""
+        seen = [once(candidate).outcome]
+        if seen[0] not in wanted:
+            seen.append(once(candidate).outcome)
+        return seen
+
     try:
         well_below = result.ceiling - margin
-        starts = [once(well_below).outcome for _ in range(2)]
+        starts = outcomes(well_below, {"ok"})
         assert "ok" in starts, (well_below, starts)
         well_above = result.ceiling + margin
-        above = [once(well_above).outcome for _ in range(2)]
+        above = outcomes(well_above, {"oom", "timeout"})
         assert "oom" in above or "timeout" in above, (well_above, above)
     finally:
         # The checks went through the same unit: put it back as the probe does.
