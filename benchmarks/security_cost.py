@@ -121,8 +121,8 @@ def main() -> int:
     key_ttft = statistics.median(r[0] for r in rows["key"])
     key_decode = statistics.median(r[1] for r in rows["key"])
     # How much the same keyless server moves from round to round, TTFT and decode alike: the noise floor.
-    spread = max((abs(a[i] - b[i]) / max(a[i], b[i]) for a, b in zip(rows["open"], rows["open"][1:])
-                  for i in (0, 1)), default=0.0)
+    pairs = zip(rows["open"], rows["open"][1:], strict=False)
+    spread = max((abs(a[i] - b[i]) / max(a[i], b[i]) for a, b in pairs for i in (0, 1)), default=0.0)
     print(f"llama-server {binary}, -ngl {args.gpu_layers}, contexts {','.join(map(str, contexts))}, "
           f"{args.decode} decode tokens, {args.rounds} rounds x {args.trials - 1} warm trials (medians); "
           "without the key the server answers 401")
