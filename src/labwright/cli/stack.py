@@ -186,9 +186,11 @@ def switch(
     """
     if wheelhouse is not None and not wheelhouse.startswith("/"):
         wheelhouse = str(Path(wheelhouse).resolve())
-    plan = plan_for_stack(to, venv, root=root, wheelhouse=wheelhouse, torch=torch)
+    # The options first: a bad one is named as such even when the stack itself is refused (a wheel without a
+    # recorded sha256, say).
     options = _options(service, health, health_cmd, health_timeout, keep=keep, base_python=base_python,
                        installer=installer, create=create)
+    plan = plan_for_stack(to, venv, root=root, wheelhouse=wheelhouse, torch=torch)
     if dry:
         # The real run's own checks, before it writes anything: a dry run approves only what would run.
         found = switch_module.preflight(plan, options)

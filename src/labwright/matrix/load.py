@@ -63,7 +63,7 @@ def wheels_from_rows(rows: list[dict[str, Any]], where: str) -> list[Wheel]:
         if unknown:
             raise BadInput(f"{where} wheel {index}: unknown field(s) {sorted(unknown)}: allowed are {WHEEL_FIELDS}")
         try:
-            wheels.append(Wheel(**{k: str(v) for k, v in row.items()}))
+            wheels.append(Wheel(**{k: str(v) for k, v in row.items()}, origin=where))
         except TypeError as exc:
             raise BadInput(f"{where} wheel {index}: {exc}: every row needs package, version, python, abi, "
                            "platform, torch, cuda, cxx11_abi and url") from exc

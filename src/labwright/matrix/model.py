@@ -39,6 +39,8 @@ class Wheel(LocalVersion):
     requires_torch: str = ""  # its Requires-Dist on torch, when that matters: "==2.11.0", ">=2.7.0"
     note: str = ""
     seen: str = ""  # the day a registry refresh first saw it ("2026-11-24"); empty for listing-made rows
+    # The matrix file the row was read from (not a TOML field): named when the row is refused for want of a sha256.
+    origin: str = field(default="", compare=False, repr=False)
 
     @property
     def filename(self) -> str:

@@ -155,6 +155,7 @@ def parse_github_releases(data: object, source: str, pre: bool) -> tuple[list[Li
     listed: list[Listed] = []
     lines: list[str] = []
     pres = []
+    unpinned = 0
     for release in data:
         if not isinstance(release, dict) or release.get("draft"):
             continue
@@ -166,9 +167,15 @@ def parse_github_releases(data: object, source: str, pre: bool) -> tuple[list[Li
             if not isinstance(asset, dict) or not str(asset.get("name", "")).endswith(".whl"):
                 continue
             digest = str(asset.get("digest") or "")
-            listed.append(Listed(url=str(asset.get("browser_download_url", "")),
-                                 sha256=digest[len("sha256:"):].lower() if digest.startswith("sha256:") else "",
-                                 source=source, release=tag))
+            sha256 = digest[len("sha256:"):].lower() if digest.startswith("sha256:") else ""
+            if not sha256:
+                unpinned += 1
+            listed.append(Listed(url=str(asset.get("browser_download_url", "")), sha256=sha256, source=source,
+                                 release=tag))
+    if unpinned:
+        # Recorded without one, never hashed here: a stack that resolves to such a wheel is refused until the
+        # release publishes its digest (docs/security.md, "Every download pinned").
+        lines.append(f"{unpinned} wheel asset(s) without a published sha256 digest: a stack using one is refused")
     if pres:
         lines.append(f"{len(pres)} pre-release(s) left out ({', '.join(pres[:3])}{' ...' if len(pres) > 3 else ''})"
                      ": pass --pre to include them")

@@ -1,8 +1,9 @@
 """Get every wheel of a plan onto local disk and check its sha256 before anything is installed (stdlib only).
 
 A wheel from a local wheelhouse is hashed where it lies; a URL is streamed into the new environment's
-``wheels/`` directory, hashed on the way. A known sha256 that differs stops the switch here, long before the
-running stack could be touched; an unknown one is recorded in the environment's manifest. A download is a progress
+``wheels/`` directory, hashed on the way. Every wheel carries the sha256 the matrix recorded from its index or
+release (a plan without one is refused before anything is fetched); one that differs stops the switch here, long
+before the running stack could be touched. A download is a progress
 step on stderr (labwright.ui): megabytes of the total and the rate while it comes, the size, time and rate at the end.
 """
 
@@ -55,6 +56,10 @@ def fetch_all(wheels: tuple[PlannedWheel, ...], download_dir: Path,
 
 
 def fetch(wheel: PlannedWheel, download_dir: Path, log: Callable[[str], None]) -> LocalWheel:
+    if not wheel.sha256:
+        # Never hashed on arrival: a hash taken from the file itself proves nothing about where it came from.
+        raise BadInput(f"{wheel.filename}: no sha256 in the plan (from {wheel.source}): record it with `labwright "
+                       "matrix refresh` and plan again; nothing was downloaded")
     if wheel.source.startswith("file://"):
         path = Path(urllib.parse.unquote(urllib.parse.urlparse(wheel.source).path))
         sha, size = _local(wheel, path)

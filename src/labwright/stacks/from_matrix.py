@@ -7,11 +7,11 @@ from pathlib import PurePosixPath
 from labwright.errors import BadInput
 from labwright.matrix import inputs
 from labwright.matrix.load import load_matrix
-from labwright.matrix.model import Matrix
+from labwright.matrix.model import Matrix, Wheel
 from labwright.matrix.resolve import resolve_stack
 from labwright.matrix.stacks import get_stack, request_for
 from labwright.stacks.layout import Layout, VenvPath
-from labwright.stacks.plan import DEFAULT_ROOT, PlannedWheel, SwitchPlan, check_root, check_venv_path
+from labwright.stacks.plan import DEFAULT_ROOT, SHA256, PlannedWheel, SwitchPlan, check_root, check_venv_path
 from labwright.stacks.service import HealthCheck
 
 
@@ -37,6 +37,9 @@ def plan_for_stack(name: str, venv: str, *, root: str = DEFAULT_ROOT, wheelhouse
         raise BadInput(f"stack {name} cannot be built: {resolution.errors[0]}"
                        + (f" (and {len(resolution.errors) - 1} more; see `labwright matrix stacks`)"
                           if len(resolution.errors) > 1 else ""))
+    unpinned = [chosen.wheel for chosen in resolution.wheels if not SHA256.fullmatch(chosen.wheel.sha256.lower())]
+    if unpinned:
+        raise unpinned_wheel(name, unpinned)
     wheels = []
     for chosen in resolution.wheels:
         wheel = chosen.wheel
@@ -47,6 +50,18 @@ def plan_for_stack(name: str, venv: str, *, root: str = DEFAULT_ROOT, wheelhouse
                       root=root, absent=tuple((a.name, a.reason) for a in resolution.absent))
 
 
+def unpinned_wheel(stack: str, unpinned: list[Wheel]) -> BadInput:
+    """The one-line refusal of a stack with a wheel whose sha256 the matrix does not record: a file hashed only when
+    it arrives proves nothing about where it came from (docs/security.md, "Every download pinned")."""
+    wheel = unpinned[0]
+    where = wheel.origin or "the wheels matrix"
+    more = f" (and {len(unpinned) - 1} more wheel(s) of the stack)" if len(unpinned) > 1 else ""
+    return BadInput(f"stack {stack}: {wheel.filename} has no recorded sha256 in {where}{more}: run `labwright matrix "
+                    "refresh` where its publisher answers (it records the sha256 the index or the release publishes), "
+                    "or add sha256=<hex> from the publisher to its line in the listing under sources/ and re-run "
+                    "`labwright matrix refresh --from` it; nothing was run")
+
+
 def describe_plan(plan: SwitchPlan, found: VenvPath | None, service: str | None, health: HealthCheck,
                   keep: int) -> list[str]:
     """What `switch --dry` prints: every step, in order, and what it would touch."""
@@ -54,8 +69,7 @@ def describe_plan(plan: SwitchPlan, found: VenvPath | None, service: str | None,
     lines.append(f"wheels ({len(plan.wheels)}), installed with --no-deps --require-hashes, then their dependencies "
                  "with these pinned:")
     for wheel in plan.wheels:
-        sha = f"sha256 {wheel.sha256[:16]}…" if wheel.sha256 else "sha256 not in the matrix: hashed and recorded"
-        lines.append(f"  {wheel.package} {wheel.version}  {wheel.source}  ({sha})")
+        lines.append(f"  {wheel.package} {wheel.version}  {wheel.source}  (sha256 {wheel.sha256[:16]}…)")
     for name, why in plan.absent:
         lines.append(f"  absent: {name}: {why}")
     now = _describe_current(plan, found)

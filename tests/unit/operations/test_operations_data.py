@@ -40,6 +40,7 @@ from pyinfra.context import ctx_host, ctx_state
 
 import labwright.operations
 from labwright.guests.model import Change, GuestSpec, Plan
+from support.pinned_matrix import pinned_matrix
 from support.pyinfra_data import defined_in, defined_outside, fact_key, object_named, render_commands
 
 HERE = Path(__file__).resolve().parent
@@ -153,6 +154,15 @@ def run_case(path: Path) -> None:
     unused = {f"{key} [{arguments}]" for key, by_arguments in data.get("facts", {}).items()
               for arguments in by_arguments} - set(facts.asked)
     assert not unused, f"{path}: facts the operation never asked for (stale data): {sorted(unused)}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _pinned_matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The stack.switch cases plan the packaged stacks: against a copy whose every wheel row has a sha256 (the
+    shipped one refuses the GitHub-release rows refreshed without one; tests/support/pinned_matrix.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LABWRIGHT_MATRIX_DIR", str(pinned_matrix(tmp_path_factory.mktemp("pinned-matrix"))))
+        yield
 
 
 @pytest.mark.parametrize("path", cases())

@@ -49,8 +49,22 @@ def test_a_local_wheel_is_hashed_in_place(tmp_path):
     path, sha = wheel_file(tmp_path)
     got = fetch(PlannedWheel("torch", "2.9.0", path.name, str(path), sha), tmp_path / "dl", print)
     assert got.path == path and got.checked and got.sha256 == sha
-    unknown = fetch(PlannedWheel("torch", "2.9.0", path.name, path.as_uri()), tmp_path / "dl", print)
-    assert unknown.sha256 == sha and not unknown.checked  # recorded, not checked
+    by_uri = fetch(PlannedWheel("torch", "2.9.0", path.name, path.as_uri(), sha), tmp_path / "dl", print)
+    assert by_uri.sha256 == sha and by_uri.checked
+
+
+def test_a_wheel_without_a_recorded_sha256_is_never_hashed_on_arrival(tmp_path, server):
+    """No sha256 in the plan: refused in one line before the file is read or downloaded (nothing asked of the
+    server, nothing written)."""
+    base, served = server
+    path, _ = wheel_file(tmp_path)
+    (served / path.name).write_bytes(path.read_bytes())
+    for source in (str(path), path.as_uri(), f"{base}/{path.name}"):
+        with pytest.raises(BadInput) as info:
+            fetch(PlannedWheel("torch", "2.9.0", path.name, source), tmp_path / "dl", print)
+        line = str(info.value)
+        assert "no sha256 in the plan" in line and "labwright matrix refresh" in line and "\n" not in line
+    assert not (tmp_path / "dl").exists()
 
 
 def test_a_sha256_that_differs_stops_the_switch(tmp_path):
@@ -62,7 +76,7 @@ def test_a_sha256_that_differs_stops_the_switch(tmp_path):
 
 def test_a_missing_wheelhouse_file_names_the_directory(tmp_path):
     with pytest.raises(BadInput, match="the wheelhouse .* does not exist"):
-        fetch(PlannedWheel("torch", "2.9.0", "t.whl", str(tmp_path / "nowhere" / "t.whl")), tmp_path, print)
+        fetch(PlannedWheel("torch", "2.9.0", "t.whl", str(tmp_path / "nowhere" / "t.whl"), "0" * 64), tmp_path, print)
 
 
 def test_downloads_are_hashed_on_the_way_and_a_404_is_one_line(server, tmp_path):
@@ -73,7 +87,7 @@ def test_downloads_are_hashed_on_the_way_and_a_404_is_one_line(server, tmp_path)
                 tmp_path / "dl", print)
     assert got.path.parent == tmp_path / "dl" and got.checked
     with pytest.raises(BadInput) as info:
-        fetch(PlannedWheel("torch", "2.9.0", "gone.whl", f"{base}/gone.whl"), tmp_path / "dl", print)
+        fetch(PlannedWheel("torch", "2.9.0", "gone.whl", f"{base}/gone.whl", sha), tmp_path / "dl", print)
     assert "answered HTTP 404" in str(info.value) and "\n" not in str(info.value)
 
 
