@@ -29,11 +29,14 @@ def test_bench_a_server_in_a_memory_limited_lab_container(lab: Lab, cli_env, tmp
         address = instance_address(lab.client, name)
         assert address, f"{name} has no address"
         url = f"http://{address}:{PORT}/v1"
-        with urllib.request.urlopen(f"{url}/models", timeout=30) as response:
+        # llama-server answers only with the key deploys/llamacpp.py made on the guest (docs/security.md)
+        key = lab.client.exec(name, ["cat", "/etc/llama-server/api-key"]).stdout.decode().strip()
+        request = urllib.request.Request(f"{url}/models", headers={"Authorization": f"Bearer {key}"})
+        with urllib.request.urlopen(request, timeout=30) as response:
             served = json.load(response)["data"][0]["id"]
         proc = subprocess.run(["labwright", "bench", "llm", "--url", url, "--contexts", "256,1024", "--decode", "32",
-                               "--trials", "2", "--label", "lxd-512MiB", "--json"],
-                              capture_output=True, text=True, env=cli_env, timeout=300)
+                               "--trials", "2", "--label", "lxd-512MiB", "--json", "--api-key-env", "LW_ENGINE_KEY"],
+                              capture_output=True, text=True, env={**cli_env, "LW_ENGINE_KEY": key}, timeout=300)
         assert proc.returncode == 0, proc.stderr
         doc = json.loads(proc.stdout)
         assert (doc["model"], doc["label"], doc["url"]) == (served, "lxd-512MiB", url)

@@ -8,9 +8,12 @@ ASCII, so a completion is exactly max_tokens long. The shipped verify suite runs
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -63,13 +66,36 @@ def health_checked(run: DeployRun) -> bool:
     return len(run.operation("health: /health then /v1/models").success) == 1
 
 
-def chat(address: str, max_tokens: int) -> dict:
+KEY_FILE = "/etc/llama-server/api-key"
+
+
+def engine_key(lab: Lab, name: str) -> str:
+    """The key the deploy made on the guest (read there, as the gateway on the same guest does)."""
+    return sh(lab, name, f"cat {KEY_FILE}").strip()
+
+
+def chat(address: str, max_tokens: int, key: str | None = None, stream: bool = False) -> dict:
     body = json.dumps({"messages": [{"role": "user", "content": "Say something."}], "max_tokens": max_tokens,
-                       "temperature": 0.8, "seed": 1}).encode()
-    request = urllib.request.Request(f"http://{address}:{PORT}/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.load(response)
+                       "temperature": 0.8, "seed": 1, "stream": stream}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(f"http://{address}:{PORT}/v1/chat/completions", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            if stream:
+                return {"status": response.status, "events": [line.decode().strip() for line in response
+                                                              if line.startswith(b"data: ")]}
+            return json.load(response)
+    except urllib.error.HTTPError as error:
+        return {"status": error.code, "body": json.loads(error.read() or b"{}")}
+
+
+def status_of(url: str, key: str | None = None) -> int:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
 
 
 @pytest.fixture(scope="module")
@@ -111,14 +137,99 @@ def test_verify_fails_before_and_passes_after_the_deploy(deployed):
     assert_passes(verify(deployed.name))
 
 
-def test_a_real_completion_is_exactly_max_tokens_long(deployed):
-    answer = chat(deployed.address, max_tokens=24)
+def test_a_real_completion_is_exactly_max_tokens_long(lab, deployed):
+    answer = chat(deployed.address, max_tokens=24, key=engine_key(lab, deployed.name))
     choice = answer["choices"][0]
     assert choice["message"]["content"].strip(), answer
     # The tiny model never picks a non-printable or end token, so generation stops only at the limit.
     assert answer["usage"]["completion_tokens"] == 24, answer
     assert choice["finish_reason"] == "length", answer
     assert all(" " <= ch <= "~" for ch in choice["message"]["content"]), choice["message"]["content"]
+
+
+def test_without_the_key_401_with_it_streams(lab, deployed):
+    """From the lab host over the network, as any client on the LAN: every API path refuses a request without the
+    key or with a wrong one (401, llama.cpp's "Invalid API Key"); /health stays public (server-http.cpp); with the key
+    the chat streams, chunk by chunk, to [DONE]. The key file is root's, 0640, readable by the service's group."""
+    key = engine_key(lab, deployed.name)
+    assert re.fullmatch(r"lw-[A-Za-z0-9_-]{43}", key), "the key is 32 random bytes, URL-safe"
+    assert sh(lab, deployed.name, f"stat -c '%a %U %G' {KEY_FILE} $(dirname {KEY_FILE})").split() == [
+        "640", "root", "llama", "750", "root", "llama"]
+    base = f"http://{deployed.address}:{PORT}"
+    for path in ("/v1/models", "/metrics", "/props", "/slots"):
+        assert status_of(base + path) == 401, path
+        assert status_of(base + path, "lw-not-the-key") == 401, path
+    assert status_of(base + "/v1/models", key) == 200
+    assert status_of(base + "/health") == 200
+    refused = chat(deployed.address, max_tokens=8)
+    assert refused["status"] == 401 and refused["body"]["error"]["message"] == "Invalid API Key", refused
+    streamed = chat(deployed.address, max_tokens=16, key=key, stream=True)
+    assert streamed["status"] == 200 and streamed["events"][-1] == "data: [DONE]", streamed
+    pieces = [json.loads(event[6:])["choices"][0]["delta"].get("content") for event in streamed["events"][:-1]]
+    assert len([piece for piece in pieces if piece]) >= 8, pieces  # token by token, not one body
+    # The key is on no command line: llama-server's own argv names the file only.
+    argv = sh(lab, deployed.name, f"tr '\\0' ' ' < /proc/{main_pid(lab, deployed.name)}/cmdline")
+    assert f"--api-key-file {KEY_FILE}" in argv and key not in argv
+
+
+@pytest.mark.parametrize(("fix", "words"), [
+    ("chmod 644", "is open to every user (mode 0644): a key anyone on the host can read is no key; run `chmod 640 "
+                  "/etc/llama-server/api-key` there"),
+    ("chown llama", "is owned by llama, not root (its owner could swap the key); run `chown root "
+                    "/etc/llama-server/api-key` there"),
+])
+def test_a_key_file_others_may_read_or_swap_is_refused_before_anything_runs(lab, deployed, fix, words):
+    key, pid_before = engine_key(lab, deployed.name), main_pid(lab, deployed.name)
+    sh(lab, deployed.name, f"{fix} {KEY_FILE}")
+    try:
+        run = deploy(deployed.name)
+        assert run.rc != 0
+        lines = [line for line in run.output.splitlines() if "llamacpp_api_key_file: " in line]
+        assert len(lines) == 1, run.output[-3000:]
+        assert f"llamacpp_api_key_file: {KEY_FILE} on @lxd/{deployed.name} {words}" in lines[0], lines[0]
+        assert "Beginning operation run" not in run.output and "Traceback" not in run.output, run.output[-3000:]
+        assert main_pid(lab, deployed.name) == pid_before and engine_key(lab, deployed.name) == key
+    finally:
+        sh(lab, deployed.name, f"chown root:llama {KEY_FILE}; chmod 640 {KEY_FILE}")
+    assert deploy(deployed.name).totals.changed == 0
+
+
+def test_an_open_engine_is_asked_for_by_name_and_verify_reports_it(lab, deployed):
+    key = engine_key(lab, deployed.name)
+    opened = deploy(deployed.name, "llamacpp_open=true")
+    assert opened.rc == 0 and opened.totals.changed >= 1, opened.output[-4000:]
+    assert "llamacpp_open=true: llama-server answers without a key" in opened.output
+    try:
+        assert status_of(f"http://{deployed.address}:{PORT}/v1/models") == 200
+        unasked = verify(deployed.name)
+        assert unasked.returncode == 1 and "runs without --api-key-file" in unasked.stdout, unasked.stdout[-3000:]
+        asked = verify(deployed.name, "--llamacpp-open=true")
+        assert_passes(asked)
+        assert "OpenEngine: llama-server answers without a key on 0.0.0.0:8001, on purpose" in asked.stdout, \
+            asked.stdout[-3000:]
+    finally:
+        closed = deploy(deployed.name)
+    assert closed.rc == 0 and health_checked(closed), closed.output[-3000:]
+    assert status_of(f"http://{deployed.address}:{PORT}/v1/models") == 401
+    assert engine_key(lab, deployed.name) == key  # kept: the gateway's copy stays right
+
+
+def test_an_engine_only_the_gateway_on_its_guest_uses_binds_to_loopback(lab, deployed):
+    """llamacpp_host=auto (the default): with this host's data declaring the LiteLLM gateway and no other consumer
+    in the inventory (here the inventory is this one host), llama-server listens on 127.0.0.1 only: refused from the
+    LAN, reached on the guest. Without that data it is back on 0.0.0.0, behind its key."""
+    alone = deploy(deployed.name, "litellm_num_retries=0")
+    try:
+        assert alone.rc == 0 and alone.totals.changed >= 1, alone.output[-4000:]
+        listening = sh(lab, deployed.name, f"ss -Hltn 'sport = :{PORT}'")
+        assert [line.split()[3] for line in listening.splitlines()] == [f"127.0.0.1:{PORT}"], listening
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((deployed.address, PORT), timeout=10).close()
+        assert_passes(verify(deployed.name))
+    finally:
+        shared = deploy(deployed.name)
+    assert shared.rc == 0 and health_checked(shared), shared.output[-3000:]
+    assert status_of(f"http://{deployed.address}:{PORT}/health") == 200
 
 
 def test_second_run_changes_nothing(deployed):
@@ -150,6 +261,8 @@ def test_a_config_change_restarts_with_the_new_flag(lab, deployed):
     ("llamacpp_ollama_override=true", "llamacpp_ollama_override", "no ollama unit or binary"),
     ("llamacpp_binary_sha256=" + "0" * 64, "llamacpp_binary_sha256", "expected " + "0" * 64),
     ("llamacpp_ubatch_size=4096", "llamacpp_ubatch_size", "out of range"),
+    ('llamacpp_extra_args=["--api-key", "k"]', "llamacpp_extra_args", "the API key is made on the host"),
+    ("llamacpp_api_key_file=/etc/llama server/key", "llamacpp_api_key_file", "contains a space"),
 ])
 def test_bad_input_is_one_line_and_changes_nothing(lab, deployed, item, key, words):
     # Something else holds 9099 for the port case; the others must not be affected by it.

@@ -69,11 +69,11 @@ def deploy(name: str, hub: StandinHub, *data: str) -> DeployRun:
 GOOD = ("model_repo=lab/tiny-llama-GGUF", "model_file=tiny.gguf", "model_name=tiny-llama")
 
 
-def chat(address: str, max_tokens: int) -> dict:
+def chat(address: str, max_tokens: int, key: str) -> dict:
     body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "Say something."}],
                        "max_tokens": max_tokens, "temperature": 0.8, "seed": 1}).encode()
     request = urllib.request.Request(f"http://{address}:{PORT}/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.load(response)
 
@@ -93,7 +93,9 @@ def test_stand_in_hub_gguf_is_downloaded_then_served_by_llama_server(lab, setup)
     assert link == f"hub/models--lab--tiny-llama-GGUF/snapshots/{commit}"
     exec_start = next(line for line in sh(lab, name, f"cat {UNIT}").splitlines() if line.startswith("ExecStart="))
     assert f"--model {SERVED} " in exec_start, exec_start
-    answer = chat(instance_address(lab.client, name) or "", max_tokens=16)
+    # llama-server answers only with the key deploys/llamacpp.py made on the guest (docs/security.md)
+    answer = chat(instance_address(lab.client, name) or "", max_tokens=16,
+                  key=sh(lab, name, "cat /etc/llama-server/api-key").strip())
     assert answer["usage"]["completion_tokens"] == 16 and answer["choices"][0]["finish_reason"] == "length", answer
 
     hub.reset_log()

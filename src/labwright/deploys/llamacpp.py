@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from io import StringIO
 
-from pyinfra import host
+from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
@@ -19,6 +19,7 @@ from pyinfra.operations.util import any_changed
 from labwright.deploy_data import FALSE, TRUE
 from labwright.deploys import model as model_ops
 from labwright.deploys.common import install_missing, port_taken_by
+from labwright.engine_keys import gateway_only, key_file_refusal
 from labwright.errors import BadInput
 from labwright.facts.llamacpp import OllamaPresent, ReadableBy
 from labwright.facts.nvidia import NvidiaGpus
@@ -35,6 +36,7 @@ from labwright.llamacpp.deploy_data import (
 )
 from labwright.operations import http
 from labwright.operations import llamacpp as llamacpp_ops
+from labwright.operations import secrets as secrets_ops
 from labwright.operations import systemd as systemd_ops
 from labwright.snapshots.deploy import check_snapshot_data
 
@@ -48,7 +50,14 @@ def deploy_llamacpp() -> None:
     that changed restarts the server onto it.
 
     Everything is checked before anything changes (model present, port free or already ours, cache types the
-    engine accepts, a quantized V cache only with flash attention); each refusal is one line naming the data key.
+    engine accepts, a quantized V cache only with flash attention, an existing key file root's and closed to other
+    users); each refusal is one line naming the data key.
+
+    The server answers only with its API key (``--api-key-file``, llama.cpp common/arg.cpp): made on the host the
+    first time (labwright.operations.secrets.engine_key) and kept; llama-server then refuses every request without
+    it with 401 except ``/health`` and ``/v1/health`` (tools/server/server-http.cpp, ``get_public_endpoints`` and
+    ``middleware_validate_api_key``, llama.cpp as vendored in llama-cpp-python 0.3.36). ``llamacpp_open=true``
+    leaves the key out on purpose.
     """
     # --- read and check host data before touching anything ------------------------------------------
     check_snapshot_data()
@@ -56,7 +65,9 @@ def deploy_llamacpp() -> None:
         data, planned = downloaded_model(host.data.dict())
     except BadInput as exc:
         raise DeployError(f"{exc} (nothing was changed)") from None
-    s = settings_from(data, host.get_fact(NvidiaGpus))
+    # llamacpp_host=auto: loopback when only the gateway on this guest uses the engine (the whole inventory is read)
+    alone = gateway_only(data, [other.data.dict() for other in inventory if other.name != host.name])
+    s = settings_from(data, host.get_fact(NvidiaGpus), gateway_only=alone)
     # A model named with deploys/model.py's keys is downloaded first (verified, resumable, into the shared cache);
     # a repo, revision or file the Hub does not have stops the run here with one line. Until it is complete on the
     # guest, the model checks below run after the download instead.
@@ -67,6 +78,15 @@ def deploy_llamacpp() -> None:
     if state == "complete" and not host.get_fact(ReadableBy, path=s.model, user=s.user):
         raise KEYS.fail("model", f"{s.model} is not readable by the service user {s.user} on {host.name}; make the "
                         "file and its directories world-readable or group-readable by it (nothing was changed)")
+    # The key file, when there is one already, must be root's and closed to other users: refused here, before
+    # anything runs (a key anyone on the host can read, or its owner could swap, is no key).
+    refusal = None if s.open else key_file_refusal("llamacpp_api_key_file", s.api_key_file,
+                                                   host.get_fact(File, path=s.api_key_file), host.name)
+    if refusal:
+        raise DeployError(refusal)
+    if s.open:
+        logger.warning(f"{host.print_prefix}llamacpp_open=true: llama-server answers without a key on "
+                       f"{s.flags['host']}:{s.flags['port']} (`labwright verify llamacpp` reports it)")
     holder = port_taken_by(s.flags["port"], s.service)
     if holder:
         raise KEYS.fail("port", f"{s.flags['port']} is already in use on {host.name} by {holder} (nothing was "
@@ -91,6 +111,10 @@ def deploy_llamacpp() -> None:
                 groups=[GPU_GROUP] if s.build.kind == "cuda" else None, append=True)
     if download is not None:
         model_ops.readable_after_download(s.model, s.user, "model_dir", download)
+    # The API key, made on the host the first time and kept (0640 root:<user>); --api-key-file reads it at start.
+    key = (secrets_ops.engine_key(name=f"API key (generated on the host, kept: {s.api_key_file})",
+                                  path=s.api_key_file, group=s.user) if not s.open else None)
+    key_changed = key.did_change if key is not None else (lambda: False)
     model_changed = download.did_change if download is not None else (lambda: False)
 
     # --- the build for this host's GPUs (CUDA where it shows NVIDIA GPUs, else CPU): staged, sha256-checked on the
@@ -109,10 +133,13 @@ def deploy_llamacpp() -> None:
     # Restart only for a real change; a fresh start above already runs the new binary and unit.
     restarted = systemd_ops.restarted_owned(
         name=f"Restart {s.service} (unit or binary changed)", service=f"{s.service}.service",
-        _if=lambda: (unit.did_change() or binary_changed() or model_changed()) and not started.did_change())
+        _if=lambda: (unit.did_change() or binary_changed() or model_changed() or key_changed())
+        and not started.did_change())
+    # /v1/models is asked with the key (only /health and /v1/health are public once a key is set).
     http.wait_healthy(name=f"{s.service} health: /health then /v1/models", url=s.health_url, service=s.service,
-                      timeout=s.health_timeout, models=s.model_ids,
-                      _if=lambda: binary_changed() or model_changed() or any_changed(unit, started, restarted)())
+                      timeout=s.health_timeout, models=s.model_ids, key_file=s.key_file,
+                      _if=lambda: (binary_changed() or model_changed() or key_changed()
+                                   or any_changed(unit, started, restarted)()))
 
     # --- Ollama on the same host: the same KV policy, as a drop-in -----------------------------------
     if apply_ollama:

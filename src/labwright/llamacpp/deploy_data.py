@@ -31,6 +31,9 @@ JINJA = jinja(TEMPLATES)
 OLLAMA_DROPIN = "/etc/systemd/system/ollama.service.d/50-labwright.conf"
 NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 KEYS = DeployData("llamacpp", DEFAULTS)
+# llama-server's own key options (common/arg.cpp): a key given through extra_args would bypass the one made on the
+# host, or put it on the command line.
+KEY_OPTIONS = ("--api-key", "--api-key-file")
 
 
 def flag_values(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -57,6 +60,10 @@ def flag_values(data: Mapping[str, Any]) -> dict[str, Any]:
     values["batch_size"] = as_int("batch_size", values["batch_size"], 1)
     values["ubatch_size"] = as_int("ubatch_size", values["ubatch_size"], 1, values["batch_size"])
     values["port"] = as_int("port", values["port"], 1, 65535)
+    listen = str(values["host"]).strip()
+    if listen != "auto" and not re.fullmatch(r"[0-9A-Za-z.:-]+", listen):
+        raise fail("host", f"{listen!r} is not an address to listen on (or auto)")
+    values["host"] = listen
     for key in ("metrics", "jinja"):
         values[key] = as_bool(key, values[key])
     kwargs = values["chat_template_kwargs"]
@@ -71,11 +78,15 @@ def flag_values(data: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def command_line(binary: str, model: str, alias: str, flags: dict[str, Any], extra: list[str]) -> list[str]:
-    """llama-server's argv: the model, the alias, each flag as ``--key-with-dashes`` (tables as JSON), then extra."""
+def command_line(binary: str, model: str, alias: str, flags: dict[str, Any], extra: list[str],
+                 api_key_file: str = "") -> list[str]:
+    """llama-server's argv: the model, the alias, ``--api-key-file`` (unless open), each flag as
+    ``--key-with-dashes`` (tables as JSON), then extra."""
     args = [binary, "--model", model]
     if alias:
         args += ["--alias", alias]
+    if api_key_file:
+        args += ["--api-key-file", api_key_file]
     for key, value in flags.items():
         if value is None or value is False or value == "" or value == {}:
             continue
@@ -235,11 +246,18 @@ class LlamacppSettings:
     binary_sha256: str
     build: BuildChoice = BuildChoice("cpu")
     files: tuple[ServerFile, ...] = ()
+    api_key_file: str = DEFAULTS["service"]["api_key_file"]
+    open: bool = False
+
+    @property
+    def key_file(self) -> str:
+        """The key file llama-server reads (``--api-key-file``), "" for an open engine."""
+        return "" if self.open else self.api_key_file
 
     @property
     def exec_start(self) -> str:
         return " ".join(systemd_quote(word) for word in command_line(self.binary, self.model, self.alias, self.flags,
-                                                                     self.extra))
+                                                                     self.extra, self.key_file))
 
     def render_unit(self) -> str:
         return JINJA.get_template("llama-server.service.j2").render(
@@ -270,9 +288,11 @@ def data_keys() -> set[str]:
             | {f"ollama_{key}" for key in DEFAULTS["ollama"]})
 
 
-def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = None) -> LlamacppSettings:
+def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = None,
+                  gateway_only: bool = False) -> LlamacppSettings:
     """Read and check the host data (names, paths, flags, extra args, the local build for the host's GPUs: the
-    NvidiaGpus fact, None for none), in the deploy's order."""
+    NvidiaGpus fact, None for none), in the deploy's order. ``gateway_only``: only the gateway on this guest uses
+    the engine (labwright.engine_keys.gateway_only), so ``host = "auto"`` is 127.0.0.1; else 0.0.0.0."""
     refuse_unknown_keys(data, "llamacpp", data_keys(), "labwright/data/templates/llamacpp/defaults.toml")
     keys = KEYS.over(data)
     fail, get = keys.fail, keys.get
@@ -285,11 +305,23 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
         if not PurePosixPath(value).is_absolute():
             raise fail(key, f"{value!r} must be an absolute path on the guest")
     flags = flag_values(data)
+    if flags["host"] == "auto":
+        flags["host"] = "127.0.0.1" if gateway_only else "0.0.0.0"
     extra = get("extra_args") or []
     if isinstance(extra, str):
         extra = shlex.split(extra)
     if not all(isinstance(word, str) for word in extra):
         raise fail("extra_args", "must be a list of command-line words")
+    for word in extra:
+        if word.split("=", 1)[0] in KEY_OPTIONS:
+            raise fail("extra_args", f"{word.split('=', 1)[0]}: the API key is made on the host and passed as "
+                       "--api-key-file by labwright (a key on the command line is readable by every user in ps); "
+                       "drop it (llamacpp_open=true runs without a key on purpose)")
+    api_key_file = keys.path_of("api_key_file", get("api_key_file"))
+    if api_key_file.rstrip("/") in ("", "/") or api_key_file.endswith("/") or api_key_file.count("/") < 2:
+        raise fail("api_key_file", f"{api_key_file!r} must be a file in a directory of its own, e.g. "
+                   "/etc/llama-server/api-key (the directory is made root:<user> 0750)")
+    open_engine = keys.bool_of("open", get("open"))
     health_timeout = keys.int_of("health_timeout", get("health_timeout"), 1)
     restart_sec = keys.int_of("restart_sec", get("restart_sec"), 0)
     packages = get("runtime_packages")
@@ -304,7 +336,7 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
         service=service, user=user, binary=binary, model=model, alias=alias, flags=flags, extra=list(extra),
         health_timeout=health_timeout, restart=str(get("restart")), restart_sec=restart_sec,
         runtime_packages=list(packages), binary_src=files[0].src, binary_sha256=files[0].sha256, build=choice,
-        files=tuple(files))
+        files=tuple(files), api_key_file=api_key_file, open=open_engine)
 
 
 def ollama_mode(data: Mapping[str, Any]) -> str:

@@ -27,9 +27,10 @@ class HealthCheck:
     url: the base URL on the host, e.g. ``http://127.0.0.1:8080``; health_path is fetched below it until 200.
     models: names ``/v1/models`` must list once healthy: any one of them (``all_models=False``), or every one.
     models_wait: a missing model is retried until the timeout (the engine may still be loading) instead of failing
-    at once. key_file / key_name: an API key read on the host (``name: value`` or ``NAME=value`` lines), sent as
-    ``Authorization: Bearer``. restart: ``systemctl reset-failed`` then restart the unit first (a start limit hit
-    by earlier restarts never refuses it) and read its journal from that moment.
+    at once. key_file / key_name: an API key read on the host (``name: value`` or ``NAME=value`` lines; with no
+    key_name, the file's first line that is not a comment), sent as ``Authorization: Bearer``. restart:
+    ``systemctl reset-failed`` then restart the unit first (a start limit hit by earlier restarts never refuses it)
+    and read its journal from that moment.
     startup_line: do not poll before the journal (since the start of the check) shows it. fatal_lines: journal line ->
     message; the first seen ends the check with that message, stopping the unit if ``stop_on_fatal``.
     """
@@ -99,6 +100,10 @@ def key():
     try:
         with open(check["key_file"]) as handle:
             for line in handle:
+                if not check["key_name"]:  # the key alone on its line (llama-server's --api-key-file)
+                    if line.strip() and not line.startswith("#"):
+                        return line.strip()
+                    continue
                 found = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*[:=](.*)", line)
                 if found and found.group(1) == check["key_name"]:
                     return found.group(2).strip().strip("'\"")

@@ -17,7 +17,8 @@ from io import StringIO
 
 from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, operation
-from pyinfra.facts.files import File, Sha1File
+from pyinfra.api.exceptions import OperationError
+from pyinfra.facts.files import Directory, File, Sha1File
 from pyinfra.operations import files
 
 from labwright.shell import quote
@@ -60,3 +61,34 @@ def secret_file(content: str, dest: str, user: str = "root", group: str = "root"
     staged = yield from staged_upload(content, stage)
     yield (f"chown {quote(user)}:{quote(group)} {quote(staged)} && chmod {quote(mode)} {quote(staged)} "
            f"&& mv -f {quote(staged)} {quote(dest)} && rmdir {quote(stage)}")
+
+
+# The key an engine answers to, made on the host: 32 random bytes, URL-safe (no quote, space or comma, so it is
+# one line of llama-server's --api-key-file and one value of an env file).
+KEY_SCRIPT = "import secrets; print('lw-' + secrets.token_urlsafe(32))"
+
+
+@operation()
+def engine_key(path: str, group: str):
+    """
+    An engine's API key, generated ON THE HOST with Python's ``secrets`` the first time and kept: the key alone on
+    one line of ``path`` (0640 root:GROUP, in its own directory, 0750 root:GROUP). It never passes through the
+    control machine, a command line or pyinfra's output; the service (running as GROUP's user) reads the file.
+
+    + path: the key file (absolute, in a directory of its own)
+    + group: the service's group, the one that may read it
+    """
+    if not posixpath.isabs(path) or not group.strip() or posixpath.dirname(path) in ("", "/"):
+        raise OperationError(f"engine_key: path={path!r} must be absolute in a directory of its own and "
+                             f"group={group!r} a group name")
+    directory = posixpath.dirname(path)
+    info = host.get_fact(File, path=path)
+    there = host.get_fact(Directory, path=directory)
+    if (info and info.get("mode") == 640 and info.get("user") == "root" and info.get("group") == group and there
+            and there.get("mode") == 750 and there.get("user") == "root" and there.get("group") == group):
+        host.noop(f"{path} exists (key kept)")
+        return
+    p, d, new = quote(path), quote(directory), quote(path + ".new")
+    yield (f"umask 077; mkdir -p {d}; chown root:{quote(group)} {d}; chmod 750 {d}; "
+           f"[ -s {p} ] || {{ python3 -c {quote(KEY_SCRIPT)} > {new} && mv -f {new} {p}; }}; "
+           f"chown root:{quote(group)} {p}; chmod 640 {p}")

@@ -55,6 +55,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for option, (env, text) in LLAMACPP_OPTIONS.items():
         llama.addoption(f"--llamacpp-{option}", default=None,
                         help=f"{text} (default: ${env}, else labwright/data/templates/llamacpp/defaults.toml)")
+    llama.addoption("--llamacpp-api-key-file", default=None,
+                    help="the key file llama-server reads (default: $LABWRIGHT_LLAMACPP_API_KEY_FILE, else "
+                         "defaults.toml)")
+    llama.addoption("--llamacpp-open", default=None, metavar="true|false",
+                    help="the engine runs without a key on purpose (llamacpp_open=true): reported, not failed "
+                         "(default: $LABWRIGHT_LLAMACPP_OPEN, else false)")
     llama.addoption("--llamacpp-flag", action="append", default=[], metavar="KEY=VALUE",
                     help="expected flag overriding defaults.toml [flags], e.g. ctx_size=65536 or metrics=false "
                          "(JSON values are parsed; repeatable)")
@@ -109,6 +115,8 @@ class LlamacppExpected:
     model: str
     alias: str
     flags: dict[str, object] = field(default_factory=dict)
+    api_key_file: str = "/etc/llama-server/api-key"
+    open: bool = False
 
     @property
     def port(self) -> int:
@@ -117,7 +125,7 @@ class LlamacppExpected:
     @property
     def url(self) -> str:
         host = str(self.flags.get("host") or "127.0.0.1")
-        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{self.port}"
+        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', 'auto') else host}:{self.port}"
 
 
 def parse_flag_value(text: str) -> object:
@@ -144,7 +152,13 @@ def llamacpp_expected_from(config: pytest.Config) -> LlamacppExpected:
         flags[key.strip().replace("-", "_")] = parse_flag_value(text)
     if "port" not in flags:
         raise pytest.UsageError("--llamacpp-flag port=N is needed (no data/templates/llamacpp/defaults.toml here)")
-    return LlamacppExpected(value("service"), value("user"), value("model"), value("alias"), flags)
+    key_file = str(config.getoption("--llamacpp-api-key-file") or os.environ.get("LABWRIGHT_LLAMACPP_API_KEY_FILE")
+                   or service_defaults.get("api_key_file") or "/etc/llama-server/api-key")
+    open_text = str(config.getoption("--llamacpp-open") or os.environ.get("LABWRIGHT_LLAMACPP_OPEN") or "false")
+    if open_text.strip().lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise pytest.UsageError(f"--llamacpp-open: {open_text!r} is not true or false")
+    return LlamacppExpected(value("service"), value("user"), value("model"), value("alias"), flags, key_file,
+                            open_text.strip().lower() in ("1", "true", "yes", "on"))
 
 
 #: How often a command through ``lxc exec`` is asked again when its answer was lost (see steady_lxc_run).

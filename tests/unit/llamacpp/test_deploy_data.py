@@ -44,7 +44,7 @@ def test_defaults_are_the_seed_flags_in_order(binary):
 
 
 def test_unit_quotes_the_json_argument_for_systemd(binary):
-    unit = settings_from(data(binary, alias="qwen", extra_args=["--api-key-file", "/etc/k$y"])).render_unit()
+    unit = settings_from(data(binary, alias="qwen", extra_args=["--ssl-key-file", "/etc/k$y"])).render_unit()
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     assert '"--chat-template-kwargs" ' not in exec_start and '"{\\"enable_thinking\\":false}"' in exec_start
     assert "--alias qwen" in exec_start and "/etc/k$$y" in exec_start
