@@ -9,6 +9,7 @@ The shipped verify suite runs as users run it; streaming is measured from this m
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -91,10 +92,53 @@ def test_verify_fails_before_and_passes_after_deploying_the_kokoro_standin(deplo
     assert "split_pattern=r'\\n+'" in (source / "api/src/inference/kokoro_v1.py").read_text()
 
 
+def loopback_proxy(lab: Lab, name: str) -> str:
+    """A URL on this machine's loopback that LXD forwards to 127.0.0.1:8880 INSIDE the guest (a proxy device): what
+    something on the same guest sees, since Kokoro listens on nothing else."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    lab.client.request("PATCH", f"/1.0/instances/{name}", {"devices": {"kokoro-loopback": {
+        "type": "proxy", "listen": f"tcp:127.0.0.1:{port}", "connect": "tcp:127.0.0.1:8880"}}})
+    return f"http://127.0.0.1:{port}"
+
+
+def test_kokoro_has_no_key_so_it_listens_on_loopback_only(lab, deployed):
+    """Kokoro-FastAPI has no API key (api/src/core/config.py): from the network the port is closed (connection
+    refused, not a 200 to anyone), from the guest itself it answers."""
+    state, _ = deployed
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((state.address, 8880), timeout=10).close()
+    listening = sh(lab, state.name, "ss -Hltn 'sport = :8880'")
+    assert [line.split()[3] for line in listening.splitlines()] == ["127.0.0.1:8880"], listening
+    assert "200" in sh(lab, state.name, "python3 -c \"import urllib.request as u; "
+                                        "print(u.urlopen('http://127.0.0.1:8880/health', timeout=10).status)\"")
+
+
+def test_an_open_kokoro_is_asked_for_by_name_and_verify_reports_it(lab, deployed):
+    state, deploy = deployed
+    opened = deploy("kokoro_host=0.0.0.0", "kokoro_open=true")
+    try:
+        assert opened.rc == 0, opened.output[-4000:]
+        assert "kokoro_open=true: Kokoro answers without a key on 0.0.0.0:8880" in opened.output
+        socket.create_connection((state.address, 8880), timeout=10).close()  # open, as asked
+        unasked = verify(state.name)
+        assert unasked.returncode == 1 and "test_listens_on_loopback_only" in unasked.stdout, unasked.stdout[-3000:]
+        asked = verify(state.name, LABWRIGHT_KOKORO_OPEN="true")
+        assert asked.returncode == 0, asked.stdout[-3000:]
+        assert "OpenEngine: kokoro answers without a key on 0.0.0.0:8880, on purpose" in asked.stdout, \
+            asked.stdout[-3000:]
+    finally:
+        closed = deploy()
+    assert closed.rc == 0, closed.output[-4000:]
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((state.address, 8880), timeout=10).close()
+
+
 def test_the_deployed_kokoro_standin_streams_per_sentence(lab, deployed):
     state, _ = deployed
     assert 'split_pattern=r"(?<=[.!?])\\s+"' in sh(lab, state.name, f"cat {PATCHED_FILE}")
-    result = {r.stream: r for r in bench_tts(f"http://{state.address}:8880", PHRASE, ["pcm"], runs=2)}
+    result = {r.stream: r for r in bench_tts(loopback_proxy(lab, state.name), PHRASE, ["pcm"], runs=2)}
     streamed, whole = result[True], result[False]
     assert not streamed.error and not whole.error, (streamed.error, whole.error)
     assert streamed.first_ms is not None and streamed.total_ms is not None and whole.first_ms is not None
@@ -132,6 +176,7 @@ def odd_source(tmp_path: Path, source: Path) -> Path:
     (["kokoro_venv=/opt/kokoro-venv&&id"], "kokoro_venv", "'/opt/kokoro-venv&&id' contains '&'"),
     (["kokoro_dir=/opt/kokoro;reboot"], "kokoro_dir", "'/opt/kokoro;reboot' contains ';'"),
     (['kokoro_env={"API_KEY": "0p3n-w3bu!"}'], "kokoro_env", "API_KEY is Open WebUI pipelines' default API key"),
+    (["kokoro_host=0.0.0.0"], "kokoro_host", "0.0.0.0 would answer every client on the network without a key"),
 ])
 def test_bad_input_is_one_line_and_leaves_the_service_alone(lab, deployed, odd_source, items, key, words):
     state, deploy = deployed

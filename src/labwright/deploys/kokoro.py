@@ -12,7 +12,7 @@ import shutil
 from io import StringIO
 from pathlib import Path, PurePosixPath
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import FindInFile
 from pyinfra.operations import files, server, systemd
@@ -21,6 +21,7 @@ from pyinfra.operations.util import any_changed
 from labwright.default_keys import is_default_key
 from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
 from labwright.deploys.common import install_missing, pip_install, port_taken_by, venv_create
+from labwright.engine_keys import is_loopback
 from labwright.errors import LabwrightError
 from labwright.facts.nvidia import NvidiaDriverVersion
 from labwright.guestlock import locked
@@ -99,6 +100,14 @@ def deploy_kokoro() -> None:
     listen_host = str(data("host"))
     if not re.fullmatch(r"[0-9A-Za-z.:]+", listen_host):
         raise fail("host", f"{listen_host!r} is not an address to listen on")
+    open_engine = KEYS.bool_of("open", data("open"))
+    if not is_loopback(listen_host) and not open_engine:
+        raise fail("host", f"{listen_host} would answer every client on the network without a key (Kokoro-FastAPI "
+                   "has none); keep 127.0.0.1 and reach it from the same guest, or set kokoro_open=true to expose "
+                   "it on purpose (nothing was changed)")
+    if open_engine and not is_loopback(listen_host):
+        logger.warning(f"{host.print_prefix}kokoro_open=true: Kokoro answers without a key on {listen_host}:"
+                       f"{data('port')} (`labwright verify kokoro` reports it)")
     port = as_int("port", 1, 65535)
     health_timeout = as_int("health_timeout", 1)
     find_links = KEYS.path_of("find_links", data("find_links") or "", absolute=False)
