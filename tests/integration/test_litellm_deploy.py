@@ -27,7 +27,15 @@ from labwright.llamacpp.tiny_model import write_tiny_gguf
 from labwright.paths import verify_suite
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import DeployRun, tool_env
-from support.tiny_engine import MODEL, REPO, deploy_tiny_engines, guest_python, guest_sh, tokens_predicted
+from support.tiny_engine import (
+    MODEL,
+    REPO,
+    deploy_tiny_engines,
+    engine_key,
+    guest_python,
+    guest_sh,
+    tokens_predicted,
+)
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -104,7 +112,8 @@ class Gateway:
             time.sleep(0.2)
 
     def predicted(self, address: str) -> float:
-        return tokens_predicted(address, ENGINE_PORT)
+        name = self.gw if address == self.gw_address else self.engine
+        return tokens_predicted(address, ENGINE_PORT, engine_key(self.lab, name))
 
 
 INVENTORY = """\
@@ -184,6 +193,55 @@ def test_fallback_when_the_primary_is_stopped(gateway):
     finally:
         gateway.sh(gateway.gw, "systemctl start llama-server.service")
         gateway.wait_engine(gateway.gw_address)
+
+
+def engine_chat(address: str, key: str | None) -> int:
+    """The status of a chat request straight to an engine, as any client on the LAN would send it."""
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(f"http://{address}:{ENGINE_PORT}/v1/chat/completions", data=body,
+                                     headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def test_the_engines_refuse_the_lan_and_the_gateway_holds_their_real_keys(gateway):
+    """No client skips the gateway: both engines answer 401 without their key (the "none" LiteLLM used to send
+    included); the gateway reaches them with the keys made on their hosts: its own engine's copied on the guest
+    into engines-local.env, the other guest's in secrets.env, both root-only; config.yaml and the deploy's output
+    hold no key."""
+    gw_key, other_key = engine_key(gateway.lab, gateway.gw), engine_key(gateway.lab, gateway.engine)
+    assert gw_key != other_key
+    for address, key in ((gateway.gw_address, gw_key), (gateway.engine_address, other_key)):
+        assert engine_chat(address, None) == 401 and engine_chat(address, "none") == 401
+        assert engine_chat(address, key) == 200
+    env = gateway.sh(gateway.gw, "stat -c '%a %U' /etc/litellm/engines-local.env /etc/litellm/secrets.env; "
+                                 "cat /etc/litellm/engines-local.env /etc/litellm/secrets.env")
+    assert env.splitlines()[:2] == ["600 root", "600 root"]
+    gw_var = "ENGINE_KEY_LLAMACPP_LXD_" + gateway.gw.upper().replace("-", "_")
+    other_var = "ENGINE_KEY_LLAMACPP_LXD_" + gateway.engine.upper().replace("-", "_")
+    assert f'{gw_var}="{gw_key}"' in env.splitlines() and f'{other_var}="{other_key}"' in env.splitlines()
+    config = gateway.sh(gateway.gw, "cat /etc/litellm/config.yaml")
+    assert f"os.environ/{gw_var}" in config and f"os.environ/{other_var}" in config
+    assert gw_key not in config and other_key not in config and '"none"' not in config
+    assert gw_key not in gateway.first.output and other_key not in gateway.first.output
+
+
+def test_a_missing_engine_key_is_refused_in_one_line_before_anything_runs(gateway):
+    gateway.sh(gateway.engine, "mv /etc/llama-server/api-key /etc/llama-server/api-key.away")
+    try:
+        run = gateway.deploy()
+        assert run.rc != 0
+        lines = [line for line in run.output.splitlines() if "llamacpp_api_key_file: " in line]
+        assert len(lines) == 1, run.output[-3000:]
+        assert (f"llamacpp_api_key_file: /etc/llama-server/api-key does not exist on @lxd/{gateway.engine}; deploy "
+                "the engine there first") in lines[0], lines[0]
+        assert "Beginning operation run" not in run.output and "Traceback" not in run.output, run.output[-3000:]
+    finally:
+        gateway.sh(gateway.engine, "mv /etc/llama-server/api-key.away /etc/llama-server/api-key")
 
 
 def test_requests_without_the_master_key_are_401(gateway):

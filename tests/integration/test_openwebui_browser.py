@@ -42,7 +42,16 @@ from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
 from labwright.wheelhouse import download_wheelhouse
 from support.pipelines_standin import PIPELINE_ID, REQUIREMENTS, git_daemon, write_repository
-from support.tiny_engine import ENGINE_PORT, MODEL, REPO, deploy_tiny_engines, guest_python, guest_sh, tokens_predicted
+from support.tiny_engine import (
+    ENGINE_PORT,
+    MODEL,
+    REPO,
+    deploy_tiny_engines,
+    engine_key,
+    guest_python,
+    guest_sh,
+    tokens_predicted,
+)
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -116,7 +125,7 @@ class Webui:
         return match.group(1).strip().strip('"')
 
     def predicted(self) -> float:
-        return tokens_predicted(self.address, ENGINE_PORT)
+        return tokens_predicted(self.address, ENGINE_PORT, engine_key(self.lab, self.name))
 
 
 def serve(directory: Path, address: str) -> tuple[ThreadingHTTPServer, str]:
@@ -184,7 +193,10 @@ def test_secrets_are_made_on_the_guest_and_never_printed(webui: Webui) -> None:
     modes = webui.sh("stat -c '%n %a %U' /etc/open-webui/secret.env /etc/open-webui/admin.env "
                      "/etc/open-webui/openai.env")
     assert [line.split()[1:] for line in modes.splitlines()] == [["600", "root"]] * 3, modes
-    assert webui.sh("cat /etc/open-webui/openai.env") == "OPENAI_API_KEYS=none\n"
+    # The engine's real key, read from its key file on the guest (never "none", which it answers with 401).
+    engine = engine_key(webui.lab, webui.name)
+    assert webui.sh("cat /etc/open-webui/openai.env") == f"OPENAI_API_KEYS={engine}\n"
+    assert engine not in webui.first.output
     settings = webui.sh("cat /etc/open-webui/settings.env")
     assert f"OPENAI_API_BASE_URLS=http://127.0.0.1:{ENGINE_PORT}/v1\n" in settings
     assert "OFFLINE_MODE=true\n" in settings and "ENABLE_OLLAMA_API=false\n" in settings
@@ -356,7 +368,8 @@ def test_the_pipelines_server_runs_with_its_generated_key(webui: Webui, tmp_path
             assert webui.sh("stat -c '%a %U %G' /etc/open-webui/pipelines.env").split() == ["600", "root", "root"]
             assert key not in run.output
             assert key not in webui.sh("cat /etc/open-webui/settings.env /etc/systemd/system/open-webui*.service")
-            assert webui.sh("cat /etc/open-webui/openai.env") == f"OPENAI_API_KEYS=none;{key}\n"
+            engine = engine_key(webui.lab, webui.name)
+            assert webui.sh("cat /etc/open-webui/openai.env") == f"OPENAI_API_KEYS={engine};{key}\n"
             assert (f"OPENAI_API_BASE_URLS=http://127.0.0.1:{ENGINE_PORT}/v1;http://127.0.0.1:{PIPELINES_PORT}\n"
                     in webui.sh("cat /etc/open-webui/settings.env"))
             # The server answers its model list only with the generated key (upstream main.py: /models, /v1/models).

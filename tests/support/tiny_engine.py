@@ -42,9 +42,20 @@ def deploy_tiny_engines(lab: Lab, names: list[str], model: Path, inventory: Path
     assert engines.rc == 0, engines.output[-4000:]
 
 
-def tokens_predicted(address: str, port: int = ENGINE_PORT) -> float:
-    """llama-server's own count of generated tokens (its /metrics)."""
-    with urllib.request.urlopen(f"http://{address}:{port}/metrics", timeout=10) as response:
+KEY_FILE = "/etc/llama-server/api-key"
+
+
+def engine_key(lab: Lab, name: str) -> str:
+    """The API key deploys/llamacpp.py made on the guest (read there through LXD, never over the network)."""
+    return guest_sh(lab, name, f"cat {KEY_FILE}").strip()
+
+
+def tokens_predicted(address: str, port: int = ENGINE_PORT, key: str = "") -> float:
+    """llama-server's own count of generated tokens (its /metrics, which asks for the key like every path but
+    /health)."""
+    request = urllib.request.Request(f"http://{address}:{port}/metrics",
+                                     headers={"Authorization": f"Bearer {key}"} if key else {})
+    with urllib.request.urlopen(request, timeout=10) as response:
         text = response.read().decode()
     match = re.search(r"^llamacpp:tokens_predicted_total\s+(\S+)", text, re.MULTILINE)
     assert match, text[:2000]

@@ -13,6 +13,7 @@ from io import StringIO
 from typing import Any, cast
 
 from pyinfra import host, inventory
+from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
@@ -27,19 +28,25 @@ from labwright.deploys.common import (
     service_user_version,
     venv_create,
 )
+from labwright.engine_keys import key_file_refusal
 from labwright.errors import LabwrightError
 from labwright.facts.default_keys import DefaultKeysIn
+from labwright.facts.engine_keys import KeysFileCurrent
 from labwright.facts.litellm import LitellmVersion
 from labwright.guestlock import locked
 from labwright.lab.lab import instance_address
 from labwright.litellm.config import (
+    KEY_VALUE,
+    READ_KEY,
     TEMPLATES,
     ConfigError,
     EngineHost,
+    EngineKey,
     build_gateway,
     cloud_models,
     discover_engines,
     load_defaults,
+    local_keys_script,
     parse_aliases,
     render_config,
     render_secrets,
@@ -88,6 +95,37 @@ def address_of(engine: EngineHost) -> str:
     if engine.name.startswith("@"):
         raise fail("engine_address", f"{engine.name}: no address known; set litellm_engine_address on that host")
     return engine.name
+
+
+def engine_key_values(keys: list[EngineKey]) -> dict[str, str]:
+    """Check every engine key file the gateway needs (there, root's, closed to other users: else one line naming the
+    path and the fix, before anything runs) and read the keys of the engines on OTHER hosts, on those hosts.
+
+    A key of an engine on the gateway itself is not read here: it is copied on the guest (local_keys_script). A key
+    from another host has no other way to the gateway than through this pyinfra run: it is read over that host's
+    connection without being printed (not even under -vv), kept in memory only, and written to the gateway's
+    root-only secrets.env through labwright.operations.secrets.secret_file (never shown by --diff)."""
+    values: dict[str, str] = {}
+    for key in keys:
+        other = host if key.local else inventory.get_host(key.host)
+        if other is None:
+            raise fail("engine_address", f"{key.host} is not in the inventory (its engine's key cannot be read)")
+        refusal = key_file_refusal(key.data_key, key.path, other.get_fact(File, path=key.path), key.host,
+                                   missing=f"deploy the engine there first (it makes the key), or set "
+                                   f"{key.data_key} on {key.host} to where its key is")
+        if refusal:
+            raise DeployError(refusal)
+        if key.local:
+            continue
+        command = StringCommand("python3", "-c", QuoteString(READ_KEY), QuoteString(key.path), QuoteString(key.name))
+        ok, output = other.run_shell_command(command, print_output=False, print_input=False,
+                                             _sudo=bool(other.data.get("_sudo")))
+        value = "".join(output.stdout_lines).strip() if ok else ""
+        if not KEY_VALUE.match(value):
+            raise DeployError(f"{key.data_key}: no usable key in {key.path} on {key.host} (run as root there, or "
+                              "delete the file and deploy the engine again to make a new one) (nothing was changed)")
+        values[key.env] = value
+    return values
 
 
 def install_commands(venv: str, version: str, find_links: str, where: str) -> list[str]:
@@ -152,6 +190,11 @@ def deploy_litellm() -> None:
     holder = port_taken_by(port, service)
     if holder:
         raise fail("port", f"{port} is already in use on {host.name} by {holder} (nothing was changed)")
+    # The engines' keys: every key file checked where it is, the keys of engines on other hosts read there.
+    engine_keys = gateway.engine_keys
+    remote_keys = engine_key_values(engine_keys)
+    local_keys = [key for key in engine_keys if key.local]
+    local_env = f"{config_dir}/engines-local.env"
 
     # --- runtime, user, the venv at the pinned version ------------------------------------------------
     install_missing(data("runtime_packages"), "python3-venv")
@@ -173,8 +216,15 @@ def deploy_litellm() -> None:
                      commands=[master_key_command(master_env)])
         master_created = True
     # Never shown by --diff, never world-readable on the way (labwright.operations.secrets).
-    secrets_file = secret_file(name=f"Cloud keys ({secrets_env}, 0600 root)", content=render_secrets(gateway.secrets),
-                               dest=secrets_env, user="root", group="root", mode="600")
+    secrets_file = secret_file(name=f"Cloud keys and other hosts' engine keys ({secrets_env}, 0600 root)",
+                               content=render_secrets(gateway.secrets, remote_keys), dest=secrets_env, user="root",
+                               group="root", mode="600")
+    # The keys of the engines on this guest: copied from their key files on the guest, never off it.
+    local_changed = False
+    if not host.get_fact(KeysFileCurrent, script=local_keys_script(local_keys, local_env, check=True)):
+        server.shell(name=f"Keys of the engines on this guest ({local_env}, 0600 root; read from their key files "
+                     "there)", commands=[local_keys_script(local_keys, local_env)])
+        local_changed = True
     config = files.put(name=f"{config_file}: {len(gateway.models)} models", src=StringIO(
         render_config(gateway, num_retries, request_timeout)), dest=config_file, user="root", group=user, mode="640")
     unit_text = JINJA.get_template("litellm.service.j2").render(user=user, home=home, config_dir=config_dir, venv=venv,
@@ -185,7 +235,7 @@ def deploy_litellm() -> None:
     started = systemd_ops.started_owned(name=f"{service} enabled and running", service=f"{service}.service")
     restarted = systemd_ops.restarted_owned(
         name=f"Restart {service} (install, keys, config or unit changed)", service=f"{service}.service",
-        _if=lambda: (install_changed or master_created or any_changed(secrets_file, config, unit)())
+        _if=lambda: (install_changed or master_created or local_changed or any_changed(secrets_file, config, unit)())
         and not started.did_change())
     health_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
     http.wait_healthy(
@@ -193,4 +243,5 @@ def deploy_litellm() -> None:
         service=service, timeout=health_timeout, health_path="/health/liveliness", models=gateway.names,
         all_models=True, key_file=master_env, key_name="LITELLM_MASTER_KEY", interval=1, journal_lines=20,
         request_timeout=30,
-        _if=lambda: install_changed or master_created or any_changed(secrets_file, config, unit, started, restarted)())
+        _if=lambda: (install_changed or master_created or local_changed
+                     or any_changed(secrets_file, config, unit, started, restarted)()))

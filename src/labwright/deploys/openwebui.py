@@ -27,11 +27,11 @@ from labwright.deploys.common import (
     service_user_version,
     venv_create,
 )
-from labwright.deploys.litellm import address_of
+from labwright.deploys.litellm import address_of, engine_key_values
 from labwright.facts.default_keys import DefaultKeysIn
 from labwright.facts.openwebui import OpenwebuiKeysCurrent, OpenwebuiVersion
 from labwright.guestlock import locked
-from labwright.litellm.config import ConfigError, EngineHost
+from labwright.litellm.config import ConfigError, EngineHost, build_gateway, discover_engines, render_secrets
 from labwright.litellm.config import load_defaults as litellm_defaults
 from labwright.openwebui.config import (
     SIGNIN_CHECK,
@@ -46,6 +46,7 @@ from labwright.openwebui.config import (
 )
 from labwright.operations import http
 from labwright.operations import systemd as systemd_ops
+from labwright.operations.secrets import secret_file
 from labwright.shell import quote
 
 DEFAULTS = load_defaults()
@@ -124,9 +125,16 @@ def deploy_openwebui() -> None:
         hosts = [EngineHost(h.name, cast(Mapping[str, Any], h.data), h.name == host.name) for h in inventory]
         gateway_here = bool(host.get_fact(File, path="/etc/litellm/master.env"))
         connections = choose_backend(str(data("backend")), gateway_here, litellm_port, hosts,
-                                     litellm_defaults()["engines"], address_of)
+                                     litellm_defaults()["engines"], address_of,
+                                     engines_env=f"{config_dir}/engines.env")
+        engine_keys = ([] if any(c.key_file == "/etc/litellm/master.env" for c in connections) else
+                       build_gateway(discover_engines(hosts, litellm_defaults()["engines"], address_of), [], {},
+                                     {}).engine_keys)
     except ConfigError as exc:
         raise DeployError(str(exc)) from None
+    # The engines' keys: every key file checked where it is (one line naming the path and the fix), the keys of
+    # engines on other hosts read there (labwright.deploys.litellm.engine_key_values).
+    remote_keys = engine_key_values(engine_keys)
 
     secret_env, admin_env, openai_env, settings_env, pipelines_env = (
         f"{config_dir}/{name}" for name in ("secret.env", "admin.env", "openai.env", "settings.env", "pipelines.env"))
@@ -179,12 +187,21 @@ def deploy_openwebui() -> None:
                          src=StringIO(render_settings(connections, data_dir, admin_email, admin_name,
                                                       pipelines_url)),
                          dest=settings_env, user="root", group="root", mode="644")
-    keys_changed = False
-    if not host.get_fact(OpenwebuiKeysCurrent, script=openai_env_script(
-            connections, openai_env, pipelines_env if pipelines else "", check=True)):
-        server.shell(name=f"OPENAI_API_KEYS on the guest ({openai_env}, 0600 root; read from the key files there)",
-                     commands=[openai_env_script(connections, openai_env, pipelines_env if pipelines else "")])
-        keys_changed = True
+    # Keys of engines on other hosts, read there by this run (never printed), into a root-only file here; openai.env
+    # is then made from it on the guest like every other key.
+    remote_file = (secret_file(name=f"Keys of engines on other hosts ({config_dir}/engines.env, 0600 root)",
+                               content=render_secrets({}, remote_keys), dest=f"{config_dir}/engines.env", user="root",
+                               group="root", mode="600") if remote_keys else None)
+    keys_current = host.get_fact(OpenwebuiKeysCurrent, script=openai_env_script(
+        connections, openai_env, pipelines_env if pipelines else "", check=True))
+    keys_op = None
+    if not keys_current or remote_file is not None:
+        # A changed engines.env (read before it was written) makes openai.env stale as well.
+        keys_op = server.shell(
+            name=f"OPENAI_API_KEYS on the guest ({openai_env}, 0600 root; read from the key files there)",
+            commands=[openai_env_script(connections, openai_env, pipelines_env if pipelines else "")],
+            _if=(lambda: True) if not keys_current else remote_file.did_change)  # type: ignore[union-attr]
+    keys_changed = keys_op.did_change if keys_op is not None else (lambda: False)
 
     pipelines_changed = False
     if pipelines:
@@ -200,13 +217,13 @@ def deploy_openwebui() -> None:
                      dest=f"/etc/systemd/system/{service}.service", user="root", group="root", mode="644")
     systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
     started = systemd_ops.started_owned(name=f"{service} enabled and running", service=f"{service}.service")
-    changed = bool(install_changed or made or keys_changed or pipelines_changed)
+    changed = lambda: bool(install_changed or made or keys_changed() or pipelines_changed)  # noqa: E731
     restarted = systemd_ops.restarted_owned(
         name=f"Restart {service} (install, keys, settings or unit changed)", service=f"{service}.service",
-        _if=lambda: (changed or any_changed(settings, unit)()) and not started.did_change())
+        _if=lambda: (changed() or any_changed(settings, unit)()) and not started.did_change())
     health_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
     base = f"http://{health_host}:{port}"
-    check = lambda: changed or any_changed(settings, unit, started, restarted)()  # noqa: E731
+    check = lambda: changed() or any_changed(settings, unit, started, restarted)()  # noqa: E731
     http.wait_healthy(name=f"{service} health: /health", url=base, service=service, timeout=health_timeout,
                       health_path="/health", interval=1, journal_lines=20, request_timeout=30, _if=check)
     server.shell(name=f"{service}: the admin signs in and sees the models",

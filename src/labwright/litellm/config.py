@@ -17,12 +17,14 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from labwright import paths
 from labwright.default_keys import is_default_key
+from labwright.shell import quote
 
 TEMPLATES = paths.templates_dir("litellm")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 CLOUD = "litellm_cloud_models"
-LOCAL_KEY = "none"  # local engines take any key; the OpenAI client wants one
+LOCAL_KEY = "none"  # for an engine without a key (Ollama, or one open on purpose): the OpenAI client wants one
+KEY_VALUE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,512}$")  # what a key read from an engine host may look like
 
 
 class ConfigError(ValueError):
@@ -34,12 +36,28 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class EngineKey:
+    """Where an engine's key is, on its host: the file and how to find the key in it (``name`` "": the file's
+    first line that is not a comment; else the ``name:`` / ``NAME=`` line). ``env``: the variable the gateway's
+    config.yaml reads it from (``os.environ/ENV``); ``local``: the engine runs on the gateway itself, so the key is
+    copied there on the guest and never leaves it."""
+
+    host: str
+    path: str
+    name: str
+    env: str
+    local: bool
+    data_key: str
+
+
+@dataclass(frozen=True)
 class Model:
     name: str
     model: str
     api_base: str
     api_key: str
     source: str
+    key: EngineKey | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,41 @@ class Gateway:
     @property
     def names(self) -> list[str]:
         return [m.name for m in self.models]
+
+    @property
+    def engine_keys(self) -> list[EngineKey]:
+        """Every engine key the config reads, once each, in model order."""
+        found: dict[str, EngineKey] = {}
+        for model in self.models:
+            if model.key is not None:
+                found.setdefault(model.key.env, model.key)
+        return list(found.values())
+
+
+def key_env(kind: str, host: str) -> str:
+    """The environment variable an engine's key reaches LiteLLM in: ENGINE_KEY_<KIND>_<HOST> in [A-Z0-9_]."""
+    return "ENGINE_KEY_" + re.sub(r"[^A-Z0-9]+", "_", f"{kind}_{host}".upper()).strip("_")[:48]
+
+
+def engine_key(kind: str, rule: Mapping[str, Any], host: EngineHost) -> EngineKey | None:
+    """Where the engine ``kind`` on ``host`` keeps its key (None: it has none: Ollama, or open on purpose)."""
+    if not rule.get("key_file"):
+        return None
+    open_key = str(rule.get("open_key") or "")
+    if open_key and str(host.data.get(open_key, "")).strip().lower() in ("1", "true", "yes", "on"):
+        return None
+    data_key = str(rule.get("key_file_key") or "")
+    path = str(host.data.get(data_key) or "") if data_key else ""
+    if not path and rule.get("key_dir_key"):
+        data_key = str(rule["key_dir_key"])
+        directory = str(host.data.get(data_key) or rule.get("key_dir") or "")
+        path = f"{directory.rstrip('/')}/{rule['key_file']}"
+    path = path or str(rule["key_file"])
+    if not PurePosixPath(path).is_absolute() or not re.fullmatch(r"[A-Za-z0-9._/@+-]+", path):
+        raise ConfigError(data_key or f"{kind}_api_key_file", f"{path!r} on {host.name} is not an absolute path "
+                          "without shell characters")
+    return EngineKey(host.name, path, str(rule.get("key_name") or ""), key_env(kind, host.name), host.is_gateway,
+                     data_key or f"{kind}_api_key_file")
 
 
 def load_defaults() -> dict[str, Any]:
@@ -104,7 +157,9 @@ def discover_engines(hosts: Iterable[EngineHost], engines: Mapping[str, Mapping[
             if not name:
                 name = PurePosixPath(str(marker)).stem
             name = _check_name(name, rule["name_key"] or rule["marker"], host.name)
-            found.append(Model(name, f"{rule['provider']}/{name}", f"http://{address}:{port}/v1", LOCAL_KEY, source))
+            key = engine_key(kind, rule, host)
+            found.append(Model(name, f"{rule['provider']}/{name}", f"http://{address}:{port}/v1",
+                               f"os.environ/{key.env}" if key else LOCAL_KEY, source, key))
     return found
 
 
@@ -184,7 +239,7 @@ def build_gateway(engines: list[Model], cloud: list[Model], secrets: dict[str, s
                               f"{', '.join(sorted(by_name))}); fix the alias or add the engine (nothing was changed)")
         primary = by_name[targets[0]]
         gateway.models.append(Model(alias, primary.model, primary.api_base, primary.api_key,
-                                    f"alias -> {', '.join(targets)}"))
+                                    f"alias -> {', '.join(targets)}", primary.key))
         if len(targets) > 1:
             gateway.fallbacks.append((alias, targets[1:]))
     return gateway
@@ -198,7 +253,55 @@ def render_config(gateway: Gateway, num_retries: int, timeout: int) -> str:
                                                      num_retries=num_retries, timeout=timeout)
 
 
-def render_secrets(secrets: dict[str, str]) -> str:
-    lines = ["# Managed by labwright deploys/litellm.py: cloud keys from the deploy's environment. Root only."]
-    lines += [f'{name}="{value}"' for name, value in sorted(secrets.items())]
+def render_secrets(secrets: dict[str, str], engine_keys: Mapping[str, str] | None = None) -> str:
+    """secrets.env: the cloud keys, and the keys of engines on other hosts (``engine_keys``: variable -> key)."""
+    lines = ["# Managed by labwright deploys/litellm.py: cloud keys from the deploy's environment, keys of engines "
+             "on other hosts. Root only."]
+    lines += [f'{name}="{value}"' for name, value in sorted({**secrets, **(engine_keys or {})}.items())]
     return "\n".join(lines) + "\n"
+
+
+# Run on the engine host (python3, standard library only): print the key in argv[1] found as argv[2] describes
+# ("" = the first line that is not a comment; else the `NAME:` / `NAME=` line). Exit 3 when the file cannot be
+# read, 4 when the key is not in it. Only the key is printed, to the pyinfra connection, never to the log.
+READ_KEY = r"""
+import re, sys
+path, name = sys.argv[1], sys.argv[2]
+try:
+    lines = open(path, encoding="utf-8").read().splitlines()
+except OSError:
+    sys.exit(3)
+for line in lines:
+    if not name:
+        if line.strip() and not line.startswith("#"):
+            print(line.strip()); sys.exit(0)
+        continue
+    found = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*[:=](.*)", line)
+    if found and found.group(1) == name:
+        print(found.group(2).strip().strip("'\"")); sys.exit(0)
+sys.exit(4)
+"""
+
+
+def local_keys_script(keys: Iterable[EngineKey], target: str, check: bool = False) -> str:
+    """A POSIX shell script, run as root on the gateway, that writes ``target`` (0600, ``ENV="key"`` lines) from
+    the key files of the engines on the gateway itself, so those keys never leave the guest. ``check``: print
+    ``current`` or ``stale`` instead of writing (never a key). Exits 1 naming the file when a key cannot be read."""
+    parts = []
+    names = []
+    for index, key in enumerate(keys):
+        reader = f"python3 -c {quote(READ_KEY)} {quote(key.path)} {quote(key.name)}"
+        parts.append(f"k{index}=$({reader} 2>/dev/null)")
+        if not check:
+            why = quote(f"labwright: no usable key in {key.path} (deploy the engine on this host first)")
+            parts.append(f"case \"$k{index}\" in ''|*[!A-Za-z0-9._~+/=-]*) echo {why} >&2; exit 1;; esac")
+        names.append((key.env, index))
+    body = " ".join(f"'{env}=\"'\"$k{index}\"'\"'" for env, index in names)
+    header = "'# Managed by labwright deploys/litellm.py: keys of the engines on this host. Root only.'"
+    line = f"printf '%s\\n' {header} {body}"
+    if check:
+        parts.append(f"if {{ {line}; }} | cmp -s - {quote(target)} 2>/dev/null; then echo current; else echo stale; fi")
+    else:
+        new = quote(target + ".new")
+        parts.append(f"umask 077; {{ {line}; }} > {new} && mv -f {new} {quote(target)}")
+    return "; ".join(parts)

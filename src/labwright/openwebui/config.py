@@ -15,13 +15,14 @@ from typing import Any
 
 from labwright import paths
 from labwright.default_keys import is_default_key
-from labwright.litellm.config import ConfigError, EngineHost, discover_engines
+from labwright.litellm.config import READ_KEY, ConfigError, EngineHost, discover_engines
+from labwright.shell import quote
 
 TEMPLATES = paths.templates_dir("openwebui")
 BACKENDS = ("auto", "gateway", "engines")
 EMAIL = re.compile(r"^[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9.-]{1,190}$")
 SAFE_VALUE = re.compile(r"^[^\s'\"$`\\;]*$")
-LOCAL_KEY = "none"  # llama-server / tabbyAPI without keys take any; Open WebUI sends one per connection
+LOCAL_KEY = "none"  # engines without a key (Ollama, one open on purpose) take any; Open WebUI sends one per connection
 
 # Settings that keep Open WebUI 0.12.4 off the internet and fast to start (values are strings, as in an env file):
 OFFLINE_SETTINGS: dict[str, str] = {
@@ -56,17 +57,20 @@ class Connection:
     key: str  # a literal (LOCAL_KEY) or "" = read on the guest from ``key_file``'s ``key_var``
     source: str
     key_file: str = ""
-    key_var: str = ""
+    key_var: str = ""  # "NAME" for NAME= / name: lines; "" for a file holding the key alone (llama-server's)
 
 
 def choose_backend(backend: str, gateway_here: bool, litellm_port: int, hosts: Iterable[EngineHost],
                    engines: Mapping[str, Mapping[str, Any]], address_of: Callable[[EngineHost], str],
-                   gateway_key_file: str = "/etc/litellm/master.env") -> list[Connection]:
+                   gateway_key_file: str = "/etc/litellm/master.env",
+                   engines_env: str = "/etc/open-webui/engines.env") -> list[Connection]:
     """The connections for ``backend`` ("auto", "gateway" or "engines").
 
     ``gateway_here``: the LiteLLM gateway's master.env exists on the Open WebUI host. Then (auto or gateway) the one
     connection is the gateway on loopback, its key copied from master.env on the guest. Otherwise every engine host of
-    the inventory is a connection of its own (``engines`` as in templates/litellm/defaults.toml [engines])."""
+    the inventory is a connection of its own (``engines`` as in templates/litellm/defaults.toml [engines]), with the
+    engine's own key: read from its key file on the guest for an engine on the Open WebUI host, from ``engines_env``
+    (written by the deploy with the keys read on the engines' hosts) for the others."""
     if backend not in BACKENDS:
         raise ConfigError("openwebui_backend", f"{backend!r} is not one of {', '.join(BACKENDS)}")
     if backend == "gateway" or (backend == "auto" and gateway_here):
@@ -82,7 +86,13 @@ def choose_backend(backend: str, gateway_here: bool, litellm_port: int, hosts: I
         url = model.api_base.rstrip("/") + "/v1" if model.model.startswith("ollama_chat/") else model.api_base
         if url not in seen:
             seen.add(url)
-            connections.append(Connection(url, LOCAL_KEY, model.source))
+            key = model.key
+            if key is None:
+                connections.append(Connection(url, LOCAL_KEY, model.source))
+            elif key.local:
+                connections.append(Connection(url, "", model.source, key.path, key.name))
+            else:
+                connections.append(Connection(url, "", model.source, engines_env, key.env))
     if not connections:
         raise ConfigError("openwebui_backend", "no engines in the inventory (llamacpp_model, tabbyapi_model_name or "
                           "ollama_models on a host) and no LiteLLM gateway on this host: Open WebUI would have no "
@@ -144,10 +154,11 @@ def openai_env_script(connections: list[Connection], target: str, pipelines_key_
         sources.append(("", pipelines_key_file, "PIPELINES_API_KEY"))
     for index, (key, key_file, key_var) in enumerate(sources):
         if key_file:
-            parts.append(f"k{index}=$(sed -n 's/^{key_var}=//p' {key_file} 2>/dev/null | tail -n 1 | tr -d '\"')")
+            # labwright.litellm.config.READ_KEY: NAME= and name: lines, or the key alone (llama-server's key file)
+            parts.append(f"k{index}=$(python3 -c {quote(READ_KEY)} {quote(key_file)} {quote(key_var)} 2>/dev/null)")
             if not check:
-                parts.append(f"[ -n \"$k{index}\" ] || {{ echo 'labwright: no {key_var} in {key_file} (run the "
-                             "deploy that makes it first)' >&2; exit 1; }")
+                what = quote(f"labwright: no {key_var or 'key'} in {key_file} (run the deploy that makes it first)")
+                parts.append(f"[ -n \"$k{index}\" ] || {{ echo {what} >&2; exit 1; }}")
         else:
             parts.append(f"k{index}='{key}'")
     joined = ";".join(f"${{k{index}}}" for index in range(len(sources)))

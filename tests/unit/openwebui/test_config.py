@@ -47,11 +47,19 @@ def test_defaults_pin_a_version_and_keep_pipelines_off() -> None:
 
 def test_engines_are_connections_of_their_own_when_no_gateway_runs_here() -> None:
     connections = choose_backend("auto", False, 4000, HOSTS, ENGINES, address)
-    assert [(c.url, c.key) for c in connections] == [
-        ("http://127.0.0.1:8001/v1", "none"),      # the engine on the Open WebUI host itself: loopback
-        ("http://10.99.0.20:5001/v1", "none"),
-        ("http://10.99.0.30:11434/v1", "none"),    # two Ollama models, one server: one connection
+    assert [(c.url, c.key, c.key_file, c.key_var) for c in connections] == [
+        # the engine on the Open WebUI host itself: loopback, its key read from its own key file on the guest
+        ("http://127.0.0.1:8001/v1", "", "/etc/llama-server/api-key", ""),
+        # tabbyAPI on another guest: its api_key, read there by the deploy into this guest's root-only engines.env
+        ("http://10.99.0.20:5001/v1", "", "/etc/open-webui/engines.env", "ENGINE_KEY_TABBYAPI_LXD_GPU"),
+        ("http://10.99.0.30:11434/v1", "none", "", ""),    # Ollama has no key; two models, one server: one connection
     ]
+
+
+def test_an_engine_open_on_purpose_gets_no_key() -> None:
+    hosts = [EngineHost("@lxd/webui", {"llamacpp_model": "/srv/m.gguf", "llamacpp_open": True}, True)]
+    [connection] = choose_backend("engines", False, 4000, hosts, ENGINES, address)
+    assert (connection.key, connection.key_file) == ("none", "")
 
 
 @pytest.mark.parametrize("backend", ["auto", "gateway"])
