@@ -20,6 +20,7 @@ from pyinfra.api.exceptions import DeployError
 from labwright.engine_keys import is_loopback, key_file_refusal
 from labwright.litellm.config import (
     KEY_VALUE,
+    ConfigError,
     EngineHost,
     build_gateway,
     discover_engines,
@@ -137,6 +138,7 @@ def lab() -> list[EngineHost]:
         EngineHost("@lxd/n2", {"llamacpp_model": "/srv/m.gguf", "llamacpp_alias": "tiny-b",
                                "llamacpp_api_key_file": "/etc/llm/key"}),
         EngineHost("@lxd/gpu", {"tabbyapi_model_name": "qwen", "tabbyapi_dir": "/srv/tabby"}),
+        EngineHost("@lxd/gpu2", {"tabbyapi_model_name": "qwen2", "tabbyapi": {"dir": "/srv/tabby2"}}),
         EngineHost("@lxd/open", {"llamacpp_model": "/srv/o.gguf", "llamacpp_alias": "tiny-open",
                                  "llamacpp_open": "true"}),
         EngineHost("@lxd/old", {"ollama_models": ["llama3"]}),
@@ -151,15 +153,25 @@ def test_the_gateway_reads_each_engines_own_key_and_never_sends_none_to_a_keyed_
     assert keys == {"tiny-a": "os.environ/ENGINE_KEY_LLAMACPP_LXD_GW",
                     "tiny-b": "os.environ/ENGINE_KEY_LLAMACPP_LXD_N2",
                     "qwen": "os.environ/ENGINE_KEY_TABBYAPI_LXD_GPU",
+                    "qwen2": "os.environ/ENGINE_KEY_TABBYAPI_LXD_GPU2",
                     "tiny-open": "none",       # open on purpose
                     "llama3": "none",          # Ollama has no key
                     "fast": "os.environ/ENGINE_KEY_LLAMACPP_LXD_N2"}  # an alias: its primary's key
     where = {k.env: (k.path, k.name, k.local) for k in gateway.engine_keys}
     assert where == {"ENGINE_KEY_LLAMACPP_LXD_GW": ("/etc/llama-server/api-key", "", True),
                      "ENGINE_KEY_LLAMACPP_LXD_N2": ("/etc/llm/key", "", False),
-                     "ENGINE_KEY_TABBYAPI_LXD_GPU": ("/srv/tabby/api_tokens.yml", "api_key", False)}
+                     "ENGINE_KEY_TABBYAPI_LXD_GPU": ("/srv/tabby/api_tokens.yml", "api_key", False),
+                     "ENGINE_KEY_TABBYAPI_LXD_GPU2": ("/srv/tabby2/api_tokens.yml", "api_key", False)}
     text = render_secrets({}, {"ENGINE_KEY_LLAMACPP_LXD_N2": "lw-remote-key-0123456789"})
     assert 'ENGINE_KEY_LLAMACPP_LXD_N2="lw-remote-key-0123456789"' in text.splitlines()
+
+
+def test_two_hosts_whose_names_map_to_one_key_variable_are_refused() -> None:
+    hosts = [EngineHost("@lxd/a-b", {"llamacpp_model": "/m.gguf", "llamacpp_alias": "x"}),
+             EngineHost("@lxd/a_b", {"llamacpp_model": "/m.gguf", "llamacpp_alias": "y"})]
+    with pytest.raises(ConfigError, match=r"^litellm_engines: @lxd/a-b and @lxd/a_b both map to the key variable "
+                                          r"ENGINE_KEY_LLAMACPP_LXD_A_B; rename one"):
+        build_gateway(discover_engines(hosts, ENGINES, lambda h: "10.0.0.9"), [], {}, {})
 
 
 def sh(script: str) -> subprocess.CompletedProcess[str]:

@@ -105,7 +105,9 @@ def engine_key(kind: str, rule: Mapping[str, Any], host: EngineHost) -> EngineKe
     path = str(host.data.get(data_key) or "") if data_key else ""
     if not path and rule.get("key_dir_key"):
         data_key = str(rule["key_dir_key"])
-        directory = str(host.data.get(data_key) or rule.get("key_dir") or "")
+        nested = host.data.get(kind)  # deploys/tabbyapi.py also reads a `tabbyapi` dict of settings
+        directory = str(host.data.get(data_key) or (nested.get("dir") if isinstance(nested, Mapping) else None)
+                        or rule.get("key_dir") or "")
         path = f"{directory.rstrip('/')}/{rule['key_file']}"
     path = path or str(rule["key_file"])
     if not PurePosixPath(path).is_absolute() or not re.fullmatch(r"[A-Za-z0-9._/@+-]+", path):
@@ -221,6 +223,14 @@ def build_gateway(engines: list[Model], cloud: list[Model], secrets: dict[str, s
                   aliases: dict[str, list[str]]) -> Gateway:
     """Engines and cloud models, then one entry per alias (its primary's parameters) with the rest as fallbacks."""
     gateway = Gateway(secrets=dict(secrets))
+    keys: dict[str, EngineKey] = {}
+    for model in engines:
+        if model.key is None:
+            continue
+        other = keys.setdefault(model.key.env, model.key)
+        if (other.host, other.path) != (model.key.host, model.key.path):
+            raise ConfigError("litellm_engines", f"{other.host} and {model.key.host} both map to the key variable "
+                              f"{model.key.env}; rename one of the hosts (letters and digits tell them apart)")
     for model in [*engines, *cloud]:
         clash = next((m for m in gateway.models if m.name == model.name), None)
         if clash:
