@@ -45,6 +45,8 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from labwright.shell import quote
+
 LOCK_PATH = "/run/lock/labwright.lock"
 GUARD_PATH = "/run/lock/labwright.guard"
 ENV = "LABWRIGHT_GUEST_LOCK"
@@ -243,13 +245,12 @@ Runner = Callable[[str], "tuple[int, str, str]"]
 
 def guest_command(action: str, argument: dict[str, Any]) -> str:
     """The shell line that runs ``take`` / ``release`` / ``read`` on the guest with this very file's code."""
-    import shlex
     from pathlib import Path
 
     source = Path(__file__).read_text()
     return (f"command -v python3 >/dev/null || {{ echo 'labwright: no python3 on the guest (the run lock needs it)' "
-            f">&2; exit 127; }}; python3 -c {shlex.quote(source)} {shlex.quote(action)} "
-            f"{shlex.quote(json.dumps(argument, separators=(',', ':')))}")
+            f">&2; exit 127; }}; python3 -c {quote(source)} {quote(action)} "
+            f"{quote(json.dumps(argument, separators=(',', ':')))}")
 
 
 def _call(run: Runner, label: str, action: str, argument: dict[str, Any]) -> Any:

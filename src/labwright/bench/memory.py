@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import shlex
 import shutil
 import subprocess
 import threading
@@ -17,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from labwright.gpu.smi import parse_query, query_command
+from labwright.shell import quote
 
 LISTEN = "0A"
 MIB = 1024 * 1024
@@ -118,7 +118,7 @@ def gpu_used_bytes(command: str) -> int | None:
     through labwright.gpu.smi.query_command like every nvidia-smi query (a field this nvidia-smi refuses is dropped,
     so a refused memory.used leaves nothing to sum: None)."""
     try:
-        proc = subprocess.run(["/bin/sh", "-c", query_command(("memory.used",), smi=shlex.quote(command),
+        proc = subprocess.run(["/bin/sh", "-c", query_command(("memory.used",), smi=quote(command),
                                                                timeout=None, nounits=True)],
                               capture_output=True, text=True, timeout=10)
         query = parse_query(proc.stdout)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from labwright.bios.manifest import SCHEMA, manifest_path
 from labwright.bios.target import Target
 from labwright.digest import sha256_file
 from labwright.errors import BadInput, OperationFailed
+from labwright.shell import quote
 from labwright.ui import Reporter
 
 
@@ -75,7 +75,7 @@ def workdir(target: Target) -> Iterator[str]:
     try:
         yield path
     finally:
-        target.run(f"rm -rf {shlex.quote(path)}")
+        target.run(f"rm -rf {quote(path)}")
 
 
 @dataclass
@@ -100,7 +100,7 @@ def read_twice(target: Target, programmer: str, work: str,
     if chip_again != chip:
         raise OperationFailed(f"{target.label}: the two reads found different chips ({chip.name}, {chip_again.name})"
                               ": check the clip/cable and run again; nothing was kept")
-    out = target.check(f"sha256sum {shlex.quote(first)} {shlex.quote(second)}; stat -c %s {shlex.quote(first)}",
+    out = target.check(f"sha256sum {quote(first)} {quote(second)}; stat -c %s {quote(first)}",
                        "hashing the reads").stdout.split()
     sha1, sha2, size = out[0], out[2], int(out[4])
     if sha1 != sha2:
@@ -250,7 +250,7 @@ def plan_restore(target: Target, image: Path, programmer: str, work: str, report
     mac = None
     if gbe is not None:
         # The chip's MAC where the image's descriptor puts the GbE region: 6 bytes, read on the host.
-        raw = target.check(f"od -An -tx1 -j {gbe.base} -N6 {shlex.quote(work)}/current.bin", "reading the MAC")
+        raw = target.check(f"od -An -tx1 -j {gbe.base} -N6 {quote(work)}/current.bin", "reading the MAC")
         mac = ifd.format_mac(bytes.fromhex("".join(raw.stdout.split())))
     return RestorePlan(image, sha, len(data), descriptor, chip_size, current, mac)
 

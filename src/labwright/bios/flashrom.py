@@ -21,12 +21,12 @@ Such a file is not a whole-chip image: what was not read is zeros.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from labwright.bios.target import Target
 from labwright.errors import BadInput, OperationFailed
+from labwright.shell import quote
 
 PROGRAMMER = re.compile(r"^[a-z0-9_]+(:[A-Za-z0-9_.,=/+:-]*)?$")
 #: "... (16384 kB, SPI) on dummy." and, with the internal programmer, "... (16384 kB, SPI) mapped at physical address".
@@ -158,7 +158,7 @@ def _version(lines: list[str]) -> str:
 
 
 def command(spec: str, *args: str) -> str:
-    return " ".join(["flashrom", "-p", shlex.quote(spec), *(shlex.quote(a) for a in args)])
+    return " ".join(["flashrom", "-p", quote(spec), *(quote(a) for a in args)])
 
 
 def read(target: Target, spec: str, path: str) -> tuple[Chip, str]:

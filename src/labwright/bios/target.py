@@ -5,13 +5,13 @@ directories on PATH, a ``check`` that turns a failure into one line, and sha256 
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
 from labwright.errors import OperationFailed
 from labwright.hosts import Result
 from labwright.hosts.connector import RC_MARK, ConnectorHost
+from labwright.shell import quote
 
 #: Where flashrom lives on Debian (/usr/sbin), ahead of nothing the host's own PATH already has.
 PATH_PREFIX = 'PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"; export PATH; '
@@ -41,5 +41,5 @@ class Target(ConnectorHost):
             raise OperationFailed(f"{self.label}: copying {local} to {remote} on the host failed")
 
     def sha256(self, remote: str) -> str:
-        out = self.check(f"sha256sum {shlex.quote(remote)}", f"sha256sum {remote}").stdout.split()
+        out = self.check(f"sha256sum {quote(remote)}", f"sha256sum {remote}").stdout.split()
         return out[0] if out else ""

@@ -8,7 +8,6 @@ node is unknown.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,6 +15,7 @@ from labwright.cluster.doctor import Diagnosis, NodeFacts, doctor
 from labwright.cluster.parse import cmap_members, pvecm_delnode_outcome
 from labwright.cluster.runner import NodeRunner
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+from labwright.shell import quote
 from labwright.ui import Reporter
 
 NODES = "/etc/pve/nodes"
@@ -77,7 +77,7 @@ def parse_guest_config(kind: str, vmid: str, path: str, text: str) -> GuestConfi
 
 
 def list_guests(runner: NodeRunner, name: str) -> list[GuestConfig]:
-    d = shlex.quote(f"{NODES}/{name}")
+    d = quote(f"{NODES}/{name}")
     res = runner.run(f"for f in {d}/qemu-server/*.conf {d}/lxc/*.conf; do [ -f \"$f\" ] || continue; "
                      "echo \"@@file $f\"; cat \"$f\"; echo; done", timeout=30)
     if res.rc:
@@ -197,7 +197,7 @@ def ghosts(runners: list[NodeRunner], remove: str | None = None, yes: bool = Fal
                        f"rm -rf {NODES}/{remove}; add --yes")
         return out
     with report.step(f"pvecm delnode {remove} on {ref.name}"):
-        res = runner.run(f"cd /tmp && pvecm delnode {shlex.quote(remove)}", timeout=120)
+        res = runner.run(f"cd /tmp && pvecm delnode {quote(remove)}", timeout=120)
     said = (res.stdout + res.stderr).strip()
     outcome = pvecm_delnode_outcome(res.rc, res.stdout, res.stderr, remove)
     if outcome == "removed":
@@ -205,7 +205,7 @@ def ghosts(runners: list[NodeRunner], remove: str | None = None, yes: bool = Fal
         out.message = f"pvecm delnode {remove}: {said.splitlines()[-1] if said else 'done'}"
     elif outcome == "unknown":
         with report.step(f"rm -rf {NODES}/{remove} (pvecm: not a known host)"):
-            target = shlex.quote(f"{NODES}/{remove}")
+            target = quote(f"{NODES}/{remove}")
             rm = runner.run(f"rm -rf {target} && ! [ -e {target} ]", timeout=60)
         if rm.rc:
             raise OperationFailed(f"{ref.name}: removing {NODES}/{remove} failed: {rm.stderr.strip()}")

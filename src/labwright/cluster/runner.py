@@ -19,7 +19,6 @@ SSH path in labwright reads them (docs/connectors.md).
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +31,7 @@ from labwright.hosts.local import LocalHost
 from labwright.hosts.lxd import LxdHost
 from labwright.hosts.options import SSH_OPTIONS
 from labwright.hosts.ssh import SshHost
+from labwright.shell import quote
 
 __all__ = ["NodeRunner", "Result", "netns_prelude", "runner_from_data"]
 
@@ -53,8 +53,8 @@ class NodeRunner:
     _host: Host | None = field(default=None, init=False, repr=False, compare=False)
 
     def body(self, script: str) -> str:
-        exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in self.env.items())
-        path = f"export PATH={shlex.quote(self.extra_path)}:$PATH:/usr/sbin:/sbin; " if self.extra_path else \
+        exports = "".join(f"export {k}={quote(v)}; " for k, v in self.env.items())
+        path = f"export PATH={quote(self.extra_path)}:$PATH:/usr/sbin:/sbin; " if self.extra_path else \
             "export PATH=$PATH:/usr/sbin:/sbin; "
         prelude = netns_prelude(self.root, self.pve_dir) if self.kind == "netns" else ""
         return prelude + path + exports + script
@@ -103,7 +103,7 @@ class NodeRunner:
 def netns_prelude(root: str, pve_dir: str) -> str:
     """Shell lines that give this call (``ip netns exec`` runs it in a private mount namespace) the node's
     own corosync directories and /etc/pve, as the notes' recipe does for ``corosync -f``."""
-    r = shlex.quote(root)
+    r = quote(root)
     lines = [
         "set -e",
         # A private /etc: overlay on a tmpfs (per call), so /etc/pve can exist without touching the host's /etc.
@@ -116,7 +116,7 @@ def netns_prelude(root: str, pve_dir: str) -> str:
         f"mount --bind {r}/var/log/corosync /var/log/corosync",
     ]
     if pve_dir:
-        lines.append(f"mount --bind {shlex.quote(pve_dir)} /etc/pve")
+        lines.append(f"mount --bind {quote(pve_dir)} /etc/pve")
     lines.append("set +e")
     return "\n".join(lines) + "\n"
 

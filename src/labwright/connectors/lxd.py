@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import io
 import secrets
-import shlex
 import time
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
@@ -52,6 +51,7 @@ from labwright.lab.lab import instance_address
 from labwright.lxd.client import ExecResult, LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 from labwright.lxd.session import AgentLost, AgentNotRun, AgentSession, AgentUnavailable
+from labwright.shell import join
 
 if TYPE_CHECKING:
     from pyinfra.api.arguments import ConnectorArguments
@@ -344,7 +344,7 @@ class LxdConnector(HandoverTransfer, BaseConnector):
 
     def _run_argv(self, argv: list[str]) -> ExecResult:
         """A helper command of the connector's own (no sudo/env wrapping)."""
-        return self._run_script(shlex.join(argv), None, None, shlex.join(argv))
+        return self._run_script(join(argv), None, None, join(argv))
 
     # --- files --------------------------------------------------------------------------------
     def _push(self, filename_or_io: str | IO[Any], path: str, perms: str | None = None,

@@ -35,7 +35,6 @@ import hashlib
 import os
 import re
 import secrets
-import shlex
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -67,6 +66,7 @@ from labwright.hostnames import parse_pct_target
 from labwright.hosts import Result
 from labwright.hosts.options import DEPRECATED_KEYS, SSH_OPTIONS, endpoint
 from labwright.hosts.ssh import SshHost
+from labwright.shell import join, quote
 
 if TYPE_CHECKING:
     from pyinfra.api.arguments import ConnectorArguments
@@ -133,7 +133,7 @@ CT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def pct_exec_command(vmid: int, unix_command: str) -> str:
     """The node's command line running ``unix_command`` (shell syntax) in CT ``vmid``, with ``CT_PATH``."""
-    return shlex.join(["pct", "exec", str(vmid), "--", "env", f"PATH={CT_PATH}", "sh", "-c", unix_command])
+    return join(["pct", "exec", str(vmid), "--", "env", f"PATH={CT_PATH}", "sh", "-c", unix_command])
 
 
 def _transfer_options(perms: int | str | None, user: str | None, group: str | None) -> list[str]:
@@ -151,17 +151,17 @@ def pct_push_command(vmid: int, node_path: str, ct_path: str, perms: int | str |
                      user: str | None = None, group: str | None = None) -> str:
     """Copy the node's ``node_path`` to ``ct_path`` inside CT ``vmid``."""
     argv = ["pct", "push", str(vmid), _path_arg(node_path), _path_arg(ct_path)]
-    return shlex.join(argv + _transfer_options(perms, user, group))
+    return join(argv + _transfer_options(perms, user, group))
 
 
 def pct_pull_command(vmid: int, ct_path: str, node_path: str, perms: int | str | None = None) -> str:
     """Copy ``ct_path`` inside CT ``vmid`` to the node's ``node_path``."""
     argv = ["pct", "pull", str(vmid), _path_arg(ct_path), _path_arg(node_path)]
-    return shlex.join(argv + _transfer_options(perms, None, None))
+    return join(argv + _transfer_options(perms, None, None))
 
 
 def pct_status_command(vmid: int) -> str:
-    return shlex.join(["pct", "status", str(vmid)])
+    return join(["pct", "status", str(vmid)])
 
 
 def parse_pct_status(stdout: str) -> str | None:
@@ -216,7 +216,7 @@ def pct_transfer_failure(exit_code: int, stderr: str) -> str | None:
 
 def pct_exec_script(vmid: int, script: str, *args: str) -> str:
     """The node's command line running a POSIX sh ``script`` with ``args`` ($1...) in CT ``vmid``."""
-    return shlex.join(["pct", "exec", str(vmid), "--", "sh", "-c", script, "sh", *args])
+    return join(["pct", "exec", str(vmid), "--", "sh", "-c", script, "sh", *args])
 
 
 def ct_absolute(ct_path: str) -> str:
@@ -300,7 +300,7 @@ def _umask() -> int:
 
 def then_remove(command: str, path: str) -> str:
     """``command``, then remove ``path`` whatever happened, keeping the command's exit code."""
-    return f"{command}; rc=$?; rm -f {shlex.quote(path)}; exit $rc"
+    return f"{command}; rc=$?; rm -f {quote(path)}; exit $rc"
 
 
 def one_line(text: str) -> str:
@@ -451,7 +451,7 @@ class PctConnector(HandoverTransfer, BaseConnector):
             # pyinfra removes sudo askpass helpers only after this returns, when the session is gone.
             remove_any_sudo_askpass_file(self.host)
             if self.node_temp_dir:
-                self.run_on_node(shlex.join(["rm", "-rf", self.node_temp_dir]))
+                self.run_on_node(join(["rm", "-rf", self.node_temp_dir]))
         except (OSError, PyinfraError, paramiko.SSHException) as exc:
             logger.debug("Could not remove %s on node %s: %s", self.node_temp_dir, self.node, exc)
         finally:
@@ -619,12 +619,12 @@ class PctConnector(HandoverTransfer, BaseConnector):
 
     def _remove_in_ct(self, ct_path: str) -> None:
         try:
-            self.run_on_node(pct_exec_command(self.vmid, shlex.join(["rm", "-f", ct_path])))
+            self.run_on_node(pct_exec_command(self.vmid, join(["rm", "-f", ct_path])))
         except (OSError, paramiko.SSHException) as exc:
             logger.warning("Could not remove %s in CT %s: %s", ct_path, self.vmid, exc)
 
     def _remove_on_node(self, node_path: str) -> None:
         try:
-            self.run_on_node(shlex.join(["rm", "-f", node_path]))
+            self.run_on_node(join(["rm", "-f", node_path]))
         except (OSError, paramiko.SSHException) as exc:
             logger.warning("Could not remove %s on node %s: %s", node_path, self.node, exc)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from labwright.desktop.recipe import CHROME_PACKAGES, DEFAULT_PORT, DEFAULT_USER, RECORD, SESMAN_PORT
 from labwright.facts.desktop import parse_ini_section
+from labwright.shell import quote
 
 Runner = Callable[[str], tuple[int, str]]
 XRDP_INI = "/etc/xrdp/xrdp.ini"
@@ -145,7 +145,7 @@ def check_tls(run: Runner, want: Expected) -> Check:
     layer = globals_.get("security_layer", "?")
     key = globals_.get("key_file") or "/etc/xrdp/key.pem"
     _, groups = run("id -nG xrdp 2>/dev/null")
-    readable, _ = run(f"runuser -u xrdp -- test -r {shlex.quote(key)}")
+    readable, _ = run(f"runuser -u xrdp -- test -r {quote(key)}")
     in_group = "ssl-cert" in groups.split()
     _, last = run("grep -h 'TLS connection established' /var/log/xrdp.log 2>/dev/null | tail -n 1")
     version = re.search(r": (TLSv[0-9.]+)", last)
@@ -174,14 +174,14 @@ def check_xorg_backend(run: Runner, want: Expected) -> Check:
 
 
 def _home(run: Runner, user: str) -> str:
-    _, entry = run(f"getent passwd {shlex.quote(user)}")
+    _, entry = run(f"getent passwd {quote(user)}")
     fields = entry.strip().split(":")
     return fields[5] if len(fields) >= 7 else f"/home/{user}"
 
 
 def check_session(run: Runner, want: Expected) -> Check:
     home = _home(run, want.user)
-    _, session = run(f"cat {shlex.quote(home)}/.xsession 2>/dev/null")
+    _, session = run(f"cat {quote(home)}/.xsession 2>/dev/null")
     xfce = "xfce" in session.lower()
     mate = "mate-session" in session
     installed, _ = run("command -v mate-session >/dev/null")
@@ -201,19 +201,19 @@ def check_session(run: Runner, want: Expected) -> Check:
 def check_caja(run: Runner, want: Expected) -> Check:
     home = _home(run, want.user)
     path = f"{home}/.config/caja"
-    _, owner = run(f"stat -c %U {shlex.quote(path)} 2>/dev/null")
-    writable, _ = run(f"runuser -u {shlex.quote(want.user)} -- test -w {shlex.quote(path)}")
+    _, owner = run(f"stat -c %U {quote(path)} 2>/dev/null")
+    writable, _ = run(f"runuser -u {quote(want.user)} -- test -w {quote(path)}")
     ok = owner.strip() == want.user and writable == 0
     detail = f"{path} " + (f"owned by {owner.strip()}" if owner.strip() else "missing") + \
         ("" if writable == 0 else f", not writable by {want.user}")
     return Check("caja config dir", ok, detail, "caja complains on login: ~/.config/caja missing or unwritable",
-                 f"mkdir -p {path} && chown -R {want.user}: {home}/.config")
+                 f"mkdir -p {quote(path)} && chown -R {quote(want.user + ':')} {quote(home + '/.config')}")
 
 
 def check_launcher(run: Runner, want: Expected) -> Check:
     home = _home(run, want.user)
     path = f"{home}/Desktop/{want.firefox_package}.desktop"
-    _, stat = run(f"stat -c '%U %a' {shlex.quote(path)} 2>/dev/null")
+    _, stat = run(f"stat -c '%U %a' {quote(path)} 2>/dev/null")
     owner, _, mode = stat.strip().partition(" ")
     ok = owner == want.user and bool(mode) and int(mode[-3], 8) & 1 == 1
     return Check("Firefox launcher on the desktop", ok,

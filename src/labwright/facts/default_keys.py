@@ -9,12 +9,12 @@ Only variable names and reasons come back to the control machine, never the valu
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any
 
 from pyinfra.api import FactBase
 
 from labwright.default_keys import KNOWN_DEFAULT_KEYS
+from labwright.shell import quote
 
 # Runs on the host with its python3 (Debian's), so it only uses the standard library.
 _SCRIPT = r"""
@@ -43,7 +43,7 @@ class DefaultKeysIn(FactBase):
 
     def command(self, paths: list[str]) -> str:
         words = ["python3", "-c", _SCRIPT, json.dumps(KNOWN_DEFAULT_KEYS), *paths]
-        return " ".join(shlex.quote(word) for word in words)
+        return " ".join(quote(word) for word in words)
 
     def requires_command(self, paths: list[str]) -> str:
         return "python3"

@@ -12,10 +12,11 @@
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Any
 
 from pyinfra.api import FactBase
+
+from labwright.shell import quote
 
 _MARK = "@@labwright-git-"
 HEX_REF = re.compile(r"^[0-9a-f]{7,40}$")
@@ -32,11 +33,11 @@ class GitCheckout(FactBase[Any]):
     """
 
     def command(self, dest: str, ref: str) -> str:
-        git = f"git -C {shlex.quote(dest)}"
-        tag = shlex.quote(f"refs/tags/{ref}^{{commit}}")
-        commit = f" || {git} rev-parse -q --verify {shlex.quote(ref + '^{commit}')}" if HEX_REF.match(ref) else ""
+        git = f"git -C {quote(dest)}"
+        tag = quote(f"refs/tags/{ref}^{{commit}}")
+        commit = f" || {git} rev-parse -q --verify {quote(ref + '^{commit}')}" if HEX_REF.match(ref) else ""
         return (
-            f"if [ -d {shlex.quote(dest + '/.git')} ] && command -v git >/dev/null 2>&1; then "
+            f"if [ -d {quote(dest + '/.git')} ] && command -v git >/dev/null 2>&1; then "
             f"echo {_MARK}head; {git} rev-parse -q --verify HEAD 2>/dev/null; "
             f"echo {_MARK}origin; {git} remote get-url origin 2>/dev/null; "
             f"echo {_MARK}ref_commit; {{ {git} rev-parse -q --verify {tag}{commit}; }} 2>/dev/null; "

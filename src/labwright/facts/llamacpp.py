@@ -12,10 +12,11 @@
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Any
 
 from pyinfra.api import FactBase
+
+from labwright.shell import quote
 
 _PID = re.compile(r"pid=(\d+)")
 _MAIN = "@@labwright-mainpid="
@@ -49,7 +50,7 @@ class PortListeners(FactBase):
     """
 
     def command(self, port: int, service: str) -> str:
-        unit = shlex.quote(f"{service}.service")
+        unit = quote(f"{service}.service")
         return (
             f"ss -Hltnp 'sport = :{int(port)}' 2>/dev/null | sed 's/^/ss /'; "
             f"echo {_MAIN}$(systemctl show -p MainPID --value {unit} 2>/dev/null)"
@@ -99,10 +100,10 @@ class ReadableBy(FactBase):
     """
 
     def command(self, path: str, user: str) -> str:
-        quoted_user = shlex.quote(user)
+        quoted_user = quote(user)
         return (
             f"if id -u {quoted_user} >/dev/null 2>&1; then u={quoted_user}; else u=nobody; fi; "
-            f'if runuser -u "$u" -- test -r {shlex.quote(path)}; then echo yes; else echo no; fi'
+            f'if runuser -u "$u" -- test -r {quote(path)}; then echo yes; else echo no; fi'
         )
 
     def process(self, output: list[str]) -> bool:

@@ -15,7 +15,6 @@ host kernel's), so one fact run in the container sees both sides of the match.
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from pyinfra.api import FactBase
@@ -23,12 +22,13 @@ from pyinfra.api import FactBase
 from labwright.gpu.check import sections as marked_sections
 from labwright.gpu.smi import SMI_QUERY, parse_gpu_query
 from labwright.guests.gpu import check_driver_match, parse_driver_version, userspace_listing, userspace_versions
+from labwright.shell import quote
 
 _MARK = "@@labwright-nvidia-"
 
 
 def _below(root: str, path: str) -> str:
-    return shlex.quote(root.rstrip("/") + path)
+    return quote(root.rstrip("/") + path)
 
 
 class NvidiaDriverVersion(FactBase[Any]):

@@ -3,11 +3,10 @@ the guest holds the keys it should (the keys themselves never leave the guest)."
 
 from __future__ import annotations
 
-import shlex
-
 from pyinfra.api import FactBase
 
 from labwright.facts.python_stack import VenvPackageVersion
+from labwright.shell import quote
 
 
 class OpenwebuiVersion(VenvPackageVersion, FactBase):
@@ -21,7 +20,7 @@ class OpenwebuiKeysCurrent(FactBase):
     write; the script prints only ``current`` or ``stale``, never a key."""
 
     def command(self, script: str) -> str:
-        return f"sh -c {shlex.quote(script)}"
+        return f"sh -c {quote(script)}"
 
     def process(self, output: list[str]) -> bool:
         return "".join(output).strip() == "current"

@@ -15,11 +15,11 @@ connector. The stack switch operation compares it with the plan: same environmen
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any
 
 from pyinfra.api import FactBase
 
+from labwright.shell import quote
 from labwright.stacks.layout import STATE_SCHEMA, Layout
 from labwright.stacks.plan import DEFAULT_ROOT
 
@@ -35,8 +35,8 @@ class PythonStack(FactBase[Any]):
     """
 
     def command(self, venv: str, root: str = DEFAULT_ROOT) -> str:
-        path = shlex.quote(venv)
-        state = shlex.quote(str(Layout(root, venv).state_file))
+        path = quote(venv)
+        state = quote(str(Layout(root, venv).state_file))
         return (
             f"echo {_MARK}kind; "
             f"if [ -L {path} ]; then echo symlink; elif [ -f {path}/pyvenv.cfg ]; then echo venv; "
@@ -76,8 +76,8 @@ class VenvPackageVersion:
     package = ""
 
     def command(self, venv: str) -> str:
-        python = shlex.quote(f"{venv.rstrip('/')}/bin/python")
-        code = shlex.quote(f"import importlib.metadata as m; print(m.version({self.package!r}))")
+        python = quote(f"{venv.rstrip('/')}/bin/python")
+        code = quote(f"import importlib.metadata as m; print(m.version({self.package!r}))")
         return f"{python} -c {code} 2>/dev/null || true"
 
     def process(self, output: list[str]) -> str | None:

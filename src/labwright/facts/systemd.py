@@ -21,11 +21,12 @@ and ``systemctl is-active`` of each unit asked for, only then.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from pyinfra.api import FactBase
+
+from labwright.shell import quote
 
 #: ``init`` values: systemd is PID 1; systemctl is there but systemd is not running; no systemctl; not known.
 RUNNING, OFFLINE, ABSENT, UNKNOWN = "running", "offline", "absent", "unknown"
@@ -36,7 +37,7 @@ class SystemdUnits(FactBase):
     whether systemd runs the host, and ``systemctl is-active`` of each of ``units`` (asked only when it does)."""
 
     def command(self, units: str | list[str] | tuple[str, ...] = ()) -> str:
-        names = " ".join(shlex.quote(unit) for unit in ([units] if isinstance(units, str) else units))
+        names = " ".join(quote(unit) for unit in ([units] if isinstance(units, str) else units))
         probe = f'; for u in {names}; do echo "unit=$u=$(systemctl is-active "$u" 2>/dev/null)"; done' if names else ""
         return ("if ! command -v systemctl >/dev/null 2>&1; then echo init=absent; "
                 "elif [ ! -d /run/systemd/system ]; then echo init=offline; "

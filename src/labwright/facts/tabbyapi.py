@@ -18,10 +18,10 @@ from __future__ import annotations
 import base64
 import binascii
 import posixpath
-import shlex
 
 from pyinfra.api import FactBase
 
+from labwright.shell import quote
 from labwright.tabbyapi.ngram import CONFIG, CONFIG_SAMPLE, MODEL_PY, TabbyTexts
 
 _MARK = "@@labwright-tabbyapi-"
@@ -41,7 +41,7 @@ class TabbyapiNgramFiles(FactBase[TabbyTexts]):
     def command(self, source: str, config: str | None = None) -> str:
         parts = []
         for key, path in self._paths(source, config).items():
-            quoted = shlex.quote(path)
+            quoted = quote(path)
             parts.append(f"echo {_MARK}{key}; if [ -f {quoted} ]; then base64 -w0 < {quoted}; echo; "
                          f"else echo {_MARK}absent; fi")
         return "; ".join(parts)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from importlib import resources
 from labwright.desktop.checks import Check
 from labwright.gpu.smi import SMI_QUERY, GpuInfo, gpus_of, parse_query
 from labwright.guests.gpu import DeviceNode, check_driver_match, userspace_listing, userspace_versions
+from labwright.shell import quote
 
 Runner = Callable[[str], tuple[int, str]]
 
@@ -129,7 +129,7 @@ def parse_guest(output: str) -> GuestGpu:
 
 
 def engine_command(service: str) -> str:
-    unit = shlex.quote(service if "." in service else f"{service}.service")
+    unit = quote(service if "." in service else f"{service}.service")
     return (
         f"pid=$(systemctl show -p MainPID --value {unit} 2>/dev/null); echo {_MARK}pid; echo \"${{pid:-0}}\"; "
         f"echo {_MARK}fds; if [ \"${{pid:-0}}\" != 0 ]; then "
@@ -357,8 +357,8 @@ def engine_url(engine: EngineState) -> str:
 
 def decode_command(url: str, key_file: str = "", settings: DecodeSettings | None = None) -> str:
     s = settings or decode_settings()
-    args = " ".join(shlex.quote(a) for a in (url, key_file, str(s.max_tokens), s.prompt, str(s.timeout)))
-    return f"python3 -c {shlex.quote(DECODE_SCRIPT)} {args}"
+    args = " ".join(quote(a) for a in (url, key_file, str(s.max_tokens), s.prompt, str(s.timeout)))
+    return f"python3 -c {quote(DECODE_SCRIPT)} {args}"
 
 
 def decode_check(output: str, floor: float, url: str) -> Check:

@@ -19,6 +19,7 @@ from labwright.hostnames import BadHostName, lxd_guest
 from labwright.hosts.lxd import LxdHost
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
+from labwright.shell import join
 
 #: Engine services the deploys install (data/templates/{llamacpp,tabbyapi}/defaults.toml: service), tried in order.
 ENGINE_SERVICES = ("llama-server", "tabbyapi")
@@ -76,7 +77,7 @@ def _lxd_host(guest: str) -> LxdHost:
 def _service(run: Runner, service: str | None) -> str | None:
     if service != AUTO:
         return service
-    units = " ".join(f"{s}.service" for s in ENGINE_SERVICES)
+    units = join(f"{s}.service" for s in ENGINE_SERVICES)
     _, output = run(f"systemctl show -p LoadState --value {units} 2>/dev/null; true")
     states = output.split()
     loaded = [s for s, state in zip(ENGINE_SERVICES, states, strict=False) if state == "loaded"]

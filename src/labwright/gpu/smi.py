@@ -17,10 +17,10 @@ then reads the capability from the GPU's name (labwright/data/gpu-arch.toml ``[[
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 
 from labwright.gpu.arch import capability_from_name
+from labwright.shell import quote
 
 FIELDS = ("index", "name", "uuid", "compute_cap", "driver_version", "memory.total")
 _CAP = re.compile(r"^\d{1,2}\.\d$")
@@ -41,7 +41,7 @@ def query_command(fields: tuple[str, ...] = FIELDS, *, smi: str = "nvidia-smi", 
     fmt = "csv,noheader" + (",nounits" if nounits else "")
     run = (f"timeout {int(timeout)} " if timeout else "") + smi
     return (
-        "{ q=" + shlex.quote(",".join(fields)) + "; while :; do "
+        "{ q=" + quote(",".join(fields)) + "; while :; do "
         f"out=$({run} --query-gpu=\"$q\" --format={fmt} 2>&1); rc=$?; bad=; "
         "case \"$out\" in *'\" is not a valid field to query.'*) if [ \"$rc\" -ne 0 ]; then "
         "bad=${out#*Field \\\"}; bad=${bad%%\\\" is not a valid field to query.*}; fi;; esac; "

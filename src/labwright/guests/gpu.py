@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import stat
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -23,6 +22,7 @@ from typing import Protocol
 
 from labwright.atomic import write_text_atomic
 from labwright.errors import OperationFailed
+from labwright.shell import quote
 
 #: Fixed by NVIDIA for the GPU nodes and nvidiactl (/proc/devices calls it "nvidia-frontend" or "nvidia").
 NVIDIA_MAJOR = 195
@@ -77,7 +77,7 @@ def userspace_listing(root: str = "/") -> str:
     on a real system the loader's own directories for it); ``userspace_versions`` reads the versions from them. Below
     a fake ``root`` (tests) only LIBRARY_DIRS are read."""
     base = root.rstrip("/")
-    dirs = " ".join(shlex.quote(base + d) for d in LIBRARY_DIRS)
+    dirs = " ".join(quote(base + d) for d in LIBRARY_DIRS)
     listing = f"for d in {dirs}; do ls -1 \"$d\" 2>/dev/null; done"
     if base:
         return f"{{ {listing}; }}"

@@ -9,7 +9,6 @@ root by default, with the host key checked against known_hosts.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from labwright.errors import LabwrightError, OperationFailed
 from labwright.guests.gpu import DeviceNode, GpuHost, parse_driver_version, parse_proc_devices
 from labwright.hosts.options import endpoint
 from labwright.hosts.ssh import SshHost
+from labwright.shell import join, quote
 
 #: One shell command that prints everything the GPU wiring needs, so facts cost one SSH round trip.
 _FACTS_SCRIPT = (
@@ -110,20 +110,20 @@ class SshPveNode:
         return parse_facts(output)
 
     def read_file(self, path: str) -> str:
-        code, output = self._exec(shlex.join(["cat", "--", path]))
+        code, output = self._exec(join(["cat", "--", path]))
         if code:
             raise OperationFailed(f"cannot read {path} on {self.label}: {output.strip()[:200]}")
         return output
 
     def write_file(self, path: str, text: str) -> None:
         tmp = f"{path}.tmp.labwright"
-        code, output = self._exec(f"cat > {shlex.quote(tmp)} && mv -f -- {shlex.quote(tmp)} {shlex.quote(path)}",
+        code, output = self._exec(f"cat > {quote(tmp)} && mv -f -- {quote(tmp)} {quote(path)}",
                                   stdin=text)
         if code:
             raise OperationFailed(f"cannot write {path} on {self.label}: {output.strip()[:200]}")
 
     def run(self, argv: Sequence[str]) -> tuple[int, str]:
-        return self._exec(shlex.join(argv))
+        return self._exec(join(argv))
 
     def close(self) -> None:
         self._host.close()

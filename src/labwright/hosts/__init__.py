@@ -17,11 +17,12 @@ The ``@pct`` connector is pyinfra's SSH connector to the node plus the ``pct`` w
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
+
+from labwright.shell import join, quote
 
 #: What ``put`` accepts: the bytes themselves, a local file's path, or a readable binary file object.
 Source = bytes | str | Path | IO[bytes]
@@ -71,7 +72,7 @@ class Host(Protocol):
 
 def shell_line(command: str | Sequence[str]) -> str:
     """A command as one shell line: a str is already one, an argv is quoted word by word."""
-    return command if isinstance(command, str) else shlex.join(command)
+    return command if isinstance(command, str) else join(command)
 
 
 def source_bytes(source: Source) -> bytes:
@@ -84,7 +85,7 @@ def source_bytes(source: Source) -> bytes:
 
 def put_with_cat(host: Host, source: Source, remote: str, mode: int | None) -> None:
     """``put`` for a transport that only runs commands: write beside, then rename (never a half-written file)."""
-    q, tmp = shlex.quote(remote), shlex.quote(f"{remote}.labwright-part")
+    q, tmp = quote(remote), quote(f"{remote}.labwright-part")
     chmod = f"chmod {mode:o} {tmp} && " if mode is not None else \
         f"{{ [ ! -e {q} ] || chmod \"$(stat -c %a {q})\" {tmp}; }} && "
     result = host.run(f"cat > {tmp} && {chmod}mv -f -- {tmp} {q} || {{ rc=$?; rm -f {tmp}; exit $rc; }}",

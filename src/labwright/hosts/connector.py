@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import re
-import shlex
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from labwright.errors import BadInput
 from labwright.hosts import Result, Source, shell_line, source_bytes
+from labwright.shell import quote
 
 if TYPE_CHECKING:
     from pyinfra.api.host import Host as PyinfraHost
@@ -90,7 +90,7 @@ class ConnectorHost:
         if not ok:
             raise OSError(f"{self.label}: copying to {remote} on the host failed")
         if mode is not None and not self.run(["chmod", f"{mode:o}", "--", remote]).ok:
-            raise OSError(f"{self.label}: chmod {mode:o} {shlex.quote(remote)} failed")
+            raise OSError(f"{self.label}: chmod {mode:o} {quote(remote)} failed")
 
     def get(self, remote: str) -> bytes:
         with tempfile.TemporaryDirectory(prefix="labwright-get-") as directory:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import io
-import shlex
 from collections.abc import Sequence
 
 from labwright.errors import LabwrightError, LxdError, LxdNotFound
@@ -12,6 +11,7 @@ from labwright.hostnames import lxd_guest
 from labwright.hosts import Result, Source, shell_line, source_bytes
 from labwright.lxd.client import ExecResult, LxdClient
 from labwright.lxd.remotes import resolve_endpoint
+from labwright.shell import quote
 
 
 class LxdHost:
@@ -57,8 +57,8 @@ class LxdHost:
             self.client.pull_file(self.name, remote, buffer)
         except LabwrightError as exc:
             if isinstance(exc, LxdNotFound) or (isinstance(exc, LxdError) and exc.status_code == 404):
-                raise FileNotFoundError(f"cannot read {shlex.quote(remote)} in {self.label}: {exc}") from exc
-            raise OSError(f"cannot read {shlex.quote(remote)} in {self.label}: {exc}") from exc
+                raise FileNotFoundError(f"cannot read {quote(remote)} in {self.label}: {exc}") from exc
+            raise OSError(f"cannot read {quote(remote)} in {self.label}: {exc}") from exc
         return buffer.getvalue()
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ from labwright.guests.gpu import GpuHost, userspace_listing, userspace_versions
 from labwright.hostnames import LxdName
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts, kernel_key
 from labwright.lxd.client import LxdClient
+from labwright.shell import join
 from labwright.snapshots.lxd import LxdSnapshots
 
 REPOSITORY = "/var/cache/labwright/nvidia"
@@ -144,7 +145,7 @@ def node_guest_devices(instance: dict[str, Any], root: Path) -> bool:
 
 def guest_userspace(client: LxdClient, name: str) -> tuple[str | None, tuple[str, ...]]:
     """(userspace version or None; "mixed:a,b" for libraries of different versions, engine services present)."""
-    units = " ".join(f"{s}.service" for s in ENGINE_SERVICES)
+    units = join(f"{s}.service" for s in ENGINE_SERVICES)
     script = (f"{userspace_listing()}; echo @@units; "
               f"systemctl show -p LoadState --value {units} 2>/dev/null; true")
     result = client.exec(name, ["sh", "-c", script])

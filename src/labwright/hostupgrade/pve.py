@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shlex
 import shutil
 import sys
 from collections.abc import Callable, Mapping
@@ -64,6 +63,7 @@ from labwright.hostupgrade.plan import GuestFacts, NodeFacts, Plan, Step, kernel
 from labwright.hostupgrade.run import Done, NodeHost, Outcome, Refused, Upgrade
 from labwright.hostupgrade.state import HTTPS, PVESH, Saved
 from labwright.hostupgrade.trust import verify_installer
+from labwright.shell import quote
 from labwright.snapshots.model import SnapshotBackend
 from labwright.snapshots.proxmox import PveSnapshots
 
@@ -398,12 +398,12 @@ class PveUpgrade(Upgrade):
                 raise OperationFailed(f"guest {guest}: mktemp -d answered {made[:60]!r}; the installer was not copied")
             inside = f"{made}/{name}"
             self._pct(guest, pct_push_command(g.vmid, str(installer), inside, perms=0o755), f"pct push {name}")
-            seen = self._pct(guest, pct_exec_command(g.vmid, f"sha256sum {shlex.quote(inside)}"), "reading it back")
+            seen = self._pct(guest, pct_exec_command(g.vmid, f"sha256sum {quote(inside)}"), "reading it back")
             if seen.split()[:1] != [digest]:
                 raise OperationFailed(f"guest {guest}: pct push of {name} left another file in the container "
                                       f"(sha256 {(seen.split() or ['none'])[0][:12]}..., expected {digest[:12]}...); "
                                       "pct exits 0 when its copy failed: check the container's free space")
-            run = (f"sh {shlex.quote(inside)} --no-kernel-module --silent; rc=$?; rm -rf {shlex.quote(made)}; "
+            run = (f"sh {quote(inside)} --no-kernel-module --silent; rc=$?; rm -rf {quote(made)}; "
                    "exit $rc")
             result = self.node.run(pct_exec_command(g.vmid, run))
             if not result.ok:

@@ -28,7 +28,6 @@ an explicit runner: the lab's tree is simulated.
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from labwright.atomic import write_text_atomic
@@ -43,6 +42,7 @@ from labwright.hostupgrade.plan import Plan, headers_package
 from labwright.hostupgrade.simhost import HOST_LIBDIR, PIN_FILE
 from labwright.hostupgrade.state import RESUME_UNIT, RESUME_UNIT_PATH, RESUME_WANTS_LINK
 from labwright.hostupgrade.trust import verify_installer
+from labwright.shell import quote
 
 INSTALLER_LOG = "/var/log/nvidia-installer.log"
 #: The ESPs proxmox-boot-tool manages (absent: GRUB, where pin runs update-grub itself).
@@ -147,7 +147,7 @@ class CommandHost:
         running = running_kernel(self.root)
         cannot = refusal(previous, GpuHost(self.root).driver_version())
         if cannot:
-            by_hand = " ".join(["sh", shlex.quote(str(installer)), *installer_args(previous, running, INSTALLER_LOG)])
+            by_hand = " ".join(["sh", quote(str(installer)), *installer_args(previous, running, INSTALLER_LOG)])
             raise OperationFailed(f"{installer.name} not run: {cannot}; put {previous} back by hand: stop the GPU "
                                   f"guests, {UNLOAD}, {by_hand}, then reboot")
         verify_installer(installer, previous)
@@ -164,7 +164,7 @@ class CommandHost:
         """``proxmox-boot-tool kernel pin K``, then ``refresh`` on a node whose ESPs it manages: run without a
         terminal, pin only writes the pin file there and says "Use the 'refresh' command" (proxmox-kernel-helper
         8.1.0, _ask_interactive_refresh), so the next boot would still load the new kernel."""
-        self._run(f"proxmox-boot-tool kernel pin {shlex.quote(kernel)}", f"proxmox-boot-tool kernel pin {kernel}")
+        self._run(f"proxmox-boot-tool kernel pin {quote(kernel)}", f"proxmox-boot-tool kernel pin {kernel}")
         refreshed = ""
         if (self.root / ESP_LIST.lstrip("/")).exists():
             self._run("proxmox-boot-tool refresh", "proxmox-boot-tool refresh", timeout=600.0)
@@ -230,8 +230,8 @@ def installer_command(installer: Path, version: str, kernel: str) -> str:
     default answer, "Abort installation"; kernel.c check_for_unloaded_kernel_module, which ``--kernel-name`` alone
     does not skip). Only the options ``version``'s installer knows (labwright.hostupgrade.installer_options): one it
     does not know stops it at once."""
-    args = " ".join(shlex.quote(arg) for arg in installer_args(version, kernel, INSTALLER_LOG))
-    return f"sh {shlex.quote(str(installer))} {args}"
+    args = " ".join(quote(arg) for arg in installer_args(version, kernel, INSTALLER_LOG))
+    return f"sh {quote(str(installer))} {args}"
 
 
 def _tail(result: Result) -> str:

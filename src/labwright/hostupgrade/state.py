@@ -41,6 +41,7 @@ from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput
 from labwright.guests.gpu import BOOT_UNIT
 from labwright.hostupgrade.plan import Plan, Step
+from labwright.shell import quote
 
 STATE_PATH = "/var/lib/labwright/host-upgrade.json"
 ENV_PATH = "/var/lib/labwright/host-upgrade.env"
@@ -201,7 +202,7 @@ def resume_unit_text(node: str, command: list[str]) -> str:
         f"EnvironmentFile=-{ENV_PATH}",
         "TimeoutStartSec=3600",
         "UMask=0077",
-        "ExecStart=" + " ".join(shlex.quote(a) for a in command),
+        "ExecStart=" + " ".join(quote(a) for a in command),
         # run however the service stopped (exit, failure, a kill at TimeoutStartSec=): the credentials and the unit
         # never outlive the resume, even when labwright could not clean up itself
         *(f"ExecStopPost={line}" for line in CLEANUP),

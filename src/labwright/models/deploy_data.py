@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -19,6 +18,7 @@ from typing import Any
 from labwright.errors import BadInput
 from labwright.models.spec import KEYS as SPEC_KEYS
 from labwright.models.spec import ModelSpec, check_dir, check_endpoint, parse_spec
+from labwright.shell import quote
 
 # The pinned client: its source is what the stand-in hub (tests/support/hf_endpoint.py) was derived from.
 HUB_REQUIREMENT = "huggingface_hub==2.4.0"
@@ -64,7 +64,7 @@ class ModelSettings:
         return f"{base}/{self.spec.file}" if self.spec.file else base
 
     def runner_args(self) -> str:
-        return (f"--spec {shlex.quote(json.dumps(self.spec.as_json(), sort_keys=True))} "
+        return (f"--spec {quote(json.dumps(self.spec.as_json(), sort_keys=True))} "
                 f"--cache {self.cache_dir} --models {self.dir}")
 
     def check_command(self) -> str:
@@ -74,12 +74,12 @@ class ModelSettings:
     def probe_command(self, runner_source: str) -> str:
         """The runner's ``--probe`` from its source on stdin (works before anything is installed): ``complete``,
         ``incomplete`` or ``refused LINE`` (the Hub says the repo, revision or file does not exist, or refuses it)."""
-        return (f"python3 - --probe {self.runner_args()} --endpoint {shlex.quote(self.endpoint)} "
+        return (f"python3 - --probe {self.runner_args()} --endpoint {quote(self.endpoint)} "
                 f"<<'{PROBE_END}' || true\n{runner_source.rstrip()}\n{PROBE_END}\n")
 
     def download_command(self) -> str:
         return (f"HF_HUB_DISABLE_PROGRESS_BARS=1 {self.venv}/bin/python {self.runner} {self.runner_args()} "
-                f"--endpoint {shlex.quote(self.endpoint)}")
+                f"--endpoint {quote(self.endpoint)}")
 
 
 def _list_of(key: str, value: Any) -> tuple[str, ...]:

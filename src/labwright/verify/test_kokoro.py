@@ -12,11 +12,11 @@ The patch is checked with the same planner `labwright kokoro patch` uses: on a p
 from __future__ import annotations
 
 import os
-import shlex
 import tomllib
 
 from labwright import paths
 from labwright.kokoro.streaming import KOKORO_V1, TTS_SERVICE, KokoroTexts, plan_streaming
+from labwright.shell import quote
 
 DEFAULTS = tomllib.loads((paths.templates_dir("kokoro") / "defaults.toml").read_text())
 
@@ -84,14 +84,14 @@ def test_port_listening(host):
 
 def test_health_ok(host):
     code = "import sys, urllib.request; r = urllib.request.urlopen(sys.argv[1], timeout=10); print(r.status, r.read())"
-    result = host.run(f"python3 -c {shlex.quote(code)} {shlex.quote(URL + '/health')}")
+    result = host.run(f"python3 -c {quote(code)} {quote(URL + '/health')}")
     assert result.rc == 0 and result.stdout.startswith("200 "), result.stdout + result.stderr
     assert "healthy" in result.stdout
 
 
 def test_speech_streams_wav(host):
-    result = host.run(f"python3 -c {shlex.quote(POST)} {shlex.quote(URL + '/v1/audio/speech')} "
-                      f"{shlex.quote('Hello there. This is a test.')}")
+    result = host.run(f"python3 -c {quote(POST)} {quote(URL + '/v1/audio/speech')} "
+                      f"{quote('Hello there. This is a test.')}")
     assert result.rc == 0, result.stderr[-500:]
     status, size, magic = result.stdout.split()
     assert (status, magic) == ("200", "RIFF") and int(size) > 44

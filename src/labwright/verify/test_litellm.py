@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import tomllib
 
 import pytest
 
 from labwright import paths
 from labwright.default_keys import find_default_keys
+from labwright.shell import quote
 from labwright.verify.service_checks import assert_root_only, assert_runs_as, assert_unit_enabled_and_running
 
 DEFAULTS = tomllib.loads((paths.templates_dir("litellm") / "defaults.toml")
@@ -53,7 +53,7 @@ except urllib.error.HTTPError as error:
 def http_get(host, path: str, with_key: bool) -> tuple[int, str]:
     env_file = f"{CONFIG_DIR}/master.env" if with_key else "-"
     with host.sudo():
-        result = host.run(f"python3 -c {shlex.quote(HTTP)} {shlex.quote(URL + path)} {shlex.quote(env_file)}")
+        result = host.run(f"python3 -c {quote(HTTP)} {quote(URL + path)} {quote(env_file)}")
     assert result.rc == 0, f"GET {path} failed on the host: {result.stderr.strip()[-500:]}"
     status, _, body = result.stdout.partition("\n")
     return int(status), body

@@ -13,11 +13,11 @@ The HTTP checks run on the host itself (python3), so they also work when the por
 from __future__ import annotations
 
 import json
-import shlex
 
 import pytest
 
 from labwright.gpu.check import engine_on_gpu
+from labwright.shell import quote
 
 HTTP_GET = (
     "import sys, urllib.request\n"
@@ -27,7 +27,7 @@ HTTP_GET = (
 
 
 def http_get(host, url: str) -> tuple[int, str]:
-    result = host.run(f"python3 -c {shlex.quote(HTTP_GET)} {shlex.quote(url)}")
+    result = host.run(f"python3 -c {quote(HTTP_GET)} {quote(url)}")
     assert result.rc == 0, f"GET {url} failed on the host: {result.stderr.strip()[-500:]}"
     status, _, body = result.stdout.partition("\n")
     return int(status), body
@@ -35,7 +35,7 @@ def http_get(host, url: str) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def main_pid(host, llamacpp_expected) -> int:
-    pid = host.run(f"systemctl show -p MainPID --value {shlex.quote(llamacpp_expected.service)}.service")
+    pid = host.run(f"systemctl show -p MainPID --value {quote(llamacpp_expected.service)}.service")
     if pid.rc != 0 or not pid.stdout.strip().isdigit() or int(pid.stdout) == 0:
         pytest.fail(f"{llamacpp_expected.service}.service has no running main process", pytrace=False)
     return int(pid.stdout)
@@ -55,7 +55,7 @@ def test_unit_enabled_and_active(host, llamacpp_expected):
 
 
 def test_unit_restarts_on_failure(host, llamacpp_expected):
-    restart = host.run(f"systemctl show -p Restart --value {shlex.quote(llamacpp_expected.service)}.service")
+    restart = host.run(f"systemctl show -p Restart --value {quote(llamacpp_expected.service)}.service")
     assert restart.stdout.strip() in ("on-failure", "always", "on-abnormal"), restart.stdout
 
 

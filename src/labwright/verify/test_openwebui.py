@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import tomllib
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from labwright import paths
 from labwright.default_keys import find_default_keys
 from labwright.openwebui.config import OFFLINE_SETTINGS, SIGNIN_CHECK
+from labwright.shell import quote
 from labwright.verify.service_checks import assert_root_only, assert_runs_as, assert_unit_enabled_and_running
 
 DEFAULTS = tomllib.loads((paths.templates_dir("openwebui") / "defaults.toml").read_text())["service"]
@@ -48,7 +48,7 @@ except urllib.error.HTTPError as error:
 
 def run_python(host, script: str, *args: str):
     with host.sudo():
-        return host.run(" ".join(["python3", "-c", shlex.quote(script), *(shlex.quote(a) for a in args)]))
+        return host.run(" ".join(["python3", "-c", quote(script), *(quote(a) for a in args)]))
 
 
 def test_unit_enabled_and_active(host):
@@ -89,7 +89,7 @@ GET = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], tim
 
 
 def test_health_ok(host):
-    result = host.run(f"python3 -c {shlex.quote(GET)} {URL}/health")
+    result = host.run(f"python3 -c {quote(GET)} {URL}/health")
     assert result.rc == 0 and result.stdout.strip() == "200", result.stderr[-500:]
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import tomllib
 from typing import Any
 
@@ -26,6 +25,7 @@ import yaml
 
 from labwright import paths
 from labwright.gpu.check import engine_on_gpu
+from labwright.shell import quote
 
 DEFAULTS_FILE = paths.templates_dir("tabbyapi") / "defaults.toml"
 BUNDLE = "/opt/labwright/lib/labwright-stack.pyz"
@@ -72,7 +72,7 @@ def config(host, want) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def main_pid(host, want) -> int:
-    pid = host.run(f"systemctl show -p MainPID --value {shlex.quote(want['service'])}.service")
+    pid = host.run(f"systemctl show -p MainPID --value {quote(want['service'])}.service")
     if pid.rc != 0 or not pid.stdout.strip().isdigit() or int(pid.stdout) == 0:
         pytest.fail(f"{want['service']}.service has no running main process", pytrace=False)
     return int(pid.stdout)
@@ -82,7 +82,7 @@ def http_get(host, want, path: str) -> tuple[int, Any]:
     address = "127.0.0.1" if want["host"] in ("0.0.0.0", "::") else want["host"]
     url = f"http://{address}:{want['port']}{path}"
     tokens = f"{want['dir']}/api_tokens.yml"
-    result = host.run(f"python3 -c {shlex.quote(HTTP_GET)} {shlex.quote(url)} {shlex.quote(tokens)}")
+    result = host.run(f"python3 -c {quote(HTTP_GET)} {quote(url)} {quote(tokens)}")
     assert result.rc == 0, f"GET {url} failed on the host: {result.stderr.strip()[-500:]}"
     status, _, body = result.stdout.partition("\n")
     return int(status), json.loads(body)
@@ -95,7 +95,7 @@ def test_unit_enabled_and_active(host, want):
 
 
 def test_unit_restarts_on_failure(host, want):
-    restart = host.run(f"systemctl show -p Restart --value {shlex.quote(want['service'])}.service")
+    restart = host.run(f"systemctl show -p Restart --value {quote(want['service'])}.service")
     assert restart.stdout.strip() == want["restart"], restart.stdout
 
 
@@ -157,7 +157,7 @@ def test_ngram_drafting_state(host, want, config):
 
 def test_stack_verifies_clean(host, want):
     """The ABI verifier (`labwright stack show`, from the bundle the deploy left on the host) finds nothing broken."""
-    result = host.run(f"python3 {BUNDLE} show --venv {shlex.quote(want['venv'])} --root {shlex.quote(want['root'])} "
+    result = host.run(f"python3 {BUNDLE} show --venv {quote(want['venv'])} --root {quote(want['root'])} "
                       "--json")
     assert result.rc == 0, result.stderr[-2000:]
     current = json.loads(result.stdout)["environments"][0]

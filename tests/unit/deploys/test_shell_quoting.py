@@ -5,6 +5,7 @@ replaced by stand-ins that print their arguments NUL-separated."""
 
 from __future__ import annotations
 
+import ast
 import os
 import stat
 import subprocess
@@ -165,3 +166,88 @@ def test_deploys_and_operations_quote_through_the_one_helper() -> None:
     found = [str(path.relative_to(src)) for folder in ("deploys", "operations", "base")
              for path in sorted((src / folder).glob("*.py")) if "shlex" in path.read_text()]
     assert found == [], f"use labwright.shell.quote / join instead of shlex in {found}"
+
+
+#: Where shlex may still be used in code: the helper itself; shlex.split parses (a unit's ExecStart=, a flag list),
+#: it quotes nothing. lxd/session.py's only shlex is inside the helper script it runs on a guest (a string, where
+#: labwright is not installed), which the AST walk below does not see as code.
+SHLEX_QUOTING = {"quote", "join"}
+
+
+def test_the_whole_package_quotes_through_the_one_helper() -> None:
+    """Nowhere in src/labwright does code call shlex.quote / shlex.join (or import them) but labwright.shell: every
+    value that reaches a shell is quoted by the one helper. Read as code (ast), so remote scripts held in strings
+    and comments do not count."""
+    src = REPO / "src" / "labwright"
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        if path == src / "shell.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            attr = (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "shlex"
+                    and node.attr in SHLEX_QUOTING)
+            imported = (isinstance(node, ast.ImportFrom) and node.module == "shlex"
+                        and any(a.name in SHLEX_QUOTING for a in node.names))
+            if attr or imported:
+                found.append(f"{path.relative_to(src)}:{node.lineno}")
+    assert found == [], f"use labwright.shell.quote / join instead of shlex in {found}"
+
+
+# --- the helper where it leaves deploys: command builders of facts, checks and hosts, run by a real sh ----------
+CANARY = "lw-canary"
+INJECTIONS = [f";touch {CANARY}", f"$(touch {CANARY})", f"`touch {CANARY}`", f"\ntouch {CANARY}",
+              f"|touch {CANARY}", f"&&touch {CANARY}", f"' ; touch {CANARY}; '", f'" ; touch {CANARY}; "',
+              f">{CANARY}", f"<{CANARY}"]
+HOSTILE = st.builds(lambda a, i, b: a + i + b, SEGMENT, st.sampled_from(INJECTIONS), SEGMENT).filter(
+    lambda s: "/" not in s and len(s.encode()) < 200)
+
+
+def sh_in(where: Path, command: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    return subprocess.run(["sh", "-c", command], cwd=where, capture_output=True, text=True, env=env, timeout=30)
+
+
+@given(HOSTILE)
+@settings(max_examples=120, deadline=None)
+def test_fact_and_check_commands_keep_shell_characters_inert(value: str) -> None:
+    """Facts (a venv's state, a unit's process), the GPU check and the userspace listing, given values full of shell
+    metacharacters (and an injection that would create a file): run by a real sh, nothing is executed from the
+    value, and the value is read as the one path it is."""
+    from labwright.facts.python_stack import PythonStack
+    from labwright.gpu.check import engine_command
+    from labwright.guests.gpu import userspace_listing
+
+    with tempfile.TemporaryDirectory() as scratch:
+        where = Path(scratch)
+        venv = where / value
+        commands = [PythonStack().command(str(venv), root=str(where / "root")), engine_command(value),
+                    userspace_listing(str(where / value))]
+        for command in commands:
+            sh_in(where, command)
+            assert not (where / CANARY).exists(), (value, command)
+        (venv).mkdir()
+        (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        out = sh_in(where, PythonStack().command(str(venv), root=str(where / "root"))).stdout
+        assert "venv" in out.split(), out  # the directory named by the value, exactly
+        assert sorted(p.name for p in where.iterdir()) == sorted([value])
+
+
+@given(HOSTILE, st.binary(max_size=64), st.sampled_from([None, 0o600, 0o640]))
+@settings(max_examples=120, deadline=None)
+def test_put_over_a_shell_writes_exactly_that_path(value: str, data: bytes, mode: int | None) -> None:
+    """``hosts.put_with_cat`` (the upload of every host seam that only runs commands: pct, LXD exec, SSH) given a
+    file name full of shell characters: the bytes land at exactly that path, nothing else is made or run."""
+    from labwright.hosts import get_with_cat, put_with_cat
+    from labwright.hosts.local import LocalHost
+
+    with tempfile.TemporaryDirectory() as scratch:
+        where = Path(scratch)
+        target = where / value
+        host = LocalHost()
+        put_with_cat(host, data, str(target), mode)
+        assert target.read_bytes() == data and get_with_cat(host, str(target)) == data
+        if mode is not None:
+            assert stat.S_IMODE(target.stat().st_mode) == mode
+        assert sorted(p.name for p in where.iterdir()) == [value]
+        assert not (Path.cwd() / CANARY).exists()
