@@ -5,7 +5,8 @@
 
 Expected values come from the environment, else labwright/data/templates/kokoro/defaults.toml: LABWRIGHT_KOKORO_SERVICE,
 LABWRIGHT_KOKORO_USER, LABWRIGHT_KOKORO_PORT, LABWRIGHT_KOKORO_DIR, LABWRIGHT_KOKORO_DEVICE (cpu|gpu; default: the
-choice rule's device for conversational use) and LABWRIGHT_KOKORO_PATCHED (true: the streaming patch is in place).
+choice rule's device for conversational use), LABWRIGHT_KOKORO_PATCHED (true: the streaming patch is in place) and
+LABWRIGHT_KOKORO_OPEN (true: listening beyond loopback on purpose, reported as a warning instead of a failure).
 The patch is checked with the same planner `labwright kokoro patch` uses: on a patched tree it answers "already".
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+import warnings
 
 from labwright import paths
 from labwright.kokoro.streaming import KOKORO_V1, TTS_SERVICE, KokoroTexts, plan_streaming
@@ -31,6 +33,7 @@ PORT = int(setting("port", DEFAULTS["service"]["port"]))
 DIR = setting("dir", DEFAULTS["service"]["dir"])
 DEVICE = setting("device", DEFAULTS["choice"]["conversational"])
 PATCHED = setting("patched", "true").lower() in ("1", "true", "yes", "on")
+OPEN = setting("open", "false").lower() in ("1", "true", "yes", "on")
 URL = f"http://127.0.0.1:{PORT}"
 
 POST = """
@@ -80,6 +83,27 @@ def test_streaming_patch_in_place(host):
 
 def test_port_listening(host):
     assert host.socket(f"tcp://0.0.0.0:{PORT}").is_listening or host.socket(f"tcp://127.0.0.1:{PORT}").is_listening
+
+
+class OpenEngine(UserWarning):
+    """An engine that answers without a key, on purpose (kokoro_open=true): reported."""
+
+
+def test_listens_on_loopback_only(host):
+    """Kokoro-FastAPI has no API key (api/src/core/config.py), so it is reached only from its own guest: every socket
+    on its port is a loopback one. Open on purpose (LABWRIGHT_KOKORO_OPEN=true, kokoro_open=true) is reported as a
+    warning; open without being asked to is a failure."""
+    listening = host.run(f"ss -ltnH 'sport = :{PORT}'")
+    assert listening.rc == 0, listening.stderr
+    addresses = [line.split()[3].rsplit(":", 1)[0].strip("[]") for line in listening.stdout.splitlines() if line]
+    assert addresses, f"nothing listens on port {PORT}"
+    exposed = [a for a in addresses if not (a.startswith("127.") or a == "::1")]
+    if exposed and OPEN:
+        warnings.warn(OpenEngine(f"{SERVICE} answers without a key on {', '.join(exposed)}:{PORT}, on purpose "
+                                 "(kokoro_open=true)"), stacklevel=1)
+    else:
+        assert not exposed, (f"{SERVICE} listens on {', '.join(exposed)}:{PORT}: every client there uses it without a "
+                             "key; deploy it again with kokoro_host=127.0.0.1 (kokoro_open=true if on purpose)")
 
 
 def test_health_ok(host):

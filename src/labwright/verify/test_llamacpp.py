@@ -13,6 +13,7 @@ The HTTP checks run on the host itself (python3), so they also work when the por
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -21,13 +22,18 @@ from labwright.shell import quote
 
 HTTP_GET = (
     "import sys, urllib.request\n"
-    "with urllib.request.urlopen(sys.argv[1], timeout=10) as r:\n"
+    "key = next((l.strip() for l in open(sys.argv[2]) if l.strip() and not l.startswith('#')), '') "
+    "if len(sys.argv) > 2 else ''\n"
+    "headers = {'Authorization': 'Bearer ' + key} if key else {}\n"
+    "with urllib.request.urlopen(urllib.request.Request(sys.argv[1], headers=headers), timeout=10) as r:\n"
     "    sys.stdout.write(str(r.status) + '\\n' + r.read().decode())\n"
 )
 
 
-def http_get(host, url: str) -> tuple[int, str]:
-    result = host.run(f"python3 -c {quote(HTTP_GET)} {quote(url)}")
+def http_get(host, url: str, key_file: str = "") -> tuple[int, str]:
+    """GET on the host itself, with the key read there from ``key_file`` when given."""
+    key = f" {quote(key_file)}" if key_file else ""
+    result = host.run(f"python3 -c {quote(HTTP_GET)} {quote(url)}{key}")
     assert result.rc == 0, f"GET {url} failed on the host: {result.stderr.strip()[-500:]}"
     status, _, body = result.stdout.partition("\n")
     return int(status), body
@@ -84,6 +90,10 @@ def flag_mismatches(expected: dict[str, object], cmdline: list[str]) -> list[str
             continue
         index = cmdline.index(option)
         following = cmdline[index + 1] if index + 1 < len(cmdline) else None
+        if key == "host" and want == "auto":  # the deploy picks loopback (gateway on this guest only) or 0.0.0.0
+            if following not in ("127.0.0.1", "0.0.0.0"):
+                problems.append(f"{option} is {following!r}, expected 127.0.0.1 or 0.0.0.0 (auto)")
+            continue
         if want is True:
             if following is not None and not following.startswith("-"):
                 problems.append(f"{option} has a value {following!r}, expected a bare switch")
@@ -104,9 +114,54 @@ def test_flags_as_configured(llamacpp_expected, cmdline):
     assert not problems, "; ".join(problems) + f"\ncommand line: {' '.join(cmdline)}"
 
 
-def test_port_listening(host, llamacpp_expected):
+def test_port_listening(host, llamacpp_expected, cmdline):
     address = str(llamacpp_expected.flags.get("host") or "0.0.0.0")
+    if address == "auto":
+        address = cmdline[cmdline.index("--host") + 1]
     assert host.socket(f"tcp://{address}:{llamacpp_expected.port}").is_listening
+
+
+class OpenEngine(UserWarning):
+    """An engine that answers without a key, on purpose (llamacpp_open=true / kokoro_open=true): reported."""
+
+
+# Run on the host: the status of URL without a key, then with the key from FILE (its first line that is not a
+# comment), so the key never leaves the host. Prints "<without> <with>".
+KEY_CHECK = (
+    "import sys, urllib.error, urllib.request\n"
+    "def status(headers):\n"
+    "    try:\n"
+    "        with urllib.request.urlopen(urllib.request.Request(sys.argv[1], headers=headers), timeout=10) as r:\n"
+    "            return r.status\n"
+    "    except urllib.error.HTTPError as error:\n"
+    "        return error.code\n"
+    "key = next(l.strip() for l in open(sys.argv[2]) if l.strip() and not l.startswith('#'))\n"
+    "print(status({}), status({'Authorization': 'Bearer ' + key}))\n"
+)
+
+
+def test_answers_only_with_its_key(host, llamacpp_expected, cmdline):
+    """llama-server reads its key from the file the deploy made (--api-key-file, llama.cpp common/arg.cpp): without
+    it every endpoint but /health and /v1/health answers 401 (tools/server/server-http.cpp). An engine open on
+    purpose is reported as a warning, never silently passed; open without being asked to is a failure."""
+    listen = cmdline[cmdline.index("--host") + 1] if "--host" in cmdline else llamacpp_expected.flags.get("host")
+    where = f"{listen}:{llamacpp_expected.port}"
+    if "--api-key-file" not in cmdline:
+        if llamacpp_expected.open:
+            warnings.warn(OpenEngine(f"{llamacpp_expected.service} answers without a key on {where}, on purpose "
+                                     "(llamacpp_open=true)"), stacklevel=1)
+            return
+        pytest.fail(f"{llamacpp_expected.service} runs without --api-key-file: every client that reaches {where} "
+                    "uses it without a key; deploy it again (llamacpp_open=true if that is on purpose)",
+                    pytrace=False)
+    key_file = cmdline[cmdline.index("--api-key-file") + 1]
+    assert key_file == llamacpp_expected.api_key_file
+    owner = host.run(f"stat -c '%a %U %G' {quote(key_file)}").stdout.split()
+    assert owner == ["640", "root", llamacpp_expected.user], f"{key_file}: mode/owner {owner}, expected 640 root:user"
+    result = host.run(f"python3 -c {quote(KEY_CHECK)} {quote(llamacpp_expected.url + '/v1/models')} "
+                      f"{quote(key_file)}")
+    assert result.rc == 0, result.stderr[-500:]
+    assert result.stdout.split() == ["401", "200"], f"/v1/models without the key, then with it: {result.stdout}"
 
 
 def test_health_ok(host, llamacpp_expected):
@@ -115,8 +170,9 @@ def test_health_ok(host, llamacpp_expected):
     assert json.loads(body).get("status") == "ok", body
 
 
-def test_models_lists_the_model(host, llamacpp_expected):
-    status, body = http_get(host, llamacpp_expected.url + "/v1/models")
+def test_models_lists_the_model(host, llamacpp_expected, cmdline):
+    key_file = cmdline[cmdline.index("--api-key-file") + 1] if "--api-key-file" in cmdline else ""
+    status, body = http_get(host, llamacpp_expected.url + "/v1/models", key_file)
     assert status == 200
     ids = [str(model.get("id")) for model in json.loads(body).get("data", [])]
     model = llamacpp_expected.model
