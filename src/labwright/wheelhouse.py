@@ -1,8 +1,10 @@
 """Wheelhouses for guests, built with this machine's pip for the guest's Python and cached.
 
 Guests that cannot reach PyPI (or should not, on every deploy) install with ``pip install --no-index --find-links
-DIR``. pip does not evaluate ``python_full_version`` markers for a target Python, so callers add requirements that
-only apply below a patch release themselves (see labwright.litellm.wheelhouse).
+DIR --require-hashes -r DIR/requirements.lock``: the lock (labwright.locks) pins every file by the sha256 its index
+publishes, and the download itself is checked against it. pip does not evaluate ``python_full_version`` markers for
+a target Python, so callers add requirements that only apply below a patch release themselves (see
+labwright.litellm.wheelhouse).
 
 The download is a progress step on stderr (labwright.ui): which package it is at, the file downloading (megabytes of
 its size and the rate, from pip's ``--progress-bar raw``), and at the end the packages, megabytes and time.
@@ -20,7 +22,8 @@ from pathlib import Path
 
 from labwright import paths, ui
 from labwright.atomic import write_text_atomic
-from labwright.errors import BadInput, LabwrightError, OperationFailed
+from labwright.errors import BadInput, LabwrightError, OperationFailed, SafetyCheckFailed
+from labwright.locks import LOCK_NAME, PYPI_SIMPLE, check_index, hash_mismatch, make_lock
 
 PLATFORMS = ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"]
 
@@ -53,41 +56,53 @@ def cli(build: Callable[[], Path]) -> int:
     return 0
 
 
-def download_wheelhouse(requirements: list[str], python: str, target: Path) -> Path:
-    """Wheels for ``requirements`` on CPython ``python`` (e.g. 3.11.2, x86_64) in ``target``; reused while its
-    ``.complete`` marker names the same requirements."""
+def download_wheelhouse(requirements: list[str], python: str, target: Path, index_url: str = PYPI_SIMPLE) -> Path:
+    """Wheels for ``requirements`` on CPython ``python`` (e.g. 3.11.2, x86_64) in ``target``, with their hashed lock
+    ``requirements.lock`` (labwright.locks: the sha256 ``index_url`` publishes for each file) that pip downloaded them
+    against and that the deploys install from; reused while its ``.complete`` marker names the same requirements and
+    the lock is there."""
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?", python):
         raise BadInput(f"--python {python!r}: give the guest's Python version, e.g. 3.11.2 (python3 --version)")
     marker = target / ".complete"
     stamp = f"{' '.join(requirements)} for CPython {python}\n"
-    if _read_marker(marker) == stamp.encode():
+    if _read_marker(marker) == stamp.encode() and (target / LOCK_NAME).is_file():
         return target
     target.mkdir(parents=True, exist_ok=True)
     # One download per wheelhouse at a time (two deploys, or two test workers, wanting the same one): the second
     # waits, then finds it complete. Without it, the second's clean-up below deletes the first's half-copied wheels.
     with (target.parent / f".{target.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _read_marker(marker) == stamp.encode():
+        if _read_marker(marker) == stamp.encode() and (target / LOCK_NAME).is_file():
             return target
-        return _download(requirements, python, target, marker, stamp)
+        return _download(requirements, python, target, marker, stamp, check_index(index_url))
 
 
-def _download(requirements: list[str], python: str, target: Path, marker: Path, stamp: str) -> Path:
+def _download(requirements: list[str], python: str, target: Path, marker: Path, stamp: str, index_url: str) -> Path:
     remove_truncated_wheels(target)
+    marker.unlink(missing_ok=True)
+    lock = target / LOCK_NAME
+    write_text_atomic(lock, make_lock(requirements, python, PLATFORMS, index_url))
+    # --require-hashes: pip checks every file against the sha256 the index published (the lock), so a file that
+    # changed on the way or on the index is refused, not hashed on arrival.
     command = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--only-binary=:all:",
-               "--python-version", python, "--implementation", "cp", "-d", str(target), *ui.pip_progress_args()]
+               "--require-hashes", "--no-deps", "--index-url", index_url, "--python-version", python,
+               "--implementation", "cp", "-d", str(target), *ui.pip_progress_args()]
     for platform in PLATFORMS:
         command += ["--platform", platform]
-    # No machine pip.conf (extra indexes, constraints): the wheelhouse holds what PyPI serves.
+    # No machine pip.conf (extra indexes, constraints): the wheelhouse holds what the index serves.
     env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
 
     def failed(code: int, tail: list[str]) -> None:
         lines = [line.strip() for line in tail if line.strip()]
+        mismatch = hash_mismatch(lines, index_url, lock)
+        if mismatch:
+            raise SafetyCheckFailed(mismatch)
         errors = [line for line in lines if line.startswith("ERROR:")]
         last = (errors or lines or ["no output"])[-1]
         raise OperationFailed(f"pip download {' '.join(requirements)} failed: {last}")
 
-    ui.run_with_progress([*command, *requirements], f"download wheels for {' '.join(requirements)} (CPython {python})",
+    ui.run_with_progress([*command, "-r", str(lock)],
+                         f"download wheels for {' '.join(requirements)} (CPython {python})",
                          parse=ui.InstallProgress(), keep=400, env=env, failed=failed)
     write_text_atomic(marker, stamp)  # the marker says "complete": never half written
     return target
@@ -109,3 +124,46 @@ def remove_truncated_wheels(target: Path) -> list[Path]:
             wheel.unlink(missing_ok=True)
             removed.append(wheel)
     return removed
+
+
+def requirements_of(files: list[str], words: list[str]) -> list[str]:
+    """The requirements named on the command line and in requirements files (comments and blank lines dropped; an
+    option line such as ``--extra-index-url`` refused: the lock is made from one index)."""
+    out = list(words)
+    for name in files:
+        try:
+            lines = Path(name).read_text().splitlines()
+        except OSError as exc:
+            raise BadInput(f"-r {name}: cannot read it ({exc.strerror or exc})") from None
+        for number, raw in enumerate(lines, 1):
+            line = raw.split(" #", 1)[0].strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("-"):
+                raise BadInput(f"-r {name}: line {number} ({line.split()[0]}) is a pip option: give requirements only "
+                               "(pass --index-url here for another index)")
+            out.append(line)
+    if not out:
+        raise BadInput("no requirements: name them, or pass -r FILE")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m labwright.wheelhouse --python 3.11.2 --out DIR [-r FILE] [REQUIREMENT ...]``: a wheelhouse and
+    its hashed lock (requirements.lock) for any service venv (Kokoro's, the Open WebUI pipelines server's)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m labwright.wheelhouse",
+                                     description="Download wheels and their hashed lock (requirements.lock) into DIR.")
+    parser.add_argument("--python", required=True, help="the guest's Python version, e.g. 3.11.2")
+    parser.add_argument("--out", required=True, help="the wheelhouse directory to write")
+    parser.add_argument("-r", dest="files", action="append", default=[], help="a requirements file (repeatable)")
+    parser.add_argument("--index-url", default=PYPI_SIMPLE, help=f"the simple index (default {PYPI_SIMPLE})")
+    parser.add_argument("requirements", nargs="*", help="requirements such as kokoro==0.9.4")
+    args = parser.parse_args(argv)
+    return cli(lambda: download_wheelhouse(requirements_of(args.files, args.requirements), args.python,
+                                           Path(args.out), index_url=args.index_url))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

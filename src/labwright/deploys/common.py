@@ -11,7 +11,9 @@ from pyinfra import host
 from pyinfra.facts.deb import DebPackages
 
 from labwright.deploy_data import DeployData
+from labwright.errors import BadInput
 from labwright.facts.llamacpp import PortListeners
+from labwright.locks import LOCK_NAME
 from labwright.shell import join, quote
 from labwright.snapshots import deploy as snapshot_ops
 
@@ -32,17 +34,48 @@ def service_user_version(keys: DeployData, package: str, example: str) -> tuple[
     return service, user, version
 
 
-def pip_source(find_links: str, extra_index_url: str = "") -> str:
-    """pip's source arguments: a wheelhouse alone (--no-index; an http:// one is trusted by name, pip ignores plain
-    http hosts otherwise), else PyPI plus an optional extra index (the CPU torch's, say)."""
+def pip_source(find_links: str, extra_index_url: str = "", trusted_host: str | None = None) -> str:
+    """pip's source arguments: a wheelhouse alone (--no-index), else PyPI plus an optional extra index (the CPU
+    torch's, say). A plain http:// wheelhouse is refused (BadInput, one line) unless the user named its host in the
+    data key ``pip_trusted_host`` (``trusted_host`` here; None: read from the host's data): pip ignores a plain http
+    host otherwise, and labwright never trusts one on its own."""
     if find_links:
         args = f"--no-index --find-links {quote(find_links)}"
         if find_links.startswith("http://"):
-            args += f" --trusted-host {quote(urlsplit(find_links).hostname or '')}"
+            name = urlsplit(find_links).hostname or ""
+            named = _trusted_host_data() if trusted_host is None else trusted_host
+            if named.strip() != name:
+                raise BadInput(f"{find_links} is plain HTTP (pip fetches it unauthenticated): serve the wheelhouse as "
+                               "a directory in the guest or over https, or trust that host by name with the data key "
+                               f"pip_trusted_host={name} (its files are still checked against the hashed lock); "
+                               "nothing was run")
+            args += f" --trusted-host {quote(name)}"
         return args
     if extra_index_url:
         return f"--extra-index-url {quote(extra_index_url)}"
     return ""
+
+
+def _trusted_host_data() -> str:
+    value = host.data.get("pip_trusted_host")
+    return str(value) if value else ""
+
+
+def lock_of(find_links: str) -> str:
+    """Where a wheelhouse keeps its hashed lock (labwright.wheelhouse writes it beside the wheels)."""
+    return find_links.rstrip("/") + "/" + LOCK_NAME
+
+
+def pip_requirements(find_links: str, extra_index_url: str, requirements: str,
+                     trusted_host: str | None = None) -> str:
+    """pip's source and requirement words for a service venv. From a wheelhouse: its hashed lock alone
+    (``--require-hashes -r DIR/requirements.lock``: every file pinned by the sha256 its index published; the
+    ``requirements`` are in the lock, and pip refuses a requirement without a hash). Else the index and
+    ``requirements`` (shell words the caller quoted)."""
+    source = pip_source(find_links, extra_index_url, trusted_host)
+    if find_links:
+        return f"{source} --require-hashes -r {quote(lock_of(find_links))}"
+    return f"{source} {requirements}".strip()
 
 
 def port_taken_by(port: int, service: str) -> str | None:
@@ -98,5 +131,10 @@ def pip_install(pip: str, args: str, what: str, source: str, key: str, where: st
     fix = (f"labwright: cannot install {what} from {source}: pip failed (see above); check {where or host.name}'s "
            "network "
            f"or {key}, then re-run (the service was not restarted)")
+    tampered = (f"labwright: cannot install {what} from {source}: a file's sha256 is not the one in the hashed lock "
+                "(tampered with or replaced since the lock was made; pip names it above): rebuild the wheelhouse "
+                f"from its index, or fix {key}, then re-run (nothing was installed, the service was not restarted)")
     return (f"out=$({quote(pip)} install -q --disable-pip-version-check {args} 2>&1) || "
-            f"{{ printf '%s\\n' \"$out\" | tail -n 4 >&2; echo {quote(fix)} >&2; exit 1; }}")
+            f"{{ printf '%s\\n' \"$out\" | tail -n 4 >&2; "
+            f"if printf '%s' \"$out\" | grep -q 'DO NOT MATCH THE HASHES'; then echo {quote(tampered)} >&2; "
+            f"else echo {quote(fix)} >&2; fi; exit 1; }}")

@@ -20,7 +20,14 @@ from pyinfra.operations.util import any_changed
 
 from labwright.default_keys import is_default_key
 from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
-from labwright.deploys.common import install_missing, pip_install, port_taken_by, venv_create
+from labwright.deploys.common import (
+    install_missing,
+    pip_install,
+    pip_requirements,
+    pip_source,
+    port_taken_by,
+    venv_create,
+)
 from labwright.engine_keys import is_loopback
 from labwright.errors import LabwrightError
 from labwright.facts.nvidia import NvidiaDriverVersion
@@ -65,16 +72,13 @@ def stage(source: Path, patched: dict[str, str]) -> Path:
 
 def install_commands(venv: str, wanted: list[str], what: str, find_links: str, extra_index: str, marker: str,
                      where: str) -> list[str]:
-    """The venv at ``venv`` with the ``wanted`` requirements from ``find_links`` (alone), else ``extra_index`` and
-    PyPI, then ``marker`` (the requirement list and its digest) in ``venv``/.labwright-requirements; every value
-    quoted."""
-    source_args = f"--no-index --find-links {quote(find_links)} " if find_links else ""
-    if extra_index and not find_links:
-        source_args = f"--extra-index-url {quote(extra_index)} "
+    """The venv at ``venv`` with the ``wanted`` requirements from ``find_links`` (alone: its hashed lock, which holds
+    them, with --require-hashes; common.pip_requirements), else ``extra_index`` and PyPI, then ``marker`` (the
+    requirement list and its digest) in ``venv``/.labwright-requirements; every value quoted."""
     return [
         venv_create(venv),
-        pip_install(f"{venv}/bin/pip", source_args + join(wanted), what, find_links or extra_index or "PyPI",
-                    "kokoro_find_links / kokoro_extra_index_url", where=where),
+        pip_install(f"{venv}/bin/pip", pip_requirements(find_links, extra_index, join(wanted)), what,
+                    find_links or extra_index or "PyPI", "kokoro_find_links / kokoro_extra_index_url", where=where),
         f"printf '%s\\n' {quote(marker)} > {quote(f'{venv}/{MARKER}')}",
     ]
 
@@ -114,6 +118,10 @@ def deploy_kokoro() -> None:
     extra_index = KEYS.path_of("extra_index_url", data("extra_index_url") or "", absolute=False)
     if extra_index and not extra_index.startswith("https://"):
         raise fail("extra_index_url", f"{extra_index!r} must be an https:// URL")
+    try:
+        pip_source(find_links, extra_index)  # a plain http:// wheelhouse whose host pip_trusted_host does not name
+    except LabwrightError as exc:
+        raise fail("find_links", str(exc)) from None
     try:
         device = choose_device(str(data("use")), str(data("device") or ""), DEFAULTS["choice"])
     except DataError as exc:

@@ -23,6 +23,7 @@ from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
 from labwright.deploys.common import (
     install_missing,
     pip_install,
+    pip_requirements,
     pip_source,
     port_taken_by,
     service_user_version,
@@ -129,9 +130,10 @@ def engine_key_values(keys: list[EngineKey]) -> dict[str, str]:
 
 
 def install_commands(venv: str, version: str, find_links: str, where: str) -> list[str]:
-    """The venv at ``venv`` with litellm[proxy]==``version`` from ``find_links`` (else PyPI); every value quoted."""
+    """The venv at ``venv`` with litellm[proxy]==``version`` from ``find_links`` (its hashed lock, --require-hashes;
+    labwright.deploys.common.pip_requirements), else PyPI; every value quoted."""
     spec = f"litellm[proxy]=={version}"
-    return [venv_create(venv), pip_install(f"{venv}/bin/pip", f"{pip_source(find_links)} {quote(spec)}", spec,
+    return [venv_create(venv), pip_install(f"{venv}/bin/pip", pip_requirements(find_links, "", quote(spec)), spec,
                                            find_links or "PyPI", "litellm_find_links", where=where)]
 
 
@@ -163,6 +165,10 @@ def deploy_litellm() -> None:
         raise fail("host", f"{listen_host!r} is not an address to listen on")
     port = as_int("port", 1, 65535)
     find_links = KEYS.path_of("find_links", data("find_links") or "", absolute=False)
+    try:
+        pip_source(find_links)  # a plain http:// wheelhouse whose host pip_trusted_host does not name: refused here
+    except LabwrightError as exc:
+        raise fail("find_links", str(exc)) from None
     health_timeout = as_int("health_timeout", 1)
     num_retries = as_int("num_retries", 0)
     request_timeout = as_int("timeout", 1)

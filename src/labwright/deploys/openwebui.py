@@ -22,12 +22,13 @@ from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
 from labwright.deploys.common import (
     install_missing,
     pip_install,
-    pip_source,
+    pip_requirements,
     port_taken_by,
     service_user_version,
     venv_create,
 )
 from labwright.deploys.litellm import address_of, engine_key_values
+from labwright.errors import BadInput
 from labwright.facts.default_keys import DefaultKeysIn
 from labwright.facts.openwebui import OpenwebuiKeysCurrent, OpenwebuiVersion
 from labwright.guestlock import locked
@@ -119,6 +120,19 @@ def deploy_openwebui() -> None:
             raise fail("pipelines_ref", f"{pipelines_ref!r} is not a plain git commit, tag or branch")
         if pipelines_port == port:
             raise fail("pipelines_port", f"{pipelines_port} is Open WebUI's own port (openwebui_port)")
+        if find_links and not pipelines_find_links:
+            raise fail("pipelines_find_links", "the pipelines venv installs from its own hashed lock, not Open WebUI's "
+                       "wheelhouse: build one with `python -m labwright.wheelhouse --python <guest's> --out DIR -r "
+                       "requirements-minimum.txt` and set openwebui_pipelines_find_links to it (nothing was changed)")
+    # Every venv from a wheelhouse installs from its hashed lock (docs/security.md, "Every download pinned"); a plain
+    # http:// one only when pip_trusted_host names its host: checked here, before the host is touched.
+    try:
+        install_args = pip_requirements(find_links, extra_index, f"'open-webui=={version}'")
+        pipelines_args = pip_requirements(pipelines_find_links, extra_index,
+                                          f"-r {quote(pipelines_dir + '/requirements-minimum.txt')}")
+    except BadInput as exc:
+        raise fail("pipelines_find_links" if pipelines_find_links and pipelines_find_links in str(exc)
+                   else "find_links", str(exc)) from None
     try:
         admin_email = check_email(str(data("admin_email")))
         admin_name = check_name(str(data("admin_name")))
@@ -159,7 +173,6 @@ def deploy_openwebui() -> None:
     server.user(name=f"Service user {user}", user=user, system=True, shell="/usr/sbin/nologin", home=data_dir,
                 create_home=True)
     files.directory(name=f"{data_dir} ({user} 0750)", path=data_dir, user=user, group=user, mode="750")
-    source = pip_source(find_links, extra_index)
     where = find_links or (f"PyPI and {extra_index}" if extra_index else "PyPI")
     install_changed = False
     current = host.get_fact(OpenwebuiVersion, venv=venv)
@@ -167,8 +180,7 @@ def deploy_openwebui() -> None:
         server.shell(name=f"Install open-webui=={version} in {venv} (was {current or 'absent'})", commands=[
             f"mkdir -p {quote(str(PurePosixPath(venv).parent))}",
             venv_create(venv),
-            pip_install(f"{venv}/bin/pip", f"{source} 'open-webui=={version}'", f"open-webui=={version}", where,
-                        "openwebui_find_links"),
+            pip_install(f"{venv}/bin/pip", install_args, f"open-webui=={version}", where, "openwebui_find_links"),
         ])
         install_changed = True
 
@@ -205,10 +217,9 @@ def deploy_openwebui() -> None:
 
     pipelines_changed = False
     if pipelines:
-        # Its requirements come from their own wheelhouse when one is given, else from Open WebUI's source.
-        pipelines_source = pip_source(pipelines_find_links, extra_index) if pipelines_find_links else source
+        # Its requirements come from their own wheelhouse (its hashed lock) when one is given, else from the index.
         pipelines_changed = deploy_pipelines(pipelines_dir, pipelines_repo, pipelines_ref, pipelines_port, user,
-                                             data_dir, config_dir, service, pipelines_source,
+                                             data_dir, config_dir, service, pipelines_args,
                                              pipelines_find_links or where, health_timeout)
 
     unit_text = JINJA.get_template("open-webui.service.j2").render(
@@ -232,8 +243,9 @@ def deploy_openwebui() -> None:
 
 
 def deploy_pipelines(directory: str, repo: str, ref: str, port: int, user: str, data_dir: str, config_dir: str,
-                     service: str, source: str, where: str, health_timeout: int) -> bool:
-    """The pipelines server at ``ref`` in its own venv, on loopback, with the generated PIPELINES_API_KEY."""
+                     service: str, pip_args: str, where: str, health_timeout: int) -> bool:
+    """The pipelines server at ``ref`` in its own venv, on loopback, with the generated PIPELINES_API_KEY;
+    ``pip_args``: its source and requirements (common.pip_requirements)."""
     name = f"{service}-pipelines"
     marker = f"{directory}/.labwright-ref"
     install = None
@@ -243,8 +255,7 @@ def deploy_pipelines(directory: str, repo: str, ref: str, port: int, user: str, 
             f"git -C {quote(directory)} fetch -q --depth 1 {quote(repo)} {quote(ref)}",
             f"git -C {quote(directory)} checkout -q --force FETCH_HEAD",
             venv_create(f"{directory}/.venv"),
-            pip_install(f"{directory}/.venv/bin/pip", f"{source} -r {quote(directory + '/requirements-minimum.txt')}",
-                        "the pipelines server's requirements", where,
+            pip_install(f"{directory}/.venv/bin/pip", pip_args, "the pipelines server's requirements", where,
                         "openwebui_pipelines_find_links or openwebui_find_links"),
             f"printf '%s\\n' {quote(ref)} > {quote(marker)}",
         ])

@@ -107,7 +107,7 @@ def test_litellm_install_and_master_key_reach_sh_as_one_argument_each(tmp_path: 
         assert result.returncode == 0, (command, result.stderr)
     assert argv_log(log) == ["python3", "-m", "venv", venv,
                              f"{venv}/bin/pip", "install", "-q", "--disable-pip-version-check", "--no-index",
-                             "--find-links", find_links, "litellm[proxy]==1.80.0"]
+                             "--find-links", find_links, "--require-hashes", "-r", f"{find_links}/requirements.lock"]
     master = f"{config_dir}/master.env"
     result = run_sh(litellm.master_key_command(master), log, stub)
     assert result.returncode == 0, result.stderr

@@ -16,7 +16,24 @@ def test_a_complete_wheelhouse_is_reused_without_pip(tmp_path):
     target = tmp_path / "1.80.0-py3.11.2"
     target.mkdir()
     (target / ".complete").write_text(f"litellm[proxy]==1.80.0 {' '.join(EXTRA)} for CPython 3.11.2\n")
+    (target / "requirements.lock").write_text("litellm[proxy]==1.80.0 --hash=sha256:" + "0" * 64 + "\n")
     assert wheelhouse("1.80.0", "3.11.2", root=tmp_path) == target
+
+
+def test_a_wheelhouse_without_its_hashed_lock_is_not_complete(tmp_path, monkeypatch):
+    """A wheelhouse made before locks (its marker, no requirements.lock) is made again, lock first."""
+    from labwright import wheelhouse as wh
+
+    target = tmp_path / "1.80.0-py3.11.2"
+    target.mkdir()
+    (target / ".complete").write_text(f"litellm[proxy]==1.80.0 {' '.join(EXTRA)} for CPython 3.11.2\n")
+    asked: list[list[str]] = []
+    monkeypatch.setattr(wh, "make_lock", lambda requirements, *a: asked.append(requirements) or "x==1 --hash=sha256:"
+                        + "0" * 64 + "\n")
+    monkeypatch.setattr(wh.ui, "run_with_progress", lambda command, *a, **k: asked.append(command))
+    assert wheelhouse("1.80.0", "3.11.2", root=tmp_path) == target
+    assert asked[0] == ["litellm[proxy]==1.80.0", *EXTRA] and "--require-hashes" in asked[1]
+    assert (target / "requirements.lock").read_text().startswith("x==1 --hash=sha256:")
 
 
 @pytest.mark.parametrize(("version", "python", "words"), [
@@ -69,6 +86,7 @@ def test_two_downloads_of_one_wheelhouse_at_once_run_pip_once(tmp_path, monkeypa
             whl.writestr("x/__init__.py", "")
 
     monkeypatch.setattr(wh.ui, "run_with_progress", fake_pip)
+    monkeypatch.setattr(wh, "make_lock", lambda *args: "x==1 --hash=sha256:" + "0" * 64 + "\n")
     target = tmp_path / "house"
     results: list[Path] = []
     first = threading.Thread(target=lambda: results.append(download_wheelhouse(["x==1"], "3.11.2", target)))

@@ -1,0 +1,184 @@
+"""Hashed locks for the service venvs (LiteLLM, Open WebUI and its pipelines, Kokoro): every file pinned by the
+sha256 its index publishes, never by a hash taken from the file when it arrives.
+
+A lock is a pip requirements file, one ``name[extras]==version --hash=sha256:HEX ...`` line per distribution of the
+whole resolution, installed with ``pip install --require-hashes -r LOCK`` (pip refuses any file whose sha256 is not
+listed, and any requirement without one). It is made on the controller:
+
+1. pip resolves the requirements for the guest's CPython and platforms without installing anything
+   (``pip install --dry-run --report``; PyPI serves core metadata per PEP 658, so no wheel is downloaded);
+2. for each distribution, the index's project page (PEP 691 JSON, else PEP 503 HTML with ``#sha256=`` fragments) gives
+   the sha256 of every wheel of that version; the file pip chose must be one of them. A file the index publishes no
+   sha256 for is refused (pip's report would hash it on arrival, which proves nothing about where it came from).
+
+The wheelhouse commands (labwright.wheelhouse) write ``requirements.lock`` beside the wheels and download them
+against it, so a wheelhouse carries its lock to the guest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+
+PYPI_SIMPLE = "https://pypi.org/simple/"
+LOCK_NAME = "requirements.lock"
+SIMPLE_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+TIMEOUT_S = 30.0
+_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+
+
+@dataclass(frozen=True)
+class Locked:
+    """One distribution of a lock: the requirement as pip must be asked for it, and the sha256s the index
+    publishes for the wheels of that version."""
+
+    name: str  # canonical
+    version: str
+    extras: tuple[str, ...]
+    hashes: tuple[str, ...]
+
+    def line(self) -> str:
+        extras = f"[{','.join(self.extras)}]" if self.extras else ""
+        return f"{self.name}{extras}=={self.version} " + " ".join(f"--hash=sha256:{h}" for h in self.hashes)
+
+
+def check_index(index_url: str) -> str:
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", index_url):
+        raise BadInput(f"--index-url {index_url!r}: not an http(s) URL; give a simple index such as {PYPI_SIMPLE}")
+    return index_url if index_url.endswith("/") else index_url + "/"
+
+
+def resolve(requirements: list[str], python: str, platforms: list[str], index_url: str) -> list[dict]:
+    """pip's installation report for ``requirements`` on CPython ``python`` and ``platforms``, nothing installed."""
+    with tempfile.TemporaryDirectory(prefix="labwright-lock-") as tmp:
+        report = Path(tmp) / "report.json"
+        command = [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "install", "--dry-run",
+                   "--ignore-installed", "--quiet", "--report", str(report), "--only-binary=:all:",
+                   "--python-version", python, "--implementation", "cp", "--target", str(Path(tmp) / "target"),
+                   "--index-url", index_url]
+        for platform in platforms:
+            command += ["--platform", platform]
+        env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
+        proc = subprocess.run([*command, *requirements], capture_output=True, text=True, env=env, timeout=1800)
+        if proc.returncode != 0:
+            lines = [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+            mismatch = hash_mismatch(lines, index_url)
+            if mismatch:
+                raise SafetyCheckFailed(mismatch)
+            errors = [line for line in lines if line.startswith("ERROR:")]
+            raise OperationFailed(f"cannot resolve {' '.join(requirements)} for CPython {python} from {index_url}: "
+                                  f"{(errors or lines or ['pip said nothing'])[-1]}")
+        return list(json.loads(report.read_text()).get("install", []))
+
+
+def hash_mismatch(lines: list[str], index_url: str, lock: Path | None = None) -> str:
+    """One line for pip's "THESE PACKAGES DO NOT MATCH THE HASHES" in ``lines`` (naming the file and both sha256s);
+    "" when pip said no such thing."""
+    if not any("DO NOT MATCH THE HASHES" in line for line in lines):
+        return ""
+    at = next((i for i, line in enumerate(lines) if " from http" in line or " from file" in line), None)
+    file = lines[at].split(" from ", 1)[0].strip() if at is not None else "a file"
+    expected = next((line.split()[-1] for line in lines if line.startswith("Expected sha256")), "?")
+    got = next((line.split()[-1] for line in lines if line.startswith("Got")), "?")
+    made = f"the lock {lock} was made" if lock else "it was listed"
+    return (f"{file}: its sha256 is {got}, not the {expected} {index_url} published when {made}: tampered with or "
+            "replaced on the index or on the way; nothing was kept or installed")
+
+
+def published_hashes(index_url: str, name: str, version: str, timeout: float = TIMEOUT_S) -> dict[str, str]:
+    """{wheel file name: sha256} for every wheel of ``name`` ``version`` whose sha256 the index publishes."""
+    from labwright.matrix.outside import parse_simple  # the PEP 503/691 reader `matrix refresh` uses
+
+    url = f"{index_url}{canonicalize_name(name)}/"
+    request = urllib.request.Request(url, headers={"Accept": SIMPLE_ACCEPT, "User-Agent": "labwright-lock"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body, content_type = response.read(), response.headers.get("Content-Type", "")
+    except (urllib.error.URLError, OSError) as exc:
+        raise OperationFailed(f"cannot read {url} ({getattr(exc, 'reason', exc)}): the lock needs the sha256 the "
+                              "index publishes; check the network or --index-url") from None
+    try:
+        listed, _ = parse_simple(body, content_type, url, "")
+    except ValueError as exc:
+        raise OperationFailed(f"{url}: {exc}") from None
+    out = {}
+    for item in listed:
+        filename = item.url.rsplit("/", 1)[-1].split("#", 1)[0].replace("%2B", "+")
+        try:
+            _, file_version, _, _ = parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            continue
+        if file_version == Version(version) and item.sha256:
+            out[filename] = item.sha256
+    return out
+
+
+def lock_entries(requirements: list[str], python: str, platforms: list[str], index_url: str = PYPI_SIMPLE,
+                 timeout: float = TIMEOUT_S) -> list[Locked]:
+    """The lock of ``requirements`` for CPython ``python`` (see the module docstring); OperationFailed naming the
+    file when the index publishes no sha256 for one pip chose."""
+    index_url = check_index(index_url)
+    extras: dict[str, set[str]] = {}
+    for text in requirements:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as exc:
+            raise BadInput(f"{text!r} is not a requirement ({exc})") from None
+        extras.setdefault(canonicalize_name(requirement.name), set()).update(requirement.extras)
+    entries = []
+    for item in resolve(requirements, python, platforms, index_url):
+        name = canonicalize_name(str(item["metadata"]["name"]))
+        version = str(item["metadata"]["version"])
+        chosen = str((item.get("download_info") or {}).get("url", "")).rsplit("/", 1)[-1].replace("%2B", "+")
+        hashes = published_hashes(index_url, name, version, timeout)
+        if chosen not in hashes:
+            raise OperationFailed(f"{chosen or name + ' ' + version}: {index_url} publishes no sha256 for it, so it "
+                                  "cannot be pinned (a hash taken on arrival proves nothing): use an index that "
+                                  "publishes hashes (PEP 503 #sha256= or PEP 691), nothing was installed")
+        entries.append(Locked(name, version, tuple(sorted(extras.get(name, ()))), tuple(sorted(set(hashes.values())))))
+    if not entries:
+        raise OperationFailed(f"pip resolved nothing for {' '.join(requirements)}")
+    return sorted(entries, key=lambda e: e.name)
+
+
+def render(entries: list[Locked], requirements: list[str], python: str, index_url: str) -> str:
+    head = [f"# labwright lock: {' '.join(requirements)} for CPython {python}, sha256 as {index_url} publishes them",
+            "# install: pip install --require-hashes -r THIS_FILE (docs/security.md, Every download pinned)"]
+    return "\n".join([*head, *(entry.line() for entry in entries)]) + "\n"
+
+
+def make_lock(requirements: list[str], python: str, platforms: list[str], index_url: str = PYPI_SIMPLE) -> str:
+    index_url = check_index(index_url)
+    return render(lock_entries(requirements, python, platforms, index_url), requirements, python, index_url)
+
+
+def check_lock(path: Path) -> list[str]:
+    """The requirement lines of the lock at ``path``; BadInput (one line, the path and the fix) unless every line pins
+    an exact version with at least one sha256."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read the lock ({exc.strerror or exc}): rebuild the wheelhouse, which writes "
+                       f"{LOCK_NAME} beside the wheels") from None
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    for number, line in enumerate(lines, 1):
+        if "==" not in line.split(" ", 1)[0] or not _HASH.search(line):
+            raise BadInput(f"{path}: requirement {number} ({line.split(' ', 1)[0]!r}) is not pinned with ==version and "
+                           "--hash=sha256:...: rebuild the lock (python -m labwright.<service>.wheelhouse)")
+    if not lines:
+        raise BadInput(f"{path}: an empty lock: rebuild it (python -m labwright.<service>.wheelhouse)")
+    return lines

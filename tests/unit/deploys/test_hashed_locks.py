@@ -1,0 +1,245 @@
+"""Every download pinned (docs/security.md): the service venvs' hashed locks, for real.
+
+A PEP 503 index on 127.0.0.1 serves wheels built here (support.wheels) with their `#sha256=` fragments; real pip
+resolves (labwright.locks), downloads the wheelhouse against the lock (labwright.wheelhouse) and installs from it
+with --require-hashes into a real venv whose pip is the one `python -m venv` bundles (a guest's). A wheel changed
+on the index, or in the wheelhouse, after its hash was published is refused by pip with its hash mismatch, and
+labwright says so in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labwright.deploys.common import lock_of, pip_install, pip_requirements, pip_source
+from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+from labwright.locks import LOCK_NAME, check_lock, make_lock
+from labwright.wheelhouse import download_wheelhouse
+from support.wheels import write_wheel
+
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"
+PLATFORMS = ["manylinux_2_28_x86_64"]
+
+
+class Index:
+    """A PEP 503 simple index in ``root``: ``simple/<name>/`` pages linking ``files/<wheel>#sha256=<published>``."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.files = root / "files"
+        self.published: dict[str, str] = {}
+        self.url = ""
+
+    def publish(self, wheel: Path, with_hash: bool = True) -> None:
+        self.files.mkdir(parents=True, exist_ok=True)
+        shutil.copy(wheel, self.files / wheel.name)
+        name = wheel.name.split("-")[0].replace("_", "-").lower()
+        sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        self.published[wheel.name] = sha
+        page = self.root / "simple" / name
+        page.mkdir(parents=True, exist_ok=True)
+        fragment = f"#sha256={sha}" if with_hash else ""
+        (page / "index.html").write_text(f'<!DOCTYPE html><html><body><a href="../../files/{wheel.name}{fragment}">'
+                                         f"{wheel.name}</a></body></html>")
+
+    def tamper(self, filename: str) -> None:
+        """The file changes on the index; the page keeps the sha256 it published."""
+        path = self.files / filename
+        path.write_bytes(path.read_bytes() + b"\0")
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[Index]:
+    served = Index(tmp_path / "index")
+    served.root.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             lambda *a: Quiet(*a, directory=str(served.root)))  # type: ignore[misc]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    served.url = f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    yield served
+    server.shutdown()
+    server.server_close()
+
+
+def publish_service(index: Index, tmp_path: Path, *, dep_hash: bool = True) -> None:
+    build = tmp_path / "build"
+    index.publish(write_wheel(build, "lwsvc", "1.0.0", {"lwsvc/__init__.py": b"import lwdep\n"},
+                              requires=["lwdep>=1.0"], tag="py3-none-any"))
+    index.publish(write_wheel(build, "lwdep", "1.2.0", {"lwdep/__init__.py": b"VALUE = 1\n"}, tag="py3-none-any"),
+                  with_hash=dep_hash)
+
+
+def test_the_lock_records_the_sha256_the_index_publishes_for_the_whole_resolution(index, tmp_path):
+    publish_service(index, tmp_path)
+    text = make_lock(["lwsvc==1.0.0"], PY, PLATFORMS, index.url)
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert lines == [f"lwdep==1.2.0 --hash=sha256:{index.published['lwdep-1.2.0-py3-none-any.whl']}",
+                     f"lwsvc==1.0.0 --hash=sha256:{index.published['lwsvc-1.0.0-py3-none-any.whl']}"]
+    assert index.url in text.splitlines()[0]
+
+
+def test_a_file_the_index_publishes_no_sha256_for_is_refused_in_one_line(index, tmp_path):
+    """pip's own report would hash the file on arrival: labwright refuses to pin what the index does not."""
+    publish_service(index, tmp_path, dep_hash=False)
+    with pytest.raises(OperationFailed) as info:
+        make_lock(["lwsvc==1.0.0"], PY, PLATFORMS, index.url)
+    line = str(info.value)
+    assert line.startswith("lwdep-1.2.0-py3-none-any.whl: ") and "publishes no sha256" in line and "\n" not in line
+
+
+def test_the_wheelhouse_comes_with_its_lock_and_a_file_changed_on_the_index_is_refused(index, tmp_path):
+    publish_service(index, tmp_path)
+    house = download_wheelhouse(["lwsvc==1.0.0"], PY, tmp_path / "house", index_url=index.url)
+    assert sorted(p.name for p in house.glob("*.whl")) == ["lwdep-1.2.0-py3-none-any.whl",
+                                                           "lwsvc-1.0.0-py3-none-any.whl"]
+    assert len(check_lock(house / LOCK_NAME)) == 2 and (house / ".complete").is_file()
+    # idempotent: a second call reuses it
+    before = {p.name: p.stat().st_mtime_ns for p in house.iterdir()}
+    assert download_wheelhouse(["lwsvc==1.0.0"], PY, house, index_url=index.url) == house
+    assert {p.name: p.stat().st_mtime_ns for p in house.iterdir()} == before
+    # the index's file changes after it published the sha256: pip refuses it, labwright says so in one line
+    index.tamper("lwdep-1.2.0-py3-none-any.whl")
+    with pytest.raises(SafetyCheckFailed) as info:
+        download_wheelhouse(["lwsvc==1.0.0"], PY, tmp_path / "house2", index_url=index.url)
+    line = str(info.value)
+    assert line.startswith("lwdep") and f"not the {index.published['lwdep-1.2.0-py3-none-any.whl']} " in line
+    assert "tampered" in line and "\n" not in line
+    assert not (tmp_path / "house2" / ".complete").exists()
+
+
+@pytest.fixture(scope="module")
+def guest_venv(tmp_path_factory) -> Path:
+    """A venv with the pip `python -m venv` bundles, as a guest's service venv has."""
+    path = tmp_path_factory.mktemp("guest") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, capture_output=True)
+    return path
+
+
+def run_install(venv: Path, house: Path) -> subprocess.CompletedProcess[str]:
+    args = pip_requirements(str(house), "", "'lwsvc==1.0.0'")
+    line = pip_install(str(venv / "bin" / "pip"), args, "lwsvc==1.0.0", str(house), "lwsvc_find_links", where="guest")
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1"}
+    return subprocess.run(["sh", "-c", line], capture_output=True, text=True, env=env)
+
+
+def test_the_service_venv_installs_from_the_lock_and_refuses_a_tampered_wheel(index, tmp_path, guest_venv):
+    publish_service(index, tmp_path)
+    house = download_wheelhouse(["lwsvc==1.0.0"], PY, tmp_path / "house", index_url=index.url)
+    args = pip_requirements(str(house), "", "'lwsvc==1.0.0'")
+    assert args == f"--no-index --find-links {house} --require-hashes -r {house}/{LOCK_NAME}"
+    # a wheel in the wheelhouse swapped after the lock was made: pip's hash mismatch, then labwright's one line
+    wheel = house / "lwdep-1.2.0-py3-none-any.whl"
+    good = wheel.read_bytes()
+    wheel.write_bytes(write_wheel(tmp_path / "evil", "lwdep", "1.2.0", {"lwdep/__init__.py": b"VALUE = 666\n"},
+                                  tag="py3-none-any").read_bytes())
+    refused = run_install(guest_venv, house)
+    assert refused.returncode == 1
+    lines = refused.stderr.strip().splitlines()
+    assert "DO NOT MATCH THE HASHES" in refused.stderr and "lwdep" in refused.stderr
+    assert lines[-1].startswith("labwright: cannot install lwsvc==1.0.0 from ") and "hashed lock" in lines[-1]
+    assert "tampered" in lines[-1] and "lwsvc_find_links" in lines[-1]
+    check = subprocess.run([str(guest_venv / "bin" / "python"), "-c", "import lwsvc"], capture_output=True)
+    assert check.returncode != 0  # nothing installed
+    # the genuine file back: installed, and a second run changes nothing
+    wheel.write_bytes(good)
+    for _ in range(2):
+        done = run_install(guest_venv, house)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+    value = subprocess.run([str(guest_venv / "bin" / "python"), "-c", "import lwdep; print(lwdep.VALUE)"],
+                           capture_output=True, text=True)
+    assert value.stdout.strip() == "1"
+
+
+def test_a_requirement_outside_the_lock_is_refused_by_pip(tmp_path, index):
+    """--require-hashes: a wheelhouse whose lock misses a dependency installs nothing."""
+    publish_service(index, tmp_path)
+    house = download_wheelhouse(["lwsvc==1.0.0"], PY, tmp_path / "house", index_url=index.url)
+    lock = house / LOCK_NAME
+    lock.write_text("".join(line + "\n" for line in lock.read_text().splitlines() if not line.startswith("lwdep")))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    refused = run_install(venv, house)
+    assert refused.returncode == 1 and "--require-hashes mode" in refused.stderr, refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith("labwright: cannot install lwsvc==1.0.0 from ")
+    assert subprocess.run([str(venv / "bin" / "python"), "-c", "import lwsvc"], capture_output=True).returncode
+
+
+_HOSTS = st.from_regex(r"[a-z][a-z0-9-]{0,12}(\.[a-z0-9-]{1,8}){0,2}|10\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}",
+                       fullmatch=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(host=_HOSTS, named=st.one_of(st.none(), st.just(""), _HOSTS), port=st.integers(1, 65535))
+def test_plain_http_is_trusted_only_when_its_host_is_named(host, named, port):
+    """Property: a plain http:// wheelhouse is refused in one line naming the URL and the data key unless
+    pip_trusted_host names exactly its host; https and directories never carry --trusted-host."""
+    url = f"http://{host}:{port}/wheels/"
+    trusted = named if named is not None else ""
+    if trusted == host:
+        args = pip_source(url, "", trusted)
+        assert args.endswith(f"--trusted-host {host}") and args.count("--trusted-host") == 1
+    else:
+        with pytest.raises(BadInput) as info:
+            pip_source(url, "", trusted)
+        line = str(info.value)
+        assert line.startswith(url) and f"pip_trusted_host={host}" in line and "\n" not in line
+    assert "--trusted-host" not in pip_source(f"https://{host}:{port}/wheels/", "", trusted)
+    assert "--trusted-host" not in pip_source("/mnt/wheels", "", trusted)
+    assert lock_of(url) == f"http://{host}:{port}/wheels/{LOCK_NAME}"
+
+
+_NAME = st.from_regex(r"[a-z][a-z0-9_-]{0,10}", fullmatch=True)
+_SHA = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=_NAME, sha=_SHA, spoil=st.sampled_from(["no-hash", "range", "short-hash", "no-version", "empty"]))
+def test_a_lock_line_without_an_exact_pin_and_a_sha256_is_refused_in_one_line(tmp_path_factory, name, sha, spoil):
+    good = f"{name}==1.0 --hash=sha256:{sha}"
+    bad = {"no-hash": f"{name}==1.0", "range": f"{name}>=1.0 --hash=sha256:{sha}",
+           "short-hash": f"{name}==1.0 --hash=sha256:{sha[:40]}", "no-version": f"{name} --hash=sha256:{sha}",
+           "empty": ""}[spoil]
+    path = tmp_path_factory.mktemp("lock") / LOCK_NAME
+    path.write_text(f"# a lock\n{good}\n{bad}\n")
+    if spoil == "empty":
+        assert check_lock(path) == [good]
+        path.write_text("# nothing\n")
+    with pytest.raises(BadInput) as info:
+        check_lock(path)
+    assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)
+
+
+def test_the_wheelhouse_command_makes_any_service_wheelhouse_with_its_lock(index, tmp_path, capsys):
+    """`python -m labwright.wheelhouse` (Kokoro's, the pipelines server's): requirements from -r files and words; a
+    pip option in the file is refused in one line, exit 2, nothing written."""
+    from labwright.wheelhouse import main
+
+    publish_service(index, tmp_path)
+    requirements = tmp_path / "requirements-minimum.txt"
+    requirements.write_text("# the pipelines server's\nlwsvc==1.0.0  # pinned\n\n")
+    out = tmp_path / "pipelines-wheels"
+    assert main(["--python", PY, "--out", str(out), "--index-url", index.url, "-r", str(requirements)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert [line.split("==")[0] for line in check_lock(out / LOCK_NAME)] == ["lwdep", "lwsvc"]
+    requirements.write_text("--extra-index-url http://elsewhere/simple\nlwsvc==1.0.0\n")
+    assert main(["--python", PY, "--out", str(tmp_path / "other"), "--index-url", index.url, "-r",
+                 str(requirements)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a pip option" in err and not (tmp_path / "other").exists()
