@@ -1,7 +1,7 @@
 """A realistic example lab: two Proxmox VE nodes, a GPU guest for tabbyAPI, a desktop guest, and an
 LXD/Incus host. Copy it, change the names and addresses, and run:
 
-    export PROXMOX_TOKEN_ID='root@pam!labwright'     # or PROXMOX_USER + PROXMOX_PASSWORD
+    export PROXMOX_TOKEN_ID='labwright@pve!deploy'   # the LabwrightDeploy role (docs/security.md), not root@pam
     export PROXMOX_TOKEN_SECRET="$(pass show pve/labwright)"   # from your password manager
     pyinfra inventories/lab.py deploys/base.py --limit gpu_guests
 

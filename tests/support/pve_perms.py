@@ -8,6 +8,15 @@ Provenance: pve-container 6.1.10 (94f558522ef6), src/PVE/LXC.pm ``check_ct_modif
 root@pam returns early (1658); devN is root-only (1686-1687); features on a privileged CT (1691-1692), on an
 unprivileged one all but nesting (1731-1732). The 403 text is pve-common 9.2.1 src/PVE/Exception.pm
 ``raise_perm_exc`` (53-68): "Permission check failed (WHAT)".
+
+Bridges: a ``netN`` names a bridge, and anyone but root@pam needs SDN.Use on it, for a container
+(pve-container LXC.pm ``check_ct_modify_config_perm`` 1682-1685 -> ``check_bridge_access`` 1758-1767) and a VM
+(qemu-server 9.2.6 API2/Qemu.pm ``create_vm`` 1364 -> ``PVE::QemuServer::check_bridge_access``), both ending in
+pve-guest-common (4a8f6cb) src/PVE/GuestHelpers.pm ``check_vnet_access`` 397-421: ``/sdn/zones/localnetwork/BRIDGE``
+(a plain Linux bridge is in the ``localnetwork`` zone), or ``.../BRIDGE/TAG`` for a VLAN tag.
+
+VMs: ``check_vm_modify_config_perm`` (qemu-server 9.2.6 src/PVE/API2/Qemu.pm 995-1055, the option tables 789-862):
+which VM.Config.* privilege each option needs; drives, hostpci, serial, usb, unused are checked elsewhere.
 """
 
 from __future__ import annotations
@@ -62,6 +71,10 @@ def check_modify_perm(cluster: PveCluster, user: str, vmid: int, old: Mapping[st
             cluster.check_perm(user, vm, ["VM.Config.Memory"])
         elif re.match(r"^net\d+$", opt) or opt in ("nameserver", "searchdomain", "hostname"):
             cluster.check_perm(user, vm, ["VM.Config.Network"])
+            if re.match(r"^net\d+$", opt):  # LXC.pm 1684-1685: the old bridge and the new one
+                for raw in ((old or {}).get(opt), None if deleting else new.get(opt)):
+                    if raw:
+                        check_bridge_access(cluster, user, parse_property_string(fmt(props, opt), raw))
         elif re.match(r"^dev\d+$", opt):
             raise perm_error("configuring device passthrough is only allowed for root@pam")
         elif opt == "features":
@@ -88,3 +101,61 @@ def check_modify_perm(cluster: PveCluster, user: str, vmid: int, old: Mapping[st
         check(opt, False)
     for opt in delete:
         check(opt, True)
+
+
+def check_bridge_access(cluster: PveCluster, user: str, net: Mapping[str, str]) -> None:
+    """GuestHelpers.pm ``check_vnet_access`` 397-421 for a bridge in the ``localnetwork`` zone (no SDN vnets)."""
+    if user == ROOT or not net.get("bridge"):
+        return
+    zone = f"/sdn/zones/localnetwork/{net['bridge']}"
+    tag, trunks = net.get("tag"), net.get("trunks")
+    if tag:
+        cluster.check_perm(user, f"{zone}/{tag}", ["SDN.Use"])
+    for one in [t for t in re.split(r"[;,]", trunks or "") if t]:
+        cluster.check_perm(user, f"{zone}/{one}", ["SDN.Use"])
+    if not (tag or trunks):
+        cluster.check_perm(user, zone, ["SDN.Use"])
+
+
+#: qemu-server API2/Qemu.pm 789-862: the option tables of ``check_vm_modify_config_perm``.
+QM_OPTIONS = {
+    "VM.Config.CPU": {"cores", "cpu", "runningcpu", "cpulimit", "cpuunits", "numa", "smp", "sockets", "vcpus"},
+    "VM.Config.Memory": {"memory", "balloon", "shares", "allow-ksm"},
+    "VM.Config.HWType": {"acpi", "hotplug", "kvm", "machine", "runningmachine", "scsihw", "smbios1", "tablet", "vga",
+                         "watchdog", "audio0", "rng0"},
+    "VM.Config.Options": {"agent", "autostart", "bios", "description", "keyboard", "localtime", "migrate_downtime",
+                          "migrate_speed", "name", "onboot", "ostype", "protection", "reboot", "startdate", "startup",
+                          "tdf", "template"},
+    "VM.PowerMgmt": {"freeze"},
+    "VM.Config.Disk": {"boot", "bootdisk", "vmstatestorage"},
+}
+QM_DRIVE = re.compile(r"^(ide\d+|sata\d+|scsi\d+|virtio\d+|efidisk0|tpmstate0)$")
+
+
+def check_vm_modify_config_perm(cluster: PveCluster, user: str, vmid: int, keys: list[str]) -> None:
+    """Qemu.pm 995-1055: root@pam passes; drives, cdrom, unused/serial/usb/hostpci/virtiofs and tags are checked
+    elsewhere (1002-1006); every other option needs its table's privilege on /vms/VMID, or is root's alone."""
+    if user == ROOT:
+        return
+    vm = f"/vms/{vmid}"
+    for opt in keys:
+        if QM_DRIVE.match(opt) or opt == "cdrom" or opt == "tags" or re.match(
+                r"^(?:unused|serial|usb|hostpci|virtiofs)\d+$", opt):
+            continue
+        privilege = next((priv for priv, opts in QM_OPTIONS.items() if opt in opts), None)
+        if privilege is None and re.match(r"^numa\d+$", opt):
+            privilege = "VM.Config.CPU"
+        if privilege is None and (re.match(r"^net\d+$", opt) or opt == "running-nets-host-mtu"):
+            privilege = "VM.Config.Network"
+        if privilege is None and (opt in ("cicustom", "cipassword", "citype", "ciuser", "ciupgrade", "nameserver",
+                                          "searchdomain", "sshkeys") or re.match(r"^ipconfig\d+$", opt)):
+            cluster.check_perm(user, vm, ["VM.Config.Cloudinit", "VM.Config.Network"], any_of=True)
+            continue
+        if privilege is None and opt == "vmstate":
+            cluster.check_perm(user, vm, ["VM.Config.Disk", "VM.PowerMgmt"])
+            continue
+        if privilege is None:
+            raise PveApiError(500, f"only root can set '{opt}' config")
+        cluster.check_perm(user, vm, [privilege])
+        if opt == "startup":
+            cluster.check_perm(user, "/", ["Sys.Modify"])

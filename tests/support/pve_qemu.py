@@ -41,7 +41,7 @@ from typing import Any
 
 from support.pve_config import NEW_DISK_RE, CtConfig, digest, random_mac, to_api
 from support.pve_formats import PROPERTY_FORMATS, parse_size, split_list
-from support.pve_perms import ROOT, fmt
+from support.pve_perms import ROOT, check_bridge_access, check_vm_modify_config_perm, fmt
 from support.pve_schema import PveApiError, indexed_schema, param_error, parse_property_string, print_property_string
 from support.pve_state import PveCluster, SimStorage, Task, TaskAbort
 
@@ -195,9 +195,12 @@ class Qemu:
         if not self.cluster.has_privs(user, ["VM.Allocate"]):
             raise PveApiError(403, "Permission check failed")
         self._check_disks(user, params)
+        # Qemu.pm 1355-1364: each option's privilege, then hostpci, then the bridges
+        check_vm_modify_config_perm(self.cluster, user, vmid, list(params))
         for key in sorted(k for k in params if re.match(r"^hostpci\d+$", k)):
             self._check_hostpci_perm(user, vmid, key, params[key])
         for key in [k for k in params if re.match(r"^net\d+$", k)]:
+            check_bridge_access(self.cluster, user, parse_property_string(fmt(self.props, key), params[key]))
             params[key] = self._net(params[key])
         try:
             self.cluster.vmid_unused(vmid)
@@ -261,11 +264,13 @@ class Qemu:
                 raise param_error({"delete": f"you can't use '-{opt}' and -delete {opt}' at the same time"})
             if re.match(r"^hostpci\d+$", opt) and opt in conf.effective():
                 self._check_hostpci_perm(user, vmid, opt, conf.effective()[opt])
+        check_vm_modify_config_perm(self.cluster, user, vmid, [*params, *delete])  # update_vm_api, as create's
         for opt in sorted(params):
             if re.match(r"^hostpci\d+$", opt):
                 self._check_hostpci_perm(user, vmid, opt, params[opt])
         self._check_disks(user, params)
         for key in [k for k in params if re.match(r"^net\d+$", k)]:
+            check_bridge_access(self.cluster, user, parse_property_string(fmt(self.props, key), params[key]))
             params[key] = self._net(params[key])
 
         def change(task: Task | None) -> None:

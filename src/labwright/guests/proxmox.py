@@ -398,7 +398,8 @@ class ProxmoxBackend(GuestBackend):
         params = {"vmid": spec.vmid, "ostemplate": spec.template, "rootfs": state.desired.rootfs,
                   "unprivileged": int(spec.unprivileged), **put}
         upid = call(f"{spec.where}: creating CT {spec.vmid} on {self.node}",
-                    lambda: self.api.nodes(self.node).lxc.post(**params))
+                    lambda: self.api.nodes(self.node).lxc.post(**params),
+                    needs=(f"/vms/{spec.vmid}", "VM.Allocate"))  # API2/LXC.pm 295-301: a bare raise_perm_exc()
         # A failed or stopped create task is rolled back by PVE itself; nothing to clean up here.
         self._wait(upid, f"{spec.where}: creating CT {spec.vmid}")
         try:

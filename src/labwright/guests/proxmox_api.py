@@ -19,6 +19,7 @@ import requests
 from proxmoxer import AuthenticationError, ProxmoxAPI, ResourceException
 
 from labwright.errors import BadInput, OperationFailed
+from labwright.guests.pve_role import denied, missing_privilege_line
 
 T = TypeVar("T")
 ROOT = "root@pam"
@@ -118,14 +119,20 @@ def reason(exc: ResourceException) -> str:
     return " ".join(text.split())
 
 
-def call(what: str, fn: Callable[[], T]) -> T:
-    """Run one API call; any failure becomes ``OperationFailed`` naming ``what`` and PVE's reason."""
+def call(what: str, fn: Callable[[], T], needs: tuple[str, str] | None = None) -> T:
+    """Run one API call; any failure becomes ``OperationFailed`` naming ``what`` and PVE's reason. A 403 names the
+    privilege the credentials lack, and where (PVE's own text does; for a check that says only "Permission check
+    failed", as a create without VM.Allocate does, ``needs`` = (path, privilege) says it)."""
     try:
         return fn()
     except ResourceException as exc:
         if exc.status_code == 401:
             raise BadInput(f"{what} failed: Proxmox rejected the credentials (401 {reason(exc)}): check "
                            "PROXMOX_TOKEN_ID and PROXMOX_TOKEN_SECRET (or PROXMOX_USER and PROXMOX_PASSWORD)") from exc
+        if exc.status_code == 403:
+            found = denied(reason(exc)) or needs
+            if found:
+                raise OperationFailed(missing_privilege_line(what, *found)) from exc
         raise OperationFailed(f"{what} failed: {exc.status_code} {reason(exc)}") from exc
     except requests.exceptions.SSLError as exc:
         raise OperationFailed(f"{what} failed: TLS verification failed; set proxmox_ca_file") from exc

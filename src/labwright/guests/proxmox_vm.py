@@ -197,7 +197,8 @@ class VmOps:
         if state.desired.efidisk:
             params[EFI_DISK] = state.desired.efidisk
         upid = call(f"{spec.where}: creating VM {spec.vmid} on {self.node}",
-                    lambda: self.api.nodes(self.node).qemu.post(**params))
+                    lambda: self.api.nodes(self.node).qemu.post(**params),
+                    needs=(f"/vms/{spec.vmid}", "VM.Allocate"))  # API2/Qemu.pm 1309-1321: a bare raise_perm_exc()
         # A failed create task is rolled back by PVE itself (config removed, volumes freed).
         self.backend._wait(upid, f"{spec.where}: creating VM {spec.vmid}")
         try:
