@@ -243,3 +243,23 @@ def test_the_wheelhouse_command_makes_any_service_wheelhouse_with_its_lock(index
                  str(requirements)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is a pip option" in err and not (tmp_path / "other").exists()
+
+
+@pytest.mark.parametrize("service", ["litellm", "kokoro", "openwebui"])
+def test_a_plain_http_wheelhouse_is_refused_by_the_deploy_before_the_host_is_touched(service):
+    """Through pyinfra (`--dry @local`): one line naming the data key, the URL and pip_trusted_host; with the host
+    named, that check passes."""
+    repo = Path(__file__).resolve().parents[3]
+    pyinfra = Path(sys.executable).parent / "pyinfra"
+    url = "http://10.9.9.9:8765/"
+
+    def run(*extra: str) -> str:
+        result = subprocess.run([str(pyinfra), "-y", "--dry", "@local", f"deploys/{service}.py", "--data",
+                                 f"{service}_find_links={url}", "--data", f"engine={service}", *extra],
+                                cwd=repo, capture_output=True, text=True, timeout=120)
+        return result.stdout + result.stderr
+
+    output = run()
+    assert f"{service}_find_links: {url} is plain HTTP" in output and "pip_trusted_host=10.9.9.9" in output, output
+    assert "Traceback" not in output
+    assert "is plain HTTP" not in run("--data", "pip_trusted_host=10.9.9.9")
