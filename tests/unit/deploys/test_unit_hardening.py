@@ -26,8 +26,11 @@ pytestmark = pytest.mark.skipif(ANALYZE is None, reason="needs systemd-analyze (
 
 #: Under 5 of systemd-analyze's 0-10 scale; --threshold= takes the same scale times ten (4.9 -> 49).
 THRESHOLD = 49
-#: /proc/devices of a GPU host with the NVIDIA driver (550, open and proprietary module names) and a DRM card.
-NVIDIA_GROUPS = ("nvidia-frontend", "nvidia", "nvidia-uvm", "nvidia-caps", "nvidia-nvlink", "nvidia-nvswitch")
+#: The NVIDIA character-device groups of /proc/devices as the lent H200 showed them (driver 580, 2026-11-28: nvidia
+#: and nvidiactl both major 195, nvidia-uvm, nvidia-nvswitch, nvidia-nvlink, nvidia-caps, nvidia-caps-imex-channels),
+#: and the older drivers' name for major 195 (nvidia-frontend).
+NVIDIA_GROUPS = ("nvidia", "nvidiactl", "nvidia-uvm", "nvidia-nvswitch", "nvidia-nvlink", "nvidia-caps",
+                 "nvidia-caps-imex-channels", "nvidia-frontend")
 OTHER_GROUPS = ("mem", "tty", "input", "rtc", "hidraw", "kvm", "sg", "bsg")
 
 
