@@ -45,8 +45,6 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from labwright.shell import quote
-
 LOCK_PATH = "/run/lock/labwright.lock"
 GUARD_PATH = "/run/lock/labwright.guard"
 ENV = "LABWRIGHT_GUEST_LOCK"
@@ -244,8 +242,11 @@ Runner = Callable[[str], "tuple[int, str, str]"]
 
 
 def guest_command(action: str, argument: dict[str, Any]) -> str:
-    """The shell line that runs ``take`` / ``release`` / ``read`` on the guest with this very file's code."""
+    """The shell line that runs ``take`` / ``release`` / ``read`` on the guest with this very file's code. (This
+    module's top level stays stdlib-only: it runs on the guest, where labwright is not installed.)"""
     from pathlib import Path
+
+    from labwright.shell import quote
 
     source = Path(__file__).read_text()
     return (f"command -v python3 >/dev/null || {{ echo 'labwright: no python3 on the guest (the run lock needs it)' "

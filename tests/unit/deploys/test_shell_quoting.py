@@ -194,6 +194,21 @@ def test_the_whole_package_quotes_through_the_one_helper() -> None:
     assert found == [], f"use labwright.shell.quote / join instead of shlex in {found}"
 
 
+#: Modules whose own source runs on a guest, where labwright is not installed (guestlock.guest_command sends its file
+#: to ``python3 -c``; deploys/model.py sends models/fetch.py): their top level imports the standard library only, so
+#: they import labwright.shell inside the controller-side function that quotes.
+SHIPPED = ("guestlock.py", "models/fetch.py")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_module_that_runs_on_a_guest_imports_no_labwright_at_its_top(name: str) -> None:
+    tree = ast.parse((REPO / "src" / "labwright" / name).read_text())
+    top = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    found = [a.name for n in top if isinstance(n, ast.Import) for a in n.names if a.name.split(".")[0] == "labwright"]
+    found += [n.module for n in top if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "labwright"]
+    assert found == [], f"{name} runs on guests without labwright; import {found} inside a function"
+
+
 # --- the helper where it leaves deploys: command builders of facts, checks and hosts, run by a real sh ----------
 CANARY = "lw-canary"
 INJECTIONS = [f";touch {CANARY}", f"$(touch {CANARY})", f"`touch {CANARY}`", f"\ntouch {CANARY}",
