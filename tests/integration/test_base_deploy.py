@@ -307,3 +307,31 @@ def test_a_drop_in_read_first_is_named_and_the_old_one_gives_way(lab, deployed):
     finally:
         sh(lab, deployed.name, f"rm -f {conf_d}/00-aaa.conf {conf_d}/50-cloud-init.conf && systemctl reload ssh")
     assert deploy(lab, deployed.name).rc == 0
+
+
+# --- sudo ------------------------------------------------------------------------------------------------
+def test_sudo_asks_for_the_password_only_when_the_data_says_so_and_one_exists(lab, deployed):
+    sudoers = "/etc/sudoers.d/labwright-labadmin"
+    # The admin has no password (useradd leaves it locked): asking sudo for one would lock everyone out.
+    refused = deploy(lab, deployed.name, "admin_sudo_nopasswd=false")
+    assert refused.rc != 0
+    lines = [line for line in refused.output.splitlines() if "admin_sudo_nopasswd: " in line]
+    assert len(lines) == 1 and "labadmin has no password" in lines[0] and "locked" in lines[0], refused.output[-3000:]
+    assert "Beginning operation run" not in refused.output
+    assert "NOPASSWD: ALL" in sh(lab, deployed.name, f"cat {sudoers}")
+    sh(lab, deployed.name, "printf 'labadmin:Lab-pw-5678\\n' | chpasswd")
+    try:
+        asked = deploy(lab, deployed.name, "admin_sudo_nopasswd=false")
+        assert asked.rc == 0, asked.output[-3000:]
+        assert "NOPASSWD" not in sh(lab, deployed.name, f"cat {sudoers}")
+        sh(lab, deployed.name, "visudo -c >/dev/null")
+        no_prompt = lab.client.exec(deployed.name, ["runuser", "-u", "labadmin", "--", "sudo", "-n", "true"])
+        assert no_prompt.exit_code != 0 and b"password is required" in no_prompt.stderr
+        typed = "printf 'Lab-pw-5678\\n' | runuser -u labadmin -- sudo -S -k -p '' id -u"
+        assert sh(lab, deployed.name, typed) == "0\n"
+    finally:
+        restored = deploy(lab, deployed.name)
+        sh(lab, deployed.name, "usermod -p '!' labadmin")
+    assert restored.rc == 0, restored.output[-3000:]
+    assert sh(lab, deployed.name, "runuser -u labadmin -- sudo -n id -u") == "0\n"
+    assert_passes(verify(lab, deployed.name))

@@ -2,8 +2,8 @@
 
 Reads a mapping (``host.data.dict()`` in the deploy, a dict in tests) and the control machine's public key file,
 never a target host. Keys (documented in docs/base.md): admin_user, admin_ssh_public_key_file, timezone, locale,
-unattended_upgrades, sshd_permit_root_login, sshd_extra_config. A refusal names the key, without a prefix
-(``timezone: ...``).
+unattended_upgrades, sshd_permit_root_login, sshd_extra_config, admin_sudo_nopasswd. A refusal names the key,
+without a prefix (``timezone: ...``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ DEFAULTS: dict[str, Any] = {
     # on unless the host data turns them off on purpose (docs/security.md).
     "unattended_upgrades": True,
     "sshd_permit_root_login": "no",
+    # NOPASSWD for the admin: deploys run through `sudo -n sh -c ...` (pyinfra --sudo); false asks for the password
+    "admin_sudo_nopasswd": True,
     "sshd_extra_config": [],
 }
 
@@ -146,6 +148,7 @@ class BaseSettings:
     unattended: bool
     sshd_extra: list[str]
     permit_root_login: str = "no"
+    sudo_nopasswd: bool = True
 
     @property
     def packages(self) -> list[str]:
@@ -161,7 +164,7 @@ class BaseSettings:
         return self.locale.replace(".", r"\.")
 
     def render_sudoers(self) -> str:
-        return JINJA.get_template("sudoers-admin.j2").render(admin_user=self.admin_user)
+        return JINJA.get_template("sudoers-admin.j2").render(admin_user=self.admin_user, nopasswd=self.sudo_nopasswd)
 
     def render_auto_upgrades(self) -> str:
         return JINJA.get_template("20auto-upgrades.j2").render(flag="1" if self.unattended else "0")
@@ -191,7 +194,14 @@ def settings_from(data: Mapping[str, Any]) -> BaseSettings:
         raise fail("locale", f"{locale!r} is not a locale name such as en_US.UTF-8")
     unattended = as_bool(data, "unattended_upgrades")
     permit = permit_root_login(data)
-    return BaseSettings(admin_user, admin_keys, timezone, locale, unattended, extra_sshd_lines(data), permit)
+    return BaseSettings(admin_user, admin_keys, timezone, locale, unattended, extra_sshd_lines(data), permit,
+                        as_bool(data, "admin_sudo_nopasswd"))
+
+
+def has_usable_password(shadow_field: str | None) -> bool:
+    """A shadow password field someone can type a password for: not empty, not locked (``!``), not ``*``."""
+    field = (shadow_field or "").strip()
+    return bool(field) and not field.startswith(("!", "*"))
 
 
 def permit_root_login(data: Mapping[str, Any]) -> str:

@@ -14,7 +14,7 @@ from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File, FindInFile, Link, Sha1File
-from pyinfra.facts.server import Locales
+from pyinfra.facts.server import Locales, Users
 from pyinfra.operations import files, server
 
 from labwright.base.deploy_data import (
@@ -22,6 +22,7 @@ from labwright.base.deploy_data import (
     SSHD_DROPIN,
     SSHD_DROPIN_OLD,
     fail,
+    has_usable_password,
     locale_key,
     settings_from,
     sha1,
@@ -84,6 +85,14 @@ def deploy_base() -> None:
                    "would shut that login out after this run; run it as the admin user (pyinfra --user "
                    f"{s.admin_user} --sudo) once it exists, or keep root's key logins on this host on purpose: "
                    "--data sshd_permit_root_login=prohibit-password (nothing was changed)")
+
+    if not s.sudo_nopasswd:
+        # sudo would ask for a password: one the admin can type must exist, or nobody could sudo after this run
+        shadow = (host.get_fact(Users).get(s.admin_user) or {}).get("password")
+        if not has_usable_password(shadow):
+            raise fail("admin_sudo_nopasswd", f"false, but {s.admin_user} has no password on {host.name} to type "
+                       f"for sudo (its shadow entry is {'locked' if shadow else 'missing'}); set one first (passwd "
+                       f"{s.admin_user} there), or keep admin_sudo_nopasswd=true (nothing was changed)")
 
     # --- packages: apt only runs (and only refreshes its lists) when something is missing -------------
     installed = host.get_fact(DebPackages)  # read before the install: what the checks below know of the host

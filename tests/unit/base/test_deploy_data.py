@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pyinfra.api.exceptions import DeployError
 
-from labwright.base.deploy_data import SSHD_DROPIN, locale_key, settings_from, sshd_check
+from labwright.base.deploy_data import SSHD_DROPIN, has_usable_password, locale_key, settings_from, sshd_check
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGk0dW0gdGVzdCBrZXkgb25seQ me@lab"
 
@@ -91,3 +91,14 @@ def test_root_logins_are_off_unless_the_data_keeps_root_keys_on_purpose(pub):
         assert "\nPermitRootLogin prohibit-password\n" in kept.render_sshd_dropin()
     # the drop-in is read before cloud-init's 50-cloud-init.conf (sshd keeps the first value of an option)
     assert SSHD_DROPIN == "/etc/ssh/sshd_config.d/00-labwright.conf" and "00-labwright.conf" < "50-cloud-init.conf"
+
+
+def test_sudo_is_passwordless_unless_the_data_asks_for_the_password(pub):
+    s = settings_from({"admin_ssh_public_key_file": str(pub)})
+    assert s.sudo_nopasswd and "\nlabadmin ALL=(ALL:ALL) NOPASSWD: ALL\n" in s.render_sudoers()
+    asked = settings_from({"admin_ssh_public_key_file": str(pub), "admin_sudo_nopasswd": "false"})
+    assert not asked.sudo_nopasswd and "NOPASSWD" not in asked.render_sudoers()
+    assert "\nlabadmin ALL=(ALL:ALL) ALL\n" in asked.render_sudoers()
+    # only a password someone can type counts: not locked (!), not * (no login), not empty
+    assert [has_usable_password(f) for f in ("$6$salt$hash", "!$6$salt$hash", "!", "*", "", None)] == [
+        True, False, False, False, False, False]
