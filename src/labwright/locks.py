@@ -17,6 +17,7 @@ against it, so a wheelhouse carries its lock to the guest.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -62,7 +63,8 @@ def check_index(index_url: str) -> str:
     return index_url if index_url.endswith("/") else index_url + "/"
 
 
-def resolve(requirements: list[str], python: str, platforms: list[str], index_url: str) -> list[dict]:
+def resolve(requirements: list[str], python: str, platforms: list[str], index_url: str,
+            extra_index_urls: tuple[str, ...] = ()) -> list[dict]:
     """pip's installation report for ``requirements`` on CPython ``python`` and ``platforms``, nothing installed."""
     with tempfile.TemporaryDirectory(prefix="labwright-lock-") as tmp:
         report = Path(tmp) / "report.json"
@@ -70,6 +72,8 @@ def resolve(requirements: list[str], python: str, platforms: list[str], index_ur
                    "--ignore-installed", "--quiet", "--report", str(report), "--only-binary=:all:",
                    "--python-version", python, "--implementation", "cp", "--target", str(Path(tmp) / "target"),
                    "--index-url", index_url]
+        for extra in extra_index_urls:
+            command += ["--extra-index-url", extra]
         for platform in platforms:
             command += ["--platform", platform]
         env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
@@ -99,8 +103,10 @@ def hash_mismatch(lines: list[str], index_url: str, lock: Path | None = None) ->
             "replaced on the index or on the way; nothing was kept or installed")
 
 
-def published_hashes(index_url: str, name: str, version: str, timeout: float = TIMEOUT_S) -> dict[str, str]:
-    """{wheel file name: sha256} for every wheel of ``name`` ``version`` whose sha256 the index publishes."""
+def published_hashes(index_url: str, name: str, version: str, timeout: float = TIMEOUT_S,
+                     missing_ok: bool = False) -> dict[str, str]:
+    """{wheel file name: sha256} for every wheel of ``name`` ``version`` whose sha256 the index publishes
+    (``missing_ok``: an index without the project, HTTP 404, gives none)."""
     from labwright.matrix.outside import parse_simple  # the PEP 503/691 reader `matrix refresh` uses
 
     url = f"{index_url}{canonicalize_name(name)}/"
@@ -108,6 +114,11 @@ def published_hashes(index_url: str, name: str, version: str, timeout: float = T
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             body, content_type = response.read(), response.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404 and missing_ok:
+            return {}
+        raise OperationFailed(f"cannot read {url} (HTTP {exc.code}): the lock needs the sha256 the index publishes; "
+                              "check --index-url") from None
     except (urllib.error.URLError, OSError) as exc:
         raise OperationFailed(f"cannot read {url} ({getattr(exc, 'reason', exc)}): the lock needs the sha256 the "
                               "index publishes; check the network or --index-url") from None
@@ -128,10 +139,11 @@ def published_hashes(index_url: str, name: str, version: str, timeout: float = T
 
 
 def lock_entries(requirements: list[str], python: str, platforms: list[str], index_url: str = PYPI_SIMPLE,
-                 timeout: float = TIMEOUT_S) -> list[Locked]:
+                 timeout: float = TIMEOUT_S, extra_index_urls: tuple[str, ...] = ()) -> list[Locked]:
     """The lock of ``requirements`` for CPython ``python`` (see the module docstring); OperationFailed naming the
-    file when the index publishes no sha256 for one pip chose."""
+    file when no index publishes a sha256 for one pip chose (``extra_index_urls``: also asked, as pip does)."""
     index_url = check_index(index_url)
+    indexes = (index_url, *(check_index(extra) for extra in extra_index_urls))
     extras: dict[str, set[str]] = {}
     for text in requirements:
         try:
@@ -140,11 +152,14 @@ def lock_entries(requirements: list[str], python: str, platforms: list[str], ind
             raise BadInput(f"{text!r} is not a requirement ({exc})") from None
         extras.setdefault(canonicalize_name(requirement.name), set()).update(requirement.extras)
     entries = []
-    for item in resolve(requirements, python, platforms, index_url):
+    for item in resolve(requirements, python, platforms, index_url, indexes[1:]):
         name = canonicalize_name(str(item["metadata"]["name"]))
         version = str(item["metadata"]["version"])
         chosen = str((item.get("download_info") or {}).get("url", "")).rsplit("/", 1)[-1].replace("%2B", "+")
-        hashes = published_hashes(index_url, name, version, timeout)
+        hashes: dict[str, str] = {}
+        for index in indexes:
+            if chosen not in hashes:
+                hashes.update(published_hashes(index, name, version, timeout, missing_ok=len(indexes) > 1))
         if chosen not in hashes:
             raise OperationFailed(f"{chosen or name + ' ' + version}: {index_url} publishes no sha256 for it, so it "
                                   "cannot be pinned (a hash taken on arrival proves nothing): use an index that "
@@ -161,9 +176,28 @@ def render(entries: list[Locked], requirements: list[str], python: str, index_ur
     return "\n".join([*head, *(entry.line() for entry in entries)]) + "\n"
 
 
-def make_lock(requirements: list[str], python: str, platforms: list[str], index_url: str = PYPI_SIMPLE) -> str:
+def make_lock(requirements: list[str], python: str, platforms: list[str], index_url: str = PYPI_SIMPLE,
+              extra_index_urls: tuple[str, ...] = ()) -> str:
     index_url = check_index(index_url)
-    return render(lock_entries(requirements, python, platforms, index_url), requirements, python, index_url)
+    entries = lock_entries(requirements, python, platforms, index_url, extra_index_urls=extra_index_urls)
+    return render(entries, requirements, python, " and ".join((index_url, *extra_index_urls)))
+
+
+def cached_lock(requirements: list[str], python: str, platforms: list[str], index_url: str = PYPI_SIMPLE,
+                extra_index_urls: tuple[str, ...] = (), root: Path | None = None) -> Path:
+    """The lock of ``requirements`` for CPython ``python`` from the index(es), made once and kept under the cache
+    (``~/.cache/labwright/locks/``): a deploy that installs from the index, not a wheelhouse, puts it on the guest
+    and installs from it alone, so every later deploy installs exactly the same files."""
+    from labwright import paths
+    from labwright.atomic import write_text_atomic
+
+    key = json.dumps([sorted(requirements), python, platforms, index_url, list(extra_index_urls)])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    path = (root or paths.cache_root() / "locks") / f"{digest}.lock"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, make_lock(requirements, python, platforms, index_url, extra_index_urls))
+    return path
 
 
 def check_lock(path: Path) -> list[str]:

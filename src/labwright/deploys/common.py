@@ -66,6 +66,37 @@ def lock_of(find_links: str) -> str:
     return find_links.rstrip("/") + "/" + LOCK_NAME
 
 
+GUEST_PYTHON = "python3 -c 'import platform; print(platform.python_version())'"
+LOCKS_DIR = "/var/lib/labwright/locks"  # on the guest: the hashed locks of the venvs installed from an index
+
+
+def index_lock(requirements: list[str], extra_index_url: str, dest: str, what: str) -> str:
+    """From the index (no wheelhouse): the hashed lock of ``requirements`` for the guest's CPython, made on this
+    machine from the sha256 the index publishes (labwright.locks.cached_lock, kept in the cache so every deploy installs
+    the same files), put at ``dest`` on the guest (root, 0644); returns pip's words to install from it alone
+    (``--require-hashes -r DEST``). A lock that cannot be made stops the deploy here in one line, before the install."""
+    from pyinfra.api.exceptions import DeployError
+    from pyinfra.facts.server import Command
+    from pyinfra.operations import files
+
+    from labwright.errors import LabwrightError
+    from labwright.locks import PYPI_SIMPLE, cached_lock
+    from labwright.wheelhouse import PLATFORMS
+
+    python = str(host.get_fact(Command, command=GUEST_PYTHON) or "").strip()
+    if not re.fullmatch(r"3\.\d+\.\d+", python):
+        raise DeployError(f"{host.name}: python3 answered {python!r}, not a CPython 3 version: the hashed lock for "
+                          f"{what} is made for the guest's Python (install python3 there, or use a wheelhouse)")
+    try:
+        lock = cached_lock(requirements, python, PLATFORMS, PYPI_SIMPLE,
+                           (extra_index_url,) if extra_index_url else ())
+    except LabwrightError as exc:
+        raise DeployError(f"the hashed lock for {what} (CPython {python}): {exc}") from None
+    files.put(name=f"Hashed lock for {what} ({dest})", src=str(lock), dest=dest, user="root", group="root",
+              mode="644")
+    return f"{pip_source('', extra_index_url)} --require-hashes -r {quote(dest)}".strip()
+
+
 def pip_requirements(find_links: str, extra_index_url: str, requirements: str,
                      trusted_host: str | None = None) -> str:
     """pip's source and requirement words for a service venv. From a wheelhouse: its hashed lock alone

@@ -21,6 +21,8 @@ from pyinfra.operations.util import any_changed
 from labwright.default_keys import is_default_key
 from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
 from labwright.deploys.common import (
+    LOCKS_DIR,
+    index_lock,
     install_missing,
     pip_install,
     pip_requirements,
@@ -71,13 +73,15 @@ def stage(source: Path, patched: dict[str, str]) -> Path:
 
 
 def install_commands(venv: str, wanted: list[str], what: str, find_links: str, extra_index: str, marker: str,
-                     where: str) -> list[str]:
+                     where: str, lock_args: str = "") -> list[str]:
     """The venv at ``venv`` with the ``wanted`` requirements from ``find_links`` (alone: its hashed lock, which holds
     them, with --require-hashes; common.pip_requirements), else ``extra_index`` and PyPI, then ``marker`` (the
-    requirement list and its digest) in ``venv``/.labwright-requirements; every value quoted."""
+    requirement list and its digest) in ``venv``/.labwright-requirements; every value quoted. ``lock_args``: from the
+    index, common.index_lock's words (the hashed lock made for the guest)."""
+    args = lock_args if lock_args and not find_links else pip_requirements(find_links, extra_index, join(wanted))
     return [
         venv_create(venv),
-        pip_install(f"{venv}/bin/pip", pip_requirements(find_links, extra_index, join(wanted)), what,
+        pip_install(f"{venv}/bin/pip", args, what,
                     find_links or extra_index or "PyPI", "kokoro_find_links / kokoro_extra_index_url", where=where),
         f"printf '%s\\n' {quote(marker)} > {quote(f'{venv}/{MARKER}')}",
     ]
@@ -185,9 +189,12 @@ def deploy_kokoro() -> None:
     digest = hashlib.sha256(requirement_text.encode()).hexdigest()
     install_changed = False
     if not host.get_fact(FindInFile, path=f"{venv}/{MARKER}", pattern=f"sha256 {digest}"):
+        what = f"{len(wanted)} requirements ({device})"
+        # From the index: the hashed lock made here for the guest's Python (common.index_lock).
+        lock_args = "" if find_links else index_lock(wanted, extra_index, f"{LOCKS_DIR}/{service}.lock", what)
         server.shell(name=f"Install {len(wanted)} requirements ({device}) into {venv}",
-                     commands=install_commands(venv, wanted, f"{len(wanted)} requirements ({device})", find_links,
-                                               extra_index, requirement_text + "sha256 " + digest, host.name))
+                     commands=install_commands(venv, wanted, what, find_links, extra_index,
+                                               requirement_text + "sha256 " + digest, host.name, lock_args))
         install_changed = True
 
     # --- unit, start, restart on change, health ----------------------------------------------------------

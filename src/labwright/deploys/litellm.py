@@ -21,6 +21,8 @@ from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
 from labwright.deploys.common import (
+    LOCKS_DIR,
+    index_lock,
     install_missing,
     pip_install,
     pip_requirements,
@@ -52,6 +54,7 @@ from labwright.litellm.config import (
     render_config,
     render_secrets,
 )
+from labwright.litellm.wheelhouse import EXTRA as WHEELHOUSE_EXTRA
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 from labwright.operations import http
@@ -129,12 +132,14 @@ def engine_key_values(keys: list[EngineKey]) -> dict[str, str]:
     return values
 
 
-def install_commands(venv: str, version: str, find_links: str, where: str) -> list[str]:
+def install_commands(venv: str, version: str, find_links: str, where: str, lock_args: str = "") -> list[str]:
     """The venv at ``venv`` with litellm[proxy]==``version`` from ``find_links`` (its hashed lock, --require-hashes;
-    labwright.deploys.common.pip_requirements), else PyPI; every value quoted."""
+    labwright.deploys.common.pip_requirements), else PyPI (from ``lock_args``: common.index_lock's); every value
+    quoted."""
     spec = f"litellm[proxy]=={version}"
-    return [venv_create(venv), pip_install(f"{venv}/bin/pip", pip_requirements(find_links, "", quote(spec)), spec,
-                                           find_links or "PyPI", "litellm_find_links", where=where)]
+    args = lock_args if lock_args and not find_links else pip_requirements(find_links, "", quote(spec))
+    return [venv_create(venv), pip_install(f"{venv}/bin/pip", args, spec, find_links or "PyPI", "litellm_find_links",
+                                           where=where)]
 
 
 def master_key_command(master_env: str) -> str:
@@ -210,8 +215,11 @@ def deploy_litellm() -> None:
     install_changed = False
     current = host.get_fact(LitellmVersion, venv=venv)
     if current != version:
+        # From PyPI: the hashed lock made here for the guest's Python (common.index_lock); from a wheelhouse, its own.
+        lock_args = "" if find_links else index_lock([f"litellm[proxy]=={version}", *WHEELHOUSE_EXTRA], "",
+                                                     f"{LOCKS_DIR}/{service}.lock", f"litellm[proxy]=={version}")
         server.shell(name=f"Install litellm[proxy]=={version} in {venv} (was {current or 'absent'})",
-                     commands=install_commands(venv, version, find_links, host.name))
+                     commands=install_commands(venv, version, find_links, host.name, lock_args))
         install_changed = True
 
     # --- keys, config, unit ---------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
 from labwright.deploys.common import (
+    LOCKS_DIR,
+    index_lock,
     install_missing,
     pip_install,
     pip_requirements,
@@ -45,6 +47,7 @@ from labwright.openwebui.config import (
     refuse_default_key,
     render_settings,
 )
+from labwright.openwebui.wheelhouse import EXTRA as WHEELHOUSE_EXTRA
 from labwright.operations import http
 from labwright.operations import systemd as systemd_ops
 from labwright.operations.secrets import secret_file
@@ -120,10 +123,13 @@ def deploy_openwebui() -> None:
             raise fail("pipelines_ref", f"{pipelines_ref!r} is not a plain git commit, tag or branch")
         if pipelines_port == port:
             raise fail("pipelines_port", f"{pipelines_port} is Open WebUI's own port (openwebui_port)")
-        if find_links and not pipelines_find_links:
-            raise fail("pipelines_find_links", "the pipelines venv installs from its own hashed lock, not Open WebUI's "
-                       "wheelhouse: build one with `python -m labwright.wheelhouse --python <guest's> --out DIR -r "
-                       "requirements-minimum.txt` and set openwebui_pipelines_find_links to it (nothing was changed)")
+        if not pipelines_find_links:
+            # Its requirements are read from the repository on the guest, so this machine cannot lock them from the
+            # index: they come from a wheelhouse with its hashed lock (docs/security.md, "Every download pinned").
+            raise fail("pipelines_find_links", "the pipelines venv installs from a hashed lock: build its wheelhouse "
+                       "with `python -m labwright.wheelhouse --python <the guest's> --out DIR -r "
+                       "requirements-minimum.txt` (the file at openwebui_pipelines_ref) and set "
+                       "openwebui_pipelines_find_links to it (nothing was changed)")
     # Every venv from a wheelhouse installs from its hashed lock (docs/security.md, "Every download pinned"); a plain
     # http:// one only when pip_trusted_host names its host: checked here, before the host is touched.
     try:
@@ -177,6 +183,9 @@ def deploy_openwebui() -> None:
     install_changed = False
     current = host.get_fact(OpenwebuiVersion, venv=venv)
     if current != version:
+        if not find_links:  # from the index: the hashed lock made here for the guest's Python (common.index_lock)
+            install_args = index_lock([f"open-webui=={version}", *WHEELHOUSE_EXTRA], extra_index,
+                                      f"{LOCKS_DIR}/{service}.lock", f"open-webui=={version}")
         server.shell(name=f"Install open-webui=={version} in {venv} (was {current or 'absent'})", commands=[
             f"mkdir -p {quote(str(PurePosixPath(venv).parent))}",
             venv_create(venv),

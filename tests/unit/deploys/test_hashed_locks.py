@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from hypothesis import strategies as st
 
 from labwright.deploys.common import lock_of, pip_install, pip_requirements, pip_source
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
-from labwright.locks import LOCK_NAME, check_lock, make_lock
+from labwright.locks import LOCK_NAME, cached_lock, check_lock, make_lock
 from labwright.wheelhouse import download_wheelhouse
 from support.wheels import write_wheel
 
@@ -60,9 +61,9 @@ class Index:
         path.write_bytes(path.read_bytes() + b"\0")
 
 
-@pytest.fixture
-def index(tmp_path: Path) -> Iterator[Index]:
-    served = Index(tmp_path / "index")
+@contextmanager
+def serve(root: Path) -> Iterator[Index]:
+    served = Index(root)
     served.root.mkdir()
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
@@ -73,9 +74,17 @@ def index(tmp_path: Path) -> Iterator[Index]:
                                              lambda *a: Quiet(*a, directory=str(served.root)))  # type: ignore[misc]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     served.url = f"http://127.0.0.1:{server.server_address[1]}/simple/"
-    yield served
-    server.shutdown()
-    server.server_close()
+    try:
+        yield served
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[Index]:
+    with serve(tmp_path / "index") as served:
+        yield served
 
 
 def publish_service(index: Index, tmp_path: Path, *, dep_hash: bool = True) -> None:
@@ -263,3 +272,57 @@ def test_a_plain_http_wheelhouse_is_refused_by_the_deploy_before_the_host_is_tou
     assert f"{service}_find_links: {url} is plain HTTP" in output and "pip_trusted_host=10.9.9.9" in output, output
     assert "Traceback" not in output
     assert "is plain HTTP" not in run("--data", "pip_trusted_host=10.9.9.9")
+
+
+def test_a_lock_from_the_index_and_an_extra_index_is_made_once_and_kept(tmp_path):
+    """The deploys' path without a wheelhouse (common.index_lock): the lock made on this machine from what each index
+    publishes (the dependency from the extra one, as pip finds it), cached: a second deploy asks no index."""
+    with serve(tmp_path / "main") as main, serve(tmp_path / "extra") as extra:
+        build = tmp_path / "build"
+        main.publish(write_wheel(build, "lwsvc", "1.0.0", {"lwsvc/__init__.py": b""}, requires=["lwdep>=1.0"],
+                                 tag="py3-none-any"))
+        extra.publish(write_wheel(build, "lwdep", "1.2.0", {"lwdep/__init__.py": b""}, tag="py3-none-any"))
+        lock = cached_lock(["lwsvc==1.0.0"], PY, PLATFORMS, main.url, (extra.url,), root=tmp_path / "locks")
+        lines = check_lock(lock)
+        assert lines == [f"lwdep==1.2.0 --hash=sha256:{extra.published['lwdep-1.2.0-py3-none-any.whl']}",
+                         f"lwsvc==1.0.0 --hash=sha256:{main.published['lwsvc-1.0.0-py3-none-any.whl']}"]
+    # both indexes gone: the kept lock answers, unchanged
+    again = cached_lock(["lwsvc==1.0.0"], PY, PLATFORMS, main.url, (extra.url,), root=tmp_path / "locks")
+    assert again == lock and check_lock(again) == lines
+
+
+def test_index_lock_puts_the_lock_made_for_the_guests_python_and_installs_from_it_alone(index, tmp_path, monkeypatch):
+    """common.index_lock, the deploys' step without a wheelhouse: the guest's CPython asked (a fact), the lock made
+    here, put on the guest root-owned, pip's words `--require-hashes -r DEST`; an answer that is no Python version
+    is one line."""
+    from pyinfra.api.exceptions import DeployError
+    from pyinfra.operations import files
+
+    import labwright.deploys.common as common
+    import labwright.locks as locks
+
+    publish_service(index, tmp_path)
+    monkeypatch.setenv("LABWRIGHT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(locks, "PYPI_SIMPLE", index.url)
+    answers = {"python": f"{PY}.2"}
+
+    class Guest:
+        name = "@lxd/gw"
+        data: dict = {}
+
+        def get_fact(self, fact, **kwargs):
+            assert kwargs == {"command": common.GUEST_PYTHON}
+            return answers["python"]
+
+    put: list[dict] = []
+    monkeypatch.setattr(common, "host", Guest())
+    monkeypatch.setattr(files, "put", lambda **kwargs: put.append(kwargs))
+    args = common.index_lock(["lwsvc==1.0.0"], "", "/var/lib/labwright/locks/svc.lock", "lwsvc==1.0.0")
+    assert args == "--require-hashes -r /var/lib/labwright/locks/svc.lock"
+    assert put[0]["dest"] == "/var/lib/labwright/locks/svc.lock" and put[0]["user"] == "root"
+    lines = check_lock(Path(put[0]["src"]))
+    assert [line.split(" ")[0] for line in lines] == ["lwdep==1.2.0", "lwsvc==1.0.0"]
+    answers["python"] = "Python not found"
+    with pytest.raises(DeployError) as info:
+        common.index_lock(["lwsvc==1.0.0"], "", "/x.lock", "lwsvc")
+    assert "not a CPython 3 version" in str(info.value) and "\n" not in str(info.value)
