@@ -17,7 +17,7 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.files import FindInFile
 from pyinfra.operations import files, server
 
-from labwright.deploys.common import install_missing
+from labwright.deploys.common import LOCKS_DIR, index_lock, install_missing, pip_requirements
 from labwright.errors import BadInput
 from labwright.guestlock import locked
 from labwright.models import fetch
@@ -79,12 +79,15 @@ def download(s: ModelSettings, state: str, what: str = "model download packages"
     files.put(name=f"Runner {s.runner}", src=StringIO(runner_source()),
               dest=s.runner, user="root", group="root", mode="644")
 
-    source_args = f"--no-index --find-links {quote(s.find_links)} " if s.find_links else ""
-    requirement_text = f"{s.hub_requirement} from {s.find_links or 'PyPI'}\n"
+    # From a hashed lock (docs/security.md, "Every download pinned"): the wheelhouse's, or one made here from what
+    # PyPI publishes; the marker says so, so a venv installed before locks is installed again from one.
+    requirement_text = f"{s.hub_requirement} from {s.find_links or 'PyPI'}, hashed lock\n"
     if not host.get_fact(FindInFile, path=f"{s.venv}/{VENV_MARKER}", pattern=f"^{requirement_text.strip()}$"):
+        args = (pip_requirements(s.find_links, "", quote(s.hub_requirement)) if s.find_links else
+                index_lock([s.hub_requirement], "", f"{LOCKS_DIR}/model-download.lock", s.hub_requirement))
         server.shell(name=f"{s.hub_requirement} into {s.venv}", commands=[
             f"test -x {s.venv}/bin/pip || python3 -m venv {s.venv}",
-            f"{s.venv}/bin/pip install -q --disable-pip-version-check {source_args}{quote(s.hub_requirement)}",
+            f"{s.venv}/bin/pip install -q --disable-pip-version-check {args}",
             f"printf '%s' {quote(requirement_text)} > {s.venv}/{VENV_MARKER}",
         ])
     if state == "complete":
