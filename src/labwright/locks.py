@@ -68,7 +68,9 @@ def resolve(requirements: list[str], python: str, platforms: list[str], index_ur
     """pip's installation report for ``requirements`` on CPython ``python`` and ``platforms``, nothing installed."""
     with tempfile.TemporaryDirectory(prefix="labwright-lock-") as tmp:
         report = Path(tmp) / "report.json"
-        command = [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "install", "--dry-run",
+        # Not --isolated: PIP_FIND_LINKS (the Open WebUI wheelhouse's CPU torch page) counts, as for the download;
+        # no pip.conf (PIP_CONFIG_FILE below).
+        command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--dry-run",
                    "--ignore-installed", "--quiet", "--report", str(report), "--only-binary=:all:",
                    "--python-version", python, "--implementation", "cp", "--target", str(Path(tmp) / "target"),
                    "--index-url", index_url]
@@ -138,6 +140,33 @@ def published_hashes(index_url: str, name: str, version: str, timeout: float = T
     return out
 
 
+def find_links_hashes(name: str, version: str, timeout: float = TIMEOUT_S) -> dict[str, str]:
+    """{wheel file name: sha256} of ``name`` ``version`` on the http(s) pages of PIP_FIND_LINKS that give one
+    (``#sha256=`` fragments: PyTorch's https://download.pytorch.org/whl/cpu/torch/ does); a local directory gives
+    none (nobody published its files' hashes), so a file found only there cannot be locked."""
+    from labwright.matrix.outside import parse_simple
+
+    out: dict[str, str] = {}
+    for page in os.environ.get("PIP_FIND_LINKS", "").split():
+        if not page.startswith(("http://", "https://")):
+            continue
+        request = urllib.request.Request(page, headers={"Accept": "text/html", "User-Agent": "labwright-lock"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                listed, _ = parse_simple(response.read(), response.headers.get("Content-Type", "text/html"), page, "")
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+        for item in listed:
+            filename = item.url.rsplit("/", 1)[-1].split("#", 1)[0].replace("%2B", "+")
+            try:
+                file_name, file_version, _, _ = parse_wheel_filename(filename)
+            except InvalidWheelFilename:
+                continue
+            if file_name == canonicalize_name(name) and file_version == Version(version) and item.sha256:
+                out[filename] = item.sha256
+    return out
+
+
 def lock_entries(requirements: list[str], python: str, platforms: list[str], index_url: str = PYPI_SIMPLE,
                  timeout: float = TIMEOUT_S, extra_index_urls: tuple[str, ...] = ()) -> list[Locked]:
     """The lock of ``requirements`` for CPython ``python`` (see the module docstring); OperationFailed naming the
@@ -159,11 +188,15 @@ def lock_entries(requirements: list[str], python: str, platforms: list[str], ind
         hashes: dict[str, str] = {}
         for index in indexes:
             if chosen not in hashes:
-                hashes.update(published_hashes(index, name, version, timeout, missing_ok=len(indexes) > 1))
+                hashes.update(published_hashes(index, name, version, timeout, missing_ok=True))
+        if chosen not in hashes:
+            hashes.update(find_links_hashes(name, version, timeout))
         if chosen not in hashes:
             raise OperationFailed(f"{chosen or name + ' ' + version}: {index_url} publishes no sha256 for it, so it "
-                                  "cannot be pinned (a hash taken on arrival proves nothing): use an index that "
-                                  "publishes hashes (PEP 503 #sha256= or PEP 691), nothing was installed")
+                                  "cannot be pinned (a hash taken on arrival proves nothing): use an index or a "
+                                  "find-links page that publishes hashes (PEP 503 #sha256= or PEP 691, such as "
+                                  "https://download.pytorch.org/whl/cpu/torch/), not a local directory; nothing was "
+                                  "installed")
         entries.append(Locked(name, version, tuple(sorted(extras.get(name, ()))), tuple(sorted(set(hashes.values())))))
     if not entries:
         raise OperationFailed(f"pip resolved nothing for {' '.join(requirements)}")

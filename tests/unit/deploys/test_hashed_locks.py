@@ -326,3 +326,24 @@ def test_index_lock_puts_the_lock_made_for_the_guests_python_and_installs_from_i
     with pytest.raises(DeployError) as info:
         common.index_lock(["lwsvc==1.0.0"], "", "/x.lock", "lwsvc")
     assert "not a CPython 3 version" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_find_links_page_with_hashes_can_give_a_file_and_a_local_directory_cannot(tmp_path, monkeypatch):
+    """The Open WebUI wheelhouse's --torch-find-links (PIP_FIND_LINKS): a page that publishes `#sha256=` pins the
+    file it gives (PyTorch's CPU torch page does); the same file from a local directory has no publisher: refused."""
+    build = tmp_path / "build"
+    with serve(tmp_path / "main") as main, serve(tmp_path / "links") as links:
+        main.publish(write_wheel(build, "lwsvc", "1.0.0", {"lwsvc/__init__.py": b""}, requires=["lwdep>=1.0"],
+                                 tag="py3-none-any"))
+        dep = write_wheel(build, "lwdep", "1.2.0", {"lwdep/__init__.py": b""}, tag="py3-none-any")
+        links.publish(dep)
+        monkeypatch.setenv("PIP_FIND_LINKS", f"{links.url}lwdep/")
+        text = make_lock(["lwsvc==1.0.0"], PY, PLATFORMS, main.url)
+        assert f"lwdep==1.2.0 --hash=sha256:{links.published[dep.name]}" in text
+        local = tmp_path / "local-links"
+        local.mkdir()
+        shutil.copy(dep, local / dep.name)
+        monkeypatch.setenv("PIP_FIND_LINKS", str(local))
+        with pytest.raises(OperationFailed) as info:
+            make_lock(["lwsvc==1.0.0"], PY, PLATFORMS, main.url)
+        assert str(info.value).startswith(f"{dep.name}: ") and "not a local directory" in str(info.value)
