@@ -81,7 +81,7 @@ def _download(requirements: list[str], python: str, target: Path, marker: Path, 
     remove_truncated_wheels(target)
     marker.unlink(missing_ok=True)
     lock = target / LOCK_NAME
-    write_text_atomic(lock, make_lock(requirements, python, PLATFORMS, index_url))
+    write_text_atomic(lock, make_lock(expand_files(requirements), python, PLATFORMS, index_url))
     # --require-hashes: pip checks every file against the sha256 the index published (the lock), so a file that
     # changed on the way or on the index is refused, not hashed on arrival.
     command = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--only-binary=:all:",
@@ -124,6 +124,20 @@ def remove_truncated_wheels(target: Path) -> list[Path]:
             wheel.unlink(missing_ok=True)
             removed.append(wheel)
     return removed
+
+
+def expand_files(requirements: list[str]) -> list[str]:
+    """``["-r", FILE, "x==1"]`` (or ``-rFILE``) with each file's requirements in its place (requirements_of)."""
+    out: list[str] = []
+    words = iter(requirements)
+    for word in words:
+        if word == "-r":
+            out += requirements_of([next(words, "")], [])
+        elif word.startswith("-r"):
+            out += requirements_of([word[2:].strip()], [])
+        else:
+            out.append(word)
+    return out
 
 
 def requirements_of(files: list[str], words: list[str]) -> list[str]:

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -108,8 +109,9 @@ class Webui:
         return guest_sh(self.lab, self.name, script)
 
     def deploy(self, *data: str) -> DeployRun:
+        # The wheelhouses are served over plain http on the lab bridge: trusted by name (docs/security.md).
         return run_pyinfra(str(self.inventory), "deploys/openwebui.py", f"openwebui_find_links={self.wheels_url}",
-                           *data, cwd=REPO, timeout=1500)
+                           f"pip_trusted_host={urlsplit(self.wheels_url).hostname}", *data, cwd=REPO, timeout=1500)
 
     def verify(self) -> subprocess.CompletedProcess[str]:
         suite = package_dir("labwright.verify") / "test_openwebui.py"

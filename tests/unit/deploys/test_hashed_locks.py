@@ -347,3 +347,12 @@ def test_a_find_links_page_with_hashes_can_give_a_file_and_a_local_directory_can
         with pytest.raises(OperationFailed) as info:
             make_lock(["lwsvc==1.0.0"], PY, PLATFORMS, main.url)
         assert str(info.value).startswith(f"{dep.name}: ") and "not a local directory" in str(info.value)
+
+
+def test_a_requirements_file_given_to_the_wheelhouse_is_locked_line_by_line(index, tmp_path):
+    """download_wheelhouse(["-r", FILE]) (the pipelines server's requirements-minimum.txt): its lines are locked."""
+    publish_service(index, tmp_path)
+    requirements = tmp_path / "requirements-minimum.txt"
+    requirements.write_text("lwsvc==1.0.0\n")
+    house = download_wheelhouse(["-r", str(requirements)], PY, tmp_path / "house", index_url=index.url)
+    assert [line.split("==")[0] for line in check_lock(house / LOCK_NAME)] == ["lwdep", "lwsvc"]
