@@ -25,7 +25,7 @@ REMOTE_PATH = "/opt/labwright/lib/labwright-stack.pyz"
 # labwright modules the target runs (relative to the labwright package); the controller-only ones
 # (from_matrix, bundle itself) import the matrix loader, typer or pyinfra and stay out.
 MODULES = (
-    "__init__.py", "atomic.py", "errors.py", "paths.py", "guestlock.py", "ui.py",
+    "__init__.py", "atomic.py", "errors.py", "paths.py", "guestlock.py", "ui.py", "shell.py",
     "matrix/__init__.py", "matrix/abi.py", "matrix/abi_cache.py", "matrix/abi_env.py", "matrix/abi_import.py",
     "matrix/demangle.py", "matrix/elfsyms.py",
     "stacks/__init__.py", "stacks/plan.py", "stacks/layout.py", "stacks/fetch.py", "stacks/build.py",
