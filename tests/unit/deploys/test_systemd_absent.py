@@ -28,11 +28,21 @@ from pyinfra.api.exceptions import DeployError
 
 from labwright.deploys import tabbyapi as tabbyapi_deploy
 from labwright.facts.systemd import SystemdUnits
+from support.pinned_matrix import pinned_matrix
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = {"tabbyapi_model_dir": "/srv/models", "tabbyapi_model_name": "Qwen3-8B-exl3", "tabbyapi_gpu": "off"}
 #: What the deploy body reads while pyinfra prepares, beside the systemd answer under test.
 ANSWERS = {"Directory": {"mode": 755}, "ReadableBy": True}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _pinned_matrix(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The default stack plans against a copy of the matrix with every row pinned (the shipped one refuses its
+    GitHub-release rows without a sha256: docs/security.md, "Every download pinned")."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LABWRIGHT_MATRIX_DIR", str(pinned_matrix(tmp_path_factory.mktemp("pinned-matrix"))))
+        yield
 
 
 def plan(systemd: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[State, list[str], dict[str, Any]]:
