@@ -7,6 +7,8 @@
 Host data: ``kokoro_source`` (a Kokoro-FastAPI checkout on the control machine, model files in place; required) and
 ``kokoro_<key>`` for each key of templates/kokoro/defaults.toml [service]. The device is ``kokoro_device`` or, when
 empty, the [choice] table's device for ``kokoro_use`` (conversational -> cpu, long_form -> gpu). See docs/kokoro.md.
+Kokoro-FastAPI has no API key, so it listens on 127.0.0.1 (``kokoro_host``); another address needs
+``kokoro_open=true`` (docs/security.md, "Every engine behind a key").
 
 The checkout is staged on the control machine with the streaming patch applied (labwright.kokoro.streaming: the
 same code as `labwright kokoro patch`), then synced to the guest, so a re-run with the same source changes nothing
