@@ -356,3 +356,29 @@ def test_a_requirements_file_given_to_the_wheelhouse_is_locked_line_by_line(inde
     requirements.write_text("lwsvc==1.0.0\n")
     house = download_wheelhouse(["-r", str(requirements)], PY, tmp_path / "house", index_url=index.url)
     assert [line.split("==")[0] for line in check_lock(house / LOCK_NAME)] == ["lwdep", "lwsvc"]
+
+
+def test_a_plain_http_wheelhouse_named_as_trusted_installs_from_its_lock_over_http(index, tmp_path):
+    """The lab's way (a wheelhouse served on the bridge): pip reads the lock itself over http from the trusted host
+    and installs with --require-hashes; a wheel swapped on that server is refused."""
+    publish_service(index, tmp_path)
+    house = download_wheelhouse(["lwsvc==1.0.0"], PY, index.root / "house", index_url=index.url)
+    url = index.url.replace("/simple/", "/house/")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    args = pip_requirements(url, "", "'lwsvc==1.0.0'", trusted_host="127.0.0.1")
+    assert args.endswith(f"--trusted-host 127.0.0.1 --require-hashes -r {url}{LOCK_NAME}")
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1"}
+
+    def install() -> subprocess.CompletedProcess[str]:
+        line = pip_install(str(venv / "bin" / "pip"), args, "lwsvc==1.0.0", url, "lwsvc_find_links", where="guest")
+        return subprocess.run(["sh", "-c", line], capture_output=True, text=True, env=env)
+
+    wheel = house / "lwsvc-1.0.0-py3-none-any.whl"
+    good = wheel.read_bytes()
+    wheel.write_bytes(good + b"\0")
+    refused = install()
+    assert refused.returncode == 1 and "hashed lock" in refused.stderr.strip().splitlines()[-1], refused.stderr
+    wheel.write_bytes(good)
+    done = install()
+    assert done.returncode == 0, done.stderr
