@@ -34,7 +34,7 @@ from labwright.errors import BadInput
 from labwright.facts.default_keys import DefaultKeysIn
 from labwright.facts.openwebui import OpenwebuiKeysCurrent, OpenwebuiVersion
 from labwright.guestlock import locked
-from labwright.litellm.config import ConfigError, EngineHost, build_gateway, discover_engines, render_secrets
+from labwright.litellm.config import ConfigError, EngineHost, discover_engines, engine_keys_of, render_secrets
 from labwright.litellm.config import load_defaults as litellm_defaults
 from labwright.openwebui.config import (
     SIGNIN_CHECK,
@@ -147,9 +147,9 @@ def deploy_openwebui() -> None:
         connections = choose_backend(str(data("backend")), gateway_here, litellm_port, hosts,
                                      litellm_defaults()["engines"], address_of,
                                      engines_env=f"{config_dir}/engines.env")
-        engine_keys = ([] if any(c.key_file == "/etc/litellm/master.env" for c in connections) else
-                       build_gateway(discover_engines(hosts, litellm_defaults()["engines"], address_of), [], {},
-                                     {}).engine_keys)
+        through_gateway = any(c.key_var == "LITELLM_MASTER_KEY" for c in connections)
+        engine_keys = [] if through_gateway else engine_keys_of(discover_engines(hosts, litellm_defaults()["engines"],
+                                                                                 address_of))
     except ConfigError as exc:
         raise DeployError(str(exc)) from None
     # The engines' keys: every key file checked where it is (one line naming the path and the fix), the keys of

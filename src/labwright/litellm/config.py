@@ -89,6 +89,19 @@ class Gateway:
         return list(found.values())
 
 
+def engine_keys_of(models: Iterable[Model]) -> list[EngineKey]:
+    """The engine keys ``models`` need, once each; two hosts whose names map to one variable are refused."""
+    keys: dict[str, EngineKey] = {}
+    for model in models:
+        if model.key is None:
+            continue
+        other = keys.setdefault(model.key.env, model.key)
+        if (other.host, other.path) != (model.key.host, model.key.path):
+            raise ConfigError("litellm_engines", f"{other.host} and {model.key.host} both map to the key variable "
+                              f"{model.key.env}; rename one of the hosts (letters and digits tell them apart)")
+    return list(keys.values())
+
+
 def key_env(kind: str, host: str) -> str:
     """The environment variable an engine's key reaches LiteLLM in: ENGINE_KEY_<KIND>_<HOST> in [A-Z0-9_]."""
     return "ENGINE_KEY_" + re.sub(r"[^A-Z0-9]+", "_", f"{kind}_{host}".upper()).strip("_")[:48]
@@ -223,14 +236,7 @@ def build_gateway(engines: list[Model], cloud: list[Model], secrets: dict[str, s
                   aliases: dict[str, list[str]]) -> Gateway:
     """Engines and cloud models, then one entry per alias (its primary's parameters) with the rest as fallbacks."""
     gateway = Gateway(secrets=dict(secrets))
-    keys: dict[str, EngineKey] = {}
-    for model in engines:
-        if model.key is None:
-            continue
-        other = keys.setdefault(model.key.env, model.key)
-        if (other.host, other.path) != (model.key.host, model.key.path):
-            raise ConfigError("litellm_engines", f"{other.host} and {model.key.host} both map to the key variable "
-                              f"{model.key.env}; rename one of the hosts (letters and digits tell them apart)")
+    engine_keys_of(engines)
     for model in [*engines, *cloud]:
         clash = next((m for m in gateway.models if m.name == model.name), None)
         if clash:
