@@ -56,7 +56,7 @@ def packaged_matrix_dir() -> Path:
     return data_dir() / "matrix"
 
 
-VERIFY_SUITES = ("base", "desktop", "kokoro", "litellm", "llamacpp", "openwebui", "tabbyapi")
+VERIFY_SUITES = ("base", "desktop", "kokoro", "litellm", "llamacpp", "openwebui", "security", "tabbyapi")
 
 
 def verify_suite(name: str) -> Path:

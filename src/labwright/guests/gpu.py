@@ -345,6 +345,7 @@ def boot_unit(paths: Iterable[str]) -> BootUnit:
         "# Creates the NVIDIA device nodes GPU containers pass through, at boot, before guests start:",
         "# Proxmox stats every devN path when a container starts, and nothing else makes /dev/nvidia-uvm.",
         f"# Remove: systemctl disable --now {BOOT_UNIT} && rm {BOOT_UNIT_PATH}",
+        "# labwright: runs as root (it makes device nodes; docs/security.md \"Hardened units\")",
         *(f"# not created here (no nvidia-modprobe option): {p}" for p in uncovered),
         "[Unit]",
         "Description=NVIDIA device nodes for GPU containers (labwright)",

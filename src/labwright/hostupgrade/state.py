@@ -191,6 +191,7 @@ def resume_unit_text(node: str, command: list[str]) -> str:
     return "\n".join([
         f"# Managed by labwright (`labwright host upgrade {node} --yes`): resumes the upgrade after its reboot,",
         "# then disables and removes itself. State: " + STATE_PATH,
+        "# labwright: runs as root (it upgrades the host's driver; docs/security.md \"Hardened units\")",
         "[Unit]",
         f"Description=labwright host upgrade {node}: resume after the reboot",
         f"After={' '.join(_AFTER)}",

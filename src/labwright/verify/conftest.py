@@ -61,6 +61,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     llama.addoption("--llamacpp-open", default=None, metavar="true|false",
                     help="the engine runs without a key on purpose (llamacpp_open=true): reported, not failed "
                          "(default: $LABWRIGHT_LLAMACPP_OPEN, else false)")
+    security = parser.getgroup("labwright security", "expected state for labwright/verify/test_security.py")
+    security.addoption("--security-open-ports", default=None, metavar="PORT,...",
+                       help="ports that answer /v1/models without a key on purpose: reported, not failed (default: "
+                            "$LABWRIGHT_SECURITY_OPEN_PORTS, else none)")
+    security.addoption("--security-max-exposure", default=None, metavar="0-10",
+                       help="the highest systemd-analyze security exposure a labwright unit may have (default: "
+                            "$LABWRIGHT_SECURITY_MAX_EXPOSURE, else 5.0)")
+    security.addoption("--security-secret-file", action="append", default=[], metavar="PATH",
+                       help="another secret file (glob) to check besides the deploys' own (repeatable; also "
+                            "$LABWRIGHT_SECURITY_SECRET_FILES, colon-separated)")
     llama.addoption("--llamacpp-flag", action="append", default=[], metavar="KEY=VALUE",
                     help="expected flag overriding defaults.toml [flags], e.g. ctx_size=65536 or metrics=false "
                          "(JSON values are parsed; repeatable)")
@@ -193,10 +203,50 @@ def steady_lxc_run(self, command: str, *args: str, **kwargs: object):
 steady_lxc_run.steady = True  # type: ignore[attr-defined]
 
 
+@dataclass(frozen=True)
+class SecurityExpected:
+    open_ports: frozenset[int]
+    max_exposure: float
+    secret_files: tuple[str, ...]
+
+
+def security_expected_from(config: pytest.Config) -> SecurityExpected:
+    """--security-* options, else LABWRIGHT_SECURITY_* variables; junk in either is a usage error naming it."""
+    def given(option: str, env: str) -> tuple[str, str]:
+        value = config.getoption(f"--security-{option}")
+        return (f"--security-{option}", str(value)) if value is not None else (env, os.environ.get(env, ""))
+
+    name, text = given("open-ports", "LABWRIGHT_SECURITY_OPEN_PORTS")
+    ports = set()
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if not item.isdigit() or not 0 < int(item) < 65536:
+            raise pytest.UsageError(f"{name}: {text!r} is not a list of TCP ports ({item!r}); give port numbers "
+                                    "separated by commas, e.g. 8001,8880")
+        ports.add(int(item))
+    name, text = given("max-exposure", "LABWRIGHT_SECURITY_MAX_EXPOSURE")
+    try:
+        exposure = float(text) if text.strip() else 5.0
+    except ValueError:
+        exposure = -1.0
+    if not 0.0 <= exposure <= 10.0:  # nan fails both
+        raise pytest.UsageError(f"{name}: {text!r} is not a systemd-analyze exposure; give a number from 0 to 10 "
+                                "(default 5.0)")
+    extra = [*config.getoption("--security-secret-file"),
+             *(part for part in os.environ.get("LABWRIGHT_SECURITY_SECRET_FILES", "").split(":") if part.strip())]
+    relative = [path for path in extra if not path.startswith("/")]
+    if relative:
+        raise pytest.UsageError(f"--security-secret-file / LABWRIGHT_SECURITY_SECRET_FILES: {relative[0]!r} is not "
+                                "an absolute path on the host; give /path/to/file (globs allowed)")
+    return SecurityExpected(frozenset(ports), exposure, tuple(extra))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Check the options once, up front: a typo is a usage error, not twenty failed tests.
     expected_from(config)
     llamacpp_expected_from(config)
+    security_expected_from(config)
     from testinfra.backend.lxc import LxcBackend
 
     if not getattr(LxcBackend.run, "steady", False):
@@ -206,6 +256,11 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def llamacpp_expected(pytestconfig: pytest.Config) -> LlamacppExpected:
     return llamacpp_expected_from(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def security_expected(pytestconfig: pytest.Config) -> SecurityExpected:
+    return security_expected_from(pytestconfig)
 
 
 @pytest.fixture(scope="session")
