@@ -273,7 +273,9 @@ def test_dry_run_writes_nothing(lab, box):
     before = sh(lab, name, "systemctl show -p InvocationID --value llama-server")
     run = cli("--engine", "llamacpp", "--guest", name, "--cache-type", "q8_0,q4_0", "--lo", "8192", "--dry")
     assert run.returncode == 0, run.stderr
-    assert "ExecStart=/usr/local/bin/llama-server --model /srv/models/tiny.gguf --ctx-size 8192" in run.stdout
+    # the probe keeps the deploy's key file (docs/security.md): only --ctx-size and the cache types change
+    assert ("ExecStart=/usr/local/bin/llama-server --model /srv/models/tiny.gguf --api-key-file "
+            "/etc/llama-server/api-key --ctx-size 8192") in run.stdout
     assert "--cache-type-k q8_0" in run.stdout and "--cache-type-v q4_0" in run.stdout
     assert sh(lab, name, "systemctl show -p InvocationID --value llama-server") == before
     assert unit_state(lab, name, "llama-server") == ("active", "")
