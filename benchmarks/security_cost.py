@@ -48,12 +48,9 @@ from pathlib import Path
 import _support  # noqa: F401  (tests/support on sys.path)
 
 from labwright.bench.runner import BenchConfig, parse_contexts, run
-from labwright.lab.lab import instance_address
 from labwright.llamacpp.build import build_llama_server
 from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
-from labwright.testing.lab_fixture import ensure_test_lab
 from labwright.testing.waiting import wait_for
-from support.probe_box import UNIT_PATH, llama_box, sh
 
 PORTS = {"open": 18331, "key": 18332}
 TARGET = 0.02
@@ -66,10 +63,12 @@ PLAIN_KEEPS = ("Type=", "User=", "Group=", "ExecStart=", "Environment", "Restart
 Rows = dict[str, list[tuple[float, float]]]
 
 
-def start(binary: Path, model: Path, port: int, ctx: int, gpu_layers: int, key_file: Path | None,
+def start(binary: Path, model: Path, port: int, ctx: int, gpu_layers: int, threads: int, key_file: Path | None,
           log: Path) -> subprocess.Popen[bytes]:
     cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(ctx), "-np", "1",
            "--alias", "tiny", "-ngl", str(gpu_layers)]
+    if threads:
+        cmd += ["--threads", str(threads)]
     if key_file:
         cmd += ["--api-key-file", str(key_file)]
     with log.open("w") as out:
@@ -138,8 +137,9 @@ def key_mode(args: argparse.Namespace, contexts: tuple[int, ...]) -> tuple[Rows,
         key_file.write_text(key + "\n")
         os.chmod(key_file, 0o600)
         ctx = max(contexts) + args.decode + 64
-        servers = {name: start(binary, model, port, ctx, args.gpu_layers, key_file if name == "key" else None,
-                               root / f"{name}.log") for name, port in PORTS.items()}
+        servers = {name: start(binary, model, port, ctx, args.gpu_layers, args.threads,
+                               key_file if name == "key" else None, root / f"{name}.log")
+                   for name, port in PORTS.items()}
         try:
             status = refused_without_key(f"http://127.0.0.1:{PORTS['key']}")
             if status != 401:
@@ -150,8 +150,8 @@ def key_mode(args: argparse.Namespace, contexts: tuple[int, ...]) -> tuple[Rows,
             for proc in servers.values():
                 proc.terminate()
                 proc.wait(10)
-    return rows, (f"llama-server {binary} on loopback, -ngl {args.gpu_layers}; without the key the keyed server "
-                  "answers 401")
+    return rows, (f"llama-server {binary} on loopback, -ngl {args.gpu_layers}, threads {args.threads or 'default'}; "
+                  "without the key the keyed server answers 401")
 
 
 def plain_unit(hardened: str, port: int, new_port: int) -> tuple[str, list[str]]:
@@ -180,7 +180,12 @@ def plain_unit(hardened: str, port: int, new_port: int) -> tuple[str, list[str]]
 @contextmanager
 def lab_guest() -> Iterator[tuple[Callable[[str], str], str]]:
     """A fresh test-lab container with llama-server deployed (support.probe_box): (shell in it, its address);
-    removed afterwards."""
+    removed afterwards. The lab's modules are imported here: the key mode runs where no LXD is (a lent GPU
+    machine, with labwright's sources and the standard library only)."""
+    from labwright.lab.lab import instance_address
+    from labwright.testing.lab_fixture import ensure_test_lab
+    from support.probe_box import llama_box, sh
+
     lab = ensure_test_lab()
     with tempfile.TemporaryDirectory(prefix="security-cost-units-") as tmp:
         started = time.monotonic()
@@ -209,6 +214,8 @@ def units_mode(args: argparse.Namespace, contexts: tuple[int, ...]) -> tuple[Row
         raise SystemExit(f"--contexts up to {ctx - args.decode - 64} with --decode {args.decode}: the lab's "
                          f"llama-server has a {ctx}-token context")
     with lab_guest() as (shell, address):
+        from support.probe_box import UNIT_PATH
+
         hardened = shell(f"cat {UNIT_PATH}")
         plain, dropped = plain_unit(hardened, UNIT_PORTS["hardened"], UNIT_PORTS["plain"])
         shell(f"cat > /etc/systemd/system/llama-plain.service <<'EOF'\n{plain}EOF\n"
@@ -281,6 +288,9 @@ def main() -> int:
     parser.add_argument("--binary", type=Path, help="key mode: llama-server to run (default: labwright's cached "
                         "CPU build)")
     parser.add_argument("--gpu-layers", type=int, default=0, help="key mode: -ngl")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="key mode: --threads per server (default: llama-server's own; on a many-core machine a "
+                             "few threads each keep the two servers from contending)")
     args = parser.parse_args()
     contexts = parse_contexts(args.contexts)
     if args.units:
