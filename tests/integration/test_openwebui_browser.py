@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -31,6 +32,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from labwright.digest import sha256_file
 from labwright.lab.lab import instance_address
 from labwright.litellm.config import load_defaults as litellm_defaults
 from labwright.litellm.wheelhouse import wheelhouse as litellm_wheelhouse
@@ -130,6 +132,29 @@ class Webui:
         return tokens_predicted(self.address, ENGINE_PORT, engine_key(self.lab, self.name))
 
 
+#: The stand-in for PyTorch's CPU wheel page (https://download.pytorch.org/whl/cpu/torch/, unreachable here): the
+#: CPU torch wheel an earlier wheelhouse build kept, listed with its sha256 as that page lists it (PEP 503
+#: ``#sha256=``), so the lock pins it by a published hash (labwright.locks.find_links_hashes) and the download is
+#: checked against it. Without the wheel the page is empty and pip takes PyPI's torch (CUDA, several GB).
+TORCH_CPU = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+TORCH_PAGE = cache_root() / "test-envs" / "torch-cpu-page"
+
+
+def torch_cpu_page() -> Path:
+    TORCH_PAGE.mkdir(parents=True, exist_ok=True)
+    wheel = TORCH_PAGE / TORCH_CPU
+    if not wheel.is_file():
+        for kept in sorted((cache_root() / "test-envs" / "openwebui-wheels").glob(f"*/{TORCH_CPU}")):
+            shutil.copy2(kept, wheel.with_suffix(".part"))
+            wheel.with_suffix(".part").rename(wheel)
+            break
+    index = TORCH_PAGE / "index.html"
+    if wheel.is_file() and not index.is_file():
+        href = TORCH_CPU.replace("+", "%2B")
+        index.write_text(f'<html><body><a href="{href}#sha256={sha256_file(wheel)}">{TORCH_CPU}</a></body></html>\n')
+    return TORCH_PAGE
+
+
 def serve(directory: Path, address: str) -> tuple[ThreadingHTTPServer, str]:
     """The wheelhouse as a plain directory listing (what pip's --find-links reads) on the lab bridge."""
     class Quiet(SimpleHTTPRequestHandler):
@@ -147,10 +172,12 @@ def webui(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webui]
     assert binary.is_file()
     model = write_tiny_gguf(tmp_path_factory.mktemp("model") / "tiny.gguf")
     name = lab.fresh("lwowui")
-    server = None
+    server = torch_server = None
     try:
         started = time.monotonic()
-        wheels = wheelhouse(VERSION, guest_python(lab, name), root=cache_root() / "test-envs" / "openwebui-wheels")
+        torch_server, torch_url = serve(torch_cpu_page(), "127.0.0.1")
+        wheels = wheelhouse(VERSION, guest_python(lab, name), root=cache_root() / "test-envs" / "openwebui-wheels",
+                            torch_find_links=torch_url)
         whl = list(wheels.glob("*.whl"))
         print(f"\nwheelhouse ready in {time.monotonic() - started:.1f}s: {wheels} ({len(whl)} wheels, "
               f"{sum(w.stat().st_size for w in whl) / 1e9:.2f} GB)")
@@ -166,9 +193,10 @@ def webui(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webui]
         assert state.first.rc == 0, state.first.output[-6000:]
         yield state
     finally:
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+        for running in (server, torch_server):
+            if running is not None:
+                running.shutdown()
+                running.server_close()
         lab.remove(name)
 
 
