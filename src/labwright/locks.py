@@ -128,14 +128,21 @@ def published_hashes(index_url: str, name: str, version: str, timeout: float = T
         listed, _ = parse_simple(body, content_type, url, "")
     except ValueError as exc:
         raise OperationFailed(f"{url}: {exc}") from None
-    out = {}
+    return _published(listed, version)
+
+
+def _published(listed: list, version: str, name: str | None = None) -> dict[str, str]:
+    """{wheel file name: sha256} of the listed files of ``version`` (and project ``name``, when given) that carry a
+    sha256; ``+`` may be written %2B in a link (PyTorch's pages do)."""
+    out: dict[str, str] = {}
     for item in listed:
         filename = item.url.rsplit("/", 1)[-1].split("#", 1)[0].replace("%2B", "+")
         try:
-            _, file_version, _, _ = parse_wheel_filename(filename)
+            file_name, file_version, _, _ = parse_wheel_filename(filename)
         except InvalidWheelFilename:
             continue
-        if file_version == Version(version) and item.sha256:
+        if (name is None or file_name == canonicalize_name(name)) and file_version == Version(version) \
+                and item.sha256:
             out[filename] = item.sha256
     return out
 
@@ -156,14 +163,7 @@ def find_links_hashes(name: str, version: str, timeout: float = TIMEOUT_S) -> di
                 listed, _ = parse_simple(response.read(), response.headers.get("Content-Type", "text/html"), page, "")
         except (urllib.error.URLError, OSError, ValueError):
             continue
-        for item in listed:
-            filename = item.url.rsplit("/", 1)[-1].split("#", 1)[0].replace("%2B", "+")
-            try:
-                file_name, file_version, _, _ = parse_wheel_filename(filename)
-            except InvalidWheelFilename:
-                continue
-            if file_name == canonicalize_name(name) and file_version == Version(version) and item.sha256:
-                out[filename] = item.sha256
+        out.update(_published(listed, version, name))
     return out
 
 
