@@ -10,8 +10,10 @@ deploy's key file path holds (the real llama-server's 401 is tested in test_llam
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,16 @@ def sh(lab: Lab, name: str, script: str) -> str:
     result = lab.client.exec(name, ["sh", "-c", script])
     assert result.exit_code == 0, f"{script!r} failed ({result.exit_code}): {result.stderr.decode()[-2000:]}"
     return result.stdout.decode()
+
+
+@contextlib.contextmanager
+def drifted(lab: Lab, name: str, change: str, undo: str) -> Iterator[None]:
+    """The guest drifted by ``change`` for the block, put back by ``undo`` whatever happens (the module's guest)."""
+    sh(lab, name, change)
+    try:
+        yield
+    finally:
+        sh(lab, name, undo)
 
 
 def verify(name: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -109,8 +121,7 @@ def test_a_host_as_the_deploys_leave_it_passes(engine):
 
 def test_an_engine_open_to_the_network_fails_naming_its_port_unless_listed(lab, engine):
     name, _ = engine
-    sh(lab, name, f"touch {OPEN_FLAG}")
-    try:
+    with drifted(lab, name, f"touch {OPEN_FLAG}", f"rm -f {OPEN_FLAG}"):
         result = verify(name)
         assert result.returncode == 1, result.stdout[-3000:]
         assert f"port {PORT} (python3, listening on 0.0.0.0)" in result.stdout, result.stdout[-3000:]
@@ -118,19 +129,14 @@ def test_an_engine_open_to_the_network_fails_naming_its_port_unless_listed(lab, 
         listed = verify(name, LABWRIGHT_SECURITY_OPEN_PORTS=f"22,{PORT}")
         assert listed.returncode == 0, listed.stdout[-3000:]
         assert "OpenPort" in listed.stdout and f"port {PORT}" in listed.stdout, listed.stdout[-3000:]
-    finally:
-        sh(lab, name, f"rm -f {OPEN_FLAG}")
 
 
 def test_a_key_file_other_users_can_read_fails_naming_it(lab, engine):
     name, _ = engine
-    sh(lab, name, f"chmod 0644 {KEY}")
-    try:
+    with drifted(lab, name, f"chmod 0644 {KEY}", f"chmod 0640 {KEY}"):
         result = verify(name)
         assert result.returncode == 1, result.stdout[-3000:]
         assert f"{KEY} is 644 (root's): other users can read it" in result.stdout, result.stdout[-3000:]
-    finally:
-        sh(lab, name, f"chmod 0640 {KEY}")
 
 
 def test_a_unit_loosened_by_a_drop_in_fails_with_its_score(lab, engine):
@@ -139,14 +145,11 @@ def test_a_unit_loosened_by_a_drop_in_fails_with_its_score(lab, engine):
                         "CapabilityBoundingSet=~", "AmbientCapabilities=", "NoNewPrivileges=no", "SystemCallFilter=",
                         "RestrictAddressFamilies=", "ProtectKernelTunables=no", "ProtectKernelModules=no",
                         "ProtectControlGroups=no", "RestrictNamespaces=no", "ProtectProc=default", "User=root"])
-    sh(lab, name, f"mkdir -p {Path(LOOSENED).parent} && printf '%s\\n' {quote(loosen)} > {LOOSENED} && "
-                  "systemctl daemon-reload")
-    try:
+    with drifted(lab, name, f"mkdir -p {Path(LOOSENED).parent} && printf '%s\\n' {quote(loosen)} > {LOOSENED} && "
+                            "systemctl daemon-reload", f"rm -f {LOOSENED} && systemctl daemon-reload"):
         result = verify(name)
         assert result.returncode == 1, result.stdout[-3000:]
         assert f"{unit_name} " in result.stdout and "more exposed than 5.0" in result.stdout, result.stdout[-3000:]
-    finally:
-        sh(lab, name, f"rm -f {LOOSENED} && systemctl daemon-reload")
 
 
 @pytest.mark.parametrize(("variable", "value"), [("LABWRIGHT_SECURITY_OPEN_PORTS", "8001,http"),
