@@ -52,8 +52,12 @@ def start_llama_server(client: LxdClient, name: str, tmp_path: Path) -> None:
         client.push_file(name, "/usr/local/lib/libgomp.so.1",
                          Path("/usr/lib/x86_64-linux-gnu/libgomp.so.1").read_bytes(), mode=0o644)
         sh(client, name, "ldconfig")
+    # Behind a key as deploys/llamacpp.py leaves it (issue 31): gpu check --decode finds the key file on its own.
+    sh(client, name, "install -d -m 0750 /etc/llama-server && (umask 027; python3 -c 'import secrets; "
+                     "print(\"lw-\" + secrets.token_urlsafe(32))' > /etc/llama-server/api-key)")
     sh(client, name, "systemd-run --unit=llama-server --property=Restart=no /usr/local/bin/llama-server "
-                     "-m /srv/tiny.gguf --host 127.0.0.1 --port 8001 -c 512 -np 1 -ngl 99")
+                     "-m /srv/tiny.gguf --host 127.0.0.1 --port 8001 -c 512 -np 1 -ngl 99 "
+                     "--api-key-file /etc/llama-server/api-key")
     wait_for("llama-server in the guest to log that it is listening",
              lambda: "listening on http" in client.exec(name, ["journalctl", "--no-pager", "-o", "cat", "-u",
                                                                 "llama-server.service"]).stdout.decode(),

@@ -37,7 +37,8 @@ def check(
     decode_url: str | None = typer.Option(None, "--decode-url", help="The engine's OpenAI base URL inside the guest "
                                           "(default http://127.0.0.1:PORT/v1, PORT from the engine's --port)."),
     api_key_file: str = typer.Option("", "--api-key-file", help="A file IN THE GUEST holding the API key (a bare key "
-                                     "or tabbyAPI's api_tokens.yml)."),
+                                     "or tabbyAPI's api_tokens.yml; default: the engine's own, as deployed: "
+                                     "llama-server's --api-key-file, tabbyAPI's api_tokens.yml)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """GPU visible in the guest, userspace == host module version exactly, device nodes and majors == the host's,

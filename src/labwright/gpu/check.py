@@ -277,7 +277,7 @@ def run_checks(run: Runner, host_version: str | None, host_nodes: list[DeviceNod
         checks.append(engine_check(engine))
         if decode is not None:
             url = decode.url or engine_url(engine)
-            _, output = run(decode_command(url, decode.key_file))
+            _, output = run(decode_command(url, decode.key_file or engine_key_file(engine)))
             checks.append(decode_check(output, decode.floor if decode.floor is not None else
                                        decode_settings().floor, url))
     return checks
@@ -300,13 +300,19 @@ def engine_on_gpu(run: Runner, service: str) -> Check | None:
 
 # --- a short decode against the engine's OpenAI API, timed in the guest ----------------------------------------------
 #: Runs in the guest (python3 is in every supported image; the port may be bound to loopback only). argv: URL, key
-#: file ("" for none; a bare key or tabbyAPI's api_tokens.yml "api_key: ..." line), max_tokens, prompt, timeout.
+#: file ("" for none; a bare key or tabbyAPI's api_tokens.yml "api_key: ..." line; --api-key-file, else the one the
+#: engine was started with: engine_key_file), max_tokens, prompt, timeout.
 DECODE_SCRIPT = """\
 import json, sys, time, urllib.request
 url, key_file, max_tokens, prompt, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
 key = ""
 if key_file:
-    for line in open(key_file):
+    try:
+        lines = open(key_file).read().splitlines()
+    except OSError as exc:
+        print(json.dumps({"error": f"cannot read the API key file {key_file}: {exc.strerror}"}))
+        raise SystemExit(0)
+    for line in (line for line in lines if line.strip() and not line.lstrip().startswith("#")):
         name, sep, value = line.partition(":")
         key = value.strip() if sep and name.strip() == "api_key" else (key or line.strip())
 body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": False}).encode()
@@ -340,6 +346,26 @@ def decode_settings() -> DecodeSettings:
     decode = data["decode"]
     return DecodeSettings(float(decode["cpu_bound_tokens_per_second"]), int(decode["max_tokens"]), decode["prompt"],
                           float(decode["timeout_seconds"]), {k: int(v) for k, v in data["ports"].items()})
+
+
+def engine_key_file(engine: EngineState) -> str:
+    """The file the engine reads its API key from, as deployed: llama-server's ``--api-key-file`` on its command
+    line (deploys/llamacpp.py), tabbyAPI's ``api_tokens.yml`` in its checkout (deploys/tabbyapi.py); "" for none."""
+    args = engine.cmdline
+    for i, arg in enumerate(args):
+        if arg == "--api-key-file" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--api-key-file="):
+            return arg.split("=", 1)[1]
+    if engine.service.removesuffix(".service") == "tabbyapi":
+        return f"{_tabbyapi_dir()}/api_tokens.yml"
+    return ""
+
+
+@cache
+def _tabbyapi_dir() -> str:
+    data = tomllib.loads(resources.files("labwright.data").joinpath("templates/tabbyapi/defaults.toml").read_text())
+    return str(data["source"]["dir"])
 
 
 def engine_url(engine: EngineState) -> str:

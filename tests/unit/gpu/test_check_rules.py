@@ -14,6 +14,7 @@ from labwright.gpu.check import (
     decode_command,
     decode_settings,
     engine_check,
+    engine_key_file,
     engine_url,
     fallback_reason,
     guest_command,
@@ -252,3 +253,33 @@ def test_an_unreachable_driver_is_still_reported_with_nvidia_smis_own_words():
     assert not check.ok and check.cause == "the driver cannot be reached from the guest"
     assert check.detail == ("/dev/nvidia0 present, but nvidia-smi lists no GPU: Failed to initialize NVML: "
                             "Driver/library version mismatch")
+
+
+def test_the_key_file_is_the_one_the_engine_was_started_with():
+    """gpu check --decode asks the engine as deployed: llama-server behind --api-key-file (deploys/llamacpp.py),
+    tabbyAPI with its api_tokens.yml; an engine without a key is asked without one."""
+    assert engine_key_file(EngineState("llama-server", 1, cmdline=["llama-server", "--api-key-file",
+                                                                   "/etc/llama-server/api-key"])) == \
+        "/etc/llama-server/api-key"
+    assert engine_key_file(EngineState("llama-server", 1, cmdline=["llama-server", "--api-key-file=/k"])) == "/k"
+    assert engine_key_file(EngineState("llama-server", 1, cmdline=["llama-server", "--port", "8001"])) == ""
+    assert engine_key_file(EngineState("tabbyapi.service", 1, cmdline=["python", "main.py"])) == \
+        "/opt/tabbyapi/api_tokens.yml"
+
+
+def test_the_decode_script_reads_a_key_after_a_comment_and_says_a_missing_file_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from labwright.gpu.check import DECODE_SCRIPT
+
+    key = tmp_path / "api-key"
+    key.write_text("# made by labwright\nlw-secret\n")
+    missing = tmp_path / "none"
+    out = subprocess.run([sys.executable, "-c", DECODE_SCRIPT, "http://127.0.0.1:9/v1", str(missing), "4", "hi",
+                          "2"], capture_output=True, text=True, timeout=30)
+    assert json.loads(out.stdout) == {"error": f"cannot read the API key file {missing}: No such file or directory"}
+    # port 9 (discard) refuses: the request is made, so the key file was read without a traceback
+    out = subprocess.run([sys.executable, "-c", DECODE_SCRIPT, "http://127.0.0.1:9/v1", str(key), "4", "hi", "2"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "error" in json.loads(out.stdout) and "Traceback" not in out.stderr
