@@ -174,10 +174,8 @@ def test_llamacpp_probe_finds_the_real_ceiling_and_restores_the_service(lab, box
 
 def test_a_cheaper_cache_type_has_a_higher_ceiling_as_the_planner_predicts(lab, box):
     name, config = box
-    # Pages of 1,024 tokens: the ratio asserted below needs no finer answer, and each page less near the edge saves a
-    # start that thrashes until it is killed or times out (the suite's longest module).
     run = cli("--engine", "llamacpp", "--guest", name, "--cache-type", "q8_0", "--lo", "8192", "--hi", "400000",
-              "--page", "1024", "--model-config", str(config), "--json")
+              "--model-config", str(config), "--json")
     assert run.returncode == 0, run.stderr[-3000:]
     data = json.loads(run.stdout)
     print(f"\nq8_0: ceiling {data['ceiling']} after {data['probe_count']} probes, predicted {data['predicted']}")
@@ -189,8 +187,7 @@ def test_a_cheaper_cache_type_has_a_higher_ceiling_as_the_planner_predicts(lab, 
     # The planner: q8_0 costs 2,176 B/token against f16's 4,096, so the ceiling moves up, nearly by that ratio
     # (the weights and buffers under the limit do not shrink with the cache).
     assert data["ceiling"] > f16 * 1.5 and data["ceiling"] < f16 * ratio * 1.05, (data["ceiling"], f16, ratio)
-    assert data["ceiling"] % 1024 == 0, data["ceiling"]
-    assert data["probe_count"] < blind_probes(8192, 400000, data["ceiling"], page=1024), data["probes"]
+    assert data["probe_count"] < blind_probes(8192, 400000, data["ceiling"]), data["probes"]
     assert "healthy again" in data["restored"]
     assert unit_state(lab, name, "llama-server") == ("active", "")
 
