@@ -75,7 +75,7 @@ def sh(lab: Lab, name: str, script: str) -> str:
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(Path(sys.executable).parent / "labwright"), "probe", "ceiling", *args], cwd=REPO,
-                          env=tool_env(), capture_output=True, text=True, timeout=600)
+                          env=tool_env(), capture_output=True, text=True, timeout=1500)  # see docs/testing.md
 
 
 @pytest.fixture(scope="module")
