@@ -260,7 +260,7 @@ def test_a_plain_http_wheelhouse_is_refused_by_the_deploy_before_the_host_is_tou
     named, that check passes."""
     repo = Path(__file__).resolve().parents[3]
     pyinfra = Path(sys.executable).parent / "pyinfra"
-    url = "http://10.9.9.9:8765/"
+    url = "http://127.0.0.1:9/"  # loopback, nothing listening: never a made-up LAN host
 
     def run(*extra: str) -> str:
         result = subprocess.run([str(pyinfra), "-y", "--dry", "@local", f"deploys/{service}.py", "--data",
@@ -269,9 +269,9 @@ def test_a_plain_http_wheelhouse_is_refused_by_the_deploy_before_the_host_is_tou
         return result.stdout + result.stderr
 
     output = run()
-    assert f"{service}_find_links: {url} is plain HTTP" in output and "pip_trusted_host=10.9.9.9" in output, output
+    assert f"{service}_find_links: {url} is plain HTTP" in output and "pip_trusted_host=127.0.0.1" in output, output
     assert "Traceback" not in output
-    assert "is plain HTTP" not in run("--data", "pip_trusted_host=10.9.9.9")
+    assert "is plain HTTP" not in run("--data", "pip_trusted_host=127.0.0.1")
 
 
 def test_a_lock_from_the_index_and_an_extra_index_is_made_once_and_kept(tmp_path):
