@@ -16,8 +16,8 @@ import sys
 from labwright import guestlock
 if sys.argv[1].startswith("@pct/"):  # on the node: through pct exec, as host upgrade takes it
     from labwright.hosts.local import LocalHost
-    from labwright.hostupgrade.pve import PctGuest
-    guest = PctGuest(LocalHost(), int(sys.argv[1].rsplit("/", 1)[1]), sys.argv[1])
+    from labwright.hosts.pct import PctHost
+    guest = PctHost(LocalHost(), int(sys.argv[1].rsplit("/", 1)[1]), sys.argv[1])
 else:
     from labwright.hosts.lxd import LxdHost
     guest = LxdHost(sys.argv[1])

@@ -40,7 +40,7 @@ from typing import Any
 
 from proxmoxer import ProxmoxAPI
 
-from labwright.connectors.pct import pct_exec_command, pct_push_command
+from labwright.connectors.pct_commands import pct_exec_command, pct_push_command
 from labwright.errors import BadInput, OperationFailed
 from labwright.gpu.check import Check, run_checks
 from labwright.gpu.guest import AUTO, _service
@@ -48,8 +48,9 @@ from labwright.guests.gpu import NVIDIA_MAJOR, GpuHost, userspace_listing, users
 from labwright.guests.proxmox_api import call
 from labwright.guests.proxmox_render import props
 from labwright.hostnames import PctName
-from labwright.hosts import Host, Result
+from labwright.hosts import Host
 from labwright.hosts.local import LocalHost
+from labwright.hosts.pct import PctHost
 from labwright.hostupgrade.facts import (
     dkms_builds,
     installed_kernels,
@@ -179,19 +180,6 @@ def pve_gpu_guests(api: ProxmoxAPI, node: str, majors: set[int],
     return found
 
 
-class PctGuest:
-    """CT ``vmid`` as a :class:`labwright.hosts.Host`-like runner (``run``, ``label``): each command through ``pct
-    exec`` on the node (what the run lock needs)."""
-
-    def __init__(self, node: Host, vmid: int, label: str):
-        self.node = node
-        self.vmid = vmid
-        self.label = label
-
-    def run(self, command: str) -> Result:
-        return self.node.run(pct_exec_command(self.vmid, command))
-
-
 def pct_runner(node: Host, vmid: int) -> Callable[[str], tuple[int, str]]:
     """gpu check's ``Runner`` for CT ``vmid``: each command through ``pct exec`` on the node."""
     def run(command: str) -> tuple[int, str]:
@@ -204,10 +192,10 @@ def pct_runner(node: Host, vmid: int) -> Callable[[str], tuple[int, str]]:
 def ct_userspace(node: Host, vmid: int) -> str | None:
     """The version of a running CT's libcuda/libnvidia-ml (``mixed:A,B`` when they differ), read with ``pct exec``;
     None when it has none, or ``pct`` cannot be asked (not on a node)."""
-    code, output = pct_runner(node, vmid)(f"{userspace_listing()}; true")
-    if code != 0:
+    result = PctHost(node, vmid).run(f"{userspace_listing()}; true")
+    if not result.ok:
         return None
-    versions = sorted(set(userspace_versions(output.splitlines()).values()))
+    versions = sorted(set(userspace_versions(result.stdout.splitlines()).values()))
     if not versions:
         return None
     return versions[0] if len(versions) == 1 else "mixed:" + ",".join(versions)
@@ -305,7 +293,7 @@ class PveUpgrade(Upgrade):
             if not g.running:
                 continue
             try:
-                locks.enter_context(held(PctGuest(self.node, g.vmid, label), "labwright host upgrade",
+                locks.enter_context(held(PctHost(self.node, g.vmid, label), "labwright host upgrade",
                                          wait=self.lock_wait, say=lambda line: print(line, file=sys.stderr)))
             except GuestBusy as exc:
                 raise Refused(str(exc)) from exc

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from labwright.connectors.pct import (
+from labwright.connectors.pct_commands import (
     CT_SCRIPT_TOOLS,
     parse_pct_status,
     pct_says_missing,

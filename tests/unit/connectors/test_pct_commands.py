@@ -23,15 +23,13 @@ from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import InventoryError
 from pyinfra.connectors.util import make_unix_command
 
-from labwright.connectors.pct import (
+from labwright.connectors._transfer import stdin_bytes
+from labwright.connectors.pct import PctConnector, PctConnectorData, connector_data_meta, parse_pct_name
+from labwright.connectors.pct_commands import (
     CT_PATH,
     DIGEST_SCRIPT,
     INSTALL_SCRIPT,
-    PctConnector,
-    PctConnectorData,
-    connector_data_meta,
     format_perms,
-    parse_pct_name,
     parse_pct_status,
     parse_size_and_sha256,
     pct_exec_command,
@@ -39,7 +37,6 @@ from labwright.connectors.pct import (
     pct_pull_command,
     pct_push_command,
     pct_status_command,
-    stdin_bytes,
     then_remove,
 )
 from labwright.errors import BadInput
