@@ -43,7 +43,10 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: the top level stays stdlib-only (the guest runs this file)
+    from labwright.hosts import Host
 
 LOCK_PATH = "/run/lock/labwright.lock"
 GUARD_PATH = "/run/lock/labwright.guard"
@@ -235,11 +238,7 @@ def hold_local(purpose: str, wait: float = DEFAULT_WAIT, path: str = LOCK_PATH, 
         release(owner["token"], path=path, guard=guard)
 
 
-# --- on the controller: the same through any command runner ------------------------------------------------
-
-#: Runs a shell command on the guest: (exit code, stdout, stderr).
-Runner = Callable[[str], "tuple[int, str, str]"]
-
+# --- on the controller: the same through any labwright.hosts.Host ----------------------------------------------
 
 def guest_command(action: str, argument: dict[str, Any]) -> str:
     """The shell line that runs ``take`` / ``release`` / ``read`` on the guest with this very file's code. (This
@@ -254,8 +253,9 @@ def guest_command(action: str, argument: dict[str, Any]) -> str:
             f"{quote(json.dumps(argument, separators=(',', ':')))}")
 
 
-def _call(run: Runner, label: str, action: str, argument: dict[str, Any]) -> Any:
-    rc, out, err = run(guest_command(action, argument))
+def _call(host: Host, label: str, action: str, argument: dict[str, Any]) -> Any:
+    result = host.run(guest_command(action, argument))
+    rc, out, err = result.rc, result.stdout, result.stderr
     lines = [line for line in out.splitlines() if line.startswith("{") or line == "null" or line in ("true", "false")]
     if rc != 0 or not lines:
         last = next((line.strip() for line in reversed((err or out).splitlines()) if line.strip()), f"exit {rc}")
@@ -263,7 +263,7 @@ def _call(run: Runner, label: str, action: str, argument: dict[str, Any]) -> Any
     return json.loads(lines[-1])
 
 
-def acquire(run: Runner, label: str, owner: dict[str, Any], wait: float = DEFAULT_WAIT,
+def acquire(host: Host, label: str, owner: dict[str, Any], wait: float = DEFAULT_WAIT,
             say: Callable[[str], None] = print) -> dict[str, Any]:
     """Take the guest's lock for ``owner`` (from ``owner_record``), waiting up to ``wait`` seconds; raises
     :class:`GuestBusy` naming the holder. A holder from this controller whose process is gone is released."""
@@ -272,7 +272,7 @@ def acquire(run: Runner, label: str, owner: dict[str, Any], wait: float = DEFAUL
     stale: dict[str, str] = {}
     told = False
     while True:
-        result = _call(run, label, "take", {"owner": owner, "stale": stale})
+        result = _call(host, label, "take", {"owner": owner, "stale": stale})
         if result["taken"]:
             if result.get("replaced") is not None:
                 say(f"labwright: {label}: released a stale run lock ({result['why']}): {describe(result['replaced'])}")
@@ -291,35 +291,26 @@ def acquire(run: Runner, label: str, owner: dict[str, Any], wait: float = DEFAUL
         time.sleep(POLL)
 
 
-def release_remote(run: Runner, label: str, token: str) -> bool:
-    return bool(_call(run, label, "release", {"token": token}))
+def release_remote(host: Host, label: str, token: str) -> bool:
+    return bool(_call(host, label, "release", {"token": token}))
 
 
-def read_remote(run: Runner, label: str) -> dict[str, Any] | None:
-    found = _call(run, label, "read", {})
+def read_remote(host: Host, label: str) -> dict[str, Any] | None:
+    found = _call(host, label, "read", {})
     return found if isinstance(found, dict) else None
 
 
-def host_runner(host: Any) -> Runner:
-    """A :class:`labwright.hosts.Host` as a Runner."""
-    def run(command: str) -> tuple[int, str, str]:
-        result = host.run(command)
-        return result.rc, result.stdout, result.stderr
-    return run
-
-
 @contextlib.contextmanager
-def held(host: Any, purpose: str, wait: float = DEFAULT_WAIT, lease: float = DEFAULT_LEASE,
+def held(host: Host, purpose: str, wait: float = DEFAULT_WAIT, lease: float = DEFAULT_LEASE,
          say: Callable[[str], None] = print) -> Iterator[dict[str, Any]]:
     """Hold ``host``'s run lock (a :class:`labwright.hosts.Host`) while the block runs."""
-    run = host_runner(host)
     owner = owner_record(purpose, lease)
-    acquire(run, host.label, owner, wait=wait, say=say)
+    acquire(host, host.label, owner, wait=wait, say=say)
     try:
         yield owner
     finally:
         with contextlib.suppress(Exception):
-            release_remote(run, host.label, owner["token"])
+            release_remote(host, host.label, owner["token"])
 
 
 # --- pyinfra: every labwright @deploy -------------------------------------------------------------------------
@@ -344,13 +335,11 @@ def shell_env(host_name: str | None = None) -> str:
     return f"{ENV}={token_for(host_name)} "
 
 
-def _pyinfra_runner(host: Any) -> Runner:
-    def run(command: str) -> tuple[int, str, str]:
-        from pyinfra.api import StringCommand
+def _pyinfra_host(host: Any) -> Host:
+    """pyinfra's connected ``host`` as a :class:`labwright.hosts.Host`."""
+    from labwright.hosts.connector import ConnectorHost
 
-        ok, output = host.run_shell_command(StringCommand(command), print_output=False, print_input=False)
-        return (0 if ok else 1), output.stdout, output.stderr
-    return run
+    return ConnectorHost.from_host(host)
 
 
 def _number(host: Any, key: str, default: float) -> float:
@@ -377,11 +366,11 @@ def _acquire_now(host: Any, purpose: str, wait: float, lease: float) -> str:
         return ""
     owner = owner_record(purpose, lease, token=token_for(host.name))
     try:
-        acquire(_pyinfra_runner(host), host.name, owner, wait=wait,
+        acquire(_pyinfra_host(host), host.name, owner, wait=wait,
                 say=lambda line: logger.warning(f"{host.print_prefix}{line}"))
     except _Failed as exc:
         return f"labwright: {exc}"
-    _HELD[host.name] = [owner, 1, _pyinfra_runner(host)]
+    _HELD[host.name] = [owner, 1, _pyinfra_host(host)]
     _watch_failures(host.state)
     return ""
 
@@ -390,7 +379,7 @@ def _release_now(host: Any) -> None:
     entry = _HELD.pop(host.name, None)
     if entry is not None:
         with contextlib.suppress(Exception):
-            release_remote(_pyinfra_runner(host), host.name, entry[0]["token"])
+            release_remote(_pyinfra_host(host), host.name, entry[0]["token"])
 
 
 def _release_after(host: Any) -> None:
@@ -407,10 +396,10 @@ def _release_all_at_exit() -> None:
     """A run that ends on an exception (pyinfra stops every host) gives back what it still holds, where it can."""
     for name in list(_HELD):
         entry = _HELD.pop(name)
-        runner = entry[2] if len(entry) > 2 else None
-        if runner is not None:
+        lock_host = entry[2] if len(entry) > 2 else None
+        if lock_host is not None:
             with contextlib.suppress(Exception):
-                release_remote(runner, name, entry[0]["token"])
+                release_remote(lock_host, name, entry[0]["token"])
 
 
 def _watch_failures(state: Any) -> None:

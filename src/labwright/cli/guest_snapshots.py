@@ -175,10 +175,9 @@ def _run_lock(guest: str, plan: snapshots.RestoreResult, wait: float, ssh_data: 
                        "ssh_hostname=NODE_ADDRESS (and ssh_key=..., as for pyinfra's @pct connector), or pass "
                        "--no-lock to restore without waiting for another labwright run on it") from None
     with host:
-        run = guestlock.host_runner(host)
         owner = guestlock.owner_record("labwright guest restore")
         try:
-            guestlock.acquire(run, guest, owner, wait=wait, say=say)
+            guestlock.acquire(host, guest, owner, wait=wait, say=say)
         except guestlock.GuestBusy:
             raise
         except OperationFailed as exc:
@@ -192,7 +191,7 @@ def _run_lock(guest: str, plan: snapshots.RestoreResult, wait: float, ssh_data: 
             yield
         finally:
             with contextlib.suppress(Exception):
-                guestlock.release_remote(run, guest, owner["token"])
+                guestlock.release_remote(host, guest, owner["token"])
 
 
 def register(app: typer.Typer) -> None:
