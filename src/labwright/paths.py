@@ -1,8 +1,11 @@
 """Where labwright keeps things: one cache root, one data root, and the package's own resources.
 
-Nothing here walks up from a module to find a checkout: templates, the wheels matrix and the testinfra suites are
-package data (``labwright/data/``, ``labwright/verify/``), read the same way from a wheel, a pipx/uv tool install or
-an editable checkout.
+Templates, the wheels matrix and the testinfra suites are package data, read with importlib.resources the same way
+from a wheel, a pipx/uv tool install or an editable checkout: ``labwright/data/``, ``labwright/verify/``, and the
+checkout's top-level ``templates/`` and ``wheels_matrix/``, which the build maps in as the packages
+``labwright.data.templates`` and ``labwright.data.matrix`` (setup.py). Only a source tree run without any install
+(``PYTHONPATH=src``, as scripts/gpu-check does on a lent machine) has no such mapping: there the two folders beside
+its ``src/`` are read.
 
 - cache: ``$LABWRIGHT_CACHE``, else ``$XDG_CACHE_HOME/labwright``, else ``~/.cache/labwright`` (images, llama-server
   builds, wheelhouses, ABI verdicts, test environments).
@@ -42,18 +45,34 @@ def package_dir(package: str) -> Path:
 
 
 def data_dir() -> Path:
-    """``labwright/data``: the packaged TOML and templates."""
+    """``labwright/data``: the packaged TOML tables (fit, gpu-arch, gpu-check, kv-cache, lab-image)."""
     return package_dir("labwright.data")
 
 
+#: The data packages kept at the checkout's top level (setup.py maps them in): package -> folder in the checkout.
+TOP_LEVEL_DATA = {"labwright.data.templates": "templates", "labwright.data.matrix": "wheels_matrix"}
+
+
+def top_level_data_dir(package: str) -> Path:
+    """One of ``TOP_LEVEL_DATA`` as a directory: the installed package, else the folder beside a bare ``src/``."""
+    try:
+        return package_dir(package)
+    except ModuleNotFoundError:
+        beside = Path(__file__).resolve().parents[2] / TOP_LEVEL_DATA[package]
+        if (beside / "__init__.py").is_file():
+            return beside
+        raise
+
+
 def templates_dir(tool: str) -> Path:
-    """The Jinja2 templates and defaults.toml of one tool, e.g. ``templates_dir("tabbyapi")``."""
-    return data_dir() / "templates" / tool
+    """The Jinja2 templates and defaults.toml of one tool, e.g. ``templates_dir("tabbyapi")`` (``templates/tabbyapi``
+    in a checkout)."""
+    return top_level_data_dir("labwright.data.templates") / tool
 
 
 def packaged_matrix_dir() -> Path:
-    """The wheels matrix that ships with this version of labwright."""
-    return data_dir() / "matrix"
+    """The wheels matrix that ships with this version of labwright (``wheels_matrix/`` in a checkout)."""
+    return top_level_data_dir("labwright.data.matrix")
 
 
 VERIFY_SUITES = ("base", "desktop", "kokoro", "litellm", "llamacpp", "openwebui", "security", "tabbyapi")

@@ -229,7 +229,7 @@ def test_kokoro_defaults_to_loopback_and_closed() -> None:
 
     service = kokoro_defaults()["service"]
     assert (service["host"], service["open"]) == ("127.0.0.1", False)
-    assert re.search(r"no API key", (Path(__file__).parents[2] / "src/labwright/data/templates/kokoro/defaults.toml")
+    assert re.search(r"no API key", (Path(__file__).parents[2] / "templates/kokoro/defaults.toml")
                      .read_text())
 
 

@@ -71,7 +71,7 @@ def refresh(
 
     Examples: labwright matrix refresh
               labwright matrix refresh --kind flash-attn-prebuilt \
-                  --from src/labwright/data/matrix/sources/flash_attn_prebuilt.md
+                  --from wheels_matrix/sources/flash_attn_prebuilt.md
     """
     if not math.isfinite(timeout) or not 0 < timeout <= 600:
         raise BadInput(f"--timeout {timeout:g}: give a number of seconds above 0, at most 600 (default 15)")
@@ -415,7 +415,7 @@ def stacks(
     if as_json:
         typer.echo(json.dumps(payload, indent=2))
         return
-    stdout.print(table("named stacks (labwright/data/matrix/stacks.toml)",
+    stdout.print(table("named stacks (wheels_matrix/stacks.toml)",
                        ["stack", "torch", "exllamav3", "flash-attn", "causal-conv1d", "FLA", "resolves", "vs seed"],
                        rows))
     for named in matrix.stacks.values():

@@ -158,7 +158,7 @@ def _options(service: str | None, health: str | None, health_cmd: str | None, he
 
 @app.command()
 def switch(
-    to: str = typer.Option(..., "--to", help="Name of the stack in labwright/data/matrix/stacks.toml (labwright matrix "
+    to: str = typer.Option(..., "--to", help="Name of the stack in wheels_matrix/stacks.toml (labwright matrix "
                                              "stacks)."),
     venv: str = typer.Option(..., "--venv", help=VENV_HELP),
     service: str = typer.Option(None, "--service", help="systemd unit to restart after the swap."),

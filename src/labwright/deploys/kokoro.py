@@ -96,7 +96,7 @@ def deploy_kokoro() -> None:
     """
     # --- read and check everything before touching anything -----------------------------------------
     refuse_unknown_keys(host.data.dict(), "kokoro", {*DEFAULTS["service"], "source", "env"},
-                        "docs/kokoro.md and labwright/data/templates/kokoro/defaults.toml")
+                        "docs/kokoro.md and templates/kokoro/defaults.toml")
     service, user = str(data("service")), str(data("user"))
     for key, value in (("service", service), ("user", user)):
         if not NAME.match(value) or value == "root":

@@ -159,7 +159,7 @@ def deploy_litellm() -> None:
     # --- read and check everything before touching anything -----------------------------------------
     refuse_unknown_keys(host.data.dict(), "litellm",
                         {*DEFAULTS["service"], "aliases", "cloud_models", "master_key", "engine_address"},
-                        "docs/litellm.md and labwright/data/templates/litellm/defaults.toml")
+                        "docs/litellm.md and templates/litellm/defaults.toml")
     if host.data.get("litellm_master_key") is not None:
         raise fail("master_key", "is never taken from inventory data (secrets stay out of inventories); labwright "
                    "generates it on the gateway: remove litellm_master_key (nothing was changed)")

@@ -85,7 +85,7 @@ def deploy_openwebui() -> None:
     """
     # --- read and check everything before touching anything -----------------------------------------
     refuse_unknown_keys(host.data.dict(), "openwebui", {*DEFAULTS["service"], *SECRET_KEYS},
-                        "docs/openwebui.md and labwright/data/templates/openwebui/defaults.toml")
+                        "docs/openwebui.md and templates/openwebui/defaults.toml")
     for key in SECRET_KEYS:
         value = host.data.get(f"openwebui_{key}")
         if value is not None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
+from labwright import paths
 from labwright.desktop.checks import Check
 from labwright.gpu.smi import SMI_QUERY, GpuInfo, gpus_of, parse_query
 from labwright.guests.gpu import DeviceNode, check_driver_match, userspace_listing, userspace_versions
@@ -364,7 +365,7 @@ def engine_key_file(engine: EngineState) -> str:
 
 @cache
 def _tabbyapi_dir() -> str:
-    data = tomllib.loads(resources.files("labwright.data").joinpath("templates/tabbyapi/defaults.toml").read_text())
+    data = tomllib.loads((paths.templates_dir("tabbyapi") / "defaults.toml").read_text())
     return str(data["source"]["dir"])
 
 

@@ -21,7 +21,7 @@ from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 from labwright.shell import join
 
-#: Engine services the deploys install (data/templates/{llamacpp,tabbyapi}/defaults.toml: service), tried in order.
+#: Engine services the deploys install (templates/{llamacpp,tabbyapi}/defaults.toml: service), tried in order.
 ENGINE_SERVICES = ("llama-server", "tabbyapi")
 AUTO = "auto"
 

@@ -293,7 +293,7 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
     """Read and check the host data (names, paths, flags, extra args, the local build for the host's GPUs: the
     NvidiaGpus fact, None for none), in the deploy's order. ``gateway_only``: only the gateway on this guest uses
     the engine (labwright.engine_keys.gateway_only), so ``host = "auto"`` is 127.0.0.1; else 0.0.0.0."""
-    refuse_unknown_keys(data, "llamacpp", data_keys(), "labwright/data/templates/llamacpp/defaults.toml")
+    refuse_unknown_keys(data, "llamacpp", data_keys(), "templates/llamacpp/defaults.toml")
     keys = KEYS.over(data)
     fail, get = keys.fail, keys.get
     service, user = str(get("service")), str(get("user"))

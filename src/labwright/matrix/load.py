@@ -1,7 +1,7 @@
-"""Read the wheels matrix (labwright/data/matrix/*.toml) into a Matrix.
+"""Read the wheels matrix (wheels_matrix/*.toml) into a Matrix.
 
-Where the data lives: $LABWRIGHT_MATRIX_DIR if set, else the matrix packaged with labwright (``labwright/data/matrix``,
-read through importlib.resources, so a wheel install and a checkout read the same files).
+Where the data lives: $LABWRIGHT_MATRIX_DIR if set, else the matrix packaged with labwright (``wheels_matrix/`` in a
+checkout, ``labwright/data/matrix`` in a wheel; read through importlib.resources, so both read the same files).
 Files with a `wheels` array are wheel lists written by `labwright matrix refresh`; cuda.toml, components.toml and
 stacks.toml are hand-written.
 """

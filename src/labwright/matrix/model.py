@@ -1,6 +1,6 @@
 """The wheels matrix as plain data: wheels, CUDA driver floors, components, engines and named stacks.
 
-Everything here is read from labwright/data/matrix/*.toml (see load.py); nothing here decides policy.
+Everything here is read from wheels_matrix/*.toml (see load.py); nothing here decides policy.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`labwright matrix refresh`: turn an upstream wheel listing into a labwright/data/matrix/*.toml file.
+"""`labwright matrix refresh`: turn an upstream wheel listing into a wheels_matrix/*.toml file.
 
 Three listing kinds, all reduced to "a URL (and maybe a sha256) per wheel" before the file name is parsed:
 - flash-attn-prebuilt: mjun0812/flash-attention-prebuild-wheels' doc/packages.md (markdown tables of links);

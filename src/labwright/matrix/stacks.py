@@ -1,4 +1,4 @@
-"""Named stacks (data/matrix/stacks.toml): resolve one by name, and compare it with the row it was recorded from.
+"""Named stacks (wheels_matrix/stacks.toml): resolve one by name, and compare it with the row it was recorded from.
 
 The seed's table writes cells like `2.8.3+cu128 or +cu130 ✓` and `✗ no wheel`; a cell agrees with the resolver when
 its first option is the resolver's pick, every other option is a build the resolver also accepts, and a ✗ is a

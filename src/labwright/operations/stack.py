@@ -56,7 +56,7 @@ def switch(stack: str | None = None, venv: str | None = None, service: str | Non
     """
     Switch a venv to a named stack: build beside, ABI-verify, swap the symlink, restart, health-check.
 
-    + stack: name in labwright/data/matrix/stacks.toml (``A``, ``tabbyapi-cu13``)
+    + stack: name in wheels_matrix/stacks.toml (``A``, ``tabbyapi-cu13``)
     + venv: the path the service runs from (``/opt/tabbyapi/.venv``); a plain venv there is adopted
     + service: systemd unit to restart after the swap
     + health / health_cmd: HTTP URL (2xx/3xx) or shell command (exit 0) that decides health; a failure after

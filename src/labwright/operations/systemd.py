@@ -7,7 +7,7 @@ switch and its rollback restart a service several times in seconds, on top of sy
 restarts of a service that crashed: without care the deploy that should leave the user serving leaves the service
 down. So:
 
-- units labwright writes set their own ``StartLimitIntervalSec``/``StartLimitBurst`` (``data/templates``), and
+- units labwright writes set their own ``StartLimitIntervalSec``/``StartLimitBurst`` (``templates/``), and
   every (re)start labwright makes of a unit it owns runs ``systemctl reset-failed UNIT`` first
   (``started_owned``, ``restarted_owned``; ``labwright.operations.http.wait_healthy(restart=True)`` does the
   same): the counter then counts systemd's own restarts of a crash loop, never the deploy's;

@@ -2,7 +2,7 @@
 
 Pure: no pyinfra here, so the rules are unit-tested directly. Data keys are ``tabbyapi_<key>`` (flat, as
 ``--data`` gives them) or ``<key>`` inside a ``tabbyapi`` dict of inventory data; the flat one wins. The defaults
-and their meaning are labwright/data/templates/tabbyapi/defaults.toml.
+and their meaning are templates/tabbyapi/defaults.toml.
 """
 
 from __future__ import annotations
@@ -183,8 +183,8 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
     known = {key for section in defaults.values() for key in section} | {"git_url", "ref", "dir", "stack"}
     for key in nested:
         if key not in known:
-            raise BadInput(f"tabbyapi: unknown key {key!r} (see labwright/data/templates/tabbyapi/defaults.toml)")
-    error = unknown_key_error(data, "tabbyapi", flat_keys(defaults), "labwright/data/templates/tabbyapi/defaults.toml")
+            raise BadInput(f"tabbyapi: unknown key {key!r} (see templates/tabbyapi/defaults.toml)")
+    error = unknown_key_error(data, "tabbyapi", flat_keys(defaults), "templates/tabbyapi/defaults.toml")
     if error is not None:
         raise error
 

@@ -54,7 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     llama = parser.getgroup("labwright llamacpp", "expected state for labwright/verify/test_llamacpp.py")
     for option, (env, text) in LLAMACPP_OPTIONS.items():
         llama.addoption(f"--llamacpp-{option}", default=None,
-                        help=f"{text} (default: ${env}, else labwright/data/templates/llamacpp/defaults.toml)")
+                        help=f"{text} (default: ${env}, else templates/llamacpp/defaults.toml)")
     llama.addoption("--llamacpp-api-key-file", default=None,
                     help="the key file llama-server reads (default: $LABWRIGHT_LLAMACPP_API_KEY_FILE, else "
                          "defaults.toml)")
@@ -161,7 +161,7 @@ def llamacpp_expected_from(config: pytest.Config) -> LlamacppExpected:
             raise pytest.UsageError(f"--llamacpp-flag: {item!r} is not KEY=VALUE")
         flags[key.strip().replace("-", "_")] = parse_flag_value(text)
     if "port" not in flags:
-        raise pytest.UsageError("--llamacpp-flag port=N is needed (no data/templates/llamacpp/defaults.toml here)")
+        raise pytest.UsageError("--llamacpp-flag port=N is needed (no templates/llamacpp/defaults.toml here)")
     key_file = str(config.getoption("--llamacpp-api-key-file") or os.environ.get("LABWRIGHT_LLAMACPP_API_KEY_FILE")
                    or service_defaults.get("api_key_file") or "/etc/llama-server/api-key")
     open_text = str(config.getoption("--llamacpp-open") or os.environ.get("LABWRIGHT_LLAMACPP_OPEN") or "false")

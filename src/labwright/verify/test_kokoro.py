@@ -3,7 +3,7 @@
     labwright verify kokoro --hosts=lxc://tts
     LABWRIGHT_KOKORO_DEVICE=gpu labwright verify kokoro --hosts=ssh://root@ADDR
 
-Expected values come from the environment, else labwright/data/templates/kokoro/defaults.toml: LABWRIGHT_KOKORO_SERVICE,
+Expected values come from the environment, else templates/kokoro/defaults.toml: LABWRIGHT_KOKORO_SERVICE,
 LABWRIGHT_KOKORO_USER, LABWRIGHT_KOKORO_PORT, LABWRIGHT_KOKORO_DIR, LABWRIGHT_KOKORO_DEVICE (cpu|gpu; default: the
 choice rule's device for conversational use), LABWRIGHT_KOKORO_PATCHED (true: the streaming patch is in place) and
 LABWRIGHT_KOKORO_OPEN (true: listening beyond loopback on purpose, reported as a warning instead of a failure).

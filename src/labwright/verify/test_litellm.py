@@ -3,7 +3,7 @@
     labwright verify litellm --hosts=lxc://gateway
     LABWRIGHT_LITELLM_MODELS=tiny-a,tiny-b,fast labwright verify litellm --hosts=ssh://root@ADDR
 
-Expected values come from the environment, else data/templates/litellm/defaults.toml: LABWRIGHT_LITELLM_SERVICE,
+Expected values come from the environment, else templates/litellm/defaults.toml: LABWRIGHT_LITELLM_SERVICE,
 LABWRIGHT_LITELLM_PORT, LABWRIGHT_LITELLM_CONFIG_DIR, LABWRIGHT_LITELLM_USER, and LABWRIGHT_LITELLM_MODELS (comma
 separated ids /v1/models must list; empty: any). The HTTP checks run on the host itself (python3); the master key
 is read there as root and never printed.

@@ -4,7 +4,7 @@
     labwright verify llamacpp --hosts=ssh://root@ADDR --llamacpp-flag ctx_size=65536 \
         --llamacpp-flag port=8080
 
-Expected values: labwright/data/templates/llamacpp/defaults.toml overridden by --llamacpp-service, --llamacpp-user,
+Expected values: templates/llamacpp/defaults.toml overridden by --llamacpp-service, --llamacpp-user,
 --llamacpp-model, --llamacpp-alias and --llamacpp-flag KEY=VALUE (see labwright/verify/conftest.py). Flags are read from
 the running process's /proc/PID/cmdline, not from the unit file, so a unit edited without a restart is caught too.
 The HTTP checks run on the host itself (python3), so they also work when the port is only bound to loopback.

@@ -3,7 +3,7 @@
     labwright verify openwebui --hosts=lxc://webui
     LABWRIGHT_OPENWEBUI_MODELS=tiny labwright verify openwebui --hosts=ssh://root@ADDR
 
-Expected values come from the environment, else data/templates/openwebui/defaults.toml: LABWRIGHT_OPENWEBUI_SERVICE,
+Expected values come from the environment, else templates/openwebui/defaults.toml: LABWRIGHT_OPENWEBUI_SERVICE,
 LABWRIGHT_OPENWEBUI_PORT, LABWRIGHT_OPENWEBUI_CONFIG_DIR, LABWRIGHT_OPENWEBUI_USER, and LABWRIGHT_OPENWEBUI_MODELS
 (comma separated model ids the admin must see; empty: any one). The HTTP checks run on the host itself (python3);
 the admin's password is read there as root and never printed.

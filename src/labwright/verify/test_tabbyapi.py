@@ -4,7 +4,7 @@
     LABWRIGHT_TABBYAPI_PORT=5001 LABWRIGHT_TABBYAPI_MODEL_NAME=Qwen3-8B-exl3 LABWRIGHT_TABBYAPI_CACHE_SIZE=65536 \
         labwright verify tabbyapi --hosts=ssh://root@ADDR
 
-Expected values: data/templates/tabbyapi/defaults.toml (the file the deploy reads), each overridden by an environment
+Expected values: templates/tabbyapi/defaults.toml (the file the deploy reads), each overridden by an environment
 variable ``LABWRIGHT_TABBYAPI_<KEY>`` (JSON values are parsed: ``LABWRIGHT_TABBYAPI_EXTRA='{"logging": {}}'``), the
 same keys as the deploy's ``tabbyapi_<key>`` data. ``cache_size`` is expected rounded up to a multiple of 256, as the
 deploy writes it. The HTTP checks run on the host itself (python3, with the host's own API key), so the key never
