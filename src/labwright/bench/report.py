@@ -14,6 +14,7 @@ from typing import Any
 from rich.table import Table
 
 from labwright.atomic import write_bytes_atomic
+from labwright.bench import stats
 from labwright.bench.runner import SCHEMA
 from labwright.errors import BadInput
 from labwright.textio import read_json
@@ -25,6 +26,7 @@ CSV_COLUMNS = (
     "ttft_ms", "prefill_tps", "decode_tps",
     "cold_ttft_ms", "cold_prefill_tps", "cold_decode_tps",
     "server_prefill_tps", "server_decode_tps", "peak_rss_mib", "peak_gpu_mib",
+    "decode_spread_pct", "ttft_spread_pct",
 )
 
 
@@ -50,6 +52,44 @@ def best(result: dict[str, Any]) -> dict[str, Any]:
     return dict(result.get("warm") or result.get("cold") or {})
 
 
+def spread_of(result: dict[str, Any]) -> dict[str, float | None]:
+    """A context's spread per metric (labwright.bench.stats.spreads): as the run recorded it, else computed from its
+    trials (a result saved before the spread was recorded)."""
+    recorded = result.get("spread")
+    if isinstance(recorded, dict):
+        return {key: value if isinstance(value, (int, float)) else None
+                for key in stats.SPREAD_KEYS for value in [recorded.get(key)]}
+    trials = [t for t in result.get("trials") or [] if isinstance(t, dict)][1:]
+    return {key: stats.spread(v if isinstance(v := t.get(key), (int, float)) else None for t in trials)
+            for key in stats.SPREAD_KEYS}
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else value * 100
+
+
+def noisy(docs: list[dict[str, Any]], limit: float) -> list[str]:
+    """"LABEL CONTEXT: decode tok/s 34%, TTFT 12%" for each context whose warm trials disagree beyond ``limit``."""
+    names = {"decode_tps": "decode tok/s", "ttft_s": "TTFT"}
+    found = []
+    for doc in docs:
+        for result in doc["results"]:
+            wide = stats.too_wide(spread_of(result), limit)
+            if wide:
+                said = ", ".join(f"{names[key]} {value * 100:.0f}%" for key, value in wide.items())
+                found.append(f"{doc.get('label', '?')} {result['context']}: {said}")
+    return found
+
+
+def spread_warning(docs: list[dict[str, Any]], limit: float) -> str | None:
+    """The one warning line when some context's warm trials disagree beyond ``limit`` (None when none does)."""
+    found = noisy(docs, limit)
+    if not found:
+        return None
+    return (f"the trials disagree by more than {limit * 100:g}% ((max - min) / median of the warm trials) at "
+            f"{'; '.join(found)}: a busy machine or a cold cache; rerun on a quiet machine (more --trials help)")
+
+
 def _ms(value: float | None) -> float | None:
     return None if value is None else value * 1000
 
@@ -60,6 +100,7 @@ def flat_rows(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for result in doc["results"]:
             summary, cold = best(result), result.get("cold") or {}
             rss, gpu = result.get("peak_rss_bytes"), result.get("peak_gpu_bytes")
+            spread = spread_of(result)
             rows.append({
                 "label": doc.get("label", "?"), "context": result["context"],
                 "prompt_tokens": summary.get("prompt_tokens"), "decode_tokens": summary.get("decode_tokens"),
@@ -72,6 +113,7 @@ def flat_rows(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "server_decode_tps": summary.get("server_decode_tps"),
                 "peak_rss_mib": None if rss is None else rss / MIB,
                 "peak_gpu_mib": None if gpu is None else gpu / MIB,
+                "decode_spread_pct": _pct(spread["decode_tps"]), "ttft_spread_pct": _pct(spread["ttft_s"]),
             })
     return rows
 
@@ -84,24 +126,65 @@ def _fmt(value: Any, digits: int = 0) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def results_table(docs: list[dict[str, Any]]) -> Table:
+def _spread_cell(ttft: float | None, decode: float | None, limit: float) -> str:
+    """The spreads of TTFT and decode tok/s as the table shows them: "5%/12%", each with "!" above the limit."""
+    if ttft is None and decode is None:
+        return "-"
+    return "/".join("-" if p is None else f"{p:.0f}%{'!' if p > limit * 100 else ''}" for p in (ttft, decode))
+
+
+def results_table(docs: list[dict[str, Any]], limit: float = stats.DEFAULT_MAX_SPREAD) -> Table:
     columns = ["label", "context", "prompt tok", "decode tok", "TTFT ms", "prefill tok/s", "decode tok/s",
-               "cold TTFT ms", "cold prefill", "cold decode", "server prefill", "server decode", "peak RSS MiB"]
+               "spread", "cold TTFT ms", "cold prefill", "cold decode", "server prefill",
+               "server decode", "peak RSS MiB"]
     rows = [[str(r["label"]), _fmt(r["context"]), _fmt(r["prompt_tokens"]), _fmt(r["decode_tokens"]),
-             _fmt(r["ttft_ms"], 1), _fmt(r["prefill_tps"]), _fmt(r["decode_tps"]), _fmt(r["cold_ttft_ms"], 1),
+             _fmt(r["ttft_ms"], 1), _fmt(r["prefill_tps"]), _fmt(r["decode_tps"]),
+             _spread_cell(r["ttft_spread_pct"], r["decode_spread_pct"], limit),
+             _fmt(r["cold_ttft_ms"], 1),
              _fmt(r["cold_prefill_tps"]), _fmt(r["cold_decode_tps"]), _fmt(r["server_prefill_tps"]),
              _fmt(r["server_decode_tps"]), _fmt(r["peak_rss_mib"]), _fmt(r["peak_gpu_mib"])] for r in flat_rows(docs)]
     if all(row[-1] == "-" for row in rows):  # no GPU on this machine: no empty column
         rows = [row[:-1] for row in rows]
     else:
         columns.append("peak GPU MiB")
-    return table("Benchmark (median of cached trials; cold = trial 1)", columns, rows)
+    return table(f"Benchmark (median of cached trials; cold = trial 1; spread: TTFT/decode (max - min) / median of "
+                 f"the cached trials, ! above {limit * 100:g}%)", columns, rows)
+
+
+def changes(docs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """For each run after the first, per context and metric (prefill_tps, decode_tps): its median, the first run's,
+    the change, and whether the two runs' spreads cover that change (``within_spread``: True, False, or None when a
+    run has fewer than two warm trials to measure a spread). A change the spreads cover is no win and no loss."""
+    first = {r["context"]: r for r in docs[0]["results"]} if docs else {}
+    out = []
+    for doc in docs[1:]:
+        rows = []
+        for result in sorted(doc["results"], key=lambda r: r["context"]):
+            base = first.get(result["context"])
+            for key in ("prefill_tps", "decode_tps"):
+                value = best(result).get(key)
+                was = best(base).get(key) if base is not None else None
+                if value is None or not was:
+                    continue
+                within = stats.covered(was, spread_of(base or {})[key], value, spread_of(result)[key])
+                rows.append({"context": result["context"], "metric": key, "first": was, "value": value,
+                             "change": value / was - 1, "within_spread": within})
+        out.append(rows)
+    return out
+
+
+def _change_cell(value: float | None, base: float | None, within: bool | None) -> str:
+    if value is None or not base:
+        return "-"
+    change = f"{(value / base - 1) * 100:+.0f}%"
+    return f"~ {change} (within spread)" if within else change
 
 
 def compare_table(docs: list[dict[str, Any]]) -> Table:
-    """The seed's side-by-side tables: one row per context, each label's prefill and decode, change vs the first."""
+    """The seed's side-by-side tables: one row per context, each label's prefill and decode, change vs the first; a
+    change that the two runs' spreads cover is marked "within spread": not a win, not a loss."""
     labels = [str(d.get("label", "?")) for d in docs]
-    by_label = [{r["context"]: best(r) for r in d["results"]} for d in docs]
+    by_label = [{r["context"]: r for r in d["results"]} for d in docs]
     contexts = sorted({c for runs in by_label for c in runs})
     columns = ["context"]
     for metric in ("prefill", "decode"):
@@ -110,13 +193,19 @@ def compare_table(docs: list[dict[str, Any]]) -> Table:
     rows = []
     for context in contexts:
         row = [_fmt(context)]
+        results = [runs.get(context) for runs in by_label]
         for key in ("prefill_tps", "decode_tps"):
-            values = [runs.get(context, {}).get(key) for runs in by_label]
+            values = [best(r).get(key) if r is not None else None for r in results]
             row += [_fmt(v) for v in values]
-            base = values[0]
-            row += ["-" if v is None or not base else f"{(v / base - 1) * 100:+.0f}%" for v in values[1:]]
+            base, first = values[0], results[0]
+            for value, result in zip(values[1:], results[1:], strict=True):
+                within = None
+                if value is not None and base and first is not None and result is not None:
+                    within = stats.covered(base, spread_of(first)[key], value, spread_of(result)[key])
+                row.append(_change_cell(value, base, within))
         rows.append(row)
-    return table("Compared (tok/s, median of cached trials)", columns, rows)
+    return table("Compared (tok/s, median of cached trials; \"within spread\": the runs' trials disagree by more "
+                 "than the change, so it is no win or loss)", columns, rows)
 
 
 def csv_text(docs: list[dict[str, Any]]) -> str:

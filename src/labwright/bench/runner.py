@@ -93,6 +93,8 @@ class ContextResult:
             "context": self.context,
             "cold": cold.to_json() if cold else None,
             "warm": warm.to_json() if warm else None,
+            # (max - min) / median of the warm trials per metric (None with fewer than two): labwright.bench.stats
+            "spread": stats.spreads(self.trials),
             "peak_rss_bytes": self.peak_rss_bytes,
             "peak_gpu_bytes": self.peak_gpu_bytes,
             "trials": [t.to_json() for t in self.trials],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from labwright.bench import report
+from labwright.bench import report, stats
 from labwright.bench.runner import BenchConfig, parse_contexts, run
 from labwright.errors import BadInput
 from labwright.ui import console, stdout
@@ -39,6 +40,10 @@ TimeoutOption = typer.Option(600.0, "--timeout", help="Seconds to wait on the se
 JsonOption = typer.Option(False, "--json", help="Print the full result as JSON (input for bench compare).")
 CsvOption = typer.Option(False, "--csv", help="Print one CSV row per context.")
 PlotOption = typer.Option(None, "--plot", help="Write a PNG: tok/s vs context (needs matplotlib: the 'plot' extra).")
+MaxSpreadOption = typer.Option(stats.DEFAULT_MAX_SPREAD * 100, "--max-spread", metavar="PERCENT",
+                               help="How far the cached trials may disagree ((max - min) / median of decode tok/s and "
+                               "TTFT) before a warning says so; in compare, a change the runs' spreads cover is "
+                               "\"within spread\", not a win or loss.")
 
 
 def _api_key(variable: str | None) -> str | None:
@@ -50,7 +55,24 @@ def _api_key(variable: str | None) -> str | None:
     return value
 
 
-def _emit(docs: list[dict[str, Any]], as_json: bool, as_csv: bool, plot: Path | None, compare: bool) -> None:
+def _limit(percent: float) -> float:
+    """--max-spread PERCENT as a fraction: more than 0, at most 1000%."""
+    if not 0 < percent <= 1000:  # also nan
+        raise BadInput(f"--max-spread {percent:g}: give the percent the cached trials may disagree by, more than 0 "
+                       f"and at most 1000 (default {stats.DEFAULT_MAX_SPREAD * 100:g})")
+    return percent / 100
+
+
+def _emit(docs: list[dict[str, Any]], as_json: bool, as_csv: bool, plot: Path | None, compare: bool,
+          limit: float = stats.DEFAULT_MAX_SPREAD) -> None:
+    for doc in docs:
+        doc["max_spread"] = limit
+    if compare:
+        for doc, rows in zip(docs[1:], report.changes(docs), strict=True):
+            doc["versus_first"] = rows
+    warning = report.spread_warning(docs, limit)
+    if warning:
+        print(f"labwright: warning: {' '.join(warning.split())}", file=sys.stderr, flush=True)
     if as_json:
         typer.echo(json.dumps(docs[0] if len(docs) == 1 and not compare else docs, indent=2))
     elif as_csv:
@@ -58,7 +80,7 @@ def _emit(docs: list[dict[str, Any]], as_json: bool, as_csv: bool, plot: Path | 
     else:
         # Wide tables: a pipe or CI log gets the whole table instead of rich's default 80 columns.
         out = stdout if stdout.is_terminal else Console(highlight=False, width=200)
-        out.print(report.compare_table(docs) if compare else report.results_table(docs))
+        out.print(report.compare_table(docs) if compare else report.results_table(docs, limit))
     if plot is not None:
         report.plot(docs, plot)
         console.print(f"plot written: {escape(str(plot))}")
@@ -78,9 +100,10 @@ def _outputs(as_json: bool, as_csv: bool, plot: Path | None) -> None:
 
 def _llm(url: str | None, model: str | None, contexts: str, decode: int, trials: int, endpoint: str,
          label: str | None, api_key_env: str | None, timeout: float, as_json: bool, as_csv: bool,
-         plot: Path | None) -> None:
+         plot: Path | None, max_spread: float = stats.DEFAULT_MAX_SPREAD * 100) -> None:
     if url is None:
         raise BadInput("--url is required: pass the API base, e.g. --url http://127.0.0.1:8080/v1")
+    limit = _limit(max_spread)
     _outputs(as_json, as_csv, plot)
     config = BenchConfig(url=url, model=model, contexts=parse_contexts(contexts), decode=decode, trials=trials,
                          endpoint=endpoint, label=label, api_key=_api_key(api_key_env), timeout=timeout)
@@ -88,7 +111,7 @@ def _llm(url: str | None, model: str | None, contexts: str, decode: int, trials:
     console.print(f"… benchmarking {escape(url)}: contexts {', '.join(map(str, config.contexts))}, "
                   f"{decode} decode tokens, {trials} trials each")
     result = run(config, progress=lambda line: console.print(f"  {escape(line)}"))
-    _emit([result.to_json()], as_json, as_csv, plot, compare=False)
+    _emit([result.to_json()], as_json, as_csv, plot, compare=False, limit=limit)
 
 
 @app.callback(invoke_without_command=True)
@@ -106,13 +129,15 @@ def _bench(
     as_json: bool = JsonOption,
     as_csv: bool = CsvOption,
     plot: Path | None = PlotOption,
+    max_spread: float = MaxSpreadOption,
 ) -> None:
     """Benchmark a server; without a subcommand, the options are those of `labwright bench llm`."""
     if ctx.invoked_subcommand is not None:
         if url is not None:
             raise BadInput(f"--url before '{ctx.invoked_subcommand}': put the options after the subcommand")
         return
-    _llm(url, model, contexts, decode, trials, endpoint, label, api_key_env, timeout, as_json, as_csv, plot)
+    _llm(url, model, contexts, decode, trials, endpoint, label, api_key_env, timeout, as_json, as_csv, plot,
+         max_spread)
 
 
 @app.command()
@@ -129,12 +154,17 @@ def llm(
     as_json: bool = JsonOption,
     as_csv: bool = CsvOption,
     plot: Path | None = PlotOption,
+    max_spread: float = MaxSpreadOption,
 ) -> None:
     """Prefill and decode speed by context length of an OpenAI-compatible server (streamed requests).
 
+    A context whose cached trials disagree by more than --max-spread (a busy machine, a cold cache) is named in one
+    warning line on stderr.
+
     Example: labwright bench llm --url http://127.0.0.1:8080/v1 --contexts 512,4096,16384 --decode 512 --trials 3
     """
-    _llm(url, model, contexts, decode, trials, endpoint, label, api_key_env, timeout, as_json, as_csv, plot)
+    _llm(url, model, contexts, decode, trials, endpoint, label, api_key_env, timeout, as_json, as_csv, plot,
+         max_spread)
 
 
 @app.command()
@@ -143,14 +173,19 @@ def compare(
     as_json: bool = JsonOption,
     as_csv: bool = CsvOption,
     plot: Path | None = PlotOption,
+    max_spread: float = MaxSpreadOption,
 ) -> None:
     """Two (or more) saved runs side by side: prefill and decode per context, change against the first.
 
+    A change that the two runs' spreads cover (their cached trials disagree by as much) is shown "within spread":
+    not a win, not a loss. Runs whose trials disagree by more than --max-spread are named in one warning line.
+
     Example: labwright bench compare stack-a.json stack-c.json --plot compare.png
     """
+    limit = _limit(max_spread)
     _outputs(as_json, as_csv, plot)
     docs = [report.load(path) for path in files]
-    _emit(docs, as_json, as_csv, plot, compare=True)
+    _emit(docs, as_json, as_csv, plot, compare=True, limit=limit)
 
 
 from labwright.cli import bench_tts  # noqa: E402
