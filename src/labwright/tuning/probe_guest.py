@@ -22,7 +22,7 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 # labwright's one restart helper (stdlib only) and the errors it raises, sent to the waiter with every request that
 # starts the unit: the guest has no labwright, and the probe's restarts must be the ones every other command makes.
 RESTART_HELPER = {"labwright.errors": (_PACKAGE / "errors.py").read_text(),
-                  "labwright.stacks.service": (_PACKAGE / "stacks" / "service.py").read_text()}
+                  "labwright.agent.service": (_PACKAGE / "agent" / "service.py").read_text()}
 STARTS = ("probe", "restore", "watch")
 
 

@@ -181,9 +181,9 @@ def leftovers() -> dict:
 
 
 def restart_helper(req: dict):
-    """labwright's one restart helper (``labwright.stacks.service``), sent as source with the request.
+    """labwright's one restart helper (``labwright.agent.service``), sent as source with the request.
 
-    The guest has no labwright; the control machine sends ``labwright/errors.py`` and ``labwright/stacks/service.py``
+    The guest has no labwright; the control machine sends ``labwright/errors.py`` and ``labwright/agent/service.py``
     (both stdlib only) and they are loaded here under their own names. None when they were not sent or do not load
     (then a plain reset-failed + start, said in the answer).
     """
@@ -200,7 +200,7 @@ def restart_helper(req: dict):
             exec(compile(sources["labwright.errors"], "labwright/errors.py", "exec"), errors.__dict__)
         service = types.ModuleType(HELPER_MODULE)
         sys.modules[HELPER_MODULE] = service  # dataclasses look their module up there
-        exec(compile(sources["labwright.stacks.service"], "labwright/stacks/service.py", "exec"), service.__dict__)
+        exec(compile(sources["labwright.agent.service"], "labwright/agent/service.py", "exec"), service.__dict__)
         return service
     except Exception as exc:  # the helper grew a dependency the guest lacks: still start, and say so
         req["restart_helper_error"] = f"{type(exc).__name__}: {exc}"

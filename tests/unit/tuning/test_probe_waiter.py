@@ -1,6 +1,6 @@
 """The in-guest waiter's own parts that need no systemd: the restore record (written once, atomically, before any
 change), the install that keeps a file someone else changed, and the restart helper it is sent (labwright's
-stacks.service, loaded in a bare interpreter as a guest without labwright would). The systemd side runs for real in
+agent.service, loaded in a bare interpreter as a guest without labwright would). The systemd side runs for real in
 tests/integration/test_probe_faults.py."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_install_puts_back_the_original_over_a_candidate_but_keeps_someone_elses
 
 
 def test_the_restart_helper_loads_in_a_bare_interpreter_from_the_sources_sent(tmp_path):
-    """The guest has python3 only: stacks/service.py and errors.py must load there from the request alone."""
+    """The guest has python3 only: agent/service.py and errors.py must load there from the request alone."""
     request = {"restart_helper": RESTART_HELPER}
     script = WAITER_SOURCE.replace('if __name__ == "__main__":', 'if False:') + (
         "\nimport json, sys\nreq = json.loads(sys.argv[1])\nhelper = restart_helper(req)\n"
@@ -82,6 +82,6 @@ def test_the_restart_helper_loads_in_a_bare_interpreter_from_the_sources_sent(tm
 
 
 def test_a_helper_that_does_not_load_is_said_and_not_fatal():
-    request = {"restart_helper": {**RESTART_HELPER, "labwright.stacks.service": "import labwright.hosts.nowhere\n"}}
+    request = {"restart_helper": {**RESTART_HELPER, "labwright.agent.service": "import labwright.hosts.nowhere\n"}}
     assert probe_waiter.restart_helper(request) is None
     assert "ModuleNotFoundError" in request["restart_helper_error"]
