@@ -11,7 +11,7 @@ import re
 
 import typer
 
-from labwright.desktop.checks import Check, Runner, read_record, run_checks
+from labwright.desktop.checks import Check, read_record, run_checks
 from labwright.desktop.recipe import DOWNGRADE_KEYS
 from labwright.errors import BadInput, LxdError
 from labwright.hostnames import BadHostName, lxd_guest
@@ -45,19 +45,8 @@ def _host(guest: str) -> LxdHost:
     except BadHostName as exc:
         raise BadInput(f"{exc} (see `lxc list`)") from None
     endpoint, project = resolve_endpoint(parsed.remote, flavour=parsed.flavour)
-    return LxdHost(parsed.instance, LxdClient(endpoint, project=project))
-
-
-def runner(host: LxdHost) -> Runner:
-    """The checks' ``run(command) -> (exit code, stdout)`` on ``host``; the daemon failing raises LxdError."""
-
-    def run(command: str) -> tuple[int, str]:
-        # LXD fails the exec of a command that exits 127 ("Command not found") or 126 ("Command not executable")
-        # instead of giving its output; the checks only tell 0 from the rest, so both come back as 125.
-        result = host.exec(["sh", "-c", f"{command}\nrc=$?; case $rc in 126|127) exit 125;; esac; exit $rc"])
-        return result.exit_code, result.stdout.decode(errors="replace")
-
-    return run
+    # The daemon failing mid-check raises (LxdError: one line naming the guest), not a row of failed checks.
+    return LxdHost(parsed.instance, LxdClient(endpoint, project=project), raise_errors=True)
 
 
 def _lxd_config_check(instance: dict) -> Check:
@@ -91,9 +80,8 @@ def check(
             raise BadInput(f"guest {guest}: no such LXD instance (see `lxc list`)")
         if instance.get("status") != "Running":
             raise BadInput(f"guest {guest} is {instance.get('status')}; start it first (`lxc start {name}`)")
-        run = runner(host)
-        want = read_record(run, {"user": user, "port": port})
-        results = [_lxd_config_check(instance), *run_checks(run, want)]
+        want = read_record(host, {"user": user, "port": port})
+        results = [_lxd_config_check(instance), *run_checks(host, want)]
     except LxdError as exc:
         raise LxdError(f"guest {guest}: {exc}") from exc
     finally:

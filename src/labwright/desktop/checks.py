@@ -2,7 +2,8 @@
 cause and fix for each failure. Used by `labwright desktop check` (through LXD exec) and by
 labwright/verify/test_desktop.py (through testinfra), so both say the same thing.
 
-A check runs shell commands through ``run(command) -> (exit code, stdout)``; nothing here changes the guest.
+A check runs shell commands through a :class:`labwright.hosts.Host` and reads each :class:`~labwright.hosts.Result`;
+nothing here changes the guest.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import Any
 
 from labwright.desktop.recipe import CHROME_PACKAGES, DEFAULT_PORT, DEFAULT_USER, RECORD, SESMAN_PORT
 from labwright.facts.desktop import parse_ini_section
+from labwright.hosts import Host
 from labwright.shell import quote
 
-Runner = Callable[[str], tuple[int, str]]
 XRDP_INI = "/etc/xrdp/xrdp.ini"
 SESMAN_LOG = "/var/log/xrdp-sesman.log"
 
@@ -51,13 +52,13 @@ class Expected:
         return "firefox" if self.firefox_source == "mozilla" else "firefox-esr"
 
 
-def read_record(run: Runner, overrides: dict[str, Any] | None = None) -> Expected:
+def read_record(host: Host, overrides: dict[str, Any] | None = None) -> Expected:
     """What the deploy recorded on the guest (RECORD), with explicit values winning."""
-    rc, out = run(f"cat {RECORD} 2>/dev/null")
+    result = host.run(f"cat {RECORD} 2>/dev/null")
     record: dict[str, Any] = {}
-    if rc == 0 and out.strip():
+    if result.ok and result.stdout.strip():
         try:
-            record = json.loads(out)
+            record = json.loads(result.stdout)
         except json.JSONDecodeError:
             record = {}
     values: dict[str, Any] = {k: record[k] for k in ("user", "port", "listen", "firefox_source") if k in record}
@@ -90,13 +91,13 @@ def policy_origins(policy: str) -> tuple[str | None, int | None, list[str]]:
     return version, priority, sources
 
 
-def _listeners(run: Runner, port: int) -> list[str]:
-    rc, out = run(f"ss -Hltn 'sport = :{int(port)}'")
-    return [line.split()[3] for line in out.splitlines() if rc == 0 and len(line.split()) >= 4]
+def _listeners(host: Host, port: int) -> list[str]:
+    result = host.run(f"ss -Hltn 'sport = :{int(port)}'")
+    return [line.split()[3] for line in result.stdout.splitlines() if result.ok and len(line.split()) >= 4]
 
 
-def check_unprivileged(run: Runner, want: Expected) -> Check:
-    _, uid_map = run("cat /proc/1/uid_map")
+def check_unprivileged(host: Host, want: Expected) -> Check:
+    uid_map = host.run("cat /proc/1/uid_map").stdout
     rows = [line.split() for line in uid_map.splitlines() if line.strip()]
     privileged = any(len(r) == 3 and r[:2] == ["0", "0"] for r in rows)
     shown = " ".join(rows[0]) if rows else "unreadable"
@@ -105,10 +106,10 @@ def check_unprivileged(run: Runner, want: Expected) -> Check:
                  "recreate the guest unprivileged (guest data `unprivileged: true`, Proxmox --unprivileged 1)")
 
 
-def check_confinement(run: Runner, want: Expected) -> Check:
-    _, seccomp = run("sed -n 's/^Seccomp:[[:space:]]*//p' /proc/1/status")
-    _, apparmor = run("cat /sys/module/apparmor/parameters/enabled 2>/dev/null; echo; cat /proc/1/attr/current "
-                      "2>/dev/null")
+def check_confinement(host: Host, want: Expected) -> Check:
+    seccomp = host.run("sed -n 's/^Seccomp:[[:space:]]*//p' /proc/1/status").stdout
+    apparmor = host.run("cat /sys/module/apparmor/parameters/enabled 2>/dev/null; echo; cat /proc/1/attr/current "
+                        "2>/dev/null").stdout
     enabled, _, label = apparmor.partition("\n")
     unconfined = enabled.strip().upper().startswith("Y") and label.strip().startswith("unconfined")
     ok = seccomp.strip() not in ("", "0") and not unconfined
@@ -119,8 +120,8 @@ def check_confinement(run: Runner, want: Expected) -> Check:
                  "remove raw.seccomp/raw.apparmor/lxc.apparmor.profile overrides; Firefox needs none")
 
 
-def check_xrdp_listening(run: Runner, want: Expected) -> Check:
-    found = _listeners(run, want.port)
+def check_xrdp_listening(host: Host, want: Expected) -> Check:
+    found = _listeners(host, want.port)
     if want.listen == "lan":
         ok = any(a.split(":")[0] in ("*", "0.0.0.0", "[::]") or a.startswith("[::ffff:0.0.0.0]") for a in found)
         where = "all addresses"
@@ -132,22 +133,22 @@ def check_xrdp_listening(run: Runner, want: Expected) -> Check:
                  "systemctl restart xrdp; journalctl -u xrdp; re-run deploys/desktop.py")
 
 
-def check_sesman_listening(run: Runner, want: Expected) -> Check:
-    found = _listeners(run, SESMAN_PORT)
+def check_sesman_listening(host: Host, want: Expected) -> Check:
+    found = _listeners(host, SESMAN_PORT)
     return Check("xrdp-sesman listening", bool(found), f"port {SESMAN_PORT} on {', '.join(found) or 'nothing'}",
                  "xrdp-sesman is not running: logins are accepted by xrdp but no session can start",
                  "systemctl enable --now xrdp-sesman; see /var/log/xrdp-sesman.log")
 
 
-def check_tls(run: Runner, want: Expected) -> Check:
-    _, ini = run(f"cat {XRDP_INI} 2>/dev/null")
+def check_tls(host: Host, want: Expected) -> Check:
+    ini = host.run(f"cat {XRDP_INI} 2>/dev/null").stdout
     globals_ = parse_ini_section(ini.splitlines(), "Globals")
     layer = globals_.get("security_layer", "?")
     key = globals_.get("key_file") or "/etc/xrdp/key.pem"
-    _, groups = run("id -nG xrdp 2>/dev/null")
-    readable, _ = run(f"runuser -u xrdp -- test -r {quote(key)}")
+    groups = host.run("id -nG xrdp 2>/dev/null").stdout
+    readable = host.run(f"runuser -u xrdp -- test -r {quote(key)}").rc
     in_group = "ssl-cert" in groups.split()
-    _, last = run("grep -h 'TLS connection established' /var/log/xrdp.log 2>/dev/null | tail -n 1")
+    last = host.run("grep -h 'TLS connection established' /var/log/xrdp.log 2>/dev/null | tail -n 1").stdout
     version = re.search(r": (TLSv[0-9.]+)", last)
     ok = layer in ("tls", "hybrid") and readable == 0
     detail = (f"security_layer={layer}, key {key} {'readable' if readable == 0 else 'NOT readable'} by xrdp"
@@ -159,10 +160,10 @@ def check_tls(run: Runner, want: Expected) -> Check:
                  "adduser xrdp ssl-cert; set security_layer=tls in xrdp.ini [Globals]; systemctl restart xrdp")
 
 
-def check_xorg_backend(run: Runner, want: Expected) -> Check:
-    _, status = run("dpkg-query -W -f='${Status}' xorgxrdp 2>/dev/null")
-    xorg, _ = run("test -x /usr/lib/xorg/Xorg")
-    _, errors = run(f"grep -c 'Error starting X server' {SESMAN_LOG} 2>/dev/null")
+def check_xorg_backend(host: Host, want: Expected) -> Check:
+    status = host.run("dpkg-query -W -f='${Status}' xorgxrdp 2>/dev/null").stdout
+    xorg = host.run("test -x /usr/lib/xorg/Xorg").rc
+    errors = host.run(f"grep -c 'Error starting X server' {SESMAN_LOG} 2>/dev/null").stdout
     ok = status.strip().endswith("installed") and xorg == 0
     detail = (f"xorgxrdp {'installed' if status.strip().endswith('installed') else 'missing'}, /usr/lib/xorg/Xorg "
               f"{'present' if xorg == 0 else 'missing'}")
@@ -173,18 +174,18 @@ def check_xorg_backend(run: Runner, want: Expected) -> Check:
                  "apt-get install --no-install-recommends xorg xorgxrdp")
 
 
-def _home(run: Runner, user: str) -> str:
-    _, entry = run(f"getent passwd {quote(user)}")
+def _home(host: Host, user: str) -> str:
+    entry = host.run(f"getent passwd {quote(user)}").stdout
     fields = entry.strip().split(":")
     return fields[5] if len(fields) >= 7 else f"/home/{user}"
 
 
-def check_session(run: Runner, want: Expected) -> Check:
-    home = _home(run, want.user)
-    _, session = run(f"cat {quote(home)}/.xsession 2>/dev/null")
+def check_session(host: Host, want: Expected) -> Check:
+    home = _home(host, want.user)
+    session = host.run(f"cat {quote(home)}/.xsession 2>/dev/null").stdout
     xfce = "xfce" in session.lower()
     mate = "mate-session" in session
-    installed, _ = run("command -v mate-session >/dev/null")
+    installed = host.run("command -v mate-session >/dev/null").rc
     if xfce:
         return Check("MATE session", False, f"{home}/.xsession starts XFCE",
                      "launcher not starting: XFCE 4.18 runs a desktop launcher only once it is marked trusted (GIO "
@@ -198,11 +199,11 @@ def check_session(run: Runner, want: Expected) -> Check:
                  f"printf 'exec mate-session\\n' > {home}/.xsession; apt-get install mate-desktop-environment-core")
 
 
-def check_caja(run: Runner, want: Expected) -> Check:
-    home = _home(run, want.user)
+def check_caja(host: Host, want: Expected) -> Check:
+    home = _home(host, want.user)
     path = f"{home}/.config/caja"
-    _, owner = run(f"stat -c %U {quote(path)} 2>/dev/null")
-    writable, _ = run(f"runuser -u {quote(want.user)} -- test -w {quote(path)}")
+    owner = host.run(f"stat -c %U {quote(path)} 2>/dev/null").stdout
+    writable = host.run(f"runuser -u {quote(want.user)} -- test -w {quote(path)}").rc
     ok = owner.strip() == want.user and writable == 0
     detail = f"{path} " + (f"owned by {owner.strip()}" if owner.strip() else "missing") + \
         ("" if writable == 0 else f", not writable by {want.user}")
@@ -210,10 +211,10 @@ def check_caja(run: Runner, want: Expected) -> Check:
                  f"mkdir -p {quote(path)} && chown -R {quote(want.user + ':')} {quote(home + '/.config')}")
 
 
-def check_launcher(run: Runner, want: Expected) -> Check:
-    home = _home(run, want.user)
+def check_launcher(host: Host, want: Expected) -> Check:
+    home = _home(host, want.user)
     path = f"{home}/Desktop/{want.firefox_package}.desktop"
-    _, stat = run(f"stat -c '%U %a' {quote(path)} 2>/dev/null")
+    stat = host.run(f"stat -c '%U %a' {quote(path)} 2>/dev/null").stdout
     owner, _, mode = stat.strip().partition(" ")
     ok = owner == want.user and bool(mode) and int(mode[-3], 8) & 1 == 1
     return Check("Firefox launcher on the desktop", ok,
@@ -222,12 +223,12 @@ def check_launcher(run: Runner, want: Expected) -> Check:
                  f"install -o {want.user} -m 755 /usr/share/applications/{want.firefox_package}.desktop {path}")
 
 
-def check_no_chrome(run: Runner, want: Expected) -> Check:
+def check_no_chrome(host: Host, want: Expected) -> Check:
     names = " ".join(CHROME_PACKAGES)
-    _, pkgs = run(f"dpkg-query -W -f='${{Package}} ${{Status}}\\n' {names} 2>/dev/null | grep ' installed$' "
-                  "| cut -d' ' -f1")
-    _, binaries = run("for b in google-chrome google-chrome-stable chromium chromium-browser; do command -v $b; "
-                      "done 2>/dev/null; true")
+    pkgs = host.run(f"dpkg-query -W -f='${{Package}} ${{Status}}\\n' {names} 2>/dev/null | grep ' installed$' "
+                    "| cut -d' ' -f1").stdout
+    binaries = host.run("for b in google-chrome google-chrome-stable chromium chromium-browser; do command -v $b; "
+                        "done 2>/dev/null; true").stdout
     found = sorted(set(pkgs.split()) | set(binaries.split()))
     return Check("no Chrome", not found, ", ".join(found) if found else "no Chrome/Chromium installed",
                  "Chrome says 'offline' though curl works: its network-service seccomp sandbox clashes with the "
@@ -235,9 +236,9 @@ def check_no_chrome(run: Runner, want: Expected) -> Check:
                  f"use Firefox; apt-get purge {' '.join(found) or 'google-chrome-stable'}")
 
 
-def check_firefox_origin(run: Runner, want: Expected) -> Check:
+def check_firefox_origin(host: Host, want: Expected) -> Check:
     package = want.firefox_package
-    _, policy = run(f"apt-cache policy {package} 2>/dev/null")
+    policy = host.run(f"apt-cache policy {package} 2>/dev/null").stdout
     version, priority, sources = policy_origins(policy)
     mozilla = [s for s in sources if "packages.mozilla.org" in s]
     if want.firefox_source == "mozilla":
@@ -257,11 +258,11 @@ def check_firefox_origin(run: Runner, want: Expected) -> Check:
                  "re-run deploys/desktop.py with desktop_firefox_source=" + want.firefox_source)
 
 
-CHECKS: tuple[Callable[[Runner, Expected], Check], ...] = (
+CHECKS: tuple[Callable[[Host, Expected], Check], ...] = (
     check_unprivileged, check_confinement, check_xrdp_listening, check_sesman_listening, check_tls,
     check_xorg_backend, check_session, check_caja, check_launcher, check_no_chrome, check_firefox_origin,
 )
 
 
-def run_checks(run: Runner, want: Expected) -> list[Check]:
-    return [check(run, want) for check in CHECKS]
+def run_checks(host: Host, want: Expected) -> list[Check]:
+    return [check(host, want) for check in CHECKS]

@@ -30,7 +30,8 @@ Source = bytes | str | Path | IO[bytes]
 
 @dataclass(frozen=True)
 class Result:
-    """A finished command: exit code (124 timed out, 127 not found, 255 could not reach the host), its output."""
+    """A finished command: exit code (124 timed out, 127 not found (125 in an LXD container: labwright.hosts.lxd),
+    255 could not reach the host), its output."""
 
     rc: int
     stdout: str

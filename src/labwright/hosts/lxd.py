@@ -1,5 +1,9 @@
 """An LXD/Incus container through labwright's LXD API client (never ``lxc exec`` subprocesses).
-``NAME`` or ``REMOTE:NAME`` as in ``lxc``; remotes come from the lxc client config."""
+``NAME`` or ``REMOTE:NAME`` as in ``lxc``; remotes come from the lxc client config.
+
+LXD's exec fails (an error, no output) when the process exits 127 ("Command not found") or 126 ("Command not
+executable"): it reads its own codes into them. ``run`` folds a command's own 126/127 into 125 so its output comes
+back; this is the one place that fold is made."""
 
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ from labwright.shell import quote
 
 
 class LxdHost:
-    def __init__(self, target: str, client: LxdClient | None = None):
+    def __init__(self, target: str, client: LxdClient | None = None, raise_errors: bool = False):
+        """``raise_errors``: ``run`` raises (LxdError, OSError) when the daemon cannot run the command, for callers
+        that stop there with one line, instead of reading it as exit 255."""
         parsed = lxd_guest(target)
         self.name = parsed.instance
         self.label = f"container {target}"
@@ -23,17 +29,20 @@ class LxdHost:
             endpoint, project = resolve_endpoint(parsed.remote, flavour=parsed.flavour)
             client = LxdClient(endpoint, project=project)
         self.client = client
+        self.raise_errors = raise_errors
 
     def run(self, command: str | Sequence[str], stdin: bytes | str | None = None,
             timeout: float | None = None) -> Result:
         if stdin is not None:
             raise ValueError("LxdHost.run: the LXD exec API records output and takes no stdin; put a file instead")
-        argv = ["sh", "-c", shell_line(command)]
+        argv = ["sh", "-c", f"{shell_line(command)}\nrc=$?; case $rc in 126|127) exit 125;; esac; exit $rc"]
         if timeout is not None:  # coreutils timeout: exit 124, as LocalHost and SshHost report a deadline
             argv = ["timeout", str(max(1, round(timeout))), *argv]
         try:
             done = self.exec(argv)
         except (LabwrightError, OSError) as exc:
+            if self.raise_errors:
+                raise
             return Result(255, "", f"{self.label}: {exc}")
         return Result(done.exit_code, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
 

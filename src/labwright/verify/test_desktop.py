@@ -17,30 +17,23 @@ import os
 import pytest
 
 from labwright.desktop.checks import CHECKS, Expected, read_record
+from labwright.hosts.testinfra import TestinfraHost
 
 
 @pytest.fixture(scope="module")
 def desktop_expected(host) -> Expected:
-    def run(command: str) -> tuple[int, str]:
-        result = host.run(command)
-        return result.rc, result.stdout
-
     overrides = {
         "user": os.environ.get("LABWRIGHT_DESKTOP_USER"),
         "port": os.environ.get("LABWRIGHT_DESKTOP_PORT"),
         "listen": os.environ.get("LABWRIGHT_DESKTOP_LISTEN"),
         "firefox_source": os.environ.get("LABWRIGHT_DESKTOP_FIREFOX_SOURCE"),
     }
-    return read_record(run, overrides)
+    return read_record(TestinfraHost(host), overrides)
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.__name__.removeprefix("check_") for c in CHECKS])
 def test_desktop(host, desktop_expected, check):
-    def run(command: str) -> tuple[int, str]:
-        result = host.run(command)
-        return result.rc, result.stdout
-
-    result = check(run, desktop_expected)
+    result = check(TestinfraHost(host), desktop_expected)
     assert result.ok, f"{result.name}: {result.detail}; cause: {result.cause}; fix: {result.fix}"
 
 

@@ -1,4 +1,4 @@
-"""`labwright desktop check` on the hosts seam: each check is one ``sh -c`` through LxdHost.exec, exits 126 and 127
+"""`labwright desktop check` on the hosts seam: each check is one ``sh -c`` through LxdHost.run, exits 126 and 127
 come back as 125 (LXD fails those execs, "Command not executable" / "not found", instead of giving the output),
 the daemon failing is one error line naming the guest. A stand-in LXD client behind the real LxdHost;
 tests/integration/test_desktop_check_lab.py runs the same path in a real lab container."""
@@ -14,7 +14,6 @@ import pytest
 from labwright.cli import desktop as desktop_cli
 from labwright.cli import main
 from labwright.errors import LxdError
-from labwright.hosts.lxd import LxdHost
 from labwright.lxd.client import ExecResult, LxdClient
 
 TAIL = "\nrc=$?; case $rc in 126|127) exit 125;; esac; exit $rc"
@@ -44,7 +43,9 @@ class StandInClient:
 @pytest.fixture
 def stand_in(monkeypatch):
     def use(client: StandInClient) -> StandInClient:
-        monkeypatch.setattr(desktop_cli, "_host", lambda guest: LxdHost(guest, cast(LxdClient, client)))
+        # The CLI's own _host (LxdHost with raise_errors) over the stand-in client.
+        monkeypatch.setattr(desktop_cli, "resolve_endpoint", lambda remote, flavour=None: ("stand-in", None))
+        monkeypatch.setattr(desktop_cli, "LxdClient", lambda endpoint, project=None: cast(LxdClient, client))
         return client
     return use
 

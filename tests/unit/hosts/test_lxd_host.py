@@ -1,8 +1,9 @@
-"""LxdHost: the shell-line ``run`` its Host callers use, the argv-exact ``exec`` the probe and `desktop check` use,
-``get`` telling a missing file (FileNotFoundError) from the daemon refusing (OSError). A stand-in LXD client."""
+"""LxdHost: the shell-line ``run`` its Host callers use (with the 126/127 fold), the argv-exact ``exec`` the probe
+uses, ``get`` telling a missing file (FileNotFoundError) from the daemon refusing (OSError). A stand-in LXD client."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Sequence
 from typing import IO, Any, cast
 
@@ -11,6 +12,8 @@ import pytest
 from labwright.errors import LxdError, LxdNotFound
 from labwright.hosts.lxd import LxdHost
 from labwright.lxd.client import ExecResult, LxdClient
+
+FOLD = "rc=$?; case $rc in 126|127) exit 125;; esac; exit $rc"
 
 
 class StandInClient:
@@ -43,8 +46,21 @@ def test_run_is_a_shell_line_and_exec_is_the_argv_as_it_is():
     assert client.calls[-1] == ("box", ["python3", "-c", "print('a b')", '{"x": 1}'])
     assert (done.exit_code, done.stdout, done.stderr) == (137, b"\xff{}\n", b"Killed\n")  # bytes as they came
     result = host(client).run(["echo", "a b"], timeout=5)
-    assert client.calls[-1] == ("box", ["timeout", "5", "sh", "-c", "echo 'a b'"])
+    assert client.calls[-1] == ("box", ["timeout", "5", "sh", "-c", f"echo 'a b'\n{FOLD}"])
     assert (result.rc, result.stderr) == (137, "Killed\n")
+
+
+def test_run_folds_a_commands_own_126_and_127_into_125_so_lxd_returns_its_output():
+    """LXD's exec fails without output on a process exit 126/127; the argv run sends keeps them out (run here by
+    a real sh, as it would run in the container)."""
+    client = StandInClient(ExecResult(0, b"", b""))
+    for command, rc in (("echo out; no-such-command-lw", 125), ("exit 126", 126), ("false", 1), ("true", 0)):
+        host(client).run(command)
+        done = subprocess.run(client.calls[-1][1], capture_output=True, text=True, check=False)
+        assert done.returncode == rc, command
+    host(client).run("echo out; no-such-command-lw")
+    done = subprocess.run(client.calls[-1][1], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (125, "out\n") and "no-such-command-lw" in done.stderr
 
 
 def test_a_daemon_failure_is_exit_255_from_run_and_raised_by_exec():
@@ -53,6 +69,8 @@ def test_a_daemon_failure_is_exit_255_from_run_and_raised_by_exec():
     assert (result.rc, result.stderr) == (255, "container lab:box: exec in box: Instance is not running")
     with pytest.raises(LxdError, match="Instance is not running"):
         host(client).exec(["true"])
+    with pytest.raises(LxdError, match="Instance is not running"):
+        LxdHost("box", cast(LxdClient, client), raise_errors=True).run("true")
 
 
 def test_get_tells_a_missing_file_from_a_refusal():
