@@ -11,9 +11,9 @@ additions for labwright's long commands, so a data file stays readable without h
   whole word matches: a per-run token);
 - ``{"shell": [...]}``: the command as fragments joined end to end, a fragment a string or ``{"same_as": ...}``.
 
-An upload is ``{"upload": DEST, ...}`` with one or more of ``"lines"`` (the text's lines), ``"json"`` (the text
-parsed), ``"sha256"`` (the bytes) or ``"local_path"`` (a file on the controller, itself a string or
-``{"same_as": "module:function()"}``).
+An upload is ``{"upload": DEST, ...}`` (DEST a string, or a word as above) with one or more of ``"lines"`` (the
+text's lines), ``"json"`` (the text parsed), ``"sha256"`` (the bytes) or ``"local_path"`` (a file on the
+controller, itself a string or ``{"same_as": "module:function()"}``).
 
 Every actual value is rendered in the shape the expected value asks for, so a mismatch shows as a plain diff.
 """
@@ -91,7 +91,7 @@ def render_command(command: Any, expected: Any) -> Any:
                 "kwargs": encode(dict(command.kwargs))}
     if isinstance(command, FileUploadCommand):
         wanted = expected if isinstance(expected, Mapping) and "upload" in expected else {"lines": None}
-        rendered: dict[str, Any] = {"upload": str(command.dest)}
+        rendered: dict[str, Any] = {"upload": _render_word(str(command.dest), wanted.get("upload"))}
         data = _content(command.src)
         if "lines" in wanted:
             rendered["lines"] = data.decode(errors="replace").splitlines()

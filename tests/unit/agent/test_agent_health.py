@@ -1,4 +1,5 @@
-"""operations.http.wait_healthy's one script, run here against a local HTTP server (no lab).
+"""The agent's ``health`` subcommand (what operations.http.wait_healthy runs on the host), run here from the built
+zipapp against a local HTTP server (no lab).
 
 ``systemctl`` and ``journalctl`` are small fakes on PATH: systemctl records its arguments, journalctl prints a file
 the test writes, so restart, startup line, fatal line and journal tail are checked without a systemd unit.
@@ -14,10 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from labwright.operations.http import HealthCheck, health_command
+from labwright.agent import zipapp
+from labwright.agent.service import HealthCheck as AgentCheck
+from labwright.operations.http import check_json
 
 
 @dataclass
@@ -74,9 +78,18 @@ def fakes(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(check: HealthCheck, fakes: Path) -> subprocess.CompletedProcess[str]:
+def HealthCheck(timeout: float, health_path: str = "/health", interval: float = 0.5, **fields: Any) -> AgentCheck:
+    """The check as wait_healthy builds it (its defaults: /health, a poll every 0.5 s)."""
+    return AgentCheck(timeout_s=timeout, health_path=health_path, interval=interval, **fields)
+
+
+def run(check: AgentCheck, fakes: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": f"{fakes / 'bin'}:{os.environ['PATH']}"}
-    return subprocess.run(["sh", "-c", health_command(check)], capture_output=True, text=True, env=env, timeout=30)
+    agent = fakes / "agent.pyz"
+    if not agent.exists():
+        agent.write_bytes(zipapp.agent()[0])
+    return subprocess.run(["python3", str(agent), "health", check_json(check)], capture_output=True, text=True,
+                          env=env, timeout=30)
 
 
 def test_healthy_without_models(server, fakes):

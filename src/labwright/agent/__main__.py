@@ -1,0 +1,58 @@
+"""``python3 AGENT SUBCOMMAND ...``: the agent's subcommands, each the one implementation of its job on a host.
+
+- ``health CHECK_JSON``: a deploy's health check (restart first when asked), :mod:`labwright.agent.health`;
+- ``restart UNIT``: restart a systemd unit past its start limit (:func:`labwright.agent.service.restart_unit`);
+- ``default-keys KNOWN_JSON PATH...``: which variables in PATHs hold a known default key,
+  :mod:`labwright.agent.default_keys`.
+
+Exit status and output are each subcommand's own; an unknown subcommand is one ``labwright:`` line, exit 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from labwright.errors import LabwrightError
+
+
+def _restart(argv: list[str]) -> int:
+    from labwright.agent.service import restart_unit
+
+    if len(argv) != 1:
+        print("labwright: usage: restart UNIT", file=sys.stderr)
+        return 2
+    try:
+        attempts = restart_unit(argv[0])
+    except LabwrightError as exc:
+        print(f"labwright: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(f"restarted {argv[0]}" + (f" (attempt {attempts}: systemd's start limit refused before)"
+                                    if attempts > 1 else ""))
+    return 0
+
+
+def _health(argv: list[str]) -> int:
+    from labwright.agent import health
+
+    return health.main(argv)
+
+
+def _default_keys(argv: list[str]) -> int:
+    from labwright.agent import default_keys
+
+    return default_keys.main(argv)
+
+
+SUBCOMMANDS = {"health": _health, "restart": _restart, "default-keys": _default_keys}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in SUBCOMMANDS:
+        print(f"labwright: agent: subcommand {argv[0] if argv else '(none)'!r} unknown; one of "
+              f"{', '.join(sorted(SUBCOMMANDS))}", file=sys.stderr)
+        return 2
+    return SUBCOMMANDS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

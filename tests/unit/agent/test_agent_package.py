@@ -1,0 +1,103 @@
+"""labwright's agent: standard library only, built reproducibly, pushed to a host once (no lab: this machine is the
+host, through hosts.local, with the agent's directory moved under the test's own)."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from labwright.agent import zipapp
+from labwright.hosts import agent as host_agent
+from labwright.hosts.local import LocalHost
+
+AGENT = Path(zipapp.__file__).resolve().parent
+# What the agent may import besides the standard library: itself and labwright's exceptions (stdlib only too).
+OWN = ("labwright.agent", "labwright.errors")
+
+
+def imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+@pytest.mark.parametrize("path", [*sorted(AGENT.glob("*.py")), AGENT.parent / "errors.py"], ids=lambda p: p.name)
+def test_the_agent_imports_only_the_standard_library(path):
+    for name in imports(path):
+        top = name.split(".")[0]
+        assert top in sys.stdlib_module_names or top == "__future__" or name.startswith(OWN), \
+            f"{path.name} imports {name}: a host has python3 alone, the agent must run there"
+
+
+def test_every_agent_module_is_in_the_zipapp():
+    names = zipfile.ZipFile(io.BytesIO(zipapp.agent()[0])).namelist()
+    assert names[0] == "__main__.py"
+    assert {f"labwright/agent/{p.name}" for p in AGENT.glob("*.py")} | {"labwright/errors.py"} <= set(names)
+
+
+def test_same_sources_same_sha256(tmp_path):
+    files = [(name, path.read_bytes()) for name, path in zipapp.sources()]
+    first, second = zipapp.build(files), zipapp.build(list(reversed(files)))
+    assert first == second == zipapp.agent()[0]
+    changed = zipapp.build([*files[:-1], (files[-1][0], files[-1][1] + b"\n# changed\n")])
+    assert hashlib.sha256(changed).digest() != hashlib.sha256(first).digest()
+    assert zipapp.remote_path() == f"/usr/local/lib/labwright/agent-{zipapp.agent()[1][:12]}.pyz"
+
+
+def test_the_zipapp_runs_in_a_bare_interpreter(tmp_path):
+    pyz = tmp_path / "agent.pyz"
+    pyz.write_bytes(zipapp.agent()[0])
+    # -I -S: no site-packages, no labwright installed: what a guest's python3 has
+    proc = subprocess.run([sys.executable, "-I", "-S", str(pyz), "nothing"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("labwright: agent: subcommand 'nothing' unknown")
+    env_file = tmp_path / "master.env"
+    env_file.write_text("LITELLM_MASTER_KEY=sk-1234\n")
+    proc = subprocess.run([sys.executable, "-I", "-S", str(pyz), "default-keys", '{"sk-1234": "public"}',
+                           str(env_file)], capture_output=True, text=True)
+    assert proc.returncode == 0 and '"variable": "LITELLM_MASTER_KEY"' in proc.stdout, proc.stderr
+
+
+@pytest.fixture
+def host_dir(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("the agent lands in a root-owned directory: run as root")
+    directory = tmp_path / "lib" / "labwright"
+    monkeypatch.setattr(zipapp, "REMOTE_DIR", str(directory))
+    return directory
+
+
+def test_pushed_once_then_reused(host_dir):
+    host = LocalHost()
+    path = Path(host_agent.ensure(host))
+    assert path.parent == host_dir and path.name == f"agent-{zipapp.agent()[1][:12]}.pyz"
+    assert path.read_bytes() == zipapp.agent()[0]
+    stat = path.stat()
+    assert (stat.st_uid, stat.st_gid, stat.st_mode & 0o7777) == (0, 0, 0o644)
+    assert host_dir.stat().st_mode & 0o7777 == 0o755
+    assert Path(host_agent.ensure(host)) == path
+    again = path.stat()
+    assert (again.st_ino, again.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)  # not written a second time
+    result = host_agent.run(host, "restart")
+    assert result.rc == 2 and result.stderr.strip() == "labwright: usage: restart UNIT"
+
+
+def test_a_changed_or_foreign_agent_is_replaced(host_dir):
+    host = LocalHost()
+    path = Path(host_agent.ensure(host))
+    path.write_bytes(b"print('not the agent')\n")
+    assert Path(host_agent.ensure(host)).read_bytes() == zipapp.agent()[0]
+    os.chown(path, 65534, 65534)  # the right bytes, but someone else's file: root must not run it
+    host_agent.ensure(host)
+    assert (path.stat().st_uid, path.read_bytes()) == (0, zipapp.agent()[0])
