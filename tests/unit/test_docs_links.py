@@ -17,10 +17,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # Every Markdown page of the repository, the ones beside code included (scripts/gpu-check/README.md, provenance
-# notes); not the package's data (src/labwright/data: listings recorded from upstream pages, their anchors theirs).
+# notes); not the package's data (src/labwright/data, templates/, wheels_matrix/: listings recorded from upstream
+# pages, their anchors theirs).
+DATA = (REPO / "src" / "labwright" / "data", REPO / "templates", REPO / "wheels_matrix")
 PAGES = sorted(path for path in REPO.rglob("*.md")
                if not {".git", ".venv", "node_modules", ".pytest_cache"} & set(path.relative_to(REPO).parts)
-               and REPO / "src" / "labwright" / "data" not in path.parents)
+               and not any(data in path.parents for data in DATA))
 FIELD_NOTES = REPO / "docs" / "field-notes.md"
 SEED = re.compile(r"\bseeds?\b", re.IGNORECASE)
 

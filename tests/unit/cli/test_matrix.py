@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -115,6 +118,29 @@ def test_refresh_writes_into_out(cli_env, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "1 wheels, 0 skipped" in proc.stdout
     assert 'source = "me"' in (tmp_path / "out" / "mine.toml").read_text()
+
+
+def test_refresh_in_a_checkout_rewrites_the_top_level_wheels_matrix(cli_env, tmp_path):
+    """In a checkout the matrix read, and rewritten by a refresh without --out, is the top-level wheels_matrix/ (the
+    design card's folder, mapped into the package by setup.py), never a copy under src/."""
+    repo = Path(__file__).resolve().parents[3]
+    listing = tmp_path / "mine.txt"
+    listing.write_text("# source: me\nhttps://x.invalid/fla_core-0.6.0-py3-none-any.whl sha256=" + "0" * 64 + "\n")
+    proc = run(cli_env, "refresh", "--from", str(listing), "--dry", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["path"] == str(repo / "wheels_matrix" / "mine.toml")
+    assert not (repo / "wheels_matrix" / "mine.toml").exists()
+
+
+def test_a_bare_source_tree_reads_the_folders_beside_src(tmp_path):
+    """PYTHONPATH=src with no install at all (-S: not even the editable one), as scripts/gpu-check runs on a lent
+    machine: the templates and the matrix are the checkout's top-level folders."""
+    repo = Path(__file__).resolve().parents[3]
+    code = "from labwright import paths; print(paths.packaged_matrix_dir()); print(paths.templates_dir('tabbyapi'))"
+    proc = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": str(repo / "src")}, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(repo / "wheels_matrix"), str(repo / "templates" / "tabbyapi")]
 
 
 def test_matrix_dir_from_env(cli_env, tmp_path):
