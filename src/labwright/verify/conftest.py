@@ -247,6 +247,17 @@ def pytest_configure(config: pytest.Config) -> None:
     expected_from(config)
     llamacpp_expected_from(config)
     security_expected_from(config)
+    # pyinfra's host names (@lxd/NAME, @pct/NODE/VMID, @ssh/HOST) as testinfra's, for a suite run by pytest itself
+    # (labwright verify translates them before pytest starts); @pct hosts through labwright's pct backend.
+    from labwright.errors import BadInput
+    from labwright.verify.hostspec import register_pct_backend, translate_hosts
+
+    register_pct_backend()
+    if getattr(config.option, "hosts", None):
+        try:
+            config.option.hosts = translate_hosts(config.option.hosts)
+        except BadInput as exc:
+            raise pytest.UsageError(str(exc)) from None
     from testinfra.backend.lxc import LxcBackend
 
     if not getattr(LxcBackend.run, "steady", False):

@@ -183,4 +183,4 @@ def test_verify_pytest_usage_errors_are_one_line(cli_env, tmp_path):
         proc = run(cli_env, *args, cwd=tmp_path)
         assert proc.returncode == 2, (args, proc.stderr)
         assert proc.stderr == (f"labwright: error: verify {args[1]}: {words}; see `labwright verify {args[1]} --help` "
-                               "(the suite's options) and testinfra's --hosts\n"), proc.stderr
+                               "(the suite's options) and --hosts\n"), proc.stderr

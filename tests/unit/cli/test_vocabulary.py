@@ -4,7 +4,7 @@ then every command typer built), not listed by hand, so a new command that break
 Rules: every command is classified (it acts or it only reads); one that acts has --dry; a destructive one has -y/--yes
 and stays dry without it; --yes always has -y; no visible --dry-run/--plan (the old spellings still work, hidden, with
 a deprecation line); the inventory is -i/--inventory on every command that reads one (never positional); --json on
-every command (verify excepted: its arguments are pytest's); -h as well as --help; docs/cli.md documents each
+every command (verify's too: its other arguments are pytest's); -h as well as --help; docs/cli.md documents each
 command's JSON; --dry with --yes is refused in one line; a failure under --json is a JSON object on stdout.
 """
 
@@ -20,7 +20,7 @@ import pytest
 import typer
 
 from labwright.cli import main, register
-from labwright.cli.vocab import DEPRECATED_FLAGS, PASS_THROUGH
+from labwright.cli.vocab import DEPRECATED_FLAGS
 from support.cli_walk import leaf_commands
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "cli.md"
@@ -96,8 +96,7 @@ def test_every_command_is_classified_and_holds_the_vocabulary(command: Command):
         assert "-y" in flags, f"{path}: --yes without -y"
     for old in DEPRECATED_FLAGS:
         assert old not in flags, f"{path}: {old} is the old spelling of {DEPRECATED_FLAGS[old]}; spell it --dry"
-    if path not in PASS_THROUGH:
-        assert "--json" in flags, f"{path}: every command that reports or acts takes --json"
+    assert "--json" in flags, f"{path}: every command that reports or acts takes --json"
     assert "inventory" not in command.arguments, f"{path}: the inventory is -i/--inventory, not positional"
     if "inventory" in command.options:
         assert sorted(command.options["inventory"]) == ["--inventory", "-i"], \
@@ -166,8 +165,7 @@ def test_the_json_of_every_command_is_documented():
         heading = f"### `labwright {command.path}`"
         assert heading in text, f"docs/cli.md: no section {heading}"
         section = text.split(heading, 1)[1].split("\n### ", 1)[0]
-        if command.path not in PASS_THROUGH:
-            assert "--json" in section, f"docs/cli.md {heading}: document the shape of its --json"
+        assert "--json" in section, f"docs/cli.md {heading}: document the shape of its --json"
 
 
 def test_a_failure_under_json_is_a_json_error_object(capsys, tmp_path):

@@ -1,0 +1,108 @@
+"""``labwright verify --hosts``: pyinfra's host names (what the inventories and every other command say) translated
+to the host specs testinfra reads, checked before pytest starts.
+
+- ``@lxd/NAME``, ``@lxd/REMOTE:NAME`` -> ``lxc://NAME`` (testinfra's lxc backend: ``lxc exec NAME``);
+- ``@pct/NODE/VMID`` -> ``pct://NODE?container=VMID`` (``PctBackend`` below: ``ssh NODE pct exec VMID -- ...``);
+- ``@ssh/HOST`` (``@ssh/USER@HOST:PORT``) -> ``ssh://HOST`` (testinfra's ssh backend: the ``ssh`` command, so
+  ``~/.ssh/config`` applies);
+- ``@local`` -> ``local://``;
+- testinfra's own specs (``lxc://NAME``, ``ssh://HOST``, ``docker://...``) and bare host names pass unchanged.
+
+Several hosts are comma-separated, as testinfra takes them. Pure but for PctBackend, which testinfra loads by name
+(``pct`` in testinfra.backend.BACKENDS, registered by the suites' conftest.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from labwright.errors import BadInput
+from labwright.hostnames import BadHostName, LxdName, PctName, parse_host_name
+
+#: What --hosts takes, for the error lines.
+FORMS = "@lxd/NAME, @pct/NODE/VMID, @ssh/HOST (or testinfra's lxc://NAME, ssh://HOST), comma-separated"
+#: ``[USER@]HOST[:PORT]`` as ssh takes it: no spaces, slashes or shell characters.
+SSH_TARGET = re.compile(r"^(?:[A-Za-z0-9._-]+@)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
+#: testinfra's backend name for @pct hosts, and the class it loads.
+PCT_BACKEND = ("pct", "labwright.verify.hostspec.PctBackend")
+
+
+def translate_host(name: str) -> str:
+    """One host name as testinfra's --hosts takes it; a malformed pyinfra name is BadInput naming it."""
+    name = name.strip()
+    if not name:
+        raise BadInput(f"--hosts: an empty host name; give {FORMS}")
+    if name == "@local":
+        return "local://"
+    if not name.startswith("@"):
+        return name  # testinfra's own spec (lxc://NAME, ssh://HOST, ...) or a bare host (paramiko), as before
+    connector, _, target = name.partition("/")
+    if connector == "@ssh":
+        if not SSH_TARGET.match(target):
+            raise BadInput(f"--hosts {name}: {target!r} is not a host ssh can reach ([USER@]HOST[:PORT]); give "
+                           f"{FORMS}")
+        return f"ssh://{target}"
+    if connector == "@incus":
+        raise BadInput(f"--hosts {name}: testinfra drives LXD containers (lxc exec), not Incus ones: give the "
+                       "container as @lxd/NAME where the lxc client reaches it, or @ssh/HOST")
+    try:
+        parsed = parse_host_name(name)
+    except BadHostName as exc:
+        raise BadInput(f"--hosts: {exc}") from None
+    if isinstance(parsed, LxdName):
+        return f"lxc://{parsed.remote + ':' if parsed.remote else ''}{parsed.instance}"
+    if isinstance(parsed, PctName):
+        return f"pct://{parsed.node}?container={parsed.vmid}"
+    raise BadInput(f"--hosts {name}: not a host name labwright verify knows; give {FORMS}")
+
+
+def translate_hosts(text: str) -> str:
+    """``--hosts`` as given (comma-separated pyinfra or testinfra names) as testinfra's --hosts value."""
+    return ",".join(translate_host(part) for part in text.split(","))
+
+
+def register_pct_backend() -> None:
+    """Make ``pct://NODE?container=VMID`` a testinfra backend (called from the suites' conftest.py)."""
+    from testinfra.backend import BACKENDS
+
+    BACKENDS.setdefault(*PCT_BACKEND)
+
+
+@functools.cache
+def _pct_backend() -> type:
+    from testinfra.backend.ssh import SshBackend
+
+    from labwright.shell import quote
+
+    class PctBackend(SshBackend):
+        """A Proxmox container through its node: ``ssh NODE pct exec VMID -- /bin/sh -c CMD`` (NODE as
+        ``~/.ssh/config`` names it; pct needs root there)."""
+
+        NAME = "pct"
+
+        def __init__(self, hostspec: str, container: str | None = None, *args: Any, **kwargs: Any) -> None:
+            if container is None or not container.isdigit():
+                raise RuntimeError(f"pct://{hostspec}: needs ?container=VMID (labwright verify --hosts "
+                                   "@pct/NODE/VMID writes it)")
+            self.vmid = container
+            super().__init__(hostspec, *args, **kwargs)
+
+        def run(self, command: str, *args: str, **kwargs: Any) -> Any:
+            cmd = self.get_command(command, *args)
+            out = self.run_ssh(f"pct exec {quote(self.vmid)} -- /bin/sh -c {quote(cmd)}")
+            out.command = self.encode(cmd)
+            return out
+
+        def get_pytest_id(self) -> str:
+            return f"pct://{self.host.name}/{self.vmid}"
+
+    return PctBackend
+
+
+def __getattr__(name: str) -> Any:
+    # PctBackend is built on first use: importing this module (the CLI's --hosts check) needs no testinfra.
+    if name == "PctBackend":
+        return _pct_backend()
+    raise AttributeError(name)
