@@ -168,9 +168,12 @@ def find_links_hashes(name: str, version: str, timeout: float = TIMEOUT_S) -> di
 
 
 def lock_entries(requirements: list[str], python: str, platforms: list[str], index_url: str = PYPI_SIMPLE,
-                 timeout: float = TIMEOUT_S, extra_index_urls: tuple[str, ...] = ()) -> list[Locked]:
+                 timeout: float = TIMEOUT_S, extra_index_urls: tuple[str, ...] = (),
+                 exclude: tuple[str, ...] = ()) -> list[Locked]:
     """The lock of ``requirements`` for CPython ``python`` (see the module docstring); OperationFailed naming the
-    file when no index publishes a sha256 for one pip chose (``extra_index_urls``: also asked, as pip does)."""
+    file when no index publishes a sha256 for one pip chose (``extra_index_urls``: also asked, as pip does).
+    ``exclude``: distributions resolved but left out of the lock (a stack's own wheels, given as ``name @ URL#sha256=``
+    and installed first by path and hash): only what they require is locked, and the lock may then be empty."""
     index_url = check_index(index_url)
     indexes = (index_url, *(check_index(extra) for extra in extra_index_urls))
     extras: dict[str, set[str]] = {}
@@ -181,9 +184,12 @@ def lock_entries(requirements: list[str], python: str, platforms: list[str], ind
             raise BadInput(f"{text!r} is not a requirement ({exc})") from None
         extras.setdefault(canonicalize_name(requirement.name), set()).update(requirement.extras)
     entries = []
+    excluded = {canonicalize_name(name) for name in exclude}
     for item in resolve(requirements, python, platforms, index_url, indexes[1:]):
         name = canonicalize_name(str(item["metadata"]["name"]))
         version = str(item["metadata"]["version"])
+        if name in excluded:
+            continue
         chosen = str((item.get("download_info") or {}).get("url", "")).rsplit("/", 1)[-1].replace("%2B", "+")
         hashes: dict[str, str] = {}
         for index in indexes:
@@ -198,7 +204,7 @@ def lock_entries(requirements: list[str], python: str, platforms: list[str], ind
                                   "https://download.pytorch.org/whl/cpu/torch/), not a local directory; nothing was "
                                   "installed")
         entries.append(Locked(name, version, tuple(sorted(extras.get(name, ()))), tuple(sorted(set(hashes.values())))))
-    if not entries:
+    if not entries and not excluded:
         raise OperationFailed(f"pip resolved nothing for {' '.join(requirements)}")
     return sorted(entries, key=lambda e: e.name)
 
@@ -210,26 +216,31 @@ def render(entries: list[Locked], requirements: list[str], python: str, index_ur
 
 
 def make_lock(requirements: list[str], python: str, platforms: list[str], index_url: str = PYPI_SIMPLE,
-              extra_index_urls: tuple[str, ...] = ()) -> str:
+              extra_index_urls: tuple[str, ...] = (), exclude: tuple[str, ...] = ()) -> str:
     index_url = check_index(index_url)
-    entries = lock_entries(requirements, python, platforms, index_url, extra_index_urls=extra_index_urls)
+    entries = lock_entries(requirements, python, platforms, index_url, extra_index_urls=extra_index_urls,
+                           exclude=exclude)
     return render(entries, requirements, python, " and ".join((index_url, *extra_index_urls)))
 
 
 def cached_lock(requirements: list[str], python: str, platforms: list[str], index_url: str = PYPI_SIMPLE,
-                extra_index_urls: tuple[str, ...] = (), root: Path | None = None) -> Path:
+                extra_index_urls: tuple[str, ...] = (), root: Path | None = None,
+                exclude: tuple[str, ...] = ()) -> Path:
     """The lock of ``requirements`` for CPython ``python`` from the index(es), made once and kept under the cache
     (``~/.cache/labwright/locks/``): a deploy that installs from the index, not a wheelhouse, puts it on the guest
     and installs from it alone, so every later deploy installs exactly the same files."""
     from labwright import paths
     from labwright.atomic import write_text_atomic
 
-    key = json.dumps([sorted(requirements), python, platforms, index_url, list(extra_index_urls)])
+    parts: list[object] = [sorted(requirements), python, platforms, index_url, list(extra_index_urls)]
+    if exclude:  # only then: the keys of the service locks already cached stay as they were
+        parts.append(sorted(canonicalize_name(name) for name in exclude))
+    key = json.dumps(parts)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     path = (root or paths.cache_root() / "locks") / f"{digest}.lock"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, make_lock(requirements, python, platforms, index_url, extra_index_urls))
+        write_text_atomic(path, make_lock(requirements, python, platforms, index_url, extra_index_urls, exclude))
     return path
 
 
