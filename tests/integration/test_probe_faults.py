@@ -78,7 +78,7 @@ def active(lab: Lab, name: str, unit: str) -> str:
 
 def helpers_running(lab: Lab, name: str) -> str:
     """Probe helpers still running in the guest (one left there could halt the unit when it reaches its verdict)."""
-    return sh(lab, name, "pgrep -af '[p]robe_waiter' || true").strip()
+    return sh(lab, name, "pgrep -af '[a]gent-[0-9a-f]*[.]pyz probe' || true").strip()
 
 
 def labwright(*args: str) -> subprocess.CompletedProcess[str]:

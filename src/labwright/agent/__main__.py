@@ -3,7 +3,8 @@
 - ``health CHECK_JSON``: a deploy's health check (restart first when asked), :mod:`labwright.agent.health`;
 - ``restart UNIT``: restart a systemd unit past its start limit (:func:`labwright.agent.service.restart_unit`);
 - ``default-keys KNOWN_JSON PATH...``: which variables in PATHs hold a known default key,
-  :mod:`labwright.agent.default_keys`.
+  :mod:`labwright.agent.default_keys`;
+- ``probe REQUEST_JSON``: the context-ceiling probe's steps in the guest, :mod:`labwright.agent.probe`.
 
 Exit status and output are each subcommand's own; an unknown subcommand is one ``labwright:`` line, exit 2.
 """
@@ -43,7 +44,13 @@ def _default_keys(argv: list[str]) -> int:
     return default_keys.main(argv)
 
 
-SUBCOMMANDS = {"health": _health, "restart": _restart, "default-keys": _default_keys}
+def _probe(argv: list[str]) -> int:
+    from labwright.agent import probe
+
+    return probe.main(argv)
+
+
+SUBCOMMANDS = {"health": _health, "restart": _restart, "default-keys": _default_keys, "probe": _probe}
 
 
 def main(argv: list[str]) -> int:

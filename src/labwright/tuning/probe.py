@@ -4,9 +4,10 @@ Seed 001 did this by hand: write tabbyAPI's config.yml with a candidate cache_si
 "Application startup complete" or "Insufficient VRAM in split for model and cache", binary-search, 10 restarts from
 131,072..262,144. Here:
 
-- one candidate = one call of the in-guest waiter (:mod:`labwright.tuning.probe_waiter`): stop the unit for good,
-  install the candidate's config, start, and read only the journal entries of the invocation systemd gave that
-  start, so an automatic restart with an older config (the seed's stale-restart race) is never read as the result;
+- one candidate = one call of the in-guest waiter (the agent's ``probe``, :mod:`labwright.agent.probe`): stop the
+  unit for good, install the candidate's config, start, and read only the journal entries of the invocation systemd
+  gave that start, so an automatic restart with an older config (the seed's stale-restart race) is never read as
+  the result;
 - the search is seeded by the KV planner (:mod:`labwright.tuning.kv`): bytes/token from the model's config.json and
   a memory budget give a predicted ceiling, and the search probes a page either side of it first, widening by
   doubling only when the prediction was off, then bisects to the page;

@@ -1,29 +1,22 @@
-"""How the context-ceiling probe reaches a guest: one exec per step, the waiter script doing the work inside.
+"""How the context-ceiling probe reaches a guest: one exec per step, labwright's agent doing the work inside.
 
 The guest is an LXD/Incus instance, named ``NAME`` or ``REMOTE:NAME`` as ``lxc`` names it. Everything the probe
-does there goes through :mod:`labwright.tuning.probe_waiter` (python3 + systemd on the guest, nothing else), sent
-as source with a JSON argument per call. No pyinfra: this is a library the CLI, tests and benchmarks call directly.
+does there goes through the agent's ``probe`` subcommand (:mod:`labwright.agent.probe`; python3 + systemd on the
+guest, nothing else), pushed once (:mod:`labwright.hosts.agent`) and run with a JSON argument per call. No pyinfra:
+this is a library the CLI, tests and benchmarks call directly.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any, Protocol
 
 from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed
 from labwright.hostnames import BadHostName, lxd_guest
+from labwright.hosts import agent
 from labwright.hosts.lxd import LxdHost
 from labwright.lxd.client import LxdClient
-
-WAITER_SOURCE = (Path(__file__).with_name("probe_waiter.py")).read_text()
-_PACKAGE = Path(__file__).resolve().parents[1]
-# labwright's one restart helper (stdlib only) and the errors it raises, sent to the waiter with every request that
-# starts the unit: the guest has no labwright, and the probe's restarts must be the ones every other command makes.
-RESTART_HELPER = {"labwright.errors": (_PACKAGE / "errors.py").read_text(),
-                  "labwright.agent.service": (_PACKAGE / "agent" / "service.py").read_text()}
-STARTS = ("probe", "restore", "watch")
 
 
 class Guest(Protocol):
@@ -49,6 +42,7 @@ class LxdGuest:
             raise BadInput(f"--guest {target}: no such LXD instance; list them with `lxc list`") from None
         self.instance = name
         self.client = self.host.client
+        self.agent: str | None = None
         try:
             info = self.client.instance(name)
         except LxdNotFound:
@@ -66,10 +60,8 @@ class LxdGuest:
         is waited for as long as it runs (LXD's operation wait).
         """
         began = time.monotonic()
-        if request.get("mode") in STARTS:
-            request = {**request, "restart_helper": RESTART_HELPER}
         # The argv as it is (no shell): the exit code is the waiter's own, 137 (or -1, 9) when the OOM killer took it.
-        result = self.host.exec(["python3", "-c", WAITER_SOURCE, json.dumps(request)])
+        result = self.host.exec(self.agent_argv(request))
         documents = _documents(result.stdout)
         final = documents[-1] if documents else None
         if final is not None and ("outcome" in final or (result.exit_code == 0 and "started" not in final)):
@@ -78,7 +70,7 @@ class LxdGuest:
         if request.get("mode") == "probe" and first is not None and result.exit_code in (137, -1, 9):
             again = {**request, "mode": "watch", "invocation": first["invocation"],
                      "spent": time.monotonic() - began}
-            retry = self.host.exec(["python3", "-c", WAITER_SOURCE, json.dumps(again)])
+            retry = self.host.exec(self.agent_argv(again))
             answers = _documents(retry.stdout)
             if retry.exit_code == 0 and answers and "outcome" in answers[-1]:
                 answers[-1]["waiter_killed"] = True
@@ -87,6 +79,15 @@ class LxdGuest:
         raise OperationFailed(f"--guest {self.name}: the probe helper failed (exit {result.exit_code}): "
                               f"{result.stderr.decode(errors='replace').strip().splitlines()[-1:] or 'no output'}; "
                               "the guest needs python3 and systemd")
+
+    def agent_argv(self, request: dict[str, Any]) -> list[str]:
+        """``python3 AGENT probe REQUEST``, the agent pushed to the guest first (once per guest)."""
+        if self.agent is None:
+            try:
+                self.agent = agent.ensure(self.host)
+            except OSError as exc:
+                raise OperationFailed(f"--guest {self.name}: cannot put labwright's agent there ({exc})") from exc
+        return ["python3", self.agent, "probe", json.dumps(request)]
 
     def read_file(self, path: str) -> bytes | None:
         """``path``'s bytes, None when it does not exist."""

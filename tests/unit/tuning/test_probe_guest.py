@@ -1,5 +1,6 @@
-"""LxdGuest on the hosts seam (LxdHost): the waiter runs as an argv (no shell), an OOM-killed waiter (exit 137) is
-asked again for the same invocation, a missing file is None and the daemon's refusal is its own error.
+"""LxdGuest on the hosts seam (LxdHost): the waiter (the agent's probe subcommand, the agent already on the guest)
+runs as an argv (no shell), an OOM-killed waiter (exit 137) is asked again for the same invocation, a missing file is
+None and the daemon's refusal is its own error.
 A stand-in LXD client; tests/integration/test_probe_ceiling.py runs it for real."""
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from typing import IO, Any, cast
 
 import pytest
 
+from labwright.agent import zipapp
 from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed
 from labwright.lxd.client import ExecResult, LxdClient
-from labwright.tuning.probe_guest import RESTART_HELPER, WAITER_SOURCE, LxdGuest
+from labwright.tuning.probe_guest import LxdGuest
 
 
 class StandInClient:
@@ -20,6 +22,7 @@ class StandInClient:
                  files: dict[str, bytes | Exception] | None = None):
         self.answers, self.status, self.files = answers, status, files or {}
         self.calls: list[tuple[str, list[str]]] = []
+        self.shell: list[str] = []
 
     def instance(self, name: str) -> dict[str, Any]:
         if name != "box":
@@ -27,6 +30,9 @@ class StandInClient:
         return {"name": name, "status": self.status}
 
     def exec(self, name: str, command: Sequence[str], **_: Any) -> ExecResult:
+        if command[0] == "sh":  # hosts.agent's look for the agent: it is there, root's, with its sha256
+            self.shell.append(command[2])
+            return ExecResult(0, b"", b"")
         self.calls.append((name, list(command)))
         return self.answers.pop(0)
 
@@ -50,8 +56,8 @@ def test_the_waiter_is_one_argv_and_its_answer_is_returned():
     client = StandInClient([ExecResult(0, lines({"invocation": "7"}, {"outcome": "fits", "seconds": 1.5}), b"")])
     request = {"mode": "probe", "unit": "llama-server.service"}
     assert guest(client).waiter(request, 60) == {"outcome": "fits", "seconds": 1.5}
-    sent = {**request, "restart_helper": RESTART_HELPER}  # labwright's one restart helper goes along with a start
-    assert client.calls == [("box", ["python3", "-c", WAITER_SOURCE, json.dumps(sent)])]
+    assert client.calls == [("box", ["python3", zipapp.remote_path(), "probe", json.dumps(request)])]
+    assert len(client.shell) == 1 and zipapp.sha256() in client.shell[0]  # the agent looked for once
 
 
 @pytest.mark.parametrize("killed", [137, -1, 9])

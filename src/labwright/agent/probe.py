@@ -1,8 +1,10 @@
-"""probe_waiter: the context-ceiling probe's part that runs INSIDE the guest: ``python3 probe_waiter.py JSON``.
+"""The agent's ``probe`` subcommand: the context-ceiling probe's part that runs INSIDE the guest,
+``python3 AGENT probe JSON``.
 
-Standard library only (a bare Debian guest has python3 and systemd, nothing else). The control machine sends this
-file's source with one JSON argument per call and reads one JSON object back, so one candidate costs one exec, and
-every timing (poll interval, startup timeout, kill) is measured on the guest itself.
+Standard library only (a bare Debian guest has python3 and systemd, nothing else). The control machine runs it with
+one JSON argument per call and reads one JSON object back, so one candidate costs one exec, and every timing (poll
+interval, startup timeout, kill) is measured on the guest itself. Starts go through labwright's one restart
+(:func:`labwright.agent.service.restart_unit`).
 
 Modes:
 
@@ -38,12 +40,12 @@ import os
 import subprocess
 import sys
 import time
-import types
 import urllib.request
+
+from labwright.agent.service import restart_unit
 
 POLL = 0.2
 RECORD_DIR = "/var/lib/labwright/probe"
-HELPER_MODULE = "labwright_probe_restart_helper"
 
 
 def sh(*args: str, check: bool = False) -> subprocess.CompletedProcess:
@@ -180,43 +182,11 @@ def leftovers() -> dict:
     return {"leftovers": records}
 
 
-def restart_helper(req: dict):
-    """labwright's one restart helper (``labwright.agent.service``), sent as source with the request.
-
-    The guest has no labwright; the control machine sends ``labwright/errors.py`` and ``labwright/agent/service.py``
-    (both stdlib only) and they are loaded here under their own names. None when they were not sent or do not load
-    (then a plain reset-failed + start, said in the answer).
-    """
-    sources = req.get("restart_helper")
-    if not sources:
-        return None
-    try:
-        if "labwright.errors" not in sys.modules:  # a guest without labwright: the sent errors.py is it
-            package = types.ModuleType("labwright")
-            package.__path__ = []
-            sys.modules.setdefault("labwright", package)
-            errors = types.ModuleType("labwright.errors")
-            sys.modules["labwright.errors"] = errors
-            exec(compile(sources["labwright.errors"], "labwright/errors.py", "exec"), errors.__dict__)
-        service = types.ModuleType(HELPER_MODULE)
-        sys.modules[HELPER_MODULE] = service  # dataclasses look their module up there
-        exec(compile(sources["labwright.agent.service"], "labwright/agent/service.py", "exec"), service.__dict__)
-        return service
-    except Exception as exc:  # the helper grew a dependency the guest lacks: still start, and say so
-        req["restart_helper_error"] = f"{type(exc).__name__}: {exc}"
-        return None
-
-
-def start_unit(req: dict, service: str) -> tuple[bool, str]:
-    """Start the (stopped) unit so that systemd's start limit cannot refuse it: through the restart helper
+def start_unit(service: str) -> tuple[bool, str]:
+    """Start the (stopped) unit so that systemd's start limit cannot refuse it: labwright's one restart
     (reset-failed first; a refusal for the start limit retried after reset-failed with back-off)."""
-    helper = restart_helper(req)
-    if helper is None:
-        sh("systemctl", "reset-failed", service)
-        start = sh("systemctl", "start", service)
-        return start.returncode == 0, start.stderr.strip()
     try:
-        helper.restart_unit(service, reset_first=True)
+        restart_unit(service, reset_first=True)
     except Exception as exc:  # OperationFailed: systemd's reason and what to look at
         return False, str(exc)
     return True, ""
@@ -352,7 +322,7 @@ def stop_other_waiter(service: str) -> None:
         with open(pid_file(service)) as handle:
             pid = int(handle.read().strip())
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            mine = b"probe_waiter" in handle.read() and pid != os.getpid()
+            mine = b".pyz\0probe\0" in handle.read() and pid != os.getpid()
     except (OSError, ValueError):
         return
     if mine:
@@ -372,7 +342,7 @@ def probe(req: dict) -> dict:
     install(req.get("install", []))
     if req.get("daemon_reload"):
         sh("systemctl", "daemon-reload")
-    started_ok, start_error = start_unit(req, service)
+    started_ok, start_error = start_unit(service)
     invocation = props(service).get("InvocationID", "")
     # Said at once: under memory pressure the OOM killer may take this process too, and the control machine then
     # asks again (mode "watch") for this invocation's verdict, which the journal still holds.
@@ -390,8 +360,7 @@ def finish(req: dict, invocation: str, started: float) -> dict:
     verdict = watch(req, invocation, started)
     restarts = int(props(service).get("NRestarts") or 0)
     halt(service)
-    verdict.update(invocation=invocation, seconds=round(time.monotonic() - started, 3), restarts_seen=restarts,
-                   restart_helper_error=req.get("restart_helper_error"))
+    verdict.update(invocation=invocation, seconds=round(time.monotonic() - started, 3), restarts_seen=restarts)
     verdict["lines"] = verdict["lines"][-int(req.get("tail", 15)):]
     return verdict
 
@@ -411,12 +380,11 @@ def restore(req: dict) -> dict:
         drop_record(service)
         return {"outcome": "stopped", "props": props(service), "kept": kept}
     started = time.monotonic()
-    started_ok, start_error = start_unit(req, service)
+    started_ok, start_error = start_unit(service)
     invocation = props(service).get("InvocationID", "")
     if not started_ok:
         # The record stays: the original files are in place, the unit is down; a later restore starts it again.
-        return {"outcome": "error", "why": f"systemctl start failed: {start_error}", "lines": [], "kept": kept,
-                "restart_helper_error": req.get("restart_helper_error")}
+        return {"outcome": "error", "why": f"systemctl start failed: {start_error}", "lines": [], "kept": kept}
     verdict = watch(req, invocation, started)
     if verdict["outcome"] == "timeout":
         verdict["outcome"] = "started"  # running, not yet healthy: leave it be, as it was before the probe
@@ -425,7 +393,6 @@ def restore(req: dict) -> dict:
     verdict["lines"] = verdict["lines"][-int(req.get("tail", 15)):]
     verdict["props"] = props(service)
     verdict["kept"] = kept
-    verdict["restart_helper_error"] = req.get("restart_helper_error")
     return verdict
 
 
@@ -450,7 +417,3 @@ def main(argv: list[str]) -> int:
         result = {"error": f"unknown mode {mode}"}
     sys.stdout.write(json.dumps(result) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

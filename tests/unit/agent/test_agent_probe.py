@@ -1,6 +1,6 @@
-"""The in-guest waiter's own parts that need no systemd: the restore record (written once, atomically, before any
-change), the install that keeps a file someone else changed, and the restart helper it is sent (labwright's
-agent.service, loaded in a bare interpreter as a guest without labwright would). The systemd side runs for real in
+"""The agent's ``probe`` subcommand, its parts that need no systemd: the restore record (written once, atomically,
+before any change), the install that keeps a file someone else changed, and the subcommand running from the zipapp
+in a bare interpreter as on a guest without labwright. The systemd side runs for real in
 tests/integration/test_probe_faults.py."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from labwright.tuning import probe_waiter
+from labwright.agent import probe as probe_waiter
+from labwright.agent import zipapp
 from labwright.tuning.probe import MARK
-from labwright.tuning.probe_guest import RESTART_HELPER, WAITER_SOURCE
 
 
 @pytest.fixture
@@ -66,22 +66,13 @@ def test_install_puts_back_the_original_over_a_candidate_but_keeps_someone_elses
     assert not dropin.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["config.yml", "unit.d"]
 
 
-def test_the_restart_helper_loads_in_a_bare_interpreter_from_the_sources_sent(tmp_path):
-    """The guest has python3 only: agent/service.py and errors.py must load there from the request alone."""
-    request = {"restart_helper": RESTART_HELPER}
-    script = WAITER_SOURCE.replace('if __name__ == "__main__":', 'if False:') + (
-        "\nimport json, sys\nreq = json.loads(sys.argv[1])\nhelper = restart_helper(req)\n"
-        "print(json.dumps({'loaded': helper is not None and callable(helper.restart_unit), "
-        "'error': req.get('restart_helper_error'), 'burst_text': helper.START_LIMIT_TEXT}))\n")
-    # -I: isolated (no site-packages, no cwd on the path), as on a guest without labwright
-    proc = subprocess.run([sys.executable, "-I", "-c", script, json.dumps(request)], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=60)
+def test_the_probe_subcommand_runs_from_the_zipapp_in_a_bare_interpreter(tmp_path):
+    """The guest has python3 only: the agent's probe (and the restart it imports) must run from the zipapp alone."""
+    pyz = tmp_path / "agent.pyz"
+    pyz.write_bytes(zipapp.agent()[0])
+    # -I -S: isolated, no site-packages (no labwright installed), as on a guest
+    proc = subprocess.run([sys.executable, "-I", "-S", str(pyz), "probe", json.dumps({"mode": "nothing"})],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    answer = json.loads(proc.stdout)
-    assert answer == {"loaded": True, "error": None, "burst_text": "start of the service was attempted too often"}
-
-
-def test_a_helper_that_does_not_load_is_said_and_not_fatal():
-    request = {"restart_helper": {**RESTART_HELPER, "labwright.agent.service": "import labwright.hosts.nowhere\n"}}
-    assert probe_waiter.restart_helper(request) is None
-    assert "ModuleNotFoundError" in request["restart_helper_error"]
+    assert json.loads(proc.stdout) == {"error": "unknown mode nothing"}
+    assert probe_waiter.restart_unit.__module__ == "labwright.agent.service"  # labwright's one restart
