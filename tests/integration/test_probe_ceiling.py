@@ -306,7 +306,7 @@ def test_ctrl_c_restores_the_original_and_the_interrupted_helper_cannot_stop_it_
     assert proc.returncode == 130 and "labwright: interrupted; the original config" in err, (out, err)
     # The interrupted helper in the guest could halt the restored server when it reaches its own verdict: the
     # restore killed it, so none is left to do so, and the server runs.
-    assert sh(lab, name, "pgrep -af '[p]robe_waiter' || true").strip() == ""
+    assert sh(lab, name, "pgrep -af '[a]gent-[0-9a-f]*[.]pyz probe' || true").strip() == ""
     assert unit_state(lab, name, "llama-server") == ("active", "")
     assert sh(lab, name, f"sha256sum {UNIT}") == unit_before
     cmdline = sh(lab, name, "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value llama-server)/cmdline")

@@ -210,17 +210,19 @@ class Upgrade:
                               f"(state {state or 'unknown'})")
 
     def restart(self, guest: str, services: tuple[str, ...]) -> str:
+        from labwright.hosts import agent
+        from labwright.hosts.lxd import LxdHost
+
         running = self.client.instance(guest).get("status") == "Running"
         self.client.set_state(guest, "restart" if running else "start", force=True)
         state = self._wait_systemd(guest)
         for service in services:
-            # reset-failed first: a unit that crash-looped on the old driver may sit at systemd's start limit, which
-            # refuses a plain restart ("start of the service was attempted too often")
-            unit = f"{service}.service"
-            result = self.client.exec(guest, ["sh", "-c", 'systemctl reset-failed "$1" 2>/dev/null; '
-                                                          'exec systemctl restart "$1"', "sh", unit])
-            if result.exit_code != 0:
-                raise OperationFailed(f"guest {guest}: systemctl restart {service} failed (exit {result.exit_code})")
+            # the agent's restart (labwright.agent.service.restart_unit): a unit that crash-looped on the old driver
+            # may sit at systemd's start limit, which refuses a plain restart
+            result = agent.run(LxdHost(guest, self.client), "restart", f"{service}.service")
+            if not result.ok:
+                raise OperationFailed(f"guest {guest}: systemctl restart {service} failed (exit {result.rc}): "
+                                      f"{result.last_line()}")
         return f"restarted (systemd {state})" + (f"; {', '.join(services)} restarted" if services else "")
 
     def check(self, guest: str) -> tuple[bool, str]:
