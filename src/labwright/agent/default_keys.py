@@ -2,7 +2,9 @@
 
 ``python3 AGENT default-keys KNOWN_JSON PATH...`` with ``KNOWN_JSON`` labwright's table (value -> where it is
 published, ``labwright.default_keys.KNOWN_DEFAULT_KEYS``): one JSON line ``{"path", "variable", "why"}`` per hit.
-Missing files are skipped; only variable names and reasons are printed, never the values.
+Missing files are skipped; only variable names and reasons are printed, never the values. The module runs on its
+own too (``python3 default_keys.py KNOWN_JSON PATH...``): the pyinfra fact ``labwright.facts.default_keys`` sends its
+source, since a fact runs before any operation could push the agent.
 """
 
 from __future__ import annotations
@@ -42,3 +44,7 @@ def main(argv: list[str]) -> int:
     for hit in scan(json.loads(argv[0]), argv[1:]):
         print(json.dumps(hit))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

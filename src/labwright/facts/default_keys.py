@@ -9,33 +9,18 @@ Only variable names and reasons come back to the control machine, never the valu
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from pyinfra.api import FactBase
 
+from labwright.agent import default_keys as default_keys_scan
 from labwright.default_keys import KNOWN_DEFAULT_KEYS
 from labwright.shell import quote
 
-# Runs on the host with its python3 (Debian's), so it only uses the standard library.
-_SCRIPT = r"""
-import json, re, sys
-known = json.loads(sys.argv[1])
-pattern = re.compile(r'''^\s*(?:export\s+|Environment=)?["']?([A-Za-z_][A-Za-z0-9_.-]*)["']?\s*[=:]\s*(.*?)\s*$''')
-for path in sys.argv[2:]:
-    try:
-        text = open(path, encoding="utf-8", errors="replace").read()
-    except OSError:
-        continue
-    for line in text.splitlines():
-        match = pattern.match(line)
-        if not match or line.lstrip().startswith("#"):
-            continue
-        value = match.group(2).split(" #")[0].strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        if value.strip() in known:
-            print(json.dumps({"path": path, "variable": match.group(1), "why": known[value.strip()]}))
-"""
+# Runs on the host with its python3: the agent's default-keys scan (labwright.agent.default_keys, standard library
+# only), sent as source. A fact runs before any operation, so it cannot count on the pushed agent being there yet.
+_SCRIPT = Path(default_keys_scan.__file__).read_text()
 
 
 class DefaultKeysIn(FactBase):

@@ -101,3 +101,17 @@ def test_a_changed_or_foreign_agent_is_replaced(host_dir):
     os.chown(path, 65534, 65534)  # the right bytes, but someone else's file: root must not run it
     host_agent.ensure(host)
     assert (path.stat().st_uid, path.read_bytes()) == (0, zipapp.agent()[0])
+
+
+def test_the_default_keys_fact_runs_the_agents_scan_on_its_own(tmp_path):
+    """The fact (run before any operation could push the agent) sends the agent module's source: it runs alone."""
+    from labwright.facts.default_keys import DefaultKeysIn
+
+    env_file = tmp_path / "pipelines.env"
+    env_file.write_text("# PIPELINES_API_KEY=sk-1234\nPIPELINES_API_KEY='0p3n-w3bu!'\n")
+    command = DefaultKeysIn().command([str(env_file), str(tmp_path / "missing")])
+    proc = subprocess.run(["sh", "-c", command.replace("python3", f"{sys.executable} -I -S", 1)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert DefaultKeysIn().process(proc.stdout.splitlines()) == [
+        {"path": str(env_file), "variable": "PIPELINES_API_KEY", "why": "Open WebUI pipelines' default API key"}]
