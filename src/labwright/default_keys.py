@@ -11,8 +11,7 @@ asked to configure one, stops with one line naming the file and the variable, ne
 
 from __future__ import annotations
 
-import re
-
+from labwright.agent.default_keys import PATTERN
 from labwright.errors import SafetyCheckFailed
 
 # value -> where it is published. Compared exactly (keys are case-sensitive), after stripping quotes and spaces.
@@ -20,14 +19,14 @@ KNOWN_DEFAULT_KEYS: dict[str, str] = {
     "sk-1234": "LiteLLM's documented example master key",
     "sk-12345": "LiteLLM's documented example key",
     "0p3n-w3bu!": "Open WebUI pipelines' default API key",
-    "no-key-needed": "the seed's placeholder key (no authentication)",
+    "no-key-needed": "field note 002's placeholder key (no authentication)",
     "changeme": "a placeholder default",
     "your-secret-key": "a placeholder default",
     "t0p-s3cr3t": "Open WebUI's example WEBUI_SECRET_KEY",
 }
 
-# KEY=VALUE (env files, systemd Environment=) and key: value (YAML) lines.
-_ASSIGNMENT = re.compile(r"""^\s*(?:export\s+|Environment=)?["']?([A-Za-z_][A-Za-z0-9_.-]*)["']?\s*[=:]\s*(.*?)\s*$""")
+# KEY=VALUE (env files, systemd Environment=) and key: value (YAML) lines: the agent's own pattern, one for both.
+_ASSIGNMENT = PATTERN
 
 
 def _unquote(value: str) -> str:
