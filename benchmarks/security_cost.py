@@ -14,13 +14,28 @@ same unit with every other directive of [Service] dropped (only Type=, User=, Gr
 Restart*= kept; the list is derived from the deployed text and printed), on the next port. Same binary, model,
 flags and key file: only the hardening differs. Both are benched from this machine over the lab bridge.
 
-In both modes ``labwright bench`` (the library, in this process) runs against each server in turn, ``--rounds``
+Confine mode (``--confine``, for a machine without LXD or systemd, such as a lent GPU machine): what of the unit's
+hardening acts per system call, applied by hand to the second of two llama-server processes (both behind the key):
+``PR_SET_NO_NEW_PRIVS``, the capability bounding set emptied (``CapabilityBoundingSet=``), and the three seccomp
+filters systemd loads for the unit (systemd src/core/exec-invoke.c: ``SystemCallArchitectures=native``,
+``RestrictAddressFamilies=`` on socket(2), ``SystemCallFilter=@system-service`` with ``SystemCallErrorNumber=EPERM``).
+The allow list is systemd's own: ``--write-syscalls FILE`` expands ``systemd-analyze syscall-filter @system-service``
+(run where systemd 252+ is installed) into x86_64 numbers (asm/unistd_64.h), and ``--syscalls FILE`` loads it; the
+filter is linear, two BPF instructions per allowed call in ascending order (libseccomp's output without its
+binary-tree optimisation, which systemd does not ask for), so a hot call like futex(202) runs ~200 comparisons.
+The mount namespace and read-only tree (ProtectSystem=strict & co.) act when the unit starts, not per call, and are
+not applied.
+
+In all modes ``labwright bench`` (the library, in this process) runs against each server in turn, ``--rounds``
 times, alternating which goes first, so drift of the machine's load lands on both.
 
     .venv/bin/python benchmarks/security_cost.py [--contexts 512,2048] [--decode 128] [--trials 4] [--rounds 3]
     .venv/bin/python benchmarks/security_cost.py --units [--contexts 512,2048] [--decode 128] [--trials 4] [--rounds 3]
     # on a GPU machine, with a CUDA build (scripts/gpu-check/llamacpp-cuda.sh leaves its path in /tmp), key mode:
     python3 benchmarks/security_cost.py --binary "$(cat /tmp/lw-llama-cuda-bin)" --gpu-layers 99
+    # the hardening's per-call part without systemd (the allow list written here first, where systemd is installed):
+    .venv/bin/python benchmarks/security_cost.py --write-syscalls .gpucarry/system-service.json
+    python3 benchmarks/security_cost.py --confine --syscalls .gpucarry/system-service.json --threads 4
 
 Target: with the key, and with the hardening, decode tok/s and TTFT within 2% of without (medians over rounds and
 warm trials); on a loaded machine the round-to-round spread of the server without is printed too, and a difference
@@ -63,8 +78,87 @@ PLAIN_KEEPS = ("Type=", "User=", "Group=", "ExecStart=", "Environment", "Restart
 Rows = dict[str, list[tuple[float, float]]]
 
 
+SYSTEM_SERVICE = "@system-service"
+UNISTD = Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h")
+AUDIT_ARCH_X86_64 = 0xC000003E
+#: RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK (templates/llamacpp/llama-server.service.j2)
+FAMILIES = (1, 2, 10, 16)
+NR_SOCKET = 41
+
+
+def system_service_numbers() -> list[int]:
+    """systemd's @system-service, groups expanded, as x86_64 syscall numbers (names this kernel lacks dropped)."""
+    listing = subprocess.run(["systemd-analyze", "syscall-filter"], capture_output=True, text=True, check=True).stdout
+    groups: dict[str, list[str]] = {}
+    current = ""
+    for line in listing.splitlines():
+        word = line.strip()
+        if line.startswith("@"):
+            current = word
+            groups[current] = []
+        elif current and word and not word.startswith("#"):
+            groups[current].append(word)
+    names: set[str] = set()
+
+    def expand(group: str) -> None:
+        for item in groups.get(group, []):
+            expand(item) if item.startswith("@") else names.add(item)
+
+    expand(SYSTEM_SERVICE)
+    numbers = dict(re.findall(r"#define __NR_(\w+) (\d+)", UNISTD.read_text()))
+    return sorted(int(numbers[name]) for name in names if name in numbers)
+
+
+def _bpf(*instructions: tuple[int, int, int, int]) -> bytes:
+    import struct
+    return b"".join(struct.pack("HBBI", *ins) for ins in instructions)
+
+
+def seccomp_programs(allowed: list[int]) -> list[bytes]:
+    """The three filters, as classic BPF: architecture, socket(2) families, the syscall allow list."""
+    ld, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    allow, eperm, eafnosupport = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 97
+    arch = _bpf((ld, 0, 0, 4), (jeq, 1, 0, AUDIT_ARCH_X86_64), (ret, 0, 0, eperm), (ret, 0, 0, allow))
+    families = [(ld, 0, 0, 0), (jeq, 1, 0, NR_SOCKET), (ret, 0, 0, allow), (ld, 0, 0, 16)]
+    for family in FAMILIES:
+        families += [(jeq, 0, 1, family), (ret, 0, 0, allow)]
+    calls = [(ld, 0, 0, 0)]
+    for number in allowed:
+        calls += [(jeq, 0, 1, number), (ret, 0, 0, allow)]
+    return [arch, _bpf(*families, (ret, 0, 0, eafnosupport)), _bpf(*calls, (ret, 0, 0, eperm))]
+
+
+def confine(programs: list[bytes]) -> Callable[[], None]:
+    """A preexec function: no new privileges, an empty capability bounding set, then the filters (in the child,
+    before exec; seccomp filters and the bounding set survive execve)."""
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    def apply() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+        for cap in range(64):
+            libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last cap; EPERM without CAP_SETPCAP)
+        for program in programs:
+            buffer = ctypes.create_string_buffer(program)
+            fprog = SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+            if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+                raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
+    return apply
+
+
+def status_of(pid: int) -> str:
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return ", ".join(f"{key} {status[key].strip()}" for key in ("NoNewPrivs", "Seccomp", "Seccomp_filters", "CapBnd",
+                                                               "Speculation_Store_Bypass")
+                     if key in status)
+
+
 def start(binary: Path, model: Path, port: int, ctx: int, gpu_layers: int, threads: int, key_file: Path | None,
-          log: Path) -> subprocess.Popen[bytes]:
+          log: Path, preexec: Callable[[], None] | None = None) -> subprocess.Popen[bytes]:
     cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(ctx), "-np", "1",
            "--alias", "tiny", "-ngl", str(gpu_layers)]
     if threads:
@@ -72,7 +166,7 @@ def start(binary: Path, model: Path, port: int, ctx: int, gpu_layers: int, threa
     if key_file:
         cmd += ["--api-key-file", str(key_file)]
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=preexec)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:  # /health answers without the key (server-http.cpp's public endpoints)
@@ -152,6 +246,43 @@ def key_mode(args: argparse.Namespace, contexts: tuple[int, ...]) -> tuple[Rows,
                 proc.wait(10)
     return rows, (f"llama-server {binary} on loopback, -ngl {args.gpu_layers}, threads {args.threads or 'default'}; "
                   "without the key the keyed server answers 401")
+
+
+def confine_mode(args: argparse.Namespace, contexts: tuple[int, ...]) -> tuple[Rows, str]:
+    if not args.syscalls:
+        raise SystemExit("--confine needs --syscalls FILE (write it with --write-syscalls FILE where systemd is)")
+    import json
+    allowed = json.loads(args.syscalls.read_text())
+    programs = seccomp_programs(allowed)
+    binary = args.binary or build_llama_server()
+    key = secrets.token_urlsafe(32)
+    ports = {"plain": PORTS["open"], "confined": PORTS["key"]}
+    with tempfile.TemporaryDirectory(prefix="security-cost-") as tmp:
+        root = Path(tmp)
+        model = write_tiny_gguf(root / "tiny.gguf", TinyModel(context_length=max(contexts) * 2))
+        key_file = root / "api-key"
+        key_file.write_text(key + "\n")
+        os.chmod(key_file, 0o600)
+        ctx = max(contexts) + args.decode + 64
+        servers = {name: start(binary, model, port, ctx, args.gpu_layers, args.threads, key_file,
+                               root / f"{name}.log", confine(programs) if name == "confined" else None)
+                   for name, port in ports.items()}
+        try:
+            seen = {name: status_of(proc.pid) for name, proc in servers.items()}
+            for name, line in seen.items():
+                print(f"  {name}: {line}", file=sys.stderr)
+            if seen["plain"] == seen["confined"]:
+                raise SystemExit(f"both servers run confined alike ({seen['plain']}): nothing to compare")
+            rows = bench_rounds(args, contexts, {n: f"http://127.0.0.1:{p}/v1" for n, p in ports.items()},
+                                {name: key for name in ports}, "tiny")
+        finally:
+            for proc in servers.values():
+                proc.terminate()
+                proc.wait(10)
+    return rows, (f"llama-server {binary} on loopback, -ngl {args.gpu_layers}, threads {args.threads or 'default'}, "
+                  f"kernel {os.uname().release}, both behind the key; confined: {seen['confined']} "
+                  f"(allow list of {len(allowed)} calls, "
+                  f"{sum(len(p) // 8 for p in programs)} BPF instructions in 3 filters); plain: {seen['plain']}")
 
 
 def plain_unit(hardened: str, port: int, new_port: int) -> tuple[str, list[str]]:
@@ -291,9 +422,25 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0,
                         help="key mode: --threads per server (default: llama-server's own; on a many-core machine a "
                              "few threads each keep the two servers from contending)")
+    parser.add_argument("--confine", action="store_true",
+                        help="measure the hardening's per-call part (no_new_privs, no capabilities, systemd's three "
+                             "seccomp filters) on loopback, without LXD or systemd")
+    parser.add_argument("--syscalls", type=Path, help="confine mode: the allow list (--write-syscalls wrote it)")
+    parser.add_argument("--write-syscalls", type=Path, metavar="FILE",
+                        help="write systemd's @system-service as x86_64 numbers to FILE (JSON) and exit")
     args = parser.parse_args()
+    if args.write_syscalls:
+        import json
+        numbers = system_service_numbers()
+        args.write_syscalls.parent.mkdir(parents=True, exist_ok=True)
+        args.write_syscalls.write_text(json.dumps(numbers) + "\n")
+        print(f"{len(numbers)} calls of {SYSTEM_SERVICE} written to {args.write_syscalls}")
+        return 0
     contexts = parse_contexts(args.contexts)
-    if args.units:
+    if args.confine:
+        rows, about = confine_mode(args, contexts)
+        report(rows, {"plain": "plain", "confined": "confined"}, "the hardening (per call)", about, args, contexts)
+    elif args.units:
         rows, about = units_mode(args, contexts)
         report(rows, {"plain": "plain unit", "hardened": "hardened unit"}, "the hardening", about, args, contexts)
     else:
