@@ -28,11 +28,11 @@ import _support  # noqa: F401  (tests/support on sys.path)
 from labwright.cli import main as cli_main
 from labwright.cli import register
 from labwright.gpu.guest import check_guest
-from labwright.guests.gpu import GpuHost
 from labwright.guests.lxd import LxdBackend
 from labwright.testing.lab_fixture import ensure_test_lab
 from support.fake_nvidia import DRIVER_VERSION, fake_root_in_dev, make_fake_nvidia_host, remove_fake_root
 from support.gpu_guest import install_userspace, spec, start_llama_server
+from support.gpu_host import TreeGpuHost
 
 
 def summary(label: str, values: list[float]) -> str:
@@ -50,7 +50,7 @@ def main() -> int:
     try:
         make_fake_nvidia_host(root)
         started = time.monotonic()
-        LxdBackend(lab.client, gpu_host=GpuHost(root)).apply(spec(name, gpu="nvidia"))
+        LxdBackend(lab.client, gpu_host=TreeGpuHost(root)).apply(spec(name, gpu="nvidia"))
         install_userspace(lab.client, name, DRIVER_VERSION)
         with tempfile.TemporaryDirectory() as tmp:
             start_llama_server(lab.client, name, Path(tmp))

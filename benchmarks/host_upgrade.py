@@ -45,7 +45,6 @@ import _support  # noqa: F401  (tests/support on sys.path)
 
 from labwright.cli import main as cli_main
 from labwright.cli import register
-from labwright.guests.gpu import GpuHost
 from labwright.guests.lxd import LxdBackend
 from labwright.testing.lab_fixture import ensure_test_lab
 from support.fake_nvidia import (
@@ -56,6 +55,7 @@ from support.fake_nvidia import (
     remove_fake_root,
 )
 from support.gpu_guest import install_userspace, spec
+from support.gpu_host import TreeGpuHost
 
 NEW = "550.54.15"
 
@@ -84,7 +84,7 @@ def main() -> int:
             make_upgrade_host(root, built={"6.8.12-4-pve": [DRIVER_VERSION], "6.8.12-9-pve": [NEW]},
                               repository=(NEW,), hostname="lwbench", uvm_major_after_reboot=237)
             for name in names:
-                LxdBackend(lab.client, gpu_host=GpuHost(root)).apply(spec(name, gpu="nvidia"))
+                LxdBackend(lab.client, gpu_host=TreeGpuHost(root)).apply(spec(name, gpu="nvidia"))
                 install_userspace(lab.client, name, DRIVER_VERSION)
             out = io.StringIO()
             t0 = time.monotonic()
@@ -104,7 +104,7 @@ def main() -> int:
 
 
 def node(runs: int, guests: int) -> int:
-    from labwright.hostupgrade.facts import node_facts
+    from labwright.gpu.nvidia.upgrade_facts import node_facts
     from labwright.hostupgrade.plan import make_plan
     from labwright.hostupgrade.realhost import CommandHost
     from labwright.hostupgrade.run import Upgrade
@@ -128,7 +128,7 @@ def node(runs: int, guests: int) -> int:
                 make_upgrade_host(root, *kernels, built=built, repository=(DRIVER_VERSION, NEW), hostname="lwbench",
                                   uvm_major_after_reboot=237, host_userspace=True)
                 for name in names:
-                    LxdBackend(lab.client, gpu_host=GpuHost(root)).apply(spec(name, gpu="nvidia"))
+                    LxdBackend(lab.client, gpu_host=TreeGpuHost(root)).apply(spec(name, gpu="nvidia"))
                     install_userspace(lab.client, name, DRIVER_VERSION)
                 if kind == "simulated":
                     t0 = time.monotonic()

@@ -3,10 +3,10 @@ import glob
 import json
 import subprocess
 
+from labwright.gpu.nvidia.driver import check_driver_match, userspace_versions
+from labwright.gpu.nvidia.host import NODE_FACTS_SCRIPT, GpuHost, parse_node_facts
 from labwright.guests import lxd_render, proxmox_render
-from labwright.guests.gpu import GpuHost, check_driver_match, userspace_versions
 from labwright.guests.model import spec_from_data
-from labwright.guests.pve_node import _FACTS_SCRIPT, parse_facts
 
 host = GpuHost("/")
 print("driver_version:", host.driver_version())
@@ -21,7 +21,7 @@ user = userspace_versions(libs)
 smi = subprocess.run("nvidia-smi || true", shell=True, capture_output=True, text=True).stdout
 m = check_driver_match(host.driver_version(), user, smi)
 print("driver match:", m.status, "|", m.message)
-facts = parse_facts(subprocess.run(["bash", "-c", _FACTS_SCRIPT], capture_output=True, text=True).stdout)
+facts = parse_node_facts(subprocess.run(["bash", "-c", NODE_FACTS_SCRIPT], capture_output=True, text=True).stdout)
 print("pve node facts:", facts.driver, facts.majors, [(n.path, n.major, n.minor) for n in facts.nodes])
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
 data = {"backend": "proxmox", "node": "pve1", "vmid": 201, "hostname": "llm1", "template": TEMPLATE,

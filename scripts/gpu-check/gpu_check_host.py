@@ -20,13 +20,9 @@ import urllib.request
 from pathlib import Path
 
 from labwright.gpu.check import EngineState, decode_check, decode_command, engine_check, run_checks
-from labwright.guests.gpu import GpuHost
+from labwright.gpu.nvidia.host import GpuHost
+from labwright.hosts.local import LocalHost
 from labwright.testing.waiting import wait_for
-
-
-def run(command: str) -> tuple[int, str]:
-    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)
-    return done.returncode, done.stdout
 
 
 def start(binary: str, model: str, port: int, log: Path, env: dict[str, str]) -> subprocess.Popen:
@@ -59,7 +55,7 @@ def engine_state(process: subprocess.Popen, log: Path) -> EngineState:
 def main(binary: str, model: str) -> int:
     host = GpuHost("/")
     started = time.monotonic()
-    checks = run_checks(run, host.driver_version(), host.device_nodes(), None)
+    checks = run_checks(LocalHost(), host.driver_version(), host.device_nodes(), None)
     collect_seconds = time.monotonic() - started
     result: dict = {"host_driver": host.driver_version(), "majors": host.majors(),
                     "machine_checks": [c.__dict__ for c in checks], "collect_seconds": round(collect_seconds, 3)}
@@ -69,7 +65,7 @@ def main(binary: str, model: str) -> int:
     try:
         wait_healthy(18011, server)
         on_gpu = engine_check(engine_state(server, log))
-        _, output = run(decode_command("http://127.0.0.1:18011/v1"))
+        output = LocalHost().run(decode_command("http://127.0.0.1:18011/v1")).stdout
         decode = decode_check(output, 20.0, "http://127.0.0.1:18011/v1")
     finally:
         server.terminate()

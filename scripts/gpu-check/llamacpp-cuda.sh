@@ -16,7 +16,7 @@ step host; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total -
 step "the build labwright chooses for this host's GPUs"
 python3 - <<'PY' | tee /tmp/lw-llamacpp-choice.txt
 import subprocess
-from labwright.gpu.smi import SMI_QUERY, parse_gpu_query
+from labwright.gpu.nvidia.smi import SMI_QUERY, parse_gpu_query
 from labwright.llamacpp.deploy_data import build_choice
 gpus = [g.__dict__ for g in parse_gpu_query(subprocess.run(SMI_QUERY, shell=True, capture_output=True, text=True).stdout)]
 choice = build_choice({}, gpus)

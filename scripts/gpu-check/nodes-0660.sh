@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU nodes 0660 group video, as labwright passes them to guests (issue 31 item 6: guests/gpu.py, lxd_render.py,
+# GPU nodes 0660 group video, as labwright passes them to guests (issue 31 item 6: gpu/devices.py, lxd_render.py,
 # proxmox_render.py): does CUDA work for a service user IN the group, and is it refused for one who is not?
 # The machine's own /dev/nvidia* are left as they are: in a private mount namespace (unshare -m), copies of the nodes
 # (same major:minor, made with mknod) at 0660 root:video are bind-mounted over them, and a CUDA allocation runs as

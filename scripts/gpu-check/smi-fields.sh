@@ -2,14 +2,14 @@
 # nvidia-smi's query as labwright asks it, on a real driver (issue 30: a field the driver does not know fails the
 # whole query; labwright asks again without it). Records, for tests/conformance/nvidia-smi/, what the real nvidia-smi
 # prints (stdout and stderr apart) and exits with for: labwright's fields; an unknown field in the middle; two
-# unknown fields; then runs labwright.gpu.smi.query_command through sh, with and without an unknown field, and
-# prints what parse_gpu_query makes of it. Needs only Python 3.11+ and the repo (labwright.gpu.smi is stdlib-only).
+# unknown fields; then runs labwright.gpu.nvidia.smi.query_command through sh, with and without an unknown field, and
+# prints what parse_gpu_query makes of it. Needs only Python 3.11+ and the repo (labwright.gpu.nvidia.smi is stdlib-only).
 # Output: JSON on stdout. Run from the repo root:  bash scripts/gpu-check/smi-fields.sh > "$OUT/smi-fields.json"
 set -u
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 exec python3 - <<'PY'
 import json, subprocess, sys
-from labwright.gpu.smi import FIELDS, gpus_of, parse_query, query_command
+from labwright.gpu.nvidia.smi import FIELDS, gpus_of, parse_query, query_command
 
 def run(argv):
     p = subprocess.run(argv, capture_output=True, text=True, timeout=60)

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from labwright.cli import main, register
-from labwright.guests.gpu import GpuHost
 from labwright.guests.lxd import LxdBackend
 from labwright.verify import test_llamacpp as llamacpp_suite
 from support.fake_nvidia import (
@@ -29,6 +28,7 @@ from support.fake_nvidia import (
     remove_fake_root,
 )
 from support.gpu_guest import install_userspace, spec, start_llama_server
+from support.gpu_host import TreeGpuHost
 
 pytestmark = pytest.mark.lab
 
@@ -53,7 +53,7 @@ def gpu_check(capsys, *args: str) -> tuple[int, str, str]:
 def test_cpu_fallback_of_the_real_llama_server_fails_the_check(lab, client, names, fake_host, tmp_path, capsys):
     name = f"lwgpu-{secrets.token_hex(3)}"
     names.append(name)
-    LxdBackend(client, gpu_host=GpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
+    LxdBackend(client, gpu_host=TreeGpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
     install_userspace(client, name, DRIVER_VERSION)
     start_llama_server(client, name, tmp_path)
 
@@ -114,7 +114,7 @@ def test_cpu_fallback_of_the_real_llama_server_fails_the_check(lab, client, name
     assert "engine llama-server on the GPU" not in checks  # --service none
 
     # The fixes the check names: re-apply the guest (majors re-read) and the exact userspace -> all pass.
-    LxdBackend(client, gpu_host=GpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
+    LxdBackend(client, gpu_host=TreeGpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
     install_userspace(client, name, "550.54.15")
     code, out, _ = gpu_check(capsys, name, "--host-root", str(fake_host), "--service", "none", "--json")
     assert code == 0 and json.loads(out)["ok"], out
@@ -140,7 +140,7 @@ def test_bad_input_is_one_line_exit_2(lab, client, names, fake_host, capsys):
 def test_no_engine_service_is_said_not_checked(lab, client, names, fake_host, capsys):
     name = f"lwgpu-{secrets.token_hex(3)}"
     names.append(name)
-    LxdBackend(client, gpu_host=GpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
+    LxdBackend(client, gpu_host=TreeGpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
     install_userspace(client, name, DRIVER_VERSION)
     code, out, _ = gpu_check(capsys, name, "--host-root", str(fake_host), "--json")
     report = json.loads(out)
@@ -155,7 +155,7 @@ def test_a_userspace_only_the_dynamic_loader_knows_is_read(lab, client, names, f
     # on a machine whose CUDA worked).
     name = f"lwgpu-{secrets.token_hex(3)}"
     names.append(name)
-    LxdBackend(client, gpu_host=GpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
+    LxdBackend(client, gpu_host=TreeGpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
     assert client.exec(name, ["mkdir", "-p", "/opt/nvidia-driver/lib"]).exit_code == 0
     source = tmp_path / "stub.c"
     source.write_text("int labwright_stub(void) { return 0; }\n")

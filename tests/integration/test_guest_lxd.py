@@ -14,13 +14,14 @@ from collections.abc import Iterator
 import pytest
 
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+from labwright.gpu.nvidia.boot_unit import BOOT_UNIT, BOOT_UNIT_PATH
 from labwright.guests.base import backend_for
-from labwright.guests.gpu import BOOT_UNIT, BOOT_UNIT_PATH, GpuHost
 from labwright.guests.lxd import LxdBackend
 from labwright.guests.model import Change, GuestSpec, spec_from_data
 from labwright.lxd.client import LxdClient
 from labwright.testing.lab_fixture import TEMPLATE
 from support.fake_nvidia import fake_root_in_dev, make_fake_nvidia_host, reboot, remove_fake_root, run_boot_unit
+from support.gpu_host import TreeGpuHost
 
 pytestmark = pytest.mark.lab
 
@@ -147,7 +148,7 @@ def test_gpu_passthrough_with_fake_nodes(lab, client, guest_names):
     root = fake_root_in_dev()
     try:
         make_fake_nvidia_host(root, uvm_major=509, caps_major=511)
-        backend = LxdBackend(client, gpu_host=GpuHost(root))
+        backend = LxdBackend(client, gpu_host=TreeGpuHost(root))
         name = new_name(guest_names)
         spec = guest(name, gpu="nvidia")
         assert backend.nvidia_cards() == 0  # no real GPU here: auto picks unix-char nodes
@@ -195,7 +196,7 @@ def test_missing_uvm_node_starts_and_gets_the_node_with_the_host_major(lab, clie
     root = fake_root_in_dev()
     try:
         make_fake_nvidia_host(root, uvm_major=508, with_uvm=False)
-        backend = LxdBackend(client, gpu_host=GpuHost(root))
+        backend = LxdBackend(client, gpu_host=TreeGpuHost(root))
         name = new_name(guest_names)
         plan = backend.plan(guest(name, gpu="nvidia"))
         assert any("nvidia-modprobe -u -c 0" in note for note in plan.notes)
@@ -207,7 +208,7 @@ def test_missing_uvm_node_starts_and_gets_the_node_with_the_host_major(lab, clie
 
 
 def test_gpu_on_a_host_without_a_driver_is_one_line_and_creates_nothing(lab, client, guest_names, tmp_path):
-    backend = LxdBackend(client, gpu_host=GpuHost(tmp_path))
+    backend = LxdBackend(client, gpu_host=TreeGpuHost(tmp_path))
     name = new_name(guest_names)
     with pytest.raises(BadInput) as info:
         backend.apply(guest(name, gpu="nvidia"))
@@ -286,7 +287,7 @@ def test_gpu_guest_gets_the_boot_unit_and_a_reboot_is_flagged(lab, client, guest
     root = fake_root_in_dev()
     try:
         make_fake_nvidia_host(root, uvm_major=509)
-        host = GpuHost(root)
+        host = TreeGpuHost(root)
         backend = LxdBackend(client, gpu_host=host)
         name = new_name(guest_names)
         spec = guest(name, gpu="nvidia", start=False)
@@ -303,7 +304,7 @@ def test_gpu_guest_gets_the_boot_unit_and_a_reboot_is_flagged(lab, client, guest
 
         reboot(root)  # the uvm nodes are gone; so are the MIG capability nodes, which are made on first use too
         shutil.rmtree(root / "dev" / "nvidia-caps")
-        plan = LxdBackend(client, gpu_host=GpuHost(root)).plan(spec)
+        plan = LxdBackend(client, gpu_host=TreeGpuHost(root)).plan(spec)
         assert plan.missing_nodes[-2:] == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
         assert plan.warnings[0].startswith(f"LXD refuses to start {name} while /dev/nvidia-caps/nvidia-cap1, "
                                            "/dev/nvidia-caps/nvidia-cap2 are missing on this host")
@@ -311,6 +312,6 @@ def test_gpu_guest_gets_the_boot_unit_and_a_reboot_is_flagged(lab, client, guest
         assert plan.warnings[1].startswith(f"/dev/nvidia-uvm, /dev/nvidia-uvm-tools missing on this host: {name} "
                                            "starts, but CUDA fails inside it")
         run_boot_unit(root, unit)
-        assert LxdBackend(client, gpu_host=GpuHost(root)).plan(spec).warnings == []
+        assert LxdBackend(client, gpu_host=TreeGpuHost(root)).plan(spec).warnings == []
     finally:
         remove_fake_root(root)

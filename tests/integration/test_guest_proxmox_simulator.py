@@ -18,12 +18,12 @@ import pytest
 from proxmoxer import ProxmoxAPI, ResourceException
 
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+from labwright.gpu.nvidia.boot_unit import BOOT_UNIT, BOOT_UNIT_PATH
 from labwright.guests.base import backend_for
-from labwright.guests.gpu import BOOT_UNIT, BOOT_UNIT_PATH
 from labwright.guests.model import spec_from_data
 from labwright.guests.proxmox_api import TaskWaiter
-from labwright.guests.pve_node import LocalPveNode
 from support.fake_nvidia import make_fake_nvidia_host, reboot, run_boot_unit
+from support.gpu_host import TreePveNode
 from support.pve_simulator import PveSimulator, SimNode, host_devices
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fake NVIDIA host tree needs mknod (root)")
@@ -72,7 +72,7 @@ def guest(sim, node="pve1", vmid=201, node_data=None, **fields):
 
 
 def backend(spec, host, **options):
-    return backend_for(spec, pve_node=LocalPveNode(host, label=f"node {spec.node}"), poll_interval=0.01, **options)
+    return backend_for(spec, pve_node=TreePveNode(host, label=f"node {spec.node}"), poll_interval=0.01, **options)
 
 
 # --- GPU ---------------------------------------------------------------------------------------------
@@ -336,7 +336,7 @@ def test_labwright_guest_cli_on_pve_simulator_plan_apply_reapply(sim, tmp_path, 
 # --- a host reboot: the uvm nodes are gone until something makes them ------------------------------------
 def test_proxmox_backend_on_pve_simulator_gpu_guest_survives_a_host_reboot(sim, host, as_root):
     spec = guest(sim, gpu="nvidia", onboot=True)
-    node = LocalPveNode(host, label="node pve1")
+    node = TreePveNode(host, label="node pve1")
     pve = backend_for(spec, pve_node=node, poll_interval=0.01)
     plan = pve.plan(spec)
     unit_change = next(c for c in plan.changes if c.what == f"node pve1 {BOOT_UNIT}")

@@ -20,7 +20,7 @@ import pytest
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.guests.base import backend_for
 from labwright.guests.model import Change, spec_from_data
-from labwright.guests.pve_node import LocalPveNode
+from support.gpu_host import TreePveNode
 from support.pve_qemu import gpu_host_pci
 from support.pve_simulator import PveSimulator, SimNode
 
@@ -66,7 +66,7 @@ def guest(sim, node="pve1", vmid=120, name="win1", extra_node_data=None, **field
 
 
 def backend(spec, tmp_path):
-    return backend_for(spec, pve_node=LocalPveNode(tmp_path / "node", label=f"node {spec.node}"), poll_interval=0.01)
+    return backend_for(spec, pve_node=TreePveNode(tmp_path / "node", label=f"node {spec.node}"), poll_interval=0.01)
 
 
 def test_vm_created_with_gpu_passthrough_and_a_second_apply_changes_nothing(sim, tmp_path, as_root):

@@ -17,9 +17,9 @@ import pytest
 
 from labwright.cli import main, register
 from labwright.errors import LxdError
-from labwright.guests.gpu import GpuHost
+from labwright.gpu.nvidia.host import GpuHost
+from labwright.gpu.nvidia.upgrade_facts import node_facts
 from labwright.hostnames import LxdName
-from labwright.hostupgrade.facts import node_facts
 from labwright.hostupgrade.plan import make_plan
 from labwright.hostupgrade.run import Upgrade
 from labwright.hostupgrade.simhost import PIN_FILE

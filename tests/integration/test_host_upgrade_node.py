@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from labwright.cli import main, register
-from labwright.guests.gpu import GpuHost
+from labwright.gpu.nvidia.host import GpuHost
+from labwright.gpu.nvidia.upgrade_facts import node_facts
 from labwright.hostupgrade import state
-from labwright.hostupgrade.facts import node_facts
 from labwright.hostupgrade.plan import make_plan
 from labwright.hostupgrade.realhost import CommandHost
 from labwright.hostupgrade.run import Upgrade

@@ -22,7 +22,7 @@ import pytest
 from proxmoxer import ProxmoxAPI
 
 from labwright.cli import main, register
-from labwright.guests.gpu import GpuHost
+from labwright.gpu.nvidia.host import GpuHost
 from support.fake_nvidia import DRIVER_VERSION, make_container_libraries, make_fake_nvidia_host, make_upgrade_host
 from support.guest_lock import holding
 from support.pve_pct_node import PctNode

@@ -17,8 +17,8 @@ from labwright import snapshots
 from labwright.errors import LabwrightError
 from labwright.guests.base import backend_for
 from labwright.guests.model import spec_from_data
-from labwright.guests.pve_node import LocalPveNode
 from labwright.guests.pve_role import PRIVILEGES, ROLE, pveum_commands
+from support.gpu_host import TreePveNode
 from support.pve_qemu import gpu_host_pci
 from support.pve_simulator import PveSimulator, SimNode
 
@@ -64,7 +64,7 @@ def vm(sim):
 
 def every_call(sim, tmp_path) -> None:
     """The API calls labwright makes, in the order a lab's life makes them."""
-    node = LocalPveNode(tmp_path / "node", label="node pve1")
+    node = TreePveNode(tmp_path / "node", label="node pve1")
     ct = container(sim)
     pve = backend_for(ct, pve_node=node, poll_interval=0.01)
     assert pve.plan(ct).action == "create"

@@ -8,7 +8,6 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from labwright.guests.gpu import GpuHost
 from labwright.guests.lxd import LxdBackend
 from labwright.guests.model import GuestSpec, spec_from_data
 from labwright.llamacpp.build import build_llama_server
@@ -17,6 +16,7 @@ from labwright.lxd.client import LxdClient
 from labwright.testing.lab_fixture import TEMPLATE
 from labwright.testing.waiting import wait_for
 from support.fake_nvidia import fake_nvidia_smi_script, nvidia_smi_query_lines
+from support.gpu_host import TreeGpuHost
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 
@@ -68,7 +68,7 @@ def start_llama_server(client: LxdClient, name: str, tmp_path: Path) -> None:
 def upgrade_guest(client: LxdClient, names: list[str], root: Path, userspace: str) -> str:
     name = f"lwhu-{secrets.token_hex(3)}"
     names.append(name)
-    LxdBackend(client, gpu_host=GpuHost(root)).apply(spec(name, gpu="nvidia"))
+    LxdBackend(client, gpu_host=TreeGpuHost(root)).apply(spec(name, gpu="nvidia"))
     install_userspace(client, name, userspace)
     return name
 

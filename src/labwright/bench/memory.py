@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from labwright.gpu.smi import parse_query, query_command
+from labwright.gpu.nvidia.smi import parse_query, query_command
 from labwright.shell import quote
 
 LISTEN = "0A"
@@ -115,8 +115,8 @@ class RssSampler(PeakSampler):
 
 def gpu_used_bytes(command: str) -> int | None:
     """Memory in use on all NVIDIA GPUs together (``nvidia-smi --query-gpu=memory.used``, MiB), or None: asked
-    through labwright.gpu.smi.query_command like every nvidia-smi query (a field this nvidia-smi refuses is dropped,
-    so a refused memory.used leaves nothing to sum: None)."""
+    through labwright.gpu.nvidia.smi.query_command like every nvidia-smi query (a field this nvidia-smi refuses is
+    dropped, so a refused memory.used leaves nothing to sum: None)."""
     try:
         proc = subprocess.run(["/bin/sh", "-c", query_command(("memory.used",), smi=quote(command),
                                                                timeout=None, nounits=True)],

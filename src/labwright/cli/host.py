@@ -16,9 +16,9 @@ from rich.markup import escape
 
 from labwright.cli import vocab
 from labwright.errors import BadInput, LabwrightError
-from labwright.guests.gpu import GpuHost
+from labwright.gpu.nvidia.host import GpuHost
+from labwright.gpu.nvidia.upgrade_facts import REPOSITORY, node_facts, repository_versions
 from labwright.hostupgrade import state
-from labwright.hostupgrade.facts import REPOSITORY, node_facts, repository_versions
 from labwright.hostupgrade.plan import Plan, make_plan
 from labwright.hostupgrade.realhost import CommandHost
 from labwright.hostupgrade.run import Done, Outcome, Upgrade, end_resume, remove_credentials_and_unit

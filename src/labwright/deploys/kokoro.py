@@ -33,8 +33,8 @@ from labwright.deploys.common import (
 from labwright.engine_keys import is_loopback
 from labwright.errors import LabwrightError
 from labwright.facts.nvidia import NvidiaDriverVersion
+from labwright.gpu.devices import GPU_GROUP
 from labwright.guestlock import locked
-from labwright.guests.gpu import GPU_GROUP
 from labwright.kokoro.deploy_data import TEMPLATES, DataError, choose_device, load_defaults, requirements
 from labwright.kokoro.streaming import plan_streaming, read_tree
 from labwright.operations import http
@@ -175,7 +175,7 @@ def deploy_kokoro() -> None:
     # --- packages, user, the checkout ------------------------------------------------------------------
     install_missing(data("runtime_packages"), "runtime packages")
     home = f"/var/lib/{service}"
-    # on the GPU, in the nodes' group: a guest's nodes are 0660 group video (labwright.guests.gpu.guest_mode)
+    # on the GPU, in the nodes' group: a guest's nodes are 0660 group video (labwright.gpu.devices.guest_mode)
     server.user(name=f"Service user {user}", user=user, system=True, shell="/usr/sbin/nologin", home=home,
                 create_home=True, groups=[GPU_GROUP] if device == "gpu" else None, append=True)
     staged = stage(source, patched)

@@ -23,8 +23,8 @@ from labwright.engine_keys import gateway_only, key_file_refusal
 from labwright.errors import BadInput
 from labwright.facts.llamacpp import OllamaPresent, ReadableBy
 from labwright.facts.nvidia import NvidiaGpus
+from labwright.gpu.devices import GPU_GROUP
 from labwright.guestlock import locked
-from labwright.guests.gpu import GPU_GROUP
 from labwright.llamacpp.deploy_data import (
     KEYS,
     OLLAMA_DROPIN,
@@ -105,7 +105,7 @@ def deploy_llamacpp() -> None:
 
     # --- runtime libraries (apt only when missing) and the service user ------------------------------
     install_missing(s.runtime_packages, "runtime libraries", name="Install llama-server runtime libraries")
-    # a CUDA build's user in the GPU nodes' group: a guest's nodes are 0660 group video (guests.gpu.guest_mode)
+    # a CUDA build's user in the GPU nodes' group: a guest's nodes are 0660 group video (gpu.devices.guest_mode)
     server.user(name=f"Service user {s.user}", user=s.user, system=True, shell="/usr/sbin/nologin",
                 home=f"/var/lib/{s.service}", create_home=True,
                 groups=[GPU_GROUP] if s.build.kind == "cuda" else None, append=True)

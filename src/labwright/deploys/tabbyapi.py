@@ -21,8 +21,8 @@ from labwright.facts.llamacpp import ReadableBy
 from labwright.facts.nvidia import NvidiaDriverMatch, NvidiaGpus
 from labwright.facts.systemd import SystemdUnits, systemd_refusal, unit_active
 from labwright.gpu.arch import capabilities_of
+from labwright.gpu.devices import GPU_GROUP
 from labwright.guestlock import locked
-from labwright.guests.gpu import GPU_GROUP
 from labwright.operations import guests, http, tabbyapi
 from labwright.operations import stack as stack_ops
 from labwright.operations import tabbyapi_deploy as ops
@@ -105,7 +105,7 @@ def deploy_tabbyapi() -> None:
 
     download = model_ops.download(planned, state) if planned else None
     install_missing(s.packages, "packages")
-    # in the GPU nodes' group: a guest's nodes are 0660 group video (labwright.guests.gpu.guest_mode)
+    # in the GPU nodes' group: a guest's nodes are 0660 group video (labwright.gpu.devices.guest_mode)
     server.user(name=f"Service user {s.user}", user=s.user, system=True, shell="/usr/sbin/nologin",
                 home=f"/var/lib/{s.service}", create_home=True, groups=[GPU_GROUP], append=True)
     if download is not None:

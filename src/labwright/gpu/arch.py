@@ -72,7 +72,7 @@ def _models() -> tuple[tuple[re.Pattern[str], str], ...]:
 def capability_from_name(name: str) -> str | None:
     """The compute capability of a GPU named as nvidia-smi names it ("NVIDIA GeForce RTX 3090" -> "8.6"), from the
     ``[[model]]`` rows of ``labwright/data/gpu-arch.toml``; None for a name no row matches (never guessed). For an
-    nvidia-smi without the ``compute_cap`` field (the 470 branch: labwright.gpu.smi)."""
+    nvidia-smi without the ``compute_cap`` field (the 470 branch: labwright.gpu.nvidia.smi)."""
     for pattern, capability in _models():
         if pattern.search(name):
             return capability

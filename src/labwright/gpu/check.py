@@ -4,17 +4,17 @@ Four checks, each with the cause and the fix when it fails:
 
 1. the GPU is visible in the guest (``/dev/nvidiaN`` character nodes; ``nvidia-smi`` lists it where installed; an
    nvidia-smi without a field labwright asks for, ``compute_cap`` on the 470 branch, is asked again without it:
-   labwright.gpu.smi.query_command);
+   labwright.gpu.nvidia.smi.query_command);
 2. the guest's NVIDIA userspace (``libcuda.so.<ver>``, ``libnvidia-ml.so.<ver>``, nvidia-smi's driver version) equals
-   the host kernel module's version EXACTLY (``labwright.guests.gpu.check_driver_match``);
+   the host kernel module's version EXACTLY (``labwright.gpu.nvidia.driver.check_driver_match``);
 3. every NVIDIA node of the host exists in the guest with the host's major:minor (nvidia-uvm's major is dynamic and
    changes with driver or kernel updates; a guest config written before has the old one);
 4. the engine service uses the GPU: its main process holds a ``/dev/nvidiaN`` node open, and its log since the last
    start names no CPU fallback. A CUDA process opens ``/dev/nvidiactl`` and ``/dev/nvidiaN`` when it creates a
    context, whatever the engine; a silent CPU fallback opens none. The log lines give the reason (below).
 
-Collecting runs two shell commands in the guest through ``run(command) -> (exit code, stdout)``; everything else is
-pure, so the rules are unit-tested on recorded outputs.
+Collecting runs two shell commands in the guest through a ``labwright.hosts.Host`` (the LXD API's exec, ``pct exec``
+on a Proxmox node, this machine); everything else is pure, so the rules are unit-tested on recorded outputs.
 """
 
 from __future__ import annotations
@@ -22,18 +22,18 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
 from labwright import paths
 from labwright.desktop.checks import Check
-from labwright.gpu.smi import SMI_QUERY, GpuInfo, gpus_of, parse_query
-from labwright.guests.gpu import DeviceNode, check_driver_match, userspace_listing, userspace_versions
+from labwright.gpu.devices import DeviceNode
+from labwright.gpu.nvidia.driver import check_driver_match, userspace_listing, userspace_versions
+from labwright.gpu.nvidia.smi import SMI_QUERY, GpuInfo, gpus_of, parse_query
+from labwright.hosts import Host
 from labwright.shell import quote
-
-Runner = Callable[[str], tuple[int, str]]
 
 _MARK = "@@labwright-gpu-"
 GPU_NODE = re.compile(r"^/dev/nvidia\d+$")
@@ -266,19 +266,17 @@ class DecodeRequest:
     key_file: str = ""
 
 
-def run_checks(run: Runner, host_version: str | None, host_nodes: list[DeviceNode],
+def run_checks(host: Host, host_version: str | None, host_nodes: list[DeviceNode],
                service: str | None, decode: DecodeRequest | None = None) -> list[Check]:
-    """Collect in the guest through ``run`` and apply the rules; ``service`` None skips the engine checks."""
-    code, output = run(guest_command())
-    guest = parse_guest(output)
+    """Collect in the guest ``host`` and apply the rules; ``service`` None skips the engine checks."""
+    guest = parse_guest(host.run(guest_command()).stdout)
     checks = [visible_check(guest), userspace_check(host_version, guest), nodes_check(host_nodes, guest)]
     if service is not None:
-        code, output = run(engine_command(service))
-        engine = parse_engine(service, output)
+        engine = parse_engine(service, host.run(engine_command(service)).stdout)
         checks.append(engine_check(engine))
         if decode is not None:
             url = decode.url or engine_url(engine)
-            _, output = run(decode_command(url, decode.key_file or engine_key_file(engine)))
+            output = host.run(decode_command(url, decode.key_file or engine_key_file(engine))).stdout
             checks.append(decode_check(output, decode.floor if decode.floor is not None else
                                        decode_settings().floor, url))
     return checks
@@ -289,14 +287,12 @@ def gpu_nodes_command() -> str:
     return "for f in /dev/nvidia[0-9]*; do [ -c \"$f\" ] && echo \"$f\"; done; true"
 
 
-def engine_on_gpu(run: Runner, service: str) -> Check | None:
+def engine_on_gpu(host: Host, service: str) -> Check | None:
     """The engine check alone, for the verify suites: None where the host has no /dev/nvidiaN (a CPU host: nothing
     to check), else the check of ``service``'s process and log."""
-    _, nodes = run(gpu_nodes_command())
-    if not nodes.strip():
+    if not host.run(gpu_nodes_command()).stdout.strip():
         return None
-    _, output = run(engine_command(service))
-    return engine_check(parse_engine(service, output))
+    return engine_check(parse_engine(service, host.run(engine_command(service)).stdout))
 
 
 # --- a short decode against the engine's OpenAI API, timed in the guest ----------------------------------------------

@@ -3,6 +3,8 @@ the checks of ``labwright.gpu.check`` run through the LXD API's exec (no SSH in 
 
 The host side (module version, nodes and majors) is read on the machine running labwright (``GpuHost``), which is
 the LXD host for a local guest; ``host_root`` reads a fake tree instead (tests).
+
+``passed_gpu_devices`` is vendor-neutral (``labwright.gpu.devices``); the checks are NVIDIA's.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from labwright.errors import BadInput, LxdError
-from labwright.gpu.check import Check, DecodeRequest, Runner, run_checks
-from labwright.guests.gpu import GpuHost
+from labwright.gpu.check import Check, DecodeRequest, run_checks
+from labwright.gpu.devices import passed_gpu_devices
+from labwright.gpu.nvidia.host import GpuHost
 from labwright.hostnames import BadHostName, lxd_guest
+from labwright.hosts import Host
 from labwright.hosts.lxd import LxdHost
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
@@ -42,26 +46,6 @@ class GpuReport:
                 "checks": [c.to_dict() for c in self.checks]}
 
 
-def passed_gpu_devices(instance: dict[str, Any]) -> list[str]:
-    """The instance's devices that give it an NVIDIA GPU: ``type: gpu``, or ``unix-char`` nodes /dev/nvidia*."""
-    found = []
-    for name, device in sorted((instance.get("expanded_devices") or instance.get("devices") or {}).items()):
-        kind = device.get("type")
-        where = str(device.get("path") or device.get("source") or "")
-        if kind == "gpu" or (kind == "unix-char" and where.startswith("/dev/nvidia")):
-            found.append(name)
-    return found
-
-
-def runner(host: LxdHost) -> Runner:
-    def run(command: str) -> tuple[int, str]:
-        # LXD fails the exec of a command that exits 126/127 instead of returning its output; fold them into 125.
-        result = host.exec(["sh", "-c", f"{command}\nrc=$?; case $rc in 126|127) exit 125;; esac; exit $rc"])
-        return result.exit_code, result.stdout.decode(errors="replace")
-
-    return run
-
-
 def _lxd_host(guest: str) -> LxdHost:
     try:
         parsed = lxd_guest(guest)
@@ -71,15 +55,16 @@ def _lxd_host(guest: str) -> LxdHost:
         raise BadInput(f"guest {guest}: gpu check reads the host's NVIDIA files, so it runs on the LXD host itself; "
                        f"run `labwright gpu check {parsed.instance}` there")
     endpoint, project = resolve_endpoint(None, flavour=parsed.flavour)
-    return LxdHost(parsed.instance, LxdClient(endpoint, project=project))
+    # raise_errors: a daemon that cannot run a command stops the check with one line (LxdError), not exit 255
+    return LxdHost(parsed.instance, LxdClient(endpoint, project=project), raise_errors=True)
 
 
-def _service(run: Runner, service: str | None) -> str | None:
+def engine_service(host: Host, service: str | None) -> str | None:
+    """``service``, or for ``AUTO`` the first of ENGINE_SERVICES that is loaded in the guest (None: neither)."""
     if service != AUTO:
         return service
     units = join(f"{s}.service" for s in ENGINE_SERVICES)
-    _, output = run(f"systemctl show -p LoadState --value {units} 2>/dev/null; true")
-    states = output.split()
+    states = host.run(f"systemctl show -p LoadState --value {units} 2>/dev/null; true").stdout.split()
     loaded = [s for s, state in zip(ENGINE_SERVICES, states, strict=False) if state == "loaded"]
     return loaded[0] if loaded else None
 
@@ -101,9 +86,8 @@ def check_guest(guest: str, service: str | None = AUTO, host_root: str | Path = 
                            "`labwright guest apply`")
         if instance.get("status") != "Running":
             raise BadInput(f"guest {guest} is {instance.get('status')}; start it first (`lxc start {host.name}`)")
-        run = runner(host)
-        chosen = _service(run, service)
-        checks = run_checks(run, gpu_host.driver_version(), gpu_host.device_nodes(), chosen, decode)
+        chosen = engine_service(host, service)
+        checks = run_checks(host, gpu_host.driver_version(), gpu_host.device_nodes(), chosen, decode)
         if service == AUTO and chosen is None:
             checks.append(Check("engine on the GPU", True, "not checked: no llama-server or tabbyapi service in the "
                                 "guest (give --service NAME)"))

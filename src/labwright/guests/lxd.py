@@ -13,18 +13,18 @@ from typing import Any
 
 from labwright import ui
 from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed, SafetyCheckFailed
-from labwright.guests.base import GuestBackend
-from labwright.guests.gpu import (
+from labwright.gpu.nvidia.boot_unit import (
     BOOT_UNIT,
     BOOT_UNIT_PATH,
     LAZY_NODES,
     BootUnit,
-    GpuHost,
     boot_unit,
     install_boot_unit,
     installed_unit,
     unit_paths,
 )
+from labwright.gpu.nvidia.host import GpuHost
+from labwright.guests.base import GuestBackend
 from labwright.guests.lxd_render import (
     MARKER_KEY,
     Desired,
@@ -298,7 +298,7 @@ class LxdBackend(GuestBackend):
         self.client.delete_instance(spec.name)
 
     def _preflight(self, spec: GuestSpec) -> None:
-        """Create /dev/nvidia-uvm on this host before a GPU guest starts (see gpu.UVM_PREFLIGHT)."""
+        """Create /dev/nvidia-uvm on this host before a GPU guest starts (see gpu.nvidia.host.UVM_PREFLIGHT)."""
         if not spec.wants_gpu or self.gpu_host is None or str(self.gpu_host.root) != "/":
             return
         for command in self.gpu_host.preflight_commands():

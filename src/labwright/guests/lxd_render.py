@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labwright.errors import BadInput
-from labwright.guests.gpu import GPU_GID, GUEST_MODE_MASK, DeviceNode, GpuHost
+from labwright.gpu.devices import GPU_GID, GUEST_MODE_MASK, DeviceNode
+from labwright.gpu.nvidia.host import GpuHost
 from labwright.guests.model import Change, GuestSpec
 
 MARKER_KEY = "user.labwright.guest"  # the guest's name: destroy refuses instances without it
@@ -29,7 +30,7 @@ MANAGED_CONFIG = (
 RESTART_KEYS = ("security.nesting", "security.privileged", "nvidia.runtime", "limits.memory.swap")
 #: NVIDIA's PCI vendor id: the `gpu` device then takes NVIDIA cards only.
 NVIDIA_VENDOR = "10de"
-#: These nodes appear only once the driver is used (see gpu.UVM_PREFLIGHT); as optional devices LXD
+#: These nodes appear only once the driver is used (see gpu.nvidia.host.UVM_PREFLIGHT); as optional devices LXD
 #: hot-plugs them when they show up instead of refusing to start the container.
 LAZY_NODES = ("nvidia-uvm", "nvidia-uvm-tools")
 #: Proxmox features with no LXD switch because LXD containers have them already.
@@ -173,7 +174,7 @@ def render(spec: GuestSpec, gpu: GpuWiring, root_pool: str | None) -> Desired:
         devices["gpu"] = {"type": "gpu", "gputype": "physical", "vendorid": NVIDIA_VENDOR, "gid": str(GPU_GID),
                           "mode": f"{GUEST_MODE_MASK:04o}"}
     for node in gpu.nodes:
-        # never others' bits: 0660 (0440 for a read-only capability node), group video (gpu.guest_mode)
+        # never others' bits: 0660 (0440 for a read-only capability node), group video (gpu.devices.guest_mode)
         char = {"type": "unix-char", "source": node.source, "path": node.path, "major": str(node.major),
                 "minor": str(node.minor), "gid": str(GPU_GID), "mode": f"{node.guest_mode:04o}"}
         if node.name in LAZY_NODES:

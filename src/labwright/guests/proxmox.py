@@ -28,8 +28,7 @@ from proxmoxer import ProxmoxAPI
 
 from labwright import ui
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
-from labwright.guests.base import GuestBackend
-from labwright.guests.gpu import (
+from labwright.gpu.nvidia.boot_unit import (
     BOOT_UNIT,
     BOOT_UNIT_PATH,
     BootUnit,
@@ -39,6 +38,8 @@ from labwright.guests.gpu import (
     missing_paths,
     unit_paths,
 )
+from labwright.gpu.nvidia.host import NodeGpu
+from labwright.guests.base import GuestBackend
 from labwright.guests.model import Change, GuestSpec, Plan
 from labwright.guests.proxmox_api import Credentials, TaskWaiter, call, connect
 from labwright.guests.proxmox_render import (
@@ -55,7 +56,7 @@ from labwright.guests.proxmox_render import (
     resolve_gpu,
     root_only,
 )
-from labwright.guests.pve_node import NodeGpu, PveNode, SshPveNode
+from labwright.guests.pve_node import PveNode, SshPveNode
 from labwright.hostnames import VMID_MAX, VMID_MIN
 
 if TYPE_CHECKING:
@@ -385,10 +386,11 @@ class ProxmoxBackend(GuestBackend):
 
     def _preflight(self, spec: GuestSpec) -> None:
         for command in resolve_gpu(spec, self._node_version(spec), self.pve_node.gpu(), self.pve_node_label).preflight:
-            code, output = self.pve_node.run(command)
-            if code:
-                raise OperationFailed(f"{spec.where}: `{' '.join(command)}` failed on {self.node} (exit {code}): "
-                                      f"{output.strip()[:200]}; without /dev/nvidia-uvm the container cannot start")
+            result = self.pve_node.run(command)
+            if not result.ok:
+                raise OperationFailed(f"{spec.where}: `{' '.join(command)}` failed on {self.node} (exit {result.rc}): "
+                                      f"{(result.stdout + result.stderr).strip()[:200]}; without /dev/nvidia-uvm the "
+                                      "container cannot start")
 
     def _api_params(self, state: _State) -> tuple[dict[str, str], list[str]]:
         return state.diff.through_api(state.via_ssh, state.via_ssh_delete)

@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labwright.errors import BadInput
-from labwright.guests.gpu import GPU_GID, GUEST_MODE_MASK, UVM_PREFLIGHT, guest_mode
+from labwright.gpu.devices import GPU_GID, GUEST_MODE_MASK, guest_mode
+from labwright.gpu.nvidia.host import UVM_PREFLIGHT, NodeGpu
 from labwright.guests.model import Change, GuestSpec
-from labwright.guests.pve_node import NodeGpu
 from labwright.guests.pve_props import LXC_DEV, LXC_FEATURES, LXC_MP, LXC_NET, PropFormat, covers, parse, same
 
 TAG = "labwright"
 #: devN passthrough exists from PVE 8.1 on (pve-docs schema, 2023-11); older nodes get the classic lines.
 DEV_SINCE = (8, 1)
 #: The group the nodes get inside the guest: ``video`` on Debian/Ubuntu, as community-scripts set it; the engines'
-#: service users are in it, so the nodes are 0660 (gpu.guest_mode), never the driver's 0666.
+#: service users are in it, so the nodes are 0660 (gpu.devices.guest_mode), never the driver's 0666.
 DEV_GID = GPU_GID
 #: A capability node's mode in the guest, from its mode on the host (NVIDIA's MIG user guide, "Device nodes"; the
 #: lent H100 showed the same): the MIG config capability is root's alone (0400), the monitor one read-only (0444,
@@ -36,7 +36,7 @@ CAPS_MODES = {"/dev/nvidia-caps/nvidia-cap1": guest_mode(0o400), "/dev/nvidia-ca
 
 
 def _dev_mode(path: str) -> int:
-    """The ``mode=`` of a ``devN`` line: 0660 (gpu.guest_mode of the driver's 0666), capability nodes read-only."""
+    """The ``mode=`` of a ``devN`` line: 0660 (devices.guest_mode of the driver's 0666), capability nodes read-only."""
     if "/nvidia-caps/" in path:
         return CAPS_MODES.get(path, guest_mode(0o444))
     return GUEST_MODE_MASK

@@ -10,49 +10,18 @@ root by default, with the host key checked against known_hosts.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from pyinfra.api.exceptions import ConnectError
 
 from labwright.errors import LabwrightError, OperationFailed
-from labwright.guests.gpu import DeviceNode, GpuHost, parse_driver_version, parse_proc_devices
+from labwright.gpu.nvidia.host import NODE_FACTS_SCRIPT, GpuHost, NodeGpu, Shell, parse_node_facts
+from labwright.hosts import Result
+from labwright.hosts.local import LocalHost
 from labwright.hosts.options import endpoint
 from labwright.hosts.ssh import SshHost
 from labwright.shell import join, quote
-
-#: One shell command that prints everything the GPU wiring needs, so facts cost one SSH round trip.
-_FACTS_SCRIPT = (
-    "cat /proc/driver/nvidia/version 2>/dev/null; echo '@@devices'; cat /proc/devices; echo '@@nodes'; "
-    "for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c \"$f\" ] && stat -c '%t %T %n' \"$f\"; done; true"
-)
-
-
-@dataclass(frozen=True)
-class NodeGpu:
-    """A node's NVIDIA facts: driver version (None: no driver), nvidia* majors, character nodes."""
-
-    driver: str | None
-    majors: dict[str, int] = field(default_factory=dict)
-    nodes: tuple[DeviceNode, ...] = ()
-
-    @property
-    def uvm_missing(self) -> bool:
-        return self.driver is not None and not any(n.path == "/dev/nvidia-uvm" for n in self.nodes)
-
-
-def parse_facts(output: str) -> NodeGpu:
-    """``NodeGpu`` from ``_FACTS_SCRIPT`` output (``stat -c '%t %T %n'`` prints majors/minors in hex)."""
-    version_text, _, rest = output.partition("@@devices\n")
-    devices_text, _, nodes_text = rest.partition("@@nodes\n")
-    majors = {k: v for k, v in parse_proc_devices(devices_text).items() if k.startswith("nvidia")}
-    nodes = []
-    for line in nodes_text.splitlines():
-        parts = line.split(" ", 2)
-        if len(parts) == 3:
-            nodes.append(DeviceNode(parts[2], parts[2], int(parts[0], 16), int(parts[1], 16)))
-    return NodeGpu(parse_driver_version(version_text), majors, tuple(nodes))
 
 
 class PveNode(Protocol):
@@ -64,14 +33,14 @@ class PveNode(Protocol):
 
     def write_file(self, path: str, text: str) -> None: ...
 
-    def run(self, argv: Sequence[str]) -> tuple[int, str]: ...
+    def run(self, argv: Sequence[str]) -> Result: ...
 
 
 class LocalPveNode(GpuHost):
     """The node's files below ``root`` on this machine: GpuHost's files and commands, with the node's label."""
 
-    def __init__(self, root: str | Path = "/", label: str = "this machine"):
-        super().__init__(root)
+    def __init__(self, root: str | Path = "/", label: str = "this machine", host: Shell | None = None):
+        super().__init__(root, host if host is not None else LocalHost(label=label))
         self.label = label
 
     def gpu(self) -> NodeGpu:
@@ -104,10 +73,10 @@ class SshPveNode:
         return result.rc, result.stdout + result.stderr
 
     def gpu(self) -> NodeGpu:
-        code, output = self._exec(_FACTS_SCRIPT)
+        code, output = self._exec(NODE_FACTS_SCRIPT)
         if code:
             raise OperationFailed(f"reading NVIDIA facts on {self.label} failed: {output.strip()[:200]}")
-        return parse_facts(output)
+        return parse_node_facts(output)
 
     def read_file(self, path: str) -> str:
         code, output = self._exec(join(["cat", "--", path]))
@@ -122,8 +91,9 @@ class SshPveNode:
         if code:
             raise OperationFailed(f"cannot write {path} on {self.label}: {output.strip()[:200]}")
 
-    def run(self, argv: Sequence[str]) -> tuple[int, str]:
-        return self._exec(join(argv))
+    def run(self, argv: Sequence[str]) -> Result:
+        code, output = self._exec(join(argv))
+        return Result(code, output, "")
 
     def close(self) -> None:
         self._host.close()

@@ -1,6 +1,6 @@
 """The host upgrade runbook's plan: pure, from the node's facts to the ordered steps (or a one-line refusal).
 
-Facts come from ``labwright.hostupgrade.facts``; nothing here reads a file or asks a daemon.
+Facts come from ``labwright.gpu.nvidia.upgrade_facts``; nothing here reads a file or asks a daemon.
 """
 
 from __future__ import annotations

@@ -43,15 +43,10 @@ from proxmoxer import ProxmoxAPI
 from labwright.connectors.pct_commands import pct_exec_command, pct_push_command
 from labwright.errors import BadInput, OperationFailed
 from labwright.gpu.check import Check, run_checks
-from labwright.gpu.guest import AUTO, _service
-from labwright.guests.gpu import NVIDIA_MAJOR, GpuHost, userspace_listing, userspace_versions
-from labwright.guests.proxmox_api import call
-from labwright.guests.proxmox_render import props
-from labwright.hostnames import PctName
-from labwright.hosts import Host
-from labwright.hosts.local import LocalHost
-from labwright.hosts.pct import PctHost
-from labwright.hostupgrade.facts import (
+from labwright.gpu.guest import AUTO, engine_service
+from labwright.gpu.nvidia.driver import NVIDIA_MAJOR, userspace_listing, userspace_versions
+from labwright.gpu.nvidia.host import GpuHost
+from labwright.gpu.nvidia.upgrade_facts import (
     dkms_builds,
     installed_kernels,
     installer_name,
@@ -59,6 +54,12 @@ from labwright.hostupgrade.facts import (
     repository_versions,
     running_kernel,
 )
+from labwright.guests.proxmox_api import call
+from labwright.guests.proxmox_render import props
+from labwright.hostnames import PctName
+from labwright.hosts import Host
+from labwright.hosts.local import LocalHost
+from labwright.hosts.pct import PctHost
 from labwright.hostupgrade.installer import guest_installer_said
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts, Plan, Step, kernel_key, make_plan
 from labwright.hostupgrade.run import Done, NodeHost, Outcome, Refused, Upgrade
@@ -178,15 +179,6 @@ def pve_gpu_guests(api: ProxmoxAPI, node: str, majors: set[int],
                                  str(item.get("status")) == "running", dev_paths, raw_majors, raw_mounts,
                                  can.supported, can.storage, can.reason))
     return found
-
-
-def pct_runner(node: Host, vmid: int) -> Callable[[str], tuple[int, str]]:
-    """gpu check's ``Runner`` for CT ``vmid``: each command through ``pct exec`` on the node."""
-    def run(command: str) -> tuple[int, str]:
-        result = node.run(pct_exec_command(vmid, command))
-        return result.rc, result.stdout
-
-    return run
 
 
 def ct_userspace(node: Host, vmid: int) -> str | None:
@@ -407,10 +399,10 @@ class PveUpgrade(Upgrade):
 
     def _gpu_checks(self, g: PveGpuGuest) -> list[Check]:
         """gpu check through pct exec; the host nodes compared are the ones the CT is passed."""
-        run = pct_runner(self.node, g.vmid)
+        ct = PctHost(self.node, g.vmid)
         passed = {*g.dev_paths, *g.raw_mounts}
         nodes = [n for n in self.gpu_host.device_nodes() if n.path in passed]
-        return run_checks(run, self.gpu_host.driver_version(), nodes, _service(run, AUTO))
+        return run_checks(ct, self.gpu_host.driver_version(), nodes, engine_service(ct, AUTO))
 
     def restart(self, guest: str, services: tuple[str, ...]) -> str:
         g = self._guest(guest)

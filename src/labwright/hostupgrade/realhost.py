@@ -28,14 +28,15 @@ an explicit runner: the lab's tree is simulated.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput, OperationFailed
-from labwright.guests.gpu import GpuHost
+from labwright.gpu.nvidia.host import GpuHost
+from labwright.gpu.nvidia.upgrade_facts import MODULE_FILE, dkms_tree_builds, installer_name, running_kernel
 from labwright.hosts import Host, Result
 from labwright.hosts.local import LocalHost
-from labwright.hostupgrade.facts import MODULE_FILE, dkms_tree_builds, installer_name, running_kernel
 from labwright.hostupgrade.installer import failure, named_log
 from labwright.hostupgrade.installer_options import UNLOAD, installer_args, refusal
 from labwright.hostupgrade.plan import Plan, headers_package
@@ -61,8 +62,14 @@ class CommandHost:
         self.root = root
         self.repository = repository
         self.runner = runner or LocalHost(label="this host")
+        self.label = self.runner.label
         self.installed: str | None = None
         self.previous: str | None = None
+
+    def run(self, command: str | Sequence[str], stdin: bytes | str | None = None,
+            timeout: float | None = None) -> Result:
+        """A command of the node's own (the boot unit's systemctl), through ``runner``."""
+        return self.runner.run(command, stdin=stdin, timeout=timeout)
 
     # --- checks before anything is done ---------------------------------------------------------------------------
     def preflight(self, plan: Plan) -> None:

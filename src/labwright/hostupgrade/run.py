@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -15,10 +15,12 @@ from typing import Any, Protocol
 from labwright import snapshots
 from labwright.errors import LabwrightError, OperationFailed
 from labwright.gpu.guest import AUTO, check_guest
-from labwright.guests.gpu import BOOT_UNIT, GpuHost, boot_unit, install_boot_unit, installed_unit, unit_paths
+from labwright.gpu.nvidia.boot_unit import BOOT_UNIT, boot_unit, install_boot_unit, installed_unit, unit_paths
+from labwright.gpu.nvidia.host import GpuHost
+from labwright.gpu.nvidia.upgrade_facts import installer_name
 from labwright.hostnames import LxdName
+from labwright.hosts import Result
 from labwright.hostupgrade import state
-from labwright.hostupgrade.facts import installer_name
 from labwright.hostupgrade.installer import guest_installer_said
 from labwright.hostupgrade.plan import Plan, Step
 from labwright.hostupgrade.simhost import SimulatedHost
@@ -51,6 +53,12 @@ class NodeHost(Protocol):
     def enable_resume_unit(self, text: str) -> str: ...
 
     def remove_resume_unit(self) -> None: ...
+
+    #: how messages name the node, and its own commands (the boot unit's systemctl): a ``labwright.hosts.Host``'s
+    label: str
+
+    def run(self, command: str | Sequence[str], stdin: bytes | str | None = None,
+            timeout: float | None = None) -> Result: ...
 
 
 @dataclass
@@ -102,7 +110,7 @@ class Upgrade:
         self.host: NodeHost = host if host is not None else SimulatedHost(root)
         #: Where the run stands across a real reboot (state.py); set by the CLI for a real host.
         self.saved: Saved | None = None
-        self.gpu_host = GpuHost(root)
+        self.gpu_host = GpuHost(root, self.host)
         self.outcome = Outcome(plan)
         self.progress = progress
 

@@ -15,9 +15,13 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
-from labwright.guests.gpu import BOOT_UNIT_PATH, CAP_PROC_FILES, NVIDIA_MAJOR, parse_proc_devices
+from labwright.gpu.devices import parse_proc_devices
+from labwright.gpu.nvidia.boot_unit import BOOT_UNIT_PATH, CAP_PROC_FILES
+from labwright.gpu.nvidia.driver import NVIDIA_MAJOR
+from labwright.hosts import Result
 
 SIM_DIR = "labwright-sim"
 PIN_FILE = "etc/kernel/proxmox-boot-pin"
@@ -36,9 +40,18 @@ class SimulatedHost:
 
     def __init__(self, root: Path):
         self.root = root
+        self.label = f"the simulated host {root}"
         self.installed: str | None = None
         self.previous: str | None = None
         self._new_builds: list[Path] = []
+        #: The commands the upgrade gave the node (the boot unit's systemctl): recorded, none runs (the simulated
+        #: boot runs the unit's nvidia-modprobe lines: tests/support/fake_nvidia.run_boot_unit).
+        self.ran: list[tuple[str, ...]] = []
+
+    def run(self, command: str | Sequence[str], stdin: bytes | str | None = None,
+            timeout: float | None = None) -> Result:
+        self.ran.append((command,) if isinstance(command, str) else tuple(command))
+        return Result(0, "", "")
 
     def _module_version(self) -> str | None:
         try:

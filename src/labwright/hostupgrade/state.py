@@ -39,7 +39,7 @@ from typing import Any
 
 from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput
-from labwright.guests.gpu import BOOT_UNIT
+from labwright.gpu.nvidia.boot_unit import BOOT_UNIT
 from labwright.hostupgrade.plan import Plan, Step
 from labwright.shell import quote
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from labwright.digest import sha256_file
 from labwright.errors import BadInput
-from labwright.hostupgrade.facts import installer_name
+from labwright.gpu.nvidia.upgrade_facts import installer_name
 
 #: The owners trusted with code root runs (sshd also trusts the key's user; here only root is).
 ROOT_UIDS: frozenset[int] = frozenset({0})

@@ -18,6 +18,7 @@ import warnings
 import pytest
 
 from labwright.gpu.check import engine_on_gpu
+from labwright.hosts.testinfra import TestinfraHost
 from labwright.shell import quote
 
 HTTP_GET = (
@@ -183,11 +184,7 @@ def test_models_lists_the_model(host, llamacpp_expected, cmdline):
 def test_engine_runs_on_the_gpu(host, llamacpp_expected):
     """On a host with an NVIDIA GPU node, llama-server really uses it: its process holds /dev/nvidiaN open and its log
     names no CPU fallback (labwright.gpu.check; `labwright gpu check GUEST` runs the same and more)."""
-    def run(command: str) -> tuple[int, str]:
-        result = host.run(command)
-        return result.rc, result.stdout
-
-    check = engine_on_gpu(run, llamacpp_expected.service)
+    check = engine_on_gpu(TestinfraHost(host), llamacpp_expected.service)
     if check is None:
         pytest.skip("no /dev/nvidiaN GPU node on this host: a CPU host, GPU use not checked")
     assert check.ok, f"{check.detail}; cause: {check.cause}; fix: {check.fix}"

@@ -25,6 +25,7 @@ import yaml
 
 from labwright import paths
 from labwright.gpu.check import engine_on_gpu
+from labwright.hosts.testinfra import TestinfraHost
 from labwright.shell import quote
 
 DEFAULTS_FILE = paths.templates_dir("tabbyapi") / "defaults.toml"
@@ -182,11 +183,7 @@ def test_driver_versions_equal(host, want):
 def test_engine_runs_on_the_gpu(host, want):
     """On a host with an NVIDIA GPU node, tabbyAPI really loaded on CUDA: its process holds /dev/nvidiaN open and its
     log names no CPU fallback or CUDA failure (labwright.gpu.check; `labwright gpu check GUEST` runs the same)."""
-    def run(command: str) -> tuple[int, str]:
-        result = host.run(command)
-        return result.rc, result.stdout
-
-    check = engine_on_gpu(run, str(want["service"]))
+    check = engine_on_gpu(TestinfraHost(host), str(want["service"]))
     if check is None:
         pytest.skip("no /dev/nvidiaN GPU node on this host: a CPU host, GPU use not checked")
     assert check.ok, f"{check.detail}; cause: {check.cause}; fix: {check.fix}"

@@ -1,6 +1,6 @@
-"""labwright's reading of DKMS's tree (labwright.hostupgrade.facts.dkms_tree_builds) against the trees dkms leaves,
-rendered from dell/dkms's dkms.in (tests/conformance/dkms/), and the dkms double of tests/support/host_tools against
-the same cases.
+"""labwright's reading of DKMS's tree (labwright.gpu.nvidia.upgrade_facts.dkms_tree_builds) against the trees dkms
+leaves, rendered from dell/dkms's dkms.in (tests/conformance/dkms/), and the dkms double of tests/support/host_tools
+against the same cases.
 
 Each case: the dkms command, its exit and output, what ``/var/lib/dkms/nvidia`` holds afterwards (``tree``), and
 what labwright must read from that tree (``builds``: kernel -> versions with a finished build) and what
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from labwright.hostupgrade.facts import dkms_builds
+from labwright.gpu.nvidia.upgrade_facts import dkms_builds
 from support.host_doubles import TOOLS, make_node, tool_env
 
 CASES_DIR = Path(__file__).resolve().parents[2] / "conformance" / "dkms"

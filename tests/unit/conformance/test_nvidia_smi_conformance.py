@@ -5,7 +5,7 @@ nvidia-smi is closed source: each case names where the output was recorded (the 
 with the driver version) or the manual section it is rendered from. What labwright must make of it: the fields the
 tool refused (a refused field fails the WHOLE query, exit 2), the GPUs listed, their compute capabilities. Where a
 case gives ``double``, tests/support's nvidia-smi double of that driver version must print the same output and exit
-status for the same command; ``asked_again``: labwright's query (labwright.gpu.smi.query_command) run against the
+status for the same command; ``asked_again``: labwright's query (labwright.gpu.nvidia.smi.query_command) run against the
 double of that version must list the GPUs with those capabilities ("" unknown).
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from labwright.gpu.smi import gpus_of, parse_query, query_command
+from labwright.gpu.nvidia.smi import gpus_of, parse_query, query_command
 from support.fake_nvidia import nvidia_smi_double
 
 CASES_DIR = Path(__file__).resolve().parents[2] / "conformance" / "nvidia-smi"

@@ -24,7 +24,7 @@ from proxmoxer import ProxmoxAPI
 from labwright.guests import pve_props
 from labwright.guests.base import backend_for
 from labwright.guests.model import spec_from_data
-from labwright.guests.pve_node import LocalPveNode
+from support.gpu_host import TreePveNode
 from support.pve_formats import PROPERTY_FORMATS
 from support.pve_qemu import gpu_host_pci
 from support.pve_schema import ApiSchema, parse_property_string
@@ -105,7 +105,7 @@ def test_a_token_plans_no_change_for_the_device_root_set_another_way(path, sim, 
                                                                    "proxmox_ca_file": str(sim.ca_file)})
 
     def backend() -> Any:
-        return backend_for(spec, pve_node=LocalPveNode(tmp_path / "node", label="node pve1"), poll_interval=0.01)
+        return backend_for(spec, pve_node=TreePveNode(tmp_path / "node", label="node pve1"), poll_interval=0.01)
 
     monkeypatch.delenv("PROXMOX_TOKEN_ID", raising=False)
     monkeypatch.setenv("PROXMOX_USER", "root@pam")

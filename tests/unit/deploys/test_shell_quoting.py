@@ -194,9 +194,9 @@ def test_the_whole_package_quotes_through_the_one_helper() -> None:
     assert found == [], f"use labwright.shell.quote / join instead of shlex in {found}"
 
 
-#: Modules whose own source runs on a guest, where labwright is not installed (guestlock.guest_command sends its file
-#: to ``python3 -c``; deploys/model.py sends models/fetch.py): their top level imports the standard library only, so
-#: they import labwright.shell inside the controller-side function that quotes.
+#: Modules whose own source runs on a guest, where labwright is not installed (labwright's agent carries guestlock.py
+#: beside only labwright.errors; deploys/model.py sends models/fetch.py): their top level imports the standard
+#: library only, so they import labwright.shell inside the controller-side function that quotes.
 SHIPPED = ("guestlock.py", "models/fetch.py")
 
 
@@ -231,7 +231,7 @@ def test_fact_and_check_commands_keep_shell_characters_inert(value: str) -> None
     value, and the value is read as the one path it is."""
     from labwright.facts.python_stack import PythonStack
     from labwright.gpu.check import engine_command
-    from labwright.guests.gpu import userspace_listing
+    from labwright.gpu.nvidia.driver import userspace_listing
 
     with tempfile.TemporaryDirectory() as scratch:
         where = Path(scratch)

@@ -25,8 +25,8 @@ from labwright.gpu.check import (
     userspace_check,
     visible_check,
 )
-from labwright.gpu.smi import parse_gpu_query
-from labwright.guests.gpu import DeviceNode
+from labwright.gpu.devices import DeviceNode
+from labwright.gpu.nvidia.smi import parse_gpu_query
 from support.fake_nvidia import nvidia_smi_double, nvidia_smi_query_lines
 
 #: The cached CPU build (labwright.llamacpp.build: llama.cpp 0c1e570) started with -ngl 99 on the tiny GGUF, as it

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from labwright.cli import main, register
 from labwright.gpu.check import engine_on_gpu
+from labwright.hosts.local import LocalHost
 
 
 @pytest.fixture(autouse=True)
@@ -48,8 +47,4 @@ def test_bad_input_is_one_line_exit_2(capsys, args, says):
 
 
 def test_engine_check_of_the_verify_suites_is_none_on_a_host_without_gpu_nodes():
-    def run(command: str) -> tuple[int, str]:
-        proc = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=60)
-        return proc.returncode, proc.stdout
-
-    assert engine_on_gpu(run, "llama-server") is None  # this machine has no /dev/nvidiaN
+    assert engine_on_gpu(LocalHost(), "llama-server") is None  # this machine has no /dev/nvidiaN

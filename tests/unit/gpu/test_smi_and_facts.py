@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from labwright.bench.memory import gpu_used_bytes
 from labwright.facts.nvidia import NvidiaGpus
 from labwright.gpu.arch import capabilities_of
-from labwright.gpu.smi import FIELDS, SMI_QUERY, gpus_of, parse_gpu_query, parse_query, query_command, smi_text
+from labwright.gpu.nvidia.smi import FIELDS, SMI_QUERY, gpus_of, parse_gpu_query, parse_query, query_command, smi_text
 from support.fake_nvidia import QUERY_FIELDS, fake_nvidia_smi_script, nvidia_smi_double, nvidia_smi_query_lines
 
 TWO = nvidia_smi_query_lines("570.133.07", (("NVIDIA GeForce RTX 5090", "12.0", 32607),

@@ -8,25 +8,22 @@ import subprocess
 import pytest
 
 from labwright.facts.nvidia import NvidiaDriverMatch, NvidiaDriverVersion
-from labwright.guests.gpu import (
+from labwright.gpu.devices import parse_proc_devices
+from labwright.gpu.nvidia.boot_unit import (
     BOOT_UNIT,
     BOOT_UNIT_PATH,
-    UVM_PREFLIGHT,
-    GpuHost,
     boot_commands,
     boot_unit,
-    check_driver_match,
     install_boot_unit,
     installed_unit,
     missing_paths,
-    parse_driver_version,
-    parse_nvidia_smi,
-    parse_proc_devices,
     remove_boot_unit,
     unit_paths,
-    userspace_versions,
 )
+from labwright.gpu.nvidia.driver import check_driver_match, parse_driver_version, parse_nvidia_smi, userspace_versions
+from labwright.gpu.nvidia.host import UVM_PREFLIGHT
 from support.fake_nvidia import make_container_libraries, make_fake_nvidia_host, reboot, run_boot_unit
+from support.gpu_host import TreeGpuHost
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
 
@@ -80,7 +77,7 @@ def test_driver_match_rule(host, libs, smi, status):
 @needs_root
 def test_device_nodes_and_majors_from_a_fake_host(tmp_path):
     make_fake_nvidia_host(tmp_path, gpus=2, uvm_major=237, caps_major=238)
-    host = GpuHost(tmp_path)
+    host = TreeGpuHost(tmp_path)
     nodes = [(n.path, n.major, n.minor) for n in host.device_nodes()]
     assert nodes == [
         ("/dev/nvidia0", 195, 0), ("/dev/nvidia1", 195, 1), ("/dev/nvidia-modeset", 195, 254),
@@ -100,14 +97,14 @@ def test_device_nodes_and_majors_from_a_fake_host(tmp_path):
 @needs_root
 def test_missing_uvm_asks_for_nvidia_modprobe(tmp_path):
     make_fake_nvidia_host(tmp_path, with_uvm=False)
-    host = GpuHost(tmp_path)
+    host = TreeGpuHost(tmp_path)
     assert host.preflight_commands() == [UVM_PREFLIGHT] == [("nvidia-modprobe", "-u", "-c", "0")]
     assert "nvidia-uvm" not in {n.name for n in host.device_nodes()}
 
 
 def test_host_without_driver(tmp_path):
     make_fake_nvidia_host(tmp_path, driver=None)
-    host = GpuHost(tmp_path)
+    host = TreeGpuHost(tmp_path)
     assert host.driver_version() is None and host.device_nodes() == [] and host.preflight_commands() == []
     message = host.missing_driver_message("inv.py: guest a")
     assert message.startswith("inv.py: guest a: gpu: nvidia, but this host has no NVIDIA driver")
@@ -189,7 +186,7 @@ def test_boot_unit_orders_itself_before_the_guests_start():
 @needs_root
 def test_boot_unit_on_a_host_tree_recreates_what_a_reboot_removed(tmp_path):
     make_fake_nvidia_host(tmp_path, uvm_major=237)
-    host = GpuHost(tmp_path)
+    host = TreeGpuHost(tmp_path)
     unit = boot_unit([n.path for n in host.device_nodes()])
     assert installed_unit(host) is None
     install_boot_unit(host, unit, "lab.py: guest llm1")

@@ -14,8 +14,8 @@ from labwright.errors import OperationFailed
 from labwright.guests.base import backend_for
 from labwright.guests.lxd import _describe
 from labwright.guests.model import spec_from_data
-from labwright.guests.pve_node import LocalPveNode
 from support.fake_nvidia import make_fake_nvidia_host
+from support.gpu_host import TreePveNode
 from support.pve_simulator import PveSimulator, SimNode, host_devices
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fake host tree needs mknod (root)")
@@ -46,7 +46,7 @@ def pve(tmp_path, monkeypatch):
         spec = spec_from_data("@pct/pve1/201", data, source="lab.py",
                               node_data={"proxmox_api_url": f"https://{sim.host}",
                                          "proxmox_ca_file": str(sim.ca_file)})
-        backend = backend_for(spec, pve_node=LocalPveNode(host, label="node pve1"), poll_interval=0.01)
+        backend = backend_for(spec, pve_node=TreePveNode(host, label="node pve1"), poll_interval=0.01)
         yield sim, spec, backend
 
 

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from labwright.errors import BadInput
-from labwright.guests.gpu import GpuHost
+from labwright.gpu.nvidia.host import GpuHost
 from labwright.guests.lxd_render import (
     DEVICES_KEY,
     MARKER_KEY,

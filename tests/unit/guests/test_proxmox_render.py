@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from labwright.errors import BadInput
-from labwright.guests.gpu import DeviceNode
+from labwright.gpu.devices import DeviceNode
+from labwright.gpu.nvidia.host import NodeGpu, parse_node_facts
 from labwright.guests.model import spec_from_data
 from labwright.guests.proxmox_api import Credentials, api_endpoint
 from labwright.guests.proxmox_render import diff, edit_conf, gpu_lines, render, resolve_gpu, root_only
-from labwright.guests.pve_node import NodeGpu, parse_facts
 
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
 NODES = (DeviceNode("/dev/nvidia0", "/dev/nvidia0", 195, 0), DeviceNode("/dev/nvidiactl", "/dev/nvidiactl", 195, 255),
@@ -161,11 +161,11 @@ def test_node_facts_from_the_ssh_script_output():
     output = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\n"
               "@@devices\nCharacter devices:\n195 nvidia-frontend\n508 nvidia-uvm\n\nBlock devices:\n  8 sd\n"
               "@@nodes\nc3 0 /dev/nvidia0\nc3 ff /dev/nvidiactl\n1fc 0 /dev/nvidia-uvm\n")
-    facts = parse_facts(output)
+    facts = parse_node_facts(output)
     assert facts.driver == "550.54.14" and facts.majors == {"nvidia-frontend": 195, "nvidia-uvm": 508}
     assert [(n.path, n.major, n.minor) for n in facts.nodes] == [
         ("/dev/nvidia0", 195, 0), ("/dev/nvidiactl", 195, 255), ("/dev/nvidia-uvm", 508, 0)]
-    assert not facts.uvm_missing and parse_facts("@@devices\n@@nodes\n").driver is None
+    assert not facts.uvm_missing and parse_node_facts("@@devices\n@@nodes\n").driver is None
 
 
 # What the facts script read on a real NVIDIA host (the lent H100, driver 580.159.04, open kernel module,
@@ -181,7 +181,7 @@ H100_FACTS = (
 
 
 def test_wiring_from_a_real_h100_host():
-    facts = parse_facts(H100_FACTS)
+    facts = parse_node_facts(H100_FACTS)
     assert facts.driver == "580.159.04" and not facts.uvm_missing
     assert facts.majors["nvidia-uvm"] == 238 and facts.majors["nvidia-caps"] == 241
     guest = spec(gpu="nvidia")

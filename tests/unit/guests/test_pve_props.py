@@ -22,12 +22,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from labwright.gpu.devices import DeviceNode
+from labwright.gpu.nvidia.host import NodeGpu
 from labwright.guests import pve_props
-from labwright.guests.gpu import DeviceNode
 from labwright.guests.model import spec_from_data
 from labwright.guests.proxmox_render import diff, render, resolve_gpu
 from labwright.guests.proxmox_vm_render import diff_vm, render_vm
-from labwright.guests.pve_node import NodeGpu
 from labwright.guests.pve_props import HOSTPCI, LXC_DEV, LXC_FEATURES, LXC_MP, LXC_NET, QEMU_MEMORY, QEMU_NET
 from support.pve_formats import PROPERTY_FORMATS
 from support.pve_schema import ApiSchema, parse_property_string

@@ -1,4 +1,4 @@
-"""Only a finished DKMS build counts (labwright.hostupgrade.facts.dkms_tree_builds): dkms 3.x builds into
+"""Only a finished DKMS build counts (labwright.gpu.nvidia.upgrade_facts.dkms_tree_builds): dkms 3.x builds into
 ``/var/lib/dkms/MODULE/VERSION/KERNEL/.tmp_ARCH_XXXXXX`` (3.1.7: ``tmp_ARCH_XXXXXX``) and renames it to ``ARCH`` only
 once every module of the package is in it (dell/dkms dkms.in do_build, tests/conformance/dkms/), so a build that
 failed or was cut off leaves that directory, nvidia.ko perhaps in it, and no build. The plan must not boot a kernel on
@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from labwright.errors import OperationFailed, SafetyCheckFailed
+from labwright.gpu.nvidia.upgrade_facts import dkms_builds, dkms_tree_builds, kernel_headers
 from labwright.hosts import Result
-from labwright.hostupgrade.facts import dkms_builds, dkms_tree_builds, kernel_headers
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts, make_plan
 from labwright.hostupgrade.realhost import CommandHost
 from support.fake_nvidia import make_upgrade_host

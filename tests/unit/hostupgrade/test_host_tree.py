@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from labwright.guests.gpu import LAZY_NODES, GpuHost, boot_unit, install_boot_unit
-from labwright.hostupgrade.facts import dkms_builds, installed_kernels, repository_versions, running_kernel
+from labwright.gpu.nvidia.boot_unit import LAZY_NODES, boot_unit, install_boot_unit
+from labwright.gpu.nvidia.upgrade_facts import dkms_builds, installed_kernels, repository_versions, running_kernel
 from labwright.hostupgrade.simhost import SimulatedHost
 from support.fake_nvidia import DRIVER_VERSION, make_fake_nvidia_host, make_upgrade_host
+from support.gpu_host import TreeGpuHost
 
 
 def tree(tmp_path: Path, **kw) -> Path:
@@ -37,7 +38,7 @@ def test_a_packaged_module_counts_as_the_loaded_version(tmp_path):
 
 def test_simulated_reboot_gives_a_new_uvm_major_and_the_boot_unit_makes_every_node(tmp_path):
     root = tree(tmp_path, uvm_major_after_reboot=237)
-    host = GpuHost(root)
+    host = TreeGpuHost(root)
     before = {n.path: (n.major, n.minor) for n in host.device_nodes()}
     install_boot_unit(host, boot_unit([*(n.path for n in host.device_nodes()), *LAZY_NODES]), "test")
     sim = SimulatedHost(root)
@@ -56,7 +57,7 @@ def test_simulated_reboot_gives_a_new_uvm_major_and_the_boot_unit_makes_every_no
 def test_without_the_boot_unit_the_reboot_leaves_no_node(tmp_path):
     root = tree(tmp_path)
     SimulatedHost(root).reboot("6.8.12-4-pve")
-    assert GpuHost(root).device_nodes() == []
+    assert TreeGpuHost(root).device_nodes() == []
 
 
 def test_driver_rollback_puts_the_previous_versions_files_back(tmp_path):

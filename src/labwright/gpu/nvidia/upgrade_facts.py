@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from labwright.gpu.guest import ENGINE_SERVICES
-from labwright.guests.gpu import GpuHost, userspace_listing, userspace_versions
+from labwright.gpu.nvidia.driver import userspace_listing, userspace_versions
+from labwright.gpu.nvidia.host import GpuHost
 from labwright.hostnames import LxdName
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts, kernel_key
 from labwright.lxd.client import LxdClient

@@ -1,0 +1,56 @@
+"""labwright.gpu.devices: the vendor-neutral side of GPU nodes and the vendor registry (a second vendor is a module
+that registers itself, and the callers that ask "does this guest get a GPU" know it without a change)."""
+
+from __future__ import annotations
+
+import pytest
+
+from labwright.gpu import devices
+from labwright.gpu.devices import DeviceNode, guest_mode, passed_gpu_devices, vendor_of_path, vendors
+from labwright.gpu.nvidia import NVIDIA
+
+
+def test_nvidia_is_registered_by_its_module():
+    assert vendors()["nvidia"] is NVIDIA
+    assert vendor_of_path("/dev/nvidia0") is NVIDIA and vendor_of_path("/dev/nvidia-caps/nvidia-cap1") is NVIDIA
+    assert vendor_of_path("/dev/kvm") is None and vendor_of_path("/dev/dri/renderD128") is None
+    assert NVIDIA.is_gpu_node("/dev/nvidia12") and not NVIDIA.is_gpu_node("/dev/nvidiactl")
+
+
+def test_passed_gpu_devices_reads_gpu_devices_and_vendor_nodes():
+    instance = {"expanded_devices": {
+        "root": {"type": "disk", "path": "/"},
+        "gpu0": {"type": "gpu"},
+        "nvidia-uvm": {"type": "unix-char", "path": "/dev/nvidia-uvm", "source": "/dev/nvidia-uvm"},
+        "kvm": {"type": "unix-char", "path": "/dev/kvm"},
+        "render": {"type": "unix-char", "source": "/dev/dri/renderD128"},
+    }}
+    assert passed_gpu_devices(instance) == ["gpu0", "nvidia-uvm"]
+    assert passed_gpu_devices({"devices": {"n0": {"type": "unix-char", "source": "/dev/nvidia0"}}}) == ["n0"]
+    assert passed_gpu_devices({}) == []
+
+
+class _Dri:
+    """A second vendor as a new module would define it (no such module ships yet)."""
+
+    name = "dri-test"
+
+    def owns_path(self, path: str) -> bool:
+        return path.startswith("/dev/dri/") or path == "/dev/kfd"
+
+    def is_gpu_node(self, path: str) -> bool:
+        return path.startswith("/dev/dri/renderD")
+
+
+def test_a_registered_vendor_is_known_to_the_callers(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(devices, "_VENDORS", dict(devices._VENDORS))
+    dri = devices.register(_Dri())
+    assert vendors()["dri-test"] is dri and vendor_of_path("/dev/kfd") is dri
+    instance = {"devices": {"render": {"type": "unix-char", "source": "/dev/dri/renderD128"}}}
+    assert passed_gpu_devices(instance) == ["render"]
+
+
+def test_guest_mode_drops_others_bits():
+    assert guest_mode(0o666) == 0o660 and guest_mode(0o444) == 0o440 and guest_mode(0o400) == 0o400
+    node = DeviceNode("/dev/nvidia0", "/dev/nvidia0", 195, 0)
+    assert node.name == "nvidia0" and node.guest_mode == 0o660
