@@ -27,8 +27,8 @@ APIs:
   stack bundle). When the environment carries ``LABWRIGHT_GUEST_LOCK=<token>`` of the run that holds the lock (the
   controller passes it to what it starts on the guest: ``shell_env()``), it is that run's own work and goes on.
 
-This module imports only the standard library at the top: the guest runs it as a script (``python3 -c``) and the
-stack bundle can carry it.
+This module imports only the standard library at the top: labwright's agent carries it to the guest (its ``lock``
+subcommand, ``python3 AGENT lock ACTION JSON``; see :mod:`labwright.hosts.agent`) and the stack bundle can carry it.
 """
 
 from __future__ import annotations
@@ -240,21 +240,24 @@ def hold_local(purpose: str, wait: float = DEFAULT_WAIT, path: str = LOCK_PATH, 
 
 # --- on the controller: the same through any labwright.hosts.Host ----------------------------------------------
 
-def guest_command(action: str, argument: dict[str, Any]) -> str:
-    """The shell line that runs ``take`` / ``release`` / ``read`` on the guest with this very file's code. (This
-    module's top level stays stdlib-only: it runs on the guest, where labwright is not installed.)"""
-    from pathlib import Path
+def guest_command(action: str, argument: dict[str, Any], agent: str) -> str:
+    """The shell line that runs ``take`` / ``release`` / ``read`` on the guest with this very file's code: the
+    agent at ``agent`` carries it (``python3 AGENT lock ACTION JSON``). (This module's top level stays stdlib-only:
+    it runs on the guest, where labwright is not installed.)"""
+    from labwright.hosts.agent import command
 
-    from labwright.shell import quote
-
-    source = Path(__file__).read_text()
     return (f"command -v python3 >/dev/null || {{ echo 'labwright: no python3 on the guest (the run lock needs it)' "
-            f">&2; exit 127; }}; python3 -c {quote(source)} {quote(action)} "
-            f"{quote(json.dumps(argument, separators=(',', ':')))}")
+            f">&2; exit 127; }}; {command(agent, 'lock', action, json.dumps(argument, separators=(',', ':')))}")
 
 
 def _call(host: Host, label: str, action: str, argument: dict[str, Any]) -> Any:
-    result = host.run(guest_command(action, argument))
+    from labwright.hosts.agent import ensure
+
+    try:
+        agent = ensure(host)  # once per host: labwright's agent, root's, checked by its sha256
+    except OSError as exc:
+        raise _Failed(f"cannot {action} the run lock {LOCK_PATH} on {label}: {exc}") from exc
+    result = host.run(guest_command(action, argument, agent))
     rc, out, err = result.rc, result.stdout, result.stderr
     lines = [line for line in out.splitlines() if line.startswith("{") or line == "null" or line in ("true", "false")]
     if rc != 0 or not lines:

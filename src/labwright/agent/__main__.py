@@ -4,7 +4,8 @@
 - ``restart UNIT``: restart a systemd unit past its start limit (:func:`labwright.agent.service.restart_unit`);
 - ``default-keys KNOWN_JSON PATH...``: which variables in PATHs hold a known default key,
   :mod:`labwright.agent.default_keys`;
-- ``probe REQUEST_JSON``: the context-ceiling probe's steps in the guest, :mod:`labwright.agent.probe`.
+- ``probe REQUEST_JSON``: the context-ceiling probe's steps in the guest, :mod:`labwright.agent.probe`;
+- ``lock take|release|read ARGUMENT_JSON``: the guest's run lock, :mod:`labwright.guestlock` (its guest half).
 
 Exit status and output are each subcommand's own; an unknown subcommand is one ``labwright:`` line, exit 2.
 """
@@ -50,7 +51,14 @@ def _probe(argv: list[str]) -> int:
     return probe.main(argv)
 
 
-SUBCOMMANDS = {"health": _health, "restart": _restart, "default-keys": _default_keys, "probe": _probe}
+def _lock(argv: list[str]) -> int:
+    from labwright import guestlock
+
+    return guestlock._main(argv)
+
+
+SUBCOMMANDS = {"health": _health, "restart": _restart, "default-keys": _default_keys, "probe": _probe,
+               "lock": _lock}
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,8 @@
 """Build the agent into one zipapp, the same bytes for the same sources, and say where it lands on a host.
 
-The archive holds ``labwright/__init__.py``, ``labwright/errors.py`` and every module of ``labwright/agent/``, plus
-a ``__main__.py`` that runs ``labwright.agent.__main__.main``. Entries are sorted, with fixed times and modes, so
+The archive holds ``labwright/__init__.py``, ``labwright/errors.py``, ``labwright/guestlock.py`` (the run lock: its
+top level is standard library only, for the guest) and every module of ``labwright/agent/``, plus a ``__main__.py``
+that runs ``labwright.agent.__main__.main``. Entries are sorted, with fixed times and modes, so
 its sha256 depends on the sources alone: the controller knows it before it looks at a host, names the file on the
 host after it, and a host that already holds that file is not sent it again.
 """
@@ -23,7 +24,7 @@ _PACKAGE = Path(__file__).resolve().parents[1]  # src/labwright
 
 def sources() -> list[tuple[str, Path]]:
     """(archive name, source file) for everything the agent holds, sorted."""
-    files = [("labwright/__init__.py", _PACKAGE / "__init__.py"), ("labwright/errors.py", _PACKAGE / "errors.py")]
+    files = [(f"labwright/{name}", _PACKAGE / name) for name in ("__init__.py", "errors.py", "guestlock.py")]
     agent = _PACKAGE / "agent"
     files += [(f"labwright/agent/{path.name}", path) for path in agent.iterdir() if path.suffix == ".py"]
     return sorted(files)

@@ -4,16 +4,22 @@
 root's and 0755) whose sha256 is this labwright's agent is used as it is; otherwise the agent is written there,
 owned by root, and its sha256 checked again on the host. Root runs it, so it must be code only root can change
 (docs/security.md, "Root runs only root-owned code"). ``run(host, SUBCOMMAND, ...)`` is ``ensure`` then
-``python3 AGENT SUBCOMMAND ...``.
+``python3 AGENT SUBCOMMAND ...``. A host object that was given the agent once is not looked at again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Sequence
+from typing import Any
 
 from labwright.agent import zipapp
 from labwright.hosts import Host, Result
 from labwright.shell import join, quote
+
+# host object -> the agent path it was given or found holding (per process: a host is looked at once)
+_GIVEN: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 def installed_check(path: str, sha256: str) -> str:
@@ -29,7 +35,11 @@ def ensure(host: Host) -> str:
     OSError naming the host when it cannot be written or its sha256 on the host is not the agent's."""
     data, sha = zipapp.agent()
     path = zipapp.remote_path(sha)
+    with contextlib.suppress(TypeError):  # a host that cannot be a weak key is looked at every time
+        if _GIVEN.get(host) == path:
+            return path
     if host.run(installed_check(path, sha)).ok:
+        _remember(host, path)
         return path
     directory = quote(zipapp.REMOTE_DIR)
     made = host.run(f"mkdir -p {directory} && chown root:root {directory} && chmod 755 {directory}")
@@ -40,7 +50,13 @@ def ensure(host: Host) -> str:
     if not owned.ok or not host.run(installed_check(path, sha)).ok:
         raise OSError(f"the labwright agent on {host.label} ({path}) is not root's 0644 file with sha256 {sha} "
                       f"after writing it: {owned.last_line() if not owned.ok else 'its sha256 differs'}")
+    _remember(host, path)
     return path
+
+
+def _remember(host: Host, path: str) -> None:
+    with contextlib.suppress(TypeError):
+        _GIVEN[host] = path
 
 
 def command(path: str, subcommand: str, *args: str) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from labwright import guestlock
+from labwright.agent import zipapp
 
 
 def paths(tmp_path: Path) -> dict[str, str]:
@@ -91,11 +92,13 @@ def test_hold_local_takes_and_releases(tmp_path: Path) -> None:
 
 
 def test_guest_script_runs_standalone_without_labwright(tmp_path: Path) -> None:
-    """The guest runs this file with `python3 -c` and no labwright installed."""
+    """The guest runs this file from labwright's agent (its lock subcommand) and no labwright installed."""
     owner = guestlock.owner_record("script")
-    command = guestlock.guest_command("read", {})
+    agent = tmp_path / "agent.pyz"
+    agent.write_bytes(zipapp.agent()[0])
+    command = guestlock.guest_command("read", {}, str(agent))
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": "", "HOME": str(tmp_path)}
-    result = subprocess.run(["sh", "-c", command.replace("python3 ", f"{sys.executable} -I ", 1)
+    result = subprocess.run(["sh", "-c", command.replace("python3 ", f"{sys.executable} -I -S ", 1)
                              .replace("command -v python3", f"command -v {sys.executable}")],
                             capture_output=True, text=True, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
