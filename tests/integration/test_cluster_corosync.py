@@ -171,8 +171,10 @@ def test_prevent_compares_last_known_version(cluster, tmp_path):
     # The last known version from the inventory's host data; node3 is not contacted (its namespace is gone
     # for this inventory: contacting it would make it "unreachable" and fail the run).
     inv = tmp_path / "offline.py"
-    inv.write_text(cluster.inventory_text().replace(
-        f'"cluster_netns": "{cluster.ns("node3")}"', f'"corosync_config_version": {v - 1}, "cluster_netns": "nope"'))
+    node3 = f'"cluster_host": _NetnsHost({cluster.ns("node3")!r},'
+    text = cluster.inventory_text()
+    assert node3 in text
+    inv.write_text(text.replace(node3, f'"corosync_config_version": {v - 1}, "cluster_host": _NetnsHost("nope",'))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(["cluster", "doctor", "-i", str(inv), "--prevent", "node3", "--json"])

@@ -6,6 +6,9 @@ address or route), knet + crypto. Each node has its own /etc/corosync, /run, /va
 (plain directories stand in for Proxmox's pmxcfs, which is not in Debian). Recipe: the notes'
 testbed-cluster-flash-desktop.md.
 
+Each node is a :class:`NetnsHost`, a Host double the cluster runbooks get through their normal seam: ``NodeRunner.on``
+here, ``cluster_host`` host data in the inventory the CLI reads (labwright.cluster.runner).
+
 ``close()`` kills every corosync it started and deletes the namespaces, also after a failure.
 """
 
@@ -19,10 +22,14 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from labwright.cluster.runner import NodeRunner
+from labwright.hosts import shell_line
+from labwright.hosts.local import LocalHost
+from labwright.shell import quote
 from labwright.testing.waiting import wait_for
 
 SUBNET = os.environ.get("LABWRIGHT_CLUSTER_SUBNET", "10.98.7")  # /24; not the LXD test lab's 10.99.9.0/24
@@ -81,6 +88,46 @@ def make_conf(names: list[str], version: int, cluster: str = "lwtest", subnet: s
     return CONF_TEMPLATE.format(cluster=cluster, version=version, nodes=nodes)
 
 
+
+def netns_prelude(root: str, pve_dir: str) -> str:
+    """Shell lines that give this call (``ip netns exec`` runs it in a private mount namespace) the node's
+    own corosync directories and /etc/pve, as the notes' recipe does for ``corosync -f``."""
+    r = quote(root)
+    lines = [
+        "set -e",
+        # A private /etc: overlay on a tmpfs (per call), so /etc/pve can exist without touching the host's /etc.
+        f"mount -t tmpfs lwc-etc {r}/ovl",
+        f"mkdir -p {r}/ovl/u/pve {r}/ovl/u/corosync {r}/ovl/w",
+        f"mount -t overlay lwc-etc -o lowerdir=/etc,upperdir={r}/ovl/u,workdir={r}/ovl/w /etc",
+        f"mount --bind {r}/etc/corosync /etc/corosync",
+        f"mount --bind {r}/run /run",
+        f"mount --bind {r}/var/lib/corosync /var/lib/corosync",
+        f"mount --bind {r}/var/log/corosync /var/log/corosync",
+    ]
+    if pve_dir:
+        lines.append(f"mount --bind {quote(pve_dir)} /etc/pve")
+    lines.append("set +e")
+    return "\n".join(lines) + "\n"
+
+
+class NetnsHost(LocalHost):
+    """A cluster node that is a network namespace on this machine: every command runs through ``ip netns exec NS``
+    after ``netns_prelude`` (the node's own /etc/corosync, /run, /var/lib/corosync, /var/log/corosync below
+    ``root``, ``pve_dir`` as /etc/pve), with ``path`` first on PATH (the pvecm stand-in) and ``env`` exported.
+    corosync's tools talk over abstract unix sockets, which are per network namespace."""
+
+    def __init__(self, ns: str, root: str, pve_dir: str = "", path: str = "", env: dict[str, str] | None = None,
+                 label: str = ""):
+        super().__init__(["ip", "netns", "exec", ns], label=label or f"netns {ns}")
+        self.ns, self.root, self.pve_dir, self.path, self.env = ns, root, pve_dir, path, dict(env or {})
+
+    def argv(self, command: str | Sequence[str]) -> list[str]:
+        """The local command line (``corosync -f`` is started with it; ``run`` uses it too)."""
+        path = f"export PATH={quote(self.path)}:$PATH:/usr/sbin:/sbin; " if self.path else \
+            "export PATH=$PATH:/usr/sbin:/sbin; "
+        exports = "".join(f"export {k}={quote(v)}; " for k, v in self.env.items())
+        return super().argv(netns_prelude(self.root, self.pve_dir) + path + exports + shell_line(command))
+
 @dataclass
 class NetnsCluster:
     root: Path
@@ -107,22 +154,29 @@ class NetnsCluster:
     def node_dir(self, name: str) -> Path:
         return self.root / "nodes" / name
 
+    def host(self, name: str, with_standin: bool = True) -> NetnsHost:
+        return NetnsHost(self.ns(name), str(self.node_dir(name)), str(self.pve_dir),
+                         path=str(DOUBLES) if with_standin else "",
+                         env={"PVECM_STANDIN_PEERS": str(self.root / "peers")}, label=f"node {name}")
+
     def runner(self, name: str, with_standin: bool = True) -> NodeRunner:
-        return NodeRunner(name, "netns", self.ns(name), root=str(self.node_dir(name)), pve_dir=str(self.pve_dir),
-                          extra_path=str(DOUBLES) if with_standin else "",
-                          env={"PVECM_STANDIN_PEERS": str(self.root / "peers")})
+        return NodeRunner.on(name, self.host(name, with_standin))
 
     def runners(self) -> list[NodeRunner]:
         return [self.runner(n) for n in self.names]
 
     def inventory_text(self) -> str:
-        """A pyinfra inventory with a ``cluster`` group describing these nodes."""
+        """A pyinfra inventory with a ``cluster`` group describing these nodes: each one's ``cluster_host`` is its
+        NetnsHost (a Python inventory hands the runbooks a Host; this module is imported from the tests' folder, so
+        the file works in a child process too)."""
+        peers = {"PVECM_STANDIN_PEERS": str(self.root / "peers")}
         hosts = ",\n".join(
-            f'    ("{n}", {{"cluster_netns": "{self.ns(n)}", "cluster_root": "{self.node_dir(n)}", '
-            f'"cluster_pve_dir": "{self.pve_dir}", "cluster_path": "{DOUBLES}", '
-            f'"cluster_env": {{"PVECM_STANDIN_PEERS": "{self.root / "peers"}"}}}})'
+            f'    ("{n}", {{"cluster_host": _NetnsHost({self.ns(n)!r}, {str(self.node_dir(n))!r}, '
+            f'{str(self.pve_dir)!r}, path={str(DOUBLES)!r}, env={peers!r}, label={"node " + n!r})}})'
             for n in self.names)
-        return f"cluster = [\n{hosts},\n]\n"
+        return (f"import sys as _sys\n_sys.path.insert(0, {str(REPO / 'tests')!r})\n"
+                f"from support.corosync_netns import NetnsHost as _NetnsHost  # noqa: E402\n\n"
+                f"cluster = [\n{hosts},\n]\n")
 
     # -- setup ---------------------------------------------------------------------------------------------
     def create(self, version: int = 4) -> None:
@@ -158,9 +212,9 @@ class NetnsCluster:
 
     def start(self, name: str) -> None:
         """``corosync -f`` in the node's namespace with its bind mounts (as the notes' recipe)."""
-        r = self.runner(name, with_standin=False)
-        proc = subprocess.Popen(r.argv("exec corosync -f"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(self.host(name, with_standin=False).argv("exec corosync -f"),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
         self.procs.append(proc)
 
     def pid(self, name: str) -> int | None:
@@ -221,8 +275,11 @@ class NetnsCluster:
     def qnetd_addr(self) -> str:
         return f"{self.subnet}.250"
 
+    def qnetd_host(self) -> NetnsHost:
+        return NetnsHost(self.ns(self.QNETD), str(self.node_dir(self.QNETD)), label=f"node {self.QNETD}")
+
     def qnetd_runner(self) -> NodeRunner:
-        return NodeRunner(self.QNETD, "netns", self.ns(self.QNETD), root=str(self.node_dir(self.QNETD)))
+        return NodeRunner.on(self.QNETD, self.qnetd_host())
 
     def _must(self, runner: NodeRunner, script: str) -> str:
         res = runner.run(script, timeout=60)
@@ -249,7 +306,7 @@ class NetnsCluster:
         sh("ip", "-n", ns, "link", "set", "lo", "up")
         qnetd = self.qnetd_runner()
         self._must(qnetd, "corosync-qnetd-certutil -i")
-        self.procs.append(subprocess.Popen(qnetd.argv("exec corosync-qnetd -f"), stdin=subprocess.DEVNULL,
+        self.procs.append(subprocess.Popen(self.qnetd_host().argv("exec corosync-qnetd -f"), stdin=subprocess.DEVNULL,
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                            start_new_session=True))
         cluster = "lwtest"
@@ -278,11 +335,10 @@ class NetnsCluster:
             (self.node_dir(name) / "etc/corosync/corosync.conf").write_text(text)
         self._must(r1, "corosync-cfgtool -R")
         for name in self.names:
-            r = self.runner(name, with_standin=False)
             (self.node_dir(name) / "run/corosync-qdevice").mkdir(exist_ok=True)
-            self.procs.append(subprocess.Popen(r.argv("exec corosync-qdevice -f"), stdin=subprocess.DEVNULL,
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                               start_new_session=True))
+            argv = self.host(name, with_standin=False).argv("exec corosync-qdevice -f")
+            self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL, start_new_session=True))
         self.wait_qdevice_votes(self.names, timeout)
 
     def qdevice_votes(self, name: str) -> bool:

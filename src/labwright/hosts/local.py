@@ -1,5 +1,5 @@
-"""This machine: a command is a subprocess, optionally run through a wrapper argv (``ip netns exec NAME``:
-a network namespace standing in for a node)."""
+"""This machine: a command is a subprocess, optionally run through a wrapper argv (``ip netns exec NAME``,
+``chroot DIR``...)."""
 
 from __future__ import annotations
 

@@ -42,3 +42,22 @@ def test_addresses_and_host_names_pass_the_check(lead):
 def test_a_directory_as_inventory_is_called_a_directory(tmp_path, capsys):
     assert main(["cluster", "ghosts", "-i", str(tmp_path)]) == 2
     assert f"inventory {tmp_path} is a directory, not a file" in capsys.readouterr().err
+
+
+def test_a_cluster_host_that_is_not_a_host_is_one_line_exit_2(tmp_path, capsys):
+    path = tmp_path / "cluster.py"
+    path.write_text('cluster = [("pve1", {"cluster_host": "ip netns exec x"})]\n')
+    assert main(["cluster", "doctor", "-i", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "node pve1: cluster_host is a str, not a labwright.hosts.Host" in err, err
+
+
+def test_a_cluster_host_from_a_python_inventory_runs_the_doctor(tmp_path, capsys):
+    """Any Host an inventory constructs is the node's transport: here this machine (a LocalHost), whose commands
+    are the doctor's real ones (no corosync here: the node is said to be down, exit 1)."""
+    path = tmp_path / "cluster.py"
+    path.write_text("from labwright.hosts.local import LocalHost as _LocalHost\n"
+                    'cluster = [("pve1", {"cluster_host": _LocalHost(label="node pve1")})]\n')
+    code = main(["cluster", "doctor", "-i", str(path), "--json"])
+    out = capsys.readouterr().out
+    assert code == 1 and '"name": "pve1"' in out, out
