@@ -8,7 +8,8 @@
 Host data: stack, venv (required), service, health or health_cmd, health_timeout (s, default 60), wheelhouse
 (a directory on the target), torch (resolve with another torch), stacks_root (default /opt/labwright/stacks),
 keep (default 2), base_python, installer (auto|uv|pip), create (allow a venv path that does not exist yet),
-stack_rollback (swap back instead). See docs/stacks.md. A second run with the same stack changes nothing.
+stack_rollback (swap back instead), stack_unpinned_dependencies (install what the wheels require WITHOUT the
+hashed lock made here; said loudly). See docs/stacks.md. A second run with the same stack changes nothing.
 """
 
 from labwright.deploys.stack import deploy_stack

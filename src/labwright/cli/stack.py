@@ -15,6 +15,7 @@ from labwright.matrix.abi import EXAMPLES, ModuleReport, VerifyReport, verify_py
 from labwright.matrix.abi_cache import AbiCache
 from labwright.stacks import show as show_module
 from labwright.stacks import switch as switch_module
+from labwright.stacks.dependency_lock import UNPINNED_OPTION, lock_dependencies, unpinned_warning
 from labwright.stacks.from_matrix import describe_plan, plan_for_stack
 from labwright.stacks.layout import Entry, Layout
 from labwright.stacks.plan import DEFAULT_ROOT, check_root, check_venv_path
@@ -174,6 +175,9 @@ def switch(
     create: bool = typer.Option(False, "--create", help="Allow a --venv path that does not exist yet."),
     dry: bool = typer.Option(False, "--dry", help="Print the plan and change nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome (or with --dry the plan) as JSON."),
+    unpinned_dependencies: bool = typer.Option(
+        False, UNPINNED_OPTION, help="Install what the stack's wheels require WITHOUT a hashed lock (resolved from "
+                                     "the index; said loudly). Default: a hashed lock made here, or refused."),
 ) -> None:
     """Build stack NAME beside the running venv, verify it, swap the symlink, restart, health-check.
 
@@ -191,6 +195,10 @@ def switch(
     options = _options(service, health, health_cmd, health_timeout, keep=keep, base_python=base_python,
                        installer=installer, create=create)
     plan = plan_for_stack(to, venv, root=root, wheelhouse=wheelhouse, torch=torch)
+    # What the wheels require: a hashed lock made here from the sha256s PyPI publishes (docs/stacks.md), or refused.
+    plan = lock_dependencies(plan, unpinned=unpinned_dependencies)
+    if plan.unpinned_dependencies:
+        print(f"labwright: WARNING: {unpinned_warning(plan)}", file=sys.stderr)
     if dry:
         # The real run's own checks, before it writes anything: a dry run approves only what would run.
         found = switch_module.preflight(plan, options)

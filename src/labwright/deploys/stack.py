@@ -5,7 +5,7 @@ See deploys/stack.py (the pyinfra CLI shim, with usage) and docs/stacks.md.
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
 
 from labwright.errors import LabwrightError
@@ -13,6 +13,7 @@ from labwright.facts.nvidia import NvidiaGpus
 from labwright.gpu.arch import capabilities_of
 from labwright.guestlock import locked
 from labwright.operations import stack as stack_ops
+from labwright.stacks.dependency_lock import UNPINNED_KEY, lock_dependencies, unpinned_warning
 from labwright.stacks.deploy_data import flag, number, value
 from labwright.stacks.from_matrix import plan_for_stack
 from labwright.stacks.plan import DEFAULT_ROOT
@@ -45,8 +46,12 @@ def deploy_stack() -> None:
             plan = plan_for_stack(str(name), str(venv), root=root, wheelhouse=value(data, "wheelhouse"),
                                   torch=value(data, "torch"),
                                   compute_caps=capabilities_of(host.get_fact(NvidiaGpus)))
+            # What the wheels require, pinned by a hashed lock made here (labwright.stacks.dependency_lock).
+            plan = lock_dependencies(plan, unpinned=flag(data, UNPINNED_KEY))
     except LabwrightError as exc:
         raise DeployError(str(exc)) from None
+    if plan is not None and plan.unpinned_dependencies:
+        logger.warning(unpinned_warning(plan))
 
     if plan is None:
         stack_ops.rollback(name=f"Roll back {venv}", venv=str(venv), root=root, **common)

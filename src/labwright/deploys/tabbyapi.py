@@ -27,6 +27,8 @@ from labwright.operations import guests, http, tabbyapi
 from labwright.operations import stack as stack_ops
 from labwright.operations import tabbyapi_deploy as ops
 from labwright.snapshots.deploy import check_snapshot_data
+from labwright.stacks.dependency_lock import UNPINNED_KEY, lock_dependencies, unpinned_warning
+from labwright.stacks.deploy_data import flag
 from labwright.stacks.from_matrix import plan_for_stack
 from labwright.tabbyapi.deploy_data import OOM_LINE, STARTUP_LINE, downloaded_model, settings_from
 
@@ -95,6 +97,14 @@ def deploy_tabbyapi() -> None:
     if refusal:
         raise DeployError(refusal)
     active = unit_active(systemd_state, f"{s.service}.service")
+    # What the stack's wheels require, pinned by a hashed lock made here (labwright.stacks.dependency_lock): the last
+    # check, since the first time it reads the wheels' requirements it downloads them (then it is cached).
+    try:
+        plan = lock_dependencies(plan, unpinned=flag(data, UNPINNED_KEY))
+    except LabwrightError as exc:
+        raise DeployError(str(exc)) from None
+    if plan.unpinned_dependencies:
+        logger.warning(unpinned_warning(plan))
 
     # --- the guest, the driver, packages, the user ----------------------------------------------------
     guest = host.data.get("guest")

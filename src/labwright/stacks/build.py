@@ -47,7 +47,7 @@ from labwright.stacks.layout import BUILDING, MANIFEST, now, write_atomic
 from labwright.stacks.plan import SwitchPlan, check_lock_text
 
 INSTALLERS = ("auto", "uv", "pip")
-UV_PLACES = ("/root/.local/bin/uv", "/usr/local/bin/uv")  # where uv's installer puts it (the seed's was the first)
+UV_PLACES = ("/root/.local/bin/uv", "/usr/local/bin/uv")  # where uv's installer puts it (field note 001's: the first)
 NO_SPACE = ("No space left on device", "[Errno 28]", "os error 28")
 DEPENDENCY_LOCK = "dependencies.lock"  # in the environment's directory: what the second pass installed
 WHEELHOUSE_LOCK = "requirements.lock"  # a wheelhouse's own lock (labwright.locks.LOCK_NAME; locks is not bundled)
@@ -269,7 +269,7 @@ def dependency_pass(plan: SwitchPlan, wheels: list[LocalWheel], env_dir: Path, p
             text = found.read_text()
         except (OSError, UnicodeDecodeError) as exc:
             raise BadInput(f"{found}: cannot read the wheelhouse's lock ({exc}); write it again with python -m "
-                           "labwright.wheelhouse or labwright stack lock") from None
+                           "labwright.wheelhouse or python -m labwright.stacks.dependency_lock") from None
         lines, source, where = check_lock_text(text, str(found)), f"the wheelhouse {found.parent}", str(found)
         args = ["--no-index", *(f"--find-links={d}" for d in directories)]
     elif not needed:
@@ -280,9 +280,9 @@ def dependency_pass(plan: SwitchPlan, wheels: list[LocalWheel], env_dir: Path, p
         first = next(iter(needed.values()))
         more = f" and {len(needed) - 1} more" if len(needed) > 1 else ""
         if plan.local:
-            fix = (f"put a hashed {WHEELHOUSE_LOCK} in {directories[0]} (labwright stack lock --to {plan.stack} "
-                   f"--out {directories[0]}/{WHEELHOUSE_LOCK}, from the index's sha256s; its files have no "
-                   "publisher, so hashing them here proves nothing)")
+            fix = (f"put a hashed {WHEELHOUSE_LOCK} in {directories[0]} (python -m labwright.stacks.dependency_lock "
+                   f"--stack {plan.stack} --out {directories[0]}/{WHEELHOUSE_LOCK}, from the index's sha256s; its "
+                   "files have no publisher, so hashing them here proves nothing)")
         else:
             fix = ("plan it where the hashed lock is made (labwright stack switch, deploys/stack.py, "
                    "deploys/tabbyapi.py)")

@@ -31,7 +31,9 @@ from labwright.facts.systemd import SystemdUnits
 from support.pinned_matrix import pinned_matrix
 
 REPO = Path(__file__).resolve().parents[3]
-DATA = {"tabbyapi_model_dir": "/srv/models", "tabbyapi_model_name": "Qwen3-8B-exl3", "tabbyapi_gpu": "off"}
+# A wheelhouse on the guest: the plan gets no dependency lock made here (that would download the real stack).
+DATA = {"tabbyapi_model_dir": "/srv/models", "tabbyapi_model_name": "Qwen3-8B-exl3", "tabbyapi_gpu": "off",
+        "tabbyapi_wheelhouse": "/srv/wheels"}
 #: What the deploy body reads while pyinfra prepares, beside the systemd answer under test.
 ANSWERS = {"Directory": {"mode": 755}, "ReadableBy": True}
 
