@@ -8,8 +8,12 @@ never stopped answering from the same process, and the symlink did not move.
 
 from __future__ import annotations
 
+import functools
+import http.server
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +21,7 @@ from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import pyinfra_totals
 from support.stack_service import StandinService
 from support.stacks import StandinStacks, build_standin_stacks, write_matrix
+from support.tabbyapi_lab import bridge_address, lab_subnet
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -169,15 +174,34 @@ def test_rollback_restores_the_previous_stack_and_show_tells_the_verifiers_truth
     assert "BROKEN" in broken.output and "torch symbol(s) missing" in broken.output
 
 
+@dataclass
+class UrlMatrix:
+    matrix_dir: Path
+    base_url: str
+
+
 @pytest.fixture
-def url_matrix(service, stacks, tmp_path) -> Iterator[StandinStacks]:
-    """A matrix whose URLs point at an HTTP server inside the container (its loopback) over the wheelhouse."""
-    service.sh("cd /srv/wheelhouse && (setsid python3 -m http.server 8901 --bind 127.0.0.1 >/dev/null 2>&1 &) "
-               "&& sleep 0.5")
+def url_matrix(service, stacks, tmp_path) -> Iterator[UrlMatrix]:
+    """A matrix whose URLs point at an HTTP server over the wheelhouse on this host's lab bridge address: the
+    container downloads the wheels from it, and this host reads them too (pip reads their requirements to make the
+    stack's dependency lock, labwright.stacks.dependency_lock)."""
+    handler = functools.partial(_Quiet, directory=str(stacks.wheelhouse))
+    server = http.server.ThreadingHTTPServer((bridge_address(lab_subnet()), 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     served = StandinStacks(wheelhouse=stacks.wheelhouse, matrix_dir=tmp_path / "wheels_matrix",
                            sha256=stacks.sha256)
-    write_matrix(served, "http://127.0.0.1:8901")
-    yield served
+    base = f"http://{bridge_address(lab_subnet())}:{server.server_address[1]}"
+    write_matrix(served, base)
+    try:
+        yield UrlMatrix(served.matrix_dir, base)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
 
 
 def test_downloads_by_url_and_a_url_that_404s(service, url_matrix):
@@ -191,9 +215,11 @@ def test_downloads_by_url_and_a_url_that_404s(service, url_matrix):
     assert fetched.rc == 0, fetched.output[-3000:]
     assert service.health()[1]["torch"] == "2.10.0"
     manifest = service.sh(f"cat {service.readlink()}/../stack.json").output
-    assert "http://127.0.0.1:8901/torch-2.10.0" in manifest and '"checked": true' in manifest
+    assert f"{url_matrix.base_url}/torch-2.10.0" in manifest and '"checked": true' in manifest
+    # The stand-in wheels require nothing beyond each other: no second pass, no lock, nothing resolved there.
+    assert '"pinned": true' in manifest and '"count": 0' in manifest
     kept = service.sh(f"ls {service.readlink()}/..").output.split()
-    assert kept == ["constraints.txt", "requirements.txt", "stack.json", "venv"]
+    assert kept == ["requirements.txt", "stack.json", "venv"]
 
 
 def test_bad_input_is_one_line_and_leaves_the_running_stack_alone(service):

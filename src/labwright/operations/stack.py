@@ -67,7 +67,10 @@ def switch(stack: str | None = None, venv: str | None = None, service: str | Non
     + root: where environments live on the target
     + keep: environments kept per venv, the current one included
     + base_python / installer / create: as ``labwright stack switch`` (docs/stacks.md)
-    + plan: a ready ``SwitchPlan`` instead of stack/venv/wheelhouse/torch/root
+    + plan: a ready ``SwitchPlan`` instead of stack/venv/wheelhouse/torch/root, with the hashed lock of what its
+      wheels require (``labwright.stacks.dependency_lock.lock_dependencies``, as deploys/stack.py makes it while
+      pyinfra prepares); a plan made here from ``stack=`` carries none, so the target refuses a stack whose
+      downloaded wheels require anything beyond each other (docs/stacks.md, "What the wheels require")
     + python: the target interpreter that runs the bundle
 
     A second run with the same stack changes nothing (the fact shows the venv already on that environment). When a

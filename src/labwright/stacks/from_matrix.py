@@ -66,10 +66,10 @@ def describe_plan(plan: SwitchPlan, found: VenvPath | None, service: str | None,
                   keep: int) -> list[str]:
     """What `switch --dry` prints: every step, in order, and what it would touch."""
     lines = [f"stack {plan.stack} for {plan.venv} (Python {plan.python}); dry run: nothing is changed"]
-    lines.append(f"wheels ({len(plan.wheels)}), installed with --no-deps --require-hashes, then their dependencies "
-                 "with these pinned:")
+    lines.append(f"wheels ({len(plan.wheels)}), installed with --no-deps --require-hashes:")
     for wheel in plan.wheels:
         lines.append(f"  {wheel.package} {wheel.version}  {wheel.source}  (sha256 {wheel.sha256[:16]}…)")
+    lines.append(_describe_dependencies(plan))
     for name, why in plan.absent:
         lines.append(f"  absent: {name}: {why}")
     now = _describe_current(plan, found)
@@ -87,6 +87,23 @@ def describe_plan(plan: SwitchPlan, found: VenvPath | None, service: str | None,
         lines.append("health: none (no --health/--health-cmd): no automatic rollback")
     lines.append(f"keep: the {keep} most recent environments of {plan.venv}; older ones are deleted")
     return lines
+
+
+def _describe_dependencies(plan: SwitchPlan) -> str:
+    """How the second pass gets what the wheels require (labwright.stacks.build, dependency_lock)."""
+    if plan.lock_lines:
+        return (f"dependencies: {len(plan.lock_lines)} file(s) from the hashed lock made here, sha256 as "
+                f"{plan.dependency_index} publishes them (--require-hashes --no-deps: nothing resolved on the target)")
+    if plan.unpinned_dependencies:
+        return ("dependencies: WITHOUT hashes (stack_unpinned_dependencies): resolved on the target from the "
+                + ("wheelhouse" if plan.local else "package index") + ", the plan's wheels pinned")
+    if plan.local:
+        return ("dependencies: from the wheelhouse's own requirements.lock (--require-hashes --no-deps --no-index); "
+                "a stack that needs some and has none is refused before anything is installed")
+    if plan.dependency_index:
+        return "dependencies: none beyond each other (the lock made here is empty)"
+    return ("dependencies: no hashed lock in this plan: the target refuses the stack if its wheels require anything "
+            "beyond each other")
 
 
 def _describe_current(plan: SwitchPlan, found: VenvPath | None) -> str:

@@ -161,3 +161,13 @@ def test_the_module_writes_a_stacks_lock_for_a_wheelhouse(tmp_path, pypi, torch_
     assert main(["--stack", "no-such", "--out", str(out), "--index-url", pypi.url]) == 2
     error = capsys.readouterr().err
     assert error.startswith("labwright: error: ") and "no-such" in error and error.count("\n") == 1
+
+
+def test_a_wheel_url_that_answers_404_is_a_stale_matrix_row(tmp_path, pypi, torch_index):
+    plan = publish_stack(tmp_path, pypi, torch_index)
+    (torch_index.files / plan.wheels[1].filename).unlink()
+    with pytest.raises(BadInput) as info:
+        lock_dependencies(plan, index_url=pypi.url, root=tmp_path / "cache")
+    assert str(info.value) == (f"lwengine 0.0.5: {plan.wheels[1].source} answered HTTP 404; the matrix row is stale: "
+                               "refresh it (labwright matrix refresh) or pass --wheelhouse with the file; nothing was "
+                               "installed")
