@@ -1,8 +1,8 @@
 """Run a subcommand of labwright's agent from a pyinfra operation: ``yield from agent_command("health", ...)``.
 
 When the host does not hold this labwright's agent yet (fact ``AgentInstalled``: root's 0644 file with its sha256
-in root's 0755 ``/usr/local/lib/labwright``), the agent is uploaded there first and made root's; then the command
-runs it. Not an operation itself: the operations that run code on a host call it.
+in root's 0755 ``/usr/local/lib/labwright``), the agent is uploaded there first, made root's and its sha256 checked
+on the host; then the command runs it. Not an operation itself: the operations that run code on a host call it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pyinfra.api import FileUploadCommand, StringCommand
 from labwright import paths
 from labwright.agent import zipapp
 from labwright.facts.agent import AgentInstalled
-from labwright.hosts.agent import command
+from labwright.hosts.agent import command, installed_check
 from labwright.shell import quote
 
 
@@ -31,5 +31,13 @@ def agent_command(subcommand: str, *args: str) -> Iterator[StringCommand | FileU
         directory = quote(zipapp.REMOTE_DIR)
         yield f"mkdir -p {directory} && chown root:root {directory} && chmod 755 {directory}"
         yield FileUploadCommand(local_agent(), path, remote_temp_filename=host.get_temp_filename(path))
-        yield f"chown root:root {quote(path)} && chmod 644 {quote(path)}"
+        yield f"chown root:root {quote(path)} && chmod 644 {quote(path)} && {verify_command()}"
     yield StringCommand(command(path, subcommand, *args))
+
+
+def verify_command() -> str:
+    """After the upload: the agent is root's 0644 file with its sha256 in root's 0755 directory, or the operation
+    fails with one line (a transfer that came out different is never run)."""
+    path, sha = zipapp.remote_path(), zipapp.sha256()
+    return (f"{{ {installed_check(path, sha)}; }} || {{ echo 'labwright: {path} is not the agent labwright sent "
+            f"(sha256 {sha}, root:root 0644): the upload failed; run the deploy again' >&2; exit 1; }}")

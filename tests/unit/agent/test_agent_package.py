@@ -127,3 +127,13 @@ def test_the_default_keys_fact_runs_the_agents_scan_on_its_own(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert DefaultKeysIn().process(proc.stdout.splitlines()) == [
         {"path": str(env_file), "variable": "PIPELINES_API_KEY", "why": "Open WebUI pipelines' default API key"}]
+
+
+def test_the_check_after_a_pyinfra_upload_refuses_other_bytes(host_dir):
+    from labwright.operations.agent import verify_command
+
+    path = Path(host_agent.ensure(LocalHost()))
+    assert subprocess.run(["sh", "-c", verify_command()], capture_output=True, text=True).returncode == 0
+    path.write_bytes(zipapp.agent()[0][:-1])  # a transfer cut one byte short
+    proc = subprocess.run(["sh", "-c", verify_command()], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.startswith(f"labwright: {path} is not the agent labwright sent")
