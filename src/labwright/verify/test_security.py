@@ -13,6 +13,9 @@ without a key, how hardened the units labwright wrote are, and who can read its 
   ``--security-max-exposure`` / ``LABWRIGHT_SECURITY_MAX_EXPOSURE`` (default 5.0) in ``systemd-analyze
   security`` (the live unit: what systemd applies, drop-ins included). A unit run as root by design says
   ``# labwright: runs as root`` and is listed, not scored (the host-upgrade and GPU device-node units).
+- **Stack environments**: each engine stack environment (``/opt/labwright/stacks/*/stack.json``) whose
+  dependencies were installed without a hashed lock (``stack_unpinned_dependencies=true``, asked for by name; or
+  built before stack dependency locks existed) is a warning (:class:`UnpinnedDependencies`) naming it.
 - **Secret files**: each file in :data:`SECRET_FILES` that exists (and any given with ``--security-secret-file``
   or ``LABWRIGHT_SECURITY_SECRET_FILES``, colon-separated) is a regular file no other user can read or write and
   only its owner can write.
@@ -52,6 +55,40 @@ UNIT_DIRS = ("/etc/systemd/system",)
 
 class OpenPort(UserWarning):
     """A model endpoint that answers without a key on purpose (LABWRIGHT_SECURITY_OPEN_PORTS): reported."""
+
+
+class UnpinnedDependencies(UserWarning):
+    """A stack environment whose dependencies were installed without hashes (docs/stacks.md): reported."""
+
+
+STACK_MANIFESTS = "/opt/labwright/stacks/*/stack.json"  # labwright.stacks.plan.DEFAULT_ROOT, layout.MANIFEST
+
+
+def unpinned_environments(listing: str) -> list[str]:
+    """One line per stack environment whose dependencies are not pinned by a hashed lock, from ``PATH<TAB>JSON``
+    lines (each manifest on one line); a manifest that is not JSON is said as such."""
+    found = []
+    for line in listing.splitlines():
+        path, _, text = line.partition("\t")
+        if not path.strip():
+            continue
+        where = path.rsplit("/", 1)[0]
+        try:
+            manifest = json.loads(text)
+        except ValueError:
+            found.append(f"{where}: its stack.json is not JSON")
+            continue
+        dependencies = manifest.get("dependencies") if isinstance(manifest, dict) else None
+        stack = manifest.get("stack", "?") if isinstance(manifest, dict) else "?"
+        if isinstance(manifest, dict) and "adopted_from" in manifest:
+            continue  # the plain venv found at the path on the first switch: not built by labwright
+        if not isinstance(dependencies, dict):
+            found.append(f"{where} (stack {stack}) was built before stack dependency locks: what its wheels require "
+                         "was installed without hashes; switch to the stack again to rebuild it pinned")
+        elif dependencies.get("pinned") is not True:
+            found.append(f"{where} (stack {stack}): its dependencies were installed WITHOUT hashes "
+                         "(stack_unpinned_dependencies=true); switch again without it to pin them")
+    return found
 
 
 WILDCARDS = ("0.0.0.0", "::", "*", "")
@@ -170,6 +207,13 @@ def test_units_labwright_wrote_are_hardened(host, security_expected):
                        "\"Hardened units\"")
     for unit in root:
         warnings.warn(UserWarning(f"{unit} runs as root by design (docs/security.md): not scored"), stacklevel=1)
+
+
+def test_stack_environments_install_pinned_dependencies(host):
+    listing = host.run(f"for f in {STACK_MANIFESTS}; do [ -f \"$f\" ] && printf '%s\\t%s\\n' \"$f\" "
+                       "\"$(tr -d '\\n' < \"$f\")\"; done; true")
+    for line in unpinned_environments(listing.stdout):
+        warnings.warn(UnpinnedDependencies(line), stacklevel=1)
 
 
 # Run on the host: stat every path the patterns match; prints [[path, mode, owner, is_regular], ...].

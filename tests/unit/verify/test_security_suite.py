@@ -8,7 +8,7 @@ import ipaddress
 from hypothesis import given
 from hypothesis import strategies as st
 
-from labwright.verify.test_security import ask_address, exposure_of, listeners
+from labwright.verify.test_security import ask_address, exposure_of, listeners, unpinned_environments
 
 # `ss -Hltn` in a Debian 12 lab container with sshd, a loopback engine, a wildcard one and an IPv6 one.
 SS = """\
@@ -55,3 +55,24 @@ def test_every_listener_beyond_loopback_is_found_and_none_on_it(rows):
         if not loopback(address):
             wanted.setdefault(port, address)
     assert found == wanted
+
+
+def test_stack_environments_without_pinned_dependencies_are_named():
+    """`PATH<TAB>manifest` lines as the suite lists /opt/labwright/stacks/*/stack.json; the manifests are what
+    labwright.stacks.build writes (its ``dependencies``) and layout.adopt writes for a plain venv."""
+    root = "/opt/labwright/stacks"
+    listing = "".join(f"{root}/{name}/stack.json\t{text}\n" for name, text in (
+        ("A-1", '{"stack": "A", "dependencies": {"pinned": true, "lock": "dependencies.lock", "count": 3}}'),
+        ("B-2", '{"stack": "B", "dependencies": {"pinned": false, "lock": null, "count": 0}}'),
+        ("C-3", '{"stack": "C", "wheels": []}'),
+        ("original-4", '{"stack": "original", "adopted_from": "/opt/tabbyapi/.venv", "wheels": []}'),
+        ("D-5", "{not json"),
+    ))
+    assert unpinned_environments(listing) == [
+        f"{root}/B-2 (stack B): its dependencies were installed WITHOUT hashes (stack_unpinned_dependencies=true); "
+        "switch again without it to pin them",
+        f"{root}/C-3 (stack C) was built before stack dependency locks: what its wheels require was installed without "
+        "hashes; switch to the stack again to rebuild it pinned",
+        f"{root}/D-5: its stack.json is not JSON",
+    ]
+    assert unpinned_environments("") == []
