@@ -1,6 +1,6 @@
 """Known public default API keys, refused for every service labwright deploys.
 
-The seed left Open WebUI pipelines on its published default key (``0p3n-w3bu!``) and LiteLLM's docs show
+Field note 002 left Open WebUI pipelines on its published default key (``0p3n-w3bu!``) and LiteLLM's docs show
 ``sk-1234`` as the master key: anyone who has read those docs holds them. A deploy that finds one configured, or is
 asked to configure one, stops with one line naming the file and the variable, never the value.
 
@@ -19,7 +19,7 @@ KNOWN_DEFAULT_KEYS: dict[str, str] = {
     "sk-1234": "LiteLLM's documented example master key",
     "sk-12345": "LiteLLM's documented example key",
     "0p3n-w3bu!": "Open WebUI pipelines' default API key",
-    "no-key-needed": "the seed's placeholder key (no authentication)",
+    "no-key-needed": "field note 002's placeholder key (no authentication)",
     "changeme": "a placeholder default",
     "your-secret-key": "a placeholder default",
     "t0p-s3cr3t": "Open WebUI's example WEBUI_SECRET_KEY",

@@ -1,4 +1,5 @@
-"""Benchmark OpenAI-compatible servers: prefill and decode speed by context length, as the seeds measure by hand.
+"""Benchmark OpenAI-compatible servers: prefill and decode speed by context length, as field notes 001 and 004
+measured by hand.
 
 - ``sse``: the server-sent-events parser for streamed completions.
 - ``openai``: a streaming client that times one request (TTFT, total) and keeps what the server reports.

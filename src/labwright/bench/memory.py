@@ -130,7 +130,7 @@ def gpu_used_bytes(command: str) -> int | None:
 
 
 class GpuSampler(PeakSampler):
-    """GPU memory in use on this machine, as the seed's "VRAM peak sampled during generation" (all processes: a
+    """GPU memory in use on this machine, as field note 001's "VRAM peak sampled during generation" (all processes: a
     server in a local container with the GPU passed through counts too). ``nvidia-smi`` takes tens of ms per call,
     hence the longer interval."""
 

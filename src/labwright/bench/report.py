@@ -181,8 +181,8 @@ def _change_cell(value: float | None, base: float | None, within: bool | None) -
 
 
 def compare_table(docs: list[dict[str, Any]]) -> Table:
-    """The seed's side-by-side tables: one row per context, each label's prefill and decode, change vs the first; a
-    change that the two runs' spreads cover is marked "within spread": not a win, not a loss."""
+    """Field note 001's side-by-side tables: one row per context, each label's prefill and decode, change vs the
+    first; a change that the two runs' spreads cover is marked "within spread": not a win, not a loss."""
     labels = [str(d.get("label", "?")) for d in docs]
     by_label = [{r["context"]: r for r in d["results"]} for d in docs]
     contexts = sorted({c for runs in by_label for c in runs})

@@ -1,6 +1,6 @@
 """One benchmark run: every context length, ``trials`` streamed requests each, memory sampled when the server is local.
 
-The methodology is the seed's: a prompt of the requested context (in tokens), ``decode`` generated tokens, prefill
+The methodology is field note 001's: a prompt of the requested context (in tokens), ``decode`` generated tokens, prefill
 tok/s = prompt tokens / TTFT, decode tok/s = decode tokens / (total - TTFT), trial 1 reported apart as the cold run
 and the median over the later trials as the cached one.
 """

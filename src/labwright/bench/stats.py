@@ -1,4 +1,5 @@
-"""Trial statistics as the seed reports them: trial 1 is the cold run, the median over the later (cached) trials."""
+"""Trial statistics as field note 001 reports them: trial 1 is the cold run, the median over the later (cached)
+trials."""
 
 from __future__ import annotations
 

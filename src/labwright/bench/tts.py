@@ -1,4 +1,4 @@
-"""Time to first audio and total time of an OpenAI-compatible /v1/audio/speech endpoint, as the seed measured.
+"""Time to first audio and total time of an OpenAI-compatible /v1/audio/speech endpoint, as field note 002 measured.
 
 For each format, the same text is requested with ``stream: true`` and ``stream: false``; a run records when the
 first body bytes arrive (read with ``read1``, so whatever the server has flushed counts at once) and when the body

@@ -31,7 +31,7 @@ from labwright.shell import quote
 PROGRAMMER = re.compile(r"^[a-z0-9_]+(:[A-Za-z0-9_.,=/+:-]*)?$")
 #: "... (16384 kB, SPI) on dummy." and, with the internal programmer, "... (16384 kB, SPI) mapped at physical address".
 CHIP_LINE = re.compile(r'Found (?P<vendor>.+?) flash chip "(?P<name>[^"]+)" \((?P<kb>\d+) kB, (?P<bus>[^)]+)\)')
-#: What the internal programmer says about each descriptor region on the live chipset (the seed's X99 output).
+#: What the internal programmer says about each descriptor region on the live chipset (field note 002's X99 output).
 FREG_LINE = re.compile(r"^FREG(?P<index>\d+): (?P<name>.+?) region \((?P<base>0x[0-9a-f]+)-(?P<limit>0x[0-9a-f]+)\) "
                        r"is (?P<access>[^.]+)\.", re.M)
 

@@ -58,7 +58,8 @@ GROUP_HELP: dict[str, str] = {
     "bench": "Benchmark an OpenAI-compatible endpoint (prefill, decode, TTS).",
     "cluster": "Proxmox/corosync cluster doctor and repair runbooks.",
     "bios": "flashrom BIOS backups.",
-    "desktop": "Desktop guests (xrdp + MATE + Firefox): check one against the seed's troubleshooting table.",
+    "desktop": "Desktop guests (xrdp + MATE + Firefox): check one against the troubleshooting table of "
+               "field note 003 (docs/field-notes.md).",
     "kokoro": "Kokoro-FastAPI TTS: the sentence-streaming patch.",
     "verify": "Run a deploy's shipped testinfra suite against your hosts.",
 }

@@ -26,7 +26,7 @@ def tts(
     timeout: float = typer.Option(300, "--timeout", help="Seconds per request."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
-    """Time to first audio chunk and total time, streamed and unstreamed, per format (the seed's measurement).
+    """Time to first audio chunk and total time, streamed and unstreamed, per format (field note 002's measurement).
 
     An API key, if the server needs one, is read from $LABWRIGHT_TTS_API_KEY (never from the command line).
     Exit 0: every format measured; 1: a format failed (the others are still shown); 2: bad input.

@@ -1,7 +1,7 @@
 """`labwright desktop`: check an xrdp + MATE + Firefox guest made by deploys/desktop.py.
 
 The checks (labwright.desktop.checks) run through the LXD API's exec (:class:`labwright.hosts.lxd.LxdHost`), so
-the guest needs no SSH; each failure names the seed's cause and fix.
+the guest needs no SSH; each failure names field note 003's cause and fix.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from labwright.lxd.remotes import resolve_endpoint
 from labwright.ui import stdout, table
 
 NAME = "desktop"
-HELP = "Desktop guests (xrdp + MATE + Firefox): check one against the seed's troubleshooting table."
+HELP = ("Desktop guests (xrdp + MATE + Firefox): check one against the troubleshooting table of field note 003 "
+        "(docs/field-notes.md).")
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
 

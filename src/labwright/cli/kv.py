@@ -26,7 +26,7 @@ CacheTypeOption = typer.Option(
 EngineOption = typer.Option(None, "--engine", help="tabbyapi, llamacpp, ollama or vllm (default: from the cache mode).")
 PageOption = typer.Option(kv.DEFAULT_PAGE, "--page", help="Cache allocation unit in tokens (tabbyAPI pages: 256).")
 ScalesOption = typer.Option(False, "--count-scales",
-                            help="Count exllamav3's fp16 scale per 32 K/V elements (the seed's table does not).")
+                            help="Count exllamav3's fp16 scale per 32 K/V elements (field note 001's table does not).")
 SwaFullOption = typer.Option(False, "--swa-full", help="Sliding-window layers keep the whole context (llama.cpp's "
                              "--swa-full).")
 JsonOption = typer.Option(False, "--json", help="Print JSON instead of a table.")

@@ -416,8 +416,8 @@ def stacks(
         typer.echo(json.dumps(payload, indent=2))
         return
     stdout.print(table("named stacks (wheels_matrix/stacks.toml)",
-                       ["stack", "torch", "exllamav3", "flash-attn", "causal-conv1d", "FLA", "resolves", "vs seed"],
-                       rows))
+                       ["stack", "torch", "exllamav3", "flash-attn", "causal-conv1d", "FLA", "resolves",
+                        "vs field note"], rows))
     for named in matrix.stacks.values():
         for dispute in named.disputed:
             line = f"[yellow]![/] {named.name} {dispute.component} {dispute.seed}: {dispute.reason}"

@@ -99,7 +99,8 @@ def ceiling(
                                            "--config of the unit, else WorkingDirectory/config.yml)."),
     timeout: float = typer.Option(20.0, "--timeout", help="Seconds a start may take before it counts as failed "
                                   "(then SIGKILL)."),
-    blind: bool = typer.Option(False, "--blind", help="Ignore the planner: plain binary search (the seed's method)."),
+    blind: bool = typer.Option(False, "--blind", help="Ignore the planner: plain binary search (field note 001's "
+                                                      "method)."),
     dry_run: bool = typer.Option(False, "--dry", help="Show what would be written for --lo; change nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print every probe and the ceiling as JSON."),
     lock_wait: float = LockWaitOption,

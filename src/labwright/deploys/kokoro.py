@@ -1,4 +1,4 @@
-"""Kokoro TTS: Kokoro-FastAPI as a systemd service, on CPU or GPU by the seed's rule, streaming per sentence.
+"""Kokoro TTS: Kokoro-FastAPI as a systemd service, on CPU or GPU by field note 002's rule, streaming per sentence.
 
 The device choice and the requirement list are labwright.kokoro.deploy_data; the streaming patch is
 labwright.kokoro.streaming. See deploys/kokoro.py (the pyinfra CLI shim, with usage) and docs/kokoro.md.
@@ -166,8 +166,8 @@ def deploy_kokoro() -> None:
 
     if device == "gpu" and not host.get_fact(NvidiaDriverVersion):
         raise fail("device", f"gpu on {host.name}, which has no NVIDIA driver loaded; pass a GPU through to it, or "
-                   "use kokoro_use=conversational (CPU: as fast to first audio, as the seed measured) (nothing was "
-                   "changed)")
+                   "use kokoro_use=conversational (CPU: as fast to first audio, as field note 002 measured) "
+                   "(nothing was changed)")
     holder = port_taken_by(port, service)
     if holder:
         raise fail("port", f"{port} is already in use on {host.name} by {holder} (nothing was changed)")

@@ -1,4 +1,4 @@
-"""llama.cpp llama-server as a systemd service, with the seed's production flags as data; an Ollama drop-in.
+"""llama.cpp llama-server as a systemd service, with field note 004's production flags as data; an Ollama drop-in.
 
 The binary is pushed from the control machine rather than built on each guest: one 5-minute build per machine
 instead of one per guest, no compiler in the guests, and every guest runs byte-for-byte the same engine (its sha256

@@ -1,4 +1,4 @@
-"""What a working desktop guest looks like, checked from a shell on it, with the seed's troubleshooting table as
+"""What a working desktop guest looks like, checked from a shell on it, with field note 003's troubleshooting table as
 cause and fix for each failure. Used by `labwright desktop check` (through LXD exec) and by
 labwright/verify/test_desktop.py (through testinfra), so both say the same thing.
 
@@ -116,7 +116,7 @@ def check_confinement(host: Host, want: Expected) -> Check:
     detail = f"seccomp mode {seccomp.strip() or '?'}" + (f", AppArmor {label.strip()}" if enabled.strip() else
                                                           ", no AppArmor on this kernel")
     return Check("seccomp/AppArmor confinement kept", ok, detail,
-                 "the container's seccomp filter or AppArmor profile was loosened (the seed's Chrome bodge)",
+                 "the container's seccomp filter or AppArmor profile was loosened (field note 003's Chrome bodge)",
                  "remove raw.seccomp/raw.apparmor/lxc.apparmor.profile overrides; Firefox needs none")
 
 

@@ -39,11 +39,11 @@ BASE_PACKAGES = (
 )
 #: Needed before Mozilla's repository can be added: fetch and check its key over verified TLS.
 MOZILLA_PREREQUISITES = ("ca-certificates", "curl", "gnupg")
-#: Browsers that do not work in an unprivileged container (the seed's "Chrome says offline").
+#: Browsers that do not work in an unprivileged container (field note 003's "Chrome says offline").
 CHROME_PACKAGES = ("google-chrome-stable", "google-chrome-beta", "google-chrome-unstable", "chromium")
 
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-#: LXD config that hands the container more than an ordinary unprivileged one: the seed's "AppArmor unconfined"
+#: LXD config that hands the container more than an ordinary unprivileged one: field note 003's "AppArmor unconfined"
 #: bodge and its relatives. A desktop guest talks to the open internet; it keeps its confinement.
 DOWNGRADE_KEYS = ("security.privileged", "raw.apparmor", "raw.seccomp", "raw.lxc", "security.syscalls.deny_default",
                   "security.syscalls.deny_compat", "security.syscalls.allow", "security.syscalls.deny")
@@ -167,8 +167,8 @@ def check_guest_data(guest: Mapping[str, Any] | None, where: str) -> None:
 
     spec = spec_from_data(where, guest, source=where)
     if not spec.unprivileged:
-        raise BadInput(f"{spec.where}: a desktop guest must be unprivileged; remove `unprivileged: false` (the seed's "
-                       "browser box runs unprivileged, and Firefox needs nothing more)")
+        raise BadInput(f"{spec.where}: a desktop guest must be unprivileged; remove `unprivileged: false` (field "
+                       "note 003's browser box runs unprivileged, and Firefox needs nothing more)")
     for key, value in spec.lxd_config:
         if key in DOWNGRADE_KEYS or key.startswith("raw."):
             if key == "security.privileged" and value == "false":

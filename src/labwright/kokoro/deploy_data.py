@@ -1,4 +1,4 @@
-"""deploys/kokoro.py's decisions as pure logic: CPU or GPU by the seed's rule, and what to pip install."""
+"""deploys/kokoro.py's decisions as pure logic: CPU or GPU by field note 002's rule, and what to pip install."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def choose_device(use: str, device: str, choice: Mapping[str, str]) -> str:
     use = use.strip().lower().replace("-", "_")
     if use not in choice:
         raise DataError(f"kokoro_use: {use!r} is not one of {', '.join(choice)} (CPU for conversational use, GPU "
-                        "for long-form reading, as the seed measured)")
+                        "for long-form reading, as field note 002 measured)")
     return str(choice[use])
 
 

@@ -1,6 +1,6 @@
 """Kokoro-FastAPI sentence streaming, as pure logic over file texts (no host access).
 
-The seed measured ``stream: true`` delivering every chunk at once after ~1400 ms, and ~575 ms to first audio after
+Field note 002 measured ``stream: true`` delivering every chunk at once after ~1400 ms, and ~575 ms to first audio after
 two changes (docs/kokoro.md):
 
 - api/src/inference/kokoro_v1.py: the ``pipeline(text, ...)`` call in ``KokoroV1.generate`` splits with
@@ -10,9 +10,9 @@ two changes (docs/kokoro.md):
   self.model_manager.generate(`` loop in api/src/services/tts_service.py) ``await asyncio.sleep(0)`` hands control
   back to the event loop so the HTTP layer can flush before the next synchronous inference starts.
 
-Two upstream shapes are known: the seed's, where the call passes ``split_pattern=r'\\n+'`` explicitly (the value is
-replaced), and later ones, where the call passes no split_pattern and KPipeline's default ``r'\\n+'`` applies (the
-keyword is added). Anything else (another split pattern someone chose, a missing anchor, two candidates) is
+Two upstream shapes are known: field note 002's, where the call passes ``split_pattern=r'\\n+'`` explicitly (the
+value is replaced), and later ones, where the call passes no split_pattern and KPipeline's default ``r'\\n+'``
+applies (the keyword is added). Anything else (another split pattern someone chose, a missing anchor, two candidates) is
 "unrecognised": it names the file and the anchor and nothing is written, in either file.
 """
 
@@ -192,7 +192,7 @@ def plan_kokoro_v1(source: str, path: str) -> tuple[str, str]:
         except (ValueError, SyntaxError):
             pattern = None
         if pattern == UPSTREAM_SPLIT:
-            era = "explicit split_pattern=r'\\n+' (the seed's)"
+            era = "explicit split_pattern=r'\\n+' (field note 002's)"
             edits.append((_offset(offsets, value[0].start), _offset(offsets, value[0].end), SPLIT_SOURCE))
         elif pattern == SENTENCE_SPLIT:
             era = "sentence split already"

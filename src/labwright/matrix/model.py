@@ -110,7 +110,7 @@ class SeedDispute:
 
 @dataclass(frozen=True)
 class Stack:
-    """A named stack: what to resolve, and for recorded ones (the seed's A-D) the table row as published."""
+    """A named stack: what to resolve, and for recorded ones (field note 001's A-D) the table row as published."""
 
     name: str
     description: str

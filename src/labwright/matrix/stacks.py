@@ -1,7 +1,7 @@
 """Named stacks (wheels_matrix/stacks.toml): resolve one by name, and compare it with the row it was recorded from.
 
-The seed's table writes cells like `2.8.3+cu128 or +cu130 ✓` and `✗ no wheel`; a cell agrees with the resolver when
-its first option is the resolver's pick, every other option is a build the resolver also accepts, and a ✗ is a
+Field note 001's table writes cells like `2.8.3+cu128 or +cu130 ✓` and `✗ no wheel`; a cell agrees with the resolver
+when its first option is the resolver's pick, every other option is a build the resolver also accepts, and a ✗ is a
 component the resolver leaves absent. Options the matrix contradicts must be listed under `disputed` with a reason.
 """
 
@@ -50,7 +50,7 @@ def resolve_named_stack(name: str, matrix: Matrix | None = None, driver: str | N
 
 
 def short_label(wheel: Wheel) -> str:
-    """The seed's spelling: `2.9.0+cu128` for torch, `2.8.3+cu128` for a CUDA build, `0.6.0` for pure Python."""
+    """Field note 001's spelling: `2.9.0+cu128` for torch, `2.8.3+cu128` for a CUDA build, `0.6.0` for pure Python."""
     if wheel.package == "torch":
         return wheel.version
     if wheel.cuda:

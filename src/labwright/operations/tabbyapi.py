@@ -3,7 +3,7 @@
 The decision is the pure planner's (labwright.tabbyapi.ngram), computed here from the host's files (the
 TabbyapiNgramFiles fact); the host only receives the finished file. Placed after the git checkout step of a
 deploy, it re-applies itself after every tabbyAPI update: a new checkout resets model.py, the fact shows the
-seed-era shape again, and the patch goes back in; on config-era refs it sets config.yml instead.
+patch-era shape again, and the patch goes back in; on config-era refs it sets config.yml instead.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def ngram(source: str = "/opt/tabbyapi", config: str | None = None, match_min: i
 
     + source: the tabbyAPI checkout on the host
     + config: the config.yml tabbyAPI reads (default ``SOURCE/config.yml``)
-    + match_min: ``ngram_match_min``, the tokens that must match before a draft (the seed used 3)
+    + match_min: ``ngram_match_min``, the tokens that must match before a draft (field note 001 used 3)
     + user / group: owner of a config.yml this creates (an existing file keeps its owner and mode)
 
     Fails, changing nothing, when a draft model is configured (exllamav3 asserts on both) or when model.py has

@@ -1,4 +1,4 @@
-"""`stack show`: the current and previous environments of a managed path, as the seed's "check package stack"
+"""`stack show`: the current and previous environments of a managed path, as field note 001's "check package stack"
 snippet printed them, but from the ABI verifier's truth (symbols + a real import) instead of find_spec.
 """
 

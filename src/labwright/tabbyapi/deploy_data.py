@@ -60,7 +60,7 @@ def check_cache_mode(value: Any) -> str:
     text = str(value).strip().replace(" ", "")
     if text.upper() in LEGACY_CACHE_MODES:
         return text.upper()
-    fix = 'use "K,V" bits from 2 to 8 such as "8,4" (the seed) or "4,4", or FP16/Q4/Q6/Q8'
+    fix = 'use "K,V" bits from 2 to 8 such as "8,4" (field note 001) or "4,4", or FP16/Q4/Q6/Q8'
     match = re.fullmatch(r"(\d+),(\d+)", text)
     if not match:
         raise fail("cache_mode", f"{str(value)!r} is not a cache mode: {fix}")

@@ -4,11 +4,11 @@ Two upstream shapes exist (docs/tabbyapi-ngram.md):
 
 - config era (tabbyAPI >= 004e837, 2026-06-13): ``draft_model.draft_mode: ngram`` and
   ``draft_model.ngram_match_min`` in config.yml; the source is left alone.
-- seed era: the ``AsyncGenerator(`` call in backends/exllamav3/model.py ends with
+- patch era (the tabbyAPI field note 001 patched): the ``AsyncGenerator(`` call in backends/exllamav3/model.py ends with
   ``num_draft_tokens=self.draft_num_tokens,`` and passes no n-gram argument; ``ngram_match_min=N,`` is inserted
   after that argument with its indentation.
 
-Anything else is "unrecognised" and says which file and which anchor it looked for: the seed's ``sed`` silently
+Anything else is "unrecognised" and says which file and which anchor it looked for: field note 001's ``sed`` silently
 did nothing there. A configured draft model is "refused": exllamav3 asserts when both are set.
 """
 
@@ -123,7 +123,7 @@ def check_match_min(value: int, context: int | None = None) -> int:
     config.yml's model.max_seq_len, else MATCH_MIN_CEILING + 1); BadInput naming --min and the range otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise BadInput(f"--min {value!r}: n-gram match length must be a whole number >= 1 (tabbyAPI's default is 2, "
-                       "the seed used 3)")
+                       "field note 001 used 3)")
     if context is not None and value >= context:
         raise BadInput(f"--min {value}: a match that long never happens within config.yml's model.max_seq_len "
                        f"{context}, so drafting would never fire; use a small value such as 2 or 3")
@@ -168,7 +168,7 @@ def draft_in_use(draft: dict[str, object], modern: bool) -> str | None:
     """What configures model-based drafting, or None.
 
     Config-era tabbyAPI uses ``draft_model_name`` only in ``draft_mode: model`` (its default) and drafts with the
-    model's own MTP head in ``mtp``; seed-era tabbyAPI loads any named draft model.
+    model's own MTP head in ``mtp``; patch-era tabbyAPI loads any named draft model.
     """
     name = draft.get("draft_model_name")
     if not modern:
@@ -219,7 +219,7 @@ def _plan_config(texts: TabbyTexts, match_min: int) -> NgramChange:
 
 def _unrecognised(path: str, why: str) -> NgramChange:
     return NgramChange("unrecognised", path, message=(
-        f"{path}: {why}; expected `{ANCHOR}` inside the `{CALL}(` call (seed-era tabbyAPI) or "
+        f"{path}: {why}; expected `{ANCHOR}` inside the `{CALL}(` call (patch-era tabbyAPI) or "
         f"draft_model.{KEYWORD} in {CONFIG_SAMPLE} (since 2026-06-13): nothing changed, patch by hand or pin a "
         "known tabbyAPI ref"))
 

@@ -1,6 +1,6 @@
 """Find one keyword argument inside one call in Python source, with the tokenizer rather than a regex.
 
-The seed's ``sed`` matched a line; a line can sit in a comment, a string or another call. Tokens know about
+Field note 001's ``sed`` matched a line; a line can sit in a comment, a string or another call. Tokens know about
 comments and strings, and counting brackets tells which call an argument belongs to.
 """
 

@@ -1,4 +1,4 @@
-"""Where does a model live: weights + KV + a measured overhead against VRAM (and RAM), in the seed's terms.
+"""Where does a model live: weights + KV + a measured overhead against VRAM (and RAM), in field note 000's terms.
 
 Verdicts, best first (field note 000, docs/field-notes.md): fits in VRAM; MoE expert offload (acceptable: routed
 experts in RAM, attention and KV on the GPU); split GPU/CPU (warn: PCIe-bound, the worst case); run fully on CPU;
@@ -182,7 +182,8 @@ def _warnings(verdict: str, base: FitResult, on_gpu: int, fraction: float, from_
                      "attention and KV stay on the GPU")
     elif verdict == "split":
         lines.append(f"PCIe-bound: {gib(base.weights - on_gpu)} of weights on the CPU side, crossed on every token "
-                     f"(seed 000: the worst case); over VRAM by {over}: a smaller quant, cache type or context fits")
+                     f"(field note 000: the worst case); over VRAM by {over}: a smaller quant, cache type or context "
+                     "fits")
     elif verdict == "cpu":
         lines.append(f"no room on the GPU for weights after KV and overhead (over VRAM by {over})")
     if base.ram is None:

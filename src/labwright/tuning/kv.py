@@ -1,9 +1,9 @@
 """KV-cache maths from config.json: bytes per token, tokens that fit in a budget, KV size at a context.
 
-Pure logic, no host access. The seed's worked example (field note 001, docs/field-notes.md): Qwen3.5-9B keeps KV in
+Pure logic, no host access. Field note 001's worked example (docs/field-notes.md): Qwen3.5-9B keeps KV in
 8 of its 32 layers, 4 KV heads x 256 head_dim, so bytes/token = 8 x 4 x 256 x 2 (K+V) x bits/8 = 16,384 / 12,288 /
 8,192 at 8,8 / 8,4 / 4,4, and a 2.4 GiB budget holds 157,184 / 209,664 / 314,368 tokens in whole 256-token pages
-(the seed: ~155,000 / ~207,000 / ~310,000; its last two are the first scaled by 4/3 and 2).
+(the note: ~155,000 / ~207,000 / ~310,000; its last two are the first scaled by 4/3 and 2).
 
 A sliding-window layer holds min(context, window) tokens where the engine caps it (llama.cpp and Ollama add one
 micro-batch and pad to 256); exllamav3 gives every attention layer the whole context (see data/kv-cache.toml).
@@ -60,7 +60,7 @@ def growing_layers(layout: KvLayout, spec: CacheSpec) -> int:
 
 
 def bytes_per_token(layout: KvLayout, spec: CacheSpec) -> int:
-    """What each further token costs once past any sliding window or chunk (the seed's 'bytes/token').
+    """What each further token costs once past any sliding window or chunk (field note 001's 'bytes/token').
 
     Never 0 for a model with attention: when every attention layer is capped (Mistral v0.1 on vLLM), it is what a
     token costs below the cap, and the plan says the cache stops growing there.

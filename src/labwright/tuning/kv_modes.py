@@ -1,7 +1,8 @@
 """KV-cache element sizes per engine, from data/kv-cache.toml: tabbyAPI cache_mode, llama.cpp/Ollama/vLLM types.
 
-tabbyAPI's "k,v" modes follow the seed's convention (bits/8 per element; exllamav3's fp16 scale per 32 elements only
-with ``count_scales``); ggml types use their real block sizes, scales included (q8_0 = 34 bytes per 32 elements).
+tabbyAPI's "k,v" modes follow field note 001's convention (bits/8 per element; exllamav3's fp16 scale per 32
+elements only with ``count_scales``); ggml types use their real block sizes, scales included (q8_0 = 34 bytes per
+32 elements).
 """
 
 from __future__ import annotations
@@ -153,7 +154,8 @@ def tabby_mode(text: str, count_scales: bool = False, swa_full: bool = False) ->
                        f"(e.g. 8,4)")
     quantized = max(k_bits, v_bits) <= high
     extra = eng.scale if quantized and count_scales else Fraction(0)
-    convention = "bits/8 (seed)" if quantized and not extra else "bits/8 + fp16 scale per 32" if extra else "16-bit"
+    convention = ("bits/8 (field note 001)" if quantized and not extra else "bits/8 + fp16 scale per 32" if extra
+                  else "16-bit")
     return CacheSpec(eng, name, Fraction(k_bits, 8) + extra, Fraction(v_bits, 8) + extra, convention,
                      *_windowed(eng, swa_full))
 

@@ -1,12 +1,12 @@
 """The context-ceiling probe: the largest context an engine really starts with, found by restarting it.
 
-Seed 001 did this by hand: write tabbyAPI's config.yml with a candidate cache_size, restart, read the journal for
+Field note 001 did this by hand: write tabbyAPI's config.yml with a candidate cache_size, restart, read the journal for
 "Application startup complete" or "Insufficient VRAM in split for model and cache", binary-search, 10 restarts from
 131,072..262,144. Here:
 
 - one candidate = one call of the in-guest waiter (the agent's ``probe``, :mod:`labwright.agent.probe`): stop the
   unit for good, install the candidate's config, start, and read only the journal entries of the invocation systemd
-  gave that start, so an automatic restart with an older config (the seed's stale-restart race) is never read as
+  gave that start, so an automatic restart with an older config (field note 001's stale-restart race) is never read as
   the result;
 - the search is seeded by the KV planner (:mod:`labwright.tuning.kv`): bytes/token from the model's config.json and
   a memory budget give a predicted ceiling, and the search probes a page either side of it first, widening by
@@ -146,7 +146,7 @@ def search(try_fit: Callable[[int], bool], lo: int, hi: int, page: int, predicte
     Assumes fitting is monotonic. ``predicted``: probe there first; ``refine(fit)``, after a candidate fits, may
     name a better guess (from what that start measured), probed next. Then the page above (or below), widening by
     doubling until the ceiling is bracketed, then bisect. ``predicted=None``: a blind binary search (lo, hi, then
-    halves), the seed's method. ``known_fit``: a candidate already seen to fit (a baseline probe).
+    halves), field note 001's method. ``known_fit``: a candidate already seen to fit (a baseline probe).
     """
     low, high = _pages(lo, hi, page)
     good: int | None = None if known_fit is None else known_fit // page

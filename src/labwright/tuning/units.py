@@ -1,8 +1,8 @@
 """Memory sizes as people write them ("2.4GiB", "2.4GB", "2400MiB", "2576980377") and back.
 
 Every unit is binary (1 GB = 1 GiB = 1024^3 bytes): GPU memory is spoken of that way (an "8 GB" card is 8 GiB,
-nvidia-smi counts MiB, `ls -lh` prints GiB), and it is the reading that reproduces the seed's table: a "2.4 GB" KV
-budget at 16,384 B/token is 157,286 tokens (~155,000 in the seed); the SI reading (2.4e9 bytes) would give 146,484.
+nvidia-smi counts MiB, `ls -lh` prints GiB), and it is the reading that reproduces field note 001's table: a "2.4 GB" KV
+budget at 16,384 B/token is 157,286 tokens (~155,000 in the note); the SI reading (2.4e9 bytes) would give 146,484.
 A bare number is bytes, so an SI size can still be given exactly: --budget 2400000000.
 """
 
@@ -51,5 +51,5 @@ def gib(value: int | float) -> str:
 
 
 def group(value: int | float) -> str:
-    """Thousands separators, the seed's style: 16384 -> '16,384'."""
+    """Thousands separators, the field notes' style: 16384 -> '16,384'."""
     return f"{round(value):,}"

@@ -5,8 +5,8 @@
 
 Expected values: what the deploy recorded on the guest (/etc/labwright/desktop.json), overridden by
 $LABWRIGHT_DESKTOP_USER, $LABWRIGHT_DESKTOP_PORT, $LABWRIGHT_DESKTOP_LISTEN and $LABWRIGHT_DESKTOP_FIREFOX_SOURCE.
-The checks are labwright.desktop.checks, the same ones `labwright desktop check` runs, so each failure names the
-seed's cause and fix (grey screen: no Xorg backend; launcher that does nothing: XFCE's trust flag; caja's
+The checks are labwright.desktop.checks, the same ones `labwright desktop check` runs, so each failure names
+field note 003's cause and fix (grey screen: no Xorg backend; launcher that does nothing: XFCE's trust flag; caja's
 complaint; Chrome "offline" in an unprivileged container), plus listeners, TLS, origin and confinement.
 """
 

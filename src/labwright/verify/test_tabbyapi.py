@@ -151,7 +151,7 @@ def test_ngram_drafting_state(host, want, config):
         # config era: the source untouched, the config carries it
         assert draft.get("draft_mode") == "ngram" and draft.get("ngram_match_min") == n, draft
     else:
-        # seed era: exactly one patched argument, inside the generator call
+        # patch era: exactly one patched argument, inside the generator call
         assert model_py.count("ngram_match_min=") == 1 and f"ngram_match_min={n}," in model_py
         assert re.search(r"num_draft_tokens=self\.draft_num_tokens,\n\s+ngram_match_min=", model_py)
 

@@ -64,7 +64,7 @@ def test_seed_exact_wheels_for_stack_c(matrix):
     assert [(a.name, a.reason) for a in result.absent] == [(
         "causal-conv1d",
         "no wheel built for torch 2.11 (built for torch 2.6, 2.7, 2.8, 2.9, 2.10); "
-        "exllamav3 falls back to Triton, measured cost ~0 on RTX 4070 per the seed")]
+        "exllamav3 falls back to Triton, measured cost ~0 on RTX 4070 per field note 001")]
 
 
 def test_seed_a_uses_the_prebuilt_release_tabbyapi_pinned(matrix):
@@ -87,7 +87,7 @@ def test_causal_conv1d_absence_matches_the_issue_wording(matrix):
     absent = {a.name: a.reason for a in result.absent}
     assert absent["causal-conv1d"] == ("no wheel built for torch 2.11 (prebuilt for torch 2.6 .. 2.10; nearest torch "
                                        "with one: 2.10, causal-conv1d 1.6.2.post1); exllamav3 falls back to Triton, "
-                                       "measured cost ~0 on RTX 4070 per the seed")
+                                       "measured cost ~0 on RTX 4070 per field note 001")
 
 
 def test_newest_compatible_without_pins(matrix):

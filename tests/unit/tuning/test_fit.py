@@ -130,9 +130,9 @@ def test_every_verdict_text_is_data(verdict):
 
 def test_default_overheads_come_from_the_seeds():
     tabby, source = default_overhead(format_info("exl3"), gb(8))
-    assert tabby == int(1.265 * GIB) and "seed 001" in source
+    assert tabby == int(1.265 * GIB) and "field note 001" in source
     llama, source = default_overhead(format_info("gguf"), gb(24))
-    assert llama == int(2.55 * GIB) and "seed 004" in source
+    assert llama == int(2.55 * GIB) and "field note 004" in source
     vllm, _ = default_overhead(format_info("awq"), gb(24))
     assert vllm == int(1.0 * GIB + 0.10 * gb(24))
 

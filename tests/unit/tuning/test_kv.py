@@ -244,7 +244,7 @@ def test_engine_conventions_are_data():
     assert engines["llamacpp"]["types"] == {"f32": [4, 1], "f16": [2, 1], "bf16": [2, 1], "q8_0": [34, 32],
                                             "q4_0": [18, 32], "q4_1": [20, 32], "q5_0": [22, 32], "q5_1": [24, 32],
                                             "iq4_nl": [18, 32]}
-    assert "seed" in engines["tabbyapi"]["convention"] and engines["tabbyapi"]["scale_bytes"] == 2
+    assert "field note 001" in engines["tabbyapi"]["convention"] and engines["tabbyapi"]["scale_bytes"] == 2
     assert engines["tabbyapi"]["named"] == {"FP16": [16, 16], "Q8": [8, 8], "Q6": [6, 6], "Q4": [4, 4]}
 
 
