@@ -17,12 +17,11 @@ import os
 import re
 import sys
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 from labwright import paths, ui
 from labwright.atomic import write_text_atomic
-from labwright.errors import BadInput, LabwrightError, OperationFailed, SafetyCheckFailed
+from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.locks import LOCK_NAME, PYPI_SIMPLE, check_index, hash_mismatch, make_lock
 
 PLATFORMS = ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"]
@@ -42,18 +41,33 @@ def check_versions(package: str, version: str, example: str, python: str) -> Non
         raise BadInput(f"--python {python!r}: not a CPython 3 version; give the guest's, e.g. 3.11.2")
 
 
-def cli(build: Callable[[], Path]) -> int:
-    """A wheelhouse module's ``main``: print the directory ``build`` returns; an error is one line on stderr and its
-    exit code (2 for bad input), an interrupt 130."""
-    try:
-        print(build())
-    except LabwrightError as exc:
-        print(f"labwright: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("labwright: interrupted", file=sys.stderr)
-        return 130
-    return 0
+def check_python(python: str) -> None:
+    """``python`` is a guest's Python version (3.11.2), or BadInput naming --python."""
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", python):
+        raise BadInput(f"--python {python!r}: give the guest's Python version, e.g. 3.11.2 (python3 --version)")
+
+
+def checked_requirements(requirements: list[str]) -> list[str]:
+    """Each requirement parsed as pip would (PEP 508), or BadInput naming the first that is not one."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for text in requirements:
+        try:
+            Requirement(text)
+        except InvalidRequirement:
+            raise BadInput(f"requirement {text[:80]!r}: not a requirement (PEP 508), e.g. kokoro==0.9.4") from None
+    return requirements
+
+
+def _stamp(requirements: list[str], python: str) -> str:
+    return f"{' '.join(requirements)} for CPython {python}\n"
+
+
+def is_complete(requirements: list[str], python: str, target: Path) -> bool:
+    """Whether ``target`` holds the complete wheelhouse of these requirements (its ``.complete`` marker names them
+    and its lock is there): what download_wheelhouse reuses. Reads only."""
+    marker = _read_marker(target / ".complete")
+    return marker == _stamp(requirements, python).encode() and (target / LOCK_NAME).is_file()
 
 
 def download_wheelhouse(requirements: list[str], python: str, target: Path, index_url: str = PYPI_SIMPLE) -> Path:
@@ -61,18 +75,17 @@ def download_wheelhouse(requirements: list[str], python: str, target: Path, inde
     ``requirements.lock`` (labwright.locks: the sha256 ``index_url`` publishes for each file) that pip downloaded them
     against and that the deploys install from; reused while its ``.complete`` marker names the same requirements and
     the lock is there."""
-    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", python):
-        raise BadInput(f"--python {python!r}: give the guest's Python version, e.g. 3.11.2 (python3 --version)")
+    check_python(python)
     marker = target / ".complete"
-    stamp = f"{' '.join(requirements)} for CPython {python}\n"
-    if _read_marker(marker) == stamp.encode() and (target / LOCK_NAME).is_file():
+    stamp = _stamp(requirements, python)
+    if is_complete(requirements, python, target):
         return target
     target.mkdir(parents=True, exist_ok=True)
     # One download per wheelhouse at a time (two deploys, or two test workers, wanting the same one): the second
     # waits, then finds it complete. Without it, the second's clean-up below deletes the first's half-copied wheels.
     with (target.parent / f".{target.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _read_marker(marker) == stamp.encode() and (target / LOCK_NAME).is_file():
+        if is_complete(requirements, python, target):
             return target
         return _download(requirements, python, target, marker, stamp, check_index(index_url))
 
@@ -140,43 +153,46 @@ def expand_files(requirements: list[str]) -> list[str]:
     return out
 
 
+def requirements_in(name: str) -> list[str]:
+    """The requirements in one requirements file (comments and blank lines dropped; an option line such as
+    ``--extra-index-url`` refused: the lock is made from one index); BadInput naming ``-r FILE``."""
+    try:
+        lines = Path(name).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise BadInput(f"-r {name}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"-r {name}: not UTF-8 text; give a requirements file") from None
+    out = []
+    for number, raw in enumerate(lines, 1):
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("-"):
+            raise BadInput(f"-r {name}: line {number} ({line.split()[0]}) is a pip option: give requirements only "
+                           "(pass --index-url here for another index)")
+        out.append(line)
+    return out
+
+
 def requirements_of(files: list[str], words: list[str]) -> list[str]:
     """The requirements named on the command line and in requirements files (comments and blank lines dropped; an
     option line such as ``--extra-index-url`` refused: the lock is made from one index)."""
     out = list(words)
     for name in files:
-        try:
-            lines = Path(name).read_text().splitlines()
-        except OSError as exc:
-            raise BadInput(f"-r {name}: cannot read it ({exc.strerror or exc})") from None
-        for number, raw in enumerate(lines, 1):
-            line = raw.split(" #", 1)[0].strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("-"):
-                raise BadInput(f"-r {name}: line {number} ({line.split()[0]}) is a pip option: give requirements only "
-                               "(pass --index-url here for another index)")
-            out.append(line)
+        out += requirements_in(name)
     if not out:
         raise BadInput("no requirements: name them, or pass -r FILE")
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m labwright.wheelhouse --python 3.11.2 --out DIR [-r FILE] [REQUIREMENT ...]``: a wheelhouse and
-    its hashed lock (requirements.lock) for any service venv (Kokoro's, the Open WebUI pipelines server's)."""
-    import argparse
+    """``python -m labwright.wheelhouse``: ``labwright wheelhouse requirements`` under its old name, with one
+    deprecation line on stderr (kept for one release)."""
+    from labwright.cli import main as cli_main
+    from labwright.cli.vocab import deprecated
 
-    parser = argparse.ArgumentParser(prog="python -m labwright.wheelhouse",
-                                     description="Download wheels and their hashed lock (requirements.lock) into DIR.")
-    parser.add_argument("--python", required=True, help="the guest's Python version, e.g. 3.11.2")
-    parser.add_argument("--out", required=True, help="the wheelhouse directory to write")
-    parser.add_argument("-r", dest="files", action="append", default=[], help="a requirements file (repeatable)")
-    parser.add_argument("--index-url", default=PYPI_SIMPLE, help=f"the simple index (default {PYPI_SIMPLE})")
-    parser.add_argument("requirements", nargs="*", help="requirements such as kokoro==0.9.4")
-    args = parser.parse_args(argv)
-    return cli(lambda: download_wheelhouse(requirements_of(args.files, args.requirements), args.python,
-                                           Path(args.out), index_url=args.index_url))
+    deprecated("python -m labwright.wheelhouse", "labwright wheelhouse requirements")
+    return cli_main(["wheelhouse", "requirements", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

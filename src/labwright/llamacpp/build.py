@@ -4,7 +4,7 @@ There is no GitHub here, but PyPI carries llama-cpp-python's sdist with llama.cp
 sdist is pinned by version and sha256 (both copied from PyPI's simple JSON API) so every machine builds the same
 engine; the binary is cached under ``~/.cache/labwright/llama/<version>/`` and reused by every later test run.
 
-    python -m labwright.llamacpp.build            # prints the binary's path, builds only when missing
+    labwright build llamacpp            # prints the binary's path, builds only when missing
 
 Measured on 2 idle cores: ~40 s download, ~5.5 min build, a 15 MB binary linked only to libgomp/libstdc++/libc.
 Every phase says on stderr what it is doing and how long it took (labwright.ui.progress): the download in MB, the
@@ -16,12 +16,13 @@ A CUDA build (``--arch`` given: the GPUs' compute capabilities, as the NvidiaGpu
 ``$ORIGIN/../lib/llama-server``, so the same layout works on a guest: /usr/local/bin + /usr/local/lib/llama-server)
 and ``manifest.json`` (each file's sha256). The toolkit is NVIDIA's pip wheels (labwright.llamacpp.cuda).
 
-    python -m labwright.llamacpp.build --arch 8.6 --arch 12.0     # CUDA 13.0, SASS for sm_86 and sm_120a
+    labwright build llamacpp --arch 8.6 --arch 12.0     # CUDA 13.0, SASS for sm_86 and sm_120a
+
+(``python -m labwright.llamacpp.build`` still works for one release, with a deprecation line.)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -36,7 +37,7 @@ from pathlib import Path
 from labwright import paths
 from labwright.atomic import once_under_lock, write_text_atomic
 from labwright.digest import sha256_file
-from labwright.errors import BadInput, LabwrightError, OperationFailed
+from labwright.errors import OperationFailed
 from labwright.llamacpp import cuda as cuda_toolkit
 from labwright.llamacpp.cuda import CudaToolchain
 from labwright.ui import build_step, copy_with_progress, install_step, progress, run_with_progress
@@ -277,31 +278,13 @@ def build_cuda_server(cuda: CudaToolchain, archs: Sequence[str], source: LlamaSo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labwright.llamacpp.build",
-                                     description="Build llama-server once (cached) and print its path.")
-    parser.add_argument("--arch", action="append", default=[], metavar="CAP",
-                        help="a GPU's compute capability (8.6, 12.0; repeatable): a CUDA build for those GPUs")
-    parser.add_argument("--cuda", default=None, help="CUDA version of NVIDIA's pip toolkit (default 13.0)")
-    parser.add_argument("--cuda-root", default=None, help="an installed CUDA toolkit's root instead of the pip one")
-    parser.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")
-    args = parser.parse_args(argv)
-    try:
-        if args.arch or args.cuda or args.cuda_root:
-            if not args.arch:
-                raise BadInput("--arch: a CUDA build needs the GPUs' compute capabilities (nvidia-smi "
-                               "--query-gpu=compute_cap), e.g. --arch 8.6")
-            toolchain = cuda_toolkit.toolchain(args.cuda, args.cuda_root)
-            cuda_toolkit.architectures(args.arch, toolchain)  # refuse before any download
-            print(build_llama_server(jobs=args.jobs, cuda=toolchain, archs=args.arch))
-        else:
-            print(build_llama_server(jobs=args.jobs))
-    except BadInput as exc:
-        print(f"labwright: {exc}", file=sys.stderr)
-        return 2
-    except LabwrightError as exc:
-        print(f"labwright: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    """``python -m labwright.llamacpp.build``: ``labwright build llamacpp`` under its old name, with one deprecation
+    line on stderr (kept for one release)."""
+    from labwright.cli import main as cli_main
+    from labwright.cli.vocab import deprecated
+
+    deprecated("python -m labwright.llamacpp.build", "labwright build llamacpp")
+    return cli_main(["build", "llamacpp", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Tests need a model llama.cpp really runs (no download, no GPU): ~9 MB, written in well under a second.
 
-    python -m labwright.llamacpp.tiny_model /tmp/tiny.gguf [--context-length 524288] [--seed 0]
+    labwright model tiny /tmp/tiny.gguf [--context-length 524288] [--seed 0]
 
 Shape choices (measured on the development machine):
 - head size 64 (E=256, 4 heads): a quantized KV cache needs the head size divisible by its block size (32); E=64
@@ -15,7 +15,6 @@ Shape choices (measured on the development machine):
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,13 +145,13 @@ def write_tiny_gguf(path: Path | str, model: TinyModel = TinyModel()) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("path", type=Path)
-    parser.add_argument("--context-length", type=int, default=TinyModel.context_length)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    print(write_tiny_gguf(args.path, TinyModel(context_length=args.context_length, seed=args.seed)))
-    return 0
+    """``python -m labwright.llamacpp.tiny_model``: ``labwright model tiny`` under its old name, with one deprecation
+    line on stderr (kept for one release)."""
+    from labwright.cli import main as cli_main
+    from labwright.cli.vocab import deprecated
+
+    deprecated("python -m labwright.llamacpp.tiny_model", "labwright model tiny")
+    return cli_main(["model", "tiny", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """Download a model with huggingface_hub, verify it against the Hub's checksums, mark it complete atomically.
 
 This file runs where the files land (a guest, or this machine) as a script: ``python3 fetch.py ...`` with a Python
-that has huggingface_hub, or ``python -m labwright.models.fetch``. It imports nothing from labwright (only the standard
-library, and huggingface_hub once a download is needed), so the deploy ships it to a guest as one file.
+that has huggingface_hub; on this machine ``labwright model fetch REPO ...`` runs it (``python -m
+labwright.models.fetch`` still works for one release, with a deprecation line). It imports nothing from labwright
+(only the standard library, and huggingface_hub once a download is needed), so the deploy ships it to a guest as one
+file.
 
     python3 fetch.py --spec '{"repo": "Qwen/Qwen3-0.6B", "revision": "main", "allow": ["*.json"], "ignore": [],
                               "file": null, "name": "Qwen3-0.6B"}' --cache /srv/models/hub --models /srv/models
@@ -593,4 +595,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if __spec__ is not None and __spec__.name == "labwright.models.fetch":  # python -m, not the file a guest runs
+        print("labwright: deprecated: python -m labwright.models.fetch is labwright model fetch now; the old spelling "
+              "goes in the next release", file=sys.stderr)
     sys.exit(main())

@@ -1,7 +1,7 @@
 """A cached wheelhouse of open-webui for guests that cannot reach PyPI (or should not, every time).
 
-    python -m labwright.openwebui.wheelhouse --python 3.11.2                 # prints the directory
-    python -m labwright.openwebui.wheelhouse --python 3.11.2 --torch-find-links DIR
+    labwright wheelhouse openwebui --python 3.11.2                 # prints the directory
+    labwright wheelhouse openwebui --python 3.11.2 --torch-find-links DIR
     pyinfra ... deploys/openwebui.py --data openwebui_find_links=/mnt/openwebui-wheels   # once the guest sees it
 
 Cached under ~/.cache/labwright/openwebui/<version>-py<python>/. open-webui pulls ~240 wheels; torch comes in through
@@ -13,31 +13,36 @@ wheelhouse near 0.7 GB. Open WebUI as deployed never loads torch at start (no em
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
+import sys
 from pathlib import Path
 
 from labwright.errors import BadInput
-from labwright.openwebui.config import load_defaults
-from labwright.wheelhouse import cache_root, check_versions, cli, download_wheelhouse
+from labwright.wheelhouse import cache_root, check_versions, download_wheelhouse
 
 # redis (an open-webui dependency) needs async-timeout on Python < 3.11.3 (Debian bookworm has 3.11.2), a marker pip
 # does not evaluate for the target Python: it is added explicitly (as for litellm's wheelhouse).
 EXTRA = ["async-timeout>=4.0.3"]
 
 
-def wheelhouse(version: str, python: str, root: Path | None = None, torch_find_links: str = "") -> Path:
-    """The cached wheelhouse for ``open-webui==version`` on CPython ``python`` (e.g. 3.11.2), built if missing."""
+def plan(version: str, python: str, root: Path | None = None, torch_find_links: str = "") -> tuple[list[str], Path]:
+    """The requirements and the cached directory of ``open-webui==version`` on CPython ``python``; BadInput for a
+    version, Python or --torch-find-links that is not one."""
     check_versions("open-webui", version, "0.12.4", python)
     if torch_find_links and not (re.match(r"^https?://", torch_find_links) or Path(torch_find_links).is_dir()):
         raise BadInput(f"--torch-find-links {torch_find_links!r}: not a directory or http(s) URL")
-    target = (root or cache_root() / "openwebui") / f"{version}-py{python}"
+    return [f"open-webui=={version}", *EXTRA], (root or cache_root() / "openwebui") / f"{version}-py{python}"
+
+
+def wheelhouse(version: str, python: str, root: Path | None = None, torch_find_links: str = "") -> Path:
+    """The cached wheelhouse for ``open-webui==version`` on CPython ``python`` (e.g. 3.11.2), built if missing."""
+    requirements, target = plan(version, python, root, torch_find_links)
     previous = os.environ.get("PIP_FIND_LINKS")
     if torch_find_links:
         os.environ["PIP_FIND_LINKS"] = " ".join(filter(None, [previous, torch_find_links]))
     try:
-        return download_wheelhouse([f"open-webui=={version}", *EXTRA], python, target)
+        return download_wheelhouse(requirements, python, target)
     finally:
         if torch_find_links:
             if previous is None:
@@ -47,14 +52,13 @@ def wheelhouse(version: str, python: str, root: Path | None = None, torch_find_l
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build (or find) the cached open-webui wheelhouse.")
-    parser.add_argument("--version", default=str(load_defaults()["service"]["version"]),
-                        help="open-webui release (default: the deploy's pin)")
-    parser.add_argument("--python", required=True, help="the guest's Python version, e.g. 3.11.2")
-    parser.add_argument("--torch-find-links", default="",
-                        help="a directory or URL with a CPU torch wheel (else PyPI's CUDA torch and its NVIDIA wheels)")
-    args = parser.parse_args(argv)
-    return cli(lambda: wheelhouse(args.version, args.python, torch_find_links=args.torch_find_links))
+    """``python -m labwright.openwebui.wheelhouse``: ``labwright wheelhouse openwebui`` under its old name, with one
+    deprecation line on stderr (kept for one release)."""
+    from labwright.cli import main as cli_main
+    from labwright.cli.vocab import deprecated
+
+    deprecated("python -m labwright.openwebui.wheelhouse", "labwright wheelhouse openwebui")
+    return cli_main(["wheelhouse", "openwebui", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

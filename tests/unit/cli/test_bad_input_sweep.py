@@ -58,6 +58,10 @@ MEANINGFUL_FILES: dict[tuple[str, str], set[str]] = {
     # n-gram drafting is added to it
     ("tabbyapi ngram", "config"): {"empty-file"},
     ("bench tts", "text"): {"json-list", "yaml-scalar"},  # any UTF-8 text is text to speak
+    # a directory that is empty or not there yet is where a model goes (made when missing; --dry makes nothing)
+    ("model fetch", "models"): {"empty-dir", "missing"},
+    ("model fetch", "cache"): {"empty-dir", "missing"},
+    ("wheelhouse requirements", "files"): {"empty-file"},  # no requirements of its own, beside the words given
 }
 #: Numbers that are meaningful for a parameter (so not bad input), with why.
 MEANINGFUL_NUMBERS: dict[tuple[str, str], set[str]] = {
@@ -67,6 +71,7 @@ MEANINGFUL_NUMBERS: dict[tuple[str, str], set[str]] = {
     ("probe restore", "lock_wait"): {"0"},
     ("guest restore", "lock_wait"): {"0"},
     ("host upgrade", "lock_wait"): {"0"},
+    ("model tiny", "seed"): {"0"},  # the default seed
 }
 
 RANDOM_BYTES = bytes((i * 7919 + 13) % 256 for i in range(4096)) + b"\x00\xff\xfe"
@@ -211,6 +216,13 @@ FILLERS: dict[tuple[str, str], Callable[[Path], str]] = {
     ("guest restore", "guest"): _const("@lxd/lw-sweep"),
     ("gpu check", "guest"): _const("lw-sweep"),
     ("gpu arch", "capability"): _const("8.6"),
+    ("model fetch", "repo"): _const("Qwen/Qwen3-0.6B"),
+    ("model tiny", "out"): lambda sandbox: str(sandbox / "cwd" / "tiny.gguf"),
+    ("wheelhouse litellm", "python"): _const("3.11.2"),
+    ("wheelhouse openwebui", "python"): _const("3.11.2"),
+    ("wheelhouse requirements", "python"): _const("3.11.2"),
+    ("wheelhouse requirements", "out"): lambda sandbox: str(sandbox / "cwd" / "wheels"),
+    ("wheelhouse requirements", "words"): _const("kokoro==0.9.4"),
 }
 
 

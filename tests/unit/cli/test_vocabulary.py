@@ -28,7 +28,9 @@ DOCS = Path(__file__).resolve().parents[3] / "docs" / "cli.md"
 #: Commands that change something (a host, a guest, the lab, files): --dry on each.
 ACTS = {"lab up", "lab down", "matrix refresh", "stack switch", "stack rollback", "guest apply", "guest start",
         "guest stop", "guest destroy", "guest snapshot", "guest restore", "tabbyapi ngram", "probe ceiling",
-        "probe restore", "cluster rejoin", "cluster ghosts", "bios restore", "kokoro patch", "host upgrade"}
+        "probe restore", "cluster rejoin", "cluster ghosts", "bios restore", "kokoro patch", "host upgrade",
+        "build llamacpp", "model fetch", "model tiny", "wheelhouse litellm", "wheelhouse openwebui",
+        "wheelhouse requirements"}
 #: Of those, the destructive ones (and the one that asks, lab down): -y/--yes; all but lab down stay dry without it.
 DESTRUCTIVE = {"lab down", "guest destroy", "guest restore", "cluster rejoin", "cluster ghosts", "bios restore",
                "host upgrade"}

@@ -236,9 +236,12 @@ def test_a_lock_line_without_an_exact_pin_and_a_sha256_is_refused_in_one_line(tm
 
 
 def test_the_wheelhouse_command_makes_any_service_wheelhouse_with_its_lock(index, tmp_path, capsys):
-    """`python -m labwright.wheelhouse` (Kokoro's, the pipelines server's): requirements from -r files and words; a
-    pip option in the file is refused in one line, exit 2, nothing written."""
-    from labwright.wheelhouse import main
+    """`labwright wheelhouse requirements` (Kokoro's, the pipelines server's; was `python -m labwright.wheelhouse`):
+    requirements from -r files and words; a pip option in the file is refused in one line, exit 2, nothing written."""
+    from labwright.cli import main as cli_main
+
+    def main(args: list[str]) -> int:
+        return cli_main(["wheelhouse", "requirements", *args])
 
     publish_service(index, tmp_path)
     requirements = tmp_path / "requirements-minimum.txt"

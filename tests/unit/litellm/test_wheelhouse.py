@@ -58,12 +58,19 @@ def test_generic_wheelhouse_checks_the_python_version_first(tmp_path):
     (["--python", "3.11.2", "--version", "x y"], "--version 'x y': not a litellm release"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_downloaded(capsys, args, words, tmp_path, monkeypatch):
+    from labwright.cli import main as cli_main
     from labwright.litellm.wheelhouse import main
 
     monkeypatch.setenv("LABWRIGHT_CACHE", str(tmp_path))
-    assert main(args) == 2
+    assert cli_main(["wheelhouse", "litellm", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("labwright: error: ") and words in err, err
+    assert not any(tmp_path.iterdir())
+    # the old spelling: the same line after one deprecation line
+    assert main(args) == 2
+    old = capsys.readouterr().err.splitlines()
+    assert old == ["labwright: deprecated: python -m labwright.litellm.wheelhouse is labwright wheelhouse litellm "
+                   "now; the old spelling goes in the next release", err.strip()]
     assert not any(tmp_path.iterdir())
 
 

@@ -137,22 +137,31 @@ def test_a_cached_cuda_build_is_reused_without_toolkit_download_or_compiler(
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--arch", "6.1"], "labwright: --arch 6.1: a llama.cpp CUDA 13.0 build cannot target it: CUDA 13.0 dropped "
-                        "Pascal"),
-    (["--arch", "9.9"], "labwright: compute capability 9.9: not in labwright/data/gpu-arch.toml"),
-    (["--arch", "eight"], "labwright: compute capability 'eight': not MAJOR.MINOR"),
-    (["--cuda", "12.8", "--arch", "8.6"], "labwright: --cuda 12.8: labwright pins NVIDIA's pip toolkit"),
-    (["--cuda", "13.0"], "labwright: --arch: a CUDA build needs the GPUs' compute capabilities"),
+    (["--arch", "6.1"], "labwright: error: --arch 6.1: a llama.cpp CUDA 13.0 build cannot target it: CUDA 13.0 "
+                        "dropped Pascal"),
+    (["--arch", "9.9"], "labwright: error: compute capability 9.9: not in labwright/data/gpu-arch.toml"),
+    (["--arch", "eight"], "labwright: error: compute capability 'eight': not MAJOR.MINOR"),
+    (["--cuda", "12.8", "--arch", "8.6"], "labwright: error: --cuda 12.8: labwright pins NVIDIA's pip toolkit"),
+    (["--cuda", "13.0"], "labwright: error: --arch: a CUDA build needs the GPUs' compute capabilities"),
+    (["--jobs", "0"], "labwright: error: --jobs 0: give 1 to 4096 parallel compile jobs"),
 ])
 def test_the_build_command_refuses_bad_input_in_one_line_writing_nothing(
         args: list[str], message: str, tmp_path: Path) -> None:
     env = {"LABWRIGHT_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-m", "labwright.llamacpp.build", *args], env=env, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-m", "labwright", "build", "llamacpp", *args], env=env,
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and result.stderr.startswith(message), result.stderr
     assert result.stdout == ""
     assert not (tmp_path / "cache").exists()
+    # the old spelling, `python -m labwright.llamacpp.build`: the same, after one deprecation line
+    result = subprocess.run([sys.executable, "-m", "labwright.llamacpp.build", *args], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout == "" and not (tmp_path / "cache").exists()
+    assert result.stderr.splitlines() == [
+        "labwright: deprecated: python -m labwright.llamacpp.build is labwright build llamacpp now; the old spelling "
+        "goes in the next release", result.stderr.splitlines()[1]]
+    assert result.stderr.splitlines()[1].startswith(message)
 
 
 def test_an_installed_cuda_12_ships_its_own_major_s_libraries(tmp_path: Path) -> None:

@@ -1,0 +1,135 @@
+"""`labwright wheelhouse`: Wheelhouses for guests that cannot reach PyPI: wheels and their hashed lock, made once.
+
+    labwright wheelhouse litellm --python 3.11.2          # prints the directory (cached)
+    labwright wheelhouse openwebui --python 3.11.2 --torch-find-links DIR_OR_URL_WITH_A_CPU_TORCH
+    labwright wheelhouse requirements --python 3.11.2 --out DIR -r requirements-minimum.txt   # any service venv
+
+Each downloads the wheels for the guest's Python with this machine's pip, every file checked against the sha256 its
+index publishes (``requirements.lock``, which the deploys install from with --require-hashes); see
+labwright.wheelhouse. (`python -m labwright.litellm.wheelhouse`, `python -m labwright.openwebui.wheelhouse` and
+`python -m labwright.wheelhouse` still work for one release, with a deprecation line.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+from labwright.cli.vocab import DryOption
+from labwright.errors import BadInput
+from labwright.locks import PYPI_SIMPLE
+
+NAME = "wheelhouse"
+HELP = "Wheelhouses for guests that cannot reach PyPI: wheels and their hashed lock, made once."
+
+app = typer.Typer(no_args_is_help=True, help=HELP)
+
+PythonOption = typer.Option(..., "--python", help="The guest's Python version, e.g. 3.11.2 (python3 --version).")
+JSON_HELP = 'Print {"directory", "lock", "requirements", "python", "complete", "downloaded", "dry"} as JSON.'
+
+
+def _report(requirements: list[str], python: str, target: Path, dry: bool, as_json: bool,
+            download: Callable[[], object]) -> None:
+    """``download()`` unless ``dry`` or the wheelhouse is complete already, then the report: the directory on stdout,
+    or the JSON document."""
+    from labwright import wheelhouse as wh
+
+    complete = wh.is_complete(requirements, python, target)
+    downloaded = False
+    if not complete and not dry:
+        download()
+        complete = downloaded = True
+    if as_json:
+        typer.echo(json.dumps({"directory": str(target), "lock": str(target / wh.LOCK_NAME),
+                               "requirements": requirements, "python": python, "complete": complete,
+                               "downloaded": downloaded, "dry": dry}))
+    elif dry and not complete:
+        typer.echo(f"would download: {' '.join(requirements)} (CPython {python}) into {target}")
+    else:
+        typer.echo(str(target))
+
+
+@app.command()
+def litellm(
+    python: str = PythonOption,
+    version: str | None = typer.Option(None, "--version", help="The litellm release (default: the deploy's pin)."),
+    dry: bool = DryOption,
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """litellm[proxy]'s wheelhouse, cached under ~/.cache/labwright/litellm/VERSION-pyPYTHON (deploys/litellm.py's
+    litellm_find_links, once the guest sees it).
+
+    Example: labwright wheelhouse litellm --python 3.11.2
+    """
+    from labwright.litellm import wheelhouse as litellm_wheelhouse
+    from labwright.litellm.config import load_defaults
+
+    release = version or str(load_defaults()["service"]["version"])
+    requirements, target = litellm_wheelhouse.plan(release, python)
+    _report(requirements, python, target, dry, as_json, lambda: litellm_wheelhouse.wheelhouse(release, python))
+
+
+@app.command()
+def openwebui(
+    python: str = PythonOption,
+    version: str | None = typer.Option(None, "--version", help="The open-webui release (default: the deploy's "
+                                       "pin)."),
+    torch_find_links: str = typer.Option("", "--torch-find-links", metavar="DIR|URL",
+                                         help="A directory or URL with a CPU torch wheel (else PyPI's CUDA torch and "
+                                         "its NVIDIA wheels, several GB)."),
+    dry: bool = DryOption,
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """open-webui's wheelhouse (~240 wheels), cached under ~/.cache/labwright/openwebui/VERSION-pyPYTHON
+    (deploys/openwebui.py's openwebui_find_links, once the guest sees it).
+
+    Example: labwright wheelhouse openwebui --python 3.11.2 --torch-find-links https://download.pytorch.org/whl/cpu/torch/
+    """
+    from labwright.openwebui import wheelhouse as openwebui_wheelhouse
+    from labwright.openwebui.config import load_defaults
+
+    release = version or str(load_defaults()["service"]["version"])
+    requirements, target = openwebui_wheelhouse.plan(release, python, torch_find_links=torch_find_links)
+    _report(requirements, python, target, dry, as_json,
+            lambda: openwebui_wheelhouse.wheelhouse(release, python, torch_find_links=torch_find_links))
+
+
+@app.command()
+def requirements(
+    words: list[str] = typer.Argument(None, metavar="[REQUIREMENT]...", help="Requirements such as kokoro==0.9.4."),
+    python: str = PythonOption,
+    out: Path = typer.Option(..., "--out", metavar="DIR", help="The wheelhouse directory to write."),
+    files: list[Path] = typer.Option([], "-r", metavar="FILE", help="A requirements file (repeatable)."),
+    index_url: str = typer.Option(PYPI_SIMPLE, "--index-url", help="The simple index the lock is made from."),
+    dry: bool = DryOption,
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Any service venv's wheelhouse with its hashed lock (Kokoro's, the Open WebUI pipelines server's), from -r
+    files and requirement words.
+
+    Example: labwright wheelhouse requirements --python 3.11.2 --out /srv/wheels/pipelines -r requirements-minimum.txt
+    """
+    from labwright import wheelhouse as wh
+
+    wanted = wh.checked_requirements(list(words or []))
+    for file in files:
+        if not file.is_file():  # a directory, a pipe nobody writes, a missing file: read nothing
+            raise BadInput(f"-r {file}: not a requirements file (missing, a directory or not a regular file)")
+        try:
+            wanted += wh.checked_requirements(wh.requirements_in(str(file)))
+        except BadInput as exc:
+            raise BadInput(str(exc) if str(exc).startswith("-r ") else f"-r {file}: {exc}") from None
+    if not wanted:
+        raise BadInput("no requirements: name them, or pass -r FILE")
+    wh.check_python(python)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out}: not a directory; give the wheelhouse directory (made when missing)")
+    for parent in out.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise BadInput(f"--out {out}: {parent} is not a directory; give a directory path")
+            break
+    _report(wanted, python, out, dry, as_json, lambda: wh.download_wheelhouse(wanted, python, out, index_url=index_url))
