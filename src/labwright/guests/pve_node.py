@@ -21,7 +21,6 @@ from labwright.hosts import Result
 from labwright.hosts.local import LocalHost
 from labwright.hosts.options import endpoint
 from labwright.hosts.ssh import SshHost
-from labwright.shell import join, quote
 
 
 class PveNode(Protocol):
@@ -62,38 +61,50 @@ class SshPveNode:
         self.label = f"node {node} ({target.user}@{target.hostname})"
         self._host.label = self.label
 
-    def _exec(self, command: str, stdin: str | None = None) -> tuple[int, str]:
+    def _login_failed(self, exc: BaseException) -> OperationFailed:
+        if isinstance(exc, ConnectError):
+            return OperationFailed(f"cannot log in to {self.label} over SSH: {exc}; check ssh_hostname/ssh_user in "
+                                   "the node's host data and that its host key is in known_hosts")
+        return OperationFailed(f"{self.label}: {exc}")
+
+    def run(self, argv: Sequence[str] | str) -> Result:
+        """A command on the node (an argv, or a shell line); OperationFailed when the node cannot be reached."""
         try:
-            result = self._host.run(command, stdin=stdin, timeout=120)
-        except ConnectError as exc:
-            raise OperationFailed(f"cannot log in to {self.label} over SSH: {exc}; check ssh_hostname/ssh_user "
-                                  "in the node's host data and that its host key is in known_hosts") from exc
-        except TimeoutError as exc:
-            raise OperationFailed(f"{self.label}: {exc}") from exc
-        return result.rc, result.stdout + result.stderr
+            return self._host.run(argv, timeout=120)
+        except (ConnectError, TimeoutError) as exc:
+            raise self._login_failed(exc) from exc
 
     def gpu(self) -> NodeGpu:
-        code, output = self._exec(NODE_FACTS_SCRIPT)
-        if code:
-            raise OperationFailed(f"reading NVIDIA facts on {self.label} failed: {output.strip()[:200]}")
-        return parse_node_facts(output)
+        result = self.run(NODE_FACTS_SCRIPT)
+        if not result.ok:
+            raise OperationFailed(f"reading NVIDIA facts on {self.label} failed: "
+                                  f"{(result.stdout + result.stderr).strip()[:200]}")
+        return parse_node_facts(result.stdout)
 
     def read_file(self, path: str) -> str:
-        code, output = self._exec(join(["cat", "--", path]))
-        if code:
-            raise OperationFailed(f"cannot read {path} on {self.label}: {output.strip()[:200]}")
-        return output
+        """``path``'s text, through the seam's ``get`` (pyinfra's SFTP/SCP client)."""
+        try:
+            return self._host.get(path).decode()
+        except ConnectError as exc:
+            raise self._login_failed(exc) from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise OperationFailed(f"cannot read {path} on {self.label}: {exc}") from exc
 
     def write_file(self, path: str, text: str) -> None:
+        """``path`` replaced whole: the seam's ``put`` writes a copy beside it, then one rename moves it over (a
+        reader of /etc/pve never sees half a config)."""
         tmp = f"{path}.tmp.labwright"
-        code, output = self._exec(f"cat > {quote(tmp)} && mv -f -- {quote(tmp)} {quote(path)}",
-                                  stdin=text)
-        if code:
-            raise OperationFailed(f"cannot write {path} on {self.label}: {output.strip()[:200]}")
-
-    def run(self, argv: Sequence[str]) -> Result:
-        code, output = self._exec(join(argv))
-        return Result(code, output, "")
+        try:
+            self._host.put(text.encode(), tmp)
+        except ConnectError as exc:
+            raise self._login_failed(exc) from exc
+        except OSError as exc:
+            raise OperationFailed(f"cannot write {path} on {self.label}: {exc}") from exc
+        result = self.run(["mv", "-f", "--", tmp, path])
+        if not result.ok:
+            self.run(["rm", "-f", "--", tmp])
+            raise OperationFailed(f"cannot write {path} on {self.label}: "
+                                  f"{(result.stdout + result.stderr).strip()[:200]}")
 
     def close(self) -> None:
         self._host.close()

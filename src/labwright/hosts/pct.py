@@ -5,17 +5,20 @@ Every command runs on the node as ``pct exec VMID -- env PATH=<Debian root PATH>
 sees the PATH it would over SSH. The node is any Host: :class:`labwright.hosts.ssh.SshHost` for a real node (the
 ``@pct`` connector's own), :class:`labwright.hosts.local.LocalHost` when labwright runs on the node itself.
 
-Files go through ``cat`` in the container (``put_with_cat`` / ``get_with_cat``: written beside, then renamed),
-which needs only that the node Host passes stdin; the ``@pct`` connector moves files with ``pct push``/``pct pull``
-instead, verified by size and sha256, for deploys' large files.
+Files go through the container's shell: ``put`` is ``put_with_cat`` (stdin, written beside, then renamed), which
+needs only that the node Host passes stdin; ``get`` reads ``base64`` of the file, since a node Host's output is text
+(any byte comes back as it was). The ``@pct`` connector moves files with ``pct push``/``pct pull`` instead,
+verified by size and sha256, for deploys' large files.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 
 from labwright.connectors.pct_commands import pct_exec_command
-from labwright.hosts import Host, Result, Source, get_with_cat, put_with_cat, shell_line
+from labwright.hosts import Host, Result, Source, put_with_cat, shell_line
+from labwright.shell import quote
 
 
 class PctHost:
@@ -38,7 +41,10 @@ class PctHost:
         put_with_cat(self, source, remote, mode)
 
     def get(self, remote: str) -> bytes:
-        return get_with_cat(self, remote)
+        result = self.run(f"base64 < {quote(remote)}")
+        if not result.ok:
+            raise OSError(f"cannot read {remote} on {self.label}: {result.last_line()}")
+        return base64.b64decode(result.stdout)
 
     def close(self) -> None:
         pass
