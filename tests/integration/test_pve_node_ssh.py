@@ -11,6 +11,7 @@ import pytest
 from labwright.errors import OperationFailed
 from labwright.guests.proxmox_render import edit_conf
 from labwright.guests.pve_node import SshPveNode
+from labwright.hosts import Result
 from labwright.lab.lab import instance_address
 from labwright.testing.lab_fixture import Lab
 
@@ -49,7 +50,7 @@ def test_ssh_pve_node_edits_the_config_file_and_runs_commands_over_real_ssh(lab,
         assert on_node == ("arch: amd64\ndev0: /dev/nvidia0,gid=44\n"
                            "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional\n")
         assert lab.client.exec(container, ["sh", "-c", f"ls {CONF}.tmp* 2>/dev/null | wc -l"]).stdout.strip() == b"0"
-        assert remote.run(["sh", "-c", "echo it\\'s; exit 3"]) == (3, "it's\n")
+        assert remote.run(["sh", "-c", "echo it\\'s; exit 3"]) == Result(3, "it's\n", "")
         facts = remote.gpu()  # the stand-in has no NVIDIA driver and no nodes
         assert facts.driver is None and facts.nodes == ()
         with pytest.raises(OperationFailed, match="cannot read /etc/pve/nodes/pve1/lxc/999.conf"):
