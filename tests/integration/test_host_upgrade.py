@@ -21,8 +21,8 @@ from labwright.gpu.nvidia.host import GpuHost
 from labwright.gpu.nvidia.upgrade_facts import node_facts
 from labwright.hostnames import LxdName
 from labwright.hostupgrade.plan import make_plan
+from labwright.hostupgrade.realhost import PIN_FILE
 from labwright.hostupgrade.run import Upgrade
-from labwright.hostupgrade.simhost import PIN_FILE
 from labwright.snapshots.lxd import LxdSnapshots
 from labwright.testing.waiting import wait_for
 from support.fake_nvidia import (

@@ -40,12 +40,15 @@ from labwright.hosts.local import LocalHost
 from labwright.hostupgrade.installer import failure, named_log
 from labwright.hostupgrade.installer_options import UNLOAD, installer_args, refusal
 from labwright.hostupgrade.plan import Plan, headers_package
-from labwright.hostupgrade.simhost import HOST_LIBDIR, PIN_FILE
 from labwright.hostupgrade.state import RESUME_UNIT, RESUME_UNIT_PATH, RESUME_WANTS_LINK
 from labwright.hostupgrade.trust import verify_installer
 from labwright.shell import quote
 
 INSTALLER_LOG = "/var/log/nvidia-installer.log"
+#: Where the driver's userspace lies on the host (the installer's default for Debian/PVE), below the root.
+HOST_LIBDIR = "usr/lib/x86_64-linux-gnu"
+#: What ``proxmox-boot-tool kernel pin K`` writes (proxmox-kernel-helper), below the root.
+PIN_FILE = "etc/kernel/proxmox-boot-pin"
 #: The ESPs proxmox-boot-tool manages (absent: GRUB, where pin runs update-grub itself).
 ESP_LIST = "/etc/kernel/proxmox-boot-uuids"
 #: Seconds the installer may take (it compiles the module: minutes on a homelab CPU).

@@ -22,14 +22,13 @@ from labwright.gpu.devices import parse_proc_devices
 from labwright.gpu.nvidia.boot_unit import BOOT_UNIT_PATH, CAP_PROC_FILES
 from labwright.gpu.nvidia.driver import NVIDIA_MAJOR
 from labwright.hosts import Result
+from labwright.hostupgrade.realhost import HOST_LIBDIR, PIN_FILE
 
 SIM_DIR = "labwright-sim"
-PIN_FILE = "etc/kernel/proxmox-boot-pin"
 _MODULE_LINE = re.compile(r"(Kernel Module(?:\s+for\s+\S+)?\s+)\d+\.\d+(?:\.\d+)?")
 
 
-#: Where the driver's userspace lies on the host (the installer's default for Debian/PVE), and its files there.
-HOST_LIBDIR = "usr/lib/x86_64-linux-gnu"
+#: The driver's userspace files on the host (below HOST_LIBDIR, the installer's default for Debian/PVE).
 HOST_FILE_GLOBS = (f"{HOST_LIBDIR}/libcuda.so*", f"{HOST_LIBDIR}/libnvidia-ml.so*", "usr/bin/nvidia-smi")
 PREVIOUS_DIR = f"{SIM_DIR}/driver-previous"
 
