@@ -7,8 +7,6 @@ writes nothing. The rules of what an instance should look like are in ``lxd_rend
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from typing import Any
 
 from labwright import ui
@@ -37,6 +35,7 @@ from labwright.guests.lxd_render import (
 from labwright.guests.model import Change, GuestSpec, Plan
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import load_client_config, resolve_endpoint
+from labwright.shell import join, quote
 from labwright.snapshots.lxd import freeze_note
 
 
@@ -299,15 +298,15 @@ class LxdBackend(GuestBackend):
 
     def _preflight(self, spec: GuestSpec) -> None:
         """Create /dev/nvidia-uvm on this host before a GPU guest starts (see gpu.nvidia.host.UVM_PREFLIGHT)."""
-        if not spec.wants_gpu or self.gpu_host is None or str(self.gpu_host.root) != "/":
+        if not spec.wants_gpu or self.gpu_host is None:
             return
         for command in self.gpu_host.preflight_commands():
-            if shutil.which(command[0]) is None:
-                continue  # the uvm nodes are optional devices: the guest starts and gets them when they appear
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
-            if proc.returncode:
+            # without the tool, nothing: the uvm nodes are optional devices, the guest gets them when they appear
+            line = f"command -v {quote(command[0])} >/dev/null 2>&1 || exit 0; {join(command)}"
+            result = self.gpu_host.host.run(line, timeout=60)
+            if not result.ok:
                 raise OperationFailed(f"{spec.where}: `{' '.join(command)}` failed on the host: "
-                                      f"{(proc.stderr or proc.stdout).strip()[:200]}")
+                                      f"{(result.stderr or result.stdout).strip()[:200]}")
 
     def _set_running(self, spec: GuestSpec, running: bool) -> None:
         if running:

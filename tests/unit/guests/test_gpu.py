@@ -22,6 +22,9 @@ from labwright.gpu.nvidia.boot_unit import (
 )
 from labwright.gpu.nvidia.driver import check_driver_match, parse_driver_version, parse_nvidia_smi, userspace_versions
 from labwright.gpu.nvidia.host import UVM_PREFLIGHT
+from labwright.guests.lxd import LxdBackend
+from labwright.guests.model import spec_from_data
+from labwright.lxd.client import Endpoint, LxdClient
 from support.fake_nvidia import make_container_libraries, make_fake_nvidia_host, reboot, run_boot_unit
 from support.gpu_host import TreeGpuHost
 
@@ -100,6 +103,19 @@ def test_missing_uvm_asks_for_nvidia_modprobe(tmp_path):
     host = TreeGpuHost(tmp_path)
     assert host.preflight_commands() == [UVM_PREFLIGHT] == [("nvidia-modprobe", "-u", "-c", "0")]
     assert "nvidia-uvm" not in {n.name for n in host.device_nodes()}
+
+
+@needs_root
+def test_the_uvm_preflight_before_a_gpu_guest_starts_runs_on_the_gpu_hosts_host(tmp_path):
+    """LxdBackend runs nvidia-modprobe through the GpuHost's Host (here the tree's double: recorded, not run), and
+    only where the tool is there (the uvm nodes are optional devices)."""
+    make_fake_nvidia_host(tmp_path, with_uvm=False)
+    host = TreeGpuHost(tmp_path)
+    backend = LxdBackend(LxdClient(Endpoint(socket_path=str(tmp_path / "no-daemon"))), gpu_host=host)  # never asked
+    backend._preflight(spec_from_data("@lxd/web1", {"backend": "lxd", "gpu": "none"}, source="inv.py"))
+    assert host.ran == []
+    backend._preflight(spec_from_data("@lxd/web1", {"backend": "lxd", "gpu": "nvidia"}, source="inv.py"))
+    assert host.ran == [("command -v nvidia-modprobe >/dev/null 2>&1 || exit 0; nvidia-modprobe -u -c 0",)]
 
 
 def test_host_without_driver(tmp_path):
