@@ -1,4 +1,5 @@
-"""Host GPU facts from fake /proc and /dev trees (real mknod nodes), and the driver-match rule."""
+"""labwright.gpu.nvidia: host GPU facts from fake /proc and /dev trees (real mknod nodes), the boot unit, and the
+driver-match rule."""
 
 from __future__ import annotations
 
