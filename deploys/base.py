@@ -2,7 +2,7 @@
 
     pyinfra -y inventories/local.py deploys/base.py
     pyinfra -y @lxd/lw-node1 deploys/base.py --data unattended_upgrades=false
-    labwright verify base --hosts=lxc://lw-node1
+    labwright verify base --hosts=@lxd/lw-node1
 
 Host data (defaults in labwright.base.deploy_data.DEFAULTS, documented in docs/base.md): admin_user,
 admin_ssh_public_key_file, timezone, locale, unattended_upgrades, sshd_extra_config.

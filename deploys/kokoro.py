@@ -2,7 +2,7 @@
 
     pyinfra -y @lxd/tts deploys/kokoro.py --data kokoro_source=~/src/Kokoro-FastAPI
     pyinfra -y @lxd/tts-gpu deploys/kokoro.py --data kokoro_source=~/src/Kokoro-FastAPI --data kokoro_use=long_form
-    labwright verify kokoro --hosts=lxc://tts
+    labwright verify kokoro --hosts=@lxd/tts
 
 Host data: ``kokoro_source`` (a Kokoro-FastAPI checkout on the control machine, model files in place; required) and
 ``kokoro_<key>`` for each key of templates/kokoro/defaults.toml [service]. The device is ``kokoro_device`` or, when

@@ -2,7 +2,7 @@
 
     pyinfra -y inventory.py deploys/litellm.py --limit gateway
     OPENROUTER_API_KEY=... pyinfra -y inventory.py deploys/litellm.py --limit gateway
-    labwright verify litellm --hosts=lxc://gateway
+    labwright verify litellm --hosts=@lxd/gateway
 
 The deploy reads the whole inventory: every host whose data marks it as an engine (``llamacpp_model``,
 ``tabbyapi_model_name``, ``ollama_models``; templates/litellm/defaults.toml [engines]) becomes a model in config.yaml.

@@ -1,9 +1,9 @@
 """llama.cpp llama-server as a systemd service, with the seed's production flags as data; an Ollama drop-in.
 
-    python -m labwright.llamacpp.build             # once per machine: the pinned llama-server, cached
+    labwright build llamacpp                       # once per machine: the pinned llama-server, cached
     pyinfra -y @lxd/lw-node1 deploys/llamacpp.py --data llamacpp_model=/srv/models/qwen.gguf
     pyinfra -y @lxd/lw-node1 deploys/llamacpp.py --data llamacpp_model=/srv/models/q.gguf --data llamacpp_ctx_size=65536
-    labwright verify llamacpp --hosts=lxc://lw-node1 --llamacpp-model=/srv/models/qwen.gguf
+    labwright verify llamacpp --hosts=@lxd/lw-node1 --llamacpp-model=/srv/models/qwen.gguf
 
 Host data: ``llamacpp_<key>`` for every key in templates/llamacpp/defaults.toml ([service] and [flags]),
 ``llamacpp_extra_args`` (a list appended to the command line), ``llamacpp_build`` (auto: the CUDA build for the
@@ -12,7 +12,7 @@ binary of your own instead of the cached build) and ``llamacpp_ollama_<key>`` ([
 The server answers only with its API key, made on the guest (``llamacpp_api_key_file``, /etc/llama-server/api-key);
 ``llamacpp_open=true`` runs it without one on purpose; ``llamacpp_host=auto`` is 127.0.0.1 when only the LiteLLM
 gateway on the same guest uses it (docs/security.md, "Every engine behind a key").
-A GPU host's CUDA build is made once on the control machine: ``python -m labwright.llamacpp.build --arch 8.6``.
+A GPU host's CUDA build is made once on the control machine: ``labwright build llamacpp --arch 8.6``.
 See docs/llamacpp.md.
 
 The binary is pushed from the control machine rather than built on each guest: one 5-minute build per machine

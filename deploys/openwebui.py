@@ -2,7 +2,7 @@
 
     pyinfra -y inventory.py deploys/openwebui.py --limit webui
     pyinfra -y inventory.py deploys/openwebui.py --limit webui --data openwebui_find_links=/mnt/openwebui-wheels
-    labwright verify openwebui --hosts=lxc://webui
+    labwright verify openwebui --hosts=@lxd/webui
 
 The models: the LiteLLM gateway when deploys/litellm.py runs on the same host (its master key is copied into a
 root-only file there, never through this machine), else every engine host of the inventory (``llamacpp_model``,

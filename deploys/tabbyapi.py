@@ -2,7 +2,7 @@
 
     pyinfra -y @lxd/llm1 deploys/tabbyapi.py --data tabbyapi_model_name=Qwen3-8B-exl3-4.0bpw --data stack=A
     pyinfra -y inventories/lab.py deploys/tabbyapi.py --limit gpu_guests
-    labwright verify tabbyapi --hosts=lxc://llm1
+    labwright verify tabbyapi --hosts=@lxd/llm1
 
 Host data: ``stack`` (a stack of wheels_matrix/stacks.toml), ``tabbyapi_<key>`` or a ``tabbyapi`` dict for every key
 of templates/tabbyapi/defaults.toml, ``guest`` (the guest's declaration, see docs/guests.md). See docs/tabbyapi.md.

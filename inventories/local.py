@@ -5,7 +5,7 @@
 
     labwright lab up
     pyinfra -y inventories/local.py deploys/base.py
-    labwright verify base --hosts=lxc://lw-node1
+    labwright verify base --hosts=@lxd/lw-node1
 """
 
 from labwright.lab.keys import lab_key_path

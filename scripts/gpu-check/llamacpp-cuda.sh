@@ -43,7 +43,7 @@ print(build.build_cuda_server(cuda.toolchain(None, root), caps, source, jobs))
 PY
   ) || exit 1
 else
-  BIN=$(python3 -m labwright.llamacpp.build --jobs "$JOBS" "${ARGS[@]}") || exit 1
+  BIN=$(python3 -m labwright build llamacpp --jobs "$JOBS" "${ARGS[@]}") || exit 1
 fi
 echo "built $BIN in $(( $(date +%s) - START )) s"
 DIR=$(dirname "$(dirname "$BIN")")
@@ -51,7 +51,7 @@ python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print('sass:', m['s
   "$DIR/manifest.json"
 ls -la "$BIN" "$DIR/lib/llama-server"; ldd "$BIN" | grep -E 'cuda|cublas'
 step "run it on the GPU with a tiny model"
-python3 -m labwright.llamacpp.tiny_model /tmp/lw-tiny.gguf >/dev/null
+python3 -m labwright model tiny /tmp/lw-tiny.gguf >/dev/null
 echo "$BIN" > /tmp/lw-llama-cuda-bin
 "$BIN" --model /tmp/lw-tiny.gguf --n-gpu-layers 99 -lv 4 --port 18001 --host 127.0.0.1 --ctx-size 2048 \
   > /tmp/lw-llama-cuda.log 2>&1 &

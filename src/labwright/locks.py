@@ -256,7 +256,7 @@ def check_lock(path: Path) -> list[str]:
     for number, line in enumerate(lines, 1):
         if "==" not in line.split(" ", 1)[0] or not _HASH.search(line):
             raise BadInput(f"{path}: requirement {number} ({line.split(' ', 1)[0]!r}) is not pinned with ==version and "
-                           "--hash=sha256:...: rebuild the lock (python -m labwright.<service>.wheelhouse)")
+                           "--hash=sha256:...: rebuild the lock (labwright wheelhouse <service>)")
     if not lines:
-        raise BadInput(f"{path}: an empty lock: rebuild it (python -m labwright.<service>.wheelhouse)")
+        raise BadInput(f"{path}: an empty lock: rebuild it (labwright wheelhouse <service>)")
     return lines

@@ -127,7 +127,7 @@ def deploy_openwebui() -> None:
             # Its requirements are read from the repository on the guest, so this machine cannot lock them from the
             # index: they come from a wheelhouse with its hashed lock (docs/security.md, "Every download pinned").
             raise fail("pipelines_find_links", "the pipelines venv installs from a hashed lock: build its wheelhouse "
-                       "with `python -m labwright.wheelhouse --python <the guest's> --out DIR -r "
+                       "with `labwright wheelhouse requirements --python <the guest's> --out DIR -r "
                        "requirements-minimum.txt` (the file at openwebui_pipelines_ref) and set "
                        "openwebui_pipelines_find_links to it (nothing was changed)")
     # Every venv from a wheelhouse installs from its hashed lock (docs/security.md, "Every download pinned"); a plain

@@ -121,7 +121,7 @@ def local_binary(data: Mapping[str, Any], builds: Path | None = None) -> tuple[s
         raise keys.fail("binary_src", f"{str(src)[:80]}: {exc.strerror}; give the llama-server binary on this "
                         "machine") from None
     if not there:
-        raise keys.fail("binary_src", f"{src} does not exist; build it with `python -m labwright.llamacpp.build` "
+        raise keys.fail("binary_src", f"{src} does not exist; build it with `labwright build llamacpp` "
                         "or pass --data llamacpp_binary_src=PATH")
     given = data.get("llamacpp_binary_sha256")
     # --data parses an all-digit digest as a number (dropping leading zeros): spell it back as 64 digits.
@@ -211,7 +211,7 @@ def server_files(choice: BuildChoice, data: Mapping[str, Any], binary: str,
     if not manifest_path.is_file():
         wanted = " ".join(f"--arch {cap}" for cap in choice.capabilities)
         raise keys.fail("build", f"this host's GPUs need the {choice.describe()}, not built on this machine yet "
-                        f"({directory}); build it once with `python -m labwright.llamacpp.build {wanted}`, or use "
+                        f"({directory}); build it once with `labwright build llamacpp {wanted}`, or use "
                         "llamacpp_build=cpu (nothing was changed)")
     recorded = json.loads(manifest_path.read_text())["files"]
     lib_dir = guest_lib_dir(binary)

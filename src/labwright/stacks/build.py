@@ -268,8 +268,8 @@ def dependency_pass(plan: SwitchPlan, wheels: list[LocalWheel], env_dir: Path, p
         try:
             text = found.read_text()
         except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(f"{found}: cannot read the wheelhouse's lock ({exc}); write it again with python -m "
-                           "labwright.wheelhouse or python -m labwright.stacks.dependency_lock") from None
+            raise BadInput(f"{found}: cannot read the wheelhouse's lock ({exc}); write it again with labwright "
+                           "wheelhouse requirements or python -m labwright.stacks.dependency_lock") from None
         lines, source, where = check_lock_text(text, str(found)), f"the wheelhouse {found.parent}", str(found)
         args = ["--no-index", *(f"--find-links={d}" for d in directories)]
     elif not needed:

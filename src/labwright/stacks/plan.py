@@ -125,7 +125,7 @@ def check_lock_text(text: str, where: str) -> list[str]:
         if not LOCK_LINE.match(" ".join(line.split())):
             raise BadInput(f"{where}: line {number} ({line.split(' ', 1)[0]!r}) is not `name==version "
                            "--hash=sha256:HEX`: make the lock again (python -m "
-                           "labwright.stacks.dependency_lock, or python -m labwright.wheelhouse for a wheelhouse)")
+                           "labwright.stacks.dependency_lock, or labwright wheelhouse requirements for a wheelhouse)")
     return lines
 
 

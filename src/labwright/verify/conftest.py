@@ -3,10 +3,10 @@
 Each value comes from a pytest option, else an environment variable, else the default that matches
 inventories/local.py, so a plain run checks a host deployed with the local inventory's data:
 
-    labwright verify base --hosts=lxc://lw-node1
-    labwright verify base --hosts=lxc://web1 --base-timezone=Europe/Berlin --base-unattended-upgrades=off
-    labwright verify base --hosts=ssh://labadmin@10.99.0.53 --ssh-identity-file=KEY --sudo
-    labwright verify llamacpp --hosts=lxc://lw-node1 --llamacpp-model=/srv/models/q.gguf \
+    labwright verify base --hosts=@lxd/lw-node1
+    labwright verify base --hosts=@lxd/web1 --base-timezone=Europe/Berlin --base-unattended-upgrades=off
+    labwright verify base --hosts=@ssh/labadmin@10.99.0.53 --ssh-identity-file=KEY --sudo
+    labwright verify llamacpp --hosts=@lxd/lw-node1 --llamacpp-model=/srv/models/q.gguf \
         --llamacpp-flag ctx_size=65536
 """
 

@@ -1,7 +1,7 @@
 """testinfra checks of what deploys/base.py promises, on a deployed host.
 
-    labwright verify base --hosts=lxc://lw-node1
-    labwright verify base --hosts=ssh://labadmin@ADDR --ssh-identity-file=KEY --sudo
+    labwright verify base --hosts=@lxd/lw-node1
+    labwright verify base --hosts=@ssh/labadmin@ADDR --ssh-identity-file=KEY --sudo
 
 Expected values: see labwright/verify/conftest.py (--base-admin-user, --base-timezone, --base-locale,
 --base-unattended-upgrades, --base-admin-key-file). The checks read the state the system actually

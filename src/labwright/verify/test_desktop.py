@@ -1,7 +1,7 @@
 """testinfra checks of what deploys/desktop.py promises, on a deployed desktop guest.
 
-    labwright verify desktop --hosts=lxc://desk1
-    LABWRIGHT_DESKTOP_USER=anna labwright verify desktop --hosts=ssh://root@ADDR
+    labwright verify desktop --hosts=@lxd/desk1
+    LABWRIGHT_DESKTOP_USER=anna labwright verify desktop --hosts=@ssh/root@ADDR
 
 Expected values: what the deploy recorded on the guest (/etc/labwright/desktop.json), overridden by
 $LABWRIGHT_DESKTOP_USER, $LABWRIGHT_DESKTOP_PORT, $LABWRIGHT_DESKTOP_LISTEN and $LABWRIGHT_DESKTOP_FIREFOX_SOURCE.

@@ -1,7 +1,7 @@
 """testinfra checks of what deploys/kokoro.py promises, on a deployed TTS host.
 
-    labwright verify kokoro --hosts=lxc://tts
-    LABWRIGHT_KOKORO_DEVICE=gpu labwright verify kokoro --hosts=ssh://root@ADDR
+    labwright verify kokoro --hosts=@lxd/tts
+    LABWRIGHT_KOKORO_DEVICE=gpu labwright verify kokoro --hosts=@ssh/root@ADDR
 
 Expected values come from the environment, else templates/kokoro/defaults.toml: LABWRIGHT_KOKORO_SERVICE,
 LABWRIGHT_KOKORO_USER, LABWRIGHT_KOKORO_PORT, LABWRIGHT_KOKORO_DIR, LABWRIGHT_KOKORO_DEVICE (cpu|gpu; default: the

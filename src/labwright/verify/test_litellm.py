@@ -1,7 +1,7 @@
 """testinfra checks of what deploys/litellm.py promises, on a deployed gateway.
 
-    labwright verify litellm --hosts=lxc://gateway
-    LABWRIGHT_LITELLM_MODELS=tiny-a,tiny-b,fast labwright verify litellm --hosts=ssh://root@ADDR
+    labwright verify litellm --hosts=@lxd/gateway
+    LABWRIGHT_LITELLM_MODELS=tiny-a,tiny-b,fast labwright verify litellm --hosts=@ssh/root@ADDR
 
 Expected values come from the environment, else templates/litellm/defaults.toml: LABWRIGHT_LITELLM_SERVICE,
 LABWRIGHT_LITELLM_PORT, LABWRIGHT_LITELLM_CONFIG_DIR, LABWRIGHT_LITELLM_USER, and LABWRIGHT_LITELLM_MODELS (comma

@@ -1,7 +1,7 @@
 """testinfra checks of what deploys/llamacpp.py promises, on a deployed host.
 
-    labwright verify llamacpp --hosts=lxc://lw-node1 --llamacpp-model=/srv/models/q.gguf
-    labwright verify llamacpp --hosts=ssh://root@ADDR --llamacpp-flag ctx_size=65536 \
+    labwright verify llamacpp --hosts=@lxd/lw-node1 --llamacpp-model=/srv/models/q.gguf
+    labwright verify llamacpp --hosts=@ssh/root@ADDR --llamacpp-flag ctx_size=65536 \
         --llamacpp-flag port=8080
 
 Expected values: templates/llamacpp/defaults.toml overridden by --llamacpp-service, --llamacpp-user,

@@ -1,7 +1,7 @@
 """testinfra checks of what deploys/openwebui.py promises, on a deployed Open WebUI host.
 
-    labwright verify openwebui --hosts=lxc://webui
-    LABWRIGHT_OPENWEBUI_MODELS=tiny labwright verify openwebui --hosts=ssh://root@ADDR
+    labwright verify openwebui --hosts=@lxd/webui
+    LABWRIGHT_OPENWEBUI_MODELS=tiny labwright verify openwebui --hosts=@ssh/root@ADDR
 
 Expected values come from the environment, else templates/openwebui/defaults.toml: LABWRIGHT_OPENWEBUI_SERVICE,
 LABWRIGHT_OPENWEBUI_PORT, LABWRIGHT_OPENWEBUI_CONFIG_DIR, LABWRIGHT_OPENWEBUI_USER, and LABWRIGHT_OPENWEBUI_MODELS

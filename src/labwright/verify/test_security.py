@@ -1,8 +1,8 @@
 """testinfra checks of a host as a whole, as docs/security.md promises it (issue 31): what answers on the network
 without a key, how hardened the units labwright wrote are, and who can read its secret files.
 
-    labwright verify security --hosts=lxc://lw-node1
-    labwright verify security --hosts=ssh://labadmin@llm1 --sudo --security-open-ports=8880
+    labwright verify security --hosts=@lxd/lw-node1
+    labwright verify security --hosts=@ssh/labadmin@llm1 --sudo --security-open-ports=8880
 
 - **Ports**: every TCP port listening beyond loopback (``ss -Hltn``) is asked ``GET /v1/models`` without a key, from
   the host itself. An OpenAI-shaped answer (HTTP 200, a JSON object with a ``data`` list: what every engine and the

@@ -1,8 +1,8 @@
 """testinfra checks of what deploys/tabbyapi.py promises, on a deployed host.
 
-    labwright verify tabbyapi --hosts=lxc://llm1
+    labwright verify tabbyapi --hosts=@lxd/llm1
     LABWRIGHT_TABBYAPI_PORT=5001 LABWRIGHT_TABBYAPI_MODEL_NAME=Qwen3-8B-exl3 LABWRIGHT_TABBYAPI_CACHE_SIZE=65536 \
-        labwright verify tabbyapi --hosts=ssh://root@ADDR
+        labwright verify tabbyapi --hosts=@ssh/root@ADDR
 
 Expected values: templates/tabbyapi/defaults.toml (the file the deploy reads), each overridden by an environment
 variable ``LABWRIGHT_TABBYAPI_<KEY>`` (JSON values are parsed: ``LABWRIGHT_TABBYAPI_EXTRA='{"logging": {}}'``), the

@@ -96,6 +96,6 @@ def test_a_damaged_cuda_cache_never_reaches_a_guest(cache: Path) -> None:
 
 
 def test_a_cuda_build_not_built_yet_names_the_command(cache: Path) -> None:
-    with pytest.raises(DeployError, match=r"build it once with `python -m labwright.llamacpp.build --arch 8.6 "
+    with pytest.raises(DeployError, match=r"build it once with `labwright build llamacpp --arch 8.6 "
                                           r"--arch 12.0`"):
         server_files(build_choice({}, [RTX_3090, RTX_5090]), {}, "/usr/local/bin/llama-server")
