@@ -48,12 +48,16 @@ def command(
     """Run the testinfra suite of a deploy (base, llamacpp, tabbyapi, ...) against --hosts."""
     translated = hostspec.translate_hosts(hosts) if hosts is not None else None  # refused before anything runs
     if suite is None:
+        if as_json:
+            typer.echo(json.dumps({"suites": [{"name": name, "path": str(verify_suite(name))}
+                                              for name in VERIFY_SUITES]}))
+            return
         for name in VERIFY_SUITES:
             typer.echo(f"{name}\t{verify_suite(name)}")
         return
     file = verify_suite(suite)
     if path:
-        typer.echo(str(file))
+        typer.echo(json.dumps({"suites": [{"name": suite, "path": str(file)}]}) if as_json else str(file))
         return
     if importlib.util.find_spec("testinfra") is None:
         raise BadInput("labwright verify needs pytest-testinfra: pip install 'labwright[verify]' (or "

@@ -67,12 +67,26 @@ def test_the_cli_refuses_a_bad_name_in_one_line_before_pytest_runs(as_json, caps
         assert out == ""
 
 
+def test_json_lists_the_suites(capsys):
+    from support.cli_docs import assert_documented
+
+    assert main(["verify", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert_documented("verify", doc, 1)
+    assert [s["name"] for s in doc["suites"]][:2] == ["base", "desktop"]
+    assert main(["verify", "base", "--path", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["suites"][0]["path"].endswith("test_base.py")
+
+
 def test_json_reports_each_test_and_the_totals(cli_env):
+    from support.cli_docs import assert_documented
+
     # this machine as the host (@local): the timezone checks pass or fail by what it has; the document says which
     proc = run_cli(["verify", "base", "--hosts=@local", "--json", "-q", "-k", "timezone or localtime"], env=cli_env,
                    timeout=300)
     assert proc.returncode in (0, 1), proc.stderr
     doc = json.loads(proc.stdout)
+    assert_documented("verify", doc)
     assert (doc["suite"], doc["hosts"], doc["testinfra_hosts"]) == ("base", ["@local"], ["local://"])
     assert doc["exit_code"] == proc.returncode and doc["ok"] is (proc.returncode == 0)
     assert len(doc["tests"]) >= 2 and all(t["nodeid"].startswith("test_base.py::") for t in doc["tests"])
