@@ -62,7 +62,7 @@ def main() -> int:
         shutil.copy2(sdist, cache / "llama" / "0.3.36" / sdist.name)
 
     env = {**os.environ, "LABWRIGHT_CACHE": str(cache), "PYTHONPATH": str(REPO / "src"), "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "labwright.llamacpp.build", "--jobs", str(args.jobs)]
+    argv = [sys.executable, "-m", "labwright", "build", "llamacpp", "--jobs", str(args.jobs)]
     for cap in args.arch:
         argv += ["--arch", cap]
     deadline = deadline_from(args.stop_at, args.max_minutes)

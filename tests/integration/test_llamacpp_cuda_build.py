@@ -143,12 +143,12 @@ def test_a_cuda_executable_linked_like_llama_server_finds_its_libraries_beside_i
 
 def test_a_gpu_cuda_13_cannot_compile_for_is_refused_in_one_line_before_anything_is_written(tmp_path: Path) -> None:
     env = {**os.environ, "LABWRIGHT_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(REPO / "src")}
-    result = subprocess.run([sys.executable, "-m", "labwright.llamacpp.build", "--arch", "7.0"], env=env,
+    result = subprocess.run([sys.executable, "-m", "labwright", "build", "llamacpp", "--arch", "7.0"], env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert lines[0].startswith("labwright: --arch 7.0: a llama.cpp CUDA 13.0 build cannot target it: ")
+    assert lines[0].startswith("labwright: error: --arch 7.0: a llama.cpp CUDA 13.0 build cannot target it: ")
     assert "CUDA 13.0 dropped Volta" in lines[0] and "--cuda-root" in lines[0]
     assert result.stdout == ""
     assert not (tmp_path / "cache").exists()
