@@ -52,6 +52,13 @@ def best(result: dict[str, Any]) -> dict[str, Any]:
     return dict(result.get("warm") or result.get("cold") or {})
 
 
+def trial_span(result: dict[str, Any], key: str) -> tuple[float, float] | None:
+    """The slowest and fastest of a context's cached trials (2..n) for ``key``; None with fewer than two."""
+    values = [v for t in (result.get("trials") or [])[1:] if isinstance(t, dict)
+              and isinstance(v := t.get(key), (int, float))]
+    return (min(values), max(values)) if len(values) >= 2 else None
+
+
 def spread_of(result: dict[str, Any]) -> dict[str, float | None]:
     """A context's spread per metric (labwright.bench.stats.spreads): as the run recorded it, else computed from its
     trials (a result saved before the spread was recorded)."""
@@ -230,7 +237,8 @@ def require_matplotlib() -> None:
 
 
 def plot(docs: list[dict[str, Any]], path: Path) -> Path:
-    """tok/s against context (log scale), prefill and decode side by side, one line per label."""
+    """tok/s against context (log scale), prefill and decode side by side, one line per label (the medians) with a
+    bar at each point from the slowest to the fastest cached trial (the spread; none with fewer than two)."""
     require_matplotlib()
     import matplotlib
 
@@ -241,10 +249,18 @@ def plot(docs: list[dict[str, Any]], path: Path) -> Path:
     for ax, key, title in ((axes[0], "prefill_tps", "Prefill (prompt tokens / TTFT)"),
                            (axes[1], "decode_tps", "Decode (tokens / (total - TTFT))")):
         for doc in docs:
-            points = [(r["context"], best(r).get(key)) for r in sorted(doc["results"], key=lambda r: r["context"])]
-            points = [(c, v) for c, v in points if v is not None]
-            if points:
-                ax.plot([c for c, _ in points], [v for _, v in points], marker="o", label=str(doc.get("label")))
+            results = [r for r in sorted(doc["results"], key=lambda r: r["context"]) if best(r).get(key) is not None]
+            if results:
+                xs, ys = [r["context"] for r in results], [best(r)[key] for r in results]
+                line, = ax.plot(xs, ys, marker="o", label=str(doc.get("label")))
+                # the spread: a bar from the slowest to the fastest cached trial at each context
+                spans = [(x, y, span) for x, y, r in zip(xs, ys, results, strict=True)
+                         if (span := trial_span(r, key)) is not None]
+                if spans:
+                    ax.errorbar([x for x, _, _ in spans], [y for _, y, _ in spans],
+                                yerr=[[max(0.0, y - lo) for _, y, (lo, _) in spans],
+                                      [max(0.0, hi - y) for _, y, (_, hi) in spans]],
+                                fmt="none", ecolor=line.get_color(), capsize=4, alpha=0.8)
         ax.set_xscale("log", base=2)
         contexts = sorted({r["context"] for doc in docs for r in doc["results"]})
         ax.set_xticks(contexts, [_short(c) for c in contexts])

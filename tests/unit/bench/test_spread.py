@@ -127,3 +127,17 @@ def test_a_max_spread_out_of_range_is_one_line(value, tmp_path, capsys):
     code = main(["bench", "compare", str(a), "--max-spread", value])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and f"--max-spread {value}" in err
+
+
+def test_the_plot_draws_each_context_s_spread(tmp_path):
+    import matplotlib.image
+
+    quiet = decode_run("quiet", [50.0, 100.0, 101.0, 99.0])
+    noisy = decode_run("noisy", [50.0, 40.0, 160.0, 100.0])
+    assert report.trial_span(noisy["results"][0], "decode_tps") == pytest.approx((40.0, 160.0))
+    assert report.trial_span(decode_run("one", [50.0, 100.0])["results"][0], "decode_tps") is None
+    plain = report.plot([quiet, decode_run("noisy", [50.0, 100.0])], tmp_path / "plain.png")
+    barred = report.plot([quiet, noisy], tmp_path / "barred.png")
+    # the noisy run's bar (40 to 160 tok/s) adds ink that the plain picture does not have
+    ink = [(matplotlib.image.imread(path)[..., :3].sum(axis=2) < 2.5).sum() for path in (plain, barred)]
+    assert ink[1] > ink[0] + 50, ink
