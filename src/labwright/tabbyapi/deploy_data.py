@@ -11,8 +11,8 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import PurePosixPath
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, Any
 
 import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -21,12 +21,15 @@ from labwright import paths
 from labwright.deploy_data import one_value_problem, unknown_key_error
 from labwright.errors import BadInput
 from labwright.models.deploy_data import ModelSettings, engine_model
+from labwright.schema import checks
+
+if TYPE_CHECKING:
+    from labwright.schema.model import Schema
 
 TEMPLATES = paths.templates_dir("tabbyapi")
 PAGE = 256  # exllamav3's KV cache page: cache_size is allocated in whole pages
 LEGACY_CACHE_MODES = ("FP16", "Q4", "Q6", "Q8")
 MANAGED_SECTIONS = ("network", "model", "draft_model", "memory")
-NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 HEX_REF = re.compile(r"^[0-9a-f]{7,40}$")
 REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
@@ -55,38 +58,143 @@ def round_cache_size(value: int) -> int:
     return -(-value // PAGE) * PAGE
 
 
-def check_cache_mode(value: Any) -> str:
-    """FP16, Q4/Q6/Q8 (legacy), or "K,V" with 2..8 bits each, as tabbyAPI's config takes it."""
+def cache_mode(value: Any) -> str:
+    """FP16, Q4/Q6/Q8 (legacy), or "K,V" with 2..8 bits each, as tabbyAPI's config takes it (ValueError: why not)."""
     text = str(value).strip().replace(" ", "")
     if text.upper() in LEGACY_CACHE_MODES:
         return text.upper()
     fix = 'use "K,V" bits from 2 to 8 such as "8,4" (field note 001) or "4,4", or FP16/Q4/Q6/Q8'
     match = re.fullmatch(r"(\d+),(\d+)", text)
     if not match:
-        raise fail("cache_mode", f"{str(value)!r} is not a cache mode: {fix}")
+        raise ValueError(f"{str(value)[:80]!r} is not a cache mode: {fix}")
     bits = [int(b) for b in match.groups()]
     if not all(2 <= b <= 8 for b in bits):
-        raise fail("cache_mode", f"{str(value)!r}: each of K and V takes 2 to 8 bits; {fix}")
+        raise ValueError(f"{str(value)!r}: each of K and V takes 2 to 8 bits; {fix}")
     return f"{bits[0]},{bits[1]}"
 
 
-def as_int(key: str, value: Any, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool):
-        raise fail(key, f"{value!r} is not a whole number")
+def check_cache_mode(value: Any) -> str:
+    """:func:`cache_mode`, refused as ``tabbyapi_cache_mode: ...`` (BadInput)."""
     try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise fail(key, f"{value!r} is not a whole number") from None
-    if number < low or (high is not None and number > high):
-        raise fail(key, f"{number} is out of range ({low}..{'' if high is None else high})")
+        return cache_mode(value)
+    except ValueError as error:
+        raise fail("cache_mode", str(error)) from None
+
+
+def git_ref(value: Any) -> str:
+    ref = checks.line(value)
+    if not REF.match(ref) or ".." in ref:
+        raise ValueError(f"{ref!r} is not a git tag, branch or commit name")
+    return ref
+
+
+def git_url(value: Any) -> str:
+    text = checks.line(value)
+    if not text or any(c in text for c in " '\""):
+        raise ValueError(f"{text!r} is not a git URL")
+    return text
+
+
+def service_name(value: Any) -> str:
+    name = checks.user_name(value)
+    if name == "root":
+        raise ValueError(f"{name!r} is not a valid name (lowercase letters, digits, _ and -; not root)")
+    return name
+
+
+def apt_packages(value: Any) -> list[str]:
+    packages = [p for p in re.split(r"[,\s]+", value) if p] if isinstance(value, str) else value
+    if not isinstance(packages, list) or not all(isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", p)
+                                                 for p in packages):
+        raise ValueError(f"{str(packages)[:80]!r} is not a list of Debian package names")
+    return list(packages)
+
+
+def gpu_mode(value: Any) -> str:
+    gpu = str(value).strip().lower()
+    gpu = "required" if gpu in TRUE else "off" if gpu in FALSE else gpu
+    if gpu not in GPU_MODES:
+        raise ValueError(f"{gpu[:80]!r} is not one of {', '.join(GPU_MODES)}")
+    return gpu
+
+
+def model_name(value: Any) -> str:
+    name = checks.line(value)
+    if not name or "/" in name or name in (".", "..") or len(name.encode()) > 255:
+        raise ValueError(f"{name[:80]!r} must be the model's directory name under model_dir")
+    return name
+
+
+def context_length(value: Any) -> int:
+    number = checks.whole(-1)(value)
+    if number == 0:
+        raise ValueError("0 is not a context length (-1 takes the model's own)")
     return number
 
 
-def as_path(key: str, value: Any) -> str:
-    text = str(value).strip()
-    if not PurePosixPath(text).is_absolute() or "\n" in text:
-        raise fail(key, f"{value!r} must be an absolute path on the guest")
-    return text.rstrip("/") or "/"
+def extra_sections(value: Any) -> dict[str, dict[str, Any]]:
+    extra = value or {}
+    if not isinstance(extra, Mapping) or not all(isinstance(v, Mapping) for v in extra.values()):
+        raise ValueError("must be a dict of config.yml sections, e.g. {\"logging\": {\"log_prompt\": false}}")
+    clash = sorted(set(extra) & set(MANAGED_SECTIONS))
+    if clash:
+        raise ValueError(f"section {clash[0]!r} is set by the deploy's own keys; use tabbyapi_<key> for it")
+    return {str(k): dict(v) for k, v in extra.items()}
+
+
+def restart_policy(value: Any) -> str:
+    restart = checks.line(value)
+    if restart not in RESTART_POLICIES:
+        raise ValueError(f"{restart[:80]!r} is not a systemd Restart= policy ({', '.join(RESTART_POLICIES)})")
+    return restart
+
+
+@cache
+def data_schema() -> type[Schema]:
+    """The ``tabbyapi_*`` keys (and ``stack``), typed: built on first use, so pydantic loads only with the data."""
+    from pydantic import BeforeValidator
+
+    from labwright.schema.fields import AbsPath, Line, ListenAddress, ManagedDir, Port
+    from labwright.schema.model import Schema
+
+    def typed(check: Callable[[Any], Any]) -> Any:
+        return BeforeValidator(check)
+
+    class TabbyApiData(Schema):
+        git_url: Annotated[str, typed(git_url)]
+        ref: Annotated[str, typed(git_ref)]
+        dir: ManagedDir
+        venv: ManagedDir
+        stack: Line
+        wheelhouse: Annotated[str, typed(checks.or_empty(checks.abs_path))]
+        torch: Annotated[str, typed(checks.or_empty(checks.line))]
+        root: ManagedDir
+        keep: Annotated[int, typed(checks.whole(1))]
+        base_python: Annotated[str, typed(checks.or_empty(checks.line))]
+        installer: Annotated[str, typed(checks.one_of("auto", "uv", "pip"))]
+        service: Annotated[str, typed(service_name)]
+        user: Annotated[str, typed(service_name)]
+        packages: Annotated[list[str], typed(apt_packages)]
+        restart: Annotated[str, typed(restart_policy)]
+        restart_sec: Annotated[int, typed(checks.whole(0))]
+        health_timeout: Annotated[int, typed(checks.whole(1))]
+        gpu: Annotated[str, typed(gpu_mode)]
+        nvidia_root: AbsPath
+        host: ListenAddress
+        port: Port
+        model_dir: ManagedDir
+        model_name: Annotated[str, typed(model_name)]
+        max_seq_len: Annotated[int, typed(context_length)]
+        cache_size: Annotated[int, typed(checks.whole(1))]
+        cache_mode: Annotated[str, typed(cache_mode)]
+        chunk_size: Annotated[int, typed(checks.whole(256))]
+        max_batch_size: Annotated[int, typed(checks.whole(1))]
+        sysmem_recurrent_cache: Annotated[int, typed(checks.whole(0))]
+        draft_model_name: Annotated[str, typed(checks.or_empty(checks.line))]
+        ngram_match_min: Annotated[int, typed(checks.whole(0))]
+        extra: Annotated[dict[str, dict[str, Any]], typed(extra_sections)]
+
+    return TabbyApiData
 
 
 @dataclass(frozen=True)
@@ -198,79 +306,31 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
             raise fail(key, problem)
         return value
 
-    src: Callable[[str], Any] = lambda key: get("source", key)  # noqa: E731
-    stk: Callable[[str], Any] = lambda key: get("stack", key)  # noqa: E731
-    svc: Callable[[str], Any] = lambda key: get("service", key)  # noqa: E731
-    cfg: Callable[[str], Any] = lambda key: get("config", key)  # noqa: E731
+    from labwright.schema.model import parse
 
-    ref = str(src("ref")).strip()
-    if not REF.match(ref) or ".." in ref:
-        raise fail("ref", f"{ref!r} is not a git tag, branch or commit name")
-    git_url = str(src("git_url")).strip()
-    if not git_url or any(c in git_url for c in " \n'\""):
-        raise fail("git_url", f"{git_url!r} is not a git URL")
-    stack = str(data.get("stack") or nested.get("stack") or defaults["stack"]["default"]).strip()
-    service, user = str(svc("service")), str(svc("user"))
-    for key, value in (("service", service), ("user", user)):
-        if not NAME.match(value) or value == "root":
-            raise fail(key, f"{value!r} is not a valid name (lowercase letters, digits, _ and -; not root)")
-    packages = svc("packages")
-    if isinstance(packages, str):
-        packages = [p for p in re.split(r"[,\s]+", packages) if p]
-    if not isinstance(packages, list) or not all(isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", p)
-                                                 for p in packages):
-        raise fail("packages", f"{packages!r} is not a list of Debian package names")
-    gpu = str(svc("gpu")).strip().lower()
-    if gpu in TRUE:
-        gpu = "required"
-    elif gpu in FALSE:
-        gpu = "off"
-    if gpu not in GPU_MODES:
-        raise fail("gpu", f"{gpu!r} is not one of {', '.join(GPU_MODES)}")
-    host = str(cfg("host")).strip()
-    if not re.fullmatch(r"[A-Za-z0-9.:-]+", host):
-        raise fail("host", f"{host!r} is not an address to listen on")
-    model_name = str(cfg("model_name")).strip()
-    if not model_name or "/" in model_name or model_name in (".", "..") or len(model_name.encode()) > 255:
-        raise fail("model_name", f"{model_name[:80]!r} must be the model's directory name under model_dir")
-    max_seq_len = as_int("max_seq_len", cfg("max_seq_len"), -1)
-    if max_seq_len == 0:
-        raise fail("max_seq_len", "0 is not a context length (-1 takes the model's own)")
-    requested = as_int("cache_size", cfg("cache_size"), 1)
-    draft = str(cfg("draft_model_name") or "").strip()
-    ngram = as_int("ngram_match_min", cfg("ngram_match_min"), 0)
+    values = {key: get(section, key) for section, keys in defaults.items() for key in keys if key != "default"}
+    values["stack"] = data.get("stack") or nested.get("stack") or defaults["stack"]["default"]
+    # The deploy's order: the first bad key (in defaults.toml's order) is the one reported.
+    checked = parse(data_schema(), values, prefix="tabbyapi", error=BadInput, noun="data key for this deploy",
+                    where="templates/tabbyapi/defaults.toml").model_dump()
+    draft, ngram = checked["draft_model_name"], checked["ngram_match_min"]
     if draft and ngram:
         raise fail("draft_model_name", f"{draft!r} together with n-gram drafting (tabbyapi_ngram_match_min={ngram}): "
                    "exllamav3 asserts 'Cannot use both draft model and n-gram draft'; set tabbyapi_ngram_match_min=0 "
                    "or drop the draft model (nothing was changed)")
-    extra = cfg("extra") or {}
-    if not isinstance(extra, Mapping) or not all(isinstance(v, Mapping) for v in extra.values()):
-        raise fail("extra", "must be a dict of config.yml sections, e.g. {\"logging\": {\"log_prompt\": false}}")
-    clash = sorted(set(extra) & set(MANAGED_SECTIONS))
-    if clash:
-        raise fail("extra", f"section {clash[0]!r} is set by the deploy's own keys; use tabbyapi_<key> for it")
-    restart = str(svc("restart")).strip()
-    if restart not in RESTART_POLICIES:
-        raise fail("restart", f"{restart!r} is not a systemd Restart= policy ({', '.join(RESTART_POLICIES)})")
-    installer = str(stk("installer")).strip()
-    if installer not in ("auto", "uv", "pip"):
-        raise fail("installer", f"{installer!r} is not auto, uv or pip")
+    requested = checked["cache_size"]
     return Settings(
-        git_url=git_url, ref=ref, source=as_path("dir", src("dir")), venv=as_path("venv", src("venv")), stack=stack,
-        wheelhouse=str(stk("wheelhouse") or ""), torch=str(stk("torch") or ""),
-        stacks_root=as_path("root", stk("root")), keep=as_int("keep", stk("keep"), 1),
-        base_python=str(stk("base_python") or ""), installer=installer,
-        service=service, user=user, packages=list(packages), restart=restart,
-        restart_sec=as_int("restart_sec", svc("restart_sec"), 0),
-        health_timeout=as_int("health_timeout", svc("health_timeout"), 1), gpu=gpu,
-        nvidia_root=as_path("nvidia_root", svc("nvidia_root")),
-        host=host, port=as_int("port", cfg("port"), 1, 65535), model_dir=as_path("model_dir", cfg("model_dir")),
-        model_name=model_name, max_seq_len=max_seq_len, cache_size=round_cache_size(requested),
-        cache_size_requested=requested, cache_mode=check_cache_mode(cfg("cache_mode")),
-        chunk_size=as_int("chunk_size", cfg("chunk_size"), 256),
-        max_batch_size=as_int("max_batch_size", cfg("max_batch_size"), 1),
-        sysmem_recurrent_cache=as_int("sysmem_recurrent_cache", cfg("sysmem_recurrent_cache"), 0),
-        draft_model_name=draft, ngram_match_min=ngram, extra={str(k): dict(v) for k, v in extra.items()},
+        git_url=checked["git_url"], ref=checked["ref"], source=checked["dir"], venv=checked["venv"],
+        stack=checked["stack"], wheelhouse=checked["wheelhouse"], torch=checked["torch"],
+        stacks_root=checked["root"], keep=checked["keep"], base_python=checked["base_python"],
+        installer=checked["installer"], service=checked["service"], user=checked["user"],
+        packages=checked["packages"], restart=checked["restart"], restart_sec=checked["restart_sec"],
+        health_timeout=checked["health_timeout"], gpu=checked["gpu"], nvidia_root=checked["nvidia_root"],
+        host=checked["host"], port=checked["port"], model_dir=checked["model_dir"], model_name=checked["model_name"],
+        max_seq_len=checked["max_seq_len"], cache_size=round_cache_size(requested), cache_size_requested=requested,
+        cache_mode=checked["cache_mode"], chunk_size=checked["chunk_size"], max_batch_size=checked["max_batch_size"],
+        sysmem_recurrent_cache=checked["sysmem_recurrent_cache"], draft_model_name=draft, ngram_match_min=ngram,
+        extra=checked["extra"],
     )
 
 

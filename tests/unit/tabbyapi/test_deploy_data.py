@@ -112,3 +112,16 @@ def test_out_of_vram_message_names_the_cache_and_the_key():
     message = settings_from({"tabbyapi_cache_size": 4096, "tabbyapi_cache_mode": "4,4"}).oom_message
     assert message.startswith("tabbyapi: out of VRAM at start: cache_size 4096 (cache_mode 4,4)")
     assert OOM_LINE in message and "lower tabbyapi_cache_size" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    ({"tabbyapi_dir": "/etc"}, "tabbyapi_dir: '/etc' is a system directory"),
+    ({"tabbyapi_venv": "/usr/"}, "tabbyapi_venv: '/usr' is a system directory"),
+    ({"tabbyapi_root": "/var"}, "tabbyapi_root: '/var' is a system directory"),
+    ({"tabbyapi_host": "999.1.1.1"}, "tabbyapi_host: '999.1.1.1' is not a valid IP address"),
+    ({"tabbyapi_port": "0"}, "tabbyapi_port: 0 is out of range"),
+])
+def test_typed_keys_refuse_system_directories_and_bad_addresses(data, line):
+    with pytest.raises(BadInput) as caught:
+        settings_from(data)
+    assert str(caught.value).startswith(line) and "\n" not in str(caught.value)
