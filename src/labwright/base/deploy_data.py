@@ -13,15 +13,21 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pyinfra.api.exceptions import DeployError
 
 from labwright import paths
 from labwright.deploy_data import jinja
 from labwright.lab.keys import lab_key_path
+from labwright.schema import checks
+from labwright.schema.checks import USER_NAME
 from labwright.shell import quote
+
+if TYPE_CHECKING:
+    from labwright.schema.model import Schema
 
 #: sshd keeps the FIRST value it reads for an option (OpenSSH servconf.c, openssh-portable 0ef0f5a83,
 #: ``parse_multistate`` L1279-1280: ``if (*activep && *intptr == -1) *intptr = value;``; sshd_config(5): "for each
@@ -57,7 +63,6 @@ DEFAULTS: dict[str, Any] = {
 # trim_blocks keeps {% %} lines out of the output, so the rendered files carry no stray blank lines.
 JINJA = jinja(paths.templates_dir("base"))
 
-USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 TIMEZONE = re.compile(r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$")
 LOCALE = re.compile(r"^[A-Za-z0-9_.@-]+$")
 PUBLIC_KEY = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-[a-z0-9-]+@openssh\.com)\s+[A-Za-z0-9+/=]+")
@@ -71,19 +76,6 @@ def fail(key: str, message: str) -> DeployError:
 def value(data: Mapping[str, Any], key: str) -> Any:
     found = data.get(key)
     return DEFAULTS[key] if found is None else found
-
-
-def as_bool(data: Mapping[str, Any], key: str) -> bool:
-    found = value(data, key)
-    # --data parses true/false and integers, but an inventory may hold "yes"/"off" strings.
-    if isinstance(found, bool):
-        return found
-    text = str(found).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise fail(key, f"{found!r} is not a boolean (use true or false)")
 
 
 def public_key_lines(data: Mapping[str, Any]) -> list[str]:
@@ -104,12 +96,55 @@ def public_key_lines(data: Mapping[str, Any]) -> list[str]:
     return keys
 
 
-def extra_sshd_lines(data: Mapping[str, Any]) -> list[str]:
-    found = value(data, "sshd_extra_config")
-    lines = found.splitlines() if isinstance(found, str) else list(found)
-    if not all(isinstance(line, str) for line in lines):
-        raise fail("sshd_extra_config", "must be a list of sshd_config lines")
+def extra_sshd_lines(found: Any) -> list[str]:
+    """``sshd_extra_config``: sshd_config lines, as a list or one text of lines (ValueError: neither)."""
+    lines = found.splitlines() if isinstance(found, str) else list(found) if isinstance(found, list | tuple) else None
+    if lines is None or not all(isinstance(line, str) for line in lines):
+        raise ValueError("must be a list of sshd_config lines")
     return [line.strip() for line in lines if line.strip()]
+
+
+def admin_name(found: Any) -> str:
+    name = str(found) if isinstance(found, str | int) and not isinstance(found, bool) else ""
+    if not USER_NAME.match(name) or name == "root":
+        raise ValueError(f"{str(found)[:80]!r} is not a valid name for a new admin user")
+    return name
+
+
+def zone_name(found: Any) -> str:
+    text = str(found)
+    if not isinstance(found, str) or not TIMEZONE.match(text):
+        raise ValueError(f"{text[:80]!r} is not a zone name such as Europe/Berlin or Etc/UTC")
+    return text
+
+
+def locale_name(found: Any) -> str:
+    text = str(found)
+    if not isinstance(found, str) or not LOCALE.match(text):
+        raise ValueError(f"{text[:80]!r} is not a locale name such as en_US.UTF-8")
+    return text
+
+
+@cache
+def data_schema() -> type[Schema]:
+    """The base deploy's keys, typed (built on first use: pydantic loads only with the data)."""
+    from pydantic import BeforeValidator
+
+    from labwright.schema.fields import Flag
+    from labwright.schema.model import Schema
+
+    class BaseData(Schema):
+        admin_user: Annotated[str, BeforeValidator(admin_name)]
+        admin_ssh_public_key_file: Annotated[str | None, BeforeValidator(
+            lambda v: None if v in (None, "") else checks.line(v))]
+        timezone: Annotated[str, BeforeValidator(zone_name)]
+        locale: Annotated[str, BeforeValidator(locale_name)]
+        unattended_upgrades: Flag
+        sshd_permit_root_login: Annotated[str, BeforeValidator(permit_root_login_value)]
+        admin_sudo_nopasswd: Flag
+        sshd_extra_config: Annotated[list[str], BeforeValidator(extra_sshd_lines)]
+
+    return BaseData
 
 
 def locale_key(name: str) -> str:
@@ -182,20 +217,12 @@ class BaseSettings:
 
 def settings_from(data: Mapping[str, Any]) -> BaseSettings:
     """Read and check the host data, in the deploy's order (the first bad key is the one reported)."""
-    admin_user = str(value(data, "admin_user"))
-    if not USER_NAME.match(admin_user) or admin_user == "root":
-        raise fail("admin_user", f"{admin_user!r} is not a valid name for a new admin user")
+    from labwright.schema.model import parse
+
+    c = parse(data_schema(), {key: value(data, key) for key in DEFAULTS}, error=DeployError).model_dump()
     admin_keys = public_key_lines(data)
-    timezone = str(value(data, "timezone"))
-    if not TIMEZONE.match(timezone):
-        raise fail("timezone", f"{timezone!r} is not a zone name such as Europe/Berlin or Etc/UTC")
-    locale = str(value(data, "locale"))
-    if not LOCALE.match(locale):
-        raise fail("locale", f"{locale!r} is not a locale name such as en_US.UTF-8")
-    unattended = as_bool(data, "unattended_upgrades")
-    permit = permit_root_login(data)
-    return BaseSettings(admin_user, admin_keys, timezone, locale, unattended, extra_sshd_lines(data), permit,
-                        as_bool(data, "admin_sudo_nopasswd"))
+    return BaseSettings(c["admin_user"], admin_keys, c["timezone"], c["locale"], c["unattended_upgrades"],
+                        c["sshd_extra_config"], c["sshd_permit_root_login"], c["admin_sudo_nopasswd"])
 
 
 def has_usable_password(shadow_field: str | None) -> bool:
@@ -206,12 +233,18 @@ def has_usable_password(shadow_field: str | None) -> bool:
 
 def permit_root_login(data: Mapping[str, Any]) -> str:
     """``sshd_permit_root_login``: ``no`` unless the host data keeps root's key logins on purpose."""
-    found = value(data, "sshd_permit_root_login")
+    try:
+        return permit_root_login_value(value(data, "sshd_permit_root_login"))
+    except ValueError as error:
+        raise fail("sshd_permit_root_login", str(error)) from None
+
+
+def permit_root_login_value(found: Any) -> str:
     text = "no" if found is False else str(found).strip().lower()
     text = "prohibit-password" if text == "without-password" else text
     if text not in PERMIT_ROOT_LOGIN:
-        raise fail("sshd_permit_root_login", f"{found!r} is not one of {', '.join(PERMIT_ROOT_LOGIN)} (root logins "
-                   "with a password are not offered; keep root's key logins with prohibit-password)")
+        raise ValueError(f"{str(found)[:80]!r} is not one of {', '.join(PERMIT_ROOT_LOGIN)} (root logins with a "
+                         "password are not offered; keep root's key logins with prohibit-password)")
     return text
 
 

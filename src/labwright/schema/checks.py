@@ -295,6 +295,22 @@ def one_of(*choices: str) -> Callable[[Any], str]:
     return check
 
 
+#: What a deploy's on/off data key reads as true or false: inventories and ``--data`` have long written yes/no, on/off
+#: and 1/0 for them (a schema that must not read "false" loosely uses ``strict_bool``).
+FLAG_TRUE, FLAG_FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def flag(value: Any) -> bool:
+    """An on/off data key: a bool, or true/false, yes/no, on/off, 1/0 (any case); anything else refused."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str | int):
+        text = str(value).strip().lower()
+        if text in FLAG_TRUE or text in FLAG_FALSE:
+            return text in FLAG_TRUE
+    raise ValueError(f"{_show(value)} is not a boolean (use true or false)")
+
+
 def line(value: Any) -> str:
     """One line of text (a name, a flag, a version spec), stripped: no control characters."""
     text = _text(value, "text")

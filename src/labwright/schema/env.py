@@ -93,7 +93,7 @@ def _show(value: str) -> str:
 
 
 def _refuse(name: str, shown: str, why: str, fix: str) -> BadInput:
-    return BadInput(f"environment variable {name}{shown}: {why}; {fix} (nothing was contacted)")
+    return BadInput(f"environment variable {name}{shown} {why}; {fix} (nothing was contacted)")
 
 
 def _typed(var: Var, raw: str) -> Any:
@@ -136,7 +136,9 @@ def _typed(var: Var, raw: str) -> Any:
         try:
             return url(value)
         except ValueError as error:
-            raise _refuse(name, shown, str(error).replace(repr(value), "it", 1), f"fix {name} or unset it") from None
+            why = str(error)
+            why = why[len(repr(value)) + 1:] if why.startswith(f"{value!r} ") else why
+            raise _refuse(name, shown, why, f"fix {name} or unset it") from None
     return value  # path, line: one line of text
 
 

@@ -22,6 +22,7 @@ from labwright.schema.checks import (
     USER_NAME,
     abs_path,
     duration,
+    flag,
     host_problem,
     line,
     listen_address,
@@ -46,6 +47,7 @@ __all__ = [
     "USER_NAME",
     "AbsPath",
     "Duration",
+    "Flag",
     "Line",
     "ListenAddress",
     "ManagedDir",
@@ -59,6 +61,7 @@ __all__ = [
     "Version",
     "abs_path",
     "duration",
+    "flag",
     "host_problem",
     "line",
     "listen_address",
@@ -89,3 +92,5 @@ PackageName = Annotated[str, BeforeValidator(package_name)]
 Secret = Annotated[str, BeforeValidator(secret)]
 StrictBool = Annotated[bool, BeforeValidator(strict_bool)]
 Line = Annotated[str, BeforeValidator(line)]
+#: An on/off deploy data key read as before (yes/no, on/off, 1/0 too); new inputs use StrictBool.
+Flag = Annotated[bool, BeforeValidator(flag)]

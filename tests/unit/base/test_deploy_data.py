@@ -102,3 +102,14 @@ def test_sudo_is_passwordless_unless_the_data_asks_for_the_password(pub):
     # only a password someone can type counts: not locked (!), not * (no login), not empty
     assert [has_usable_password(f) for f in ("$6$salt$hash", "!$6$salt$hash", "!", "*", "", None)] == [
         True, False, False, False, False, False]
+
+
+@pytest.mark.parametrize(("more", "line"), [
+    ({"admin_sudo_nopasswd": "maybe"}, "admin_sudo_nopasswd: 'maybe' is not a boolean"),
+    ({"sshd_extra_config": 5}, "sshd_extra_config: must be a list of sshd_config lines"),
+    ({"admin_user": "Admin"}, "admin_user: 'Admin' is not a valid name"),
+])
+def test_the_schema_refuses_in_one_line(pub, more, line):
+    with pytest.raises(DeployError) as error:
+        settings_from({"admin_ssh_public_key_file": str(pub), **more})
+    assert str(error.value).startswith(line) and "\n" not in str(error.value)
