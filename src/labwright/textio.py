@@ -152,11 +152,83 @@ def read_toml(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -
     return parse_toml(read_text(path, what, max_bytes=max_bytes), path, what)
 
 
+#: A YAML document may expand through its aliases (``*name``) to at most this many nodes, or to
+#: ``YAML_EXPANSION_FACTOR`` times the nodes it spells out, whichever is more: a 500-byte "billion laughs" of nested
+#: aliases loads in milliseconds (PyYAML shares the aliased objects) but every reader that walks it (a check, a
+#: copy, a JSON dump) then walks 10^9 items. A document without aliases is never refused.
+YAML_MAX_NODES = 10_000
+YAML_EXPANSION_FACTOR = 100
+
+
+class YamlExpansionError(ValueError):
+    """A YAML document whose aliases expand past the bound (or refer to themselves); the message is a phrase."""
+
+
+def _expanded_nodes(root: Any) -> tuple[int, int]:
+    """(nodes spelled out, nodes after alias expansion) of a composed YAML node graph; the expansion is counted, not
+    built (each node's expanded size once, memoized), capped just past any limit. An alias to a node that contains
+    it is refused: nothing labwright reads is recursive."""
+    import yaml
+
+    cap = 1 << 62
+    size: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children: list[Any] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        if done:
+            active.discard(key)
+            size[key] = min(cap, 1 + sum(size[id(child)] for child in children))
+            continue
+        if key in size:
+            continue
+        if key in active:
+            raise YamlExpansionError("has an alias to a node that contains it (a recursive document)")
+        active.add(key)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in active:
+                raise YamlExpansionError("has an alias to a node that contains it (a recursive document)")
+            if id(child) not in size:
+                stack.append((child, False))
+    return len(size), size[id(root)]
+
+
+def yaml_load(text: str, loader: type | None = None) -> Any:
+    """The one YAML loader of labwright: ``yaml.safe_load`` (or ``loader``, a ``yaml.SafeLoader`` subclass) with
+    alias expansion bounded. Raises yaml.YAMLError, RecursionError, or YamlExpansionError (a phrase: "expands its
+    aliases to ... nodes ...") before anything is built from a document that expands past the bound."""
+    import yaml
+
+    reader = (loader or yaml.SafeLoader)(text)
+    try:
+        node = reader.get_single_node()
+        if node is None:
+            return None
+        spelled, expanded = _expanded_nodes(node)
+        limit = max(YAML_MAX_NODES, YAML_EXPANSION_FACTOR * spelled)
+        if expanded > limit:
+            shown = f"{expanded:,}" if expanded < 1 << 62 else "more than 10^18"
+            raise YamlExpansionError(f"expands its aliases to {shown} nodes from {spelled:,} written (at most "
+                                     f"{limit:,}: a nested-alias bomb?)")
+        return reader.construct_document(node)
+    finally:
+        reader.dispose()
+
+
 def parse_yaml(text: str, path: Path | str, what: str) -> Any:
     import yaml  # only the YAML readers pay for it
 
     try:
-        return yaml.safe_load(text)
+        return yaml_load(text)
+    except YamlExpansionError as exc:
+        raise BadInput(f"{path} {exc} (expected {what}); fix or replace the file") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -168,6 +240,6 @@ def parse_yaml(text: str, path: Path | str, what: str) -> Any:
 
 
 def read_yaml(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> Any:
-    """``path`` parsed as YAML (safe_load), or one BadInput line (reading errors, or the YAML error with its
+    """``path`` parsed as YAML (:func:`yaml_load`), or one BadInput line (reading errors, or the YAML error with its
     line and column)."""
     return parse_yaml(read_text(path, what, max_bytes=max_bytes), path, what)

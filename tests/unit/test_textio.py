@@ -143,3 +143,43 @@ def test_gguf_sniffing_skips_pipes(tmp_path: Path):
     gguf = tmp_path / "model.bin"
     gguf.write_bytes(b"GGUF" + bytes(20))
     assert is_gguf(gguf) is True
+
+
+def _laughs(levels: int) -> str:
+    """A "billion laughs": each level a list of nine aliases to the one before (nine levels: 432 bytes that expand to 9**9 items)."""
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"a{n}: &a{n} [{','.join([f'*a{n - 1}'] * 9)}]" for n in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_nested_alias_bomb_is_one_line_before_anything_walks_it(tmp_path: Path):
+    bomb = tmp_path / "config.yml"
+    bomb.write_text(_laughs(9))
+    message = refused(read_yaml, bomb, WHAT)
+    assert message.startswith(f"{bomb} expands its aliases to ") and "nodes from" in message
+    assert message.endswith("fix or replace the file")
+
+
+def test_a_recursive_alias_is_refused(tmp_path: Path):
+    loop = tmp_path / "config.yml"
+    loop.write_text("a: &a [1, *a]\n")
+    assert "an alias to a node that contains it" in refused(read_yaml, loop, WHAT)
+
+
+def test_aliases_within_the_bound_load_as_before(tmp_path: Path):
+    from labwright.textio import yaml_load
+
+    # Three levels of nine: 819 nodes, under the 10,000 floor; merge keys and shared anchors as YAML means them.
+    assert len(yaml_load(_laughs(3))["a2"]) == 9
+    assert yaml_load("base: &b {x: 1}\nc: {<<: *b, y: 2}\n") == {"base": {"x": 1}, "c": {"x": 1, "y": 2}}
+    assert yaml_load("") is None
+    # A document without aliases is never refused, however large.
+    assert len(yaml_load("[" + ",".join(["1"] * 50_000) + "]")) == 50_000
+
+
+def test_the_tabbyapi_config_editor_refuses_a_bomb_in_one_line():
+    from labwright.tabbyapi.config_edit import ConfigShapeError, load
+
+    with pytest.raises(ConfigShapeError) as info:
+        load(_laughs(9))
+    assert "expands its aliases to" in str(info.value) and "\n" not in str(info.value)

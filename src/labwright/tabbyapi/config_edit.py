@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from labwright.textio import YamlExpansionError, yaml_load
+
 BLOCK = "draft_model"
 BOM = "\ufeff"
 
@@ -45,7 +47,11 @@ class _UniqueKeys(yaml.SafeLoader):
 
 def load(text: str) -> dict[str, Any]:
     try:
-        data = yaml.load(text, Loader=_UniqueKeys) if text.strip(BOM + " \t\r\n") else {}
+        data = yaml_load(text, _UniqueKeys) if text.strip(BOM + " \t\r\n") else {}
+    except YamlExpansionError as exc:
+        raise ConfigShapeError(f"{exc}; fix the YAML") from None
+    except RecursionError:
+        raise ConfigShapeError("is nested too deeply; fix the YAML") from None
     except yaml.YAMLError as exc:
         raise ConfigShapeError(f"is not valid YAML ({str(exc).splitlines()[0]}); fix the YAML") from exc
     if data is None:

@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from labwright.errors import BadInput, OperationFailed
+from labwright.textio import YamlExpansionError, yaml_load
 from labwright.tuning.kv import KvLayout, bytes_per_token, kv_bytes, tokens_in_budget
 from labwright.tuning.kv_modes import CacheSpec, ggml_type, tabby_mode
 from labwright.tuning.probe_guest import Guest
@@ -367,7 +368,11 @@ def tabbyapi_target(guest: Guest, service: str, spec: CacheSpec, config_path: st
     if original is None:
         raise BadInput(f"--config-path {config_path}: no such file on {guest.name}; pass tabbyAPI's config.yml")
     try:
-        data = yaml.safe_load(original.decode()) or {}
+        data = yaml_load(original.decode()) or {}
+    except YamlExpansionError as exc:
+        raise BadInput(f"{config_path} on {guest.name} {exc}; fix the YAML") from None
+    except RecursionError:
+        raise BadInput(f"{config_path} on {guest.name} is nested too deeply; fix the YAML") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise BadInput(f"{config_path} on {guest.name} is not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("model") or {}, dict):

@@ -21,12 +21,12 @@ import tomllib
 from typing import Any
 
 import pytest
-import yaml
 
 from labwright import paths
 from labwright.gpu.check import engine_on_gpu
 from labwright.hosts.testinfra import TestinfraHost
 from labwright.shell import quote
+from labwright.textio import yaml_load
 
 DEFAULTS_FILE = paths.templates_dir("tabbyapi") / "defaults.toml"
 BUNDLE = "/opt/labwright/lib/labwright-stack.pyz"
@@ -68,7 +68,7 @@ def config(host, want) -> dict[str, Any]:
     path = f"{want['dir']}/config.yml"
     if not host.file(path).exists:
         pytest.fail(f"{path} does not exist", pytrace=False)
-    return yaml.safe_load(host.file(path).content_string) or {}
+    return yaml_load(host.file(path).content_string) or {}
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_api_keys_stay_on_the_host(host, want, config):
     tokens = host.file(f"{want['dir']}/api_tokens.yml")
     assert tokens.exists and tokens.user == "root" and tokens.group == want["user"]
     assert tokens.mode & 0o007 == 0, f"api_tokens.yml is world-accessible (mode {tokens.mode:o})"
-    keys = yaml.safe_load(tokens.content_string)
+    keys = yaml_load(tokens.content_string)
     for name in ("api_key", "admin_key"):
         assert re.fullmatch(r"[0-9a-f]{32,}", str(keys.get(name, ""))), f"{name} missing or not a random hex key"
     assert keys["api_key"] not in json.dumps(config) and keys["api_key"] != keys["admin_key"]
