@@ -33,6 +33,7 @@ from labwright.testing.lab_fixture import ensure_test_lab
 from support.fake_nvidia import DRIVER_VERSION, fake_root_in_dev, make_fake_nvidia_host, remove_fake_root
 from support.gpu_guest import install_userspace, spec, start_llama_server
 from support.gpu_host import TreeGpuHost
+from support.host_cli import on_tree
 
 
 def summary(label: str, values: list[float]) -> str:
@@ -59,14 +60,14 @@ def main() -> int:
         library, command = [], []
         for _ in range(args.runs):
             t0 = time.monotonic()
-            report = check_guest(name, host_root=root)
+            report = check_guest(name, gpu_host=TreeGpuHost(root))
             library.append(time.monotonic() - t0)
             assert not report.ok and "no usable GPU" in report.checks[-1].cause, report.to_dict()
         register(["gpu"])
         for _ in range(args.runs):
             t0 = time.monotonic()
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                code = cli_main(["gpu", "check", name, "--host-root", str(root)])
+            with on_tree(root), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                code = cli_main(["gpu", "check", name])
             command.append(time.monotonic() - t0)
             assert code == 1, code
         print(summary("check_guest (library)", library))

@@ -56,6 +56,7 @@ from support.fake_nvidia import (
 )
 from support.gpu_guest import install_userspace, spec
 from support.gpu_host import TreeGpuHost
+from support.host_cli import on_tree, resume_command
 
 NEW = "550.54.15"
 
@@ -88,8 +89,8 @@ def main() -> int:
                 install_userspace(lab.client, name, DRIVER_VERSION)
             out = io.StringIO()
             t0 = time.monotonic()
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-                code = cli_main(["host", "upgrade", "lwbench", "--host-root", str(root), "--yes", "--json"])
+            with on_tree(root), contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                code = cli_main(["host", "upgrade", "lwbench", "--yes", "--json"])
             total = time.monotonic() - t0
             result = json.loads(out.getvalue())
             assert code == 0 and result["ok"], result
@@ -132,8 +133,9 @@ def node(runs: int, guests: int) -> int:
                     install_userspace(lab.client, name, DRIVER_VERSION)
                 if kind == "simulated":
                     t0 = time.monotonic()
-                    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                        code = cli_main(["host", "upgrade", "lwbench", "--host-root", str(root), "--yes", "--json"])
+                    with on_tree(root), contextlib.redirect_stdout(io.StringIO()), \
+                            contextlib.redirect_stderr(io.StringIO()):
+                        code = cli_main(["host", "upgrade", "lwbench", "--yes", "--json"])
                     assert code == 0
                     simulated.append(time.monotonic() - t0)
                     continue
@@ -145,7 +147,9 @@ def node(runs: int, guests: int) -> int:
                 plan = make_plan(facts)
                 host = CommandHost(root, repo)
                 host.preflight(plan)
-                out = Upgrade(plan, root, repo, lab.client, host=host).run({g.name: g.services for g in facts.guests})
+                upgrade = Upgrade(plan, root, repo, lab.client, host=host)
+                upgrade.resume_command = resume_command(root, "lwbench")  # the resume unit: labwright on the tree
+                out = upgrade.run({g.name: g.services for g in facts.guests})
                 to_reboot.append(time.monotonic() - t0)
                 assert out.ok and out.rebooting, out.message
                 boot(root, uvm_major=237)
@@ -233,9 +237,8 @@ def pve(runs: int, guests: int) -> int:
                                      f"'proxmox_ca_file': {str(sim.ca_file)!r}}})], {{}})\n")
                 out = io.StringIO()
                 t0 = time.monotonic()
-                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-                    code = cli_main(["host", "upgrade", "pve1", "-i", str(inventory), "--host-root", str(root),
-                                     "--yes", "--json"])
+                with on_tree(root), contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                    code = cli_main(["host", "upgrade", "pve1", "-i", str(inventory), "--yes", "--json"])
                 total = time.monotonic() - t0
                 os.environ.clear()
                 os.environ.update(saved_env)

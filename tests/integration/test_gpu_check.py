@@ -29,6 +29,7 @@ from support.fake_nvidia import (
 )
 from support.gpu_guest import install_userspace, spec, start_llama_server
 from support.gpu_host import TreeGpuHost
+from support.host_cli import on_tree
 
 pytestmark = pytest.mark.lab
 
@@ -37,7 +38,8 @@ def fake_host() -> Iterator[Path]:
     root = fake_root_in_dev()
     try:
         make_fake_nvidia_host(root, uvm_major=509, caps_major=511)
-        yield root
+        with on_tree(root):  # the host `gpu check` reads (support.host_cli)
+            yield root
     finally:
         remove_fake_root(root)
 
@@ -57,7 +59,7 @@ def test_cpu_fallback_of_the_real_llama_server_fails_the_check(lab, client, name
     install_userspace(client, name, DRIVER_VERSION)
     start_llama_server(client, name, tmp_path)
 
-    code, out, err = gpu_check(capsys, name, "--host-root", str(fake_host), "--json")
+    code, out, err = gpu_check(capsys, name, "--json")
     report = json.loads(out)
     checks = {c["name"]: c for c in report["checks"]}
     assert code == 1 and report["ok"] is False and report["service"] == "llama-server"
@@ -76,14 +78,14 @@ def test_cpu_fallback_of_the_real_llama_server_fails_the_check(lab, client, name
         print(f"\ngpu check (4 checks, real llama-server) took {report['seconds']:.2f} s")
 
     # A timed decode against the real server: slower than an (absurd) CPU bound fails, above a low one passes.
-    code, out, _ = gpu_check(capsys, name, "--host-root", str(fake_host), "--decode-floor", "1000000", "--json")
+    code, out, _ = gpu_check(capsys, name, "--decode-floor", "1000000", "--json")
     decode = json.loads(out)["checks"][-1]
     assert code == 1 and decode["name"] == "decode faster than a CPU" and not decode["ok"], decode
     assert re.fullmatch(r"\d+ tokens in [\d.]+ s = [\d.]+ tok/s \(CPU bound 1e\+06 tok/s\)", decode["detail"]), decode
     assert decode["cause"] == "decoding no faster than a CPU: the engine runs on the CPU"
-    code, out, _ = gpu_check(capsys, name, "--host-root", str(fake_host), "--decode-floor", "0.01", "--json")
+    code, out, _ = gpu_check(capsys, name, "--decode-floor", "0.01", "--json")
     assert json.loads(out)["checks"][-1]["ok"], out
-    code, out, err = gpu_check(capsys, name, "--host-root", str(fake_host), "--decode-floor", "0")
+    code, out, err = gpu_check(capsys, name, "--decode-floor", "0")
     assert code == 2 and out == "" and err.startswith("labwright: error: --decode-floor 0: not a speed")
 
     # The same engine check in the shipped testinfra suite (labwright verify llamacpp) fails with the reason.
@@ -102,7 +104,7 @@ def test_cpu_fallback_of_the_real_llama_server_fails_the_check(lab, client, name
     (fake_host / "proc" / "devices").write_text((fake_host / "proc" / "devices").read_text().replace("509", "237"))
     os.mknod(fake_host / "dev" / "nvidia-uvm", 0o666 | 0o020000, os.makedev(237, 0))
     os.mknod(fake_host / "dev" / "nvidia-uvm-tools", 0o666 | 0o020000, os.makedev(237, 1))
-    code, out, _ = gpu_check(capsys, name, "--host-root", str(fake_host), "--service", "none", "--json")
+    code, out, _ = gpu_check(capsys, name, "--service", "none", "--json")
     checks = {c["name"]: c for c in json.loads(out)["checks"]}
     assert code == 1
     assert not checks["userspace == host module"]["ok"]
@@ -116,24 +118,24 @@ def test_cpu_fallback_of_the_real_llama_server_fails_the_check(lab, client, name
     # The fixes the check names: re-apply the guest (majors re-read) and the exact userspace -> all pass.
     LxdBackend(client, gpu_host=TreeGpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
     install_userspace(client, name, "550.54.15")
-    code, out, _ = gpu_check(capsys, name, "--host-root", str(fake_host), "--service", "none", "--json")
+    code, out, _ = gpu_check(capsys, name, "--service", "none", "--json")
     assert code == 0 and json.loads(out)["ok"], out
 
 
 def test_bad_input_is_one_line_exit_2(lab, client, names, fake_host, capsys):
     missing = f"lwgpu-{secrets.token_hex(3)}"
-    code, out, err = gpu_check(capsys, missing, "--host-root", str(fake_host))
+    code, out, err = gpu_check(capsys, missing)
     assert code == 2 and out == ""
     assert err == f"labwright: error: guest {missing}: no such LXD instance (see `lxc list`)\n"
 
     plain = f"lwgpu-{secrets.token_hex(3)}"
     names.append(plain)
     LxdBackend(client).apply(spec(plain))
-    code, out, err = gpu_check(capsys, plain, "--host-root", str(fake_host))
+    code, out, err = gpu_check(capsys, plain)
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert f"guest {plain}: no GPU is passed to it" in err and "gpu: nvidia" in err
 
-    code, _, err = gpu_check(capsys, "Not_A_Name!", "--host-root", str(fake_host))
+    code, _, err = gpu_check(capsys, "Not_A_Name!")
     assert code == 2 and "is not an LXD instance name" in err and len(err.splitlines()) == 1
 
 
@@ -142,7 +144,7 @@ def test_no_engine_service_is_said_not_checked(lab, client, names, fake_host, ca
     names.append(name)
     LxdBackend(client, gpu_host=TreeGpuHost(fake_host)).apply(spec(name, gpu="nvidia"))
     install_userspace(client, name, DRIVER_VERSION)
-    code, out, _ = gpu_check(capsys, name, "--host-root", str(fake_host), "--json")
+    code, out, _ = gpu_check(capsys, name, "--json")
     report = json.loads(out)
     assert code == 0 and report["service"] is None
     assert report["checks"][-1]["detail"].startswith("not checked: no llama-server or tabbyapi service")
@@ -168,7 +170,7 @@ def test_a_userspace_only_the_dynamic_loader_knows_is_read(lab, client, names, f
                                            f"ln -sf $l.{DRIVER_VERSION} $l.1; done && ldconfig && ldconfig -p"])
     assert setup.exit_code == 0 and b"/opt/nvidia-driver/lib/libcuda.so.1" in setup.stdout, setup.stdout
 
-    code, out, err = gpu_check(capsys, name, "--host-root", str(fake_host), "--service", "none", "--json")
+    code, out, err = gpu_check(capsys, name, "--service", "none", "--json")
     checks = {c["name"]: c for c in json.loads(out)["checks"]}
     assert checks["userspace == host module"]["ok"], checks["userspace == host module"]
     assert DRIVER_VERSION in checks["userspace == host module"]["detail"]

@@ -2,7 +2,7 @@
 fake_nvidia: /proc version and devices, mknod nodes, kernels, DKMS's tree, a repository of stand-in .run installers),
 the guests are real LXD containers with those nodes passed through. The whole sequence runs for real on the guests
 (LXD snapshots, device config PATCHed with the new majors, the installer run inside each guest, restarts under their
-systemd, `gpu check`); the host's driver install and reboot are simulated on the tree (labwright.hostupgrade.simhost):
+systemd, `gpu check`); the host's driver install and reboot are simulated on the tree (support.sim_host):
 after the reboot nvidia-uvm has a new major and the nodes exist only because the boot unit made them.
 """
 
@@ -34,6 +34,8 @@ from support.fake_nvidia import (
 )
 from support.gpu_guest import libs_in, nodes_in, sh, upgrade_guest
 from support.guest_lock import holding
+from support.host_cli import on_tree
+from support.sim_host import SimulatedHost
 
 pytestmark = pytest.mark.lab
 NEW = "550.54.15"
@@ -48,7 +50,8 @@ def host_root() -> Iterator[Path]:
         make_upgrade_host(root, OLD_KERNEL, NEW_KERNEL, built={OLD_KERNEL: [DRIVER_VERSION],
                                                                NEW_KERNEL: [DRIVER_VERSION, NEW]},
                           repository=(NEW,), hostname="lwnode1", uvm_major_after_reboot=237)
-        yield root
+        with on_tree(root):  # the node `host upgrade` and `gpu check` act on (support.host_cli)
+            yield root
     finally:
         remove_fake_root(root)
 
@@ -70,12 +73,12 @@ def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, h
 
     # A guest mismatched before the upgrade is refused in one line, nothing changed, dry or not.
     for extra in ((), ("--yes",)):
-        code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), *extra)
+        code, out, err = host(capsys, "lwnode1", *extra)
         assert code == 2 and err.count("\n") == 1 and f"guest {mismatched} runs userspace 550.40.07" in err, err
         assert "--fix-mismatched" in err and GpuHost(host_root).driver_version() == DRIVER_VERSION
     assert client.request("GET", f"/1.0/instances/{matched}/snapshots") == []
     # Dry by default: the plan, the mismatch said, nothing changed.
-    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--fix-mismatched", "--json")
+    code, out, err = host(capsys, "lwnode1", "--fix-mismatched", "--json")
     plan = json.loads(out)
     assert code == 0 and plan["dry"] and plan["to"] == NEW and plan["boot_kernel"] == NEW_KERNEL
     assert [s["action"] for s in plan["steps"]][:5] == ["list", "kernel", "snapshot", "snapshot", "snapshot"]
@@ -86,7 +89,7 @@ def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, h
     assert GpuHost(host_root).driver_version() == DRIVER_VERSION
     assert client.request("GET", f"/1.0/instances/{matched}/snapshots") == []
 
-    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--fix-mismatched", "--yes", "--json")
+    code, out, err = host(capsys, "lwnode1", "--fix-mismatched", "--yes", "--json")
     result = json.loads(out)
     assert code == 0 and result["ok"], (out, err)
     for name in (matched, mismatched, stopped):
@@ -106,7 +109,7 @@ def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, h
     # gpu check from the CLI agrees, on both guests.
     register(["gpu"])
     for name in (matched, mismatched, stopped):
-        assert main(["gpu", "check", name, "--host-root", str(host_root), "--json"]) == 0
+        assert main(["gpu", "check", name, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["ok"]
     with capsys.disabled():
         print(f"\nhost upgrade --yes of 3 GPU guests (one stopped) to gpu check passing: {result['seconds']:.1f} s")
@@ -121,7 +124,7 @@ def test_a_failed_check_restores_every_snapshot(lab, client, names, host_root, c
     sh(client, engine, "printf '[Service]\\nExecStart=/bin/sleep infinity\\n[Install]\\nWantedBy=multi-user.target\\n'"
                        " > /etc/systemd/system/llama-server.service && systemctl daemon-reload && "
                        "systemctl enable --now llama-server.service")
-    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes", "--json")
+    code, out, err = host(capsys, "lwnode1", "--yes", "--json")
     result = json.loads(out)
     assert code == 1 and not result["ok"]
     assert len(err.strip().splitlines()) == 1
@@ -137,10 +140,10 @@ def test_a_failed_check_restores_every_snapshot(lab, client, names, host_root, c
 
 def test_bad_input_is_one_line_and_nothing_is_upgraded(lab, client, names, host_root, capsys):
     name = upgrade_guest(client, names, host_root, DRIVER_VERSION)
-    code, out, err = host(capsys, "pve9", "--host-root", str(host_root), "--yes")
+    code, out, err = host(capsys, "pve9", "--yes")
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert "node 'pve9' is not this host (it answers to lwnode1" in err
-    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--to", "550.54.99", "--yes")
+    code, out, err = host(capsys, "lwnode1", "--to", "550.54.99", "--yes")
     assert code == 2 and out == "" and err == (
         "labwright: error: --to 550.54.99: no such driver version in the repository "
         f"{host_root}/var/cache/labwright/nvidia (there: {NEW}); give one of those or add "
@@ -150,27 +153,27 @@ def test_bad_input_is_one_line_and_nothing_is_upgraded(lab, client, names, host_
     installer = host_root / f"var/cache/labwright/nvidia/NVIDIA-Linux-x86_64-{NEW}.run"
     good = installer.read_bytes()
     installer.write_bytes(good + b"# changed on the way\n")
-    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes")
+    code, out, err = host(capsys, "lwnode1", "--yes")
     assert code == 2 and out == "" and len(err.splitlines()) == 1, err
     assert err.startswith(f"labwright: error: {installer}: sha256 ") and err.endswith("; nothing was run\n")
     assert f"does not match {hashlib.sha256(good).hexdigest()} recorded in {installer.name}.sha256sum" in err
     assert client.request("GET", f"/1.0/instances/{name}/snapshots") == []
-    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--json")  # the dry plan says so first
+    code, out, err = host(capsys, "lwnode1", "--json")  # the dry plan says so first
     assert code == 0 and f"labwright: note: --yes will refuse: {installer}: sha256 " in err
     assert any(n.startswith("--yes will refuse: ") for n in json.loads(out)["notes"])
     installer.write_bytes(good)
     # The new kernel without a build of the target: refused (or pinned with --pin-kernel).
     (host_root / "var/lib/dkms/nvidia" / NEW / NEW_KERNEL / "x86_64/module/nvidia.ko").unlink()
-    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes")
+    code, out, err = host(capsys, "lwnode1", "--yes")
     assert code == 1 and out == "" and len(err.splitlines()) == 1
     assert f"the new kernel {NEW_KERNEL} has no nvidia {NEW} module build" in err
     assert GpuHost(host_root).driver_version() == DRIVER_VERSION
     assert client.request("GET", f"/1.0/instances/{name}/snapshots") == []
-    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--pin-kernel", "--json")
+    code, out, err = host(capsys, "lwnode1", "--pin-kernel", "--json")
     assert code == 0 and json.loads(out)["boot_kernel"] == OLD_KERNEL
     # And done: the running kernel pinned (proxmox-boot-tool kernel pin, simulated under the root) and booted again
     # with the new driver; the guest carried through.
-    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--pin-kernel", "--yes", "--json")
+    code, out, err = host(capsys, "lwnode1", "--pin-kernel", "--yes", "--json")
     result = json.loads(out)
     assert code == 0 and result["ok"], (out, err)
     assert (host_root / PIN_FILE).read_text().strip() == OLD_KERNEL
@@ -184,7 +187,7 @@ def test_a_guest_another_labwright_run_holds_is_waited_for_or_refused(lab, clien
     # refuses naming it, before any snapshot or host change, and goes ahead once that run is gone.
     name = upgrade_guest(client, names, host_root, DRIVER_VERSION)
     with holding(name) as holder:
-        code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes", "--lock-wait", "0", "--json")
+        code, out, err = host(capsys, "lwnode1", "--yes", "--lock-wait", "0", "--json")
         result = json.loads(out)
         assert code == 1 and not result["ok"], (out, err)
         assert "another labwright run holds this guest" in result["message"] and f"pid {holder.pid}" in \
@@ -192,7 +195,7 @@ def test_a_guest_another_labwright_run_holds_is_waited_for_or_refused(lab, clien
         assert "nothing was upgraded" in result["message"]
         assert GpuHost(host_root).driver_version() == DRIVER_VERSION
         assert client.request("GET", f"/1.0/instances/{name}/snapshots") == []
-    code, out, err = host(capsys, "lwnode1", "--host-root", str(host_root), "--yes", "--lock-wait", "0", "--json")
+    code, out, err = host(capsys, "lwnode1", "--yes", "--lock-wait", "0", "--json")
     assert code == 0 and json.loads(out)["ok"], (out, err)
     assert "released a stale run lock" in err  # the killed holder's, by this controller (its pid is gone)
     assert GpuHost(host_root).driver_version() == NEW
@@ -218,7 +221,8 @@ def test_a_snapshot_that_cannot_be_taken_upgrades_nothing(lab, client, names, ho
             kind = _RefusingSnapshots if guest == refusing else LxdSnapshots
             return kind(LxdName("lxd", None, guest), client=self.client)
 
-    outcome = Refusing(plan, host_root, host_root / "var/cache/labwright/nvidia", client).run({})
+    outcome = Refusing(plan, host_root, host_root / "var/cache/labwright/nvidia", client,
+                       host=SimulatedHost(host_root)).run({})
     assert not outcome.ok
     assert outcome.message.startswith(f"guest {refusing}: the snapshot could not be taken: Create instance snapshot")
     assert "nothing was upgraded (snapshots taken: labwright-host-upgrade-" in outcome.message

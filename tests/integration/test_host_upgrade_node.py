@@ -31,6 +31,7 @@ from support.fake_nvidia import (
     remove_fake_root,
 )
 from support.gpu_guest import libs_in, nodes_in, sh, upgrade_guest
+from support.host_cli import on_tree, resume_command
 from support.host_doubles import RESUME_LINK, RESUME_UNIT, boot, make_node, run_resume_unit, tool_env
 
 pytestmark = pytest.mark.lab
@@ -49,7 +50,8 @@ def node_root(monkeypatch) -> Iterator[Path]:
         for key, value in tool_env(root).items():
             if key in ("PATH", "LW_FAKE_ROOT", "LW_HOST_TOOLS"):
                 monkeypatch.setenv(key, value)
-        yield root
+        with on_tree(root):  # the node `host upgrade` and `gpu check` act on (support.host_cli)
+            yield root
     finally:
         remove_fake_root(root)
 
@@ -62,6 +64,7 @@ def start(client: LxdClient, root: Path) -> tuple[Upgrade, float]:
     host = CommandHost(root, repo)
     host.preflight(plan)
     upgrade = Upgrade(plan, root, repo, client, host=host)
+    upgrade.resume_command = resume_command(root, "lwnode1")  # the boot unit runs labwright on the tree
     started = time.monotonic()
     out = upgrade.run({g.name: g.services for g in facts.guests})
     assert out.ok and out.rebooting, (out.message, out.left)
@@ -71,7 +74,7 @@ def start(client: LxdClient, root: Path) -> tuple[Upgrade, float]:
 def dry(capsys, root: Path, *extra: str) -> tuple[int, str, str]:
     register(["host"])
     capsys.readouterr()
-    code = main(["host", "upgrade", "lwnode1", "--host-root", str(root), *extra])
+    code = main(["host", "upgrade", "lwnode1", *extra])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -119,7 +122,7 @@ def test_the_upgrade_stops_at_the_reboot_and_the_boot_unit_finishes_it(lab, clie
     assert code == 2 and err.startswith("labwright: error: node lwnode1: nothing to resume: the upgrade started ")
     assert " finished: node lwnode1: nvidia 550.54.14 -> 550.54.15" in err
     register(["gpu"])
-    assert main(["gpu", "check", guest, "--host-root", str(node_root), "--json"]) == 0
+    assert main(["gpu", "check", guest, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ok"]
     with capsys.disabled():
         print(f"\nhost upgrade --yes on the node's tools, through the boot, to gpu check passing: {serving:.1f} s")

@@ -4,7 +4,7 @@ verified HTTPS on 127.0.0.1).
 The node's side is a fake NVIDIA host tree (support.fake_nvidia: /proc, mknod'ed /dev/nvidia*, kernels, DKMS's
 tree, the host's userspace, a repository of stand-in installers) whose ``etc/pve`` is the simulator's pmxcfs, so
 the raw lines the runbook rewrites land in the file the simulated API reads. The host's driver install and reboot
-are simulated on the tree (labwright.hostupgrade.simhost; the reboot moves nvidia-uvm 509 -> 237); the
+are simulated on the tree (support.sim_host; the reboot moves nvidia-uvm 509 -> 237); the
 containers, their snapshots (``POST /nodes/pve1/lxc/VMID/snapshot``), restarts and rollbacks are the simulator's,
 and each container is also a chroot of the pct double joined to the simulator (support.pve_pct_node): the runbook
 finds ``pct`` on the node's PATH, pushes the installer into each container and runs it and ``gpu check`` there with
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from labwright.cli import main, register
 from labwright.gpu.nvidia.host import GpuHost
 from support.fake_nvidia import DRIVER_VERSION, make_container_libraries, make_fake_nvidia_host, make_upgrade_host
 from support.guest_lock import holding
+from support.host_cli import on_tree, resume_command
 from support.pve_pct_node import PctNode
 from support.pve_simulator import PveSimulator, SimNode, SimStorage, default_storages, host_devices
 
@@ -44,12 +46,14 @@ INSTALLS: dict[str, str] = {}
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
+def root(tmp_path: Path) -> Iterator[Path]:
     tree = make_fake_nvidia_host(tmp_path / "pve1", uvm_major=509, caps_major=511, extra_files=False)
-    return make_upgrade_host(tree, OLD_KERNEL, NEW_KERNEL, built={OLD_KERNEL: [DRIVER_VERSION],
+    made = make_upgrade_host(tree, OLD_KERNEL, NEW_KERNEL, built={OLD_KERNEL: [DRIVER_VERSION],
                                                                   NEW_KERNEL: [DRIVER_VERSION, NEW]},
                              repository=(NEW,), hostname="pve1", uvm_major_after_reboot=237, host_userspace=True,
                              installers=INSTALLS)
+    with on_tree(made):  # the node `host upgrade` acts on (support.host_cli)
+        yield made
 
 
 @pytest.fixture
@@ -139,11 +143,10 @@ def test_dry_plan_lists_the_gpu_containers_and_their_wiring(sim, root, inventory
     container(sim, 202, raw=True, userspace="535.183.01")  # mismatched already: read with pct exec, said
     container(sim, 203, start=False)  # no GPU: not listed
     before = len(sim.writes)
-    code, _, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root))
+    code, _, err = host(capsys, "pve1", "-i", str(inventory))
     assert code == 2 and err.count("\n") == 1 and "guest @pct/pve1/202 runs userspace 535.183.01" in err, err
     assert len(sim.writes) == before
-    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--fix-mismatched",
-                          "--json")
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--fix-mismatched", "--json")
     plan = json.loads(out)
     assert code == 0 and plan["dry"] and plan["to"] == NEW and plan["boot_kernel"] == NEW_KERNEL, (out, err)
     steps = [(s["action"], s["target"]) for s in plan["steps"]]
@@ -168,7 +171,7 @@ def test_yes_snapshots_every_gpu_container_and_rewrites_stale_raw_majors(sim, ro
     container(sim, 201, dev=True)
     container(sim, 202, raw=True)
     container(sim, 204, raw=True, start=False)
-    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes", "--json")
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--yes", "--json")
     result = json.loads(out)
     assert code == 0 and result["ok"], (out, err)
     snapshot_posts = [w.path for w in sim.writes if w.method == "POST" and w.path.endswith("/snapshot")]
@@ -216,7 +219,7 @@ def test_a_container_another_labwright_run_holds_is_refused_before_anything_chan
     container(sim, 201, dev=True)
     container(sim, 202, raw=True)
     with holding("@pct/pve1/202") as holder:
-        code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes",
+        code, out, err = host(capsys, "pve1", "-i", str(inventory), "--yes",
                               "--lock-wait", "0", "--json")
         result = json.loads(out)
         assert code == 1 and not result["ok"], (out, err)
@@ -227,7 +230,7 @@ def test_a_container_another_labwright_run_holds_is_refused_before_anything_chan
         assert ct_userspace(sim, 202) == old_userspace()
         # 201's lock, taken before 202 was found busy, was given back
         assert not (sim.pct_node.rootfs(201) / "run/lock/labwright.lock").exists()
-    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes",
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--yes",
                           "--lock-wait", "0", "--json")
     assert code == 0 and json.loads(out)["ok"], (out, err)
     assert "@pct/pve1/202: released a stale run lock" in err  # the killed holder's, on this node (its pid is gone)
@@ -241,7 +244,7 @@ def test_a_failure_after_the_snapshots_restores_them(sim, root, inventory, capsy
     container(sim, 202, raw=True)
     # The first container's start after the upgrade fails inside PVE's task (as a missing device would).
     sim.fail_next_task("startup for container '201' failed", "vzstart")
-    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes", "--json")
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--yes", "--json")
     result = json.loads(out)
     assert code == 1 and not result["ok"]
     assert len(err.strip().splitlines()) == 1 and "@pct/pve1/201: starting failed" in err, err
@@ -272,7 +275,7 @@ def test_a_container_left_with_a_mismatched_userspace_fails_the_check_and_everyt
         INSTALLS.clear()
     container(sim, 201, dev=True)
     container(sim, 202, raw=True)
-    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes", "--json")
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--yes", "--json")
     result = json.loads(out)
     assert code == 1 and not result["ok"], (out, err)
     failed = next(d for d in result["done"] if not d["ok"])
@@ -295,7 +298,7 @@ def test_storage_that_cannot_snapshot_stops_the_run_before_anything_changes(sim,
     container(sim, 201, dev=True)
     container(sim, 205, rootfs="plain:8", raw=True)
     before = len(sim.writes)
-    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes")
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--yes")
     assert code == 2 and out == "" and len(err.splitlines()) == 1, err
     assert err.startswith("labwright: error: guest @pct/pve1/205: its storage cannot take snapshots (rootfs is on "
                           "storage plain of type dir")
@@ -307,7 +310,7 @@ def test_storage_that_cannot_snapshot_stops_the_run_before_anything_changes(sim,
 def test_a_node_not_in_the_inventory_is_one_line(sim, root, inventory, capsys):
     container(sim, 201, dev=True)
     before = len(sim.writes)
-    code, out, err = host(capsys, "pve9", "-i", str(inventory), "--host-root", str(root), "--yes")
+    code, out, err = host(capsys, "pve9", "-i", str(inventory), "--yes")
     assert code == 2 and out == ""
     assert err == (f"labwright: error: node 'pve9' is not in the inventory {inventory} (its nodes: pve1); give the "
                    "name of a Proxmox VE node from it\n")
@@ -318,7 +321,7 @@ def test_a_node_without_pct_is_refused_before_anything_changes(sim, root, invent
     container(sim, 201, dev=True)
     monkeypatch.setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")  # not a Proxmox VE node: no pct
     before = len(sim.writes)
-    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--host-root", str(root), "--yes")
+    code, out, err = host(capsys, "pve1", "-i", str(inventory), "--yes")
     assert code == 2 and out == "", (out, err)
     assert err == ("labwright: error: node pve1: no `pct` on this host; the upgrade installs the userspace into the "
                    "containers with pct push/exec: run `labwright host upgrade` on the Proxmox VE node itself\n")
@@ -371,6 +374,7 @@ def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_t
     host_side.preflight(plan)
     upgrade = PveUpgrade(plan, root, repo, api, guests, host=host_side)
     upgrade.saved = pve_saved(upgrade, inventory, mode)
+    upgrade.resume_command = resume_command(root, "pve1")  # the boot unit runs labwright on the tree
     out = upgrade.run({})
     assert out.ok and out.rebooting, (out.message, out.left)
     assert ct_userspace(sim, 202) == old_userspace() and allow_majors(sim, 202) == ["c 195:* rwm", "c 509:* rwm",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import typer
 from rich.markup import escape
@@ -13,6 +12,7 @@ from labwright.errors import BadInput
 from labwright.gpu import arch as gpu_arch
 from labwright.gpu.check import DecodeRequest
 from labwright.gpu.guest import AUTO, check_guest
+from labwright.hostupgrade.node import this_node
 from labwright.ui import stdout, table
 
 NAME = "gpu"
@@ -28,8 +28,6 @@ def check(
     guest: str = typer.Argument(..., metavar="GUEST", help="LXD/Incus instance on this host (NAME)."),
     service: str = typer.Option(AUTO, "--service", help="The engine's systemd unit (default: llama-server or "
                                 "tabbyapi, whichever the guest has; 'none' skips the engine check)."),
-    host_root: Path = typer.Option(Path("/"), "--host-root", help="Read the host's /proc and /dev NVIDIA files below "
-                                   "this directory (a fake tree in tests).", show_default=False),
     decode: bool = typer.Option(False, "--decode", help="Also time a short completion in the guest: no faster than "
                                 "the CPU bound (labwright/data/gpu-check.toml) fails."),
     decode_floor: float | None = typer.Option(None, "--decode-floor", help="CPU bound in tokens/s for --decode "
@@ -47,11 +45,6 @@ def check(
 
     Example: labwright gpu check llm1 --decode
     """
-    if not host_root.is_dir():
-        raise BadInput(f"--host-root {host_root}: not a directory; give the root of a host tree (default /)")
-    if not host_root.samefile("/") and not (host_root / "proc/driver/nvidia/version").is_file():
-        raise BadInput(f"--host-root {host_root}: no proc/driver/nvidia/version below it; give the root of a host "
-                       "tree with the NVIDIA driver's files (default /)")
     if decode_floor is not None and not 0 < decode_floor <= MAX_DECODE_FLOOR:
         raise BadInput(f"--decode-floor {decode_floor:g}: not a speed; give tokens per second above 0 and at most "
                        f"{MAX_DECODE_FLOOR:,} (default 20)")
@@ -63,7 +56,7 @@ def check(
         raise BadInput("--decode times the engine's API: give the engine's unit with --service (or leave it auto), "
                        "not --service none")
     request = DecodeRequest(decode_floor, decode_url, api_key_file) if asked else None
-    report = check_guest(guest, None if service == "none" else service, host_root, request)
+    report = check_guest(guest, None if service == "none" else service, request, this_node().gpu_host())
     failed = [c for c in report.checks if not c.ok]
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,13 +13,12 @@ from rich.markup import escape
 
 from labwright.cli import vocab
 from labwright.errors import BadInput, LabwrightError
-from labwright.gpu.nvidia.host import GpuHost
 from labwright.gpu.nvidia.upgrade_facts import REPOSITORY, node_facts, repository_versions
 from labwright.hostupgrade import state
+from labwright.hostupgrade.node import Node, this_node
 from labwright.hostupgrade.plan import Plan, make_plan
-from labwright.hostupgrade.realhost import CommandHost
-from labwright.hostupgrade.run import Done, Outcome, Upgrade, end_resume, remove_credentials_and_unit
-from labwright.hostupgrade.trust import check_root_code, verify_repository_installer
+from labwright.hostupgrade.run import Done, NodeHost, Outcome, Upgrade, end_resume, remove_credentials_and_unit
+from labwright.hostupgrade.trust import verify_repository_installer
 from labwright.inventory import load_inventory
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
@@ -32,16 +28,6 @@ NAME = "host"
 HELP = "GPU host runbooks: upgrade the NVIDIA driver/kernel with snapshots, exact userspace and device majors."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
-
-
-def node_names(root: Path) -> list[str]:
-    """The names this host answers to: its host name (short and full), localhost, and under a test root the tree's
-    etc/hostname."""
-    names = [socket.gethostname(), socket.gethostname().split(".")[0], "localhost"]
-    if root != Path("/"):
-        with contextlib.suppress(OSError):
-            names.insert(0, (root / "etc/hostname").read_text().strip())
-    return list(dict.fromkeys(n for n in names if n))
 
 
 @app.command()
@@ -56,10 +42,8 @@ def upgrade(
     fix_mismatched: bool = typer.Option(False, "--fix-mismatched", help="A running guest whose userspace already "
                                         "differs from the loaded module is refused; with this it gets the new "
                                         "userspace with the upgrade."),
-    host_root: Path = typer.Option(Path("/"), "--host-root", help="The host's files below this directory (a fake "
-                                   "NVIDIA tree on the lab); --yes acts on it.", show_default=False),
     repository: Path | None = typer.Option(None, "--repository", help="Directory of NVIDIA-Linux-x86_64-VERSION.run "
-                                           f"installers [HOST_ROOT{REPOSITORY}].", show_default=False),
+                                           f"installers [{REPOSITORY}].", show_default=False),
     inventory: Path | None = typer.Option(None, "--inventory", "-i", metavar="FILE", help="pyinfra inventory with "
                                           "NODE as a Proxmox VE node (proxmox_api_url in its host data): its GPU "
                                           "containers are carried through the upgrade (without: LXD's).",
@@ -87,24 +71,20 @@ def upgrade(
         vocab.dry_or_yes(dry, yes)
     vocab.check_lock_wait(lock_wait)
     node_data = _pve_node(node, inventory) if inventory is not None and not resume else None
-    if not host_root.is_dir():
-        raise BadInput(f"--host-root {host_root}: not a directory; give the root of a host tree (default /)")
-    root = host_root.resolve()
-    if root != Path("/") and not (root / "proc/driver/nvidia/version").is_file():
-        raise BadInput(f"--host-root {host_root}: no proc/driver/nvidia/version below it; give the root of a host tree "
-                       "with the NVIDIA driver's files (default /)")
-    names = node_names(root)
+    here = this_node()
+    root = here.root
+    names = here.names()
     if node not in names:
         raise BadInput(f"node {node!r} is not this host (it answers to {', '.join(names)}); run `labwright host "
                        "upgrade` on the node itself with its name")
-    if root == Path("/") and (yes or resume) and os.geteuid() != 0:
-        raise BadInput("host upgrade on this host installs a driver and reboots: run it as root (sudo)")
+    if yes or resume:
+        here.require_root()
     saved = state.load(root)
     if saved is not None and saved.node != node:
         raise BadInput(f"{state.state_file(root)} is an upgrade of node {saved.node!r}, not {node!r}; give "
                        f"{saved.node} (this host's name when it started)")
     if resume:
-        _finish(node, _resume(node, root, saved, as_json), as_json)
+        _finish(node, _resume(node, here, saved, as_json), as_json)
         return
     if saved is not None and saved.phase == state.REBOOTING:
         if yes:
@@ -119,23 +99,16 @@ def upgrade(
     if not repository_versions(repo):
         raise BadInput(f"{label}: no NVIDIA-Linux-x86_64-VERSION.run in it; add the installer of the driver to "
                        "install")
-    if root == Path("/") and not Path("/proc/driver/nvidia/version").is_file():
-        raise BadInput("this host has no NVIDIA driver loaded (no /proc/driver/nvidia/version); host upgrade carries "
-                       "GPU guests from a loaded driver to a new one: run it on the GPU node (install the driver "
-                       "first on a new one)")
-    host = CommandHost(root, repo.resolve()) if root == Path("/") else None
-    api_mode = state.HTTPS
-    if node_data is not None and host is not None:
-        from labwright.hostupgrade.pve import node_api_mode
-
-        api_mode = node_api_mode(root)
-    if yes and host is not None:
+    here.require_driver()
+    host = here.host(repo.resolve())
+    api_mode = here.api_mode() if node_data is not None else state.HTTPS
+    if yes:
         # the boot unit runs this interpreter, labwright, the inventory (over HTTPS) and the installers as root
-        check_root_code(inventory.resolve() if inventory is not None and api_mode == state.HTTPS else None,
-                        repo.resolve())
+        here.check_root_code(inventory.resolve() if inventory is not None and api_mode == state.HTTPS else None,
+                             repo.resolve())
     if node_data is not None:
         assert inventory is not None
-        outcome = _pve_upgrade(node, root, repo, node_data, to, pin_kernel, fix_mismatched, yes, as_json,
+        outcome = _pve_upgrade(node, here, repo, node_data, to, pin_kernel, fix_mismatched, yes, as_json,
                                lock_wait, host, inventory, api_mode)
     else:
         outcome = _lxd_upgrade(node, root, repo, to, pin_kernel, fix_mismatched, yes, as_json, lock_wait, host)
@@ -155,11 +128,12 @@ def _finish(node: str, outcome: Outcome, as_json: bool) -> None:
         raise typer.Exit(1)
 
 
-def _resume(node: str, root: Path, saved: state.Saved | None, as_json: bool) -> Outcome:
+def _resume(node: str, here: Node, saved: state.Saved | None, as_json: bool) -> Outcome:
     """The saved upgrade carried on after its reboot (the boot unit's command). However it ends (done, failed,
     refused while reading the inventory or reaching the API, stopped on anything else) the carried credentials and
     the resume unit are removed (the unit's ExecStopPost= does the same when this process is killed); a resume that
     stopped before its end is left to be resumed by hand, saying why."""
+    root = here.root
     if saved is None:
         raise BadInput(f"node {node}: no upgrade to resume ({state.state_file(root)} does not exist); start one with "
                        f"`labwright host upgrade {node} --yes`")
@@ -167,9 +141,9 @@ def _resume(node: str, root: Path, saved: state.Saved | None, as_json: bool) -> 
         state.remove_env(root)  # nothing to resume: nothing needs the credentials either
         raise BadInput(f"node {node}: nothing to resume: {saved.summary()}")
     saved.resume_failed = ""
-    host = CommandHost(root, Path(saved.repository))  # only a run on the node's own tools saves a state
+    host = here.resume_host(Path(saved.repository))
     try:
-        return _resumed(node, root, saved, host, as_json)
+        return _resumed(node, here, saved, host, as_json)
     except BaseException as exc:
         if saved.phase == state.REBOOTING and not saved.resume_failed:
             why = str(exc) if isinstance(exc, LabwrightError) else f"{type(exc).__name__}: {exc}"
@@ -180,12 +154,13 @@ def _resume(node: str, root: Path, saved: state.Saved | None, as_json: bool) -> 
             remove_credentials_and_unit(root, host)
 
 
-def _resumed(node: str, root: Path, saved: state.Saved, host: CommandHost, as_json: bool) -> Outcome:
+def _resumed(node: str, here: Node, saved: state.Saved, host: NodeHost, as_json: bool) -> Outcome:
     plan = saved.plan_object()
+    root = here.root
     repo = Path(saved.repository)
     over_https = saved.kind == "pve" and saved.api == state.HTTPS
-    if root == Path("/"):  # what this root run reads and runs from here is root's alone (trust.py)
-        check_root_code(Path(str(saved.inventory)) if over_https else None, repo)
+    # what this root run reads and runs from here is root's alone (trust.py)
+    here.check_root_code(Path(str(saved.inventory)) if over_https else None, repo)
     upgrade: Upgrade
     if saved.kind == "pve":
         from labwright.guests.proxmox_api import Credentials, connect
@@ -262,7 +237,7 @@ def _progress(as_json: bool) -> Callable[[Done], None]:
 
 
 def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: bool, fix_mismatched: bool,
-                 yes: bool, as_json: bool, lock_wait: float, host: CommandHost | None) -> Outcome | None:
+                 yes: bool, as_json: bool, lock_wait: float, host: NodeHost) -> Outcome | None:
     endpoint, project = resolve_endpoint(None)
     client = LxdClient(endpoint, project=project)
     try:
@@ -273,8 +248,7 @@ def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: 
             return None
         services = {g.name: g.services for g in facts.guests}
         _verify_installers(repo, plan)
-        if host is not None:
-            host.preflight(plan)
+        host.preflight(plan)
         upgrade = Upgrade(plan, root, repo, client, _progress(as_json), host=host)
         upgrade.lock_wait = lock_wait
         return upgrade.run(services)
@@ -282,21 +256,21 @@ def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: 
         client.close()
 
 
-def _pve_upgrade(node: str, root: Path, repo: Path, node_data: dict[str, Any], to: str | None, pin_kernel: bool,
-                 fix_mismatched: bool, yes: bool, as_json: bool, lock_wait: float, host: CommandHost | None,
+def _pve_upgrade(node: str, here: Node, repo: Path, node_data: dict[str, Any], to: str | None, pin_kernel: bool,
+                 fix_mismatched: bool, yes: bool, as_json: bool, lock_wait: float, host: NodeHost,
                  inventory: Path, api_mode: str = state.HTTPS) -> Outcome | None:
     from labwright.guests.proxmox_api import Credentials, connect
     from labwright.hostupgrade.pve import PveUpgrade, make_pve_plan, nvidia_majors, pve_node_facts, pve_saved
 
     api = connect(Credentials.from_env(), node, node_data)
+    root = here.root
     facts, guests = pve_node_facts(node, root, api, repo)
-    plan = make_pve_plan(facts, guests, to, pin_kernel, nvidia_majors(GpuHost(root)), fix_mismatched)
+    plan = make_pve_plan(facts, guests, to, pin_kernel, nvidia_majors(here.gpu_host()), fix_mismatched)
     if not yes:
         _show_plan(node, _with_installer_notes(repo, plan), as_json)
         return None
     _verify_installers(repo, plan)
-    if host is not None:
-        host.preflight(plan)
+    host.preflight(plan)
     upgrade = PveUpgrade(plan, root, repo, api, guests, _progress(as_json), host=host)
     upgrade.lock_wait = lock_wait
     upgrade.saved = pve_saved(upgrade, inventory.resolve(), api_mode)

@@ -2,7 +2,7 @@
 the checks of ``labwright.gpu.check`` run through the LXD API's exec (no SSH in the guest needed).
 
 The host side (module version, nodes and majors) is read on the machine running labwright (``GpuHost``), which is
-the LXD host for a local guest; ``host_root`` reads a fake tree instead (tests).
+the LXD host for a local guest; a caller may give another ``GpuHost`` (tests: one over a fake host tree).
 
 ``passed_gpu_devices`` is vendor-neutral (``labwright.gpu.devices``); the checks are NVIDIA's.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from labwright.errors import BadInput, LxdError
@@ -69,11 +68,11 @@ def engine_service(host: Host, service: str | None) -> str | None:
     return loaded[0] if loaded else None
 
 
-def check_guest(guest: str, service: str | None = AUTO, host_root: str | Path = "/",
-                decode: DecodeRequest | None = None) -> GpuReport:
-    """Run the checks on ``guest``. BadInput (exit 2) for a guest that does not exist, is stopped, or has no GPU
-    passed to it; the returned report says which checks failed (exit 1)."""
-    gpu_host = GpuHost(host_root)
+def check_guest(guest: str, service: str | None = AUTO, decode: DecodeRequest | None = None,
+                gpu_host: GpuHost | None = None) -> GpuReport:
+    """Run the checks on ``guest`` against ``gpu_host`` (default: this machine). BadInput (exit 2) for a guest that
+    does not exist, is stopped, or has no GPU passed to it; the returned report says which checks failed (exit 1)."""
+    gpu_host = gpu_host if gpu_host is not None else GpuHost()
     host = _lxd_host(guest)
     started = time.monotonic()
     try:

@@ -22,8 +22,8 @@ with ``pct exec``, since pct exits 0 when its copy failed) and run with ``pct ex
 and ``gpu check``'s collection commands run through ``pct exec`` (labwright.gpu.check: GPU visible, userspace ==
 host module exactly, the CT's NVIDIA nodes with the host's majors). A stopped container is started for that
 and stopped again. When the after-check fails, every snapshot is rolled back (the containers' files, their
-userspace with them, and configs) and the host driver goes back to the version before (labwright.hostupgrade
-.simhost on the lab's tree; its module is loaded at the next boot).
+userspace with them, and configs) and the host driver goes back to the version before (the node host's
+rollback_driver; its module is loaded at the next boot).
 """
 
 from __future__ import annotations
@@ -267,7 +267,7 @@ def make_pve_plan(facts: NodeFacts, guests: list[PveGpuGuest], wanted: str | Non
 
 
 class PveUpgrade(Upgrade):
-    """The plan carried out on a Proxmox VE node: host steps on the (simulated) host tree as on LXD, the guests
+    """The plan carried out on a Proxmox VE node: host steps through the node host as on LXD, the guests
     through the PVE API and the node's config files below ``root`` (``/etc/pve``)."""
 
     checked_as = "pass gpu check through pct exec, with the host's device majors"
@@ -294,7 +294,7 @@ class PveUpgrade(Upgrade):
 
     def __init__(self, plan: Plan, root: Path, repository: Path, api: ProxmoxAPI, guests: list[PveGpuGuest],
                  progress: Callable[[Done], None] | None = None, poll_interval: float = 0.5,
-                 node: Host | None = None, host: NodeHost | None = None):
+                 node: Host | None = None, *, host: NodeHost):
         super().__init__(plan, root, repository, None, progress, host=host)
         self.api = api
         self.guests = {g.label: g for g in guests}
@@ -448,10 +448,10 @@ def pve_saved(upgrade: PveUpgrade, inventory: Path, api: str = HTTPS) -> Saved:
 PVESH_TIMEOUT = 900.0
 
 
-def node_api_mode(root: Path) -> str:
+def node_api_mode() -> str:
     """PVESH when the resumed run can reach the node's API as root without any secret: it runs on the node itself
-    (``root`` is /) as root, with ``pvesh`` and the cluster file system (/etc/pve/local); else HTTPS."""
-    if root == Path("/") and os.geteuid() == 0 and shutil.which("pvesh") and Path("/etc/pve/local").is_dir():
+    as root, with ``pvesh`` and the cluster file system (/etc/pve/local); else HTTPS."""
+    if os.geteuid() == 0 and shutil.which("pvesh") and Path("/etc/pve/local").is_dir():
         return PVESH
     return HTTPS
 

@@ -1,8 +1,8 @@
 """The host side of the upgrade on the node itself: NVIDIA's installer, DKMS, proxmox-boot-tool and systemd for real.
 
-``SimulatedHost`` (simhost.py) writes to a host tree what these commands leave; ``CommandHost`` runs them and then
-checks what they left, because an exit status is not proof: the installer's ``--dkms`` path reports success from
-its own log, and ``systemctl enable`` of a unit without an [Install] target exits 0 having enabled nothing.
+``CommandHost`` runs them and then checks what they left, because an exit status is not proof: the installer's
+``--dkms`` path reports success from its own log, and ``systemctl enable`` of a unit without an [Install] target
+exits 0 having enabled nothing.
 
 - driver: ``sh NVIDIA-Linux-x86_64-VER.run --silent --dkms --kernel-name=BOOT`` with ``BOOT`` the kernel the node
   boots next, and ``--allow-installation-with-running-driver`` where VER's installer knows it (545.23.06 and later:
@@ -22,8 +22,7 @@ its own log, and ``systemctl enable`` of a unit without an [Install] target exit
   .trust) right before it runs.
 
 Every command runs through ``runner`` (this machine's shell by default; tests put the doubles of tests/support/
-host_tools first on PATH with a host tree as their root). Nothing here is used under a ``--host-root`` tree without
-an explicit runner: the lab's tree is simulated.
+host_tools first on PATH with a host tree as their root).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Carry out a host upgrade plan: the host side on a ``SimulatedHost`` tree, the guests on the local LXD daemon
-(real containers: snapshots, device config, the userspace installer run inside them, restarts, ``gpu check``)."""
+"""Carry out a host upgrade plan: the host side through a ``NodeHost`` (the node's own tools: realhost.CommandHost),
+the guests on the local LXD daemon (real containers: snapshots, device config, the userspace installer run inside
+them, restarts, ``gpu check``)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ from labwright.hosts import Result
 from labwright.hostupgrade import state
 from labwright.hostupgrade.installer import guest_installer_said
 from labwright.hostupgrade.plan import Plan, Step
-from labwright.hostupgrade.simhost import SimulatedHost
 from labwright.hostupgrade.state import REBOOTING, RESUME_UNIT, Saved
 from labwright.hostupgrade.trust import verify_installer
 from labwright.lxd.client import LxdClient
@@ -36,11 +36,14 @@ GUEST_READY_SECONDS = 120.0
 
 
 class NodeHost(Protocol):
-    """The host side of an upgrade: ``SimulatedHost`` on the lab's tree, ``CommandHost`` on a real node."""
+    """The host side of an upgrade: ``CommandHost`` on the node (realhost.py); tests give a double over a host
+    tree."""
 
     installed: str | None  # the version install_driver installed (None: not yet, or rolled back)
     previous: str | None  # the loaded version before it
     reboots_for_real: bool  # the reboot ends this process (the state file and the resume unit carry the run on)
+
+    def preflight(self, plan: Plan) -> None: ...
 
     def install_driver(self, version: str, kernel: str) -> str: ...
 
@@ -101,13 +104,15 @@ class Upgrade:
     rolls_back_driver = False
 
     def __init__(self, plan: Plan, root: Path, repository: Path, client: LxdClient | None,
-                 progress: Callable[[Done], None] | None = None, host: NodeHost | None = None):
+                 progress: Callable[[Done], None] | None = None, *, host: NodeHost):
         self.plan = plan
         self.root = root
         self.repository = repository
         self._client = client
-        #: The host side: the lab's tree simulated, or the node's own tools (realhost.CommandHost).
-        self.host: NodeHost = host if host is not None else SimulatedHost(root)
+        #: The host side: the node's own tools (realhost.CommandHost), or a test's double.
+        self.host: NodeHost = host
+        #: How the resume unit runs labwright after the reboot (default: state.resume_command, this interpreter's).
+        self.resume_command: list[str] | None = None
         #: Where the run stands across a real reboot (state.py); set by the CLI for a real host.
         self.saved: Saved | None = None
         self.gpu_host = GpuHost(root, self.host)
@@ -234,7 +239,7 @@ class Upgrade:
         return f"restarted (systemd {state})" + (f"; {', '.join(services)} restarted" if services else "")
 
     def check(self, guest: str) -> tuple[bool, str]:
-        report = check_guest(guest, AUTO, self.root)
+        report = check_guest(guest, AUTO, gpu_host=self.gpu_host)
         failed = [c for c in report.checks if not c.ok]
         if failed:
             return False, "; ".join(f"{c.name}: {c.detail}" for c in failed)
@@ -407,8 +412,8 @@ class Upgrade:
             state.write_env(self.root, state.carried_for(saved, os.environ))
         except OSError as exc:
             raise OperationFailed(f"writing {state.STATE_PATH} failed ({exc}); not rebooting") from exc
-        self.host.enable_resume_unit(state.resume_unit_text(self.plan.node, state.resume_command(
-            self.plan.node, self.root)))
+        command = self.resume_command or state.resume_command(self.plan.node)
+        self.host.enable_resume_unit(state.resume_unit_text(self.plan.node, command))
 
     def running_kernel(self) -> str:
         try:

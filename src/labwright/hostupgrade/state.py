@@ -177,14 +177,11 @@ def _env_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def resume_command(node: str, root: Path, python: str | None = None) -> list[str]:
+def resume_command(node: str, python: str | None = None) -> list[str]:
     """How the boot unit runs labwright: this interpreter (the venv or uv tool labwright is installed in, checked
     root-only by labwright.hostupgrade.trust) with ``-I -m labwright``, so no PATH is needed at boot and nothing but
     the interpreter's own site-packages is imported (``-I``: no current directory, PYTHON* variables or user site)."""
-    command = [python or sys.executable, "-I", "-m", "labwright", "host", "upgrade", node, "--resume"]
-    if root != Path("/"):
-        command += ["--host-root", str(root)]
-    return command
+    return [python or sys.executable, "-I", "-m", "labwright", "host", "upgrade", node, "--resume"]
 
 
 def resume_unit_text(node: str, command: list[str]) -> str:

@@ -12,7 +12,6 @@ import dataclasses
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from labwright.hostupgrade.pve import PveUpgrade
 from labwright.hostupgrade.realhost import CommandHost
 from labwright.hostupgrade.run import Upgrade
 from labwright.testing.waiting import wait_for
+from support.host_cli import on_tree, resume_command
 from support.host_doubles import run_stop_post, tool_env
 
 from .test_realhost import NEW, NEXT, OLD, host, tree
@@ -64,7 +64,7 @@ def node(tmp_path: Path, monkeypatch, api: str = state.HTTPS) -> Path:
                         started=state.now(), api=api)
     state.save(root, saved)
     assert state.write_env(root, state.carried_for(saved, os.environ)) == (api == state.HTTPS)
-    host(root).enable_resume_unit(state.resume_unit_text("lwnode1", state.resume_command("lwnode1", root)))
+    host(root).enable_resume_unit(state.resume_unit_text("lwnode1", resume_command(root, "lwnode1")))
     assert state.leftovers(root) == ([state.ENV_PATH] if api == state.HTTPS else []) + [
         state.RESUME_UNIT_PATH, state.RESUME_WANTS_LINK]
     return root
@@ -72,7 +72,8 @@ def node(tmp_path: Path, monkeypatch, api: str = state.HTTPS) -> Path:
 
 def resume(capsys, root: Path) -> tuple[int, str, str]:
     register(["host"])
-    code = main(["host", "upgrade", "lwnode1", "--resume", "--host-root", str(root)])
+    with on_tree(root):
+        code = main(["host", "upgrade", "lwnode1", "--resume"])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -204,7 +205,7 @@ def test_a_killed_resume_is_cleaned_up_by_the_units_exec_stop_post(tmp_path, mon
         f"ExecStopPost=-/bin/rm -f {state.ENV_PATH}",
         f"ExecStopPost=-/bin/rm -f {state.RESUME_WANTS_LINK} {state.RESUME_UNIT_PATH}"]
     argv = state.unit_exec_start(text)
-    assert argv[:3] == [sys.executable, "-I", "-m"]
+    assert argv == resume_command(root, "lwnode1")  # labwright on the tree (support.host_cli)
     child = subprocess.Popen(argv, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for("the resume to reach the inventory", started.exists, timeout=60, every=0.05)
@@ -242,12 +243,11 @@ def test_through_pvesh_no_secret_is_written_and_the_inventory_is_not_read(tmp_pa
     assert_nothing_left(root)
 
 
-def test_the_api_mode_is_pvesh_only_for_root_on_the_node_itself(tmp_path, monkeypatch):
+def test_the_api_mode_is_pvesh_only_for_root_on_the_node_itself(monkeypatch):
     from labwright.hostupgrade.pve import node_api_mode
 
-    assert node_api_mode(tmp_path) == state.HTTPS  # a host tree is never the node itself
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert node_api_mode(Path("/")) == state.HTTPS  # not root: pvesh would refuse
+    assert node_api_mode() == state.HTTPS  # not root: pvesh would refuse
 
 
 def test_only_an_upgrade_over_https_carries_credentials(tmp_path):
@@ -292,7 +292,7 @@ def test_pvesh_api_speaks_the_same_interface_through_the_local_pvesh(tmp_path, m
 
 
 def test_the_resume_unit_is_run_isolated_and_cleans_up_after_itself():
-    text = state.resume_unit_text("lwnode1", state.resume_command("lwnode1", Path("/")))
+    text = state.resume_unit_text("lwnode1", state.resume_command("lwnode1"))
     assert state.unit_exec_start(text)[1:3] == ["-I", "-m"]
     assert "UMask=0077" in text.splitlines()
     assert text.index("ExecStart=") < text.index("ExecStopPost=")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from labwright.gpu.nvidia.boot_unit import LAZY_NODES, boot_unit, install_boot_unit
 from labwright.gpu.nvidia.upgrade_facts import dkms_builds, installed_kernels, repository_versions, running_kernel
-from labwright.hostupgrade.simhost import SimulatedHost
 from support.fake_nvidia import DRIVER_VERSION, make_fake_nvidia_host, make_upgrade_host
 from support.gpu_host import TreeGpuHost
+from support.sim_host import SimulatedHost
 
 
 def tree(tmp_path: Path, **kw) -> Path:

@@ -223,7 +223,7 @@ def test_the_run_saves_its_state_enables_the_resume_unit_and_asks_for_the_reboot
     assert not (root / "var/lib/labwright/host-upgrade.env").exists()
     unit = (root / f"etc/systemd/system/{RESUME_UNIT}").read_text()
     argv = state.unit_exec_start(unit)
-    assert argv[1:] == ["-I", "-m", "labwright", "host", "upgrade", "lwnode1", "--resume", "--host-root", str(root)]
+    assert argv[1:] == ["-I", "-m", "labwright", "host", "upgrade", "lwnode1", "--resume"]
     assert (root / RESUME_WANTS_LINK.lstrip("/")).is_symlink()
     assert (root / "labwright-sim/reboot-requested").exists()
 

@@ -207,6 +207,6 @@ def test_a_tampered_guest_installer_is_not_copied_in(tmp_path):
     installer = root / f"var/cache/labwright/nvidia/NVIDIA-Linux-x86_64-{NEW}.run"
     installer.write_bytes(installer.read_bytes() + b"\n")
     plan = Plan("lwnode1", OLD, NEW, NEXT, [Step("userspace", "g1", "")])
-    upgrade = Upgrade(plan, root, root / "var/cache/labwright/nvidia", None)
+    upgrade = Upgrade(plan, root, root / "var/cache/labwright/nvidia", None, host=host(root))
     with pytest.raises(BadInput, match=r"does not match"):
         upgrade.userspace("g1")

@@ -85,7 +85,7 @@ class GpuHost:
             return None
 
     def host_path(self, guest_path: str) -> str:
-        """Where the guest path ``/dev/X`` lives on this host (differs from it only under a test root)."""
+        """Where the guest path ``/dev/X`` lives below ``root`` (the path itself on this machine)."""
         return str(self.root / guest_path.lstrip("/"))
 
     def driver_version(self) -> str | None:

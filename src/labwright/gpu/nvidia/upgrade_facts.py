@@ -132,7 +132,7 @@ def dkms_builds(root: Path, loaded: str | None) -> dict[str, tuple[str, ...]]:
 
 def node_guest_devices(instance: dict[str, Any], root: Path) -> bool:
     """True when the instance passes this host's NVIDIA nodes: a unix-char /dev/nvidia* whose source is below
-    ``root`` (under a test root only the guests wired to that tree), or, on a real host, a ``gpu`` device."""
+    ``root``, or a ``gpu`` device (LXD passes the nodes of its own /dev: counted for the root / only)."""
     for device in (instance.get("devices") or {}).values():
         path = str(device.get("path") or "")
         if device.get("type") == "unix-char" and path.startswith("/dev/nvidia"):

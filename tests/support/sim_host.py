@@ -1,4 +1,6 @@
-"""The host side of the upgrade on a host tree below ``--host-root`` (the local lab's fake NVIDIA files).
+"""A host-side double of the upgrade (run.NodeHost) on a host tree (the local lab's fake NVIDIA files, tests/support/
+fake_nvidia): what ``TreeNode`` (tests/support/host_cli.py) gives ``labwright host upgrade`` instead of the node's
+own tools (labwright.hostupgrade.realhost.CommandHost). labwright does not ship it.
 
 What it does to the tree is what the real steps leave on a host: the installer's ``--dkms`` build for the running
 kernel in DKMS's tree; ``proxmox-boot-tool kernel pin`` writing ``/etc/kernel/proxmox-boot-pin``; and a reboot:
@@ -51,6 +53,9 @@ class SimulatedHost:
             timeout: float | None = None) -> Result:
         self.ran.append((command,) if isinstance(command, str) else tuple(command))
         return Result(0, "", "")
+
+    def preflight(self, plan: object) -> None:
+        """Nothing to check: the tree's steps need no tool or headers."""
 
     def _module_version(self) -> str | None:
         try:
