@@ -14,10 +14,13 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from labwright.bench.sse import MalformedStream, iter_events
+from labwright.bench.sse import BadAnswer, MalformedStream, iter_events
 from labwright.errors import BadInput, OperationFailed
+
+if TYPE_CHECKING:
+    from labwright.bench.answers import ModelEntry, Timings, Usage
 
 ENDPOINTS = ("chat", "completions")
 
@@ -82,15 +85,20 @@ class Endpoint:
 
 
 def _error_message(body: bytes) -> str:
+    """The server's error message as one printable line (no newline or escape sequence of its own reaches ours)."""
     text = body.decode("utf-8", "replace").strip()
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
-        return " ".join(text.split())[:200]
+        return _one_line(text)
     error = doc.get("error", doc) if isinstance(doc, dict) else doc
     if isinstance(error, dict):
-        return str(error.get("message") or error.get("detail") or error)[:200]
-    return str(error)[:200]
+        return _one_line(str(error.get("message") or error.get("detail") or error))
+    return _one_line(str(error))
+
+
+def _one_line(text: str) -> str:
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())[:200]
 
 
 def check_status(endpoint: Endpoint, path: str, status: int, body: bytes, model: str | None = None) -> None:
@@ -162,18 +170,6 @@ def _number(doc: dict[str, Any] | None, key: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _chunk_text(chunk: dict[str, Any], endpoint_kind: str) -> str:
-    choices = chunk.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
-        return ""
-    choice = choices[0]
-    if endpoint_kind == "chat":
-        delta = choice.get("delta") or {}
-        # Reasoning models stream their thinking first: those are generated tokens too.
-        return str(delta.get("content") or "") + str(delta.get("reasoning_content") or delta.get("reasoning") or "")
-    return str(choice.get("text") or "")
-
-
 class Client:
     def __init__(self, endpoint: Endpoint, model: str, kind: str = "chat"):
         if kind not in ENDPOINTS:
@@ -197,18 +193,24 @@ class Client:
         finally:
             conn.close()
 
-    def models(self) -> list[dict[str, Any]] | None:
-        """The served models (``GET /v1/models``), or None when the server has no such listing."""
+    def models(self) -> list[ModelEntry] | None:
+        """The served models (``GET /v1/models``), or None when the server has no such listing (404, not JSON, no
+        ``data``); a listing whose entries are nonsense (an id that is not a string, a negative context) is
+        BadAnswer naming the field."""
+        from labwright.bench.answers import Models, parse
+
         path = f"{self.endpoint.prefix}/models"
         status, body = self._json("GET", path)
         if status == 404:
             return None
         check_status(self.endpoint, path, status, body)
         try:
-            data = json.loads(body).get("data")
-        except (json.JSONDecodeError, AttributeError):
+            doc = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError):
             return None
-        return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else None
+        if not isinstance(doc, dict) or "data" not in doc:
+            return None
+        return list(parse(Models, doc, f"{self.endpoint.origin}{path} answered").data)
 
     def count_tokens(self, text: str) -> int | None:
         """Tokens in ``text`` by the server's own tokenizer, or None when it has none we know.
@@ -216,6 +218,8 @@ class Client:
         ``/tokenize`` beside ``/v1`` (llama.cpp: ``content``; vLLM: ``prompt``, answers ``count``) or tabbyAPI's
         ``/v1/token/encode`` (``text``, answers ``length``); the first that answers is used from then on.
         """
+        from labwright.bench.answers import TokenCount, parse
+
         if self._tokenizer is None:
             return None
         candidates = [self._tokenizer] if self._tokenizer else [
@@ -229,13 +233,11 @@ class Client:
                 continue
             try:
                 doc = json.loads(body)
-                for key in ("count", "length"):
-                    if isinstance(doc.get(key), int):
-                        count = int(doc[key])
-                        break
-                else:
-                    count = len(doc["tokens"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            count = parse(TokenCount, doc, f"{self.endpoint.origin}{path} answered").value \
+                if isinstance(doc, dict) else None
+            if count is None:
                 continue
             self._tokenizer = path
             return count
@@ -276,35 +278,50 @@ class Client:
             conn.close()
 
     def _read(self, response: http.client.HTTPResponse, started: float, prompt: str) -> Trial:
+        """The stream, each chunk checked as it arrives (labwright.bench.answers.StreamChunk). Not a measurement
+        (BadAnswer, naming what the server sent): a chunk with a negative or non-integer count or a NaN speed, an
+        error event, a stream that stops before ``[DONE]`` and without any finish_reason (cut short), one that breaks
+        off mid-transfer, one without any generated text."""
+        from labwright.bench.answers import StreamChunk, parse
+
         first: float | None = None
-        chunks = 0
+        chunks = events = 0
+        done = False
         finish: str | None = None
         usage: dict[str, Any] | None = None
         timings: dict[str, Any] | None = None
+        checked_usage: Usage | None = None
+        checked_timings: Timings | None = None
+        where = f"{self.endpoint.base}: stream chunk"
         for event in iter_events(_lines(response, self.endpoint)):
             if event.done:
+                done = True
                 break
-            chunk = event.json()
-            if "error" in chunk:
-                raise OperationFailed(f"{self.endpoint.base}: the server failed mid-stream: "
-                                      f"{_error_message(json.dumps(chunk).encode())}")
-            if _chunk_text(chunk, self.kind):
+            events += 1
+            raw = event.json()
+            if "error" in raw:
+                raise BadAnswer(f"{self.endpoint.base}: the server failed mid-stream: "
+                                f"{_error_message(json.dumps(raw).encode())}")
+            chunk = parse(StreamChunk, raw, f"{where} {events}")
+            if chunk.text(self.kind):
                 chunks += 1
                 if first is None:
                     first = time.perf_counter()
-            choices = chunk.get("choices") or []
-            if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason"):
-                finish = str(choices[0]["finish_reason"])
-            if isinstance(chunk.get("usage"), dict):
-                usage = chunk["usage"]
-            if isinstance(chunk.get("timings"), dict):
-                timings = chunk["timings"]
+            if chunk.finish_reason:
+                finish = chunk.finish_reason
+            if chunk.usage is not None:
+                usage, checked_usage = raw["usage"], chunk.usage
+            if chunk.timings is not None:
+                timings, checked_timings = raw["timings"], chunk.timings
         total = time.perf_counter() - started
+        if not done and finish is None:
+            raise BadAnswer(f"{self.endpoint.base}: the stream stopped after {events} chunk(s) ({chunks} with text) "
+                            "without [DONE] or a finish_reason: cut short, not a measurement")
         if first is None:
-            raise OperationFailed(f"{self.endpoint.base}: the stream ended without any generated text "
-                                  f"(finish_reason {finish!r})")
-        prompt_tokens, prompt_source = _prompt_tokens(usage, timings, prompt)
-        decode_tokens, decode_source = _decode_tokens(usage, timings, chunks)
+            raise BadAnswer(f"{self.endpoint.base}: the stream ended without any generated text "
+                            f"(finish_reason {finish!r})")
+        prompt_tokens, prompt_source = _prompt_tokens(checked_usage, checked_timings, prompt)
+        decode_tokens, decode_source = _decode_tokens(checked_usage, checked_timings, chunks)
         return Trial(ttft_s=first - started, total_s=total, prompt_tokens=prompt_tokens,
                      prompt_tokens_source=prompt_source, decode_tokens=decode_tokens,
                      decode_tokens_source=decode_source, chunks=chunks, finish_reason=finish, usage=usage,
@@ -316,23 +333,24 @@ def _lines(response: http.client.HTTPResponse, endpoint: Endpoint) -> Iterator[b
         try:
             line = response.readline()
         except (OSError, http.client.HTTPException) as exc:
-            raise OperationFailed(f"{endpoint.base}: the stream broke off: {exc or type(exc).__name__}") from None
+            raise BadAnswer(f"{endpoint.base}: the stream broke off: {exc or type(exc).__name__}") from None
         if not line:
             return
         yield line
 
 
-def _prompt_tokens(usage: dict[str, Any] | None, timings: dict[str, Any] | None, prompt: str) -> tuple[int, str]:
-    if usage and isinstance(usage.get("prompt_tokens"), int) and usage["prompt_tokens"] > 0:
-        return int(usage["prompt_tokens"]), "usage"
-    if timings and isinstance(timings.get("prompt_n"), int):
-        return int(timings["prompt_n"]) + int(timings.get("cache_n") or 0), "timings"
+def _prompt_tokens(usage: Usage | None, timings: Timings | None, prompt: str) -> tuple[int, str]:
+    if usage is not None and usage.prompt_tokens:
+        return usage.prompt_tokens, "usage"
+    if timings is not None and timings.prompt_n is not None:
+        return timings.prompt_n + (timings.cache_n or 0), "timings"
     return max(1, round(len(prompt) / 4)), "estimate"
 
 
-def _decode_tokens(usage: dict[str, Any] | None, timings: dict[str, Any] | None, chunks: int) -> tuple[int, str]:
-    if usage and isinstance(usage.get("completion_tokens"), int):
-        return int(usage["completion_tokens"]), "usage"
-    if timings and isinstance(timings.get("predicted_n"), int):
-        return int(timings["predicted_n"]), "timings"
+def _decode_tokens(usage: Usage | None, timings: Timings | None, chunks: int) -> tuple[int, str]:
+    if usage is not None and usage.completion_tokens is not None:
+        return usage.completion_tokens, "usage"
+    if timings is not None and timings.predicted_n is not None:
+        return timings.predicted_n, "timings"
     return chunks, "chunks"
+

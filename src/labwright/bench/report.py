@@ -26,7 +26,7 @@ CSV_COLUMNS = (
     "ttft_ms", "prefill_tps", "decode_tps",
     "cold_ttft_ms", "cold_prefill_tps", "cold_decode_tps",
     "server_prefill_tps", "server_decode_tps", "peak_rss_mib", "peak_gpu_mib",
-    "decode_spread_pct", "ttft_spread_pct",
+    "decode_spread_pct", "ttft_spread_pct", "error",
 )
 
 
@@ -42,8 +42,10 @@ def check(doc: Any, source: str) -> dict[str, Any]:
                        "labwright bench llm --json")
     results = doc.get("results")
     if not isinstance(results, list) or not all(isinstance(r, dict) and isinstance(r.get("context"), int)
-                                                and (r.get("warm") or r.get("cold")) for r in results):
-        raise BadInput(f"{source}: 'results' must list contexts with cold/warm summaries: the file is damaged")
+                                                and (r.get("warm") or r.get("cold") or isinstance(r.get("error"), str))
+                                                for r in results):
+        raise BadInput(f"{source}: 'results' must list contexts with cold/warm summaries (or an error): the file is "
+                       "damaged")
     return doc
 
 
@@ -121,6 +123,7 @@ def flat_rows(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "peak_rss_mib": None if rss is None else rss / MIB,
                 "peak_gpu_mib": None if gpu is None else gpu / MIB,
                 "decode_spread_pct": _pct(spread["decode_tps"]), "ttft_spread_pct": _pct(spread["ttft_s"]),
+                "error": result.get("error"),
             })
     return rows
 
@@ -154,6 +157,10 @@ def results_table(docs: list[dict[str, Any]], limit: float = stats.DEFAULT_MAX_S
         rows = [row[:-1] for row in rows]
     else:
         columns.append("peak GPU MiB")
+    errors = [r["error"] for r in flat_rows(docs)]
+    if any(errors):  # error rows: what the server sent instead of a measurement
+        columns.append("error")
+        rows = [[*row, error or ""] for row, error in zip(rows, errors, strict=True)]
     return table(f"Benchmark (median of cached trials; cold = trial 1; spread: TTFT/decode (max - min) / median of "
                  f"the cached trials, ! above {limit * 100:g}%)", columns, rows)
 

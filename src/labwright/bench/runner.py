@@ -11,11 +11,15 @@ import datetime as dt
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labwright.bench import memory, prompt, stats
 from labwright.bench.openai import ENDPOINTS, Client, Endpoint, Trial
+from labwright.bench.sse import BadAnswer
 from labwright.errors import BadInput
+
+if TYPE_CHECKING:
+    from labwright.bench.answers import ModelEntry
 
 SCHEMA = "labwright.bench.llm/1"
 # Llama 4 Scout's 10M tokens is the longest context any open model claims; a prompt is ~4 characters a token, so this
@@ -82,12 +86,20 @@ def parse_contexts(text: str) -> tuple[int, ...]:
 
 @dataclass
 class ContextResult:
+    """One context's trials; or, when the server's answer to one of them was not a measurement (BadAnswer: a stream
+    cut short, a negative count, a NaN speed), its ``error`` and no numbers at all: an error row."""
+
     context: int
     trials: list[Trial]
     peak_rss_bytes: int | None = None
     peak_gpu_bytes: int | None = None
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"context": self.context, "error": self.error, "cold": None, "warm": None,
+                    "spread": dict.fromkeys(stats.SPREAD_KEYS), "peak_rss_bytes": None, "peak_gpu_bytes": None,
+                    "trials": []}
         cold, warm = stats.cold_and_warm(self.trials)
         return {
             "context": self.context,
@@ -115,6 +127,11 @@ class BenchRun:
     server_pid: int | None
     results: list[ContextResult] = field(default_factory=list)
 
+    @property
+    def errors(self) -> list[str]:
+        """"context N: what the server sent" for each error row."""
+        return [f"context {r.context}: {r.error}" for r in self.results if r.error is not None]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "label": self.label, "url": self.url, "model": self.model, "endpoint": self.endpoint,
@@ -131,12 +148,11 @@ def resolve_model(client: Client, model: str | None, contexts: tuple[int, ...], 
         if model is None:
             raise BadInput(f"{client.endpoint.base} lists no models (no /models): pass --model NAME")
         return model
-    names: dict[str, dict[str, Any]] = {}
+    names: dict[str, ModelEntry] = {}
     for entry in served:
-        for name in [entry.get("id"), *(entry.get("aliases") or [])]:
-            if isinstance(name, str):
-                names.setdefault(name, entry)
-    ids = [str(e.get("id")) for e in served]
+        for name in [entry.id, *(entry.aliases or [])]:
+            names.setdefault(name, entry)
+    ids = [e.id for e in served]
     if model is None:
         if len(ids) != 1:
             raise BadInput(f"{client.endpoint.base} serves {len(ids)} models ({', '.join(ids) or 'none'}): "
@@ -145,9 +161,8 @@ def resolve_model(client: Client, model: str | None, contexts: tuple[int, ...], 
     if model not in names:
         raise BadInput(f"model {model!r} is not served at {client.endpoint.base} (it serves: "
                        f"{', '.join(ids) or 'nothing'}): pass one of those with --model")
-    # llama.cpp lists its context as meta.n_ctx, vLLM as max_model_len.
-    n_ctx = (names[model].get("meta") or {}).get("n_ctx") or names[model].get("max_model_len")
-    if isinstance(n_ctx, int) and n_ctx > 0 and max(contexts) + decode > n_ctx:
+    n_ctx = names[model].context
+    if n_ctx and max(contexts) + decode > n_ctx:
         raise BadInput(f"--contexts {max(contexts)} + --decode {decode} exceeds the server's context of {n_ctx} "
                        f"tokens: restart it with a context of at least {max(contexts) + decode} or drop that length")
     return model
@@ -199,7 +214,13 @@ def run(config: BenchConfig, progress: Callable[[str], None] = lambda _: None) -
             for trial in range(1, config.trials + 1):
                 text = prompt.build(max(1, context - template_tokens), seed=salt + context * 1000 + trial,
                                     chars_per_token=ratio, count=client.count_tokens)
-                measured = client.stream(text.text, config.decode)
+                try:
+                    measured = client.stream(text.text, config.decode)
+                except BadAnswer as exc:
+                    # Not a measurement: this context is an error row, and the next context is tried.
+                    result.error = str(exc)
+                    progress(f"context {context}: trial {trial}/{config.trials}: not measured: {exc}")
+                    break
                 result.trials.append(measured)
                 kind = "cold" if trial == 1 else "cached"
                 decode_tps = f"{measured.decode_tps:,.0f}" if measured.decode_tps else "-"

@@ -19,7 +19,12 @@ DONE = "[DONE]"
 KNOWN_FIELDS = ("data", "event", "id", "retry")
 
 
-class MalformedStream(OperationFailed):
+class BadAnswer(OperationFailed):
+    """A server's answer that is not a measurement: a stream cut short, a count or speed that cannot be (negative,
+    NaN), a body shorter than announced. The benchmark reports it as an error row, never as numbers."""
+
+
+class MalformedStream(BadAnswer):
     """The server's stream is not server-sent events carrying JSON."""
 
 

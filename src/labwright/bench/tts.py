@@ -142,7 +142,15 @@ def request_once(url: urllib.parse.SplitResult, payload: Mapping[str, object], a
         if response.status != 200:
             detail = response.read(300).decode(errors="replace").strip().replace("\n", " ")
             raise SpeechError(f"HTTP {response.status}: {detail}")
-        content_type = (response.getheader("Content-Type") or "").split(";")[0].strip().lower()
+        from labwright.bench.answers import BadAnswer, SpeechHeaders, parse
+
+        try:
+            answer = parse(SpeechHeaders, {"content_type": response.getheader("Content-Type"),
+                                            "content_length": response.getheader("Content-Length")},
+                           "the answer's headers")
+        except BadAnswer as exc:
+            raise SpeechError(str(exc)) from None
+        content_type = answer.media_type
         if not_audio_type(content_type):
             raise NotAudio(f"the server answered {content_type}, not audio")
         first: float | None = None
@@ -158,12 +166,16 @@ def request_once(url: urllib.parse.SplitResult, payload: Mapping[str, object], a
             size += len(chunk)
             reads += 1
         total = time.perf_counter() - start
-    except OSError as exc:
-        raise SpeechError(f"{exc.__class__.__name__}: {exc}") from exc
+    except (OSError, http.client.HTTPException) as exc:  # a reset, a timeout, a chunked body cut short
+        raise SpeechError(f"the body broke off after {size:,} bytes: {exc.__class__.__name__}: {exc}") from None
     finally:
         conn.close()
     if first is None:
         raise SpeechError("empty body")
+    if answer.content_length is not None and size != answer.content_length:
+        # http.client ends a Content-Length body quietly when the connection closes early: count what came.
+        raise SpeechError(f"the body has {size:,} of {answer.content_length:,} announced bytes (Content-Length): "
+                          "cut short, not a measurement")
     return Sample(first, total, size, reads)
 
 
@@ -191,7 +203,9 @@ def bench_tts(url: str, text: str, formats: list[str], runs: int = 3, voice: str
                                    "http://127.0.0.1:8880 or its /v1/audio/speech URL)") from None
                 result.error = str(exc)
             except SpeechError as exc:
-                result.error = str(exc)
+                result.error = " ".join(str(exc).split())
+            if result.error:  # an error row, never a measurement: no medians of the runs before the failure
+                result.samples.clear()
             if result.samples:
                 result.first_ms = round(statistics.median(s.first_s for s in result.samples) * 1000, 1)
                 result.total_ms = round(statistics.median(s.total_s for s in result.samples) * 1000, 1)

@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from labwright.bench import report, stats
 from labwright.bench.runner import BenchConfig, parse_contexts, run
-from labwright.errors import BadInput
+from labwright.errors import BadInput, OperationFailed
 from labwright.ui import console, stdout
 
 NAME = "bench"
@@ -112,6 +112,9 @@ def _llm(url: str | None, model: str | None, contexts: str, decode: int, trials:
                   f"{decode} decode tokens, {trials} trials each")
     result = run(config, progress=lambda line: console.print(f"  {escape(line)}"))
     _emit([result.to_json()], as_json, as_csv, plot, compare=False, limit=limit)
+    if result.errors:  # the rows are shown (and saved with --json); the exit says some are not measurements
+        raise OperationFailed(f"{len(result.errors)} of {len(result.results)} context(s) not measured, first: "
+                              f"{result.errors[0]}")
 
 
 @app.callback(invoke_without_command=True)

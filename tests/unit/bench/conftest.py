@@ -36,6 +36,14 @@ class Script:
     body: bytes | None = None  # sent instead of the event stream (error bodies, malformed streams)
     prompt_tokens: int | None = 42  # None: counted from the prompt
     models: list[str] = field(default_factory=lambda: ["standin"])
+    # Nonsense a broken server sends (issue 33 class 7), to requests asking for at least ``fault_min_tokens`` tokens
+    # (2: the timed trials, not the 1-token calibration requests):
+    cut_after: int | None = None  # the stream ends cleanly after this many token chunks: no finish_reason, no [DONE]
+    drop_after: int | None = None  # the connection closes after this many token chunks, mid chunked transfer
+    usage_doc: dict[str, Any] | None = None  # sent as ``usage`` instead of the true counts
+    timings_doc: dict[str, Any] | None = None  # sent as llama.cpp's ``timings``
+    fault_min_tokens: int = 0
+    listing: Any = None  # the whole GET /v1/models answer, instead of one entry per name in ``models``
     tabby_tokenizer: bool = False
 
 
@@ -56,12 +64,18 @@ def events(script: Script, kind: str, prompt_tokens: int) -> Iterator[tuple[byte
         choice = {"index": 0, "delta": {"content": token}} if kind == "chat" else {"index": 0, "text": token}
         yield event({**base, "choices": [{**choice, "finish_reason": None}]}), (
             script.first_delay if i == 0 else script.token_delay)
+        if script.cut_after is not None and i + 1 >= script.cut_after:
+            return
     last: dict[str, Any] = {**base, "choices": []}
     if script.usage:
         last["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": len(script.tokens)}
+    if script.usage_doc is not None:
+        last["usage"] = script.usage_doc
     if script.timings:
         last["timings"] = {"prompt_n": prompt_tokens, "cache_n": 0, "predicted_n": len(script.tokens),
                            "prompt_per_second": 1000.0, "predicted_per_second": 50.0}
+    if script.timings_doc is not None:
+        last["timings"] = script.timings_doc
     yield event(last), 0.0
     yield event("[DONE]"), 0.0
 
@@ -73,12 +87,18 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def _send(self, status: int, content_type: str, pieces: Iterator[tuple[bytes, float]]) -> None:
+    def _send(self, status: int, content_type: str, pieces: Iterator[tuple[bytes, float]],
+              drop_after: int | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        for data, delay in pieces:
+        for index, (data, delay) in enumerate(pieces):
+            if drop_after is not None and index > drop_after:  # the role chunk, then drop_after token chunks
+                self.wfile.write(b"40\r\ndata: {\"choi")  # half of a transfer chunk, then the connection closes
+                self.wfile.flush()
+                self.close_connection = True
+                return
             if delay:
                 time.sleep(delay)
             if data:
@@ -90,7 +110,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         script = self.server.script
         if self.path.endswith("/models"):
-            body = json.dumps({"object": "list", "data": [{"id": m} for m in script.models]}).encode()
+            listing = script.listing if script.listing is not None else {
+                "object": "list", "data": [{"id": m} for m in script.models]}
+            body = json.dumps(listing).encode()
             self._send(200, "application/json", iter([(body, 0.0)]))
         else:
             self._send(404, "application/json", iter([(b'{"error": {"message": "not found"}}', 0.0)]))
@@ -113,11 +135,16 @@ class Handler(BaseHTTPRequestHandler):
             self._send(script.status, script.content_type, iter([(script.body, 0.0)]))
             return
         kind = "chat" if self.path.endswith("/chat/completions") else "completions"
+        if int(request.get("max_tokens") or 0) < script.fault_min_tokens:
+            script = Script(tokens=script.tokens, prompt_tokens=script.prompt_tokens)
         prompt = request["messages"][0]["content"] if kind == "chat" else request["prompt"]
         # A fixed count, or one like a server's: a token per word, plus 9 for the chat template.
         tokens = script.prompt_tokens if script.prompt_tokens is not None else (
             len(prompt.split()) + (9 if kind == "chat" else 0))
         stream = list(events(script, kind, tokens))
+        if script.drop_after is not None:
+            self._send(script.status, script.content_type, iter(stream), drop_after=script.drop_after)
+            return
         if script.piece:
             # The same bytes cut at arbitrary points: lines and even UTF-8 never arrive whole.
             blob = b"".join(data for data, _ in stream)

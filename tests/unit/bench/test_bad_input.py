@@ -68,12 +68,8 @@ def test_bench_llm_numbers_out_of_range_are_refused_before_anything_is_sent(labw
     assert standin.requests == []  # not a byte sent, no prompt built
 
 
-def test_a_context_beyond_what_a_vllm_server_lists_is_refused_before_prompts_are_built(labwright, standin,
-                                                                                       monkeypatch):
-    from labwright.bench import openai
-
-    listed = [{"id": "standin", "object": "model", "max_model_len": 4096}]
-    monkeypatch.setattr(openai.Client, "models", lambda self: listed)
+def test_a_context_beyond_what_a_vllm_server_lists_is_refused_before_prompts_are_built(labwright, standin):
+    standin.script.listing = {"object": "list", "data": [{"id": "standin", "object": "model", "max_model_len": 4096}]}
     result = labwright("bench", "llm", "--url", standin.url, "--contexts", "8192", "--decode", "64")
     # The server had to be asked, so the progress line came first; the error is the one error line, and the last.
     errors = [line for line in result.stderr.splitlines() if line.startswith("labwright: error: ")]
