@@ -222,7 +222,9 @@ def _is_users(frame: traceback.FrameSummary | None) -> bool:
 
 def _escaped(exc: BaseException) -> int:
     """One line for what escaped a command (see the module docstring); the exit code."""
-    if os.environ.get("LABWRIGHT_DEBUG"):
+    from labwright.schema import env
+
+    if env.debug():
         traceback.print_exception(exc)
     if isinstance(exc, UnicodeDecodeError):
         error(f"a file labwright read is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
@@ -379,6 +381,13 @@ def _run(args: list[str]) -> int:
     if first not in ("verify",) and "--dry" in mine and ("--yes" in mine or "-y" in mine):
         error("--dry and --yes contradict each other: --dry changes nothing, --yes acts; give one of them")
         return 2
+    from labwright.schema import env
+
+    try:
+        env.check_environment()  # junk in an environment variable: one line, exit 2, before anything is contacted
+    except LabwrightError as exc:
+        error(str(exc))
+        return exc.exit_code
     if "--json" in mine:
         # progress of long steps (labwright.ui.progress) as plain lines on stderr: stdout is the JSON document
         from labwright import ui
@@ -388,7 +397,9 @@ def _run(args: list[str]) -> int:
         # Outside standalone mode click hands back the code of `raise typer.Exit(n)` instead of exiting.
         result = app(args=args, standalone_mode=False)
     except LabwrightError as exc:
-        if os.environ.get("LABWRIGHT_DEBUG"):
+        from labwright.schema import env
+
+        if env.debug():
             traceback.print_exception(exc)
         error(str(exc))
         return exc.exit_code

@@ -7,7 +7,6 @@ file); plain ``labwright bench --url ...`` is ``labwright bench llm --url ...``,
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,9 @@ MaxSpreadOption = typer.Option(stats.DEFAULT_MAX_SPREAD * 100, "--max-spread", m
 def _api_key(variable: str | None) -> str | None:
     if variable is None:
         return None
-    value = os.environ.get(variable)
+    from labwright.schema.env import read
+
+    value = read(variable, kind="secret")  # a line break would reach the Authorization header
     if not value:
         raise BadInput(f"--api-key-env {variable}: the variable is not set or empty: export {variable}=KEY first")
     return value

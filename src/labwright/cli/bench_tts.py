@@ -6,13 +6,13 @@ cli/bench.py owns the `bench` group; it calls ``register(app)`` to add this comm
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import typer
 
 from labwright.bench.tts import DEFAULT_FORMATS, bench_tts, check_numbers, parse_formats, read_text, speech_url
 from labwright.errors import OperationFailed
+from labwright.schema import env
 from labwright.ui import Reporter, stdout, table
 
 
@@ -36,11 +36,12 @@ def tts(
     wanted = parse_formats(formats)
     check_numbers(runs, timeout)
     speech_url(url)
+    api_key = env.read("LABWRIGHT_TTS_API_KEY")  # checked before the server is contacted
     words = read_text(text)
     report = Reporter(quiet=as_json)
     with report.step(f"{len(wanted)} formats x streamed/unstreamed x {runs} runs against {url}"):
         results = bench_tts(url, words, wanted, runs=runs, voice=voice, model=model,
-                            api_key=os.environ.get("LABWRIGHT_TTS_API_KEY") or None, timeout=timeout)
+                            api_key=api_key, timeout=timeout)
     if as_json:
         typer.echo(json.dumps({"url": url, "chars": len(words), "runs": runs,
                                "results": [r.as_json() for r in results]}))

@@ -46,8 +46,10 @@ class Credentials:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Credentials:
+        from labwright.schema.env import read
+
         env = os.environ if environ is None else environ
-        token_id, secret = env.get("PROXMOX_TOKEN_ID"), env.get("PROXMOX_TOKEN_SECRET")
+        token_id, secret = read("PROXMOX_TOKEN_ID", env), read("PROXMOX_TOKEN_SECRET", env)
         if token_id:
             user, sep, name = token_id.partition("!")
             if not sep or "@" not in user or not name:
@@ -56,7 +58,7 @@ class Credentials:
             if not secret:
                 raise BadInput("PROXMOX_TOKEN_ID is set but PROXMOX_TOKEN_SECRET is empty; export the token's secret")
             return cls(user, secret, name)
-        login, password = env.get("PROXMOX_USER"), env.get("PROXMOX_PASSWORD")
+        login, password = read("PROXMOX_USER", env), read("PROXMOX_PASSWORD", env)
         if login and password:
             if "@" not in login:
                 raise BadInput(f"PROXMOX_USER {login!r} needs its realm, e.g. root@pam")
