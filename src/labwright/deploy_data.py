@@ -10,17 +10,23 @@ Every deploy reads its data the same way, and a bad value is one line naming the
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 
 from labwright.errors import BadInput
+from labwright.schema import checks
 from labwright.shell import path_problem
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+T = TypeVar("T")
 
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -60,13 +66,36 @@ class DeployData:
         return value
 
     def int_of(self, key: str, value: Any, low: int, high: int | None = None) -> int:
+        """``value`` as a whole number ``low..high`` (labwright.schema.checks.whole)."""
+        return self.checked(key, value, checks.whole(low, high))
+
+    def checked(self, key: str, value: Any, check: Callable[[Any], T]) -> T:
+        """``check(value)`` (a labwright.schema.checks function); its ValueError as one line naming the key."""
         try:
-            number = int(str(value).strip())
-        except ValueError:
-            raise self.fail(key, f"{value!r} is not a whole number") from None
-        if number < low or (high is not None and number > high):
-            raise self.fail(key, f"{number} is out of range ({low}..{high if high is not None else ''})")
-        return number
+            return check(value)
+        except ValueError as error:
+            raise self.fail(key, one_line(str(error))) from None
+
+    def managed_of(self, key: str, value: Any) -> str:
+        """``value`` as a directory the service will own: absolute, normalised, no shell characters, not a system
+        directory such as /etc or /usr (labwright.schema.checks.managed_dir)."""
+        return self.checked(key, value, checks.managed_dir)
+
+    def parse(self, schema: type[BaseModel], **given: Any) -> dict[str, Any]:
+        """Every key of ``schema`` (a labwright.schema.model.Schema) read as :meth:`get` reads it (``given`` first:
+        a value the deploy already derived) and checked at once; the first bad key refused in one line naming
+        ``PREFIX_KEY``. The sections of the keys are found in the defaults."""
+        from labwright.schema.model import parse
+
+        values: dict[str, Any] = {}
+        for key in schema.model_fields:
+            if key in given:
+                values[key] = given[key]
+                continue
+            section = next((name for name, table in self.defaults.items()
+                            if isinstance(table, Mapping) and key in table), "service")
+            values[key] = self.get(key, section)
+        return parse(schema, values, prefix=self.prefix, error=DeployError).model_dump()
 
     def path_of(self, key: str, value: Any, absolute: bool = True) -> str:
         """``value`` as a path that may go into commands and units: refused in one line naming the key when it holds
@@ -78,12 +107,13 @@ class DeployData:
         return text
 
     def bool_of(self, key: str, value: Any) -> bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in TRUE or text in FALSE:
-            return text in TRUE
-        raise self.fail(key, f"{value!r} is not true or false")
+        """true/false, yes/no, on/off, 1/0 (labwright.schema.checks.flag)."""
+        return self.checked(key, value, checks.flag)
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks written as escapes (a refusal stays one line)."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def one_value_problem(value: Any, default: Any) -> str | None:
@@ -125,3 +155,55 @@ def refuse_unknown_keys(data: Mapping[str, Any], prefix: str, known: Iterable[st
     error = unknown_key_error(data, prefix, known, where)
     if error is not None:
         raise DeployError(str(error))
+
+
+#: The deploys whose ports and directories can meet on one host (their data keys are PREFIX_KEY).
+SERVICE_PREFIXES = ("llamacpp", "tabbyapi", "litellm", "openwebui", "kokoro", "models")
+#: Directories a service owns (creates, chowns, replaces): none may be another's, or sit inside a venv.
+OWNED_DIR_KEYS = ("tabbyapi_dir", "tabbyapi_venv", "tabbyapi_root", "litellm_venv", "litellm_config_dir",
+                  "openwebui_venv", "openwebui_data_dir", "openwebui_config_dir", "openwebui_pipelines_dir",
+                  "kokoro_dir", "kokoro_venv", "models_venv")
+#: Of those, the venvs: a venv is replaced whole (or is a symlink to a stack environment), so nothing lives inside one.
+VENV_KEYS = ("tabbyapi_venv", "litellm_venv", "openwebui_venv", "kokoro_venv", "models_venv")
+
+
+def conflict_error(data: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:
+    """The first clash between the deploys of one host, as one line naming both keys; None when there is none.
+
+    ``data``: the host's data (every labwright key of the host is in it); ``own``: the running deploy's values of
+    its port and directory keys (``{"tabbyapi_port": 5000, "tabbyapi_dir": "/opt/tabbyapi"}``, defaults included),
+    which win over ``data``. Checked: two services on one port; one key's directory equal to another's, inside
+    another deploy's directory, or inside a venv (``tabbyapi_root`` inside ``tabbyapi_venv``)."""
+    values = {key: data.get(key) for key in data if isinstance(key, str)}
+    values.update(own)
+    ports: dict[int, str] = {}
+    for key in sorted(k for k in values if k.endswith("_port") and k.split("_", 1)[0] in SERVICE_PREFIXES):
+        try:
+            number = checks.port(values[key])
+        except ValueError:
+            continue  # refused by its own deploy's schema
+        if number in ports:
+            return (f"{ports[number]} and {key} are both port {number} on this host: two services cannot listen on "
+                    "one port; give one of them another port (nothing was changed)")
+        ports[number] = key
+    dirs: list[tuple[str, str]] = []
+    for key in OWNED_DIR_KEYS:
+        if values.get(key) in (None, ""):
+            continue
+        try:
+            dirs.append((key, checks.abs_path(values[key])))
+        except ValueError:
+            continue
+    for key, path in dirs:
+        for other, where in dirs:
+            if other == key:
+                continue
+            inside = path.startswith(where.rstrip("/") + "/")
+            if path == where:
+                return (f"{key} and {other} are both {path}: each service needs a directory of its own; give one "
+                        "of them another path (nothing was changed)")
+            if inside and (other in VENV_KEYS or other.split("_", 1)[0] != key.split("_", 1)[0]):
+                what = "a venv, replaced whole" if other in VENV_KEYS else "a directory another service owns"
+                return (f"{key} ({path}) is inside {other} ({where}), {what}: give {key} a directory outside it "
+                        "(nothing was changed)")
+    return None

@@ -18,7 +18,7 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from labwright import paths
-from labwright.deploy_data import one_value_problem, unknown_key_error
+from labwright.deploy_data import conflict_error, one_value_problem, unknown_key_error
 from labwright.errors import BadInput
 from labwright.models.deploy_data import ModelSettings, engine_model
 from labwright.schema import checks
@@ -313,6 +313,9 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
     # The deploy's order: the first bad key (in defaults.toml's order) is the one reported.
     checked = parse(data_schema(), values, prefix="tabbyapi", error=BadInput, noun="data key for this deploy",
                     where="templates/tabbyapi/defaults.toml").model_dump()
+    clash = conflict_error(data, {f"tabbyapi_{key}": checked[key] for key in ("port", "dir", "venv", "root")})
+    if clash is not None:
+        raise BadInput(clash)
     draft, ngram = checked["draft_model_name"], checked["ngram_match_min"]
     if draft and ngram:
         raise fail("draft_model_name", f"{draft!r} together with n-gram drafting (tabbyapi_ngram_match_min={ngram}): "

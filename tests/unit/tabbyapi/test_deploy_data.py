@@ -125,3 +125,19 @@ def test_typed_keys_refuse_system_directories_and_bad_addresses(data, line):
     with pytest.raises(BadInput) as caught:
         settings_from(data)
     assert str(caught.value).startswith(line) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    ({"litellm_port": 5000}, "litellm_port and tabbyapi_port are both port 5000 on this host"),
+    ({"tabbyapi_root": "/opt/tabbyapi/.venv/stacks"}, "tabbyapi_root (/opt/tabbyapi/.venv/stacks) is inside "
+                                                      "tabbyapi_venv (/opt/tabbyapi/.venv), a venv"),
+    ({"kokoro_venv": "/opt/tabbyapi/"}, "tabbyapi_dir and kokoro_venv are both /opt/tabbyapi"),
+])
+def test_a_clash_with_the_hosts_other_deploys_names_both_keys(data, line):
+    with pytest.raises(BadInput) as caught:
+        settings_from(data)
+    assert str(caught.value).startswith(line) and "\n" not in str(caught.value)
+
+
+def test_the_deploys_own_nesting_is_no_clash():
+    assert settings_from({"tabbyapi_dir": "/srv/tabby", "tabbyapi_venv": "/srv/tabby/.venv"}).venv == "/srv/tabby/.venv"
