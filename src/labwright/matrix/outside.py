@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -208,9 +207,8 @@ def refresh_outside(out_dir: Path, components: dict[str, Component], state: dict
     feeds = [f for f in OUTSIDE_FEEDS if packages is None or canonicalize_name(f.package) in packages]
     for feed in feeds:  # each worker below then touches only its own record
         state["sources"].setdefault(feed_url(feed, pytorch_index, github_api), {})["name"] = feed.name
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda feed: _one(feed, feed_url(feed, pytorch_index, github_api), out_dir,
-                                                  components, state, pre, timeout, today), feeds))
+    results = registry.side_by_side(lambda feed: _one(feed, feed_url(feed, pytorch_index, github_api), out_dir,
+                                                      components, state, pre, timeout, today), feeds)
     outcomes = list(zip(feeds, results, strict=True))
     written: list[Path] = []
     stems: dict[str, list] = {}

@@ -21,15 +21,18 @@ import json
 import math
 import re
 import struct
+import threading
 import time
 import urllib.error
 import urllib.request
 import zlib
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from email.parser import HeaderParser
 from pathlib import Path
+from queue import SimpleQueue
+from typing import TypeVar
 from urllib.parse import urljoin
 
 from packaging.utils import canonicalize_name
@@ -111,6 +114,52 @@ class Answer:
     last_modified: str = ""
     content_type: str = ""
     link: str = ""  # the Link header (GitHub's pagination)
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def side_by_side(work: Callable[[T], R], items: Sequence[T], workers: int = 4) -> list[R]:
+    """``[work(item) for item in items]``, up to ``workers`` at a time; the first exception (in ``items`` order) is
+    raised once every started item is done, as ``ThreadPoolExecutor.map`` does.
+
+    Ctrl-C returns at once: the workers are daemon threads and this thread waits on a queue, which a signal
+    interrupts; on KeyboardInterrupt no further item is started and the exception goes on up, without waiting for
+    the requests in flight (a ``ThreadPoolExecutor`` would wait for each one's full timeout, in its ``with`` block
+    and again at exit). Those end with the process; nothing was written from them (the callers write after this).
+    """
+    results: list[R | None] = [None] * len(items)
+    errors: dict[int, BaseException] = {}
+    ahead = iter(range(len(items)))
+    lock, stop, finished = threading.Lock(), threading.Event(), SimpleQueue[None]()
+
+    def worker() -> None:
+        try:
+            while not stop.is_set():
+                with lock:
+                    index = next(ahead, None)
+                if index is None:
+                    return
+                try:
+                    results[index] = work(items[index])
+                except BaseException as exc:  # handed to the caller's thread below
+                    errors[index] = exc
+        finally:
+            finished.put(None)
+
+    count = min(workers, len(items))
+    for number in range(count):
+        threading.Thread(target=worker, name=f"labwright-fetch-{number}", daemon=True).start()
+    try:
+        for _ in range(count):
+            finished.get()
+    except BaseException:
+        stop.set()
+        raise
+    if errors:
+        raise errors[min(errors)]
+    return results  # type: ignore[return-value] # every item ran: no None is left
 
 
 class Unreachable(Exception):
@@ -506,10 +555,10 @@ def refresh_registry(out_dir: Path, components: dict[str, Component], index: str
     for name in {f"{index}/{feed.package}/json" for feed in feeds}:
         state["sources"].setdefault(name, {})  # each worker below then touches only its own record
     before = {name: dict(record) for name, record in state["sources"].items()}
-    # feeds are independent: fetch them side by side (each request still has its own bounded timeout)
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda feed: _refresh_one(feed, out_dir, components, index, pre, timeout, state,
-                                                          today), feeds))
+    # feeds are independent: fetch them side by side (each request still has its own bounded timeout; Ctrl-C
+    # returns at once, before anything is written)
+    results = side_by_side(lambda feed: _refresh_one(feed, out_dir, components, index, pre, timeout, state, today),
+                           feeds)
     for feed, outcome in zip(feeds, results, strict=True):
         outcomes.append(outcome)
         by_stem.setdefault(feed.stem, []).append(outcome)
