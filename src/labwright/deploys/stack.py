@@ -14,7 +14,7 @@ from labwright.gpu.arch import capabilities_of
 from labwright.guestlock import locked
 from labwright.operations import stack as stack_ops
 from labwright.stacks.dependency_lock import UNPINNED_KEY, lock_dependencies, unpinned_warning
-from labwright.stacks.deploy_data import flag, number, value
+from labwright.stacks.deploy_data import directory, flag, keep, seconds, value
 from labwright.stacks.from_matrix import plan_for_stack
 from labwright.stacks.plan import DEFAULT_ROOT
 from labwright.stacks.service import HealthCheck, check_health, check_unit
@@ -24,12 +24,16 @@ from labwright.stacks.service import HealthCheck, check_health, check_unit
 def deploy_stack() -> None:
     """Switch ``venv`` to ``stack`` (or roll it back with ``stack_rollback``); a second run changes nothing."""
     data = host.data.dict()
-    venv = value(data, "venv")
-    if not venv:
+    if not value(data, "venv"):
         raise DeployError("venv: required: the venv path the service runs from, e.g. --data venv=/opt/tabbyapi/.venv")
+    venv = directory(data, "venv")
     common = {"service": value(data, "service"), "health": value(data, "health"),
-              "health_cmd": value(data, "health_cmd"), "health_timeout": number(data, "health_timeout", 60.0)}
-    root = str(value(data, "stacks_root", DEFAULT_ROOT))
+              "health_cmd": value(data, "health_cmd"), "health_timeout": seconds(data, "health_timeout", 60.0)}
+    root = directory(data, "stacks_root", DEFAULT_ROOT)
+    if root.startswith(venv.rstrip("/") + "/") or root == venv:
+        raise DeployError(f"stacks_root ({root}) is inside venv ({venv}), which is replaced by a link to the stack: "
+                          "give stacks_root a directory outside it (nothing was changed)")
+    keep_count = keep(data)
 
     # Resolve and check everything here, while pyinfra prepares: an error then is one line (DeployError) and no
     # operation has run, instead of a traceback from inside the operation's generator at execution time.
@@ -57,6 +61,6 @@ def deploy_stack() -> None:
         stack_ops.rollback(name=f"Roll back {venv}", venv=str(venv), root=root, **common)
     else:
         stack_ops.switch(
-            name=f"Stack {plan.stack} at {venv}", plan=plan, keep=int(number(data, "keep", 2)),
+            name=f"Stack {plan.stack} at {venv}", plan=plan, keep=keep_count,
             base_python=value(data, "base_python"),
             installer=str(value(data, "installer", "auto")), create=flag(data, "create"), **common)
