@@ -34,14 +34,15 @@ DataOption = typer.Option(None, "--data", help="Host data of the Proxmox node, K
 
 
 def node_data(items: list[str] | None) -> dict[str, Any]:
-    """``--data KEY=VALUE`` items as host data (``true``/``false`` as booleans, as pyinfra's --data does)."""
-    data: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise BadInput(f"--data {item!r}: expected KEY=VALUE, e.g. proxmox_api_url=https://pve1.lan:8006")
-        data[key.strip()] = {"true": True, "false": False}.get(value.lower(), value)
-    return data
+    """``--data KEY=VALUE`` items as the Proxmox node's host data (labwright.guests.node_data: a key neither the node
+    nor its SSH connection reads is refused naming the closest; ``true``/``false`` as booleans, as pyinfra's --data
+    does), checked before anything is contacted."""
+    if not items:
+        return {}
+    from labwright.guests.node_data import parse_node_items
+    from labwright.hosts.host_data import connector_keys
+
+    return parse_node_items(items, connector_keys("ssh"))
 
 
 def _echo_json(value: Any) -> None:

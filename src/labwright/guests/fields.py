@@ -106,13 +106,23 @@ def parse_gib(value: Any, what: str) -> int:
     return mib // 1024
 
 
-def parse_bool(value: Any, what: str) -> bool:
+_BOOL_WORDS = {"true": True, "yes": True, "1": True, "on": True, "false": False, "no": False, "0": False, "off": False}
+
+
+def parse_bool(value: Any, what: str, words: bool = False) -> bool:
+    """true or false (or 1/0). A string is refused (``"false"`` in quotes is not false: it was read as true once),
+    except where the value comes from a string form that has no other way to write it (``words``: PVE's
+    ``nesting=1,keyctl=1`` spelling)."""
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0", "on", "off"):
-        return value.lower() in ("true", "yes", "1", "on")
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word in _BOOL_WORDS:
+        if words:
+            return _BOOL_WORDS[word]
+        raise BadInput(f"{what}: {value!r} is a string, not true or false; write "
+                       f"{str(_BOOL_WORDS[word]).lower()} without quotes")
     raise BadInput(f"{what}: {value!r} is not true or false")
 
 
@@ -258,6 +268,7 @@ def parse_mounts(value: Any, what: str) -> tuple[MountSpec, ...]:
 
 def parse_features(value: Any, what: str) -> tuple[tuple[str, bool | str], ...]:
     """``{"nesting": True}`` or ``["nesting", "keyctl"]`` or ``"nesting=1,keyctl=1"``."""
+    from_text = isinstance(value, str)
     if isinstance(value, str):
         pairs: dict[str, Any] = {}
         for part in filter(None, value.split(",")):
@@ -278,7 +289,7 @@ def parse_features(value: Any, what: str) -> tuple[tuple[str, bool | str], ...]:
                 raise BadInput(f"{what}: mount {val!r} must list filesystem types, e.g. \"nfs;cifs\"")
             features[key] = text
         else:
-            features[key] = parse_bool(val, f"{what} {key}")
+            features[key] = parse_bool(val, f"{what} {key}", words=from_text)
     return tuple(sorted(features.items()))
 
 

@@ -209,9 +209,13 @@ def spec_from_data(
         raise BadInput(f"{source}: {exc}") from None
     label = data.get("name") or data.get("hostname") or host_name or host
     where = f"{source}: guest {label}"
-    unknown = set(data) - KNOWN_KEYS
+    unknown = sorted(map(str, set(data) - KNOWN_KEYS))
     if unknown:
-        raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; see docs/guests.md for the fields")
+        import difflib
+
+        near = difflib.get_close_matches(unknown[0], sorted(KNOWN_KEYS), n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]}?" if near else "see docs/guests.md for the fields"
+        raise BadInput(f"{where}: unknown key {unknown[0]} ({hint}); fix or remove it")
 
     implied = _backend_from_host(host)
     backend = data.get("backend", implied)
@@ -255,6 +259,10 @@ def spec_from_data(
             raise BadInput(f"{where}: vmid {vmid} disagrees with the host name {host} (vmid {host_vmid})")
     elif data.get("vmid") is not None:
         raise BadInput(f"{where}: vmid is for proxmox guests; an lxd guest is named by `name`")
+    if backend == "proxmox" and node_data:
+        from labwright.guests.node_data import node_settings
+
+        node_settings(node_data, f"{where}: node {node}")  # proxmox_api_url, proxmox_verify_tls, ...: typed
 
     # Proxmox's own default hostname is CT<vmid>; an unnamed proxmox guest gets the same, lower-cased.
     fallback = host_name if backend == "lxd" else (data.get("hostname") or host_name or f"{kind}{vmid}")

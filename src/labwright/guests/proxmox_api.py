@@ -71,13 +71,25 @@ def api_endpoint(node: str, node_data: Mapping[str, Any]) -> tuple[str, str | No
     """(host:port, path prefix, verify) from the node's host data: ``proxmox_api_url`` (default
     https://NODE:8006, NODE being ``ssh_hostname`` or the node name), ``proxmox_ca_file`` (or
     ``$PROXMOX_CA_FILE``) and ``proxmox_verify_tls`` (default true; false only for throwaway labs)."""
-    url = node_data.get("proxmox_api_url") or f"https://{node_data.get('ssh_hostname') or node}:{DEFAULT_PORT}"
+    from labwright.guests.node_data import node_settings
+    from labwright.schema.env import read
+
+    settings = node_settings(node_data, f"node {node}")  # a bad URL, port or "false" as text: one line, no contact
+    url = settings["proxmox_api_url"]
+    if not url:  # https://NODE:8006, NODE checked as a host name before it is dialled
+        from labwright.schema.fields import host_problem
+
+        name = str(node_data.get("ssh_hostname") or node)
+        problem = host_problem(name)
+        if problem is not None:
+            raise BadInput(f"node {node}: {'ssh_hostname' if node_data.get('ssh_hostname') else 'the node name'} "
+                           f"{problem}; or set proxmox_api_url (e.g. https://pve1.lan:8006)")
+        url = f"https://{f'[{name}]' if ':' in name else name}:{DEFAULT_PORT}"
     parts = urlsplit(str(url))
-    if parts.scheme != "https" or not parts.hostname:
-        raise BadInput(f"proxmox_api_url {url!r} must be an https:// URL such as https://pve1.lan:8006")
-    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    hostname = parts.hostname or ""  # checked above: a URL with a host
+    host = hostname if ":" not in hostname else f"[{hostname}]"
     prefix = parts.path.strip("/").removesuffix("api2/json").strip("/") or None
-    ca_file = node_data.get("proxmox_ca_file") or os.environ.get("PROXMOX_CA_FILE")
+    ca_file = settings["proxmox_ca_file"] or read("PROXMOX_CA_FILE")
     verify: bool | str = True
     if ca_file:
         path = os.path.expanduser(str(ca_file))
@@ -85,7 +97,7 @@ def api_endpoint(node: str, node_data: Mapping[str, Any]) -> tuple[str, str | No
             raise BadInput(f"proxmox_ca_file {ca_file} does not exist; copy the cluster CA there "
                            "(/etc/pve/pve-root-ca.pem on a node)")
         verify = path
-    if node_data.get("proxmox_verify_tls") is False:
+    if settings["proxmox_verify_tls"] is False:
         verify = False
     return f"{host}:{parts.port or DEFAULT_PORT}", prefix, verify
 

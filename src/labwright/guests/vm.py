@@ -93,6 +93,7 @@ class VmSpec:
 
 def _hostpci_item(item: Any, where: str) -> HostPci:
     example = '{"host": "0000:01:00", "pcie": true, "x-vga": true} or {"mapping": "rtx4090"}'
+    from_text = isinstance(item, str)
     if isinstance(item, str):  # PVE's own spelling: "0000:01:00,pcie=1,x-vga=1" or "mapping=rtx4090,pcie=1"
         parsed: dict[str, Any] = {}
         for part in filter(None, (p.strip() for p in item.split(","))):
@@ -130,7 +131,7 @@ def _hostpci_item(item: Any, where: str) -> HostPci:
     x_vga = item.get("x-vga", item.get("x_vga"))
 
     def flag(value: Any, name: str) -> bool | None:
-        return None if value is None else parse_bool(value, f"{where} {name}")
+        return None if value is None else parse_bool(value, f"{where} {name}", words=from_text)
 
     return HostPci(addresses, mapping, flag(item.get("pcie"), "pcie"), flag(x_vga, "x-vga"),
                    flag(item.get("rombar"), "rombar"))

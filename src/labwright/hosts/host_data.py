@@ -68,6 +68,11 @@ def _data_types(name: str) -> dict[str, Any]:
     return found
 
 
+def connector_keys(name: str) -> list[str]:
+    """The host data keys the pyinfra connector ``name`` reads (``ssh``: ssh_hostname, ssh_user, ...)."""
+    return sorted(_data_types(name))
+
+
 def _typed(item: str, key: str, value: str, kind: Any) -> Any:
     """``value`` as ``kind`` (int, float, bool, str, dict, optional ...), or BadInput naming --data ITEM."""
     options = [k for k in typing.get_args(kind) if k is not type(None)] \
