@@ -113,6 +113,10 @@ def validate_cpu(value: Any, source: str, key: str = "lab_cpu") -> str:
     text = str(value).strip()
     if isinstance(value, bool) or not _CPU.match(text) or text.strip("0") == "":  # a bare number is a count
         raise BadInput(f"{source}: {key} {value!r} is not a CPU count (2) or CPU set (0-3); write one of those")
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        if high and int(low) > int(high):  # LXD refuses it only once the container is configured
+            raise BadInput(f"{source}: {key} {value!r}: the range {part} runs backwards; write {high}-{low}")
     return text
 
 
@@ -159,6 +163,13 @@ def validate_instance_name(name: str, where: str) -> str:
 
 def spec_from_group(hosts: list[Any], group_data: Mapping[str, Any], source: str = "<data>") -> LabSpec:
     """The lab from its hosts (``"@lxd/NAME"`` or ``("@lxd/NAME", data)``) and its settings (``lab_*``)."""
+    unknown = sorted(str(key) for key in group_data if str(key).startswith("lab_") and key not in DEFAULTS)
+    if unknown:  # a typo (lab_mem) silently fell back to the default
+        import difflib
+
+        near = difflib.get_close_matches(unknown[0], list(DEFAULTS), n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]}?" if near else f"the lab reads {', '.join(DEFAULTS)}"
+        raise BadInput(f"{source}: unknown lab setting {unknown[0]} ({hint}); fix or remove it")
     data = {**DEFAULTS, **group_data}
     subnet = validate_subnet(data["lab_subnet"], source)
     containers = []
