@@ -18,6 +18,7 @@ from typing import Any
 from labwright.errors import BadInput
 from labwright.models.spec import KEYS as SPEC_KEYS
 from labwright.models.spec import ModelSpec, check_dir, check_endpoint, parse_spec
+from labwright.schema import checks
 from labwright.shell import quote
 
 # The pinned client: its source is what the stand-in hub (tests/support/hf_endpoint.py) was derived from.
@@ -126,13 +127,10 @@ def settings(data: Mapping[str, Any]) -> ModelSettings:
     find_links = str(get("find_links") or "").strip()
     if find_links:
         find_links = check_dir("find_links", find_links)
-    timeout_value = get("download_timeout")
     try:
-        timeout = int(str(timeout_value).strip())
-    except ValueError:
-        raise _fail("download_timeout", f"{timeout_value!r} is not a whole number of seconds") from None
-    if not 10 <= timeout <= 7 * 24 * 3600:
-        raise _fail("download_timeout", f"{timeout} is out of range (10..604800 seconds)")
+        timeout = checks.whole(10, 7 * 24 * 3600)(get("download_timeout"))
+    except ValueError as error:
+        raise _fail("download_timeout", f"{error} (seconds)") from None
     return ModelSettings(spec=spec, dir=models_dir, cache_dir=cache_dir, venv=venv,
                          endpoint=check_endpoint(get("endpoint")), hub_requirement=requirement,
                          find_links=find_links, runtime_packages=_list_of("runtime_packages", get("runtime_packages")),

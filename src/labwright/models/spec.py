@@ -22,6 +22,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from labwright.errors import BadInput
+from labwright.schema import checks
 
 PREFIX = "model"
 KEYS = ("repo", "revision", "allow", "ignore", "file", "name")
@@ -125,20 +126,26 @@ def check_name(value: Any, repo: str) -> str:
 
 
 def check_dir(key: str, value: Any) -> str:
-    """An absolute guest path without spaces or quotes, not a system directory."""
+    """An absolute guest path without spaces, quotes or wildcards, not a system directory: labwright.schema.checks'
+    ManagedDir (normalised: ``/srv/models/`` is ``/srv/models``)."""
     text = str(value or "").strip()
-    if (not PurePosixPath(text).is_absolute() or re.search(r"[\s'\"$`\\;&|<>*?]", text)
-            or ".." in PurePosixPath(text).parts
-            or text.rstrip("/") in ("", "/usr", "/etc", "/bin", "/sbin", "/lib", "/var", "/opt", "/root", "/proc",
-                                    "/sys", "/dev", "/boot", "/home", "/tmp")):
-        raise _fail(key, f"{value!r} must be a dedicated absolute path without spaces, quotes or .., e.g. "
-                    "/srv/models")
-    return text.rstrip("/") or "/"
+    try:
+        if re.search(r"[*?]", text):
+            raise ValueError("a wildcard")
+        return checks.managed_dir(text)
+    except ValueError:
+        raise _fail(key, f"{value!r} must be a dedicated absolute path (not a system directory such as /, /usr or "
+                    "/etc) without spaces, quotes, wildcards or .., e.g. /srv/models") from None
 
 
 def check_endpoint(value: Any) -> str:
     text = str(value or DEFAULT_ENDPOINT).strip().rstrip("/")
-    if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?(/[A-Za-z0-9._~/\-]*)?", text):
+    try:
+        checks.url(text)  # a real host and port 1-65535: http://[::1/v1 and http://hub:0 refused
+        valid = True
+    except ValueError:
+        valid = False
+    if not valid or not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?(/[A-Za-z0-9._~/\-]*)?", text):
         raise _fail("endpoint", f"{value!r} is not a Hub URL: http(s)://HOST[:PORT][/PATH], e.g. "
                     f"{DEFAULT_ENDPOINT} or a mirror")
     return text

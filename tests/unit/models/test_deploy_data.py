@@ -64,3 +64,15 @@ def test_planned_model_is_none_without_model_data_and_the_settings_with_it():
     assert planned is not None and planned.path == "/srv/models/Qwen3-8B-exl3"
     with pytest.raises(BadInput, match="^model_repo: "):
         planned_model({"model_repo": "a//b"})
+
+
+@pytest.mark.parametrize(("data", "start"), [
+    ({"model_repo": "o/m", "model_endpoint": "http://[::1/v1"}, "model_endpoint: 'http://[::1/v1' is not a Hub URL"),
+    ({"model_repo": "o/m", "model_endpoint": "http://hub:0"}, "model_endpoint: 'http://hub:0' is not a Hub URL"),
+    ({"model_repo": "o/m", "model_venv": "/usr"}, "model_venv: '/usr' must be a dedicated absolute path"),
+    ({"model_repo": "o/m", "model_dir": "/var/lib/"}, "model_dir: '/var/lib/' must be a dedicated absolute path"),
+])
+def test_typed_keys_refuse_bad_urls_and_system_directories(data, start):
+    with pytest.raises(BadInput) as caught:
+        settings(data)
+    assert str(caught.value).startswith(start) and "\n" not in str(caught.value)
