@@ -14,10 +14,10 @@ from labwright.deploy_data import DeployData
 from labwright.errors import BadInput
 from labwright.facts.llamacpp import PortListeners
 from labwright.locks import LOCK_NAME
+from labwright.schema.checks import USER_NAME as NAME  # a systemd unit / system user name
 from labwright.shell import join, quote
 from labwright.snapshots import deploy as snapshot_ops
 
-NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")  # a systemd unit / system user name
 RELEASE = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")  # a PyPI release such as 0.12.4 or 1.80.0rc1
 
 

@@ -7,10 +7,10 @@ usage) and docs/litellm.md.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
+from functools import cache
 from io import StringIO
-from typing import Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from pyinfra import host, inventory
 from pyinfra.api import QuoteString, StringCommand
@@ -19,7 +19,7 @@ from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
+from labwright.deploy_data import DeployData, conflict_error, jinja, refuse_unknown_keys
 from labwright.deploys.common import (
     LOCKS_DIR,
     index_lock,
@@ -60,7 +60,11 @@ from labwright.lxd.remotes import resolve_endpoint
 from labwright.operations import http
 from labwright.operations import systemd as systemd_ops
 from labwright.operations.secrets import secret_file
+from labwright.schema import checks
 from labwright.shell import quote
+
+if TYPE_CHECKING:
+    from labwright.schema.model import Schema
 
 DEFAULTS = load_defaults()
 JINJA = jinja(TEMPLATES)
@@ -71,8 +75,24 @@ KEYS = DeployData("litellm", DEFAULTS)
 fail, data = KEYS.fail, KEYS.get
 
 
-def as_int(key: str, low: int, high: int | None = None) -> int:
-    return KEYS.int_of(key, data(key), low, high)
+@cache
+def data_schema() -> type[Schema]:
+    """The gateway's own ``litellm_*`` values, typed (built on first use: pydantic loads only with the data)."""
+    from pydantic import BeforeValidator
+
+    from labwright.schema.fields import ListenAddress, ManagedDir, Port
+    from labwright.schema.model import Schema
+
+    class LitellmData(Schema):
+        venv: ManagedDir
+        config_dir: ManagedDir
+        host: ListenAddress
+        port: Port
+        health_timeout: Annotated[int, BeforeValidator(checks.whole(1))]
+        num_retries: Annotated[int, BeforeValidator(checks.whole(0))]
+        timeout: Annotated[int, BeforeValidator(checks.whole(1))]
+
+    return LitellmData
 
 
 def address_of(engine: EngineHost) -> str:
@@ -164,19 +184,18 @@ def deploy_litellm() -> None:
         raise fail("master_key", "is never taken from inventory data (secrets stay out of inventories); labwright "
                    "generates it on the gateway: remove litellm_master_key (nothing was changed)")
     service, user, version = service_user_version(KEYS, "litellm", "1.80.0")
-    venv, config_dir = KEYS.path_of("venv", data("venv")), KEYS.path_of("config_dir", data("config_dir"))
-    listen_host = str(data("host"))
-    if not re.fullmatch(r"[0-9A-Za-z.:]+", listen_host):
-        raise fail("host", f"{listen_host!r} is not an address to listen on")
-    port = as_int("port", 1, 65535)
+    typed = KEYS.parse(data_schema())
+    venv, config_dir, listen_host, port = typed["venv"], typed["config_dir"], typed["host"], typed["port"]
+    clash = conflict_error(host.data.dict(), {"litellm_port": port, "litellm_venv": venv,
+                                              "litellm_config_dir": config_dir})
+    if clash is not None:
+        raise DeployError(clash)
     find_links = KEYS.path_of("find_links", data("find_links") or "", absolute=False)
     try:
         pip_source(find_links)  # a plain http:// wheelhouse whose host pip_trusted_host does not name: refused here
     except LabwrightError as exc:
         raise fail("find_links", str(exc)) from None
-    health_timeout = as_int("health_timeout", 1)
-    num_retries = as_int("num_retries", 0)
-    request_timeout = as_int("timeout", 1)
+    health_timeout, num_retries, request_timeout = typed["health_timeout"], typed["num_retries"], typed["timeout"]
 
     try:
         # HostData is read through .get only, as a Mapping would be.
