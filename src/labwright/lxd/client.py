@@ -21,19 +21,35 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from labwright.errors import LxdError, LxdNotFound, OperationFailed, OperationTimeout
+from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed, OperationTimeout
 
-#: Where the local daemon's socket lives, first match wins. LXD_DIR / INCUS_DIR, when set, are the only place
-#: looked at, as `lxc`/`incus` do (lxd/shared/util.go VarPath: $LXD_DIR replaces the default directory), so a
-#: daemon elsewhere is never talked to by accident.
+#: Where the local daemon's socket lives, first match wins. The order is the clients' own (client/connection.go
+#: ConnectLXDUnixWithContext in canonical/lxd, ConnectIncusUnixWithContext in lxc/incus): ``LXD_SOCKET`` /
+#: ``INCUS_SOCKET`` first, then ``LXD_DIR`` / ``INCUS_DIR`` (the only place looked at when set, as lxd/shared/util.go
+#: VarPath: $LXD_DIR replaces the default directory), then the default paths (Incus: ``/run/incus`` before
+#: ``/var/lib/incus``), so a daemon elsewhere is never talked to by accident.
 SOCKET_CANDIDATES = {
     "lxd": ("/var/snap/lxd/common/lxd/unix.socket", "/var/lib/lxd/unix.socket"),
-    "incus": ("/var/lib/incus/unix.socket",),
+    "incus": ("/run/incus/unix.socket", "/var/lib/incus/unix.socket"),
 }
+#: The variables naming the socket itself, by flavour.
+SOCKET_VARIABLES = {"lxd": "LXD_SOCKET", "incus": "INCUS_SOCKET"}
+
+
+def socket_variable(path: str) -> str | None:
+    """The variable (``LXD_SOCKET``/``INCUS_SOCKET``) that named ``path``, or None."""
+    return next((var for var in SOCKET_VARIABLES.values() if path and os.environ.get(var) == path), None)
 
 
 def find_local_socket(flavour: str = "lxd") -> str:
     """Return the path of the local LXD (or Incus) unix socket, or raise with the fix."""
+    named = SOCKET_VARIABLES["incus" if flavour == "incus" else "lxd"]
+    from_env = os.environ.get(named)
+    if from_env:
+        if not os.path.exists(from_env):
+            raise BadInput(f"{named}={from_env}: no socket there; start the {flavour} daemon on it, or fix or unset "
+                           f"{named} to use the default one")
+        return from_env
     variable = "INCUS_DIR" if flavour == "incus" else "LXD_DIR"
     env = os.environ.get(variable)
     if env:
@@ -113,6 +129,32 @@ class ExecResult:
     stdout: bytes
     stderr: bytes
     timed_out: bool = False  # set by runners that enforce the timeout themselves (the exec agent)
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What ``GET /1.0`` says of the daemon: ``environment.server`` ("lxd" or "incus"), ``server_version`` ("5.0.2",
+    "6.5", "6.0.4") and the ``api_extensions`` it offers (shared/version/api.go in both projects)."""
+
+    name: str
+    version: str
+    api_extensions: frozenset[str]
+
+    @classmethod
+    def of(cls, meta: Mapping[str, Any]) -> ServerInfo:
+        env = meta.get("environment") or {}
+        return cls(str(env.get("server") or "lxd"), str(env.get("server_version") or "?"),
+                   frozenset(str(x) for x in meta.get("api_extensions") or ()))
+
+    def describe(self) -> str:
+        """``lxd 6.5``, ``incus 6.0.4``."""
+        return f"{self.name} {self.version}"
+
+    def has(self, extension: str) -> bool:
+        return extension in self.api_extensions
+
+    def as_dict(self) -> dict[str, str]:
+        return {"name": self.name, "version": self.version}
 
 
 class LxdClient:
@@ -216,10 +258,10 @@ class LxdClient:
                 self.close()
                 if attempt:
                     # A refused connect on a unix socket: the socket file is there but no daemon listens.
-                    raise OperationFailed(f"LXD at {self.endpoint.describe()} unreachable: {exc}") from exc
+                    raise self._unreachable(f"LXD at {self.endpoint.describe()} unreachable: {exc}") from exc
             except FileNotFoundError as exc:
                 self.close()
-                raise OperationFailed(f"LXD socket {self.endpoint.describe()} is gone: {exc}") from exc
+                raise self._unreachable(f"LXD socket {self.endpoint.describe()} is gone: {exc}") from exc
             except PermissionError as exc:
                 self.close()
                 raise OperationFailed(
@@ -227,8 +269,17 @@ class LxdClient:
                 ) from exc
             except (TimeoutError, OSError) as exc:
                 self.close()
-                raise OperationFailed(f"LXD at {self.endpoint.describe()} unreachable: {exc}") from exc
+                raise self._unreachable(f"LXD at {self.endpoint.describe()} unreachable: {exc}") from exc
         raise AssertionError("unreachable")
+
+    def _unreachable(self, message: str) -> LxdError | OperationFailed | BadInput:
+        """A daemon that does not answer: OperationFailed (``lab up`` starts it), or BadInput (exit 2) naming the
+        variable when ``LXD_SOCKET``/``INCUS_SOCKET`` chose the socket: starting the default daemon would not help."""
+        variable = socket_variable(self.endpoint.socket_path or "")
+        if variable:
+            return BadInput(f"{variable}={self.endpoint.socket_path}: no daemon answers there ({message}); start it "
+                            f"there, or fix or unset {variable} to use the default socket")
+        return OperationFailed(message)
 
     def request(
         self,
@@ -282,9 +333,12 @@ class LxdClient:
                 raise
             except LxdError as exc:
                 # From LXD 5.0.3 (and 5.21, 6.x), a wait that times out on a running operation is an error answer:
-                # operationWaitGet returns SmartError(op.Wait(ctx)), the context's "context deadline exceeded"
-                # (canonical/lxd lxd/operations.go operationWaitGet); LXD 5.0.2 and Incus answer the running
-                # operation instead. Both mean: still running.
+                # operationWaitGet sends HTTP 200 first, then renders SmartError(op.Wait(ctx)), the context's
+                # "context deadline exceeded" with error_code 500 (canonical/lxd lxd/operations.go operationWaitGet,
+                # lxd-5.0.3 227524b0 lines 879-981, lxd-6.1 5a492a3f lines 929-1035; lxd/response/response.go
+                # errorResponse.Render keeps the 200 once "Connection: keep-alive" is set). LXD 5.0.2 and Incus
+                # (lxc/incus cmd/incusd/operations.go operationWaitGet: `_ = op.Wait(ctx)`, then op.Render()) answer
+                # the running operation instead. Both mean: still running (tests/support/lxd6_double.py).
                 if "deadline exceeded" not in str(exc):
                     raise
                 meta = {"status_code": 103}
@@ -477,6 +531,13 @@ class LxdClient:
 
     def server(self) -> dict[str, Any]:
         return self.request("GET", "/1.0")
+
+    def server_info(self) -> ServerInfo:
+        """The daemon's name, version and API extensions from ``GET /1.0`` (read once per client)."""
+        info = getattr(self, "_server_info", None)
+        if info is None:
+            info = self._server_info = ServerInfo.of(self.server() or {})
+        return info
 
     def iter_instance_names(self) -> Iterator[str]:
         for url in self.request("GET", "/1.0/instances"):
