@@ -38,14 +38,16 @@ class Endpoint:
 
     @classmethod
     def parse(cls, url: str, api_key: str | None = None, timeout: float = 600.0) -> Endpoint:
-        parts = urllib.parse.urlsplit(url.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BadInput(f"--url {url!r} is not an http(s) URL: pass the API base, e.g. http://127.0.0.1:8080/v1")
+        # The shared URL check (labwright.schema.checks.url): scheme, a real host, a port 1-65535 (":0" and
+        # ":99999" refused, not taken as the scheme's default), no spaces or control characters.
+        from labwright.schema.checks import url as checked_url
+
         try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:
-            raise BadInput(f"--url {url!r} has an invalid port: pass e.g. http://127.0.0.1:8080/v1") from None
-        return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"), api_key, timeout)
+            parts = urllib.parse.urlsplit(checked_url(url))
+        except ValueError as exc:
+            raise BadInput(f"--url {exc}: pass the API base, e.g. http://127.0.0.1:8080/v1") from None
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return cls(parts.scheme.lower(), parts.hostname or "", port, parts.path.rstrip("/"), api_key, timeout)
 
     @property
     def origin(self) -> str:

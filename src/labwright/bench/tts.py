@@ -72,13 +72,13 @@ def parse_formats(text: str) -> list[str]:
 
 def speech_url(url: str) -> urllib.parse.SplitResult:
     """The endpoint: a base URL (http://host:8880) gets /v1/audio/speech appended."""
+    # The shared URL check (labwright.schema.checks.url): scheme, a real host, a port 1-65535, no control characters.
+    from labwright.schema.checks import url as checked_url
+
     try:
-        parts = urllib.parse.urlsplit(url)
-        parts.port  # noqa: B018 (urllib checks the port only when it is read: 70000, "abc")
+        parts = urllib.parse.urlsplit(checked_url(url))
     except ValueError as exc:
-        raise BadInput(f"--url {url!r}: {exc}; give the server's URL, e.g. http://127.0.0.1:8880") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadInput(f"--url {url!r}: give the server's URL, e.g. http://127.0.0.1:8880")
+        raise BadInput(f"--url {exc}; give the server's URL, e.g. http://127.0.0.1:8880") from None
     path = parts.path.rstrip("/")
     if not path.endswith("/audio/speech"):
         path = f"{path}/v1/audio/speech" if not path.endswith("/v1") else f"{path}/audio/speech"
