@@ -157,8 +157,9 @@ def refuse_unknown_keys(data: Mapping[str, Any], prefix: str, known: Iterable[st
         raise DeployError(str(error))
 
 
-#: The deploys whose ports and directories can meet on one host (their data keys are PREFIX_KEY).
-SERVICE_PREFIXES = ("llamacpp", "tabbyapi", "litellm", "openwebui", "kokoro", "models")
+#: The ports the services of one host listen on (``openwebui_litellm_port`` is the gateway it calls: not one).
+PORT_KEYS = ("llamacpp_port", "tabbyapi_port", "litellm_port", "openwebui_port", "openwebui_pipelines_port",
+             "kokoro_port")
 #: Directories a service owns (creates, chowns, replaces): none may be another's, or sit inside a venv.
 OWNED_DIR_KEYS = ("tabbyapi_dir", "tabbyapi_venv", "tabbyapi_root", "litellm_venv", "litellm_config_dir",
                   "openwebui_venv", "openwebui_data_dir", "openwebui_config_dir", "openwebui_pipelines_dir",
@@ -177,7 +178,7 @@ def conflict_error(data: Mapping[str, Any], own: Mapping[str, Any]) -> str | Non
     values = {key: data.get(key) for key in data if isinstance(key, str)}
     values.update(own)
     ports: dict[int, str] = {}
-    for key in sorted(k for k in values if k.endswith("_port") and k.split("_", 1)[0] in SERVICE_PREFIXES):
+    for key in (k for k in PORT_KEYS if values.get(k) is not None):
         try:
             number = checks.port(values[key])
         except ValueError:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import cache
 from io import StringIO
 from pathlib import PurePosixPath
-from typing import Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from pyinfra import host, inventory
 from pyinfra.api.exceptions import DeployError
@@ -18,7 +19,7 @@ from pyinfra.facts.files import File, FileContents
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
+from labwright.deploy_data import DeployData, conflict_error, jinja, refuse_unknown_keys
 from labwright.deploys.common import (
     LOCKS_DIR,
     index_lock,
@@ -51,7 +52,11 @@ from labwright.openwebui.wheelhouse import EXTRA as WHEELHOUSE_EXTRA
 from labwright.operations import http
 from labwright.operations import systemd as systemd_ops
 from labwright.operations.secrets import secret_file
+from labwright.schema import checks
 from labwright.shell import quote
+
+if TYPE_CHECKING:
+    from labwright.schema.model import Schema
 
 DEFAULTS = load_defaults()
 JINJA = jinja(TEMPLATES)
@@ -64,8 +69,27 @@ KEYS = DeployData("openwebui", DEFAULTS)
 fail, data = KEYS.fail, KEYS.get
 
 
-def as_int(key: str, low: int, high: int | None = None) -> int:
-    return KEYS.int_of(key, data(key), low, high)
+@cache
+def data_schema() -> type[Schema]:
+    """Open WebUI's own ``openwebui_*`` values, typed (built on first use: pydantic loads only with the data)."""
+    from pydantic import BeforeValidator
+
+    from labwright.schema.fields import Flag, ListenAddress, ManagedDir, Port
+    from labwright.schema.model import Schema
+
+    class OpenwebuiData(Schema):
+        venv: ManagedDir
+        data_dir: ManagedDir
+        config_dir: ManagedDir
+        host: ListenAddress
+        port: Port
+        litellm_port: Port
+        extra_index_url: Annotated[str, BeforeValidator(checks.or_empty(checks.url))]
+        health_timeout: Annotated[int, BeforeValidator(checks.whole(1))]
+        pipelines: Flag
+        pipelines_port: Port
+
+    return OpenwebuiData
 
 
 def generate(path: str, variable: str, nbytes: int, what: str) -> None:
@@ -96,27 +120,24 @@ def deploy_openwebui() -> None:
             raise fail(key, "is never taken from inventory data (secrets stay out of inventories); labwright "
                        f"generates it on the guest: remove openwebui_{key} (nothing was changed)")
     service, user, version = service_user_version(KEYS, "open-webui", "0.12.4")
-    venv, data_dir, config_dir = (KEYS.path_of(key, data(key)) for key in ("venv", "data_dir", "config_dir"))
-    for key, value in (("venv", venv), ("data_dir", data_dir), ("config_dir", config_dir)):
-        if value.rstrip("/") in ("", "/"):
-            raise fail(key, f"{value!r} must be an absolute path, not /")
-    listen_host = str(data("host"))
-    if not re.fullmatch(r"[0-9A-Za-z.:]+", listen_host):
-        raise fail("host", f"{listen_host!r} is not an address to listen on")
-    port = as_int("port", 1, 65535)
-    litellm_port = as_int("litellm_port", 1, 65535)
-    find_links, extra_index, pipelines_find_links = (
-        KEYS.path_of(key, data(key) or "", absolute=False)
-        for key in ("find_links", "extra_index_url", "pipelines_find_links"))
-    if extra_index and not re.match(r"^https?://[^/\s]+", extra_index):
-        raise fail("extra_index_url", f"{extra_index!r} is not an http(s) index URL")
-    health_timeout = as_int("health_timeout", 1)
-    pipelines = KEYS.bool_of("pipelines", data("pipelines"))
-    pipelines_port = as_int("pipelines_port", 1, 65535)
+    typed = KEYS.parse(data_schema())
+    venv, data_dir, config_dir = typed["venv"], typed["data_dir"], typed["config_dir"]
+    listen_host, port, litellm_port = typed["host"], typed["port"], typed["litellm_port"]
+    find_links, pipelines_find_links = (KEYS.path_of(key, data(key) or "", absolute=False)
+                                        for key in ("find_links", "pipelines_find_links"))
+    extra_index = KEYS.path_of("extra_index_url", typed["extra_index_url"], absolute=False)
+    health_timeout, pipelines, pipelines_port = typed["health_timeout"], typed["pipelines"], typed["pipelines_port"]
     pipelines_dir, pipelines_repo = str(data("pipelines_dir")), str(data("pipelines_repo"))
     pipelines_ref = str(data("pipelines_ref"))
+    own: dict[str, Any] = {"openwebui_port": port, "openwebui_venv": venv, "openwebui_data_dir": data_dir,
+                           "openwebui_config_dir": config_dir}
     if pipelines:
-        KEYS.path_of("pipelines_dir", pipelines_dir)
+        pipelines_dir = KEYS.managed_of("pipelines_dir", pipelines_dir)
+        own.update(openwebui_pipelines_port=pipelines_port, openwebui_pipelines_dir=pipelines_dir)
+    clash = conflict_error(host.data.dict(), own)
+    if clash is not None:
+        raise DeployError(clash)
+    if pipelines:
         if UNSAFE.search(pipelines_repo) or not pipelines_repo or pipelines_repo.startswith("-"):
             raise fail("pipelines_repo", f"{pipelines_repo!r} is not a git URL or path")
         if not GIT_REF.match(pipelines_ref) or ".." in pipelines_ref:
