@@ -127,14 +127,18 @@ def save(root: Path, saved: Saved) -> None:
 def load(root: Path) -> Saved | None:
     """The saved upgrade, or None when there is none; BadInput for a file labwright cannot read back."""
     path = state_file(root)
+    fix = "look at it, restore guests by hand if needed, then remove it"
     try:
         data = json.loads(path.read_text())
-        return Saved(**data)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise BadInput(f"{path}: not a host upgrade state labwright can read ({str(exc).splitlines()[0][:120]}); "
-                       f"look at it, restore guests by hand if needed, then remove it") from None
+                       f"{fix}") from None
+    from labwright.schema.files import HostUpgradeState, check  # pydantic: only where the file is read
+
+    check(HostUpgradeState, data, path, "a host upgrade state", fix)
+    return Saved(**data)
 
 
 def carried_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -36,6 +36,10 @@ def load_client_config(config_dir: str | Path | None = None, flavour: str = "lxd
             if not isinstance(config, dict) or not isinstance(config.get("remotes") or {}, dict):
                 raise BadInput(f"{path}: not an {flavour} client configuration (expected a mapping with `remotes:`); "
                                "fix or remove the file")
+            from labwright.schema.files import ClientConfig, check  # pydantic: only where the file is read
+
+            check(ClientConfig, config, path, f"an {flavour} client configuration",
+                  f"fix it with `{'incus' if flavour == 'incus' else 'lxc'} remote` or by hand")
             return directory, config
     return None, {}
 

@@ -301,13 +301,14 @@ def read_state(out_dir: Path) -> dict:
     path = out_dir / STATE_FILE
     if not path.exists():
         return {"sources": {}, "built_against": {}}
+    fix = f"remove it (the next refresh fetches everything again) or restore it from {STATE_FILE}.prev"
     try:
         data = json.loads(textio.read_text(path, "the registry state of `matrix refresh`"))
-    except json.JSONDecodeError:
-        data = None
-    if not isinstance(data, dict) or not isinstance(data.get("sources"), dict):
-        raise BadInput(f"{path}: not the JSON `matrix refresh` writes: remove it (the next refresh fetches "
-                       "everything again) or restore it from {STATE_FILE}.prev")
+    except (json.JSONDecodeError, RecursionError):
+        raise BadInput(f"{path}: not the JSON `matrix refresh` writes: {fix}") from None
+    from labwright.schema.files import RegistryState, check  # pydantic: only where the file is read
+
+    check(RegistryState, data, path, "the registry state of `matrix refresh`", fix)
     data.setdefault("built_against", {})
     return data
 

@@ -106,7 +106,9 @@ def test_the_containers_go_through_the_state_file_unchanged(tmp_path):
 
     guests = [pve_guest(201, dev_paths=("/dev/nvidia0", "/dev/nvidia-uvm")),
               dataclasses.replace(pve_guest(202, raw_majors=(195, 509), raw_mounts=("/dev/nvidia0",)), running=False)]
-    saved = state.Saved("pve1", "pve", {}, 0, "/var/cache/labwright/nvidia", inventory="/etc/lab.py",
+    plan = {"node": "pve1", "from": "570.133.07", "to": "580.82.07", "boot_kernel": "6.8.12-9-pve", "steps": [],
+            "notes": []}  # Plan.to_dict(): the state file is refused without one (labwright.schema.files)
+    saved = state.Saved("pve1", "pve", plan, 0, "/var/cache/labwright/nvidia", inventory="/etc/lab.py",
                         guests=[dataclasses.asdict(g) for g in guests], extra={"majors_before": {"nvidia-uvm": 509}})
     state.save(tmp_path, saved)
     back = state.load(tmp_path)
