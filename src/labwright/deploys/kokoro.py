@@ -9,8 +9,10 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+from functools import cache
 from io import StringIO
-from pathlib import Path, PurePosixPath
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
@@ -19,7 +21,7 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from labwright.default_keys import is_default_key
-from labwright.deploy_data import DeployData, jinja, refuse_unknown_keys
+from labwright.deploy_data import DeployData, conflict_error, jinja, refuse_unknown_keys
 from labwright.deploys.common import (
     LOCKS_DIR,
     index_lock,
@@ -40,11 +42,14 @@ from labwright.kokoro.streaming import plan_streaming, read_tree
 from labwright.operations import http
 from labwright.operations import systemd as systemd_ops
 from labwright.paths import cache_root
+from labwright.schema import checks
 from labwright.shell import join, quote
+
+if TYPE_CHECKING:
+    from labwright.schema.model import Schema
 
 DEFAULTS = load_defaults()
 JINJA = jinja(TEMPLATES)
-NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 IGNORED = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", "node_modules", ".pytest_cache")
 MARKER = ".labwright-requirements"
 
@@ -53,12 +58,41 @@ KEYS = DeployData("kokoro", DEFAULTS)
 fail, data = KEYS.fail, KEYS.get
 
 
-def as_int(key: str, low: int, high: int | None = None) -> int:
-    return KEYS.int_of(key, data(key), low, high)
+def https_url(value: Any) -> str:
+    text = checks.url(value)
+    if not text.startswith("https://"):
+        raise ValueError(f"{text!r} must be an https:// URL")
+    return text
 
 
-def as_bool(key: str) -> bool:
-    return KEYS.bool_of(key, data(key))
+def not_root(value: Any) -> str:
+    name = checks.user_name(value)
+    if name == "root":
+        raise ValueError(f"{name!r} is not a valid name")
+    return name
+
+
+@cache
+def data_schema() -> type[Schema]:
+    """Kokoro's own ``kokoro_*`` values, typed (built on first use: pydantic loads only with the data)."""
+    from pydantic import BeforeValidator
+
+    from labwright.schema.fields import Flag, ListenAddress, ManagedDir, Port
+    from labwright.schema.model import Schema
+
+    class KokoroData(Schema):
+        service: Annotated[str, BeforeValidator(not_root)]
+        user: Annotated[str, BeforeValidator(not_root)]
+        dir: ManagedDir
+        venv: ManagedDir
+        host: ListenAddress
+        open: Flag
+        port: Port
+        health_timeout: Annotated[int, BeforeValidator(checks.whole(1))]
+        extra_index_url: Annotated[str, BeforeValidator(checks.or_empty(https_url))]
+        patch_streaming: Flag
+
+    return KokoroData
 
 
 def stage(source: Path, patched: dict[str, str]) -> Path:
@@ -97,18 +131,12 @@ def deploy_kokoro() -> None:
     # --- read and check everything before touching anything -----------------------------------------
     refuse_unknown_keys(host.data.dict(), "kokoro", {*DEFAULTS["service"], "source", "env"},
                         "docs/kokoro.md and templates/kokoro/defaults.toml")
-    service, user = str(data("service")), str(data("user"))
-    for key, value in (("service", service), ("user", user)):
-        if not NAME.match(value) or value == "root":
-            raise fail(key, f"{value!r} is not a valid name")
-    guest_dir, venv = KEYS.path_of("dir", data("dir")), KEYS.path_of("venv", data("venv"))
-    for key, value in (("dir", guest_dir), ("venv", venv)):
-        if PurePosixPath(value) in (PurePosixPath("/"), PurePosixPath("/opt"), PurePosixPath("/usr")):
-            raise fail(key, f"{value!r} must be a dedicated absolute path, not a system directory")
-    listen_host = str(data("host"))
-    if not re.fullmatch(r"[0-9A-Za-z.:]+", listen_host):
-        raise fail("host", f"{listen_host!r} is not an address to listen on")
-    open_engine = KEYS.bool_of("open", data("open"))
+    typed = KEYS.parse(data_schema())
+    service, user, guest_dir, venv = typed["service"], typed["user"], typed["dir"], typed["venv"]
+    listen_host, open_engine, port = typed["host"], typed["open"], typed["port"]
+    clash = conflict_error(host.data.dict(), {"kokoro_port": port, "kokoro_dir": guest_dir, "kokoro_venv": venv})
+    if clash is not None:
+        raise DeployError(clash)
     if not is_loopback(listen_host) and not open_engine:
         raise fail("host", f"{listen_host} would answer every client on the network without a key (Kokoro-FastAPI "
                    "has none); keep 127.0.0.1 and reach it from the same guest, or set kokoro_open=true to expose "
@@ -116,12 +144,9 @@ def deploy_kokoro() -> None:
     if open_engine and not is_loopback(listen_host):
         logger.warning(f"{host.print_prefix}kokoro_open=true: Kokoro answers without a key on {listen_host}:"
                        f"{data('port')} (`labwright verify kokoro` reports it)")
-    port = as_int("port", 1, 65535)
-    health_timeout = as_int("health_timeout", 1)
+    health_timeout = typed["health_timeout"]
     find_links = KEYS.path_of("find_links", data("find_links") or "", absolute=False)
-    extra_index = KEYS.path_of("extra_index_url", data("extra_index_url") or "", absolute=False)
-    if extra_index and not extra_index.startswith("https://"):
-        raise fail("extra_index_url", f"{extra_index!r} must be an https:// URL")
+    extra_index = KEYS.path_of("extra_index_url", typed["extra_index_url"], absolute=False)
     try:
         pip_source(find_links, extra_index)  # a plain http:// wheelhouse whose host pip_trusted_host does not name
     except LabwrightError as exc:
@@ -155,7 +180,7 @@ def deploy_kokoro() -> None:
     except DataError as exc:
         raise DeployError(str(exc)) from None
     patched: dict[str, str] = {}
-    if as_bool("patch_streaming"):
+    if typed["patch_streaming"]:
         try:
             change = plan_streaming(read_tree(source))
         except LabwrightError as exc:
