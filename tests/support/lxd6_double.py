@@ -358,3 +358,39 @@ class _Handler(BaseHTTPRequestHandler):
                 return self.error(404, "Not found")
             return self._send(200, None, raw=d.files[(name, path)], headers={"X-LXD-type": "file"})
         return self.error(404, "not found")
+
+
+def write_nvidia_cdi_spec(root: str | os.PathLike[str], gpus: int = 1, dynamic: bool = False) -> str:
+    """Write the CDI spec ``nvidia-ctk cdi generate`` writes for ``gpus`` GPUs below ``root``; return its path.
+
+    As NVIDIA/nvidia-container-toolkit (d34b3046) writes it: YAML by default (cmd/nvidia-ctk/cdi/generate/generate.go
+    ``--format`` default yaml), ``kind: nvidia.com/gpu`` (``--vendor nvidia.com --class gpu``), one device per GPU
+    for each of the default ``--device-name-strategy index,uuid`` (names "0" and "GPU-<uuid>") plus "all", each with
+    its ``/dev/nvidiaN`` node, and the shared nodes in the top ``containerEdits`` (pkg/nvcdi/spec/spec_test.go
+    shows the layout). ``dynamic``: where the toolkit's nvidia-cdi-refresh unit writes it, /var/run/cdi/nvidia.yaml
+    (deployments/systemd/nvidia-cdi-refresh.service); else /etc/cdi/nvidia.yaml (``--output``).
+    """
+    devices = []
+    for index in range(gpus):
+        node = {"containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{index}"}]}}
+        devices.append({"name": str(index), **node})
+        devices.append({"name": f"GPU-{uuid.UUID(int=index + 1)}", **node})
+    devices.append({"name": "all", "containerEdits": {"deviceNodes": [
+        {"path": f"/dev/nvidia{index}"} for index in range(gpus)]}})
+    shared = {"deviceNodes": [{"path": p} for p in ("/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                                   "/dev/nvidiactl")],
+              "hooks": [{"hookName": "createContainer", "path": "/usr/bin/nvidia-cdi-hook",
+                         "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]}],
+              "mounts": [{"hostPath": "/usr/bin/nvidia-smi", "containerPath": "/usr/bin/nvidia-smi",
+                          "options": ["ro", "nosuid", "nodev", "bind"]}]}
+    import yaml
+
+    text = "---\n" + yaml.safe_dump({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": devices,
+                                     "containerEdits": shared}, sort_keys=False)
+    where = "var/run/cdi" if dynamic else "etc/cdi"
+    directory = os.path.join(root, where)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "nvidia.yaml")
+    with open(path, "w") as fh:
+        fh.write(text)
+    return "/" + where + "/nvidia.yaml"

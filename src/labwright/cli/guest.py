@@ -145,7 +145,8 @@ def show(
     for info in infos:
         in_sync = info.get("in_sync")
         sync = "-" if not info.get("exists") else ("?" if in_sync is None else ("yes" if in_sync else "no"))
-        rows.append([str(info["name"]), str(info["backend"]), str(info.get("node") or ""), str(info["status"]),
+        backend = str(info["backend"]) + (f" ({info['server']} {info['server_version']})" if info.get("server") else "")
+        rows.append([str(info["name"]), backend, str(info.get("node") or ""), str(info["status"]),
                      ", ".join(info.get("addresses") or []), sync])
     stdout.print(table(f"guests in {inventory}", ["guest", "backend", "node", "status", "addresses", "in sync"],
                        rows))

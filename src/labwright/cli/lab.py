@@ -11,6 +11,7 @@ from labwright.cli import vocab
 from labwright.errors import BadInput
 from labwright.lab import lab as lab_ops
 from labwright.lab.spec import load_lab_spec
+from labwright.lxd.client import LxdClient
 from labwright.ui import Reporter, stdout, table
 
 NAME = "lab"
@@ -49,11 +50,14 @@ def status(
 ) -> None:
     """Show the lab's containers: state, address, image, age."""
     spec = load_lab_spec(vocab.inventory(inventory, None))
-    rows = lab_ops.status(spec)
+    client = LxdClient()
+    server = client.server_info()  # GET /1.0: environment.server and server_version
+    rows = lab_ops.status(spec, client)
     if as_json:
-        typer.echo(json.dumps([row.__dict__ for row in rows], indent=2))
+        typer.echo(json.dumps([{**row.__dict__, "server": server.name, "server_version": server.version}
+                               for row in rows], indent=2))
         return
-    stdout.print(table(f"lab {spec.name} (bridge {spec.bridge} {spec.subnet})",
+    stdout.print(table(f"lab {spec.name} (bridge {spec.bridge} {spec.subnet}, {server.describe()})",
                        ["container", "state", "address", "image", "age"],
                        [[r.name, r.state, r.address, r.image, r.age] for r in rows]))
     for row in rows:

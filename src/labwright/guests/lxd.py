@@ -23,6 +23,7 @@ from labwright.gpu.nvidia.boot_unit import (
 )
 from labwright.gpu.nvidia.host import GpuHost
 from labwright.guests.base import GuestBackend
+from labwright.guests.lxd_cdi import CdiOffer, read_spec
 from labwright.guests.lxd_render import (
     MARKER_KEY,
     Desired,
@@ -87,7 +88,15 @@ class LxdBackend(GuestBackend):
         return self._nvidia_cards
 
     def _gpu(self, spec: GuestSpec) -> GpuWiring:
-        return resolve_gpu(spec, self.gpu_host, self.nvidia_cards() if spec.wants_gpu else 0)
+        if not spec.wants_gpu:
+            return resolve_gpu(spec, self.gpu_host, 0)
+        return resolve_gpu(spec, self.gpu_host, self.nvidia_cards(), self._cdi_offer())
+
+    def _cdi_offer(self) -> CdiOffer:
+        """What the daemon (GET /1.0: name, version, api_extensions) and this host (its CDI spec) offer for CDI."""
+        host = self.gpu_host
+        spec = read_spec(host.root) if host is not None and self.local else None
+        return CdiOffer(self.client.server_info(), spec, local=host is not None and self.local)
 
     def _root_pool(self, profiles: list[str], current: dict[str, Any] | None) -> str | None:
         if current is not None:
@@ -326,7 +335,9 @@ class LxdBackend(GuestBackend):
 
     def show(self, spec: GuestSpec) -> dict[str, Any]:
         current = self._instance(spec)
+        server = self.client.server_info()  # GET /1.0: environment.server, server_version
         info: dict[str, Any] = {"name": spec.name, "backend": self.name, "node": self.remote,
+                                "server": server.name, "server_version": server.version,
                                 "exists": current is not None, "status": "absent"}
         if current is None:
             return info

@@ -10,12 +10,13 @@ so a key or device dropped from the spec is removed, while keys and devices some
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from labwright.errors import BadInput
 from labwright.gpu.devices import GPU_GID, GUEST_MODE_MASK, DeviceNode
 from labwright.gpu.nvidia.host import GpuHost
+from labwright.guests.lxd_cdi import CDI_EXTENSION, CDI_SINCE, GENERATE, CdiOffer
 from labwright.guests.model import Change, GuestSpec
 
 MARKER_KEY = "user.labwright.guest"  # the guest's name: destroy refuses instances without it
@@ -41,8 +42,9 @@ FEATURES_BUILT_IN = ("keyctl", "fuse")
 class GpuWiring:
     """How the GPU reaches one guest: ``gpu`` device, ``unix-char`` nodes, or nothing."""
 
-    mode: str = "none"
+    mode: str = "none"  # none, gpu, unix-char, cdi
     nodes: tuple[DeviceNode, ...] = ()
+    cdi_ids: tuple[str, ...] = ()  # mode cdi: one gpu device per CDI id (nvidia.com/gpu=N)
     runtime: bool = False
     preflight: tuple[tuple[str, ...], ...] = ()
     notes: tuple[str, ...] = ()
@@ -56,11 +58,31 @@ class Desired:
     notes: list[str] = field(default_factory=list)
 
 
-def resolve_gpu(spec: GuestSpec, host: GpuHost | None, lxd_nvidia_cards: int) -> GpuWiring:
+def resolve_gpu(spec: GuestSpec, host: GpuHost | None, lxd_nvidia_cards: int, cdi: CdiOffer | None = None) -> GpuWiring:
     """Pick the wiring. ``host`` is the local machine (None for a remote daemon, whose nodes we cannot
-    read); ``lxd_nvidia_cards`` is how many NVIDIA cards the daemon itself reports (/1.0/resources)."""
+    read); ``lxd_nvidia_cards`` is how many NVIDIA cards the daemon itself reports (/1.0/resources); ``cdi`` what
+    the daemon and the host offer for CDI (lxd_cdi; None: not asked, today's wiring)."""
     if not spec.wants_gpu:
         return GpuWiring()
+    if cdi is not None:
+        refusal = cdi.refusal()
+        if spec.gpu_mode == "cdi" and refusal:
+            raise BadInput(f"{spec.where}: gpu_mode cdi, but {refusal}; set gpu_mode auto (or gpu, unix-char), or "
+                           f"upgrade to {CDI_SINCE}+ with the NVIDIA container toolkit's spec (`{GENERATE}`)")
+        if spec.gpu_mode in ("cdi", "auto") and not refusal and cdi.spec is not None:
+            ids = cdi.spec.ids()
+            return GpuWiring("cdi", cdi_ids=ids, notes=(
+                f"GPU by CDI ({', '.join('id=' + i for i in ids)}): {cdi.server.describe()} offers {CDI_EXTENSION} "
+                f"and {cdi.spec.path} names the GPU(s)",))
+        wiring = _resolve_classic(spec, host, lxd_nvidia_cards)
+        why = refusal or f"gpu_mode {spec.gpu_mode}"
+        return replace(wiring, notes=(f"GPU by {'the gpu device' if wiring.mode == 'gpu' else 'unix-char nodes'}, "
+                                      f"not CDI: {why}", *wiring.notes))
+    return _resolve_classic(spec, host, lxd_nvidia_cards)
+
+
+def _resolve_classic(spec: GuestSpec, host: GpuHost | None, lxd_nvidia_cards: int) -> GpuWiring:
+    """Today's wiring: LXD's ``gpu`` device by vendor, or one ``unix-char`` device per node."""
     if host is None:
         if not lxd_nvidia_cards:
             raise BadInput(f"{spec.where}: gpu: nvidia, but LXD remote {spec.node} reports no NVIDIA GPU with the "
@@ -173,6 +195,12 @@ def render(spec: GuestSpec, gpu: GpuWiring, root_pool: str | None) -> Desired:
         # one the engines' service users are in (gpu.GPU_GROUP).
         devices["gpu"] = {"type": "gpu", "gputype": "physical", "vendorid": NVIDIA_VENDOR, "gid": str(GPU_GID),
                           "mode": f"{GUEST_MODE_MASK:04o}"}
+    for index, cdi_id in enumerate(gpu.cdi_ids):
+        # LXD builds the container's nodes, mounts and hooks from the id itself (lxd/device/gpu_physical.go
+        # startContainer: applyCDIDeviceToContainer); gid and mode apply to its nodes as to the vendor device's
+        # (lxd/device/gpu_cdi.go: the device's uid/gid/mode take priority over the spec's).
+        devices["gpu" if index == 0 else f"gpu{index}"] = {"type": "gpu", "gputype": "physical", "id": cdi_id,
+                                                            "gid": str(GPU_GID), "mode": f"{GUEST_MODE_MASK:04o}"}
     for node in gpu.nodes:
         # never others' bits: 0660 (0440 for a read-only capability node), group video (gpu.devices.guest_mode)
         char = {"type": "unix-char", "source": node.source, "path": node.path, "major": str(node.major),

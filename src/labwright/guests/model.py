@@ -38,7 +38,8 @@ BACKENDS: tuple[str, ...] = ("proxmox", "lxd")
 GPU_KINDS: tuple[str, ...] = ("nvidia", "none")
 #: How the GPU reaches the container, in each backend's own terms ("auto" picks per host, see docs/guests.md).
 GPU_MODES: dict[str, tuple[str, ...]] = {
-    "lxd": ("auto", "gpu", "unix-char"),  # LXD `gpu` device, or one `unix-char` device per /dev/nvidia* node
+    # LXD `gpu` device, one `unix-char` device per /dev/nvidia* node, or a `gpu` device by CDI id (guests/lxd_cdi.py)
+    "lxd": ("auto", "gpu", "unix-char", "cdi"),
     "proxmox": ("auto", "dev", "classic"),  # PVE >= 8.1 `devN:` entries, or lxc.cgroup2/lxc.mount.entry lines
 }
 
