@@ -1,0 +1,227 @@
+"""Every file labwright reads back (labwright.schema.files), generated wrong: each reader, and what its caller then
+does with what it read, either works or refuses in one line naming the file, never a traceback.
+
+Each case starts from a file of the right shape and changes one thing at one key path: a value of another JSON type
+(a string, a huge or fractional number, a list, a mapping, null, a boolean), the key removed, an unknown key added;
+or the bytes spoiled (not UTF-8, cut short). The file is written as its owner writes it (JSON, or YAML for the
+``lxc`` client's config.yml) and read back through the real reader.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from labwright.errors import BadInput
+
+PLAN = {"node": "pve1", "from": "570.133.07", "to": "580.82.07", "boot_kernel": "6.8.12-9-pve",
+        "steps": [{"action": "snapshot", "target": "201", "detail": "before the upgrade"}], "notes": ["a note"]}
+DONE = {"action": "snapshot", "target": "201", "ok": True, "detail": "taken", "seconds": 1.5}
+HOST_UPGRADE = {
+    "node": "pve1", "kind": "pve", "plan": PLAN, "next_step": 1, "repository": "/var/cache/labwright/nvidia",
+    "phase": "done", "done": [DONE], "snapshots": {"201": "lw-upgrade"}, "services": {"201": ["tabbyapi"]},
+    "previous_driver": "570.133.07", "lock_wait": 300.0, "inventory": "/etc/lab.py",
+    "guests": [{"node": "pve1", "vmid": 201, "hostname": "llm1", "running": True, "dev_paths": ["/dev/nvidia0"],
+                "raw_majors": [195], "raw_mounts": [], "snapshots": True, "storage": "local-lvm",
+                "no_snapshot_reason": ""}],
+    "extra": {"majors_before": {"nvidia-uvm": 509}}, "started": "2026-01-02T03:04:05Z",
+    "outcome": {**PLAN, "ok": True, "done": [DONE], "snapshots": {"201": "lw-upgrade"}, "restored": [], "left": [],
+                "message": "upgraded", "seconds": 12.5, "rebooting": False},
+    "api": "pvesh", "resume_failed": "",
+}
+REGISTRY_STATE = {
+    "sources": {
+        "https://pypi.org/pypi/torch/json": {
+            "etag": '"abc"', "last_modified": "", "sha256": "0" * 64, "pre": False, "checked": "2026-01-02T03:04:05Z",
+            "ok": "2026-01-02T03:04:05Z", "changed": "2026-01-01T03:04:05Z", "error": "HTTP 503",
+            "error_at": "2026-01-02T03:04:05Z", "newest": "2.9.0", "wheels": 12, "sdists": 0, "incomplete": ""},
+        "https://download.pytorch.org/whl/cu128/torch/": {
+            "name": "pytorch-cu128", "etag": "", "sha256": "", "missing": True, "wheels": 0, "pre": False,
+            "changed": "2026-01-01T03:04:05Z", "checked": "2026-01-02T03:04:05Z"},
+    },
+    "built_against": {"torch==2.9.0": {"version": "2.9.0", "cuda": "12.8", "from": "https://x/METADATA"},
+                      "fla-core==0.4.0": {"unreadable": "2026-01-02", "why": "HTTP 404"}},
+}
+LXC_CONFIG = {
+    "default-remote": "homelab",
+    "remotes": {"local": {"addr": "unix://", "public": False},
+                "homelab": {"addr": "https://127.0.0.1:8443", "auth_type": "tls", "project": "gpu",
+                            "protocol": "lxd", "public": False}},
+    "aliases": {},
+}
+
+
+def _host_upgrade(root: Path) -> None:
+    from labwright.hostupgrade import state
+    from labwright.hostupgrade.pve import guests_from_saved
+
+    saved = state.load(root)
+    assert saved is not None
+    saved.summary()
+    saved.plan_object()
+    if saved.kind == "pve":
+        guests_from_saved(saved)
+
+
+def _registry(root: Path) -> None:
+    from labwright.matrix.registry import data_ages, read_state, stale_lines
+
+    read_state(root)
+    data_ages(root)
+    stale_lines(root)
+
+
+def _lxc(root: Path) -> None:
+    from labwright.lxd.remotes import load_client_config, resolve_endpoint
+
+    load_client_config(root)
+    for name in ("homelab", "local", None):
+        try:  # the file read well: what is refused now is the remote asked for (not configured, no certificate)
+            resolve_endpoint(name, root, socket_path="/run/test/unix.socket")
+        except BadInput as refused:
+            assert "\n" not in str(refused)
+
+
+#: name -> (the file under the test's root, its right shape, the format, the reader and its caller's uses,
+#: whether labwright owns the file: an unknown key refused)
+FILES: dict[str, tuple[str, dict[str, Any], str, Callable[[Path], None], bool]] = {
+    "host-upgrade": ("var/lib/labwright/host-upgrade.json", HOST_UPGRADE, "json", _host_upgrade, True),
+    "registry-state": ("registry-state.json", REGISTRY_STATE, "json", _registry, True),
+    "lxc-config": ("config.yml", LXC_CONFIG, "yaml", _lxc, False),
+}
+
+WRONG = st.one_of(st.text(max_size=8), st.integers(min_value=-(10**30), max_value=10**30),
+                  st.floats(allow_nan=False), st.just(1e308), st.just(10**400), st.lists(st.integers(), max_size=2),
+                  st.dictionaries(st.text(max_size=4), st.integers(), max_size=2), st.none(), st.booleans())
+
+
+def _paths(value: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield at
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, (*at, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _paths(item, (*at, index))
+
+
+def _container(doc: Any, path: tuple[Any, ...]) -> Any:
+    for part in path[:-1]:
+        doc = doc[part]
+    return doc
+
+
+def _write(path: Path, doc: Any, form: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if form == "json":
+        path.write_text(json.dumps(doc))
+    else:
+        import yaml
+
+        path.write_text(yaml.safe_dump(doc))
+
+
+def _read(name: str, root: Path) -> str | None:
+    """The reader and its caller's uses on what is at ``root``: None when it worked, else the one-line refusal."""
+    relative, _, _, reader, _ = FILES[name]
+    try:
+        reader(root)
+    except BadInput as refused:
+        message = str(refused)
+        assert "\n" not in message, message
+        assert str(root / relative) in message, message
+        return message
+    return None
+
+
+@st.composite
+def mutation(draw: st.DrawFn, name: str) -> tuple[str, Any]:
+    doc = copy.deepcopy(FILES[name][1])
+    path = draw(st.sampled_from([p for p in _paths(doc) if p]))
+    how = draw(st.sampled_from(["replace", "remove", "add"]))
+    holder = _container(doc, path)
+    if how == "replace":
+        holder[path[-1]] = draw(WRONG)
+    elif how == "remove" and isinstance(holder, dict):
+        del holder[path[-1]]
+    elif how == "remove":
+        holder.pop(path[-1])
+    elif isinstance(holder, dict):
+        holder[draw(st.text(min_size=1, max_size=6).filter(lambda k: k not in holder))] = draw(WRONG)
+    else:
+        holder.append(draw(WRONG))
+    return how, doc
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_the_right_shape_reads_back(name: str, tmp_path: Path) -> None:
+    relative, doc, form, _, _ = FILES[name]
+    _write(tmp_path / relative, doc, form)
+    assert _read(name, tmp_path) is None
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_one_thing_wrong_anywhere_is_one_line_naming_the_file(name: str, data: st.DataObject) -> None:
+    relative, _, form, _, _ = FILES[name]
+    _, doc = data.draw(mutation(name))
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        _write(root / relative, doc, form)
+        _read(name, root)
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+@settings(max_examples=60, deadline=None)
+@given(spoil=st.one_of(st.binary(min_size=1, max_size=4).map(lambda b: b"\xff" + b), st.integers(0, 40)))
+def test_bytes_that_are_not_the_file_are_one_line(name: str, spoil: bytes | int) -> None:
+    relative, doc, form, _, _ = FILES[name]
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        _write(root / relative, doc, form)
+        good = (root / relative).read_bytes()
+        spoiled = good[: len(good) // 2] + spoil + good[len(good) // 2:] if isinstance(spoil, bytes) else \
+            good[:spoil]
+        (root / relative).write_bytes(spoiled)
+        _read(name, root)
+
+
+@pytest.mark.parametrize("name", [name for name, (*_, owned) in FILES.items() if owned])
+def test_an_unknown_key_in_a_file_labwright_writes_is_refused_naming_the_closest(name: str, tmp_path: Path) -> None:
+    relative, doc, form, _, _ = FILES[name]
+    doc = {**copy.deepcopy(doc), "sorces": {}}
+    _write(tmp_path / relative, doc, form)
+    message = _read(name, tmp_path)
+    assert message is not None and "sorces: an unknown key" in message
+
+
+def test_the_refusal_names_the_key_path_and_the_fix(tmp_path: Path) -> None:
+    doc = copy.deepcopy(HOST_UPGRADE)
+    doc["outcome"] = "upgraded"  # was AttributeError: 'str' object has no attribute 'get'
+    path = tmp_path / FILES["host-upgrade"][0]
+    _write(path, doc, "json")
+    assert _read("host-upgrade", tmp_path) == (
+        f"{path}: not a host upgrade state labwright can read (outcome: 'upgraded': input should be a valid "
+        "dictionary); look at it, restore guests by hand if needed, then remove it")
+    state = copy.deepcopy(REGISTRY_STATE)
+    state["sources"]["https://pypi.org/pypi/torch/json"]["wheels"] = "12"
+    _write(tmp_path / "registry-state.json", state, "json")
+    assert _read("registry-state", tmp_path) == (
+        f"{tmp_path / 'registry-state.json'}: not the registry state of `matrix refresh` labwright can read "
+        "(sources.https://pypi.org/pypi/torch/json.wheels: '12': input should be a valid integer); remove it (the "
+        "next refresh fetches everything again) or restore it from registry-state.json.prev")
+    config = copy.deepcopy(LXC_CONFIG)
+    config["remotes"]["homelab"] = "https://127.0.0.1:8443"
+    _write(tmp_path / "config.yml", config, "yaml")
+    assert _read("lxc-config", tmp_path) == (
+        f"{tmp_path / 'config.yml'}: not an lxd client configuration labwright can read (remotes.homelab: "
+        "'https://127.0.0.1:8443': input should be a valid dictionary); fix it with `lxc remote` or by hand")
