@@ -17,19 +17,30 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pyinfra.api.exceptions import DeployError
+
 from labwright import paths
-from labwright.deploy_data import FALSE, TRUE, DeployData, jinja, one_value_problem, refuse_unknown_keys
+from labwright.deploy_data import (
+    FALSE,
+    TRUE,
+    DeployData,
+    conflict_error,
+    jinja,
+    one_value_problem,
+    refuse_unknown_keys,
+)
 from labwright.errors import BadInput
 from labwright.gpu.arch import capabilities_of
 from labwright.llamacpp import cuda
 from labwright.llamacpp.build import CUDA_LIB_DIR, cache_dir
 from labwright.models.deploy_data import ModelSettings, engine_model
+from labwright.schema import checks
+from labwright.schema.checks import USER_NAME
 
 TEMPLATES = paths.templates_dir("llamacpp")
 DEFAULTS: dict[str, Any] = tomllib.loads((TEMPLATES / "defaults.toml").read_text())
 JINJA = jinja(TEMPLATES)
 OLLAMA_DROPIN = "/etc/systemd/system/ollama.service.d/50-labwright.conf"
-NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 KEYS = DeployData("llamacpp", DEFAULTS)
 # llama-server's own key options (common/arg.cpp): a key given through extra_args would bypass the one made on the
 # host, or put it on the command line.
@@ -61,9 +72,7 @@ def flag_values(data: Mapping[str, Any]) -> dict[str, Any]:
     values["ubatch_size"] = as_int("ubatch_size", values["ubatch_size"], 1, values["batch_size"])
     values["port"] = as_int("port", values["port"], 1, 65535)
     listen = str(values["host"]).strip()
-    if listen != "auto" and not re.fullmatch(r"[0-9A-Za-z.:-]+", listen):
-        raise fail("host", f"{listen!r} is not an address to listen on (or auto)")
-    values["host"] = listen
+    values["host"] = listen if listen == "auto" else keys.checked("host", values["host"], checks.listen_address)
     for key in ("metrics", "jinja"):
         values[key] = as_bool(key, values[key])
     kwargs = values["chat_template_kwargs"]
@@ -298,13 +307,16 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
     fail, get = keys.fail, keys.get
     service, user = str(get("service")), str(get("user"))
     for key, value in (("service", service), ("user", user)):
-        if not NAME.match(value) or value == "root":
+        if not USER_NAME.match(value) or value == "root":
             raise fail(key, f"{value!r} is not a valid name")
     binary, model, alias = str(get("binary")), str(get("model")), str(get("alias") or "")
     for key, value in (("binary", binary), ("model", model)):
         if not PurePosixPath(value).is_absolute():
             raise fail(key, f"{value!r} must be an absolute path on the guest")
     flags = flag_values(data)
+    clash = conflict_error(data, {"llamacpp_port": flags["port"]})
+    if clash is not None:
+        raise DeployError(clash)
     if flags["host"] == "auto":
         flags["host"] = "127.0.0.1" if gateway_only else "0.0.0.0"
     extra = get("extra_args") or []
