@@ -46,6 +46,10 @@ def check(doc: Any, source: str) -> dict[str, Any]:
                                                 for r in results):
         raise BadInput(f"{source}: 'results' must list contexts with cold/warm summaries (or an error): the file is "
                        "damaged")
+    from labwright.schema import files  # pydantic: only once a result is read
+
+    files.check(files.BenchResult, doc, source, "a labwright bench result",
+               "pass the output of labwright bench llm --json, or run the benchmark again")
     return doc
 
 

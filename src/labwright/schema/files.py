@@ -180,6 +180,42 @@ class ClientConfig(Foreign):
     remotes: dict[str, ClientRemote] | None = None
 
 
+# -- a saved `labwright bench llm --json` (labwright.bench.report: bench compare/report read them) -----------------
+Number = Annotated[float, AfterValidator(_finite)]
+
+
+class BenchSummary(Foreign):
+    """``stats.Summary.to_json()`` (a context's cold run, the median of its cached trials) or one trial."""
+
+    ttft_s: Number | None = None
+    total_s: Number | None = None
+    prompt_tokens: Number | None = None
+    decode_tokens: Number | None = None
+    prefill_tps: Number | None = None
+    decode_tps: Number | None = None
+    server_prefill_tps: Number | None = None
+    server_decode_tps: Number | None = None
+
+
+class BenchContext(Foreign):
+    context: int
+    cold: BenchSummary | None = None
+    warm: BenchSummary | None = None
+    error: str | None = None
+    spread: dict[str, Number | None] | None = None
+    peak_rss_bytes: Number | None = None
+    peak_gpu_bytes: Number | None = None
+    trials: list[BenchSummary] | None = None
+
+
+class BenchResult(Foreign):
+    """What bench compare/report read of a result; its other keys (url, model, started, ...) are shown as given."""
+
+    schema_: str = Field(alias="schema")
+    label: str | None = None
+    results: list[BenchContext]
+
+
 def _model_in(annotation: Any) -> type[BaseModel] | None:
     """The model a field's values are checked as: itself, or the model inside ``list[...]``, ``dict[str, ...]``,
     ``... | None``."""

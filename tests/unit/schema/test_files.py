@@ -58,6 +58,19 @@ LXC_CONFIG = {
     "aliases": {},
 }
 
+SUMMARY = {"trials": 2, "ttft_s": 0.25, "total_s": 2.5, "prompt_tokens": 1024, "decode_tokens": 128.5,
+           "prefill_tps": 4096.0, "decode_tps": 56.9, "server_prefill_tps": None, "server_decode_tps": 57.1}
+BENCH_RESULT = {
+    "schema": "labwright.bench.llm/1", "label": "tabbyapi", "url": "http://127.0.0.1:5000", "model": "M",
+    "endpoint": "chat", "decode": 128, "trials": 3, "started": "2026-01-02T03:04:05Z", "tokenizer": "server",
+    "template_tokens": 9, "server_pid": 1234,
+    "results": [{"context": 1024, "cold": SUMMARY, "warm": SUMMARY, "error": None,
+                 "spread": {"ttft_s": 0.1, "prefill_tps": 0.05, "decode_tps": None}, "peak_rss_bytes": 2**30,
+                 "peak_gpu_bytes": None, "trials": [SUMMARY, SUMMARY, SUMMARY]},
+                {"context": 4096, "error": "HTTP 500", "cold": None, "warm": None, "spread": {}, "trials": [],
+                 "peak_rss_bytes": None, "peak_gpu_bytes": None}],
+}
+
 
 def _host_upgrade(root: Path) -> None:
     from labwright.hostupgrade import state
@@ -79,6 +92,16 @@ def _registry(root: Path) -> None:
     stale_lines(root)
 
 
+def _bench(root: Path) -> None:
+    from labwright.bench import report
+
+    doc = report.load(root / "result.json")
+    docs = [doc, doc]
+    report.flat_rows(docs)
+    report.compare_table(docs)
+    report.csv_text(docs)
+
+
 def _lxc(root: Path) -> None:
     from labwright.lxd.remotes import load_client_config, resolve_endpoint
 
@@ -96,6 +119,8 @@ FILES: dict[str, tuple[str, dict[str, Any], str, Callable[[Path], None], bool]] 
     "host-upgrade": ("var/lib/labwright/host-upgrade.json", HOST_UPGRADE, "json", _host_upgrade, True),
     "registry-state": ("registry-state.json", REGISTRY_STATE, "json", _registry, True),
     "lxc-config": ("config.yml", LXC_CONFIG, "yaml", _lxc, False),
+    # written by `bench llm --json`, whose readers show its other keys as given: those are not refused
+    "bench-result": ("result.json", BENCH_RESULT, "json", _bench, False),
 }
 
 WRONG = st.one_of(st.text(max_size=8), st.integers(min_value=-(10**30), max_value=10**30),
