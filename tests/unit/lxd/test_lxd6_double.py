@@ -126,3 +126,29 @@ def test_run_incus_socket_is_a_default_candidate():
     from labwright.lxd.client import SOCKET_CANDIDATES
 
     assert SOCKET_CANDIDATES["incus"][0] == "/run/incus/unix.socket"
+
+
+def test_lab_status_and_guest_show_name_the_server_text_and_json(tmp_path, daemon, cli_env):
+    """`lab status` and `guest show` against an LXD 6.5 found through LXD_SOCKET: the name and version from GET /1.0."""
+    import json
+
+    from support.cli_child import run_cli
+
+    double, _ = daemon(version="6.5")
+    env = {**cli_env, "LXD_SOCKET": str(tmp_path / "d0.socket")}
+    lab = tmp_path / "lab.py"
+    lab.write_text("lab = ['@lxd/lw-x34']\n")
+    proc = run_cli(["lab", "status", "-i", str(lab), "--json"], env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert rows and all((r["server"], r["server_version"]) == ("lxd", "6.5") for r in rows)
+    proc = run_cli(["lab", "status", "-i", str(lab)], env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and "lxd 6.5" in proc.stdout, proc.stderr
+    guests = tmp_path / "guests.py"
+    guests.write_text("guests = [('@lxd/web1', {'guest': {'backend': 'lxd', 'clone': 'tmpl'}})]\n")
+    proc = run_cli(["guest", "show", "-i", str(guests), "--json"], env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (json.loads(proc.stdout)[0]["server"], json.loads(proc.stdout)[0]["server_version"]) == ("lxd", "6.5")
+    proc = run_cli(["guest", "show", "-i", str(guests)], env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and "lxd (lxd 6.5)" in proc.stdout, proc.stderr
+    assert ("GET", "/1.0") in double.requests
