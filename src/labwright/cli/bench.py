@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from labwright.bench import report, stats
 from labwright.bench.runner import BenchConfig, parse_contexts, run
+from labwright.cli import vocab
 from labwright.errors import BadInput, OperationFailed
 from labwright.ui import console, stdout
 
@@ -25,7 +26,8 @@ HELP = "Benchmark an OpenAI-compatible endpoint (prefill, decode, TTS)."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
-UrlOption = typer.Option(None, "--url", help="The API base, e.g. http://127.0.0.1:8080/v1.")
+UrlOption = typer.Option(None, "--url", callback=vocab.url_option("--url"),
+                         help="The API base, e.g. http://127.0.0.1:8080/v1.")
 ModelOption = typer.Option(None, "--model", help="Model name as the server lists it (default: its only model).")
 ContextsOption = typer.Option("512,4096,16384", "--contexts", help="Prompt lengths in tokens: 512,4096,16k.")
 DecodeOption = typer.Option(512, "--decode", help="Tokens to generate per request.")

@@ -11,13 +11,15 @@ from pathlib import Path
 import typer
 
 from labwright.bench.tts import DEFAULT_FORMATS, bench_tts, check_numbers, parse_formats, read_text, speech_url
+from labwright.cli import vocab
 from labwright.errors import OperationFailed
 from labwright.schema import env
 from labwright.ui import Reporter, stdout, table
 
 
 def tts(
-    url: str = typer.Option(..., "--url", help="Server base URL (http://host:8880) or its /v1/audio/speech URL."),
+    url: str = typer.Option(..., "--url", callback=vocab.url_option("--url"),
+                            help="Server base URL (http://host:8880) or its /v1/audio/speech URL."),
     text: Path = typer.Option(..., "--text", help="UTF-8 file with the text to speak."),
     formats: str = typer.Option(",".join(DEFAULT_FORMATS), "--format", help="Comma-separated response formats."),
     runs: int = typer.Option(3, "--runs", help="Timed requests per format and mode (after one warm-up)."),

@@ -8,6 +8,7 @@ import sys
 import typer
 from rich.markup import escape
 
+from labwright.cli import vocab
 from labwright.errors import BadInput
 from labwright.gpu import arch as gpu_arch
 from labwright.gpu.check import DecodeRequest
@@ -32,7 +33,8 @@ def check(
                                 "the CPU bound (labwright/data/gpu-check.toml) fails."),
     decode_floor: float | None = typer.Option(None, "--decode-floor", help="CPU bound in tokens/s for --decode "
                                               "(default 20: a 7-9B model on a CPU decodes at 5-12)."),
-    decode_url: str | None = typer.Option(None, "--decode-url", help="The engine's OpenAI base URL inside the guest "
+    decode_url: str | None = typer.Option(None, "--decode-url", callback=vocab.url_option("--decode-url"),
+                                          help="The engine's OpenAI base URL inside the guest "
                                           "(default http://127.0.0.1:PORT/v1, PORT from the engine's --port)."),
     api_key_file: str = typer.Option("", "--api-key-file", help="A file IN THE GUEST holding the API key (a bare key "
                                      "or tabbyAPI's api_tokens.yml; default: the engine's own, as deployed: "

@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 from packaging.version import Version
 
+from labwright.cli import vocab
 from labwright.errors import BadInput, OperationFailed
 from labwright.matrix import inputs, outside, registry
 from labwright.matrix.check import BROKEN, UNKNOWN, check_requirements, read_requirement_lines
@@ -42,16 +43,19 @@ def refresh(
     kind: str = typer.Option(None, "--kind", help=f"One of {', '.join(KINDS)} (default: from the file suffix)."),
     out: Path = typer.Option(None, "--out", help="Directory to write NAME.toml into (default: the matrix read)."),
     name: str = typer.Option(None, "--name", help="Output file stem (default: the listing's stem)."),
-    base_url: str = typer.Option("", "--base-url", help="Prefix for relative links and bare file names."),
+    base_url: str = typer.Option("", "--base-url", callback=vocab.url_or_dir_option("--base-url"),
+                                  help="Prefix for relative links and bare file names."),
     source: str = typer.Option("", "--source", help="Publisher to record for every wheel (overrides `# source:`)."),
     dry_run: bool = typer.Option(False, "--dry", help="Parse and count; write nothing."),
     allow_shrink: bool = typer.Option(False, "--allow-shrink", help="Let the file lose more than half its wheels."),
-    index: str = typer.Option(registry.DEFAULT_INDEX, "--index", help="PyPI JSON API root (no --from)."),
+    index: str = typer.Option(registry.DEFAULT_INDEX, "--index", callback=vocab.url_option("--index"),
+                               help="PyPI JSON API root (no --from)."),
     package: list[str] = typer.Option([], "--package", help="Only this registry package (repeatable; no --from)."),
     pre: bool = typer.Option(False, "--pre", help="Include pre-releases (no --from)."),
     pytorch_index: str = typer.Option(outside.PYTORCH_INDEX, "--pytorch-index",
+                                      callback=vocab.url_option("--pytorch-index"),
                                       help="Root of PyTorch's per-CUDA index, or a mirror of it (no --from)."),
-    github_api: str = typer.Option(outside.GITHUB_API, "--github-api",
+    github_api: str = typer.Option(outside.GITHUB_API, "--github-api", callback=vocab.url_option("--github-api"),
                                    help="GitHub REST API root for the release assets (no --from; GITHUB_TOKEN from "
                                         "the environment is sent when set)."),
     pypi_only: bool = typer.Option(False, "--pypi-only", help="Read only the PyPI feeds (no --from)."),

@@ -21,6 +21,7 @@ from typing import Any
 import typer
 
 from labwright import paths
+from labwright.cli import vocab
 from labwright.cli.vocab import DryOption
 from labwright.errors import BadInput, OperationFailed
 
@@ -83,7 +84,8 @@ def fetch(
                                 help="Where MODELS/NAME links to the snapshot (default ~/.cache/labwright/models)."),
     cache: Path = typer.Option(None, "--cache", metavar="DIR", show_default=False,
                                help="huggingface_hub's cache (default MODELS/hub)."),
-    endpoint: str | None = typer.Option(None, "--endpoint", help="The Hub URL (default: HF_ENDPOINT, else "
+    endpoint: str | None = typer.Option(None, "--endpoint", callback=vocab.url_option("--endpoint"),
+                                        help="The Hub URL (default: HF_ENDPOINT, else "
                                         "https://huggingface.co)."),
     dry: bool = DryOption,
     as_json: bool = typer.Option(False, "--json", help='Print {"name", "path", "spec", "complete", "downloaded", '

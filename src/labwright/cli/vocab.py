@@ -98,3 +98,79 @@ def check_lock_wait(wait: float) -> None:
     if not 0 <= wait <= MAX_LOCK_WAIT:  # also nan
         raise BadInput(f"--lock-wait {wait:g}: give seconds from 0 (refuse at once) to {MAX_LOCK_WAIT:g} (a day); "
                        f"default {guestlock.DEFAULT_WAIT:g}")
+
+
+# --- free-text options typed at the boundary (issue 33): a typer ``callback=`` that runs while the command line is
+# parsed, before the command's body builds any client, through the shared field types (labwright.schema.fields,
+# imported only when such an option is given: `labwright --help` does not load pydantic).
+def _through(option: str, check: Any) -> Any:
+    """A typer callback: ``check(value)`` (a labwright.schema.fields check), its ValueError as BadInput naming
+    ``option``; None and "" (the option not given, or "none") pass unchanged."""
+
+    def callback(value: Any) -> Any:
+        if value is None or value == "":
+            return value
+        if isinstance(value, list | tuple):
+            return [callback(item) for item in value]
+        try:
+            check(value)
+        except ValueError as refused:
+            raise BadInput(f"{option} {refused}") from None
+        return value
+
+    return callback
+
+
+def url_option(option: str, schemes: tuple[str, ...] = ("http", "https")) -> Any:
+    """``--url``-like options: scheme, host (an IP address or host name, IPv6 in brackets) and port 1-65535."""
+
+    def check(value: Any) -> None:
+        from labwright.schema.fields import url
+
+        scheme, sep, _ = str(value).strip().partition("://")
+        if not sep or scheme.lower() not in schemes:  # worded as the commands' own checks word it
+            named = "http(s)" if set(schemes) == {"http", "https"} else " or ".join(schemes)
+            raise ValueError(f"{value!r}: not an {named} URL; give one like http://127.0.0.1:8080/v1")
+        url(value, schemes)
+
+    return _through(option, check)
+
+
+def url_or_dir_option(option: str) -> Any:
+    """An option that takes a URL or a local directory (``--torch-find-links DIR|URL``)."""
+
+    def check(value: Any) -> None:
+        from labwright.schema.fields import line, url
+
+        text = line(value)
+        if "://" in text:
+            url(text, ("http", "https", "file"))
+
+    return _through(option, check)
+
+
+def version_option(option: str, shape: str | None = None, example: str = "1.2.3") -> Any:
+    """A version (PEP 440, labwright.schema.fields.version); ``shape`` a stricter pattern (a driver version is
+    digits and dots: ``550.54.15``)."""
+
+    def check(value: Any) -> None:
+        import re
+
+        from labwright.schema.fields import version
+
+        if shape is not None and not (isinstance(value, str) and re.fullmatch(shape, value.strip())):
+            raise ValueError(f"{value!r} is not a version like {example}")
+        version(value)
+
+    return _through(option, check)
+
+
+def host_option(option: str) -> Any:
+    """A host or node name (an IP address or an RFC 1123 host name: no spaces, no shell characters)."""
+
+    def check(value: Any) -> None:
+        from labwright.schema.fields import listen_address
+
+        listen_address(value)
+
+    return _through(option, check)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import typer
 
+from labwright.cli import vocab
 from labwright.cli.vocab import DryOption
 from labwright.errors import BadInput
 from labwright.locks import PYPI_SIMPLE
@@ -55,7 +56,8 @@ def _report(requirements: list[str], python: str, target: Path, dry: bool, as_js
 @app.command()
 def litellm(
     python: str = PythonOption,
-    version: str | None = typer.Option(None, "--version", help="The litellm release (default: the deploy's pin)."),
+    version: str | None = typer.Option(None, "--version", callback=vocab.version_option("--version"),
+                                       help="The litellm release (default: the deploy's pin)."),
     dry: bool = DryOption,
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
@@ -75,9 +77,11 @@ def litellm(
 @app.command()
 def openwebui(
     python: str = PythonOption,
-    version: str | None = typer.Option(None, "--version", help="The open-webui release (default: the deploy's "
+    version: str | None = typer.Option(None, "--version", callback=vocab.version_option("--version"),
+                                       help="The open-webui release (default: the deploy's "
                                        "pin)."),
     torch_find_links: str = typer.Option("", "--torch-find-links", metavar="DIR|URL",
+                                         callback=vocab.url_or_dir_option("--torch-find-links"),
                                          help="A directory or URL with a CPU torch wheel (else PyPI's CUDA torch and "
                                          "its NVIDIA wheels, several GB)."),
     dry: bool = DryOption,
@@ -103,7 +107,8 @@ def requirements(
     python: str = PythonOption,
     out: Path = typer.Option(..., "--out", metavar="DIR", help="The wheelhouse directory to write."),
     files: list[Path] = typer.Option([], "-r", metavar="FILE", help="A requirements file (repeatable)."),
-    index_url: str = typer.Option(PYPI_SIMPLE, "--index-url", help="The simple index the lock is made from."),
+    index_url: str = typer.Option(PYPI_SIMPLE, "--index-url", callback=vocab.url_option("--index-url"),
+                                  help="The simple index the lock is made from."),
     dry: bool = DryOption,
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:

@@ -210,7 +210,7 @@ def test_bench_tts_url_that_is_not_http_is_one_line(labwright, text):
 
 @pytest.mark.parametrize("bad", ["http://127.0.0.1:70000", "http://127.0.0.1:abc/v1"])
 def test_bench_tts_url_with_an_impossible_port_is_one_line(labwright, text, bad):
-    one_line_exit_2(labwright("bench", "tts", "--url", bad, "--text", str(text)), f"--url {bad!r}", "Port")
+    one_line_exit_2(labwright("bench", "tts", "--url", bad, "--text", str(text)), f"--url {bad!r}", "port")
 
 
 def test_bench_plot_to_a_directory_is_refused_before_the_run(labwright, standin, tmp_path):

@@ -35,7 +35,7 @@ def test_arch_with_a_build_too_old_exits_1_naming_why(capsys):
     (["gpu", "arch", "8.6", "--cuda", "twelve"], "CUDA version 'twelve': not MAJOR.MINOR"),
     (["gpu", "check", "llm1", "--host-root", "/"], "No such option: --host-root"),  # tests reach a tree otherwise
     (["gpu", "check", "llm1", "--decode-floor", "-3"], "--decode-floor -3: not a speed"),
-    (["gpu", "check", "llm1", "--decode-url", "127.0.0.1:8001"], "--decode-url 127.0.0.1:8001: not an http(s) URL"),
+    (["gpu", "check", "llm1", "--decode-url", "127.0.0.1:8001"], "--decode-url '127.0.0.1:8001': not an http(s) URL"),
     (["gpu", "check", "llm1", "--decode", "--service", "none"], "--decode times the engine's API"),
     (["gpu", "check", "bad_name!"], "guest 'bad_name!' is not an LXD instance name"),
     (["gpu", "check", "remote:llm1"], "gpu check reads the host's NVIDIA files, so it runs on the LXD host itself"),
