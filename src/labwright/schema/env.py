@@ -71,6 +71,8 @@ VARS: dict[str, Var] = {var.name: var for var in (
     Var("LABWRIGHT_DESKTOP_PASSWORD", "secret", "the desktop user's password"),
     Var("LXD_SOCKET", "path", "the LXD daemon's unix socket (before LXD_DIR)"),
     Var("INCUS_SOCKET", "path", "the Incus daemon's unix socket (before INCUS_DIR)"),
+    Var("LXD_SOCKET", "path", "the LXD daemon's unix socket"),
+    Var("INCUS_SOCKET", "path", "the Incus daemon's unix socket"),
     Var("LXD_DIR", "path", "the LXD daemon's directory (its unix.socket)"),
     Var("INCUS_DIR", "path", "the Incus daemon's directory (its unix.socket)"),
     Var("LXD_CONF", "path", "the lxc client's configuration directory"),
