@@ -46,7 +46,7 @@ def upgrade(
                                         "differs from the loaded module is refused; with this it gets the new "
                                         "userspace with the upgrade."),
     repository: Path | None = typer.Option(None, "--repository", help="Directory of NVIDIA-Linux-x86_64-VERSION.run "
-                                           f"installers [{REPOSITORY}].", show_default=False),
+                                           f"installers (default {REPOSITORY}).", show_default=False),
     inventory: Path | None = typer.Option(None, "--inventory", "-i", metavar="FILE", help="pyinfra inventory with "
                                           "NODE as a Proxmox VE node (proxmox_api_url in its host data): its GPU "
                                           "containers are carried through the upgrade (without: LXD's).",
