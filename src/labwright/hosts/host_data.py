@@ -108,6 +108,14 @@ def _typed(item: str, key: str, value: str, kind: Any) -> Any:
         return parsed
     if not value:
         raise BadInput(f"--data {item!r}: {key} is empty; give a value or leave the --data out")
+    if re.search(r"[\x00-\x1f\x7f]", value):  # a line break would reach ssh_config or a password prompt
+        raise BadInput(f"--data {key}=...: {key} holds a control character (a line break?); give it on one line")
+    if key == "ssh_hostname":
+        from labwright.schema.fields import host_problem
+
+        problem = host_problem(value)
+        if problem is not None:
+            raise BadInput(f"--data {item!r}: {key} {problem}")
     return value
 
 
@@ -127,8 +135,12 @@ def parse_host_data(target: str, items: Sequence[str] | None) -> dict[str, Any]:
         if not sep or not _KEY.match(key):
             raise BadInput(f"--data {item!r}: expected KEY=VALUE, e.g. ssh_user=root or ssh_port=2222")
         if key not in known:
+            import difflib
+
+            near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]}?)" if near else ""
             reads = f"reads {', '.join(sorted(known))}" if known else "reads no host data"
-            raise BadInput(f"--data {item!r}: the {name} connector ({target}) has no {key}; it {reads}")
+            raise BadInput(f"--data {item!r}: the {name} connector ({target}) has no {key}{hint}; it {reads}")
         if key in data:
             raise BadInput(f"--data {item!r}: {key} is given twice; give it once")
         data[key] = _typed(item, key, value, known[key])

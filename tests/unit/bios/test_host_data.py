@@ -31,7 +31,10 @@ def test_values_get_the_connector_s_types():
      ("h.example", ["ssh_user="], "ssh_user is empty"),
      ("h.example", ["ssh_user=a", "ssh_user=b"], "ssh_user is given twice"),
      ("h.example", ["SSH_PORT=22"], "expected KEY=VALUE"),
-     ("h.example", ["ssh_prot=22"], "the ssh connector (h.example) has no ssh_prot; it reads ssh_allow_agent"),
+     ("h.example", ["ssh_prot=22"], "the ssh connector (h.example) has no ssh_prot (did you mean ssh_port?); it "
+                                    "reads ssh_allow_agent"),
+     ("h.example", ["ssh_hostname=a b"], "--data 'ssh_hostname=a b': ssh_hostname 'a b' is not an IP address"),
+     ("h.example", ["ssh_password=a\nb"], "--data ssh_password=...: ssh_password holds a control character"),
      ("@local", ["ssh_port=22"], "the local connector (@local) has no ssh_port; it reads no host data"),
      ("@lxd/x", ["ssh_port=22"], "the lxd connector (@lxd/x) has no ssh_port"),
      ("@nosuch/x", [], "HOST @nosuch/x: no pyinfra connector '@nosuch'"),
