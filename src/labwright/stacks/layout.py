@@ -41,6 +41,70 @@ class Entry:
     pending: bool = False
 
 
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _typed(raw: dict[str, Any], where: str, kinds: dict[str, type], required: tuple[str, ...] = (),
+           closed: bool = True) -> str:
+    """What is wrong with the object ``raw`` at key path ``where`` (empty: nothing): a ``required`` key missing, a
+    key not of its type in ``kinds``, a key not in ``kinds`` when ``closed``. (Stdlib only: this runs on the target,
+    where labwright.schema's pydantic is not installed.)"""
+    prefix = f"{where}." if where else ""
+    for key in required:
+        if key not in raw:
+            return f"{prefix}{key}: missing"
+    for key, value in raw.items():
+        kind = kinds.get(key)
+        if kind is None:
+            if closed:
+                return f"{prefix}{key}: an unknown key"
+        elif not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            return f"{prefix}{key}: {_show(value)} is not a {'string' if kind is str else kind.__name__}"
+    return ""
+
+
+_ENTRY_KEYS = {"id": str, "path": str, "stack": str, "at": str, "managed": bool, "pending": bool}
+
+
+def state_problem(data: dict[str, Any]) -> str:
+    """What is wrong with a state file's object (empty: nothing), as ``KEY.PATH: what``."""
+    wrong = _typed(data, "", {"schema": str, "venv": str, "current": object, "previous": object, "history": list})
+    if wrong:
+        return wrong
+    entries = [(key, data.get(key)) for key in ("current", "previous")]
+    entries += [(f"history[{n}]", raw) for n, raw in enumerate(data.get("history", []))]
+    for where, raw in entries:
+        if raw is None and not where.startswith("history"):
+            continue
+        if not isinstance(raw, dict):
+            return f"{where}: {_show(raw)} is not an object"
+        # open: a key another labwright version adds is left out, as it always was
+        wrong = _typed(raw, where, _ENTRY_KEYS, ("id", "path", "stack"), closed=False)
+        if wrong:
+            return wrong
+    return ""
+
+
+def manifest_problem(data: dict[str, Any]) -> str:
+    """What is wrong with a stack.json object where labwright reads it (empty: nothing); its other keys (the
+    dependencies, the installer) are a record for people."""
+    wrong = _typed(data, "", {"id": str, "stack": str, "venv": str, "wheels": list, "absent": list}, closed=False)
+    if wrong:
+        return wrong
+    for n, wheel in enumerate(data.get("wheels", [])):
+        if not isinstance(wheel, dict):
+            return f"wheels[{n}]: {_show(wheel)} is not an object"
+        wrong = _typed(wheel, f"wheels[{n}]", {"package": str}, ("package",), closed=False)
+        if wrong:
+            return wrong
+    for n, item in enumerate(data.get("absent", [])):
+        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(part, str) for part in item)):
+            return f"absent[{n}]: {_show(item)} is not a [package, why] pair"
+    return ""
+
+
 @dataclass
 class State:
     venv: str
@@ -96,12 +160,20 @@ class Layout:
         return self.root / env_id
 
     def manifest(self, venv_dir: str | Path) -> dict[str, Any] | None:
-        """The stack.json beside an environment's venv (None for a venv labwright did not build)."""
+        """The stack.json beside an environment's venv (None for a venv labwright did not build); one line naming
+        the file when it is labwright's (an object) of the wrong shape."""
+        path = Path(venv_dir).parent / MANIFEST
         try:
-            data = json.loads((Path(venv_dir).parent / MANIFEST).read_text())
-        except (OSError, ValueError):
+            data = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError):
             return None
-        return data if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            return None
+        wrong = manifest_problem(data)
+        if wrong:
+            raise OperationFailed(f"{path}: not a stack manifest labwright can read ({wrong}); restore it or remove "
+                                  f"{path.parent} (`labwright stack switch` builds the stack again)")
+        return data
 
     def under_root(self, path: str | Path) -> bool:
         root = os.path.realpath(self.root)
@@ -134,6 +206,8 @@ class Layout:
 
     # -- state -------------------------------------------------------------------------------------------------
     def read_state(self) -> State:
+        """The state file of the managed path, its shape checked (one line naming the file and the key otherwise:
+        nothing is used or written back from a file half right)."""
         try:
             data = json.loads(self.state_file.read_text())
         except FileNotFoundError:
@@ -143,13 +217,13 @@ class Layout:
                                   "stay; `stack show` lists them)") from exc
         if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
             raise OperationFailed(f"{self.state_file}: not a {STATE_SCHEMA} file; move it away")
-
-        known = set(Entry.__dataclass_fields__)
+        wrong = state_problem(data)
+        if wrong:
+            raise OperationFailed(f"{self.state_file}: not a {STATE_SCHEMA} file labwright can read ({wrong}); "
+                                  "fix or remove it (the environments stay; `stack show` lists them)")
 
         def entry(raw: Any) -> Entry | None:
-            if not isinstance(raw, dict) or not {"id", "path", "stack"} <= raw.keys():
-                return None
-            return Entry(**{k: v for k, v in raw.items() if k in known})
+            return Entry(**{k: v for k, v in raw.items() if k in _ENTRY_KEYS}) if raw is not None else None
 
         history = [e for e in (entry(raw) for raw in data.get("history", [])) if e is not None]
         return State(venv=str(data.get("venv", self.venv)), current=entry(data.get("current")),

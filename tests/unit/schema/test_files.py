@@ -20,7 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labwright.errors import BadInput
+from labwright.errors import BadInput, LabwrightError
+from labwright.stacks.layout import STATE_SCHEMA, state_slug
 
 PLAN = {"node": "pve1", "from": "570.133.07", "to": "580.82.07", "boot_kernel": "6.8.12-9-pve",
         "steps": [{"action": "snapshot", "target": "201", "detail": "before the upgrade"}], "notes": ["a note"]}
@@ -70,6 +71,32 @@ BENCH_RESULT = {
                 {"context": 4096, "error": "HTTP 500", "cold": None, "warm": None, "spread": {}, "trials": [],
                  "peak_rss_bytes": None, "peak_gpu_bytes": None}],
 }
+
+VENV = "/opt/tabbyapi/.venv"
+ENTRY = {"id": "tabbyapi-cu12-0123", "path": "/var/lib/labwright/stacks/tabbyapi-cu12-0123/venv",
+         "stack": "tabbyapi-cu12", "at": "2026-01-02T03:04:05Z", "managed": True, "pending": False}
+STACK_STATE = {"schema": STATE_SCHEMA, "venv": VENV, "current": ENTRY, "previous": None, "history": [ENTRY]}
+STACK_MANIFEST = {"id": "tabbyapi-cu12-0123", "stack": "tabbyapi-cu12", "venv": VENV, "python": "3.12",
+                  "installer": "uv", "built_at": "2026-01-02T03:04:05Z",
+                  "wheels": [{"package": "torch", "version": "2.9.0", "filename": "torch-2.9.0.whl", "source": "x",
+                              "sha256": "0" * 64, "checked": True}],
+                  "absent": [["flash-attn", "no wheel for this GPU"]], "dependencies": {}}
+
+
+def _stack_state(root: Path) -> None:
+    from labwright.stacks.layout import Layout
+
+    state = Layout(root, VENV).read_state()
+    [entry.id for entry in state.history]
+
+
+def _stack_manifest(root: Path) -> None:
+    from labwright.stacks.layout import Layout
+
+    manifest = Layout(root, VENV).manifest(root / "env" / "venv") or {}
+    [str(w["package"]) for w in manifest.get("wheels", [])]  # what `stack show` reads of it
+    for _name, _why in manifest.get("absent", []):
+        pass
 
 
 def _host_upgrade(root: Path) -> None:
@@ -121,6 +148,10 @@ FILES: dict[str, tuple[str, dict[str, Any], str, Callable[[Path], None], bool]] 
     "lxc-config": ("config.yml", LXC_CONFIG, "yaml", _lxc, False),
     # written by `bench llm --json`, whose readers show its other keys as given: those are not refused
     "bench-result": ("result.json", BENCH_RESULT, "json", _bench, False),
+    # on the target (stdlib only there: labwright.stacks.layout checks them by hand); an entry's unknown key is
+    # another labwright version's and left out, as before
+    "stack-state": (f"state/{state_slug(VENV)}.json", STACK_STATE, "json", _stack_state, False),
+    "stack-manifest": ("env/stack.json", STACK_MANIFEST, "json", _stack_manifest, False),
 }
 
 WRONG = st.one_of(st.text(max_size=8), st.integers(min_value=-(10**30), max_value=10**30),
@@ -159,7 +190,7 @@ def _read(name: str, root: Path) -> str | None:
     relative, _, _, reader, _ = FILES[name]
     try:
         reader(root)
-    except BadInput as refused:
+    except LabwrightError as refused:  # BadInput (exit 2); OperationFailed for a file on the target
         message = str(refused)
         assert "\n" not in message, message
         assert str(root / relative) in message, message
