@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
+
+import pytest
 
 from labwright.stacks.bundle import MODULES, build_bundle
 
@@ -14,17 +18,43 @@ def bare(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-I", "-S", *args], capture_output=True, text=True, timeout=120)
 
 
-def test_the_bundle_is_deterministic_and_cached(tmp_path):
-    first = build_bundle(tmp_path)
-    assert build_bundle(tmp_path) == first
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One bundle cache for the module: the bundle is built (its bytecode compiled) once, then found by its digest."""
+    return tmp_path_factory.mktemp("bundles")
+
+
+def test_the_bundle_is_deterministic_and_cached(tmp_path, cache):
+    first = build_bundle(cache)
+    assert build_bundle(cache) == first
+    assert build_bundle(tmp_path).read_bytes() == first.read_bytes()  # built again elsewhere: the same bytes
     names = zipfile.ZipFile(first).namelist()
     assert names[0] == "__main__.py" and all(f"labwright/{m}" in names for m in MODULES)
     assert "pip/__init__.py" in names and "elftools/__init__.py" in names and "packaging/version.py" in names
-    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert not [n for n in names if "__pycache__" in n]  # nothing of the controller's own caches
+    # Bytecode beside every module but __main__.py, none without its source: this interpreter's, unchecked (PEP 552)
+    assert {n for n in names if n.endswith(".pyc")} == {n + "c" for n in names if n.endswith(".py")} - {"__main__.pyc"}
+    with zipfile.ZipFile(first) as archive:
+        pyc, source = archive.read("labwright/stacks/switch.pyc"), archive.read("labwright/stacks/switch.py")
+    assert pyc[:16] == importlib.util.MAGIC_NUMBER + b"\1\0\0\0" + importlib.util.source_hash(source)
 
 
-def test_every_target_module_imports_from_the_bundle_alone(tmp_path):
-    bundle = build_bundle(tmp_path)
+def test_a_target_of_another_python_compiles_the_sources_instead(tmp_path, cache):
+    """zipimport reads a .pyc of another magic number (another Python minor version on the target) as not its own
+    and compiles the .py beside it: the same bundle with every .pyc's magic changed still runs, pip included."""
+    foreign = tmp_path / "foreign.pyz"
+    with zipfile.ZipFile(build_bundle(cache)) as original, zipfile.ZipFile(foreign, "w") as copy:
+        for info in original.infolist():
+            data = original.read(info)
+            copy.writestr(info, b"\xff\xff\r\n" + data[4:] if info.filename.endswith(".pyc") else data)
+    show = bare(str(foreign), "show", "--venv", str(tmp_path / "nothing"), "--root", str(tmp_path / "root"))
+    assert show.returncode == 0 and "(absent)" in show.stdout, show.stderr
+    pip = bare(str(foreign), "pip", "--version")
+    assert pip.returncode == 0 and pip.stdout.startswith("pip "), pip.stderr
+
+
+def test_every_target_module_imports_from_the_bundle_alone(cache):
+    bundle = build_bundle(cache)
     modules = [f"labwright.{m[:-3].replace('/', '.')}".removesuffix(".__init__") for m in MODULES]
     code = f"import sys; sys.path.insert(0, {str(bundle)!r}); " + "; ".join(f"import {m}" for m in modules)
     proc = bare("-c", code)
@@ -32,8 +62,8 @@ def test_every_target_module_imports_from_the_bundle_alone(tmp_path):
     assert bare("-c", f"import sys; sys.path.insert(0, {str(bundle)!r}); import typer").returncode != 0
 
 
-def test_its_command_line_and_its_pip_run(tmp_path):
-    bundle = str(build_bundle(tmp_path))
+def test_its_command_line_and_its_pip_run(tmp_path, cache):
+    bundle = str(build_bundle(cache))
     show = bare(bundle, "show", "--venv", str(tmp_path / "nothing"), "--root", str(tmp_path / "root"))
     assert show.returncode == 0, show.stderr
     assert "(absent)" in show.stdout and "no environment recorded" in show.stdout
