@@ -46,7 +46,15 @@ def matrix_dir() -> Path:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    return textio.read_toml(path, "a wheels matrix TOML (re-run `labwright matrix refresh` for a generated one)")
+    """A matrix TOML, its shape checked (labwright.schema.files: one line naming the file and the key)."""
+    what = "a wheels matrix TOML"
+    data = textio.read_toml(path, f"{what} (re-run `labwright matrix refresh` for a generated one)")
+    from labwright.schema import files  # pydantic: only where the matrix is read
+
+    files.check(files.MATRIX_FILES.get(path.name, files.WheelsFile), data, path, what,
+                "fix it, or restore it from the matrix labwright ships (or re-run `labwright matrix refresh` for a "
+                "generated one)")
+    return data
 
 
 def _spec(text: str, where: str) -> SpecifierSet:

@@ -128,7 +128,7 @@ def is_complete(models: Path, spec: dict[str, Any]) -> bool:
         snapshot = models / marker["snapshot"]
         return all((snapshot / rel).is_file() and (snapshot / rel).stat().st_size == entry["size"]
                    for rel, entry in marker["files"].items())
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):  # not the marker: fetch again
         return False
 
 

@@ -180,6 +180,90 @@ class ClientConfig(Foreign):
     remotes: dict[str, ClientRemote] | None = None
 
 
+# -- the wheels matrix's TOML files (labwright.matrix.load; LABWRIGHT_MATRIX_DIR points at a copy) ----------------
+Scalar = str | int | float | bool
+
+
+class WheelsFile(Foreign):
+    """A listing (``<family>.toml``, ``<family>_pypi.toml``): its rows' fields are checked by
+    ``matrix.load.wheels_from_rows`` (which names an unknown or missing field), their types here."""
+
+    kind: str = ""
+    listing: str = ""
+    source: str = ""
+    refreshed: str = ""
+    count: Count = 0
+    wheels: list[dict[str, Scalar]] = []
+
+
+class EngineNeed(Record):
+    component: str
+    when: str
+    reason: str
+
+
+class ComponentBody(Record):
+    display: str = ""
+    packages: list[str]
+    pure_python: bool = False
+    requires_torch: str = ""
+    pins_build_torch_since: str = ""
+    cxx11_abi_since: str = ""
+    fallback: str = ""
+
+
+class EngineBody(Record):
+    components: list[str]
+    required: list[str] = []
+    requires_python: str = ""
+    engine_component: str = ""
+    needs: list[EngineNeed] = []
+    note: str = ""
+
+
+class ComponentsFile(Record):
+    components: dict[str, ComponentBody] = {}
+    engines: dict[str, EngineBody] = {}
+
+
+class Dispute(Record):
+    component: str
+    seed: str
+    reason: str
+
+
+class StackBody(Record):
+    description: str = ""
+    torch: str
+    cuda: str
+    python: str
+    engine: str = "tabbyapi"
+    pins: list[str] = []
+    only: list[str] = []
+    source: str = ""
+    seed: dict[str, Scalar] = {}
+    disputed: list[Dispute] = []
+    upstream_urls: list[str] = []
+
+
+class StacksFile(Record):
+    stacks: dict[str, StackBody] = {}
+
+
+class CudaMajor(Record):
+    compat_driver: str
+    releases: dict[str, Scalar] = {}
+
+
+class CudaFile(Record):
+    majors: dict[str, CudaMajor] = {}
+
+
+#: The matrix directory's files by name; any other ``*.toml`` there is a listing (``WheelsFile``).
+MATRIX_FILES: dict[str, type[BaseModel]] = {"components.toml": ComponentsFile, "stacks.toml": StacksFile,
+                                            "cuda.toml": CudaFile}
+
+
 # -- a saved `labwright bench llm --json` (labwright.bench.report: bench compare/report read them) -----------------
 Number = Annotated[float, AfterValidator(_finite)]
 

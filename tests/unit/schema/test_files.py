@@ -98,6 +98,40 @@ def _stack_manifest(root: Path) -> None:
     for _name, _why in manifest.get("absent", []):
         pass
 
+MATRIX = {
+    "components.toml": {
+        "components": {"torch": {"display": "PyTorch", "packages": ["torch"], "pure_python": False},
+                       "fla": {"packages": ["flash-linear-attention", "fla-core"], "pure_python": True,
+                               "requires_torch": ">=2.5", "fallback": "", "cxx11_abi_since": "",
+                               "pins_build_torch_since": ""}},
+        "engines": {"tabbyapi": {"components": ["torch", "fla"], "required": ["torch"], "requires_python": ">=3.10",
+                                 "engine_component": "", "note": "",
+                                 "needs": [{"component": "fla", "when": ">=0.3", "reason": "its kernels"}]}}},
+    "stacks.toml": {"stacks": {"A": {
+        "description": "d", "torch": "2.9.0", "cuda": "12.8", "python": "3.12", "engine": "tabbyapi",
+        "pins": ["fla-core==0.4.0"], "only": [], "source": "", "seed": {"torch": "2.9.0"},
+        "disputed": [{"component": "fla", "seed": "0.4.0", "reason": "r"}], "upstream_urls": ["https://x"]}}},
+    "cuda.toml": {"majors": {"12": {"compat_driver": "525.60.13", "releases": {"12.8": "570.26"}}}},
+    "torch_pypi.toml": {
+        "kind": "pypi-json", "source": "https://pypi.org/pypi/torch/json", "refreshed": "2026-01-02", "count": 1,
+        "wheels": [{"package": "torch", "version": "2.9.0", "python": "cp312", "abi": "cp312",
+                    "platform": "manylinux_2_28_x86_64", "torch": "2.9.0", "cuda": "12.8", "cxx11_abi": "TRUE",
+                    "url": "https://files.pythonhosted.org/packages/torch-2.9.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+                    "sha256": "0" * 64, "source": "pypi", "seen": "2026-01-02"}]},
+}
+
+
+def _matrix(root: Path) -> None:
+    from labwright.matrix.load import _load, load_matrix, read_components
+
+    for name, doc in MATRIX.items():  # the files beside the one under test, as they should be
+        if not (root / name).exists():
+            _write(root / name, doc, "toml")
+    _load.cache_clear()
+    matrix = load_matrix(root)
+    read_components(root / "components.toml")
+    [(stack.name, stack.pins) for stack in matrix.stacks.values()]
+
 
 def _host_upgrade(root: Path) -> None:
     from labwright.hostupgrade import state
@@ -152,6 +186,8 @@ FILES: dict[str, tuple[str, dict[str, Any], str, Callable[[Path], None], bool]] 
     # another labwright version's and left out, as before
     "stack-state": (f"state/{state_slug(VENV)}.json", STACK_STATE, "json", _stack_state, False),
     "stack-manifest": ("env/stack.json", STACK_MANIFEST, "json", _stack_manifest, False),
+    # the wheels matrix: what labwright ships, or a copy LABWRIGHT_MATRIX_DIR points at
+    **{f"matrix-{name}": (name, doc, "toml", _matrix, name != "torch_pypi.toml") for name, doc in MATRIX.items()},
 }
 
 WRONG = st.one_of(st.text(max_size=8), st.integers(min_value=-(10**30), max_value=10**30),
@@ -175,9 +211,26 @@ def _container(doc: Any, path: tuple[Any, ...]) -> Any:
     return doc
 
 
+def _toml(value: Any) -> str:
+    """``value`` as a TOML value (inline tables and arrays); None has no TOML form: KeyError, the key is left out."""
+    if value is None:
+        raise KeyError("None")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (int, float)):
+        return repr(value) if isinstance(value, int) or value == value else "nan"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(item) for item in value if item is not None) + "]"
+    return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items() if v is not None) + "}"
+
+
 def _write(path: Path, doc: Any, form: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    if form == "json":
+    if form == "toml":
+        path.write_text("".join(f"{json.dumps(str(k))} = {_toml(v)}\n" for k, v in doc.items() if v is not None))
+    elif form == "json":
         path.write_text(json.dumps(doc))
     else:
         import yaml
