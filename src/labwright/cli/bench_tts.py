@@ -23,8 +23,9 @@ def tts(
     text: Path = typer.Option(..., "--text", help="UTF-8 file with the text to speak."),
     formats: str = typer.Option(",".join(DEFAULT_FORMATS), "--format", help="Comma-separated response formats."),
     runs: int = typer.Option(3, "--runs", help="Timed requests per format and mode (after one warm-up)."),
-    voice: str = typer.Option("af_heart", "--voice", help="Voice name."),
-    model: str = typer.Option("kokoro", "--model", help="Model name sent in the request."),
+    voice: str = typer.Option("af_heart", "--voice", callback=vocab.line_option("--voice"), help="Voice name."),
+    model: str = typer.Option("kokoro", "--model", callback=vocab.line_option("--model"),
+                              help="Model name sent in the request."),
     timeout: float = typer.Option(300, "--timeout", help="Seconds per request."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:

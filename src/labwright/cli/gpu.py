@@ -27,7 +27,8 @@ MAX_DECODE_FLOOR = 10_000_000
 @app.command()
 def check(
     guest: str = typer.Argument(..., metavar="GUEST", help="LXD/Incus instance on this host (NAME)."),
-    service: str = typer.Option(AUTO, "--service", help="The engine's systemd unit (default: llama-server or "
+    service: str = typer.Option(AUTO, "--service", callback=vocab.unit_option("--service", (AUTO, "none")),
+                                help="The engine's systemd unit (default: llama-server or "
                                 "tabbyapi, whichever the guest has; 'none' skips the engine check)."),
     decode: bool = typer.Option(False, "--decode", help="Also time a short completion in the guest: no faster than "
                                 "the CPU bound (labwright/data/gpu-check.toml) fails."),

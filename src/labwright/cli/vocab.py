@@ -174,3 +174,30 @@ def host_option(option: str) -> Any:
         listen_address(value)
 
     return _through(option, check)
+
+
+def unit_option(option: str, words: tuple[str, ...] = ()) -> Any:
+    """A systemd unit name (``llama-server``, ``tabbyapi.service``), or one of ``words`` (``auto``, ``none``): it
+    names a unit, a file and a command argument in the guest."""
+    import re
+
+    def check(value: Any) -> None:
+        name = str(value).removesuffix(".service")
+        if value in words:
+            return
+        if not name or name.startswith(".") or not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+", name):
+            raise ValueError(f"{value!r} is not a systemd service name; pass one like llama-server or "
+                             "tabbyapi.service")
+
+    return _through(option, check)
+
+
+def line_option(option: str) -> Any:
+    """Free text that must stay one line (a voice, a model name sent in a request): no control characters."""
+
+    def check(value: Any) -> None:
+        from labwright.schema.fields import line
+
+        line(value)
+
+    return _through(option, check)
