@@ -10,7 +10,7 @@ Derived from canonical/lxd's source (the mirror's HEAD a83edf2a, and the tags na
   under the HTTP 200 already sent (lxd/response/response.go errorResponse.Render writes the code only when
   ``Connection`` is not keep-alive). A failed operation's wait is the same shape with the operation's error
   (lxd/operations/operations.go Operation.Wait returns ``api.NewStatusError(errCode, err)``). LXD 5.0.2 (lxd-5.0.2
-  d3bdc6b0 lines 854-902) and Incus (lxc/incus cmd/incusd/operations.go operationWaitGet, be7afc5d lines 968-1035:
+  d3bdc6b0 lines 854-936) and Incus (lxc/incus cmd/incusd/operations.go operationWaitGet, be7afc5d lines 968-1070:
   ``_ = op.Wait(ctx)`` then ``op.Render()``) answer the running operation instead: ``flavour="incus"`` does that.
 - Error answers (lxd/response/response.go errorResponse.Render, shared/api/response.go ResponseRaw):
   ``{"type": "error", "status": "", "status_code": 0, "operation": "", "error_code": CODE, "error": MSG,
@@ -40,7 +40,7 @@ from typing import Any
 #: A sample of LXD 6.5's api_extensions (shared/version/api.go): the ones labwright asks about, plus neighbours.
 LXD6_EXTENSIONS = ("storage_zfs_remove_snapshots", "container_exec_recording", "resources_gpu", "gpu_mig",
                    "instances", "gpu_cdi", "gpu_cdi_amd")
-#: Incus 6.0 has no CDI (lxc/incus internal/version/api.go has no gpu_cdi).
+#: Incus has no CDI (lxc/incus be7afc5d internal/version/api.go has no gpu_cdi; its gpu device keeps nvidia.runtime).
 INCUS_EXTENSIONS = ("storage_zfs_remove_snapshots", "container_exec_recording", "resources_gpu", "gpu_mig",
                     "instances")
 

@@ -337,8 +337,9 @@ class LxdClient:
                 # "context deadline exceeded" with error_code 500 (canonical/lxd lxd/operations.go operationWaitGet,
                 # lxd-5.0.3 227524b0 lines 879-981, lxd-6.1 5a492a3f lines 929-1035; lxd/response/response.go
                 # errorResponse.Render keeps the 200 once "Connection: keep-alive" is set). LXD 5.0.2 and Incus
-                # (lxc/incus cmd/incusd/operations.go operationWaitGet: `_ = op.Wait(ctx)`, then op.Render()) answer
-                # the running operation instead. Both mean: still running (tests/support/lxd6_double.py).
+                # (lxc/incus cmd/incusd/operations.go operationWaitGet, be7afc5d lines 968-1070: `_ = op.Wait(ctx)`,
+                # then op.Render()) answer the running operation instead. Both mean: still running
+                # (tests/support/lxd6_double.py answers both ways).
                 if "deadline exceeded" not in str(exc):
                     raise
                 meta = {"status_code": 103}
