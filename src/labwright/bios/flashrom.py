@@ -28,7 +28,8 @@ from labwright.bios.target import Target
 from labwright.errors import BadInput, OperationFailed
 from labwright.shell import quote
 
-PROGRAMMER = re.compile(r"^[a-z0-9_]+(:[A-Za-z0-9_.,=/+:-]*)?$")
+#: flashrom's ``NAME[:key=value,...]``: each parameter a key=value pair (a URL such as https://h:1 is none).
+PROGRAMMER = re.compile(r"^[a-z0-9_]+(:[a-z0-9_]+=[A-Za-z0-9_./+:-]*(,[a-z0-9_]+=[A-Za-z0-9_./+:-]*)*)?$")
 #: "... (16384 kB, SPI) on dummy." and, with the internal programmer, "... (16384 kB, SPI) mapped at physical address".
 CHIP_LINE = re.compile(r'Found (?P<vendor>.+?) flash chip "(?P<name>[^"]+)" \((?P<kb>\d+) kB, (?P<bus>[^)]+)\)')
 #: What the internal programmer says about each descriptor region on the live chipset (field note 002's X99 output).

@@ -85,8 +85,6 @@ FOUND: list[tuple[str, str, str]] = [
 PENDING: dict[tuple[str, str, str], str] = {
     ("matrix inspect", "wheels", ""): "an empty path argument is Path('.') after typer's conversion: refused as "
     "'.: no such wheel file', which does not name what was typed (a class: every Path parameter)",
-    ("bios backup", "programmer", "https://127.0.0.1:99999"): "--programmer is not checked before the host is "
-    "contacted: the refusal is the host's (no LXD socket), exit 2, not the programmer's (issue 33 class 4)",
 }
 
 CONTROL = "\x01\x07\x08\t\n\r\x0b\x0c\x1b\x7f\u0085\u2028"
