@@ -32,4 +32,8 @@ def load(path: Path) -> dict[str, Any]:
                        "backup copy") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise BadInput(f"{path}: not a {SCHEMA} manifest")
+    from labwright.schema import files  # pydantic: only where a manifest is read
+
+    files.check(files.BiosManifest, data, path, f"a {SCHEMA} manifest",
+                "move it away (the next `labwright bios backup` writes it again) or restore it from the backup copy")
     return data

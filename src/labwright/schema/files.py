@@ -264,6 +264,26 @@ MATRIX_FILES: dict[str, type[BaseModel]] = {"components.toml": ComponentsFile, "
                                             "cuda.toml": CudaFile}
 
 
+# -- a BIOS backup's manifest (labwright.bios.manifest, IMAGE.json beside each image) -----------------------------
+class BiosChip(Foreign):
+    vendor: str
+    name: str
+    size: Count
+    bus: str
+
+
+class BiosManifest(Foreign):
+    """What `bios backup` reads back of a manifest and shows; its other keys (descriptor, regions) are a record."""
+
+    schema_: str = Field(alias="schema")
+    chip: BiosChip
+    size: Count
+    sha256: str
+    image: str
+    flashrom_version: str
+    warnings: list[str] = []
+
+
 # -- a saved `labwright bench llm --json` (labwright.bench.report: bench compare/report read them) -----------------
 Number = Annotated[float, AfterValidator(_finite)]
 

@@ -132,6 +132,25 @@ def _matrix(root: Path) -> None:
     read_components(root / "components.toml")
     [(stack.name, stack.pins) for stack in matrix.stacks.values()]
 
+BIOS_MANIFEST = {
+    "schema": "labwright.bios-backup/1", "host": "node1", "programmer": "internal",
+    "chip": {"vendor": "Winbond", "name": "W25Q128.V", "size": 16777216, "bus": "SPI"}, "size": 16777216,
+    "sha256": "0" * 64, "reads": 2, "image": "node1-W25Q128.V-000000000000.bin", "flashrom_version": "1.3.0",
+    "platform": None, "date": "2026-01-02T03:04:05+00:00", "descriptor": None, "regions": [], "gbe_mac": None,
+    "flashrom_region_access": {}, "warnings": ["a warning"],
+}
+
+
+def _bios(root: Path) -> None:
+    from labwright.bios import manifest
+
+    m = manifest.load(root / "backup.json")
+    chip = m["chip"]  # what `bios backup` shows of a backup it finds already taken (labwright.cli.bios)
+    f"chip {chip['vendor']} {chip['name']} ({chip['size']} bytes, {chip['bus']}), flashrom {m['flashrom_version']}"
+    f"sha256 {m['sha256']}"
+    for warning in m.get("warnings", []):
+        warning.strip()
+
 
 def _host_upgrade(root: Path) -> None:
     from labwright.hostupgrade import state
@@ -186,6 +205,8 @@ FILES: dict[str, tuple[str, dict[str, Any], str, Callable[[Path], None], bool]] 
     # another labwright version's and left out, as before
     "stack-state": (f"state/{state_slug(VENV)}.json", STACK_STATE, "json", _stack_state, False),
     "stack-manifest": ("env/stack.json", STACK_MANIFEST, "json", _stack_manifest, False),
+    # written by `bios backup`; its other keys (descriptor, regions) are a record for people
+    "bios-manifest": ("backup.json", BIOS_MANIFEST, "json", _bios, False),
     # the wheels matrix: what labwright ships, or a copy LABWRIGHT_MATRIX_DIR points at
     **{f"matrix-{name}": (name, doc, "toml", _matrix, name != "torch_pypi.toml") for name, doc in MATRIX.items()},
 }
