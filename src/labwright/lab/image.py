@@ -68,7 +68,10 @@ def load_recipe(path: str | os.PathLike[str] | None = None) -> ImageRecipe:
             text = resources.files("labwright.data").joinpath("lab-image.toml").read_text()
         else:
             text = read_text(Path(path), "an image recipe TOML")
-        doc = tomllib.loads(text)["image"]
+        from labwright.schema import files  # pydantic: only where a recipe is read
+
+        doc = files.check(files.ImageRecipeFile, tomllib.loads(text), str(path or "lab-image.toml"), "an image recipe",
+                          "fix the file").model_dump()["image"]
         return ImageRecipe(
             name=doc["name"],
             suite=doc["suite"],

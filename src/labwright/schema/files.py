@@ -264,6 +264,20 @@ MATRIX_FILES: dict[str, type[BaseModel]] = {"components.toml": ComponentsFile, "
                                             "cuda.toml": CudaFile}
 
 
+# -- the lab's image recipe (labwright.lab.image: the packaged lab-image.toml, or `lab up --recipe FILE`) --------
+class ImageBody(Record):
+    name: str
+    suite: str
+    variant: str = "minbase"
+    architecture: str = "x86_64"
+    include: list[str]
+    files: dict[str, str] = {}
+
+
+class ImageRecipeFile(Record):
+    image: ImageBody
+
+
 # -- a BIOS backup's manifest (labwright.bios.manifest, IMAGE.json beside each image) -----------------------------
 class BiosChip(Foreign):
     vendor: str

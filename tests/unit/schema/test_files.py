@@ -151,6 +151,16 @@ def _bios(root: Path) -> None:
     for warning in m.get("warnings", []):
         warning.strip()
 
+IMAGE_RECIPE = {"image": {"name": "bookworm", "suite": "bookworm", "variant": "minbase", "architecture": "x86_64",
+                          "include": ["systemd-sysv", "python3"], "files": {"/etc/hostname": "lab\n"}}}
+
+
+def _image_recipe(root: Path) -> None:
+    from labwright.lab.image import load_recipe
+
+    recipe = load_recipe(root / "recipe.toml")
+    recipe.digest  # noqa: B018 - what `lab up` does with it first
+
 
 def _host_upgrade(root: Path) -> None:
     from labwright.hostupgrade import state
@@ -207,6 +217,7 @@ FILES: dict[str, tuple[str, dict[str, Any], str, Callable[[Path], None], bool]] 
     "stack-manifest": ("env/stack.json", STACK_MANIFEST, "json", _stack_manifest, False),
     # written by `bios backup`; its other keys (descriptor, regions) are a record for people
     "bios-manifest": ("backup.json", BIOS_MANIFEST, "json", _bios, False),
+    "image-recipe": ("recipe.toml", IMAGE_RECIPE, "toml", _image_recipe, True),
     # the wheels matrix: what labwright ships, or a copy LABWRIGHT_MATRIX_DIR points at
     **{f"matrix-{name}": (name, doc, "toml", _matrix, name != "torch_pypi.toml") for name, doc in MATRIX.items()},
 }
