@@ -160,9 +160,9 @@ class TorchSymbols:
 
     def info(self, name: str) -> DynamicInfo:
         if name not in self._info:
-            data = self.cache.load_json(f"elf/{self.shas[name]}.json")
-            if isinstance(data, dict):
-                self._info[name] = DynamicInfo(**data)
+            cached = self.cache.load_as(f"elf/{self.shas[name]}.json", DynamicInfo)
+            if cached is not None:
+                self._info[name] = cached
             else:
                 self._read(name)
         return self._info[name]
@@ -241,9 +241,9 @@ class TorchSymbols:
 
 def elf_info(path: Path, sha: str, cache: AbiCache) -> DynamicInfo:
     """DynamicInfo for one file, without its export list (big for torch's libraries, kept in exports/)."""
-    data = cache.load_json(f"elf/{sha}.json")
-    if isinstance(data, dict):
-        return DynamicInfo(**data)
+    cached: DynamicInfo | None = cache.load_as(f"elf/{sha}.json", DynamicInfo)
+    if cached is not None:
+        return cached
     return store_elf_info(read_dynamic(path, exports=False), sha, cache)
 
 
@@ -411,9 +411,9 @@ def _static_check(path: Path, site_dir: Path, sha: str, info: DynamicInfo, dist:
         built_for_torch=built_for, built_for_source=source, cxx11_abi=cxx11_abi_hint(torch_undefined),
         cuda_runtime=info.cuda_runtime_major, torch_symbols=len(torch_undefined), missing=[])
     key = key_of(sha, torch.fingerprint)
-    cached = cache.load_json(f"verdict/{key}.json")
-    if isinstance(cached, list):
-        report.missing = [MissingSymbol(**m) for m in cached]
+    verdict: list[MissingSymbol] | None = cache.load_as(f"verdict/{key}.json", list[MissingSymbol])
+    if verdict is not None:
+        report.missing = verdict
         report.static_cached = True
     else:
         scope = torch.resolve([*info.needed, *torch.torch.global_libs])

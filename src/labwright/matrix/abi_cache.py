@@ -20,6 +20,7 @@ import base64
 import binascii
 import contextlib
 import csv
+import functools
 import hashlib
 import json
 import os
@@ -38,6 +39,13 @@ def cache_root() -> Path:
 
 def key_of(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=8)
+def _adapter(shape: Any) -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(shape)
 
 
 class AbiCache:
@@ -64,9 +72,11 @@ class AbiCache:
     def _memo_entry(self, path: Path) -> list[Any] | None:
         st = path.stat()
         entry = self._hash_memo().get(str(path))
-        if entry and entry[:4] == [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]:
+        if isinstance(entry, list) and len(entry) == 5 and entry[:4] == [st.st_size, st.st_mtime_ns, st.st_ino,
+                                                                           st.st_ctime_ns] \
+                and (entry[4] is None or isinstance(entry[4], str)):
             return entry
-        return None
+        return None  # not memoised, changed since, or an entry of another shape: hashed again
 
     def memoised_sha256(self, path: Path) -> str | None:
         """The memoised hash if the file is unchanged since it was hashed, else None (no file read)."""
@@ -122,6 +132,19 @@ class AbiCache:
             return json.loads((self.root / name).read_text())
         except (OSError, ValueError):
             return None  # absent or torn: recompute
+
+    def load_as(self, name: str, shape: Any) -> Any:
+        """The cached entry ``name`` checked as ``shape`` (a dataclass, or ``list[...]`` of one), or None: absent,
+        torn, or of another shape (written by another version, damaged): the caller computes it again."""
+        data = self.load_json(name)
+        if data is None:
+            return None
+        from pydantic import ValidationError  # only where a cached entry is read
+
+        try:
+            return _adapter(shape).validate_python(data)
+        except (ValidationError, RecursionError):
+            return None
 
     def store_json(self, name: str, value: Any) -> None:
         self._write(name, json.dumps(value, separators=(",", ":")))

@@ -112,3 +112,32 @@ def test_a_record_that_does_not_vouch_for_the_file_is_not_trusted(tmp_path):
     cache = AbiCache(tmp_path / "cache-b")
     assert cache.sha256(lib, recorded) == hashlib.sha256(b"\x7fELF new!").hexdigest()
     assert cache.recorded_bytes == 0
+
+
+def test_entries_of_another_shape_read_as_misses(tmp_path):
+    """A cached entry written by another version or damaged in place is computed again, never a TypeError."""
+    from labwright.matrix.abi import MissingSymbol
+    from labwright.matrix.elfsyms import DynamicInfo
+
+    cache = AbiCache(tmp_path / "cache")
+    cache.store_json("elf/a.json", {"needed": ["libc10.so"], "soname": "liba.so"})
+    assert cache.load_as("elf/a.json", DynamicInfo) == DynamicInfo(needed=["libc10.so"], soname="liba.so")
+    for wrong in ([1, 2], {"needed": "libc10.so"}, {"needed": [1]}, "x", {"soname": {"a": 1}}):
+        cache.store_json("elf/a.json", wrong)
+        assert cache.load_as("elf/a.json", DynamicInfo) is None, wrong
+    cache.store_json("verdict/v.json", [{"mangled": "_Z1fv", "demangled": "f()"}])
+    assert cache.load_as("verdict/v.json", list[MissingSymbol]) == [MissingSymbol("_Z1fv", "f()")]
+    for wrong in ({"mangled": "_Z1fv"}, [{"mangled": "_Z1fv"}], [1], [{"mangled": 1, "demangled": "f()"}]):
+        cache.store_json("verdict/v.json", wrong)
+        assert cache.load_as("verdict/v.json", list[MissingSymbol]) is None, wrong
+
+
+def test_a_hash_memo_of_another_shape_is_hashed_again(tmp_path):
+    lib = tmp_path / "libc10.so"
+    lib.write_bytes(b"one")
+    for wrong in (5, "abc", [1, 2], {"x": 1}, [None] * 5):
+        cache = AbiCache(tmp_path / "cache")
+        cache.store_json("hashes.json", {str(lib): wrong})
+        cache = AbiCache(tmp_path / "cache")
+        assert cache.memoised_sha256(lib) is None and not cache.known_unrelated(lib)
+        assert cache.sha256(lib) == hashlib.sha256(b"one").hexdigest()
