@@ -36,7 +36,7 @@ import typer  # noqa: E402
 import typer.core  # noqa: E402
 
 from labwright import __version__  # noqa: E402
-from labwright.errors import LabwrightError  # noqa: E402
+from labwright.errors import BadInput, LabwrightError  # noqa: E402
 
 if _own_sigint:
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -82,7 +82,28 @@ def _load_group(name: str) -> Any:
     """The click command typer builds for group ``name``, imported now (what ``register`` would add to the app)."""
     holder = typer.Typer(pretty_exceptions_enable=False, context_settings=_CONTEXT)
     _add_group(holder, importlib.import_module(f"labwright.cli.{name}"))
-    return typer.main.get_group(holder).commands[name]
+    return _no_empty_paths(typer.main.get_group(holder).commands[name])
+
+
+def _no_empty_paths(command: Any) -> Any:
+    """Every path parameter of ``command`` (and of its subcommands) refuses ``''`` naming the parameter: typer makes
+    it ``Path('.')``, the current directory, and the command's own check could then only say "." (issue 33)."""
+    for sub in getattr(command, "commands", {}).values():
+        _no_empty_paths(sub)
+    for param in getattr(command, "params", []):
+        descriptor = getattr(param, "type_descriptor", None)
+        if descriptor is None or "Path" not in repr(getattr(descriptor, "annotation", None)):
+            continue
+        name = param.opts[0] if getattr(param, "param_type_name", "") == "option" and param.opts else \
+            (param.metavar or param.name or "PATH").upper()
+
+        def process_value(ctx: Any, value: Any, _inner: Any = param.process_value, _name: str = name) -> Any:
+            if value == "" or (isinstance(value, list | tuple) and "" in value):
+                raise BadInput(f"{_name} '': an empty path; give a file or directory")
+            return _inner(ctx, value)
+
+        param.process_value = process_value
+    return command
 
 
 class LazyGroup(typer.core.TyperGroup):

@@ -83,8 +83,6 @@ FOUND: list[tuple[str, str, str]] = [
 #: FOUND cases that still fail, owned by another engineer's files, with what is wrong: xfail(strict=True), so a fix
 #: shows. EMPTY when done.
 PENDING: dict[tuple[str, str, str], str] = {
-    ("matrix inspect", "wheels", ""): "an empty path argument is Path('.') after typer's conversion: refused as "
-    "'.: no such wheel file', which does not name what was typed (a class: every Path parameter)",
 }
 
 CONTROL = "\x01\x07\x08\t\n\r\x0b\x0c\x1b\x7f\u0085\u2028"
