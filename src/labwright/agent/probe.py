@@ -39,6 +39,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -48,14 +49,19 @@ POLL = 0.2
 RECORD_DIR = "/var/lib/labwright/probe"
 
 
-def sh(*args: str, check: bool = False) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), capture_output=True, text=True, check=check)
+def sh(*args: str, check: bool = False, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run a command; with ``timeout``, one that runs past it (a guest thrashing at its memory limit makes even
+    journalctl take tens of seconds) is killed and answers exit 124 with no output."""
+    try:
+        return subprocess.run(list(args), capture_output=True, text=True, check=check, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(list(args), 124, "", f"ran past {timeout:g}s")
 
 
-def props(service: str) -> dict:
+def props(service: str, timeout: float | None = None) -> dict:
     keys = "ActiveState,SubState,MainPID,InvocationID,ExecMainCode,ExecMainStatus,NRestarts,Result,LoadState," \
            "UnitFileState,FragmentPath,DropInPaths,ControlGroup,WorkingDirectory"
-    out = sh("systemctl", "show", "-p", keys, service).stdout
+    out = sh("systemctl", "show", "-p", keys, service, timeout=timeout).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
@@ -199,11 +205,11 @@ def halt(service: str) -> None:
     sh("systemctl", "reset-failed", service)
 
 
-def journal(invocation: str) -> list[dict]:
+def journal(invocation: str, timeout: float | None = None) -> list[dict]:
     if not invocation:
         return []
     out = sh("journalctl", "--no-pager", "-o", "json", f"_SYSTEMD_INVOCATION_ID={invocation}", "+",
-             f"INVOCATION_ID={invocation}").stdout
+             f"INVOCATION_ID={invocation}", timeout=timeout).stdout
     entries = []
     for line in out.splitlines():
         try:
@@ -284,11 +290,21 @@ def watch(req: dict, invocation: str, started: float) -> dict:
     success, oom = req.get("success_lines", []), req.get("oom_lines", [])
     url = req.get("health_url")
     lines: list[str] = []
+    main_pid = 0
+    deadline = started + timeout
     while True:
-        entries = journal(invocation)
-        lines = [message(e) for e in entries if e.get("_SYSTEMD_INVOCATION_ID") == invocation]
+        # Each look is bounded by the time left: near the memory limit the guest thrashes and journalctl or
+        # systemctl alone can take longer than the whole startup timeout.
+        left = max(deadline - time.monotonic(), 1.0)
+        entries = journal(invocation, timeout=left)
+        lines = [message(e) for e in entries if e.get("_SYSTEMD_INVOCATION_ID") == invocation] or lines
         exits = [e for e in entries if e.get("INVOCATION_ID") == invocation and e.get("EXIT_CODE")]
-        info = props(service)
+        info = props(service, timeout=left)
+        if info.get("InvocationID") == invocation and (info.get("MainPID") or "0").isdigit():
+            main_pid = int(info["MainPID"]) or main_pid
+        if OVERDUE.is_set():  # the watchdog's SIGKILL, not the OOM killer's
+            return {"outcome": "timeout", "why": f"no verdict within {timeout:g}s (killed at the deadline)",
+                    "lines": lines}
         ours_running = info.get("InvocationID") == invocation and info.get("ActiveState") == "active" \
             and info.get("SubState") == "running"
         if any(word in line for line in lines for word in oom):
@@ -307,9 +323,55 @@ def watch(req: dict, invocation: str, started: float) -> dict:
                 return {"outcome": "oom", "why": "SIGKILL: the OOM killer", "exit": text,
                         "lines": lines}
             return {"outcome": "error", "why": f"main process exited ({text})", "exit": text, "lines": lines}
-        if time.monotonic() - started > timeout:
+        if time.monotonic() > deadline:
+            # Killed here at once, before halt() asks systemd: a server still allocating near the limit keeps the
+            # whole guest thrashing (systemd and journald included) until its memory is freed.
+            if main_pid > 1:
+                with contextlib.suppress(OSError):
+                    os.kill(main_pid, 9)
             return {"outcome": "timeout", "why": f"no verdict within {timeout:g}s", "lines": lines}
         time.sleep(POLL)
+
+
+#: Set by the watchdog when it killed the unit's processes at the deadline: the verdict is then "timeout".
+OVERDUE = threading.Event()
+#: Seconds since the helper began, per step (answered with the verdict as "steps").
+STEPS: dict[str, float] = {}
+BEGAN = time.monotonic()
+
+
+def step(name: str) -> None:
+    STEPS[name] = round(time.monotonic() - BEGAN, 2)
+CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified")
+
+
+def unit_pids(service: str) -> list[int]:
+    """The unit's processes, read from its cgroup (cgroup v2, or v1's systemd or unified hierarchy) without asking
+    systemd, which is as starved as everything else in a guest thrashing at its memory limit."""
+    for root in CGROUP_ROOTS:
+        try:
+            with open(f"{root}/system.slice/{service}/cgroup.procs") as handle:
+                return [int(word) for word in handle.read().split()]
+        except (OSError, ValueError):
+            continue
+    return []
+
+
+def watchdog(service: str, deadline: float) -> threading.Timer:
+    """At ``deadline`` (monotonic), SIGKILL every process of the unit if no verdict came: a start that allocates
+    near the memory limit keeps the guest thrashing (systemctl, journalctl and this waiter with it) until its
+    memory is freed, and a 20-second timeout became minutes. The probe leaves the unit stopped in any case."""
+    def fire() -> None:
+        OVERDUE.set()
+        pids = unit_pids(service)
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+        step(f"killed {len(pids)}")
+    timer = threading.Timer(max(deadline - time.monotonic(), 0.0), fire)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def pid_file(service: str) -> str:
@@ -339,28 +401,38 @@ def probe(req: dict) -> dict:
     if req.get("record"):
         save_record(service, req["record"])  # before the first change: what puts the original back
     halt(service)
+    step("halted")
     install(req.get("install", []))
     if req.get("daemon_reload"):
         sh("systemctl", "daemon-reload")
+    dog = watchdog(service, started + float(req["timeout"]) + 1.0)
     started_ok, start_error = start_unit(service)
+    step("started")
     invocation = props(service).get("InvocationID", "")
     # Said at once: under memory pressure the OOM killer may take this process too, and the control machine then
     # asks again (mode "watch") for this invocation's verdict, which the journal still holds.
     sys.stdout.write(json.dumps({"invocation": invocation, "started": started}) + "\n")
     sys.stdout.flush()
     if not started_ok and not invocation:
+        dog.cancel()
         halt(service)
         return {"outcome": "error", "why": f"systemctl start failed: {start_error}", "lines": [],
                 "seconds": time.monotonic() - started, "invocation": ""}
-    return finish(req, invocation, started)
+    return finish(req, invocation, started, dog)
 
 
-def finish(req: dict, invocation: str, started: float) -> dict:
+def finish(req: dict, invocation: str, started: float, dog: threading.Timer | None = None) -> dict:
     service = req["service"]
+    if dog is None:
+        dog = watchdog(service, started + float(req["timeout"]) + 1.0)
     verdict = watch(req, invocation, started)
+    step("verdict")
+    dog.cancel()
     restarts = int(props(service).get("NRestarts") or 0)
     halt(service)
-    verdict.update(invocation=invocation, seconds=round(time.monotonic() - started, 3), restarts_seen=restarts)
+    step("done")
+    verdict.update(invocation=invocation, seconds=round(time.monotonic() - started, 3), restarts_seen=restarts,
+                   steps=dict(STEPS))
     verdict["lines"] = verdict["lines"][-int(req.get("tail", 15)):]
     return verdict
 

@@ -156,8 +156,8 @@ def ceiling(
             return
 
         def progress(probe: Probe) -> None:
-            if not as_json:
-                console.print(f"  {target.setting} {probe.candidate:>9,}: {probe.outcome:<7} ({probe.seconds:.1f}s, "
+            # On stderr, with --json too: a search takes minutes, and stdout keeps only the JSON.
+            console.print(f"  {target.setting} {probe.candidate:>9,}: {probe.outcome:<7} ({probe.seconds:.1f}s, "
                               f"{escape(probe.why)})")
 
         if not as_json:

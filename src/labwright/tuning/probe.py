@@ -73,6 +73,9 @@ class Probe:
     restarts_seen: int = 0
     exit: str | None = None
     lines: list[str] = field(default_factory=list)
+    #: Seconds from the helper's start to each of its steps on the guest (halted, started, verdict, done, and
+    #: "killed" when the deadline's watchdog fired): where a slow start spent its time.
+    steps: dict[str, float] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -477,7 +480,9 @@ def make_probe(guest: Guest, target: Target, timeout: float, tail: int) -> Calla
                      seconds=round(time.monotonic() - began, 2), peak_rss_bytes=answer.get("peak_rss_bytes"),
                      cgroup_peak_bytes=answer.get("cgroup_peak_bytes"), guest_memory=answer.get("guest_memory"),
                      invocation=str(answer.get("invocation", "")), restarts_seen=int(answer.get("restarts_seen") or 0),
-                     exit=answer.get("exit"), lines=list(answer.get("lines") or [])[-tail:])
+                     exit=answer.get("exit"), lines=list(answer.get("lines") or [])[-tail:],
+                     steps={str(k): float(v) for k, v in (answer.get("steps") or {}).items()
+                            if isinstance(v, (int, float))})
     return run
 
 
