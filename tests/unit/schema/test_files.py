@@ -65,9 +65,9 @@ BENCH_RESULT = {
     "schema": "labwright.bench.llm/1", "label": "tabbyapi", "url": "http://127.0.0.1:5000", "model": "M",
     "endpoint": "chat", "decode": 128, "trials": 3, "started": "2026-01-02T03:04:05Z", "tokenizer": "server",
     "template_tokens": 9, "server_pid": 1234,
-    "results": [{"context": 1024, "cold": SUMMARY, "warm": SUMMARY, "error": None,
+    "results": [{"context": 1024, "cold": {**SUMMARY}, "warm": {**SUMMARY}, "error": None,
                  "spread": {"ttft_s": 0.1, "prefill_tps": 0.05, "decode_tps": None}, "peak_rss_bytes": 2**30,
-                 "peak_gpu_bytes": None, "trials": [SUMMARY, SUMMARY, SUMMARY]},
+                 "peak_gpu_bytes": None, "trials": [{**SUMMARY}, {**SUMMARY}, {**SUMMARY}]},
                 {"context": 4096, "error": "HTTP 500", "cold": None, "warm": None, "spread": {}, "trials": [],
                  "peak_rss_bytes": None, "peak_gpu_bytes": None}],
 }
@@ -366,3 +366,42 @@ def test_the_refusal_names_the_key_path_and_the_fix(tmp_path: Path) -> None:
     assert _read("lxc-config", tmp_path) == (
         f"{tmp_path / 'config.yml'}: not an lxd client configuration labwright can read (remotes.homelab: "
         "'https://127.0.0.1:8443': input should be a valid dictionary); fix it with `lxc remote` or by hand")
+
+
+def _one_error_line(proc: Any, path: Path) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"labwright: error: {path}: not "), proc.stderr
+    return str(proc.stderr)
+
+
+def test_the_commands_that_read_these_files_exit_2_with_one_line(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Through the CLI: a command reading a file of the wrong shape exits 2 before it does anything else."""
+    from support.cli_child import run_cli
+
+    result = copy.deepcopy(BENCH_RESULT)
+    result["results"][0]["warm"]["decode_tps"] = "fast"
+    _write(tmp_path / "a.json", result, "json")
+    proc = run_cli(["bench", "compare", str(tmp_path / "a.json"), str(tmp_path / "a.json")], env=cli_env)
+    assert "results[0].warm.decode_tps: 'fast'" in _one_error_line(proc, tmp_path / "a.json")
+
+    out = tmp_path / "matrix"
+    state = copy.deepcopy(REGISTRY_STATE)
+    state["built_against"]["torch==2.9.0"] = "12.8"
+    _write(out / "registry-state.json", state, "json")
+    before = (out / "registry-state.json").read_bytes()
+    # a port nothing answers on: the state is read (and refused) before any request
+    proc = run_cli(["matrix", "refresh", "--out", str(out), "--index", "http://127.0.0.1:9/pypi", "--pytorch-index",
+                    "http://127.0.0.1:9", "--github-api", "http://127.0.0.1:9"], env=cli_env)
+    assert "built_against.torch==2.9.0: '12.8'" in _one_error_line(proc, out / "registry-state.json")
+    assert sorted(p.name for p in out.iterdir()) == ["registry-state.json"]
+    assert (out / "registry-state.json").read_bytes() == before
+
+    matrix = tmp_path / "shipped"
+    for name, doc in MATRIX.items():
+        _write(matrix / name, doc, "toml")
+    stacks = copy.deepcopy(MATRIX["stacks.toml"])
+    stacks["stacks"]["A"]["pins"] = "fla-core==0.4.0"
+    _write(matrix / "stacks.toml", stacks, "toml")
+    proc = run_cli(["matrix", "show"], env={**cli_env, "LABWRIGHT_MATRIX_DIR": str(matrix)})
+    assert "stacks.A.pins: 'fla-core==0.4.0'" in _one_error_line(proc, matrix / "stacks.toml")
