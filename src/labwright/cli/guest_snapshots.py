@@ -42,7 +42,7 @@ def node_data(items: list[str] | None) -> dict[str, Any]:
     from labwright.guests.node_data import parse_node_items
     from labwright.hosts.host_data import connector_keys
 
-    return parse_node_items(items, connector_keys("ssh"))
+    return parse_node_items(items, connector_keys("pct"))  # the pct connector's keys (pct_*, ssh_*): the run lock
 
 
 def _echo_json(value: Any) -> None:

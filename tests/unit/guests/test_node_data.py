@@ -13,7 +13,7 @@ from labwright.guests.node_data import NODE_KEYS, node_settings, parse_node_item
 from labwright.hosts.host_data import connector_keys
 from support.no_contact import no_contact
 
-SSH_KEYS = connector_keys("ssh")
+SSH_KEYS = connector_keys("pct")
 KNOWN = [*NODE_KEYS, *SSH_KEYS]
 
 
