@@ -14,8 +14,9 @@ import shlex
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pyinfra.api.exceptions import DeployError
 
@@ -37,6 +38,9 @@ from labwright.models.deploy_data import ModelSettings, engine_model
 from labwright.schema import checks
 from labwright.schema.checks import USER_NAME
 
+if TYPE_CHECKING:
+    from labwright.schema.model import Schema
+
 TEMPLATES = paths.templates_dir("llamacpp")
 DEFAULTS: dict[str, Any] = tomllib.loads((TEMPLATES / "defaults.toml").read_text())
 JINJA = jinja(TEMPLATES)
@@ -47,34 +51,92 @@ KEYS = DeployData("llamacpp", DEFAULTS)
 KEY_OPTIONS = ("--api-key", "--api-key-file")
 
 
+def not_root(value: Any) -> str:
+    name = str(value)
+    if not USER_NAME.match(name) or name == "root":
+        raise ValueError(f"{name!r} is not a valid name")
+    return name
+
+
+def guest_path(value: Any) -> str:
+    text = str(value)
+    if not PurePosixPath(text).is_absolute():
+        raise ValueError(f"{text!r} must be an absolute path on the guest")
+    return text
+
+
+def flash_attn_mode(value: Any) -> str:
+    mode = ("on" if value else "off") if isinstance(value, bool) else str(value).strip().lower()
+    modes = DEFAULTS["engine"]["flash_attn_modes"]
+    if mode not in modes:
+        raise ValueError(f"{mode!r} is not one of {', '.join(modes)}")
+    return mode
+
+
+def cache_type(value: Any) -> str:
+    kind = str(value).strip().lower()
+    kinds = DEFAULTS["engine"]["cache_types"]
+    if kind not in kinds:
+        raise ValueError(f"{kind!r} is not a cache type llama.cpp supports ({', '.join(kinds)})")
+    return kind
+
+
+def listen_or_auto(value: Any) -> str:
+    return "auto" if str(value).strip() == "auto" else checks.listen_address(value)
+
+
+@cache
+def data_schema() -> type[Schema]:
+    """The ``llamacpp_*`` values of [service] and [flags] that are one value each, typed, in the deploy's order
+    (built on first use: pydantic loads only with the data)."""
+    from pydantic import BeforeValidator as Check
+
+    from labwright.schema.fields import Flag
+    from labwright.schema.model import Schema
+
+    class LlamacppData(Schema):
+        service: Annotated[str, Check(not_root)]
+        user: Annotated[str, Check(not_root)]
+        binary: Annotated[str, Check(guest_path)]
+        model: Annotated[str, Check(guest_path)]
+        flash_attn: Annotated[str, Check(flash_attn_mode)]
+        cache_type_k: Annotated[str, Check(cache_type)]
+        cache_type_v: Annotated[str, Check(cache_type)]
+        ctx_size: Annotated[int, Check(checks.whole(0))]
+        parallel: Annotated[int, Check(checks.whole(1))]
+        batch_size: Annotated[int, Check(checks.whole(1))]
+        ubatch_size: Annotated[int, Check(checks.whole(1))]
+        port: Annotated[int, Check(checks.whole(1, 65535))]
+        host: Annotated[str, Check(listen_or_auto)]
+        metrics: Flag
+        jinja: Flag
+        open: Flag
+        health_timeout: Annotated[int, Check(checks.whole(1))]
+        restart_sec: Annotated[int, Check(checks.whole(0))]
+
+    return LlamacppData
+
+
+def typed_values(data: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`data_schema`'s keys read from ``data`` (over the defaults) and checked; the first bad one refused in
+    one line naming ``llamacpp_KEY``."""
+    keys = KEYS.over(data)
+    typed = keys.parse(data_schema())
+    if typed["cache_type_v"] not in DEFAULTS["engine"]["unquantized_cache_types"] and typed["flash_attn"] == "off":
+        raise keys.fail("cache_type_v", f"{typed['cache_type_v']} is a quantized V cache, which llama.cpp only runs "
+                        "with flash attention: set llamacpp_flash_attn=on (or auto), or llamacpp_cache_type_v=f16")
+    if typed["ubatch_size"] > typed["batch_size"]:
+        raise keys.fail("ubatch_size", f"{typed['ubatch_size']} is out of range (1..{typed['batch_size']}: at most "
+                        "llamacpp_batch_size)")
+    return typed
+
+
 def flag_values(data: Mapping[str, Any]) -> dict[str, Any]:
     """The [flags] table with host overrides applied; false/""/None drop a flag, unknown keys need extra_args."""
     keys = KEYS.over(data)
-    fail, as_int, as_bool = keys.fail, keys.int_of, keys.bool_of
-    values = {key: keys.get(key, "flags") for key in DEFAULTS["flags"]}
-    engine = DEFAULTS["engine"]
-    mode = values["flash_attn"]
-    mode = ("on" if mode else "off") if isinstance(mode, bool) else str(mode).strip().lower()
-    if mode not in engine["flash_attn_modes"]:
-        raise fail("flash_attn", f"{mode!r} is not one of {', '.join(engine['flash_attn_modes'])}")
-    values["flash_attn"] = mode
-    for key in ("cache_type_k", "cache_type_v"):
-        kind = str(values[key]).strip().lower()
-        if kind not in engine["cache_types"]:
-            raise fail(key, f"{kind!r} is not a cache type llama.cpp supports ({', '.join(engine['cache_types'])})")
-        values[key] = kind
-    if values["cache_type_v"] not in engine["unquantized_cache_types"] and mode == "off":
-        raise fail("cache_type_v", f"{values['cache_type_v']} is a quantized V cache, which llama.cpp only runs with "
-                   "flash attention: set llamacpp_flash_attn=on (or auto), or llamacpp_cache_type_v=f16")
-    values["ctx_size"] = as_int("ctx_size", values["ctx_size"], 0)
-    values["parallel"] = as_int("parallel", values["parallel"], 1)
-    values["batch_size"] = as_int("batch_size", values["batch_size"], 1)
-    values["ubatch_size"] = as_int("ubatch_size", values["ubatch_size"], 1, values["batch_size"])
-    values["port"] = as_int("port", values["port"], 1, 65535)
-    listen = str(values["host"]).strip()
-    values["host"] = listen if listen == "auto" else keys.checked("host", values["host"], checks.listen_address)
-    for key in ("metrics", "jinja"):
-        values[key] = as_bool(key, values[key])
+    fail = keys.fail
+    typed = typed_values(data)
+    values = {key: typed[key] if key in typed else keys.get(key, "flags") for key in DEFAULTS["flags"]}
     kwargs = values["chat_template_kwargs"]
     if isinstance(kwargs, str) and kwargs.strip():
         try:
@@ -305,14 +367,9 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
     refuse_unknown_keys(data, "llamacpp", data_keys(), "templates/llamacpp/defaults.toml")
     keys = KEYS.over(data)
     fail, get = keys.fail, keys.get
-    service, user = str(get("service")), str(get("user"))
-    for key, value in (("service", service), ("user", user)):
-        if not USER_NAME.match(value) or value == "root":
-            raise fail(key, f"{value!r} is not a valid name")
-    binary, model, alias = str(get("binary")), str(get("model")), str(get("alias") or "")
-    for key, value in (("binary", binary), ("model", model)):
-        if not PurePosixPath(value).is_absolute():
-            raise fail(key, f"{value!r} must be an absolute path on the guest")
+    typed = typed_values(data)
+    service, user, binary, model = typed["service"], typed["user"], typed["binary"], typed["model"]
+    alias = str(get("alias") or "")
     flags = flag_values(data)
     clash = conflict_error(data, {"llamacpp_port": flags["port"]})
     if clash is not None:
@@ -333,9 +390,11 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
     if api_key_file.rstrip("/") in ("", "/") or api_key_file.endswith("/") or api_key_file.count("/") < 2:
         raise fail("api_key_file", f"{api_key_file!r} must be a file in a directory of its own, e.g. "
                    "/etc/llama-server/api-key (the directory is made root:<user> 0750)")
-    open_engine = keys.bool_of("open", get("open"))
-    health_timeout = keys.int_of("health_timeout", get("health_timeout"), 1)
-    restart_sec = keys.int_of("restart_sec", get("restart_sec"), 0)
+    try:  # that directory is the service's: never /etc, /usr/bin ... (labwright.schema.checks.managed_dir)
+        checks.managed_dir(str(PurePosixPath(api_key_file).parent))
+    except ValueError as error:
+        raise fail("api_key_file", f"{api_key_file!r}: its directory {error}") from None
+    open_engine, health_timeout, restart_sec = typed["open"], typed["health_timeout"], typed["restart_sec"]
     packages = get("runtime_packages")
     if isinstance(packages, str):  # --data llamacpp_runtime_packages=libgomp1,curl
         packages = [word for word in re.split(r"[,\s]+", packages) if word]

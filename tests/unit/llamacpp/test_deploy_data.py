@@ -110,3 +110,18 @@ def test_ollama_environment_and_refusals():
         ollama_environment({"llamacpp_ollama_kv_cache_type": "q8_0", "llamacpp_ollama_flash_attention": False})
     with pytest.raises(DeployError, match="llamacpp_ollama_keep_alive"):
         ollama_environment({"llamacpp_ollama_keep_alive": "5m$"})
+
+
+@pytest.mark.parametrize(("more", "line"), [
+    ({"llamacpp_api_key_file": "/usr/bin/api-key"}, "llamacpp_api_key_file: '/usr/bin/api-key': its directory "
+                                                    "'/usr/bin' is a system directory"),
+    ({"llamacpp_host": "999.1.1.1"}, "llamacpp_host: '999.1.1.1' is not a valid IP address"),
+    ({"llamacpp_metrics": "maybe"}, "llamacpp_metrics: 'maybe' is not a boolean"),
+    ({"llamacpp_port": 8880, "kokoro_port": 8880}, "llamacpp_port and kokoro_port are both port 8880 on this host"),
+])
+def test_typed_keys_and_clashes_are_one_line(more, line):
+    from labwright.llamacpp.deploy_data import settings_from
+
+    with pytest.raises(DeployError) as caught:
+        settings_from(more)
+    assert str(caught.value).startswith(line) and "\n" not in str(caught.value)
