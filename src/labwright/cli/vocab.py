@@ -11,7 +11,6 @@ tests/unit/cli/test_vocabulary.py walks the whole app and holds every command to
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,9 @@ PASS_THROUGH = {"verify"}
 
 
 def default_inventory() -> Path:
-    return Path(os.environ.get("LABWRIGHT_INVENTORY") or "inventories/local.py")
+    from labwright.schema.env import read
+
+    return Path(read("LABWRIGHT_INVENTORY") or "inventories/local.py")
 
 
 def inventory_option(help_text: str, default: Path | str | None = None) -> Any:

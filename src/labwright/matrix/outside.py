@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -192,7 +191,9 @@ def _next_page(link_header: str) -> str:
 # -- fetching -----------------------------------------------------------------------------------------------------
 def _headers(feed: OutsideFeed) -> dict[str, str]:
     if feed.kind == "github":
-        token = os.environ.get("GITHUB_TOKEN", "").strip()
+        from labwright.schema.env import read
+
+        token = read("GITHUB_TOKEN") or ""  # a line break would reach the Authorization header: refused
         return {"X-GitHub-Api-Version": "2022-11-28", **({"Authorization": f"Bearer {token}"} if token else {})}
     return {}
 
