@@ -78,6 +78,8 @@ FOUND: list[tuple[str, str, str]] = [
     ("matrix check", "python", "ftp://127.0.0.1/x"),  # needed a filler for its requirements
     ("matrix resolve", "pin", "ftp://127.0.0.1/x"),  # needed a filler for --torch
     ("matrix inspect", "wheels", ""),
+    ("matrix inspect", "wheels", "http://127.0.0.1:9/v1\nX-Injected: 1"),  # the line break a space in the one line
+    ("bench compare", "files", ""),
     ("bios backup", "programmer", "https://127.0.0.1:99999"),
 ]
 #: FOUND cases that still fail, owned by another engineer's files, with what is wrong: xfail(strict=True), so a fix
@@ -195,7 +197,10 @@ def _check(command: Any, param: Any, value: str, argv: list[str], outcome: Any, 
                 words.append(value[:2])  # an argument that reads as an option: click names the option it saw
             if param.kind == "path" and value:
                 words.append(str(Path(value))[:60])  # as a Path writes it (https:/x for https://x)
-            if not any(word.lower() in errors[0].lower() for word in words) and not _names_another(errors[0], argv):
+            # A line break or tab in the value is a space in the one line.
+            said = " ".join(errors[0].lower().split())
+            if not any(" ".join(word.lower().split()) in said for word in words) \
+                    and not _names_another(errors[0], argv):
                 problems.append(f"the error does not name the input (any of {words[:4]})")
     return problems
 
