@@ -161,7 +161,7 @@ class Progress:
 
     def __init__(self, what: str, *, stream: TextIO | None = None, interval: float | None = None,
                  bar: bool | None = None, quiet: bool = False, heartbeat: bool = True):
-        setting = os.environ.get("LABWRIGHT_PROGRESS", "").strip().lower()
+        setting = _setting("LABWRIGHT_PROGRESS") or ""
         if interval is None:
             interval = _default_interval()
         self.what = what
@@ -256,11 +256,20 @@ def _default_interval() -> float:
     """Seconds between plain progress lines: ``LABWRIGHT_PROGRESS_INTERVAL`` (0: every update, no heartbeat), else 10
     (a 6-minute build is ~40 lines in a log). A value that is not a number is ignored: a long build is not worth
     stopping over how often it reports."""
+    value = _setting("LABWRIGHT_PROGRESS_INTERVAL")
+    return 10.0 if value is None else float(value)
+
+
+def _setting(name: str) -> Any:
+    """A progress variable as labwright.schema.env reads it; junk as unset here (the CLI refused it at its start, and a
+    deploy run's progress is not worth stopping over)."""
+    from labwright.errors import BadInput
+    from labwright.schema.env import read
+
     try:
-        value = float(os.environ.get("LABWRIGHT_PROGRESS_INTERVAL", "10"))
-    except ValueError:
-        return 10.0
-    return value if 0 <= value <= 86400 else 10.0
+        return read(name)
+    except BadInput:
+        return None
 
 
 def _columns(stream: IO[str]) -> int:
