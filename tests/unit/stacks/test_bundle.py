@@ -72,3 +72,13 @@ def test_its_command_line_and_its_pip_run(tmp_path, cache):
     assert bad.stderr.startswith("labwright: error: --venv 'relative' must be an absolute path")
     pip = bare(bundle, "pip", "--version")
     assert pip.returncode == 0 and pip.stdout.startswith("pip "), pip.stderr
+
+
+def test_progress_settings_read_in_the_bundle(cache):
+    """ui reads LABWRIGHT_PROGRESS_INTERVAL through labwright.schema.env, which the bundle carries (issue 33)."""
+    bundle = build_bundle(cache)
+    code = (f"import sys; sys.path.insert(0, {str(bundle)!r}); from labwright import ui; "
+            "print(ui._default_interval())")
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                          env={"LABWRIGHT_PROGRESS_INTERVAL": "5"})
+    assert proc.returncode == 0 and proc.stdout.strip() == "5.0", proc.stderr
