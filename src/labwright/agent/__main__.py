@@ -2,6 +2,7 @@
 
 - ``health CHECK_JSON``: a deploy's health check (restart first when asked), :mod:`labwright.agent.health`;
 - ``restart UNIT``: restart a systemd unit past its start limit (:func:`labwright.agent.service.restart_unit`);
+  on failure its journal tail and one ``labwright:`` line (:func:`labwright.agent.service.not_started`);
 - ``default-keys KNOWN_JSON PATH...``: which variables in PATHs hold a known default key,
   :mod:`labwright.agent.default_keys`;
 - ``probe REQUEST_JSON``: the context-ceiling probe's steps in the guest, :mod:`labwright.agent.probe`;
@@ -14,19 +15,24 @@ from __future__ import annotations
 
 import sys
 
-from labwright.errors import LabwrightError
+from labwright.errors import BadInput, LabwrightError
 
 
 def _restart(argv: list[str]) -> int:
-    from labwright.agent.service import restart_unit
+    from labwright.agent import service
 
     if len(argv) != 1:
         print("labwright: usage: restart UNIT", file=sys.stderr)
         return 2
     try:
-        attempts = restart_unit(argv[0])
-    except LabwrightError as exc:
+        attempts = service.restart_unit(argv[0], backoff_s=service.BACKOFF_S)
+    except BadInput as exc:
         print(f"labwright: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except LabwrightError as exc:
+        # systemd's reason, the unit's journal tail, then one line: why it is not running and how to start it
+        print(str(exc), file=sys.stderr)
+        print(service.not_started(service.check_unit(argv[0])), file=sys.stderr)
         return exc.exit_code
     print(f"restarted {argv[0]}" + (f" (attempt {attempts}: systemd's start limit refused before)"
                                     if attempts > 1 else ""))

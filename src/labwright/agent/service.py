@@ -206,6 +206,30 @@ def restart(unit: str) -> None:
     restart_unit(unit)
 
 
+def not_started(unit: str, journal_lines: int = 15) -> str:
+    """Why ``unit`` is not running, for a (re)start that failed: its journal's last ``journal_lines`` lines, then
+    the one line a deploy ends with, naming systemd's start limit when that refused it and the command that starts
+    the unit by hand (the agent's ``restart`` prints this, ``labwright.operations.systemd`` relies on it)."""
+    systemctl = shutil.which("systemctl") or "systemctl"
+    try:
+        result = _systemctl(systemctl, "show", "-p", "Result", "--value", unit).stdout.strip()
+        state = _systemctl(systemctl, "is-active", unit).stdout.strip()
+    except OSError:
+        result = state = ""
+    try:
+        tail = subprocess.run(["journalctl", "-u", unit, "-n", str(journal_lines), "--no-pager", "-o", "cat"],
+                              capture_output=True, text=True, timeout=60).stdout.rstrip("\n")
+    except (OSError, subprocess.TimeoutExpired):
+        tail = ""
+    if result == START_LIMIT_RESULT:
+        line = (f"labwright: {unit} was started too often (systemd's start limit: Result={START_LIMIT_RESULT}) and "
+                f"is {state}: run systemctl reset-failed {unit} && systemctl start {unit}")
+    else:
+        line = (f"labwright: {unit} did not start (state {state}, Result={result}); its journal is above: fix it, "
+                f"then run systemctl start {unit}")
+    return f"{tail}\n{line}" if tail else line
+
+
 def unit_failed(unit: str) -> str | None:
     """systemd's reason when the unit is ``failed`` (crashed and not restarting), else None."""
     systemctl = shutil.which("systemctl")

@@ -8,9 +8,11 @@ restarts of a service that crashed: without care the deploy that should leave th
 down. So:
 
 - units labwright writes set their own ``StartLimitIntervalSec``/``StartLimitBurst`` (``templates/``), and
-  every (re)start labwright makes of a unit it owns runs ``systemctl reset-failed UNIT`` first
-  (``started_owned``, ``restarted_owned``; ``labwright.operations.http.wait_healthy(restart=True)`` does the
-  same): the counter then counts systemd's own restarts of a crash loop, never the deploy's;
+  every (re)start labwright makes of a unit it owns goes through labwright's one restart, run on the host by its
+  agent (``python3 AGENT restart UNIT``, :func:`labwright.agent.service.restart_unit`), which runs
+  ``systemctl reset-failed UNIT`` first (``started_owned``, ``restarted_owned``;
+  ``labwright.operations.http.wait_healthy(restart=True)`` through the agent's ``health``): the counter then
+  counts systemd's own restarts of a crash loop, never the deploy's;
 - a unit labwright does not own (xrdp, Ollama) keeps the limit its packager chose: ``restarted_foreign`` backs
   off until the limit lets it start (bounded), and fails with one line naming the unit and the command that
   starts it when it never does.
@@ -26,10 +28,12 @@ from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from labwright.facts.systemd import SystemdUnits, systemd_refusal, unit_flag
+from labwright.operations.agent import agent_command
 from labwright.shell import quote
 from labwright.stacks.service import UNIT
 
-# The shell function every operation here starts with: why a unit is not running, in one line.
+# The shell function restarted_foreign starts with: why a unit is not running, in one line (the agent's
+# labwright.agent.service.not_started says the same for a unit labwright owns).
 _WHY = (
     "why() { r=$(systemctl show -p Result --value \"$1\" 2>/dev/null); s=$(systemctl is-active \"$1\" 2>/dev/null); "
     "journalctl -u \"$1\" -n 15 --no-pager -o cat >&2 2>/dev/null; "
@@ -49,14 +53,6 @@ def _unit(service: str) -> str:
     return unit
 
 
-def start_command(service: str, restart: bool) -> str:
-    """The shell line that (re)starts a unit labwright owns: reset-failed first, then one line on failure."""
-    unit = quote(_unit(service))
-    verb = "restart" if restart else "start"
-    return (f"{_WHY}systemctl reset-failed {unit} 2>/dev/null || true; "
-            f"systemctl {verb} {unit} || {{ why {unit}; exit 1; }}")
-
-
 def foreign_restart_command(service: str, running_only: bool, wait: float) -> str:
     """The shell line that restarts a unit someone else packaged, backing off while its start limit refuses."""
     unit = quote(_unit(service))
@@ -72,8 +68,10 @@ def foreign_restart_command(service: str, running_only: bool, wait: float) -> st
 @operation(is_idempotent=False)
 def restarted_owned(service: str):
     """
-    Restart a unit labwright owns: ``systemctl reset-failed`` then ``restart``, so a start limit hit by earlier
-    restarts (a deploy's, a rollback's, systemd's own) never refuses it; one line naming the unit on failure.
+    Restart a unit labwright owns with labwright's one restart, the agent's ``restart`` subcommand on the host
+    (:func:`labwright.agent.service.restart_unit`): ``systemctl reset-failed`` then ``restart``, so a start limit
+    hit by earlier restarts (a deploy's, a rollback's, systemd's own) never refuses it; on failure the unit's
+    journal tail and one line naming it (:func:`labwright.agent.service.not_started`).
 
     + service: the unit (``tabbyapi`` or ``tabbyapi.service``)
 
@@ -83,14 +81,15 @@ def restarted_owned(service: str):
 
         restarted_owned(name="Restart llama-server", service="llama-server", _if=unit.did_change)
     """
-    yield start_command(service, restart=True)
+    yield from agent_command("restart", _unit(service))
 
 
 @operation()
 def started_owned(service: str, enabled: bool = True):
     """
     A unit labwright owns enabled and running; a stopped or failed one (its start limit hit included) is started
-    after ``systemctl reset-failed``. No change when it already runs and is enabled.
+    by the agent's ``restart`` (as ``restarted_owned``: ``systemctl reset-failed`` first). No change when it
+    already runs and is enabled.
 
     + service: the unit
     + enabled: also enable it at boot
@@ -116,7 +115,8 @@ def started_owned(service: str, enabled: bool = True):
             # Said for every no-change run, enabled or not (pyinfra shows it with the "No change" line).
             host.noop(f"{unit} is running" + (" and enabled" if enabled else ""))
         return
-    yield start_command(unit, restart=False)
+    # A stopped unit: systemctl's restart starts it, as start would (labwright's one restart, past the start limit)
+    yield from agent_command("restart", unit)
 
 
 @operation(is_idempotent=False)

@@ -1,5 +1,7 @@
-"""labwright.operations.systemd's shell lines, run by sh against a systemctl stand-in that records its calls and
-answers as systemd does for a unit at its start limit."""
+"""What labwright.operations.systemd runs on a host, against a systemctl stand-in that records its calls and
+answers as systemd does for a unit at its start limit: the agent's ``restart`` (``started_owned``,
+``restarted_owned``: labwright's one restart, run here in-process as the host's python3 runs it) and
+``restarted_foreign``'s shell line (run by sh)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from labwright.operations.systemd import foreign_restart_command, start_command
+from labwright.agent import __main__ as agent_main
+from labwright.agent import service
+from labwright.operations.systemd import foreign_restart_command
 
 
 @pytest.fixture
@@ -46,21 +50,63 @@ def calls(bin_dir: Path) -> list[str]:
     return (bin_dir / "calls").read_text().splitlines()
 
 
-def test_owned_restart_resets_the_start_limit_first(bin_dir: Path) -> None:
-    result = run(start_command("tabbyapi", restart=True), bin_dir)
-    assert result.returncode == 0, result.stderr
+def agent_restart(unit: str, bin_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                  capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``python3 AGENT restart UNIT`` with the stand-ins first on PATH: (exit status, stdout, stderr)."""
+    monkeypatch.setenv("PATH", f"{bin_dir / 'bin'}:{os.environ['PATH']}")
+    rc = agent_main.main(["restart", unit])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_owned_restart_resets_the_start_limit_first(bin_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = agent_restart("tabbyapi", bin_dir, monkeypatch, capsys)
+    assert rc == 0, err
+    assert out.strip() == "restarted tabbyapi"
     assert calls(bin_dir) == ["reset-failed tabbyapi.service", "restart tabbyapi.service"]
 
 
-def test_owned_start_refused_is_one_line_with_the_commands(bin_dir: Path) -> None:
+def test_owned_restart_refused_by_the_start_limit_is_retried_after_reset_failed(
+        bin_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(service, "BACKOFF_S", (0.0, 0.0))  # no back-off sleeps here: the stand-in has no clock
+    (bin_dir / "refuse").write_text("1")
+    rc, out, err = agent_restart("tabbyapi", bin_dir, monkeypatch, capsys)
+    assert rc == 0, err
+    assert "attempt 2" in out
+    assert [c for c in calls(bin_dir) if not c.startswith("show")] == ["reset-failed tabbyapi.service",
+                                                                       "restart tabbyapi.service"] * 2
+
+
+def test_owned_start_refused_is_one_line_with_the_commands(bin_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(service, "BACKOFF_S", (0.0, 0.0))
     (bin_dir / "refuse").write_text("5")
-    result = run(start_command("llama-server.service", restart=False), bin_dir)
-    assert result.returncode == 1
-    last = result.stderr.strip().splitlines()[-1]
+    rc, _, err = agent_restart("llama-server.service", bin_dir, monkeypatch, capsys)
+    assert rc == 1
+    last = err.strip().splitlines()[-1]
     assert last == ("labwright: llama-server.service was started too often (systemd's start limit: "
                     "Result=start-limit-hit) and is failed: run systemctl reset-failed llama-server.service && "
                     "systemctl start llama-server.service")
-    assert "engine: some last line" in result.stderr   # the journal tail above it
+    assert "engine: some last line" in err   # the journal tail above it
+    assert "refused by systemd's start limit 3 times" in err  # the agent's reason above that
+
+
+def test_owned_start_failed_for_another_reason_names_state_and_result(
+        bin_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    stand_in = bin_dir / "bin" / "systemctl"
+    stand_in.write_text(stand_in.read_text().replace(
+        "  restart|start|try-restart)\n",
+        "  restart|start|try-restart)\n    echo \"Job for $2 failed because the control process exited.\" >&2; "
+        "exit 1;;\n  nothing)\n").replace("echo success", "echo exit-code"))
+    rc, _, err = agent_restart("kokoro", bin_dir, monkeypatch, capsys)
+    assert rc == 1
+    assert err.strip().splitlines()[-1] == ("labwright: kokoro.service did not start (state failed, "
+                                            "Result=exit-code); its journal is above: fix it, then run "
+                                            "systemctl start kokoro.service")
+    assert "engine: some last line" in err
+    assert [c for c in calls(bin_dir) if c.startswith(("reset-failed", "restart"))] == [
+        "reset-failed kokoro.service", "restart kokoro.service"]   # not retried: not the start limit
 
 
 def test_foreign_restart_backs_off_and_never_resets_the_packagers_limit(bin_dir: Path) -> None:
