@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from labwright.lxd.client import ServerInfo
+from labwright.textio import yaml_load
 
 #: The API extension that makes LXD's gpu device take a CDI id (shared/version/api.go).
 CDI_EXTENSION = "gpu_cdi"
@@ -60,8 +61,8 @@ def read_spec(root: Path) -> CdiSpec | None:
         for path in files:
             try:
                 text = path.read_text()
-                doc: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-            except (OSError, ValueError, yaml.YAMLError):
+                doc: Any = json.loads(text) if path.suffix == ".json" else yaml_load(text)
+            except (OSError, ValueError, RecursionError, yaml.YAMLError):  # ValueError: also an alias bomb
                 continue  # an unreadable spec is no offer: today's wiring stays
             if not isinstance(doc, dict) or doc.get("kind") != CDI_KIND:
                 continue
