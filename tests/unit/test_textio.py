@@ -146,7 +146,8 @@ def test_gguf_sniffing_skips_pipes(tmp_path: Path):
 
 
 def _laughs(levels: int) -> str:
-    """A "billion laughs": each level a list of nine aliases to the one before (nine levels: 432 bytes that expand to 9**9 items)."""
+    """A "billion laughs": each level a list of nine aliases to the one before (nine levels: 432 bytes that
+    expand to 9**9 items)."""
     lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     lines += [f"a{n}: &a{n} [{','.join([f'*a{n - 1}'] * 9)}]" for n in range(1, levels)]
     return "\n".join(lines) + "\n"
@@ -183,3 +184,16 @@ def test_the_tabbyapi_config_editor_refuses_a_bomb_in_one_line():
     with pytest.raises(ConfigShapeError) as info:
         load(_laughs(9))
     assert "expands its aliases to" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_every_yaml_document_goes_through_the_one_bounded_loader():
+    """No YAML parsed past textio.yaml_load in labwright's code: a new yaml.safe_load would read an alias bomb."""
+    import re
+
+    import labwright
+
+    root = Path(labwright.__file__).parent
+    calls = re.compile(r"\byaml\.(safe_load|load|full_load|unsafe_load|load_all|safe_load_all)\(")
+    found = [f"{path.relative_to(root)}:{number}" for path in sorted(root.rglob("*.py")) if path.name != "textio.py"
+             for number, line in enumerate(path.read_text().splitlines(), 1) if calls.search(line)]
+    assert not found, f"YAML parsed without labwright.textio.yaml_load at {found}"
