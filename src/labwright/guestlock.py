@@ -140,9 +140,30 @@ def read_lock(path: str = LOCK_PATH) -> dict[str, Any] | None:
         return None
     try:
         holder = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return {}
-    return holder if isinstance(holder, dict) else {}
+    return holder if isinstance(holder, dict) and _holder_shaped(holder) else {}
+
+
+#: The owner record's keys as ``owner_record`` writes them (stdlib: this runs on the guest).
+_HOLDER_TYPES: dict[str, tuple[type, ...]] = {
+    "token": (str,), "pid": (int,), "start": (str,), "boot_id": (str,), "machine_id": (str,), "host": (str,),
+    "user": (str,), "command": (str,), "purpose": (str,), "since": (int, float), "expires": (int, float, type(None))}
+
+
+def _holder_shaped(holder: dict[str, Any]) -> bool:
+    """Whether each key an owner record has is of the type ``owner_record`` writes (numbers finite): a record of
+    another shape reads as unreadable ({}), as broken JSON does, never a ValueError in ``describe``."""
+    for key, kinds in _HOLDER_TYPES.items():
+        if key not in holder:
+            continue
+        value = holder[key]
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            return False
+        # a pid, or seconds since 1970: not NaN, not infinite, not past the year 5138
+        if isinstance(value, int | float) and not -1e11 < value < 1e11:
+            return False
+    return True
 
 
 @contextlib.contextmanager

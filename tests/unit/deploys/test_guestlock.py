@@ -104,3 +104,27 @@ def test_guest_script_runs_standalone_without_labwright(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] in ("null", json.dumps(guestlock.read_lock()))
     assert owner["pid"] == os.getpid()
+
+
+@pytest.mark.parametrize("wrong", [
+    {"since": "yesterday"}, {"since": 1e400}, {"since": float("nan")}, {"pid": "42"}, {"pid": [42]},
+    {"pid": 10**30}, {"pid": True}, {"expires": "never"}, {"host": 7}, {"token": None}, {"command": ["rm"]},
+])
+def test_an_owner_record_of_another_shape_reads_as_unreadable(tmp_path: Path, wrong: dict) -> None:
+    """A lock whose record is not what owner_record writes reads as {} (as broken JSON does): describe() and the
+    staleness check give one phrase, never a ValueError or an OverflowError."""
+    p = paths(tmp_path)
+    record = {**guestlock.owner_record("first"), **wrong}
+    Path(p["path"]).write_text(json.dumps(record))
+    holder = guestlock.read_lock(p["path"])
+    assert holder == {}
+    assert guestlock.describe(holder).startswith("pid None on ?")
+    assert guestlock.stale_here(holder) == "its owner record is unreadable"
+    assert guestlock.read_lock(p["path"]) == {} and guestlock.take(guestlock.owner_record("second"), **p)["taken"]
+
+
+def test_an_owner_record_as_written_reads_back_whole(tmp_path: Path) -> None:
+    p = paths(tmp_path)
+    record = guestlock.owner_record("first", lease=None)
+    Path(p["path"]).write_text(json.dumps(record))
+    assert guestlock.read_lock(p["path"]) == record
