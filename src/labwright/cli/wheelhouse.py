@@ -3,11 +3,13 @@
     labwright wheelhouse litellm --python 3.11.2          # prints the directory (cached)
     labwright wheelhouse openwebui --python 3.11.2 --torch-find-links DIR_OR_URL_WITH_A_CPU_TORCH
     labwright wheelhouse requirements --python 3.11.2 --out DIR -r requirements-minimum.txt   # any service venv
+    labwright wheelhouse stack --stack NAME --out DIR     # the hashed lock of what a stack's wheels require
 
 Each downloads the wheels for the guest's Python with this machine's pip, every file checked against the sha256 its
 index publishes (``requirements.lock``, which the deploys install from with --require-hashes); see
-labwright.wheelhouse. (`python -m labwright.litellm.wheelhouse`, `python -m labwright.openwebui.wheelhouse` and
-`python -m labwright.wheelhouse` still work for one release, with a deprecation line.)
+labwright.wheelhouse; ``stack`` writes the lock a stack's wheelhouse carries (labwright.stacks.dependency_lock).
+(`python -m labwright.litellm.wheelhouse`, `python -m labwright.openwebui.wheelhouse`, `python -m labwright.wheelhouse`
+and `python -m labwright.stacks.dependency_lock` still work for one release, with a deprecation line.)
 """
 
 from __future__ import annotations
@@ -138,3 +140,43 @@ def requirements(
                 raise BadInput(f"--out {out}: {parent} is not a directory; give a directory path")
             break
     _report(wanted, python, out, dry, as_json, lambda: wh.download_wheelhouse(wanted, python, out, index_url=index_url))
+
+
+STACK_JSON_HELP = 'Print {"stack", "lock", "python", "wheels", "index_url", "written", "dry"} as JSON.'
+
+
+@app.command()
+def stack(
+    name: str = typer.Option(..., "--stack", metavar="NAME", help="The stack's name (labwright matrix stacks)."),
+    out: Path = typer.Option(..., "--out", metavar="DIR|FILE",
+                             help="The wheelhouse directory (the lock goes in DIR/requirements.lock) or the lock "
+                             "file."),
+    torch: str | None = typer.Option(None, "--torch", metavar="VERSION",
+                                     help="Resolve the stack with this torch instead of its own."),
+    index_url: str = typer.Option(PYPI_SIMPLE, "--index-url", callback=vocab.url_option("--index-url"),
+                                  help="Where the dependencies come from (their sha256s are the ones it publishes)."),
+    dry: bool = DryOption,
+    as_json: bool = typer.Option(False, "--json", help=STACK_JSON_HELP),
+) -> None:
+    """The hashed lock of what a stack's wheels require (torch's sympy, exllamav3's tokenizers, ...), for a
+    wheelhouse the stack is switched from (stack switch --wheelhouse DIR): pip resolves the matrix's wheels here and
+    every other file is pinned by the sha256 the index publishes. Prints the lock's path.
+
+    Example: labwright wheelhouse stack --stack tabbyapi-cu12 --out /srv/wheels
+    """
+    from labwright.atomic import write_text_atomic
+    from labwright.stacks import dependency_lock
+
+    target = dependency_lock.lock_target(out)
+    plan = dependency_lock.plan_to_lock(name, torch)
+    if not dry:
+        write_text_atomic(target, dependency_lock.lock_dependencies(plan, index_url=index_url).dependency_lock)
+    if as_json:
+        typer.echo(json.dumps({"stack": plan.stack, "lock": str(target), "python": plan.python,
+                               "wheels": [wheel.filename for wheel in plan.wheels], "index_url": index_url,
+                               "written": not dry, "dry": dry}))
+    elif dry:
+        typer.echo(f"would write: the hashed lock of what stack {plan.stack}'s {len(plan.wheels)} wheels require "
+                   f"(CPython {plan.python}, from {index_url}) to {target}")
+    else:
+        typer.echo(str(target))

@@ -269,7 +269,7 @@ def dependency_pass(plan: SwitchPlan, wheels: list[LocalWheel], env_dir: Path, p
             text = found.read_text()
         except (OSError, UnicodeDecodeError) as exc:
             raise BadInput(f"{found}: cannot read the wheelhouse's lock ({exc}); write it again with labwright "
-                           "wheelhouse requirements or python -m labwright.stacks.dependency_lock") from None
+                           "wheelhouse requirements or labwright wheelhouse stack") from None
         lines, source, where = check_lock_text(text, str(found)), f"the wheelhouse {found.parent}", str(found)
         args = ["--no-index", *(f"--find-links={d}" for d in directories)]
     elif not needed:
@@ -280,7 +280,7 @@ def dependency_pass(plan: SwitchPlan, wheels: list[LocalWheel], env_dir: Path, p
         first = next(iter(needed.values()))
         more = f" and {len(needed) - 1} more" if len(needed) > 1 else ""
         if plan.local:
-            fix = (f"put a hashed {WHEELHOUSE_LOCK} in {directories[0]} (python -m labwright.stacks.dependency_lock "
+            fix = (f"put a hashed {WHEELHOUSE_LOCK} in {directories[0]} (labwright wheelhouse stack "
                    f"--stack {plan.stack} --out {directories[0]}/{WHEELHOUSE_LOCK}, from the index's sha256s; its "
                    "files have no publisher, so hashing them here proves nothing)")
         else:

@@ -18,9 +18,9 @@ The plan carries the lock to the target (``SwitchPlan.dependency_lock``), which 
 
 A plan whose wheels lie on the target (``--wheelhouse``, file:// URLs) gets no lock here: those files have no
 publisher, so hashing them proves nothing (the rule of labwright.locks.find_links_hashes); the target installs the
-wheelhouse's own ``requirements.lock`` (python -m labwright.wheelhouse writes one from the index's sha256s, and
-``python -m labwright.stacks.dependency_lock --stack NAME --out DIR/requirements.lock``
-writes one for a stack), and refuses a stack that needs dependencies without one.
+wheelhouse's own ``requirements.lock`` (``labwright wheelhouse requirements`` writes one from the index's sha256s,
+and ``labwright wheelhouse stack --stack NAME --out DIR`` writes one for a stack), and refuses a stack that needs
+dependencies without one.
 
 Where the lock cannot be made (the index or a wheel's URL unreachable) the switch is refused in one line naming the
 index and the fix, exit 2, before anything runs, unless the user asks by name for unpinned dependencies
@@ -121,44 +121,44 @@ def unpinned_warning(plan: SwitchPlan) -> str:
             "WITHOUT hashes (not pinned: docs/security.md, Every download pinned)")
 
 
-def write_lock(stack: str, out: Path, torch: str | None = None, index_url: str = PYPI_SIMPLE) -> Path:
-    """The hashed lock of what stack ``stack``'s wheels (from their matrix URLs) require, written to ``out`` (a file,
-    or ``requirements.lock`` in a directory): a wheelhouse's lock for a stack switched with --wheelhouse."""
-    from labwright.atomic import write_text_atomic
+def lock_target(out: Path) -> Path:
+    """Where a stack's lock for ``out`` goes: ``requirements.lock`` in a directory, else the file ``out``; a path
+    whose parent is not a directory is one line (BadInput)."""
     from labwright.locks import LOCK_NAME
-    from labwright.stacks.from_matrix import plan_for_stack
 
     target = out / LOCK_NAME if out.is_dir() else out
     if not target.parent.is_dir():
         raise BadInput(f"--out {out}: {target.parent} is not a directory; create it or pass another path")
-    plan = plan_for_stack(stack, "/opt/labwright/lock/.venv", torch=torch)  # the venv only names an environment
-    write_text_atomic(target, lock_dependencies(plan, index_url=index_url).dependency_lock)
+    return target
+
+
+def plan_to_lock(stack: str, torch: str | None = None) -> SwitchPlan:
+    """Stack ``stack``'s plan with its wheels from their matrix URLs (what its lock is made from)."""
+    from labwright.stacks.from_matrix import plan_for_stack
+
+    return plan_for_stack(stack, "/opt/labwright/lock/.venv", torch=torch)  # the venv only names an environment
+
+
+def write_lock(stack: str, out: Path, torch: str | None = None, index_url: str = PYPI_SIMPLE) -> Path:
+    """The hashed lock of what stack ``stack``'s wheels (from their matrix URLs) require, written to ``out`` (a file,
+    or ``requirements.lock`` in a directory): a wheelhouse's lock for a stack switched with --wheelhouse."""
+    from labwright.atomic import write_text_atomic
+
+    target = lock_target(out)
+    write_text_atomic(target, lock_dependencies(plan_to_lock(stack, torch), index_url=index_url).dependency_lock)
     return target
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m labwright.stacks.dependency_lock --stack NAME --out DIR``: print the lock's path; an error is one
-    line on stderr, exit 2 for bad input."""
-    import argparse
+    """``python -m labwright.stacks.dependency_lock``: ``labwright wheelhouse stack`` under its old name, with one
+    deprecation line on stderr (kept for one release)."""
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m labwright.stacks.dependency_lock",
-                                     description="Write the hashed lock of what a stack's wheels require (for a "
-                                                 "wheelhouse: put it there as requirements.lock).")
-    parser.add_argument("--stack", required=True, help="the stack's name (labwright matrix stacks)")
-    parser.add_argument("--out", required=True, type=Path, help="the lock file, or a directory for requirements.lock")
-    parser.add_argument("--torch", help="resolve the stack with this torch instead of its own")
-    parser.add_argument("--index-url", default=PYPI_SIMPLE, help=f"where the dependencies come from ({PYPI_SIMPLE})")
-    args = parser.parse_args(argv)
-    try:
-        print(write_lock(args.stack, args.out, args.torch, args.index_url))
-    except LabwrightError as exc:
-        print(f"labwright: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("labwright: interrupted", file=sys.stderr)
-        return 130
-    return 0
+    from labwright.cli import main as cli_main
+    from labwright.cli.vocab import deprecated
+
+    deprecated("python -m labwright.stacks.dependency_lock", "labwright wheelhouse stack")
+    return cli_main(["wheelhouse", "stack", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

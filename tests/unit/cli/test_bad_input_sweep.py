@@ -223,6 +223,8 @@ FILLERS: dict[tuple[str, str], Callable[[Path], str]] = {
     ("wheelhouse requirements", "python"): _const("3.11.2"),
     ("wheelhouse requirements", "out"): lambda sandbox: str(sandbox / "cwd" / "wheels"),
     ("wheelhouse requirements", "words"): _const("kokoro==0.9.4"),
+    ("wheelhouse stack", "name"): _const("A"),
+    ("wheelhouse stack", "out"): lambda sandbox: str(sandbox / "cwd" / "wheels"),
 }
 
 

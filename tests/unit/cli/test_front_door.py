@@ -1,5 +1,5 @@
 """One front door (issue 32 item 5): the `python -m` programs as typer commands (`build llamacpp`, `model fetch`,
-`model tiny`, `wheelhouse litellm|openwebui|requirements`), their --dry and --json, and the old `python -m` forms
+`model tiny`, `wheelhouse litellm|openwebui|requirements|stack`), their --dry and --json, and the old `python -m` forms
 still working for one release with one deprecation line."""
 
 from __future__ import annotations
@@ -123,6 +123,44 @@ def test_wheelhouse_dry_and_a_complete_one_found_without_pip(capsys, cache):
     code, out, err = run(capsys, "wheelhouse", "requirements", "--python", "3.11.2", "--out", str(target), "--dry",
                          "litellm[proxy]==1.80.0", "async-timeout>=4.0.3")
     assert (code, out) == (0, f"{target}\n")
+
+
+def test_wheelhouse_stack_dry_plans_the_lock_and_writes_nothing(capsys, tmp_path, monkeypatch):
+    from support.pinned_matrix import pinned_matrix
+
+    monkeypatch.setenv("LABWRIGHT_MATRIX_DIR", str(pinned_matrix(tmp_path / "matrix")))
+    house = tmp_path / "wheels"
+    house.mkdir()
+    code, out, err = run(capsys, "wheelhouse", "stack", "--stack", "A", "--out", str(house), "--dry", "--json")
+    assert code == 0 and err == "", err
+    doc = json.loads(out)
+    assert_documented("wheelhouse stack", doc)
+    assert (doc["stack"], doc["lock"], doc["written"], doc["dry"]) == ("A", str(house / "requirements.lock"), False,
+                                                                        True)
+    assert doc["python"] == "3.12" and any(w.startswith("torch-2.9.0") for w in doc["wheels"])
+    code, out, err = run(capsys, "wheelhouse", "stack", "--stack", "A", "--out", str(house / "x.lock"), "--dry")
+    assert code == 0 and out.startswith("would write: the hashed lock of what stack A's ") and \
+        out.rstrip().endswith(f" to {house / 'x.lock'}"), out
+    assert list(house.iterdir()) == []
+    for argv, line in ((["--stack", "no-such", "--out", str(house)], "labwright: error: "),
+                       (["--stack", "A", "--out", str(house / "no" / "x.lock")], f"labwright: error: --out {house}"),
+                       (["--stack", "A", "--out", str(house), "--torch", "x y"], "labwright: error: ")):
+        code, out, err = run(capsys, "wheelhouse", "stack", *argv, "--dry")
+        assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith(line), err
+    assert list(house.iterdir()) == []
+
+
+def test_the_old_dependency_lock_module_still_works_with_one_deprecation_line(tmp_path):
+    from support.pinned_matrix import pinned_matrix
+
+    env = {**os.environ, "LABWRIGHT_CACHE": str(tmp_path / "cache"),
+           "LABWRIGHT_MATRIX_DIR": str(pinned_matrix(tmp_path / "matrix"))}
+    proc = subprocess.run([sys.executable, "-m", "labwright.stacks.dependency_lock", "--stack", "A", "--out", ".",
+                           "--dry"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.stderr == ("labwright: deprecated: python -m labwright.stacks.dependency_lock is labwright wheelhouse "
+                           "stack now; the old spelling goes in the next release\n")
+    assert proc.returncode == 0 and proc.stdout.startswith("would write: "), proc.stdout
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "requirements.lock").exists()
 
 
 @pytest.mark.parametrize("module, new, args", [

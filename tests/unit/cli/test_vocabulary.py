@@ -30,7 +30,7 @@ ACTS = {"lab up", "lab down", "matrix refresh", "stack switch", "stack rollback"
         "guest stop", "guest destroy", "guest snapshot", "guest restore", "tabbyapi ngram", "probe ceiling",
         "probe restore", "cluster rejoin", "cluster ghosts", "bios restore", "kokoro patch", "host upgrade",
         "build llamacpp", "model fetch", "model tiny", "wheelhouse litellm", "wheelhouse openwebui",
-        "wheelhouse requirements"}
+        "wheelhouse requirements", "wheelhouse stack"}
 #: Of those, the destructive ones (and the one that asks, lab down): -y/--yes; all but lab down stay dry without it.
 DESTRUCTIVE = {"lab down", "guest destroy", "guest restore", "cluster rejoin", "cluster ghosts", "bios restore",
                "host upgrade"}

@@ -129,7 +129,7 @@ def test_a_wheelhouse_without_a_lock_is_refused_before_anything_is_installed(tmp
     line = str(refused.value)
     assert line.startswith("stack deps needs lwhelper>=1.0 (required by lwtorch-2.11.0-py3-none-any.whl), and there "
                            "is no hashed lock for it: ")
-    assert f"python -m labwright.stacks.dependency_lock --stack deps --out {house}/{LOCK_NAME}" in line
+    assert f"labwright wheelhouse stack --stack deps --out {house}/{LOCK_NAME}" in line
     assert "stack_unpinned_dependencies=true" in line and "\n" not in line
     assert not (env_dir / "venv").exists()
 

@@ -135,10 +135,10 @@ def test_a_wheelhouse_plan_gets_no_lock_here(tmp_path):
     assert '"dependency_lock"' not in plan.dumps()  # a plan without one reads as it always did
 
 
-def test_the_module_writes_a_stacks_lock_for_a_wheelhouse(tmp_path, pypi, torch_index, monkeypatch, capsys):
-    """`python -m labwright.stacks.dependency_lock --stack NAME --out DIR`: the lock a wheelhouse of the stack carries
-    (the matrix's URLs resolved here); an unknown stack is one line, exit 2."""
-    from labwright.stacks.dependency_lock import main
+def test_the_command_writes_a_stacks_lock_for_a_wheelhouse(tmp_path, pypi, torch_index, monkeypatch, capsys):
+    """`labwright wheelhouse stack --stack NAME --out DIR`: the lock a wheelhouse of the stack carries (the matrix's
+    URLs resolved here); an unknown stack is one line, exit 2."""
+    from labwright.cli import main
     from support.stacks import PY as TAG
     from support.stacks import StandinStacks, write_matrix
 
@@ -154,11 +154,11 @@ def test_the_module_writes_a_stacks_lock_for_a_wheelhouse(tmp_path, pypi, torch_
     monkeypatch.setenv("LABWRIGHT_CACHE", str(tmp_path / "cache"))  # the lock is kept there
     out = tmp_path / "wheelhouse"
     out.mkdir()
-    assert main(["--stack", "standin-2.9", "--out", str(out), "--index-url", pypi.url]) == 0
+    assert main(["wheelhouse", "stack", "--stack", "standin-2.9", "--out", str(out), "--index-url", pypi.url]) == 0
     assert capsys.readouterr().out.strip() == str(out / "requirements.lock")
     lines = [line for line in (out / "requirements.lock").read_text().splitlines() if not line.startswith("#")]
     assert lines == [f"lwhelper==1.2.0 --hash=sha256:{pypi.published['lwhelper-1.2.0-py3-none-any.whl']}"]
-    assert main(["--stack", "no-such", "--out", str(out), "--index-url", pypi.url]) == 2
+    assert main(["wheelhouse", "stack", "--stack", "no-such", "--out", str(out), "--index-url", pypi.url]) == 2
     error = capsys.readouterr().err
     assert error.startswith("labwright: error: ") and "no-such" in error and error.count("\n") == 1
 
