@@ -228,6 +228,9 @@ def _run(command: Any, param: Any, value: str) -> None:
         env = {"LABWRIGHT_PROPERTY_CONTACTS": str(contacts_log),
                "PATH": f"{sandbox / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
         with pytest.MonkeyPatch.context() as patch:
+            for key in list(os.environ):  # no Proxmox API, token or labwright setting of this machine's
+                if key.startswith(("PROXMOX_", "PVE_", "LABWRIGHT_", "LXD_", "INCUS_", "SSH_AUTH_SOCK")):
+                    patch.delenv(key)
             for key, val in env.items():
                 patch.setenv(key, val)
             patch.setattr(SWEEP, "CASE_TIMEOUT_S", RUN_TIMEOUT_S)
