@@ -128,7 +128,7 @@ def test_typed_keys_refuse_system_directories_and_bad_addresses(data, line):
 
 
 @pytest.mark.parametrize(("data", "line"), [
-    ({"litellm_port": 5000}, "litellm_port and tabbyapi_port are both port 5000 on this host"),
+    ({"litellm_port": 5000}, "tabbyapi_port and litellm_port are both port 5000 on this host"),
     ({"tabbyapi_root": "/opt/tabbyapi/.venv/stacks"}, "tabbyapi_root (/opt/tabbyapi/.venv/stacks) is inside "
                                                       "tabbyapi_venv (/opt/tabbyapi/.venv), a venv"),
     ({"kokoro_venv": "/opt/tabbyapi/"}, "tabbyapi_dir and kokoro_venv are both /opt/tabbyapi"),
