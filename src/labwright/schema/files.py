@@ -74,6 +74,11 @@ class PlanRecord(Record):
     notes: list[str] = []
 
 
+class NoPlan(Record):
+    """``{}``: the state of a run refused before it had a plan (labwright.hostupgrade.pve/run save it so, with the
+    refusal as its outcome); the next run reads it and starts anew."""
+
+
 class DoneRecord(Record):
     action: str
     target: str
@@ -114,7 +119,7 @@ class HostUpgradeState(Record):
 
     node: str
     kind: Literal["lxd", "pve"]
-    plan: PlanRecord
+    plan: PlanRecord | NoPlan
     next_step: Count
     repository: str
     phase: Literal["rebooting", "done", "failed"] = "rebooting"
