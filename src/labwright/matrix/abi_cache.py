@@ -20,11 +20,14 @@ import base64
 import binascii
 import contextlib
 import csv
+import dataclasses
 import functools
 import hashlib
 import json
 import os
 import tempfile
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +44,39 @@ def key_of(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-@functools.lru_cache(maxsize=8)
-def _adapter(shape: Any) -> Any:
-    from pydantic import TypeAdapter
+def _as_shape(data: Any, shape: Any) -> Any:
+    """``data`` (read from JSON) built as ``shape`` (a dataclass of str/int/bool/float, ``X | None`` and
+    ``list[...]`` fields, or a ``list[...]`` of one); ValueError when it is of another shape. Standard library only:
+    this runs on a stack's target from the bundle, which carries no pydantic."""
+    origin, args = typing.get_origin(shape), typing.get_args(shape)
+    if shape is type(None):
+        if data is None:
+            return None
+    elif origin in (typing.Union, types.UnionType):
+        for option in args:
+            try:
+                return _as_shape(data, option)
+            except ValueError:
+                continue
+    elif origin is list:
+        if isinstance(data, list):
+            return [_as_shape(item, args[0]) for item in data]
+    elif dataclasses.is_dataclass(shape) and isinstance(shape, type):
+        if isinstance(data, dict):
+            hints = _hints(shape)
+            fields = {f.name: f for f in dataclasses.fields(shape)}
+            missing = [name for name, f in fields.items() if name not in data and
+                       f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+            if not missing and set(data) <= set(fields):
+                return shape(**{key: _as_shape(value, hints[key]) for key, value in data.items()})
+    elif shape in (str, int, float, bool) and type(data) is shape:  # a bool is no int here
+        return data
+    raise ValueError(f"not {shape}")
 
-    return TypeAdapter(shape)
+
+@functools.lru_cache(maxsize=8)
+def _hints(shape: type) -> dict[str, Any]:
+    return typing.get_type_hints(shape)
 
 
 class AbiCache:
@@ -139,11 +170,9 @@ class AbiCache:
         data = self.load_json(name)
         if data is None:
             return None
-        from pydantic import ValidationError  # only where a cached entry is read
-
         try:
-            return _adapter(shape).validate_python(data)
-        except (ValidationError, RecursionError):
+            return _as_shape(data, shape)
+        except (ValueError, TypeError, RecursionError):
             return None
 
     def store_json(self, name: str, value: Any) -> None:
