@@ -227,7 +227,7 @@ def test_bad_input_is_one_line_and_leaves_the_running_stack_alone(service):
     cases = {
         "stack 'nope' is unknown": {"stack": "nope"},
         "--torch '2.x' is not a torch version": {"stack": "standin-2.9", "torch": "2.x"},
-        "--venv /etc: not a virtualenv": {"stack": "standin-2.10", "venv": "/etc"},
+        "venv: '/etc' is a system directory": {"stack": "standin-2.10", "venv": "/etc"},
         "the matrix says": {"stack": "standin-badsha"},
         "--venv /opt/nothere/.venv does not exist": {"stack": "standin-2.10", "venv": "/opt/nothere/.venv"},
         "not found; the wheelhouse /srv/none does not exist": {"stack": "standin-2.10", "wheelhouse": "/srv/none"},
