@@ -221,16 +221,21 @@ def bench_rounds(args: argparse.Namespace, contexts: tuple[int, ...], urls: dict
     return rows
 
 
+def model_and_key(root: Path, key: str, contexts: tuple[int, ...], decode: int) -> tuple[Path, Path, int]:
+    """The tiny GGUF, the key file (0600, as deploys/llamacpp.py writes it) and the context both servers get."""
+    model = write_tiny_gguf(root / "tiny.gguf", TinyModel(context_length=max(contexts) * 2))
+    key_file = root / "api-key"
+    key_file.write_text(key + "\n")
+    os.chmod(key_file, 0o600)
+    return model, key_file, max(contexts) + decode + 64
+
+
 def key_mode(args: argparse.Namespace, contexts: tuple[int, ...]) -> tuple[Rows, str]:
     binary = args.binary or build_llama_server()
     key = secrets.token_urlsafe(32)
     with tempfile.TemporaryDirectory(prefix="security-cost-") as tmp:
         root = Path(tmp)
-        model = write_tiny_gguf(root / "tiny.gguf", TinyModel(context_length=max(contexts) * 2))
-        key_file = root / "api-key"
-        key_file.write_text(key + "\n")
-        os.chmod(key_file, 0o600)
-        ctx = max(contexts) + args.decode + 64
+        model, key_file, ctx = model_and_key(root, key, contexts, args.decode)
         servers = {name: start(binary, model, port, ctx, args.gpu_layers, args.threads,
                                key_file if name == "key" else None, root / f"{name}.log")
                    for name, port in PORTS.items()}
@@ -259,11 +264,7 @@ def confine_mode(args: argparse.Namespace, contexts: tuple[int, ...]) -> tuple[R
     ports = {"plain": PORTS["open"], "confined": PORTS["key"]}
     with tempfile.TemporaryDirectory(prefix="security-cost-") as tmp:
         root = Path(tmp)
-        model = write_tiny_gguf(root / "tiny.gguf", TinyModel(context_length=max(contexts) * 2))
-        key_file = root / "api-key"
-        key_file.write_text(key + "\n")
-        os.chmod(key_file, 0o600)
-        ctx = max(contexts) + args.decode + 64
+        model, key_file, ctx = model_and_key(root, key, contexts, args.decode)
         servers = {name: start(binary, model, port, ctx, args.gpu_layers, args.threads, key_file,
                                root / f"{name}.log", confine(programs) if name == "confined" else None)
                    for name, port in ports.items()}
