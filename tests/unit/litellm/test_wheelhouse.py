@@ -55,7 +55,7 @@ def test_generic_wheelhouse_checks_the_python_version_first(tmp_path):
 @pytest.mark.parametrize(("args", "words"), [
     (["--python", "abc"], "--python 'abc': not a CPython 3 version"),
     (["--python", "2.7"], "--python '2.7': not a CPython 3 version"),
-    (["--python", "3.11.2", "--version", "x y"], "--version 'x y': not a litellm release"),
+    (["--python", "3.11.2", "--version", "x y"], "--version 'x y' is not a version"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_downloaded(capsys, args, words, tmp_path, monkeypatch):
     from labwright.cli import main as cli_main
