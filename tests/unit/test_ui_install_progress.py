@@ -64,7 +64,9 @@ def test_the_venv_build_says_which_package_of_how_many_and_how_long_it_took(tmp_
     house = tmp_path / "wheelhouse"
     lwtorch = local_wheel(house, "lwtorch", "2.11.0", requires=["lwhelper>=1.0"])
     engine = local_wheel(house, "lwengine", "1.0.0", requires=["lwtorch==2.11.0"])
-    local_wheel(house, "lwhelper", "1.2.0")
+    helper = local_wheel(house, "lwhelper", "1.2.0")
+    # the wheelhouse's own hashed lock for what the wheels require (labwright.stacks.build's second pass)
+    (house / "requirements.lock").write_text(f"lwhelper==1.2.0 --hash=sha256:{helper.sha256}\n")
     plan = SwitchPlan("progress", str(tmp_path / "app" / ".venv"), f"{sys.version_info[0]}.{sys.version_info[1]}",
                       (lwtorch.wheel, engine.wheel), root=str(tmp_path / "stacks"))
     env_dir = tmp_path / "stacks" / plan.env_id
@@ -92,6 +94,8 @@ def test_the_venv_build_says_which_package_of_how_many_and_how_long_it_took(tmp_
 def test_a_failed_install_is_one_error_line_after_the_last_lines_of_the_installer(tmp_path, capsys):
     house = tmp_path / "wheelhouse"
     needs = local_wheel(house, "lwneeds", "1.0.0", requires=["lwabsent>=1"])
+    # locked, but not in the wheelhouse: pip itself fails the second pass
+    (house / "requirements.lock").write_text(f"lwabsent==1.0 --hash=sha256:{'0' * 64}\n")
     plan = SwitchPlan("broken", str(tmp_path / "app" / ".venv"), f"{sys.version_info[0]}.{sys.version_info[1]}",
                       (needs.wheel,), root=str(tmp_path / "stacks"))
     env_dir = tmp_path / "stacks" / plan.env_id
