@@ -241,7 +241,7 @@ def test_auto_host_is_loopback_only_for_the_gateway_on_the_same_guest(cache: Pat
     assert "--host 127.0.0.1" in settings_from({}, None, gateway_only=True).exec_start
     # an explicit address always wins
     assert settings_from({"llamacpp_host": "0.0.0.0"}, None, gateway_only=True).flags["host"] == "0.0.0.0"
-    with pytest.raises(DeployError, match=r"^llamacpp_host: '0.0.0.0;id' is not an address"):
+    with pytest.raises(DeployError, match=r"^llamacpp_host: '0.0.0.0;id' is not an IP address or a host name"):
         settings_from({"llamacpp_host": "0.0.0.0;id"}, None)
 
 
