@@ -399,7 +399,7 @@ def test_a_failed_backup_removes_only_the_directories_it_created(tmp_path: Path,
     [(["127.0.0.1", "--data", "ssh_port=abc"], "--data 'ssh_port=abc': ssh_port is a whole number"),
      (["127.0.0.1", "--data", "ssh_port=70000"], "--data 'ssh_port=70000': ssh_port is a TCP port, 1 to 65535"),
      (["127.0.0.1", "--data", "ssh_prot=2222"], "--data 'ssh_prot=2222': the ssh connector (127.0.0.1) has no "
-                                                "ssh_prot; it reads "),
+                                                "ssh_prot (did you mean ssh_port?); it reads "),
      (["127.0.0.1", "--data", "ssh_look_for_keys=maybe"], "ssh_look_for_keys is true or false"),
      (["@local", "--data", "ssh_port=22"], "the local connector (@local) has no ssh_port; it reads no host data"),
      (["@nosuch/x"], "HOST @nosuch/x: no pyinfra connector '@nosuch'; use one of "),
