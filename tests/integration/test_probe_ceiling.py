@@ -263,7 +263,8 @@ def test_a_server_that_never_becomes_healthy_times_out_with_its_last_lines_and_i
     assert len(errors) == 1, run.stderr
     assert "never became healthy" in errors[0] and "still loading layers" in errors[0], errors[0]
     assert sh(lab, name, f"sha256sum {TABBY}/config.yml") == before
-    assert unit_state(lab, name, "tabbyhang")[0] == "active"  # it ran before, it runs again
+    assert unit_state(lab, name, "tabbyhang")[0] == "active", (  # it ran before, it runs again
+        run.stderr, sh(lab, name, "journalctl -u tabbyhang --no-pager -o short-monotonic -n 40"))
 
 
 def test_an_unknown_guest_or_service_is_one_line(lab, box):

@@ -290,7 +290,6 @@ def watch(req: dict, invocation: str, started: float) -> dict:
     success, oom = req.get("success_lines", []), req.get("oom_lines", [])
     url = req.get("health_url")
     lines: list[str] = []
-    main_pid = 0
     deadline = started + timeout
     while True:
         # Each look is bounded by the time left: near the memory limit the guest thrashes and journalctl or
@@ -300,8 +299,6 @@ def watch(req: dict, invocation: str, started: float) -> dict:
         lines = [message(e) for e in entries if e.get("_SYSTEMD_INVOCATION_ID") == invocation] or lines
         exits = [e for e in entries if e.get("INVOCATION_ID") == invocation and e.get("EXIT_CODE")]
         info = props(service, timeout=left)
-        if info.get("InvocationID") == invocation and (info.get("MainPID") or "0").isdigit():
-            main_pid = int(info["MainPID"]) or main_pid
         if OVERDUE.is_set():  # the watchdog's SIGKILL, not the OOM killer's
             return {"outcome": "timeout", "why": f"no verdict within {timeout:g}s (killed at the deadline)",
                     "lines": lines}
@@ -324,11 +321,6 @@ def watch(req: dict, invocation: str, started: float) -> dict:
                         "lines": lines}
             return {"outcome": "error", "why": f"main process exited ({text})", "exit": text, "lines": lines}
         if time.monotonic() > deadline:
-            # Killed here at once, before halt() asks systemd: a server still allocating near the limit keeps the
-            # whole guest thrashing (systemd and journald included) until its memory is freed.
-            if main_pid > 1:
-                with contextlib.suppress(OSError):
-                    os.kill(main_pid, 9)
             return {"outcome": "timeout", "why": f"no verdict within {timeout:g}s", "lines": lines}
         time.sleep(POLL)
 
@@ -428,6 +420,13 @@ def finish(req: dict, invocation: str, started: float, dog: threading.Timer | No
     verdict = watch(req, invocation, started)
     step("verdict")
     dog.cancel()
+    if verdict["outcome"] == "timeout":
+        # Killed here at once, before halt() asks systemd: a server still allocating near the limit keeps the
+        # whole guest thrashing (systemd and journald included) until its memory is freed. (Only here: restore()
+        # also waits with watch() and must leave the original running.)
+        for pid in unit_pids(service):
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
     restarts = int(props(service).get("NRestarts") or 0)
     halt(service)
     step("done")
