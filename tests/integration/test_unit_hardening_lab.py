@@ -27,7 +27,7 @@ from labwright.testing.lab_fixture import Lab
 from labwright.testing.waiting import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "deploys"))
-import test_unit_hardening as rendered  # noqa: E402  (the unit test's renderers: one list of units)
+import test_unit_hardening as rendered  # (the unit test's renderers: one list of units)
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab]
@@ -42,7 +42,8 @@ MEASURED: dict[str, tuple[str, str, str]] = {
     "PrivateTmp=": ("-p PrivateTmp=yes", "! test -e /tmp/probe-host-tmp", "enforced"),
     "PrivateDevices=": ("-p PrivateDevices=yes", "! test -e /dev/console", "enforced"),
     "DevicePolicy=closed, DeviceAllow=": ("-p DevicePolicy=closed", "! (exec 3</dev/fuse) 2>/dev/null", "ignored"),
-    "ProtectKernelTunables=": ("-p ProtectKernelTunables=yes", "awk '$5 == \"/proc/sys\" && $6 ~ /^ro/ {f=1} END {exit !f}' /proc/self/mountinfo",
+    "ProtectKernelTunables=": ("-p ProtectKernelTunables=yes",
+                               "awk '$5 == \"/proc/sys\" && $6 ~ /^ro/ {f=1} END {exit !f}' /proc/self/mountinfo",
                                "enforced"),
     "ProtectKernelModules=": ("-p ProtectKernelModules=yes", "! ls /usr/lib/modules/probe", "enforced"),
     "ProtectKernelLogs=": ("-p ProtectKernelLogs=yes", "grep -q ' /proc/kmsg ' /proc/self/mountinfo", "enforced"),
@@ -111,7 +112,8 @@ def family(number):
 status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
 report = {"home": write(home + "/probe"), "open": write("/var/lib/probe-open/probe"),
           "no_new_privs": status["NoNewPrivs"].strip(), "cap_bnd": status["CapBnd"].strip(),
-          "seccomp": status["Seccomp"].strip(), "packet": family(socket.AF_PACKET), "netlink": family(socket.AF_NETLINK),
+          "seccomp": status["Seccomp"].strip(), "packet": family(socket.AF_PACKET),
+          "netlink": family(socket.AF_NETLINK),
           "console": os.path.exists("/dev/console"), "home_dir": home}
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -190,7 +192,7 @@ def test_every_rendered_unit_starts_serves_and_is_confined(lab, lab_container, t
         fetch = (f"python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://127.0.0.1:{port}/\", "
                  f"timeout=5).read().decode())'")
 
-        def served() -> str | None:
+        def served(fetch: str = fetch) -> str | None:
             result = lab.client.exec(name, ["sh", "-c", fetch])
             return result.stdout.decode() if result.exit_code == 0 else None
 

@@ -165,7 +165,7 @@ def test_the_engine_keeps_what_it_needs(key, binary):
         allowed = [v.split() for v in s["DeviceAllow"]]
         assert all(access == "rw" for _, access in allowed)
         patterns = [spec.removeprefix("char-") for spec, _ in allowed]
-        for group in NVIDIA_GROUPS + ("drm",):
+        for group in (*NVIDIA_GROUPS, "drm"):
             assert any(fnmatch.fnmatch(group, p) for p in patterns), f"{name}: {group} not allowed"
         for group in OTHER_GROUPS:
             assert not any(fnmatch.fnmatch(group, p) for p in patterns), f"{name}: {group} allowed"

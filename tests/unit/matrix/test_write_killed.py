@@ -4,8 +4,8 @@ never a partial one (labwright.atomic: temp file + fsync + rename).
 A child process writes a large file (tens of MB, so one write takes long enough to be interrupted) through the
 same function the command uses, alternating two versions; the parent waits until the child's temporary file
 exists (the write is under way, an observable state, polled with a deadline), kills it at a random further point,
-and reads the target. Iterations go on until enough kills have landed mid-write (a kill between two writes proves less), random kill
-points; every one must find a whole version.
+and reads the target. Iterations go on until enough kills have landed mid-write (a kill between two writes proves
+less), random kill points; every one must find a whole version.
 """
 
 from __future__ import annotations
