@@ -46,6 +46,8 @@ import urllib.request
 from labwright.agent.service import restart_unit
 
 POLL = 0.2
+#: How long an exit with no log line of its own waits for its lines to reach the journal.
+LINES_GRACE_S = 3.0
 RECORD_DIR = "/var/lib/labwright/probe"
 
 
@@ -291,6 +293,7 @@ def watch(req: dict, invocation: str, started: float) -> dict:
     url = req.get("health_url")
     lines: list[str] = []
     deadline = started + timeout
+    exit_seen = 0.0
     while True:
         # Each look is bounded by the time left: near the memory limit the guest thrashes and journalctl or
         # systemctl alone can take longer than the whole startup timeout.
@@ -319,6 +322,12 @@ def watch(req: dict, invocation: str, started: float) -> dict:
             if code == "killed" and status in ("9", "KILL"):
                 return {"outcome": "oom", "why": "SIGKILL: the OOM killer", "exit": text,
                         "lines": lines}
+            # systemd's exit line and the service's own (its stdout, through journald's stream) arrive by two paths:
+            # under load the exit can be in the journal before the line that says why (an out-of-memory line).
+            exit_seen = exit_seen or time.monotonic()
+            if not lines and time.monotonic() - exit_seen < LINES_GRACE_S:
+                time.sleep(POLL)
+                continue
             return {"outcome": "error", "why": f"main process exited ({text})", "exit": text, "lines": lines}
         if time.monotonic() > deadline:
             return {"outcome": "timeout", "why": f"no verdict within {timeout:g}s", "lines": lines}

@@ -46,6 +46,13 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
+def _key(key: Any) -> str:
+    """A key as a key path shows it: a plain name as it is, anything else (a line break, a space) quoted, so that
+    the refusal stays one line."""
+    text = str(key)
+    return text if text.replace("_", "").replace("-", "").isalnum() and text.isascii() else _show(text)
+
+
 def _typed(raw: dict[str, Any], where: str, kinds: dict[str, type], required: tuple[str, ...] = (),
            closed: bool = True) -> str:
     """What is wrong with the object ``raw`` at key path ``where`` (empty: nothing): a ``required`` key missing, a
@@ -59,9 +66,9 @@ def _typed(raw: dict[str, Any], where: str, kinds: dict[str, type], required: tu
         kind = kinds.get(key)
         if kind is None:
             if closed:
-                return f"{prefix}{key}: an unknown key"
+                return f"{prefix}{_key(key)}: an unknown key"
         elif not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-            return f"{prefix}{key}: {_show(value)} is not a {'string' if kind is str else kind.__name__}"
+            return f"{prefix}{_key(key)}: {_show(value)} is not a {'string' if kind is str else kind.__name__}"
     return ""
 
 
