@@ -88,11 +88,7 @@ FOUND: list[tuple[str, str, str]] = [
 ]
 #: FOUND cases that still fail, owned by another engineer's files, with what is wrong: xfail(strict=True), so a fix
 #: shows. EMPTY when done.
-PENDING: dict[tuple[str, str, str], str] = {
-    ("bios backup", "host", "0"): "HOST '0' (all digits: not an IP address or host name) is looked up (DNS) before "
-    "it is refused; the host name check (labwright.schema.checks.host_problem) belongs before any connection",
-    ("bios restore", "host", "0"): "the same as bios backup's HOST '0' (looked up before it is refused)",
-}
+PENDING: dict[tuple[str, str, str], str] = {}
 
 CONTROL = "\x01\x07\x08\t\n\r\x0b\x0c\x1b\x7f\u0085\u2028"
 SHELL = ";|&$`'\"<>*?~(){}[]!#\\ "
