@@ -21,25 +21,12 @@ from hypothesis import strategies as st
 from labwright.bench.openai import Client, Endpoint
 from labwright.bench.sse import BadAnswer
 from labwright.bench.tts import bench_tts
-from labwright.cli import main
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
+from support.cli_result import Result, runner
 
 
 @pytest.fixture
 def labwright(capsys):
-    def run(*args: str) -> Result:
-        capsys.readouterr()
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
-
-    return run
+    return runner(capsys)
 
 
 def last_error(result: Result, code: int) -> str:

@@ -15,25 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from labwright.cli import main
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
+from support.cli_result import Result, runner
 
 
 @pytest.fixture
 def labwright(capsys):
-    def run(*args: str) -> Result:
-        capsys.readouterr()
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
-
-    return run
+    return runner(capsys)
 
 
 def one_line_exit_2(result: Result, *words: str) -> str:
