@@ -2,7 +2,7 @@
 publishers): ``simple/<name>/`` pages link ``files/<wheel>#sha256=<published>``; a file can be changed after its
 sha256 was published (``tamper``), as a compromised mirror or a man in the middle would.
 
-(tests/unit/deploys/test_hashed_locks.py has its own copy for the service venvs' locks.)
+Used for the stack dependency locks and the service venvs' locks (tests/unit/deploys/test_hashed_locks.py).
 """
 
 from __future__ import annotations

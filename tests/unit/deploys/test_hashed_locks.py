@@ -9,15 +9,11 @@ labwright says so in one line.
 
 from __future__ import annotations
 
-import hashlib
-import http.server
 import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,57 +24,11 @@ from labwright.deploys.common import lock_of, pip_install, pip_requirements, pip
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.locks import LOCK_NAME, cached_lock, check_lock, make_lock
 from labwright.wheelhouse import download_wheelhouse
+from support.simple_index import Index, serve
 from support.wheels import write_wheel
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 PLATFORMS = ["manylinux_2_28_x86_64"]
-
-
-class Index:
-    """A PEP 503 simple index in ``root``: ``simple/<name>/`` pages linking ``files/<wheel>#sha256=<published>``."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.files = root / "files"
-        self.published: dict[str, str] = {}
-        self.url = ""
-
-    def publish(self, wheel: Path, with_hash: bool = True) -> None:
-        self.files.mkdir(parents=True, exist_ok=True)
-        shutil.copy(wheel, self.files / wheel.name)
-        name = wheel.name.split("-")[0].replace("_", "-").lower()
-        sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
-        self.published[wheel.name] = sha
-        page = self.root / "simple" / name
-        page.mkdir(parents=True, exist_ok=True)
-        fragment = f"#sha256={sha}" if with_hash else ""
-        (page / "index.html").write_text(f'<!DOCTYPE html><html><body><a href="../../files/{wheel.name}{fragment}">'
-                                         f"{wheel.name}</a></body></html>")
-
-    def tamper(self, filename: str) -> None:
-        """The file changes on the index; the page keeps the sha256 it published."""
-        path = self.files / filename
-        path.write_bytes(path.read_bytes() + b"\0")
-
-
-@contextmanager
-def serve(root: Path) -> Iterator[Index]:
-    served = Index(root)
-    served.root.mkdir()
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             lambda *a: Quiet(*a, directory=str(served.root)))  # type: ignore[misc]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    served.url = f"http://127.0.0.1:{server.server_address[1]}/simple/"
-    try:
-        yield served
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
