@@ -65,13 +65,6 @@ def https_url(value: Any) -> str:
     return text
 
 
-def not_root(value: Any) -> str:
-    name = checks.user_name(value)
-    if name == "root":
-        raise ValueError(f"{name!r} is not a valid name")
-    return name
-
-
 @cache
 def data_schema() -> type[Schema]:
     """Kokoro's own ``kokoro_*`` values, typed (built on first use: pydantic loads only with the data)."""
@@ -81,8 +74,8 @@ def data_schema() -> type[Schema]:
     from labwright.schema.model import Schema
 
     class KokoroData(Schema):
-        service: Annotated[str, BeforeValidator(not_root)]
-        user: Annotated[str, BeforeValidator(not_root)]
+        service: Annotated[str, BeforeValidator(checks.service_user)]
+        user: Annotated[str, BeforeValidator(checks.service_user)]
         dir: ManagedDir
         venv: ManagedDir
         host: ListenAddress

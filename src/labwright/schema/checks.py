@@ -166,6 +166,14 @@ def user_name(value: Any) -> str:
     return text
 
 
+def service_user(value: Any) -> str:
+    """A user (or unit) name a service runs as: :func:`user_name`, and never root."""
+    name = user_name(value)
+    if name == "root":
+        raise ValueError(f"{name!r} is not a valid name (lowercase letters, digits, _ and -; not root)")
+    return name
+
+
 def size(value: Any) -> int:
     """Bytes, from a number of bytes or a size such as ``2.4GiB``, ``512MiB`` (labwright.tuning.units.parse_size:
     every unit binary, 1 PiB at most)."""

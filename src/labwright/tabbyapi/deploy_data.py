@@ -95,13 +95,6 @@ def git_url(value: Any) -> str:
     return text
 
 
-def service_name(value: Any) -> str:
-    name = checks.user_name(value)
-    if name == "root":
-        raise ValueError(f"{name!r} is not a valid name (lowercase letters, digits, _ and -; not root)")
-    return name
-
-
 def apt_packages(value: Any) -> list[str]:
     packages = [p for p in re.split(r"[,\s]+", value) if p] if isinstance(value, str) else value
     if not isinstance(packages, list) or not all(isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", p)
@@ -172,8 +165,8 @@ def data_schema() -> type[Schema]:
         keep: Annotated[int, typed(checks.whole(1))]
         base_python: Annotated[str, typed(checks.or_empty(checks.line))]
         installer: Annotated[str, typed(checks.one_of("auto", "uv", "pip"))]
-        service: Annotated[str, typed(service_name)]
-        user: Annotated[str, typed(service_name)]
+        service: Annotated[str, typed(checks.service_user)]
+        user: Annotated[str, typed(checks.service_user)]
         packages: Annotated[list[str], typed(apt_packages)]
         restart: Annotated[str, typed(restart_policy)]
         restart_sec: Annotated[int, typed(checks.whole(0))]
