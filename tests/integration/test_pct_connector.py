@@ -29,10 +29,10 @@ from pyinfra.api.connect import connect_all
 from pyinfra.api.exceptions import ConnectError
 from pyinfra.api.host import Host
 
-from labwright.lab.lab import instance_address
 from labwright.lxd.client import ExecResult
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import pyinfra_totals
+from support.pct_node import pct_node
 from support.pve_snapshot_sim import api, create, sim
 from support.pve_snapshot_sim import cli as sim_cli
 from support.snapshot_cli import assert_one_line_refusal
@@ -42,7 +42,6 @@ pytestmark = pytest.mark.lab
 __all__ = ["api", "sim"]  # fixtures of support.pve_snapshot_sim
 
 REPO = Path(__file__).resolve().parents[2]
-PCT_DOUBLE = REPO / "tests" / "support" / "doubles" / "pct"
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
 CT, STOPPED_CT, MISSING_CT = 101, 102, 999
 NASTY = ["with space", "it's", 'say "hi"', "$HOME", "`id -u`", "$(id -u)", "back\\slash", "new\nline",
@@ -78,19 +77,9 @@ class PveNode:
 
 @pytest.fixture(scope="module")
 def pve_node(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PveNode]:
-    container = lab.fresh("lwpct")
-    try:
-        lab.client.push_file(container, "/usr/local/sbin/pct", PCT_DOUBLE.read_bytes(), mode=0o755)
-        made = lab.client.exec(container, ["sh", "-c", f"pct create {CT} --start 1 && pct create {STOPPED_CT}"])
-        assert made.exit_code == 0, made.stderr.decode()
-        address = instance_address(lab.client, container)
-        assert address, f"{container} has no address"
-        host_key = lab.client.exec(container, ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]).stdout.decode().split()
-        known_hosts = tmp_path_factory.mktemp("pve") / "known_hosts"
-        known_hosts.write_text(f"{address} {host_key[0]} {host_key[1]}\n")
+    create = f"pct create {CT} --start 1 && pct create {STOPPED_CT}"
+    with pct_node(lab, tmp_path_factory, "lwpct", create) as (container, address, known_hosts):
         yield PveNode(lab, container, address, lab.private_key_path, known_hosts)
-    finally:
-        lab.remove(container)
 
 
 def make_host(node: PveNode, vmid: int = CT, **data: object) -> Host:

@@ -14,13 +14,12 @@ from labwright.errors import OperationFailed
 from labwright.guests.pve_node import SshPveNode
 from labwright.hosts.pct import PctHost
 from labwright.hosts.ssh import SshHost
-from labwright.lab.lab import instance_address
 from labwright.testing.lab_fixture import Lab
+from support.pct_node import pct_node
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = pytest.mark.lab
 
-PCT_DOUBLE = Path(__file__).resolve().parents[1] / "support" / "doubles" / "pct"
 CT = 101
 
 
@@ -44,19 +43,8 @@ class PveNode:
 
 @pytest.fixture(scope="module")
 def pve_node(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PveNode]:
-    container = lab.fresh("lwpvn")
-    try:
-        lab.client.push_file(container, "/usr/local/sbin/pct", PCT_DOUBLE.read_bytes(), mode=0o755)
-        made = lab.client.exec(container, ["sh", "-c", f"pct create {CT} --start 1"])
-        assert made.exit_code == 0, made.stderr.decode()
-        address = instance_address(lab.client, container)
-        assert address, f"{container} has no address"
-        host_key = lab.client.exec(container, ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]).stdout.decode().split()
-        known_hosts = tmp_path_factory.mktemp("pve") / "known_hosts"
-        known_hosts.write_text(f"{address} {host_key[0]} {host_key[1]}\n")
+    with pct_node(lab, tmp_path_factory, "lwpvn", f"pct create {CT} --start 1") as (container, address, known_hosts):
         yield PveNode(lab, container, address, lab.private_key_path, known_hosts)
-    finally:
-        lab.remove(container)
 
 
 def ssh_data(node: PveNode) -> dict[str, object]:
