@@ -23,7 +23,7 @@ from labwright import paths
 from labwright.deploy_data import jinja
 from labwright.lab.keys import lab_key_path
 from labwright.schema import checks
-from labwright.schema.checks import USER_NAME
+from labwright.schema.checks import service_user
 from labwright.shell import quote
 
 if TYPE_CHECKING:
@@ -105,10 +105,8 @@ def extra_sshd_lines(found: Any) -> list[str]:
 
 
 def admin_name(found: Any) -> str:
-    name = str(found) if isinstance(found, str | int) and not isinstance(found, bool) else ""
-    if not USER_NAME.match(name) or name == "root":
-        raise ValueError(f"{str(found)[:80]!r} is not a valid name for a new admin user")
-    return name
+    """The admin user to create: schema.checks.service_user (a user name, never root)."""
+    return service_user(found)
 
 
 def zone_name(found: Any) -> str:

@@ -7,7 +7,6 @@ the guest needs no SSH; each failure names field note 003's cause and fix.
 from __future__ import annotations
 
 import json
-import re
 
 import typer
 
@@ -18,6 +17,7 @@ from labwright.hostnames import BadHostName, lxd_guest
 from labwright.hosts.lxd import LxdHost
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
+from labwright.schema.checks import USER_NAME
 from labwright.ui import stdout, table
 
 NAME = "desktop"
@@ -27,15 +27,11 @@ HELP = ("Desktop guests (xrdp + MATE + Firefox): check one against the troublesh
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
 
-#: A Linux login name as useradd accepts it by default (shadow-utils NAME_REGEX: ^[a-z_][a-z0-9_-]*[$]?$, 32 max).
-USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,30}\$?$")
-
-
 def check_arguments(user: str | None, port: int | None) -> None:
     """Refuse what no desktop guest can have, before the daemon is asked anything."""
     if port is not None and not 1 <= port <= 65535:
         raise BadInput(f"--port {port}: not a TCP port; give 1-65535 (xrdp listens on 3389)")
-    if user is not None and not USER_NAME.match(user):
+    if user is not None and not USER_NAME.match(user):  # schema.checks: the one user-name pattern
         raise BadInput(f"--user {user!r}: not a Linux user name; use lower-case letters, digits, _ and -, "
                        "starting with a letter or _ (at most 32)")
 

@@ -14,7 +14,7 @@ from labwright.deploy_data import DeployData
 from labwright.errors import BadInput
 from labwright.facts.llamacpp import PortListeners
 from labwright.locks import LOCK_NAME
-from labwright.schema.checks import USER_NAME as NAME  # a systemd unit / system user name
+from labwright.schema.checks import service_user  # a systemd unit / system user name, never root
 from labwright.shell import join, quote
 from labwright.snapshots import deploy as snapshot_ops
 
@@ -24,10 +24,13 @@ RELEASE = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")  # a PyPI release
 def service_user_version(keys: DeployData, package: str, example: str) -> tuple[str, str, str]:
     """The ``service``, ``user`` and ``version`` data of a pip-installed service, checked: plain names (never root)
     and a release of ``package`` such as ``example``; a refusal names the data key."""
-    service, user = str(keys.get("service")), str(keys.get("user"))
-    for key, value in (("service", service), ("user", user)):
-        if not NAME.match(value) or value == "root":
-            raise keys.fail(key, f"{value!r} is not a valid name")
+    names = []
+    for key in ("service", "user"):
+        try:
+            names.append(service_user(keys.get(key)))
+        except ValueError as error:
+            raise keys.fail(key, str(error)) from None
+    service, user = names
     version = str(keys.get("version")).strip()
     if not RELEASE.match(version):
         raise keys.fail("version", f"{version!r} is not a release of {package} such as {example}")

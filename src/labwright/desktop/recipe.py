@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from labwright.errors import BadInput
+from labwright.schema.checks import service_user
 
 FIREFOX_SOURCES = ("mozilla", "debian-esr")
 DEFAULT_USER = "desk"
@@ -42,7 +42,6 @@ MOZILLA_PREREQUISITES = ("ca-certificates", "curl", "gnupg")
 #: Browsers that do not work in an unprivileged container (field note 003's "Chrome says offline").
 CHROME_PACKAGES = ("google-chrome-stable", "google-chrome-beta", "google-chrome-unstable", "chromium")
 
-_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 #: LXD config that hands the container more than an ordinary unprivileged one: field note 003's "AppArmor unconfined"
 #: bodge and its relatives. A desktop guest talks to the open internet; it keeps its confinement.
 DOWNGRADE_KEYS = ("security.privileged", "raw.apparmor", "raw.seccomp", "raw.lxc", "security.syscalls.deny_default",
@@ -129,9 +128,10 @@ def recipe_digest(distro_id: str, firefox_source: str, extra: str = "") -> str:
 
 def parse_settings(data: Mapping[str, Any], where: str) -> Settings:
     """The ``desktop_*`` host data, checked; each refusal is one line naming the key and the fix."""
-    user = str(data.get("desktop_user") or DEFAULT_USER)
-    if not _USER.match(user) or user == "root":
-        raise BadInput(f"{where}: desktop_user {user!r} is not a valid user name (lower-case letters, digits, _ -)")
+    try:
+        user = service_user(data.get("desktop_user") or DEFAULT_USER)
+    except ValueError as error:
+        raise BadInput(f"{where}: desktop_user {error}") from None
     raw_port = data.get("desktop_port")
     raw_port = DEFAULT_PORT if raw_port is None else raw_port
     try:

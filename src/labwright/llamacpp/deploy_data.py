@@ -36,7 +36,6 @@ from labwright.llamacpp import cuda
 from labwright.llamacpp.build import CUDA_LIB_DIR, cache_dir
 from labwright.models.deploy_data import ModelSettings, engine_model
 from labwright.schema import checks
-from labwright.schema.checks import USER_NAME
 
 if TYPE_CHECKING:
     from labwright.schema.model import Schema
@@ -51,11 +50,6 @@ KEYS = DeployData("llamacpp", DEFAULTS)
 KEY_OPTIONS = ("--api-key", "--api-key-file")
 
 
-def not_root(value: Any) -> str:
-    name = str(value)
-    if not USER_NAME.match(name) or name == "root":
-        raise ValueError(f"{name!r} is not a valid name")
-    return name
 
 
 def guest_path(value: Any) -> str:
@@ -95,8 +89,8 @@ def data_schema() -> type[Schema]:
     from labwright.schema.model import Schema
 
     class LlamacppData(Schema):
-        service: Annotated[str, Check(not_root)]
-        user: Annotated[str, Check(not_root)]
+        service: Annotated[str, Check(checks.service_user)]
+        user: Annotated[str, Check(checks.service_user)]
         binary: Annotated[str, Check(guest_path)]
         model: Annotated[str, Check(guest_path)]
         flash_attn: Annotated[str, Check(flash_attn_mode)]

@@ -107,7 +107,7 @@ def test_sudo_is_passwordless_unless_the_data_asks_for_the_password(pub):
 @pytest.mark.parametrize(("more", "line"), [
     ({"admin_sudo_nopasswd": "maybe"}, "admin_sudo_nopasswd: 'maybe' is not a boolean"),
     ({"sshd_extra_config": 5}, "sshd_extra_config: must be a list of sshd_config lines"),
-    ({"admin_user": "Admin"}, "admin_user: 'Admin' is not a valid name"),
+    ({"admin_user": "Admin"}, "admin_user: 'Admin' is not a user name"),
 ])
 def test_the_schema_refuses_in_one_line(pub, more, line):
     with pytest.raises(DeployError) as error:

@@ -69,7 +69,7 @@ def test_false_and_empty_flags_are_left_out(binary):
     ({"ubatch_size": 4096}, "ubatch_size", "out of range"),
     ({"port": "http"}, "port", "not a whole number"),
     ({"chat_template_kwargs": "{nope"}, "chat_template_kwargs", "not a JSON object"),
-    ({"service": "Bad Name"}, "service", "not a valid name"),
+    ({"service": "Bad Name"}, "service", "not a user name"),
     ({"user": "root"}, "user", "not a valid name"),
     ({"model": "models/q.gguf"}, "model", "must be an absolute path"),
     ({"extra_args": [1, 2]}, "extra_args", "list of command-line words"),
