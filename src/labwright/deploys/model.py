@@ -64,8 +64,22 @@ def probe(s: ModelSettings) -> str:
     return str(state)
 
 
+#: The labwright modules the runner reads its environment through (fetch.labwright_env), carried in its text: a guest
+#: has no labwright (standard library only, no pydantic: labwright.schema.env imports it for a URL variable only).
+CARRIED_MODULES = ("labwright", "labwright.errors", "labwright.schema", "labwright.schema.env")
+
+
 def runner_source() -> str:
-    return Path(fetch.__file__).read_text(encoding="utf-8")
+    """models/fetch.py as the guest runs it (the file put, the probe's stdin), its CARRIED modules filled in."""
+    import importlib
+
+    text = Path(fetch.__file__).read_text(encoding="utf-8")
+    carried = {name: Path(str(importlib.import_module(name).__file__)).read_text(encoding="utf-8")
+               for name in CARRIED_MODULES}
+    empty = "CARRIED: dict[str, str] = {}\n"
+    if empty not in text:
+        raise DeployError(f"{fetch.__file__}: no '{empty.strip()}' line to carry labwright.schema.env in")
+    return text.replace(empty, f"CARRIED: dict[str, str] = {carried!r}\n", 1)
 
 
 def download(s: ModelSettings, state: str, what: str = "model download packages") -> OperationMeta | None:

@@ -212,18 +212,53 @@ def hub_refusal(status: int, headers: Any, spec: dict[str, Any], where: str, tok
     return None
 
 
+#: The labwright modules this runner reads its environment through, carried in its own text where labwright is not
+#: installed (a guest): ``deploys/model.py``'s ``runner_source`` fills this in with their sources (module name ->
+#: source); run from an installed labwright (``labwright model fetch``, the tests) it stays empty and they import.
+CARRIED: dict[str, str] = {}
+
+
+def labwright_env() -> Any:
+    """:mod:`labwright.schema.env` (every environment variable labwright reads, declared once; standard library
+    only): imported where labwright is installed, else made from :data:`CARRIED`."""
+    try:
+        from labwright.schema import env
+    except ImportError:
+        if not CARRIED:
+            raise
+        import types
+
+        for name, source in CARRIED.items():
+            module = types.ModuleType(name)
+            if name.count(".") < 2:  # labwright, labwright.schema: packages
+                module.__path__ = []
+            sys.modules[name] = module
+            if "." in name:
+                parent, _, child = name.rpartition(".")
+                setattr(sys.modules[parent], child, module)
+            exec(compile(source, f"<carried {name}>", "exec"), module.__dict__)
+        from labwright.schema import env
+    return env
+
+
 def hub_token() -> str | None:
     """The token huggingface_hub sends (2.4.0 utils/_auth.py 60-86 ``get_token``, 147-156, 453-460: ``HF_TOKEN``,
     else ``HUGGING_FACE_HUB_TOKEN``, else the token file; constants.py 159-168 and 250-257 put the file at
     ``HF_TOKEN_PATH``, else ``HF_HOME/token``, ``HF_HOME`` defaulting to ``XDG_CACHE_HOME/huggingface`` or
-    ``~/.cache/huggingface``), so the probe asks with the token the download will use."""
-    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
-        value = (os.environ.get(name) or "").replace("\r", "").replace("\n", "").strip()
-        if value:
-            return value
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
-    path = os.environ.get("HF_TOKEN_PATH") or os.path.join(os.path.expanduser(os.path.expandvars(home)), "token")
+    ``~/.cache/huggingface``), so the probe asks with the token the download will use. The variables are read
+    through labwright.schema.env, as labwright's CLI reads them: a token with a line break inside (it would reach
+    the Authorization header) is Refused, one line naming the variable, exit 2."""
+    env = labwright_env()
+    try:
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+            value = env.read(name)
+            if value:
+                return str(value)
+        home = env.read("HF_HOME") or os.path.join(
+            env.read("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+        path = env.read("HF_TOKEN_PATH") or os.path.join(os.path.expanduser(os.path.expandvars(home)), "token")
+    except env.BadInput as exc:
+        raise Refused(str(exc).replace("(nothing was contacted)", "(nothing was downloaded)"), EXIT_BAD_INPUT) from None
     try:
         value = Path(os.path.expanduser(os.path.expandvars(path))).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
@@ -455,6 +490,7 @@ def _to_come(tree: dict[str, Any], wanted: list[str], blobs: Path) -> tuple[int,
 
 def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | None) -> dict[str, Any]:
     """Download, verify, mark complete; returns the marker. Raises Refused."""
+    hub_token()  # huggingface_hub reads the same variables: a bad one is refused here, before the Hub is asked
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     # huggingface_hub's 10 s defaults (constants.py 310-314) fail a HEAD or stall a read on a busy guest or a slow

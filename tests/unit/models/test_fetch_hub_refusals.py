@@ -230,3 +230,33 @@ def test_hub_refusal_of_an_entry_names_the_file_only_for_a_file_spec():
                                                 (404, {})])
 def test_hub_refusal_is_none_when_the_hub_did_not_say_why(status, answer):
     assert fetch.hub_refusal(status, headers(**answer), SPEC, "https://hub.test", False) is None
+
+
+# --- the token read through labwright.schema.env, on a guest without labwright ----------------------------------------
+
+def bare_probe(hub: StandinHub, tmp_path: Path, token: str, repo: str) -> subprocess.CompletedProcess[str]:
+    """The probe as a guest without labwright runs it: the deploy's runner_source() (labwright.schema.env carried in
+    its text) on stdin of this Python without site-packages (-I -S: standard library only, no pydantic)."""
+    from labwright.deploys.model import runner_source
+
+    spec = parse_spec({"repo": repo})
+    return subprocess.run([sys.executable, "-I", "-S", "-", "--probe", "--spec", json.dumps(spec.as_json()),
+                           "--cache", str(tmp_path / "models" / "hub"), "--models", str(tmp_path / "models"),
+                           "--endpoint", hub.endpoint], input=runner_source(), capture_output=True, text=True,
+                          timeout=120, env=clean_env(tmp_path, token))
+
+
+def test_a_line_break_in_the_token_is_refused_in_one_line_naming_hf_token(hub, tmp_path):
+    line = refusal(run(hub, tmp_path, token="hf_granted\ntoken", repo="lab/tiny"), 2)
+    assert line.startswith("environment variable HF_TOKEN holds the control character '\\n'"), line
+    assert "hf_granted" not in line and line.endswith("(nothing was downloaded)") and hub.requests == []
+    proc = bare_probe(hub, tmp_path, "hf_granted\ntoken", "lab/tiny")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.startswith("refused environment variable HF_TOKEN holds the control character"), proc.stdout
+    assert hub.requests == []
+
+
+def test_the_bare_probe_reads_the_token_through_the_carried_schema_env(hub, tmp_path):
+    proc = bare_probe(hub, tmp_path, f"  {GRANTED}\n", "lab/gated")  # surrounding space and a final line break go
+    assert (proc.returncode, proc.stderr, proc.stdout.strip()) == (0, "", "incomplete")
+    assert {r.token for r in hub.requests} == {GRANTED}
