@@ -82,6 +82,8 @@ FEEDS = (
     Feed("causal-conv1d", "causal_conv1d_pypi", "1.4"),
     Feed("flash-linear-attention", "fla_pypi", "0.1"),
     Feed("fla-core", "fla_pypi", "0.1"),
+    # vLLM's wheels are cp38-abi3 with no torch in the name: each release's METADATA pins torch==X (read here)
+    Feed("vllm", "vllm_pypi", "0.20", metadata=True),
 )
 
 

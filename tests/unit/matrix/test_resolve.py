@@ -184,7 +184,7 @@ def test_json_has_exactly_the_documented_keys(matrix):
         ({"torch": "2.11.0", "cuda": "thirteen"}, "--cuda 'thirteen' is not a CUDA version"),
         ({"torch": "2.11.0", "python": "python3"}, "--python 'python3' is not a CPython version"),
         ({"torch": "2.11.0", "driver": "latest"}, "--driver 'latest' is not an NVIDIA driver version"),
-        ({"torch": "2.11.0", "engine": "vllm"}, "--engine 'vllm' is unknown: use one of exllamav3, tabbyapi"),
+        ({"torch": "2.11.0", "engine": "sglang"}, "--engine 'sglang' is unknown: use one of exllamav3, tabbyapi, vllm"),
         ({"torch": "2.11.0", "pins": ("numpy==2",)}, "--pin 'numpy==2': numpy is not in the matrix"),
         ({"torch": "2.11.0", "pins": ("exllamav3 = = 1",)}, "--pin 'exllamav3 = = 1' is not a requirement"),
         ({"torch": "2.11.0", "platform": "macos"}, "--platform 'macos' is unknown"),
