@@ -41,8 +41,10 @@ def socket_variable(path: str) -> str | None:
     return next((var for var in SOCKET_VARIABLES.values() if path and os.environ.get(var) == path), None)
 
 
-def find_local_socket(flavour: str = "lxd") -> str:
-    """Return the path of the local LXD (or Incus) unix socket, or raise with the fix."""
+def find_local_socket(flavour: str = "lxd", fallback: bool = True) -> str:
+    """Return the path of the local LXD (or Incus) unix socket, or raise with the fix. ``fallback``: an LXD that is
+    not here falls back to a local Incus (the ``@lxd`` connector on an Incus-only host); the lab, which names its
+    daemon (``lab_backend``), asks for that one only."""
     named = SOCKET_VARIABLES["incus" if flavour == "incus" else "lxd"]
     from_env = os.environ.get(named)
     if from_env:
@@ -56,7 +58,7 @@ def find_local_socket(flavour: str = "lxd") -> str:
         candidates = [os.path.join(env, "unix.socket")]
     else:
         candidates = list(SOCKET_CANDIDATES[flavour])
-        if flavour == "lxd":
+        if flavour == "lxd" and fallback:
             candidates += list(SOCKET_CANDIDATES["incus"])
     for path in candidates:
         if os.path.exists(path):
@@ -100,9 +102,27 @@ class Endpoint:
     client_key: str | None = None
     server_cert: str | None = None  # pinned certificate (lxc's servercerts/REMOTE.crt); else system CAs
     verify: bool = True
+    #: How messages name the daemon ("LXD", "Incus"); empty: told by the socket (an Incus one, or INCUS_SOCKET's).
+    daemon: str = ""
 
     def describe(self) -> str:
         return self.socket_path or self.url or "?"
+
+    @property
+    def title(self) -> str:
+        """``Incus`` or ``LXD``: the daemon this endpoint reaches, for messages."""
+        if self.daemon:
+            return self.daemon
+        path = self.socket_path or ""
+        if path and (socket_variable(path) == "INCUS_SOCKET" or path in SOCKET_CANDIDATES["incus"]
+                     or (os.environ.get("INCUS_DIR") and path == os.path.join(os.environ["INCUS_DIR"], "unix.socket"))):
+            return "Incus"
+        return "LXD"
+
+    @property
+    def tool(self) -> str:
+        """The daemon's command line client: ``incus`` or ``lxc``."""
+        return "incus" if self.title == "Incus" else "lxc"
 
     def address(self) -> tuple[str, int]:
         """(host, port) of an HTTPS endpoint."""
@@ -197,7 +217,7 @@ class LxdClient:
                 raw.close()
                 raise
         except (OSError, ssl.SSLError) as exc:
-            raise OperationFailed(f"LXD at {ep.describe()} unreachable: {exc}") from exc
+            raise OperationFailed(f"{ep.title} at {ep.describe()} unreachable: {exc}") from exc
 
     @property
     def host_header(self) -> str:
@@ -258,18 +278,22 @@ class LxdClient:
                 self.close()
                 if attempt:
                     # A refused connect on a unix socket: the socket file is there but no daemon listens.
-                    raise self._unreachable(f"LXD at {self.endpoint.describe()} unreachable: {exc}") from exc
+                    raise self._unreachable(f"{self.endpoint.title} at {self.endpoint.describe()} unreachable: "
+                                            f"{exc}") from exc
             except FileNotFoundError as exc:
                 self.close()
-                raise self._unreachable(f"LXD socket {self.endpoint.describe()} is gone: {exc}") from exc
+                raise self._unreachable(f"{self.endpoint.title} socket {self.endpoint.describe()} is gone: "
+                                        f"{exc}") from exc
             except PermissionError as exc:
                 self.close()
                 raise OperationFailed(
-                    f"permission denied on {self.endpoint.describe()}; run as root or join the lxd group"
+                    f"permission denied on {self.endpoint.describe()}; run as root or join the "
+                    f"{'incus-admin' if self.endpoint.title == 'Incus' else 'lxd'} group"
                 ) from exc
             except (TimeoutError, OSError) as exc:
                 self.close()
-                raise self._unreachable(f"LXD at {self.endpoint.describe()} unreachable: {exc}") from exc
+                raise self._unreachable(f"{self.endpoint.title} at {self.endpoint.describe()} unreachable: "
+                                        f"{exc}") from exc
         raise AssertionError("unreachable")
 
     def _unreachable(self, message: str) -> LxdError | OperationFailed | BadInput:
@@ -302,7 +326,8 @@ class LxdClient:
         except ValueError as exc:
             raise LxdError(f"{method} {path}: non-JSON answer (HTTP {status})", status) from exc
         if not isinstance(doc, dict):
-            raise LxdError(f"{method} {path}: LXD answered {type(doc).__name__} instead of an object "
+            raise LxdError(f"{method} {path}: {self.endpoint.title} answered {type(doc).__name__} instead of an "
+                           "object "
                            f"(HTTP {status})", status)
         if doc.get("type") == "error" or status >= 400:
             message = doc.get("error") or f"HTTP {status}"
@@ -423,10 +448,12 @@ class LxdClient:
         try:
             doc = json.loads(resp.read() or b"{}")
         except (ValueError, OSError) as exc:  # a daemon restarting mid-answer: cut or non-JSON bodies
-            raise LxdError(f"{what}: no usable answer from LXD (HTTP {resp.status}: {exc}); is the daemon "
-                           "restarting? run again once `lxc list` answers", resp.status) from exc
+            ep = self.endpoint
+            raise LxdError(f"{what}: no usable answer from {ep.title} (HTTP {resp.status}: {exc}); is the daemon "
+                           f"restarting? run again once `{ep.tool} list` answers", resp.status) from exc
         if not isinstance(doc, dict):
-            raise LxdError(f"{what}: LXD answered {type(doc).__name__} instead of an object (HTTP {resp.status})",
+            raise LxdError(f"{what}: {self.endpoint.title} answered {type(doc).__name__} instead of an object "
+                           f"(HTTP {resp.status})",
                            resp.status)
         if doc.get("type") == "error" or resp.status >= 400:
             cls = LxdNotFound if resp.status == 404 else LxdError
