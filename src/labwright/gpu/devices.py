@@ -83,7 +83,7 @@ class Vendor(Protocol):
 
 
 #: The modules that register a vendor when imported (``register``). A new vendor is one more line.
-_VENDOR_MODULES = ("labwright.gpu.nvidia",)
+_VENDOR_MODULES = ("labwright.gpu.nvidia", "labwright.gpu.dri")
 _VENDORS: dict[str, Vendor] = {}
 
 

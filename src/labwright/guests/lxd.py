@@ -7,10 +7,12 @@ writes nothing. The rules of what an instance should look like are in ``lxd_rend
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from labwright import ui
 from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed, SafetyCheckFailed
+from labwright.gpu.dri import RENDER_GID, RENDER_GROUP, VENDOR_IDS, DriFacts, read_dri, resolve_vendor, vendor_of_id
 from labwright.gpu.nvidia.boot_unit import (
     BOOT_UNIT,
     BOOT_UNIT_PATH,
@@ -30,6 +32,7 @@ from labwright.guests.lxd_render import (
     GpuWiring,
     diff,
     render,
+    resolve_dri,
     resolve_gpu,
     restart_needed,
 )
@@ -53,6 +56,7 @@ class LxdBackend(GuestBackend):
         # Paths in the spec (mount sources) are this machine's only when the daemon is local.
         self.local = client.endpoint.socket_path is not None and remote in (None, "local")
         self._nvidia_cards: int | None = None
+        self._cards: list[dict[str, Any]] | None = None
         self._unit_text: str | bool | None = False  # the host's boot unit, read once (False: not read yet)
 
     @property
@@ -79,15 +83,63 @@ class LxdBackend(GuestBackend):
     def _instance_by_name(self, name: str) -> dict[str, Any] | None:
         return self.client.instance_or_none(name)
 
+    def _lxd_cards(self) -> list[dict[str, Any]]:
+        """The GPU cards the daemon reports (/1.0/resources; cached: one request a run)."""
+        if self._cards is None:
+            resources = self.client.request("GET", "/1.0/resources") or {}
+            self._cards = list((resources.get("gpu") or {}).get("cards") or [])
+        return self._cards
+
     def nvidia_cards(self) -> int:
         """NVIDIA cards with the nvidia driver as the daemon reports them (cached: one request a run)."""
         if self._nvidia_cards is None:
-            resources = self.client.request("GET", "/1.0/resources") or {}
-            cards = (resources.get("gpu") or {}).get("cards") or []
+            cards = self._lxd_cards()
             self._nvidia_cards = sum(1 for c in cards if c.get("driver") == "nvidia" or c.get("vendor_id") == "10de")
         return self._nvidia_cards
 
-    def _gpu(self, spec: GuestSpec) -> GpuWiring:
+    def vendor_cards(self, vendor: str) -> int:
+        """Cards of ``vendor`` (amd, intel) as the daemon reports them: its ``vendor_id`` is hex without 0x."""
+        return sum(1 for c in self._lxd_cards() if _hex_id(c.get("vendor_id")) in VENDOR_IDS[vendor])
+
+    def _dri_facts(self) -> DriFacts | None:
+        """This host's /sys/class/drm and /dev/dri (None for a remote daemon)."""
+        return read_dri(self.gpu_host.root) if self.gpu_host is not None else None
+
+    def resolved(self, spec: GuestSpec) -> GuestSpec:
+        """``spec`` with ``gpu: auto`` made the vendor this host has (the local /sys/class/drm and NVIDIA driver, or
+        the cards a remote daemon reports), and a named AMD/Intel vendor checked against the host."""
+        if spec.gpu not in ("auto", "amd", "intel"):
+            return spec
+        facts = self._dri_facts()
+        if facts is None:
+            facts = DriFacts(nvidia_driver=bool(self.nvidia_cards()))
+            if spec.gpu != "auto":
+                return spec  # a remote's cards are checked by resolve_dri
+            vendors = [vendor_of_id(_hex_id(c.get("vendor_id"))) for c in self._lxd_cards()]
+            present = [v for v in ("nvidia", "amd", "intel") if v in vendors]
+            if not present:
+                raise BadInput(f"{spec.where}: gpu: auto, but {_daemon(spec)} remote {spec.node} reports no GPU; set gpu: none")
+            return replace(spec, gpu=present[0])
+        label = self.gpu_host.label if self.gpu_host is not None else "this host"
+        return replace(spec, gpu=resolve_vendor(spec.gpu, facts, spec.where, label))
+
+    def _render_gid(self, spec: GuestSpec, current: dict[str, Any] | None) -> int:
+        """The guest's ``render`` gid when it runs and has the group, else RENDER_GID (community-scripts' fallback);
+        the guest side makes the group with that gid where the image has none (docs/gpu.md)."""
+        if current is None or current.get("status") != "Running":
+            return RENDER_GID
+        try:
+            result = self.client.exec(spec.name, ["getent", "group", RENDER_GROUP])
+        except LxdError:
+            return RENDER_GID
+        fields = result.stdout.decode(errors="replace").strip().split(":")
+        return int(fields[2]) if result.exit_code == 0 and len(fields) > 2 and fields[2].isdigit() else RENDER_GID
+
+    def _gpu(self, spec: GuestSpec, current: dict[str, Any] | None = None) -> GpuWiring:
+        if spec.wants_dri:
+            label = self.gpu_host.label if self.gpu_host is not None else "this host"
+            return resolve_dri(spec, self._dri_facts(), self.vendor_cards(spec.gpu),
+                               self._render_gid(spec, current), label)
         if not spec.wants_gpu:
             return resolve_gpu(spec, self.gpu_host, 0)
         return resolve_gpu(spec, self.gpu_host, self.nvidia_cards(), self._cdi_offer())
@@ -111,13 +163,13 @@ class LxdBackend(GuestBackend):
         profiles = list(spec.profiles) if spec.profiles is not None else ["default"]
         needs_pool = spec.rootfs is not None and spec.rootfs.storage is None
         pool = self._root_pool(profiles, current) if needs_pool else None
-        return render(spec, self._gpu(spec), pool)
+        return render(spec, self._gpu(spec, current), pool)
 
     # --- checks that need the daemon (only for what is about to change: a no-change run skips them) ----
     def _check_profiles(self, spec: GuestSpec, profiles: list[str]) -> None:
         for profile in profiles:
             if self.client.get_or_none(f"/1.0/profiles/{profile}") is None:
-                raise BadInput(f"{spec.where}: profile {profile!r} does not exist on LXD {self.remote}; "
+                raise BadInput(f"{spec.where}: profile {profile!r} does not exist on {_daemon(spec)} {self.remote}; "
                                "create it or fix `profiles`")
 
     def _check_devices(self, spec: GuestSpec, changes: list[Change]) -> None:
@@ -126,11 +178,11 @@ class LxdBackend(GuestBackend):
             if not isinstance(dev, dict):
                 continue
             if dev.get("type") == "nic" and self.client.get_or_none(f"/1.0/networks/{dev['parent']}") is None:
-                raise BadInput(f"{spec.where}: bridge {dev['parent']!r} does not exist on LXD {self.remote}; "
+                raise BadInput(f"{spec.where}: bridge {dev['parent']!r} does not exist on {_daemon(spec)} {self.remote}; "
                                "fix `net` or create the bridge")
             if dev.get("type") == "disk" and dev.get("pool") and \
                     self.client.get_or_none(f"/1.0/storage-pools/{dev['pool']}") is None:
-                raise BadInput(f"{spec.where}: storage pool {dev['pool']!r} does not exist on LXD {self.remote}; "
+                raise BadInput(f"{spec.where}: storage pool {dev['pool']!r} does not exist on {_daemon(spec)} {self.remote}; "
                                "fix `rootfs`")
             if dev.get("type") == "disk" and dev.get("source") and dev.get("required", "true") == "true" \
                     and self.local and not os.path.exists(dev["source"]):
@@ -140,7 +192,7 @@ class LxdBackend(GuestBackend):
     def _source(self, spec: GuestSpec) -> dict[str, Any]:
         if spec.clone:
             if self._instance_by_name(spec.clone) is None:
-                raise BadInput(f"{spec.where}: clone source {spec.clone!r} does not exist on LXD {self.remote}")
+                raise BadInput(f"{spec.where}: clone source {spec.clone!r} does not exist on {_daemon(spec)} {self.remote}")
             return {"type": "copy", "source": spec.clone}
         template = spec.template
         if not template:
@@ -159,7 +211,7 @@ class LxdBackend(GuestBackend):
             return {"type": "image", "alias": alias}
         if self.client.get_or_none(f"/1.0/images/{alias}") is not None:
             return {"type": "image", "fingerprint": alias}
-        raise BadInput(f"{spec.where}: image {template!r} does not exist on LXD {self.remote}; "
+        raise BadInput(f"{spec.where}: image {template!r} does not exist on {_daemon(spec)} {self.remote}; "
                        "list them with `lxc image list`")
 
     # --- interface ----------------------------------------------------------------------------
@@ -168,6 +220,7 @@ class LxdBackend(GuestBackend):
         return plan
 
     def _plan(self, spec: GuestSpec) -> tuple[Plan, dict[str, Any] | None, Desired]:
+        spec = self.resolved(spec)
         plan, current, desired = self._plan_guest(spec)
         self._boot_check(spec, plan, current, desired)
         return plan, current, desired
@@ -210,7 +263,7 @@ class LxdBackend(GuestBackend):
                f"{BOOT_UNIT} makes them at boot: see `systemctl status {BOOT_UNIT}`" if unit is not None else
                f"run labwright as root once to install {BOOT_UNIT}, which makes them at every boot")
         if required:
-            plan.warnings.append(f"LXD refuses to start {spec.name} while {', '.join(required)} "
+            plan.warnings.append(f"{_daemon(spec)} refuses to start {spec.name} while {', '.join(required)} "
                                  f"{'is' if len(required) == 1 else 'are'} missing on this host; {fix}")
         if lazy:
             plan.warnings.append(f"{', '.join(lazy)} missing on this host: {spec.name} starts, but CUDA fails inside "
@@ -246,6 +299,7 @@ class LxdBackend(GuestBackend):
         return Plan(spec.name, self.name, "update" if changes else "none", changes, notes=notes), current, desired
 
     def apply(self, spec: GuestSpec) -> list[Change]:
+        spec = self.resolved(spec)
         plan, current, desired = self._plan(spec)
         if not plan.changes:
             return []
@@ -263,7 +317,7 @@ class LxdBackend(GuestBackend):
             try:
                 self.client.request("PUT", f"/1.0/instances/{spec.name}", body)
             except LxdError as exc:
-                raise OperationFailed(f"{spec.where}: LXD refused the update: {_lxd_reason(exc)}") from exc
+                raise OperationFailed(f"{spec.where}: {_daemon(spec)} refused the update: {_lxd_reason(exc)}") from exc
         for change in plan.changes:
             if change.what == "state":
                 self._set_running(spec, change.after == "Running")
@@ -288,7 +342,7 @@ class LxdBackend(GuestBackend):
                 self.client.create_instance(body)
         except LxdError as exc:
             self._remove_if_made(spec)
-            raise OperationFailed(f"{spec.where}: LXD could not create it: {_lxd_reason(exc)}") from exc
+            raise OperationFailed(f"{spec.where}: {_daemon(spec)} could not create it: {_lxd_reason(exc)}") from exc
         if spec.start:
             try:
                 self._set_running(spec, True)
@@ -326,12 +380,12 @@ class LxdBackend(GuestBackend):
                 self.client.set_state(spec.name, verb, timeout=30)
         except LxdError as exc:
             if running:
-                raise OperationFailed(f"{spec.where}: LXD could not start it: {_lxd_reason(exc)}") from exc
+                raise OperationFailed(f"{spec.where}: {_daemon(spec)} could not start it: {_lxd_reason(exc)}") from exc
             # A guest still booting, or one whose init ignores SIGPWR, never shuts down cleanly: force it.
             try:
                 self.client.set_state(spec.name, "stop", force=True)
             except LxdError as forced:
-                raise OperationFailed(f"{spec.where}: LXD could not stop it: {_lxd_reason(forced)}") from forced
+                raise OperationFailed(f"{spec.where}: {_daemon(spec)} could not stop it: {_lxd_reason(forced)}") from forced
 
     def show(self, spec: GuestSpec) -> dict[str, Any]:
         current = self._instance(spec)
@@ -373,6 +427,7 @@ class LxdBackend(GuestBackend):
         return self._instance(spec) is not None
 
     def start(self, spec: GuestSpec) -> list[Change]:
+        spec = self.resolved(spec)
         current = self._require(spec)
         if current.get("status") == "Running":
             return []
@@ -391,7 +446,7 @@ class LxdBackend(GuestBackend):
         if current is None:
             return []
         if (current.get("config") or {}).get(MARKER_KEY) != spec.name:
-            raise SafetyCheckFailed(f"{spec.where}: instance {spec.name} on LXD {self.remote} was not made by "
+            raise SafetyCheckFailed(f"{spec.where}: instance {spec.name} on {_daemon(spec)} {self.remote} was not made by "
                                     f"labwright (no {MARKER_KEY}); delete it yourself with `lxc delete`")
         if current.get("status") == "Running":
             self.client.set_state(spec.name, "stop", force=True)
@@ -404,9 +459,17 @@ class LxdBackend(GuestBackend):
     def _require(self, spec: GuestSpec) -> dict[str, Any]:
         current = self._instance(spec)
         if current is None:
-            raise OperationFailed(f"{spec.where}: no instance {spec.name} on LXD {self.remote}; "
+            raise OperationFailed(f"{spec.where}: no instance {spec.name} on {_daemon(spec)} {self.remote}; "
                                   "run `labwright guest apply` first")
         return current
+
+
+def _hex_id(value: Any) -> int | None:
+    """LXD's ``vendor_id`` ("1002") as a number; None when it is not hex."""
+    try:
+        return int(str(value), 16)
+    except ValueError:
+        return None
 
 
 def _describe(source: dict[str, Any]) -> str:
@@ -416,6 +479,11 @@ def _describe(source: dict[str, Any]) -> str:
         return f"a copy of {source.get('source')}"
     name = source.get("alias") or str(source.get("fingerprint", ""))[:12]
     return f"image {name}" + (f" from {source['server']}" if source.get("server") else "")
+
+
+def _daemon(spec: GuestSpec) -> str:
+    """How messages name the guest's daemon: ``Incus`` for an ``@incus/`` host, ``LXD`` otherwise."""
+    return "Incus" if spec.host.startswith("@incus/") else "LXD"
 
 
 def _lxd_reason(exc: LxdError) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from labwright.errors import BadInput
 from labwright.gpu.devices import GPU_GID, GUEST_MODE_MASK, DeviceNode
+from labwright.gpu.dri import DRI_VENDORS, RENDER_GID, VENDOR_IDS, VENDOR_NAMES, DriFacts, node_gid, vendor_nodes
 from labwright.gpu.nvidia.host import GpuHost
 from labwright.guests.lxd_cdi import CDI_EXTENSION, CDI_SINCE, GENERATE, CdiOffer
 from labwright.guests.model import Change, GuestSpec
@@ -48,6 +49,12 @@ class GpuWiring:
     runtime: bool = False
     preflight: tuple[tuple[str, ...], ...] = ()
     notes: tuple[str, ...] = ()
+    vendor: str = "nvidia"  # amd, intel: DRM nodes (labwright.gpu.dri), their gids below
+    render_gid: int = RENDER_GID  # the guest's render group: render nodes and /dev/kfd
+
+    def gid(self, path: str) -> int:
+        """The gid of a node in the guest: video for NVIDIA's and card nodes, render for render nodes and kfd."""
+        return GPU_GID if self.vendor not in DRI_VENDORS else node_gid(path, self.render_gid)
 
 
 @dataclass
@@ -118,6 +125,41 @@ def _resolve_classic(spec: GuestSpec, host: GpuHost | None, lxd_nvidia_cards: in
                        "(nvidia-modprobe -c 0) or set gpu: none")
     return GpuWiring("unix-char", nodes=tuple(nodes.values()), preflight=tuple(host.preflight_commands()),
                      notes=tuple(notes))
+
+
+def resolve_dri(spec: GuestSpec, facts: DriFacts | None, lxd_cards: int, render_gid: int = RENDER_GID,
+                label: str = "this host") -> GpuWiring:
+    """An AMD or Intel GPU: LXD's ``gpu`` device by vendor id where the daemon reports a card of that vendor
+    (``lxd_cards``), else one ``unix-char`` device per node of ``facts`` (the local host's /sys/class/drm and
+    /dev/dri; None for a remote daemon, whose nodes only LXD knows). AMD's /dev/kfd (ROCm) goes in as a unix-char
+    device either way: LXD's gpu device passes the DRM nodes only (lxd/device/gpu_physical.go)."""
+    vendor, name = spec.gpu, VENDOR_NAMES[spec.gpu]
+    if spec.gpu_mode == "cdi":
+        raise BadInput(f"{spec.where}: gpu_mode cdi is NVIDIA's container toolkit; for gpu: {vendor} use gpu_mode "
+                       "auto, gpu or unix-char")
+    if facts is None:
+        if not lxd_cards:
+            raise BadInput(f"{spec.where}: gpu: {vendor}, but LXD remote {spec.node} reports no {name} GPU; set "
+                           "gpu: none, or name the vendor it has (gpu: auto needs the local daemon)")
+        if spec.gpu_mode == "unix-char":
+            raise BadInput(f"{spec.where}: gpu_mode unix-char reads device nodes from the host, which only works "
+                           "for the local daemon; use gpu_mode gpu for a remote")
+        return GpuWiring("gpu", vendor=vendor, render_gid=render_gid)
+    nodes = vendor_nodes(vendor, facts, spec.where, label)
+    mode = spec.gpu_mode if spec.gpu_mode != "auto" else ("gpu" if lxd_cards else "unix-char")
+    wiring = GpuWiring(mode, vendor=vendor, render_gid=render_gid)
+    kfd = tuple(n for n in nodes if n.path == "/dev/kfd")
+    shown = nodes if mode == "unix-char" else kfd
+    # the gpu device gives its card and render nodes one gid (render's); unix-char nodes each their own
+    gids = ", ".join(f"{n.path} gid {render_gid if mode == 'gpu' else wiring.gid(n.path)}" for n in nodes)
+    how = f"the gpu device (vendorid {_vendor_hex(vendor)})" if mode == "gpu" else "unix-char nodes"
+    note = f"{name} GPU by {how}: {gids} (video {GPU_GID}; render {render_gid}, the guest's render group)"
+    return replace(wiring, nodes=shown, notes=(note,))
+
+
+def _vendor_hex(vendor: str) -> str:
+    """LXD's ``vendorid``: the PCI id as four hex digits, no 0x (doc/reference/devices_gpu.md)."""
+    return f"{VENDOR_IDS[vendor][0]:04x}"
 
 
 def mount_device_name(mount_guest: str, name: str | None) -> str:
@@ -193,8 +235,11 @@ def render(spec: GuestSpec, gpu: GpuWiring, root_pool: str | None) -> Desired:
     if gpu.mode == "gpu":
         # LXD's own defaults are gid 0, mode 0660 (doc/reference/devices_gpu.md): root only. The group is the
         # one the engines' service users are in (gpu.GPU_GROUP).
-        devices["gpu"] = {"type": "gpu", "gputype": "physical", "vendorid": NVIDIA_VENDOR, "gid": str(GPU_GID),
-                          "mode": f"{GUEST_MODE_MASK:04o}"}
+        # An AMD/Intel gpu device: one gid for its card and render nodes, the render group's (what Vulkan opens).
+        dri = gpu.vendor in DRI_VENDORS
+        devices["gpu"] = {"type": "gpu", "gputype": "physical",
+                          "vendorid": _vendor_hex(gpu.vendor) if dri else NVIDIA_VENDOR,
+                          "gid": str(gpu.render_gid if dri else GPU_GID), "mode": f"{GUEST_MODE_MASK:04o}"}
     for index, cdi_id in enumerate(gpu.cdi_ids):
         # LXD builds the container's nodes, mounts and hooks from the id itself (lxd/device/gpu_physical.go
         # startContainer: applyCDIDeviceToContainer); gid and mode apply to its nodes as to the vendor device's
@@ -204,7 +249,7 @@ def render(spec: GuestSpec, gpu: GpuWiring, root_pool: str | None) -> Desired:
     for node in gpu.nodes:
         # never others' bits: 0660 (0440 for a read-only capability node), group video (gpu.devices.guest_mode)
         char = {"type": "unix-char", "source": node.source, "path": node.path, "major": str(node.major),
-                "minor": str(node.minor), "gid": str(GPU_GID), "mode": f"{node.guest_mode:04o}"}
+                "minor": str(node.minor), "gid": str(gpu.gid(node.path)), "mode": f"{node.guest_mode:04o}"}
         if node.name in LAZY_NODES:
             char["required"] = "false"
         devices[node.name] = char

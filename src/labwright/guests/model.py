@@ -35,7 +35,8 @@ from labwright.lab.spec import validate_cpu, validate_memory
 
 Backend = Literal["proxmox", "lxd"]
 BACKENDS: tuple[str, ...] = ("proxmox", "lxd")
-GPU_KINDS: tuple[str, ...] = ("nvidia", "none")
+#: ``auto``: the vendor the host has (labwright.gpu.dri.resolve_vendor, from /sys/class/drm), resolved by the backend.
+GPU_KINDS: tuple[str, ...] = ("nvidia", "amd", "intel", "auto", "none")
 #: How the GPU reaches the container, in each backend's own terms ("auto" picks per host, see docs/guests.md).
 GPU_MODES: dict[str, tuple[str, ...]] = {
     # LXD `gpu` device, one `unix-char` device per /dev/nvidia* node, or a `gpu` device by CDI id (guests/lxd_cdi.py)
@@ -101,7 +102,14 @@ class GuestSpec:
 
     @property
     def wants_gpu(self) -> bool:
+        """The NVIDIA wiring (``/dev/nvidia*``, the driver, the boot unit); ``gpu: auto`` counts once a backend has
+        resolved it to ``nvidia`` (``resolved_gpu``)."""
         return self.gpu == "nvidia"
+
+    @property
+    def wants_dri(self) -> bool:
+        """An AMD or Intel GPU: its ``/dev/dri`` nodes (and AMD's ``/dev/kfd``), labwright.gpu.dri."""
+        return self.gpu in ("amd", "intel")
 
     @property
     def is_vm(self) -> bool:
@@ -301,7 +309,7 @@ def spec_from_data(
     gpu = data.get("gpu", "none")
     gpu = "none" if gpu in (None, False) else gpu
     if gpu not in GPU_KINDS:
-        raise BadInput(f"{where}: gpu {gpu!r} must be nvidia or none")
+        raise BadInput(f"{where}: gpu {gpu!r} must be one of {', '.join(GPU_KINDS)} (auto: the vendor the host has)")
     gpu_mode = str(data.get("gpu_mode", "auto"))
     if gpu_mode not in GPU_MODES[backend]:
         raise BadInput(f"{where}: gpu_mode {gpu_mode!r} is not a {backend} mode; use {', '.join(GPU_MODES[backend])}")

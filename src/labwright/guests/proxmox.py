@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from proxmoxer import ProxmoxAPI
 
 from labwright import ui
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+from labwright.gpu.dri import RENDER_GID, RENDER_GROUP, DriFacts, resolve_vendor
 from labwright.gpu.nvidia.boot_unit import (
     BOOT_UNIT,
     BOOT_UNIT_PATH,
@@ -53,6 +54,7 @@ from labwright.guests.proxmox_render import (
     props,
     pve_version,
     render,
+    resolve_dri,
     resolve_gpu,
     root_only,
 )
@@ -108,6 +110,7 @@ class ProxmoxBackend(GuestBackend):
         self._unit_read = False
         self._unit_text: str | None = None  # the node's boot unit as read once per backend
         self._vm_ops: VmOps | None = None
+        self._dri: DriFacts | None = None  # the node's AMD/Intel GPUs, read once per backend
 
     def _vms(self) -> VmOps:
         """The ``kind: vm`` operations (qemu VMs), sharing this backend's API connection."""
@@ -222,7 +225,30 @@ class ProxmoxBackend(GuestBackend):
             raise BadInput(f"{spec.where}: template {spec.template!r} does not exist on {self.node}; download it "
                            f"with `pveam download {storage} {spec.template.split('/', 1)[-1]}`")
 
+    def resolved(self, spec: GuestSpec) -> GuestSpec:
+        """``spec`` with ``gpu: auto`` made the vendor the node has (its /sys/class/drm and NVIDIA driver), and a
+        named AMD/Intel vendor checked against the node (labwright.gpu.dri.resolve_vendor)."""
+        if spec.gpu not in ("auto", "amd", "intel") or spec.is_vm:
+            return spec
+        return replace(spec, gpu=resolve_vendor(spec.gpu, self._dri_facts(), spec.where, self.pve_node_label))
+
+    def _dri_facts(self) -> DriFacts:
+        """The node's /sys/class/drm, /dev/dri and /dev/kfd, read once per run (one SSH round trip)."""
+        if self._dri is None:
+            self._dri = self.pve_node.dri()
+        return self._dri
+
+    def _render_gid(self, spec: GuestSpec, status: str | None) -> int:
+        """The CT's ``render`` gid while it runs (``pct exec VMID -- getent group render`` on the node, as
+        community-scripts' fix_gpu_gids reads it), else RENDER_GID."""
+        if status != "running":
+            return RENDER_GID
+        result = self.pve_node.run(["pct", "exec", str(spec.vmid), "--", "getent", "group", RENDER_GROUP])
+        fields = result.stdout.strip().split(":")
+        return int(fields[2]) if result.ok and len(fields) > 2 and fields[2].isdigit() else RENDER_GID
+
     def _state(self, spec: GuestSpec) -> _State:
+        spec = self.resolved(spec)
         version = self._node_version(spec)
         config, status = self._locate(spec)
         if config is not None and TAG not in str(config.get("tags") or "") and \
@@ -230,7 +256,11 @@ class ProxmoxBackend(GuestBackend):
             raise BadInput(f"{spec.where}: CT {spec.vmid} on {self.node} is {config.get('hostname')!r}, not made by "
                            f"labwright; pick another vmid, or tag it {TAG} to let labwright manage it")
         facts = self._facts(spec, config)
-        wiring = resolve_gpu(spec, version, facts, self.pve_node_label)
+        if spec.wants_dri:
+            wiring = resolve_dri(spec, version, self._dri_facts(), self.pve_node_label,
+                                 self._render_gid(spec, status))
+        else:
+            wiring = resolve_gpu(spec, version, facts, self.pve_node_label)
         if config is None:
             self._check_template(spec)
         desired = render(spec, wiring, self._rootfs_storage(spec) if config is None else "")
@@ -305,6 +335,7 @@ class ProxmoxBackend(GuestBackend):
     def plan(self, spec: GuestSpec) -> Plan:
         if spec.is_vm:
             return self._vms().plan(spec)
+        spec = self.resolved(spec)
         return self._plan(spec, self._state(spec))
 
     def _plan(self, spec: GuestSpec, state: _State) -> Plan:
@@ -357,6 +388,7 @@ class ProxmoxBackend(GuestBackend):
     def apply(self, spec: GuestSpec) -> list[Change]:
         if spec.is_vm:
             return self._vms().apply(spec)
+        spec = self.resolved(spec)
         state = self._state(spec)
         plan = self._plan(spec, state)
         if not plan.changes:
@@ -441,7 +473,7 @@ class ProxmoxBackend(GuestBackend):
         path = f"/etc/pve/nodes/{self.node}/lxc/{spec.vmid}.conf"
         text = self.pve_node.read_file(path)
         self.pve_node.write_file(path, edit_conf(text, state.via_ssh, state.via_ssh_delete, state.diff.lxc,
-                                                 state.desired.wiring.majors))
+                                                 state.desired.wiring.majors, state.desired.wiring.prefixes))
 
     def _power(self, spec: GuestSpec, action: str) -> None:
         if action == "start" and spec.wants_gpu:
@@ -478,6 +510,7 @@ class ProxmoxBackend(GuestBackend):
         return self._locate(spec)[0] is not None
 
     def start(self, spec: GuestSpec) -> list[Change]:
+        spec = self.resolved(spec)
         status = self._require(spec)
         if status == "running":
             return []

@@ -19,6 +19,7 @@ from typing import Any
 
 from labwright.errors import BadInput
 from labwright.gpu.devices import GPU_GID, GUEST_MODE_MASK, guest_mode
+from labwright.gpu.dri import DRM_MAJOR, RENDER_GID, VENDOR_NAMES, DriFacts, node_gid, vendor_nodes
 from labwright.gpu.nvidia.host import UVM_PREFLIGHT, NodeGpu
 from labwright.guests.model import Change, GuestSpec
 from labwright.guests.pve_props import LXC_DEV, LXC_FEATURES, LXC_MP, LXC_NET, PropFormat, covers, parse, same
@@ -45,6 +46,8 @@ ALLOW = "lxc.cgroup2.devices.allow"
 MOUNT = "lxc.mount.entry"
 #: Nodes the driver creates only when first used; the uvm preflight makes them before they are passed.
 LAZY = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+NVIDIA_PREFIXES: tuple[str, ...] = ("/dev/nvidia",)
+DRI_PREFIXES: tuple[str, ...] = ("/dev/nvidia", "/dev/dri/", "/dev/kfd")
 
 
 # --- property strings ------------------------------------------------------------------------------
@@ -71,6 +74,9 @@ class Wiring:
     majors: frozenset[int] = frozenset({NVIDIA_MAJOR})  # allow lines for these majors are labwright's
     preflight: tuple[tuple[str, ...], ...] = ()
     notes: tuple[str, ...] = ()
+    #: the node paths whose devN and mount lines are labwright's on this guest: NVIDIA's always; /dev/dri and
+    #: /dev/kfd only on an AMD/Intel guest (an NVIDIA guest's hand-written /dev/dri entries stay the user's)
+    prefixes: tuple[str, ...] = NVIDIA_PREFIXES
 
 
 _CONTROL_ORDER = ("/dev/nvidiactl", "/dev/nvidia-modeset", *LAZY)
@@ -120,6 +126,30 @@ def resolve_gpu(spec: GuestSpec, version: tuple[int, int], facts: NodeGpu | None
     return Wiring("classic", lxc=tuple(lines), majors=majors | set(wanted), preflight=preflight, notes=tuple(notes))
 
 
+def resolve_dri(spec: GuestSpec, version: tuple[int, int], facts: DriFacts, node_label: str,
+                render_gid: int = RENDER_GID) -> Wiring:
+    """An AMD/Intel GPU: a ``devN`` entry per card and render node of the vendor (and /dev/kfd for AMD) with the
+    guest's gids, as community-scripts write them (misc/build.func, commit 8386465a, lines 4745-4766 ``devN:
+    PATH,gid=44``, then fix_gpu_gids 5829-5864: render nodes and kfd the guest's render gid, card nodes video's);
+    PVE < 8.1 the classic allow (DRM major 226, kfd's) and bind-mount lines. ``devN`` syntax: pve-container 6.1.10
+    src/PVE/LXC/Config.pm ``$dev_desc`` lines 1080-1116 (path, mode ``0[0-7]{3}``, uid, gid, deny-write)."""
+    nodes = vendor_nodes(spec.gpu, facts, spec.where, node_label)
+    mode = spec.gpu_mode if spec.gpu_mode != "auto" else ("dev" if version >= DEV_SINCE else "classic")
+    if mode == "dev" and version < DEV_SINCE:
+        raise BadInput(f"{spec.where}: gpu_mode dev needs Proxmox VE 8.1 or later ({spec.node} runs "
+                       f"{version[0]}.{version[1]}); use gpu_mode classic or auto")
+    majors = frozenset({NVIDIA_MAJOR, DRM_MAJOR, *(n.major for n in nodes)})
+    gids = ", ".join(f"{n.path} gid {node_gid(n.path, render_gid)}" for n in nodes)
+    note = (f"{VENDOR_NAMES[spec.gpu]} GPU by {'devN entries' if mode == 'dev' else 'lxc.* lines'}: {gids} "
+            f"(video {GPU_GID}; render {render_gid}, the guest's render group)")
+    if mode == "dev":
+        devices = tuple(f"{n.path},gid={node_gid(n.path, render_gid)},mode={guest_mode(n.mode):04o}" for n in nodes)
+        return Wiring("dev", devices=devices, majors=majors, notes=(note,), prefixes=DRI_PREFIXES)
+    lines = [(ALLOW, f"c {m}:* rwm") for m in dict.fromkeys(n.major for n in nodes)]
+    lines += [(MOUNT, f"{n.path} {n.path.lstrip('/')} none bind,optional,create=file") for n in nodes]
+    return Wiring("classic", lxc=tuple(lines), majors=majors, notes=(note,), prefixes=DRI_PREFIXES)
+
+
 def is_bind_mount(value: Any) -> bool:
     """A host directory mounted into the guest (pve-container 6.1.10 src/PVE/LXC/Config.pm ``classify_mountpoint``
     1897-1904: a path, not under /dev/), whether its volume is written bare or as ``volume=``."""
@@ -127,8 +157,8 @@ def is_bind_mount(value: Any) -> bool:
     return volume.startswith("/") and not volume.startswith("/dev/")
 
 
-def is_gpu_device(value: Any) -> bool:
-    return str(props(value, "path").get("path", "")).startswith("/dev/nvidia")
+def is_gpu_device(value: Any, prefixes: tuple[str, ...] = NVIDIA_PREFIXES) -> bool:
+    return str(props(value, "path").get("path", "")).startswith(prefixes)
 
 
 def _allow_major(key: str, value: str) -> int | None:
@@ -136,14 +166,15 @@ def _allow_major(key: str, value: str) -> int | None:
     return int(match.group(1)) if key == ALLOW and match else None
 
 
-def gpu_lines(pairs: list[tuple[str, str]], majors: frozenset[int]) -> set[int]:
+def gpu_lines(pairs: list[tuple[str, str]], majors: frozenset[int],
+              prefixes: tuple[str, ...] = NVIDIA_PREFIXES) -> set[int]:
     """Indices of the classic wiring's raw lines: nvidia bind mounts, allow lines for NVIDIA majors, and
     the allow lines labwright wrote right before its mounts. The last rule catches the line of a uvm
     major the host no longer uses (it changes with kernel and driver updates), so an apply replaces it."""
     ours = set()
     for index, (key, value) in enumerate(pairs):
         major = _allow_major(key, value)
-        nvidia_mount = key == MOUNT and value.split(" ", 1)[0].startswith("/dev/nvidia")
+        nvidia_mount = key == MOUNT and value.split(" ", 1)[0].startswith(prefixes)
         if nvidia_mount or (major is not None and major in majors):
             ours.add(index)
     first_mount = min((i for i in ours if pairs[i][0] == MOUNT), default=None)
@@ -287,9 +318,10 @@ def diff(spec: GuestSpec, current: Mapping[str, Any] | None, desired: Desired) -
             out.changes.append(Change(f"config {key}", current.get(key), value))
             out.put[key] = value
     indexed("mp", current, desired.mounts, is_bind_mount, LXC_MP, "mp", out)
-    indexed("dev", current, list(desired.wiring.devices), is_gpu_device, LXC_DEV, "path", out)
+    prefixes = desired.wiring.prefixes
+    indexed("dev", current, list(desired.wiring.devices), lambda v: is_gpu_device(v, prefixes), LXC_DEV, "path", out)
     pairs = [(str(p[0]), str(p[1])) for p in current.get("lxc") or []]
-    have_lines = [pairs[i] for i in sorted(gpu_lines(pairs, desired.wiring.majors))]
+    have_lines = [pairs[i] for i in sorted(gpu_lines(pairs, desired.wiring.majors, prefixes))]
     if sorted(have_lines) != sorted(desired.wiring.lxc):
         out.lxc = list(desired.wiring.lxc)
         out.changes += [Change(k, v, None) for k, v in have_lines if (k, v) not in desired.wiring.lxc]
@@ -304,7 +336,7 @@ def _raw_pair(line: str) -> tuple[str, str] | tuple[()]:
 
 
 def edit_conf(text: str, put: Mapping[str, str], delete: Iterable[str], lxc: list[tuple[str, str]] | None,
-              majors: frozenset[int]) -> str:
+              majors: frozenset[int], prefixes: tuple[str, ...] = NVIDIA_PREFIXES) -> str:
     """``/etc/pve/nodes/NODE/lxc/VMID.conf`` with ``put`` options set, ``delete`` removed and, when ``lxc``
     is given, labwright's raw lines replaced by it. Other lines, pending changes and snapshots stay as
     they are; only the main section (before the first ``[section]``) is touched."""
@@ -312,7 +344,7 @@ def edit_conf(text: str, put: Mapping[str, str], delete: Iterable[str], lxc: lis
     end = next((i for i, line in enumerate(lines) if line.startswith("[")), len(lines))
     main, rest = lines[:end], lines[end:]
     raw = [(i, *_raw_pair(line)) for i, line in enumerate(main) if _raw_pair(line)]
-    ours = {raw[j][0] for j in gpu_lines([(k, v) for _, k, v in raw], majors)} if lxc is not None else set()
+    ours = {raw[j][0] for j in gpu_lines([(k, v) for _, k, v in raw], majors, prefixes)} if lxc is not None else set()
     drop = set(put) | set(delete)
     kept = [line for i, line in enumerate(main) if i not in ours and line.partition(":")[0] not in drop]
     while kept and not kept[-1].strip():

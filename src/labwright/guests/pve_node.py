@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from pyinfra.api.exceptions import ConnectError
 
 from labwright.errors import LabwrightError, OperationFailed
+from labwright.gpu.dri import DRI_FACTS_SCRIPT, DriFacts, parse_dri_facts, read_dri
 from labwright.gpu.nvidia.host import NODE_FACTS_SCRIPT, GpuHost, NodeGpu, Shell, parse_node_facts
 from labwright.hosts import Result
 from labwright.hosts.local import LocalHost
@@ -27,6 +28,8 @@ class PveNode(Protocol):
     label: str
 
     def gpu(self) -> NodeGpu: ...
+
+    def dri(self) -> DriFacts: ...
 
     def read_file(self, path: str) -> str: ...
 
@@ -44,6 +47,10 @@ class LocalPveNode(GpuHost):
 
     def gpu(self) -> NodeGpu:
         return NodeGpu(self.driver_version(), self.majors(), tuple(self.device_nodes()))
+
+    def dri(self) -> DriFacts:
+        """The node's AMD/Intel GPUs: /sys/class/drm, /dev/dri and /dev/kfd below ``root``."""
+        return read_dri(self.root)
 
 
 class SshPveNode:
@@ -80,6 +87,14 @@ class SshPveNode:
             raise OperationFailed(f"reading NVIDIA facts on {self.label} failed: "
                                   f"{(result.stdout + result.stderr).strip()[:200]}")
         return parse_node_facts(result.stdout)
+
+    def dri(self) -> DriFacts:
+        """The node's AMD/Intel GPUs in one round trip (labwright.gpu.dri.DRI_FACTS_SCRIPT)."""
+        result = self.run(DRI_FACTS_SCRIPT)
+        if not result.ok:
+            raise OperationFailed(f"reading /sys/class/drm on {self.label} failed: "
+                                  f"{(result.stdout + result.stderr).strip()[:200]}")
+        return parse_dri_facts(result.stdout)
 
     def read_file(self, path: str) -> str:
         """``path``'s text, through the seam's ``get`` (pyinfra's SFTP/SCP client)."""

@@ -7,14 +7,24 @@ import pytest
 
 from labwright.gpu import devices
 from labwright.gpu.devices import DeviceNode, guest_mode, passed_gpu_devices, vendor_of_path, vendors
+from labwright.gpu.dri import AMD, INTEL
 from labwright.gpu.nvidia import NVIDIA
 
 
 def test_nvidia_is_registered_by_its_module():
     assert vendors()["nvidia"] is NVIDIA
     assert vendor_of_path("/dev/nvidia0") is NVIDIA and vendor_of_path("/dev/nvidia-caps/nvidia-cap1") is NVIDIA
-    assert vendor_of_path("/dev/kvm") is None and vendor_of_path("/dev/dri/renderD128") is None
+    assert vendor_of_path("/dev/kvm") is None and vendor_of_path("/dev/accel/accel0") is None
     assert NVIDIA.is_gpu_node("/dev/nvidia12") and not NVIDIA.is_gpu_node("/dev/nvidiactl")
+
+
+def test_amd_and_intel_are_registered_by_the_dri_module():
+    """/dev/dri is every DRM vendor's (the path alone does not say which: /sys/class/drm does); /dev/kfd is AMD's."""
+    assert vendors()["amd"] is AMD and vendors()["intel"] is INTEL
+    assert AMD.owns_path("/dev/dri/renderD128") and INTEL.owns_path("/dev/dri/card0")
+    assert AMD.owns_path("/dev/kfd") and not INTEL.owns_path("/dev/kfd")
+    assert AMD.is_gpu_node("/dev/dri/renderD128") and not AMD.is_gpu_node("/dev/dri/card0")
+    assert passed_gpu_devices({"devices": {"r": {"type": "unix-char", "source": "/dev/dri/renderD128"}}}) == ["r"]
 
 
 def test_passed_gpu_devices_reads_gpu_devices_and_vendor_nodes():
@@ -23,7 +33,7 @@ def test_passed_gpu_devices_reads_gpu_devices_and_vendor_nodes():
         "gpu0": {"type": "gpu"},
         "nvidia-uvm": {"type": "unix-char", "path": "/dev/nvidia-uvm", "source": "/dev/nvidia-uvm"},
         "kvm": {"type": "unix-char", "path": "/dev/kvm"},
-        "render": {"type": "unix-char", "source": "/dev/dri/renderD128"},
+        "accel": {"type": "unix-char", "source": "/dev/accel/accel0"},
     }}
     assert passed_gpu_devices(instance) == ["gpu0", "nvidia-uvm"]
     assert passed_gpu_devices({"devices": {"n0": {"type": "unix-char", "source": "/dev/nvidia0"}}}) == ["n0"]
@@ -31,23 +41,23 @@ def test_passed_gpu_devices_reads_gpu_devices_and_vendor_nodes():
 
 
 class _Dri:
-    """A second vendor as a new module would define it (no such module ships yet)."""
+    """A further vendor as a new module would define it (an accelerator with its own nodes)."""
 
-    name = "dri-test"
+    name = "accel-test"
 
     def owns_path(self, path: str) -> bool:
-        return path.startswith("/dev/dri/") or path == "/dev/kfd"
+        return path.startswith("/dev/accel/")
 
     def is_gpu_node(self, path: str) -> bool:
-        return path.startswith("/dev/dri/renderD")
+        return path.startswith("/dev/accel/accel")
 
 
 def test_a_registered_vendor_is_known_to_the_callers(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(devices, "_VENDORS", dict(devices._VENDORS))
     dri = devices.register(_Dri())
-    assert vendors()["dri-test"] is dri and vendor_of_path("/dev/kfd") is dri
-    instance = {"devices": {"render": {"type": "unix-char", "source": "/dev/dri/renderD128"}}}
-    assert passed_gpu_devices(instance) == ["render"]
+    assert vendors()["accel-test"] is dri and vendor_of_path("/dev/accel/accel0") is dri
+    instance = {"devices": {"accel": {"type": "unix-char", "source": "/dev/accel/accel0"}}}
+    assert passed_gpu_devices(instance) == ["accel"]
 
 
 def test_guest_mode_drops_others_bits():

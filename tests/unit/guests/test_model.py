@@ -128,7 +128,7 @@ def test_vmid_edges_are_accepted():
     ("a", {**PVE, "memory": "8 gigs"}, "memory: '8 gigs' is not a size"),
     ("a", {**PVE, "memory": 8}, 'for GiB write "8G"'),
     ("a", {**PVE, "cores": 0}, "cores: 0 is outside 1-8192"),
-    ("a", {**PVE, "gpu": "amd"}, "gpu 'amd' must be nvidia or none"),
+    ("a", {**PVE, "gpu": "radeon"}, "gpu 'radeon' must be one of nvidia, amd, intel, auto, none"),
     ("a", {**PVE, "gpu_mode": "unix-char"}, "gpu_mode 'unix-char' is not a proxmox mode"),
     ("a", {"backend": "lxd", "gpu_mode": "dev"}, "gpu_mode 'dev' is not a lxd mode"),
     ("a", {**PVE, "unprivileged": "maybe"}, "unprivileged: 'maybe' is not true or false"),
