@@ -1,15 +1,28 @@
-"""labwright.deploys.stack's host data, read from a mapping (``host.data.dict()``): one line naming a bad key."""
+"""labwright.deploys.stack's host data, typed by one schema (:func:`data_schema`, issue 33), read from a mapping
+(``host.data.dict()``): one line naming a bad key, before anything is contacted.
+
+The stack deploy's keys carry no prefix (``venv``, ``stack``, ``keep``...; docs/stacks.md), so the host's other data
+(``ssh_*``, other deploys' keys) is not refused as unknown here: only the keys of the schema are read and typed.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from functools import cache
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyinfra.api.exceptions import DeployError
 
 from labwright.schema import checks
+from labwright.stacks.dependency_lock import UNPINNED_KEY
+from labwright.stacks.plan import DEFAULT_ROOT
+
+if TYPE_CHECKING:
+    from labwright.schema.model import Schema
 
 T = TypeVar("T")
+#: ``installer``: as ``labwright stack switch --installer`` (labwright.stacks.build.INSTALLERS).
+INSTALLERS = ("auto", "uv", "pip")
 
 
 def value(data: Mapping[str, Any], key: str, default: Any = None) -> Any:
@@ -31,24 +44,61 @@ def flag(data: Mapping[str, Any], key: str) -> bool:
     return checked(key, value(data, key, False), checks.or_empty(checks.flag)) or False
 
 
-def number(data: Mapping[str, Any], key: str, default: float) -> float:
-    try:
-        return float(value(data, key, default))
-    except (TypeError, ValueError):
-        raise DeployError(f"{key}: {data.get(key)!r} is not a number") from None
+def unit_name(found: Any) -> str:
+    """A systemd unit (``tabbyapi`` or ``tabbyapi.service``), as labwright.agent.service.check_unit takes it."""
+    from labwright.agent.service import UNIT
+
+    text = checks.line(found)
+    if not UNIT.match(text if "." in text else f"{text}.service"):
+        raise ValueError(f"{text[:80]!r} is not a systemd unit name (e.g. tabbyapi or tabbyapi.service)")
+    return text
 
 
-def directory(data: Mapping[str, Any], key: str, default: str | None = None) -> str:
-    """A directory the stack deploy owns (``venv``, ``stacks_root``): absolute, normalised, not a system directory
-    such as /usr or /etc (labwright.schema.checks.managed_dir); a refusal names the key."""
-    return checked(key, value(data, key, default), checks.managed_dir)
+@cache
+def data_schema() -> type[Schema]:
+    """The stack deploy's keys, typed (built on first use: pydantic loads only with the data). ``venv`` is required
+    by the deploy (its own line says what to give); ``stack`` unless ``stack_rollback``."""
+    from typing import Annotated
+
+    from pydantic import BeforeValidator as Check
+    from pydantic import Field
+
+    from labwright.schema.fields import Duration, ManagedDir
+    from labwright.schema.model import Schema
+
+    optional_flag = Annotated[bool, Check(checks.or_empty(checks.flag))]
+
+    class StackData(Schema):
+        venv: Annotated[str, Check(checks.or_empty(checks.managed_dir))] = ""
+        stack: Annotated[str, Check(checks.or_empty(checks.line))] = ""
+        stack_rollback: optional_flag = False
+        stacks_root: ManagedDir = DEFAULT_ROOT
+        keep: Annotated[int, Check(checks.whole(1))] = 2
+        service: Annotated[str, Check(checks.or_empty(unit_name))] = ""
+        health: Annotated[str, Check(checks.or_empty(checks.url))] = ""
+        health_cmd: Annotated[str, Check(checks.or_empty(checks.line))] = ""
+        health_timeout: Duration = 60.0
+        wheelhouse: Annotated[str, Check(checks.or_empty(checks.line))] = ""
+        torch: Annotated[str, Check(checks.or_empty(checks.line))] = ""
+        base_python: Annotated[str, Check(checks.or_empty(checks.line))] = ""
+        installer: Annotated[str, Check(checks.one_of(*INSTALLERS))] = "auto"
+        create: optional_flag = False
+        unpinned_dependencies: optional_flag = Field(False, alias="stack_unpinned_dependencies")  # UNPINNED_KEY
+
+    assert StackData.model_fields["unpinned_dependencies"].alias == UNPINNED_KEY
+    return StackData
 
 
-def keep(data: Mapping[str, Any]) -> int:
-    """``keep``: how many stack environments stay (current included), a whole number from 1 (default 2)."""
-    return checked("keep", value(data, "keep", 2), checks.whole(1))
+def settings(data: Mapping[str, Any]) -> Any:
+    """The stack deploy's keys of ``data`` typed (``data_schema``; absent or None: the default); a bad value is a
+    DeployError, one line naming the key; ``stacks_root`` inside ``venv`` (replaced by a link to the stack) too."""
+    from labwright.schema.model import parse
 
-
-def seconds(data: Mapping[str, Any], key: str, default: float) -> float:
-    """A wait in seconds (``health_timeout``): a number of seconds or a duration such as 90s, 5m."""
-    return checked(key, value(data, key, default), checks.duration)
+    model = data_schema()
+    keys = [field.alias or name for name, field in model.model_fields.items()]
+    typed: Any = parse(model, {key: data[key] for key in keys if data.get(key) is not None}, error=DeployError)
+    venv, root = typed.venv, typed.stacks_root
+    if venv and (root.startswith(venv.rstrip("/") + "/") or root == venv):
+        raise DeployError(f"stacks_root ({root}) is inside venv ({venv}), which is replaced by a link to the stack: "
+                          "give stacks_root a directory outside it (nothing was changed)")
+    return typed

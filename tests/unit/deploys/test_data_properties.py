@@ -19,6 +19,7 @@ from labwright.deploys import kokoro, litellm, openwebui
 from labwright.errors import BadInput
 from labwright.llamacpp import deploy_data as llamacpp
 from labwright.models import deploy_data as models
+from labwright.stacks import deploy_data as stack
 from labwright.tabbyapi import deploy_data as tabbyapi
 
 PUBLIC = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJ0ZXN0a2V5Zm9ydGVzdHNvbmx5MDEyMzQ1Njc4OWFi test"
@@ -54,6 +55,9 @@ DEPLOYS: dict[str, tuple[list[str], Callable[[Path], Callable[[Mapping[str, Any]
     "openwebui": (keys_of("openwebui", openwebui.data_schema().model_fields), lambda _: schema_reader(openwebui)),
     "kokoro": (keys_of("kokoro", kokoro.data_schema().model_fields), lambda _: schema_reader(kokoro)),
     "base": (keys_of("", base.DEFAULTS), base_reader),
+    # the stack deploy's keys carry no prefix: its schema reads its own keys of the host data
+    "stack": (sorted(field.alias or name for name, field in stack.data_schema().model_fields.items()),
+              lambda _: stack.settings),
 }
 
 

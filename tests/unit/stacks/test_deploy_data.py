@@ -1,11 +1,11 @@
-"""labwright.stacks.deploy_data: the stack deploy's booleans and numbers, one line naming the key."""
+"""labwright.stacks.deploy_data: the stack deploy's data typed by one schema (data_schema), one line naming the key."""
 
 from __future__ import annotations
 
 import pytest
 from pyinfra.api.exceptions import DeployError
 
-from labwright.stacks.deploy_data import directory, flag, keep, number, seconds, value
+from labwright.stacks.deploy_data import flag, settings, value
 
 
 def test_value_default_only_when_absent_or_none():
@@ -18,12 +18,17 @@ def test_flag(given, expected):
     assert flag({"create": given}, "create") is expected
 
 
-def test_bad_flag_and_number_name_the_key():
+def test_bad_flag_names_the_key():
     with pytest.raises(DeployError, match=r"^create: 'maybe' is not a boolean"):
         flag({"create": "maybe"}, "create")
-    assert number({"keep": "3"}, "keep", 2) == 3.0 and number({}, "keep", 2) == 2.0
-    with pytest.raises(DeployError, match=r"^health_timeout: 'soon' is not a number"):
-        number({"health_timeout": "soon"}, "health_timeout", 60.0)
+
+
+def refused(data: dict) -> str:
+    with pytest.raises(DeployError) as caught:
+        settings(data)
+    line = str(caught.value)
+    assert "\n" not in line, line
+    return line
 
 
 @pytest.mark.parametrize(("key", "given", "line"), [
@@ -32,15 +37,30 @@ def test_bad_flag_and_number_name_the_key():
     ("stacks_root", "/etc/", "stacks_root: '/etc' is a system directory"),
 ])
 def test_directories_the_stack_deploy_owns_are_typed(key, given, line):
-    with pytest.raises(DeployError) as caught:
-        directory({key: given}, key)
-    assert str(caught.value).startswith(line) and "\n" not in str(caught.value)
-    assert directory({key: "/opt/x//venv/"}, key) == "/opt/x/venv"
+    assert refused({key: given}).startswith(line)
+    assert getattr(settings({key: "/opt/x//venv/"}), key) == "/opt/x/venv"
 
 
-def test_keep_and_seconds():
-    assert keep({}) == 2 and keep({"keep": "3"}) == 3 and seconds({"health_timeout": "2m"}, "health_timeout", 60) == 120
-    with pytest.raises(DeployError, match=r"^keep: 0 is out of range \(1\.\.\)"):
-        keep({"keep": 0})
-    with pytest.raises(DeployError, match=r"^health_timeout: 'soon' is not a duration"):
-        seconds({"health_timeout": "soon"}, "health_timeout", 60)
+def test_defaults_and_typed_values():
+    typed = settings({"venv": "/opt/tabbyapi/.venv", "stack": "A", "ssh_user": "root", "tabbyapi_port": 5000})
+    assert (typed.venv, typed.stack, typed.stacks_root, typed.keep, typed.health_timeout, typed.installer) == (
+        "/opt/tabbyapi/.venv", "A", "/opt/labwright/stacks", 2, 60.0, "auto")
+    assert not typed.stack_rollback and not typed.create and not typed.unpinned_dependencies
+    typed = settings({"keep": "3", "health_timeout": "2m", "create": "yes", "stack_unpinned_dependencies": True,
+                      "service": "tabbyapi", "health": "http://127.0.0.1:5000/health", "installer": "UV"})
+    assert (typed.keep, typed.health_timeout, typed.create, typed.unpinned_dependencies, typed.installer) == (
+        3, 120.0, True, True, "uv")
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    ({"keep": 0}, "keep: 0 is out of range (1..)"),
+    ({"health_timeout": "soon"}, "health_timeout: 'soon' is not a duration"),
+    ({"health": "https://127.0.0.1:99999/health"}, "health: 'https://127.0.0.1:99999/health' is not a URL"),
+    ({"service": "a;b"}, "service: 'a;b' is not a systemd unit name"),
+    ({"installer": "conda"}, "installer: 'conda' is not one of auto, uv, pip"),
+    ({"stack_rollback": "perhaps"}, "stack_rollback: 'perhaps' is not a boolean"),
+    ({"stack": "A\nB"}, "stack: 'A\\nB' holds the control character"),
+    ({"venv": "/opt/t/.venv", "stacks_root": "/opt/t/.venv/s"}, "stacks_root (/opt/t/.venv/s) is inside venv"),
+])
+def test_bad_values_are_one_line_naming_the_key(data, line):
+    assert refused(data).startswith(line), refused(data)
