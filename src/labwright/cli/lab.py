@@ -1,4 +1,4 @@
-"""`labwright lab`: the local LXD lab that tests and the embedded default deploy into."""
+"""`labwright lab`: the local LXD or Incus lab that tests and the embedded default deploy into."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from labwright.cli import vocab
 from labwright.errors import BadInput
 from labwright.lab import lab as lab_ops
 from labwright.lab.spec import load_lab_spec
-from labwright.lxd.client import LxdClient
 from labwright.ui import Reporter, stdout, table
 
 NAME = "lab"
-HELP = "Build, inspect and remove the local LXD lab declared in an inventory's `lab` group."
+HELP = "Build, inspect and remove the local LXD or Incus lab declared in an inventory's `lab` group."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
@@ -29,7 +28,7 @@ def up(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
     as_json: bool = vocab.JsonOption,
 ) -> None:
-    """Install/start LXD if needed, preseed the bridge, build the image once, launch the containers.
+    """Install/start LXD or Incus if needed, preseed the bridge, build the image once, launch the containers.
 
     Example: labwright lab up -i inventories/local.py
     """
@@ -50,7 +49,7 @@ def status(
 ) -> None:
     """Show the lab's containers: state, address, image, age."""
     spec = load_lab_spec(vocab.inventory(inventory, None))
-    client = LxdClient()
+    _, client = lab_ops.lab_client(spec)
     server = client.server_info()  # GET /1.0: environment.server and server_version
     rows = lab_ops.status(spec, client)
     if as_json:

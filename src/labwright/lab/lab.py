@@ -1,6 +1,7 @@
-"""`labwright lab up|status|down`: the local LXD lab, built from the inventory's `lab` group.
+"""`labwright lab up|status|down`: the local lab, built from the inventory's `lab` group on LXD or Incus
+(``lab_backend``, labwright.lab.backend).
 
-Every LXD object made here carries the lab's marker (a description, or a ``user.labwright.lab``
+Every object made here carries the lab's marker (a description, or a ``user.labwright.lab``
 key on containers), so ``down`` removes exactly what ``up`` made, and ``up`` refuses to adopt
 an object of the same name that somebody else made.
 """
@@ -20,7 +21,8 @@ from typing import Any
 
 from labwright.errors import BadInput, LxdError, OperationFailed
 from labwright.lab import image as lab_image
-from labwright.lab.daemon import ensure_daemon
+from labwright.lab.backend import check_apart, choose_backend
+from labwright.lab.daemon import LXD, Backend, ensure_daemon
 from labwright.lab.keys import ensure_lab_key
 from labwright.lab.spec import LabSpec
 from labwright.lxd.client import LxdClient
@@ -48,7 +50,7 @@ def host_networks(exclude_dev: str) -> list[tuple[str, ipaddress.IPv4Network]]:
     return found
 
 
-def check_subnet_free(spec: LabSpec, client: LxdClient) -> None:
+def check_subnet_free(spec: LabSpec, client: LxdClient, backend: Backend = LXD) -> None:
     wanted = spec.subnet.network
     for dev, net in host_networks(spec.bridge):
         if net.overlaps(wanted) and net.prefixlen > 0:
@@ -59,8 +61,8 @@ def check_subnet_free(spec: LabSpec, client: LxdClient) -> None:
             continue
         addr = network.get("config", {}).get("ipv4.address", "")
         if addr and addr not in ("none", "auto") and ipaddress.IPv4Interface(addr).network.overlaps(wanted):
-            raise BadInput(f"{spec.source}: lab_subnet {wanted} overlaps LXD network {network['name']} ({addr}); "
-                           "choose a free one")
+            raise BadInput(f"{spec.source}: lab_subnet {wanted} overlaps {backend.title} network "
+                           f"{network['name']} ({addr}); choose a free one")
 
 
 def check_disk(path: str = "/var/lib", need: int = MIN_FREE_BYTES) -> None:
@@ -172,7 +174,7 @@ def _differs(current: dict[str, Any], wanted: dict[str, Any]) -> bool:
 
 
 def plan_infrastructure(spec: LabSpec, client: LxdClient, pool_driver: str | None = None,
-                        ) -> dict[str, dict[str, Any]]:
+                        backend: Backend = LXD) -> dict[str, dict[str, Any]]:
     """Objects to create or update; refuses objects of the same name that labwright did not make."""
     todo = {}
     for kind, obj in wanted_objects(spec, pool_driver).items():
@@ -182,7 +184,8 @@ def plan_infrastructure(spec: LabSpec, client: LxdClient, pool_driver: str | Non
             continue
         if current.get("description") != spec.marker:
             field = {"networks": "lab_bridge", "storage-pools": "lab_pool", "profiles": "lab_profile"}[kind]
-            raise BadInput(f"{spec.source}: LXD {kind[:-1]} {obj['name']!r} exists and was not made by labwright; "
+            raise BadInput(f"{spec.source}: {backend.title} {kind[:-1]} {obj['name']!r} exists and was not made by "
+                           "labwright; "
                            f"set another {field} in the inventory")
         if kind == "storage-pools":
             continue  # made once: its driver and loop file size stay what they were made with
@@ -191,9 +194,11 @@ def plan_infrastructure(spec: LabSpec, client: LxdClient, pool_driver: str | Non
     return todo
 
 
-def apply_preseed(objects: dict[str, dict[str, Any]]) -> None:
-    binary = "lxd" if shutil.which("lxd") else "incus"
-    cmd = [binary, "init", "--preseed"] if binary == "lxd" else ["incus", "admin", "init", "--preseed"]
+def apply_preseed(objects: dict[str, dict[str, Any]], backend: Backend = LXD) -> None:
+    """``lxd init --preseed`` / ``incus admin init --preseed`` (always a preseed naming every object, never
+    ``init --auto``), through the lab's own daemon's socket when LXD_SOCKET/INCUS_SOCKET or LXD_DIR/INCUS_DIR
+    moved it."""
+    cmd = list(backend.preseed)
     proc = subprocess.run(cmd, input=render_preseed(objects), capture_output=True, text=True)
     if proc.returncode != 0:
         raise OperationFailed(f"{' '.join(cmd)} failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -222,7 +227,7 @@ def instance_address(client: LxdClient, name: str) -> str | None:
     return None
 
 
-def wait_ready(client: LxdClient, name: str, timeout: float = 90) -> str:
+def wait_ready(client: LxdClient, name: str, timeout: float = 90, backend: Backend = LXD) -> str:
     """Wait until the container has an address and sshd listens; return the address."""
     deadline = time.monotonic() + timeout
     address = None
@@ -234,7 +239,7 @@ def wait_ready(client: LxdClient, name: str, timeout: float = 90) -> str:
                 return address
         time.sleep(0.5)
     raise OperationFailed(f"container {name} did not get an address and sshd within {timeout:.0f}s; "
-                          f"see `lxc info {name} --show-log`")
+                          f"see `{backend.client_tool} info {name} --show-log`")
 
 
 def install_key(client: LxdClient, name: str, public_key: str) -> bool:
@@ -282,17 +287,22 @@ def launch(client: LxdClient, spec: LabSpec, name: str, alias: str, extra_config
 
 def up(spec: LabSpec, report: Reporter, dry_run: bool = False) -> list[str]:
     """Make the lab match ``spec``. Returns the list of changes (empty when nothing changed)."""
-    client = ensure_daemon(report) if not dry_run else LxdClient()
+    backend, why = choose_backend(spec)
+    report.info(f"lab {spec.name} on {backend.title} ({why})")
+    client = ensure_daemon(report, backend) if not dry_run else backend.client()
     check_disk()
     existing = {c.name: client.instance_or_none(c.name) for c in spec.containers}
     for name, inst in existing.items():
         if inst is not None and not owned_by(inst, spec):
             raise BadInput(f"{spec.source}: container {name!r} exists and was not made by labwright lab "
                            f"{spec.name!r}; rename it in the inventory or remove it yourself")
+    bridge = client.get_or_none(f"/1.0/networks/{spec.bridge}")
+    if not (bridge or {}).get("managed"):  # not this daemon's yet: the other daemon's, or a plain interface?
+        check_apart(spec, backend)
     driver = choose_pool_driver(spec, client, report)
-    todo = plan_infrastructure(spec, client, driver)
+    todo = plan_infrastructure(spec, client, driver, backend)
     if "networks" in todo:
-        check_subnet_free(spec, client)
+        check_subnet_free(spec, client, backend)
     if dry_run:
         for kind, obj in todo.items():
             what = f" ({obj['driver']})" if kind == "storage-pools" else ""
@@ -306,14 +316,14 @@ def up(spec: LabSpec, report: Reporter, dry_run: bool = False) -> list[str]:
     if todo:
         with report.step(f"preseed {', '.join(o['name'] for o in todo.values())} (bridge {spec.subnet})"):
             try:
-                apply_preseed(todo)
+                apply_preseed(todo, backend)
             except OperationFailed as exc:
                 if spec.pool_driver != "auto" or todo.get("storage-pools", {}).get("driver") != "btrfs":
                     raise
                 # the daemon refused the loop file (lxd init reverts what the preseed made): the plain pool then
                 report.info(f"pool {spec.pool}: dir, not btrfs: the daemon refused it ({exc})")
                 todo["storage-pools"] = pool_object(spec, "dir")
-                apply_preseed(todo)
+                apply_preseed(todo, backend)
         for kind, obj in todo.items():
             report.change(f"{kind[:-1]} {obj['name']}" + (f" ({obj['driver']})" if kind == "storage-pools" else ""))
     else:
@@ -328,12 +338,12 @@ def up(spec: LabSpec, report: Reporter, dry_run: bool = False) -> list[str]:
             with report.step(f"launch {container.name}"):
                 launch(client, spec, container.name, alias)
                 client.set_state(container.name, "start")
-                wait_ready(client, container.name)
+                wait_ready(client, container.name, backend=backend)
             report.change(f"container {container.name} launched")
         elif inst["status"] != "Running":
             with report.step(f"start {container.name}"):
                 client.set_state(container.name, "start")
-                wait_ready(client, container.name)
+                wait_ready(client, container.name, backend=backend)
             report.change(f"container {container.name} started")
         if install_key(client, container.name, public_key):
             report.change(f"lab key installed in {container.name}")
@@ -355,8 +365,14 @@ def _age(created: str) -> str:
     return f"{seconds}s"
 
 
+def lab_client(spec: LabSpec) -> tuple[Backend, LxdClient]:
+    """The lab's daemon (``choose_backend``) and a client of it, for ``status`` and ``down``."""
+    backend, _ = choose_backend(spec)
+    return backend, backend.client()
+
+
 def status(spec: LabSpec, client: LxdClient | None = None) -> list[ContainerRow]:
-    client = client or LxdClient()
+    client = client or lab_client(spec)[1]
     rows = []
     declared = {c.name for c in spec.containers}
     for inst in client.instances():
@@ -380,7 +396,7 @@ def status(spec: LabSpec, client: LxdClient | None = None) -> list[ContainerRow]
 
 def down(spec: LabSpec, report: Reporter, dry_run: bool = False) -> list[str]:
     """Remove every object ``up`` made for this lab (containers, profile, pool, bridge, image)."""
-    client = LxdClient()
+    client = lab_client(spec)[1]
     for inst in client.instances():
         if inst.get("config", {}).get(LAB_KEY) != spec.name:
             continue
@@ -428,7 +444,7 @@ def down(spec: LabSpec, report: Reporter, dry_run: bool = False) -> list[str]:
 
 
 def _empty_pool(client: LxdClient, pool: str) -> None:
-    """Delete cached image volumes LXD keeps in the pool (they block the pool's deletion)."""
+    """Delete cached image volumes the daemon keeps in the pool (they block the pool's deletion)."""
     for vol in client.request("GET", f"/1.0/storage-pools/{pool}/volumes", params={"recursion": 1}) or []:
         if vol.get("type") == "image":
             client.request("DELETE", f"/1.0/storage-pools/{pool}/volumes/image/{vol['name']}")

@@ -31,7 +31,12 @@ DEFAULTS: dict[str, Any] = {
     "lab_memory": "2GiB",
     "lab_pool_driver": "dir",
     "lab_pool_size": "20GiB",
+    "lab_backend": "auto",
 }
+
+#: The daemons a lab can live on (``lab_backend``); ``auto`` (the default) is resolved at ``lab up`` by
+#: labwright.lab.backend.choose_backend: the hosts' own prefix (``@incus/NAME``), else whichever is installed.
+LAB_BACKENDS = ("incus", "lxd", "auto")
 
 #: Storage drivers a lab pool may use. ``btrfs`` is a copy-on-write pool on a loop file LXD/Incus makes itself
 #: (``disks/POOL.img`` under the daemon's directory, sized by ``lab_pool_size``): a copy or snapshot of a container
@@ -59,6 +64,10 @@ class LabSpec:
     source: str = "<data>"
     pool_driver: str = "dir"
     pool_size: str = "20GiB"
+    #: ``lxd``, ``incus`` or ``auto`` (see LAB_BACKENDS).
+    backend: str = "auto"
+    #: The prefix its hosts are written with: ``lxd`` (``@lxd/NAME``) or ``incus`` (``@incus/NAME``); None: no hosts.
+    host_prefix: str | None = None
 
     @property
     def marker(self) -> str:
@@ -125,7 +134,7 @@ def validate_memory(value: Any, source: str, key: str = "lab_memory") -> str:
     text = str(value).strip()
     match = _MEMORY.match(text)
     if isinstance(value, bool) or not match:
-        raise BadInput(f"{source}: {key} {value!r} is not a size; write it as LXD does: 2GiB, 512MiB or 50%")
+        raise BadInput(f"{source}: {key} {value!r} is not a size; write it as LXD and Incus do: 2GiB, 512MiB or 50%")
     if match.group(1) is not None and float(match.group(1)) * _MEMORY_BYTES[match.group(2)] < 64 * 2**20:
         raise BadInput(f"{source}: {key} {value!r} is under 64MiB, too little to boot a container; "
                        "give at least 256MiB (e.g. 2GiB)")
@@ -145,11 +154,18 @@ def validate_pool_size(value: Any, source: str) -> str:
     text = str(value).strip()
     match = _MEMORY.match(text)
     if isinstance(value, bool) or not match or match.group(1) is None:
-        raise BadInput(f"{source}: lab_pool_size {value!r} is not a size; write it as LXD does: 20GiB or 50GB")
+        raise BadInput(f"{source}: lab_pool_size {value!r} is not a size; write it as LXD and Incus do: 20GiB or 50GB")
     if float(match.group(1)) * _MEMORY_BYTES[match.group(2)] < 2 * 2**30:
         raise BadInput(f"{source}: lab_pool_size {value!r} is under 2GiB, too small for the image and a "
                        "container; give at least 5GiB (e.g. 20GiB)")
     return text
+
+
+def validate_backend(value: Any, source: str) -> str:
+    if not isinstance(value, str) or value.strip().lower() not in LAB_BACKENDS:
+        raise BadInput(f"{source}: lab_backend {value!r} is not one of {', '.join(LAB_BACKENDS)}; write incus or lxd "
+                       "(the daemon the lab lives on), or leave it out for the one installed here")
+    return value.strip().lower()
 
 
 def validate_instance_name(name: str, where: str) -> str:
@@ -162,7 +178,7 @@ def validate_instance_name(name: str, where: str) -> str:
 
 
 def spec_from_group(hosts: list[Any], group_data: Mapping[str, Any], source: str = "<data>") -> LabSpec:
-    """The lab from its hosts (``"@lxd/NAME"`` or ``("@lxd/NAME", data)``) and its settings (``lab_*``)."""
+    """The lab from its hosts (``"@lxd/NAME"``, ``"@incus/NAME"`` or ``(HOST, data)``) and its settings (``lab_*``)."""
     unknown = sorted(str(key) for key in group_data if str(key).startswith("lab_") and key not in DEFAULTS)
     if unknown:  # a typo (lab_mem) silently fell back to the default
         import difflib
@@ -172,19 +188,28 @@ def spec_from_group(hosts: list[Any], group_data: Mapping[str, Any], source: str
         raise BadInput(f"{source}: unknown lab setting {unknown[0]} ({hint}); fix or remove it")
     data = {**DEFAULTS, **group_data}
     subnet = validate_subnet(data["lab_subnet"], source)
+    backend = validate_backend(data["lab_backend"], source)
     containers = []
     seen: set[str] = set()
+    prefixes: set[str] = set()
     for entry in hosts:
         host, host_data = (entry, {}) if isinstance(entry, str) else (entry[0], dict(entry[1]))
-        if not isinstance(host, str) or not host.startswith("@lxd/"):
-            raise BadInput(f"{source}: lab host {host!r} must be written @lxd/NAME")
+        if not isinstance(host, str) or not host.startswith(("@lxd/", "@incus/")):
+            raise BadInput(f"{source}: lab host {host!r} must be written @lxd/NAME or @incus/NAME")
         try:
             parsed = parse_host_name(host)
         except BadInput as exc:
             raise BadInput(f"{source}: {exc}") from None
         if not isinstance(parsed, LxdName) or parsed.remote is not None:
-            raise BadInput(f"{source}: lab host {host!r} must be a container of this machine's LXD, written "
-                           "@lxd/NAME (no REMOTE:)")
+            raise BadInput(f"{source}: lab host {host!r} must be a container of this machine's daemon, written "
+                           f"@{host[1:].split('/')[0]}/NAME (no REMOTE:)")
+        if backend != "auto" and parsed.flavour != backend:
+            raise BadInput(f"{source}: lab host {host!r} is reached through {parsed.flavour} but lab_backend is "
+                           f"{backend}; write it @{backend}/{parsed.instance}")
+        prefixes.add(parsed.flavour)
+        if len(prefixes) > 1:
+            raise BadInput(f"{source}: lab host {host!r}: the lab's hosts mix @lxd/ and @incus/; one lab lives on "
+                           "one daemon: write them all with one prefix (and set lab_backend)")
         name = parsed.instance
         if name in seen:
             raise BadInput(f"{source}: container {name!r} is declared twice in the lab group")
@@ -200,6 +225,7 @@ def spec_from_group(hosts: list[Any], group_data: Mapping[str, Any], source: str
         containers=tuple(containers), source=source,
         pool_driver=validate_pool_driver(data["lab_pool_driver"], source),
         pool_size=validate_pool_size(data["lab_pool_size"], source),
+        backend=backend, host_prefix=next(iter(prefixes), None),
     )
 
 
