@@ -38,19 +38,26 @@ def key_file_refusal(data_key: str, path: str, info: Mapping[str, Any] | bool | 
     return None
 
 
-def is_consumer(data: Mapping[str, Any]) -> bool:
-    """Whether a host's data declares something that calls engines over the network: the LiteLLM gateway (a
-    ``litellm_*`` key other than ``litellm_engine_address``, which engine hosts carry) or Open WebUI."""
-    return any((key.startswith("litellm_") and key != "litellm_engine_address") or key.startswith("openwebui_")
+def is_entrance(data: Mapping[str, Any]) -> bool:
+    """Whether a host's data declares an entrance clients use instead of the engines: the LiteLLM gateway (a
+    ``litellm_*`` key other than ``litellm_engine_address``, which engine hosts carry) or the TLS gateway
+    (``gateway_*``, deploys/gateway.py)."""
+    return any((key.startswith("litellm_") and key != "litellm_engine_address") or key.startswith("gateway_")
                for key in data)
+
+
+def is_consumer(data: Mapping[str, Any]) -> bool:
+    """Whether a host's data declares something that calls engines over the network: an entrance
+    (``is_entrance``), Open WebUI or Prometheus (``monitoring_*``, deploys/monitoring.py)."""
+    return is_entrance(data) or any(key.startswith(("openwebui_", "monitoring_")) for key in data)
 
 
 def gateway_only(this: Mapping[str, Any], others: Iterable[Mapping[str, Any]]) -> bool:
     """Whether only the gateway on this same guest uses this host's engine: this host's data declares the LiteLLM
-    gateway and no other host of the inventory declares a gateway or Open WebUI (``is_consumer``). Then the engine
-    binds 127.0.0.1 (``llamacpp_host = "auto"``): the gateway reaches it on loopback, the LAN not at all."""
-    return any(key.startswith("litellm_") and key != "litellm_engine_address" for key in this) and \
-        not any(is_consumer(data) for data in others)
+    gateway or the TLS gateway (``is_entrance``) and no other host of the inventory declares a gateway, Open WebUI or
+    Prometheus (``is_consumer``). Then the engine binds 127.0.0.1 (``llamacpp_host = "auto"``): the gateway reaches it
+    on loopback, the LAN not at all."""
+    return is_entrance(this) and not any(is_consumer(data) for data in others)
 
 
 def is_loopback(address: str) -> bool:

@@ -1,0 +1,1 @@
+"""Metrics for the lab's engines: Prometheus and node-exporter from the distribution (deploys/monitoring.py)."""

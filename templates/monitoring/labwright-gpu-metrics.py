@@ -1,0 +1,193 @@
+#!/usr/bin/python3
+"""GPU and engine metrics for node-exporter's textfile collector, written by deploys/monitoring.py (labwright).
+
+Run by labwright-gpu-metrics.timer as root; standard library only; no vendor daemon. Reads its engines from the
+JSON file named by argv[1] and writes argv[2] (a .prom file) whole, through a temporary file and a rename, so
+node-exporter never reads half of it.
+
+    NVIDIA: nvidia-smi --query-gpu (memory, utilisation, temperature, power), nothing when it is absent.
+    AMD / Intel: /sys/class/drm/card*/device (mem_info_vram_used/total, gpu_busy_percent, hwmon).
+    Engines: up, GPU device nodes open (/proc/PID/fd: /dev/nvidiaN or /dev/dri/renderD*), llama.cpp's
+    "offloaded N/M layers to GPU" journal line of the current start, llama.cpp's /slots context length.
+"""
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+
+NVIDIA_FIELDS = "index,name,memory.used,memory.total,utilization.gpu,temperature.gpu,power.draw"
+MIB = 1024 * 1024
+
+
+def label(value):
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def number(text):
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        return None
+
+
+def run(argv, timeout=10):
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def nvidia(lines, errors):
+    if not any(os.access(os.path.join(d, "nvidia-smi"), os.X_OK) for d in os.environ.get("PATH", "").split(":")):
+        return 0
+    out = run(["nvidia-smi", f"--query-gpu={NVIDIA_FIELDS}", "--format=csv,noheader,nounits"])
+    if out is None:
+        errors.append("nvidia-smi")
+        return 0
+    count = 0
+    for row in out.strip().splitlines():
+        cells = [cell.strip() for cell in row.split(",")]
+        if len(cells) != 7:
+            continue
+        index, name, used, total, util, temp, power = cells
+        base = f'gpu="{label(index)}",vendor="nvidia",name="{label(name)}"'
+        count += 1
+        for metric, value, scale in (("memory_used_bytes", used, MIB), ("memory_total_bytes", total, MIB),
+                                     ("utilization_ratio", util, 0.01), ("temperature_celsius", temp, 1),
+                                     ("power_watts", power, 1)):
+            got = number(value)
+            if got is not None:
+                lines.append(f"labwright_gpu_{metric}{{{base}}} {got * scale:g}")
+    return count
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def sysfs(lines):
+    count = {"amd": 0, "intel": 0}
+    for device in sorted(glob.glob("/sys/class/drm/card[0-9]*/device")):
+        if re.search(r"card\d+-", device):
+            continue
+        vendor = {"0x1002": "amd", "0x8086": "intel"}.get(read(os.path.join(device, "vendor")) or "")
+        if vendor is None:
+            continue
+        card = device.split("/")[-2]
+        base = f'gpu="{card}",vendor="{vendor}",name="{label(read(os.path.join(device, "product_name")) or card)}"'
+        count[vendor] += 1
+        for metric, name, scale in (("memory_used_bytes", "mem_info_vram_used", 1),
+                                    ("memory_total_bytes", "mem_info_vram_total", 1),
+                                    ("utilization_ratio", "gpu_busy_percent", 0.01)):
+            got = number(read(os.path.join(device, name)) or "")
+            if got is not None:
+                lines.append(f"labwright_gpu_{metric}{{{base}}} {got * scale:g}")
+        for hwmon in glob.glob(os.path.join(device, "hwmon", "hwmon*")):
+            temp = number(read(os.path.join(hwmon, "temp1_input")) or "")
+            power = number(read(os.path.join(hwmon, "power1_average")) or "")
+            if temp is not None:
+                lines.append(f"labwright_gpu_temperature_celsius{{{base}}} {temp / 1000:g}")
+            if power is not None:
+                lines.append(f"labwright_gpu_power_watts{{{base}}} {power / 1e6:g}")
+    return count
+
+
+def unit_property(service, name):
+    return (run(["systemctl", "show", "-p", name, "--value", f"{service}.service"]) or "").strip()
+
+
+def gpu_nodes_open(pid):
+    found = 0
+    for fd in glob.glob(f"/proc/{pid}/fd/*"):
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if re.fullmatch(r"/dev/(nvidia\d+|dri/renderD\d+)", target):
+            found += 1
+    return found
+
+
+def offloaded(service):
+    """llama.cpp's "offloaded N/M layers to GPU", from the journal of the unit's current start only."""
+    invocation = unit_property(service, "InvocationID")
+    if not invocation:
+        return None
+    out = run(["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager", "-q"], timeout=20)
+    found = re.findall(r"offloaded (\d+)/(\d+) layers to GPU", out or "")
+    return found[-1] if found else None
+
+
+def context_tokens(url, key_file):
+    """llama.cpp's /slots: the tokens in the busiest slot's context (prompt + generated), the newest task if none
+    is busy."""
+    headers = {}
+    if key_file:
+        key = next((line.strip() for line in (read(key_file) or "").splitlines()
+                    if line.strip() and not line.startswith("#")), "")
+        headers["Authorization"] = "Bearer " + key
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + "/slots", headers=headers), timeout=5) as answer:
+            slots = json.load(answer)
+    except (OSError, ValueError):
+        return None
+    best = None
+    for slot in slots if isinstance(slots, list) else []:
+        if "id_task" not in slot:
+            continue
+        decoded = sum(int(t.get("n_decoded") or 0) for t in slot.get("next_token") or [] if isinstance(t, dict))
+        tokens = int(slot.get("n_prompt_tokens") or 0) + decoded
+        rank = (bool(slot.get("is_processing")), int(slot.get("id_task") or 0))
+        if best is None or rank > best[0]:
+            best = (rank, tokens)
+    return None if best is None else best[1]
+
+
+def engines(lines, config):
+    for engine in config.get("engines", []):
+        service = engine["service"]
+        base = f'service="{label(service)}",engine="{label(engine.get("kind", ""))}"'
+        pid = unit_property(service, "MainPID")
+        up = pid.isdigit() and int(pid) > 0
+        lines.append(f"labwright_engine_up{{{base}}} {int(up)}")
+        if not up:
+            continue
+        lines.append(f"labwright_engine_gpu_nodes_open{{{base}}} {gpu_nodes_open(pid)}")
+        layers = offloaded(service)
+        if layers:
+            lines.append(f"labwright_engine_layers_offloaded{{{base}}} {layers[0]}")
+            lines.append(f"labwright_engine_layers_total{{{base}}} {layers[1]}")
+        if engine.get("kind") == "llamacpp" and engine.get("url"):
+            tokens = context_tokens(engine["url"], engine.get("key_file") or "")
+            if tokens is not None:
+                lines.append(f"labwright_engine_context_tokens{{{base}}} {tokens}")
+
+
+def main():
+    config = json.loads(read(sys.argv[1]) or "{}")
+    out = sys.argv[2]
+    lines, errors = [], []
+    count = {"nvidia": nvidia(lines, errors), **sysfs(lines)}
+    for vendor, found in count.items():
+        lines.append(f'labwright_gpu_count{{vendor="{vendor}"}} {found}')
+    engines(lines, config)
+    for source in ("nvidia-smi",):
+        lines.append(f'labwright_gpu_metrics_error{{source="{source}"}} {int(source in errors)}')
+    temporary = out + ".new"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, out)
+
+
+if __name__ == "__main__":
+    main()
