@@ -6,9 +6,8 @@ deploys/monitoring.py (the pyinfra CLI shim, with usage) and docs/monitoring.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from io import StringIO
-from typing import Any, cast
+from typing import Any
 
 from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import DeployError
@@ -52,7 +51,7 @@ RULES = "/etc/prometheus/labwright-rules.yml"
 
 
 def _hosts() -> list[EngineHost]:
-    return [EngineHost(h.name, cast(Mapping[str, Any], h.data), h.name == host.name) for h in inventory]
+    return [EngineHost(h.name, h.data.dict(), h.name == host.name) for h in inventory]
 
 
 def _address_of(engine: EngineHost) -> str:
