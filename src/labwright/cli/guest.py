@@ -40,8 +40,11 @@ def _guests(inventory: Path, names: list[str] | None) -> list[GuestSpec]:
 
 
 def _label(spec: GuestSpec) -> str:
+    """``guest NAME (lxd local)``, ``(incus local)`` for an ``@incus/`` host (the same backend, Incus's daemon),
+    ``(proxmox pve1/101)``."""
     where = f"{spec.node}/{spec.vmid}" if spec.backend == "proxmox" else (spec.node or "local")
-    return f"guest {spec.name} ({spec.backend} {'VM ' if spec.is_vm else ''}{where})"
+    daemon = "incus" if spec.backend == "lxd" and spec.host.startswith("@incus/") else spec.backend
+    return f"guest {spec.name} ({daemon} {'VM ' if spec.is_vm else ''}{where})"
 
 
 def _print_changes(changes: list[Change], indent: str = "  ") -> None:

@@ -118,7 +118,8 @@ class LxdBackend(GuestBackend):
             vendors = [vendor_of_id(_hex_id(c.get("vendor_id"))) for c in self._lxd_cards()]
             present = [v for v in ("nvidia", "amd", "intel") if v in vendors]
             if not present:
-                raise BadInput(f"{spec.where}: gpu: auto, but {_daemon(spec)} remote {spec.node} reports no GPU; set gpu: none")
+                raise BadInput(f"{spec.where}: gpu: auto, but {_daemon(spec)} remote {spec.node} reports no GPU; "
+                               "set gpu: none")
             return replace(spec, gpu=present[0])
         label = self.gpu_host.label if self.gpu_host is not None else "this host"
         return replace(spec, gpu=resolve_vendor(spec.gpu, facts, spec.where, label))
@@ -178,12 +179,12 @@ class LxdBackend(GuestBackend):
             if not isinstance(dev, dict):
                 continue
             if dev.get("type") == "nic" and self.client.get_or_none(f"/1.0/networks/{dev['parent']}") is None:
-                raise BadInput(f"{spec.where}: bridge {dev['parent']!r} does not exist on {_daemon(spec)} {self.remote}; "
-                               "fix `net` or create the bridge")
+                raise BadInput(f"{spec.where}: bridge {dev['parent']!r} does not exist on {_daemon(spec)} "
+                               f"{self.remote}; fix `net` or create the bridge")
             if dev.get("type") == "disk" and dev.get("pool") and \
                     self.client.get_or_none(f"/1.0/storage-pools/{dev['pool']}") is None:
-                raise BadInput(f"{spec.where}: storage pool {dev['pool']!r} does not exist on {_daemon(spec)} {self.remote}; "
-                               "fix `rootfs`")
+                raise BadInput(f"{spec.where}: storage pool {dev['pool']!r} does not exist on {_daemon(spec)} "
+                               f"{self.remote}; fix `rootfs`")
             if dev.get("type") == "disk" and dev.get("source") and dev.get("required", "true") == "true" \
                     and self.local and not os.path.exists(dev["source"]):
                 raise BadInput(f"{spec.where}: mount source {dev['source']} does not exist on this host; create it "
@@ -192,7 +193,8 @@ class LxdBackend(GuestBackend):
     def _source(self, spec: GuestSpec) -> dict[str, Any]:
         if spec.clone:
             if self._instance_by_name(spec.clone) is None:
-                raise BadInput(f"{spec.where}: clone source {spec.clone!r} does not exist on {_daemon(spec)} {self.remote}")
+                raise BadInput(f"{spec.where}: clone source {spec.clone!r} does not exist on {_daemon(spec)} "
+                               f"{self.remote}")
             return {"type": "copy", "source": spec.clone}
         template = spec.template
         if not template:
@@ -385,7 +387,8 @@ class LxdBackend(GuestBackend):
             try:
                 self.client.set_state(spec.name, "stop", force=True)
             except LxdError as forced:
-                raise OperationFailed(f"{spec.where}: {_daemon(spec)} could not stop it: {_lxd_reason(forced)}") from forced
+                raise OperationFailed(f"{spec.where}: {_daemon(spec)} could not stop it: "
+                                      f"{_lxd_reason(forced)}") from forced
 
     def show(self, spec: GuestSpec) -> dict[str, Any]:
         current = self._instance(spec)
@@ -446,8 +449,9 @@ class LxdBackend(GuestBackend):
         if current is None:
             return []
         if (current.get("config") or {}).get(MARKER_KEY) != spec.name:
-            raise SafetyCheckFailed(f"{spec.where}: instance {spec.name} on {_daemon(spec)} {self.remote} was not made by "
-                                    f"labwright (no {MARKER_KEY}); delete it yourself with `lxc delete`")
+            raise SafetyCheckFailed(f"{spec.where}: instance {spec.name} on {_daemon(spec)} {self.remote} was not made "
+                                    f"by labwright (no {MARKER_KEY}); delete it yourself with "
+                                    f"`{'incus' if _daemon(spec) == 'Incus' else 'lxc'} delete`")
         if current.get("status") == "Running":
             self.client.set_state(spec.name, "stop", force=True)
         try:
