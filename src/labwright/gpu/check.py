@@ -52,6 +52,12 @@ GPU_NODE = re.compile(r"^/dev/nvidia\d+$")
 #:  "no kernel image is available for execution on the device" (a build without kernels for this GPU's
 #:  compute capability: see labwright.gpu.arch), and NVML's "Driver/library version mismatch".
 FALLBACK_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # first, the more precise: a Vulkan build (labwright.gpu.vulkan has these lines' sources) that skipped every
+    # device, or chose lavapipe, before the --gpu-layers warning that follows it
+    (re.compile(r"ggml_vulkan: No devices found\."),
+     "llama.cpp's Vulkan backend found no GPU device (it skips CPU-type ones such as lavapipe)"),
+    (re.compile(r"ggml_vulkan: Warning: Device type is CPU"),
+     "llama.cpp's Vulkan device is a CPU (llvmpipe): unset GGML_VK_VISIBLE_DEVICES"),
     (re.compile(r"no usable GPU found, --gpu-layers option will be ignored"),
      "llama.cpp found no usable GPU and ignored --gpu-layers (built without GPU support, or no CUDA device visible)"),
     (re.compile(r"ggml_cuda_init: failed to initialize CUDA: (?P<detail>.+)"),
@@ -134,7 +140,8 @@ def engine_command(service: str) -> str:
     return (
         f"pid=$(systemctl show -p MainPID --value {unit} 2>/dev/null); echo {_MARK}pid; echo \"${{pid:-0}}\"; "
         f"echo {_MARK}fds; if [ \"${{pid:-0}}\" != 0 ]; then "
-        "for fd in /proc/$pid/fd/*; do readlink \"$fd\"; done 2>/dev/null | grep '^/dev/nvidia' | sort -u; fi; "
+        "for fd in /proc/$pid/fd/*; do readlink \"$fd\"; done 2>/dev/null | grep -E '^/dev/(nvidia|dri/|kfd)' "
+        "| sort -u; fi; "
         f"echo {_MARK}cmdline; [ \"${{pid:-0}}\" != 0 ] && tr '\\0' '\\n' < /proc/$pid/cmdline; "
         f"echo {_MARK}log; inv=$(systemctl show -p InvocationID --value {unit} 2>/dev/null); "
         "if [ -n \"$inv\" ]; then journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$inv 2>/dev/null | tail -n 3000; "

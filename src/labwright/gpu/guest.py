@@ -4,7 +4,8 @@ the checks of ``labwright.gpu.check`` run through the LXD API's exec (no SSH in 
 The host side (module version, nodes and majors) is read on the machine running labwright (``GpuHost``), which is
 the LXD host for a local guest; a caller may give another ``GpuHost`` (tests: one over a fake host tree).
 
-``passed_gpu_devices`` is vendor-neutral (``labwright.gpu.devices``); the checks are NVIDIA's.
+``passed_gpu_devices`` is vendor-neutral (``labwright.gpu.devices``); the checks are NVIDIA's (labwright.gpu.check)
+for an NVIDIA guest, and the DRM nodes plus Vulkan (labwright.gpu.vulkan) for an AMD or Intel one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 from labwright.errors import BadInput, LxdError
 from labwright.gpu.check import Check, DecodeRequest, run_checks
 from labwright.gpu.devices import passed_gpu_devices
+from labwright.gpu.dri import read_dri
 from labwright.gpu.nvidia.host import GpuHost
+from labwright.gpu.vulkan import host_nodes_of, passed_vendor, run_dri_checks
 from labwright.hostnames import BadHostName, lxd_guest
 from labwright.hosts import Host
 from labwright.hosts.lxd import LxdHost
@@ -80,13 +83,18 @@ def check_guest(guest: str, service: str | None = AUTO, decode: DecodeRequest | 
         if instance is None:
             raise BadInput(f"guest {guest}: no such LXD instance (see `lxc list`)")
         if not passed_gpu_devices(instance):
-            raise BadInput(f"guest {guest}: no GPU is passed to it (no `gpu` device and no /dev/nvidia* unix-char "
-                           "device in its LXD config); set gpu: nvidia in its guest data and run "
-                           "`labwright guest apply`")
+            raise BadInput(f"guest {guest}: no GPU is passed to it (no `gpu` device and no /dev/nvidia* or "
+                           "/dev/dri unix-char device in its LXD config); set gpu: nvidia, amd, intel or auto in its "
+                           "guest data and run `labwright guest apply`")
         if instance.get("status") != "Running":
             raise BadInput(f"guest {guest} is {instance.get('status')}; start it first (`lxc start {host.name}`)")
         chosen = engine_service(host, service)
-        checks = run_checks(host, gpu_host.driver_version(), gpu_host.device_nodes(), chosen, decode)
+        facts = read_dri(gpu_host.root)
+        vendor = passed_vendor(instance, facts)
+        if vendor is not None:
+            checks = run_dri_checks(host, vendor, host_nodes_of(vendor, facts), chosen, decode)
+        else:
+            checks = run_checks(host, gpu_host.driver_version(), gpu_host.device_nodes(), chosen, decode)
         if service == AUTO and chosen is None:
             checks.append(Check("engine on the GPU", True, "not checked: no llama-server or tabbyapi service in the "
                                 "guest (give --service NAME)"))
