@@ -26,7 +26,8 @@ from labwright.cli.vocab import DryOption
 from labwright.errors import BadInput, OperationFailed
 
 NAME = "model"
-HELP = "Models on this machine: fetch one from the Hugging Face Hub (verified), write the tiny test GGUF."
+HELP = ("Models on this machine: fetch one from the Hugging Face Hub (verified), plan the engine for one, write the "
+        "tiny test GGUF.")
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
@@ -142,6 +143,78 @@ def fetch(
         verb = "downloaded" if downloaded else "complete"
         typer.echo(f"{verb}: {link} ({spec['repo']}@{spec['revision']}, {len(files)} files, {size} bytes, commit "
                    f"{str(marker.get('commit', '?'))[:12]}, checksums verified)")
+
+
+@app.command()
+def plan(
+    model: str = typer.Argument(..., metavar="MODEL", help="A model directory, a .gguf file, or a Hub repo id "
+                                "(org/name, read without downloading its weights)."),
+    vram_gb: str | None = typer.Option(None, "--vram-gb", help="The largest GPU's memory; a bare number is GiB; 0: "
+                                       "no GPU. With --unified: the shared pool (default --ram-gb)."),
+    ram_gb: str | None = typer.Option(None, "--ram-gb", help="System RAM for offloaded weights (default: not "
+                                      "checked)."),
+    unified: bool = typer.Option(False, "--unified", help="Unified memory (one pool for GPU and CPU): the model fits "
+                                 "in it or nowhere; nothing crosses PCIe."),
+    context: int | None = typer.Option(None, "--context", help="Count the KV cache for this context (needs a "
+                                       "config.json or a local GGUF)."),
+    file: str | None = typer.Option(None, "--file", help="One GGUF file of a Hub repo (as `model fetch --file`)."),
+    revision: str = typer.Option("main", "--revision", help="A branch, tag or 40-hex commit of a Hub repo."),
+    allow: list[str] = typer.Option([], "--allow", metavar="PATTERN", help="Only the repo's files matching "
+                                    "(repeatable)."),
+    ignore: list[str] = typer.Option([], "--ignore", metavar="PATTERN", help="Leave out the repo's files matching "
+                                     "(repeatable)."),
+    endpoint: str | None = typer.Option(None, "--endpoint", callback=vocab.url_option("--endpoint"),
+                                        help="The Hub URL (default: HF_ENDPOINT, else https://huggingface.co)."),
+    as_json: bool = typer.Option(False, "--json", help='Print {"engine", "deploy", "model", "line", '
+                                 '"cpu_offload_gb", "cpu_offload_params", "memory", "fit"} as JSON.'),
+) -> None:
+    """The engine `engine: auto` would deploy for a model, and why, without deploying: its format picks the engine
+    (field note 000's table: GGUF -> llama.cpp, EXL3 -> tabbyAPI, AWQ/GPTQ/FP8/16-bit safetensors -> vLLM) and
+    `kv fit`'s verdict says where it lives (VRAM, MoE expert offload, a split, CPU).
+
+    Exit 0 with a choice; 2 when no engine here speaks the format, nothing fits, or the input is bad (one line).
+
+    Example: labwright model plan ~/models/Qwen3-8B-AWQ --vram-gb 8 --ram-gb 32
+    """
+    from labwright.models.engine_plan import Memory, plan_hub, plan_local
+    from labwright.tuning.units import parse_size
+
+    def size(text: str | None, option: str) -> int | None:
+        return parse_size(text, option, bare_unit="GiB") if text is not None else None
+
+    vram, ram = size(vram_gb, "--vram-gb"), size(ram_gb, "--ram-gb")
+    if unified:
+        vram = vram if vram is not None else ram
+        if vram is None:
+            raise BadInput("--unified: give the shared pool's size with --vram-gb or --ram-gb")
+    elif vram is None:
+        raise BadInput("--vram-gb: give the largest GPU's memory (0 for a machine without one), or --unified with "
+                       "--ram-gb")
+    if context is not None and not 1 <= context <= MAX_CONTEXT:
+        raise BadInput(f"--context {context}: give 1 to {MAX_CONTEXT} tokens")
+    memory = Memory(vram=vram, ram=ram, unified=unified)
+    path = Path(model).expanduser()
+    local = path.exists() or model.startswith(("/", ".", "~")) or model.lower().endswith(".gguf")
+    if local:
+        if file or allow or ignore or revision != "main" or endpoint:
+            raise BadInput(f"{model}: --file/--revision/--allow/--ignore/--endpoint are for a Hub repo; a local "
+                           "model is read as it is")
+        chosen = plan_local(path, memory, context)
+    else:
+        from labwright.models.spec import check_endpoint
+
+        spec = _spec(model, revision, allow, ignore, file, None)
+        hub = check_endpoint(endpoint) if endpoint else os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+        from labwright.models.spec import parse_spec
+
+        chosen = plan_hub(parse_spec(spec), hub, memory, context, token=os.environ.get("HF_TOKEN") or None)
+    if as_json:
+        typer.echo(json.dumps(chosen.to_json()))
+        return
+    typer.echo(chosen.line)
+    for warning in chosen.fit.warnings:
+        typer.echo(f"  warning: {warning}")
+    typer.echo(f"  deploy: pyinfra -y INVENTORY {chosen.deploy}  (or engine: auto in the guest's data)")
 
 
 @app.command()

@@ -44,13 +44,21 @@ def engine_host(engine: str) -> bool:
     deploys/tabbyapi.py`` touches the tabbyAPI guests and leaves the Proxmox nodes, desktops and llama.cpp guests of
     the same inventory alone (the shims of the engine deploys call this; a function you call yourself always deploys).
 
-    A host is an ``engine`` host when its data says ``engine: "<engine>"``, or has no ``engine`` and carries the
+    A host is an ``engine`` host when its data says ``engine: "<engine>"`` (or ``engine: auto`` and its model's
+    format picks this engine: :func:`auto_plan`), or has no ``engine`` and carries the
     engine's own data (a ``<engine>`` dict or ``<engine>_*`` keys, e.g. ``--data tabbyapi_model_name=...``). Any
     other host is skipped with one line saying why."""
     from pyinfra import host, logger
 
     data = host.data.dict()
     declared = data.get("engine")
+    if declared is not None and str(declared) == "auto":
+        plan = auto_plan()
+        if plan.engine != engine:
+            logger.warning(f"{host.print_prefix}{engine}: not deployed here ({plan.line})")
+            return False
+        logger.info(f"{host.print_prefix}{plan.line}")
+        return True
     if declared is not None:
         chosen = str(declared) == engine
     else:
@@ -60,3 +68,34 @@ def engine_host(engine: str) -> bool:
         logger.warning(f"{host.print_prefix}{engine}: not deployed here ({why}); set engine: {engine!r} in its "
                        "inventory data to deploy it")
     return chosen
+
+
+_PLANS: dict[str, object] = {}
+
+
+def auto_plan():  # -> labwright.models.engine_plan.EnginePlan
+    """``engine: auto`` for the current host: the engine field note 000's table gives its model's format, checked
+    against the host's GPUs and RAM (labwright.models.engine_plan); made once per host and run. A model no engine here
+    speaks, or one that fits nowhere, stops the host with one line (DeployError) before anything changes."""
+    from pyinfra import host
+    from pyinfra.api.exceptions import DeployError
+    from pyinfra.facts.hardware import Memory as MemoryFact
+
+    from labwright.errors import LabwrightError
+    from labwright.facts.nvidia import NvidiaGpus
+    from labwright.models.engine_plan import memory_of, plan_for_data
+    from labwright.schema import checks
+
+    if host.name not in _PLANS:
+        data = host.data.dict()
+        try:
+            unified = bool(checks.or_empty(checks.flag)(data.get("unified_memory") or ""))
+        except ValueError as exc:
+            raise DeployError(f"unified_memory: {exc}") from None
+        ram = host.get_fact(MemoryFact)  # None without vmstat: RAM not checked, as kv fit without --ram-gb
+        memory = memory_of(host.get_fact(NvidiaGpus), ram, unified)
+        try:
+            _PLANS[host.name] = plan_for_data(data, memory)
+        except LabwrightError as exc:
+            raise DeployError(str(exc)) from None
+    return _PLANS[host.name]

@@ -99,9 +99,17 @@ def test_exl3_has_no_cpu_fallback():
     assert any("exllamav3 runs on CUDA GPUs only" in line for line in result.warnings)
 
 
-def test_awq_moe_on_vllm_cannot_offload_experts_so_it_splits_over_pcie():
+def test_awq_moe_on_vllm_offloads_its_experts():
+    """vLLM 0.33.0 offloads by parameter name (vllm/engine/arg_utils.py 1470-1473, --cpu-offload-params; vllm/config/
+    offload.py 34-44: "experts" matches mlp.experts.*): field note 000's MoE expert offload, not a dense split."""
     result = check_fit(gb(18), gb(8), kv=gb(1), overhead=gb(1), ram=gb(64), moe=True, expert_fraction=0.95,
                        fmt="awq")
+    assert result.verdict == "moe_offload"
+    assert any("--cpu-offload-params experts" in line for line in result.how)
+
+
+def test_a_dense_awq_model_over_vram_splits_over_pcie_on_vllm():
+    result = check_fit(gb(10), gb(8), kv=gb(1), overhead=gb(1), ram=gb(64), fmt="awq")
     assert result.verdict == "split"
     assert any("--cpu-offload-gb" in line for line in result.how)
 
