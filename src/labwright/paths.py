@@ -75,7 +75,8 @@ def packaged_matrix_dir() -> Path:
     return top_level_data_dir("labwright.data.matrix")
 
 
-VERIFY_SUITES = ("base", "desktop", "kokoro", "litellm", "llamacpp", "openwebui", "security", "tabbyapi")
+VERIFY_SUITES = ("base", "desktop", "gateway", "kokoro", "litellm", "llamacpp", "monitoring", "openwebui", "security",
+                 "tabbyapi")
 
 
 def verify_suite(name: str) -> Path:

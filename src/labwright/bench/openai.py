@@ -2,7 +2,8 @@
 
 Standard library only (``http.client``): the clock starts when the request is sent on an already open connection and
 the stream is read line by line as it arrives, so nothing buffers between the server's first token and our clock.
-TLS is verified by default (the system's CA store).
+TLS is always verified: against the system's CA store, or the CA file given (``--ca``: the root of labwright's TLS
+gateway, deploys/gateway.py).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ class Endpoint:
     prefix: str
     api_key: str | None = field(default=None, repr=False)
     timeout: float = 600.0
+    ca: str | None = None
 
     @classmethod
-    def parse(cls, url: str, api_key: str | None = None, timeout: float = 600.0) -> Endpoint:
+    def parse(cls, url: str, api_key: str | None = None, timeout: float = 600.0, ca: str | None = None) -> Endpoint:
         # The shared URL check (labwright.schema.checks.url): scheme, a real host, a port 1-65535 (":0" and
         # ":99999" refused, not taken as the scheme's default), no spaces or control characters.
         from labwright.schema.checks import url as checked_url
@@ -47,7 +49,7 @@ class Endpoint:
         except ValueError as exc:
             raise BadInput(f"--url {exc}: pass the API base, e.g. http://127.0.0.1:8080/v1") from None
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        return cls(parts.scheme.lower(), parts.hostname or "", port, parts.path.rstrip("/"), api_key, timeout)
+        return cls(parts.scheme.lower(), parts.hostname or "", port, parts.path.rstrip("/"), api_key, timeout, ca)
 
     @property
     def origin(self) -> str:
@@ -66,7 +68,7 @@ class Endpoint:
     def connect(self) -> http.client.HTTPConnection:
         if self.scheme == "https":
             conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                self.host, self.port, timeout=self.timeout, context=ssl.create_default_context())
+                self.host, self.port, timeout=self.timeout, context=tls_context(self.ca))
         else:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         try:
@@ -84,6 +86,19 @@ class Endpoint:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
+
+
+def tls_context(ca: str | None) -> ssl.SSLContext:
+    """A verifying TLS context: the system's CA store, or only ``ca`` (a PEM file) when given; a file that is no CA
+    is one line."""
+    if not ca:
+        return ssl.create_default_context()
+    try:
+        return ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as exc:
+        why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+        raise BadInput(f"--ca {ca}: not a readable PEM certificate ({why}); pass the gateway's root, e.g. "
+                       "~/.local/share/labwright/gateway/HOST/root.crt") from None
 
 
 def _error_message(body: bytes) -> str:

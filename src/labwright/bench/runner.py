@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from labwright.bench import memory, prompt, stats
-from labwright.bench.openai import ENDPOINTS, Client, Endpoint, Trial
+from labwright.bench.openai import ENDPOINTS, Client, Endpoint, Trial, tls_context
 from labwright.bench.sse import BadAnswer
 from labwright.errors import BadInput
 
@@ -42,6 +42,7 @@ class BenchConfig:
     label: str | None = None
     api_key: str | None = field(default=None, repr=False)
     timeout: float = 600.0
+    ca: str | None = None  # a PEM CA file TLS is verified against (the TLS gateway's root), else the system store
 
     def validate(self) -> None:
         """Every number in range before anything is built or sent (a terabyte prompt is never started)."""
@@ -65,6 +66,8 @@ class BenchConfig:
         if self.endpoint not in ENDPOINTS:
             raise BadInput(f"--endpoint {self.endpoint!r} is not one of {', '.join(ENDPOINTS)}")
         Endpoint.parse(self.url, None, self.timeout)  # the URL's own one-line errors, before anything is sent
+        if self.ca is not None:
+            tls_context(self.ca)  # a CA file that is missing or no certificate: one line, before anything is sent
 
 
 def parse_contexts(text: str) -> tuple[int, ...]:
@@ -187,7 +190,7 @@ def calibrate(client: Client) -> tuple[float, int, str]:
 
 def run(config: BenchConfig, progress: Callable[[str], None] = lambda _: None) -> BenchRun:
     config.validate()
-    endpoint = Endpoint.parse(config.url, config.api_key, config.timeout)
+    endpoint = Endpoint.parse(config.url, config.api_key, config.timeout, config.ca)
     client = Client(endpoint, config.model or "", config.endpoint)
     client.model = resolve_model(client, config.model, config.contexts, config.decode)
     ratio, template_tokens, tokenizer = calibrate(client)

@@ -37,6 +37,8 @@ EndpointOption = typer.Option("chat", "--endpoint", help="chat (/v1/chat/complet
 LabelOption = typer.Option(None, "--label", help="Name of this configuration in tables, CSV and plots "
                            "(default: the model).")
 KeyOption = typer.Option(None, "--api-key-env", help="Environment variable holding the API key (sent as Bearer).")
+CaOption = typer.Option(None, "--ca", help="A CA certificate (PEM) to verify https:// against instead of the system's "
+                        "store: the TLS gateway's root, ~/.local/share/labwright/gateway/HOST/root.crt.")
 TimeoutOption = typer.Option(600.0, "--timeout", help="Seconds to wait on the server before giving up a request.")
 JsonOption = typer.Option(False, "--json", help="Print the full result as JSON (input for bench compare).")
 CsvOption = typer.Option(False, "--csv", help="Print one CSV row per context.")
@@ -103,13 +105,14 @@ def _outputs(as_json: bool, as_csv: bool, plot: Path | None) -> None:
 
 def _llm(url: str | None, model: str | None, contexts: str, decode: int, trials: int, endpoint: str,
          label: str | None, api_key_env: str | None, timeout: float, as_json: bool, as_csv: bool,
-         plot: Path | None, max_spread: float = stats.DEFAULT_MAX_SPREAD * 100) -> None:
+         plot: Path | None, max_spread: float = stats.DEFAULT_MAX_SPREAD * 100, ca: Path | None = None) -> None:
     if url is None:
         raise BadInput("--url is required: pass the API base, e.g. --url http://127.0.0.1:8080/v1")
     limit = _limit(max_spread)
     _outputs(as_json, as_csv, plot)
     config = BenchConfig(url=url, model=model, contexts=parse_contexts(contexts), decode=decode, trials=trials,
-                         endpoint=endpoint, label=label, api_key=_api_key(api_key_env), timeout=timeout)
+                         endpoint=endpoint, label=label, api_key=_api_key(api_key_env), timeout=timeout,
+                         ca=str(ca) if ca is not None else None)
     config.validate()  # before anything is said or sent
     console.print(f"… benchmarking {escape(url)}: contexts {', '.join(map(str, config.contexts))}, "
                   f"{decode} decode tokens, {trials} trials each")
@@ -136,6 +139,7 @@ def _bench(
     as_csv: bool = CsvOption,
     plot: Path | None = PlotOption,
     max_spread: float = MaxSpreadOption,
+    ca: Path | None = CaOption,
 ) -> None:
     """Benchmark a server; without a subcommand, the options are those of `labwright bench llm`."""
     if ctx.invoked_subcommand is not None:
@@ -143,7 +147,7 @@ def _bench(
             raise BadInput(f"--url before '{ctx.invoked_subcommand}': put the options after the subcommand")
         return
     _llm(url, model, contexts, decode, trials, endpoint, label, api_key_env, timeout, as_json, as_csv, plot,
-         max_spread)
+         max_spread, ca)
 
 
 @app.command()
@@ -161,6 +165,7 @@ def llm(
     as_csv: bool = CsvOption,
     plot: Path | None = PlotOption,
     max_spread: float = MaxSpreadOption,
+    ca: Path | None = CaOption,
 ) -> None:
     """Prefill and decode speed by context length of an OpenAI-compatible server (streamed requests).
 
@@ -170,7 +175,7 @@ def llm(
     Example: labwright bench llm --url http://127.0.0.1:8080/v1 --contexts 512,4096,16384 --decode 512 --trials 3
     """
     _llm(url, model, contexts, decode, trials, endpoint, label, api_key_env, timeout, as_json, as_csv, plot,
-         max_spread)
+         max_spread, ca)
 
 
 @app.command()
