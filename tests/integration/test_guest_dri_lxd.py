@@ -1,0 +1,116 @@
+"""`gpu: amd` / `gpu: auto` on the real LXD lab with real DRM device nodes made for the test (mknod, major 226, as
+the kernel names them: support.fake_dri) under a host tree below /dev: the guest gets card0 (gid video 44),
+renderD128 and /dev/kfd (gid render, 104 until the guest has its own), mode 0660; `gpu check` sees them and fails on
+the missing Vulkan userspace naming the fix; a vendor the host lacks and a render node missing after a reboot are
+refused in one line with nothing created. One guest (a btrfs snapshot of the lab template) for the module."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from labwright.errors import BadInput
+from labwright.gpu.guest import check_guest
+from labwright.guests.lxd import LxdBackend
+from labwright.guests.model import GuestSpec, spec_from_data
+from labwright.lxd.client import LxdClient
+from labwright.testing.lab_fixture import TEMPLATE
+from support.fake_dri import AMD_APU, drop_nodes, make_fake_dri_host
+from support.fake_nvidia import fake_root_in_dev, remove_fake_root
+from support.gpu_host import TreeGpuHost
+
+pytestmark = pytest.mark.lab
+
+
+def guest(name: str, **data) -> GuestSpec:
+    base = {"backend": "lxd", "clone": TEMPLATE, "profiles": ["lwtest"]}
+    return spec_from_data(f"@lxd/{name}", {**base, **data}, source="test-inv.py")
+
+
+@pytest.fixture(scope="module")
+def amd_host(lab) -> Iterator[Path]:
+    root = fake_root_in_dev("lwtest-dri")
+    try:
+        yield make_fake_dri_host(root, (AMD_APU,))
+    finally:
+        remove_fake_root(root)
+
+
+@pytest.fixture(scope="module")
+def client(lab) -> Iterator[LxdClient]:
+    c = LxdClient()
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def amd_guest(lab, client, amd_host) -> Iterator[str]:
+    """One guest declared gpu: auto on the AMD host tree, applied once."""
+    name = f"lwdri-{secrets.token_hex(3)}"
+    try:
+        LxdBackend(client, gpu_host=TreeGpuHost(amd_host)).apply(guest(name, gpu="auto"))
+        yield name
+    finally:
+        lab.remove(name)
+
+
+def test_auto_picks_amd_and_the_guest_gets_each_node_with_its_gid(client, amd_host, amd_guest):
+    listing = client.exec(amd_guest, ["sh", "-c", "for f in /dev/dri/* /dev/kfd; do [ -c \"$f\" ] && "
+                                                  "stat -c '%n %t %T %a %g' \"$f\"; done; true"]).stdout.decode()
+    seen = {path: (int(major, 16), int(minor, 16), mode, gid)
+            for path, major, minor, mode, gid in (line.split() for line in listing.splitlines())}
+    assert seen == {"/dev/dri/card0": (226, 0, "660", "44"), "/dev/dri/renderD128": (226, 128, "660", "104"),
+                    "/dev/kfd": (235, 0, "660", "104")}
+    plan = LxdBackend(client, gpu_host=TreeGpuHost(amd_host)).plan(guest(amd_guest, gpu="amd"))
+    assert plan.action == "none", [c.describe() for c in plan.changes]
+    assert ("AMD GPU by unix-char nodes: /dev/dri/card0 gid 44, /dev/dri/renderD128 gid 104, /dev/kfd gid 104 "
+            "(video 44; render 104, the guest's render group)") in plan.notes
+
+
+def test_the_guests_own_render_gid_is_read_once_it_has_the_group(client, amd_host, amd_guest):
+    """A guest image with a render group of its own (Ubuntu's is 993): the next plan moves the render nodes to it."""
+    backend = LxdBackend(client, gpu_host=TreeGpuHost(amd_host))
+    assert client.exec(amd_guest, ["groupadd", "-r", "-g", "993", "render"]).exit_code == 0
+    try:
+        plan = backend.plan(guest(amd_guest, gpu="amd"))
+        assert {c.what for c in plan.changes} == {"device renderD128", "device kfd"}
+        assert plan.changes[0].after["gid"] == "993"
+    finally:
+        client.exec(amd_guest, ["groupdel", "render"])
+
+
+def test_gpu_check_sees_the_nodes_and_names_the_missing_vulkan_userspace(amd_host, amd_guest):
+    report = check_guest(amd_guest, service="none", gpu_host=TreeGpuHost(amd_host))
+    by_name = {c.name: c for c in report.checks}
+    assert by_name["GPU visible in the guest"].ok and by_name["GPU visible in the guest"].detail == (
+        "/dev/dri/renderD128, /dev/dri/card0, /dev/kfd")
+    assert by_name["device nodes and majors"].ok
+    vulkan = by_name["Vulkan device"]
+    assert not vulkan.ok and vulkan.fix == "apt-get install mesa-vulkan-drivers vulkan-tools in the guest"
+
+
+def test_a_vendor_the_host_lacks_is_one_line_and_creates_nothing(lab, client, amd_host):
+    name = f"lwdri-{secrets.token_hex(3)}"
+    with pytest.raises(BadInput) as info:
+        LxdBackend(client, gpu_host=TreeGpuHost(amd_host)).apply(guest(name, gpu="intel"))
+    said = str(info.value)
+    assert said.startswith(f"test-inv.py: guest {name}: gpu: intel, but the host tree {amd_host} has no Intel GPU")
+    assert "set gpu: amd (or auto)" in said and "\n" not in said
+    assert client.instance_or_none(name) is None
+
+
+def test_a_render_node_missing_after_a_reboot_is_one_line_and_creates_nothing(lab, client):
+    root = fake_root_in_dev("lwtest-dri")
+    try:
+        make_fake_dri_host(root, (AMD_APU,))
+        drop_nodes(root)
+        name = f"lwdri-{secrets.token_hex(3)}"
+        with pytest.raises(BadInput) as info:
+            LxdBackend(client, gpu_host=TreeGpuHost(root)).apply(guest(name, gpu="amd"))
+        assert "gpu: amd, but /dev/dri/card0 of the AMD GPU at 0000:03:00.0 is missing" in str(info.value)
+        assert "\n" not in str(info.value) and client.instance_or_none(name) is None
+    finally:
+        remove_fake_root(root)
