@@ -6,7 +6,10 @@ refused in one line with nothing created. One guest (a btrfs snapshot of the lab
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,3 +117,23 @@ def test_a_render_node_missing_after_a_reboot_is_one_line_and_creates_nothing(la
         assert "\n" not in str(info.value) and client.instance_or_none(name) is None
     finally:
         remove_fake_root(root)
+
+
+@pytest.mark.skipif(os.path.isdir("/sys/class/drm") and any(
+    n.startswith("renderD") for n in os.listdir("/sys/class/drm")), reason="this host has a GPU with a render node")
+def test_cli_gpu_amd_on_a_host_without_one_is_one_line_exit_2_and_nothing_made(lab, cli_env, tmp_path):
+    """`labwright guest plan|apply` as a user runs them on this machine, which has no GPU in /sys/class/drm."""
+    name = f"lwdri-{secrets.token_hex(3)}"
+    inv = tmp_path / "inv.py"
+    data = {"backend": "lxd", "clone": TEMPLATE, "profiles": ["lwtest"], "gpu": "amd"}
+    inv.write_text(textwrap.dedent(f"""
+        guests = [("@lxd/{name}", {{"guest": {data!r}}})]
+        """))
+    for command in ("plan", "apply"):
+        proc = subprocess.run(["labwright", "guest", command, "-i", str(inv)], capture_output=True, text=True,
+                              env=cli_env, timeout=300)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("labwright: error: ")]
+        assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+        assert f"guest {name}: gpu: amd, but this host has no AMD GPU" in errors[0]
+        assert "set gpu: none, or load amdgpu on the host if the GPU is there" in errors[0]
+    assert LxdClient().instance_or_none(name) is None
