@@ -143,7 +143,7 @@ def xvfb(width: int = 1280, height: int = 800) -> Iterator[str]:
     """A private Xvfb display for the RDP client (the host has no screen)."""
     for tool in ("Xvfb", "xfreerdp", "import"):
         if shutil.which(tool) is None:
-            raise OperationFailed(f"{tool} is not installed: apt-get install $(cut -d' ' -f2 scripts/apt/desktop.list)")
+            raise OperationFailed(f"{tool} is not installed: run scripts/setup (it installs scripts/apt/desktop.list)")
     display = free_display()
     proc = subprocess.Popen(["Xvfb", display, "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
