@@ -34,6 +34,11 @@ def number(text):
         return None
 
 
+def shown(value):
+    """A sample value as Prometheus's text format takes it, whole numbers without a fraction or an exponent."""
+    return str(int(value)) if value == int(value) else repr(round(value, 6))
+
+
 def run(argv, timeout=10):
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -62,7 +67,7 @@ def nvidia(lines, errors):
                                      ("power_watts", power, 1)):
             got = number(value)
             if got is not None:
-                lines.append(f"labwright_gpu_{metric}{{{base}}} {got * scale:g}")
+                lines.append(f"labwright_gpu_{metric}{{{base}}} {shown(got * scale)}")
     return count
 
 
@@ -90,14 +95,14 @@ def sysfs(lines):
                                     ("utilization_ratio", "gpu_busy_percent", 0.01)):
             got = number(read(os.path.join(device, name)) or "")
             if got is not None:
-                lines.append(f"labwright_gpu_{metric}{{{base}}} {got * scale:g}")
+                lines.append(f"labwright_gpu_{metric}{{{base}}} {shown(got * scale)}")
         for hwmon in glob.glob(os.path.join(device, "hwmon", "hwmon*")):
             temp = number(read(os.path.join(hwmon, "temp1_input")) or "")
             power = number(read(os.path.join(hwmon, "power1_average")) or "")
             if temp is not None:
-                lines.append(f"labwright_gpu_temperature_celsius{{{base}}} {temp / 1000:g}")
+                lines.append(f"labwright_gpu_temperature_celsius{{{base}}} {shown(temp / 1000)}")
             if power is not None:
-                lines.append(f"labwright_gpu_power_watts{{{base}}} {power / 1e6:g}")
+                lines.append(f"labwright_gpu_power_watts{{{base}}} {shown(power / 1e6)}")
     return count
 
 

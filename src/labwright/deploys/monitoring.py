@@ -80,8 +80,10 @@ def _unanswered(targets: list[Target]) -> None:
         status = found[target.url]
         where = f"{target.job} on {target.guest}" if target.job != "extra" else "monitoring_targets"
         if isinstance(status, str):
-            raise DeployError(f"{where}: {target.url} does not answer from {host.name} ({one_line(status)}); start "
-                              "it, or remove it from the inventory (nothing was changed)")
+            fix = "start it or remove it from monitoring_targets" if target.job == "extra" else \
+                "deploy or start the engine there first"
+            raise DeployError(f"{where}: {target.url} does not answer from {host.name} ({one_line(status)}); {fix} "
+                              "(nothing was changed)")
         if status == 501 and target.job == "llamacpp":
             raise DeployError(f"llamacpp_metrics on {target.guest}: {target.url} answers 501 (llama-server runs "
                               "without --metrics); deploy llama.cpp again with llamacpp_metrics=true, or set "

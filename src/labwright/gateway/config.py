@@ -85,7 +85,7 @@ def clients_of(value: Any) -> list[str]:
     for name in names:
         bad = _control(name)
         if bad:
-            raise GatewayError("gateway_clients", f"{_shown(name)!r} contains a control character ({bad}); a client "
+            raise GatewayError("gateway_clients", f"'{_shown(name)}' contains a control character ({bad}); a client "
                                "name is letters, digits, - and _ (nothing was changed)")
         if not CLIENT.match(name):
             raise GatewayError("gateway_clients", f"{name!r} is not a client name (letters, digits, - and _, up to 32, "
@@ -103,7 +103,7 @@ def names_of(value: Any, default: Iterable[str]) -> list[str]:
     for name in [*given, "localhost", "127.0.0.1"]:
         bad = _control(name)
         if bad:
-            raise GatewayError("gateway_names", f"{_shown(name)!r} contains a control character ({bad}) (nothing was "
+            raise GatewayError("gateway_names", f"'{_shown(name)}' contains a control character ({bad}) (nothing was "
                                "changed)")
         try:
             ipaddress.ip_address(name.strip("[]"))

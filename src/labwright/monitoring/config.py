@@ -119,13 +119,13 @@ def extra_targets(value: Any, guest: str) -> list[Target]:
     """``monitoring_targets``: "HOST:PORT" or "HOST:PORT/PATH" (a list, or one comma-separated string)."""
     if value in (None, "", []):
         return []
-    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
+    items = [v.strip(" ") for v in value.split(",")] if isinstance(value, str) else value
     if not isinstance(items, list):
         raise MonitoringError("monitoring_targets", 'must be a list like ["10.0.0.5:9400", "gpu1:9835/metrics"]')
     found = []
     for item in items:
         text = str(item)
-        match = TARGET.match(text)
+        match = TARGET.fullmatch(text)
         if not match:
             raise MonitoringError("monitoring_targets", f"{text!r} is not HOST:PORT or HOST:PORT/PATH (letters, "
                                   "digits, .-, no scheme, no control characters)")

@@ -1,0 +1,178 @@
+"""labwright.monitoring.config: scrape targets from inventory data, Prometheus's config and rules (checked by the real
+promtool where Debian's prometheus package is installed), and the GPU textfile script run against a stand-in
+nvidia-smi and a stand-in sysfs-free host."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from labwright.litellm.config import EngineHost
+from labwright.monitoring.config import (
+    TEMPLATES,
+    MonitoringError,
+    Target,
+    engine_targets,
+    extra_targets,
+    gpu_config,
+    key_copy_script,
+    litellm_targets,
+    load_defaults,
+    render_prometheus,
+    render_rules,
+)
+
+RULES = load_defaults()["targets"]
+
+
+def address(host: EngineHost) -> str:
+    return {"@lxd/gpu2": "10.99.0.7", "@lxd/gw": "10.99.0.8"}[host.name]
+
+
+def hosts() -> list[EngineHost]:
+    return [EngineHost("@lxd/mon", {"llamacpp_model": "/srv/m.gguf", "monitoring_listen": "127.0.0.1:9090"}, True),
+            EngineHost("@lxd/gpu2", {"vllm_model": "Qwen/Qwen3-8B-AWQ", "vllm_port": 8010}, False),
+            EngineHost("@lxd/gw", {"litellm_port": 4001, "llamacpp_model": "/srv/x.gguf", "llamacpp_metrics": "false"},
+                       False)]
+
+
+def test_engines_with_a_metrics_endpoint_are_targets_with_their_keys():
+    found = engine_targets(hosts(), RULES, address)
+    assert [(t.job, t.guest, t.url) for t in found] == [
+        ("llamacpp", "@lxd/mon", "http://127.0.0.1:8001/metrics"),
+        ("vllm", "@lxd/gpu2", "http://10.99.0.7:8010/metrics")]  # llamacpp_metrics=false: no endpoint, not scraped
+    assert found[0].key is not None and found[0].key.path == "/etc/llama-server/api-key" and found[0].key.local
+    assert found[1].key is None  # vLLM's --api-key guards /v1 only
+    gateway = litellm_targets(hosts(), address)
+    assert [(t.url, t.key.name if t.key else None) for t in gateway] == [
+        ("http://10.99.0.8:4001/metrics/", "LITELLM_MASTER_KEY")]
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("http://10.0.0.1:9400", "is not HOST:PORT or HOST:PORT/PATH"),
+    ("10.0.0.1:99999", "is not a port number"),
+    ("10.0.0.1:9400/metrics\n", "is not HOST:PORT"),
+    ({"a": 1}, "must be a list"),
+])
+def test_a_bad_extra_target_is_one_line(value, words):
+    with pytest.raises(MonitoringError, match="^monitoring_targets: ") as caught:
+        extra_targets(value, "@lxd/mon")
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_extra_targets_list_or_comma_string():
+    assert [t.url for t in extra_targets("10.0.0.5:9400, gpu1:9835/x", "h")] == [
+        "http://10.0.0.5:9400/metrics", "http://gpu1:9835/x"]
+
+
+def rendered(tmp_path: Path) -> tuple[Path, Path]:
+    targets = [*engine_targets(hosts(), RULES, address), *extra_targets("10.0.0.5:9400", "h")]
+    nodes = [Target("node", "@lxd/mon", "127.0.0.1", 9100), Target("node", "@lxd/gpu2", "10.99.0.7", 9100)]
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render_rules(5))
+    (tmp_path / "keys").mkdir()
+    for target in targets:
+        if target.key:
+            (tmp_path / "keys" / target.key_name).write_text("lw-x")
+    config = tmp_path / "prometheus.yml"
+    config.write_text(render_prometheus(targets, nodes, "15s", str(tmp_path / "keys"), str(rules)))
+    return config, rules
+
+
+def test_the_config_scrapes_with_the_key_file_and_labels_the_guest(tmp_path):
+    config, _ = rendered(tmp_path)
+    doc = yaml.safe_load(config.read_text())
+    jobs = {job["job_name"]: job for job in doc["scrape_configs"]}
+    assert set(jobs) == {"llamacpp-lxd-mon", "vllm-lxd-gpu2", "extra-10.0.0.5-9400", "node"}
+    llama = jobs["llamacpp-lxd-mon"]
+    assert llama["authorization"] == {"type": "Bearer", "credentials_file": str(
+        tmp_path / "keys" / "engine_key_llamacpp_lxd_mon")}
+    assert llama["static_configs"][0]["labels"] == {"guest": "@lxd/mon", "service": "llama-server"}
+    assert "authorization" not in jobs["vllm-lxd-gpu2"]
+    assert [c["labels"]["guest"] for c in jobs["node"]["static_configs"]] == ["@lxd/mon", "@lxd/gpu2"]
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian's prometheus package) not installed")
+def test_promtool_accepts_the_rendered_config_and_rules(tmp_path):
+    config, rules = rendered(tmp_path)
+    checked = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True)
+    assert checked.returncode == 0 and "SUCCESS: 12 rules found" in checked.stdout, checked.stdout + checked.stderr
+    checked = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_rules_cover_left_vram_split_and_decode_by_context(tmp_path):
+    _, rules = rendered(tmp_path)
+    doc = yaml.safe_load(rules.read_text())
+    rules_by_name: dict[str, list[dict]] = {}
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            rules_by_name.setdefault(rule.get("record") or rule["alert"], []).append(rule)
+    assert {"ModelLeftVram", "ModelSplitToCpu", "DecodeSlow", "labwright:decode_tokens_per_second",
+            "labwright:decode_tokens_per_second:by_context"} <= set(rules_by_name)
+    contexts = [r["labels"]["context"] for r in rules_by_name["labwright:decode_tokens_per_second:by_context"]]
+    assert contexts == ["0-8K", "8K-32K", "32K-64K", "64K-128K", "128K+"]
+    assert "< 5" in rules_by_name["DecodeSlow"][0]["expr"]
+
+
+def test_the_key_copy_script_never_prints_a_key(tmp_path):
+    key_file = tmp_path / "api-key"
+    key_file.write_text("lw-" + "k" * 43 + "\n")
+    target = engine_targets([EngineHost("h", {"llamacpp_model": "m", "llamacpp_api_key_file": str(key_file)}, True)],
+                            RULES, address)[0]
+    assert target.key is not None
+    out = tmp_path / "keys"
+    out.mkdir()
+    check = subprocess.run(["sh", "-c", key_copy_script([target.key], str(out), "root", check=True)],
+                           capture_output=True, text=True)
+    assert check.stdout.strip() == "stale" and "kkkk" not in check.stdout + check.stderr
+    group = subprocess.run(["id", "-gn"], capture_output=True, text=True).stdout.strip()
+    write = subprocess.run(["sh", "-c", key_copy_script([target.key], str(out), group)], capture_output=True, text=True)
+    assert write.returncode == 0 and "kkkk" not in write.stdout + write.stderr, write.stderr
+    assert (out / target.key_name).read_text() == "lw-" + "k" * 43
+    assert (out / target.key_name).stat().st_mode & 0o777 == 0o640
+    again = subprocess.run(["sh", "-c", key_copy_script([target.key], str(out), "root", check=True)],
+                           capture_output=True, text=True)
+    assert again.stdout.strip() == "current"
+
+
+FAKE_SMI = """#!/bin/sh
+# nvidia-smi's CSV for labwright's GPU fields (--format=csv,noheader,nounits): one line per GPU
+echo '0, NVIDIA H100 80GB HBM3, 1024, 81559, 37, 41, 118.52'
+echo '1, NVIDIA GeForce RTX 4090, 23000, 24564, 99, 70, [N/A]'
+"""
+
+
+def test_the_gpu_script_writes_nvidia_series_for_the_textfile_collector(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    config = tmp_path / "gpu-metrics.json"
+    config.write_text(gpu_config([]))
+    out = tmp_path / "labwright.prom"
+    done = subprocess.run([sys.executable, str(TEMPLATES / "labwright-gpu-metrics.py"), str(config), str(out)],
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = out.read_text().splitlines()
+    assert 'labwright_gpu_count{vendor="nvidia"} 2' in lines
+    base = 'gpu="0",vendor="nvidia",name="NVIDIA H100 80GB HBM3"'
+    assert f"labwright_gpu_memory_total_bytes{{{base}}} {81559 * 1024 * 1024}" in lines
+    assert f"labwright_gpu_utilization_ratio{{{base}}} 0.37" in lines
+    assert f"labwright_gpu_power_watts{{{base}}} 118.52" in lines
+    assert not any("power_watts" in line and 'gpu="1"' in line for line in lines)  # [N/A] is left out, not 0
+    assert 'labwright_gpu_metrics_error{source="nvidia-smi"} 0' in lines
+    assert not (tmp_path / "labwright.prom.new").exists()
+
+
+def test_gpu_config_names_the_engines_on_the_host():
+    target = engine_targets(hosts()[:1], RULES, address)
+    assert json.loads(gpu_config(target)) == {"engines": [{
+        "service": "llama-server", "kind": "llamacpp", "url": "http://127.0.0.1:8001",
+        "key_file": "/etc/llama-server/api-key"}]}
