@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from labwright.errors import BadInput
+from labwright.facts.dri import DriRenderNodes
 from labwright.gpu.guest import check_guest
 from labwright.guests.lxd import LxdBackend
 from labwright.guests.model import GuestSpec, spec_from_data
 from labwright.lxd.client import LxdClient
+from labwright.operations.vulkan import render_groups
 from labwright.testing.lab_fixture import TEMPLATE
 from support.fake_dri import AMD_APU, drop_nodes, make_fake_dri_host
 from support.fake_nvidia import fake_root_in_dev, remove_fake_root
@@ -93,6 +95,15 @@ def test_gpu_check_sees_the_nodes_and_names_the_missing_vulkan_userspace(amd_hos
     assert by_name["device nodes and majors"].ok
     vulkan = by_name["Vulkan device"]
     assert not vulkan.ok and vulkan.fix == "apt-get install mesa-vulkan-drivers vulkan-tools in the guest"
+
+
+def test_the_guest_side_fact_names_the_render_nodes_gid_and_the_groups_to_join(client, amd_guest):
+    """What the engine deploys read in the guest (labwright.operations.vulkan): the lab image is a minimal Debian
+    with no udev, so no render group: the user joins video and a render group made with the nodes' gid."""
+    fact = DriRenderNodes()
+    found = fact.process(client.exec(amd_guest, ["sh", "-c", fact.command()]).stdout.decode().splitlines())
+    assert found == {"render_nodes": {"/dev/dri/renderD128": 104}, "groups": {44: "video"}}
+    assert render_groups(found) == (["video", "render"], ("render", 104))
 
 
 def test_a_vendor_the_host_lacks_is_one_line_and_creates_nothing(lab, client, amd_host):

@@ -38,6 +38,7 @@ from labwright.operations import http
 from labwright.operations import llamacpp as llamacpp_ops
 from labwright.operations import secrets as secrets_ops
 from labwright.operations import systemd as systemd_ops
+from labwright.operations import vulkan as vulkan_ops
 from labwright.snapshots.deploy import check_snapshot_data
 
 
@@ -109,6 +110,8 @@ def deploy_llamacpp() -> None:
     server.user(name=f"Service user {s.user}", user=s.user, system=True, shell="/usr/sbin/nologin",
                 home=f"/var/lib/{s.service}", create_home=True,
                 groups=[GPU_GROUP] if s.build.kind == "cuda" else None, append=True)
+    # an AMD/Intel guest (gpu: amd/intel, /dev/dri render nodes): the user in video and render, Mesa's Vulkan drivers
+    vulkan_ops.vulkan_guest(s.user)
     if download is not None:
         model_ops.readable_after_download(s.model, s.user, "model_dir", download)
     # The API key, made on the host the first time and kept (0640 root:<user>); --api-key-file reads it at start.

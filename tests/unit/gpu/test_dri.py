@@ -107,3 +107,17 @@ def test_parse_dri_facts_of_a_node_without_nodes_or_vendor():
     assert [(d.name, d.vendor, d.pci, d.node) for d in facts.devices] == [
         ("card0", "amd", "0000:03:00.0", None), ("renderD128", None, "", None)]
     assert facts.kfd is None and facts.nvidia_driver
+
+
+def test_render_groups_the_service_user_joins():
+    from labwright.operations.vulkan import render_groups
+
+    # a minimal image (no udev): no render group, made with the nodes' gid
+    assert render_groups({"render_nodes": {"/dev/dri/renderD128": 104}, "groups": {44: "video"}}) == (
+        ["video", "render"], ("render", 104))
+    # Ubuntu's own render group (993) owning the nodes: joined, nothing made
+    assert render_groups({"render_nodes": {"/dev/dri/renderD128": 993}, "groups": {44: "video", 993: "render"}}) == (
+        ["video", "render"], None)
+    # the image's render group has another gid than the nodes: a group of the nodes' own
+    assert render_groups({"render_nodes": {"/dev/dri/renderD128": 104}, "groups": {44: "video", 993: "render"}}) == (
+        ["video", "render104"], ("render104", 104))
