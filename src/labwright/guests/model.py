@@ -14,45 +14,22 @@ from pathlib import Path
 from typing import Any, Literal
 
 from labwright.errors import BadInput
-from labwright.guests.fields import (
-    NAME_PATTERN,
-    MountSpec,
-    NetSpec,
-    RootfsSpec,
-    parse_bool,
-    parse_features,
-    parse_int,
-    parse_memory,
-    parse_mib,
-    parse_mounts,
-    parse_net,
-    parse_rootfs,
-)
+from labwright.guests.fields import HOSTNAME, MountSpec, NetSpec, RootfsSpec
+from labwright.guests.schema import BACKENDS, GPU_KINDS, KINDS, known_keys, parse_guest
 from labwright.guests.vm import VM_KEYS, VmSpec, parse_vm
 from labwright.hostnames import INSTANCE_NAME, VMID_MAX, VMID_MIN, LxdName, PctName, parse_host_name
 from labwright.inventory import load_inventory
-from labwright.lab.spec import validate_cpu, validate_memory
+
+__all__ = ["BACKENDS", "GPU_KINDS", "GPU_MODES", "KINDS", "Change", "GuestSpec", "Plan", "known_keys", "load_guests",
+           "select_guests", "spec_from_data"]
 
 Backend = Literal["proxmox", "lxd"]
-BACKENDS: tuple[str, ...] = ("proxmox", "lxd")
-#: ``auto``: the vendor the host has (labwright.gpu.dri.resolve_vendor, from /sys/class/drm), resolved by the backend.
-GPU_KINDS: tuple[str, ...] = ("nvidia", "amd", "intel", "auto", "none")
 #: How the GPU reaches the container, in each backend's own terms ("auto" picks per host, see docs/guests.md).
 GPU_MODES: dict[str, tuple[str, ...]] = {
     # LXD `gpu` device, one `unix-char` device per /dev/nvidia* node, or a `gpu` device by CDI id (guests/lxd_cdi.py)
     "lxd": ("auto", "gpu", "unix-char", "cdi"),
     "proxmox": ("auto", "dev", "classic"),  # PVE >= 8.1 `devN:` entries, or lxc.cgroup2/lxc.mount.entry lines
 }
-
-KNOWN_KEYS = frozenset({
-    "name", "backend", "node", "vmid", "hostname", "template", "image", "cores", "memory", "swap", "rootfs",
-    "net", "unprivileged", "features", "mounts", "gpu", "gpu_mode", "nvidia_runtime", "profiles", "start",
-    "onboot", "lxd_config", "description", "clone", *VM_KEYS,
-})
-#: What a guest is: a container (LXD instance or Proxmox CT) or a Proxmox VE qemu VM (docs/guests.md, VMs).
-KINDS: tuple[str, ...] = ("ct", "vm")
-
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*$")
 _PVE_TEMPLATE = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*:vztmpl/[^/\s]+$")
 
 
@@ -189,7 +166,7 @@ def _name_from_host(host: str) -> tuple[str | None, str | None, int | None]:
     return host, None, None
 
 
-def _backend_from_host(host: str) -> str | None:
+def _backend_from_host(host: str) -> Backend | None:
     """The backend a connector host name implies: ``@lxd/...`` (and ``@incus/...``) lxd, ``@pct/...`` proxmox."""
     try:
         parsed = parse_host_name(host)
@@ -209,37 +186,31 @@ def spec_from_data(
     host_data: Mapping[str, Any] | None = None,
     node_data: Mapping[str, Any] | None = None,
 ) -> GuestSpec:
-    """Validate one host's ``guest`` dict into a ``GuestSpec``; every refusal is one line naming the field."""
+    """Validate one host's ``guest`` dict into a ``GuestSpec``; every refusal is one line naming the field. Each
+    value is typed by the declaration's one schema (labwright.guests.schema: unknown keys, types, ranges, booleans);
+    what depends on other keys (the host name's backend, node and vmid, a backend's own settings) is checked here."""
     if not isinstance(data, Mapping):
         raise BadInput(f"{source}: host {host}: `guest` must be a dict, got {type(data).__name__}")
     try:
         host_name, host_node, host_vmid = _name_from_host(host)
     except BadInput as exc:
         raise BadInput(f"{source}: {exc}") from None
-    label = data.get("name") or data.get("hostname") or host_name or host
-    where = f"{source}: guest {label}"
-    unknown = sorted(map(str, set(data) - KNOWN_KEYS))
-    if unknown:
-        import difflib
+    from labwright.schema.model import one_line
 
-        near = difflib.get_close_matches(unknown[0], sorted(KNOWN_KEYS), n=1, cutoff=0.6)
-        hint = f"did you mean {near[0]}?" if near else "see docs/guests.md for the fields"
-        raise BadInput(f"{where}: unknown key {unknown[0]} ({hint}); fix or remove it")
+    label = data.get("name") or data.get("hostname") or host_name or host
+    where = one_line(f"{source}: guest {label}")
+    typed = parse_guest(data, where)
 
     implied = _backend_from_host(host)
-    backend = data.get("backend", implied)
+    backend: Backend | None = typed.backend or implied
     if backend is None:
         raise BadInput(f"{where}: no backend: add backend: 'lxd' or 'proxmox' to its guest data (a host named "
                        "@lxd/NAME or @pct/NODE/VMID implies it)")
-    if backend not in BACKENDS:
-        raise BadInput(f"{where}: backend {backend!r} must be one of {', '.join(BACKENDS)}")
     if implied is not None and backend != implied:
         raise BadInput(f"{where}: backend {backend!r} disagrees with the host name {host} "
                        f"({'an LXD' if implied == 'lxd' else 'a Proxmox'} guest)")
 
-    kind = str(data.get("kind", "ct"))
-    if kind not in KINDS:
-        raise BadInput(f"{where}: kind {kind!r} must be ct (a container, the default) or vm (a Proxmox qemu VM)")
+    kind = typed.kind
     if kind == "vm" and backend != "proxmox":
         raise BadInput(f"{where}: kind: vm is a Proxmox VE qemu VM; set backend: proxmox (LXD guests are containers)")
     if kind == "vm" and host_vmid is not None:
@@ -249,24 +220,21 @@ def spec_from_data(
         vm_only = sorted(set(data) & (VM_KEYS - {"kind"}))
         if vm_only:
             raise BadInput(f"{where}: {vm_only[0]} is a VM setting; add kind: vm (a Proxmox qemu VM) or remove it")
-    vm = parse_vm(data, where) if kind == "vm" else None
+    vm = parse_vm(data, typed, where) if kind == "vm" else None
 
-    node = data.get("node", host_node)
+    node = typed.node if "node" in data else host_node
     if host_node is not None and node != host_node:
         raise BadInput(f"{where}: node {node!r} disagrees with the host name {host} (node {host_node})")
-    if node is not None and not (isinstance(node, str) and NAME_PATTERN.match(node)):
-        raise BadInput(f"{where}: node {node!r} is not a node name such as pve1")
     vmid: int | None = None
     if backend == "proxmox":
         if node is None:
             raise BadInput(f"{where}: a proxmox guest needs `node` (the PVE node name, e.g. pve1)")
-        raw_vmid = data.get("vmid", host_vmid)
-        if raw_vmid is None:
+        vmid = typed.vmid if typed.vmid is not None else host_vmid
+        if vmid is None:
             raise BadInput(f"{where}: a proxmox guest needs `vmid` ({VMID_MIN}-{VMID_MAX})")
-        vmid = parse_int(raw_vmid, f"{where}: vmid", VMID_MIN, VMID_MAX)
         if host_vmid is not None and vmid != host_vmid:
             raise BadInput(f"{where}: vmid {vmid} disagrees with the host name {host} (vmid {host_vmid})")
-    elif data.get("vmid") is not None:
+    elif typed.vmid is not None:
         raise BadInput(f"{where}: vmid is for proxmox guests; an lxd guest is named by `name`")
     if backend == "proxmox" and node_data:
         from labwright.guests.node_data import node_settings
@@ -274,90 +242,59 @@ def spec_from_data(
         node_settings(node_data, f"{where}: node {node}")  # proxmox_api_url, proxmox_verify_tls, ...: typed
 
     # Proxmox's own default hostname is CT<vmid>; an unnamed proxmox guest gets the same, lower-cased.
-    fallback = host_name if backend == "lxd" else (data.get("hostname") or host_name or f"{kind}{vmid}")
-    name = str(data.get("name") or fallback or "")
+    fallback = host_name if backend == "lxd" else (typed.hostname or host_name or f"{kind}{vmid}")
+    name = str(typed.name or fallback or "")
     if not name:
         raise BadInput(f"{where}: give the guest a `name`")
     if backend == "lxd" and not INSTANCE_NAME.match(name):
         raise BadInput(f"{where}: {name!r} is not a valid LXD instance name; use 1-63 letters, digits and "
                        "hyphens, starting with a letter")
-    if kind == "vm" and not _HOSTNAME.match(name):
+    if kind == "vm" and not HOSTNAME.match(name):
         raise BadInput(f"{where}: {name!r} is not a valid VM name; Proxmox wants a DNS name (letters, digits, "
                        "hyphens, dots)")
-    hostname = data.get("hostname", name if backend == "proxmox" and kind == "ct" else None)
-    if hostname is not None and not (isinstance(hostname, str) and _HOSTNAME.match(hostname)):
+    hostname = typed.hostname if "hostname" in data else (name if backend == "proxmox" and kind == "ct" else None)
+    if hostname is not None and not HOSTNAME.match(hostname):
         raise BadInput(f"{where}: hostname {hostname!r} is not a valid host name (letters, digits, hyphens)")
 
-    if data.get("template") is not None and data.get("image") is not None:
+    if typed.template is not None and typed.image is not None:
         raise BadInput(f"{where}: give `template` or `image`, not both")
-    template = data.get("template", data.get("image"))
-    if template is not None and not isinstance(template, str):
-        raise BadInput(f"{where}: template {template!r} must be a string")
+    template = typed.template if typed.template is not None else typed.image
     if backend == "proxmox" and template is not None and not _PVE_TEMPLATE.match(template):
         raise BadInput(f"{where}: template {template!r} must be STORAGE:vztmpl/FILE, e.g. "
                        "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst")
-
-    clone = data.get("clone")
+    clone = typed.clone
     if clone is not None:
         if backend != "lxd":
             raise BadInput(f"{where}: clone is an LXD setting; use `template` for a proxmox guest")
-        if not (isinstance(clone, str) and INSTANCE_NAME.match(clone)):
-            raise BadInput(f"{where}: clone {clone!r} must name an existing LXD instance")
         if template is not None:
             raise BadInput(f"{where}: give `image` or `clone`, not both")
 
-    gpu = data.get("gpu", "none")
-    gpu = "none" if gpu in (None, False) else gpu
-    if gpu not in GPU_KINDS:
-        raise BadInput(f"{where}: gpu {gpu!r} must be one of {', '.join(GPU_KINDS)} (auto: the vendor the host has)")
-    gpu_mode = str(data.get("gpu_mode", "auto"))
-    if gpu_mode not in GPU_MODES[backend]:
-        raise BadInput(f"{where}: gpu_mode {gpu_mode!r} is not a {backend} mode; use {', '.join(GPU_MODES[backend])}")
-
-    profiles = data.get("profiles")
-    if profiles is not None:
-        if backend != "lxd":
-            raise BadInput(f"{where}: profiles are an LXD setting; remove them from this proxmox guest")
-        if not isinstance(profiles, list | tuple) or not all(isinstance(p, str) and p for p in profiles):
-            raise BadInput(f"{where}: profiles must be a list of LXD profile names")
-        profiles = tuple(profiles)
-    lxd_config = data.get("lxd_config") or {}
-    if not isinstance(lxd_config, Mapping) or not all(isinstance(k, str) for k in lxd_config):
-        raise BadInput(f"{where}: lxd_config must be a dict of LXD config keys to values")
-    if lxd_config and backend != "lxd":
+    if typed.gpu_mode not in GPU_MODES[backend]:
+        raise BadInput(f"{where}: gpu_mode {typed.gpu_mode!r} is not a {backend} mode; use "
+                       f"{', '.join(GPU_MODES[backend])}")
+    if typed.profiles is not None and backend != "lxd":
+        raise BadInput(f"{where}: profiles are an LXD setting; remove them from this proxmox guest")
+    if typed.lxd_config and backend != "lxd":
         raise BadInput(f"{where}: lxd_config is an LXD setting; remove it from this proxmox guest")
-    if any(k.startswith("volatile.") for k in lxd_config):
-        raise BadInput(f"{where}: lxd_config cannot set volatile.* keys; LXD owns them")
-    # The two limits people write by hand, checked here rather than by the daemon halfway through an apply.
-    if "limits.cpu" in lxd_config:
-        validate_cpu(lxd_config["limits.cpu"], where, "lxd_config limits.cpu")
-    if "limits.memory" in lxd_config:
-        validate_memory(lxd_config["limits.memory"], where, "lxd_config limits.memory")
-
-    def opt(key: str, parse: Any) -> Any:
-        return None if data.get(key) is None else parse(data[key], f"{where}: {key}")
+    nets = tuple(NetSpec(name=n.name or f"eth{index}", bridge=n.bridge, ip=n.ip, gw=n.gw, hwaddr=n.hwaddr,
+                         vlan=n.vlan if n.vlan is not None else n.tag, mtu=n.mtu) for index, n in enumerate(typed.net))
+    if len({n.name for n in nets}) != len(nets):
+        raise BadInput(f"{where}: net: two interfaces share a name; give each a distinct name")
+    mounts = tuple(MountSpec(host=m.host, guest=m.guest, readonly=m.readonly, required=m.required, name=m.name,
+                             shift=m.shift) for m in typed.mounts)
+    if len({m.guest for m in mounts}) != len(mounts):
+        raise BadInput(f"{where}: mounts: two mounts share a guest path; mount each path once")
 
     return GuestSpec(
         name=name, backend=backend, node=node, vmid=vmid, hostname=hostname, template=template, clone=clone,
-        cores=opt("cores", lambda v, w: parse_int(v, w, 1, 8192)),
-        memory=opt("memory", parse_memory), swap=opt("swap", parse_mib),
-        rootfs=opt("rootfs", parse_rootfs), net=opt("net", parse_net) or (),
-        unprivileged=parse_bool(data.get("unprivileged", True), f"{where}: unprivileged"),
-        features=opt("features", parse_features) or (), mounts=opt("mounts", parse_mounts) or (),
-        gpu=gpu, gpu_mode=gpu_mode,
-        nvidia_runtime=opt("nvidia_runtime", parse_bool), profiles=profiles,
-        start=parse_bool(data.get("start", True), f"{where}: start"), onboot=opt("onboot", parse_bool),
-        lxd_config=tuple(sorted((k, _lxd_value(v)) for k, v in lxd_config.items())),
-        description=None if data.get("description") is None else str(data["description"]),
+        cores=typed.cores, memory=typed.memory, swap=typed.swap,
+        rootfs=None if typed.rootfs is None else RootfsSpec(typed.rootfs.storage, typed.rootfs.size),
+        net=nets, unprivileged=typed.unprivileged, features=typed.features, mounts=mounts,
+        gpu=typed.gpu, gpu_mode=typed.gpu_mode, nvidia_runtime=typed.nvidia_runtime, profiles=typed.profiles,
+        start=typed.start, onboot=typed.onboot, lxd_config=typed.lxd_config, description=typed.description,
         kind=kind, vm=vm,
         host=host, source=source, host_data=dict(host_data or {}), node_data=dict(node_data or {}),
     )
-
-
-def _lxd_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 # --- inventories -----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labwright.errors import BadInput
-from labwright.guests.fields import RootfsSpec, parse_bool, parse_rootfs
+from labwright.guests.fields import RootfsSpec
 from labwright.guests.pve_props import normalize_pci_id
 
 #: ``$MAX_HOSTPCI_DEVICES`` (qemu-server src/PVE/QemuServer/PCI.pm line 26).
@@ -91,90 +91,34 @@ class VmSpec:
         return bool(self.machine) and "q35" in str(self.machine)
 
 
-def _hostpci_item(item: Any, where: str) -> HostPci:
-    example = '{"host": "0000:01:00", "pcie": true, "x-vga": true} or {"mapping": "rtx4090"}'
-    from_text = isinstance(item, str)
-    if isinstance(item, str):  # PVE's own spelling: "0000:01:00,pcie=1,x-vga=1" or "mapping=rtx4090,pcie=1"
-        parsed: dict[str, Any] = {}
-        for part in filter(None, (p.strip() for p in item.split(","))):
-            key, sep, value = part.partition("=")
-            if not sep:
-                key, value = "host", part
-            if key in parsed:
-                raise BadInput(f"{where}: {key} is given twice in {item!r}; write it once")
-            parsed[key] = value
-        item = parsed
-    if not isinstance(item, Mapping):
-        raise BadInput(f"{where}: {item!r} is not a PCI device like {example}")
-    unknown = set(item) - {"host", "mapping", "pcie", "x-vga", "x_vga", "rombar"}
-    if unknown:
-        raise BadInput(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; use host or mapping, "
-                       "pcie, x-vga, rombar")
-    host, mapping = item.get("host"), item.get("mapping")
-    if host is not None and mapping is not None:
-        raise BadInput(f"{where}: give `host` or `mapping`, not both (PVE: Cannot set both 'host' and 'mapping')")
-    if host is None and mapping is None:
-        raise BadInput(f"{where}: give the device's PCI address as `host` (e.g. \"0000:01:00\", from `lspci -D`) "
-                       "or a resource mapping id as `mapping`")
-    addresses: tuple[str, ...] = ()
-    if host is not None:
-        items = host if isinstance(host, list | tuple) else str(host).split(";")
-        addresses = tuple(str(a).strip().lower() for a in items)
-        bad = [a for a in addresses if not PCI_ID.match(a)]
-        if bad or not addresses:
-            raise BadInput(f"{where}: host {bad[0] if bad else host!r} is not a PCI address; write "
-                           "[DOMAIN:]BUS:DEVICE[.FUNCTION] in hex as `lspci -D` shows it, e.g. \"0000:01:00\" "
-                           "(every function) or \"0000:01:00.0\"")
-    if mapping is not None and not (isinstance(mapping, str) and MAPPING_ID.match(mapping)):
-        raise BadInput(f"{where}: mapping {mapping!r} is not a resource mapping id (letters, digits, - and _, "
-                       "starting with a letter; Datacenter > Resource Mappings)")
-    x_vga = item.get("x-vga", item.get("x_vga"))
-
-    def flag(value: Any, name: str) -> bool | None:
-        return None if value is None else parse_bool(value, f"{where} {name}", words=from_text)
-
-    return HostPci(addresses, mapping, flag(item.get("pcie"), "pcie"), flag(x_vga, "x-vga"),
-                   flag(item.get("rombar"), "rombar"))
-
-
-def parse_hostpci(value: Any, where: str) -> tuple[HostPci, ...]:
-    items = list(value) if isinstance(value, list | tuple) else [value]
-    devices = [_hostpci_item(item, f"{where}[{index}]") for index, item in enumerate(items)]
-    if len(devices) > MAX_HOSTPCI:
-        raise BadInput(f"{where}: {len(devices)} devices; Proxmox passes at most {MAX_HOSTPCI} (hostpci0-15)")
+def hostpci_devices(devices: Any, where: str) -> tuple[HostPci, ...]:
+    """The typed ``hostpci`` tables (labwright.guests.schema) as HostPci; at most 16, each device passed once."""
+    found = tuple(HostPci(tuple(d.host), d.mapping, d.pcie, d.x_vga if d.x_vga is not None else d.x_vga_, d.rombar)
+                  for d in devices)
+    if len(found) > MAX_HOSTPCI:
+        raise BadInput(f"{where}: {len(found)} devices; Proxmox passes at most {MAX_HOSTPCI} (hostpci0-15)")
     seen: dict[str, int] = {}
-    for index, device in enumerate(devices):
+    for index, device in enumerate(found):
         for key in (device.host and [normalize_pci_id(a) for a in device.host]) or [device.identity]:
             if key in seen:
                 raise BadInput(f"{where}[{index}]: {key} is already passed by {where}[{seen[key]}]; pass each "
                                "device once")
             seen[key] = index
-    return tuple(devices)
+    return found
 
 
-def parse_vm(data: Mapping[str, Any], where: str) -> VmSpec:
-    """The VM settings of one ``guest`` dict (``kind: vm`` already checked); refuses container-only keys."""
+def parse_vm(data: Mapping[str, Any], typed: Any, where: str) -> VmSpec:
+    """The VM settings of one ``guest`` dict (``data`` as written, ``typed`` by labwright.guests.schema; ``kind:
+    vm`` already checked); refuses container-only keys."""
     wrong = sorted(k for k in data if k in CONTAINER_ONLY and not (k == "gpu" and data[k] in (None, False, "none")))
     if wrong:
         raise BadInput(f"{where}: {wrong[0]} is a container setting and this guest is kind: vm; "
                        f"{CONTAINER_ONLY[wrong[0]]}")
-    hostpci = () if data.get("hostpci") is None else parse_hostpci(data["hostpci"], f"{where}: hostpci")
-    ostype = str(data.get("ostype", "l26"))
-    if ostype not in OSTYPES:
-        raise BadInput(f"{where}: ostype {ostype!r} is not a Proxmox OS type; use one of {', '.join(OSTYPES)} "
-                       "(win11 for Windows 11, l26 for Linux)")
+    hostpci = hostpci_devices(typed.hostpci, f"{where}: hostpci")
+    ostype = typed.ostype or "l26"
     # OVMF and q35 are what GPU passthrough wants (UEFI GOP for the card's ROM, PCIe root ports for pcie=1).
-    bios = str(data.get("bios", "ovmf" if hostpci else "seabios"))
-    if bios not in BIOSES:
-        raise BadInput(f"{where}: bios {bios!r} must be seabios or ovmf (ovmf for GPU passthrough)")
-    machine = data.get("machine", "q35" if hostpci else None)
-    if machine is not None:
-        machine = str(machine)
-        if machine == "i440fx":
-            machine = "pc"
-        if not MACHINE.match(machine):
-            raise BadInput(f"{where}: machine {machine!r} must be q35, pc (i440fx) or a pinned version such as "
-                           "pc-q35-9.2+pve1")
+    bios = typed.bios or ("ovmf" if hostpci else "seabios")
+    machine = typed.machine if typed.machine is not None else ("q35" if hostpci else None)
     q35 = machine is not None and "q35" in machine
     if not q35:
         pcie = next((i for i, d in enumerate(hostpci) if d.pcie), None)
@@ -184,5 +128,5 @@ def parse_vm(data: Mapping[str, Any], where: str) -> VmSpec:
     if q35:  # on q35 a passed device sits on a PCIe root port unless the inventory says otherwise
         hostpci = tuple(HostPci(d.host, d.mapping, True if d.pcie is None else d.pcie, d.x_vga, d.rombar)
                         for d in hostpci)
-    disk = None if data.get("disk") is None else parse_rootfs(data["disk"], f"{where}: disk")
+    disk = None if typed.disk is None else RootfsSpec(typed.disk.storage, typed.disk.size)
     return VmSpec(ostype=ostype, bios=bios, machine=machine, disk=disk, hostpci=hostpci)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -62,19 +63,50 @@ def known_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     return sorted(f"{prefix}_{name}" if prefix else name for name in names)
 
 
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a field's type holds (``Item``, ``tuple[Item, ...]``, ``Item | None``, ``Annotated[...]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _nested_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def model_at(model: type[BaseModel] | None, loc: Iterable[int | str]) -> type[BaseModel] | None:
+    """The model whose key the last part of ``loc`` is: ``model`` itself for a top-level key, the item's model for
+    ``("mounts", 0, "ro")``; None when a part is not a model's field."""
+    current = model
+    for part in list(loc)[:-1]:
+        if isinstance(part, int):
+            continue
+        if current is None:
+            return None
+        fields = {field.alias or name: field for name, field in current.model_fields.items()}
+        field = current.model_fields.get(str(part)) or fields.get(str(part))
+        current = _nested_model(field.annotation) if field is not None else None
+    return current
+
+
 def error_line(error: ValidationError, model: type[BaseModel] | None = None, prefix: str = "",
                noun: str = "key", where: str = "") -> str:
     """The first error of ``error`` as labwright's one-line refusal: ``KEY: VALUE is not ...; fix`` (nothing was
-    changed). An unknown key names the closest known key of ``model`` ("did you mean ...?"), else where the keys
-    are listed (``where``) or the known keys. ``noun`` words the unknown key ("data key for this deploy")."""
-    first = error.errors(include_url=False)[0]
+    changed); an unknown key first (a typo is likelier the cause than the errors it leads to). An unknown key names
+    the closest known key of its model (``model``, or the model of the list item or table it is in: "did you mean
+    ...?"), else where the keys are listed (``where``) or the known keys. ``noun`` words the unknown key ("data key
+    for this deploy")."""
+    errors = error.errors(include_url=False)
+    first = next((found for found in errors if found.get("type") == "extra_forbidden"), errors[0])
     loc = first.get("loc", ())
     key = key_name(loc, prefix, model)
     kind = first.get("type", "")
     if kind == "extra_forbidden":
-        known = known_keys(model, prefix) if model is not None else []
-        near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        hint = (f"did you mean {near[0]}?" if near else f"the keys are listed in {where}" if where
+        owner = model_at(model, loc)
+        nested = len(tuple(loc)) > 1
+        known = (known_keys(owner) if nested else known_keys(owner, prefix)) if owner is not None else []
+        near = difflib.get_close_matches(str(tuple(loc)[-1]) if nested else key, known, n=1, cutoff=0.6)
+        hint = (f"did you mean {near[0]}?" if near else f"the keys are listed in {where}" if where and not nested
                 else f"known keys: {', '.join(known)}" if known else "no keys are read here")
         return one_line(f"{key}: unknown {noun} ({hint}); fix or remove it (nothing was changed)")
     message = str(first.get("msg", "is not valid"))

@@ -30,7 +30,7 @@ def pve_spec(**data):
 def test_gpu_kinds_parse():
     assert lxd_spec(gpu="amd").wants_dri and not lxd_spec(gpu="amd").wants_gpu
     assert lxd_spec(gpu="intel").wants_dri and lxd_spec(gpu="auto").gpu == "auto"
-    with pytest.raises(BadInput, match="gpu 'arc' must be one of nvidia, amd, intel, auto, none"):
+    with pytest.raises(BadInput, match="gpu: 'arc' must be one of nvidia, amd, intel, auto, none"):
         lxd_spec(gpu="arc")
 
 

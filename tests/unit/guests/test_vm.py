@@ -53,22 +53,22 @@ def test_a_vm_without_devices_keeps_pves_defaults():
 
 
 @pytest.mark.parametrize("fields, needle", [
-    ({"kind": "box"}, "kind 'box' must be ct"),
+    ({"kind": "box"}, "kind: 'box' must be ct"),
     ({"backend": "lxd"}, "set backend: proxmox"),
     ({"template": "local:vztmpl/x.tar.zst"}, "template is a container setting and this guest is kind: vm"),
     ({"gpu": "nvidia"}, "gpu is a container setting and this guest is kind: vm; a VM gets its GPU as a PCI device"),
     ({"hostname": "win1"}, "hostname is a container setting"),
-    ({"hostpci": {"host": "1:0"}}, "host '1:0' is not a PCI address"),
+    ({"hostpci": {"host": "1:0"}}, "hostpci[0].host: '1:0' is not a PCI address"),
     ({"hostpci": {"host": "0000:01:00", "mapping": "gpu"}}, "give `host` or `mapping`, not both"),
     ({"hostpci": {"pcie": True}}, "give the device's PCI address as `host`"),
-    ({"hostpci": {"mapping": "9gpu"}}, "mapping '9gpu' is not a resource mapping id"),
-    ({"hostpci": {"host": "0000:01:00", "romfile": "x.rom"}}, "unknown key(s) romfile"),
+    ({"hostpci": {"mapping": "9gpu"}}, "hostpci[0].mapping: '9gpu' is not a resource mapping id"),
+    ({"hostpci": {"host": "0000:01:00", "romfile": "x.rom"}}, "hostpci[0].romfile: unknown key"),
     ({"hostpci": [{"host": "0000:01:00"}, {"host": "01:00"}]}, "0000:01:00 is already passed by"),
     ({"hostpci": [{"host": f"0000:{i:02x}:00"} for i in range(17)]}, "at most 16"),
     ({"machine": "pc", "hostpci": {"host": "0000:01:00", "pcie": True}}, "pcie: true needs machine: q35"),
-    ({"machine": "virt-9"}, "machine 'virt-9' must be q35, pc"),
-    ({"bios": "uefi"}, "bios 'uefi' must be seabios or ovmf"),
-    ({"ostype": "windows"}, "ostype 'windows' is not a Proxmox OS type"),
+    ({"machine": "virt-9"}, "machine: 'virt-9' must be q35, pc"),
+    ({"bios": "uefi"}, "bios: 'uefi' must be seabios or ovmf"),
+    ({"ostype": "windows"}, "ostype: 'windows' must be a Proxmox OS type"),
     ({"name": "win_1"}, "'win_1' is not a valid VM name"),
 ])
 def test_bad_vm_input_is_one_line_naming_the_field(fields, needle):
