@@ -13,6 +13,8 @@ shims so ``pyinfra INVENTORY deploys/X.py`` keeps working.
 ``deploy_tabbyapi``       tabbyAPI on an engine stack, pinned source, n-gram
 ``deploy_kokoro``         Kokoro-FastAPI text to speech
 ``deploy_litellm``        LiteLLM gateway over the inventory's engines
+``deploy_monitoring``     Prometheus + node-exporter over the engines, GPU metrics
+``deploy_gateway``        Caddy: one TLS entrance, a key per client
 ``deploy_desktop``        xrdp + MATE + Firefox in an unprivileged LXC
 ``deploy_stack``          switch (or roll back) a venv's engine stack
 ``deploy_guest``          build an inventory's guests (run on ``@local``)
