@@ -1,4 +1,5 @@
-"""`labwright lab up|status|down` against the real LXD daemon, through the CLI a user runs."""
+"""`labwright lab up|status|down` against the real LXD daemon, through the CLI a user runs; the whole up/status/down
+cycle on Incus as well (``backend_lab``: labwright.testing.lab_fixture)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,19 @@ LAB = """
 lab = (
     [{hosts}],
     {{"lab_name": "{name}", "lab_subnet": "{subnet}", "lab_bridge": "{name}br0",
-      "lab_pool": "{name}", "lab_profile": "{name}", "lab_memory": "1GiB"}},
+      "lab_pool": "{name}", "lab_profile": "{name}", "lab_memory": "1GiB"{extra}}},
 )
 """
 
 
-def inventory(tmp_path, name: str, subnet: str, hosts: list[str]):
+def inventory(tmp_path, name: str, subnet: str, hosts: list[str], backend: str = "lxd"):
+    """A lab inventory; ``backend`` incus: hosts @incus/NAME and lab_backend = 'incus' (lxd: neither set, the default
+    inventory's way)."""
     path = tmp_path / f"{name}.py"
-    path.write_text(LAB.format(name=name, subnet=subnet, hosts=", ".join(f'"@lxd/{h}"' for h in hosts)))
+    # the Incus leg on a copy-on-write pool: the image is unpacked once, not for each container (a third of its time)
+    extra = ', "lab_backend": "incus", "lab_pool_driver": "auto"' if backend == "incus" else ""
+    path.write_text(LAB.format(name=name, subnet=subnet, extra=extra,
+                               hosts=", ".join(f'"@{backend}/{h}"' for h in hosts)))
     return path
 
 
@@ -42,53 +48,62 @@ def exists(client: LxdClient, path: str) -> bool:
     return client.get_or_none(path) is not None
 
 
-def test_up_twice_changes_nothing_and_down_removes_only_what_up_made(lab, lab_container, cli_env, tmp_path):
+def test_up_twice_changes_nothing_and_down_removes_only_what_up_made(backend_lab, cli_env, tmp_path):
+    lab = backend_lab
     client = lab.client
-    inv = inventory(tmp_path, "lwup", "10.99.8.1/24", ["lwup-c1", "lwup-c2"])
+    # each daemon its own names and subnet (labwright.lab.backend.check_apart refuses the other's)
+    name, net = ("lwup", "10.99.8") if lab.backend == "lxd" else ("lwupi", "10.99.67")
+    inv = inventory(tmp_path, name, f"{net}.1/24", [f"{name}-c1", f"{name}-c2"], lab.backend)
+    lab_container = lab.fresh("lwt")
     try:
         first = lw(cli_env, "lab", "up", "-i", str(inv), "--json")
         assert first.returncode == 0, first.stderr
         assert_documented("lab up", json.loads(first.stdout))
         changes = " | ".join(json.loads(first.stdout)["changes"])
-        assert "container lwup-c1 launched" in changes and "network lwupbr0" in changes, changes
+        assert f"container {name}-c1 launched" in changes and f"network {name}br0" in changes, changes
 
         status = lw(cli_env, "lab", "status", "-i", str(inv), "--json")
         rows = {row["name"]: row for row in json.loads(status.stdout)}
-        assert set(rows) == {"lwup-c1", "lwup-c2"}
-        assert all(r["state"] == "Running" and r["address"].startswith("10.99.8.") for r in rows.values())
+        assert set(rows) == {f"{name}-c1", f"{name}-c2"}
+        assert all(r["state"] == "Running" and r["address"].startswith(f"{net}.") for r in rows.values())
+        assert {r["server"] for r in rows.values()} == {lab.backend}  # GET /1.0 of the daemon the lab is on
         table = lw(cli_env, "lab", "status", "-i", str(inv))
-        for column in ("container", "state", "address", "image", "age"):
+        for column in ("container", "state", "address", "image", "age", f"{lab.backend} "):
             assert column in table.stdout
         # The containers are reachable on the bridge and the lab key is installed.
-        keys = client.exec("lwup-c1", ["cat", "/root/.ssh/authorized_keys"]).stdout.decode()
+        keys = client.exec(f"{name}-c1", ["cat", "/root/.ssh/authorized_keys"]).stdout.decode()
         assert lab.public_key in keys
 
         second = lw(cli_env, "lab", "up", "-i", str(inv))
         assert second.returncode == 0, second.stderr
         assert "nothing changed" in second.stderr
         assert "+ " not in second.stderr
+        assert f"{'LXD' if lab.backend == 'lxd' else 'Incus'} daemon running" in second.stderr
 
         # A stopped container is started again, and only that is reported.
-        client.set_state("lwup-c2", "stop", force=True)
+        client.set_state(f"{name}-c2", "stop", force=True)
         third = lw(cli_env, "lab", "up", "-i", str(inv))
-        assert "container lwup-c2 started" in third.stderr and "lwup-c1" not in third.stderr
+        assert f"container {name}-c2 started" in third.stderr and f"{name}-c1" not in third.stderr
 
         plan = lw(cli_env, "lab", "down", "-i", str(inv), "--dry")
-        assert plan.returncode == 0 and "would delete container lwup-c1" in plan.stderr
+        assert plan.returncode == 0 and f"would delete container {name}-c1" in plan.stderr
         planned = lw(cli_env, "lab", "down", "-i", str(inv), "--dry", "--json")
         assert planned.returncode == 0, planned.stderr
         assert_documented("lab down", json.loads(planned.stdout))
         assert json.loads(planned.stdout)["dry"] is True
-        assert exists(client, "/1.0/instances/lwup-c1")
+        assert exists(client, f"/1.0/instances/{name}-c1")
     finally:
         down = lw(cli_env, "lab", "down", "-i", str(inv), "--yes")
-    assert down.returncode == 0, down.stderr
-    for path in ("/1.0/instances/lwup-c1", "/1.0/instances/lwup-c2", "/1.0/networks/lwupbr0",
-                 "/1.0/storage-pools/lwup", "/1.0/profiles/lwup"):
-        assert not exists(client, path), path
-    # Another lab's container (and its network) are untouched.
-    assert client.instance(lab_container)["status"] == "Running"
-    assert exists(client, f"/1.0/networks/{lab.spec.bridge}")
+    try:
+        assert down.returncode == 0, down.stderr
+        for path in (f"/1.0/instances/{name}-c1", f"/1.0/instances/{name}-c2", f"/1.0/networks/{name}br0",
+                     f"/1.0/storage-pools/{name}", f"/1.0/profiles/{name}"):
+            assert not exists(client, path), path
+        # Another lab's container (and its network) are untouched.
+        assert client.instance(lab_container)["status"] == "Running"
+        assert exists(client, f"/1.0/networks/{lab.spec.bridge}")
+    finally:
+        lab.remove(lab_container)
     again = lw(cli_env, "lab", "down", "-i", str(inv), "--yes")
     assert again.returncode == 0 and "already down" in again.stderr
 

@@ -136,7 +136,8 @@ def order(config: pytest.Config, items: list[pytest.Item]) -> None:
 def resources(item: pytest.Item) -> list[tuple[str, bool]]:
     """(lock, exclusive) pairs for one test, in one global order (no two workers wait on each other crosswise)."""
     wanted: dict[str, bool] = {}
-    uses_lab = "lab" in getattr(item, "fixturenames", ())
+    # the Incus twins too (labwright.testing.lab_fixture): a lab_exclusive test may restart lxcfs, which both share
+    uses_lab = bool({"lab", "incus_lab", "backend_lab"} & set(getattr(item, "fixturenames", ())))
     if item.get_closest_marker("lab_exclusive") is not None:
         wanted["lab-daemon"] = True
     elif uses_lab:

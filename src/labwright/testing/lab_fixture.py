@@ -6,6 +6,10 @@ copy of a stopped template container (seconds), not a new debootstrap.
 - ``lab``: session-wide: the test lab's bridge/pool/profile and its template container exist.
 - ``lab_container``: a fresh running container (name), deleted after the test.
 - ``make_lab_container``: factory for several fresh containers in one test.
+- ``incus_lab``: the Incus twin of ``lab`` (its own bridge ``lwtestibr0`` 10.99.63.0/24, pool and template on the
+  Incus daemon beside LXD); skipped with the reason where Incus is not installed.
+- ``backend_lab``: parametrised over both (``lxd``, ``incus``), for the tests of the daemon layer (lab, REST client,
+  connector exec, guests) that must hold on both daemons; the rest use ``lab`` (LXD, or Incus where only it is here).
 
 The test lab is separate from the user's own (``lwtest``, bridge ``lwtestbr0``, 10.99.9.0/24) so a
 test run never touches the lab that ``labwright lab up`` made from inventories/local.py.
@@ -35,7 +39,8 @@ import pytest
 from labwright.errors import BadInput, LxdError
 from labwright.lab import image as lab_image
 from labwright.lab import lab as lab_ops
-from labwright.lab.daemon import ensure_daemon
+from labwright.lab.backend import choose_backend
+from labwright.lab.daemon import INCUS, ensure_daemon
 from labwright.lab.keys import ensure_lab_key
 from labwright.lab.spec import LabSpec, spec_from_group
 from labwright.lxd.client import LxdClient
@@ -53,6 +58,18 @@ TEST_LAB_DATA = {
     "lab_pool_size": "40GiB",
 }
 TEMPLATE = "lwtest-template"
+#: The Incus test lab, beside LXD's on the same host: its own bridge, subnet (free of every 10.99.x the tests use)
+#: and pool, so neither daemon sees the other's (labwright.lab.backend.check_apart refuses a shared one).
+INCUS_TEST_LAB_DATA = {
+    **TEST_LAB_DATA,
+    "lab_name": "lwtesti",
+    "lab_subnet": os.environ.get("LABWRIGHT_TEST_INCUS_SUBNET", "10.99.63.1/24"),
+    "lab_bridge": "lwtestibr0",
+    "lab_pool": "lwtesti",
+    "lab_profile": "lwtesti",
+    "lab_backend": "incus",
+}
+INCUS_TEMPLATE = "lwtesti-template"
 #: Which test process made a container: ``PID:STARTTIME`` (/proc/PID/stat field 22), so the next run can tell a
 #: container of a run that is gone (removed) from one of a run still going (another xdist worker: kept).
 OWNER_KEY = "user.labwright.test-owner"
@@ -61,7 +78,9 @@ OWNER_KEY = "user.labwright.test-owner"
 def test_lab_spec(containers: list[str] | None = None, data: dict[str, str] | None = None) -> LabSpec:
     chosen = os.environ.get("LABWRIGHT_TEST_POOL_DRIVER")
     source = "test lab" + (f" (LABWRIGHT_TEST_POOL_DRIVER={chosen!r}: dir, btrfs or auto)" if chosen else "")
-    return spec_from_group([f"@lxd/{c}" for c in containers or []], data or TEST_LAB_DATA, source=source)
+    data = data or TEST_LAB_DATA
+    prefix = "incus" if data.get("lab_backend") == "incus" else "lxd"
+    return spec_from_group([f"@{prefix}/{c}" for c in containers or []], data, source=source)
 
 
 @dataclass
@@ -71,6 +90,15 @@ class Lab:
     public_key: str
     private_key_path: str
     template: str = TEMPLATE
+
+    @property
+    def backend(self) -> str:
+        """``lxd`` or ``incus``: the daemon this lab is on (and the prefix of its hosts, ``@incus/NAME``)."""
+        return "incus" if self.client.server_info().name == "incus" else "lxd"
+
+    def host(self, name: str) -> str:
+        """The pyinfra host name of a container of this lab: ``@lxd/NAME`` or ``@incus/NAME``."""
+        return f"@{self.backend}/{name}"
 
     def fresh(self, prefix: str = "lwt", pool: str | None = None) -> str:
         """Copy the template into a new running container and return its name. ``pool``: another storage pool of
@@ -219,7 +247,7 @@ def _ensure_test_lab(data: dict[str, str] | None = None, name: str = TEMPLATE) -
     spec = test_lab_spec([name], data)
     report = _Saying(quiet=True)
     # On a fresh machine (CI) the daemon is not running yet, and its socket may be a stale file.
-    client = ensure_daemon(report)
+    client = ensure_daemon(report, choose_backend(spec)[0])
     remover = Lab(spec, client, "", "", name)
     for line in half_states(client, spec, name):
         say(line)
@@ -247,6 +275,24 @@ def _ensure_test_lab(data: dict[str, str] | None = None, name: str = TEMPLATE) -
 @pytest.fixture(scope="session")
 def lab() -> Lab:
     return ensure_test_lab()
+
+
+def incus_test_lab() -> Lab:
+    """The Incus test lab (INCUS_TEST_LAB_DATA) with its stopped template, made or repaired as ``ensure_test_lab``."""
+    return ensure_test_lab(INCUS_TEST_LAB_DATA, INCUS_TEMPLATE)
+
+
+@pytest.fixture(scope="session")
+def incus_lab() -> Lab:
+    if not INCUS.installed():
+        pytest.skip("Incus is not installed here (scripts/setup installs it: scripts/apt/incus.list)")
+    return incus_test_lab()
+
+
+@pytest.fixture(scope="session", params=["lxd", "incus"])
+def backend_lab(request: pytest.FixtureRequest) -> Lab:
+    """The test lab on each daemon in turn: ``lab`` (LXD), then ``incus_lab``."""
+    return request.getfixturevalue("lab" if request.param == "lxd" else "incus_lab")
 
 
 @pytest.fixture
