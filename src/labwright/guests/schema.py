@@ -271,7 +271,8 @@ def guest_schema() -> type[Schema]:
         net: Annotated[tuple[Interface, ...], Check(_list_of_tables('{"bridge": "vmbr0", "ip": "dhcp"}',
                                                                     single=True))] = ()
         unprivileged: flag = True
-        features: Annotated[tuple[tuple[str, bool | str], ...], Check(optional(fields.features))] = ()
+        features: Annotated[tuple[tuple[str, bool | str], ...], Check(lambda v: () if v is None else
+                                                                       fields.features(v))] = ()
         mounts: Annotated[tuple[Mount, ...], Check(_list_of_tables('{"host": "/tank/models", "guest": '
                                                                    '"/models"}'))] = ()
         gpu: Annotated[str, Check(_gpu)] = "none"

@@ -217,3 +217,34 @@ def test_checks_raise_only_value_error(check: Any, value: Any) -> None:
         assert "\n" not in str(error)
         return
     assert check(checked) == checked
+
+
+class Item(Schema):
+    host: AbsPath = "/srv/x"
+    readonly: StrictBool = False
+
+
+class Holder(Schema):
+    mounts: tuple[Item, ...] = ()
+    memory: Port = 5000
+
+
+def test_an_unknown_key_in_a_list_item_names_the_closest_key_of_the_item() -> None:
+    with pytest.raises(BadInput, match=r"^mounts\[1\]\.readonlyy: unknown key \(did you mean readonly\?\)"):
+        parse(Holder, {"mounts": [{}, {"readonlyy": True}]})
+    with pytest.raises(BadInput, match=r"^mounts\[0\]\.zzz: unknown key \(known keys: host, readonly\)"):
+        parse(Holder, {"mounts": [{"zzz": 1}]}, where="docs/x.md")
+    # a typo is named before the errors it may lead to
+    with pytest.raises(BadInput, match=r"^memroy: unknown key \(did you mean memory\?\)"):
+        parse(Holder, {"memory": "x", "memroy": 1})
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.text(min_size=1, max_size=12).filter(lambda k: k not in Item.model_fields), value=JUNK,
+       index=st.integers(0, 2))
+def test_junk_keys_in_list_items_are_one_line_naming_the_item_key(key: str, value: Any, index: int) -> None:
+    items = [{} for _ in range(index)] + [{key: value}]
+    with pytest.raises(BadInput) as caught:
+        parse(Holder, {"mounts": items})
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith(f"mounts[{index}].") and "unknown key" in line, line
