@@ -6,6 +6,7 @@ refused in one line with nothing created. One guest (a btrfs snapshot of the lab
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -23,9 +24,11 @@ from labwright.guests.model import GuestSpec, spec_from_data
 from labwright.lxd.client import LxdClient
 from labwright.operations.vulkan import render_groups
 from labwright.testing.lab_fixture import TEMPLATE
+from support.cli_result import runner
 from support.fake_dri import AMD_APU, drop_nodes, make_fake_dri_host
 from support.fake_nvidia import fake_root_in_dev, remove_fake_root
 from support.gpu_host import TreeGpuHost
+from support.host_cli import on_tree
 
 pytestmark = pytest.mark.lab
 
@@ -104,6 +107,18 @@ def test_the_guest_side_fact_names_the_render_nodes_gid_and_the_groups_to_join(c
     found = fact.process(client.exec(amd_guest, ["sh", "-c", fact.command()]).stdout.decode().splitlines())
     assert found == {"render_nodes": {"/dev/dri/renderD128": 104}, "groups": {44: "video"}}
     assert render_groups(found) == (["video", "render"], ("render", 104))
+
+
+def test_gpu_check_cli_on_the_amd_guest_exits_1_naming_the_fix(capsys, amd_host, amd_guest):
+    """`labwright gpu check GUEST` as a user runs it, the host side read from the tree (support.host_cli)."""
+    with on_tree(amd_host):
+        result = runner(capsys)("gpu", "check", amd_guest, "--service", "none", "--json")
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert [(c["name"], c["ok"]) for c in report["checks"]] == [
+        ("GPU visible in the guest", True), ("device nodes and majors", True), ("Vulkan device", False)]
+    assert result.stderr.strip() == (f"labwright: gpu check {amd_guest}: Vulkan device: vulkaninfo is not installed in "
+                                     "the guest; cause: no way to see what Vulkan offers")
 
 
 def test_a_vendor_the_host_lacks_is_one_line_and_creates_nothing(lab, client, amd_host):
