@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 from pyinfra import host, inventory
 from pyinfra.api.exceptions import DeployError
@@ -56,6 +57,18 @@ def _address_of(engine: EngineHost) -> str:
     from labwright.deploys.litellm import address_of
 
     return address_of(engine)
+
+
+def _own_address(here: dict[str, Any]) -> str:
+    """The address clients reach this host at (as the LiteLLM gateway finds an engine's), else one line asking for
+    gateway_names."""
+    if not host.name.startswith("@"):
+        return host.name
+    try:
+        return _address_of(EngineHost(host.name, here, False))
+    except DeployError:
+        raise fail("names", f"no address known for {host.name}; set gateway_names to the names and addresses "
+                   "clients use (nothing was changed)") from None
 
 
 def _read_local(key: str) -> tuple[str, bytes]:
@@ -109,8 +122,7 @@ def deploy_gateway() -> None:
     hosts = _hosts()
     try:
         clients = clients_of(data("clients"))
-        own = _address_of(EngineHost(host.name, here, False)) if host.name.startswith("@") else host.name
-        names = names_of(data("names"), [own])
+        names = names_of(data("names"), [] if data("names") else [_own_address(here)])
         routes, default = routes_of(hosts, _address_of)
     except GatewayError as exc:
         raise DeployError(str(exc)) from None
