@@ -256,6 +256,10 @@ ENGINE_ONLY = {"llamacpp_model": "/m.gguf"}
     (GATEWAY, [{"litellm_port": 4001}], False),                             # another gateway elsewhere
     (ENGINE_ONLY, [], False),                                               # no gateway here: others may call it
     ({"llamacpp_model": "/m.gguf", "litellm_engine_address": "10.0.0.1"}, [], False),  # an engine host's key only
+    ({**ENGINE_ONLY, "gateway_clients": "a"}, [], True),                    # the TLS gateway (deploys/gateway.py)
+    ({**ENGINE_ONLY, "gateway_clients": "a"}, [{"monitoring_listen": "x"}], False),  # Prometheus elsewhere scrapes it
+    ({**ENGINE_ONLY, "monitoring_listen": "x"}, [], False),                 # Prometheus on it, no entrance: as before
+    (GATEWAY, [{"gateway_clients": "a"}], False),                           # a TLS gateway elsewhere calls it
 ])
 def test_gateway_only_reads_the_whole_inventory(this: dict, others: list[dict], alone: bool) -> None:
     from labwright.engine_keys import gateway_only
