@@ -138,6 +138,13 @@ def test_promtool_accepts_what_was_rendered_and_verify_passes(lab, guest):
         assert result.returncode == 0, f"verify {suite}:\n{result.stdout[-4000:]}{result.stderr[-2000:]}"
 
 
+@pytest.mark.parametrize("file", ["monitoring", "gateway"])
+def test_a_second_run_changes_nothing(guest, file):
+    name, _ = guest
+    again = deploy(name, file)
+    assert again.rc == 0 and again.totals.changed == 0, again.output[-3000:]
+
+
 def https(address: str, path: str, ca: Path | str, key: str | None = None, body: dict | None = None,
           ) -> tuple[int, list[str]]:
     """A request over TLS verified against ``ca`` only; a stream is read line by line as it comes."""

@@ -32,6 +32,7 @@ from labwright.gateway.config import (
 )
 from labwright.guestlock import locked
 from labwright.litellm.config import EngineHost, local_keys_script, render_secrets
+from labwright.monitoring.config import MonitoringError, package_list
 from labwright.operations import systemd as systemd_ops
 from labwright.operations.secrets import secret_file
 from labwright.shell import quote
@@ -124,7 +125,8 @@ def deploy_gateway() -> None:
         clients = clients_of(data("clients"))
         names = names_of(data("names"), [] if data("names") else [_own_address(here)])
         routes, default = routes_of(hosts, _address_of)
-    except GatewayError as exc:
+        packages = package_list(data("packages"), "gateway_packages")
+    except (GatewayError, MonitoringError) as exc:
         raise DeployError(str(exc)) from None
     if not routes and default is None:
         raise fail("clients", "no engines and no LiteLLM gateway in the inventory: the entrance would lead nowhere "
@@ -156,7 +158,7 @@ def deploy_gateway() -> None:
     tls_dir = f"{directory}/tls"
 
     # --- Caddy, keys, Caddyfile (validated before it replaces the old one), start -------------------
-    install_missing(list(data("packages")), "Caddy", name=f"Install {', '.join(data('packages'))}")
+    install_missing(packages, "Caddy", name=f"Install {', '.join(packages)}")
     files.directory(name=f"{directory} (root:caddy 0750)", path=directory, user="root", group="caddy", mode="750")
     clients_changed = False
     if state != "current":

@@ -33,6 +33,7 @@ from labwright.monitoring.config import (
     key_copy_script,
     litellm_targets,
     load_defaults,
+    package_list,
     render_prometheus,
     render_rules,
 )
@@ -135,9 +136,9 @@ def deploy_monitoring() -> None:
     here = host.data.dict()
     hosts = _hosts()
     server_host = is_monitoring(here)
-    packages = list(data("packages"))
     textfile_dir = KEYS.path_of("textfile_dir", data("textfile_dir"))
     try:
+        packages = package_list(data("packages"), "monitoring_packages")
         local = [t for t in engine_targets(hosts, DEFAULTS["targets"], _address_of) if t.guest == host.name]
         interval = duration(data("gpu_interval"), "monitoring_gpu_interval")
     except MonitoringError as exc:

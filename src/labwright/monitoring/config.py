@@ -135,6 +135,16 @@ def extra_targets(value: Any, guest: str) -> list[Target]:
     return found
 
 
+def package_list(value: Any, key: str) -> list[str]:
+    """Debian package names from a list or a comma/space separated string (``--data KEY=prometheus,curl``)."""
+    names = [w for w in re.split(r"[,\s]+", value) if w] if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not names or not all(
+            isinstance(n, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", n) for n in names):
+        raise MonitoringError(key, f"{value!r} is not a list of Debian package names, e.g. prometheus,"
+                              "prometheus-node-exporter")
+    return list(names)
+
+
 def duration(value: Any, key: str) -> str:
     text = str(value).strip()
     if not DURATION.match(text):

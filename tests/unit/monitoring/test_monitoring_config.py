@@ -176,3 +176,12 @@ def test_gpu_config_names_the_engines_on_the_host():
     assert json.loads(gpu_config(target)) == {"engines": [{
         "service": "llama-server", "kind": "llamacpp", "url": "http://127.0.0.1:8001",
         "key_file": "/etc/llama-server/api-key"}]}
+
+
+def test_packages_from_data_text_are_a_list_of_names():
+    from labwright.monitoring.config import package_list
+
+    assert package_list("prometheus,prometheus-node-exporter", "k") == ["prometheus", "prometheus-node-exporter"]
+    assert package_list(["caddy"], "k") == ["caddy"]
+    with pytest.raises(MonitoringError, match=r"^monitoring_packages: 'prometheus;id' is not a list of Debian"):
+        package_list("prometheus;id", "monitoring_packages")
