@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
 
+from labwright.cli import vocab
 from labwright.tuning import kv, kv_modes
 from labwright.tuning.fit import FitResult
 from labwright.tuning.fit_model import FitRequest, fit_model
+from labwright.tuning.speed import Speed
 from labwright.tuning.units import MIB, gib, group, parse_size
 from labwright.ui import stdout, table
 
@@ -30,6 +33,19 @@ ScalesOption = typer.Option(False, "--count-scales",
 SwaFullOption = typer.Option(False, "--swa-full", help="Sliding-window layers keep the whole context (llama.cpp's "
                              "--swa-full).")
 JsonOption = typer.Option(False, "--json", help="Print JSON instead of a table.")
+
+
+def speed_option(option: str) -> Any:
+    """A typer callback for a bandwidth (GB/s, above 0, at most 10 TB/s) or a parameter count (billions): the
+    refusal one line naming ``option`` (labwright.cli.vocab's convention)."""
+    from labwright.tuning import speed
+
+    check = speed.check_params if option.endswith("params-b") else speed.check_bandwidth
+
+    def callback(value: float | None) -> float | None:
+        return None if value is None else check(value, option)
+
+    return callback
 
 
 def _specs(cache_mode: str | None, cache_type: str | None, engine: str | None, count_scales: bool,
@@ -95,7 +111,8 @@ def _print_plans(plans: list[kv.KvPlan], budget: str | None) -> None:
 @app.command()
 def fit(
     weights_gb: str | None = typer.Option(None, "--weights-gb", help="Weights size; a bare number is GiB."),
-    vram_gb: str = typer.Option(..., "--vram-gb", help="GPU memory; a bare number is GiB (an '8 GB' card: 8)."),
+    vram_gb: str | None = typer.Option(None, "--vram-gb", help="GPU memory; a bare number is GiB (an '8 GB' card: "
+                                       "8). Default: --gpu's; with --unified, --ram-gb; with --cpu, none."),
     ram_gb: str | None = typer.Option(None, "--ram-gb", help="System RAM for offloaded weights; bare number GiB."),
     kv_gb: str | None = typer.Option(None, "--kv-gb", help="KV cache size, if you know it; bare number GiB."),
     model_dir: Path | None = typer.Option(None, "--model-dir", help="Model folder: sums *.gguf / *.safetensors, reads "
@@ -113,11 +130,29 @@ def fit(
     page: int = PageOption,
     count_scales: bool = ScalesOption,
     swa_full: bool = SwaFullOption,
+    bandwidth_gbs: float | None = typer.Option(None, "--bandwidth-gbs", callback=speed_option("--bandwidth-gbs"),
+                                               help="GB/s of the memory holding the weights (VRAM; shared RAM with "
+                                               "--unified; RAM with --cpu). Default: --gpu's."),
+    unified: bool = typer.Option(False, "--unified", help="An APU or unified memory: VRAM is system RAM, nothing "
+                                 "crosses PCIe."),
+    cpu: bool = typer.Option(False, "--cpu", help="All weights in system RAM, computed on the CPU."),
+    ram_bandwidth_gbs: float | None = typer.Option(None, "--ram-bandwidth-gbs",
+                                                   callback=speed_option("--ram-bandwidth-gbs"),
+                                                   help="GB/s of system RAM (the CPU side of a split or MoE offload; "
+                                                   "measure it: labwright kv bandwidth)."),
+    params_b: float | None = typer.Option(None, "--params-b", callback=speed_option("--params-b"),
+                                          help="Parameters in billions, when no GGUF says (e.g. 30.5)."),
+    active_params_b: float | None = typer.Option(None, "--active-params-b", callback=speed_option("--active-params-b"),
+                                                 help="Parameters read per token in billions (a MoE's active: 3.3)."),
+    gpu: str | None = typer.Option(None, "--gpu", callback=vocab.line_option("--gpu"), help="The GPU by name (RTX "
+                                   "4090, Vega 8): bandwidth and memory from labwright's table."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Weights + KV + overhead against VRAM: fits, MoE expert offload, split (PCIe-bound), CPU, or does not fit.
+    """Weights + KV + overhead against VRAM: fits, MoE expert offload, split (PCIe-bound), CPU, or does not fit;
+    and the decode speed of one request, from the bytes read per token and the bandwidth of where they live.
 
     Example: labwright kv fit --model-dir ~/models/Qwen3.5-9B-exl3 --vram-gb 8 --context 131072 --cache-mode 8,4
+    --gpu "RTX 4070 Laptop GPU"
     """
     kv.check_page(page)
 
@@ -126,12 +161,14 @@ def fit(
 
     # Weights, VRAM and RAM of 0 answer no question; a KV or overhead of 0 can be what was measured.
     request = FitRequest(
-        vram=parse_size(vram_gb, "--vram-gb", bare_unit="GiB", positive=True),
+        vram=size(vram_gb, "--vram-gb"),
         weights=size(weights_gb, "--weights-gb"), model_dir=model_dir, config=config, context=context,
         kv_size=size(kv_gb, "--kv-gb", positive=False),
         spec=kv_modes.resolve(cache_mode, cache_type, engine, count_scales, swa_full),
         overhead=size(overhead_gb, "--overhead-gb", positive=False), ram=size(ram_gb, "--ram-gb"), moe=moe,
-        weight_format=weight_format, page=page, count_scales=count_scales, swa_full=swa_full)
+        weight_format=weight_format, page=page, count_scales=count_scales, swa_full=swa_full,
+        bandwidth=bandwidth_gbs, ram_bandwidth=ram_bandwidth_gbs, unified=unified, cpu=cpu, params_b=params_b,
+        active_params_b=active_params_b, gpu=gpu, engine=engine)
     result = fit_model(request)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
@@ -162,3 +199,63 @@ def _print_fit(result: FitResult) -> None:
         stdout.print(escape(f"  longest context with every weight in VRAM at {result.cache_mode}: {longest}"))
     for line in (*result.warnings, *result.notes):
         stdout.print(f"  [yellow]![/] {escape(line)}")
+    if result.speed is not None:
+        _print_speed(result.speed)
+
+
+def _print_speed(speed: Speed) -> None:
+    if speed.parts:
+        rows = [[escape(p.what), gib(p.bytes), escape(p.memory), f"{p.gbs:g}", f"{p.efficiency:.2f}",
+                 f"{p.seconds * 1000:.2f}"] for p in speed.parts]
+        stdout.print(table(escape(f"read per token ({speed.engine}, {speed.placement})"),
+                           ["", "GiB", "memory", "GB/s", "efficiency", "ms"], rows))
+    if speed.decode_tok_s is not None:
+        stdout.print(f"[bold]decode: {speed.decode_tok_s:.1f} tok/s[/] for one request "
+                     f"({escape(speed.active_source)})")
+    if speed.ttft_s is not None and speed.prefill_tok_s is not None:
+        stdout.print(f"time to first token: {speed.ttft_s:.2f} s for {group(speed.prompt_tokens or 0)} prompt tokens "
+                     f"(prefill {group(speed.prefill_tok_s)} tok/s, compute-bound)")
+    for line in speed.notes:
+        stdout.print(f"  [yellow]![/] {escape(line)}")
+    for source in speed.sources:
+        stdout.print(f"  [dim]efficiency: {escape(source)}[/]")
+
+
+@app.command()
+def bandwidth(
+    size_mib: int = typer.Option(512, "--size-mib", help="RAM buffer to scan (MiB): larger than the CPU's caches."),
+    processes: int | None = typer.Option(None, "--processes", help="Readers (default: one per usable CPU, as an "
+                                         "engine's threads)."),
+    rounds: int = typer.Option(5, "--rounds", help="Scans; the fastest counts."),
+    ram: bool = typer.Option(True, "--ram/--no-ram", help="Measure system RAM (a CPU, or an APU's shared memory)."),
+    as_json: bool = JsonOption,
+) -> None:
+    """This machine's memory bandwidth for `kv fit`: each NVIDIA GPU's from nvidia-smi (max memory clock x 2 x bus
+    width), system RAM's measured (a read by every CPU, about a second). Run it on the host or in the guest.
+
+    Example: labwright kv bandwidth --json
+    """
+    from labwright.tuning import bandwidth as bw
+
+    bw.check_measure(size_mib, processes, rounds)
+    gpus, rejected, why = bw.read_gpus()
+    measured = bw.measure_ram(size_mib, processes, rounds) if ram else None
+    flags = []
+    if gpus and gpus[0].gbs:
+        flags.append(f"--bandwidth-gbs {gpus[0].gbs:g}")
+    if measured is not None:
+        flags.append(f"--ram-bandwidth-gbs {measured.gbs:.1f}")
+    if as_json:
+        typer.echo(json.dumps({"gpus": [g.to_json() for g in gpus], "smi_refused": list(rejected),
+                               "gpu_note": why, "ram": measured.to_json() if measured else None,
+                               "kv_fit_options": " ".join(flags)}, indent=2))
+        return
+    for gpu in gpus:
+        value = "unknown" if gpu.gbs is None else f"{gpu.gbs:g} GB/s"
+        stdout.print(escape(f"GPU {gpu.index} {gpu.name}: {value} ({gpu.how})"))
+    if why:
+        stdout.print(escape(why))
+    if measured is not None:
+        stdout.print(escape(f"RAM: {measured.gbs:.1f} GB/s read ({measured.method})"))
+    if flags:
+        stdout.print(escape(f"for kv fit: {' '.join(flags)}"))

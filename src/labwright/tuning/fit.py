@@ -16,6 +16,7 @@ from labwright.tuning.data import fit_data
 from labwright.tuning.kv import KvLayout, tokens_in_budget
 from labwright.tuning.kv_modes import CacheSpec
 from labwright.tuning.moe import default_expert_fraction
+from labwright.tuning.speed import Speed
 from labwright.tuning.units import GIB, gib
 
 ORDER = ("fits", "moe_offload", "split", "cpu", "no_fit")
@@ -84,6 +85,7 @@ class FitResult:
     format_reason: str = ""
     weight_files: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    speed: Speed | None = None
 
     @property
     def need(self) -> int:
@@ -103,6 +105,9 @@ class FitResult:
             "how": list(self.how), "warnings": list(self.warnings), "max_context": self.max_context,
             "overhead_source": self.overhead_source, "kv_source": self.kv_source, "cache_mode": self.cache_mode,
             "format_reason": self.format_reason, "weight_files": list(self.weight_files), "notes": list(self.notes),
+            "decode_tok_s": self.speed.to_json()["decode_tok_s"] if self.speed else None,
+            "ttft_s": self.speed.to_json()["ttft_s"] if self.speed else None,
+            "speed": self.speed.to_json() if self.speed else None,
         }
 
 

@@ -125,7 +125,18 @@ def is_gguf(path: str | Path) -> bool:
 
 def read_metadata(path: str | Path) -> tuple[dict[str, Any], int]:
     """(metadata without the tokenizer's string arrays, tensor count); one-line errors for anything not a whole GGUF."""
-    path = Path(path)
+    return _read(Path(path), None)
+
+
+def read_tensors(path: str | Path) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:
+    """(metadata, one (name, elements, bytes) per tensor of the tensor table): what a token reads (labwright.tuning.
+    speed counts routed experts at the share the router picks)."""
+    tensors: list[tuple[str, int, int]] = []
+    metadata, _ = _read(Path(path), tensors)
+    return metadata, tensors
+
+
+def _read(path: Path, collect: list[tuple[str, int, int]] | None) -> tuple[dict[str, Any], int]:
     try:
         handle = path.open("rb")
     except OSError as exc:
@@ -137,7 +148,7 @@ def read_metadata(path: str | Path) -> tuple[dict[str, Any], int]:
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             view = memoryview(mapped)
             try:
-                return _parse(path, view, size)
+                return _parse(path, view, size, collect)
             except _Truncated:
                 raise BadInput(f"GGUF {path}: truncated: the header runs past the end of the file ({size:,} bytes); "
                                f"{_FIX}") from None
@@ -147,7 +158,8 @@ def read_metadata(path: str | Path) -> tuple[dict[str, Any], int]:
                 view.release()
 
 
-def _parse(path: Path, view: memoryview, size: int) -> tuple[dict[str, Any], int]:
+def _parse(path: Path, view: memoryview, size: int,
+           collect: list[tuple[str, int, int]] | None = None) -> tuple[dict[str, Any], int]:
     head = bytes(view[:4])
     if head != MAGIC:
         raise BadInput(f"GGUF {path}: not a GGUF file (it starts with {head!r}, not b'GGUF'); pass a .gguf model "
@@ -164,18 +176,23 @@ def _parse(path: Path, view: memoryview, size: int) -> tuple[dict[str, Any], int
         key = reader.string()
         code = reader.u32()
         metadata[key] = reader.value(code, keep=not key.startswith("tokenizer."))
-    end_of_data = _tensor_table(reader, tensors, int(metadata.get("general.alignment") or 32))
+    end_of_data = _tensor_table(reader, tensors, int(metadata.get("general.alignment") or 32), collect)
     if end_of_data > size:
         raise BadInput(f"GGUF {path}: truncated: its tensor table needs {end_of_data:,} bytes but the file has "
                        f"{size:,} ({end_of_data - size:,} missing); {_FIX}")
     return metadata, tensors
 
 
-def _tensor_table(reader: _Header, tensors: int, alignment: int) -> int:
-    """The byte offset where the last tensor ends, from the tensor table (names, shapes, types, offsets)."""
+def _tensor_table(reader: _Header, tensors: int, alignment: int,
+                  collect: list[tuple[str, int, int]] | None = None) -> int:
+    """The byte offset where the last tensor ends, from the tensor table (names, shapes, types, offsets); each
+    tensor's (name, elements, bytes) appended to ``collect`` when given."""
     end = 0
     for _ in range(tensors):
-        reader.skip_strings(1)
+        if collect is None:
+            reader.skip_strings(1)
+        else:
+            name = reader.string()
         dims = reader.u32()
         if dims > 8:
             raise ValueError(f"a tensor with {dims} dimensions")
@@ -185,6 +202,8 @@ def _tensor_table(reader: _Header, tensors: int, alignment: int) -> int:
         kind, offset = reader.u32(), reader.u64()
         block, block_bytes = _BLOCKS.get(kind, (1, 0))
         end = max(end, offset + elements // block * block_bytes)
+        if collect is not None:
+            collect.append((name, elements, elements // block * block_bytes))
     start = -(-reader.pos // alignment) * alignment
     return start + end if tensors else reader.pos
 

@@ -1,0 +1,209 @@
+"""Benchmark: how well `labwright kv fit` predicts decode speed, and how fast it answers (target: under 100 ms).
+
+1. Every speed the field notes measured (tests/support/speed_measurements.py: notes 000-004), predicted by the same
+   code `kv fit` runs (labwright.tuning.fit_model), its error printed per row, then the median and worst |error| of
+   the rows the prediction is held to (``decode`` and ``prefill``; ``at_least``/``at_most`` rows are bounds).
+2. For real on this machine: a random-weight f16 GGUF large enough to be bandwidth-bound (~1.5 GiB; made once with
+   labwright.llamacpp.tiny_model's writer, cached), served by the pinned CPU llama-server (labwright.llamacpp.build's
+   cached build), decode measured from its own ``timings.predicted_per_second``, against `kv fit --cpu` with the RAM
+   bandwidth `kv bandwidth` measured just before. The machine is shared: the bandwidth and the decode are measured
+   back to back, three times each, medians.
+3. `kv fit`'s own time: the whole computation in-process (median of 50), and `labwright kv fit --json` as a command
+   (median of 5 wall times; Python start-up included, which benchmarks/cli_startup.py tracks on its own).
+
+    .venv/bin/python benchmarks/speed_prediction.py [--no-local] [--learn] [--json]
+
+``--learn`` prints the efficiencies the rows imply (the medians data/speed.toml records, with their derivation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import _support  # noqa: F401  (tests/support importable as `support`)
+
+from labwright.tuning.fit_model import FitRequest, fit_model
+from support.speed_measurements import ROWS, error, learn
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET_MS = 100.0
+#: The local model: f16 (2 bytes a weight, no dequantisation work), 16 layers of 2048 x 5632: ~1.5 GiB of weights.
+LOCAL_SHAPE = {"embedding": 2048, "layers": 16, "heads": 16, "kv_heads": 16, "feed_forward": 5632}
+
+
+def field_notes() -> tuple[list[dict], dict[str, float]]:
+    lines = []
+    held = []
+    for row in ROWS:
+        predicted = row.predicted()
+        err = error(predicted, row.measured) if predicted else math.nan
+        ok = True
+        if row.kind == "at_least":
+            ok = predicted is not None and predicted >= row.measured / 1.45
+        elif row.kind == "at_most":
+            ok = predicted is not None and row.measured <= predicted * 1.05
+        else:
+            held.append(abs(math.log(predicted / row.measured)) if predicted else math.inf)
+        lines.append({"row": row.id, "kind": row.kind, "measured": row.measured,
+                      "predicted": None if predicted is None else round(predicted, 2),
+                      "error_pct": None if math.isnan(err) else round(100 * err, 1), "bound_holds": ok})
+    factor = [math.exp(v) - 1 for v in held]
+    return lines, {"rows": len(held), "median_error_pct": round(100 * statistics.median(factor), 1),
+                   "worst_error_pct": round(100 * max(factor), 1)}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _post(url: str, body: dict, timeout: float = 600) -> dict:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def local_run(tokens: int = 32, repeats: int = 5) -> dict:
+    """One llama.cpp thread and one RAM reader: on a shared 2-core machine (load average 12 while measured) a
+    2-thread llama.cpp decode spends its time in its spin barriers (0.3-0.5 tok/s, against 3-7 with one thread), so
+    the run is one core against one core's bandwidth. Bandwidth and decode are measured in turns, ``repeats`` times
+    each; the best of each (STREAM's convention: the least disturbed run) and the medians are both reported."""
+    from labwright.llamacpp.build import build_llama_server
+    from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
+    from labwright.paths import cache_path
+    from labwright.tuning.bandwidth import measure_ram
+
+    server = build_llama_server()
+    folder = cache_path("bench", "speed-prediction", "model")
+    model = folder / "random-f16.gguf"
+    if not model.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_tiny_gguf(folder / "random-f16.gguf.new", TinyModel(**LOCAL_SHAPE)).rename(model)
+    port = _free_port()
+    proc = subprocess.Popen([str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-ngl", "0",
+                             "-t", "1", "-c", "1024", "-np", "1", "--no-warmup"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit("llama-server did not become healthy")
+            time.sleep(0.5)
+        _post(f"http://127.0.0.1:{port}/completion", {"prompt": "warm", "n_predict": 4})  # pages the weights in
+        bandwidths, decodes = [], []
+        for _ in range(repeats):
+            bandwidths.append(measure_ram(512, 1, 5).gbs)
+            done = _post(f"http://127.0.0.1:{port}/completion",
+                         {"prompt": "hello", "n_predict": tokens, "temperature": 0, "cache_prompt": False})
+            decodes.append(float(done["timings"]["predicted_per_second"]))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+    def predict(ram: float) -> float | None:
+        result = fit_model(FitRequest(vram=None, model_dir=folder, cpu=True, ram_bandwidth=ram, engine="llamacpp"))
+        return result.speed.decode_tok_s if result.speed else None
+
+    best_pred, median_pred = predict(max(bandwidths)), predict(statistics.median(bandwidths))
+    best, median = max(decodes), statistics.median(decodes)
+    return {"model_bytes": model.stat().st_size, "threads": 1, "ram_read_gbs": [round(b, 2) for b in bandwidths],
+            "decode_tok_s": [round(d, 2) for d in decodes],
+            "best": {"measured": round(best, 2), "predicted": round(best_pred or 0, 2),
+                     "error_pct": round(100 * error(best_pred or 0, best), 1)},
+            "median": {"measured": round(median, 2), "predicted": round(median_pred or 0, 2),
+                       "error_pct": round(100 * error(median_pred or 0, median), 1)}}
+
+
+def fit_timing(runs: int = 50) -> dict:
+    request = FitRequest(vram=None, weights=int(17.4e9), gpu="RTX 4090", params_b=27, engine="llamacpp",
+                         config=REPO / "tests" / "unit" / "tuning" / "configs" / "qwen3-30b-a3b.json",
+                         context=32768, prompt_tokens=16384)
+    if not request.config or not Path(request.config).exists():
+        request = FitRequest(vram=None, weights=int(17.4e9), gpu="RTX 4090", params_b=27, engine="llamacpp")
+    fit_model(request)
+    inside = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        fit_model(request)
+        inside.append((time.perf_counter() - began) * 1000)
+    # The command: its wall and CPU time beside `labwright kv --help`'s (Python and typer start-up, the same in both),
+    # interleaved so that the shared machine's load hits both alike; the difference is kv fit's own work.
+    fit_cmd = [sys.executable, "-m", "labwright", "kv", "fit", "--weights-gb", "16.2", "--gpu", "RTX 4090",
+               "--params-b", "27", "--json"]
+    help_cmd = [sys.executable, "-m", "labwright", "kv", "--help"]
+    walls: dict[str, list[float]] = {"fit": [], "help": []}
+    cpus: dict[str, list[float]] = {"fit": [], "help": []}
+    for _ in range(7):
+        for name, cmd in (("help", help_cmd), ("fit", fit_cmd)):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            began = time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True)
+            walls[name].append((time.perf_counter() - began) * 1000)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus[name].append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000)
+    return {"in_process_ms": round(statistics.median(inside), 2),
+            "command_wall_ms": round(statistics.median(walls["fit"]), 1),
+            "command_cpu_ms": round(statistics.median(cpus["fit"]), 1),
+            "kv_help_cpu_ms": round(statistics.median(cpus["help"]), 1),
+            "beyond_start_up_cpu_ms": round(statistics.median(cpus["fit"]) - statistics.median(cpus["help"]), 1),
+            "target_ms": TARGET_MS}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-local", action="store_true", help="skip the real llama-server run")
+    parser.add_argument("--learn", action="store_true", help="print the efficiencies the rows imply")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.learn:
+        print(json.dumps(learn(), indent=2))
+        return 0
+    lines, summary = field_notes()
+    report = {"field_notes": summary, "rows": lines, "bounds_hold": all(line["bound_holds"] for line in lines)}
+    if not args.no_local:
+        report["local_cpu"] = local_run()
+    report["kv_fit_time"] = fit_timing()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for line in lines:
+        pred = "-" if line["predicted"] is None else f"{line['predicted']:.2f}"
+        err = "" if line["error_pct"] is None else f"{line['error_pct']:+.1f}%"
+        flag = "" if line["bound_holds"] else "  BOUND BROKEN"
+        print(f"{line['row']:58s} {line['kind']:8s} {line['measured']:9.2f} {pred:>9s} {err:>8s}{flag}")
+    print(f"field notes: {summary['rows']} rows, median |error| {summary['median_error_pct']}%, worst "
+          f"{summary['worst_error_pct']}%; bounds hold: {report['bounds_hold']}")
+    if "local_cpu" in report:
+        local = report["local_cpu"]
+        print(f"local CPU llama-server ({local['model_bytes'] / 2**30:.2f} GiB f16, {local['threads']} thread): "
+              f"RAM read {local['ram_read_gbs']} GB/s, decode {local['decode_tok_s']} tok/s")
+        for which in ("best", "median"):
+            pair = local[which]
+            print(f"  {which}: predicted {pair['predicted']} vs measured {pair['measured']} tok/s "
+                  f"({pair['error_pct']:+.1f}%)")
+    timing = report["kv_fit_time"]
+    print(f"kv fit: {timing['in_process_ms']} ms in-process; as a command {timing['command_cpu_ms']} ms CPU "
+          f"({timing['command_wall_ms']} ms wall), {timing['beyond_start_up_cpu_ms']} ms CPU beyond `kv --help`'s "
+          f"start-up (target {TARGET_MS:g} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,192 @@
+"""Memory bandwidth of this machine, read or measured, never assumed (`labwright kv bandwidth`).
+
+- A discrete NVIDIA GPU: nvidia-smi's maximum memory clock and memory bus width (``--query-gpu=clocks.max.memory,
+  memory.bus_width``): GDDR and HBM move two transfers per memory clock, so the peak is ``clock (MHz) x 2 x bus width
+  (bits) / 8`` (an RTX 4090: 10,501 MHz x 2 x 384 / 8 = 1,008 GB/s, its specification). A driver whose nvidia-smi
+  refuses either field (an unknown field fails the whole query; labwright.gpu.nvidia.smi asks again without it) falls
+  back to the GPU table by name (data/gpu-memory.toml).
+- System RAM (a CPU, or an APU whose GPU reads the same RAM): measured. Decoding streams the weights from memory once
+  per token, so what is measured is a read: a buffer larger than any cache, filled (so every page is real memory, not
+  the kernel's shared zero page), then scanned by one process per CPU with ``mmap.find`` for a byte it does not hold
+  (CPython's single-byte search is glibc ``memchr``, which reads at the memory's pace); the best of a few rounds
+  (STREAM's convention: the best time is the least disturbed), all processes together. Python only: no numpy.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from labwright.errors import BadInput
+
+MIB = 1024**2
+DEFAULT_SIZE_MIB = 512
+MAX_SIZE_MIB = 64 * 1024
+MAX_ROUNDS = 100
+SMI_FIELDS = ("index", "name", "memory.total", "clocks.max.memory", "memory.bus_width")
+
+
+@dataclass(frozen=True)
+class GpuBandwidth:
+    index: int
+    name: str
+    gbs: float | None
+    memory_mib: int | None
+    how: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "name": self.name, "bandwidth_gbs": self.gbs, "memory_mib": self.memory_mib,
+                "how": self.how}
+
+
+def _number(text: str | None) -> float | None:
+    match = re.match(r"\s*(\d+(?:\.\d+)?)", text or "")
+    return float(match.group(1)) if match else None
+
+
+def gpus_from_smi(text: str) -> tuple[list[GpuBandwidth], tuple[str, ...]]:
+    """nvidia-smi's rows (``query_command(SMI_FIELDS, nounits=True)``'s output) as bandwidths, and the fields the
+    driver refused; a GPU without a clock or bus width is looked up by name in data/gpu-memory.toml."""
+    from labwright.gpu.nvidia.smi import parse_query
+    from labwright.tuning.speed import find_gpu
+
+    query = parse_query(text, SMI_FIELDS)
+    found = []
+    for row in query.rows:
+        name = row.get("name") or "?"
+        clock, width = _number(row.get("clocks.max.memory")), _number(row.get("memory.bus_width"))
+        memory = _number(row.get("memory.total"))
+        gbs: float | None
+        if clock and width:
+            gbs = round(clock * 2 * width / 8 / 1000, 1)
+            how = f"nvidia-smi: max memory clock {clock:g} MHz x 2 x {width:g}-bit bus / 8"
+        else:
+            table = find_gpu(name, option="")
+            gbs = float(table["bandwidth_gbs"]) if table else None
+            missing = ", ".join(f for f in ("clocks.max.memory", "memory.bus_width") if not row.get(f))
+            how = (f"data/gpu-memory.toml ({table['source']}): nvidia-smi gave no {missing}" if table else
+                   f"unknown: nvidia-smi gave no {missing} and {name!r} is not in data/gpu-memory.toml; pass "
+                   "--bandwidth-gbs from the card's specification")
+        found.append(GpuBandwidth(int(row.get("index") or 0), name, gbs, int(memory) if memory else None, how))
+    return found, query.rejected
+
+
+def read_gpus(smi: str = "nvidia-smi", timeout: int = 20) -> tuple[list[GpuBandwidth], tuple[str, ...], str]:
+    """(GPUs, refused fields, a line saying why none) for this machine's nvidia-smi; none where it is missing."""
+    from labwright.gpu.nvidia.smi import query_command
+
+    if shutil.which(smi) is None:
+        return [], (), f"{smi} not found: no NVIDIA GPU to read"
+    proc = subprocess.run(["sh", "-c", query_command(SMI_FIELDS, smi=smi, timeout=timeout, nounits=True)],
+                          capture_output=True, text=True, timeout=timeout * 4)
+    gpus, rejected = gpus_from_smi(proc.stdout)
+    why = "" if gpus else f"{smi} listed no GPU: {(proc.stdout + proc.stderr).strip().splitlines()[-1:] or ['-']}"
+    return gpus, rejected, why
+
+
+@dataclass(frozen=True)
+class RamBandwidth:
+    gbs: float
+    bytes: int
+    processes: int
+    rounds: int
+    seconds: float
+    method: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"read_gbs": round(self.gbs, 2), "bytes": self.bytes, "processes": self.processes,
+                "rounds": self.rounds, "best_round_s": round(self.seconds, 4), "method": self.method}
+
+
+def check_measure(size_mib: int, processes: int | None, rounds: int) -> None:
+    if not 16 <= size_mib <= MAX_SIZE_MIB:
+        raise BadInput(f"--size-mib {size_mib}: give 16 to {MAX_SIZE_MIB} MiB (default {DEFAULT_SIZE_MIB}; larger "
+                       "than the CPU's caches, smaller than free RAM)")
+    if processes is not None and not 1 <= processes <= 1024:
+        raise BadInput(f"--processes {processes}: give 1 to 1024 (default: one per CPU)")
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise BadInput(f"--rounds {rounds}: give 1 to {MAX_ROUNDS} (default 5)")
+
+
+def measure_ram(size_mib: int = DEFAULT_SIZE_MIB, processes: int | None = None, rounds: int = 5) -> RamBandwidth:
+    """Read bandwidth of system RAM in GB/s: ``processes`` forked readers (default one per usable CPU) each scan
+    its slice of one shared buffer, ``rounds`` times; the fastest round, all readers together."""
+    check_measure(size_mib, processes, rounds)
+    workers = processes or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    size = size_mib * MIB
+    buffer = mmap.mmap(-1, size)  # anonymous and shared: the children read the same pages
+    chunk = bytes(range(1, 256)) * (4 * MIB // 255)  # no zero byte: the scan looks for 0 and never finds it
+    for offset in range(0, size, len(chunk)):
+        buffer[offset:offset + min(len(chunk), size - offset)] = chunk[:min(len(chunk), size - offset)]
+    try:
+        best = min(_rounds(buffer, size, workers, rounds))
+    finally:
+        buffer.close()
+    return RamBandwidth(size / best / 1e9, size, workers, rounds, best,
+                        f"{workers} processes scan a {size_mib} MiB shared buffer with memchr (mmap.find), best of "
+                        f"{rounds} rounds: bytes read / wall time")
+
+
+def _read_all(fd: int, count: int) -> None:
+    got = 0
+    while got < count:
+        data = os.read(fd, count - got)
+        if not data:
+            raise BadInput("the RAM read measurement lost a process; run it again with --processes 1")
+        got += len(data)
+
+
+def _rounds(buffer: mmap.mmap, size: int, workers: int, rounds: int) -> list[float]:
+    """Wall seconds of each round: ``workers`` forked processes, each scanning its slice once per round, started
+    together. Each first scans its slice untimed: a forked child maps the shared pages on first touch (a page fault
+    per 4 KiB), which would be timed otherwise."""
+    step = -(-size // workers)
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pids = []
+    for i in range(workers):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child (coverage does not follow a fork)
+            code = 0
+            try:
+                os.close(ready_r)
+                os.close(go_w)
+                low, high = i * step, min(size, (i + 1) * step)
+                buffer.find(b"\x00", low, high)
+                for _ in range(rounds):
+                    os.write(ready_w, b"r")
+                    os.read(go_r, 1)
+                    if buffer.find(b"\x00", low, high) != -1:
+                        code = 3
+                os.write(ready_w, b"d")
+            except BaseException:
+                code = 4
+            os._exit(code)
+        pids.append(pid)
+    os.close(ready_w)
+    os.close(go_r)
+    times = []
+    try:
+        _read_all(ready_r, workers)
+        for _ in range(rounds):
+            began = time.perf_counter()
+            os.write(go_w, b"g" * workers)
+            _read_all(ready_r, workers)
+            times.append(time.perf_counter() - began)
+    finally:
+        os.close(go_w)
+        os.close(ready_r)
+        failed = 0
+        for pid in pids:
+            _, status = os.waitpid(pid, 0)
+            failed += os.waitstatus_to_exitcode(status) != 0
+    if failed:
+        raise BadInput(f"the RAM read measurement failed in {failed} of {workers} processes; run it again with "
+                       "--processes 1")
+    return times
