@@ -33,7 +33,7 @@ from pathlib import Path
 import _support  # noqa: F401  (tests/support importable as `support`)
 
 from labwright.tuning.fit_model import FitRequest, fit_model
-from support.speed_measurements import ROWS, error, learn
+from support.speed_measurements import OUTLIERS, ROWS, error, learn
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_MS = 100.0
@@ -57,9 +57,15 @@ def field_notes() -> tuple[list[dict], dict[str, float]]:
         lines.append({"row": row.id, "kind": row.kind, "measured": row.measured,
                       "predicted": None if predicted is None else round(predicted, 2),
                       "error_pct": None if math.isnan(err) else round(100 * err, 1), "bound_holds": ok})
+    judged = [line for line in lines if line["kind"] in ("decode", "prefill")]
     factor = [math.exp(v) - 1 for v in held]
+    worst = max(judged, key=lambda line: abs(math.log(1 + line["error_pct"] / 100)))
+    usual = [line for line in judged if line["row"] not in OUTLIERS]
+    worst_usual = max(usual, key=lambda line: abs(math.log(1 + line["error_pct"] / 100)))
     return lines, {"rows": len(held), "median_error_pct": round(100 * statistics.median(factor), 1),
-                   "worst_error_pct": round(100 * max(factor), 1)}
+                   "worst_error_pct": round(100 * max(factor), 1), "worst_row": worst["row"],
+                   "outliers": len(judged) - len(usual), "worst_without_outliers_pct": worst_usual["error_pct"],
+                   "worst_without_outliers_row": worst_usual["row"]}
 
 
 def _free_port() -> int:
@@ -189,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         flag = "" if line["bound_holds"] else "  BOUND BROKEN"
         print(f"{line['row']:58s} {line['kind']:8s} {line['measured']:9.2f} {pred:>9s} {err:>8s}{flag}")
     print(f"field notes: {summary['rows']} rows, median |error| {summary['median_error_pct']}%, worst "
-          f"{summary['worst_error_pct']}%; bounds hold: {report['bounds_hold']}")
+          f"{summary['worst_error_pct']}% ({summary['worst_row']}); without the {summary['outliers']} outliers "
+          f"(OUTLIERS, each with its reason): worst {summary['worst_without_outliers_pct']:+}% "
+          f"({summary['worst_without_outliers_row']}); bounds hold: {report['bounds_hold']}")
     if "local_cpu" in report:
         local = report["local_cpu"]
         print(f"local CPU llama-server ({local['model_bytes'] / 2**30:.2f} GiB f16, {local['threads']} thread): "

@@ -217,8 +217,8 @@ def _print_speed(speed: Speed) -> None:
                      f"(prefill {group(speed.prefill_tok_s)} tok/s, compute-bound)")
     for line in speed.notes:
         stdout.print(f"  [yellow]![/] {escape(line)}")
-    for source in speed.sources:
-        stdout.print(f"  [dim]efficiency: {escape(source)}[/]")
+    for source in speed.sources:  # the first clause: which note and machine (--json carries the whole derivation)
+        stdout.print(f"  [dim]efficiency from {escape(source.split(':')[0])}[/]")
 
 
 @app.command()

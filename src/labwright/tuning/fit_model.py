@@ -150,13 +150,12 @@ def _hardware(request: FitRequest) -> tuple[Hardware, int]:
 
 
 def _active(request: FitRequest, config_path: Path | None, section: dict) -> Active:
-    from labwright.tuning.kv_gguf import is_gguf  # imports gguf (numpy): only when a file is given
+    known = config_active(section) or Active()
+    if config_path is not None:
+        from labwright.tuning.kv_gguf import is_gguf  # imports gguf (numpy): only when a file is given
 
-    known = Active()
-    if config_path is not None and is_gguf(config_path):
-        known = gguf_active(config_path)
-    else:
-        known = config_active(section) or known
+        if is_gguf(config_path):
+            known = gguf_active(config_path)
     return given_active(request.params_b, request.active_params_b, known)
 
 
