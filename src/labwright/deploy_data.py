@@ -159,13 +159,13 @@ def refuse_unknown_keys(data: Mapping[str, Any], prefix: str, known: Iterable[st
 
 #: The ports the services of one host listen on (``openwebui_litellm_port`` is the gateway it calls: not one).
 PORT_KEYS = ("llamacpp_port", "tabbyapi_port", "litellm_port", "openwebui_port", "openwebui_pipelines_port",
-             "kokoro_port")
+             "kokoro_port", "vllm_port")
 #: Directories a service owns (creates, chowns, replaces): none may be another's, or sit inside a venv.
 OWNED_DIR_KEYS = ("tabbyapi_dir", "tabbyapi_venv", "tabbyapi_root", "litellm_venv", "litellm_config_dir",
                   "openwebui_venv", "openwebui_data_dir", "openwebui_config_dir", "openwebui_pipelines_dir",
-                  "kokoro_dir", "kokoro_venv", "models_venv")
+                  "kokoro_dir", "kokoro_venv", "models_venv", "vllm_venv")
 #: Of those, the venvs: a venv is replaced whole (or is a symlink to a stack environment), so nothing lives inside one.
-VENV_KEYS = ("tabbyapi_venv", "litellm_venv", "openwebui_venv", "kokoro_venv", "models_venv")
+VENV_KEYS = ("tabbyapi_venv", "litellm_venv", "openwebui_venv", "kokoro_venv", "models_venv", "vllm_venv")
 
 
 def conflict_error(data: Mapping[str, Any], own: Mapping[str, Any]) -> str | None:

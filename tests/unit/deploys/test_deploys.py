@@ -27,7 +27,7 @@ def test_deploy_function_is_wrapped_by_pyinfra(name):
     assert function._inner.deploy_name and function.__doc__
 
 
-ENGINE_DEPLOYS = ("llamacpp", "tabbyapi")  # their shims deploy only on the inventory's hosts of that engine
+ENGINE_DEPLOYS = ("llamacpp", "tabbyapi", "vllm")  # their shims deploy only on the inventory's hosts of that engine
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -20,6 +20,7 @@ import pytest
 from labwright.deploys import kokoro, litellm, openwebui
 from labwright.llamacpp import deploy_data as llamacpp_data
 from labwright.tabbyapi import deploy_data as tabbyapi_data
+from labwright.vllm import deploy_data as vllm_data
 
 ANALYZE = shutil.which("systemd-analyze")
 pytestmark = pytest.mark.skipif(ANALYZE is None, reason="needs systemd-analyze (the systemd package)")
@@ -37,6 +38,11 @@ OTHER_GROUPS = ("mem", "tty", "input", "rtc", "hidraw", "kvm", "sg", "bsg")
 def tabbyapi() -> tuple[str, str]:
     s = tabbyapi_data.settings_from({})
     return f"{s.service}.service", s.render_unit()
+
+
+def vllm() -> tuple[str, str]:
+    s = vllm_data.settings_from({"vllm_model": "/srv/models/Qwen3-8B-AWQ"})
+    return f"{s.service}.service", s.render_unit(3, "experts")
 
 
 def llama_server(binary: Path) -> tuple[str, str]:
@@ -84,6 +90,7 @@ def binary(tmp_path: Path) -> Path:
 #: (renderer, the directory the service must be able to write, whether it runs on a GPU)
 UNITS: dict[str, tuple[Callable[..., tuple[str, str]], str, bool]] = {
     "tabbyapi": (tabbyapi, "/var/lib/tabbyapi", True),
+    "vllm": (vllm, "/var/lib/vllm", True),
     "llama-server": (llama_server, "/var/lib/llama-server", True),
     "kokoro-gpu": (lambda: kokoro_unit("gpu"), "/var/lib/kokoro", True),
     "kokoro-cpu": (lambda: kokoro_unit("cpu"), "/var/lib/kokoro", False),
@@ -177,5 +184,5 @@ def test_every_unit_template_is_covered():
     """A new unit template gets a renderer here, so the analyzer sees it too."""
     templates = {p.name for p in Path(kokoro.TEMPLATES).parent.glob("*/*.service.j2")}
     covered = {"tabbyapi.service.j2", "llama-server.service.j2", "kokoro.service.j2", "litellm.service.j2",
-               "open-webui.service.j2", "pipelines.service.j2"}
+               "open-webui.service.j2", "pipelines.service.j2", "vllm.service.j2"}
     assert templates == covered

@@ -1,0 +1,1 @@
+"""vLLM (deploys/vllm.py): its host data, command line and unit."""
