@@ -43,7 +43,8 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """GPU visible in the guest, userspace == host module version exactly, device nodes and majors == the host's,
-    and the engine's process really on the GPU (a silent CPU fallback fails, with the reason from its log).
+    and the engine's process really on the GPU (a silent CPU fallback fails, with the reason from its log). An AMD or
+    Intel guest: its /dev/dri nodes, the Vulkan device (vulkaninfo; llvmpipe alone is a CPU) and the engine on it.
     Exit 1 when a check fails; 2 for a guest that does not exist or has no GPU passed to it.
 
     Example: labwright gpu check llm1 --decode
