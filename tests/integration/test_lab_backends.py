@@ -71,8 +71,9 @@ def test_the_rest_client_talks_to_the_daemon_it_names(backend_lab, guest):
         assert other.client().instance_or_none(guest) is None
 
 
-@pytest.mark.smoke  # the @incus connector on the real Incus (and @lxd on LXD): scripts/test --quick
-@pytest.mark.parametrize("agent", [True, False], ids=["agent", "rest"])
+# smoke (scripts/test --quick): the @incus connector on the real Incus, as it runs by default (the agent)
+@pytest.mark.parametrize("agent", [pytest.param(True, id="agent", marks=pytest.mark.smoke),
+                                   pytest.param(False, id="rest")])
 def test_the_connector_execs_on_its_daemon_both_ways(backend_lab, guest, agent):
     host_name = backend_lab.host(guest)
     inventory = Inventory(([host_name], {"lxd_agent": agent}))

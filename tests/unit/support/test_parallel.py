@@ -148,7 +148,8 @@ def test_quick_is_the_unit_tests_and_one_real_smoke_per_component():
         line for line in full.stdout.splitlines() if "::" in line}
     modules = {i.split("::")[0].removeprefix("tests/integration/") for i in ids if i.startswith("tests/integration/")}
     assert modules == {"test_lxd_connector.py", "test_guest_lxd.py", "test_base_deploy.py", "test_stack_switch_cli.py",
-                       "test_kv_llama_server.py", "test_cluster_corosync.py", "test_bios_backup.py"}, modules
+                       "test_kv_llama_server.py", "test_cluster_corosync.py", "test_bios_backup.py",
+                       "test_lab_backends.py"}, modules
     assert len([i for i in ids if i.startswith("tests/integration/")]) <= 10  # one (or one parametrised) each
 
 
