@@ -103,3 +103,22 @@ def test_pve_classic_lines_before_8_1_and_an_nvidia_guests_own_dri_entries(tmp_p
     nvidia = proxmox_render.render(pve_spec(), proxmox_render.Wiring(), "local-lvm")
     current = {"hostname": "ct201", "tags": "labwright", "unprivileged": 1, "dev0": "/dev/dri/renderD129,gid=104"}
     assert proxmox_render.diff(pve_spec(), current, nvidia).delete == []
+
+
+@needs_root
+def test_auto_resolves_per_host_before_any_wiring(tmp_path):
+    """`gpu: auto` is made the host's vendor first, so an NVIDIA host gets the NVIDIA wiring (boot unit, preflight)
+    and an AMD one the DRM nodes; the spec as declared is left as it was."""
+    from labwright.guests.lxd import LxdBackend
+    from labwright.lxd.client import LxdClient
+    from support.fake_nvidia import make_fake_nvidia_host
+    from support.gpu_host import TreeGpuHost
+
+    nvidia, amd = make_fake_nvidia_host(tmp_path / "nv"), make_fake_dri_host(tmp_path / "amd", (AMD_APU,))
+    declared = lxd_spec(gpu="auto")
+    client = LxdClient()  # not contacted: a local backend resolves from the host tree
+    assert LxdBackend(client, gpu_host=TreeGpuHost(nvidia)).resolved(declared).wants_gpu
+    assert LxdBackend(client, gpu_host=TreeGpuHost(amd)).resolved(declared).gpu == "amd"
+    assert declared.gpu == "auto"
+    with pytest.raises(BadInput, match="gpu: auto, but the host tree .* has no GPU"):
+        LxdBackend(client, gpu_host=TreeGpuHost(tmp_path / "bare")).resolved(declared)
