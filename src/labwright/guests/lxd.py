@@ -36,6 +36,7 @@ from labwright.guests.lxd_render import (
     resolve_gpu,
     restart_needed,
 )
+from labwright.guests.lxd_render import daemon_title as _daemon
 from labwright.guests.model import Change, GuestSpec, Plan
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import load_client_config, resolve_endpoint
@@ -483,11 +484,6 @@ def _describe(source: dict[str, Any]) -> str:
         return f"a copy of {source.get('source')}"
     name = source.get("alias") or str(source.get("fingerprint", ""))[:12]
     return f"image {name}" + (f" from {source['server']}" if source.get("server") else "")
-
-
-def _daemon(spec: GuestSpec) -> str:
-    """How messages name the guest's daemon: ``Incus`` for an ``@incus/`` host, ``LXD`` otherwise."""
-    return "Incus" if spec.host.startswith("@incus/") else "LXD"
 
 
 def _lxd_reason(exc: LxdError) -> str:

@@ -65,6 +65,11 @@ class Desired:
     notes: list[str] = field(default_factory=list)
 
 
+def daemon_title(spec: GuestSpec) -> str:
+    """How messages name the guest's daemon: ``Incus`` for an ``@incus/`` host, ``LXD`` otherwise."""
+    return "Incus" if spec.host.startswith("@incus/") else "LXD"
+
+
 def resolve_gpu(spec: GuestSpec, host: GpuHost | None, lxd_nvidia_cards: int, cdi: CdiOffer | None = None) -> GpuWiring:
     """Pick the wiring. ``host`` is the local machine (None for a remote daemon, whose nodes we cannot
     read); ``lxd_nvidia_cards`` is how many NVIDIA cards the daemon itself reports (/1.0/resources); ``cdi`` what
@@ -92,8 +97,8 @@ def _resolve_classic(spec: GuestSpec, host: GpuHost | None, lxd_nvidia_cards: in
     """Today's wiring: LXD's ``gpu`` device by vendor, or one ``unix-char`` device per node."""
     if host is None:
         if not lxd_nvidia_cards:
-            raise BadInput(f"{spec.where}: gpu: nvidia, but LXD remote {spec.node} reports no NVIDIA GPU with the "
-                           "nvidia driver; install the host driver or set gpu: none")
+            raise BadInput(f"{spec.where}: gpu: nvidia, but {daemon_title(spec)} remote {spec.node} reports no NVIDIA "
+                           "GPU with the nvidia driver; install the host driver or set gpu: none")
         if spec.gpu_mode == "unix-char":
             raise BadInput(f"{spec.where}: gpu_mode unix-char reads device majors from the host, which only works "
                            "for the local daemon; use gpu_mode gpu for a remote")
@@ -139,7 +144,8 @@ def resolve_dri(spec: GuestSpec, facts: DriFacts | None, lxd_cards: int, render_
                        "auto, gpu or unix-char")
     if facts is None:
         if not lxd_cards:
-            raise BadInput(f"{spec.where}: gpu: {vendor}, but LXD remote {spec.node} reports no {name} GPU; set "
+            raise BadInput(f"{spec.where}: gpu: {vendor}, but {daemon_title(spec)} remote {spec.node} reports no "
+                           f"{name} GPU; set "
                            "gpu: none, or name the vendor it has (gpu: auto needs the local daemon)")
         if spec.gpu_mode == "unix-char":
             raise BadInput(f"{spec.where}: gpu_mode unix-char reads device nodes from the host, which only works "
@@ -191,9 +197,10 @@ def render(spec: GuestSpec, gpu: GpuWiring, root_pool: str | None) -> Desired:
             config["security.syscalls.intercept.mount"] = "true"
             config["security.syscalls.intercept.mount.allowed"] = str(value).replace(";", ",")
         elif feature in FEATURES_BUILT_IN:
-            notes.append(f"feature {feature}: LXD containers have it already; nothing to set")
+            notes.append(f"feature {feature}: {daemon_title(spec)} containers have it already; nothing to set")
         else:
-            raise BadInput(f"{spec.where}: feature {feature} has no LXD equivalent; remove it for an lxd guest")
+            raise BadInput(f"{spec.where}: feature {feature} has no {daemon_title(spec)} equivalent; remove it for an "
+                           f"{daemon_title(spec).lower()} guest")
     if gpu.runtime:
         config["nvidia.runtime"] = "true"
     extra = dict(spec.lxd_config)
