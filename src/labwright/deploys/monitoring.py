@@ -168,7 +168,8 @@ def deploy_monitoring() -> None:
     address, port = _listen("monitoring_listen", data("listen"))
     node_listen = str(data("node_listen"))
     node_listen = f"127.0.0.1:{node_port}" if node_listen == "auto" else node_listen
-    _listen("monitoring_node_listen", node_listen)
+    node_address, node_own_port = _listen("monitoring_node_listen", node_listen)
+    node_address = "127.0.0.1" if node_address in ("0.0.0.0", "::", "[::]") else node_address
     key_dir = KEYS.path_of("key_dir", data("key_dir"))
     try:
         retention = duration(data("retention"), "monitoring_retention")
@@ -193,7 +194,8 @@ def deploy_monitoring() -> None:
     remote = engine_key_values(keys)  # every key file checked where it is; other hosts' keys read there
     local_keys = [k for k in keys if k.local]
     engine_guests = {t.guest for t in targets}
-    nodes = [Target("node", h.name, "127.0.0.1" if h.is_gateway else _address_of(h), node_port)
+    nodes = [Target("node", h.name, node_address, node_own_port) if h.is_gateway
+             else Target("node", h.name, _address_of(h), node_port)
              for h in hosts if h.is_gateway or h.name in engine_guests]
     config_text = render_prometheus([*targets, *extra], nodes, scrape, key_dir, RULES)
     rules_text = render_rules(min_tps)
