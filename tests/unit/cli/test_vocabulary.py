@@ -38,7 +38,7 @@ DESTRUCTIVE = {"lab down", "guest destroy", "guest restore", "cluster rejoin", "
 #: bench writes only the --csv/--plot files asked for).
 READS = {"lab status", "matrix inspect", "matrix resolve", "matrix check", "matrix show", "matrix stacks",
          "stack verify", "stack show", "guest plan", "guest show", "guest snapshots", "gpu check", "gpu arch",
-         "kv plan", "kv fit", "kv bandwidth", "bench llm", "bench compare", "bench tts", "cluster doctor",
+         "kv plan", "kv fit", "kv bandwidth", "model plan", "bench llm", "bench compare", "bench tts", "cluster doctor",
          "bios backup", "desktop check", "verify"}
 
 
