@@ -24,6 +24,7 @@ from labwright.guests.model import GuestSpec, spec_from_data
 from labwright.lxd.client import LxdClient
 from labwright.operations.vulkan import render_groups
 from labwright.testing.lab_fixture import TEMPLATE
+from labwright.testing.waiting import wait_for
 from support.cli_result import runner
 from support.fake_dri import AMD_APU, drop_nodes, make_fake_dri_host
 from support.fake_nvidia import fake_root_in_dev, remove_fake_root
@@ -119,6 +120,27 @@ def test_gpu_check_cli_on_the_amd_guest_exits_1_naming_the_fix(capsys, amd_host,
         ("GPU visible in the guest", True), ("device nodes and majors", True), ("Vulkan device", False)]
     assert result.stderr.strip() == (f"labwright: gpu check {amd_guest}: Vulkan device: vulkaninfo is not installed in "
                                      "the guest; cause: no way to see what Vulkan offers")
+
+
+def test_gpu_check_names_a_service_user_outside_the_render_group(client, amd_host, amd_guest):
+    """A service under the guest's systemd as `nobody` (not in render) that logs what llama.cpp's Vulkan backend logs
+    when it sees no GPU (`ggml_vulkan: No devices found.`: a stand-in for the Vulkan build, which item 2 of the
+    issue builds): the engine check reads the process's uid and groups and names the render group as the cause."""
+    unit = "lwvk-engine"
+    # a guest started moments ago: its systemd takes its bus a little later (polled, not slept)
+    wait_for("the guest's systemd to answer", lambda: client.exec(
+        amd_guest, ["systemctl", "show", "-p", "Version", "--value"]).exit_code == 0, timeout=60)
+    started = client.exec(amd_guest, ["systemd-run", f"--unit={unit}", "--uid=nobody", "--property=Restart=no", "sh",
+                                      "-c", "echo 'ggml_vulkan: No devices found.'; exec sleep infinity"])
+    assert started.exit_code == 0, started.stderr.decode()
+    try:
+        report = check_guest(amd_guest, service=unit, gpu_host=TreeGpuHost(amd_host))
+        engine = report.checks[-1]
+        assert engine.name == f"engine {unit} on the GPU (Vulkan)" and not engine.ok
+        assert "logged `ggml_vulkan: No devices found.`" in engine.detail
+        assert engine.cause.startswith("its user (uid 65534) is not in the render nodes' group (gid 104)")
+    finally:
+        client.exec(amd_guest, ["systemctl", "stop", unit])
 
 
 def test_a_vendor_the_host_lacks_is_one_line_and_creates_nothing(lab, client, amd_host):

@@ -95,6 +95,9 @@ class EngineState:
     open_nodes: list[str] = field(default_factory=list)
     log: str = ""
     cmdline: list[str] = field(default_factory=list)
+    #: the process's effective uid and supplementary groups (/proc/PID/status Uid:, Groups:); None: not read
+    uid: int | None = None
+    groups: tuple[int, ...] = ()
 
 
 def sections(lines: Iterable[str], mark: str) -> dict[str, list[str]]:
@@ -143,6 +146,7 @@ def engine_command(service: str) -> str:
         "for fd in /proc/$pid/fd/*; do readlink \"$fd\"; done 2>/dev/null | grep -E '^/dev/(nvidia|dri/|kfd)' "
         "| sort -u; fi; "
         f"echo {_MARK}cmdline; [ \"${{pid:-0}}\" != 0 ] && tr '\\0' '\\n' < /proc/$pid/cmdline; "
+        f"echo {_MARK}ids; [ \"${{pid:-0}}\" != 0 ] && grep -E '^(Uid|Groups):' /proc/$pid/status; "
         f"echo {_MARK}log; inv=$(systemctl show -p InvocationID --value {unit} 2>/dev/null); "
         "if [ -n \"$inv\" ]; then journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$inv 2>/dev/null | tail -n 3000; "
         f"else journalctl --no-pager -o cat -u {unit} -n 3000 2>/dev/null; fi; true"
@@ -153,8 +157,12 @@ def parse_engine(service: str, output: str) -> EngineState:
     parts = sections(output.splitlines(), _MARK)
     pid_lines = [line.strip() for line in parts.get("pid", []) if line.strip()]
     pid = int(pid_lines[0]) if pid_lines and pid_lines[0].isdigit() else 0
+    ids = {line.split(":", 1)[0]: line.split(":", 1)[1].split() for line in parts.get("ids", []) if ":" in line}
+    uid = ids.get("Uid", [])
     return EngineState(service, pid, [line.strip() for line in parts.get("fds", []) if line.strip()],
-                       "\n".join(parts.get("log", [])), [line for line in parts.get("cmdline", []) if line])
+                       "\n".join(parts.get("log", [])), [line for line in parts.get("cmdline", []) if line],
+                       int(uid[1]) if len(uid) > 1 and uid[1].isdigit() else None,
+                       tuple(int(g) for g in ids.get("Groups", []) if g.isdigit()))
 
 
 # --- the rules (pure) ---------------------------------------------------------------------------------------------

@@ -109,6 +109,11 @@ class DriGuest:
 
     nodes: dict[str, tuple[int, int]] = field(default_factory=dict)
     summary: str | None = None
+    gids: dict[str, int] = field(default_factory=dict)  # each node's group in the guest
+
+    @property
+    def render_gids(self) -> set[int]:
+        return {gid for path, gid in self.gids.items() if RENDER_NODE.match(path)}
 
     @property
     def devices(self) -> list[VulkanDevice]:
@@ -119,7 +124,7 @@ def dri_guest_command() -> str:
     """Nodes (``[ -c ]``: LXD bind-mounts each over a plain file) and ``vulkaninfo --summary`` (stderr dropped: with
     no display it says so on every line, which is no error)."""
     return (
-        f"echo {_MARK}nodes; for f in /dev/dri/* {KFD}; do [ -c \"$f\" ] && stat -c '%n %t %T' \"$f\"; done; "
+        f"echo {_MARK}nodes; for f in /dev/dri/* {KFD}; do [ -c \"$f\" ] && stat -c '%n %t %T %g' \"$f\"; done; "
         f"echo {_MARK}vulkan; if command -v vulkaninfo >/dev/null 2>&1; then vulkaninfo --summary 2>/dev/null; "
         f"echo \"exit $?\"; else echo {_MARK}no-vulkaninfo; fi; true"
     )
@@ -127,13 +132,15 @@ def dri_guest_command() -> str:
 
 def parse_dri_guest(output: str) -> DriGuest:
     parts = sections(output.splitlines(), _MARK)
-    nodes = {}
+    nodes, gids = {}, {}
     for line in parts.get("nodes", []):
         fields = line.split()
-        if len(fields) == 3:
+        if len(fields) >= 3:
             nodes[fields[0]] = (int(fields[1], 16), int(fields[2], 16))
+        if len(fields) >= 4 and fields[3].isdigit():
+            gids[fields[0]] = int(fields[3])
     summary = None if "no-vulkaninfo" in parts else "\n".join(parts.get("vulkan", []))
-    return DriGuest(nodes, summary)
+    return DriGuest(nodes, summary, gids)
 
 
 # --- the rules (pure) ---------------------------------------------------------------------------------------------
@@ -200,8 +207,24 @@ def parse_vulkan_log(log: str) -> VulkanLog:
     return VulkanLog(tuple(using or listed), cpu, _NO_DEVICES in log, _NO_GPU in log, last, vulkan)
 
 
-def vulkan_engine_check(engine: EngineState) -> Check:
-    """The engine's process on the GPU through Vulkan: a render node open, no CPU device, every layer offloaded."""
+def vulkan_engine_check(engine: EngineState, render_gids: set[int] | None = None) -> Check:
+    """The engine's process on the GPU through Vulkan: a render node open, no CPU device, every layer offloaded.
+    ``render_gids``: the render nodes' groups in the guest; a process without root and outside them cannot open
+    the node (Mesa then offers only lavapipe), which a failure names as its cause."""
+    check = _vulkan_engine_check(engine)
+    locked_out = (not check.ok and engine.pid and render_gids and engine.uid not in (None, 0)
+                  and not render_gids & set(engine.groups))
+    if not locked_out:
+        return check
+    gid = min(render_gids or {0})
+    return Check(check.name, False, check.detail,
+                 f"its user (uid {engine.uid}) is not in the render nodes' group (gid {gid}): it cannot open "
+                 "/dev/dri/renderD*, so Vulkan offers it no GPU",
+                 f"put the service user in group {gid} (labwright's llama.cpp deploy does: render), then restart "
+                 "the service")
+
+
+def _vulkan_engine_check(engine: EngineState) -> Check:
     name = f"engine {engine.service} on the GPU (Vulkan)"
     if engine.pid == 0:
         return Check(name, False, f"{engine.service} has no running main process", "the service is not running",
@@ -246,7 +269,7 @@ def dri_checks(vendor: str, guest: DriGuest, host_nodes: Iterable[DeviceNode],
     checks = [dri_visible_check(vendor, guest), nodes_check(host_nodes, GuestGpu(nodes=dict(guest.nodes))),
               vulkan_device_check(guest)]
     if engine is not None:
-        checks.append(vulkan_engine_check(engine))
+        checks.append(vulkan_engine_check(engine, guest.render_gids))
     return checks
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from labwright.gpu.check import EngineState, fallback_reason
+from labwright.gpu.check import EngineState, fallback_reason, parse_engine
 from labwright.gpu.devices import DeviceNode
 from labwright.gpu.dri import DriFacts, DrmDevice
 from labwright.gpu.vulkan import (
@@ -147,3 +147,21 @@ def test_passed_vendor_from_an_instances_devices():
     assert passed_vendor({"devices": {"r": {"type": "unix-char", "path": "/dev/dri/renderD129"}}}, facts) == "intel"
     assert passed_vendor({"devices": {"gpu": {"type": "gpu", "vendorid": "10de"}}}, facts) is None
     assert passed_vendor({"devices": {"n": {"type": "unix-char", "path": "/dev/nvidia0"}}}, facts) is None
+
+
+def test_a_service_user_outside_the_render_group_is_named_as_the_cause():
+    """Mesa cannot open a 0660 render node for a user outside its group: llama.cpp then sees only lavapipe and skips
+    it. The check names the group (from /proc/PID/status, read by the engine command) instead of a generic cause."""
+    out = ("@@labwright-gpu-pid\n4242\n@@labwright-gpu-fds\n@@labwright-gpu-cmdline\nllama-server\n-ngl\n99\n"
+           "@@labwright-gpu-ids\nUid:\t998\t998\t998\t998\nGroups:\t44 998 \n@@labwright-gpu-log\n" + LAVAPIPE_SKIPPED)
+    state = parse_engine("llama-server", out)
+    assert (state.uid, state.groups) == (998, (44, 998))
+    check = vulkan_engine_check(state, {104})
+    assert not check.ok and check.cause.startswith("its user (uid 998) is not in the render nodes' group (gid 104)")
+    assert "put the service user in group 104" in check.fix
+    # in the group, or root: the log's own cause stays
+    assert "skips CPU-type devices" in vulkan_engine_check(parse_engine("llama-server", out.replace(
+        "44 998", "44 104 998")), {104}).cause
+    guest = parse_dri_guest("@@labwright-vk-nodes\n/dev/dri/card0 e2 0 44\n/dev/dri/renderD128 e2 80 104\n"
+                            "@@labwright-vk-vulkan\n@@labwright-vk-no-vulkaninfo\n")
+    assert guest.render_gids == {104} and guest.summary is None and guest.nodes["/dev/dri/renderD128"] == (226, 128)
