@@ -268,7 +268,10 @@ class _Resolver:
         would run there and the CUDA builds of the same release that do. A CPU wheel (no CUDA) is not judged: it
         runs nothing on the GPU."""
         for cap in self.compute_caps if wheel.cuda else ():
-            stacks = [(name, stack.cuda) for name, stack in self.m.stacks.items() if self._runs_on_gpus(stack.cuda)]
+            # the alternatives serve the same engine: a vLLM stack is no answer for tabbyAPI, nor the reverse
+            vllm = self.engine.name == "vllm"
+            stacks = [(name, stack.cuda) for name, stack in self.m.stacks.items()
+                      if self._runs_on_gpus(stack.cuda) and (stack.engine == "vllm") == vllm]
             message = arch.refusal(wheel.cuda, cap, what=what, alternatives=stacks)
             if message is None:
                 continue

@@ -82,8 +82,8 @@ def test_a_torch_build_resolves_only_where_its_cuda_has_kernels(matrix, cap, tor
         assert f"needs CUDA >= {first} builds" in error
     else:
         assert f"CUDA {cuda} dropped" in error and f"builds for it stop at CUDA {last}" in error
-    # the named stacks are exactly the committed ones whose CUDA runs there
-    usable = [name for name, stack in matrix.stacks.items() if runs(stack.cuda, cap)]
+    # the named stacks are exactly the committed ones whose CUDA runs there, of the request's engine (tabbyAPI)
+    usable = [name for name, stack in matrix.stacks.items() if runs(stack.cuda, cap) and stack.engine != "vllm"]
     if usable:
         listed = ", ".join(usable[:-1]) + " or " + usable[-1] if len(usable) > 1 else usable[0]
         assert f"; use {listed} instead" in error
@@ -127,6 +127,16 @@ def test_two_gpus_name_only_stacks_that_run_on_both(matrix):
     [error] = resolution.errors
     assert "CUDA 13.0 dropped Volta (sm_70)" in error
     assert "use A, B or tabbyapi-cu12 instead" in error  # the cu128 stacks run on both; the cu130 ones not on sm_70
+
+
+def test_the_stacks_named_instead_serve_the_same_engine(matrix):
+    """A tabbyAPI stack refused on a GPU names tabbyAPI/exllamav3 stacks only, never vLLM's, and the reverse."""
+    tabby = resolve_stack(request_for(get_stack("tabbyapi-cu12", matrix), compute_caps=("12.0",)), matrix)
+    assert tabby.ok or all("vllm" not in error for error in tabby.errors)
+    [error] = resolve_stack(StackRequest(torch="2.9.0", cuda="12.6", compute_caps=("12.0",)), matrix).errors
+    assert "latest-prebuilt instead" in error and "vllm" not in error
+    [error] = resolve_stack(request_for(get_stack("vllm", matrix), compute_caps=("6.1",)), matrix).errors
+    assert "none of the known stacks is one" in error and "tabbyapi" not in error
 
 
 def test_an_extension_without_a_build_for_the_gpu_is_absent_and_a_needed_one_refuses_the_stack(matrix):
