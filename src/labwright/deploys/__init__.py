@@ -11,6 +11,7 @@ shims so ``pyinfra INVENTORY deploys/X.py`` keeps working.
 ``deploy_base``           timezone, locale, admin user, sshd hardening
 ``deploy_llamacpp``       llama-server from the cached build; Ollama drop-in
 ``deploy_tabbyapi``       tabbyAPI on an engine stack, pinned source, n-gram
+``deploy_vllm``           vLLM on an engine stack, key on the host, loopback
 ``deploy_kokoro``         Kokoro-FastAPI text to speech
 ``deploy_litellm``        LiteLLM gateway over the inventory's engines
 ``deploy_monitoring``     Prometheus + node-exporter over the engines, GPU metrics
