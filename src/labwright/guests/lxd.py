@@ -113,7 +113,6 @@ class LxdBackend(GuestBackend):
             return spec
         facts = self._dri_facts()
         if facts is None:
-            facts = DriFacts(nvidia_driver=bool(self.nvidia_cards()))
             if spec.gpu != "auto":
                 return spec  # a remote's cards are checked by resolve_dri
             vendors = [vendor_of_id(_hex_id(c.get("vendor_id"))) for c in self._lxd_cards()]
