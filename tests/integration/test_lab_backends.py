@@ -151,6 +151,8 @@ def made_nothing(lab: Lab, name: str, bridge: str) -> None:
 ])
 def test_both_daemons_wanting_one_bridge_or_subnet_is_refused(lab, incus_lab, cli_env, tmp_path, backend, bridge,
                                                                subnet, message):
+    if lab.backend != "lxd":
+        pytest.skip("needs LXD beside Incus (LXD is not installed here)")
     inv = lab_inventory(tmp_path, "lwclash", backend, bridge, subnet)
     proc = lw(cli_env, "lab", "up", "-i", inv)
     assert proc.returncode == 2, proc.stderr
