@@ -76,7 +76,7 @@ def packaged_matrix_dir() -> Path:
 
 
 VERIFY_SUITES = ("base", "desktop", "gateway", "kokoro", "litellm", "llamacpp", "monitoring", "openwebui", "security",
-                 "tabbyapi")
+                 "tabbyapi", "vllm")
 
 
 def verify_suite(name: str) -> Path:

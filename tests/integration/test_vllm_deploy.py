@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from labwright.lab.lab import instance_address
+from labwright.paths import verify_suite
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import DeployRun, tool_env
 from support.vllm_standin import VllmStandin, build_vllm_standin
@@ -126,6 +127,14 @@ def test_first_run_installs_the_stack_and_serves_behind_the_key(guest):
     with socket.socket() as sock:  # from this machine: nothing listens on the guest's address
         sock.settimeout(5)
         assert sock.connect_ex((guest.address, 8000)) != 0
+
+
+def test_the_verify_suite_passes(guest):
+    """labwright verify vllm (src/labwright/verify/test_vllm.py) on the deployed guest."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(verify_suite("vllm")), f"--hosts=lxc://{guest.name}",
+                           "-q", "-p", "no:cacheprovider"], cwd=REPO, env={**tool_env(),
+                          "LABWRIGHT_VLLM_MODEL_NAME": "standin-vllm"}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:]
 
 
 def test_second_run_changes_nothing(guest):
