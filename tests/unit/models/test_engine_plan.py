@@ -201,3 +201,24 @@ def test_engine_auto_where_nothing_fits_stops_the_host_with_one_line(hub, tmp_pa
     assert "fits nowhere on no GPU" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(DeployError, match="engine: auto needs the model"):
         _engine_host_on_local({"engine": "auto"}, "vllm")
+
+
+def test_engine_auto_through_the_shim_is_one_line_before_any_operation(hub, tmp_path):
+    """pyinfra @local deploys/vllm.py with engine=auto and an AWQ repo, on this machine without a GPU: refused while
+    pyinfra prepares, one line, no operation run."""
+    import subprocess
+    import sys
+
+    from labwright.testing.pyinfra_output import tool_env
+
+    repo = Path(__file__).resolve().parents[3]
+    env = {**tool_env(), "HF_HOME": str(tmp_path / "hf")}
+    env.pop("HF_TOKEN", None)
+    proc = subprocess.run([str(Path(sys.executable).parent / "pyinfra"), "-y", "@local", "deploys/vllm.py", "--data",
+                           "engine=auto", "--data", "model_repo=lab/tiny-AWQ", "--data",
+                           f"model_endpoint={hub.endpoint}"], capture_output=True, text=True, env=env, cwd=repo,
+                          timeout=120)
+    output = proc.stdout + proc.stderr
+    lines = [line for line in output.splitlines() if "engine auto:" in line]
+    assert len(lines) == 1 and "fits nowhere on no GPU" in lines[0], output
+    assert "Traceback" not in output and "Beginning operation run" not in output
