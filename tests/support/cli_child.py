@@ -131,7 +131,7 @@ def _write_imported(path: str | Path, had: set[str]) -> None:
     Path(path).write_text("".join(f"{name}\n" for name in names))
 
 
-def _import(names: list[str]) -> None:
+def import_modules(names: list[str]) -> None:
     """``names`` imported here, in the order a child imported them; one that fails to import is left out."""
     for name in names:
         if name not in sys.modules:
@@ -167,7 +167,7 @@ def run_cli(args: list[str], *, env: Mapping[str, str] | None = None, cwd: str |
                          imported=modules)
         read = lambda p: p.read_text(errors="replace") if p.exists() else ""  # noqa: E731
         stdout, stderr = read(out), read(err)
-        _import(read(modules).split())
+        import_modules(read(modules).split())
     if code is None:
         raise subprocess.TimeoutExpired(["labwright", *argv], timeout, output=stdout, stderr=stderr)
     return subprocess.CompletedProcess(["labwright", *argv], code, stdout, stderr)
