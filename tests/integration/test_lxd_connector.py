@@ -47,6 +47,18 @@ def how(host) -> str:
     return out.stdout
 
 
+@pytest.fixture(scope="module")
+def shared_container(lab):
+    """One container for the tests that only run commands and write files of their own in it (their output, stdin,
+    users, uploads): a fresh one each cost ~2 s of copy, boot and removal (x16). Tests that kill the agent, stop
+    processes, count exec records, move python3 or leave a background process keep their own (``lab_container``)."""
+    name = lab.fresh("lwconn")
+    try:
+        yield name
+    finally:
+        lab.remove(name)
+
+
 @pytest.fixture(params=[True, False], ids=["agent", "rest"])
 def lxd_agent(request) -> bool:
     return request.param
@@ -67,8 +79,8 @@ def connect(lxd_agent):
 
 
 @pytest.mark.smoke  # the @lxd connector on the real LXD: scripts/test --quick
-def test_exec_output_exit_code_and_stderr_are_faithful(lab_container, connect):
-    host = connect(lab_container)
+def test_exec_output_exit_code_and_stderr_are_faithful(shared_container, connect):
+    host = connect(shared_container)
     ok, out = host.run_shell_command("echo out; echo 'ünïcødé ✓'; echo err >&2; exit 7")
     assert ok is False
     assert out.stdout_lines == ["out", "ünïcødé ✓"]
@@ -93,8 +105,8 @@ def test_recorded_outputs_are_tidied_on_disconnect(lab, lab_container, connect, 
     assert exec_logs() - before == set()
 
 
-def test_stdin_chdir_env_and_nasty_arguments(lab_container, connect):
-    host = connect(lab_container)
+def test_stdin_chdir_env_and_nasty_arguments(shared_container, connect):
+    host = connect(shared_container)
     ok, out = host.run_shell_command("cat; pwd", _stdin=["first line", "sécond"], _chdir="/etc")
     assert ok and out.stdout_lines == ["first line", "sécond", "/etc"]
     ok, out = host.run_shell_command("wc -c", _stdin=b"raw\x00bytes\xff")
@@ -107,16 +119,16 @@ def test_stdin_chdir_env_and_nasty_arguments(lab_container, connect):
     assert out.stdout == "0"
 
 
-def test_sudo_and_su_run_as_other_user(lab_container, connect):
-    host = connect(lab_container)
+def test_sudo_and_su_run_as_other_user(shared_container, connect):
+    host = connect(shared_container)
     ok, out = host.run_shell_command("id -un", _sudo=True, _sudo_user="nobody")
     assert ok and out.stdout == "nobody"
     ok, out = host.run_shell_command("id -un", _su_user="daemon", _su_shell="/bin/sh")
     assert ok and out.stdout == "daemon", out.output
 
 
-def test_put_get_10mb_checksum_and_sudo_upload(lab_container, connect, tmp_path):
-    host = connect(lab_container)
+def test_put_get_10mb_checksum_and_sudo_upload(shared_container, connect, tmp_path):
+    host = connect(shared_container)
     payload = os.urandom(10 * 1024 * 1024)
     assert host.put_file(io.BytesIO(payload), "/root/big.bin")
     ok, out = host.run_shell_command("sha256sum /root/big.bin")
@@ -131,8 +143,8 @@ def test_put_get_10mb_checksum_and_sudo_upload(lab_container, connect, tmp_path)
     assert out.stdout_lines == ["nobody", "from sudo"]
 
 
-def test_upload_keeps_existing_mode_and_owner(lab_container, connect):
-    host = connect(lab_container)
+def test_upload_keeps_existing_mode_and_owner(shared_container, connect):
+    host = connect(shared_container)
     host.run_shell_command("echo old > /etc/keep && chmod 640 /etc/keep && chown daemon /etc/keep")
     host.put_file(io.BytesIO(b"new\n"), "/etc/keep")
     ok, out = host.run_shell_command("stat -c '%a %U' /etc/keep; cat /etc/keep")
@@ -158,13 +170,13 @@ def test_get_missing_file_raises_and_timeout_raises(lab_container, connect, lxd_
         host.run_shell_command("trap '' TERM; sleep 30", _timeout=1)  # TERM ignored: KILL 5 s later
 
 
-def test_environment_cwd_and_signals_are_the_same_both_ways(lab_container):
+def test_environment_cwd_and_signals_are_the_same_both_ways(shared_container):
     """The agent's commands see exactly what a REST exec's see."""
     probe = ("env | sort; pwd; umask; id; ulimit -n; test -t 0 && echo tty || echo no-tty; "
              "grep -i ^sig /proc/self/status")
     outputs = {}
     for agent in (True, False):
-        host = connect_host(lab_container, {"lxd_agent": agent})
+        host = connect_host(shared_container, {"lxd_agent": agent})
         assert how(host) == ("via-agent" if agent else "via-rest")
         ok, out = host.run_shell_command(probe)
         results = [out.stdout_lines]
@@ -177,8 +189,8 @@ def test_environment_cwd_and_signals_are_the_same_both_ways(lab_container):
     assert outputs[True] == outputs[False]
 
 
-def test_megabytes_of_stdout_and_stderr(lab_container, connect):
-    host = connect(lab_container)
+def test_megabytes_of_stdout_and_stderr(shared_container, connect):
+    host = connect(shared_container)
     ok, out = host.run_shell_command("seq 1 400000; seq 400001 700000 >&2")
     assert ok
     assert out.stdout_lines == [str(i) for i in range(1, 400001)]
@@ -186,8 +198,8 @@ def test_megabytes_of_stdout_and_stderr(lab_container, connect):
     assert sum(len(line) + 1 for line in out.stdout_lines) > 2_500_000
 
 
-def test_many_commands_in_a_row(lab, lab_container, connect, lxd_agent):
-    host = connect(lab_container)
+def test_many_commands_in_a_row(lab, shared_container, connect, lxd_agent):
+    host = connect(shared_container)
     session = host.connector.session
     for i in range(300 if lxd_agent else 60):
         ok, out = host.run_shell_command(f"echo {i}; echo e{i} >&2", _stdin=str(i) if i % 7 == 0 else None)
@@ -211,16 +223,16 @@ def test_commands_that_close_or_hold_their_output(lab_container, connect):
     assert ok and out.stdout == "still here"
 
 
-def test_binary_output_is_byte_exact_both_ways(lab, lab_container):
+def test_binary_output_is_byte_exact_both_ways(lab, shared_container):
     """Binary stdout/stderr, as the connector's runners return them (pyinfra itself wants text)."""
-    lab.client.exec(lab_container, ["sh", "-c", "head -c 3000000 /dev/urandom > /root/r.bin"])
+    lab.client.exec(shared_container, ["sh", "-c", "head -c 3000000 /dev/urandom > /root/r.bin"])
     want = io.BytesIO()
-    lab.client.pull_file(lab_container, "/root/r.bin", want)
-    session = AgentSession(lab.client, lab_container)
+    lab.client.pull_file(shared_container, "/root/r.bin", want)
+    session = AgentSession(lab.client, shared_container)
     session.start()
     try:
         command = "cat /root/r.bin; cat /root/r.bin >&2; printf '\\000\\377\\r\\n'"
-        for result in (session.run(command), lab.client.exec(lab_container, ["sh", "-c", command])):
+        for result in (session.run(command), lab.client.exec(shared_container, ["sh", "-c", command])):
             assert result.stdout == want.getvalue() + b"\x00\xff\r\n"
             assert result.stderr == want.getvalue()
         data = bytes(range(256)) * 1000
