@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import socket
 import statistics
@@ -37,8 +38,13 @@ from support.speed_measurements import OUTLIERS, ROWS, error, learn
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_MS = 100.0
-#: The local model: f16 (2 bytes a weight, no dequantisation work), 16 layers of 2048 x 5632: ~1.5 GiB of weights.
-LOCAL_SHAPE = {"embedding": 2048, "layers": 16, "heads": 16, "kv_heads": 16, "feed_forward": 5632}
+#: The local models, both large enough to be bandwidth-bound: f16 (2 bytes a weight), 16 layers of 2048 x 5632,
+#: ~1.5 GiB; and Q8_0 (8.5 bits), 28 such layers, ~1.4 GiB. The f16 run gives the efficiency of a measured RAM read
+#: (data/speed.toml [efficiency.llamacpp.cpu_measured]); the Q8_0 run, another weight type and kernel, checks it.
+LOCAL_MODELS = {
+    "f16": {"embedding": 2048, "layers": 16, "heads": 16, "kv_heads": 16, "feed_forward": 5632},
+    "q8_0": {"embedding": 2048, "layers": 28, "heads": 16, "kv_heads": 16, "feed_forward": 5632, "weights": "q8_0"},
+}
 
 
 def field_notes() -> tuple[list[dict], dict[str, float]]:
@@ -80,22 +86,24 @@ def _post(url: str, body: dict, timeout: float = 600) -> dict:
         return json.loads(response.read())
 
 
-def local_run(tokens: int = 32, repeats: int = 5) -> dict:
+def local_run(kind: str = "f16", tokens: int = 32, repeats: int = 5) -> dict:
     """One llama.cpp thread and one RAM reader: on a shared 2-core machine (load average 12 while measured) a
     2-thread llama.cpp decode spends its time in its spin barriers (0.3-0.5 tok/s, against 3-7 with one thread), so
     the run is one core against one core's bandwidth. Bandwidth and decode are measured in turns, ``repeats`` times
-    each; the best of each (STREAM's convention: the least disturbed run) and the medians are both reported."""
+    each. `kv bandwidth` counts the reader's CPU time (other processes take turns on the cores, not on the memory
+    bus); the decode is compared both per CPU second of llama-server (the same footing) and as llama.cpp's own
+    wall-clock timings (best and median), which the machine's load lowers."""
     from labwright.llamacpp.build import build_llama_server
     from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
     from labwright.paths import cache_path
     from labwright.tuning.bandwidth import measure_ram
 
     server = build_llama_server()
-    folder = cache_path("bench", "speed-prediction", "model")
-    model = folder / "random-f16.gguf"
+    folder = cache_path("bench", "speed-prediction", kind)
+    model = folder / f"random-{kind}.gguf"
     if not model.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        write_tiny_gguf(folder / "random-f16.gguf.new", TinyModel(**LOCAL_SHAPE)).rename(model)
+        write_tiny_gguf(folder / f"random-{kind}.gguf.new", TinyModel(**LOCAL_MODELS[kind])).rename(model)
     port = _free_port()
     proc = subprocess.Popen([str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-ngl", "0",
                              "-t", "1", "-c", "1024", "-np", "1", "--no-warmup"],
@@ -113,28 +121,40 @@ def local_run(tokens: int = 32, repeats: int = 5) -> dict:
                 raise SystemExit("llama-server did not become healthy")
             time.sleep(0.5)
         _post(f"http://127.0.0.1:{port}/completion", {"prompt": "warm", "n_predict": 4})  # pages the weights in
-        bandwidths, decodes = [], []
+        bandwidths, decodes, on_cpu = [], [], []
         for _ in range(repeats):
             bandwidths.append(measure_ram(512, 1, 5).gbs)
+            before = _cpu_seconds(proc.pid)
             done = _post(f"http://127.0.0.1:{port}/completion",
                          {"prompt": "hello", "n_predict": tokens, "temperature": 0, "cache_prompt": False})
+            spent = _cpu_seconds(proc.pid) - before
             decodes.append(float(done["timings"]["predicted_per_second"]))
+            # the prompt's one pass over the weights counted as one more token's read
+            on_cpu.append((int(done["timings"]["predicted_n"]) + 1) / spent)
     finally:
         proc.terminate()
         proc.wait(30)
 
-    def predict(ram: float) -> float | None:
-        result = fit_model(FitRequest(vram=None, model_dir=folder, cpu=True, ram_bandwidth=ram, engine="llamacpp"))
-        return result.speed.decode_tok_s if result.speed else None
+    ram = statistics.median(bandwidths)
+    result = fit_model(FitRequest(vram=None, model_dir=folder, cpu=True, ram_bandwidth=ram, engine="llamacpp",
+                                  ram_measured=True))
+    assert result.speed is not None and result.speed.parts
+    predicted = result.speed.decode_tok_s or 0.0
+    read = sum(p.bytes for p in result.speed.parts)
+    pairs = {"on_cpu": statistics.median(on_cpu), "wall_best": max(decodes), "wall_median": statistics.median(decodes)}
+    return {"kind": kind, "model_bytes": model.stat().st_size, "read_per_token": round(read), "threads": 1,
+            "ram_read_gbs": [round(b, 2) for b in bandwidths],
+            "decode_tok_s": [round(d, 2) for d in decodes], "decode_on_cpu_tok_s": [round(d, 2) for d in on_cpu],
+            "implied_efficiency": round(statistics.median(on_cpu) * read / (ram * 1e9), 3),
+            "predicted": round(predicted, 2),
+            **{name: {"measured": round(value, 2), "error_pct": round(100 * error(predicted, value), 1)}
+               for name, value in pairs.items()}}
 
-    best_pred, median_pred = predict(max(bandwidths)), predict(statistics.median(bandwidths))
-    best, median = max(decodes), statistics.median(decodes)
-    return {"model_bytes": model.stat().st_size, "threads": 1, "ram_read_gbs": [round(b, 2) for b in bandwidths],
-            "decode_tok_s": [round(d, 2) for d in decodes],
-            "best": {"measured": round(best, 2), "predicted": round(best_pred or 0, 2),
-                     "error_pct": round(100 * error(best_pred or 0, best), 1)},
-            "median": {"measured": round(median, 2), "predicted": round(median_pred or 0, 2),
-                       "error_pct": round(100 * error(median_pred or 0, median), 1)}}
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (/proc/PID/stat fields 14 and 15, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def fit_timing(runs: int = 50) -> dict:
@@ -184,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     lines, summary = field_notes()
     report = {"field_notes": summary, "rows": lines, "bounds_hold": all(line["bound_holds"] for line in lines)}
     if not args.no_local:
-        report["local_cpu"] = local_run()
+        report["local_cpu"] = [local_run(kind) for kind in LOCAL_MODELS]
     report["kv_fit_time"] = fit_timing()
     if args.json:
         print(json.dumps(report, indent=2))
@@ -198,14 +218,16 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['worst_error_pct']}% ({summary['worst_row']}); without the {summary['outliers']} outliers "
           f"(OUTLIERS, each with its reason): worst {summary['worst_without_outliers_pct']:+}% "
           f"({summary['worst_without_outliers_row']}); bounds hold: {report['bounds_hold']}")
-    if "local_cpu" in report:
-        local = report["local_cpu"]
-        print(f"local CPU llama-server ({local['model_bytes'] / 2**30:.2f} GiB f16, {local['threads']} thread): "
-              f"RAM read {local['ram_read_gbs']} GB/s, decode {local['decode_tok_s']} tok/s")
-        for which in ("best", "median"):
+    for local in report.get("local_cpu", []):
+        print(f"local CPU llama-server ({local['model_bytes'] / 2**30:.2f} GiB {local['kind']}, {local['threads']} "
+              f"thread): RAM read {local['ram_read_gbs']} GB/s, decode {local['decode_tok_s']} tok/s; implied "
+              f"efficiency (per CPU second, of the measured read) {local['implied_efficiency']}")
+        share = statistics.median(local["decode_tok_s"]) / statistics.median(local["decode_on_cpu_tok_s"])
+        print(f"  decode per CPU second of llama-server {local['decode_on_cpu_tok_s']} tok/s (it had the core "
+              f"{100 * share:.0f}% of the time: the machine's other processes)")
+        for which in ("on_cpu", "wall_best", "wall_median"):
             pair = local[which]
-            print(f"  {which}: predicted {pair['predicted']} vs measured {pair['measured']} tok/s "
-                  f"({pair['error_pct']:+.1f}%)")
+            print(f"  predicted {local['predicted']} vs {which} {pair['measured']} tok/s ({pair['error_pct']:+.1f}%)")
     timing = report["kv_fit_time"]
     print(f"kv fit: {timing['in_process_ms']} ms in-process; as a command {timing['command_cpu_ms']} ms CPU "
           f"({timing['command_wall_ms']} ms wall), {timing['beyond_start_up_cpu_ms']} ms CPU beyond `kv --help`'s "

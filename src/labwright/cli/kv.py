@@ -140,6 +140,9 @@ def fit(
                                                    callback=speed_option("--ram-bandwidth-gbs"),
                                                    help="GB/s of system RAM (the CPU side of a split or MoE offload; "
                                                    "measure it: labwright kv bandwidth)."),
+    ram_measured: bool = typer.Option(False, "--ram-measured", help="--ram-bandwidth-gbs is `labwright kv "
+                                      "bandwidth`'s measured read, not the RAM's specification (its own "
+                                      "efficiency)."),
     params_b: float | None = typer.Option(None, "--params-b", callback=speed_option("--params-b"),
                                           help="Parameters in billions, when no GGUF says (e.g. 30.5)."),
     active_params_b: float | None = typer.Option(None, "--active-params-b", callback=speed_option("--active-params-b"),
@@ -168,7 +171,7 @@ def fit(
         overhead=size(overhead_gb, "--overhead-gb", positive=False), ram=size(ram_gb, "--ram-gb"), moe=moe,
         weight_format=weight_format, page=page, count_scales=count_scales, swa_full=swa_full,
         bandwidth=bandwidth_gbs, ram_bandwidth=ram_bandwidth_gbs, unified=unified, cpu=cpu, params_b=params_b,
-        active_params_b=active_params_b, gpu=gpu, engine=engine)
+        active_params_b=active_params_b, gpu=gpu, engine=engine, ram_measured=ram_measured)
     result = fit_model(request)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
@@ -244,7 +247,7 @@ def bandwidth(
     if gpus and gpus[0].gbs:
         flags.append(f"--bandwidth-gbs {gpus[0].gbs:g}")
     if measured is not None:
-        flags.append(f"--ram-bandwidth-gbs {measured.gbs:.1f}")
+        flags.append(f"--ram-bandwidth-gbs {measured.gbs:.1f} --ram-measured")
     if as_json:
         typer.echo(json.dumps({"gpus": [g.to_json() for g in gpus], "smi_refused": list(rejected),
                                "gpu_note": why, "ram": measured.to_json() if measured else None,

@@ -42,6 +42,9 @@ class TinyModel:
     feed_forward: int = 512
     context_length: int = 1 << 19
     seed: int = 0
+    #: the layers' weight type: "f16", or "q8_0" (quantized by gguf-py, as llama.cpp's Q8_0: blocks of 32 int8 and an
+    #: f16 scale); the norms, embeddings and output stay f32
+    weights: str = "f16"
 
     @property
     def head_size(self) -> int:
@@ -94,6 +97,14 @@ def write_tiny_gguf(path: Path | str, model: TinyModel = TinyModel()) -> Path:
     def random(*shape: int, scale: float = 0.02) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
+    def weight(name: str, *shape: int) -> None:
+        values = random(*shape)
+        if model.weights == "q8_0":
+            writer.add_tensor(name, gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q8_0),
+                              raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(name, values.astype(np.float16))
+
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_context_length(model.context_length)
     writer.add_embedding_length(embed)
@@ -128,14 +139,14 @@ def write_tiny_gguf(path: Path | str, model: TinyModel = TinyModel()) -> Path:
     for layer in range(model.layers):
         prefix = f"blk.{layer}"
         writer.add_tensor(f"{prefix}.attn_norm.weight", np.ones(embed, dtype=np.float32))
-        writer.add_tensor(f"{prefix}.attn_q.weight", random(q_size, embed).astype(np.float16))
-        writer.add_tensor(f"{prefix}.attn_k.weight", random(kv_size, embed).astype(np.float16))
-        writer.add_tensor(f"{prefix}.attn_v.weight", random(kv_size, embed).astype(np.float16))
-        writer.add_tensor(f"{prefix}.attn_output.weight", random(embed, q_size).astype(np.float16))
+        weight(f"{prefix}.attn_q.weight", q_size, embed)
+        weight(f"{prefix}.attn_k.weight", kv_size, embed)
+        weight(f"{prefix}.attn_v.weight", kv_size, embed)
+        weight(f"{prefix}.attn_output.weight", embed, q_size)
         writer.add_tensor(f"{prefix}.ffn_norm.weight", np.ones(embed, dtype=np.float32))
-        writer.add_tensor(f"{prefix}.ffn_gate.weight", random(ff, embed).astype(np.float16))
-        writer.add_tensor(f"{prefix}.ffn_up.weight", random(ff, embed).astype(np.float16))
-        writer.add_tensor(f"{prefix}.ffn_down.weight", random(embed, ff).astype(np.float16))
+        weight(f"{prefix}.ffn_gate.weight", ff, embed)
+        weight(f"{prefix}.ffn_up.weight", ff, embed)
+        weight(f"{prefix}.ffn_down.weight", embed, ff)
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

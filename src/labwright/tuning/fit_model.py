@@ -45,6 +45,7 @@ class FitRequest:
     gpu: str | None = None
     engine: str | None = None
     prompt_tokens: int | None = None  # for the time to first token; default: the context
+    ram_measured: bool = False
 
 
 def _kv(request: FitRequest, layout: kv.KvLayout | None, spec: kv_modes.CacheSpec | None) -> tuple[int, str]:
@@ -116,6 +117,9 @@ def fit_model(request: FitRequest) -> FitResult:
 def _hardware(request: FitRequest) -> tuple[Hardware, int]:
     """The memories' bandwidths and the VRAM the fit checks against, from the options and the GPU table; the
     contradictions refused in one line each."""
+    if request.ram_measured and request.ram_bandwidth is None and not (request.cpu and request.bandwidth):
+        raise BadInput("--ram-measured says --ram-bandwidth-gbs was measured, but none is given: pass "
+                       "--ram-bandwidth-gbs with what `labwright kv bandwidth` printed")
     if request.unified and request.cpu:
         raise BadInput("--unified and --cpu contradict each other: --unified is a GPU reading shared system RAM (an "
                        "APU), --cpu runs every layer on the CPU; give one of them")
@@ -131,7 +135,7 @@ def _hardware(request: FitRequest) -> tuple[Hardware, int]:
             raise BadInput(f"--cpu with --bandwidth-gbs {request.bandwidth:g} and --ram-bandwidth-gbs "
                            f"{request.ram_bandwidth:g}: with --cpu both are the RAM's; give one of them")
         ram_gbs = request.ram_bandwidth if request.ram_bandwidth is not None else request.bandwidth
-        return Hardware(None, ram_gbs, cpu=True), request.vram or 0
+        return Hardware(None, ram_gbs, cpu=True, ram_measured=request.ram_measured), request.vram or 0
     if unified:
         gbs = request.bandwidth if request.bandwidth is not None else (
             request.ram_bandwidth if request.ram_bandwidth is not None else table_gbs)
@@ -140,13 +144,13 @@ def _hardware(request: FitRequest) -> tuple[Hardware, int]:
         if vram is None:
             raise BadInput("--unified: give the memory the GPU may use with --vram-gb (or the RAM with --ram-gb): on "
                            "an APU the GPU's memory is system RAM")
-        return Hardware(gbs, ram_gbs, unified=True), vram
+        return Hardware(gbs, ram_gbs, unified=True, ram_measured=request.ram_measured), vram
     vram = request.vram or (int(float(row["memory_gib"]) * GIB) if row.get("memory_gib") else None)
     if vram is None:
         raise BadInput("no GPU memory: pass --vram-gb N (or --gpu NAME, or --cpu to run on the CPU)")
     gbs = request.bandwidth if request.bandwidth is not None else table_gbs
     tflops = row.get("fp16_tflops") if row and request.bandwidth in (None, table_gbs) else None
-    return Hardware(gbs, request.ram_bandwidth, fp16_tflops=tflops), vram
+    return Hardware(gbs, request.ram_bandwidth, fp16_tflops=tflops, ram_measured=request.ram_measured), vram
 
 
 def _active(request: FitRequest, config_path: Path | None, section: dict) -> Active:

@@ -144,6 +144,8 @@ class Hardware:
     unified: bool = False
     cpu: bool = False
     fp16_tflops: float | None = None
+    #: the RAM figure is `kv bandwidth`'s measured read, not a specification's peak: its own efficiency
+    ram_measured: bool = False
 
 
 def predict(*, weights: float, active_fraction: float, kv: float, verdict: str, gpu_weights: float,
@@ -196,7 +198,7 @@ def predict(*, weights: float, active_fraction: float, kv: float, verdict: str, 
         if gbs is None:
             missing.append(memory)
             continue
-        eff_memory = "cpu" if memory == "ram" else memory
+        eff_memory = ("cpu_measured" if hw.ram_measured else "cpu") if memory == "ram" else memory
         w_eff, kv_eff, source = efficiency(engine, eff_memory)
         eff = kv_eff if what.startswith("KV") else w_eff
         parts.append(Part(what, size, memory, gbs, eff, source))

@@ -171,7 +171,18 @@ def test_bandwidth_measures_ram_for_real(cli_env, tmp_path):
     assert doc["ram"]["read_gbs"] > 0.5
     assert doc["ram"]["bytes"] == 64 * 1024**2 and doc["ram"]["processes"] == 1
     assert "memchr" in doc["ram"]["method"]
-    assert "--ram-bandwidth-gbs" in doc["kv_fit_options"]
+    assert "--ram-bandwidth-gbs" in doc["kv_fit_options"] and doc["kv_fit_options"].endswith("--ram-measured")
+    assert doc["ram"]["wall_gbs"] > 0
+
+
+def test_a_measured_ram_bandwidth_has_its_own_efficiency(cli_env):
+    spec = ok_json(cli_env, "fit", "--weights-gb", "1.5", "--format", "gguf", "--cpu", "--ram-bandwidth-gbs", "20")
+    measured = ok_json(cli_env, "fit", "--weights-gb", "1.5", "--format", "gguf", "--cpu", "--ram-bandwidth-gbs",
+                       "20", "--ram-measured")
+    assert measured["decode_tok_s"] > spec["decode_tok_s"]  # a measured read already leaves out what RAM cannot give
+    assert any("kv bandwidth" in s for s in measured["speed"]["sources"])
+    one_line_exit_2(run(cli_env, "fit", "--weights-gb", "1.5", "--cpu", "--ram-measured"), "--ram-measured",
+                    "--ram-bandwidth-gbs")
 
 
 @pytest.mark.parametrize(("args", "words"), [
