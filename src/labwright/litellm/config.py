@@ -152,7 +152,7 @@ def _check_name(name: str, key: str, host: str) -> str:
 
 def discover_engines(hosts: Iterable[EngineHost], engines: Mapping[str, Mapping[str, Any]],
                      address_of: Callable[[EngineHost], str]) -> list[Model]:
-    """One model per llama.cpp / tabbyAPI engine host and per Ollama model, in inventory order."""
+    """One model per llama.cpp / tabbyAPI / vLLM engine host and per Ollama model, in inventory order."""
     found: list[Model] = []
     for host in hosts:
         for kind, rule in engines.items():
@@ -169,8 +169,9 @@ def discover_engines(hosts: Iterable[EngineHost], engines: Mapping[str, Mapping[
                     found.append(Model(name, f"ollama_chat/{name}", f"http://{address}:{port}", LOCAL_KEY, source))
                 continue
             name = str(host.data.get(rule["name_key"]) or "") if rule["name_key"] else ""
-            if not name:
-                name = PurePosixPath(str(marker)).stem
+            if not name:  # a model file's stem (q.gguf: q), or a model directory's whole name (vLLM: Qwen2.5-7B)
+                path = PurePosixPath(str(marker))
+                name = path.name if rule.get("name_from") == "directory" else path.stem
             name = _check_name(name, rule["name_key"] or rule["marker"], host.name)
             key = engine_key(kind, rule, host)
             found.append(Model(name, f"{rule['provider']}/{name}", f"http://{address}:{port}/v1",

@@ -49,6 +49,17 @@ def test_every_engine_host_is_discovered_with_its_address_and_port():
     }
 
 
+def test_a_vllm_host_is_discovered_with_its_directory_name_and_key():
+    hosts = [EngineHost("@lxd/gw", {"vllm_model": "/srv/models/Qwen2.5-7B-Instruct-AWQ"}, is_gateway=True),
+             EngineHost("@lxd/a", {"vllm_model": "/srv/models/m", "vllm_served_model_name": "coder",
+                                   "vllm_port": 8002, "vllm_api_key_file": "/etc/vllm/other-key"})]
+    found = discover_engines(hosts, ENGINES, lambda h: ADDRESSES[h.name])
+    assert [(m.name, m.api_base, m.source) for m in found] == [
+        ("Qwen2.5-7B-Instruct-AWQ", "http://127.0.0.1:8000/v1", "vllm on @lxd/gw"),  # the whole name, not a stem
+        ("coder", "http://10.99.9.10:8002/v1", "vllm on @lxd/a")]
+    assert [m.key.path for m in found if m.key] == ["/etc/vllm/api-key", "/etc/vllm/other-key"]
+
+
 def test_aliases_get_their_primary_and_fallbacks_and_render_as_yaml():
     cloud, secrets = cloud_models([HAIKU], {"OPENROUTER_API_KEY": "sk-or-real"})
     gateway = build_gateway(engines(), cloud, secrets,
