@@ -39,3 +39,16 @@ def test_written_model_reads_back(tmp_path):
     names = {tensor.name for tensor in reader.tensors}
     assert {"token_embd.weight", "output.weight", "blk.3.ffn_down.weight"} <= names
     assert path.stat().st_size < 16 * 1024 * 1024
+
+
+def test_q8_0_layers_are_quantized_as_llama_cpp_stores_them(tmp_path):
+    """``weights="q8_0"``: the layers' matrices as GGML Q8_0 (34 bytes per 32 weights), the rest as before; the
+    speed benchmark serves such a model with the real llama-server (benchmarks/speed_prediction.py)."""
+    path = write_tiny_gguf(tmp_path / "q8.gguf", TinyModel(weights="q8_0"))
+    reader = gguf.GGUFReader(str(path))
+    types = {tensor.name: tensor.tensor_type for tensor in reader.tensors}
+    assert types["blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.Q8_0
+    assert types["blk.3.ffn_down.weight"] == gguf.GGMLQuantizationType.Q8_0
+    assert types["token_embd.weight"] == gguf.GGMLQuantizationType.F32
+    q = next(t for t in reader.tensors if t.name == "blk.0.ffn_up.weight")
+    assert q.n_bytes == 512 * 256 // 32 * 34
