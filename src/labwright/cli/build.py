@@ -3,6 +3,8 @@
     labwright build llamacpp                          # prints the binary's path, builds only when missing
     labwright build llamacpp --arch 8.6 --arch 12.0   # the CUDA build for those GPUs
     labwright build llamacpp --dry --json             # whether it is cached, where; builds nothing
+    labwright build llamacpp --vulkan                 # the Vulkan build (AMD/Intel GPUs), on a Debian 13 machine or
+                                                      # in the lab's Debian 13 build box
 
 (`python -m labwright.llamacpp.build` is this command, with a deprecation line, for one release.)
 """
@@ -18,7 +20,7 @@ from labwright.cli.vocab import DryOption
 from labwright.errors import BadInput
 
 NAME = "build"
-HELP = "Build engines once per machine (cached): llama.cpp's llama-server, for the CPU or CUDA GPUs."
+HELP = "Build engines once per machine (cached): llama.cpp's llama-server, for the CPU, CUDA or Vulkan GPUs."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
 
@@ -34,9 +36,15 @@ def llamacpp(
                                           help="An installed CUDA toolkit's root (holding bin/nvcc) instead of the "
                                           "pip one."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Parallel compile jobs (default: the CPU count)."),
+    vulkan: bool = typer.Option(False, "--vulkan", help="The Vulkan build (AMD/Intel GPUs through Mesa; "
+                                "llamacpp_build: vulkan): needs Debian 13's Vulkan headers, so on a Debian 12 machine "
+                                "it runs in a Debian 13 build box of the lab (made once, kept)."),
+    lab_profile: str = typer.Option("labwright", "--lab-profile", metavar="PROFILE",
+                                    help="--vulkan on a Debian 12 machine: the profile of the lab whose daemon holds "
+                                    "the build box (lab_profile; default: the local lab's)."),
     dry: bool = DryOption,
     as_json: bool = typer.Option(False, "--json", help='Print {"binary", "cached", "built", "dry", "cuda", '
-                                 '"architectures"} as JSON.'),
+                                 '"architectures", "vulkan"} as JSON.'),
 ) -> None:
     """Build llama-server once from the pinned llama.cpp source on PyPI (cached) and print its path.
 
@@ -51,7 +59,12 @@ def llamacpp(
     if jobs is not None and not 1 <= jobs <= MAX_JOBS:
         raise BadInput(f"--jobs {jobs}: give 1 to {MAX_JOBS} parallel compile jobs (default: the CPU count)")
     toolchain, cmake_archs = None, []
-    if arch or cuda or cuda_root is not None:
+    if vulkan and (arch or cuda or cuda_root is not None):
+        raise BadInput("--vulkan: a build is for CUDA (--arch/--cuda/--cuda-root) or for Vulkan, not both; drop one")
+    if vulkan:
+        binary = vulkan_build(lab_profile, jobs, dry)
+        done = (binary.parent.parent / "manifest.json").is_file()
+    elif arch or cuda or cuda_root is not None:
         toolchain = cuda_toolkit.toolchain(cuda, cuda_root)  # a bad --cuda/--cuda-root is named first
         if not arch:
             raise BadInput("--arch: a CUDA build needs the GPUs' compute capabilities (nvidia-smi "
@@ -64,12 +77,32 @@ def llamacpp(
         done = binary.is_file()
     built = False
     if not dry:
-        binary = llama_build.build_llama_server(jobs=jobs, cuda=toolchain, archs=arch)
+        if vulkan:
+            binary = vulkan_build(lab_profile, jobs, dry)
+        else:
+            binary = llama_build.build_llama_server(jobs=jobs, cuda=toolchain, archs=arch)
         built = not done
     if as_json:
         typer.echo(json.dumps({"binary": str(binary), "cached": done, "built": built, "dry": dry,
-                               "cuda": toolchain.version if toolchain else None, "architectures": cmake_archs}))
+                               "cuda": toolchain.version if toolchain else None, "architectures": cmake_archs,
+                               "vulkan": vulkan}))
     elif dry:
         typer.echo(f"{'cached' if done else 'would build'}: {binary}")
     else:
         typer.echo(str(binary))
+
+
+def vulkan_build(profile: str, jobs: int | None, dry: bool) -> Path:
+    """The Vulkan build's binary path (``dry``: where it is or would be), building it when missing: here on Debian 13,
+    else in the build box of the lab with ``profile`` on the local LXD/Incus daemon."""
+    from labwright.llamacpp import vulkan as vk
+
+    binary = vk.vulkan_cache_dir() / "bin" / "llama-server"
+    if dry or (binary.parent.parent / "manifest.json").is_file():
+        return binary
+    if (vk.local_debian_major() or 0) >= vk.DEBIAN_MAJOR:
+        return vk.build_vulkan_server(jobs=jobs)
+    from labwright.lxd.client import LxdClient
+
+    client = LxdClient()  # the local LXD, else Incus (find_local_socket); a missing daemon: one line with the fix
+    return vk.build_vulkan_server(jobs=jobs, client=client, profile=profile, tool=client.endpoint.tool)

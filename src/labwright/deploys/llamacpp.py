@@ -21,7 +21,8 @@ from labwright.deploys import model as model_ops
 from labwright.deploys.common import install_missing, port_taken_by
 from labwright.engine_keys import gateway_only, key_file_refusal
 from labwright.errors import BadInput
-from labwright.facts.llamacpp import OllamaPresent, ReadableBy
+from labwright.facts.dri import DriRenderNodes
+from labwright.facts.llamacpp import GlibcVersion, OllamaPresent, ReadableBy
 from labwright.facts.nvidia import NvidiaGpus
 from labwright.gpu.devices import GPU_GROUP
 from labwright.guestlock import locked
@@ -33,6 +34,8 @@ from labwright.llamacpp.deploy_data import (
     ollama_mode,
     render_ollama_dropin,
     settings_from,
+    vulkan_guest_refusal,
+    vulkan_manifest,
 )
 from labwright.operations import http
 from labwright.operations import llamacpp as llamacpp_ops
@@ -69,6 +72,12 @@ def deploy_llamacpp() -> None:
     # llamacpp_host=auto: loopback when only the gateway on this guest uses the engine (the whole inventory is read)
     alone = gateway_only(data, [other.data.dict() for other in inventory if other.name != host.name])
     s = settings_from(data, host.get_fact(NvidiaGpus), gateway_only=alone)
+    # the Vulkan build links Debian 13's glibc and libvulkan: on an older guest it would not start; refused here
+    if s.build.kind == "vulkan":
+        too_old = vulkan_guest_refusal(vulkan_manifest().get("glibc_needed", ""), host.get_fact(GlibcVersion),
+                                       host.name)
+        if too_old:
+            raise DeployError(too_old)
     # A model named with deploys/model.py's keys is downloaded first (verified, resumable, into the shared cache);
     # a repo, revision or file the Hub does not have stops the run here with one line. Until it is complete on the
     # guest, the model checks below run after the download instead.
@@ -99,7 +108,10 @@ def deploy_llamacpp() -> None:
     if mode in TRUE and not ollama_found:
         raise KEYS.fail("ollama_override", f"no ollama unit or binary on {host.name}; use auto or false")
     apply_ollama = ollama_found and mode not in FALSE
-    ollama_env = ollama_environment(data) if apply_ollama else {}
+    # an AMD/Intel host (/dev/dri render nodes): Ollama's Vulkan backend on, its user in the nodes' groups
+    dri = host.get_fact(DriRenderNodes)
+    ollama_env = ollama_environment(data, vulkan=bool(dri["render_nodes"])) if apply_ollama else {}
+    ollama_groups = vulkan_ops.render_groups(dri)[0] if dri["render_nodes"] else []
 
     # --- the model first, when named by deploys/model.py's keys -------------------------------------
     download = model_ops.download(planned, state) if planned else None
@@ -147,8 +159,8 @@ def deploy_llamacpp() -> None:
     # --- Ollama on the same host: the same KV policy, as a drop-in -----------------------------------
     if apply_ollama:
         dropin = files.put(name="Ollama drop-in (flash attention, KV cache type, keep-alive, context)",
-                           src=StringIO(render_ollama_dropin(ollama_env)), dest=OLLAMA_DROPIN, user="root",
-                           group="root", mode="644", create_remote_dir=True)
+                           src=StringIO(render_ollama_dropin(ollama_env, ollama_groups)), dest=OLLAMA_DROPIN,
+                           user="root", group="root", mode="644", create_remote_dir=True)
     else:
         dropin = files.file(name="No labwright Ollama drop-in", path=OLLAMA_DROPIN, present=False)
     systemd.daemon_reload(name="systemd daemon-reload (Ollama drop-in changed)", _if=dropin.did_change)

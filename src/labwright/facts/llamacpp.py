@@ -108,3 +108,15 @@ class ReadableBy(FactBase):
 
     def process(self, output: list[str]) -> bool:
         return bool(output) and output[-1].strip() == "yes"
+
+
+class GlibcVersion(FactBase):
+    """The host's C library: ``getconf GNU_LIBC_VERSION`` ("glibc 2.36"), None where getconf has no answer (musl).
+    The Vulkan build is refused on a guest whose glibc is older than the one it was built against."""
+
+    def command(self) -> str:
+        return "getconf GNU_LIBC_VERSION 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        text = " ".join(output).strip()
+        return text if text.startswith("glibc") else None

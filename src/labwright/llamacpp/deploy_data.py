@@ -12,7 +12,7 @@ import json
 import re
 import shlex
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
@@ -33,6 +33,7 @@ from labwright.deploy_data import (
 from labwright.errors import BadInput
 from labwright.gpu.arch import capabilities_of
 from labwright.llamacpp import cuda
+from labwright.llamacpp import vulkan as vulkan_build
 from labwright.llamacpp.build import CUDA_LIB_DIR, cache_dir
 from labwright.models.deploy_data import ModelSettings, engine_model
 from labwright.schema import checks
@@ -79,6 +80,31 @@ def listen_or_auto(value: Any) -> str:
     return "auto" if str(value).strip() == "auto" else checks.listen_address(value)
 
 
+BUILDS = ("auto", "cpu", "cuda", "vulkan")
+
+
+def build_mode(value: Any) -> str:
+    """``llamacpp_build``: one of BUILDS."""
+    mode = str(value).strip().lower()
+    if mode not in BUILDS:
+        raise ValueError(f"{mode!r} is not one of {', '.join(BUILDS)}")
+    return mode
+
+
+def vulkan_device(value: Any) -> str:
+    """``llamacpp_vulkan_device``: auto, or the index (0) or comma-separated indexes (0,1) of vulkaninfo's devices,
+    as GGML_VK_VISIBLE_DEVICES takes them (ggml-vulkan.cpp, ggml_vk_instance_init: numbers split on commas)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not auto or a device index such as 0")
+    text = str(value).strip().lower()
+    if text == "auto":
+        return text
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() and len(part) <= 3 for part in parts):
+        raise ValueError(f"{text!r} is not auto or vulkaninfo's device index (0) or indexes (0,1)")
+    return ",".join(str(int(part)) for part in parts)
+
+
 @cache
 def data_schema() -> type[Schema]:
     """The ``llamacpp_*`` values of [service] and [flags] that are one value each, typed, in the deploy's order
@@ -107,6 +133,8 @@ def data_schema() -> type[Schema]:
         open: Flag
         health_timeout: Annotated[int, Check(checks.whole(1))]
         restart_sec: Annotated[int, Check(checks.whole(0))]
+        build: Annotated[str, Check(build_mode)]
+        vulkan_device: Annotated[str, Check(vulkan_device)]
 
     return LlamacppData
 
@@ -202,13 +230,11 @@ def local_binary(data: Mapping[str, Any], builds: Path | None = None) -> tuple[s
     return str(src), actual
 
 
-BUILDS = ("auto", "cpu", "cuda")
-
-
 @dataclass(frozen=True)
 class BuildChoice:
-    """Which llama-server a host gets: ``cpu``, ``cuda`` (for ``archs``, CMAKE_CUDA_ARCHITECTURES entries) or
-    ``given`` (``llamacpp_binary_src`` names one: the user's binary wins over the GPU facts)."""
+    """Which llama-server a host gets: ``cpu``, ``cuda`` (for ``archs``, CMAKE_CUDA_ARCHITECTURES entries),
+    ``vulkan`` (asked for by name only) or ``given`` (``llamacpp_binary_src`` names one: the user's binary wins over
+    the GPU facts)."""
 
     kind: str
     archs: tuple[str, ...] = ()
@@ -217,6 +243,8 @@ class BuildChoice:
     def describe(self) -> str:
         if self.kind == "cuda":
             return f"CUDA {cuda.DEFAULT.version} build for {' '.join(cuda.sm_name(a) for a in self.archs)}"
+        if self.kind == "vulkan":
+            return f"Vulkan build (Debian {vulkan_build.DEBIAN_MAJOR})"
         return "CPU build" if self.kind == "cpu" else "given binary"
 
 
@@ -238,11 +266,11 @@ def build_choice(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None) -> 
     problem = one_value_problem(given, "auto")
     if problem is not None:
         raise keys.fail("build", problem)
-    mode = str(given or "auto").strip().lower()
-    if mode not in BUILDS:
-        raise keys.fail("build", f"{mode!r} is not one of {', '.join(BUILDS)}")
+    mode = keys.checked("build", given or "auto", build_mode)
     if data.get("llamacpp_binary_src"):
         return BuildChoice("given")
+    if mode == "vulkan":
+        return BuildChoice("vulkan")
     capabilities = capabilities_of(gpus)
     if mode == "cpu" or (mode == "auto" and not capabilities):
         return BuildChoice("cpu")
@@ -267,13 +295,18 @@ def server_files(choice: BuildChoice, data: Mapping[str, Any], binary: str,
     cache directory), each sha256 checked here against the build's record so a corrupt cache never reaches a guest.
     A CUDA build not built yet is refused with the command that builds it."""
     builds = builds or cache_dir()
-    if choice.kind != "cuda":
+    if choice.kind not in ("cuda", "vulkan"):
         src, sha256 = local_binary(data, builds)
         return [ServerFile(src, binary, sha256)]
     keys = KEYS.over(data)
-    directory = builds / cuda.build_key(cuda.DEFAULT, choice.archs)
+    directory = builds / (vulkan_build.BUILD_KEY if choice.kind == "vulkan"
+                          else cuda.build_key(cuda.DEFAULT, choice.archs))
     manifest_path = directory / "manifest.json"
     if not manifest_path.is_file():
+        if choice.kind == "vulkan":
+            raise keys.fail("build", f"vulkan: the {choice.describe()} is not built on this machine yet "
+                            f"({directory}); build it once with `labwright build llamacpp --vulkan` (~10 min on 2 "
+                            "cores), or use llamacpp_build=cpu (nothing was changed)")
         wanted = " ".join(f"--arch {cap}" for cap in choice.capabilities)
         raise keys.fail("build", f"this host's GPUs need the {choice.describe()}, not built on this machine yet "
                         f"({directory}); build it once with `labwright build llamacpp {wanted}`, or use "
@@ -290,6 +323,34 @@ def server_files(choice: BuildChoice, data: Mapping[str, Any], binary: str,
         dest = binary if rel == "bin/llama-server" else f"{lib_dir}/{PurePosixPath(rel).name}"
         planned.append(ServerFile(str(local), dest, sha256))
     return planned
+
+
+def vulkan_manifest(builds: Path | None = None) -> dict[str, Any]:
+    """The cached Vulkan build's manifest.json ({} when not built)."""
+    path = (builds or cache_dir()) / vulkan_build.BUILD_KEY / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def vulkan_guest_refusal(glibc_needed: str, guest_glibc: str | None, host_name: str) -> str | None:
+    """One line when a guest's glibc (``getconf GNU_LIBC_VERSION``: "glibc 2.36") is older than the Vulkan build
+    needs (its newest GLIBC_ symbol version, from manifest.json): the binary would not even start there."""
+    have = vulkan_build.glibc_tuple(guest_glibc or "")
+    need = vulkan_build.glibc_tuple(glibc_needed)
+    if not need or (have and have >= need):
+        return None
+    shown = guest_glibc.split()[-1] if guest_glibc else "no glibc"
+    return (f"llamacpp_build: vulkan: the Vulkan llama-server was built on Debian {vulkan_build.DEBIAN_MAJOR} and "
+            f"needs glibc {glibc_needed}, {host_name} has {shown} (Debian 12 has 2.36): make the guest Debian "
+            f"{vulkan_build.DEBIAN_MAJOR} (lab image data/lab-image-trixie.toml, or upgrade it), or use "
+            "llamacpp_build=cpu (nothing was changed)")
+
+
+def unit_environment(choice: BuildChoice, device: str) -> dict[str, str]:
+    """The unit's Environment=: GGML_VK_VISIBLE_DEVICES for a Vulkan build whose device is chosen
+    (``llamacpp_vulkan_device``); nothing otherwise, so llama.cpp picks its GPU itself and skips CPU devices."""
+    if choice.kind == "vulkan" and device != "auto":
+        return {"GGML_VK_VISIBLE_DEVICES": device}
+    return {}
 
 
 @dataclass(frozen=True)
@@ -313,6 +374,7 @@ class LlamacppSettings:
     files: tuple[ServerFile, ...] = ()
     api_key_file: str = DEFAULTS["service"]["api_key_file"]
     open: bool = False
+    environment: tuple[tuple[str, str], ...] = ()
 
     @property
     def key_file(self) -> str:
@@ -327,7 +389,7 @@ class LlamacppSettings:
     def render_unit(self) -> str:
         return JINJA.get_template("llama-server.service.j2").render(
             model=self.model, user=self.user, exec_start=self.exec_start, restart=self.restart,
-            restart_sec=self.restart_sec)
+            restart_sec=self.restart_sec, environment=dict(self.environment))
 
     @property
     def health_url(self) -> str:
@@ -396,12 +458,18 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
             isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", p) for p in packages):
         raise fail("runtime_packages", f"{packages!r} is not a list of Debian package names, e.g. libgomp1,curl")
     choice = build_choice(data, gpus)
+    if typed["vulkan_device"] != "auto" and choice.kind != "vulkan":
+        raise fail("vulkan_device", f"{typed['vulkan_device']}: only the Vulkan build reads it; set "
+                   "llamacpp_build=vulkan, or drop llamacpp_vulkan_device")
     files = server_files(choice, data, binary)
+    if choice.kind == "vulkan":  # the loader and Mesa's drivers (radv, anv, lavapipe) beside OpenMP's runtime
+        packages = [*packages, *(p for p in vulkan_build.RUNTIME_PACKAGES if p not in packages)]
     return LlamacppSettings(
         service=service, user=user, binary=binary, model=model, alias=alias, flags=flags, extra=list(extra),
         health_timeout=health_timeout, restart=str(get("restart")), restart_sec=restart_sec,
         runtime_packages=list(packages), binary_src=files[0].src, binary_sha256=files[0].sha256, build=choice,
-        files=tuple(files), api_key_file=api_key_file, open=open_engine)
+        files=tuple(files), api_key_file=api_key_file, open=open_engine,
+        environment=tuple(unit_environment(choice, typed["vulkan_device"]).items()))
 
 
 def ollama_mode(data: Mapping[str, Any]) -> str:
@@ -416,8 +484,16 @@ def ollama_mode(data: Mapping[str, Any]) -> str:
     return mode
 
 
-def ollama_environment(data: Mapping[str, Any]) -> dict[str, str]:
-    """The Ollama drop-in's environment: the same KV policy as llama-server (flash attention, cache type)."""
+def ollama_environment(data: Mapping[str, Any], vulkan: bool = False) -> dict[str, str]:
+    """The Ollama drop-in's environment: the same KV policy as llama-server (flash attention, cache type). ``vulkan``
+    (an AMD/Intel host: /dev/dri render nodes): its Vulkan backend on, and the Vulkan device when one is chosen
+    (``llamacpp_vulkan_device``).
+
+    Ollama's envconfig/config.go: ``EnableVulkan = Bool("OLLAMA_VULKAN")`` at v0.12.11 (line 208, off unless set:
+    "Enable experimental Vulkan support", line 317), ``BoolWithDefault("OLLAMA_VULKAN")`` at v0.32.15 (line 234, on
+    by default: discover/runner.go line 108 asks ``EnableVulkan(true)``), so ``OLLAMA_VULKAN=1`` turns it on in
+    both; ``VkVisibleDevices = String("GGML_VK_VISIBLE_DEVICES")`` (v0.32.15 line 254) passes the device to its
+    llama.cpp runner."""
     keys = KEYS.over(data)
 
     def ollama_data(key: str) -> Any:
@@ -440,11 +516,18 @@ def ollama_environment(data: Mapping[str, Any]) -> dict[str, str]:
     }
     if any(re.search(r'["\\\n%$]', value) for value in env.values()):
         raise keys.fail("ollama_keep_alive", "values must not contain quotes, backslashes, %, $ or newlines")
+    if vulkan:
+        env["OLLAMA_VULKAN"] = "1"
+        device = keys.checked("vulkan_device", keys.get("vulkan_device"), vulkan_device)
+        if device != "auto":
+            env["GGML_VK_VISIBLE_DEVICES"] = device
     return env
 
 
-def render_ollama_dropin(env: Mapping[str, str]) -> str:
-    return JINJA.get_template("ollama-override.conf.j2").render(env=env)
+def render_ollama_dropin(env: Mapping[str, str], groups: Sequence[str] = ()) -> str:
+    """The drop-in; ``groups``: SupplementaryGroups= for the GPU's nodes (video and the render nodes' group), so
+    Ollama's own user opens an AMD/Intel GPU's /dev/dri nodes."""
+    return JINJA.get_template("ollama-override.conf.j2").render(env=env, groups=list(groups))
 
 
 def downloaded_model(data: Mapping[str, Any]) -> tuple[dict[str, Any], ModelSettings | None]:

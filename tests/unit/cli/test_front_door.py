@@ -37,7 +37,7 @@ def test_build_llamacpp_dry_says_where_and_whether_cached(capsys, cache):
     assert_documented("build llamacpp", doc)
     binary = cache / "llama" / "0.3.36" / "llama-server"
     assert doc == {"binary": str(binary), "cached": False, "built": False, "dry": True, "cuda": None,
-                   "architectures": []}
+                   "architectures": [], "vulkan": False}
     assert not cache.exists()
     code, out, err = run(capsys, "build", "llamacpp", "--dry", "--arch", "8.6")
     assert code == 0 and out == f"would build: {cache}/llama/0.3.36/cuda13.0-sm86/bin/llama-server\n"
@@ -46,9 +46,33 @@ def test_build_llamacpp_dry_says_where_and_whether_cached(capsys, cache):
     binary.write_bytes(b"\x7fELF")
     code, out, err = run(capsys, "build", "llamacpp", "--json")
     assert code == 0 and json.loads(out) | {"binary": ""} == {"binary": "", "cached": True, "built": False,
-                                                             "dry": False, "cuda": None, "architectures": []}
+                                                             "dry": False, "cuda": None, "architectures": [],
+                                                             "vulkan": False}
     code, out, err = run(capsys, "build", "llamacpp")
     assert (code, out) == (0, f"{binary}\n")
+
+
+def test_build_llamacpp_vulkan_dry_says_where_and_builds_nothing(capsys, cache):
+    """--vulkan: the Vulkan build's cache entry (keyed by source and toolchain: vulkan-trixie), nothing made."""
+    code, out, err = run(capsys, "build", "llamacpp", "--vulkan", "--dry", "--json")
+    assert code == 0 and err == ""
+    doc = json.loads(out)
+    assert_documented("build llamacpp", doc)
+    assert doc == {"binary": f"{cache}/llama/0.3.36/vulkan-trixie/bin/llama-server", "cached": False,
+                   "built": False, "dry": True, "cuda": None, "architectures": [], "vulkan": True}
+    assert not cache.exists()
+    # a cached build (its manifest written last) is found and not built again: no build box is asked for
+    manifest = cache / "llama" / "0.3.36" / "vulkan-trixie" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("{}")
+    code, out, err = run(capsys, "build", "llamacpp", "--vulkan")
+    assert (code, out) == (0, f"{manifest.parent}/bin/llama-server\n")
+
+
+def test_build_llamacpp_vulkan_with_cuda_options_is_one_line(capsys, cache):
+    code, out, err = run(capsys, "build", "llamacpp", "--vulkan", "--arch", "8.6")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--vulkan" in err and "not both" in err
+    assert not cache.exists()
 
 
 def test_model_tiny_writes_the_gguf_and_dry_writes_nothing(capsys, tmp_path):

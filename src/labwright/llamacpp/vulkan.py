@@ -1,0 +1,244 @@
+"""llama.cpp's ``llama-server`` with its Vulkan backend (``-DGGML_VULKAN=ON``): AMD and Intel GPUs through Mesa (radv,
+anv), and Mesa's lavapipe (a CPU) where it is chosen on purpose.
+
+It needs Debian 13's Vulkan headers: the llama.cpp vendored in llama-cpp-python 0.3.36 does not compile against
+Debian 12's (1.3.239: ``'LayerSettingEXT' is not a member of 'vk'``) and does against Debian 13's (libvulkan-dev
+1.4.309, glslc, spirv-headers, glslang-tools), as measured for issue 35. So the build runs on a Debian 13 machine:
+this one when it is Debian 13, else a **build box**, a Debian 13 container of the lab (``<profile>-build-trixie``,
+made from ``data/lab-image-trixie.toml`` with debootstrap and kept). The recipe is ``data/llama-vulkan-build.sh``
+(the apt packages of scripts/apt/llama-vulkan.list, the sdist unpacked once, CMAKE_FLAGS + VULKAN_FLAGS); the box
+keeps its build directory, so a killed build resumes where ninja stopped.
+
+The result is cached like the other builds, by source and toolchain, under
+``~/.cache/labwright/llama/<version>/vulkan-trixie/``: ``bin/llama-server`` and ``manifest.json`` (its sha256, the
+newest glibc symbol version it needs, the box's glibc and package versions). It links libvulkan.so.1 and a glibc
+newer than Debian 12's, so a guest must be Debian 13 too (deploy_data.vulkan_guest_refusal says so in one line).
+
+    labwright build llamacpp --vulkan                 # on the local lab (profile labwright)
+    labwright build llamacpp --vulkan --lab-profile lwtest
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from labwright.atomic import once_under_lock, write_text_atomic
+from labwright.digest import sha256_file
+from labwright.errors import BadInput, OperationFailed
+from labwright.llamacpp.build import CMAKE_FLAGS, PINNED, LlamaSource, cache_dir, download_sdist
+from labwright.ui import build_step, install_step, progress, run_with_progress
+
+#: On top of CMAKE_FLAGS (the CPU build's): the Vulkan backend, its shaders compiled with glslc at build time.
+VULKAN_FLAGS = ("-DGGML_VULKAN=ON",)
+#: The Debian suite whose Vulkan headers compile this llama.cpp; part of the cache key (the toolchain).
+SUITE = "trixie"
+DEBIAN_MAJOR = 13
+BUILD_KEY = f"vulkan-{SUITE}"
+#: Debian 13 names, as scripts/apt/llama-vulkan.list and data/llama-vulkan-build.sh have them.
+BUILD_PACKAGES = ("cmake", "ninja-build", "g++", "libvulkan-dev", "glslc", "spirv-headers", "glslang-tools")
+#: What the binary needs on a guest: the Vulkan loader, Mesa's drivers (radv, anv, lavapipe), OpenMP's runtime.
+RUNTIME_PACKAGES = ("libgomp1", "libvulkan1", "mesa-vulkan-drivers")
+BOX_ROOT = "/var/cache/labwright-build"
+#: The box compiles ggml-vulkan.cpp (one very large file): more memory than a lab guest's 1 GiB.
+BOX_MEMORY = "6GiB"
+SCRIPT = "llama-vulkan-build.sh"
+
+
+def vulkan_cache_dir(version: str = PINNED.version) -> Path:
+    return cache_dir(version) / BUILD_KEY
+
+
+def debian_major(os_release: str) -> int | None:
+    """VERSION_ID of an /etc/os-release text when it is Debian's, else None."""
+    fields = dict(re.findall(r'^(\w+)="?([^"\n]*)"?$', os_release, re.M))
+    if fields.get("ID") != "debian" or not fields.get("VERSION_ID", "").isdigit():
+        return None
+    return int(fields["VERSION_ID"])
+
+
+def local_debian_major() -> int | None:
+    try:
+        return debian_major(Path("/etc/os-release").read_text())
+    except OSError:
+        return None
+
+
+def needed_glibc(binary: bytes) -> str:
+    """The newest ``GLIBC_x.y`` symbol version a binary references (its dynamic section's version needs)."""
+    versions = {(int(a), int(b)) for a, b in re.findall(rb"GLIBC_(\d+)\.(\d+)", binary)}
+    if not versions:
+        raise OperationFailed("the Vulkan llama-server references no GLIBC_ symbol version: not a glibc binary?")
+    major, minor = max(versions)
+    return f"{major}.{minor}"
+
+
+def glibc_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
+
+
+@dataclass(frozen=True)
+class BuildBox:
+    """The Debian 13 container the Vulkan build runs in: ``tool`` (lxc or incus) runs commands there."""
+
+    name: str
+    profile: str
+    tool: str = "lxc"
+
+
+def box_name(profile: str) -> str:
+    return f"{profile}-build-{SUITE}"
+
+
+def trixie_recipe():
+    """The Debian 13 lab image recipe (data/lab-image-trixie.toml)."""
+    from labwright.lab import image as lab_image
+
+    with resources.as_file(resources.files("labwright.data").joinpath("lab-image-trixie.toml")) as path:
+        return lab_image.load_recipe(path)
+
+
+def ensure_trixie_image(client, log=print) -> str:
+    """The Debian 13 lab image imported into the lab's daemon (built once with debootstrap, cached); its alias."""
+    from labwright.lab import image as lab_image
+
+    recipe = trixie_recipe()
+    if client.image_alias(recipe.alias) is None:
+        tarball = lab_image.build_image(recipe, log=log)
+        client.import_image(str(tarball), recipe.alias, {"labwright.recipe": recipe.digest})
+    return str(recipe.alias)
+
+
+def ensure_box(client, profile: str, tool: str = "lxc", log=print) -> BuildBox:
+    """The build box of the lab with ``profile``: made from the Debian 13 lab image when missing, started when
+    stopped. A profile the daemon does not have is refused (BadInput) before anything is made."""
+    from labwright.lab import lab as lab_ops
+
+    if client.get_or_none(f"/1.0/profiles/{profile}") is None:
+        raise BadInput(f"--lab-profile {profile}: the {tool} daemon has no such profile; bring the lab up first "
+                       "(labwright lab up INVENTORY) or name its profile (lab_profile)")
+    box = BuildBox(box_name(profile), profile, tool)
+    current = client.instance_or_none(box.name)
+    if current is None:
+        alias = ensure_trixie_image(client, log=log)
+        with progress(f"make the Debian 13 build box {box.name}", heartbeat=False):
+            client.create_instance({"name": box.name, "type": "container", "profiles": [profile],
+                                    "source": {"type": "image", "alias": alias},
+                                    "config": {"limits.memory": BOX_MEMORY,
+                                               "user.labwright.role": "llama.cpp Vulkan build box"}})
+    if client.instance_state(box.name).get("status") != "Running":
+        client.set_state(box.name, "start")
+    lab_ops.wait_ready(client, box.name, timeout=180)
+    return box
+
+
+def script_text() -> bytes:
+    return resources.files("labwright.data").joinpath(SCRIPT).read_bytes()
+
+
+def box_work(source: LlamaSource) -> str:
+    return f"{BOX_ROOT}/llama-{source.version}-vulkan"
+
+
+def build_in_box(client, box: BuildBox, sdist: Path, source: LlamaSource, jobs: int, log: Path) -> tuple[bytes, dict]:
+    """Run the recipe in the box; the binary's bytes and the box's toolchain (glibc, package versions)."""
+    client.exec(box.name, ["mkdir", "-p", BOX_ROOT])
+    remote_sdist = f"{BOX_ROOT}/{source.filename}"
+    have = client.exec(box.name, ["sha256sum", remote_sdist]).stdout.decode().split()
+    if not have or have[0] != source.sha256:
+        with progress(f"push {source.filename} into {box.name}", heartbeat=False), sdist.open("rb") as handle:
+            client.push_file(box.name, remote_sdist, handle)
+    client.push_file(box.name, f"{BOX_ROOT}/{SCRIPT}", script_text(), mode=0o755)
+    work = box_work(source)
+    run_with_progress([box.tool, "exec", box.name, "--", "sh", f"{BOX_ROOT}/{SCRIPT}", remote_sdist, work, str(jobs),
+                       *CMAKE_FLAGS, *VULKAN_FLAGS],
+                      f"build llama-server (Vulkan) in {box.name} ({jobs} jobs)",
+                      parse=lambda line: build_step(line) or install_step(line), log=log)
+    return _pull(client, box.name, f"{work}/build/bin/llama-server"), box_toolchain(client, box.name)
+
+
+def _pull(client, name: str, path: str) -> bytes:
+    import io
+
+    out = io.BytesIO()
+    client.pull_file(name, path, out)
+    return out.getvalue()
+
+
+TOOLCHAIN_QUERY = ("getconf GNU_LIBC_VERSION; dpkg-query -W -f '${Package} ${Version}\\n' "
+                   + " ".join(BUILD_PACKAGES))
+
+
+def box_toolchain(client, name: str) -> dict:
+    text = client.exec(name, ["sh", "-c", TOOLCHAIN_QUERY]).stdout.decode()
+    return parse_toolchain(text)
+
+
+def parse_toolchain(text: str) -> dict:
+    """``getconf GNU_LIBC_VERSION`` then ``dpkg-query -W`` lines: {"glibc": "2.41", "packages": {name: version}}."""
+    lines = text.strip().splitlines()
+    glibc = lines[0].split()[-1] if lines and lines[0].startswith("glibc") else ""
+    packages = dict(line.split(" ", 1) for line in lines[1:] if " " in line)
+    return {"glibc": glibc, "packages": packages}
+
+
+def build_here(sdist: Path, source: LlamaSource, jobs: int, log: Path) -> tuple[bytes, dict]:
+    """The recipe on this machine (a Debian 13 controller): the same script, run as root."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="llama-vulkan-build-") as tmp:
+        script = Path(tmp) / SCRIPT
+        script.write_bytes(script_text())
+        work = Path(tmp) / "work"
+        run_with_progress(["sh", str(script), str(sdist), str(work), str(jobs), *CMAKE_FLAGS, *VULKAN_FLAGS],
+                          f"build llama-server (Vulkan) here ({jobs} jobs)",
+                          parse=lambda line: build_step(line) or install_step(line), log=log)
+        binary = (work / "build" / "bin" / "llama-server").read_bytes()
+    text = subprocess.run(["sh", "-c", TOOLCHAIN_QUERY], capture_output=True, text=True, check=False).stdout
+    return binary, parse_toolchain(text)
+
+
+def build_vulkan_server(source: LlamaSource = PINNED, jobs: int | None = None, *, client=None,
+                        profile: str = "labwright", tool: str = "lxc") -> Path:
+    """The cached Vulkan ``bin/llama-server``, building it first: here on a Debian 13 machine, else in the lab's
+    Debian 13 build box (``client``: its daemon; made when missing). Locked and staged like the CUDA build."""
+    cache = vulkan_cache_dir(source.version)
+    binary = cache / "bin" / "llama-server"
+    with once_under_lock(cache / "manifest.json", cache.parent / f".{cache.name}.lock") as todo:
+        if not todo:
+            return binary
+        here = (local_debian_major() or 0) >= DEBIAN_MAJOR
+        if not here and client is None:
+            raise BadInput("the Vulkan build needs Debian 13's Vulkan headers (Debian 12's 1.3.239 cannot compile "
+                           "this llama.cpp): run it on a Debian 13 machine, or give it the lab's daemon for a "
+                           "Debian 13 build box (labwright build llamacpp --vulkan --lab-profile PROFILE)")
+        where = "here" if here else "in a Debian 13 build box"
+        with progress(f"build llama-server {source.version} with Vulkan once ({where}; ~10 min on 2 idle cores; then "
+                      f"cached in {cache})", heartbeat=False):
+            staging = cache.with_name(cache.name + ".new")
+            shutil.rmtree(staging, ignore_errors=True)
+            (staging / "bin").mkdir(parents=True)
+            sdist = download_sdist(cache.parent, source)
+            jobs = jobs or os.cpu_count() or 2
+            if here:
+                data, toolchain = build_here(sdist, source, jobs, staging / "build.log")
+            else:
+                box = ensure_box(client, profile, tool)
+                data, toolchain = build_in_box(client, box, sdist, source, jobs, staging / "build.log")
+            built = staging / "bin" / "llama-server"
+            built.write_bytes(data)
+            built.chmod(0o755)
+            manifest = {"llama_cpp": source.version, "backend": "vulkan", "suite": SUITE,
+                        "glibc_needed": needed_glibc(data), "toolchain": toolchain,
+                        "built_in": "here" if here else box_name(profile),
+                        "files": {"bin/llama-server": sha256_file(built)}}
+            write_text_atomic(staging / "manifest.json", json.dumps(manifest, indent=1) + "\n")
+            shutil.rmtree(cache, ignore_errors=True)
+            staging.rename(cache)
+    return binary
