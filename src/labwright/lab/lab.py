@@ -288,7 +288,7 @@ def launch(client: LxdClient, spec: LabSpec, name: str, alias: str, extra_config
 def up(spec: LabSpec, report: Reporter, dry_run: bool = False) -> list[str]:
     """Make the lab match ``spec``. Returns the list of changes (empty when nothing changed)."""
     backend, why = choose_backend(spec)
-    report.info(f"lab {spec.name} on {backend.title} ({why})")
+    report.unchanged(f"lab {spec.name} on {backend.title} ({why})")  # a fact, as "daemon running" is
     client = ensure_daemon(report, backend) if not dry_run else backend.client()
     check_disk()
     existing = {c.name: client.instance_or_none(c.name) for c in spec.containers}
