@@ -1,7 +1,8 @@
 """The daemon layer on both real daemons, LXD and Incus side by side on this host (``backend_lab``:
 labwright.testing.lab_fixture): the REST client, the ``@lxd/NAME`` / ``@incus/NAME`` connector's exec both ways (agent
-session and REST exec), and ``guest plan|apply|snapshot``; then the bad inputs of two daemons on one host, each one
-line, exit 2, nothing made. One container per daemon serves the whole module (module-scoped ``guest``).
+session and REST exec), and ``guest plan|apply|snapshot``; ``deploys/base.py`` twice on an Incus guest (the second
+run changes nothing) with ``labwright verify base --hosts=@incus/NAME``; then the bad inputs of two daemons on one
+host, each one line, exit 2, nothing made. One container per daemon serves the whole module (module-scoped ``guest``).
 
 The lab's own up/status/down cycle on both daemons is in test_lab.py; the deploy-level tests run once, on the
 default backend (``lab``).
@@ -25,10 +26,12 @@ from pyinfra.api.connect import connect_all
 
 from labwright.lab.daemon import BACKENDS
 from labwright.testing.lab_fixture import Lab
+from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
 
 pytestmark = pytest.mark.lab
 
-LABWRIGHT = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "labwright")
+REPO = Path(__file__).resolve().parents[2]
+LABWRIGHT = str(REPO / ".venv" / "bin" / "labwright")
 #: How the command was started (as test_lxd_connector.HOW): through the agent session, or a REST exec.
 HOW = ("p=$$; while [ \"$p\" -gt 1 ]; do "
        "if grep -q 'labwright[-]agent' /proc/$p/cmdline 2>/dev/null; then echo via-agent; exit 0; fi; "
@@ -122,6 +125,49 @@ def test_guest_plan_apply_and_snapshot(backend_lab, cli_env, tmp_path):
         assert gone.returncode == 0 and lab.client.instance_or_none(name) is None, gone.stderr
     finally:
         lab.remove(name)
+
+
+# --- deploys/base.py on an Incus guest, checked by `labwright verify base --hosts=@incus/NAME` -----------------------
+# (on LXD: test_base_deploy.py, which runs the whole base deploy story; here the same deploy and suite on Incus, once)
+def base_deploy(lab: Lab, name: str):
+    key = str(Path(lab.private_key_path).with_suffix(".pub"))
+    return run_pyinfra(lab.host(name), "deploys/base.py", f"admin_ssh_public_key_file={key}", cwd=REPO)
+
+
+def verify_base(lab: Lab, cli_env, name: str, *args: str):
+    key = str(Path(lab.private_key_path).with_suffix(".pub"))
+    return lw(cli_env, "verify", "base", f"--hosts=@incus/{name}", f"--base-admin-key-file={key}", "-q", *args)
+
+
+@pytest.fixture(scope="module")
+def incus_based(incus_lab: Lab) -> Iterator[tuple[str, subprocess.CompletedProcess[str], DeployRun]]:
+    """One fresh Incus guest: the suite run on it bare (the admin user's checks only), then deployed once."""
+    name = incus_lab.fresh("lwbib")
+    try:
+        before = verify_base(incus_lab, tool_env(), name, "-k", "admin_user")
+        first = base_deploy(incus_lab, name)
+        assert first.rc == 0, first.output[-4000:]
+        yield name, before, first
+    finally:
+        incus_lab.remove(name)
+
+
+def test_base_deploys_on_an_incus_guest_and_verify_checks_it_there(incus_lab, incus_based, cli_env):
+    name, before, first = incus_based
+    # the suite reaches the Incus guest and can fail there: the bare image has no admin user
+    assert before.returncode == 1 and "test_admin_user_exists_in_group_sudo" in before.stdout, before.stdout[-3000:]
+    assert first.totals.changed > 0 and first.totals.error == 0
+    done = verify_base(incus_lab, cli_env, name, "-rA")
+    assert done.returncode == 0, f"verify base on @incus/{name} failed:\n{done.stdout[-4000:]}{done.stderr[-2000:]}"
+    assert f"[incus://{name}]" in done.stdout  # testinfra's id for the host: the incus client ran the checks
+
+
+def test_base_second_run_on_incus_changes_nothing(incus_lab, incus_based):
+    name, _, _ = incus_based
+    again = base_deploy(incus_lab, name)
+    assert again.rc == 0, again.output[-4000:]
+    assert (again.totals.changed, again.totals.error) == (0, 0), again.output[-4000:]
+    print(f"\nno-change re-run on @incus/{name}: {again.seconds:.2f}s ({again.totals.no_change} operations)")
 
 
 # --- two daemons on one host: each bad input one line, exit 2, nothing made ----------------------------------------

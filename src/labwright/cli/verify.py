@@ -1,15 +1,16 @@
 """`labwright verify SUITE [PYTEST ARGS]`: run a deploy's shipped testinfra suite (labwright/verify/test_SUITE.py).
 
     labwright verify base --hosts=@lxd/lw-node1
+    labwright verify base --hosts=@incus/lw-node1
     labwright verify llamacpp --hosts=@ssh/root@llm1 --llamacpp-model=/srv/models/q.gguf
     labwright verify base --hosts=@pct/pve1/101,@lxd/web1 --json
     labwright verify --path tabbyapi          # the file, for running pytest yourself
 
---hosts takes pyinfra's host names (@lxd/NAME, @pct/NODE/VMID, @ssh/HOST; labwright.verify.hostspec) or testinfra's
-own (lxc://NAME, ssh://HOST), comma-separated; a malformed one is refused before pytest starts. --json prints each
-test's outcome and the totals as one JSON document (pytest's own output goes to stderr). Everything else after SUITE
-goes to pytest (testinfra's --sudo, the suite's own options: `labwright verify base --help`). Exit codes: 0 every
-check passed, 1 a check failed, 2 bad input (unknown suite, a bad host name, pytest usage error).
+--hosts takes pyinfra's host names (@lxd/NAME, @incus/NAME, @pct/NODE/VMID, @ssh/HOST; labwright.verify.hostspec) or
+testinfra's own (lxc://NAME, ssh://HOST), comma-separated; a malformed one is refused before pytest starts. --json
+prints each test's outcome and the totals as one JSON document (pytest's own output goes to stderr). Everything else
+after SUITE goes to pytest (testinfra's --sudo, the suite's own options: `labwright verify base --help`). Exit codes:
+0 every check passed, 1 a check failed, 2 bad input (unknown suite, a bad host name, pytest usage error).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def command(
     suite: str = typer.Argument(None, help=f"One of: {', '.join(VERIFY_SUITES)}."),
     path: bool = typer.Option(False, "--path", help="Print the suite's file and exit."),
     hosts: str | None = typer.Option(None, "--hosts", metavar="HOST,...",
-                                     help="The hosts to check: @lxd/NAME, @pct/NODE/VMID, @ssh/HOST (pyinfra's "
-                                     "names) or testinfra's lxc://NAME, ssh://HOST; comma-separated."),
+                                     help="The hosts to check: @lxd/NAME, @incus/NAME, @pct/NODE/VMID, @ssh/HOST "
+                                     "(pyinfra's names) or testinfra's lxc://NAME, ssh://HOST; comma-separated."),
     as_json: bool = typer.Option(False, "--json", help='Print {"suite", "hosts", "exit_code", "totals", "tests": '
                                  '[{"nodeid", "outcome", "seconds", "reason"}]} as JSON (pytest\'s output on '
                                  "stderr)."),

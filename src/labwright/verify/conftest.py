@@ -4,6 +4,7 @@ Each value comes from a pytest option, else an environment variable, else the de
 inventories/local.py, so a plain run checks a host deployed with the local inventory's data:
 
     labwright verify base --hosts=@lxd/lw-node1
+    labwright verify base --hosts=@incus/lw-node1
     labwright verify base --hosts=@lxd/web1 --base-timezone=Europe/Berlin --base-unattended-upgrades=off
     labwright verify base --hosts=@ssh/labadmin@10.99.0.53 --ssh-identity-file=KEY --sudo
     labwright verify llamacpp --hosts=@lxd/lw-node1 --llamacpp-model=/srv/models/q.gguf \
@@ -184,13 +185,15 @@ def steady_lxc_run(self, command: str, *args: str, **kwargs: object):
     stdout or stderr (seen in this repo's loaded runs: ``stat -c %U`` read ``''``, then ``ps -o user= -p PID``).
     Any command can be hit, so each one is run in a subshell followed by a mark on stderr (``END_MARK``): an answer
     without the mark was lost and is asked again (the verify suites only read), a bounded number of times; the mark
-    is taken off before testinfra sees the answer, which is otherwise exactly the command's."""
+    is taken off before testinfra sees the answer, which is otherwise exactly the command's. The ``incus://`` backend
+    (labwright.verify.hostspec.IncusBackend) runs the same through ``incus exec``: its ``CLIENT``."""
     cmd = self.get_command(command, *args)
+    client = getattr(self, "CLIENT", "lxc")
     marked = f"( {cmd}\n); lw_rc=$?; echo {END_MARK} >&2; exit $lw_rc"
     tail = f"{END_MARK}\n".encode()
     out = None
     for _ in range(LXC_TRIES):
-        out = self.run_local("lxc exec %s --mode=non-interactive -- /bin/sh -c %s", self.name, marked)
+        out = self.run_local(f"{client} exec %s --mode=non-interactive -- /bin/sh -c %s", self.name, marked)
         err = out.stderr_bytes
         if err.endswith(tail):
             out._stderr = err[: -len(tail)]
@@ -247,10 +250,11 @@ def pytest_configure(config: pytest.Config) -> None:
     expected_from(config)
     llamacpp_expected_from(config)
     security_expected_from(config)
-    # pyinfra's host names (@lxd/NAME, @pct/NODE/VMID, @ssh/HOST) as testinfra's, for a suite run by pytest itself
-    # (labwright verify translates them before pytest starts); @pct hosts through labwright's pct backend.
+    # pyinfra's host names (@lxd/NAME, @incus/NAME, @pct/NODE/VMID, @ssh/HOST) as testinfra's, for a suite run by
+    # pytest itself (labwright verify translates them before pytest starts); @pct and @incus hosts through labwright's
+    # backends.
     from labwright.errors import BadInput
-    from labwright.verify.hostspec import register_pct_backend, translate_hosts
+    from labwright.verify.hostspec import IncusBackend, register_pct_backend, translate_hosts
 
     register_pct_backend()
     if getattr(config.option, "hosts", None):
@@ -260,8 +264,9 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
     from testinfra.backend.lxc import LxcBackend
 
-    if not getattr(LxcBackend.run, "steady", False):
-        LxcBackend.run = steady_lxc_run
+    for backend in (LxcBackend, IncusBackend):
+        if not getattr(backend.run, "steady", False):
+            backend.run = steady_lxc_run
 
 
 @pytest.fixture(scope="session")

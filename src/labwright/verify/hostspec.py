@@ -2,14 +2,16 @@
 to the host specs testinfra reads, checked before pytest starts.
 
 - ``@lxd/NAME``, ``@lxd/REMOTE:NAME`` -> ``lxc://NAME`` (testinfra's lxc backend: ``lxc exec NAME``);
+- ``@incus/NAME``, ``@incus/REMOTE:NAME`` -> ``incus://NAME`` (``IncusBackend`` below: ``incus exec NAME``; testinfra
+  10.2 has no Incus backend of its own, its lxc one runs the ``lxc`` client);
 - ``@pct/NODE/VMID`` -> ``pct://NODE?container=VMID`` (``PctBackend`` below: ``ssh NODE pct exec VMID -- ...``);
 - ``@ssh/HOST`` (``@ssh/USER@HOST:PORT``) -> ``ssh://HOST`` (testinfra's ssh backend: the ``ssh`` command, so
   ``~/.ssh/config`` applies);
 - ``@local`` -> ``local://``;
 - testinfra's own specs (``lxc://NAME``, ``ssh://HOST``, ``docker://...``) and bare host names pass unchanged.
 
-Several hosts are comma-separated, as testinfra takes them. Pure but for PctBackend, which testinfra loads by name
-(``pct`` in testinfra.backend.BACKENDS, registered by the suites' conftest.py).
+Several hosts are comma-separated, as testinfra takes them. Pure but for PctBackend and IncusBackend, which testinfra
+loads by name (``pct`` and ``incus`` in testinfra.backend.BACKENDS, registered by the suites' conftest.py).
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ from labwright.errors import BadInput
 from labwright.hostnames import BadHostName, LxdName, PctName, parse_host_name
 
 #: What --hosts takes, for the error lines.
-FORMS = "@lxd/NAME, @pct/NODE/VMID, @ssh/HOST (or testinfra's lxc://NAME, ssh://HOST), comma-separated"
+FORMS = ("@lxd/NAME, @incus/NAME, @pct/NODE/VMID, @ssh/HOST (or testinfra's lxc://NAME, ssh://HOST), "
+         "comma-separated")
 #: ``[USER@]HOST[:PORT]`` as ssh takes it: no spaces, slashes or shell characters.
 SSH_TARGET = re.compile(r"^(?:[A-Za-z0-9._-]+@)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 #: testinfra's backend name for @pct hosts, and the class it loads.
 PCT_BACKEND = ("pct", "labwright.verify.hostspec.PctBackend")
+#: testinfra's backend name for @incus hosts, and the class it loads.
+INCUS_BACKEND = ("incus", "labwright.verify.hostspec.IncusBackend")
 
 
 def translate_host(name: str) -> str:
@@ -44,15 +49,13 @@ def translate_host(name: str) -> str:
             raise BadInput(f"--hosts {name}: {target!r} is not a host ssh can reach ([USER@]HOST[:PORT]); give "
                            f"{FORMS}")
         return f"ssh://{target}"
-    if connector == "@incus":
-        raise BadInput(f"--hosts {name}: testinfra drives LXD containers (lxc exec), not Incus ones: give the "
-                       "container as @lxd/NAME where the lxc client reaches it, or @ssh/HOST")
     try:
         parsed = parse_host_name(name)
     except BadHostName as exc:
         raise BadInput(f"--hosts: {exc}") from None
     if isinstance(parsed, LxdName):
-        return f"lxc://{parsed.remote + ':' if parsed.remote else ''}{parsed.instance}"
+        scheme = "incus" if parsed.flavour == "incus" else "lxc"
+        return f"{scheme}://{parsed.remote + ':' if parsed.remote else ''}{parsed.instance}"
     if isinstance(parsed, PctName):
         return f"pct://{parsed.node}?container={parsed.vmid}"
     raise BadInput(f"--hosts {name}: not a host name labwright verify knows; give {FORMS}")
@@ -64,10 +67,12 @@ def translate_hosts(text: str) -> str:
 
 
 def register_pct_backend() -> None:
-    """Make ``pct://NODE?container=VMID`` a testinfra backend (called from the suites' conftest.py)."""
+    """Make ``pct://NODE?container=VMID`` and ``incus://NAME`` testinfra backends (called from the suites'
+    conftest.py)."""
     from testinfra.backend import BACKENDS
 
     BACKENDS.setdefault(*PCT_BACKEND)
+    BACKENDS.setdefault(*INCUS_BACKEND)
 
 
 @functools.cache
@@ -101,8 +106,33 @@ def _pct_backend() -> type:
     return PctBackend
 
 
+@functools.cache
+def _incus_backend() -> type:
+    from testinfra.backend.lxc import LxcBackend
+
+    class IncusBackend(LxcBackend):
+        """An Incus instance through the ``incus`` client: ``incus exec NAME --mode=non-interactive -- /bin/sh -c
+        CMD``, as testinfra's lxc backend runs ``lxc exec`` (testinfra/backend/lxc.py, LxcBackend.run, pytest-testinfra
+        10.2.2); ``REMOTE:NAME`` and ``INCUS_SOCKET`` as the client takes them. The suites' conftest.py makes its
+        ``run`` the steady one (``steady_lxc_run``, with ``CLIENT``)."""
+
+        NAME = "incus"
+        CLIENT = "incus"
+
+        def run(self, command: str, *args: str, **kwargs: Any) -> Any:
+            cmd = self.get_command(command, *args)
+            out = self.run_local(f"{self.CLIENT} exec %s --mode=non-interactive -- /bin/sh -c %s", self.name, cmd)
+            out.command = self.encode(cmd)
+            return out
+
+    return IncusBackend
+
+
 def __getattr__(name: str) -> Any:
-    # PctBackend is built on first use: importing this module (the CLI's --hosts check) needs no testinfra.
+    # PctBackend and IncusBackend are built on first use: importing this module (the CLI's --hosts check) needs no
+    # testinfra.
     if name == "PctBackend":
         return _pct_backend()
+    if name == "IncusBackend":
+        return _incus_backend()
     raise AttributeError(name)

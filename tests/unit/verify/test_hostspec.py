@@ -21,6 +21,8 @@ from support.cli_child import run_cli
 @pytest.mark.parametrize("name, spec", [
     ("@lxd/lw-node1", "lxc://lw-node1"),
     ("@lxd/remote1:web", "lxc://remote1:web"),
+    ("@incus/lw-node1", "incus://lw-node1"),
+    ("@incus/remote1:web", "incus://remote1:web"),
     ("@pct/pve1/101", "pct://pve1?container=101"),
     ("@ssh/llm1", "ssh://llm1"),
     ("@ssh/root@10.99.0.53:2222", "ssh://root@10.99.0.53:2222"),
@@ -44,7 +46,7 @@ def test_several_hosts_are_comma_separated():
     ("@pct/101", "expected @pct/NODE/VMID"),
     ("@ssh/a b", "'a b' is not a host ssh can reach"),
     ("@ssh/", "'' is not a host ssh can reach"),
-    ("@incus/web", "not Incus ones"),
+    ("@incus/$(id)", "'$(id)' is not a valid container name"),
     ("@docker/x", "not a host name labwright verify knows"),
     ("", "an empty host name"),
 ])
@@ -124,3 +126,35 @@ def test_pct_hosts_run_through_the_node(tmp_path, monkeypatch):
     assert host.file("/etc/hostname").exists
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert calls[0][0] == "pve1" and calls[0][1].startswith("pct exec 101 -- /bin/sh -c ")
+
+
+def test_incus_hosts_run_through_the_incus_client(tmp_path, monkeypatch):
+    """``incus://NAME``: each command is ``incus exec NAME --mode=non-interactive -- /bin/sh -c CMD``, as testinfra's
+    lxc backend runs ``lxc exec`` (testinfra/backend/lxc.py, pytest-testinfra 10.2.2), with the steady run's end mark
+    (verify/conftest.py, steady_lxc_run) taken off. ``incus`` here is a stand-in on PATH that runs the command on
+    this machine; the real client on the Incus lab is in tests/integration/test_lab_backends.py."""
+    log = tmp_path / "log"
+    (tmp_path / "incus").write_text(
+        f"#!{sys.executable}\n"
+        "import json, subprocess, sys\n"
+        f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "assert sys.argv[1:5] == ['exec', 'web1', '--mode=non-interactive', '--'], sys.argv\n"
+        "sys.exit(subprocess.run(sys.argv[5:]).returncode)\n")
+    (tmp_path / "incus").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    import testinfra
+
+    from labwright.verify.conftest import steady_lxc_run
+    from labwright.verify.hostspec import IncusBackend
+
+    register_pct_backend()
+    host = testinfra.get_host(translate_host("@incus/web1"))
+    assert host.backend.get_pytest_id() == "incus://web1"
+    done = host.run("printf '%%s|' \"$0\" %s; echo oops >&2; exit 3", "it's $(not run)")
+    assert (done.rc, done.stdout, done.stderr) == (3, "/bin/sh|it's $(not run)|", "oops\n")
+    monkeypatch.setattr(IncusBackend, "run", steady_lxc_run)  # as the suites' conftest.py makes it
+    steady = host.run("echo out; echo err >&2")
+    assert (steady.rc, steady.stdout, steady.stderr) == (0, "out\n", "err\n")
+    assert host.file("/etc/hostname").exists
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert all(call[:6] == ["exec", "web1", "--mode=non-interactive", "--", "/bin/sh", "-c"] for call in calls)
