@@ -188,6 +188,8 @@ def predict(*, weights: float, active_fraction: float, kv: float, verdict: str, 
                    active * (1 - on_gpu) if offload_memory == "ram" else weights - gpu_weights, offload_memory),
                   ("KV cache (GPU layers)", kv * on_gpu, gpu_memory),
                   ("KV cache (CPU layers)", kv * (1 - on_gpu), "ram")]
+        if engine == "vllm":  # vLLM computes every layer on the GPU: its KV stays there whole
+            pieces[2:] = [("KV cache", kv, gpu_memory)]
     parts: list[Part] = []
     sources: dict[str, None] = {}
     missing: list[str] = []
