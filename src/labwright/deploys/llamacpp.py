@@ -26,6 +26,8 @@ from labwright.facts.llamacpp import GlibcVersion, OllamaPresent, ReadableBy
 from labwright.facts.nvidia import NvidiaGpus
 from labwright.gpu.devices import GPU_GROUP
 from labwright.guestlock import locked
+from labwright.llamacpp import router
+from labwright.llamacpp import router_deploy as llamacpp_router
 from labwright.llamacpp.deploy_data import (
     KEYS,
     OLLAMA_DROPIN,
@@ -65,6 +67,8 @@ def deploy_llamacpp() -> None:
     """
     # --- read and check host data before touching anything ------------------------------------------
     check_snapshot_data()
+    # llamacpp_models: several models, one router llama-server (labwright.llamacpp.router); None: one model
+    routed = router.models_of(host.data.dict())
     try:
         data, planned = downloaded_model(host.data.dict())
     except BadInput as exc:
@@ -82,10 +86,10 @@ def deploy_llamacpp() -> None:
     # a repo, revision or file the Hub does not have stops the run here with one line. Until it is complete on the
     # guest, the model checks below run after the download instead.
     state = model_ops.probe(planned) if planned else "complete"
-    if planned is None and not host.get_fact(File, path=s.model):
+    if routed is None and planned is None and not host.get_fact(File, path=s.model):
         raise KEYS.fail("model", f"{s.model} does not exist on {host.name}; copy the GGUF there first (nothing was "
                         "changed)")
-    if state == "complete" and not host.get_fact(ReadableBy, path=s.model, user=s.user):
+    if routed is None and state == "complete" and not host.get_fact(ReadableBy, path=s.model, user=s.user):
         raise KEYS.fail("model", f"{s.model} is not readable by the service user {s.user} on {host.name}; make the "
                         "file and its directories world-readable or group-readable by it (nothing was changed)")
     # The key file, when there is one already, must be root's and closed to other users: refused here, before
@@ -101,6 +105,8 @@ def deploy_llamacpp() -> None:
     if holder:
         raise KEYS.fail("port", f"{s.flags['port']} is already in use on {host.name} by {holder} (nothing was "
                         "changed)")
+    # each model of the list there, readable and fit-checked (kv fit), and how many fit at once: --models-max
+    routing = llamacpp_router.plan(routed, s, data) if routed is not None else None
 
     mode = ollama_mode(data)
     ollama = host.get_fact(OllamaPresent)
@@ -141,19 +147,23 @@ def deploy_llamacpp() -> None:
     binary_changed = binary_op.did_change
 
     # --- unit, start, restart on change, health ------------------------------------------------------
-    unit = files.put(name=f"Unit {s.service}.service", src=StringIO(s.render_unit()),
+    preset = llamacpp_router.preset(routing, s) if routing is not None else None
+    preset_changed = preset.did_change if preset is not None else (lambda: False)
+    unit = files.put(name=f"Unit {s.service}.service",
+                     src=StringIO(routing.unit if routing is not None else s.render_unit()),
                      dest=f"/etc/systemd/system/{s.service}.service", user="root", group="root", mode="644")
     systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
     started = systemd_ops.started_owned(name=f"{s.service} enabled and running", service=f"{s.service}.service")
     # Restart only for a real change; a fresh start above already runs the new binary and unit.
     restarted = systemd_ops.restarted_owned(
         name=f"Restart {s.service} (unit or binary changed)", service=f"{s.service}.service",
-        _if=lambda: (unit.did_change() or binary_changed() or model_changed() or key_changed())
+        _if=lambda: (unit.did_change() or binary_changed() or model_changed() or key_changed() or preset_changed())
         and not started.did_change())
     # /v1/models is asked with the key (only /health and /v1/health are public once a key is set).
     http.wait_healthy(name=f"{s.service} health: /health then /v1/models", url=s.health_url, service=s.service,
-                      timeout=s.health_timeout, models=s.model_ids, key_file=s.key_file,
-                      _if=lambda: (binary_changed() or model_changed() or key_changed()
+                      timeout=s.health_timeout, models=routing.names if routing is not None else s.model_ids,
+                      all_models=routing is not None, key_file=s.key_file,
+                      _if=lambda: (binary_changed() or model_changed() or key_changed() or preset_changed()
                                    or any_changed(unit, started, restarted)()))
 
     # --- Ollama on the same host: the same KV policy, as a drop-in -----------------------------------

@@ -410,8 +410,9 @@ class LlamacppSettings:
 
 
 def data_keys() -> set[str]:
-    """Every ``llamacpp_<key>`` the deploy reads: [service] and [flags], ``ollama_<key>`` of [ollama], the binary."""
-    return ({*DEFAULTS["service"], *DEFAULTS["flags"], "extra_args", "binary_src", "binary_sha256", "build"}
+    """Every ``llamacpp_<key>`` the deploy reads: [service] and [flags], ``ollama_<key>`` of [ollama], the binary,
+    ``models`` (several models, router mode: labwright.llamacpp.router)."""
+    return ({*DEFAULTS["service"], *DEFAULTS["flags"], "extra_args", "binary_src", "binary_sha256", "build", "models"}
             | {f"ollama_{key}" for key in DEFAULTS["ollama"]})
 
 
