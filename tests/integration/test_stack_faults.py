@@ -15,6 +15,7 @@ import json
 import shlex
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -25,7 +26,7 @@ from labwright.stacks.from_matrix import plan_for_stack
 from labwright.stacks.switch import FAULT_ENV
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import pyinfra_totals
-from support.stack_service import WHEELHOUSE, Run, StandinService
+from support.stack_service import WHEELHOUSE, Installed, Run, StandinService, installed_copies
 from support.stacks import StandinStacks, build_standin_stacks
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
@@ -139,12 +140,20 @@ class Switcher:
         assert "finished" in out, f"{venv_dir} is active but not a finished, recorded build"
 
 
+@pytest.fixture(scope="module")
+def installed(lab: Lab, stacks) -> Iterator[Installed]:
+    """The wheelhouse pushed and standin-2.9 installed once; each test gets a copy (support.stack_service)."""
+    with installed_copies(lab, stacks, "lwsfbase") as copies:
+        yield copies
+
+
 @pytest.fixture
-def service(lab: Lab, make_lab_container, stacks) -> StandinService:
-    service = StandinService(lab.client, make_lab_container("lwsf"), stacks)
-    service.push_wheelhouse()
-    service.install("standin-2.9")
-    return service
+def service(lab: Lab, installed: Installed) -> Iterator[StandinService]:
+    service = installed.service("lwsf")
+    try:
+        yield service
+    finally:
+        lab.remove(service.name)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import pyinfra_totals
-from support.stack_service import StandinService
+from support.stack_service import Installed, StandinService, installed_copies
 from support.stacks import StandinStacks, build_standin_stacks, write_matrix
 from support.tabbyapi_lab import bridge_address, lab_subnet
 
@@ -34,12 +34,20 @@ def stacks(tmp_path_factory) -> StandinStacks:
     return build_standin_stacks(tmp_path_factory.mktemp("standin"))
 
 
+@pytest.fixture(scope="module")
+def installed(lab: Lab, stacks) -> Iterator[Installed]:
+    """The wheelhouse pushed and standin-2.9 installed once; each test gets a copy (support.stack_service)."""
+    with installed_copies(lab, stacks, "lwssbase") as copies:
+        yield copies
+
+
 @pytest.fixture
-def service(lab: Lab, make_lab_container, stacks) -> StandinService:
-    service = StandinService(lab.client, make_lab_container("lwss"), stacks)
-    service.push_wheelhouse()
-    service.install("standin-2.9")  # a plain venv, as a tabbyAPI install leaves it
-    return service
+def service(lab: Lab, installed: Installed) -> Iterator[StandinService]:
+    service = installed.service("lwss")
+    try:
+        yield service
+    finally:
+        lab.remove(service.name)
 
 
 class Watch:

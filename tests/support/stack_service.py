@@ -17,12 +17,16 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from labwright.lab import lab as lab_ops
 from labwright.lab.lab import instance_address
 from labwright.lxd.client import LxdClient
 from labwright.stacks.bundle import REMOTE_PATH, build_bundle
+from labwright.testing.lab_fixture import OWNER_KEY, Lab, process_token
 from support.stacks import SERVER, SERVICE_PORT, UNIT, StandinStacks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,3 +148,47 @@ class StandinService:
         start = time.monotonic()
         proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
+
+
+@contextmanager
+def installed_copies(lab: Lab, stacks: StandinStacks, prefix: str) -> Iterator[Installed]:
+    """A container made as a ``service`` fixture makes each test's (the wheelhouse pushed, ``install("standin-2.9")``),
+    then stopped: each test takes a copy of it (``Installed.service()``: a btrfs snapshot and a boot, its unit started)
+    instead of pushing the wheelhouse and building the venv again. Removed at the end."""
+    name = lab.fresh(prefix)
+    try:
+        base = StandinService(lab.client, name, stacks)
+        base.push_wheelhouse()
+        base.install("standin-2.9")  # a plain venv, as a tabbyAPI install leaves it
+        lab.client.set_state(name, "stop", timeout=120)
+        yield Installed(lab, name, stacks)
+    finally:
+        lab.remove(name)
+
+
+@dataclass
+class Installed:
+    lab: Lab
+    source: str
+    stacks: StandinStacks
+
+    def service(self, prefix: str) -> StandinService:
+        """A running copy of the installed container, its unit started and healthy; the caller removes it
+        (``lab.remove``)."""
+        name = f"{prefix}-{os.urandom(3).hex()}"
+        self.lab.client.create_instance({
+            "name": name, "type": "container", "source": {"type": "copy", "source": self.source},
+            "profiles": [self.lab.spec.profile],
+            "config": {lab_ops.LAB_KEY: self.lab.spec.name, OWNER_KEY: process_token(os.getpid())}})
+        try:
+            self.lab.client.set_state(name, "start")
+            lab_ops.wait_ready(self.lab.client, name)
+            service = StandinService(self.lab.client, name, self.stacks)
+            service.sh(f"systemctl start {service.unit}")
+            if not service.wait_healthy(10):
+                raise AssertionError(f"{service.unit} did not come up in {name}: "
+                                     f"{service.sh(f'journalctl -u {service.unit} -n 20', False).output}")
+        except BaseException:
+            self.lab.remove(name)
+            raise
+        return service
