@@ -13,6 +13,10 @@ def pytest_configure(config):
     # Registered here until pyproject's [tool.pytest.ini_options] lists it; both may coexist.
     config.addinivalue_line(
         "markers", "slow: builds real venvs, wheels and torch installs (minutes on a fresh machine); CI runs them")
+    config.addinivalue_line(
+        "markers", "vulkan_build: needs llama.cpp's Vulkan build (labwright build llamacpp --vulkan); cold, the test "
+        "builds it in the lab's Debian 13 build box (~10 min on 2 idle cores, much more under load: docs/llamacpp.md); "
+        "cached, nothing. -m 'not vulkan_build' leaves it out")
 
 
 @pytest.fixture
