@@ -25,6 +25,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import _support  # noqa: F401  (tests/support importable)
@@ -48,21 +49,27 @@ def sh(lab: Lab, name: str, script: str) -> str:
     return result.stdout.decode()
 
 
-def medians(bench_run) -> tuple[float, float, float]:
-    """TTFT ms and decode tok/s as the client saw them, and the engine's own decode tok/s (llama.cpp's timings):
-    a gap between the last two is the way there, not the engine."""
-    ttft, decode, server = [], [], []
+Row = tuple[float, float, float, float]
+
+
+def medians(bench_run) -> Row:
+    """TTFT ms and decode tok/s as the client saw them, the engine's own decode tok/s (llama.cpp's timings), and
+    the client's TTFT minus the engine's own prompt time: what the way there adds, whatever the engine's speed (on a
+    shared machine the engine's speed swings with the other load; these two columns do not)."""
+    ttft, decode, server, way = [], [], [], []
     for context in bench_run.results:
         for trial in context.trials[1:] or context.trials:
             ttft.append(trial.ttft_s * 1000)
             decode.append(trial.decode_tps or 0.0)
             server.append(trial.server_decode_tps or 0.0)
-    return statistics.median(ttft), statistics.median(decode), statistics.median(server)
+            prompt_ms = float((trial.timings or {}).get("prompt_ms") or 0.0)
+            way.append(trial.ttft_s * 1000 - prompt_ms)
+    return statistics.median(ttft), statistics.median(decode), statistics.median(server), statistics.median(way)
 
 
 def rounds(args: argparse.Namespace, configs: dict[str, BenchConfig], before: dict[str, str] | None = None,
-           lab: Lab | None = None, name: str = "") -> dict[str, list[tuple[float, float, float]]]:
-    rows: dict[str, list[tuple[float, float, float]]] = {key: [] for key in configs}
+           lab: Lab | None = None, name: str = "") -> dict[str, list[Row]]:
+    rows: dict[str, list[Row]] = {key: [] for key in configs}
     order = list(configs)
     for number in range(args.rounds):
         for key in order if number % 2 == 0 else order[::-1]:
@@ -70,17 +77,41 @@ def rounds(args: argparse.Namespace, configs: dict[str, BenchConfig], before: di
                 sh(lab, name, before[key])
             rows[key].append(medians(run(configs[key])))
             print(f"  round {number + 1} {key:>12}: TTFT {rows[key][-1][0]:.1f} ms, decode {rows[key][-1][1]:,.1f} "
-                  f"tok/s (engine's own {rows[key][-1][2]:,.1f})", file=sys.stderr, flush=True)
+                  f"tok/s (engine's own {rows[key][-1][2]:,.1f}), TTFT beyond the engine's prompt time "
+                  f"{rows[key][-1][3]:.1f} ms", file=sys.stderr, flush=True)
     return rows
 
 
-def summary(rows: dict[str, list[tuple[float, float, float]]], base: str, other: str) -> str:
-    b_ttft, b_dec, b_srv = (statistics.median(r[i] for r in rows[base]) for i in (0, 1, 2))
-    o_ttft, o_dec, o_srv = (statistics.median(r[i] for r in rows[other]) for i in (0, 1, 2))
-    spread = (max(r[1] for r in rows[base]) - min(r[1] for r in rows[base])) / b_dec * 100 if b_dec else 0
-    return (f"| {base} | {b_ttft:.1f} | {b_dec:,.1f} | {b_srv:,.1f} |\n| {other} | {o_ttft:.1f} "
-            f"({o_ttft - b_ttft:+.1f} ms) | {o_dec:,.1f} ({(o_dec / b_dec - 1) * 100:+.1f}%) | {o_srv:,.1f} |\n"
-            f"round-to-round spread of {base}'s decode: {spread:.1f}%")
+def summary(rows: dict[str, list[Row]], base: str, other: str) -> str:
+    """Medians over rounds; the last two columns are the load-robust ones (client decode / engine's own decode,
+    TTFT beyond the engine's prompt time)."""
+    lines = []
+    for name in (base, other):
+        ttft, dec, srv, way = (statistics.median(r[i] for r in rows[name]) for i in range(4))
+        ratio = statistics.median(r[1] / r[2] for r in rows[name] if r[2]) * 100 if any(r[2] for r in rows[name]) \
+            else 0.0
+        lines.append(f"| {name} | {ttft:.1f} | {dec:,.1f} | {srv:,.1f} | {ratio:.1f}% | {way:.1f} |")
+    spread = [r[1] for r in rows[base]]
+    lines.append(f"round-to-round spread of {base}'s decode: "
+                 f"{(max(spread) - min(spread)) / statistics.median(spread) * 100:.0f}%")
+    return "\n".join(lines)
+
+
+def idle_cpu(lab: Lab, name: str, units: list[str], seconds: float) -> dict[str, float]:
+    """Each unit's main process's CPU use (user + system, all its threads, /proc/PID/stat) over ``seconds`` of wall
+    time, in % of one core; works under cgroup v1 and v2 alike."""
+    script = ("for u in " + " ".join(units) + "; do p=$(systemctl show -p MainPID --value $u.service); "
+              "if [ \"$p\" -gt 0 ] 2>/dev/null; then awk -v u=$u '{print u, $14 + $15}' /proc/$p/stat; "
+              "else echo $u 0; fi; done; getconf CLK_TCK")
+
+    def usage() -> tuple[dict[str, int], int]:
+        lines = sh(lab, name, script).split()
+        return {lines[i]: int(lines[i + 1]) for i in range(0, len(lines) - 1, 2)}, int(lines[-1])
+
+    (before, _), start = usage(), time.monotonic()
+    time.sleep(seconds)
+    (after, ticks), wall = usage(), time.monotonic() - start
+    return {unit: max(0, after[unit] - before[unit]) / ticks / wall * 100 for unit in units}
 
 
 def main() -> None:
@@ -90,6 +121,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scrape-interval", default="1s")
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
     args = parser.parse_args()
     contexts = parse_contexts(args.contexts)
     lab = ensure_test_lab()
@@ -121,12 +153,21 @@ def main() -> None:
         scrape = rounds(args, {"no scraping": direct, "scraping": direct},
                         {"no scraping": "systemctl stop prometheus", "scraping": "systemctl start prometheus"},
                         lab, name)
-        print("\n| way | TTFT ms (median) | decode tok/s (median) | engine's own decode tok/s |\n|---|---|---|---|")
+        header = ("| TTFT ms | decode tok/s | engine's own decode tok/s | client decode / engine's own | TTFT beyond "
+                  "the engine's prompt time, ms |\n|---|---|---|---|---|---|")
+        print(f"\n| way {header}")
         print(summary(tls, "direct", "TLS entrance"))
-        print(f"\n| Prometheus (every {args.scrape_interval}) | TTFT ms (median) | decode tok/s (median) | "
-              "engine's own decode tok/s |")
-        print("|---|---|---|---|")
+        print(f"\n| Prometheus (every {args.scrape_interval}) {header}")
         print(summary(scrape, "no scraping", "scraping"))
+        units = ["llama-server", "prometheus", "prometheus-node-exporter"]
+        sh(lab, name, "systemctl stop prometheus")
+        quiet = idle_cpu(lab, name, units, args.idle_seconds)
+        sh(lab, name, "systemctl start prometheus")
+        busy = idle_cpu(lab, name, units, args.idle_seconds)
+        print(f"\nCPU of an idle engine's guest over {args.idle_seconds:g} s, % of one core "
+              f"(Prometheus stopped / scraping every {args.scrape_interval}):")
+        for unit in units:
+            print(f"| {unit} | {quiet[unit]:.2f} | {busy[unit]:.2f} |")
     finally:
         lab.remove(name)
         shutil.rmtree(stored_root(f"@lxd/{name}").parent, ignore_errors=True)
