@@ -55,6 +55,20 @@ def test_bench_llm_numbers_out_of_range_are_refused_before_anything_is_sent(labw
     assert standin.requests == []  # not a byte sent, no prompt built
 
 
+@pytest.mark.parametrize(("content", "words"), [
+    (None, ("--ca", "not a readable PEM certificate", "No such file or directory")),
+    (b"not a certificate\n", ("--ca", "not a readable PEM certificate")),
+])
+def test_a_ca_that_is_no_certificate_is_refused_before_anything_is_sent(labwright, standin, tmp_path, content,
+                                                                         words):
+    """--ca (the TLS gateway's root, docs/gateway.md): a missing file or one that holds no certificate is one line."""
+    ca = tmp_path / "root.crt"
+    if content is not None:
+        ca.write_bytes(content)
+    one_line_exit_2(labwright("bench", "llm", "--url", standin.url, "--ca", str(ca), "--contexts", "64"), *words)
+    assert standin.requests == []
+
+
 def test_a_context_beyond_what_a_vllm_server_lists_is_refused_before_prompts_are_built(labwright, standin):
     standin.script.listing = {"object": "list", "data": [{"id": "standin", "object": "model", "max_model_len": 4096}]}
     result = labwright("bench", "llm", "--url", standin.url, "--contexts", "8192", "--decode", "64")
