@@ -1,4 +1,6 @@
-"""ONE way to run a command on a host: ``run`` / ``put`` / ``get``, one :class:`Result`, one SSH option set.
+"""ONE way to run a command on a host: ``run`` / ``put`` / ``get``, one :class:`Result`, one SSH option set; and
+one way to read its files: ``read_text`` / ``exists`` / ``listdir`` / ``stat`` / ``realpath`` (this machine's
+directly, any other's by commands: :class:`CommandFiles`).
 
 Every runbook that reaches a machine goes through a :class:`Host`; each transport is a small module:
 
@@ -17,6 +19,7 @@ The ``@pct`` connector is pyinfra's SSH connector to the node plus the ``pct`` w
 
 from __future__ import annotations
 
+import stat as stat_mode
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +53,36 @@ class Result:
         return f"exit {self.rc}, no output"
 
 
+@dataclass(frozen=True)
+class FileStat:
+    """What :meth:`Host.stat` says of a path: ``mode`` (st_mode: the file type and permission bits) and, for a device
+    node, its ``major`` and ``minor``."""
+
+    mode: int
+    major: int = 0
+    minor: int = 0
+
+    @property
+    def is_dir(self) -> bool:
+        return stat_mode.S_ISDIR(self.mode)
+
+    @property
+    def is_file(self) -> bool:
+        return stat_mode.S_ISREG(self.mode)
+
+    @property
+    def is_symlink(self) -> bool:
+        return stat_mode.S_ISLNK(self.mode)
+
+    @property
+    def is_char(self) -> bool:
+        return stat_mode.S_ISCHR(self.mode)
+
+    @property
+    def permissions(self) -> int:
+        return stat_mode.S_IMODE(self.mode)
+
+
 class Host(Protocol):
     """A machine commands and files reach. ``label`` is how messages name it."""
 
@@ -68,7 +101,66 @@ class Host(Protocol):
         """``remote``'s contents. Raises OSError when it cannot be read."""
         ...
 
+    def read_text(self, path: str) -> str:
+        """``path``'s text. Raises OSError when it cannot be read."""
+        ...
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` exists (a symbolic link: its target)."""
+        ...
+
+    def listdir(self, path: str) -> list[str]:
+        """The names in the directory ``path``, sorted. Raises OSError when it is no readable directory."""
+        ...
+
+    def stat(self, path: str, follow_symlinks: bool = True) -> FileStat | None:
+        """``path``'s type, mode and device numbers (``follow_symlinks=False``: the link itself); None when missing."""
+        ...
+
+    def realpath(self, path: str) -> str:
+        """``path`` with every symbolic link resolved (as ``readlink -f``)."""
+        ...
+
     def close(self) -> None: ...
+
+
+class CommandFiles:
+    """:class:`Host`'s file reads for a transport that only runs commands (SSH, pct, LXD exec, a pyinfra connector):
+    ``cat``, ``test``, ``ls``, ``stat`` and ``readlink``, one command each (GNU coreutils, as on Debian and Proxmox
+    VE). The class using it defines ``label``, ``run`` and ``get``."""
+
+    label: str
+
+    def run(self, command: str | Sequence[str], stdin: bytes | str | None = None,
+            timeout: float | None = None) -> Result:
+        raise NotImplementedError
+
+    def get(self, remote: str) -> bytes:
+        raise NotImplementedError
+
+    def read_text(self, path: str) -> str:
+        return self.get(path).decode(errors="surrogateescape")
+
+    def exists(self, path: str) -> bool:
+        return self.run(["test", "-e", path]).ok
+
+    def listdir(self, path: str) -> list[str]:
+        result = self.run(f"test -d {quote(path)} && ls -A1 -- {quote(path)}")
+        if not result.ok:
+            raise OSError(f"cannot list {path} on {self.label}: "
+                          f"{result.last_line() if result.stderr.strip() else 'not a directory'}")
+        return sorted(name for name in result.stdout.splitlines() if name)
+
+    def stat(self, path: str, follow_symlinks: bool = True) -> FileStat | None:
+        result = self.run(["stat", *(["-L"] if follow_symlinks else []), "-c", "%f %t %T", "--", path])
+        fields = result.stdout.split()
+        if not result.ok or len(fields) != 3:
+            return None
+        return FileStat(*(int(field, 16) for field in fields))
+
+    def realpath(self, path: str) -> str:
+        result = self.run(["readlink", "-f", "--", path])
+        return result.stdout.strip() if result.ok and result.stdout.strip() else path
 
 
 def shell_line(command: str | Sequence[str]) -> str:
@@ -102,4 +194,5 @@ def get_with_cat(host: Host, remote: str) -> bytes:
     return result.stdout.encode("utf-8", errors="surrogateescape")
 
 
-__all__ = ["Host", "Result", "Source", "get_with_cat", "put_with_cat", "shell_line", "source_bytes"]
+__all__ = ["CommandFiles", "FileStat", "Host", "Result", "Source", "get_with_cat", "put_with_cat", "shell_line",
+           "source_bytes"]

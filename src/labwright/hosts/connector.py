@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from labwright.errors import BadInput
-from labwright.hosts import Result, Source, shell_line, source_bytes
+from labwright.hosts import CommandFiles, Result, Source, shell_line, source_bytes
 from labwright.shell import quote
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 RC_MARK = "@@labwright-rc="
 
 
-class ConnectorHost:
+class ConnectorHost(CommandFiles):
     """Commands and files on one pyinfra host. ``label`` is how messages name it (the target string)."""
 
     def __init__(self, host: PyinfraHost, label: str, owned: bool = False):

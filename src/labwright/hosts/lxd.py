@@ -12,13 +12,13 @@ from collections.abc import Sequence
 
 from labwright.errors import LabwrightError, LxdError, LxdNotFound
 from labwright.hostnames import lxd_guest
-from labwright.hosts import Result, Source, shell_line, source_bytes
+from labwright.hosts import CommandFiles, Result, Source, shell_line, source_bytes
 from labwright.lxd.client import ExecResult, LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 from labwright.shell import quote
 
 
-class LxdHost:
+class LxdHost(CommandFiles):
     def __init__(self, target: str, client: LxdClient | None = None, raise_errors: bool = False):
         """``raise_errors``: ``run`` raises (LxdError, OSError) when the daemon cannot run the command, for callers
         that stop there with one line, instead of reading it as exit 255."""

@@ -17,11 +17,11 @@ import base64
 from collections.abc import Sequence
 
 from labwright.connectors.pct_commands import pct_exec_command
-from labwright.hosts import Host, Result, Source, put_with_cat, shell_line
+from labwright.hosts import CommandFiles, Host, Result, Source, put_with_cat, shell_line
 from labwright.shell import quote
 
 
-class PctHost:
+class PctHost(CommandFiles):
     """CT ``vmid`` on ``node``. ``close`` leaves the node open: whoever made the node Host closes it."""
 
     def __init__(self, node: Host, vmid: int, label: str | None = None):

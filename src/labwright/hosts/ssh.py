@@ -24,7 +24,7 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.exceptions import ConnectError, PyinfraError
 from pyinfra.connectors.ssh import SSHConnector
 
-from labwright.hosts import Result, Source, shell_line
+from labwright.hosts import CommandFiles, Result, Source, shell_line
 from labwright.hosts.options import endpoint, ssh_options
 
 READ_CHUNK = 32768
@@ -102,7 +102,7 @@ def connect_error(exc: BaseException, label: str, options: Mapping[str, Any]) ->
     return f"SSH to {label} ({where}) failed: {cause}"
 
 
-class SshHost:
+class SshHost(CommandFiles):
     """Commands and files on one machine over pyinfra's SSH connector."""
 
     def __init__(self, connector: SSHConnector, label: str, options: Mapping[str, Any]):

@@ -7,11 +7,11 @@ import base64
 from collections.abc import Sequence
 from typing import Any
 
-from labwright.hosts import Result, Source, get_with_cat, shell_line, source_bytes
+from labwright.hosts import CommandFiles, Result, Source, get_with_cat, shell_line, source_bytes
 from labwright.shell import quote
 
 
-class TestinfraHost:
+class TestinfraHost(CommandFiles):
     """Commands through testinfra's ``host.run`` (its backend's shell). testinfra passes no stdin, so ``put`` sends
     the bytes base64-encoded on the command line (small files: the checks' records and configs)."""
 
