@@ -169,6 +169,14 @@ def _wheel(sandbox: Path) -> str:
                            tag="py3-none-any"))
 
 
+def _gguf(sandbox: Path) -> str:
+    from support.gguf_files import write_gguf
+
+    meta = {"block_count": 2, "embedding_length": 64, "attention.head_count": 4, "attention.head_count_kv": 2,
+            "context_length": 2048}
+    return str(write_gguf(_fixture_root(sandbox) / "tiny.gguf", "llama", meta))
+
+
 def _const(value: str) -> Callable[[Path], str]:
     return lambda sandbox: value
 
@@ -218,6 +226,8 @@ FILLERS: dict[tuple[str, str], Callable[[Path], str]] = {
     ("gpu check", "guest"): _const("lw-sweep"),
     ("gpu arch", "capability"): _const("8.6"),
     ("model fetch", "repo"): _const("Qwen/Qwen3-0.6B"),
+    ("model plan", "model"): _gguf,
+    ("model plan", "vram_gb"): _const("24"),
     ("model tiny", "out"): lambda sandbox: str(sandbox / "cwd" / "tiny.gguf"),
     ("wheelhouse litellm", "python"): _const("3.11.2"),
     ("wheelhouse openwebui", "python"): _const("3.11.2"),
