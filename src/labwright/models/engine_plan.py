@@ -177,12 +177,13 @@ def plan_hub(spec: Any, endpoint: str, memory: Memory, context: int | None = Non
     if not asked:
         raise BadInput(f"engine auto: {label}: the Hub at {endpoint} could not be asked; check the network, or set "
                        "HF_ENDPOINT / --endpoint to a mirror you can reach (nothing was deployed)")
+    unreadable: tuple[type[BaseException], ...] = (HfHubHTTPError, OSError, ValueError, *fetch._transport_errors())
     api = HfApi(endpoint=endpoint, token=token)
     try:
         files = {f.path: int(f.size or 0) for f in api.list_repo_tree(spec.repo, revision=spec.revision,
                                                                       recursive=True)
                  if getattr(f, "size", None) is not None and not hasattr(f, "tree_id")}
-    except (HfHubHTTPError, OSError, ValueError, *fetch._transport_errors()) as exc:
+    except unreadable as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadInput(f"engine auto: {label} cannot be read from {endpoint}: {first} (nothing was deployed)") from None
     if spec.file:
@@ -213,7 +214,7 @@ def plan_hub(spec: Any, endpoint: str, memory: Memory, context: int | None = Non
                 try:
                     got = hf_hub_download(spec.repo, name, revision=spec.revision, endpoint=endpoint, token=token,
                                           local_dir=folder)
-                except (HfHubHTTPError, OSError, *fetch._transport_errors()) as exc:
+                except unreadable as exc:
                     raise BadInput(f"engine auto: {label}: {name} cannot be read: {fetch._one_line(exc)} (nothing was "
                                    "deployed)") from None
                 config = Path(got) if name == "config.json" else config
