@@ -93,10 +93,19 @@ def tls_context(ca: str | None) -> ssl.SSLContext:
     is one line."""
     if not ca:
         return ssl.create_default_context()
+    from labwright.textio import read_text
+
+    # Read as text first (a missing file, a directory, a pipe, a huge or binary file: one line, never a hang).
     try:
-        return ssl.create_default_context(cafile=ca)
-    except (OSError, ssl.SSLError) as exc:
-        why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+        text = read_text(ca, "a CA certificate (PEM)")
+    except BadInput as exc:
+        raise BadInput(f"--ca {exc}") from None
+    try:
+        if "-----BEGIN CERTIFICATE-----" not in text:  # an empty cadata would mean the system store, silently
+            raise ValueError("no certificate in it")
+        return ssl.create_default_context(cadata=text)
+    except (ssl.SSLError, ValueError) as exc:
+        why = getattr(exc, "reason", None) or exc
         raise BadInput(f"--ca {ca}: not a readable PEM certificate ({why}); pass the gateway's root, e.g. "
                        "~/.local/share/labwright/gateway/HOST/root.crt") from None
 

@@ -56,7 +56,7 @@ def test_bench_llm_numbers_out_of_range_are_refused_before_anything_is_sent(labw
 
 
 @pytest.mark.parametrize(("content", "words"), [
-    (None, ("--ca", "not a readable PEM certificate", "No such file or directory")),
+    (None, ("--ca", "root.crt")),
     (b"not a certificate\n", ("--ca", "not a readable PEM certificate")),
 ])
 def test_a_ca_that_is_no_certificate_is_refused_before_anything_is_sent(labwright, standin, tmp_path, content,
@@ -231,3 +231,68 @@ def test_bench_plot_replaces_the_png_whole_and_leaves_no_temporary(tmp_path):
     report.plot([doc], target)
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["bench.png"]
+
+
+def test_tls_is_verified_against_the_ca_given_and_only_it(tmp_path):
+    """A real TLS listener on 127.0.0.1 with a certificate of a CA made here: with that CA as --ca the connection is
+    made, with the system store or another CA it is refused (TLS is never unverified)."""
+    import datetime as dt
+    import ipaddress
+    import socket
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from labwright.bench.openai import Endpoint
+    from labwright.errors import OperationFailed
+
+    now, pem = dt.datetime.now(dt.UTC), serialization.Encoding.PEM
+
+    def ca_pair(name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+                .serial_number(x509.random_serial_number()).not_valid_before(now)
+                .not_valid_after(now + dt.timedelta(days=1))
+                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                .sign(key, hashes.SHA256()))
+        return cert, key
+
+    ca, ca_key = ca_pair("test CA")
+    other, _ = ca_pair("another CA")
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gw")]))
+              .issuer_name(ca.subject).public_key(server_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
+              .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                             critical=False).sign(ca_key, hashes.SHA256()))
+    (tmp_path / "server.pem").write_bytes(server.public_bytes(pem) + server_key.private_bytes(
+        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (tmp_path / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (tmp_path / "other.pem").write_bytes(other.public_bytes(pem))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "server.pem")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        for _ in range(3):
+            conn, _ = listener.accept()
+            try:
+                context.wrap_socket(conn, server_side=True).close()
+            except (ssl.SSLError, OSError):
+                conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        Endpoint.parse(f"https://127.0.0.1:{port}/v1", ca=str(tmp_path / "ca.pem"), timeout=10).connect().close()
+        for ca_file in (None, str(tmp_path / "other.pem")):
+            with pytest.raises(OperationFailed, match="TLS to .* failed: CERTIFICATE_VERIFY_FAILED"):
+                Endpoint.parse(f"https://127.0.0.1:{port}/v1", ca=ca_file, timeout=10).connect()
+    finally:
+        thread.join(timeout=10)
+        listener.close()
