@@ -344,3 +344,97 @@ def test_ollama_hosts_get_the_drop_in(lab, deployed):
                                "systemctl daemon-reload")
     # Ollama gone: the llama-server side is untouched and still at its no-change state.
     assert deploy(deployed.name).totals.changed == 0
+
+
+# --- several models on one guest: llama-server's router mode (labwright.llamacpp.router) --------------------------
+
+SECOND = "/srv/models/tiny2.gguf"
+HUGE = "/srv/models/huge.gguf"
+ROUTED = f'llamacpp_models=["{MODEL}", {{"path": "{SECOND}", "name": "second"}}]'
+# The fit's llama.cpp overhead (data/fit.toml: 2.55 GiB, measured on a 27B model with CUDA) is more than this lab
+# container's 1 GiB; the tiny model on the CPU needs far less (the single-model server runs in this container).
+SMALL = "llamacpp_fit_overhead_gb=0.1"
+
+
+def routed(name: str, *data: str) -> DeployRun:
+    """The deploy with ``llamacpp_models`` and no ``llamacpp_model`` (the list names every model)."""
+    return run_pyinfra(f"@lxd/{name}", "deploys/llamacpp.py", *data, cwd=REPO, timeout=900)
+
+
+def router_models(address: str, key: str) -> dict[str, str]:
+    """The router's GET /models: each model's id and status (unloaded, loading, loaded)."""
+    request = urllib.request.Request(f"http://{address}:{PORT}/models", headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return {model["id"]: model["status"]["value"] for model in json.load(response)["data"]}
+
+
+def chat_with(address: str, key: str | None, model: str, max_tokens: int = 8) -> dict:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Say something."}],
+                       "max_tokens": max_tokens, "seed": 1}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(f"http://{address}:{PORT}/v1/chat/completions", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as error:
+        return {"status": error.code, "body": error.read().decode(errors="replace")}
+
+
+def test_a_bad_model_list_is_one_line_before_anything_runs(lab, deployed):
+    """Two models of one name, an empty list, a model that does not fit (a sparse 64 TiB GGUF: the tiny model's
+    header, then a hole): one line naming llamacpp_models each, no operation run, the single-model server as it was."""
+    sh(lab, deployed.name, f"cp {MODEL} {HUGE} && truncate -s 64T {HUGE} && chmod 644 {HUGE}")
+    unit_before, pid_before = sh(lab, deployed.name, f"sha256sum {UNIT}"), main_pid(lab, deployed.name)
+    try:
+        for item, words in (
+                (f"llamacpp_models={MODEL},/srv/other/tiny.gguf", "two models are named 'tiny': /srv/models/tiny.gguf "
+                                                                  "and /srv/other/tiny.gguf; give one another name"),
+                ("llamacpp_models=[]", "the list is empty: name at least one GGUF"),
+                (f"llamacpp_models={MODEL},{HUGE}", "huge (/srv/models/huge.gguf) does not fit on "),
+        ):
+            run = routed(deployed.name, item, SMALL)
+            lines = [line for line in run.output.splitlines() if "llamacpp_models: " in line]
+            assert run.rc != 0 and len(lines) == 1 and words in lines[0], run.output[-3000:]
+            assert lines[0].rstrip().endswith("(nothing was changed)"), lines[0]
+            assert "Traceback" not in run.output and "Beginning operation run" not in run.output, run.output[-3000:]
+    finally:
+        sh(lab, deployed.name, f"rm -f {HUGE}")
+    assert sh(lab, deployed.name, f"sha256sum {UNIT}") == unit_before and main_pid(lab, deployed.name) == pid_before
+
+
+def test_several_models_are_served_by_name_and_loaded_on_demand(lab, deployed):
+    """llamacpp_models: one llama-server in router mode (the pinned llama.cpp's tools/server/README.md "Using
+    multiple models"), each model fit-checked on the guest, none loaded at start; a request naming a model loads it
+    (GET /models: unloaded -> loaded; the journal: the router spawning its instance), both answer behind the key."""
+    sh(lab, deployed.name, f"cp {MODEL} {SECOND} && chmod 644 {SECOND}")
+    key = engine_key(lab, deployed.name)
+    started = time.monotonic()
+    run = routed(deployed.name, ROUTED, SMALL)
+    try:
+        assert run.rc == 0 and health_checked(run), run.output[-4000:]
+        for line in ("llamacpp_models: tiny (/srv/models/tiny.gguf): ", "llamacpp_models: second "
+                     "(/srv/models/tiny2.gguf): ", "llamacpp_models: --models-max 2 (RAM "):
+            assert line in run.output, run.output[-4000:]
+        argv = sh(lab, deployed.name, f"tr '\\0' ' ' < /proc/{main_pid(lab, deployed.name)}/cmdline")
+        assert "--models-preset /etc/llama-server/models.ini --models-max 2" in argv and "--model " not in argv
+        assert router_models(deployed.address, key) == {"tiny": "unloaded", "second": "unloaded"}
+        first = chat_with(deployed.address, key, "tiny")
+        assert first["model"] == "tiny" and first["usage"]["completion_tokens"] == 8, first
+        assert router_models(deployed.address, key) == {"tiny": "loaded", "second": "unloaded"}
+        second = chat_with(deployed.address, key, "second")
+        assert second["model"] == "second" and second["usage"]["completion_tokens"] == 8, second
+        assert router_models(deployed.address, key) == {"tiny": "loaded", "second": "loaded"}
+        journal = sh(lab, deployed.name, "journalctl -u llama-server -o cat --no-pager -n 400")
+        assert "spawning server instance with name=second" in journal, journal[-3000:]
+        assert chat_with(deployed.address, None, "second")["status"] == 401
+        assert chat_with(deployed.address, key, "absent")["status"] in (400, 404)
+        again = routed(deployed.name, ROUTED, SMALL)
+        assert again.rc == 0 and again.totals.changed == 0, again.output[-4000:]
+        print(f"\nrouter mode: deploy, two models loaded on demand and a no-change run in "
+              f"{time.monotonic() - started:.1f}s")
+    finally:
+        back = deploy(deployed.name)
+        sh(lab, deployed.name, f"rm -f {SECOND}")
+    assert back.rc == 0 and health_checked(back), back.output[-3000:]
+    assert "--model /srv/models/tiny.gguf" in sh(
+        lab, deployed.name, f"tr '\\0' ' ' < /proc/{main_pid(lab, deployed.name)}/cmdline")

@@ -411,8 +411,9 @@ class LlamacppSettings:
 
 def data_keys() -> set[str]:
     """Every ``llamacpp_<key>`` the deploy reads: [service] and [flags], ``ollama_<key>`` of [ollama], the binary,
-    ``models`` (several models, router mode: labwright.llamacpp.router)."""
-    return ({*DEFAULTS["service"], *DEFAULTS["flags"], "extra_args", "binary_src", "binary_sha256", "build", "models"}
+    ``models`` and ``fit_overhead_gb`` (several models, router mode: labwright.llamacpp.router)."""
+    return ({*DEFAULTS["service"], *DEFAULTS["flags"], "extra_args", "binary_src", "binary_sha256", "build", "models",
+             "fit_overhead_gb"}
             | {f"ollama_{key}" for key in DEFAULTS["ollama"]})
 
 

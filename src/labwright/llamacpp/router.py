@@ -30,7 +30,7 @@ from pyinfra.api.exceptions import DeployError
 
 from labwright.errors import LabwrightError
 from labwright.tuning.fit import FitResult
-from labwright.tuning.units import gib
+from labwright.tuning.units import GIB, gib
 
 KEY = "llamacpp_models"
 #: What a router section (the id requests name) may be: INI-safe, URL-safe, no spaces.
@@ -119,10 +119,12 @@ class ModelFit:
         return f"{self.model.name} ({self.model.path}): {f.text}: needs {gib(f.need)}{kv}"
 
 
-def fit_one(model: RouterModel, size: int, head: bytes, memory: Any, context: int, cache: str) -> ModelFit:
+def fit_one(model: RouterModel, size: int, head: bytes, memory: Any, context: int, cache: str,
+            overhead: int | None = None) -> ModelFit:
     """``kv fit`` for one model: ``size`` is the file's size on the guest, ``head`` its first bytes (the header; the
     rest of the file is a hole of the right length here, so the header's own size check holds), ``memory`` a
-    labwright.models.engine_plan.Memory, ``context`` llamacpp_ctx_size (0: not counted), ``cache`` "K,V" cache types.
+    labwright.models.engine_plan.Memory, ``context`` llamacpp_ctx_size (0: not counted), ``cache`` "K,V" cache types,
+    ``overhead`` bytes per model (None: data/fit.toml's measured llama.cpp overhead, as ``kv fit`` takes it).
     A model that fits nowhere is one line naming it and the fix."""
     from labwright.tuning.fit_model import FitRequest, fit_model
     from labwright.tuning.kv_modes import ggml_type
@@ -130,20 +132,41 @@ def fit_one(model: RouterModel, size: int, head: bytes, memory: Any, context: in
     with tempfile.TemporaryDirectory(prefix="lw-router-") as tmp:
         local = Path(tmp) / "model.gguf"
         local.write_bytes(head)
-        os.truncate(local, size)
+        try:
+            os.truncate(local, size)
+        except OSError:  # past this file system's largest file (ext4: 16 TiB): the header's check needs only what
+            os.truncate(local, max(len(head), min(size, 1 << 40)))  # its tensor table names, and weights are `size`
         vram, ram = memory.vram, (0 if memory.unified else memory.ram)
         try:
             fit = fit_model(FitRequest(vram=vram, ram=ram, weights=size, config=local, context=context or None,
-                                       spec=ggml_type(cache, "llamacpp"), weight_format="gguf",
+                                       spec=ggml_type(cache, "llamacpp"), weight_format="gguf", overhead=overhead,
                                        cpu=not vram and not memory.unified))
         except LabwrightError as exc:
             text = str(exc).replace(str(local), model.path)
             raise fail(f"{model.name} ({model.path}): {text}") from None
     if fit.verdict == "no_fit":
         why = "; ".join(fit.warnings)
-        raise fail(f"{model.name} ({model.path}) does not fit on {memory.describe()}: needs {gib(fit.need)}; {why} "
-                   "(llamacpp_cache_type_k/v, llamacpp_ctx_size), or drop it from the list")
+        why = why if why.startswith("needs ") else f"needs {gib(fit.need)}; {why}"
+        raise fail(f"{model.name} ({model.path}) does not fit on {memory.describe()}: {why} "
+                   f"(llamacpp_cache_type_k/v, llamacpp_ctx_size; {gib(fit.overhead)} of it is the engine's overhead: "
+                   "llamacpp_fit_overhead_gb if yours is measured smaller), or drop it from the list")
     return ModelFit(model, fit)
+
+
+def overhead_of(data: Mapping[str, Any]) -> int | None:
+    """``llamacpp_fit_overhead_gb``: each model's memory beyond weights and KV (GiB, as ``kv fit --overhead-gb``);
+    None (not given, or auto): data/fit.toml's, measured on a 27B model with CUDA; a small model on a CPU needs less."""
+    value = data.get("llamacpp_fit_overhead_gb")
+    if value is None or str(value).strip().lower() in ("", "auto"):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if isinstance(value, bool) or not 0 <= number <= 1024:
+        raise DeployError(f"llamacpp_fit_overhead_gb: {value!r} is not auto or a size in GiB (0..1024), e.g. 0.5 "
+                          "(nothing was changed)")
+    return int(number * GIB)
 
 
 def models_max(fits: Sequence[ModelFit], memory: Any) -> tuple[int, str]:

@@ -43,6 +43,7 @@ def plan(models: Sequence[router.RouterModel], settings: Any, data: dict[str, An
     memory = memory_of(host.get_fact(NvidiaGpus), host.get_fact(MemoryFact), unified)
     cache = f"{settings.flags['cache_type_k']},{settings.flags['cache_type_v']}"
     context = int(settings.flags.get("ctx_size") or 0)
+    overhead = router.overhead_of(data)
     fits = []
     for model in models:
         head = host.get_fact(GgufHead, path=model.path, limit=router.HEAD_BYTES)
@@ -51,7 +52,7 @@ def plan(models: Sequence[router.RouterModel], settings: Any, data: dict[str, An
         if not host.get_fact(ReadableBy, path=model.path, user=settings.user):
             raise router.fail(f"{model.name}: {model.path} is not readable by the service user {settings.user} on "
                               f"{host.name}; make the file and its directories world-readable or group-readable by it")
-        fits.append(router.fit_one(model, head[0], head[1], memory, context, cache))
+        fits.append(router.fit_one(model, head[0], head[1], memory, context, cache, overhead))
     count, why = router.models_max(fits, memory)
     for fit in fits:
         logger.info(f"{host.print_prefix}llamacpp_models: {fit.line}")

@@ -87,6 +87,33 @@ def test_a_model_that_does_not_fit_is_one_line_with_the_fix(tiny):
     text = str(caught.value)
     assert "\n" not in text and text.startswith("llamacpp_models: a (/srv/models/a.gguf) does not fit on no GPU, RAM ")
     assert "a smaller quant, a smaller cache type or a shorter context" in text and "drop it from the list" in text
+    assert "2.55 GiB of it is the engine's overhead: llamacpp_fit_overhead_gb if yours is measured smaller" in text
+
+
+def test_the_overhead_counted_per_model_can_be_given():
+    tiny_need = router.overhead_of({"llamacpp_fit_overhead_gb": 0.25})
+    assert tiny_need == GIB // 4 and router.overhead_of({}) is None
+    assert router.overhead_of({"llamacpp_fit_overhead_gb": "auto"}) is None
+    for bad in ("lots", -1, True):
+        with pytest.raises(DeployError, match=r"^llamacpp_fit_overhead_gb: .* is not auto or a size in GiB"):
+            router.overhead_of({"llamacpp_fit_overhead_gb": bad})
+
+
+def test_a_smaller_overhead_fits_where_the_measured_one_does_not(tiny):
+    with pytest.raises(DeployError):
+        fit(tiny, Memory(vram=0, ram=GIB), context=131072)
+    small = router.fit_one(router.RouterModel("a", A), tiny.stat().st_size, tiny.read_bytes(), Memory(vram=0, ram=GIB),
+                           131072, "q4_0,q4_0", overhead=GIB // 10)
+    assert small.fit.verdict == "cpu" and small.fit.overhead == GIB // 10
+
+
+def test_a_sparse_file_larger_than_this_file_system_allows_is_still_read(tiny):
+    """The guest's file may be larger than the control machine's file system takes (a 64 TiB hole): the header is
+    read all the same, the weights are the guest's size."""
+    with pytest.raises(DeployError, match=r"^llamacpp_models: a \(/srv/models/a.gguf\) does not fit on no GPU, RAM "
+                                          r"8.00 GiB: needs 65538.57 GiB: more than VRAM 0.00 GiB \+ RAM 8.00 GiB; "):
+        router.fit_one(router.RouterModel("a", A), 64 << 40, tiny.read_bytes(), Memory(vram=0, ram=8 * GIB), 4096,
+                       "f16,f16")
 
 
 def test_a_file_that_is_no_gguf_is_named(tiny):
