@@ -152,21 +152,32 @@ def _check_name(name: str, key: str, host: str) -> str:
 
 def discover_engines(hosts: Iterable[EngineHost], engines: Mapping[str, Mapping[str, Any]],
                      address_of: Callable[[EngineHost], str]) -> list[Model]:
-    """One model per llama.cpp / tabbyAPI / vLLM engine host and per Ollama model, in inventory order."""
+    """One model per llama.cpp / tabbyAPI / vLLM engine host, per model of a llama.cpp router (``models_key``:
+    ``llamacpp_models``, one port) and per Ollama model, in inventory order."""
     found: list[Model] = []
     for host in hosts:
         for kind, rule in engines.items():
             marker = host.data.get(rule["marker"])
-            if marker in (None, "", []):
+            routed = host.data.get(rule["models_key"]) if rule.get("models_key") else None
+            if marker in (None, "", []) and routed in (None, "", []):
                 continue
             port = _port(host.data.get(rule["port_key"]) or rule["port"], rule["port_key"], host.name)
             address = "127.0.0.1" if host.is_gateway else address_of(host)
             source = f"{kind} on {host.name}"
             if rule["provider"] == "ollama_chat":
-                names = [marker] if isinstance(marker, str) else list(marker)
+                names = [marker] if isinstance(marker, str) else list(marker or [])
                 for name in names:
                     name = _check_name(str(name), rule["marker"], host.name)
                     found.append(Model(name, f"ollama_chat/{name}", f"http://{address}:{port}", LOCAL_KEY, source))
+                continue
+            if routed not in (None, "", []):  # llama-server's router mode: every model of the list on one port
+                from labwright.llamacpp.router import models_of
+
+                key = engine_key(kind, rule, host)
+                for routed_model in models_of({rule["models_key"]: routed}) or []:
+                    name = _check_name(routed_model.name, rule["models_key"], host.name)
+                    found.append(Model(name, f"{rule['provider']}/{name}", f"http://{address}:{port}/v1",
+                                       f"os.environ/{key.env}" if key else LOCAL_KEY, source, key))
                 continue
             name = str(host.data.get(rule["name_key"]) or "") if rule["name_key"] else ""
             if not name:  # a model file's stem (q.gguf: q), or a model directory's whole name (vLLM: Qwen2.5-7B)
