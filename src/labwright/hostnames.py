@@ -45,6 +45,16 @@ class LxdName:
     def host(self) -> str:
         return f"@{self.flavour}/{self.remote + ':' if self.remote else ''}{self.instance}"
 
+    @property
+    def daemon(self) -> str:
+        """How messages name the daemon of this host: ``Incus`` for ``@incus/``, else ``LXD``."""
+        return "Incus" if self.flavour == "incus" else "LXD"
+
+    @property
+    def tool(self) -> str:
+        """The command line client messages name for it: ``incus`` or ``lxc``."""
+        return "incus" if self.flavour == "incus" else "lxc"
+
 
 @dataclass(frozen=True)
 class PctName:
@@ -94,8 +104,10 @@ def lxd_guest(text: str) -> LxdName:
         parsed = None
     if isinstance(parsed, LxdName):
         return parsed
-    raise BadHostName(f"guest {text!r} is not an LXD instance name (NAME, REMOTE:NAME or @lxd/NAME); use 1-63 letters, "
-                      "digits and hyphens, starting with a letter")
+    incus = text.startswith("@incus/")
+    raise BadHostName(f"guest {text!r} is not an {'Incus' if incus else 'LXD'} instance name (NAME, REMOTE:NAME or "
+                      f"@{'incus' if incus else 'lxd'}/NAME); use 1-63 letters, digits and hyphens, starting with a "
+                      "letter")
 
 
 def parse_host_name(host: str) -> LxdName | PctName | None:

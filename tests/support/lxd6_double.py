@@ -250,6 +250,10 @@ class _Handler(BaseHTTPRequestHandler):
         d = self.owner
         op = d.operations.get(parts[1]) if len(parts) > 1 else None
         if len(parts) == 1:
+            # lxd/operations.go operationsGet (Incus: cmd/incusd/operations.go): with recursion the operations
+            # themselves, by status; without, their URLs
+            if query.get("recursion"):
+                return self.sync({"running": [o.render() for o in d.running()]})
             return self.sync({"running": [f"/1.0/operations/{o.id}" for o in d.running()]})
         if op is None:
             return self.error(404, "Operation not found")
@@ -312,6 +316,16 @@ class _Handler(BaseHTTPRequestHandler):
                     return self.error(400, "Instance is running")
                 return self.async_(d.start_operation("Deleting instance", {"instances": [self.path]},
                                                      lambda: d.instances.pop(name, None)))
+        if rest == ["snapshots"] and method == "POST":
+            # lxd/instance_snapshot.go instanceSnapshotsPost: an async "Snapshotting instance" operation on the
+            # instance; the snapshot exists once it succeeds
+            snap = json.loads(body)["name"]
+
+            def take() -> None:
+                inst.setdefault("snapshots", []).append(snap)
+
+            return self.async_(d.start_operation("Snapshotting instance", {"instances": [f"/1.0/instances/{name}"]},
+                                                 take))
         if rest == ["state"]:
             if method == "GET":
                 return self.sync({"status": inst["status"], "status_code": inst["status_code"], "network": {}})

@@ -46,7 +46,7 @@ if _own_sigint:
 #: without importing one: a group's module costs 0.1-0.6 s (pyinfra, paramiko); tests/unit/cli/test_startup.py
 #: holds every text equal to the module's own HELP.
 GROUP_HELP: dict[str, str] = {
-    "lab": "Build, inspect and remove the local LXD lab declared in an inventory's `lab` group.",
+    "lab": "Build, inspect and remove the local LXD or Incus lab declared in an inventory's `lab` group.",
     "matrix": "Wheel compatibility matrix: resolve and check engine stacks (torch, CUDA, flash-attn ...).",
     "stack": "Install, switch and roll back named engine stacks in a guest.",
     "guest": "Declarative LXC guests on Proxmox VE and LXD/Incus with NVIDIA passthrough.",

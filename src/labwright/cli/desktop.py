@@ -13,7 +13,7 @@ import typer
 from labwright.desktop.checks import Check, read_record, run_checks
 from labwright.desktop.recipe import DOWNGRADE_KEYS
 from labwright.errors import BadInput, LxdError
-from labwright.hostnames import BadHostName, lxd_guest
+from labwright.hostnames import BadHostName, LxdName, lxd_guest
 from labwright.hosts.lxd import LxdHost
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
@@ -36,29 +36,30 @@ def check_arguments(user: str | None, port: int | None) -> None:
                        "starting with a letter or _ (at most 32)")
 
 
-def _host(guest: str) -> LxdHost:
+def _host(guest: str) -> tuple[LxdHost, LxdName]:
     try:
         parsed = lxd_guest(guest)
     except BadHostName as exc:
-        raise BadInput(f"{exc} (see `lxc list`)") from None
+        raise BadInput(f"{exc} (see `{'incus' if guest.startswith('@incus/') else 'lxc'} list`)") from None
     endpoint, project = resolve_endpoint(parsed.remote, flavour=parsed.flavour)
     # The daemon failing mid-check raises (LxdError: one line naming the guest), not a row of failed checks.
-    return LxdHost(parsed.instance, LxdClient(endpoint, project=project), raise_errors=True)
+    return LxdHost(parsed.instance, LxdClient(endpoint, project=project), raise_errors=True), parsed
 
 
-def _lxd_config_check(instance: dict) -> Check:
+def _lxd_config_check(instance: dict, daemon: str = "LXD", tool: str = "lxc") -> Check:
     config = instance.get("expanded_config") or {}
     loose = sorted(k for k in config if (k in DOWNGRADE_KEYS or k.startswith("raw."))
                    and not (k == "security.privileged" and config[k] == "false"))
-    return Check("LXD config: unprivileged, confined", not loose,
+    return Check(f"{daemon} config: unprivileged, confined", not loose,
                  f"overrides: {', '.join(f'{k}={config[k]}' for k in loose)}" if loose else "no privilege or raw "
                  "AppArmor/seccomp/LXC override", "the instance is privileged or its confinement was loosened",
-                 f"lxc config unset {instance.get('name', 'GUEST')} KEY for each of them, then restart the guest")
+                 f"{tool} config unset {instance.get('name', 'GUEST')} KEY for each of them, then restart the guest")
 
 
 @app.command()
 def check(
-    guest: str = typer.Argument(..., metavar="GUEST", help="LXD instance (NAME or REMOTE:NAME)."),
+    guest: str = typer.Argument(..., metavar="GUEST",
+                               help="LXD/Incus instance (NAME, REMOTE:NAME or @incus/NAME)."),
     user: str | None = typer.Option(None, "--user", help="Desktop user (default: what the deploy recorded)."),
     port: int | None = typer.Option(None, "--port", help="xrdp port (default: recorded, else 3389)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
@@ -69,16 +70,17 @@ def check(
     Example: labwright desktop check desk1
     """
     check_arguments(user, port)
-    host = _host(guest)
+    host, parsed = _host(guest)
     name = host.name
     try:
         instance = host.client.instance_or_none(name)
         if instance is None:
-            raise BadInput(f"guest {guest}: no such LXD instance (see `lxc list`)")
+            raise BadInput(f"guest {guest}: no such {parsed.daemon} instance (see `{parsed.tool} list`)")
         if instance.get("status") != "Running":
-            raise BadInput(f"guest {guest} is {instance.get('status')}; start it first (`lxc start {name}`)")
+            raise BadInput(f"guest {guest} is {instance.get('status')}; start it first (`{parsed.tool} start "
+                           f"{name}`)")
         want = read_record(host, {"user": user, "port": port})
-        results = [_lxd_config_check(instance), *run_checks(host, want)]
+        results = [_lxd_config_check(instance, parsed.daemon, parsed.tool), *run_checks(host, want)]
     except LxdError as exc:
         raise LxdError(f"guest {guest}: {exc}") from exc
     finally:

@@ -300,8 +300,9 @@ class LxdConnector(HandoverTransfer, BaseConnector):
                 raise LabwrightError(detail)
             status = self._status(DYING_SETTLE_S)
         except LabwrightError:
-            return (f"labwright: {self._where()}: the LXD daemon stopped answering during the run ({detail}); once "
-                    "it answers again (`lxc list`), re-run the deploy (the steps done so far are kept)")
+            daemon, tool = ("Incus", "incus") if self.flavour == "incus" else ("LXD", "lxc")
+            return (f"labwright: {self._where()}: the {daemon} daemon stopped answering during the run ({detail}); "
+                    f"once it answers again (`{tool} list`), re-run the deploy (the steps done so far are kept)")
         if status != "Running":
             return self._gone() or detail
         return (f"labwright: {self._where()}: the connection to the container was lost during the run ({detail}); "
@@ -324,7 +325,8 @@ class LxdConnector(HandoverTransfer, BaseConnector):
                 if result.timed_out:
                     raise TimeoutError(f"command timed out after {timeout}s")
                 return result
-        logger.debug("--> Running command on %s via LXD API: %s", self.instance, shown)
+        logger.debug("--> Running command on %s via the %s API: %s", self.instance,
+                     "Incus" if self.flavour == "incus" else "LXD", shown)
         cleanup = None
         try:
             if stdin is not None:

@@ -19,9 +19,10 @@ from labwright.operations import guests
 
 @deploy("Guests")
 def deploy_guest() -> None:
-    """Guests: build every guest an inventory declares, through the LXD/Proxmox APIs from this machine."""
+    """Guests: build every guest an inventory declares, through the LXD/Incus/Proxmox APIs from this machine."""
     if host.name != "@local":
-        raise DeployError(f"deploys/guest.py drives the LXD/Proxmox APIs from here: run it on @local, not {host.name}")
+        raise DeployError(f"deploys/guest.py drives the LXD/Incus/Proxmox APIs from here: run it on @local, not "
+                          f"{host.name}")
 
     refuse_unknown_keys(host.data.dict(), "guests", ["inventory"], "deploys/guest.py's docstring (docs/guests.md)")
     inventory = str(host.data.get("guests_inventory") or os.environ.get("LABWRIGHT_GUESTS_INVENTORY")

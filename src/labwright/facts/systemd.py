@@ -87,5 +87,5 @@ def systemd_refusal(answer: Any, host_name: str, needs: str) -> str | None:
         why = "systemd is not running there (no systemctl)"
     else:
         return None
-    return (f"{host_name}: {why}, and {needs}; deploy to a host or system container booted with systemd (an LXD or "
-            "Proxmox container of a stock image is; an application container is not) (nothing was changed)")
+    return (f"{host_name}: {why}, and {needs}; deploy to a host or system container booted with systemd (an LXD, "
+            "Incus or Proxmox container of a stock image is; an application container is not) (nothing was changed)")

@@ -52,10 +52,10 @@ def _lxd_host(guest: str) -> LxdHost:
     try:
         parsed = lxd_guest(guest)
     except BadHostName as exc:
-        raise BadInput(f"{exc} (see `lxc list`)") from None
+        raise BadInput(f"{exc} (see `{'incus' if guest.startswith('@incus/') else 'lxc'} list`)") from None
     if parsed.remote:
-        raise BadInput(f"guest {guest}: gpu check reads the host's NVIDIA files, so it runs on the LXD host itself; "
-                       f"run `labwright gpu check {parsed.instance}` there")
+        raise BadInput(f"guest {guest}: gpu check reads the host's NVIDIA files, so it runs on the {parsed.daemon} "
+                       f"host itself; run `labwright gpu check {parsed.instance}` there")
     endpoint, project = resolve_endpoint(None, flavour=parsed.flavour)
     # raise_errors: a daemon that cannot run a command stops the check with one line (LxdError), not exit 255
     return LxdHost(parsed.instance, LxdClient(endpoint, project=project), raise_errors=True)
@@ -77,17 +77,19 @@ def check_guest(guest: str, service: str | None = AUTO, decode: DecodeRequest | 
     does not exist, is stopped, or has no GPU passed to it; the returned report says which checks failed (exit 1)."""
     gpu_host = gpu_host if gpu_host is not None else GpuHost()
     host = _lxd_host(guest)
+    daemon, tool = host.client.endpoint.title, host.client.endpoint.tool  # the daemon reached: messages name it
     started = time.monotonic()
     try:
         instance = host.client.instance_or_none(host.name)
         if instance is None:
-            raise BadInput(f"guest {guest}: no such LXD instance (see `lxc list`)")
+            raise BadInput(f"guest {guest}: no such {daemon} instance (see `{tool} list`)")
         if not passed_gpu_devices(instance):
             raise BadInput(f"guest {guest}: no GPU is passed to it (no `gpu` device and no /dev/nvidia* or "
-                           "/dev/dri unix-char device in its LXD config); set gpu: nvidia, amd, intel or auto in its "
-                           "guest data and run `labwright guest apply`")
+                           f"/dev/dri unix-char device in its {daemon} config); set gpu: nvidia, amd, intel "
+                           "or auto in its guest data and run `labwright guest apply`")
         if instance.get("status") != "Running":
-            raise BadInput(f"guest {guest} is {instance.get('status')}; start it first (`lxc start {host.name}`)")
+            raise BadInput(f"guest {guest} is {instance.get('status')}; start it first (`{tool} start "
+                           f"{host.name}`)")
         chosen = engine_service(host, service)
         facts = read_dri(gpu_host.root)
         vendor = passed_vendor(instance, facts)

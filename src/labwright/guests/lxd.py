@@ -37,6 +37,7 @@ from labwright.guests.lxd_render import (
     restart_needed,
 )
 from labwright.guests.lxd_render import daemon_title as _daemon
+from labwright.guests.lxd_render import daemon_tool as _tool
 from labwright.guests.model import Change, GuestSpec, Plan
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import load_client_config, resolve_endpoint
@@ -198,15 +199,15 @@ class LxdBackend(GuestBackend):
             return {"type": "copy", "source": spec.clone}
         template = spec.template
         if not template:
-            raise BadInput(f"{spec.where}: set `image` (an LXD image alias or fingerprint) or `clone` to create "
-                           "this guest")
+            raise BadInput(f"{spec.where}: set `image` (an {_daemon(spec)} image alias or fingerprint) or `clone` to "
+                           "create this guest")
         remote, _, alias = template.rpartition(":")
         if remote:
             _, config = load_client_config()
             entry = (config.get("remotes") or {}).get(remote)
             if not entry or entry.get("protocol") != "simplestreams":
-                raise BadInput(f"{spec.where}: image {template!r}: {remote!r} is not an image server in the lxc "
-                               "config; use a local alias or `lxc remote add` it")
+                raise BadInput(f"{spec.where}: image {template!r}: {remote!r} is not an image server in the "
+                               f"{_tool(spec)} config; use a local alias or `{_tool(spec)} remote add` it")
             return {"type": "image", "mode": "pull", "server": entry["addr"], "protocol": "simplestreams",
                     "alias": alias}
         if self.client.image_alias(alias) is not None:
@@ -214,7 +215,7 @@ class LxdBackend(GuestBackend):
         if self.client.get_or_none(f"/1.0/images/{alias}") is not None:
             return {"type": "image", "fingerprint": alias}
         raise BadInput(f"{spec.where}: image {template!r} does not exist on {_daemon(spec)} {self.remote}; "
-                       "list them with `lxc image list`")
+                       f"list them with `{_tool(spec)} image list`")
 
     # --- interface ----------------------------------------------------------------------------
     def plan(self, spec: GuestSpec) -> Plan:
@@ -257,7 +258,7 @@ class LxdBackend(GuestBackend):
             plan.changes.append(Change(self._unit_what, None if self._unit_text is None else "another version",
                                        unit.summary()))
             plan.notes.append(f"writes {BOOT_UNIT_PATH} on {host.label} and enables it: `{unit.summary()}` at "
-                              "every boot, before LXD starts its guests")
+                              f"every boot, before {_daemon(spec)} starts its guests")
             if plan.action == "none":
                 plan.action = "update"
         fix = (f"apply creates them now and installs {BOOT_UNIT} so that they exist after every boot"
@@ -413,8 +414,7 @@ class LxdBackend(GuestBackend):
             missing, warnings = plan.missing_nodes, plan.warnings
         except BadInput as exc:  # show is read-only: report what apply would refuse instead of failing
             drift, problem = None, str(exc)
-        frozen = freeze_note(self.client, spec.name, str(current.get("status") or ""),
-                             "incus" if spec.host.startswith("@incus/") else "lxc")
+        frozen = freeze_note(self.client, spec.name, str(current.get("status") or ""), _tool(spec))
         if frozen:
             warnings = [frozen, *warnings]
         info.update({

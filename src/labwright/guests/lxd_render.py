@@ -70,6 +70,11 @@ def daemon_title(spec: GuestSpec) -> str:
     return "Incus" if spec.host.startswith("@incus/") else "LXD"
 
 
+def daemon_tool(spec: GuestSpec) -> str:
+    """The command line client messages name for the guest's daemon: ``incus`` or ``lxc``."""
+    return "incus" if spec.host.startswith("@incus/") else "lxc"
+
+
 def resolve_gpu(spec: GuestSpec, host: GpuHost | None, lxd_nvidia_cards: int, cdi: CdiOffer | None = None) -> GpuWiring:
     """Pick the wiring. ``host`` is the local machine (None for a remote daemon, whose nodes we cannot
     read); ``lxd_nvidia_cards`` is how many NVIDIA cards the daemon itself reports (/1.0/resources); ``cdi`` what

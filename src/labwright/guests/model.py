@@ -179,6 +179,11 @@ def _backend_from_host(host: str) -> Backend | None:
     return None
 
 
+def _article_daemon(host: str) -> str:
+    """``an Incus`` for an ``@incus/`` host, else ``an LXD``: how messages name an lxd-backend guest's daemon."""
+    return "an Incus" if host.startswith("@incus/") else "an LXD"
+
+
 def spec_from_data(
     host: str,
     data: Mapping[str, Any],
@@ -208,11 +213,12 @@ def spec_from_data(
                        "@lxd/NAME or @pct/NODE/VMID implies it)")
     if implied is not None and backend != implied:
         raise BadInput(f"{where}: backend {backend!r} disagrees with the host name {host} "
-                       f"({'an LXD' if implied == 'lxd' else 'a Proxmox'} guest)")
+                       f"({_article_daemon(host) if implied == 'lxd' else 'a Proxmox'} guest)")
 
     kind = typed.kind
     if kind == "vm" and backend != "proxmox":
-        raise BadInput(f"{where}: kind: vm is a Proxmox VE qemu VM; set backend: proxmox (LXD guests are containers)")
+        raise BadInput(f"{where}: kind: vm is a Proxmox VE qemu VM; set backend: proxmox (LXD and Incus guests are "
+                       "containers)")
     if kind == "vm" and host_vmid is not None:
         raise BadInput(f"{where}: a VM is not reached through pct, so {host} cannot name it; name the host after the "
                        "VM (e.g. \"win1\") and give `node` and `vmid` in its guest data")
@@ -247,8 +253,8 @@ def spec_from_data(
     if not name:
         raise BadInput(f"{where}: give the guest a `name`")
     if backend == "lxd" and not INSTANCE_NAME.match(name):
-        raise BadInput(f"{where}: {name!r} is not a valid LXD instance name; use 1-63 letters, digits and "
-                       "hyphens, starting with a letter")
+        raise BadInput(f"{where}: {name!r} is not a valid {'Incus' if host.startswith('@incus/') else 'LXD'} "
+                       "instance name; use 1-63 letters, digits and hyphens, starting with a letter")
     if kind == "vm" and not HOSTNAME.match(name):
         raise BadInput(f"{where}: {name!r} is not a valid VM name; Proxmox wants a DNS name (letters, digits, "
                        "hyphens, dots)")

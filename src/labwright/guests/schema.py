@@ -97,7 +97,7 @@ def _text(value: Any) -> str:
 
 def _profiles(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list | tuple) or not all(isinstance(p, str) and p for p in value):
-        raise ValueError(f"{value!r} must be a list of LXD profile names")
+        raise ValueError(f"{value!r} must be a list of LXD/Incus profile names")
     return tuple(value)
 
 
@@ -109,9 +109,9 @@ def _lxd_config(value: Any) -> tuple[tuple[str, str], ...]:
     if value is None or value == ():  # not set (the default)
         return ()
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-        raise ValueError(f"{value!r} must be a dict of LXD config keys to values")
+        raise ValueError(f"{value!r} must be a dict of LXD/Incus config keys to values")
     if any(k.startswith("volatile.") for k in value):
-        raise ValueError("cannot set volatile.* keys; LXD owns them")
+        raise ValueError("cannot set volatile.* keys; the daemon (LXD or Incus) owns them")
     for key, validate in (("limits.cpu", validate_cpu), ("limits.memory", validate_memory)):
         if key in value:
             try:
@@ -262,7 +262,7 @@ def guest_schema() -> type[Schema]:
             fields.HOSTNAME, "a valid host name (letters, digits, hyphens)")))] = None
         template: Annotated[str | None, Check(optional(checks.line))] = None
         image: Annotated[str | None, Check(optional(checks.line))] = None
-        clone: Annotated[str | None, Check(optional(_matching(INSTANCE_NAME, "the name of an existing LXD "
+        clone: Annotated[str | None, Check(optional(_matching(INSTANCE_NAME, "the name of an existing LXD/Incus "
                                                                              "instance")))] = None
         cores: Annotated[int | None, Check(optional(between(1, 8192)))] = None
         memory: Annotated[int | None, Check(optional(fields.memory_mib))] = None

@@ -46,8 +46,8 @@ class ConnectorHost(CommandFiles):
         try:
             host.connect(show_errors=False, raise_exceptions=True)
         except ConnectError as exc:
-            raise BadInput(f"HOST {target}: cannot connect ({exc}); check the name (`lxc list` for @lxd/NAME)") \
-                from None
+            raise BadInput(f"HOST {target}: cannot connect ({exc}); check the name (`lxc list` for @lxd/NAME, "
+                           "`incus list` for @incus/NAME)") from None
         return cls(host, target, owned=True)
 
     @classmethod

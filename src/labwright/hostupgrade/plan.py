@@ -128,7 +128,7 @@ def make_plan(facts: NodeFacts, wanted: str | None = None, pin_kernel: bool = Fa
                        f"unloaded ({UNLOAD}; sh NVIDIA-Linux-x86_64-{target}.run --silent{' --dkms' if dkms else ''}) "
                        "and reboot")
     if not facts.guests:
-        raise BadInput(f"node {facts.node}: no GPU guest on it (no LXD instance passes this host's /dev/nvidia* "
+        raise BadInput(f"node {facts.node}: no GPU guest on it (no container passes this host's /dev/nvidia* "
                        "nodes); nothing to carry through an upgrade: upgrade the driver directly")
     # A known version other than the module's; none read (no libraries, or pct could not be asked) is said below.
     wrong = [g for g in mismatched(facts) if g.running and g.userspace is not None]

@@ -129,7 +129,7 @@ class Upgrade:
     def client(self) -> LxdClient:
         """The LXD daemon the guests live on (the LXD path; the Proxmox path has none)."""
         if self._client is None:
-            raise OperationFailed("host upgrade: no LXD daemon for these guests")
+            raise OperationFailed("host upgrade: no LXD or Incus daemon for these guests")
         return self._client
 
     def _backend(self, guest: str) -> SnapshotBackend:

@@ -129,7 +129,7 @@ class Endpoint:
         assert self.url, "endpoint needs a socket path or a URL"
         parsed = urllib.parse.urlsplit(self.url)
         if parsed.scheme != "https":
-            raise OperationFailed(f"LXD remote {self.url}: only https:// remotes are supported")
+            raise OperationFailed(f"{self.title} remote {self.url}: only https:// remotes are supported")
         return parsed.hostname or "", parsed.port or 8443
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -332,7 +332,8 @@ class LxdClient:
         if doc.get("type") == "error" or status >= 400:
             message = doc.get("error") or f"HTTP {status}"
             if status == 403 and self.endpoint.url:
-                message += " (trust this client's certificate on the server: `lxc config trust add`)"
+                message += (f" (trust this client's certificate on the server: `{self.endpoint.tool} config trust "
+                            "add`)")
             cls = LxdNotFound if status == 404 else LxdError
             raise cls(f"{method} {path}: {message}", status)
         if doc.get("type") == "async" and wait:
@@ -376,11 +377,12 @@ class LxdClient:
             if on_wait is not None:
                 on_wait(meta)
             if time.monotonic() >= deadline:
-                described = what or f"LXD operation {meta.get('description') or operation!s}"
+                daemon = self.endpoint.title
+                described = what or f"{daemon} operation {meta.get('description') or operation!s}"
                 ident = operation.rsplit("/", 1)[-1]
-                raise OperationTimeout(f"{described} did not finish within {limit:.0f} s (LXD operation {ident} "
+                raise OperationTimeout(f"{described} did not finish within {limit:.0f} s ({daemon} operation {ident} "
                                        f"still {str(meta.get('status') or 'running').lower()}; "
-                                       f"`lxc operation show {ident}` shows it)")
+                                       f"`{self.endpoint.tool} operation show {ident}` shows it)")
 
     # --- instances --------------------------------------------------------------------------
     def instances(self) -> list[dict[str, Any]]:

@@ -61,27 +61,34 @@ def resolve_endpoint(
     """Return (endpoint, project) for ``remote`` (None: the config's default remote, else local)."""
     directory, config = load_client_config(config_dir, flavour)
     remotes: dict[str, Any] = config.get("remotes") or {}
+    daemon, tool = ("Incus", "incus") if flavour == "incus" else ("LXD", "lxc")
+    # messages name the daemon: an @incus host's is Incus whatever its socket or URL (an @lxd host's is told by its
+    # socket: the @lxd connector falls back to Incus's; Endpoint.title)
+    named = "Incus" if flavour == "incus" else ""
     name = remote or config.get("default-remote") or "local"
     if name == "local" and name not in remotes:
-        return Endpoint(socket_path=socket_path or find_local_socket(flavour)), None
+        return Endpoint(socket_path=socket_path or find_local_socket(flavour), daemon=named), None
     if name not in remotes:
         known = ", ".join(sorted(remotes)) or "none"
-        raise BadInput(f"LXD remote {name!r} is not configured (known: {known}); add it with "
-                       f"`lxc remote add {name} https://HOST:8443`")
+        raise BadInput(f"{daemon} remote {name!r} is not configured (known: {known}); add it with "
+                       f"`{tool} remote add {name} https://HOST:8443`")
     entry = remotes[name]
     addr = str(entry.get("addr", ""))
     project = entry.get("project") or None
     if addr.startswith("unix:"):
         path = addr.removeprefix("unix:").lstrip("/")
-        return Endpoint(socket_path=socket_path or ("/" + path if path else find_local_socket(flavour))), project
+        return Endpoint(socket_path=socket_path or ("/" + path if path else find_local_socket(flavour)),
+                        daemon=named), project
     if not addr.startswith("https://"):
-        raise BadInput(f"LXD remote {name!r}: address {addr!r} is not https:// or unix://")
+        raise BadInput(f"{daemon} remote {name!r}: address {addr!r} is not https:// or unix://")
     assert directory is not None
     server_cert = directory / "servercerts" / f"{name}.crt"
     client_cert, client_key = directory / "client.crt", directory / "client.key"
     if not client_cert.exists():
-        raise BadInput(f"LXD remote {name!r}: no client certificate at {client_cert}; run `lxc remote add` first")
+        raise BadInput(f"{daemon} remote {name!r}: no client certificate at {client_cert}; run `{tool} remote add` "
+                       "first")
     return Endpoint(
+        daemon=named,
         url=addr,
         client_cert=str(client_cert),
         client_key=str(client_key),

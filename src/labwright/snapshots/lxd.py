@@ -83,20 +83,22 @@ def operations_on(client: LxdClient, instance: str) -> list[dict[str, Any]]:
     return found
 
 
-def freeze_note(client: LxdClient, instance: str, status: str, tool: str = "lxc") -> str:
+def freeze_note(client: LxdClient, instance: str, status: str, tool: str | None = None) -> str:
     """One line for a guest whose status is Frozen or Freezing (its services do not answer): what holds it, and
-    how to thaw it when nothing does; "" for any other status."""
+    how to thaw it when nothing does (``tool``: the client to name, by default the daemon's own: ``incus`` or
+    ``lxc``); "" for any other status."""
     if status not in FROZEN_STATES:
         return ""
+    daemon, tool = client.endpoint.title, tool or client.endpoint.tool
     try:
         held = operations_on(client, instance)
     except LxdError:
         held = []
     if held:
         what = ", ".join(sorted({str(op.get("description") or "an operation") for op in held}))
-        return f"{status} by LXD's running {what}: its services do not answer until it ends"
-    return (f"{status} with no LXD operation on it (a snapshot that did not finish, or `{tool} pause`): its services "
-            f"do not answer; `{tool} start {instance}` thaws it")
+        return f"{status} by {daemon}'s running {what}: its services do not answer until it ends"
+    return (f"{status} with no {daemon} operation on it (a snapshot that did not finish, or `{tool} pause`): its "
+            f"services do not answer; `{tool} start {instance}` thaws it")
 
 
 def _created(value: Any) -> datetime | None:
@@ -221,7 +223,9 @@ class LxdSnapshots(SnapshotBackend):
         (or paused by hand): thaw it before anything else runs; return the line said, "" when nothing was."""
         if self.status() not in FROZEN_STATES or self._operations_on():
             return ""
-        return self.thaw("with no LXD operation on it (a snapshot that did not finish, or `lxc pause`)")
+        tool = "incus" if self.name.flavour == "incus" else "lxc"
+        return self.thaw(f"with no {self.client.endpoint.title} operation on it (a snapshot that did not finish, or "
+                         f"`{tool} pause`)")
 
     def support(self) -> Support:
         devices = self._instance().get("expanded_devices") or {}
@@ -233,7 +237,8 @@ class LxdSnapshots(SnapshotBackend):
         how = DRIVERS.get(driver)
         if how is None:
             return Support(False, f"pool {pool} ({driver or 'unknown driver'})", "",
-                           f"LXD storage driver {driver!r} of pool {pool} cannot snapshot instances")
+                           f"{self.client.endpoint.title} storage driver {driver!r} of pool {pool} cannot snapshot "
+                           "instances")
         return Support(True, f"pool {pool} ({driver})", how, freezes_running=driver in COPY_FREEZE_DRIVERS)
 
     def copy_size(self) -> int | None:
@@ -294,8 +299,8 @@ class LxdSnapshots(SnapshotBackend):
         except OperationTimeout as exc:
             note = self.thaw(f"by snapshot {name}, which did not finish within {self.snapshot_timeout:.0f} s")
             raise OperationTimeout(f"{exc}" + (f"; {note}" if note else "") + "; the snapshot may still complete "
-                                   "(LXD goes on copying): list it with `labwright guest snapshots "
-                                   f"{self.label}`") from exc
+                                   f"({self.client.endpoint.title} goes on copying): list it with `labwright guest "
+                                   f"snapshots {self.label}`") from exc
 
     def delete(self, name: str) -> None:
         self.client.request("DELETE", f"{self._path}/snapshots/{name}")

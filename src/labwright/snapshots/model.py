@@ -95,7 +95,7 @@ def check_user_name(name: str, guest: str) -> None:
     """Refuse a name given with ``--name`` that a backend would refuse, or that labwright would later prune."""
     if not NAME_RULE.match(name):
         raise BadInput(f"snapshot name {name!r} for {guest}: use 2-40 letters, digits, '-' and '_', starting with a "
-                       "letter (the rule Proxmox and LXD both accept), e.g. --name before-upgrade")
+                       "letter (the rule Proxmox, LXD and Incus all accept), e.g. --name before-upgrade")
     if name.lower() in RESERVED:
         raise BadInput(f"snapshot name {name!r} for {guest} is reserved by Proxmox; pick another --name")
     if name.startswith(PREFIX):

@@ -519,8 +519,8 @@ def _restored(answer: dict[str, Any], guest: Guest, service: str) -> str:
     tail = " | ".join(str(line).strip() for line in (answer.get("lines") or [])[-3:] if str(line).strip())
     raise ServiceDown(f"{service} on {guest.name} is DOWN: its original config is back but it did not start "
                       f"({answer.get('why') or outcome}{'; last log: ' + tail if tail else ''}){extra}; see "
-                      f"`lxc exec {guest.name} -- journalctl -u {name} -n 50`, then run `labwright probe restore "
-                      f"--guest {guest.name} --service {name}`")
+                      f"`{getattr(guest, 'tool', 'lxc')} exec {guest.name} -- journalctl -u {name} -n 50`, then run "
+                      f"`labwright probe restore --guest {guest.name} --service {name}`")
 
 
 def probe_ceiling(guest: Guest, target: Target, lo: int, hi: int, page: int = DEFAULT_PAGE,

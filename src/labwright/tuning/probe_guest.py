@@ -38,20 +38,25 @@ class LxdGuest:
         try:
             name = lxd_guest(target).instance
             self.host = LxdHost(target, client)
-        except BadHostName:  # not an instance name LXD accepts, so there is no such instance
-            raise BadInput(f"--guest {target}: no such LXD instance; list them with `lxc list`") from None
+        except BadHostName:  # not an instance name LXD or Incus accepts, so there is no such instance
+            incus = target.startswith("@incus/")
+            raise BadInput(f"--guest {target}: no such {'Incus' if incus else 'LXD'} instance; list them with "
+                           f"`{'incus' if incus else 'lxc'} list`") from None
         self.instance = name
         self.client = self.host.client
+        #: the daemon and its client, as messages name them (Endpoint.title: the daemon actually reached)
+        daemon, self.tool = self.client.endpoint.title, self.client.endpoint.tool
         self.agent: str | None = None
         try:
             info = self.client.instance(name)
         except LxdNotFound:
-            raise BadInput(f"--guest {target}: no such LXD instance; list them with `lxc list`") from None
+            raise BadInput(f"--guest {target}: no such {daemon} instance; list them with `{self.tool} list`") \
+                from None
         except (LxdError, OSError) as exc:
-            raise OperationFailed(f"--guest {target}: cannot reach the LXD daemon ({exc})") from exc
+            raise OperationFailed(f"--guest {target}: cannot reach the {daemon} daemon ({exc})") from exc
         if info.get("status") != "Running":
             raise BadInput(f"--guest {target}: the instance is {str(info.get('status')).lower()}; start it first "
-                           f"(`lxc start {name}`)")
+                           f"(`{self.tool} start {name}`)")
 
     def waiter(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Run the waiter in the guest; when the OOM killer takes it, ask again for the same invocation.

@@ -104,8 +104,8 @@ def test_no_running_systemd_is_one_line_before_any_change(init: str, why: str,
         plan({"init": init, "units": {}}, monkeypatch)
     message = str(refused.value)
     assert message == (f"@lxd/llm1: systemd is not running there ({why}), and tabbyAPI runs as the systemd unit "
-                       "tabbyapi.service; deploy to a host or system container booted with systemd (an LXD or "
-                       "Proxmox container of a stock image is; an application container is not) (nothing was "
+                       "tabbyapi.service; deploy to a host or system container booted with systemd (an LXD, "
+                       "Incus or Proxmox container of a stock image is; an application container is not) (nothing was "
                        "changed)")
 
 

@@ -13,14 +13,15 @@ import pytest
 
 from labwright.agent import zipapp
 from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed
-from labwright.lxd.client import ExecResult, LxdClient
+from labwright.lxd.client import Endpoint, ExecResult, LxdClient
 from labwright.tuning.probe_guest import LxdGuest
 
 
 class StandInClient:
     def __init__(self, answers: list[ExecResult], status: str = "Running",
-                 files: dict[str, bytes | Exception] | None = None):
+                 files: dict[str, bytes | Exception] | None = None, endpoint: Endpoint | None = None):
         self.answers, self.status, self.files = answers, status, files or {}
+        self.endpoint = endpoint or Endpoint(socket_path="/var/lib/lxd/unix.socket")  # LXD's, as LxdClient has one
         self.calls: list[tuple[str, list[str]]] = []
         self.shell: list[str] = []
 
