@@ -82,6 +82,10 @@ def models_of(data: Mapping[str, Any]) -> list[RouterModel] | None:
     """``llamacpp_models`` read and checked (None when the host has none: one model, as before). A list, or one
     string of paths separated by commas (``--data llamacpp_models=/srv/models/a.gguf,/srv/models/b.gguf``)."""
     if KEY not in data:
+        if data.get("llamacpp_fit_overhead_gb") is not None:
+            raise DeployError("llamacpp_fit_overhead_gb: only the fit of llamacpp_models reads it (one model is not "
+                              "fit-checked by the deploy: `labwright kv fit --overhead-gb`); drop it (nothing was "
+                              "changed)")
         return None
     value = data[KEY]
     if isinstance(value, str):

@@ -90,6 +90,11 @@ def test_a_model_that_does_not_fit_is_one_line_with_the_fix(tiny):
     assert "2.55 GiB of it is the engine's overhead: llamacpp_fit_overhead_gb if yours is measured smaller" in text
 
 
+def test_the_overhead_without_a_list_is_refused():
+    with pytest.raises(DeployError, match=r"^llamacpp_fit_overhead_gb: only the fit of llamacpp_models reads it"):
+        router.models_of({"llamacpp_model": A, "llamacpp_fit_overhead_gb": 0.5})
+
+
 def test_the_overhead_counted_per_model_can_be_given():
     tiny_need = router.overhead_of({"llamacpp_fit_overhead_gb": 0.25})
     assert tiny_need == GIB // 4 and router.overhead_of({}) is None
