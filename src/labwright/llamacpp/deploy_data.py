@@ -340,7 +340,7 @@ def vulkan_guest_refusal(glibc_needed: str, guest_glibc: str | None, host_name: 
         return None
     shown = guest_glibc.split()[-1] if guest_glibc else "no glibc"
     return (f"llamacpp_build: vulkan: the Vulkan llama-server was built on Debian {vulkan_build.DEBIAN_MAJOR} and "
-            f"needs glibc {glibc_needed}, {host_name} has {shown} (Debian 12 has 2.36): make the guest Debian "
+            f"needs glibc {glibc_needed}, {host_name} has {shown}: make the guest Debian "
             f"{vulkan_build.DEBIAN_MAJOR} (lab image data/lab-image-trixie.toml, or upgrade it), or use "
             "llamacpp_build=cpu (nothing was changed)")
 
