@@ -120,17 +120,20 @@ def ensure_box(client, profile: str, tool: str = "lxc", log=print) -> BuildBox:
     stopped. A profile the daemon does not have is refused (BadInput) before anything is made."""
     from labwright.lab import lab as lab_ops
 
-    if client.get_or_none(f"/1.0/profiles/{profile}") is None:
+    found = client.get_or_none(f"/1.0/profiles/{profile}")
+    if found is None:
         raise BadInput(f"--lab-profile {profile}: the {tool} daemon has no such profile; bring the lab up first "
                        "(labwright lab up INVENTORY) or name its profile (lab_profile)")
     box = BuildBox(box_name(profile), profile, tool)
+    # the lab's profile says "labwright lab NAME" (LabSpec.marker): the box is that lab's, so `lab down` removes it
+    lab = str(found.get("description") or "").removeprefix("labwright lab ").strip()
     current = client.instance_or_none(box.name)
     if current is None:
         alias = ensure_trixie_image(client, log=log)
         with progress(f"make the Debian 13 build box {box.name}", heartbeat=False):
             client.create_instance({"name": box.name, "type": "container", "profiles": [profile],
                                     "source": {"type": "image", "alias": alias},
-                                    "config": {"limits.memory": BOX_MEMORY,
+                                    "config": {"limits.memory": BOX_MEMORY, lab_ops.LAB_KEY: lab,
                                                "user.labwright.role": "llama.cpp Vulkan build box"}})
     if client.instance_state(box.name).get("status") != "Running":
         client.set_state(box.name, "start")
