@@ -35,6 +35,7 @@ from support.fake_nvidia import (
 from support.gpu_guest import libs_in, nodes_in, sh, upgrade_guest
 from support.guest_lock import holding
 from support.host_cli import on_tree
+from support.host_tree import TreeHost
 from support.sim_host import SimulatedHost
 
 pytestmark = pytest.mark.lab
@@ -75,7 +76,7 @@ def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, h
     for extra in ((), ("--yes",)):
         code, out, err = host(capsys, "lwnode1", *extra)
         assert code == 2 and err.count("\n") == 1 and f"guest {mismatched} runs userspace 550.40.07" in err, err
-        assert "--fix-mismatched" in err and GpuHost(host_root).driver_version() == DRIVER_VERSION
+        assert "--fix-mismatched" in err and GpuHost(TreeHost(host_root)).driver_version() == DRIVER_VERSION
     assert client.request("GET", f"/1.0/instances/{matched}/snapshots") == []
     # Dry by default: the plan, the mismatch said, nothing changed.
     code, out, err = host(capsys, "lwnode1", "--fix-mismatched", "--json")
@@ -86,7 +87,7 @@ def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, h
                    f"{DRIVER_VERSION}: mismatched now; the upgrade installs {NEW} in it (--fix-mismatched)\n"
                    f"labwright: note: guest {stopped} is stopped: its userspace is not known; the upgrade starts it "
                    f"and installs {NEW} in it\n")
-    assert GpuHost(host_root).driver_version() == DRIVER_VERSION
+    assert GpuHost(TreeHost(host_root)).driver_version() == DRIVER_VERSION
     assert client.request("GET", f"/1.0/instances/{matched}/snapshots") == []
 
     code, out, err = host(capsys, "lwnode1", "--fix-mismatched", "--yes", "--json")
@@ -102,7 +103,7 @@ def test_whole_upgrade_with_a_reboot_that_moves_nvidia_uvm(lab, client, names, h
         # The guest config carries the re-read majors (what the next start of the guest passes).
         devices = client.instance(name)["devices"]
         assert {d["major"] for d in devices.values() if d.get("path") == "/dev/nvidia-uvm"} == {"237"}
-    gpu = GpuHost(host_root)
+    gpu = GpuHost(TreeHost(host_root))
     assert gpu.driver_version() == NEW
     assert (host_root / "proc/sys/kernel/osrelease").read_text().strip() == NEW_KERNEL
     assert "-u -c 0" in (host_root / "etc/systemd/system/labwright-nvidia-uvm.service").read_text()
@@ -167,7 +168,7 @@ def test_bad_input_is_one_line_and_nothing_is_upgraded(lab, client, names, host_
     code, out, err = host(capsys, "lwnode1", "--yes")
     assert code == 1 and out == "" and len(err.splitlines()) == 1
     assert f"the new kernel {NEW_KERNEL} has no nvidia {NEW} module build" in err
-    assert GpuHost(host_root).driver_version() == DRIVER_VERSION
+    assert GpuHost(TreeHost(host_root)).driver_version() == DRIVER_VERSION
     assert client.request("GET", f"/1.0/instances/{name}/snapshots") == []
     code, out, err = host(capsys, "lwnode1", "--pin-kernel", "--json")
     assert code == 0 and json.loads(out)["boot_kernel"] == OLD_KERNEL
@@ -178,7 +179,7 @@ def test_bad_input_is_one_line_and_nothing_is_upgraded(lab, client, names, host_
     assert code == 0 and result["ok"], (out, err)
     assert (host_root / PIN_FILE).read_text().strip() == OLD_KERNEL
     assert (host_root / "proc/sys/kernel/osrelease").read_text().strip() == OLD_KERNEL
-    assert GpuHost(host_root).driver_version() == NEW
+    assert GpuHost(TreeHost(host_root)).driver_version() == NEW
     assert libs_in(client, name) == f"libcuda.so.{NEW}\nlibnvidia-ml.so.{NEW}"
 
 
@@ -193,12 +194,12 @@ def test_a_guest_another_labwright_run_holds_is_waited_for_or_refused(lab, clien
         assert "another labwright run holds this guest" in result["message"] and f"pid {holder.pid}" in \
             result["message"], result["message"]
         assert "nothing was upgraded" in result["message"]
-        assert GpuHost(host_root).driver_version() == DRIVER_VERSION
+        assert GpuHost(TreeHost(host_root)).driver_version() == DRIVER_VERSION
         assert client.request("GET", f"/1.0/instances/{name}/snapshots") == []
     code, out, err = host(capsys, "lwnode1", "--yes", "--lock-wait", "0", "--json")
     assert code == 0 and json.loads(out)["ok"], (out, err)
     assert "released a stale run lock" in err  # the killed holder's, by this controller (its pid is gone)
-    assert GpuHost(host_root).driver_version() == NEW
+    assert GpuHost(TreeHost(host_root)).driver_version() == NEW
 
 
 class _RefusingSnapshots(LxdSnapshots):
@@ -213,7 +214,7 @@ def test_a_snapshot_that_cannot_be_taken_upgrades_nothing(lab, client, names, ho
     first = upgrade_guest(client, names, host_root, DRIVER_VERSION)
     second = upgrade_guest(client, names, host_root, DRIVER_VERSION)
     refusing = max(first, second)  # guests are snapshotted in name order: the other one's snapshot is taken first
-    facts = node_facts("lwnode1", host_root, client)
+    facts = node_facts("lwnode1", TreeHost(host_root), client)
     plan = make_plan(facts)
 
     class Refusing(Upgrade):
@@ -227,7 +228,7 @@ def test_a_snapshot_that_cannot_be_taken_upgrades_nothing(lab, client, names, ho
     assert outcome.message.startswith(f"guest {refusing}: the snapshot could not be taken: Create instance snapshot")
     assert "nothing was upgraded (snapshots taken: labwright-host-upgrade-" in outcome.message
     assert [d.action for d in outcome.done] == ["list", "kernel", "snapshot"]
-    assert GpuHost(host_root).driver_version() == DRIVER_VERSION
+    assert GpuHost(TreeHost(host_root)).driver_version() == DRIVER_VERSION
     assert not (host_root / "var/lib/dkms/nvidia" / NEW / OLD_KERNEL).exists()
     for name in (first, second):
         assert libs_in(client, name) == f"libcuda.so.{DRIVER_VERSION}\nlibnvidia-ml.so.{DRIVER_VERSION}"

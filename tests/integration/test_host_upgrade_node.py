@@ -33,6 +33,7 @@ from support.fake_nvidia import (
 from support.gpu_guest import libs_in, nodes_in, sh, upgrade_guest
 from support.host_cli import on_tree, resume_command
 from support.host_doubles import RESUME_LINK, RESUME_UNIT, boot, make_node, run_resume_unit, tool_env
+from support.host_tree import TreeHost
 
 pytestmark = pytest.mark.lab
 NEW = "550.54.15"
@@ -59,11 +60,11 @@ def node_root(monkeypatch) -> Iterator[Path]:
 def start(client: LxdClient, root: Path) -> tuple[Upgrade, float]:
     """What `host upgrade lwnode1 --yes` does on a node, up to the reboot (the CLI picks CommandHost for "/")."""
     repo = root / "var/cache/labwright/nvidia"
-    facts = node_facts("lwnode1", root, client, repo)
+    facts = node_facts("lwnode1", TreeHost(root), client, repo)
     plan = make_plan(facts)
-    host = CommandHost(root, repo)
+    host = CommandHost(TreeHost(root), repo)
     host.preflight(plan)
-    upgrade = Upgrade(plan, root, repo, client, host=host)
+    upgrade = Upgrade(plan, TreeHost(root), repo, client, host=host)
     upgrade.resume_command = resume_command(root, "lwnode1")  # the boot unit runs labwright on the tree
     started = time.monotonic()
     out = upgrade.run({g.name: g.services for g in facts.guests})
@@ -89,11 +90,11 @@ def test_the_upgrade_stops_at_the_reboot_and_the_boot_unit_finishes_it(lab, clie
     # Before the boot: the driver is on disk for the new kernel, the running module and the guest are as they were.
     assert (node_root / f"lib/modules/{NEW_KERNEL}/updates/dkms/nvidia.ko").read_text() == \
         f"nvidia {NEW} for {NEW_KERNEL}\n"
-    assert GpuHost(node_root).driver_version() == DRIVER_VERSION
+    assert GpuHost(TreeHost(node_root)).driver_version() == DRIVER_VERSION
     assert libs_in(client, guest) == f"libcuda.so.{DRIVER_VERSION}\nlibnvidia-ml.so.{DRIVER_VERSION}"
     snapshot = upgrade.outcome.snapshots[guest]
     assert [s["name"] for s in client.request("GET", f"/1.0/instances/{guest}/snapshots?recursion=1")] == [snapshot]
-    saved = state.load(node_root)
+    saved = state.load(TreeHost(node_root))
     assert saved is not None and saved.phase == state.REBOOTING and saved.snapshots == {guest: snapshot}
     assert plan.steps[saved.next_step].action == "majors"
     assert (node_root / "labwright-sim/reboot-requested").exists() and (node_root / RESUME_LINK).is_symlink()
@@ -112,7 +113,7 @@ def test_the_upgrade_stops_at_the_reboot_and_the_boot_unit_finishes_it(lab, clie
     assert nodes_in(client, guest) == {"/dev/nvidia-uvm": "237:0", "/dev/nvidia-uvm-tools": "237:1",
                                        "/dev/nvidia0": "195:0"}
     assert libs_in(client, guest) == f"libcuda.so.{NEW}\nlibnvidia-ml.so.{NEW}"
-    saved = state.load(node_root)
+    saved = state.load(TreeHost(node_root))
     assert saved is not None and saved.phase == state.DONE and saved.outcome is not None and saved.outcome["ok"]
     assert [d["action"] for d in saved.outcome["done"]][-3:] == ["userspace", "restart", "check"]
     assert not (node_root / RESUME_UNIT).exists() and not (node_root / RESUME_LINK).is_symlink()
@@ -140,7 +141,7 @@ def test_a_guest_that_fails_its_check_after_the_boot_is_restored(lab, client, na
     assert resumed.returncode == 1, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"gpu check {guest} failed after the upgrade: engine llama-server on the GPU" in resumed.stderr
     assert libs_in(client, guest) == f"libcuda.so.{DRIVER_VERSION}\nlibnvidia-ml.so.{DRIVER_VERSION}"
-    saved = state.load(node_root)
+    saved = state.load(TreeHost(node_root))
     assert saved is not None and saved.phase == state.FAILED and saved.outcome is not None
     assert saved.outcome["restored"] == [guest]
     assert not (node_root / RESUME_LINK).is_symlink()  # it does not run again at the next boot
@@ -149,4 +150,4 @@ def test_a_guest_that_fails_its_check_after_the_boot_is_restored(lab, client, na
            f"for {NEW_KERNEL}); the running module is {NEW} until the node boots again: reboot it to load " \
            f"{DRIVER_VERSION}" in saved.outcome["left"], saved.outcome["left"]
     assert boot(node_root) == (NEW_KERNEL, DRIVER_VERSION)
-    assert GpuHost(node_root).driver_version() == DRIVER_VERSION
+    assert GpuHost(TreeHost(node_root)).driver_version() == DRIVER_VERSION

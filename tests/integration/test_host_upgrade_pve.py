@@ -27,6 +27,7 @@ from labwright.gpu.nvidia.host import GpuHost
 from support.fake_nvidia import DRIVER_VERSION, make_container_libraries, make_fake_nvidia_host, make_upgrade_host
 from support.guest_lock import holding
 from support.host_cli import on_tree, resume_command
+from support.host_tree import TreeHost
 from support.pve_pct_node import PctNode
 from support.pve_simulator import PveSimulator, SimNode, SimStorage, default_storages, host_devices
 
@@ -186,7 +187,7 @@ def test_yes_snapshots_every_gpu_container_and_rewrites_stale_raw_majors(sim, ro
     last_snapshot = max(i for i, w in enumerate(sim.writes) if w.path.endswith("/snapshot"))
     assert last_snapshot < first_power
     # nvidia-uvm moved 509 -> 237 at the reboot: the raw lines follow it, the caps major (unchanged) stays.
-    assert GpuHost(root).majors()["nvidia-uvm"] == 237 and GpuHost(root).driver_version() == NEW
+    assert GpuHost(TreeHost(root)).majors()["nvidia-uvm"] == 237 and GpuHost(TreeHost(root)).driver_version() == NEW
     for vmid in (202, 204):
         assert allow_majors(sim, vmid) == ["c 195:* rwm", "c 237:* rwm", "c 511:* rwm"]
     # The snapshot section keeps the lines the container had when it was taken.
@@ -226,7 +227,7 @@ def test_a_container_another_labwright_run_holds_is_refused_before_anything_chan
         assert "@pct/pve1/202: another labwright run holds this guest" in result["message"], result["message"]
         assert f"pid {holder.pid}" in result["message"] and "nothing was upgraded" in result["message"]
         assert not [w for w in sim.writes if w.path.endswith("/snapshot")]
-        assert GpuHost(root).driver_version() == DRIVER_VERSION and host_userspace(root) == old_userspace()
+        assert GpuHost(TreeHost(root)).driver_version() == DRIVER_VERSION and host_userspace(root) == old_userspace()
         assert ct_userspace(sim, 202) == old_userspace()
         # 201's lock, taken before 202 was found busy, was given back
         assert not (sim.pct_node.rootfs(201) / "run/lock/labwright.lock").exists()
@@ -234,7 +235,7 @@ def test_a_container_another_labwright_run_holds_is_refused_before_anything_chan
                           "--lock-wait", "0", "--json")
     assert code == 0 and json.loads(out)["ok"], (out, err)
     assert "@pct/pve1/202: released a stale run lock" in err  # the killed holder's, on this node (its pid is gone)
-    assert GpuHost(root).driver_version() == NEW and ct_userspace(sim, 202) == new_userspace()
+    assert GpuHost(TreeHost(root)).driver_version() == NEW and ct_userspace(sim, 202) == new_userspace()
     for vmid in (201, 202):  # released at the end
         assert not (sim.pct_node.rootfs(vmid) / "run/lock/labwright.lock").exists()
 
@@ -303,7 +304,7 @@ def test_storage_that_cannot_snapshot_stops_the_run_before_anything_changes(sim,
     assert err.startswith("labwright: error: guest @pct/pve1/205: its storage cannot take snapshots (rootfs is on "
                           "storage plain of type dir")
     assert len(sim.writes) == before
-    assert GpuHost(root).driver_version() == DRIVER_VERSION
+    assert GpuHost(TreeHost(root)).driver_version() == DRIVER_VERSION
     assert allow_majors(sim, 205) == ["c 195:* rwm", "c 509:* rwm", "c 511:* rwm"]
 
 
@@ -314,7 +315,7 @@ def test_a_node_not_in_the_inventory_is_one_line(sim, root, inventory, capsys):
     assert code == 2 and out == ""
     assert err == (f"labwright: error: node 'pve9' is not in the inventory {inventory} (its nodes: pve1); give the "
                    "name of a Proxmox VE node from it\n")
-    assert len(sim.writes) == before and GpuHost(root).driver_version() == DRIVER_VERSION
+    assert len(sim.writes) == before and GpuHost(TreeHost(root)).driver_version() == DRIVER_VERSION
 
 
 def test_a_node_without_pct_is_refused_before_anything_changes(sim, root, inventory, capsys, monkeypatch):
@@ -325,7 +326,7 @@ def test_a_node_without_pct_is_refused_before_anything_changes(sim, root, invent
     assert code == 2 and out == "", (out, err)
     assert err == ("labwright: error: node pve1: no `pct` on this host; the upgrade installs the userspace into the "
                    "containers with pct push/exec: run `labwright host upgrade` on the Proxmox VE node itself\n")
-    assert len(sim.writes) == before and GpuHost(root).driver_version() == DRIVER_VERSION
+    assert len(sim.writes) == before and GpuHost(TreeHost(root)).driver_version() == DRIVER_VERSION
     assert host_userspace(root) == old_userspace()
 
 
@@ -367,19 +368,19 @@ def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_t
 
     api = connect(Credentials.from_env(), "pve1", {"proxmox_api_url": f"https://{sim.host}",
                                                    "proxmox_ca_file": str(sim.ca_file)})
-    facts, guests = pve_node_facts("pve1", root, api, repo)
-    plan = make_pve_plan(facts, guests, None, False, nvidia_majors(GpuHost(root)))
+    facts, guests = pve_node_facts("pve1", TreeHost(root), api, repo)
+    plan = make_pve_plan(facts, guests, None, False, nvidia_majors(GpuHost(TreeHost(root))))
     assert plan.boot_kernel == NEW_KERNEL
-    host_side = CommandHost(root, repo)
+    host_side = CommandHost(TreeHost(root), repo)
     host_side.preflight(plan)
-    upgrade = PveUpgrade(plan, root, repo, api, guests, host=host_side)
+    upgrade = PveUpgrade(plan, TreeHost(root), repo, api, guests, host=host_side)
     upgrade.saved = pve_saved(upgrade, inventory, mode)
     upgrade.resume_command = resume_command(root, "pve1")  # the boot unit runs labwright on the tree
     out = upgrade.run({})
     assert out.ok and out.rebooting, (out.message, out.left)
     assert ct_userspace(sim, 202) == old_userspace() and allow_majors(sim, 202) == ["c 195:* rwm", "c 509:* rwm",
                                                                                     "c 511:* rwm"]
-    saved = state.load(root)
+    saved = state.load(TreeHost(root))
     assert saved is not None and saved.kind == "pve" and saved.extra["majors_before"]["nvidia-uvm"] == 509
     env_file = root / "var/lib/labwright/host-upgrade.env"
     if mode == "https":
@@ -395,12 +396,12 @@ def test_on_the_node_itself_the_run_reboots_and_the_boot_unit_finishes_it_with_t
     assert allow_majors(sim, 202) == ["c 195:* rwm", "c 237:* rwm", "c 511:* rwm"]
     for vmid in (201, 202):
         assert ct_userspace(sim, vmid) == new_userspace() and sim.is_running(vmid)
-    saved = state.load(root)
+    saved = state.load(TreeHost(root))
     assert saved is not None and saved.phase == state.DONE and saved.outcome is not None
     assert all(d["ok"] for d in saved.outcome["done"] if d["action"] == "check")
     assert [d["target"] for d in saved.outcome["done"] if d["action"] == "check"] == ["@pct/pve1/201",
                                                                                      "@pct/pve1/202"]
     assert not env_file.exists() and not (root / RESUME_LINK).is_symlink()
-    assert state.leftovers(root) == []
+    assert state.leftovers(TreeHost(root)) == []
     assert not [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()
                 and TOKEN_SECRET.encode() in p.read_bytes()]

@@ -23,6 +23,7 @@ from labwright.hostupgrade.realhost import CommandHost
 from labwright.hostupgrade.run import NodeHost
 from labwright.hostupgrade.state import HTTPS
 from support.gpu_host import TreeGpuHost
+from support.host_tree import TreeHost
 from support.sim_host import SimulatedHost
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -34,6 +35,7 @@ class TreeNode(node_seam.Node):
 
     def __init__(self, root: str | Path):
         self.root = Path(root).resolve()
+        super().__init__(TreeHost(self.root, label="this host"))
 
     def names(self) -> list[str]:
         names = super().names()
@@ -48,7 +50,7 @@ class TreeNode(node_seam.Node):
         return SimulatedHost(self.root)
 
     def resume_host(self, repository: Path) -> CommandHost:
-        return CommandHost(self.root, repository)
+        return CommandHost(self.files, repository)
 
     def check_root_code(self, inventory: Path | None, repository: Path) -> None:
         """Nothing runs as root at boot on a tree."""

@@ -14,6 +14,7 @@ from rich.markup import escape
 from labwright.cli import vocab
 from labwright.errors import BadInput, LabwrightError
 from labwright.gpu.nvidia.upgrade_facts import REPOSITORY, node_facts, repository_versions
+from labwright.hosts.local import LocalHost
 from labwright.hostupgrade import state
 from labwright.hostupgrade.node import Node, this_node
 from labwright.hostupgrade.plan import Plan, make_plan
@@ -75,16 +76,16 @@ def upgrade(
     vocab.check_lock_wait(lock_wait)
     node_data = _pve_node(node, inventory) if inventory is not None and not resume else None
     here = this_node()
-    root = here.root
+    files = here.files
     names = here.names()
     if node not in names:
         raise BadInput(f"node {node!r} is not this host (it answers to {', '.join(names)}); run `labwright host "
                        "upgrade` on the node itself with its name")
     if yes or resume:
         here.require_root()
-    saved = state.load(root)
+    saved = state.load(files)
     if saved is not None and saved.node != node:
-        raise BadInput(f"{state.state_file(root)} is an upgrade of node {saved.node!r}, not {node!r}; give "
+        raise BadInput(f"{state.state_file(files)} is an upgrade of node {saved.node!r}, not {node!r}; give "
                        f"{saved.node} (this host's name when it started)")
     if resume:
         _finish(node, _resume(node, here, saved, as_json), as_json)
@@ -95,7 +96,7 @@ def upgrade(
         print(f"labwright: note: {saved.summary()}", file=sys.stderr)
     elif saved is not None:
         print(f"labwright: note: the last upgrade: {saved.summary()}", file=sys.stderr)
-    repo = repository if repository is not None else root / REPOSITORY.lstrip("/")
+    repo = repository if repository is not None else files.local_path(REPOSITORY)
     label = f"--repository {repo}" if repository is not None else f"the repository {repo} (--repository DIR)"
     if not repo.is_dir():
         raise BadInput(f"{label}: not a directory; give the directory of NVIDIA-Linux-x86_64-VERSION.run installers")
@@ -114,7 +115,7 @@ def upgrade(
         outcome = _pve_upgrade(node, here, repo, node_data, to, pin_kernel, fix_mismatched, yes, as_json,
                                lock_wait, host, inventory, api_mode)
     else:
-        outcome = _lxd_upgrade(node, root, repo, to, pin_kernel, fix_mismatched, yes, as_json, lock_wait, host)
+        outcome = _lxd_upgrade(node, files, repo, to, pin_kernel, fix_mismatched, yes, as_json, lock_wait, host)
     if outcome is not None:
         _finish(node, outcome, as_json)
 
@@ -136,12 +137,12 @@ def _resume(node: str, here: Node, saved: state.Saved | None, as_json: bool) -> 
     refused while reading the inventory or reaching the API, stopped on anything else) the carried credentials and
     the resume unit are removed (the unit's ExecStopPost= does the same when this process is killed); a resume that
     stopped before its end is left to be resumed by hand, saying why."""
-    root = here.root
+    files = here.files
     if saved is None:
-        raise BadInput(f"node {node}: no upgrade to resume ({state.state_file(root)} does not exist); start one with "
+        raise BadInput(f"node {node}: no upgrade to resume ({state.state_file(files)} does not exist); start one with "
                        f"`labwright host upgrade {node} --yes`")
     if saved.phase != state.REBOOTING:
-        state.remove_env(root)  # nothing to resume: nothing needs the credentials either
+        state.remove_env(files)  # nothing to resume: nothing needs the credentials either
         raise BadInput(f"node {node}: nothing to resume: {saved.summary()}")
     saved.resume_failed = ""
     host = here.resume_host(Path(saved.repository))
@@ -150,16 +151,16 @@ def _resume(node: str, here: Node, saved: state.Saved | None, as_json: bool) -> 
     except BaseException as exc:
         if saved.phase == state.REBOOTING and not saved.resume_failed:
             why = str(exc) if isinstance(exc, LabwrightError) else f"{type(exc).__name__}: {exc}"
-            end_resume(root, host, saved, (why.splitlines() or [""])[0][:300])
+            end_resume(files, host, saved, (why.splitlines() or [""])[0][:300])
         raise
     finally:
-        if state.leftovers(root):
-            remove_credentials_and_unit(root, host)
+        if state.leftovers(files):
+            remove_credentials_and_unit(files, host)
 
 
 def _resumed(node: str, here: Node, saved: state.Saved, host: NodeHost, as_json: bool) -> Outcome:
     plan = saved.plan_object()
-    root = here.root
+    files = here.files
     repo = Path(saved.repository)
     over_https = saved.kind == "pve" and saved.api == state.HTTPS
     # what this root run reads and runs from here is root's alone (trust.py)
@@ -174,14 +175,14 @@ def _resumed(node: str, here: Node, saved: state.Saved, host: NodeHost, as_json:
             api = connect(Credentials.from_env(), node, node_data)
         else:  # the node acts as root itself: no inventory read, no secret needed (pve.pvesh_api)
             api = pvesh_api()
-        pve = PveUpgrade(plan, root, repo, api, guests_from_saved(saved), _progress(as_json), host=host)
+        pve = PveUpgrade(plan, files, repo, api, guests_from_saved(saved), _progress(as_json), host=host)
         pve.majors_before = {str(k): int(v) for k, v in saved.extra.get("majors_before", {}).items()}
         pve.lock_wait = saved.lock_wait
         return pve.resume(saved)
     endpoint, project = resolve_endpoint(None)
     client = LxdClient(endpoint, project=project)
     try:
-        upgrade = Upgrade(plan, root, repo, client, _progress(as_json), host=host)
+        upgrade = Upgrade(plan, files, repo, client, _progress(as_json), host=host)
         upgrade.lock_wait = saved.lock_wait
         return upgrade.resume(saved)
     finally:
@@ -239,12 +240,12 @@ def _progress(as_json: bool) -> Callable[[Done], None]:
     return progress
 
 
-def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: bool, fix_mismatched: bool,
+def _lxd_upgrade(node: str, files: LocalHost, repo: Path, to: str | None, pin_kernel: bool, fix_mismatched: bool,
                  yes: bool, as_json: bool, lock_wait: float, host: NodeHost) -> Outcome | None:
     endpoint, project = resolve_endpoint(None)
     client = LxdClient(endpoint, project=project)
     try:
-        facts = node_facts(node, root, client, repo)
+        facts = node_facts(node, files, client, repo)
         plan = make_plan(facts, to, pin_kernel, fix_mismatched)
         if not yes:
             _show_plan(node, _with_installer_notes(repo, plan), as_json)
@@ -252,7 +253,7 @@ def _lxd_upgrade(node: str, root: Path, repo: Path, to: str | None, pin_kernel: 
         services = {g.name: g.services for g in facts.guests}
         _verify_installers(repo, plan)
         host.preflight(plan)
-        upgrade = Upgrade(plan, root, repo, client, _progress(as_json), host=host)
+        upgrade = Upgrade(plan, files, repo, client, _progress(as_json), host=host)
         upgrade.lock_wait = lock_wait
         return upgrade.run(services)
     finally:
@@ -266,15 +267,14 @@ def _pve_upgrade(node: str, here: Node, repo: Path, node_data: dict[str, Any], t
     from labwright.hostupgrade.pve import PveUpgrade, make_pve_plan, nvidia_majors, pve_node_facts, pve_saved
 
     api = connect(Credentials.from_env(), node, node_data)
-    root = here.root
-    facts, guests = pve_node_facts(node, root, api, repo)
+    facts, guests = pve_node_facts(node, here.files, api, repo)
     plan = make_pve_plan(facts, guests, to, pin_kernel, nvidia_majors(here.gpu_host()), fix_mismatched)
     if not yes:
         _show_plan(node, _with_installer_notes(repo, plan), as_json)
         return None
     _verify_installers(repo, plan)
     host.preflight(plan)
-    upgrade = PveUpgrade(plan, root, repo, api, guests, _progress(as_json), host=host)
+    upgrade = PveUpgrade(plan, here.files, repo, api, guests, _progress(as_json), host=host)
     upgrade.lock_wait = lock_wait
     upgrade.saved = pve_saved(upgrade, inventory.resolve(), api_mode)
     return upgrade.run({})

@@ -12,21 +12,22 @@ told apart by the PCI vendor id the kernel shows for each node in ``/sys/class/d
 - DRM is character major 226 (Linux include/uapi/drm/drm.h ``DRM_MAJOR 226``; Documentation/admin-guide/devices.txt:
   minors 0-63 cardN, 128-191 renderDN).
 
-``read_dri`` reads these facts below a root ("/" on this machine; tests give a tree with real ``mknod`` nodes);
+``read_dri`` reads these facts through a ``labwright.hosts.Host`` (this machine; tests give a double over a tree with
+real ``mknod`` nodes, tests/support/host_tree.py);
 ``DRI_FACTS_SCRIPT`` is the same reading as one shell command for a node reached over SSH, read back by
 ``parse_dri_facts``.
 """
 
 from __future__ import annotations
 
-import os
+import posixpath
 import re
-import stat
 from dataclasses import dataclass
-from pathlib import Path
 
 from labwright.errors import BadInput
 from labwright.gpu.devices import GPU_GID, DeviceNode, register
+from labwright.hosts import Host
+from labwright.hosts.local import LocalHost, local_path
 
 #: PCI vendor ids by ``gpu:`` value (0x1022 is AMD's other id, which community-scripts map to AMD too).
 VENDOR_IDS: dict[str, tuple[int, ...]] = {"nvidia": (0x10DE,), "amd": (0x1002, 0x1022), "intel": (0x8086,)}
@@ -109,37 +110,34 @@ def _sort_key(name: str) -> tuple[int, int]:
     return (0 if match and match.group(1) == "card" else 1, int(match.group(2)) if match else 0)
 
 
-def _char_node(path: Path, guest: str) -> DeviceNode | None:
+def _char_node(host: Host, path: str) -> DeviceNode | None:
+    info = host.stat(path, follow_symlinks=False)
+    if info is None or not info.is_char:
+        return None
+    return DeviceNode(path, local_path(host, path), info.major, info.minor, info.permissions)
+
+
+def read_dri(host: Host | None = None) -> DriFacts:
+    """The DRM facts of ``host`` (this machine when None): every ``/sys/class/drm/{cardN,renderDN}`` (connectors
+    such as ``card0-HDMI-A-1`` are not GPUs) with ``device/vendor`` and the PCI slot its ``device`` link points at,
+    each one's ``/dev/dri`` node, ``/dev/kfd``, and the NVIDIA driver's proc file."""
+    host = host if host is not None else LocalHost(label="this host")
+    drm = "/sys/class/drm"
     try:
-        info = path.lstat()
+        names = sorted((n for n in host.listdir(drm) if _DRM_NAME.match(n)), key=_sort_key)
     except OSError:
-        return None
-    if not stat.S_ISCHR(info.st_mode):
-        return None
-    return DeviceNode(guest, str(path), os.major(info.st_rdev), os.minor(info.st_rdev), stat.S_IMODE(info.st_mode))
-
-
-def read_dri(root: str | Path = "/") -> DriFacts:
-    """The DRM facts of the machine below ``root``: every ``sys/class/drm/{cardN,renderDN}`` (connectors such as
-    ``card0-HDMI-A-1`` are not GPUs) with ``device/vendor`` and the PCI slot its ``device`` link points at, each
-    one's ``dev/dri`` node, ``dev/kfd``, and the NVIDIA driver's proc file."""
-    root = Path(root)
-    drm = root / "sys" / "class" / "drm"
+        names = []
     devices = []
-    names = sorted((p.name for p in drm.iterdir() if _DRM_NAME.match(p.name)), key=_sort_key) if drm.is_dir() else []
     for name in names:
-        entry = drm / name
+        entry = f"{drm}/{name}"
         try:
-            vendor_id: int | None = int((entry / "device" / "vendor").read_text().strip(), 16)
+            vendor_id: int | None = int(host.read_text(f"{entry}/device/vendor").strip(), 16)
         except (OSError, ValueError):
             vendor_id = None
-        try:
-            pci = os.path.basename(os.path.realpath(entry / "device"))
-        except OSError:
-            pci = ""
-        devices.append(DrmDevice(name, vendor_id, pci, _char_node(root / "dev" / "dri" / name, f"/dev/dri/{name}")))
-    return DriFacts(tuple(devices), _char_node(root / "dev" / "kfd", KFD),
-                    (root / "proc" / "driver" / "nvidia" / "version").is_file())
+        pci = posixpath.basename(host.realpath(f"{entry}/device"))
+        devices.append(DrmDevice(name, vendor_id, pci, _char_node(host, f"/dev/dri/{name}")))
+    version = host.stat("/proc/driver/nvidia/version")
+    return DriFacts(tuple(devices), _char_node(host, KFD), version is not None and version.is_file)
 
 
 #: The same facts in one command (a Proxmox node over SSH): one line per DRM entry ``NAME VENDOR PCI [MAJ MIN MODE]``

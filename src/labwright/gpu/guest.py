@@ -2,7 +2,7 @@
 the checks of ``labwright.gpu.check`` run through the LXD API's exec (no SSH in the guest needed).
 
 The host side (module version, nodes and majors) is read on the machine running labwright (``GpuHost``), which is
-the LXD host for a local guest; a caller may give another ``GpuHost`` (tests: one over a fake host tree).
+the LXD host for a local guest; a caller may give another ``GpuHost`` (tests: one over a double of a host tree).
 
 ``passed_gpu_devices`` is vendor-neutral (``labwright.gpu.devices``); the checks are NVIDIA's (labwright.gpu.check)
 for an NVIDIA guest, and the DRM nodes plus Vulkan (labwright.gpu.vulkan) for an AMD or Intel one.
@@ -91,7 +91,7 @@ def check_guest(guest: str, service: str | None = AUTO, decode: DecodeRequest | 
             raise BadInput(f"guest {guest} is {instance.get('status')}; start it first (`{tool} start "
                            f"{host.name}`)")
         chosen = engine_service(host, service)
-        facts = read_dri(gpu_host.root)
+        facts = read_dri(gpu_host.host)
         vendor = passed_vendor(instance, facts)
         if vendor is not None:
             checks = run_dri_checks(host, vendor, host_nodes_of(vendor, facts), chosen, decode)

@@ -46,8 +46,8 @@ from labwright.snapshots.lxd import freeze_note
 
 
 class LxdBackend(GuestBackend):
-    """Guests of one LXD/Incus daemon. ``gpu_host`` reads the local machine's NVIDIA nodes (a temp root in
-    tests); it is None for a remote daemon, whose GPUs are known only through its API."""
+    """Guests of one LXD/Incus daemon. ``gpu_host`` reads the local machine's GPU facts through its Host (a
+    double over a tree in tests); it is None for a remote daemon, whose GPUs are known only through its API."""
 
     name = "lxd"
 
@@ -73,7 +73,7 @@ class LxdBackend(GuestBackend):
             endpoint, project = resolve_endpoint(spec.node, flavour=flavour)
             client = LxdClient(endpoint, project=project)
         local = client.endpoint.socket_path is not None
-        return cls(client, (gpu_host or GpuHost("/")) if local else None, spec.node)
+        return cls(client, (gpu_host or GpuHost()) if local else None, spec.node)
 
     def close(self) -> None:
         self.client.close()
@@ -105,7 +105,7 @@ class LxdBackend(GuestBackend):
 
     def _dri_facts(self) -> DriFacts | None:
         """This host's /sys/class/drm and /dev/dri (None for a remote daemon)."""
-        return read_dri(self.gpu_host.root) if self.gpu_host is not None else None
+        return read_dri(self.gpu_host.host) if self.gpu_host is not None else None
 
     def resolved(self, spec: GuestSpec) -> GuestSpec:
         """``spec`` with ``gpu: auto`` made the vendor this host has (the local /sys/class/drm and NVIDIA driver, or
@@ -149,7 +149,7 @@ class LxdBackend(GuestBackend):
     def _cdi_offer(self) -> CdiOffer:
         """What the daemon (GET /1.0: name, version, api_extensions) and this host (its CDI spec) offer for CDI."""
         host = self.gpu_host
-        spec = read_spec(host.root) if host is not None and self.local else None
+        spec = read_spec(host.host) if host is not None and self.local else None
         return CdiOffer(self.client.server_info(), spec, local=host is not None and self.local)
 
     def _root_pool(self, profiles: list[str], current: dict[str, Any] | None) -> str | None:
@@ -230,10 +230,9 @@ class LxdBackend(GuestBackend):
 
     def _boot_unit(self, current: dict[str, Any] | None = None) -> BootUnit | None:
         """The boot unit for this host's NVIDIA nodes, those the guest passes now and those the installed unit
-        makes; None where labwright cannot install it (a remote daemon, or this host's real /etc when not
-        running as root)."""
+        makes; None where labwright cannot install it (a remote daemon, or a run that is not root's)."""
         host = self.gpu_host
-        if host is None or (str(host.root) == "/" and os.geteuid() != 0):
+        if host is None or os.geteuid() != 0:
             return None
         if self._unit_text is False:
             self._unit_text = installed_unit(host)
@@ -251,7 +250,7 @@ class LxdBackend(GuestBackend):
         devices = {**((current or {}).get("devices") or {}), **desired.devices}
         required = sorted(d["path"] for d in devices.values() if d.get("type") == "unix-char"
                           and d.get("required", "true") != "false" and not os.path.exists(d.get("source") or ""))
-        lazy = [p for p in LAZY_NODES if not os.path.exists(host.host_path(p))]
+        lazy = [p for p in LAZY_NODES if not host.host.exists(p)]
         plan.missing_nodes = [*required, *lazy]
         unit = self._boot_unit(current)
         if unit is not None and self._unit_text != unit.text:
@@ -369,7 +368,7 @@ class LxdBackend(GuestBackend):
         for command in self.gpu_host.preflight_commands():
             # without the tool, nothing: the uvm nodes are optional devices, the guest gets them when they appear
             line = f"command -v {quote(command[0])} >/dev/null 2>&1 || exit 0; {join(command)}"
-            result = self.gpu_host.host.run(line, timeout=60)
+            result = self.gpu_host.shell.run(line, timeout=60)
             if not result.ok:
                 raise OperationFailed(f"{spec.where}: `{' '.join(command)}` failed on the host: "
                                       f"{(result.stderr or result.stdout).strip()[:200]}")

@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any
 
 import yaml
 
+from labwright.hosts import Host
 from labwright.lxd.client import ServerInfo
 from labwright.textio import yaml_load
 
@@ -49,19 +50,20 @@ class CdiSpec:
         return tuple(f"{CDI_KIND}={index}" for index in self.indexes)
 
 
-def read_spec(root: Path) -> CdiSpec | None:
-    """The ``nvidia.com/gpu`` spec below ``root`` (``/`` in production), or None when there is none usable."""
+def read_spec(host: Host) -> CdiSpec | None:
+    """The ``nvidia.com/gpu`` spec on ``host`` (this machine's ``LocalHost`` in production), or None when there is
+    none usable."""
     found: CdiSpec | None = None
     for directory in CDI_DIRS:
-        base = root / directory.lstrip("/")
         try:
-            files = sorted(p for p in base.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
+            files = [f"{directory}/{n}" for n in host.listdir(directory)
+                     if PurePosixPath(n).suffix in (".yaml", ".yml", ".json")]
         except OSError:
             continue
         for path in files:
             try:
-                text = path.read_text()
-                doc: Any = json.loads(text) if path.suffix == ".json" else yaml_load(text)
+                text = host.read_text(path)
+                doc: Any = json.loads(text) if path.endswith(".json") else yaml_load(text)
             except (OSError, ValueError, RecursionError, yaml.YAMLError):  # ValueError: also an alias bomb
                 continue  # an unreadable spec is no offer: today's wiring stays
             if not isinstance(doc, dict) or doc.get("kind") != CDI_KIND:
@@ -69,7 +71,7 @@ def read_spec(root: Path) -> CdiSpec | None:
             names = [str(d.get("name")) for d in doc.get("devices") or [] if isinstance(d, dict)]
             indexes = tuple(sorted((n for n in names if re.fullmatch(r"\d+", n)), key=int))
             if indexes:
-                found = CdiSpec("/" + str(path.relative_to(root)), indexes)
+                found = CdiSpec(path, indexes)
     return found
 
 

@@ -1,8 +1,9 @@
 """What the Proxmox backend needs from the node itself, beyond the API: its NVIDIA device nodes and majors,
 the ``/etc/pve`` config files (raw ``lxc.*`` lines are not in the API), and the uvm preflight command.
 
-``LocalPveNode`` reads and writes below a root directory: ``/`` when labwright runs on the node,
-a temp dir in tests (fake device nodes, and ``etc/pve`` pointing at the simulator's pmxcfs).
+``LocalPveNode`` reads and writes through a ``labwright.hosts.Host``: this machine's ``LocalHost`` when labwright
+runs on the node, a double over a tree in tests (fake device nodes, and ``etc/pve`` pointing at the simulator's
+pmxcfs: tests/support/host_tree.py).
 ``SshPveNode`` does the same over SSH (the ``hosts`` seam: pyinfra's SSH connector, the ``ssh_*`` option set) as
 root by default, with the host key checked against known_hosts.
 """
@@ -10,15 +11,14 @@ root by default, with the host key checked against known_hosts.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 from pyinfra.api.exceptions import ConnectError
 
 from labwright.errors import LabwrightError, OperationFailed
 from labwright.gpu.dri import DRI_FACTS_SCRIPT, DriFacts, parse_dri_facts, read_dri
-from labwright.gpu.nvidia.host import NODE_FACTS_SCRIPT, GpuHost, NodeGpu, Shell, parse_node_facts
-from labwright.hosts import Result
+from labwright.gpu.nvidia.host import NODE_FACTS_SCRIPT, GpuHost, NodeGpu, parse_node_facts
+from labwright.hosts import Host, Result
 from labwright.hosts.local import LocalHost
 from labwright.hosts.options import endpoint
 from labwright.hosts.ssh import SshHost
@@ -39,18 +39,18 @@ class PveNode(Protocol):
 
 
 class LocalPveNode(GpuHost):
-    """The node's files below ``root`` on this machine: GpuHost's files and commands, with the node's label."""
+    """The node's files and commands through ``host`` (this machine): GpuHost's, with the node's label."""
 
-    def __init__(self, root: str | Path = "/", label: str = "this machine", host: Shell | None = None):
-        super().__init__(root, host if host is not None else LocalHost(label=label))
+    def __init__(self, host: Host | None = None, label: str = "this machine"):
+        super().__init__(host if host is not None else LocalHost(label=label))
         self.label = label
 
     def gpu(self) -> NodeGpu:
         return NodeGpu(self.driver_version(), self.majors(), tuple(self.device_nodes()))
 
     def dri(self) -> DriFacts:
-        """The node's AMD/Intel GPUs: /sys/class/drm, /dev/dri and /dev/kfd below ``root``."""
-        return read_dri(self.root)
+        """The node's AMD/Intel GPUs: its /sys/class/drm, /dev/dri and /dev/kfd."""
+        return read_dri(self.host)
 
 
 class SshPveNode:

@@ -193,19 +193,20 @@ def ct_userspace(node: Host, vmid: int) -> str | None:
     return versions[0] if len(versions) == 1 else "mixed:" + ",".join(versions)
 
 
-def pve_node_facts(node: str, root: Path, api: ProxmoxAPI, repository: Path,
+def pve_node_facts(node: str, files: Host, api: ProxmoxAPI, repository: Path,
                    node_host: Host | None = None) -> tuple[NodeFacts, list[PveGpuGuest]]:
-    host = GpuHost(root)
+    """``files``: the node's (this machine's: ``host upgrade`` runs on the node itself)."""
+    host = GpuHost(files)
     loaded = host.driver_version()
-    kernel = running_kernel(root)
-    pending = [k for k in installed_kernels(root) if k != kernel and kernel_key(k) > kernel_key(kernel)]
+    kernel = running_kernel(files)
+    pending = [k for k in installed_kernels(files) if k != kernel and kernel_key(k) > kernel_key(kernel)]
     guests = pve_gpu_guests(api, node, set(nvidia_majors(host).values()))
     on_node = node_host or LocalHost(label=f"node {node}")
     facts = NodeFacts(node, loaded, kernel, pending[-1] if pending else None, repository_versions(repository),
-                      dkms_builds(root, loaded),
+                      dkms_builds(files, loaded),
                       tuple(GuestFacts(g.label, g.running, ct_userspace(on_node, g.vmid) if g.running else None,
                                        g.snapshots, g.storage, g.no_snapshot_reason)
-                            for g in guests), str(repository), kernel_headers(root))
+                            for g in guests), str(repository), kernel_headers(files))
     return facts, guests
 
 
@@ -268,7 +269,7 @@ def make_pve_plan(facts: NodeFacts, guests: list[PveGpuGuest], wanted: str | Non
 
 class PveUpgrade(Upgrade):
     """The plan carried out on a Proxmox VE node: host steps through the node host as on LXD, the guests
-    through the PVE API and the node's config files below ``root`` (``/etc/pve``)."""
+    through the PVE API and the node's config files (``/etc/pve``) through its Host."""
 
     checked_as = "pass gpu check through pct exec, with the host's device majors"
     rolls_back_driver = True
@@ -292,10 +293,10 @@ class PveUpgrade(Upgrade):
             except OperationFailed as exc:  # no python3 there: no labwright run can hold it either
                 print(f"labwright: note: guest {label}: upgraded without its run lock ({exc})", file=sys.stderr)
 
-    def __init__(self, plan: Plan, root: Path, repository: Path, api: ProxmoxAPI, guests: list[PveGpuGuest],
+    def __init__(self, plan: Plan, files: LocalHost, repository: Path, api: ProxmoxAPI, guests: list[PveGpuGuest],
                  progress: Callable[[Done], None] | None = None, poll_interval: float = 0.5,
                  node: Host | None = None, *, host: NodeHost):
-        super().__init__(plan, root, repository, None, progress, host=host)
+        super().__init__(plan, files, repository, None, progress, host=host)
         self.api = api
         self.guests = {g.label: g for g in guests}
         self.poll_interval = poll_interval
@@ -425,7 +426,7 @@ class PveUpgrade(Upgrade):
         stale = [m for m in raw_majors if m != NVIDIA_MAJOR and m not in after.values()]
         if stale:
             problems.append(f"raw {ALLOW} major(s) {', '.join(map(str, stale))} are no NVIDIA device's on the host")
-        missing = [p for p in g.dev_paths if not Path(self.gpu_host.host_path(p)).exists()]
+        missing = [p for p in g.dev_paths if not self.gpu_host.host.exists(p)]
         if missing:
             problems.append(f"devN node(s) missing on the host: {', '.join(missing)}")
         checks = self._gpu_checks(g) if g.running else self.checked_while_started.get(guest, [])

@@ -22,18 +22,20 @@ exits 0 having enabled nothing.
   .trust) right before it runs.
 
 Every command runs through ``runner`` (this machine's shell by default; tests put the doubles of tests/support/
-host_tools first on PATH with a host tree as their root).
+host_tools first on PATH with a host tree as their root); the node's files are read and written through ``files``
+(this machine's ``LocalHost``; tests: a double over that tree, tests/support/host_tree.py).
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Sequence
 from pathlib import Path
 
 from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput, OperationFailed
 from labwright.gpu.nvidia.host import GpuHost
-from labwright.gpu.nvidia.upgrade_facts import MODULE_FILE, dkms_tree_builds, installer_name, running_kernel
+from labwright.gpu.nvidia.upgrade_facts import dkms_tree_builds, installer_name, packaged_modules, running_kernel
 from labwright.hosts import Host, Result
 from labwright.hosts.local import LocalHost
 from labwright.hostupgrade.installer import failure, named_log
@@ -44,9 +46,9 @@ from labwright.hostupgrade.trust import verify_installer
 from labwright.shell import quote
 
 INSTALLER_LOG = "/var/log/nvidia-installer.log"
-#: Where the driver's userspace lies on the host (the installer's default for Debian/PVE), below the root.
+#: Where the driver's userspace lies on the host (the installer's default for Debian/PVE), without the leading /.
 HOST_LIBDIR = "usr/lib/x86_64-linux-gnu"
-#: What ``proxmox-boot-tool kernel pin K`` writes (proxmox-kernel-helper), below the root.
+#: What ``proxmox-boot-tool kernel pin K`` writes (proxmox-kernel-helper), without the leading /.
 PIN_FILE = "etc/kernel/proxmox-boot-pin"
 #: The ESPs proxmox-boot-tool manages (absent: GRUB, where pin runs update-grub itself).
 ESP_LIST = "/etc/kernel/proxmox-boot-uuids"
@@ -60,8 +62,8 @@ class CommandHost:
     #: The reboot ends this process: the run saves its state and a boot unit resumes it (state.py).
     reboots_for_real = True
 
-    def __init__(self, root: Path, repository: Path, runner: Host | None = None):
-        self.root = root
+    def __init__(self, files: LocalHost, repository: Path, runner: Host | None = None):
+        self.files = files
         self.repository = repository
         self.runner = runner or LocalHost(label="this host")
         self.label = self.runner.label
@@ -86,13 +88,13 @@ class CommandHost:
                     "systemctl": "the resume after the reboot is a systemd unit"}
             raise BadInput(f"host upgrade: {', '.join(missing)} not found on this host; "
                            + "; ".join(f"{m}: {hint.get(m, 'install it')}" for m in missing))
-        if not (self.root / "run/systemd/system").is_dir():
+        booted = self.files.stat("/run/systemd/system")
+        if booted is None or not booted.is_dir:
             # sd_booted(): what systemctl itself checks before it talks to the manager (sd-daemon.c)
             raise BadInput("host upgrade: this host was not booted with systemd (no /run/systemd/system); the "
                            f"upgrade goes on after its reboot through the systemd unit {RESUME_UNIT}: run it on a "
                            "systemd host")
-        build = self.root / "lib/modules" / boot_kernel / "build"
-        if not build.exists():
+        if not self.files.exists(f"/lib/modules/{boot_kernel}/build"):
             raise BadInput(f"kernel {boot_kernel}: no headers (/lib/modules/{boot_kernel}/build is missing), so DKMS "
                            f"cannot build the nvidia module for it; apt install {headers_package(boot_kernel)} and "
                            "run again")
@@ -107,7 +109,7 @@ class CommandHost:
     def install_driver(self, version: str, kernel: str) -> str:
         """The driver ``version`` for ``kernel`` (the kernel the node boots next): installer, then the results."""
         installer = self.repository / installer_name(version)
-        self.previous = GpuHost(self.root).driver_version()
+        self.previous = GpuHost(self.files).driver_version()
         cannot = refusal(version, self.previous)
         if cannot:  # the plan refuses it first (make_plan); never run an installer that stops at its options
             raise OperationFailed(f"{installer.name} not run: {cannot}")
@@ -123,24 +125,23 @@ class CommandHost:
         installed = self.installed_module(kernel)
         if installed is None:
             problems.append(f"no nvidia.ko in /lib/modules/{kernel}/updates/dkms")
-        libcuda = self.root / HOST_LIBDIR / f"libcuda.so.{version}"
-        if not libcuda.exists():
+        if not self.files.exists(f"/{HOST_LIBDIR}/libcuda.so.{version}"):
             problems.append(f"no /{HOST_LIBDIR}/libcuda.so.{version}")
         if problems:
             raise OperationFailed(f"{installer.name} --dkms for {kernel}: {', '.join(problems)}; "
                                   f"{self._installer_said(result)}")
         self.installed = version
-        return f"nvidia {version} built by DKMS for {kernel} ({built.name if built else ''}), host userspace {version}"
+        module = posixpath.basename(built) if built else ""
+        return f"nvidia {version} built by DKMS for {kernel} ({module}), host userspace {version}"
 
-    def dkms_module(self, version: str, kernel: str) -> Path | None:
+    def dkms_module(self, version: str, kernel: str) -> str | None:
         """The module file of DKMS's finished build of ``version`` for ``kernel`` (a ``.tmp_ARCH_XXXXXX`` directory
         a failed build left is none: facts.dkms_tree_builds)."""
-        found = dkms_tree_builds(self.root, version, kernel)
+        found = dkms_tree_builds(self.files, version, kernel)
         return found[0].module if found else None
 
-    def installed_module(self, kernel: str) -> Path | None:
-        found = sorted(p for p in (self.root / "lib/modules" / kernel / "updates/dkms").glob("nvidia.ko*")
-                       if MODULE_FILE.match(p.name))
+    def installed_module(self, kernel: str) -> str | None:
+        found = packaged_modules(self.files, kernel)
         return found[0] if found else None
 
     def rollback_driver(self) -> str:
@@ -153,8 +154,8 @@ class CommandHost:
         if not installer.is_file():
             raise OperationFailed(f"{installer.name} is not in the repository {self.repository}; put it there and "
                                   "run it with --dkms")
-        running = running_kernel(self.root)
-        cannot = refusal(previous, GpuHost(self.root).driver_version())
+        running = running_kernel(self.files)
+        cannot = refusal(previous, GpuHost(self.files).driver_version())
         if cannot:
             by_hand = " ".join(["sh", quote(str(installer)), *installer_args(previous, running, INSTALLER_LOG)])
             raise OperationFailed(f"{installer.name} not run: {cannot}; put {previous} back by hand: stop the GPU "
@@ -164,7 +165,7 @@ class CommandHost:
         if not result.ok:
             raise OperationFailed(f"{installer.name} --dkms failed (exit {result.rc}): {self._installer_said(result)}")
         self.installed = None
-        loaded = GpuHost(self.root).driver_version()
+        loaded = GpuHost(self.files).driver_version()
         module = ("its module is the one running" if loaded == previous else
                   f"the running module is {loaded} until the node boots again: reboot it to load {previous}")
         return f"nvidia driver back to {previous} ({installer.name} --dkms for {running}); {module}"
@@ -175,11 +176,11 @@ class CommandHost:
         8.1.0, _ask_interactive_refresh), so the next boot would still load the new kernel."""
         self._run(f"proxmox-boot-tool kernel pin {quote(kernel)}", f"proxmox-boot-tool kernel pin {kernel}")
         refreshed = ""
-        if (self.root / ESP_LIST.lstrip("/")).exists():
+        if self.files.exists(ESP_LIST):
             self._run("proxmox-boot-tool refresh", "proxmox-boot-tool refresh", timeout=600.0)
             refreshed = ", ESPs refreshed"
         try:
-            pinned = (self.root / PIN_FILE).read_text().strip()
+            pinned = self.files.read_text(f"/{PIN_FILE}").strip()
         except OSError:
             pinned = ""
         if pinned != kernel:
@@ -193,7 +194,7 @@ class CommandHost:
 
     def enable_resume_unit(self, text: str) -> str:
         """Write the resume unit and enable it; checked by the link ``systemctl enable`` makes."""
-        path = self.root / RESUME_UNIT_PATH.lstrip("/")
+        path = self.files.local_path(RESUME_UNIT_PATH)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(path, text, mode=0o644)
@@ -201,18 +202,23 @@ class CommandHost:
             raise OperationFailed(f"writing {RESUME_UNIT_PATH} failed ({exc}); not rebooting") from exc
         self._run("systemctl daemon-reload", "systemctl daemon-reload")
         self._run(f"systemctl enable {RESUME_UNIT}", f"systemctl enable {RESUME_UNIT}")
-        if not (self.root / RESUME_WANTS_LINK.lstrip("/")).is_symlink():
+        if not self._enabled():
             raise OperationFailed(f"systemctl enable {RESUME_UNIT} exited 0 but {RESUME_WANTS_LINK} is not there; "
                                   "not rebooting (nothing would resume the upgrade)")
         return f"{RESUME_UNIT} enabled"
 
+    def _enabled(self) -> bool:
+        """The link ``systemctl enable`` makes for the resume unit is there."""
+        link = self.files.stat(RESUME_WANTS_LINK, follow_symlinks=False)
+        return link is not None and link.is_symlink
+
     def remove_resume_unit(self) -> None:
-        path = self.root / RESUME_UNIT_PATH.lstrip("/")
-        if path.exists() or (self.root / RESUME_WANTS_LINK.lstrip("/")).is_symlink():
+        path = self.files.local_path(RESUME_UNIT_PATH)
+        if path.exists() or self._enabled():
             self._run(f"systemctl disable {RESUME_UNIT}", f"systemctl disable {RESUME_UNIT}")
         path.unlink(missing_ok=True)
         self.runner.run("systemctl daemon-reload")  # the unit is gone either way; systemd forgets it at the reload
-        if (self.root / RESUME_WANTS_LINK.lstrip("/")).is_symlink():
+        if self._enabled():
             raise OperationFailed(f"systemctl disable {RESUME_UNIT} left {RESUME_WANTS_LINK}")
 
     # --- facts ----------------------------------------------------------------------------------------------------
@@ -223,7 +229,7 @@ class CommandHost:
         output = f"{result.stderr}\n{result.stdout}"
         log = named_log(output) if "Installation has failed." in output else INSTALLER_LOG
         try:
-            text = (self.root / log.lstrip("/")).read_text(errors="replace")
+            text = self.files.get(log).decode(errors="replace")
         except OSError:
             text = ""
         found = failure(output, text)

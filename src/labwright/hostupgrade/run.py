@@ -21,6 +21,7 @@ from labwright.gpu.nvidia.host import GpuHost
 from labwright.gpu.nvidia.upgrade_facts import installer_name
 from labwright.hostnames import LxdName
 from labwright.hosts import Result
+from labwright.hosts.local import LocalHost
 from labwright.hostupgrade import state
 from labwright.hostupgrade.installer import guest_installer_said
 from labwright.hostupgrade.plan import Plan, Step
@@ -103,10 +104,11 @@ class Upgrade:
     #: lab's LXD path leaves it and says how to go back.
     rolls_back_driver = False
 
-    def __init__(self, plan: Plan, root: Path, repository: Path, client: LxdClient | None,
+    def __init__(self, plan: Plan, files: LocalHost, repository: Path, client: LxdClient | None,
                  progress: Callable[[Done], None] | None = None, *, host: NodeHost):
         self.plan = plan
-        self.root = root
+        #: The node's files (this machine's; tests: a double over a host tree), its state file among them.
+        self.files = files
         self.repository = repository
         self._client = client
         #: The host side: the node's own tools (realhost.CommandHost), or a test's double.
@@ -115,7 +117,7 @@ class Upgrade:
         self.resume_command: list[str] | None = None
         #: Where the run stands across a real reboot (state.py); set by the CLI for a real host.
         self.saved: Saved | None = None
-        self.gpu_host = GpuHost(root, self.host)
+        self.gpu_host = GpuHost(files, self.host)
         self.outcome = Outcome(plan)
         self.progress = progress
 
@@ -296,7 +298,7 @@ class Upgrade:
             with contextlib.ExitStack() as locks:
                 out = self._run(services, locks, start=saved.next_step, host_changed=True)
         except BaseException as exc:
-            end_resume(self.root, self.host, saved, f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+            end_resume(self.files, self.host, saved, f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
             raise
         assert out is not None
         self.finish(saved, out)
@@ -315,11 +317,11 @@ class Upgrade:
         saved.phase = state.DONE if out.ok else state.FAILED
         saved.done = [d.to_dict() for d in out.done]
         saved.resume_failed = ""
-        left = remove_credentials_and_unit(self.root, self.host)
+        left = remove_credentials_and_unit(self.files, self.host)
         out.left += [f"host {self.plan.node}: {line}" for line in left]
         saved.outcome = out.to_dict()
         try:
-            state.save(self.root, saved)
+            state.save(self.files, saved)
         except OSError as exc:
             raise OperationFailed(f"{state.STATE_PATH} not written ({exc.strerror or exc}); the upgrade "
                                   f"{'finished' if out.ok else 'FAILED'}: {out.message}") from exc
@@ -408,8 +410,8 @@ class Upgrade:
         saved.repository = str(self.repository)
         self.saved = saved
         try:
-            state.save(self.root, saved)
-            state.write_env(self.root, state.carried_for(saved, os.environ))
+            state.save(self.files, saved)
+            state.write_env(self.files, state.carried_for(saved, os.environ))
         except OSError as exc:
             raise OperationFailed(f"writing {state.STATE_PATH} failed ({exc}); not rebooting") from exc
         command = self.resume_command or state.resume_command(self.plan.node)
@@ -417,7 +419,7 @@ class Upgrade:
 
     def running_kernel(self) -> str:
         try:
-            return (self.root / "proc/sys/kernel/osrelease").read_text().strip()
+            return self.files.read_text("/proc/sys/kernel/osrelease").strip()
         except OSError:
             return self.plan.boot_kernel
 
@@ -457,11 +459,11 @@ class Upgrade:
         out.message += f"; host driver back to {self.plan.from_version}"
 
 
-def remove_credentials_and_unit(root: Path, host: NodeHost) -> list[str]:
+def remove_credentials_and_unit(files: LocalHost, host: NodeHost) -> list[str]:
     """The carried credentials, then the resume unit, removed; what could not be is returned (said in ``left``)."""
     left = []
     try:
-        state.remove_env(root)
+        state.remove_env(files)
     except OSError as exc:
         left.append(f"{state.ENV_PATH} not removed ({exc}); remove it by hand: it holds PROXMOX_* credentials")
     try:
@@ -471,14 +473,14 @@ def remove_credentials_and_unit(root: Path, host: NodeHost) -> list[str]:
     return left
 
 
-def end_resume(root: Path, host: NodeHost, saved: Saved, why: str) -> list[str]:
+def end_resume(files: LocalHost, host: NodeHost, saved: Saved, why: str) -> list[str]:
     """A resume that stopped before its end (the inventory, the API, a step that raised what the run does not
     catch): the credentials and the unit removed, the state kept resumable by hand with why it stopped. Never
     raises: it runs on the way out of a failure."""
-    left = remove_credentials_and_unit(root, host)
+    left = remove_credentials_and_unit(files, host)
     saved.resume_failed = why + (f"; {'; '.join(left)}" if left else "")
     try:
-        state.save(root, saved)
+        state.save(files, saved)
     except OSError as exc:
         left.append(f"{state.STATE_PATH} not updated ({exc})")
     return left

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import os
 import shlex
 import sys
 from collections.abc import Mapping
@@ -40,6 +39,7 @@ from typing import Any
 from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput
 from labwright.gpu.nvidia.boot_unit import BOOT_UNIT
+from labwright.hosts.local import LocalHost
 from labwright.hostupgrade.plan import Plan, Step
 from labwright.shell import quote
 
@@ -115,18 +115,19 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def state_file(root: Path) -> Path:
-    return root / STATE_PATH.lstrip("/")
+def state_file(node: LocalHost) -> Path:
+    """The state file of the upgrade of ``node``, this machine (its files are this process's own to write)."""
+    return node.local_path(STATE_PATH)
 
 
-def save(root: Path, saved: Saved) -> None:
-    state_file(root).parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(state_file(root), json.dumps(asdict(saved), indent=2) + "\n", mode=0o600)
+def save(node: LocalHost, saved: Saved) -> None:
+    state_file(node).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(state_file(node), json.dumps(asdict(saved), indent=2) + "\n", mode=0o600)
 
 
-def load(root: Path) -> Saved | None:
+def load(node: LocalHost) -> Saved | None:
     """The saved upgrade, or None when there is none; BadInput for a file labwright cannot read back."""
-    path = state_file(root)
+    path = state_file(node)
     fix = "look at it, restore guests by hand if needed, then remove it"
     try:
         data = json.loads(path.read_text())
@@ -145,14 +146,14 @@ def carried_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in sorted(environ.items()) if k.startswith(CARRIED_ENV_PREFIXES)}
 
 
-def write_env(root: Path, environ: Mapping[str, str]) -> bool:
+def write_env(node: LocalHost, environ: Mapping[str, str]) -> bool:
     """The credentials for the boot unit (0600); False when there are none to carry."""
     carried = carried_env(environ)
     if not carried:
         return False
     text = "".join(f"{k}={_env_quote(v)}\n" for k, v in carried.items())
-    (root / ENV_PATH.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(root / ENV_PATH.lstrip("/"), text, mode=0o600)
+    node.local_path(ENV_PATH).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(node.local_path(ENV_PATH), text, mode=0o600)
     return True
 
 
@@ -162,15 +163,15 @@ def carried_for(saved: Saved, environ: Mapping[str, str]) -> dict[str, str]:
     return carried_env(environ) if saved.kind == "pve" and saved.api == HTTPS else {}
 
 
-def remove_env(root: Path) -> None:
+def remove_env(node: LocalHost) -> None:
     with contextlib.suppress(FileNotFoundError):
-        (root / ENV_PATH.lstrip("/")).unlink()
+        node.local_path(ENV_PATH).unlink()
 
 
-def leftovers(root: Path) -> list[str]:
+def leftovers(node: LocalHost) -> list[str]:
     """What of a resume must not outlive it and is still there: the env file, the unit, its wants link."""
     return [path for path in (ENV_PATH, RESUME_UNIT_PATH, RESUME_WANTS_LINK)
-            if os.path.lexists(root / path.lstrip("/"))]
+            if node.stat(path, follow_symlinks=False) is not None]
 
 
 def _env_quote(value: str) -> str:

@@ -22,6 +22,7 @@ import pytest
 
 from labwright.gpu.nvidia.upgrade_facts import dkms_builds
 from support.host_doubles import TOOLS, make_node, tool_env
+from support.host_tree import TreeHost
 
 CASES_DIR = Path(__file__).resolve().parents[2] / "conformance" / "dkms"
 CASES = sorted(CASES_DIR.glob("*.toml"))
@@ -72,7 +73,7 @@ def make_tree(root: Path, entries: list[str]) -> None:
 def test_labwright_reads_the_tree_dkms_left(path, tmp_path):
     case = load(path)
     make_tree(tmp_path, case["run"]["tree"])
-    assert dkms_builds(tmp_path, None) == {k: tuple(v) for k, v in case["expect"]["builds"].items()}
+    assert dkms_builds(TreeHost(tmp_path), None) == {k: tuple(v) for k, v in case["expect"]["builds"].items()}
 
 
 @pytest.mark.parametrize("path", [p for p in CASES if "double" in load(p)["expect"]], ids=lambda path: path.stem)
@@ -98,7 +99,7 @@ def test_the_double_leaves_the_same(path, tmp_path):
     left = sorted(normal(p.name) for p in (tmp_path / "var/lib/dkms/nvidia" / version / kernel).iterdir())
     recorded = sorted({normal(e.split("/")[2]) for e in run["tree"] if e.startswith(f"{version}/{kernel}/")})
     assert left == recorded
-    assert dkms_builds(tmp_path, None) == {k: tuple(v) for k, v in expect["builds"].items()}
+    assert dkms_builds(TreeHost(tmp_path), None) == {k: tuple(v) for k, v in expect["builds"].items()}
     status = subprocess.run([str(TOOLS / "dkms"), "status", "-m", "nvidia"], capture_output=True, text=True,
                             env=env, timeout=60).stdout
     assert sorted({line.split(", ")[1] for line in status.splitlines() if ", " in line}) == expect["status_kernels"]

@@ -22,6 +22,7 @@ from labwright.gpu.dri import (
     vendor_nodes,
 )
 from support.fake_dri import AMD_APU, INTEL_IGPU, drop_nodes, make_fake_dri_host
+from support.host_tree import TreeHost
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod and mount namespaces need root")
 
@@ -29,7 +30,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod and mount names
 @needs_root
 def test_read_dri_finds_each_gpu_its_vendor_slot_and_nodes(tmp_path):
     make_fake_dri_host(tmp_path, (AMD_APU, INTEL_IGPU))
-    facts = read_dri(tmp_path)
+    facts = read_dri(TreeHost(tmp_path))
     assert [(d.name, d.vendor, d.pci) for d in facts.devices] == [
         ("card0", "amd", "0000:03:00.0"), ("card1", "intel", "0000:00:02.0"),
         ("renderD128", "amd", "0000:03:00.0"), ("renderD129", "intel", "0000:00:02.0")]
@@ -47,7 +48,8 @@ def test_the_one_command_script_reads_the_same_facts(tmp_path):
     shell = f"mount --bind {tmp_path}/sys /sys && mount --bind {tmp_path}/dev /dev && sh -c \"$0\""
     out = subprocess.run(["unshare", "-m", "sh", "-c", shell, DRI_FACTS_SCRIPT], capture_output=True, text=True,
                          check=True, timeout=30).stdout
-    local = read_dri(tmp_path)  # the same tree read from here: node sources are below the tree, the script's are not
+    # the same tree read from here: node sources are below the tree, the script's are not
+    local = read_dri(TreeHost(tmp_path))
     on_node = replace(local, devices=tuple(replace(d, node=replace(d.node, source=d.node.path))
                                            for d in local.devices if d.node is not None),
                       kfd=replace(local.kfd, source="/dev/kfd") if local.kfd else None)
@@ -57,19 +59,19 @@ def test_the_one_command_script_reads_the_same_facts(tmp_path):
 @needs_root
 def test_auto_takes_the_vendor_the_host_has_nvidia_first(tmp_path):
     make_fake_dri_host(tmp_path, (INTEL_IGPU,))
-    assert resolve_vendor("auto", read_dri(tmp_path), "inv.py: guest a", "this host") == "intel"
+    assert resolve_vendor("auto", read_dri(TreeHost(tmp_path)), "inv.py: guest a", "this host") == "intel"
     make_fake_dri_host(tmp_path, (AMD_APU, INTEL_IGPU))
-    assert resolve_vendor("auto", read_dri(tmp_path), "w", "h") == "amd"
+    assert resolve_vendor("auto", read_dri(TreeHost(tmp_path)), "w", "h") == "amd"
     (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
     (tmp_path / "proc/driver/nvidia/version").write_text("NVRM version: 550.54.14\n")
-    assert resolve_vendor("auto", read_dri(tmp_path), "w", "h") == "nvidia"
+    assert resolve_vendor("auto", read_dri(TreeHost(tmp_path)), "w", "h") == "nvidia"
 
 
 @needs_root
 def test_a_vendor_the_host_lacks_is_one_line_naming_gpu_and_the_fix(tmp_path):
     make_fake_dri_host(tmp_path, (INTEL_IGPU,))
     with pytest.raises(BadInput) as info:
-        resolve_vendor("amd", read_dri(tmp_path), "inv.py: guest llm1", "this host")
+        resolve_vendor("amd", read_dri(TreeHost(tmp_path)), "inv.py: guest llm1", "this host")
     said = str(info.value)
     assert said.startswith("inv.py: guest llm1: gpu: amd, but this host has no AMD GPU (no card or render node "
                            "with vendor 0x1002/0x1022 in /sys/class/drm; it has: Intel 0x8086 at 0000:00:02.0")
@@ -83,7 +85,7 @@ def test_a_render_node_missing_after_a_reboot_is_refused_in_one_line(tmp_path):
     make_fake_dri_host(tmp_path, (AMD_APU,))
     drop_nodes(tmp_path)
     with pytest.raises(BadInput) as info:
-        vendor_nodes("amd", read_dri(tmp_path), "inv.py: guest llm1", "this host")
+        vendor_nodes("amd", read_dri(TreeHost(tmp_path)), "inv.py: guest llm1", "this host")
     said = str(info.value)
     assert said.startswith("inv.py: guest llm1: gpu: amd, but /dev/dri/card0 of the AMD GPU at 0000:03:00.0 is "
                            "missing on this host")
@@ -93,7 +95,7 @@ def test_a_render_node_missing_after_a_reboot_is_refused_in_one_line(tmp_path):
 @needs_root
 def test_vendor_nodes_and_their_gids(tmp_path):
     make_fake_dri_host(tmp_path, (AMD_APU, INTEL_IGPU))
-    facts = read_dri(tmp_path)
+    facts = read_dri(TreeHost(tmp_path))
     assert [n.path for n in vendor_nodes("amd", facts, "w", "h")] == ["/dev/dri/card0", "/dev/dri/renderD128",
                                                                       "/dev/kfd"]
     assert [n.path for n in vendor_nodes("intel", facts, "w", "h")] == ["/dev/dri/card1", "/dev/dri/renderD129"]

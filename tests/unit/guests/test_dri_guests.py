@@ -13,6 +13,7 @@ from labwright.gpu.dri import read_dri
 from labwright.guests import lxd_render, proxmox_render
 from labwright.guests.model import spec_from_data
 from support.fake_dri import AMD_APU, INTEL_IGPU, make_fake_dri_host
+from support.host_tree import TreeHost
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
@@ -38,7 +39,7 @@ def test_gpu_kinds_parse():
 def test_lxd_unix_char_nodes_with_their_gids(tmp_path):
     make_fake_dri_host(tmp_path, (AMD_APU, INTEL_IGPU))
     s = lxd_spec(gpu="amd")
-    wiring = lxd_render.resolve_dri(s, read_dri(tmp_path), 0, render_gid=993)
+    wiring = lxd_render.resolve_dri(s, read_dri(TreeHost(tmp_path)), 0, render_gid=993)
     desired = lxd_render.render(s, wiring, None)
     assert desired.devices["card0"] == {"type": "unix-char", "source": str(tmp_path / "dev/dri/card0"),
                                         "path": "/dev/dri/card0", "major": "226", "minor": "0", "gid": "44",
@@ -54,14 +55,14 @@ def test_lxd_unix_char_nodes_with_their_gids(tmp_path):
 def test_lxd_gpu_device_by_vendor_where_the_daemon_sees_the_card(tmp_path):
     make_fake_dri_host(tmp_path, (INTEL_IGPU,))
     s = lxd_spec(gpu="intel")
-    desired = lxd_render.render(s, lxd_render.resolve_dri(s, read_dri(tmp_path), 1), None)
+    desired = lxd_render.render(s, lxd_render.resolve_dri(s, read_dri(TreeHost(tmp_path)), 1), None)
     assert desired.devices == {"gpu": {"type": "gpu", "gputype": "physical", "vendorid": "8086", "gid": "104",
                                        "mode": "0660"}}
     assert desired.notes[0].startswith("Intel GPU by the gpu device (vendorid 8086): /dev/dri/card1 gid 104")
     # AMD's /dev/kfd is not a DRM node: LXD's gpu device does not pass it, a unix-char device does
     make_fake_dri_host(tmp_path, (AMD_APU, INTEL_IGPU))
     amd = lxd_spec(gpu="amd")
-    devices = lxd_render.render(amd, lxd_render.resolve_dri(amd, read_dri(tmp_path), 1), None).devices
+    devices = lxd_render.render(amd, lxd_render.resolve_dri(amd, read_dri(TreeHost(tmp_path)), 1), None).devices
     assert devices["gpu"]["vendorid"] == "1002" and devices["kfd"]["path"] == "/dev/kfd" and len(devices) == 2
 
 
@@ -77,14 +78,14 @@ def test_lxd_remote_and_cdi_refusals():
 def test_pve_dev_entries_as_community_scripts_write_them(tmp_path):
     make_fake_dri_host(tmp_path, (AMD_APU, INTEL_IGPU))
     s = pve_spec(gpu="amd")
-    wiring = proxmox_render.resolve_dri(s, (8, 2), read_dri(tmp_path), "node pve1", render_gid=104)
+    wiring = proxmox_render.resolve_dri(s, (8, 2), read_dri(TreeHost(tmp_path)), "node pve1", render_gid=104)
     out = proxmox_render.diff(s, None, proxmox_render.render(s, wiring, "local-lvm"))
     assert [line for line in out.config_lines() if line.startswith("dev")] == [
         "dev0: /dev/dri/card0,gid=44,mode=0660", "dev1: /dev/dri/renderD128,gid=104,mode=0660",
         "dev2: /dev/kfd,gid=104,mode=0660"]
     # the guest's render gid read later (a running CT): only the render entries change, in place
     current = {"hostname": "ct201", "tags": "labwright", "unprivileged": 1, **out.put}
-    later = proxmox_render.resolve_dri(s, (8, 2), read_dri(tmp_path), "node pve1", render_gid=993)
+    later = proxmox_render.resolve_dri(s, (8, 2), read_dri(TreeHost(tmp_path)), "node pve1", render_gid=993)
     again = proxmox_render.diff(s, current, proxmox_render.render(s, later, "local-lvm"))
     assert again.put == {"dev1": "/dev/dri/renderD128,gid=993,mode=0660", "dev2": "/dev/kfd,gid=993,mode=0660"}
 
@@ -93,12 +94,13 @@ def test_pve_dev_entries_as_community_scripts_write_them(tmp_path):
 def test_pve_classic_lines_before_8_1_and_an_nvidia_guests_own_dri_entries(tmp_path):
     make_fake_dri_host(tmp_path, (INTEL_IGPU,))
     s = pve_spec(gpu="intel")
-    wiring = proxmox_render.resolve_dri(s, (7, 4), read_dri(tmp_path), "node pve1")
+    wiring = proxmox_render.resolve_dri(s, (7, 4), read_dri(TreeHost(tmp_path)), "node pve1")
     assert wiring.lxc == (("lxc.cgroup2.devices.allow", "c 226:* rwm"),
                           ("lxc.mount.entry", "/dev/dri/card1 dev/dri/card1 none bind,optional,create=file"),
                           ("lxc.mount.entry", "/dev/dri/renderD129 dev/dri/renderD129 none bind,optional,create=file"))
     with pytest.raises(BadInput, match="gpu_mode dev needs Proxmox VE 8.1"):
-        proxmox_render.resolve_dri(pve_spec(gpu="intel", gpu_mode="dev"), (7, 4), read_dri(tmp_path), "node pve1")
+        proxmox_render.resolve_dri(pve_spec(gpu="intel", gpu_mode="dev"), (7, 4), read_dri(TreeHost(tmp_path)),
+                                   "node pve1")
     # an NVIDIA guest leaves hand-written /dev/dri entries alone (they are not labwright's there)
     nvidia = proxmox_render.render(pve_spec(), proxmox_render.Wiring(), "local-lvm")
     current = {"hostname": "ct201", "tags": "labwright", "unprivileged": 1, "dev0": "/dev/dri/renderD129,gid=104"}

@@ -19,6 +19,7 @@ from labwright.guests.model import spec_from_data
 from labwright.lxd.client import Endpoint, LxdClient, ServerInfo
 from support.fake_nvidia import make_fake_nvidia_host
 from support.gpu_host import TreeGpuHost
+from support.host_tree import TreeHost
 from support.lxd6_double import INCUS_EXTENSIONS, LXD6_EXTENSIONS, Lxd6Double, write_nvidia_cdi_spec
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
@@ -32,16 +33,16 @@ def spec(**data):
 
 
 def test_the_spec_nvidia_ctk_writes_is_read_from_etc_or_var_run(tmp_path):
-    assert read_spec(tmp_path) is None
+    assert read_spec(TreeHost(tmp_path)) is None
     write_nvidia_cdi_spec(tmp_path, gpus=2, dynamic=True)
-    found = read_spec(tmp_path)
+    found = read_spec(TreeHost(tmp_path))
     assert found is not None and found.path == "/var/run/cdi/nvidia.yaml"
     assert found.ids() == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")  # the UUID and "all" names are not indexes
 
 
 def test_lxd_with_gpu_cdi_and_a_spec_gets_a_gpu_device_by_cdi_id(tmp_path):
     write_nvidia_cdi_spec(tmp_path, gpus=2)
-    wiring = resolve_gpu(spec(), GpuHost(tmp_path), 0, CdiOffer(LXD6, read_spec(tmp_path)))
+    wiring = resolve_gpu(spec(), GpuHost(TreeHost(tmp_path)), 0, CdiOffer(LXD6, read_spec(TreeHost(tmp_path))))
     assert wiring.mode == "cdi" and wiring.cdi_ids == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
     assert "lxd 6.5 offers gpu_cdi and /etc/cdi/nvidia.yaml" in wiring.notes[0]
     devices = render(spec(), wiring, None).devices
@@ -57,7 +58,7 @@ def test_lxd_with_gpu_cdi_and_a_spec_gets_a_gpu_device_by_cdi_id(tmp_path):
 def test_older_lxd_and_incus_keep_todays_nodes_and_say_why(tmp_path, server, why):
     make_fake_nvidia_host(tmp_path)
     write_nvidia_cdi_spec(tmp_path)
-    wiring = resolve_gpu(spec(), GpuHost(tmp_path), 0, CdiOffer(server, read_spec(tmp_path)))
+    wiring = resolve_gpu(spec(), GpuHost(TreeHost(tmp_path)), 0, CdiOffer(server, read_spec(TreeHost(tmp_path))))
     assert wiring.mode == "unix-char" and wiring.nodes
     assert wiring.notes[0].startswith("GPU by unix-char nodes, not CDI: ") and why in wiring.notes[0]
 
@@ -65,7 +66,7 @@ def test_older_lxd_and_incus_keep_todays_nodes_and_say_why(tmp_path, server, why
 @needs_root
 def test_no_spec_on_the_host_keeps_todays_wiring(tmp_path):
     make_fake_nvidia_host(tmp_path)
-    wiring = resolve_gpu(spec(), GpuHost(tmp_path), 1, CdiOffer(LXD6, None))
+    wiring = resolve_gpu(spec(), GpuHost(TreeHost(tmp_path)), 1, CdiOffer(LXD6, None))
     assert wiring.mode == "gpu" and "no nvidia.com/gpu CDI spec" in wiring.notes[0]
     assert "nvidia-ctk cdi generate" in wiring.notes[0]
 
@@ -75,7 +76,8 @@ def test_gpu_mode_cdi_where_it_is_not_offered_is_one_line_naming_the_setting(tmp
     if spec_written:
         write_nvidia_cdi_spec(tmp_path)
     with pytest.raises(BadInput) as err:
-        resolve_gpu(spec(gpu_mode="cdi"), GpuHost(tmp_path), 1, CdiOffer(server, read_spec(tmp_path)))
+        resolve_gpu(spec(gpu_mode="cdi"), GpuHost(TreeHost(tmp_path)), 1,
+                    CdiOffer(server, read_spec(TreeHost(tmp_path))))
     text = str(err.value)
     assert "gpu_mode cdi" in text and "set gpu_mode auto" in text and "\n" not in text
 

@@ -20,6 +20,7 @@ from labwright.guests.lxd_render import (
 )
 from labwright.guests.model import spec_from_data
 from support.fake_nvidia import make_fake_nvidia_host
+from support.host_tree import TreeHost
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
 
@@ -132,7 +133,7 @@ def test_gpu_none_needs_nothing():
 def test_no_driver_is_one_clear_line(tmp_path):
     make_fake_nvidia_host(tmp_path, driver=None)
     with pytest.raises(BadInput) as info:
-        resolve_gpu(spec(gpu="nvidia"), GpuHost(tmp_path), 0)
+        resolve_gpu(spec(gpu="nvidia"), GpuHost(TreeHost(tmp_path)), 0)
     assert str(info.value).startswith("inv.py: guest web1: gpu: nvidia, but this host has no NVIDIA driver")
     assert "\n" not in str(info.value)
 
@@ -149,7 +150,7 @@ def test_remote_daemon_uses_the_gpu_device_and_needs_a_card():
 @needs_root
 def test_local_auto_without_a_card_lxd_sees_passes_each_node(tmp_path):
     make_fake_nvidia_host(tmp_path, uvm_major=236)
-    wiring = resolve_gpu(spec(gpu="nvidia"), GpuHost(tmp_path), 0)
+    wiring = resolve_gpu(spec(gpu="nvidia"), GpuHost(TreeHost(tmp_path)), 0)
     assert wiring.mode == "unix-char" and not wiring.runtime
     devices = render(spec(gpu="nvidia"), wiring, None).devices
     assert devices["nvidia0"] == {"type": "unix-char", "source": str(tmp_path / "dev/nvidia0"),
@@ -166,7 +167,7 @@ def test_local_auto_without_a_card_lxd_sees_passes_each_node(tmp_path):
 @needs_root
 def test_missing_uvm_is_passed_optional_with_the_major_from_proc_devices(tmp_path):
     make_fake_nvidia_host(tmp_path, uvm_major=510, with_uvm=False)
-    wiring = resolve_gpu(spec(gpu="nvidia"), GpuHost(tmp_path), 0)
+    wiring = resolve_gpu(spec(gpu="nvidia"), GpuHost(TreeHost(tmp_path)), 0)
     uvm = {n.name: n for n in wiring.nodes}
     assert (uvm["nvidia-uvm"].major, uvm["nvidia-uvm"].minor) == (510, 0)
     assert (uvm["nvidia-uvm-tools"].major, uvm["nvidia-uvm-tools"].minor) == (510, 1)
@@ -178,7 +179,7 @@ def test_missing_uvm_is_passed_optional_with_the_major_from_proc_devices(tmp_pat
 @needs_root
 def test_local_with_a_card_and_container_tools_uses_the_gpu_device_and_runtime(tmp_path):
     make_fake_nvidia_host(tmp_path)
-    host = GpuHost(tmp_path)
+    host = GpuHost(TreeHost(tmp_path))
     assert resolve_gpu(spec(gpu="nvidia"), host, 1) == GpuWiring("gpu", runtime=False)
     with pytest.raises(BadInput, match="no nvidia-container-cli"):
         resolve_gpu(spec(gpu="nvidia", nvidia_runtime=True), host, 1)
@@ -200,8 +201,8 @@ def test_host_driver_upgrade_that_moves_the_uvm_major_shows_as_a_device_change(t
     make_fake_nvidia_host(before, uvm_major=509)
     make_fake_nvidia_host(after, uvm_major=237)
     s = spec(gpu="nvidia")
-    old = render(s, resolve_gpu(s, GpuHost(before), 0), None)
-    new = render(s, resolve_gpu(s, GpuHost(after), 0), None)
+    old = render(s, resolve_gpu(s, GpuHost(TreeHost(before)), 0), None)
+    new = render(s, resolve_gpu(s, GpuHost(TreeHost(after)), 0), None)
     # Same layout under another root: compare majors only, as a real host's paths stay the same.
     current = instance(old.config, {n: {**d, "source": d["source"].replace(str(before), str(after))}
                                     for n, d in old.devices.items()})

@@ -26,6 +26,7 @@ from labwright.hostupgrade.run import Upgrade
 from labwright.testing.waiting import wait_for
 from support.host_cli import on_tree, resume_command
 from support.host_doubles import run_stop_post, tool_env
+from support.host_tree import TreeHost
 
 from .test_realhost import NEW, NEXT, OLD, host, tree
 
@@ -62,10 +63,10 @@ def node(tmp_path: Path, monkeypatch, api: str = state.HTTPS) -> Path:
                               {"action": "reboot", "target": "lwnode1", "ok": True, "detail": "", "seconds": 0.1}],
                         previous_driver=None, inventory=str(inventory), extra={"majors_before": {}},
                         started=state.now(), api=api)
-    state.save(root, saved)
-    assert state.write_env(root, state.carried_for(saved, os.environ)) == (api == state.HTTPS)
+    state.save(TreeHost(root), saved)
+    assert state.write_env(TreeHost(root), state.carried_for(saved, os.environ)) == (api == state.HTTPS)
     host(root).enable_resume_unit(state.resume_unit_text("lwnode1", resume_command(root, "lwnode1")))
-    assert state.leftovers(root) == ([state.ENV_PATH] if api == state.HTTPS else []) + [
+    assert state.leftovers(TreeHost(root)) == ([state.ENV_PATH] if api == state.HTTPS else []) + [
         state.RESUME_UNIT_PATH, state.RESUME_WANTS_LINK]
     return root
 
@@ -83,7 +84,7 @@ def secret_anywhere(root: Path) -> list[Path]:
 
 
 def assert_nothing_left(root: Path) -> None:
-    assert state.leftovers(root) == []
+    assert state.leftovers(TreeHost(root)) == []
     assert secret_anywhere(root) == []
 
 
@@ -120,7 +121,7 @@ SETUP_FAILURES = ["inventory missing", "inventory raises", "no credentials", "AP
 def test_a_resume_that_fails_before_its_steps_removes_the_credentials_and_the_unit(tmp_path, monkeypatch, capsys,
                                                                                   where):
     root = node(tmp_path, monkeypatch)
-    saved = state.load(root)
+    saved = state.load(TreeHost(root))
     assert saved is not None and saved.inventory is not None
     if where == "inventory missing":
         Path(saved.inventory).unlink()
@@ -139,7 +140,7 @@ def test_a_resume_that_fails_before_its_steps_removes_the_credentials_and_the_un
     code, out, err = resume(capsys, root)
     assert code in (1, 2) and len(err.splitlines()) == 1, err
     assert_nothing_left(root)
-    after = state.load(root)
+    after = state.load(TreeHost(root))
     assert after is not None and after.phase == state.REBOOTING and after.resume_failed
     # resumable by hand, and the plan says so (not that a boot unit will)
     assert "nothing resumes it at boot any more" in after.summary()
@@ -156,7 +157,7 @@ def test_a_resume_that_fails_at_any_step_removes_the_credentials_and_the_unit(tm
     code, _, err = resume(capsys, root)
     assert code != 0 and f"injected at step {index}" in err  # unforeseen: the CLI's internal error, one line
     assert_nothing_left(root)
-    after = state.load(root)
+    after = state.load(TreeHost(root))
     assert after is not None
     if error is Unforeseen:  # not restored by the run: left to be resumed by hand, saying why
         assert after.phase == state.REBOOTING
@@ -171,7 +172,7 @@ def test_a_resume_that_succeeds_removes_them_too(tmp_path, monkeypatch, capsys):
     code, out, err = resume(capsys, root)
     assert code == 0, err
     assert_nothing_left(root)
-    after = state.load(root)
+    after = state.load(TreeHost(root))
     assert after is not None and after.phase == state.DONE
 
 
@@ -195,7 +196,7 @@ def test_the_last_write_of_the_state_failing_still_removes_them(tmp_path, monkey
 def test_a_killed_resume_is_cleaned_up_by_the_units_exec_stop_post(tmp_path, monkeypatch):
     """SIGKILL leaves no ``finally`` to run: systemd's ExecStopPost= lines remove the credentials and the unit."""
     root = node(tmp_path, monkeypatch)
-    saved = state.load(root)
+    saved = state.load(TreeHost(root))
     assert saved is not None and saved.inventory is not None
     started = tmp_path / "started"
     Path(saved.inventory).write_text(f"import pathlib, threading\npathlib.Path({str(started)!r}).touch()\n"
@@ -214,7 +215,7 @@ def test_a_killed_resume_is_cleaned_up_by_the_units_exec_stop_post(tmp_path, mon
     finally:
         if child.poll() is None:
             child.kill()
-    assert state.leftovers(root)  # killed: nothing of its own cleanup ran
+    assert state.leftovers(TreeHost(root))  # killed: nothing of its own cleanup ran
     run_stop_post(root, text)
     assert_nothing_left(root)
 
@@ -223,7 +224,7 @@ def test_a_killed_resume_is_cleaned_up_by_the_units_exec_stop_post(tmp_path, mon
 def test_through_pvesh_no_secret_is_written_and_the_inventory_is_not_read(tmp_path, monkeypatch, capsys):
     root = node(tmp_path, monkeypatch, api=state.PVESH)
     assert secret_anywhere(root) == [] and not (root / state.ENV_PATH.lstrip("/")).exists()
-    saved = state.load(root)
+    saved = state.load(TreeHost(root))
     assert saved is not None and saved.inventory is not None
     Path(saved.inventory).write_text("raise RuntimeError('read at boot')\n")  # never exec'd on this path
     monkeypatch.delenv("PROXMOX_TOKEN_ID")
@@ -256,7 +257,7 @@ def test_only_an_upgrade_over_https_carries_credentials(tmp_path):
     assert state.carried_for(https, env) == {"PROXMOX_TOKEN_ID": TOKEN_ID, "PROXMOX_TOKEN_SECRET": SECRET}
     assert state.carried_for(dataclasses.replace(https, api=state.PVESH), env) == {}
     assert state.carried_for(dataclasses.replace(https, kind="lxd"), env) == {}
-    assert state.write_env(tmp_path, {}) is False and not (tmp_path / state.ENV_PATH.lstrip("/")).exists()
+    assert state.write_env(TreeHost(tmp_path), {}) is False and not (tmp_path / state.ENV_PATH.lstrip("/")).exists()
 
 
 def test_pvesh_api_speaks_the_same_interface_through_the_local_pvesh(tmp_path, monkeypatch):
@@ -300,9 +301,9 @@ def test_the_resume_unit_is_run_isolated_and_cleans_up_after_itself():
 
 def test_a_command_host_without_the_unit_has_nothing_to_remove(tmp_path, monkeypatch):
     root = node(tmp_path, monkeypatch)
-    h = CommandHost(root, root / "var/cache/labwright/nvidia")
+    h = CommandHost(TreeHost(root), root / "var/cache/labwright/nvidia")
     from labwright.hostupgrade.run import remove_credentials_and_unit
 
-    assert remove_credentials_and_unit(root, h) == []
-    assert remove_credentials_and_unit(root, h) == []  # twice: nothing there, nothing said
+    assert remove_credentials_and_unit(TreeHost(root), h) == []
+    assert remove_credentials_and_unit(TreeHost(root), h) == []  # twice: nothing there, nothing said
     assert_nothing_left(root)

@@ -22,21 +22,22 @@ from labwright.hostupgrade.plan import GuestFacts, NodeFacts, make_plan
 from labwright.hostupgrade.realhost import CommandHost
 from support.fake_nvidia import make_upgrade_host
 from support.host_doubles import TOOLS, make_node, tool_env
+from support.host_tree import TreeHost
 
 OLD, NEW = "550.54.14", "550.54.15"
 RUNNING, NEXT = "6.8.12-4-pve", "6.8.12-9-pve"
 
 
 def node_facts(root: Path) -> NodeFacts:
-    return NodeFacts("lwnode1", OLD, RUNNING, NEXT, (NEW,), dkms_builds(root, OLD),
+    return NodeFacts("lwnode1", OLD, RUNNING, NEXT, (NEW,), dkms_builds(TreeHost(root), OLD),
                      (GuestFacts("gpu1", True, OLD, True, "btrfs"),), "/var/cache/labwright/nvidia",
-                     kernel_headers(root))
+                     kernel_headers(TreeHost(root)))
 
 
 def test_an_unfinished_build_for_the_new_kernel_is_no_build_for_the_plan(tmp_path):
     root = make_upgrade_host(tmp_path, built={RUNNING: [OLD]}, unfinished={NEXT: [NEW]}, repository=(NEW,))
     assert (root / f"var/lib/dkms/nvidia/{NEW}/{NEXT}/.tmp_x86_64_Q7fz2K/module/nvidia.ko").is_file()
-    assert dkms_builds(root, OLD) == {RUNNING: (OLD,)}
+    assert dkms_builds(TreeHost(root), OLD) == {RUNNING: (OLD,)}
     with pytest.raises(SafetyCheckFailed) as info:  # no build, no headers: refused, not "has a DKMS build"
         make_plan(node_facts(root))
     assert f"the new kernel {NEXT} has no nvidia {NEW} module build (DKMS builds for it: none)" in str(info.value)
@@ -72,11 +73,11 @@ def test_what_the_dkms_double_leaves_after_a_build_that_did_not_finish(tmp_path,
         (tmp_path / f"var/lib/dkms/nvidia/{OLD}/{NEXT}" / left[0] / "module/nvidia.ko").is_file()
     status = dkms(tmp_path, "status", "-m", "nvidia").stdout
     assert (f", {NEXT}, " in status) is bool(switch)
-    assert dkms_builds(tmp_path, OLD) == {RUNNING: (OLD,)}
-    assert [b.kernel for b in dkms_tree_builds(tmp_path)] == [RUNNING]
+    assert dkms_builds(TreeHost(tmp_path), OLD) == {RUNNING: (OLD,)}
+    assert [b.kernel for b in dkms_tree_builds(TreeHost(tmp_path))] == [RUNNING]
     (tmp_path / "labwright-sim/dkms-module-missing").unlink()  # the next try finishes: renamed, a build
     assert dkms(tmp_path, "install", "-m", "nvidia", "-v", OLD, "-k", NEXT).returncode == 0
-    assert dkms_builds(tmp_path, OLD) == {RUNNING: (OLD,), NEXT: (OLD,)}
+    assert dkms_builds(TreeHost(tmp_path), OLD) == {RUNNING: (OLD,), NEXT: (OLD,)}
     assert f"nvidia/{OLD}, {NEXT}, x86_64: installed" in dkms(tmp_path, "status", "-m", "nvidia").stdout
 
 
@@ -91,7 +92,7 @@ class _Installed:
 
 def test_the_driver_step_does_not_take_a_leftover_for_its_build(tmp_path):
     root = make_upgrade_host(tmp_path, built={RUNNING: [OLD]}, unfinished={NEXT: [NEW]}, repository=(NEW,))
-    host = CommandHost(root, root / "var/cache/labwright/nvidia", runner=_Installed())
+    host = CommandHost(TreeHost(root), root / "var/cache/labwright/nvidia", runner=_Installed())
     assert host.dkms_module(NEW, NEXT) is None and host.dkms_module(OLD, RUNNING) is not None
     with pytest.raises(OperationFailed, match=f"no DKMS build of nvidia/{NEW} for {NEXT} in /var/lib/dkms"):
         host.install_driver(NEW, NEXT)
@@ -121,5 +122,5 @@ def test_only_finished_builds_count_whatever_dkms_left_beside_them(finished, lef
         want: dict[str, set[str]] = {}
         for version, kernel, _, _ in finished:
             want.setdefault(kernel, set()).add(version)
-        assert dkms_builds(root, None) == {k: tuple(sorted(v)) for k, v in want.items()}
-        assert {(b.version, b.kernel, b.arch) for b in dkms_tree_builds(root)} == {f[:3] for f in finished}
+        assert dkms_builds(TreeHost(root), None) == {k: tuple(sorted(v)) for k, v in want.items()}
+        assert {(b.version, b.kernel, b.arch) for b in dkms_tree_builds(TreeHost(root))} == {f[:3] for f in finished}

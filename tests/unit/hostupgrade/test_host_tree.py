@@ -10,6 +10,7 @@ from labwright.gpu.nvidia.boot_unit import LAZY_NODES, boot_unit, install_boot_u
 from labwright.gpu.nvidia.upgrade_facts import dkms_builds, installed_kernels, repository_versions, running_kernel
 from support.fake_nvidia import DRIVER_VERSION, make_fake_nvidia_host, make_upgrade_host
 from support.gpu_host import TreeGpuHost
+from support.host_tree import TreeHost
 from support.sim_host import SimulatedHost
 
 
@@ -22,9 +23,10 @@ def test_facts_read_from_the_tree(tmp_path):
     root = tree(tmp_path, built={"6.8.12-4-pve": [DRIVER_VERSION], "6.8.12-9-pve": ["550.54.15"]},
                 repository=("550.54.15", "550.120"))
     (root / "var/cache/labwright/nvidia/notes.txt").write_text("not an installer")
-    assert running_kernel(root) == "6.8.12-4-pve"
-    assert installed_kernels(root) == ["6.8.12-4-pve", "6.8.12-9-pve"]
-    assert dkms_builds(root, DRIVER_VERSION) == {"6.8.12-4-pve": (DRIVER_VERSION,), "6.8.12-9-pve": ("550.54.15",)}
+    assert running_kernel(TreeHost(root)) == "6.8.12-4-pve"
+    assert installed_kernels(TreeHost(root)) == ["6.8.12-4-pve", "6.8.12-9-pve"]
+    assert dkms_builds(TreeHost(root), DRIVER_VERSION) == {"6.8.12-4-pve": (DRIVER_VERSION,),
+                                                          "6.8.12-9-pve": ("550.54.15",)}
     assert repository_versions(root / "var/cache/labwright/nvidia") == ("550.120", "550.54.15")
     assert repository_versions(root / "nowhere") == ()
 
@@ -33,7 +35,7 @@ def test_a_packaged_module_counts_as_the_loaded_version(tmp_path):
     root = tree(tmp_path, built={})
     (root / "lib/modules/6.8.12-9-pve/updates/dkms").mkdir(parents=True)
     (root / "lib/modules/6.8.12-9-pve/updates/dkms/nvidia.ko.xz").write_bytes(b"x")
-    assert dkms_builds(root, DRIVER_VERSION) == {"6.8.12-9-pve": (DRIVER_VERSION,)}
+    assert dkms_builds(TreeHost(root), DRIVER_VERSION) == {"6.8.12-9-pve": (DRIVER_VERSION,)}
 
 
 def test_simulated_reboot_gives_a_new_uvm_major_and_the_boot_unit_makes_every_node(tmp_path):
@@ -46,7 +48,7 @@ def test_simulated_reboot_gives_a_new_uvm_major_and_the_boot_unit_makes_every_no
     assert (root / "var/lib/dkms/nvidia/550.54.15/6.8.12-4-pve/x86_64/module/nvidia.ko").exists()
     said = sim.reboot("6.8.12-9-pve")
     assert "nvidia-uvm major 237" in said
-    assert running_kernel(root) == "6.8.12-9-pve" and host.driver_version() == "550.54.15"
+    assert running_kernel(TreeHost(root)) == "6.8.12-9-pve" and host.driver_version() == "550.54.15"
     after = {n.path: (n.major, n.minor) for n in host.device_nodes()}
     assert set(after) == set(before)
     assert after["/dev/nvidia-uvm"] == (237, 0) and after["/dev/nvidia-uvm-tools"] == (237, 1)

@@ -16,6 +16,7 @@ from labwright.errors import OperationFailed
 from labwright.hosts import Host, Result
 from labwright.hostupgrade.installer import failure, guest_installer_said, read_failure
 from labwright.hostupgrade.realhost import CommandHost
+from support.host_tree import TreeHost
 
 from .test_realhost import NEW, RUNNING, host, tree
 
@@ -60,7 +61,8 @@ def test_the_log_the_installer_names_is_read_and_pointed_at(tmp_path):
         "ERROR: An error occurred while performing the step: \"Building kernel modules\". See /root/nvidia-590.log "
         "for details.\n-> The command `make` failed with the following output:\n\nERROR: modpost: missing MODULE\n"
         f"ERROR: {CLOSING.format(log='/root/nvidia-590.log')}\n")
-    h = CommandHost(root, root / "var/cache/labwright/nvidia", runner=cast(Host, _Said("/root/nvidia-590.log")))
+    h = CommandHost(TreeHost(root), root / "var/cache/labwright/nvidia",
+                    runner=cast(Host, _Said("/root/nvidia-590.log")))
     with pytest.raises(OperationFailed) as info:
         h.install_driver(NEW, RUNNING)
     assert str(info.value).endswith('the installer says: An error occurred while performing the step: "Building '

@@ -10,6 +10,7 @@ import pytest
 from labwright.errors import BadInput
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts
 from labwright.hostupgrade.pve import PveGpuGuest, gpu_wiring, make_pve_plan, rewrite_allow_majors
+from support.host_tree import TreeHost
 
 MAJORS = {"nvidia-frontend": 195, "nvidia-uvm": 509, "nvidia-caps": 511}
 RAW = [["lxc.cgroup2.devices.allow", "c 195:* rwm"], ["lxc.cgroup2.devices.allow", "c 509:* rwm"],
@@ -110,7 +111,7 @@ def test_the_containers_go_through_the_state_file_unchanged(tmp_path):
             "notes": []}  # Plan.to_dict(): the state file is refused without one (labwright.schema.files)
     saved = state.Saved("pve1", "pve", plan, 0, "/var/cache/labwright/nvidia", inventory="/etc/lab.py",
                         guests=[dataclasses.asdict(g) for g in guests], extra={"majors_before": {"nvidia-uvm": 509}})
-    state.save(tmp_path, saved)
-    back = state.load(tmp_path)
+    state.save(TreeHost(tmp_path), saved)
+    back = state.load(TreeHost(tmp_path))
     assert back is not None and guests_from_saved(back) == guests
     assert back.extra == {"majors_before": {"nvidia-uvm": 509}} and back.inventory == "/etc/lab.py"

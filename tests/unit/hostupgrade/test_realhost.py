@@ -19,6 +19,7 @@ from labwright.hostupgrade.run import Upgrade
 from labwright.hostupgrade.state import RESUME_UNIT, RESUME_WANTS_LINK, resume_unit_text
 from support.fake_nvidia import DRIVER_VERSION, fake_run_installer, write_installer
 from support.host_doubles import TOOLS, make_node, tool_env
+from support.host_tree import TreeHost
 
 OLD, NEW = DRIVER_VERSION, "550.54.15"
 RUNNING, NEXT = "6.8.12-4-pve", "6.8.12-9-pve"
@@ -48,7 +49,7 @@ def tree(root: Path, esp: bool = True, headers: tuple[str, ...] = (RUNNING, NEXT
 def host(root: Path, path: str | None = None) -> CommandHost:
     env = tool_env(root)
     runner = LocalHost(["env", f"PATH={path or env['PATH']}", f"LW_FAKE_ROOT={root}", f"LW_HOST_TOOLS={TOOLS}"])
-    return CommandHost(root, root / "var/cache/labwright/nvidia", runner=runner)
+    return CommandHost(TreeHost(root), root / "var/cache/labwright/nvidia", runner=runner)
 
 
 def dkms_status(root: Path, *args: str) -> str:
@@ -210,12 +211,12 @@ def test_the_run_saves_its_state_enables_the_resume_unit_and_asks_for_the_reboot
     monkeypatch.setenv("PROXMOX_TOKEN_SECRET", 'se"cret')
     monkeypatch.setenv("SSL_CERT_FILE", "/etc/ssl/certs/lab-ca.pem")
     monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
-    upgrade = Upgrade(driver_only_plan(), root, root / "var/cache/labwright/nvidia", None, host=host(root))
+    upgrade = Upgrade(driver_only_plan(), TreeHost(root), root / "var/cache/labwright/nvidia", None, host=host(root))
     out = upgrade.run({})
     assert out.ok and out.rebooting, out.message
     assert out.message.startswith(f"node lwnode1: nvidia {NEW} installed for {NEXT}, rebooting; {RESUME_UNIT} resumes")
     assert [d.action for d in out.done] == ["host-driver", "reboot"]
-    saved = state.load(root)
+    saved = state.load(TreeHost(root))
     assert saved is not None and saved.phase == state.REBOOTING and saved.next_step == 2
     assert saved.previous_driver == OLD and [d["action"] for d in saved.done] == ["host-driver"]
     assert (root / "var/lib/labwright/host-upgrade.json").stat().st_mode & 0o777 == 0o600
@@ -232,12 +233,12 @@ def test_a_refused_reboot_leaves_nothing_to_resume(tmp_path):
     root = tree(tmp_path)
     (root / "labwright-sim").mkdir()
     (root / "labwright-sim/reboot-refused").write_text("")
-    upgrade = Upgrade(driver_only_plan(), root, root / "var/cache/labwright/nvidia", None, host=host(root))
+    upgrade = Upgrade(driver_only_plan(), TreeHost(root), root / "var/cache/labwright/nvidia", None, host=host(root))
     out = upgrade.run({})
     assert not out.ok and not out.rebooting
     assert out.message.startswith("systemctl reboot failed (exit 1): Failed to reboot system via logind: Access "
                                   "denied; restored 0/0 guest snapshot(s)"), out.message
-    saved = state.load(root)
+    saved = state.load(TreeHost(root))
     assert saved is not None and saved.phase == state.FAILED
     assert saved.outcome is not None and saved.outcome["ok"] is False
     assert not (root / f"etc/systemd/system/{RESUME_UNIT}").exists()
@@ -251,8 +252,8 @@ def test_state_that_cannot_be_read_back_is_one_line(tmp_path):
     for text in ("{not json", '{"node": "x"}', "[]"):
         path.write_text(text)
         with pytest.raises(BadInput) as info:
-            state.load(tmp_path)
+            state.load(TreeHost(tmp_path))
         assert str(info.value).startswith(f"{path}: not a host upgrade state labwright can read (")
         assert "\n" not in str(info.value)
     path.unlink()
-    assert state.load(tmp_path) is None
+    assert state.load(TreeHost(tmp_path)) is None

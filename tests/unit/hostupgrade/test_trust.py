@@ -17,6 +17,7 @@ from labwright.hostupgrade.plan import Plan, Step
 from labwright.hostupgrade.run import Upgrade
 from labwright.hostupgrade.trust import check_root_code, recorded_sha256, untrusted, verify_installer
 from support.fake_nvidia import fake_run_installer, write_installer
+from support.host_tree import TreeHost
 
 from .test_realhost import NEW, NEXT, OLD, dkms_status, host, tree
 
@@ -207,6 +208,6 @@ def test_a_tampered_guest_installer_is_not_copied_in(tmp_path):
     installer = root / f"var/cache/labwright/nvidia/NVIDIA-Linux-x86_64-{NEW}.run"
     installer.write_bytes(installer.read_bytes() + b"\n")
     plan = Plan("lwnode1", OLD, NEW, NEXT, [Step("userspace", "g1", "")])
-    upgrade = Upgrade(plan, root, root / "var/cache/labwright/nvidia", None, host=host(root))
+    upgrade = Upgrade(plan, TreeHost(root), root / "var/cache/labwright/nvidia", None, host=host(root))
     with pytest.raises(BadInput, match=r"does not match"):
         upgrade.userspace("g1")

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from labwright.errors import BadInput, LabwrightError
 from labwright.stacks.layout import STATE_SCHEMA, state_slug
+from support.host_tree import TreeHost
 
 PLAN = {"node": "pve1", "from": "570.133.07", "to": "580.82.07", "boot_kernel": "6.8.12-9-pve",
         "steps": [{"action": "snapshot", "target": "201", "detail": "before the upgrade"}], "notes": ["a note"]}
@@ -166,7 +167,7 @@ def _host_upgrade(root: Path) -> None:
     from labwright.hostupgrade import state
     from labwright.hostupgrade.pve import guests_from_saved
 
-    saved = state.load(root)
+    saved = state.load(TreeHost(root))
     assert saved is not None
     saved.summary()
     saved.plan_object()

@@ -5,38 +5,36 @@ Why read the host and not hard-code: ``/dev/nvidia0`` and ``nvidiactl`` have the
 but ``nvidia-uvm`` and ``nvidia-caps`` get dynamic majors (234-240 and 508-511 have been seen) that
 can change with every kernel or driver update, so passthrough lines are computed at apply time.
 
-``GpuHost`` reads this machine's files below a ``root`` ("/"; tests use a temp dir with fake ``/proc`` files and
-``mknod`` nodes) and runs its commands through a ``labwright.hosts.Host`` (this machine; tests give a double).
+``GpuHost`` reads a host's files and runs its commands through a ``labwright.hosts.Host`` (this machine's
+``LocalHost``; tests give a double over a tree with fake ``/proc`` files and ``mknod`` nodes, tests/support/host_tree).
 ``NODE_FACTS_SCRIPT`` is the same reading as one shell command, for a node reached over SSH (one round trip), read
 back by ``parse_node_facts``.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
-from labwright.atomic import write_text_atomic
 from labwright.errors import OperationFailed
 from labwright.gpu.devices import DeviceNode, parse_proc_devices
 from labwright.gpu.nvidia.driver import parse_driver_version
-from labwright.hosts import Result
-from labwright.hosts.local import LocalHost
+from labwright.hosts import Host, Result
+from labwright.hosts.local import LocalHost, local_path
 
 #: Creates /dev/nvidia-uvm (and nvidia0) without a CUDA program having run; the node appears only
 #: when the module is used, and a container whose passthrough names a missing node won't start.
 UVM_PREFLIGHT = ("nvidia-modprobe", "-u", "-c", "0")
-CONTAINER_TOOLS = ("usr/bin/nvidia-container-cli", "usr/local/bin/nvidia-container-cli")
+CONTAINER_TOOLS = ("/usr/bin/nvidia-container-cli", "/usr/local/bin/nvidia-container-cli")
+VERSION_FILE = "/proc/driver/nvidia/version"
 _NODE_ORDER = re.compile(r"^nvidia(\d+)$")
 
 
 class Shell(Protocol):
-    """Where a ``GpuHost``'s commands run: any ``labwright.hosts.Host`` (only ``label`` and ``run`` are used)."""
+    """Where a ``GpuHost``'s commands run when not through its Host (the host upgrade's node tools, which a test
+    simulates on its tree): ``label`` and ``run`` of a ``labwright.hosts.Host``."""
 
     label: str
 
@@ -52,71 +50,70 @@ def _node_sort_key(name: str) -> tuple[int, int, str]:
 
 
 class GpuHost:
-    """NVIDIA facts of the machine below ``root`` ("/" in production, a temp dir in tests)."""
+    """NVIDIA facts of ``host`` (this machine when none is given): its files read through it, its commands run
+    through it too, or through ``shell`` when one is given."""
 
-    def __init__(self, root: str | Path = "/", host: Shell | None = None):
-        self.root = Path(root)
-        self.label = "this host" if self.root == Path("/") else f"the host tree {self.root}"
-        #: Where its commands (the boot unit's systemctl) run: this machine. A test with a fake ``root`` gives a
-        #: Host double (tests/support/gpu_host.py), so no command reaches the real host.
-        self.host: Shell = host if host is not None else LocalHost(label=self.label)
+    def __init__(self, host: Host | None = None, shell: Shell | None = None):
+        self.host: Host = host if host is not None else LocalHost(label="this host")
+        self.shell: Shell = shell if shell is not None else self.host
+        self.label = self.host.label
 
-    # HostFiles, for the boot unit: files below ``root``; commands through ``host``.
+    # HostFiles, for the boot unit: files through ``host``, commands through ``shell``.
     def read_file(self, path: str) -> str:
         try:
-            return (self.root / path.lstrip("/")).read_text()
+            return self.host.read_text(path)
         except OSError as exc:
             raise OperationFailed(f"cannot read {path} on {self.label}: {exc.strerror or exc}") from exc
 
     def write_file(self, path: str, text: str) -> None:
-        target = self.root / path.lstrip("/")
         try:
-            write_text_atomic(target, text)
+            self.host.put(text.encode(), path)
         except OSError as exc:
             raise OperationFailed(f"cannot write {path} on {self.label}: {exc.strerror or exc}") from exc
 
     def run(self, argv: Sequence[str]) -> Result:
-        return self.host.run(argv, timeout=120)
+        return self.shell.run(argv, timeout=120)
 
-    def _read(self, relative: str) -> str | None:
+    def _read(self, path: str) -> str | None:
         try:
-            return (self.root / relative).read_text()
+            return self.host.read_text(path)
         except OSError:
             return None
 
     def host_path(self, guest_path: str) -> str:
-        """Where the guest path ``/dev/X`` lives below ``root`` (the path itself on this machine)."""
-        return str(self.root / guest_path.lstrip("/"))
+        """Where the guest path ``/dev/X`` is for the LXD daemon on this machine (labwright.hosts.local.local_path)."""
+        return local_path(self.host, guest_path)
 
     def driver_version(self) -> str | None:
-        text = self._read("proc/driver/nvidia/version")
+        text = self._read(VERSION_FILE)
         return parse_driver_version(text) if text else None
 
     def majors(self) -> dict[str, int]:
         """nvidia* character majors from /proc/devices (nvidia-uvm, nvidia-caps, nvidia-frontend...)."""
-        text = self._read("proc/devices") or ""
+        text = self._read("/proc/devices") or ""
         return {name: major for name, major in parse_proc_devices(text).items() if name.startswith("nvidia")}
 
     def has_container_tools(self) -> bool:
         """libnvidia-container's CLI, which LXD's ``nvidia.runtime`` needs on the host."""
-        return any((self.root / tool).exists() for tool in CONTAINER_TOOLS)
+        return any(self.host.exists(tool) for tool in CONTAINER_TOOLS)
+
+    def _names(self, directory: str) -> list[str]:
+        try:
+            return self.host.listdir(directory)
+        except OSError:
+            return []
 
     def device_nodes(self) -> list[DeviceNode]:
         """Every NVIDIA character node: /dev/nvidia[0-9]*, nvidiactl, nvidia-modeset, nvidia-uvm(-tools),
         /dev/nvidia-caps/*, GPUs first in numeric order. Non-device files are skipped."""
-        dev = self.root / "dev"
-        candidates = sorted(dev.glob("nvidia*"), key=lambda p: _node_sort_key(p.name))
-        candidates += sorted((dev / "nvidia-caps").glob("*"), key=lambda p: p.name)
+        candidates = [f"/dev/{n}" for n in sorted((n for n in self._names("/dev") if n.startswith("nvidia")),
+                                                   key=_node_sort_key)]
+        candidates += [f"/dev/nvidia-caps/{n}" for n in self._names("/dev/nvidia-caps")]
         nodes = []
         for path in candidates:
-            try:
-                info = path.lstat()
-            except OSError:
-                continue
-            if stat.S_ISCHR(info.st_mode):
-                guest = "/" + str(path.relative_to(self.root)).lstrip("/")
-                nodes.append(DeviceNode(guest, str(path), os.major(info.st_rdev), os.minor(info.st_rdev),
-                                        stat.S_IMODE(info.st_mode)))
+            info = self.host.stat(path, follow_symlinks=False)
+            if info is not None and info.is_char:
+                nodes.append(DeviceNode(path, self.host_path(path), info.major, info.minor, info.permissions))
         return nodes
 
     def has_driver(self) -> bool:
@@ -124,14 +121,13 @@ class GpuHost:
 
     def preflight_commands(self) -> list[tuple[str, ...]]:
         """Commands to run on the host before a GPU guest starts: create /dev/nvidia-uvm when missing."""
-        if self.has_driver() and not (self.root / "dev" / "nvidia-uvm").exists():
+        if self.has_driver() and not self.host.exists("/dev/nvidia-uvm"):
             return [UVM_PREFLIGHT]
         return []
 
     def missing_driver_message(self, where: str) -> str:
         return (f"{where}: gpu: nvidia, but this host has no NVIDIA driver "
-                f"({self.root / 'proc/driver/nvidia/version'} is missing); install the host driver "
-                "or set gpu: none")
+                f"({self.host_path(VERSION_FILE)} is missing); install the host driver or set gpu: none")
 
 
 # --- the same facts of a node reached over a Host (one round trip) --------------------------------------------

@@ -1,5 +1,5 @@
-"""The node's facts for the host upgrade: read below a root ("/" on a real host, a fake tree in tests) and from the
-local LXD daemon.
+"""The node's facts for the host upgrade: read through the node's Host (this machine's ``LocalHost``; tests give a
+double over a fake tree, tests/support/host_tree.py) and from the local LXD daemon.
 
 - driver: ``/proc/driver/nvidia/version`` (``GpuHost``); running kernel: ``/proc/sys/kernel/osrelease``;
   installed kernels: the directories of ``/lib/modules``; the new kernel: the newest of those that is not running.
@@ -12,8 +12,10 @@ local LXD daemon.
 - the repository: a directory of NVIDIA's ``NVIDIA-Linux-x86_64-<version>.run`` installers (``/var/cache/labwright/
   nvidia``), the one file that installs the module on the host (``--dkms``) and the exactly matching userspace in a
   guest (``--no-kernel-module``).
-- GPU guests: LXD instances passing this host's ``/dev/nvidia*`` nodes (``unix-char`` sources below the root) or a
-  ``gpu`` device (root "/" only); their userspace version through exec, their storage's snapshot support.
+- GPU guests: LXD instances passing this host's ``/dev/nvidia*`` nodes (``unix-char`` sources in the host's ``/dev``
+  as this machine sees it: labwright.hosts.local.local_path) or a ``gpu`` device (LXD passes its own ``/dev``'s
+  nodes: the host's when its ``/dev`` is this machine's); their userspace version through exec, their storage's
+  snapshot support.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from labwright.gpu.guest import ENGINE_SERVICES
 from labwright.gpu.nvidia.driver import userspace_listing, userspace_versions
 from labwright.gpu.nvidia.host import GpuHost
 from labwright.hostnames import LxdName
+from labwright.hosts import Host
+from labwright.hosts.local import LocalHost, local_path
 from labwright.hostupgrade.plan import GuestFacts, NodeFacts, kernel_key
 from labwright.lxd.client import LxdClient
 from labwright.shell import join
@@ -49,18 +53,24 @@ def repository_versions(repo: Path) -> tuple[str, ...]:
     return tuple(sorted(m.group(1) for n in names if (m := _INSTALLER.match(n))))
 
 
-def running_kernel(root: Path) -> str:
+def running_kernel(host: Host) -> str:
     try:
-        return (root / "proc/sys/kernel/osrelease").read_text().strip()
+        return host.read_text("/proc/sys/kernel/osrelease").strip()
     except OSError:
         return ""
 
 
-def installed_kernels(root: Path) -> list[str]:
+def _subdirs(host: Host, path: str) -> list[str]:
+    """The directories in ``path`` (a link to one too), by name; none when it cannot be listed."""
     try:
-        return sorted((p.name for p in (root / "lib/modules").iterdir() if p.is_dir()), key=kernel_key)
+        names = host.listdir(path)
     except OSError:
         return []
+    return [n for n in names if (info := host.stat(f"{path}/{n}")) is not None and info.is_dir]
+
+
+def installed_kernels(host: Host) -> list[str]:
+    return sorted(_subdirs(host, "/lib/modules"), key=kernel_key)
 
 
 #: dkms.in do_build (dell/dkms v3.2.2-5 = 793fdab, L1476-1544; v3.1.8 = eb06953, L1450-1518) builds into
@@ -78,68 +88,80 @@ _KERNEL_DIR = re.compile(r"^[0-9]+\.")
 
 @dataclass(frozen=True)
 class DkmsBuild:
-    """A finished DKMS build of the nvidia module: ``/var/lib/dkms/nvidia/VERSION/KERNEL/ARCH/module/FILE``."""
+    """A finished DKMS build of the nvidia module: ``/var/lib/dkms/nvidia/VERSION/KERNEL/ARCH/module/FILE`` (the
+    module's path on the host)."""
 
     version: str
     kernel: str
     arch: str
-    module: Path
+    module: str
 
 
-def _subdirs(path: Path) -> list[Path]:
-    try:
-        return sorted(p for p in path.iterdir() if p.is_dir())
-    except OSError:
-        return []
-
-
-def dkms_tree_builds(root: Path, version: str | None = None, kernel: str | None = None) -> list[DkmsBuild]:
+def dkms_tree_builds(host: Host, version: str | None = None, kernel: str | None = None) -> list[DkmsBuild]:
     """Every finished build in DKMS's tree (``version``/``kernel``: only those): a ``KERNEL/ARCH/module/nvidia.ko*``
     file below a version directory, ARCH never a build directory DKMS has not renamed yet (``.tmp_ARCH_XXXXXX``,
     3.1.7's ``tmp_ARCH_XXXXXX``; see _UNFINISHED_ARCH). The one reader of that tree: the plan's facts and the
     driver step's check both go through it."""
     found = []
-    for version_dir in _subdirs(root / "var/lib/dkms/nvidia"):
-        if version_dir.name.startswith(".") or version_dir.is_symlink() or version not in (None, version_dir.name):
+    tree = "/var/lib/dkms/nvidia"
+    for version_name in _subdirs(host, tree):
+        link = host.stat(f"{tree}/{version_name}", follow_symlinks=False)
+        if version_name.startswith(".") or version not in (None, version_name) or (link and link.is_symlink):
             continue
-        for kernel_dir in _subdirs(version_dir):
-            if not _KERNEL_DIR.match(kernel_dir.name) or kernel not in (None, kernel_dir.name):
+        for kernel_name in _subdirs(host, f"{tree}/{version_name}"):
+            if not _KERNEL_DIR.match(kernel_name) or kernel not in (None, kernel_name):
                 continue
-            for arch_dir in _subdirs(kernel_dir):
-                if _UNFINISHED_ARCH.match(arch_dir.name):
+            for arch in _subdirs(host, f"{tree}/{version_name}/{kernel_name}"):
+                if _UNFINISHED_ARCH.match(arch):
                     continue
+                module_dir = f"{tree}/{version_name}/{kernel_name}/{arch}/module"
                 try:
-                    files = sorted((arch_dir / "module").iterdir())
+                    files = host.listdir(module_dir)
                 except OSError:
                     continue
-                found += [DkmsBuild(version_dir.name, kernel_dir.name, arch_dir.name, f) for f in files
-                          if MODULE_FILE.match(f.name) and f.is_file()]
+                found += [DkmsBuild(version_name, kernel_name, arch, f"{module_dir}/{f}") for f in files
+                          if MODULE_FILE.match(f) and _is_file(host, f"{module_dir}/{f}")]
     return found
 
 
-def dkms_builds(root: Path, loaded: str | None) -> dict[str, tuple[str, ...]]:
+def _is_file(host: Host, path: str) -> bool:
+    info = host.stat(path)
+    return info is not None and info.is_file
+
+
+def packaged_modules(host: Host, kernel: str) -> list[str]:
+    """A packaged (or installed) module of ``kernel``: ``/lib/modules/KERNEL/updates/dkms/nvidia.ko*``, by name."""
+    directory = f"/lib/modules/{kernel}/updates/dkms"
+    try:
+        names = host.listdir(directory)
+    except OSError:
+        return []
+    return [f"{directory}/{n}" for n in names if MODULE_FILE.match(n)]
+
+
+def dkms_builds(host: Host, loaded: str | None) -> dict[str, tuple[str, ...]]:
     """kernel -> nvidia versions with a finished build for it (``dkms_tree_builds``)."""
     builds: dict[str, set[str]] = {}
-    for build in dkms_tree_builds(root):
+    for build in dkms_tree_builds(host):
         builds.setdefault(build.kernel, set()).add(build.version)
-    for kernel in installed_kernels(root):
-        packaged = [p for p in (root / "lib/modules" / kernel / "updates/dkms").glob("nvidia.ko*") if
-                    MODULE_FILE.match(p.name)]
-        if packaged and kernel not in builds and loaded:
+    for kernel in installed_kernels(host):
+        if packaged_modules(host, kernel) and kernel not in builds and loaded:
             builds[kernel] = {loaded}
     return {k: tuple(sorted(v)) for k, v in builds.items()}
 
 
-def node_guest_devices(instance: dict[str, Any], root: Path) -> bool:
-    """True when the instance passes this host's NVIDIA nodes: a unix-char /dev/nvidia* whose source is below
-    ``root``, or a ``gpu`` device (LXD passes the nodes of its own /dev: counted for the root / only)."""
+def node_guest_devices(instance: dict[str, Any], host: LocalHost) -> bool:
+    """True when the instance passes ``host``'s NVIDIA nodes: a unix-char /dev/nvidia* whose source is in the host's
+    /dev as the LXD daemon here sees it (labwright.hosts.local.local_path), or a ``gpu`` device (LXD passes the
+    nodes of its own /dev: the host's when the host's /dev is this machine's)."""
+    dev = local_path(host, "/dev")
     for device in (instance.get("devices") or {}).values():
         path = str(device.get("path") or "")
         if device.get("type") == "unix-char" and path.startswith("/dev/nvidia"):
             source = str(device.get("source") or path)
-            if root == Path("/") or source.startswith(str(root).rstrip("/") + "/"):
+            if source.startswith(dev.rstrip("/") + "/"):
                 return True
-        if device.get("type") == "gpu" and root == Path("/"):
+        if device.get("type") == "gpu" and dev == "/dev":
             return True
     return False
 
@@ -161,10 +183,10 @@ def guest_userspace(client: LxdClient, name: str) -> tuple[str | None, tuple[str
     return versions.pop(), services
 
 
-def gpu_guests(client: LxdClient, root: Path) -> list[GuestFacts]:
+def gpu_guests(client: LxdClient, host: LocalHost) -> list[GuestFacts]:
     found = []
     for instance in client.instances():
-        if not node_guest_devices(instance, root):
+        if not node_guest_devices(instance, host):
             continue
         name = str(instance["name"])
         running = instance.get("status") == "Running"
@@ -176,16 +198,17 @@ def gpu_guests(client: LxdClient, root: Path) -> list[GuestFacts]:
     return sorted(found, key=lambda g: g.name)
 
 
-def node_facts(node: str, root: Path, client: LxdClient, repository: Path | None = None) -> NodeFacts:
-    host = GpuHost(root)
-    repo = repository or (root / REPOSITORY.lstrip("/"))
-    loaded = host.driver_version()
-    kernel = running_kernel(root)
-    pending = [k for k in installed_kernels(root) if k != kernel and kernel_key(k) > kernel_key(kernel)]
+def node_facts(node: str, host: LocalHost, client: LxdClient, repository: Path | None = None) -> NodeFacts:
+    """``host``: the node, this machine (its LXD daemon is ``client``); ``repository``: the installers' directory
+    here (default: ``REPOSITORY`` on the node)."""
+    repo = repository or Path(local_path(host, REPOSITORY))
+    loaded = GpuHost(host).driver_version()
+    kernel = running_kernel(host)
+    pending = [k for k in installed_kernels(host) if k != kernel and kernel_key(k) > kernel_key(kernel)]
     return NodeFacts(node, loaded, kernel, pending[-1] if pending else None, repository_versions(repo),
-                     dkms_builds(root, loaded), tuple(gpu_guests(client, root)), str(repo), kernel_headers(root))
+                     dkms_builds(host, loaded), tuple(gpu_guests(client, host)), str(repo), kernel_headers(host))
 
 
-def kernel_headers(root: Path) -> tuple[str, ...]:
+def kernel_headers(host: Host) -> tuple[str, ...]:
     """Installed kernels whose headers are there (``/lib/modules/K/build``, what DKMS builds against)."""
-    return tuple(k for k in installed_kernels(root) if (root / "lib/modules" / k / "build").exists())
+    return tuple(k for k in installed_kernels(host) if host.exists(f"/lib/modules/{k}/build"))
