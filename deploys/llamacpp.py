@@ -4,6 +4,8 @@
     pyinfra -y @lxd/lw-node1 deploys/llamacpp.py --data llamacpp_model=/srv/models/qwen.gguf
     pyinfra -y @lxd/lw-node1 deploys/llamacpp.py --data llamacpp_model=/srv/models/q.gguf --data llamacpp_ctx_size=65536
     labwright verify llamacpp --hosts=@lxd/lw-node1 --llamacpp-model=/srv/models/qwen.gguf
+    # several models, one router llama-server loading each on demand (each fit-checked first):
+    pyinfra -y @lxd/lw-node1 deploys/llamacpp.py --data llamacpp_models=/srv/models/a.gguf,/srv/models/b.gguf
 
 Host data: ``llamacpp_<key>`` for every key in templates/llamacpp/defaults.toml ([service] and [flags]),
 ``llamacpp_extra_args`` (a list appended to the command line), ``llamacpp_build`` (auto: the CUDA build for the
