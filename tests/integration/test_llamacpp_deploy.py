@@ -296,16 +296,17 @@ def test_a_model_the_service_user_cannot_read_is_refused(lab, deployed):
 
 
 def test_a_server_that_does_not_come_up_fails_the_run_with_its_own_error(lab, deployed):
-    # Short health timeouts: the server exits at once on the flag, so each second more is only waiting.
-    broken = deploy(deployed.name, 'llamacpp_extra_args=["--no-such-flag"]', "llamacpp_health_timeout=5")
+    # Health timeouts long enough for the engine's complaint to reach the journal on a loaded machine (5 s and 2 s
+    # lost it there: the test must hold under load).
+    broken = deploy(deployed.name, 'llamacpp_extra_args=["--no-such-flag"]', "llamacpp_health_timeout=10")
     assert broken.rc != 0
-    assert "not healthy after 5s" in broken.output, broken.output[-3000:]
+    assert "not healthy after 10s" in broken.output, broken.output[-3000:]
     # The journal tail names the engine's own complaint.
     assert "invalid argument: --no-such-flag" in broken.output, broken.output[-3000:]
     # Re-running the same broken data must not pass as "no change": the crash-looping unit is not active, so the
     # deploy starts it and the health check fails again.
-    again = deploy(deployed.name, 'llamacpp_extra_args=["--no-such-flag"]', "llamacpp_health_timeout=2")
-    assert again.rc != 0 and "not healthy after 2s" in again.output, again.output[-3000:]
+    again = deploy(deployed.name, 'llamacpp_extra_args=["--no-such-flag"]', "llamacpp_health_timeout=5")
+    assert again.rc != 0 and "not healthy after 5s" in again.output, again.output[-3000:]
     repaired = deploy(deployed.name)
     assert repaired.rc == 0 and health_checked(repaired), repaired.output[-3000:]
     assert_passes(verify(deployed.name))
