@@ -57,6 +57,7 @@ from support.fake_nvidia import (
 from support.gpu_guest import install_userspace, spec
 from support.gpu_host import TreeGpuHost
 from support.host_cli import on_tree, resume_command
+from support.host_tree import TreeHost
 
 NEW = "550.54.15"
 
@@ -143,11 +144,11 @@ def node(runs: int, guests: int) -> int:
                 os.environ.update(tool_env(root))
                 repo = root / "var/cache/labwright/nvidia"
                 t0 = time.monotonic()
-                facts = node_facts("lwbench", root, lab.client, repo)
+                facts = node_facts("lwbench", TreeHost(root), lab.client, repo)
                 plan = make_plan(facts)
-                host = CommandHost(root, repo)
+                host = CommandHost(TreeHost(root), repo)
                 host.preflight(plan)
-                upgrade = Upgrade(plan, root, repo, lab.client, host=host)
+                upgrade = Upgrade(plan, TreeHost(root), repo, lab.client, host=host)
                 upgrade.resume_command = resume_command(root, "lwbench")  # the resume unit: labwright on the tree
                 out = upgrade.run({g.name: g.services for g in facts.guests})
                 to_reboot.append(time.monotonic() - t0)

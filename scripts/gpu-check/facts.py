@@ -8,7 +8,7 @@ from labwright.gpu.nvidia.host import NODE_FACTS_SCRIPT, GpuHost, parse_node_fac
 from labwright.guests import lxd_render, proxmox_render
 from labwright.guests.model import spec_from_data
 
-host = GpuHost("/")
+host = GpuHost()
 print("driver_version:", host.driver_version())
 print("majors:", host.majors())
 print("nodes:", [(n.path, n.major, n.minor, oct(n.mode)) for n in host.device_nodes()])

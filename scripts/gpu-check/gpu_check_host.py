@@ -2,7 +2,7 @@
 
 The lent GPU machine has no LXD and no systemd, so the machine is its own "guest": the same two collection commands
 `gpu check` runs in a guest (labwright.gpu.check.guest_command, decode_command) run here through a local shell, the
-host side is read by GpuHost("/") as `gpu check` reads it, and the engine's state (main pid, the /dev/nvidia* nodes it
+host side is read by GpuHost() as `gpu check` reads it, and the engine's state (main pid, the /dev/nvidia* nodes it
 holds open, its command line, its log) is read from /proc and the server's log file instead of systemd and journald.
 Then the same binary is started with CUDA hidden (CUDA_VISIBLE_DEVICES=-1, the way a guest without its nodes or with
 a broken userspace looks to ggml_cuda_init) and the engine check must fail with the reason from its log.
@@ -53,7 +53,7 @@ def engine_state(process: subprocess.Popen, log: Path) -> EngineState:
 
 
 def main(binary: str, model: str) -> int:
-    host = GpuHost("/")
+    host = GpuHost()
     started = time.monotonic()
     checks = run_checks(LocalHost(), host.driver_version(), host.device_nodes(), None)
     collect_seconds = time.monotonic() - started

@@ -222,7 +222,7 @@ def test_a_snapshot_that_cannot_be_taken_upgrades_nothing(lab, client, names, ho
             kind = _RefusingSnapshots if guest == refusing else LxdSnapshots
             return kind(LxdName("lxd", None, guest), client=self.client)
 
-    outcome = Refusing(plan, host_root, host_root / "var/cache/labwright/nvidia", client,
+    outcome = Refusing(plan, TreeHost(host_root), host_root / "var/cache/labwright/nvidia", client,
                        host=SimulatedHost(host_root)).run({})
     assert not outcome.ok
     assert outcome.message.startswith(f"guest {refusing}: the snapshot could not be taken: Create instance snapshot")
