@@ -36,6 +36,14 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "smoke: the one real-component test of its kind that --quick runs")
+    from hypothesis import settings
+
+    from support.hypothesis_budget import DEEP_DEFAULT, PROFILE, PROFILES
+
+    if PROFILE not in PROFILES:
+        raise pytest.UsageError(f"LABWRIGHT_HYPOTHESIS_PROFILE={PROFILE}: give one of {', '.join(PROFILES)}")
+    settings.register_profile("deep", max_examples=DEEP_DEFAULT)
+    settings.load_profile(PROFILE)
 
 
 def pytest_collection_modifyitems(config, items):

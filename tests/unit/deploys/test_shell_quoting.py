@@ -21,6 +21,7 @@ from pyinfra.api.exceptions import DeployError
 from labwright.deploys import kokoro, litellm
 from labwright.deploys.common import pip_install, venv_create
 from labwright.shell import join, path_problem, quote
+from support.hypothesis_budget import examples
 
 REPO = Path(__file__).resolve().parents[3]
 META = list(";|&<>$`'\"\\ \t\n\r*?[]{}()#~!^=,%-.:@+aZ9é\u2028")
@@ -224,7 +225,7 @@ def sh_in(where: Path, command: str) -> subprocess.CompletedProcess[str]:
 
 
 @given(HOSTILE)
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(40), deadline=None)  # four sh runs each
 def test_fact_and_check_commands_keep_shell_characters_inert(value: str) -> None:
     """Facts (a venv's state, a unit's process), the GPU check and the userspace listing, given values full of shell
     metacharacters (and an injection that would create a file): run by a real sh, nothing is executed from the
@@ -249,7 +250,7 @@ def test_fact_and_check_commands_keep_shell_characters_inert(value: str) -> None
 
 
 @given(HOSTILE, st.binary(max_size=64), st.sampled_from([None, 0o600, 0o640]))
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 def test_put_over_a_shell_writes_exactly_that_path(value: str, data: bytes, mode: int | None) -> None:
     """``hosts.put_with_cat`` (the upload of every host seam that only runs commands: pct, LXD exec, SSH) given a
     file name full of shell characters: the bytes land at exactly that path, nothing else is made or run."""

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from labwright.errors import BadInput, LabwrightError
 from labwright.stacks.layout import STATE_SCHEMA, state_slug
 from support.host_tree import TreeHost
+from support.hypothesis_budget import examples
 
 PLAN = {"node": "pve1", "from": "570.133.07", "to": "580.82.07", "boot_kernel": "6.8.12-9-pve",
         "steps": [{"action": "snapshot", "target": "201", "detail": "before the upgrade"}], "notes": ["a note"]}
@@ -311,7 +312,7 @@ def test_the_right_shape_reads_back(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(FILES))
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(75), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_one_thing_wrong_anywhere_is_one_line_naming_the_file(name: str, data: st.DataObject) -> None:
     relative, _, form, _, _ = FILES[name]
@@ -323,7 +324,7 @@ def test_one_thing_wrong_anywhere_is_one_line_naming_the_file(name: str, data: s
 
 
 @pytest.mark.parametrize("name", sorted(FILES))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(spoil=st.one_of(st.binary(min_size=1, max_size=4).map(lambda b: b"\xff" + b), st.integers(0, 40)))
 def test_bytes_that_are_not_the_file_are_one_line(name: str, spoil: bytes | int) -> None:
     relative, doc, form, _, _ = FILES[name]
