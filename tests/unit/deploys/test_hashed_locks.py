@@ -91,6 +91,22 @@ def guest_venv(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def service_house(tmp_path_factory) -> Path:
+    """lwsvc's wheelhouse with its lock, downloaded by real pip once per module from an index of its own (the tests
+    that check the download itself make theirs)."""
+    root = tmp_path_factory.mktemp("service-house")
+    with serve(root / "index") as index:
+        publish_service(index, root)
+        return download_wheelhouse(["lwsvc==1.0.0"], PY, root / "house", index_url=index.url)
+
+
+@pytest.fixture
+def house(service_house: Path, tmp_path: Path) -> Path:
+    """This test's own copy of the module's wheelhouse, free to be spoilt."""
+    return Path(shutil.copytree(service_house, tmp_path / "house"))
+
+
 def run_install(venv: Path, house: Path) -> subprocess.CompletedProcess[str]:
     args = pip_requirements(str(house), "", "'lwsvc==1.0.0'")
     line = pip_install(str(venv / "bin" / "pip"), args, "lwsvc==1.0.0", str(house), "lwsvc_find_links", where="guest")
@@ -98,9 +114,7 @@ def run_install(venv: Path, house: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["sh", "-c", line], capture_output=True, text=True, env=env)
 
 
-def test_the_service_venv_installs_from_the_lock_and_refuses_a_tampered_wheel(index, tmp_path, guest_venv):
-    publish_service(index, tmp_path)
-    house = download_wheelhouse(["lwsvc==1.0.0"], PY, tmp_path / "house", index_url=index.url)
+def test_the_service_venv_installs_from_the_lock_and_refuses_a_tampered_wheel(house, tmp_path, guest_venv):
     args = pip_requirements(str(house), "", "'lwsvc==1.0.0'")
     assert args == f"--no-index --find-links {house} --require-hashes -r {house}/{LOCK_NAME}"
     # a wheel in the wheelhouse swapped after the lock was made: pip's hash mismatch, then labwright's one line
@@ -126,10 +140,8 @@ def test_the_service_venv_installs_from_the_lock_and_refuses_a_tampered_wheel(in
     assert value.stdout.strip() == "1"
 
 
-def test_a_requirement_outside_the_lock_is_refused_by_pip(tmp_path, index):
+def test_a_requirement_outside_the_lock_is_refused_by_pip(tmp_path, house):
     """--require-hashes: a wheelhouse whose lock misses a dependency installs nothing."""
-    publish_service(index, tmp_path)
-    house = download_wheelhouse(["lwsvc==1.0.0"], PY, tmp_path / "house", index_url=index.url)
     lock = house / LOCK_NAME
     lock.write_text("".join(line + "\n" for line in lock.read_text().splitlines() if not line.startswith("lwdep")))
     venv = tmp_path / "venv"

@@ -7,6 +7,7 @@ and a stack with one is refused; the plan-shape tests read a copy with every row
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import string
 
@@ -19,6 +20,7 @@ from labwright import paths
 from labwright.errors import BadInput
 from labwright.facts.python_stack import PythonStack
 from labwright.matrix.load import load_matrix
+from labwright.matrix.model import Matrix
 from labwright.stacks.from_matrix import describe_plan, plan_for_stack
 from labwright.stacks.layout import STATE_SCHEMA, VenvPath
 from labwright.stacks.service import HealthCheck
@@ -55,13 +57,19 @@ _BAD_SHA = st.one_of(st.just(""), st.text(alphabet=string.hexdigits.lower(), max
                      st.text(alphabet="ghijklmnopqrstuvwxyz -", min_size=64, max_size=64))
 
 
+@functools.cache
+def _stack_a() -> tuple[Matrix, list[str]]:
+    """The pinned matrix and stack A's wheels, planned once for all the examples below (each plans the spoilt one)."""
+    matrix = load_matrix()
+    return matrix, [w.filename for w in plan_for_stack("A", "/opt/tabbyapi/.venv", matrix=matrix).wheels]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[Health.function_scoped_fixture])
 @given(bad=st.lists(_BAD_SHA, min_size=1, max_size=3), which=st.integers(min_value=0, max_value=5))
 def test_any_wheel_of_the_stack_without_a_recorded_sha256_refuses_the_plan(bad, which):
     """Property: whichever wheels of stack A lose their sha256 (empty, short, long, not hex), the plan is refused in
     one line naming the wheel's matrix file and `labwright matrix refresh`; no plan, so nothing reaches a host."""
-    matrix = load_matrix()
-    chosen = [w.filename for w in plan_for_stack("A", "/opt/tabbyapi/.venv", matrix=matrix).wheels]
+    matrix, chosen = _stack_a()
     spoilt = {chosen[(which + i) % len(chosen)]: sha for i, sha in enumerate(bad)}
     wheels = [dataclasses.replace(w, sha256=spoilt[w.filename]) if w.filename in spoilt else w
               for w in matrix.wheels]
