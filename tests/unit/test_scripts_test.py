@@ -47,7 +47,7 @@ def test_a_test_that_waits_for_ever_is_failed_by_the_suites_own_bound(tmp_path):
         "import threading\n\n"
         "def test_waits_for_ever():\n    threading.Event().wait()\n\n"
         "def test_after_it():\n    assert True\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 2\n")  # the suite's key, at a bound a test can wait
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 1\n")  # the suite's key, at a bound a test can wait
     for parallel in ([], ["-n", "2"]):
         run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel,
                               str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
