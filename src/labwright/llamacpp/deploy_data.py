@@ -49,6 +49,7 @@ KEYS = DeployData("llamacpp", DEFAULTS)
 # llama-server's own key options (common/arg.cpp): a key given through extra_args would bypass the one made on the
 # host, or put it on the command line.
 KEY_OPTIONS = ("--api-key", "--api-key-file")
+VERBOSITY_OPTIONS = ("-lv", "--verbosity", "--log-verbosity")
 
 
 
@@ -466,6 +467,11 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
     files = server_files(choice, data, binary)
     if choice.kind == "vulkan":  # the loader and Mesa's drivers (radv, anv, lavapipe) beside OpenMP's runtime
         packages = [*packages, *(p for p in vulkan_build.RUNTIME_PACKAGES if p not in packages)]
+        # The pinned llama-server logs its Vulkan device ("using device Vulkan0 (...)") and "offloaded N/M layers"
+        # only at verbosity 4 (common/arg.cpp --log-verbosity: "4: trace (more info)"; its default 3 says neither),
+        # and `labwright gpu check` reads both from the journal: 4 unless extra_args sets its own.
+        if not any(word.split("=", 1)[0] in VERBOSITY_OPTIONS for word in extra):
+            extra = [*extra, "--log-verbosity", "4"]
     return LlamacppSettings(
         service=service, user=user, binary=binary, model=model, alias=alias, flags=flags, extra=list(extra),
         health_timeout=health_timeout, restart=str(get("restart")), restart_sec=restart_sec,

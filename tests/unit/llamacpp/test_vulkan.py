@@ -78,9 +78,14 @@ def test_the_vulkan_build_is_pushed_from_its_cache_with_its_runtime_and_device(c
     unit = s.render_unit()
     assert 'Environment="GGML_VK_VISIBLE_DEVICES=0"' in unit
     assert unit.index("Environment=") < unit.index("ExecStart=")
+    # the device and the offloaded layers are logged only at verbosity 4: gpu check reads them from the journal
+    assert s.exec_start.endswith(" --log-verbosity 4") and s.extra == ["--log-verbosity", "4"]
     # auto: llama.cpp chooses (GPUs only), nothing in the unit
     auto = settings_from({"llamacpp_build": "vulkan"})
     assert "Environment=" not in auto.render_unit() and auto.environment == ()
+    mine = settings_from({"llamacpp_build": "vulkan", "llamacpp_extra_args": ["-lv", "5"]})
+    assert mine.extra == ["-lv", "5"]
+    assert "--log-verbosity" not in settings_from({}).exec_start  # the CPU build's line is unchanged
 
 
 def test_cpu_and_cuda_units_have_no_environment(cache: Path) -> None:
