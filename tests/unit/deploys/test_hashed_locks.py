@@ -323,11 +323,10 @@ def test_a_requirements_file_given_to_the_wheelhouse_is_locked_line_by_line(inde
     assert [line.split("==")[0] for line in check_lock(house / LOCK_NAME)] == ["lwdep", "lwsvc"]
 
 
-def test_a_plain_http_wheelhouse_named_as_trusted_installs_from_its_lock_over_http(index, tmp_path):
+def test_a_plain_http_wheelhouse_named_as_trusted_installs_from_its_lock_over_http(index, tmp_path, service_house):
     """The lab's way (a wheelhouse served on the bridge): pip reads the lock itself over http from the trusted host
     and installs with --require-hashes; a wheel swapped on that server is refused."""
-    publish_service(index, tmp_path)
-    house = download_wheelhouse(["lwsvc==1.0.0"], PY, index.root / "house", index_url=index.url)
+    house = Path(shutil.copytree(service_house, index.root / "house"))
     url = index.url.replace("/simple/", "/house/")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
