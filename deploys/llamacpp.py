@@ -9,8 +9,10 @@
 
 Host data: ``llamacpp_<key>`` for every key in templates/llamacpp/defaults.toml ([service] and [flags]),
 ``llamacpp_extra_args`` (a list appended to the command line), ``llamacpp_build`` (auto: the CUDA build for the
-host's NVIDIA GPUs, the CPU build without; cpu; cuda), ``llamacpp_binary_src`` / ``llamacpp_binary_sha256`` (a
-binary of your own instead of the cached build) and ``llamacpp_ollama_<key>`` ([ollama]).
+host's NVIDIA GPUs, the CPU build without; cpu; cuda; vulkan: AMD/Intel GPUs on a Debian 13 guest, built once with
+``labwright build llamacpp --vulkan``, its device ``llamacpp_vulkan_device``), ``llamacpp_binary_src`` /
+``llamacpp_binary_sha256`` (a binary of your own instead of the cached build) and ``llamacpp_ollama_<key>``
+([ollama]; on an AMD/Intel guest Ollama's Vulkan backend is turned on too).
 The server answers only with its API key, made on the guest (``llamacpp_api_key_file``, /etc/llama-server/api-key);
 ``llamacpp_open=true`` runs it without one on purpose; ``llamacpp_host=auto`` is 127.0.0.1 when only the LiteLLM
 gateway on the same guest uses it (docs/security.md, "Every engine behind a key").
