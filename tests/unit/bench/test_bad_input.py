@@ -258,6 +258,10 @@ def test_tls_is_verified_against_the_ca_given_and_only_it(tmp_path):
                 .serial_number(x509.random_serial_number()).not_valid_before(now)
                 .not_valid_after(now + dt.timedelta(days=1))
                 .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                                             data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                             crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+                .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
                 .sign(key, hashes.SHA256()))
         return cert, key
 
@@ -268,7 +272,11 @@ def test_tls_is_verified_against_the_ca_given_and_only_it(tmp_path):
               .issuer_name(ca.subject).public_key(server_key.public_key()).serial_number(x509.random_serial_number())
               .not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
               .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                             critical=False).sign(ca_key, hashes.SHA256()))
+                             critical=False)
+              # Python 3.13's default context verifies X.509 strictly (VERIFY_X509_STRICT): a certificate without
+              # the Authority Key Identifier fails there (CERTIFICATE_VERIFY_FAILED), as one without CA key usage
+              .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+              .sign(ca_key, hashes.SHA256()))
     (tmp_path / "server.pem").write_bytes(server.public_bytes(pem) + server_key.private_bytes(
         pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
     (tmp_path / "ca.pem").write_bytes(ca.public_bytes(pem))
