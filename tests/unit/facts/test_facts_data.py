@@ -8,7 +8,8 @@ tests/facts/<module>.<Fact>/*.json, e.g. tests/facts/systemd.SystemdStatus/servi
      "command": "...",             # the shell command exactly, or {"argv"}/{"shell"}: support/pyinfra_data.py
      "requires_command": "...",    # where the fact names the tool it needs
      "output": ["line", ...],      # what the host printed, line by line as pyinfra hands it over
-     "fact": ...}                  # what ``process`` makes of it (a dataclass as a dict of its fields)
+     "fact": ...}                  # what ``process`` makes of it (a dataclass as a dict of its fields,
+                                   # bytes as {"hex": "..."})
 
 The commands themselves run for real where that matters (test_tabbyapi_facts.py reads files through the real
 shell command); here each case pins the command and the parsing, odd and empty outputs included.
@@ -50,10 +51,16 @@ def _call(attribute: Any, arguments: Any) -> Any:
     return attribute(*arguments)
 
 
+def _bytes_as_hex(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"hex": value.hex()}
+    raise TypeError(f"{value!r}: not JSON data")
+
+
 def as_data(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
-    return json.loads(json.dumps(value))
+    return json.loads(json.dumps(value, default=_bytes_as_hex))
 
 
 def run_case(path: Path) -> None:
