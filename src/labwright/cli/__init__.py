@@ -61,8 +61,10 @@ GROUP_HELP: dict[str, str] = {
     "desktop": "Desktop guests (xrdp + MATE + Firefox): check one against the troubleshooting table of "
                "field note 003 (docs/field-notes.md).",
     "kokoro": "Kokoro-FastAPI TTS: the sentence-streaming patch.",
-    "build": "Build engines once per machine (cached): llama.cpp's llama-server, for the CPU or CUDA GPUs.",
-    "model": "Models on this machine: fetch one from the Hugging Face Hub (verified), write the tiny test GGUF.",
+    "build": "Build engines once per machine (cached): llama.cpp's llama-server, for the CPU, CUDA or Vulkan "
+             "GPUs.",
+    "model": "Models on this machine: fetch one from the Hugging Face Hub (verified), plan the engine for one, "
+             "write the tiny test GGUF.",
     "wheelhouse": "Wheelhouses for guests that cannot reach PyPI: wheels and their hashed lock, made once.",
     "verify": "Run a deploy's shipped testinfra suite against your hosts.",
 }
