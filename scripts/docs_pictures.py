@@ -125,10 +125,14 @@ def bench(lab: Lab) -> None:
                     unit = lab.client.exec(name, ["systemctl", "show", "-p", "ExecStart", "--value", "llama-server"])
                     # What the server really ran with: the A/B differs in these flags and nothing else.
                     command_lines[label] = unit.stdout.decode().split("argv[]=", 1)[-1].split(" ;", 1)[0]
+                    # The engine answers with its key only (generated on the guest by the deploy): read it there.
+                    key = lab.client.exec(name, ["cat", "/etc/llama-server/api-key"])
+                    os.environ["LW_LLAMA_KEY"] = key.stdout.decode().strip()
                     slug = label.split(":")[0].lower() + str(round_number)
                     saved = IMG / f"bench-{slug}.json"
                     cmd = [LABWRIGHT, "bench", "llm", "--url", url, "--contexts", CONTEXTS, "--decode", str(DECODE),
-                           "--trials", str(TRIALS), "--label", f"{label} (run {round_number})", "--json"]
+                           "--trials", str(TRIALS), "--label", f"{label} (run {round_number})",
+                           "--api-key-env", "LW_LLAMA_KEY", "--json"]
                     if slug == "a1":
                         cmd += ["--plot", str(IMG / "bench-llm.png")]
                     run(cmd, stdout_to=saved)
