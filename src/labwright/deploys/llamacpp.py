@@ -32,12 +32,12 @@ from labwright.llamacpp.deploy_data import (
     KEYS,
     OLLAMA_DROPIN,
     downloaded_model,
+    glibc_needed,
+    glibc_refusal,
     ollama_environment,
     ollama_mode,
     render_ollama_dropin,
     settings_from,
-    vulkan_guest_refusal,
-    vulkan_manifest,
 )
 from labwright.operations import http
 from labwright.operations import llamacpp as llamacpp_ops
@@ -76,12 +76,12 @@ def deploy_llamacpp() -> None:
     # llamacpp_host=auto: loopback when only the gateway on this guest uses the engine (the whole inventory is read)
     alone = gateway_only(data, [other.data.dict() for other in inventory if other.name != host.name])
     s = settings_from(data, host.get_fact(NvidiaGpus), gateway_only=alone)
-    # the Vulkan build links Debian 13's glibc and libvulkan: on an older guest it would not start; refused here
-    if s.build.kind == "vulkan":
-        too_old = vulkan_guest_refusal(vulkan_manifest().get("glibc_needed", ""), host.get_fact(GlibcVersion),
-                                       host.name)
-        if too_old:
-            raise DeployError(too_old)
+    # every file pushed (CPU, CUDA, Vulkan, a given binary, the libraries beside it) needs the glibc its ELF names:
+    # one built on a newer Debian than the guest's would not start there; refused here, before anything is installed
+    needed = glibc_needed(s.files)
+    too_old = glibc_refusal(s.build, needed, host.get_fact(GlibcVersion), host.name) if needed else None
+    if too_old:
+        raise DeployError(too_old)
     # A model named with deploys/model.py's keys is downloaded first (verified, resumable, into the shared cache);
     # a repo, revision or file the Hub does not have stops the run here with one line. Until it is complete on the
     # guest, the model checks below run after the download instead.

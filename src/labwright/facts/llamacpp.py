@@ -112,7 +112,8 @@ class ReadableBy(FactBase):
 
 class GlibcVersion(FactBase):
     """The host's C library: ``getconf GNU_LIBC_VERSION`` ("glibc 2.36"), None where getconf has no answer (musl).
-    The Vulkan build is refused on a guest whose glibc is older than the one it was built against."""
+    Every llama-server build is refused on a guest whose glibc is older than its ELF files need
+    (deploy_data.glibc_refusal)."""
 
     def command(self) -> str:
         return "getconf GNU_LIBC_VERSION 2>/dev/null || true"

@@ -35,6 +35,7 @@ from labwright.gpu.arch import capabilities_of
 from labwright.llamacpp import cuda
 from labwright.llamacpp import vulkan as vulkan_build
 from labwright.llamacpp.build import CUDA_LIB_DIR, cache_dir
+from labwright.matrix import elfsyms
 from labwright.models.deploy_data import ModelSettings, engine_model
 from labwright.schema import checks
 
@@ -332,18 +333,48 @@ def vulkan_manifest(builds: Path | None = None) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def vulkan_guest_refusal(glibc_needed: str, guest_glibc: str | None, host_name: str) -> str | None:
-    """One line when a guest's glibc (``getconf GNU_LIBC_VERSION``: "glibc 2.36") is older than the Vulkan build
-    needs (its newest GLIBC_ symbol version, from manifest.json): the binary would not even start there."""
-    have = vulkan_build.glibc_tuple(guest_glibc or "")
-    need = vulkan_build.glibc_tuple(glibc_needed)
-    if not need or (have and have >= need):
+def glibc_needed(files: Sequence[ServerFile]) -> tuple[tuple[int, int], str] | None:
+    """The newest glibc any file to push needs and the file that needs it (its name), read from each ELF's
+    version needs (``.gnu.version_r``: the highest ``GLIBC_x.y``, labwright.matrix.elfsyms); None when none needs
+    glibc (a script, a static binary). The binary and the shared libraries shipped beside it are all read."""
+    newest: tuple[tuple[int, int], str] | None = None
+    for planned in files:
+        try:
+            need = elfsyms.glibc_needed(elfsyms.version_needs(Path(planned.src)))
+        except BadInput as exc:
+            raise DeployError(f"{exc}: the llama-server build is unusable; build it again (nothing was changed)") \
+                from None
+        if need is not None and (newest is None or need > newest[0]):
+            newest = need, PurePosixPath(planned.dest).name
+    return newest
+
+
+def glibc_refusal(choice: BuildChoice, needed: tuple[tuple[int, int], str] | None, guest_glibc: str | None,
+                  host_name: str) -> str | None:
+    """One line when a guest's glibc (``getconf GNU_LIBC_VERSION``: "glibc 2.36"; None: not glibc) is older than
+    the files to push need (``needed``: glibc_needed's answer): the binary would not even start there
+    (``GLIBC_2.38' not found``), and the health check would wait its whole timeout for nothing. Every build is
+    checked (CPU, CUDA, Vulkan, a given binary): one built on a newer Debian than the guest's links that release's
+    glibc."""
+    if needed is None:
         return None
-    shown = guest_glibc.split()[-1] if guest_glibc else "no glibc"
-    return (f"llamacpp_build: vulkan: the Vulkan llama-server was built on Debian {vulkan_build.DEBIAN_MAJOR} and "
-            f"needs glibc {glibc_needed}, {host_name} has {shown}: make the guest Debian "
-            f"{vulkan_build.DEBIAN_MAJOR} (lab image data/lab-image-trixie.toml, or upgrade it), or use "
-            "llamacpp_build=cpu (nothing was changed)")
+    (major, minor), name = needed
+    have = vulkan_build.glibc_tuple(guest_glibc or "")
+    if have and have >= (major, minor):
+        return None
+    shown = f"glibc {guest_glibc.split()[-1]}" if guest_glibc else "no glibc"
+    release = f"of the guest's release (glibc {have[0]}.{have[1]} or older)" if len(have) == 2 else "for the guest"
+    head = (f"{name} ({choice.describe()}) needs glibc {major}.{minor} (GLIBC_{major}.{minor}, read from its ELF), "
+            f"{host_name} has {shown}: it would not start there")
+    newer = "give the guest a newer image (lab image data/lab-image-trixie.toml, or upgrade it)"
+    if choice.kind == "given":
+        return f"llamacpp_binary_src: {head}; give a llama-server built on a machine {release}, or {newer} " \
+            "(nothing was changed)"
+    if choice.kind == "vulkan":
+        return (f"llamacpp_build: vulkan: {head}; make the guest Debian {vulkan_build.DEBIAN_MAJOR} (lab image "
+                "data/lab-image-trixie.toml, or upgrade it), or use llamacpp_build=cpu (nothing was changed)")
+    return (f"llamacpp_build: {choice.kind}: {head}; build and deploy it from a machine {release} (`labwright "
+            f"build llamacpp` there), or {newer} (nothing was changed)")
 
 
 def unit_environment(choice: BuildChoice, device: str) -> dict[str, str]:

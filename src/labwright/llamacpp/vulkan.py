@@ -12,7 +12,8 @@ keeps its build directory, so a killed build resumes where ninja stopped.
 The result is cached like the other builds, by source and toolchain, under
 ``~/.cache/labwright/llama/<version>/vulkan-trixie/``: ``bin/llama-server`` and ``manifest.json`` (its sha256, the
 newest glibc symbol version it needs, the box's glibc and package versions). It links libvulkan.so.1 and a glibc
-newer than Debian 12's, so a guest must be Debian 13 too (deploy_data.vulkan_guest_refusal says so in one line).
+newer than Debian 12's, so a guest must be Debian 13 too (deploy_data.glibc_refusal says so in one line,
+from the ELF's own version needs, as for every build it pushes).
 
     labwright build llamacpp --vulkan                 # on the local lab (profile labwright)
     labwright build llamacpp --vulkan --lab-profile lwtest

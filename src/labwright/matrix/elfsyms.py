@@ -275,3 +275,69 @@ def nested_name(symbol: str) -> str | None:
             continue
         return None
     return None
+
+
+#: GLIBC_2.38, GLIBC_2.2.5: a glibc symbol version (GLIBC_PRIVATE and the like are no release).
+GLIBC_VERSION = re.compile(r"^GLIBC_(\d+)\.(\d+)(?:\.\d+)?$")
+
+
+def version_needs(path: Path) -> dict[str, list[str]]:
+    """The symbol versions an ELF object needs, per library: its ``.gnu.version_r`` (SHT_GNU_verneed) section,
+    ``{"libc.so.6": ["GLIBC_2.34", "GLIBC_2.38"], ...}``; {} for a file that is not ELF (a script) or has none
+    (static). Raises BadInput when it cannot be read, BrokenElf when it is truncated or corrupt.
+
+    Each Verneed entry (vn_version, vn_cnt, vn_file, vn_aux, vn_next) names a library and chains Vernaux entries
+    (vna_hash, vna_flags, vna_other, vna_name, vna_next), 16 bytes each in both ELF classes; names are offsets
+    into the section its sh_link names (.dynstr), as the System V gABI's GNU extension lays them out.
+    """
+    if not is_elf(path):
+        return {}
+    from elftools.common.exceptions import ELFError
+    from elftools.construct.core import ConstructError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            _check_extents(path, mapped)
+            elf = ELFFile(mapped)  # type: ignore[arg-type]
+            headers = [_section_header(elf, mapped, i) for i in range(elf.num_sections())]
+            order = "<" if elf.little_endian else ">"
+            needs: dict[str, list[str]] = {}
+            for header in headers:
+                if header["sh_type"] == "SHT_GNU_verneed":
+                    _read_verneed(order, _section_bytes(mapped, header),
+                                  _section_bytes(mapped, headers[header["sh_link"]]), header["sh_info"], needs)
+            return needs
+    except BrokenElf:
+        raise
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read it ({exc.strerror or type(exc).__name__})") from None
+    except (ELFError, ConstructError, struct.error, IndexError, KeyError) as exc:
+        raise BrokenElf(f"{path}: a corrupt ELF object ({type(exc).__name__}: {exc})") from None
+
+
+def _read_verneed(order: str, data: bytes, strings: bytes, count: int, needs: dict[str, list[str]]) -> None:
+    def string(at: int) -> str:
+        return strings[at:strings.find(b"\0", at)].decode("utf-8", "replace")
+
+    at = 0
+    for _ in range(count or len(data) // 16):  # sh_info: how many Verneed entries; bounded either way
+        _version, aux_count, file_at, aux_at, next_at = struct.unpack_from(order + "HHIII", data, at)
+        names = needs.setdefault(string(file_at), [])
+        aux = at + aux_at
+        for _ in range(aux_count):
+            _hash, _flags, _other, name_at, aux_next = struct.unpack_from(order + "IHHII", data, aux)
+            names.append(string(name_at))
+            if not aux_next:
+                break
+            aux += aux_next
+        if not next_at:
+            break
+        at += next_at
+
+
+def glibc_needed(needs: dict[str, list[str]]) -> tuple[int, int] | None:
+    """The newest ``GLIBC_x.y`` among version needs (version_needs), as (x, y); None when glibc is not needed."""
+    found = [(int(m.group(1)), int(m.group(2))) for names in needs.values() for name in names
+             if (m := GLIBC_VERSION.match(name))]
+    return max(found) if found else None

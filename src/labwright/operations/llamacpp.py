@@ -15,8 +15,9 @@ from pyinfra.api import FileUploadCommand, operation
 from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import Sha256File
 
+from labwright.facts.llamacpp import GlibcVersion
 from labwright.facts.nvidia import NvidiaGpus
-from labwright.llamacpp.deploy_data import build_choice, server_files
+from labwright.llamacpp.deploy_data import build_choice, glibc_needed, glibc_refusal, server_files
 from labwright.shell import quote
 
 
@@ -40,7 +41,8 @@ def server_binary(binary: str, build: str = "auto", binary_src: str | None = Non
 
     Each file is pushed only when the guest's sha256 differs: staged beside its target, checked with
     ``sha256sum -c`` on the guest, then moved over the old one; a CUDA build that is not built yet fails with the
-    command that builds it.
+    command that builds it. Nothing is pushed when a file needs a newer glibc than the host's (the GlibcVersion
+    fact against the highest ``GLIBC_x.y`` in each ELF's ``.gnu.version_r``): it would not start there.
 
     **Example:**
 
@@ -53,8 +55,13 @@ def server_binary(binary: str, build: str = "auto", binary_src: str | None = Non
     try:
         choice = build_choice(data, gpus)
         planned = server_files(choice, data, binary, Path(builds) if builds else None)
+        # a build that needs a newer glibc than the guest's would not start there: refused before any push
+        needed = glibc_needed(planned)
+        too_old = glibc_refusal(choice, needed, host.get_fact(GlibcVersion), host.name) if needed else None
     except Exception as exc:  # DeployError / BadInput from the data checks: one line, as the deploy says it
         raise OperationError(str(exc)) from None
+    if too_old:
+        raise OperationError(too_old)
     pushed = 0
     for item in planned:
         if host.get_fact(Sha256File, path=item.dest) == item.sha256:

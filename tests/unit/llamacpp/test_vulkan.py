@@ -18,16 +18,19 @@ from pathlib import Path
 
 import pytest
 from pyinfra.api.exceptions import DeployError
+from tests.support.elf_files import elf_needing_glibc
 
 from labwright.llamacpp import build, vulkan
 from labwright.llamacpp.deploy_data import (
     BuildChoice,
+    ServerFile,
     build_choice,
+    glibc_needed,
+    glibc_refusal,
     ollama_environment,
     render_ollama_dropin,
     settings_from,
     unit_environment,
-    vulkan_guest_refusal,
 )
 
 REPO = Path(__file__).resolve().parents[3]
@@ -126,15 +129,18 @@ def test_a_bad_vulkan_device_is_one_line_naming_the_key(cache: Path, data: dict,
     assert re.search(message, str(error.value)) and "\n" not in str(error.value)
 
 
-def test_a_guest_older_than_the_build_s_glibc_is_refused_in_one_line() -> None:
-    message = vulkan_guest_refusal("2.38", "glibc 2.36", "@lxd/lw-old")
+def test_a_guest_older_than_the_build_s_glibc_is_refused_in_one_line(tmp_path: Path) -> None:
+    """The Vulkan build's own fix (a Debian 13 guest, or the CPU build); the check itself, for every build, is
+    tests/unit/llamacpp/test_glibc_refusal.py."""
+    elf_needing_glibc(tmp_path / "llama-server", "2.38")
+    needed = glibc_needed([ServerFile(str(tmp_path / "llama-server"), "/usr/local/bin/llama-server", "")])
+    message = glibc_refusal(BuildChoice("vulkan"), needed, "glibc 2.36", "@lxd/lw-old")
     assert message is not None and "\n" not in message
     assert message.startswith("llamacpp_build: vulkan: ") and "needs glibc 2.38" in message
-    assert "@lxd/lw-old has 2.36" in message and "Debian 13" in message and "llamacpp_build=cpu" in message
-    assert vulkan_guest_refusal("2.38", None, "@lxd/musl") is not None  # no glibc at all
-    assert vulkan_guest_refusal("2.38", "glibc 2.41", "@lxd/trixie") is None
-    assert vulkan_guest_refusal("2.38", "glibc 2.38", "@lxd/trixie") is None
-    assert vulkan_guest_refusal("", "glibc 2.36", "@lxd/x") is None  # no manifest: server_files says so first
+    assert "@lxd/lw-old has glibc 2.36" in message and "Debian 13" in message and "llamacpp_build=cpu" in message
+    assert glibc_refusal(BuildChoice("vulkan"), needed, None, "@lxd/musl") is not None  # no glibc at all
+    assert glibc_refusal(BuildChoice("vulkan"), needed, "glibc 2.41", "@lxd/trixie") is None
+    assert glibc_refusal(BuildChoice("vulkan"), needed, "glibc 2.38", "@lxd/trixie") is None
 
 
 def test_the_needed_glibc_is_the_newest_symbol_version() -> None:
