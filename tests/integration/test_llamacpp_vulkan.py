@@ -157,7 +157,8 @@ def test_a_debian_12_guest_is_refused_in_one_line_before_anything_runs(lab, vulk
         assert run.rc != 0
         lines = [line for line in run.output.splitlines() if "llamacpp_build: vulkan: " in line]
         assert len(lines) == 1, run.output[-3000:]
-        wanted = r"needs glibc 2\.\d+, @(lxd|incus)/lwvk12-\w+ has 2\.36: make the guest Debian 13"
+        wanted = (r"needs glibc (2\.\d+) \(GLIBC_\1, read from its ELF\), @(lxd|incus)/lwvk12-\w+ has glibc 2\.36: it "
+                  r"would not start there; make the guest Debian 13")
         assert re.search(wanted, lines[0]), lines[0]
         assert "Beginning operation run" not in run.output and "Traceback" not in run.output, run.output[-3000:]
         assert not sh(lab, name, "ls /etc/systemd/system/llama-server.service /usr/local/bin/llama-server "
