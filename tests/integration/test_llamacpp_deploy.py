@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from tests.support.elf_files import elf_needing_glibc
 
 from labwright.lab.lab import instance_address
 from labwright.llamacpp.build import build_llama_server
@@ -293,6 +294,25 @@ def test_a_model_the_service_user_cannot_read_is_refused(lab, deployed):
         assert main_pid(lab, deployed.name) == pid_before
     finally:
         sh(lab, deployed.name, f"chmod 644 {MODEL}")
+
+
+def test_a_binary_needing_a_newer_glibc_is_refused_before_anything_is_installed(lab, deployed, tmp_path):
+    """A llama-server built against a newer glibc than the guest's (the Debian 13 controller's build on this Debian 12
+    guest: ``GLIBC_2.38' not found``, then a 120 s health wait) is refused in one line, nothing pushed or restarted;
+    here a real ELF needing GLIBC_2.99 (tests/support/elf_files.py), so the case holds on any controller."""
+    newer = elf_needing_glibc(tmp_path / "llama-server", "2.99")
+    binary_before, pid_before = sh(lab, deployed.name, "sha256sum /usr/local/bin/llama-server"), \
+        main_pid(lab, deployed.name)
+    run = deploy(deployed.name, f"llamacpp_binary_src={newer}")
+    assert run.rc != 0
+    lines = [line for line in run.output.splitlines() if "llamacpp_binary_src: " in line]
+    assert len(lines) == 1, run.output[-3000:]
+    assert re.search(rf"needs glibc 2\.99 \(GLIBC_2\.99, read from its ELF\), @lxd/{deployed.name} has glibc 2\.\d+: "
+                     r"it would not start there; give a llama-server built on a machine of the guest's release",
+                     lines[0]), lines[0]
+    assert "Traceback" not in run.output and "Beginning operation run" not in run.output, run.output[-3000:]
+    assert sh(lab, deployed.name, "sha256sum /usr/local/bin/llama-server") == binary_before
+    assert main_pid(lab, deployed.name) == pid_before
 
 
 def test_a_server_that_does_not_come_up_fails_the_run_with_its_own_error(lab, deployed):
