@@ -126,6 +126,49 @@ def one_value_problem(value: Any, default: Any) -> str | None:
     return None
 
 
+def stack_engine_values(data: Mapping[str, Any], prefix: str, defaults: Mapping[str, Mapping[str, Any]],
+                        schema: Any, *, nested_example: str, nested_extra: Iterable[str] = (),
+                        conflicts: Iterable[str] = ()) -> dict[str, Any]:
+    """The settings of an engine deployed on a stack (tabbyAPI, vLLM), read from host data the way both deploys take
+    it: ``PREFIX_<key>`` beside the ``PREFIX`` dict (``nested_example`` shows its shape in the refusal), the stack's
+    name as ``stack``; a key absent from templates/PREFIX/defaults.toml refused naming the closest, each value checked
+    against its default's kind, then the whole parsed by ``schema`` (the first bad key in defaults.toml's order is the
+    one reported) and the ``conflicts`` keys checked against the other deploys' on the same host."""
+    from labwright.schema.model import parse
+
+    where = f"templates/{prefix}/defaults.toml"
+    flat = {key for section in defaults.values() for key in section} - {"default"}
+    nested = data.get(prefix) or {}
+    if not isinstance(nested, Mapping):
+        raise BadInput(f"{prefix}: must be a dict of settings, e.g. {nested_example}")
+    known = flat | {"stack", *nested_extra}
+    for key in nested:
+        if key not in known:
+            raise BadInput(f"{prefix}: unknown key {key!r} (see {where})")
+    error = unknown_key_error(data, prefix, flat, where)
+    if error is not None:
+        raise error
+
+    def get(section: str, key: str) -> Any:
+        given = data.get(f"{prefix}_{key}")
+        value = given if given is not None else nested.get(key)
+        if value is None:
+            return defaults[section][key]
+        problem = one_value_problem(value, defaults[section][key])
+        if problem is not None:
+            raise BadInput(f"{prefix}_{key}: {problem}")
+        return value
+
+    values = {key: get(section, key) for section, keys in defaults.items() for key in keys if key != "default"}
+    values["stack"] = data.get("stack") or nested.get("stack") or defaults["stack"]["default"]
+    checked: dict[str, Any] = parse(schema, values, prefix=prefix, error=BadInput, noun="data key for this deploy",
+                                    where=where).model_dump()
+    clash = conflict_error(data, {f"{prefix}_{key}": checked[key] for key in conflicts})
+    if clash is not None:
+        raise BadInput(clash)
+    return checked
+
+
 def keys_of(defaults: Mapping[str, Any]) -> set[str]:
     """Every key a defaults.toml names, at any depth (tables included): the data keys a deploy reads from it."""
     found: set[str] = set()

@@ -18,7 +18,7 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from labwright import paths
-from labwright.deploy_data import conflict_error, one_value_problem, unknown_key_error
+from labwright.deploy_data import stack_engine_values
 from labwright.errors import BadInput
 from labwright.models.deploy_data import ModelSettings, engine_model
 from labwright.schema import checks
@@ -277,38 +277,9 @@ def flat_keys(defaults: Mapping[str, Mapping[str, Any]]) -> set[str]:
 
 def settings_from(data: Mapping[str, Any]) -> Settings:
     """Check host data (``tabbyapi_<key>``, the ``tabbyapi`` dict, ``stack``) against the defaults."""
-    defaults = load_defaults()
-    nested = data.get("tabbyapi") or {}
-    if not isinstance(nested, Mapping):
-        raise BadInput("tabbyapi: must be a dict of settings, e.g. {\"model_name\": \"Qwen3-8B-exl3\"}")
-    known = {key for section in defaults.values() for key in section} | {"git_url", "ref", "dir", "stack"}
-    for key in nested:
-        if key not in known:
-            raise BadInput(f"tabbyapi: unknown key {key!r} (see templates/tabbyapi/defaults.toml)")
-    error = unknown_key_error(data, "tabbyapi", flat_keys(defaults), "templates/tabbyapi/defaults.toml")
-    if error is not None:
-        raise error
-
-    def get(section: str, key: str) -> Any:
-        flat = data.get(f"tabbyapi_{key}")
-        value = flat if flat is not None else nested.get(key)
-        if value is None:
-            return defaults[section][key]
-        problem = one_value_problem(value, defaults[section][key])
-        if problem is not None:
-            raise fail(key, problem)
-        return value
-
-    from labwright.schema.model import parse
-
-    values = {key: get(section, key) for section, keys in defaults.items() for key in keys if key != "default"}
-    values["stack"] = data.get("stack") or nested.get("stack") or defaults["stack"]["default"]
-    # The deploy's order: the first bad key (in defaults.toml's order) is the one reported.
-    checked = parse(data_schema(), values, prefix="tabbyapi", error=BadInput, noun="data key for this deploy",
-                    where="templates/tabbyapi/defaults.toml").model_dump()
-    clash = conflict_error(data, {f"tabbyapi_{key}": checked[key] for key in ("port", "dir", "venv", "root")})
-    if clash is not None:
-        raise BadInput(clash)
+    checked = stack_engine_values(data, "tabbyapi", load_defaults(), data_schema(),
+                                  nested_example='{"model_name": "Qwen3-8B-exl3"}',
+                                  nested_extra=("git_url", "ref", "dir"), conflicts=("port", "dir", "venv", "root"))
     draft, ngram = checked["draft_model_name"], checked["ngram_match_min"]
     if draft and ngram:
         raise fail("draft_model_name", f"{draft!r} together with n-gram drafting (tabbyapi_ngram_match_min={ngram}): "

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from labwright import paths
-from labwright.deploy_data import conflict_error, one_value_problem, unknown_key_error
+from labwright.deploy_data import stack_engine_values
 from labwright.engine_keys import is_loopback
 from labwright.errors import BadInput
 from labwright.models.deploy_data import ModelSettings, engine_model
@@ -248,44 +248,10 @@ class Settings:
                                                                exec_start=exec_start)
 
 
-def flat_keys(defaults: Mapping[str, Mapping[str, Any]]) -> set[str]:
-    """The ``vllm_<key>`` names the deploy reads (the stack's name is ``stack``, not ``vllm_default``)."""
-    return {key for section in defaults.values() for key in section} - {"default"}
-
-
 def settings_from(data: Mapping[str, Any]) -> Settings:
     """Check host data (``vllm_<key>``, the ``vllm`` dict, ``stack``) against the defaults."""
-    defaults = load_defaults()
-    nested = data.get("vllm") or {}
-    if not isinstance(nested, Mapping):
-        raise BadInput("vllm: must be a dict of settings, e.g. {\"port\": 8001}")
-    known = flat_keys(defaults) | {"stack"}
-    for key in nested:
-        if key not in known:
-            raise BadInput(f"vllm: unknown key {key!r} (see templates/vllm/defaults.toml)")
-    error = unknown_key_error(data, "vllm", flat_keys(defaults), "templates/vllm/defaults.toml")
-    if error is not None:
-        raise error
-
-    def get(section: str, key: str) -> Any:
-        flat = data.get(f"vllm_{key}")
-        value = flat if flat is not None else nested.get(key)
-        if value is None:
-            return defaults[section][key]
-        problem = one_value_problem(value, defaults[section][key])
-        if problem is not None:
-            raise fail(key, problem)
-        return value
-
-    from labwright.schema.model import parse
-
-    values = {key: get(section, key) for section, keys in defaults.items() for key in keys if key != "default"}
-    values["stack"] = data.get("stack") or nested.get("stack") or defaults["stack"]["default"]
-    checked = parse(data_schema(), values, prefix="vllm", error=BadInput, noun="data key for this deploy",
-                    where="templates/vllm/defaults.toml").model_dump()
-    clash = conflict_error(data, {f"vllm_{key}": checked[key] for key in ("port", "venv")})
-    if clash is not None:
-        raise BadInput(clash)
+    checked = stack_engine_values(data, "vllm", load_defaults(), data_schema(), nested_example='{"port": 8001}',
+                                  conflicts=("port", "venv"))
     if not checked["model"]:
         raise fail("model", "is required: the model directory on the guest (e.g. /srv/models/Qwen3-8B-AWQ), or name "
                    "the model with deploys/model.py's keys (model_repo=...) to have it downloaded (nothing was "
