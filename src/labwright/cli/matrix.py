@@ -178,7 +178,8 @@ def inspect(
 
     for path in wheels:
         if not path.is_file():
-            raise BadInput(f"{path}: no such wheel file; give the path of a downloaded .whl")
+            given = "'' (empty)" if str(path) == "." else str(path)  # typer makes '' the Path '.'
+            raise BadInput(f"WHEELS {given}: no such wheel file; give the path of a downloaded .whl")
     results = [inspect_wheel(path) for path in wheels]
     if as_json:
         typer.echo(json.dumps([r.__dict__ for r in results], indent=2))
