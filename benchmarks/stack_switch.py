@@ -1,4 +1,4 @@
-"""Service downtime of `stack switch` vs the seed's in-place downgrade, on the same lab container.
+"""Service downtime of `stack switch` vs field note 001's in-place downgrade, on the same lab container.
 
 Two copies of the stand-in engine service (support.stack_service) run in one fresh lab container, each
 from its own venv with stand-in stack 2.9, each polled from the host every 10 ms on its /health (200 only while
@@ -6,9 +6,9 @@ the stand-in torch extension imports). Each round moves both between stand-in st
 
 - labwright: ``pyinfra @lxd/NAME deploys/stack.py --data stack=...`` (build beside + ABI verify while the
   service runs, then swap + restart + health check);
-- the seed's way: ``systemctl stop``; ``uv pip install`` the other torch into the live venv; ``uv pip install``
-  the extension; ``systemctl start`` (the seed's "Downgrade to Stack A" appendix). "cold" installs by URL
-  without uv's cache, as the seed's first downgrade did (its wheels had never been fetched); "warm" installs
+- field note 001's way: ``systemctl stop``; ``uv pip install`` the other torch into the live venv; ``uv pip install``
+  the extension; ``systemctl start`` (field note 001's "Downgrade to Stack A" appendix). "cold" installs by URL
+  without uv's cache, as field note 001's first downgrade did (its wheels had never been fetched); "warm" installs
   from a local wheelhouse with uv's cache primed, the best case for in place.
 
 The stand-in torch wheels are padded to ``--torch-mb`` of incompressible data in 12,000 files (default 900:
@@ -24,8 +24,8 @@ Each storage driver the lab's daemon can make is measured in the same run, with 
 driver: ``dir`` (LXD's default without ZFS/btrfs, where a snapshot of a running guest is a full copy with it frozen),
 ``btrfs`` (on a loop file) and ``zfs`` where the kernel module is present; a driver that cannot be made is said.
 
-Target (issues 3 and 30): switch downtime at least 20x shorter than the seed's in-place downgrade, on every storage
-driver, in the same run (exit 1 when any driver misses it).
+Target (issues 3 and 30): switch downtime at least 20x shorter than field note 001's in-place downgrade, on every
+storage driver, in the same run (exit 1 when any driver misses it).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from support.stacks import StandinStacks, build_standin_stacks
 from support.wheels import test_env_root
 
 BIN = Path(sys.executable).parent
-UV = "/root/.local/bin/uv"  # where the seed's uv lived
+UV = "/root/.local/bin/uv"  # where field note 001's uv lived
 SERVED = "http://127.0.0.1:8901"
 WHEELS = {"standin-2.9": ("torch-2.9.0-", "standin_attn-1.0.0+torch2.9-"),
           "standin-2.10": ("torch-2.10.0-", "standin_attn-1.0.0+torch2.10-")}
@@ -166,7 +166,7 @@ def run_driver(lab, stacks: StandinStacks, args: argparse.Namespace, driver: str
             results["switch"].append(measure(ours, switch, stack))
         for mode in ("cold", "warm"):
             for stack in targets:
-                print(f"… {driver}: seed in-place ({mode}) -> {stack}", file=sys.stderr)
+                print(f"… {driver}: field note 001 in-place ({mode}) -> {stack}", file=sys.stderr)
                 results[mode].append(measure(seed, lambda s=stack, m=mode: in_place(seed, s, m == "cold"), stack))
         return results
     finally:
@@ -180,7 +180,7 @@ def stats(rows: list[tuple[float, float]]) -> tuple[float, float, float, float]:
 
 
 def downtime_table(driver: str, title: str, rows: list[tuple[str, tuple[float, float, float, float]]],
-                   width: int = 58) -> list[str]:
+                   width: int = 66) -> list[str]:
     """Print one driver's downtime table (the first row is labwright's switch, the others what it replaces);
     return its verdict lines against the 20x target."""
     print(f"\nStorage driver {driver}: {title}\n")
@@ -238,8 +238,8 @@ def main() -> int:
         verdicts += downtime_table(driver, f"service downtime, stand-in engine ({args.rounds} switches each, torch "
                                    f"wheel {args.torch_mb} MB, /health polled every 10 ms from the host)", [
             ("labwright stack switch (build+verify beside, swap, restart)", stats(results["switch"])),
-            ("seed in-place, cold: stop; uv pip install URLs; start", stats(results["cold"])),
-            ("seed in-place, warm uv cache: stop; uv pip install; start", stats(results["warm"]))])
+            ("field note 001 in-place, cold: stop; uv pip install URLs; start", stats(results["cold"])),
+            ("field note 001 in-place, warm uv cache: stop; uv pip install; start", stats(results["warm"]))])
     print()
     for line in verdicts:
         print(line)

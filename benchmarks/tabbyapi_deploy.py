@@ -1,4 +1,5 @@
-"""deploys/tabbyapi.py: no-change re-run time, and downtime of a `stack=` change vs the seed's stop-reinstall-start.
+"""deploys/tabbyapi.py: no-change re-run time, and downtime of a `stack=` change vs field note 001's
+stop-reinstall-start.
 
 One fresh lab container, two tabbyAPI instances deployed side by side by deploys/tabbyapi.py itself (the tabbyAPI
 STAND-IN from support.tabbyapi_standin, served to the guest over git HTTP; stand-in engine stacks whose
@@ -7,9 +8,9 @@ being ~900 MB):
 
 - ``tabbyapi`` (port 5000): ``pyinfra @lxd/NAME deploys/tabbyapi.py --data stack=...``, alternating stand-in stacks
   2.10 / 2.9: the deploy's side-by-side switch (build + ABI verify while serving, swap, restart, health);
-- ``tabbyapi-seed`` (port 5001): the seed's way: ``systemctl stop``; ``uv pip install`` the other torch and
-  extension into the live venv (by URL, no cache: "cold", as the seed's first downgrade; and from a primed uv cache:
-  "warm", the best case for in place); ``systemctl start``.
+- ``tabbyapi-seed`` (port 5001): field note 001's way: ``systemctl stop``; ``uv pip install`` the other torch and
+  extension into the live venv (by URL, no cache: "cold", as field note 001's first downgrade; and from a primed uv
+  cache: "warm", the best case for in place); ``systemctl start``.
 
 Each instance's /health is polled from this machine every 10 ms; downtime is the longest unavailable window.
 The no-change re-run is the whole ``pyinfra`` command (start-up, connect, facts, every operation a no-op).
@@ -19,7 +20,7 @@ The no-change re-run is the whole ``pyinfra`` command (start-up, connect, facts,
 Each storage driver the lab can make is measured in the same run, each with its own container (as
 benchmarks/stack_switch.py; the driver is printed with its figures).
 
-Targets (issues 5 and 30): no-change re-run under 10 s; stack= downtime at least 20x shorter than the seed's
+Targets (issues 5 and 30): no-change re-run under 10 s; stack= downtime at least 20x shorter than field note 001's
 procedure, on every storage driver.
 """
 
@@ -113,7 +114,7 @@ def run_driver(lab, stacks, args: argparse.Namespace, driver: str,  # type: igno
                 results["switch"].append(measure(ours_url, switch))
             for mode in ("cold", "warm"):
                 for stack in targets:
-                    print(f"… {driver}: seed in-place ({mode}) -> {stack}", file=sys.stderr)
+                    print(f"… {driver}: field note 001 in-place ({mode}) -> {stack}", file=sys.stderr)
                     names = [next(stacks.wheelhouse.glob(p + "*.whl")).name for p in WHEELS[stack]]
                     python = f"{SEED['tabbyapi_venv']}/bin/python"
                     if mode == "cold":
@@ -146,8 +147,9 @@ def main() -> int:
         verdicts += downtime_table(driver, f"service downtime, tabbyAPI stand-in ({args.rounds} stack changes each, "
                                    f"torch wheel {args.torch_mb} MB, /health polled every 10 ms from the host)", [
             ("deploys/tabbyapi.py stack= (switch beside, swap, restart)", stats(results["switch"])),
-            ("seed stop-reinstall-start, cold: stop; uv pip install URLs; start", stats(results["cold"])),
-            ("seed stop-reinstall-start, warm uv cache: stop; uv install; start", stats(results["warm"]))], width=62)
+            ("field note 001 stop-reinstall-start, cold: stop; uv pip install URLs; start", stats(results["cold"])),
+            ("field note 001 stop-reinstall-start, warm uv cache: stop; uv install; start", stats(results["warm"]))],
+        width=78)
     print()
     for line in verdicts:
         print(line)
