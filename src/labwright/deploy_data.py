@@ -126,6 +126,18 @@ def one_value_problem(value: Any, default: Any) -> str | None:
     return None
 
 
+#: systemd's Restart= values (systemd.service(5)), for a deploy's own unit.
+RESTART_POLICIES = ("no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always")
+
+
+def restart_policy(value: Any) -> str:
+    """A systemd Restart= policy, or ValueError naming it (a deploy schema's field check)."""
+    restart = checks.line(value)
+    if restart not in RESTART_POLICIES:
+        raise ValueError(f"{restart[:80]!r} is not a systemd Restart= policy ({', '.join(RESTART_POLICIES)})")
+    return restart
+
+
 def stack_engine_values(data: Mapping[str, Any], prefix: str, defaults: Mapping[str, Mapping[str, Any]],
                         schema: Any, *, nested_example: str, nested_extra: Iterable[str] = (),
                         conflicts: Iterable[str] = ()) -> dict[str, Any]:

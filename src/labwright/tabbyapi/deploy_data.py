@@ -18,7 +18,7 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from labwright import paths
-from labwright.deploy_data import stack_engine_values
+from labwright.deploy_data import restart_policy, stack_engine_values
 from labwright.errors import BadInput
 from labwright.models.deploy_data import ModelSettings, engine_model
 from labwright.schema import checks
@@ -34,7 +34,6 @@ HEX_REF = re.compile(r"^[0-9a-f]{7,40}$")
 REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 GPU_MODES = ("auto", "check", "required", "off")
-RESTART_POLICIES = ("no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always")
 # tabbyAPI's own log lines (uvicorn's startup line; exllamav3's allocation failure, tabbyAPI's backends/exllamav3).
 STARTUP_LINE = "Application startup complete"
 OOM_LINE = "Insufficient VRAM in split for model and cache"
@@ -133,13 +132,6 @@ def extra_sections(value: Any) -> dict[str, dict[str, Any]]:
     if clash:
         raise ValueError(f"section {clash[0]!r} is set by the deploy's own keys; use tabbyapi_<key> for it")
     return {str(k): dict(v) for k, v in extra.items()}
-
-
-def restart_policy(value: Any) -> str:
-    restart = checks.line(value)
-    if restart not in RESTART_POLICIES:
-        raise ValueError(f"{restart[:80]!r} is not a systemd Restart= policy ({', '.join(RESTART_POLICIES)})")
-    return restart
 
 
 @cache

@@ -29,10 +29,10 @@ from functools import cache
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from jinja2 import Environment
 
-from labwright import paths
-from labwright.deploy_data import stack_engine_values
+from labwright import deploy_data, paths
+from labwright.deploy_data import restart_policy, stack_engine_values
 from labwright.engine_keys import is_loopback
 from labwright.errors import BadInput
 from labwright.models.deploy_data import ModelSettings, engine_model
@@ -46,7 +46,6 @@ TEMPLATES = paths.templates_dir("vllm")
 #: vllm/config/cache.py 44-67 (CacheDType), the ones a labwright deploy offers (the rest are model-specific).
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 GPU_MODES = ("auto", "check", "required", "off")
-RESTART_POLICIES = ("no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always")
 #: uvicorn's line once the server answers (vLLM serves through uvicorn).
 STARTUP_LINE = "Application startup complete"
 #: Flags labwright sets itself (or refuses: the key never goes on a command line).
@@ -60,8 +59,7 @@ def load_defaults() -> dict[str, dict[str, Any]]:
 
 
 def jinja() -> Environment:
-    return Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, trim_blocks=True,
-                       lstrip_blocks=True, keep_trailing_newline=True)
+    return deploy_data.jinja(TEMPLATES)
 
 
 def fail(key: str, message: str) -> BadInput:
@@ -73,13 +71,6 @@ def gpu_mode(value: Any) -> str:
     if gpu not in GPU_MODES:
         raise ValueError(f"{gpu[:80]!r} is not one of {', '.join(GPU_MODES)}")
     return gpu
-
-
-def restart_policy(value: Any) -> str:
-    restart = checks.line(value)
-    if restart not in RESTART_POLICIES:
-        raise ValueError(f"{restart[:80]!r} is not a systemd Restart= policy ({', '.join(RESTART_POLICIES)})")
-    return restart
 
 
 def utilization(value: Any) -> float:
