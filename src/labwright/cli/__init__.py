@@ -90,6 +90,9 @@ def _load_group(name: str) -> Any:
 def _no_empty_paths(command: Any) -> Any:
     """Every path parameter of ``command`` (and of its subcommands) refuses ``''`` naming the parameter: typer makes
     it ``Path('.')``, the current directory, and the command's own check could then only say "." (issue 33)."""
+    if getattr(command, "_labwright_no_empty_paths", False):
+        return command
+    command._labwright_no_empty_paths = True
     for sub in getattr(command, "commands", {}).values():
         _no_empty_paths(sub)
     for param in getattr(command, "params", []):
@@ -121,7 +124,8 @@ class LazyGroup(typer.core.TyperGroup):
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = self.commands.get(cmd_name)
         if command is not None or cmd_name not in GROUP_HELP:
-            return command
+            # a group added by ``register`` is built by typer, not by _load_group: the same '' check applies to it
+            return _no_empty_paths(command) if command is not None else None
         if self._listing:  # its name and short help are all a listing shows
             return typer.core.TyperCommand(name=cmd_name, help=GROUP_HELP[cmd_name])
         command = self.commands[cmd_name] = _load_group(cmd_name)

@@ -78,3 +78,14 @@ def test_generated_junk_urls_are_refused_before_anything_is_contacted(sandbox, c
     lines = err.splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith(f"labwright: error: {where[-1]} "), err
     assert "Traceback" not in err and attempts == []
+
+
+def test_empty_path_refusal_holds_after_register(sandbox, capsys):
+    """``register`` adds the groups as typer builds them (tests that walk the app call it); an empty path must still be
+    refused naming the parameter, whichever way the group was built (CI's run found the register order)."""
+    from labwright.cli import register
+
+    register()
+    code, err, attempts = _run(["matrix", "inspect", ""], capsys)
+    assert code == 2 and err.splitlines() == ["labwright: error: WHEELS '': an empty path; give a file or directory"]
+    assert attempts == []
