@@ -508,10 +508,12 @@ def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | No
     failures: tuple[type[BaseException], ...] = (HfHubHTTPError, LocalEntryNotFoundError, OSError,
                                                   *_transport_errors())
     repo, revision, name = spec["repo"], spec["revision"], spec["name"]
+    # The endpoint is passed on every call: huggingface_hub reads HF_ENDPOINT once, when it is first imported
+    # (constants.py), so a process that imported it before the variable was set would otherwise ask huggingface.co.
     where = endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     _check_name_free(models, name)
     remove_orphaned_partials(cache, repo)
-    api = HfApi(endpoint=endpoint)
+    api = HfApi(endpoint=where)
     try:
         # Resolve a branch or tag once, so the listing, the files and the marker all name the same commit.
         commit = revision if COMMIT.fullmatch(revision) else api.repo_info(repo, revision=revision).sha
@@ -531,10 +533,10 @@ def download(spec: dict[str, Any], cache: Path, models: Path, endpoint: str | No
         with DownloadProgress(f"download {repo}@{revision}", blobs, missing, count):
             if spec.get("file"):
                 local = hf_hub_download(repo, spec["file"], revision=commit, cache_dir=str(cache),
-                                        endpoint=endpoint)
+                                        endpoint=where)
                 snapshot = Path(local).parents[len(Path(spec["file"]).parts) - 1]
             else:
-                snapshot = Path(snapshot_download(repo, revision=commit, cache_dir=str(cache), endpoint=endpoint,
+                snapshot = Path(snapshot_download(repo, revision=commit, cache_dir=str(cache), endpoint=where,
                                                   allow_patterns=spec.get("allow") or None,
                                                   ignore_patterns=spec.get("ignore") or None, max_workers=4))
     except failures as exc:

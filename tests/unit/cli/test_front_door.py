@@ -115,6 +115,25 @@ def test_model_fetch_downloads_verifies_and_finds_it_complete(capsys, tmp_path, 
         assert code == 2 and out == "" and err.count("\n") == 1 and "REPO: 'lab/nope' is not a repo" in err
 
 
+def test_model_fetch_asks_the_hub_hf_endpoint_names_even_after_huggingface_hub_was_imported(capsys, tmp_path,
+                                                                                             monkeypatch):
+    """huggingface_hub reads HF_ENDPOINT once, at its import (constants.py): a process (a test run, a pyinfra deploy)
+    that imported it before the variable was set must still download from the endpoint the variable names."""
+    from huggingface_hub import constants
+
+    frozen = "http://127.0.0.1:9"  # what an import with another HF_ENDPOINT froze (constants.py 69-70)
+    monkeypatch.setattr(constants, "ENDPOINT", frozen)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", frozen + "/{repo_id}/resolve/{revision}/{filename}")
+    with StandinHub() as hub:
+        hub.add(StandinRepo("lab/tiny-GGUF", {"tiny-Q8_0.gguf": b"GGUF" + bytes(64)}))
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        code, out, err = run(capsys, "model", "fetch", "lab/tiny-GGUF", "--file", "tiny-Q8_0.gguf", "--name", "tiny",
+                             "--models", str(tmp_path / "models"), "--json")
+    assert code == 0 and json.loads(out)["complete"] is True, err
+
+
 @pytest.mark.parametrize("argv, line", [
     (["model", "fetch", "lab/x", "--revision", "a b"], "labwright: error: --revision: 'a b' is not a branch or tag"),
     (["model", "fetch", "lab/x", "--file", "x.txt"], "labwright: error: --file: 'x.txt' is not a .gguf file"),
