@@ -133,6 +133,8 @@ def check_range(lo: int, hi: int, page: int) -> None:
 
 
 MAX_REFINEMENTS = 2
+#: After a refined guess did not fit: pages walked down, one at a time, before bisecting down to the last fit.
+REFINED_OVERSHOOT_PAGES = 2
 
 
 def _steps() -> Iterator[int]:
@@ -178,10 +180,12 @@ def search(try_fit: Callable[[int], bool], lo: int, hi: int, page: int, predicte
             else:
                 probe(min(good + next(steps), high))
 
-    def gallop_down() -> None:
+    def gallop_down(most: int | None = None) -> None:
         steps = _steps()
-        while bad is not None:  # never down to a page already known to fit
+        tried = 0
+        while bad is not None and (most is None or tried < most):  # never down to a page already known to fit
             floor = low if good is None else good + 1
+            tried += 1
             if bad <= floor or probe(max(bad - next(steps), floor)):
                 return
 
@@ -199,7 +203,10 @@ def search(try_fit: Callable[[int], bool], lo: int, hi: int, page: int, predicte
         if probe(first):
             gallop_up()
             if bad is not None and good is not None and bad > good + 1 and refine:
-                gallop_down()  # a refined guess overshot: walk down from it, a page at first
+                # A refined guess overshot: a page or two down is the usual reading noise. Past that the readings
+                # were wrong (a loaded machine thrashes short of the limit), and with a start that fit below, the
+                # bisection that follows is never slower than walking further with doubling steps.
+                gallop_down(most=REFINED_OVERSHOOT_PAGES)
         else:
             gallop_down()
     if good is None:
