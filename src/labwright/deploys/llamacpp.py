@@ -8,11 +8,14 @@ labwright.llamacpp.deploy_data; see deploys/llamacpp.py and docs/llamacpp.md for
 
 from __future__ import annotations
 
+from dataclasses import replace
 from io import StringIO
+from typing import Any
 
 from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
+from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
@@ -20,23 +23,26 @@ from labwright.deploy_data import FALSE, TRUE
 from labwright.deploys import model as model_ops
 from labwright.deploys.common import install_missing, port_taken_by
 from labwright.engine_keys import gateway_only, key_file_refusal
-from labwright.errors import BadInput
+from labwright.errors import BadInput, LabwrightError
 from labwright.facts.dri import DriRenderNodes
 from labwright.facts.llamacpp import GlibcVersion, OllamaPresent, ReadableBy
 from labwright.facts.nvidia import NvidiaGpus
 from labwright.gpu.devices import GPU_GROUP
 from labwright.guestlock import locked
-from labwright.llamacpp import router
+from labwright.llamacpp import buildbox, router
 from labwright.llamacpp import router_deploy as llamacpp_router
 from labwright.llamacpp.deploy_data import (
     KEYS,
     OLLAMA_DROPIN,
+    LlamacppSettings,
     downloaded_model,
     glibc_needed,
     glibc_refusal,
     ollama_environment,
     ollama_mode,
+    release_build_for,
     render_ollama_dropin,
+    server_files,
     settings_from,
 )
 from labwright.operations import http
@@ -78,10 +84,13 @@ def deploy_llamacpp() -> None:
     s = settings_from(data, host.get_fact(NvidiaGpus), gateway_only=alone)
     # every file pushed (CPU, CUDA, Vulkan, a given binary, the libraries beside it) needs the glibc its ELF names:
     # one built on a newer Debian than the guest's would not start there; refused here, before anything is installed
+    # This machine's CPU build needing a newer glibc than the guest's (a Debian 13 controller, a Debian 12 guest) is
+    # built for the guest's release instead, in that release's build box of the lab (labwright.llamacpp.buildbox)
     needed = glibc_needed(s.files)
-    too_old = glibc_refusal(s.build, needed, host.get_fact(GlibcVersion), host.name) if needed else None
+    guest_glibc = host.get_fact(GlibcVersion) if needed else None
+    too_old = glibc_refusal(s.build, needed, guest_glibc, host.name) if needed else None
     if too_old:
-        raise DeployError(too_old)
+        s = for_guest_release(s, data, needed, guest_glibc, too_old)
     # A model named with deploys/model.py's keys is downloaded first (verified, resumable, into the shared cache);
     # a repo, revision or file the Hub does not have stops the run here with one line. Until it is complete on the
     # guest, the model checks below run after the download instead.
@@ -142,7 +151,7 @@ def deploy_llamacpp() -> None:
     # guest, then moved over the old one; a CUDA build's libraries beside it ---------------------------
     binary_op = llamacpp_ops.server_binary(
         name=f"llama-server: the {s.build.describe()}", binary=s.binary,
-        build=str(data.get("llamacpp_build") or "auto"),
+        build=str(data.get("llamacpp_build") or "auto"), release=s.build.release or None,
         binary_src=data.get("llamacpp_binary_src") or None, binary_sha256=data.get("llamacpp_binary_sha256") or None)
     binary_changed = binary_op.did_change
 
@@ -177,3 +186,56 @@ def deploy_llamacpp() -> None:
     # try-restart: a stopped Ollama stays stopped, a running one picks up the new environment.
     systemd_ops.restarted_foreign(name="Restart Ollama if running (drop-in changed)", service="ollama.service",
                                   running_only=True, _if=lambda: dropin.did_change() and bool(ollama["unit"]))
+
+
+def lab_daemon() -> tuple[Any, str, str | None, str] | None:
+    """The guest's own LXD/Incus daemon, to make a build box on: (client, its command-line tool, the remote, the
+    profile), None for a guest not reached through @lxd/@incus. The profile is ``lab_profile`` (the lab's
+    inventory data), else the guest's own lab profile (a profile labwright's lab made), else its first."""
+    from labwright.connectors.lxd import LxdConnector
+
+    connector = host.connector
+    if not isinstance(connector, LxdConnector):
+        return None
+    client = connector.client
+    profile = host.data.get("lab_profile")
+    if not profile:
+        profiles = list(client.instance(connector.instance).get("profiles") or [])
+        ours = [name for name in profiles if str((client.get_or_none(f"/1.0/profiles/{name}") or {})
+                                                 .get("description") or "").startswith("labwright lab ")]
+        profile = (ours or profiles or [""])[0]
+    if not profile:
+        return None
+    return client, "incus" if connector.flavour == "incus" else "lxc", host.data.get("lxd_remote") or None, \
+        str(profile)
+
+
+def for_guest_release(s: LlamacppSettings, data: dict[str, Any], needed: tuple[tuple[int, int], str] | None,
+                      guest_glibc: str | None, refusal: str) -> LlamacppSettings:
+    """``s`` with the build made for the guest's Debian release (deploy_data.release_build_for: only where this
+    machine's would not start there), from the cache or built now in that release's build box on the guest's own
+    daemon; its files checked against the guest's glibc again (the last guard). ``refusal`` (glibc_refusal's line)
+    stands where no box can help; where one could but no lab daemon is there, the line names the command."""
+    codename = release_build_for(s.build, needed, guest_glibc, host.get_fact(LinuxDistribution)["release_meta"])
+    if codename is None:
+        raise DeployError(refusal)
+    choice = replace(s.build, release=codename)
+    if not (buildbox.release_cache_dir(codename) / "manifest.json").is_file():
+        daemon = lab_daemon()
+        if daemon is None:
+            raise DeployError(glibc_refusal(s.build, needed, guest_glibc, host.name, release=codename) or refusal)
+        client, tool, remote, profile = daemon
+        logger.info(f"{host.print_prefix}this machine's llama-server ({s.build.describe()}) needs a newer glibc than "
+                    f"{guest_glibc or 'the guest has'}: building the {choice.describe()} in the lab's build box "
+                    f"{buildbox.box_name(profile, codename)} (once; then cached in "
+                    f"{buildbox.release_cache_dir(codename)})")
+        try:
+            buildbox.build_for_release(codename, client, profile, tool, remote=remote, log=logger.info)
+        except LabwrightError as exc:
+            raise DeployError(f"llamacpp_build: {s.build.kind}: the {choice.describe()} for {host.name} (its glibc is "
+                              f"older than this machine's build needs): {exc} (nothing was changed)") from None
+    files = server_files(choice, data, s.binary)
+    last = glibc_refusal(choice, glibc_needed(files), guest_glibc, host.name)
+    if last:
+        raise DeployError(last)
+    return replace(s, build=choice, files=tuple(files), binary_src=files[0].src, binary_sha256=files[0].sha256)

@@ -32,7 +32,7 @@ from labwright.deploy_data import (
 )
 from labwright.errors import BadInput
 from labwright.gpu.arch import capabilities_of
-from labwright.llamacpp import cuda
+from labwright.llamacpp import buildbox, cuda
 from labwright.llamacpp import vulkan as vulkan_build
 from labwright.llamacpp.build import CUDA_LIB_DIR, cache_dir
 from labwright.matrix import elfsyms
@@ -236,13 +236,17 @@ def local_binary(data: Mapping[str, Any], builds: Path | None = None) -> tuple[s
 class BuildChoice:
     """Which llama-server a host gets: ``cpu``, ``cuda`` (for ``archs``, CMAKE_CUDA_ARCHITECTURES entries),
     ``vulkan`` (asked for by name only) or ``given`` (``llamacpp_binary_src`` names one: the user's binary wins over
-    the GPU facts)."""
+    the GPU facts). ``release``: a Debian codename when the build is the one made in that release's build box
+    (labwright.llamacpp.buildbox), "" for this machine's own."""
 
     kind: str
     archs: tuple[str, ...] = ()
     capabilities: tuple[str, ...] = ()
+    release: str = ""
 
     def describe(self) -> str:
+        if self.release:
+            return f"{'CPU' if self.kind == 'cpu' else self.kind} build for Debian {self.release}"
         if self.kind == "cuda":
             return f"CUDA {cuda.DEFAULT.version} build for {' '.join(cuda.sm_name(a) for a in self.archs)}"
         if self.kind == "vulkan":
@@ -295,16 +299,22 @@ def server_files(choice: BuildChoice, data: Mapping[str, Any], binary: str,
                  builds: Path | None = None) -> list[ServerFile]:
     """The files to install for ``choice``, from the control machine's cache (``builds``: the llama.cpp version's
     cache directory), each sha256 checked here against the build's record so a corrupt cache never reaches a guest.
-    A CUDA build not built yet is refused with the command that builds it."""
+    A CUDA build not built yet is refused with the command that builds it; so is a build for a guest's release
+    (``choice.release``: made in that release's build box, labwright.llamacpp.buildbox)."""
     builds = builds or cache_dir()
-    if choice.kind not in ("cuda", "vulkan"):
+    if choice.kind not in ("cuda", "vulkan") and not choice.release:
         src, sha256 = local_binary(data, builds)
         return [ServerFile(src, binary, sha256)]
     keys = KEYS.over(data)
-    directory = builds / (vulkan_build.BUILD_KEY if choice.kind == "vulkan"
+    directory = builds / (buildbox.release_key(choice.release, choice.kind) if choice.release
+                          else vulkan_build.BUILD_KEY if choice.kind == "vulkan"
                           else cuda.build_key(cuda.DEFAULT, choice.archs))
     manifest_path = directory / "manifest.json"
     if not manifest_path.is_file():
+        if choice.release:
+            raise keys.fail("build", f"{choice.kind}: the {choice.describe()} is not built on this machine yet "
+                            f"({directory}); build it once in the lab's build box with `labwright build llamacpp "
+                            f"--release {choice.release}` (nothing was changed)")
         if choice.kind == "vulkan":
             raise keys.fail("build", f"vulkan: the {choice.describe()} is not built on this machine yet "
                             f"({directory}); build it once with `labwright build llamacpp --vulkan` (~10 min on 2 "
@@ -349,31 +359,66 @@ def glibc_needed(files: Sequence[ServerFile]) -> tuple[tuple[int, int], str] | N
     return newest
 
 
+def glibc_fits(needed: tuple[tuple[int, int], str] | None, guest_glibc: str | None) -> bool:
+    """Whether a guest's glibc (``getconf GNU_LIBC_VERSION``: "glibc 2.36"; None: not glibc) runs files needing
+    ``needed`` (glibc_needed's answer): glibc runs what was linked against it or an older one, never a newer one."""
+    if needed is None:
+        return True
+    have = vulkan_build.glibc_tuple(guest_glibc or "")
+    return bool(have) and have >= needed[0]
+
+
+def release_build_for(choice: BuildChoice, needed: tuple[tuple[int, int], str] | None, guest_glibc: str | None,
+                      guest_release: Mapping[str, Any] | None) -> str | None:
+    """The Debian release (codename) whose build box should build llama-server for this guest, or None: push the
+    files as they are (they fit, or no box can help and glibc_refusal says so).
+
+    A box builds only when this machine's build would not start on the guest (it needs a newer glibc than the guest
+    has, glibc_fits), not whenever the releases differ: glibc runs binaries linked against an older glibc, so one
+    build from an older release serves every newer guest byte-for-byte the same, and a box build costs minutes
+    (~6 on 2 idle cores, far more on a loaded machine) plus a container. And only the CPU build (buildbox.BOX_KINDS:
+    the Vulkan build is Debian 13's only, CUDA's pip toolkit is not taken into a box, a given binary is the user's),
+    for a Debian guest (``guest_release``: its os-release fields, pyinfra's LinuxDistribution ``release_meta``)
+    whose release the lab has an image of (buildbox.release_recipes)."""
+    if choice.kind not in buildbox.BOX_KINDS or choice.release or glibc_fits(needed, guest_glibc):
+        return None
+    codename = buildbox.codename_of(dict(guest_release or {}))
+    return codename if codename in buildbox.release_recipes() else None
+
+
 def glibc_refusal(choice: BuildChoice, needed: tuple[tuple[int, int], str] | None, guest_glibc: str | None,
-                  host_name: str) -> str | None:
+                  host_name: str, release: str = "") -> str | None:
     """One line when a guest's glibc (``getconf GNU_LIBC_VERSION``: "glibc 2.36"; None: not glibc) is older than
     the files to push need (``needed``: glibc_needed's answer): the binary would not even start there
     (``GLIBC_2.38' not found``), and the health check would wait its whole timeout for nothing. Every build is
     checked (CPU, CUDA, Vulkan, a given binary): one built on a newer Debian than the guest's links that release's
-    glibc."""
-    if needed is None:
+    glibc. ``release``: the guest's Debian codename when the lab can build for it (release_build_for) but no lab
+    daemon is there to make the box (a guest not reached through @lxd/@incus): the fix names the command that
+    builds it here. A build made in a release's box (``choice.release``) that still does not fit names its cache."""
+    if glibc_fits(needed, guest_glibc) or needed is None:
         return None
     (major, minor), name = needed
     have = vulkan_build.glibc_tuple(guest_glibc or "")
-    if have and have >= (major, minor):
-        return None
     shown = f"glibc {guest_glibc.split()[-1]}" if guest_glibc else "no glibc"
-    release = f"of the guest's release (glibc {have[0]}.{have[1]} or older)" if len(have) == 2 else "for the guest"
+    older = f"of the guest's release (glibc {have[0]}.{have[1]} or older)" if len(have) == 2 else "for the guest"
     head = (f"{name} ({choice.describe()}) needs glibc {major}.{minor} (GLIBC_{major}.{minor}, read from its ELF), "
             f"{host_name} has {shown}: it would not start there")
     newer = "give the guest a newer image (lab image data/lab-image-trixie.toml, or upgrade it)"
     if choice.kind == "given":
-        return f"llamacpp_binary_src: {head}; give a llama-server built on a machine {release}, or {newer} " \
+        return f"llamacpp_binary_src: {head}; give a llama-server built on a machine {older}, or {newer} " \
             "(nothing was changed)"
+    if choice.release:
+        return (f"llamacpp_build: {choice.kind}: {head}; the build box of Debian {choice.release} is not the guest's "
+                f"release: remove {buildbox.release_cache_dir(choice.release)} and re-run (nothing was changed)")
+    if release:
+        return (f"llamacpp_build: {choice.kind}: {head}; build it for the guest's release in the lab's build box "
+                f"with `labwright build llamacpp --release {release}` on this machine (a guest reached through "
+                "@lxd/@incus gets it built by the deploy itself), or give the guest a newer image (nothing was "
+                "changed)")
     if choice.kind == "vulkan":
         return (f"llamacpp_build: vulkan: {head}; make the guest Debian {vulkan_build.DEBIAN_MAJOR} (lab image "
                 "data/lab-image-trixie.toml, or upgrade it), or use llamacpp_build=cpu (nothing was changed)")
-    return (f"llamacpp_build: {choice.kind}: {head}; build and deploy it from a machine {release} (`labwright "
+    return (f"llamacpp_build: {choice.kind}: {head}; build and deploy it from a machine {older} (`labwright "
             f"build llamacpp` there), or {newer} (nothing was changed)")
 
 

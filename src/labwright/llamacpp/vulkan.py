@@ -5,7 +5,8 @@ It needs Debian 13's Vulkan headers: the llama.cpp vendored in llama-cpp-python 
 Debian 12's (1.3.239: ``'LayerSettingEXT' is not a member of 'vk'``) and does against Debian 13's (libvulkan-dev
 1.4.309, glslc, spirv-headers, glslang-tools), as measured for issue 35. So the build runs on a Debian 13 machine:
 this one when it is Debian 13, else a **build box**, a Debian 13 container of the lab (``<profile>-build-trixie``,
-made from ``data/lab-image-trixie.toml`` with debootstrap and kept). The recipe is ``data/llama-vulkan-build.sh``
+made from ``data/lab-image-trixie.toml`` with debootstrap and kept: labwright.llamacpp.buildbox, whose CPU build for
+Debian 13 guests uses the same box). The recipe is ``data/llama-vulkan-build.sh``
 (the apt packages of scripts/apt/llama-vulkan.list, the sdist unpacked once, CMAKE_FLAGS + VULKAN_FLAGS); the box
 keeps its build directory, so a killed build resumes where ninja stopped.
 
@@ -26,14 +27,15 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from labwright.atomic import once_under_lock, write_text_atomic
 from labwright.digest import sha256_file
 from labwright.errors import BadInput, OperationFailed
+from labwright.llamacpp import buildbox
 from labwright.llamacpp.build import CMAKE_FLAGS, PINNED, LlamaSource, cache_dir, download_sdist
+from labwright.llamacpp.buildbox import BOX_ROOT, BuildBox
 from labwright.ui import build_step, install_step, progress, run_with_progress
 
 #: On top of CMAKE_FLAGS (the CPU build's): the Vulkan backend, its shaders compiled with glslc at build time.
@@ -46,9 +48,6 @@ BUILD_KEY = f"vulkan-{SUITE}"
 BUILD_PACKAGES = ("cmake", "ninja-build", "g++", "libvulkan-dev", "glslc", "spirv-headers", "glslang-tools")
 #: What the binary needs on a guest: the Vulkan loader, Mesa's drivers (radv, anv, lavapipe), OpenMP's runtime.
 RUNTIME_PACKAGES = ("libgomp1", "libvulkan1", "mesa-vulkan-drivers")
-BOX_ROOT = "/var/cache/labwright-build"
-#: The box compiles ggml-vulkan.cpp (one very large file): more memory than a lab guest's 1 GiB.
-BOX_MEMORY = "6GiB"
 SCRIPT = "llama-vulkan-build.sh"
 
 
@@ -84,62 +83,24 @@ def glibc_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
 
 
-@dataclass(frozen=True)
-class BuildBox:
-    """The Debian 13 container the Vulkan build runs in: ``tool`` (lxc or incus) runs commands there."""
-
-    name: str
-    profile: str
-    tool: str = "lxc"
-
-
 def box_name(profile: str) -> str:
-    return f"{profile}-build-{SUITE}"
+    return buildbox.box_name(profile, SUITE)
 
 
 def trixie_recipe():
     """The Debian 13 lab image recipe (data/lab-image-trixie.toml)."""
-    from labwright.lab import image as lab_image
-
-    with resources.as_file(resources.files("labwright.data").joinpath("lab-image-trixie.toml")) as path:
-        return lab_image.load_recipe(path)
+    return buildbox.recipe_for(SUITE)
 
 
 def ensure_trixie_image(client, log=print) -> str:
     """The Debian 13 lab image imported into the lab's daemon (built once with debootstrap, cached); its alias."""
-    from labwright.lab import image as lab_image
-
-    recipe = trixie_recipe()
-    if client.image_alias(recipe.alias) is None:
-        tarball = lab_image.build_image(recipe, log=log)
-        client.import_image(str(tarball), recipe.alias, {"labwright.recipe": recipe.digest})
-    return str(recipe.alias)
+    return buildbox.ensure_image(client, SUITE, log=log)
 
 
 def ensure_box(client, profile: str, tool: str = "lxc", log=print) -> BuildBox:
-    """The build box of the lab with ``profile``: made from the Debian 13 lab image when missing, started when
-    stopped. A profile the daemon does not have is refused (BadInput) before anything is made."""
-    from labwright.lab import lab as lab_ops
-
-    found = client.get_or_none(f"/1.0/profiles/{profile}")
-    if found is None:
-        raise BadInput(f"--lab-profile {profile}: the {tool} daemon has no such profile; bring the lab up first "
-                       "(labwright lab up INVENTORY) or name its profile (lab_profile)")
-    box = BuildBox(box_name(profile), profile, tool)
-    # the lab's profile says "labwright lab NAME" (LabSpec.marker): the box is that lab's, so `lab down` removes it
-    lab = str(found.get("description") or "").removeprefix("labwright lab ").strip()
-    current = client.instance_or_none(box.name)
-    if current is None:
-        alias = ensure_trixie_image(client, log=log)
-        with progress(f"make the Debian 13 build box {box.name}", heartbeat=False):
-            client.create_instance({"name": box.name, "type": "container", "profiles": [profile],
-                                    "source": {"type": "image", "alias": alias},
-                                    "config": {"limits.memory": BOX_MEMORY, lab_ops.LAB_KEY: lab,
-                                               "user.labwright.role": "llama.cpp Vulkan build box"}})
-    if client.instance_state(box.name).get("status") != "Running":
-        client.set_state(box.name, "start")
-    lab_ops.wait_ready(client, box.name, timeout=180)
-    return box
+    """The Debian 13 build box of the lab with ``profile`` (labwright.llamacpp.buildbox.ensure_box: the one the
+    CPU build for Debian 13 guests uses too)."""
+    return buildbox.ensure_box(client, profile, SUITE, tool, log=log)
 
 
 def script_text() -> bytes:
@@ -160,19 +121,14 @@ def build_in_box(client, box: BuildBox, sdist: Path, source: LlamaSource, jobs: 
             client.push_file(box.name, remote_sdist, handle)
     client.push_file(box.name, f"{BOX_ROOT}/{SCRIPT}", script_text(), mode=0o755)
     work = box_work(source)
-    run_with_progress([box.tool, "exec", box.name, "--", "sh", f"{BOX_ROOT}/{SCRIPT}", remote_sdist, work, str(jobs),
+    run_with_progress([box.tool, "exec", box.target, "--", "sh", f"{BOX_ROOT}/{SCRIPT}", remote_sdist, work, str(jobs),
                        *CMAKE_FLAGS, *VULKAN_FLAGS],
                       f"build llama-server (Vulkan) in {box.name} ({jobs} jobs)",
                       parse=lambda line: build_step(line) or install_step(line), log=log)
     return _pull(client, box.name, f"{work}/build/bin/llama-server"), box_toolchain(client, box.name)
 
 
-def _pull(client, name: str, path: str) -> bytes:
-    import io
-
-    out = io.BytesIO()
-    client.pull_file(name, path, out)
-    return out.getvalue()
+_pull = buildbox.pull
 
 
 TOOLCHAIN_QUERY = ("getconf GNU_LIBC_VERSION; dpkg-query -W -f '${Package} ${Version}\\n' "

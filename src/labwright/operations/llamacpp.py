@@ -8,6 +8,7 @@ again on the facts of the moment.
 from __future__ import annotations
 
 import posixpath
+from dataclasses import replace
 from pathlib import Path
 
 from pyinfra import host
@@ -28,7 +29,7 @@ def staged(dest: str) -> str:
 
 @operation()
 def server_binary(binary: str, build: str = "auto", binary_src: str | None = None, binary_sha256: str | None = None,
-                  builds: str | None = None):
+                  builds: str | None = None, release: str | None = None):
     """
     The llama-server for this host's GPUs, from the control machine's build cache.
 
@@ -38,6 +39,9 @@ def server_binary(binary: str, build: str = "auto", binary_src: str | None = Non
       host without NVIDIA GPUs), ``cpu`` or ``cuda``
     + binary_src / binary_sha256: a binary of the user's own instead (then the GPU facts do not matter)
     + builds: the llama.cpp version's cache directory (default ``~/.cache/labwright/llama/VERSION``)
+    + release: a Debian codename: the CPU build made in that release's build box (``cpu-CODENAME`` in the cache,
+      labwright.llamacpp.buildbox), which the deploy picks when this machine's build needs a newer glibc than the
+      guest's
 
     Each file is pushed only when the guest's sha256 differs: staged beside its target, checked with
     ``sha256sum -c`` on the guest, then moved over the old one; a CUDA build that is not built yet fails with the
@@ -54,6 +58,8 @@ def server_binary(binary: str, build: str = "auto", binary_src: str | None = Non
     gpus = host.get_fact(NvidiaGpus)
     try:
         choice = build_choice(data, gpus)
+        if release and choice.kind == "cpu":
+            choice = replace(choice, release=release)
         planned = server_files(choice, data, binary, Path(builds) if builds else None)
         # a build that needs a newer glibc than the guest's would not start there: refused before any push
         needed = glibc_needed(planned)
