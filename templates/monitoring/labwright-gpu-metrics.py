@@ -8,7 +8,11 @@ node-exporter never reads half of it.
     NVIDIA: nvidia-smi --query-gpu (memory, utilisation, temperature, power), nothing when it is absent.
     AMD / Intel: /sys/class/drm/card*/device (mem_info_vram_used/total, gpu_busy_percent, hwmon).
     Engines: up, GPU device nodes open (/proc/PID/fd: /dev/nvidiaN or /dev/dri/renderD*), llama.cpp's
-    "offloaded N/M layers to GPU" journal line of the current start, llama.cpp's /slots context length.
+    "offloaded N/M layers to GPU" journal line of the current start, llama.cpp's /slots context length; a llama.cpp
+    router ("models" in the config): each model loaded or not (its /models), /slots?model=NAME of the loaded ones.
+
+It runs every monitoring_gpu_interval beside the engine, so it is kept cheap: one systemctl call per engine, and the
+journal read from where the last run stopped (a cursor per unit start under /run/labwright-gpu-metrics), not whole.
 """
 
 import glob
@@ -17,8 +21,8 @@ import os
 import re
 import subprocess
 import sys
-import urllib.request
 
+STATE = "/run/labwright-gpu-metrics"
 NVIDIA_FIELDS = "index,name,memory.used,memory.total,utilization.gpu,temperature.gpu,power.draw"
 MIB = 1024 * 1024
 
@@ -106,8 +110,16 @@ def sysfs(lines):
     return count
 
 
-def unit_property(service, name):
-    return (run(["systemctl", "show", "-p", name, "--value", f"{service}.service"]) or "").strip()
+def unit_properties(service, *names):
+    """The unit's properties in one systemctl call (NAME=VALUE lines; --value would print them in systemd's order)."""
+    argv = ["systemctl", "show", f"{service}.service"]
+    for name in names:
+        argv += ["-p", name]
+    found = {}
+    for line in (run(argv) or "").splitlines():
+        key, _, value = line.partition("=")
+        found[key] = value.strip()
+    return found
 
 
 def gpu_nodes_open(pid):
@@ -122,29 +134,62 @@ def gpu_nodes_open(pid):
     return found
 
 
-def offloaded(service):
-    """llama.cpp's "offloaded N/M layers to GPU", from the journal of the unit's current start only."""
-    invocation = unit_property(service, "InvocationID")
+def offloaded(service, invocation):
+    """llama.cpp's "offloaded N/M layers to GPU", from the journal of the unit's current start only: the lines since
+    the last run's cursor (kept per start in STATE), the newest such line so far remembered with it."""
     if not invocation:
         return None
-    out = run(["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager", "-q"], timeout=20)
-    found = re.findall(r"offloaded (\d+)/(\d+) layers to GPU", out or "")
-    return found[-1] if found else None
+    path = os.path.join(STATE, re.sub(r"[^A-Za-z0-9_.@-]", "_", service) + ".json")
+    try:
+        state = json.loads(read(path) or "{}")
+    except ValueError:
+        state = {}
+    if state.get("invocation") != invocation:
+        state = {"invocation": invocation}
+    argv = ["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager", "-q", "--show-cursor"]
+    if state.get("cursor"):
+        argv.append("--after-cursor=" + state["cursor"])
+    out = run(argv, timeout=20)
+    if out is not None:
+        cursor = re.search(r"^-- cursor: (\S+)$", out, re.M)
+        found = re.findall(r"offloaded (\d+)/(\d+) layers to GPU", out)
+        if found:
+            state["found"] = list(found[-1])
+        if cursor:
+            state["cursor"] = cursor[1]
+        try:
+            os.makedirs(STATE, mode=0o700, exist_ok=True)
+            with open(path + ".new", "w", encoding="utf-8") as handle:
+                json.dump(state, handle)
+            os.replace(path + ".new", path)
+        except OSError:
+            pass
+    return tuple(state["found"]) if state.get("found") else None
 
 
-def context_tokens(url, key_file):
-    """llama.cpp's /slots: the tokens in the busiest slot's context (prompt + generated), the newest task if none
-    is busy."""
+def get_json(url, key_file):
+    """GET with the engine's key (its file's first line that is not a comment); None when it does not answer."""
+    import urllib.request  # here, not at the top: a run on a host without engines never pays for importing it
+
     headers = {}
     if key_file:
         key = next((line.strip() for line in (read(key_file) or "").splitlines()
                     if line.strip() and not line.startswith("#")), "")
         headers["Authorization"] = "Bearer " + key
     try:
-        with urllib.request.urlopen(urllib.request.Request(url + "/slots", headers=headers), timeout=5) as answer:
-            slots = json.load(answer)
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as answer:
+            return json.load(answer)
     except (OSError, ValueError):
         return None
+
+
+def context_tokens(url, key_file, model=None):
+    """llama.cpp's /slots: the tokens in the busiest slot's context (prompt + generated), the newest task if none
+    is busy. ``model``: a router's model, asked without loading it (tools/server/README.md: GET endpoints take
+    ?model=NAME, ?autoload=false)."""
+    from urllib.parse import quote
+
+    slots = get_json(url + "/slots" + (f"?autoload=false&model={quote(model)}" if model else ""), key_file)
     best = None
     for slot in slots if isinstance(slots, list) else []:
         if "id_task" not in slot:
@@ -157,21 +202,45 @@ def context_tokens(url, key_file):
     return None if best is None else best[1]
 
 
+def router_models(lines, base, engine):
+    """A llama.cpp router: labwright_engine_model_loaded per model of its list (its /models: status "loaded"), and
+    the largest context of the loaded ones' /slots (an unloaded one is not asked: that would not load it, but say
+    400)."""
+    listed = get_json(engine["url"] + "/models", engine.get("key_file") or "")
+    status = {}
+    for model in (listed or {}).get("data", []) if isinstance(listed, dict) else []:
+        value = model.get("status")
+        status[str(model.get("id"))] = value.get("value") if isinstance(value, dict) else value
+    best = None
+    for name in engine["models"]:
+        loaded = status.get(name) == "loaded"
+        lines.append(f'labwright_engine_model_loaded{{{base},model="{label(name)}"}} {int(loaded)}')
+        tokens = context_tokens(engine["url"], engine.get("key_file") or "", name) if loaded else None
+        if tokens is not None and (best is None or tokens > best):
+            best = tokens
+    return best
+
+
 def engines(lines, config):
     for engine in config.get("engines", []):
         service = engine["service"]
         base = f'service="{label(service)}",engine="{label(engine.get("kind", ""))}"'
-        pid = unit_property(service, "MainPID")
+        unit = unit_properties(service, "MainPID", "InvocationID")
+        pid = unit.get("MainPID", "")
         up = pid.isdigit() and int(pid) > 0
         lines.append(f"labwright_engine_up{{{base}}} {int(up)}")
         if not up:
             continue
         lines.append(f"labwright_engine_gpu_nodes_open{{{base}}} {gpu_nodes_open(pid)}")
-        layers = offloaded(service)
+        layers = offloaded(service, unit.get("InvocationID", ""))
         if layers:
             lines.append(f"labwright_engine_layers_offloaded{{{base}}} {layers[0]}")
             lines.append(f"labwright_engine_layers_total{{{base}}} {layers[1]}")
-        if engine.get("kind") == "llamacpp" and engine.get("url"):
+        if engine.get("kind") == "llamacpp" and engine.get("url") and engine.get("models"):
+            tokens = router_models(lines, base, engine)
+            if tokens is not None:
+                lines.append(f"labwright_engine_context_tokens{{{base}}} {tokens}")
+        elif engine.get("kind") == "llamacpp" and engine.get("url"):
             tokens = context_tokens(engine["url"], engine.get("key_file") or "")
             if tokens is not None:
                 lines.append(f"labwright_engine_context_tokens{{{base}}} {tokens}")

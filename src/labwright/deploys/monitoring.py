@@ -33,6 +33,7 @@ from labwright.monitoring.config import (
     key_copy_script,
     litellm_targets,
     load_defaults,
+    node_collector_args,
     package_list,
     render_prometheus,
     render_rules,
@@ -94,10 +95,13 @@ def _unanswered(targets: list[Target]) -> None:
                               "(nothing was changed)")
 
 
-def _node_exporter(listen: str, textfile_dir: str, local: list[Target], interval: str) -> None:
-    """node-exporter (textfile collector on) and the GPU script with its timer, on this host."""
-    args = f'ARGS="--web.listen-address={listen} --collector.textfile.directory={textfile_dir}"\n'
-    defaults = files.put(name=f"node-exporter listens on {listen}, textfile collector {textfile_dir}",
+def _node_exporter(listen: str, textfile_dir: str, local: list[Target], interval: str, collectors: str) -> None:
+    """node-exporter (textfile collector on, ``collectors``: its collector arguments) and the GPU script with its
+    timer, on this host."""
+    args = f'ARGS="--web.listen-address={listen} --collector.textfile.directory={textfile_dir}' + \
+        (f" {collectors}" if collectors else "") + '"\n'
+    count = f"{collectors.count('--collector.') - 1} collectors" if collectors else "the package's collectors"
+    defaults = files.put(name=f"node-exporter listens on {listen}, {count}, textfile collector {textfile_dir}",
                          src=StringIO("# Managed by labwright deploys/monitoring.py.\n" + args),
                          dest="/etc/default/prometheus-node-exporter", user="root", group="root", mode="644")
     files.directory(name=f"{textfile_dir} exists", path=textfile_dir, user="root", group="root", mode="755")
@@ -141,6 +145,7 @@ def deploy_monitoring() -> None:
         packages = package_list(data("packages"), "monitoring_packages")
         local = [t for t in engine_targets(hosts, DEFAULTS["targets"], _address_of) if t.guest == host.name]
         interval = duration(data("gpu_interval"), "monitoring_gpu_interval")
+        collectors = node_collector_args(data("node_collectors"))
     except MonitoringError as exc:
         raise DeployError(str(exc)) from None
     node_port = KEYS.int_of("node_port", data("node_port"), 1, 65535)
@@ -159,7 +164,7 @@ def deploy_monitoring() -> None:
         install_missing(["prometheus-node-exporter"], "node-exporter", name="Install prometheus-node-exporter")
         node_listen = str(data("node_listen"))
         _node_exporter(f"0.0.0.0:{node_port}" if node_listen == "auto" else node_listen, textfile_dir, local,
-                       interval)
+                       interval, collectors)
         return
 
     # --- the Prometheus host: read and check everything before touching anything -------------------
@@ -235,7 +240,7 @@ def deploy_monitoring() -> None:
         "# Managed by labwright deploys/monitoring.py.\n"
         f'ARGS="--web.listen-address={address}:{port} --storage.tsdb.retention.time={retention}"\n'),
         dest="/etc/default/prometheus", user="root", group="root", mode="644")
-    _node_exporter(node_listen, textfile_dir, local, interval)
+    _node_exporter(node_listen, textfile_dir, local, interval, collectors)
     systemd_ops.restarted_foreign(
         name="Restart prometheus (config, rules, keys or arguments changed)", service="prometheus",
         _if=lambda: local_changed or any_changed(installed, defaults, *changed_keys)())

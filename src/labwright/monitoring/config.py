@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
@@ -28,6 +29,14 @@ DURATION = re.compile(r"^[1-9][0-9]{0,5}(ms|s|m|h|d|w|y)$")
 BUCKETS = ({"name": "0-8K", "low": -1, "high": 8192}, {"name": "8K-32K", "low": 8192, "high": 32768},
            {"name": "32K-64K", "low": 32768, "high": 65536}, {"name": "64K-128K", "low": 65536, "high": 131072},
            {"name": "128K+", "low": 131072, "high": 0})
+#: A router's /metrics is per model (``?model=NAME``; tools/server/README.md "GET /metrics" of the pinned llama.cpp,
+#: llama-cpp-python 0.3.36's vendor/llama.cpp): the router proxies it to that model's instance (server.cpp lines
+#: 216 and 253, ``routes.get_metrics = models_routes->proxy_get``; server-models.cpp ``proxy_get``, lines
+#: 1958-1969), loading the model first unless ``autoload=false`` (``is_autoload``, lines 1878-1885). A scrape must
+#: not load a model: asked with autoload=false, one that is not loaded answers 400 ``model is not loaded``
+#: (``router_validate_model``, line 1872), so its ``up`` is 0. A GET does not count as use for the router's LRU
+#: unloading (``proxy_request(..., update_last_used=false)``, lines 1549-1561).
+ROUTER_PARAMS = {"autoload": "false"}
 
 
 class MonitoringError(ValueError):
@@ -49,10 +58,14 @@ class Target:
     path: str = "/metrics"
     key: EngineKey | None = None
     service: str = ""
+    #: one model of a llama-server router (``llamacpp_models``): asked as ``/metrics?model=NAME&autoload=false``
+    model: str = ""
 
     @property
     def url(self) -> str:
-        return f"http://{self.address}:{self.port}{self.path}"
+        return f"http://{self.address}:{self.port}{self.path}" + (f"?{urllib.parse.urlencode(ROUTER_PARAMS)}&"
+                                                                   f"model={urllib.parse.quote(self.model)}"
+                                                                   if self.model else "")
 
     @property
     def key_name(self) -> str:
@@ -87,14 +100,21 @@ def engine_targets(hosts: Iterable[EngineHost], rules: Mapping[str, Mapping[str,
     found = []
     for host in hosts:
         for kind, rule in rules.items():
-            if host.data.get(rule["marker"]) in (None, "", []):
+            routed = host.data.get(rule["models_key"]) if rule.get("models_key") else None
+            if host.data.get(rule["marker"]) in (None, "", []) and routed in (None, "", []):
                 continue
             if rule.get("off_key") and _off(host.data.get(rule["off_key"], True)):
                 continue
             port = _port(host.data.get(rule["port_key"]) or rule["port"], rule["port_key"], host.name)
             key = engine_key(kind, key_rules[kind], host) if rule.get("keyed") and kind in key_rules else None
             address = "127.0.0.1" if host.is_gateway else address_of(host)
-            found.append(Target(kind, host.name, address, port, str(rule["path"]), key, str(rule["service"])))
+            target = Target(kind, host.name, address, port, str(rule["path"]), key, str(rule["service"]))
+            if routed in (None, "", []):
+                found.append(target)
+                continue
+            from labwright.llamacpp.router import models_of  # one target per model of the router, on its one port
+
+            found += [replace(target, model=m.name) for m in models_of({rule["models_key"]: routed}) or []]
     return found
 
 
@@ -145,6 +165,21 @@ def package_list(value: Any, key: str) -> list[str]:
     return list(names)
 
 
+def node_collector_args(value: Any, key: str = "monitoring_node_collectors") -> str:
+    """node-exporter's arguments for ``node_collectors``: ``--collector.disable-defaults`` and one
+    ``--collector.NAME`` each (textfile always: the GPU script's series come through it), or nothing for ``["all"]``
+    (the package's own defaults)."""
+    names = [w for w in re.split(r"[,\s]+", value) if w] if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not names or not all(
+            isinstance(n, str) and re.fullmatch(r"[a-z][a-z0-9_]{0,40}", n) for n in names):
+        raise MonitoringError(key, f"{value!r} is not a list of node-exporter collector names, e.g. "
+                              'cpu,meminfo,textfile, or ["all"]')
+    if "all" in names:
+        return ""
+    return " ".join(["--collector.disable-defaults", *(f"--collector.{n}" for n in dict.fromkeys(
+        [*names, "textfile"]))])
+
+
 def duration(value: Any, key: str) -> str:
     text = str(value).strip()
     if not DURATION.match(text):
@@ -155,24 +190,28 @@ def duration(value: Any, key: str) -> str:
 def render_prometheus(targets: list[Target], nodes: list[Target], interval: str, key_dir: str,
                       rules_file: str) -> str:
     """prometheus.yml: one job per engine target (its key as a credentials_file), one node job, extra targets."""
-    jobs: list[dict[str, Any]] = []
+    jobs: dict[str, dict[str, Any]] = {}
     for target in targets:
-        job: dict[str, Any] = {
-            "job_name": (f"{target.job}-{target.guest}" + (f"-{target.port}" if target.job == "extra" else ""))
-            .replace("@", "").replace("/", "-"),
-            "metrics_path": target.path,
-            "static_configs": [{"targets": [f"{target.address}:{target.port}"],
-                                "labels": {"guest": target.guest, **({"service": target.service}
-                                                                     if target.service else {})}}],
-        }
+        name = (f"{target.job}-{target.guest}" + (f"-{target.port}" if target.job == "extra" else "")) \
+            .replace("@", "").replace("/", "-")
+        labels = {"guest": target.guest, **({"service": target.service} if target.service else {})}
+        if target.model:  # a router's model: labelled by it, asked for it (__param_model: ?model=NAME)
+            labels |= {"model": target.model, "__param_model": target.model}
+        static = {"targets": [f"{target.address}:{target.port}"], "labels": labels}
+        if name in jobs:  # the other models of the same router
+            jobs[name]["static_configs"].append(static)
+            continue
+        job: dict[str, Any] = {"job_name": name, "metrics_path": target.path, "static_configs": [static]}
+        if target.model:
+            job["params"] = {key: [value] for key, value in ROUTER_PARAMS.items()}
         if target.key is not None:
             job["authorization"] = {"type": "Bearer", "credentials_file": f"{key_dir}/{target.key_name}"}
-        jobs.append(job)
+        jobs[name] = job
     if nodes:
-        jobs.append({"job_name": "node", "static_configs": [
-            {"targets": [f"{n.address}:{n.port}"], "labels": {"guest": n.guest}} for n in nodes]})
+        jobs["node"] = {"job_name": "node", "static_configs": [
+            {"targets": [f"{n.address}:{n.port}"], "labels": {"guest": n.guest}} for n in nodes]}
     doc = {"global": {"scrape_interval": interval, "evaluation_interval": interval},
-           "rule_files": [rules_file], "scrape_configs": jobs}
+           "rule_files": [rules_file], "scrape_configs": list(jobs.values())}
     return "# Managed by labwright deploys/monitoring.py.\n" + yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -190,9 +229,15 @@ def gpu_script() -> str:
 
 def gpu_config(local: list[Target]) -> str:
     """/etc/labwright/gpu-metrics.json: the engines on this host the textfile script looks at."""
-    engines = [{"service": t.service, "kind": t.job, "url": f"http://127.0.0.1:{t.port}",
-                "key_file": t.key.path if t.key else ""} for t in local if t.service]
-    return json.dumps({"engines": engines}, indent=2) + "\n"
+    engines: dict[str, dict[str, Any]] = {}
+    for t in local:
+        if not t.service:
+            continue
+        engine = engines.setdefault(t.service, {"service": t.service, "kind": t.job, "url": f"http://127.0.0.1:{t.port}",
+                                                "key_file": t.key.path if t.key else ""})
+        if t.model:  # a router: its models, asked one by one (/slots?model=NAME) and listed as loaded or not
+            engine.setdefault("models", []).append(t.model)
+    return json.dumps({"engines": list(engines.values())}, indent=2) + "\n"
 
 
 def key_copy_script(keys: Iterable[EngineKey], key_dir: str, group: str, check: bool = False) -> str:

@@ -5,6 +5,7 @@ nvidia-smi and a stand-in sysfs-free host."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +184,117 @@ def test_packages_from_data_text_are_a_list_of_names():
     assert package_list(["caddy"], "k") == ["caddy"]
     with pytest.raises(MonitoringError, match=r"^monitoring_packages: 'prometheus;id' is not a list of Debian"):
         package_list("prometheus;id", "monitoring_packages")
+
+
+# --- a llama-server router (llamacpp_models): one target per model ------------------------------------------------
+
+def router_host() -> EngineHost:
+    return EngineHost("@lxd/mon", {"llamacpp_models": ["/srv/models/tiny.gguf", {"path": "/srv/b.gguf", "name": "b"}],
+                                   "monitoring_listen": "127.0.0.1:9090"}, True)
+
+
+def test_a_router_is_one_target_per_model_asked_without_loading_it():
+    """The pinned llama.cpp's router answers /metrics per model (?model=NAME) and loads it first unless
+    autoload=false (labwright.monitoring.config.ROUTER_PARAMS names the source lines)."""
+    found = engine_targets([router_host()], RULES, address)
+    assert [(t.job, t.model, t.url) for t in found] == [
+        ("llamacpp", "tiny", "http://127.0.0.1:8001/metrics?autoload=false&model=tiny"),
+        ("llamacpp", "b", "http://127.0.0.1:8001/metrics?autoload=false&model=b")]
+    assert all(t.key is not None and t.key.path == "/etc/llama-server/api-key" for t in found)
+
+
+def test_a_routers_models_are_one_job_labelled_by_model(tmp_path):
+    targets = engine_targets([router_host()], RULES, address)
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / targets[0].key_name).write_text("lw-x")
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render_rules(5))
+    config = tmp_path / "prometheus.yml"
+    config.write_text(render_prometheus(targets, [], "15s", str(tmp_path / "keys"), str(rules)))
+    jobs = yaml.safe_load(config.read_text())["scrape_configs"]
+    assert [job["job_name"] for job in jobs] == ["llamacpp-lxd-mon"]
+    assert jobs[0]["params"] == {"autoload": ["false"]} and jobs[0]["metrics_path"] == "/metrics"
+    assert [c["labels"] for c in jobs[0]["static_configs"]] == [
+        {"guest": "@lxd/mon", "service": "llama-server", "model": n, "__param_model": n} for n in ("tiny", "b")]
+    done = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(gpu_config(targets))["engines"] == [{
+        "service": "llama-server", "kind": "llamacpp", "url": "http://127.0.0.1:8001",
+        "key_file": "/etc/llama-server/api-key", "models": ["tiny", "b"]}]
+
+
+FAKE_SYSTEMCTL = """#!/bin/sh
+# systemctl show UNIT -p MainPID -p InvocationID: NAME=VALUE lines (the unit runs as PID {pid})
+echo MainPID={pid}
+echo InvocationID=0123456789abcdef0123456789abcdef
+"""
+FAKE_JOURNALCTL = """#!/bin/sh
+# journalctl ... --show-cursor [--after-cursor=C]: one offload line on the first read, nothing after it
+echo "$@" >> {log}
+case "$*" in *--after-cursor=c1*) echo '-- cursor: c2';; *) echo 'load_tensors: offloaded 7/9 layers to GPU'; \
+echo '-- cursor: c1';; esac
+"""
+
+
+def test_the_gpu_script_lists_a_routers_models_and_asks_only_the_loaded_ones(tmp_path):
+    """Against the router stand-in (tests/support/llama_router_standin.py, from the pinned server-models.cpp): each
+    model's loaded gauge, the context of the loaded one's /slots, the unloaded one never asked (nothing loads); and
+    the journal read from the last run's cursor the second time, the offload line remembered."""
+    from support.llama_router_standin import router_standin
+
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    log = tmp_path / "journalctl.log"
+    for name, text in (("systemctl", FAKE_SYSTEMCTL.format(pid=os.getpid())),
+                       ("journalctl", FAKE_JOURNALCTL.format(log=log))):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "key").write_text("lw-router-key\n")
+    script = tmp_path / "gpu-metrics.py"
+    script.write_text((TEMPLATES / "labwright-gpu-metrics.py").read_text().replace(
+        'STATE = "/run/labwright-gpu-metrics"', f'STATE = "{state}"'))
+    models = {"tiny": "loaded", "b": "unloaded"}
+    slots = {"tiny": [{"id": 0, "id_task": 5, "n_prompt_tokens": 300, "is_processing": False,
+                       "next_token": [{"n_decoded": 12}]}]}
+    with router_standin("lw-router-key", models, slots) as (url, asked):
+        config = tmp_path / "gpu-metrics.json"
+        config.write_text(json.dumps({"engines": [{"service": "llama-server", "kind": "llamacpp", "url": url,
+                                                   "key_file": str(tmp_path / "key"), "models": ["tiny", "b"]}]}))
+        out = tmp_path / "labwright.prom"
+        for _ in range(2):
+            done = subprocess.run([sys.executable, str(script), str(config), str(out)],
+                                  env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+    lines = out.read_text().splitlines()
+    base = 'service="llama-server",engine="llamacpp"'
+    assert f'labwright_engine_model_loaded{{{base},model="tiny"}} 1' in lines
+    assert f'labwright_engine_model_loaded{{{base},model="b"}} 0' in lines
+    assert f"labwright_engine_context_tokens{{{base}}} 312" in lines
+    assert f"labwright_engine_layers_offloaded{{{base}}} 7" in lines  # remembered from the first run's read
+    assert models == {"tiny": "loaded", "b": "unloaded"}  # the scrape loaded nothing
+    assert sorted(set(asked)) == ["/models", "/slots?autoload=false&model=tiny"], asked
+    reads = log.read_text().splitlines()
+    assert len(reads) == 2 and "--after-cursor" not in reads[0] and "--after-cursor=c1" in reads[1], reads
+
+
+@pytest.mark.parametrize(("value", "args"), [
+    (["cpu", "meminfo"], "--collector.disable-defaults --collector.cpu --collector.meminfo --collector.textfile"),
+    ("cpu, textfile", "--collector.disable-defaults --collector.cpu --collector.textfile"),
+    (["all"], ""),
+])
+def test_node_exporter_runs_the_named_collectors_and_always_the_textfile_one(value, args):
+    from labwright.monitoring.config import node_collector_args
+
+    assert node_collector_args(value) == args
+    assert node_collector_args(load_defaults()["service"]["node_collectors"]).startswith(
+        "--collector.disable-defaults --collector.cpu ")
+
+
+@pytest.mark.parametrize("value", [[], "cpu;id", ["cpu", 3], {"cpu": 1}, "--collector.x"])
+def test_a_bad_collector_list_is_one_line(value):
+    from labwright.monitoring.config import node_collector_args
+
+    with pytest.raises(MonitoringError, match="^monitoring_node_collectors: .* is not a list of node-exporter "
+                                              "collector names") as caught:
+        node_collector_args(value)
+    assert "\n" not in str(caught.value)
