@@ -90,6 +90,11 @@ def _unanswered(targets: list[Target]) -> None:
             raise DeployError(f"llamacpp_metrics on {target.guest}: {target.url} answers 501 (llama-server runs "
                               "without --metrics); deploy llama.cpp again with llamacpp_metrics=true, or set "
                               "llamacpp_metrics=false there to leave it unscraped (nothing was changed)")
+        if status == 404 and target.job == "litellm":
+            raise DeployError(f"monitoring_litellm: {target.url} on {target.guest} answers 404: the gateway runs "
+                              "without LiteLLM's prometheus callback (deploys/litellm.py does not turn it on: the "
+                              "callback needs prometheus_client, which litellm[proxy] 1.80.0 does not install; "
+                              "docs/monitoring.md \"LiteLLM\"); set monitoring_litellm=false (nothing was changed)")
         if status >= 400 and status not in (401, 403):
             raise DeployError(f"{where}: {target.url} answers {status}, not metrics; check the port and path "
                               "(nothing was changed)")
