@@ -5,6 +5,7 @@
     labwright build llamacpp --dry --json             # whether it is cached, where; builds nothing
     labwright build llamacpp --vulkan                 # the Vulkan build (AMD/Intel GPUs), on a Debian 13 machine or
                                                       # in the lab's Debian 13 build box
+    labwright build llamacpp --release bookworm       # the CPU build for Debian 12 guests, in the lab's bookworm box
 
 (`python -m labwright.llamacpp.build` is this command, with a deprecation line, for one release.)
 """
@@ -39,12 +40,17 @@ def llamacpp(
     vulkan: bool = typer.Option(False, "--vulkan", help="The Vulkan build (AMD/Intel GPUs through Mesa; "
                                 "llamacpp_build: vulkan): needs Debian 13's Vulkan headers, so on a Debian 12 machine "
                                 "it runs in a Debian 13 build box of the lab (made once, kept)."),
+    release: str | None = typer.Option(None, "--release", metavar="CODENAME",
+                                       help="The CPU build for guests of this Debian release (bookworm, trixie: the "
+                                       "lab's images), made in that release's build box of the lab (made once, "
+                                       "kept); the deploy makes it itself where this machine's build needs a newer "
+                                       "glibc than a guest has."),
     lab_profile: str = typer.Option("labwright", "--lab-profile", metavar="PROFILE",
-                                    help="--vulkan on a Debian 12 machine: the profile of the lab whose daemon holds "
-                                    "the build box (lab_profile; default: the local lab's)."),
+                                    help="--vulkan on a Debian 12 machine, or --release: the profile of the lab whose "
+                                    "daemon holds the build box (lab_profile; default: the local lab's)."),
     dry: bool = DryOption,
     as_json: bool = typer.Option(False, "--json", help='Print {"binary", "cached", "built", "dry", "cuda", '
-                                 '"architectures", "vulkan"} as JSON.'),
+                                 '"architectures", "vulkan", "release"} as JSON.'),
 ) -> None:
     """Build llama-server once from the pinned llama.cpp source on PyPI (cached) and print its path.
 
@@ -61,7 +67,14 @@ def llamacpp(
     toolchain, cmake_archs = None, []
     if vulkan and (arch or cuda or cuda_root is not None):
         raise BadInput("--vulkan: a build is for CUDA (--arch/--cuda/--cuda-root) or for Vulkan, not both; drop one")
-    if vulkan:
+    if release is not None and (vulkan or arch or cuda or cuda_root is not None):
+        raise BadInput(f"--release {release}: a build box makes the CPU build only (the Vulkan build is Debian 13's "
+                       "own, CUDA's is made on a machine of the guest's release); drop --release or the GPU options")
+    if release is not None:
+        release = box_release(release)
+        binary = release_build(release, lab_profile, jobs, dry=True)
+        done = (binary.parent.parent / "manifest.json").is_file()
+    elif vulkan:
         binary = vulkan_build(lab_profile, jobs, dry)
         done = (binary.parent.parent / "manifest.json").is_file()
     elif arch or cuda or cuda_root is not None:
@@ -77,7 +90,9 @@ def llamacpp(
         done = binary.is_file()
     built = False
     if not dry:
-        if vulkan:
+        if release is not None:
+            binary = release_build(release, lab_profile, jobs, dry=False)
+        elif vulkan:
             binary = vulkan_build(lab_profile, jobs, dry)
         else:
             binary = llama_build.build_llama_server(jobs=jobs, cuda=toolchain, archs=arch)
@@ -85,7 +100,7 @@ def llamacpp(
     if as_json:
         typer.echo(json.dumps({"binary": str(binary), "cached": done, "built": built, "dry": dry,
                                "cuda": toolchain.version if toolchain else None, "architectures": cmake_archs,
-                               "vulkan": vulkan}))
+                               "vulkan": vulkan, "release": release}))
     elif dry:
         typer.echo(f"{'cached' if done else 'would build'}: {binary}")
     else:
@@ -106,3 +121,29 @@ def vulkan_build(profile: str, jobs: int | None, dry: bool) -> Path:
 
     client = LxdClient()  # the local LXD, else Incus (find_local_socket); a missing daemon: one line with the fix
     return vk.build_vulkan_server(jobs=jobs, client=client, profile=profile, tool=client.endpoint.tool)
+
+
+def box_release(value: str) -> str:
+    """``--release``: a Debian codename the lab has an image of (labwright.llamacpp.buildbox.release_recipes)."""
+    from labwright.llamacpp import buildbox
+
+    codename = value.strip().lower()
+    if codename not in buildbox.release_recipes():
+        known = ", ".join(sorted(buildbox.release_recipes()))
+        raise BadInput(f"--release {value!r}: the lab has no image of that Debian release; give one of {known} "
+                       "(labwright/data/lab-image*.toml)")
+    return codename
+
+
+def release_build(codename: str, profile: str, jobs: int | None, dry: bool) -> Path:
+    """The CPU build for Debian ``codename``'s path (``dry``: where it is or would be), building it when missing in
+    that release's build box of the lab with ``profile`` on the local LXD/Incus daemon."""
+    from labwright.llamacpp import buildbox
+
+    binary = buildbox.release_cache_dir(codename) / "bin" / "llama-server"
+    if dry or (binary.parent.parent / "manifest.json").is_file():
+        return binary
+    from labwright.lxd.client import LxdClient
+
+    client = LxdClient()  # the local LXD, else Incus (find_local_socket); a missing daemon: one line with the fix
+    return buildbox.build_for_release(codename, client, profile, client.endpoint.tool, jobs=jobs)

@@ -68,8 +68,9 @@ def recipe_for(codename: str):
 
     name = release_recipes().get(codename)
     if name is None:
-        raise BadInput(f"{codename}: the lab has no image of that release (it has {', '.join(release_recipes())}); "
-                       "build llama-server on a machine of that release instead")
+        known = ", ".join(sorted(release_recipes()))
+        raise BadInput(f"{codename}: the lab has no image of that release (it has {known}); build llama-server on a "
+                       "machine of that release instead")
     with resources.as_file(resources.files("labwright.data").joinpath(name)) as path:
         return lab_image.load_recipe(path)
 

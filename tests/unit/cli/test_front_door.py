@@ -37,7 +37,7 @@ def test_build_llamacpp_dry_says_where_and_whether_cached(capsys, cache):
     assert_documented("build llamacpp", doc)
     binary = cache / "llama" / "0.3.36" / "llama-server"
     assert doc == {"binary": str(binary), "cached": False, "built": False, "dry": True, "cuda": None,
-                   "architectures": [], "vulkan": False}
+                   "architectures": [], "vulkan": False, "release": None}
     assert not cache.exists()
     code, out, err = run(capsys, "build", "llamacpp", "--dry", "--arch", "8.6")
     assert code == 0 and out == f"would build: {cache}/llama/0.3.36/cuda13.0-sm86/bin/llama-server\n"
@@ -47,7 +47,7 @@ def test_build_llamacpp_dry_says_where_and_whether_cached(capsys, cache):
     code, out, err = run(capsys, "build", "llamacpp", "--json")
     assert code == 0 and json.loads(out) | {"binary": ""} == {"binary": "", "cached": True, "built": False,
                                                              "dry": False, "cuda": None, "architectures": [],
-                                                             "vulkan": False}
+                                                             "vulkan": False, "release": None}
     code, out, err = run(capsys, "build", "llamacpp")
     assert (code, out) == (0, f"{binary}\n")
 
@@ -59,7 +59,8 @@ def test_build_llamacpp_vulkan_dry_says_where_and_builds_nothing(capsys, cache):
     doc = json.loads(out)
     assert_documented("build llamacpp", doc)
     assert doc == {"binary": f"{cache}/llama/0.3.36/vulkan-trixie/bin/llama-server", "cached": False,
-                   "built": False, "dry": True, "cuda": None, "architectures": [], "vulkan": True}
+                   "built": False, "dry": True, "cuda": None, "architectures": [], "vulkan": True,
+                   "release": None}
     assert not cache.exists()
     # a cached build (its manifest written last) is found and not built again: no build box is asked for
     manifest = cache / "llama" / "0.3.36" / "vulkan-trixie" / "manifest.json"
