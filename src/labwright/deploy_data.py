@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,6 +25,8 @@ from labwright.shell import path_problem
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+
+    from labwright.schema.model import Schema
 
 T = TypeVar("T")
 
@@ -149,7 +151,7 @@ def stack_engine_values(data: Mapping[str, Any], prefix: str, defaults: Mapping[
     from labwright.schema.model import parse
 
     where = f"templates/{prefix}/defaults.toml"
-    flat = {key for section in defaults.values() for key in section} - {"default"}
+    flat = set(defaults_keys(defaults))
     nested = data.get(prefix) or {}
     if not isinstance(nested, Mapping):
         raise BadInput(f"{prefix}: must be a dict of settings, e.g. {nested_example}")
@@ -179,6 +181,77 @@ def stack_engine_values(data: Mapping[str, Any], prefix: str, defaults: Mapping[
     if clash is not None:
         raise BadInput(clash)
     return checked
+
+
+def stack_engine_schema(name: str, keys: Iterable[str], own: Mapping[str, Any]) -> type[Schema]:
+    """The typed data of an engine deployed on a stack (tabbyAPI, vLLM): a Schema called ``name`` whose fields are
+    ``keys`` in that order (pydantic checks them in it: the first bad one is the one :func:`stack_engine_values`
+    reports), each typed by ``own`` (the engine's own keys), else as every such engine types it: the stack's build
+    (``stack`` ... ``installer``), the unit (``service``, ``user``, ``restart``, ``restart_sec``, ``health_timeout``),
+    ``nvidia_root``, ``host`` and ``port``. Built on first use (pydantic loads only with the data)."""
+    from typing import Annotated
+
+    from pydantic import BeforeValidator as Check
+    from pydantic import create_model
+
+    from labwright.schema.fields import AbsPath, Line, ListenAddress, ManagedDir, Port
+    from labwright.schema.model import Schema
+
+    optional_line = Annotated[str, Check(checks.or_empty(checks.line))]
+    name_check = Annotated[str, Check(checks.service_user)]
+    shared: dict[str, Any] = {
+        "stack": Line, "venv": ManagedDir, "wheelhouse": Annotated[str, Check(checks.or_empty(checks.abs_path))],
+        "torch": optional_line, "root": ManagedDir, "keep": Annotated[int, Check(checks.whole(1))],
+        "base_python": optional_line, "installer": Annotated[str, Check(checks.one_of("auto", "uv", "pip"))],
+        "service": name_check, "user": name_check, "restart": Annotated[str, Check(restart_policy)],
+        "restart_sec": Annotated[int, Check(checks.whole(0))], "health_timeout": Annotated[int, Check(checks.whole(1))],
+        "nvidia_root": AbsPath, "host": ListenAddress, "port": Port,
+    }
+    types = {**shared, **own}
+    ordered: dict[str, Any] = {key: (types[key], ...) for key in keys}
+    return create_model(name, __base__=Schema, **ordered)
+
+
+def defaults_keys(defaults: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The ``PREFIX_<key>`` names a stack engine's defaults.toml gives, in its order (the stack's name is ``stack``,
+    not ``PREFIX_default``)."""
+    return [key for section in defaults.values() for key in section if key != "default"]
+
+
+@dataclass(frozen=True)
+class StackEngineSettings:
+    """What every engine deployed on a stack (tabbyAPI, vLLM) reads alike, checked: the stack's build, the unit, the
+    driver check, where it listens. An engine's own Settings add the rest."""
+
+    stack: str
+    venv: str
+    wheelhouse: str
+    torch: str
+    stacks_root: str
+    keep: int
+    base_python: str
+    installer: str
+    service: str
+    user: str
+    restart: str
+    restart_sec: int
+    health_timeout: int
+    gpu: str
+    nvidia_root: str
+    host: str
+    port: int
+
+    @property
+    def local_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"
+
+
+def stack_engine_settings(checked: Mapping[str, Any]) -> dict[str, Any]:
+    """:class:`StackEngineSettings`' fields out of :func:`stack_engine_values`' checked data (``root`` is
+    ``stacks_root``), to construct an engine's Settings with."""
+    return {field.name: checked["root" if field.name == "stacks_root" else field.name]
+            for field in fields(StackEngineSettings)}
 
 
 def keys_of(defaults: Mapping[str, Any]) -> set[str]:

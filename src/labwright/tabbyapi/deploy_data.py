@@ -18,7 +18,13 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from labwright import paths
-from labwright.deploy_data import restart_policy, stack_engine_values
+from labwright.deploy_data import (
+    StackEngineSettings,
+    defaults_keys,
+    stack_engine_schema,
+    stack_engine_settings,
+    stack_engine_values,
+)
 from labwright.errors import BadInput
 from labwright.models.deploy_data import ModelSettings, engine_model
 from labwright.schema import checks
@@ -136,77 +142,46 @@ def extra_sections(value: Any) -> dict[str, dict[str, Any]]:
 
 @cache
 def data_schema() -> type[Schema]:
-    """The ``tabbyapi_*`` keys (and ``stack``), typed: built on first use, so pydantic loads only with the data."""
+    """The ``tabbyapi_*`` keys (and ``stack``, after ``venv``) in defaults.toml's order, typed: tabbyAPI's own here,
+    the rest as every stack engine's (labwright.deploy_data.stack_engine_schema)."""
     from pydantic import BeforeValidator
 
-    from labwright.schema.fields import AbsPath, Line, ListenAddress, ManagedDir, Port
-    from labwright.schema.model import Schema
+    from labwright.schema.fields import ManagedDir
 
     def typed(check: Callable[[Any], Any]) -> Any:
         return BeforeValidator(check)
 
-    class TabbyApiData(Schema):
-        git_url: Annotated[str, typed(git_url)]
-        ref: Annotated[str, typed(git_ref)]
-        dir: ManagedDir
-        venv: ManagedDir
-        stack: Line
-        wheelhouse: Annotated[str, typed(checks.or_empty(checks.abs_path))]
-        torch: Annotated[str, typed(checks.or_empty(checks.line))]
-        root: ManagedDir
-        keep: Annotated[int, typed(checks.whole(1))]
-        base_python: Annotated[str, typed(checks.or_empty(checks.line))]
-        installer: Annotated[str, typed(checks.one_of("auto", "uv", "pip"))]
-        service: Annotated[str, typed(checks.service_user)]
-        user: Annotated[str, typed(checks.service_user)]
-        packages: Annotated[list[str], typed(apt_packages)]
-        restart: Annotated[str, typed(restart_policy)]
-        restart_sec: Annotated[int, typed(checks.whole(0))]
-        health_timeout: Annotated[int, typed(checks.whole(1))]
-        gpu: Annotated[str, typed(gpu_mode)]
-        nvidia_root: AbsPath
-        host: ListenAddress
-        port: Port
-        model_dir: ManagedDir
-        model_name: Annotated[str, typed(model_name)]
-        max_seq_len: Annotated[int, typed(context_length)]
-        cache_size: Annotated[int, typed(checks.whole(1))]
-        cache_mode: Annotated[str, typed(cache_mode)]
-        chunk_size: Annotated[int, typed(checks.whole(256))]
-        max_batch_size: Annotated[int, typed(checks.whole(1))]
-        sysmem_recurrent_cache: Annotated[int, typed(checks.whole(0))]
-        draft_model_name: Annotated[str, typed(checks.or_empty(checks.line))]
-        ngram_match_min: Annotated[int, typed(checks.whole(0))]
-        extra: Annotated[dict[str, dict[str, Any]], typed(extra_sections)]
-
-    return TabbyApiData
+    keys = defaults_keys(load_defaults())
+    keys.insert(keys.index("venv") + 1, "stack")
+    return stack_engine_schema("TabbyApiData", keys, {
+        "git_url": Annotated[str, typed(git_url)],
+        "ref": Annotated[str, typed(git_ref)],
+        "dir": ManagedDir,
+        "packages": Annotated[list[str], typed(apt_packages)],
+        "gpu": Annotated[str, typed(gpu_mode)],
+        "model_dir": ManagedDir,
+        "model_name": Annotated[str, typed(model_name)],
+        "max_seq_len": Annotated[int, typed(context_length)],
+        "cache_size": Annotated[int, typed(checks.whole(1))],
+        "cache_mode": Annotated[str, typed(cache_mode)],
+        "chunk_size": Annotated[int, typed(checks.whole(256))],
+        "max_batch_size": Annotated[int, typed(checks.whole(1))],
+        "sysmem_recurrent_cache": Annotated[int, typed(checks.whole(0))],
+        "draft_model_name": Annotated[str, typed(checks.or_empty(checks.line))],
+        "ngram_match_min": Annotated[int, typed(checks.whole(0))],
+        "extra": Annotated[dict[str, dict[str, Any]], typed(extra_sections)],
+    })
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Everything deploys/tabbyapi.py needs, checked."""
+class Settings(StackEngineSettings):
+    """Everything deploys/tabbyapi.py needs, checked: what every stack engine reads (StackEngineSettings) and
+    tabbyAPI's own."""
 
     git_url: str
     ref: str
     source: str
-    venv: str
-    stack: str
-    wheelhouse: str
-    torch: str
-    stacks_root: str
-    keep: int
-    base_python: str
-    installer: str
-    service: str
-    user: str
     packages: list[str]
-    restart: str
-    restart_sec: int
-    health_timeout: int
-    gpu: str
-    nvidia_root: str
-    host: str
-    port: int
     model_dir: str
     model_name: str
     max_seq_len: int
@@ -231,11 +206,6 @@ class Settings:
     @property
     def model_path(self) -> str:
         return f"{self.model_dir}/{self.model_name}"
-
-    @property
-    def local_url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        return f"http://{host}:{self.port}"
 
     @property
     def cache_rounded(self) -> bool:
@@ -264,7 +234,7 @@ class Settings:
 
 def flat_keys(defaults: Mapping[str, Mapping[str, Any]]) -> set[str]:
     """The ``tabbyapi_<key>`` names the deploy reads (the stack's name is ``stack``, not ``tabbyapi_default``)."""
-    return {key for section in defaults.values() for key in section} - {"default"}
+    return set(defaults_keys(defaults))
 
 
 def settings_from(data: Mapping[str, Any]) -> Settings:
@@ -279,13 +249,8 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
                    "or drop the draft model (nothing was changed)")
     requested = checked["cache_size"]
     return Settings(
-        git_url=checked["git_url"], ref=checked["ref"], source=checked["dir"], venv=checked["venv"],
-        stack=checked["stack"], wheelhouse=checked["wheelhouse"], torch=checked["torch"],
-        stacks_root=checked["root"], keep=checked["keep"], base_python=checked["base_python"],
-        installer=checked["installer"], service=checked["service"], user=checked["user"],
-        packages=checked["packages"], restart=checked["restart"], restart_sec=checked["restart_sec"],
-        health_timeout=checked["health_timeout"], gpu=checked["gpu"], nvidia_root=checked["nvidia_root"],
-        host=checked["host"], port=checked["port"], model_dir=checked["model_dir"], model_name=checked["model_name"],
+        **stack_engine_settings(checked), git_url=checked["git_url"], ref=checked["ref"], source=checked["dir"],
+        packages=checked["packages"], model_dir=checked["model_dir"], model_name=checked["model_name"],
         max_seq_len=checked["max_seq_len"], cache_size=round_cache_size(requested), cache_size_requested=requested,
         cache_mode=checked["cache_mode"], chunk_size=checked["chunk_size"], max_batch_size=checked["max_batch_size"],
         sysmem_recurrent_cache=checked["sysmem_recurrent_cache"], draft_model_name=draft, ngram_match_min=ngram,

@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 from jinja2 import Environment
 
 from labwright import deploy_data, paths
-from labwright.deploy_data import restart_policy, stack_engine_values
+from labwright.deploy_data import (
+    StackEngineSettings,
+    defaults_keys,
+    stack_engine_schema,
+    stack_engine_settings,
+    stack_engine_values,
+)
 from labwright.engine_keys import is_loopback
 from labwright.errors import BadInput
 from labwright.models.deploy_data import ModelSettings, engine_model
@@ -120,72 +126,39 @@ def extra_args(value: Any) -> list[str]:
 
 @cache
 def data_schema() -> type[Schema]:
-    """The ``vllm_*`` keys (and ``stack``), typed: built on first use, so pydantic loads only with the data."""
+    """The ``vllm_*`` keys (``stack`` first, then defaults.toml's order), typed: vLLM's own here, the rest as every
+    stack engine's (labwright.deploy_data.stack_engine_schema)."""
     from pydantic import BeforeValidator
 
-    from labwright.schema.fields import AbsPath, Flag, Line, ListenAddress, ManagedDir, Port
-    from labwright.schema.model import Schema
+    from labwright.schema.fields import AbsPath, Flag
 
     def typed(check: Callable[[Any], Any]) -> Any:
         return BeforeValidator(check)
 
-    class VllmData(Schema):
-        stack: Line
-        venv: ManagedDir
-        wheelhouse: Annotated[str, typed(checks.or_empty(checks.abs_path))]
-        torch: Annotated[str, typed(checks.or_empty(checks.line))]
-        root: ManagedDir
-        keep: Annotated[int, typed(checks.whole(1))]
-        base_python: Annotated[str, typed(checks.or_empty(checks.line))]
-        installer: Annotated[str, typed(checks.one_of("auto", "uv", "pip"))]
-        service: Annotated[str, typed(checks.service_user)]
-        user: Annotated[str, typed(checks.service_user)]
-        restart: Annotated[str, typed(restart_policy)]
-        restart_sec: Annotated[int, typed(checks.whole(0))]
-        health_timeout: Annotated[int, typed(checks.whole(1))]
-        gpu: Annotated[str, typed(gpu_mode)]
-        nvidia_root: AbsPath
-        api_key_file: AbsPath
-        expose: Flag
-        host: ListenAddress
-        port: Port
-        model: Annotated[str, typed(checks.or_empty(checks.abs_path))]
-        served_model_name: Annotated[str, typed(checks.or_empty(checks.line))]
-        max_model_len: Annotated[int, typed(checks.whole(0))]
-        gpu_memory_utilization: Annotated[float, typed(utilization)]
-        kv_cache_dtype: Annotated[str, typed(checks.one_of(*KV_CACHE_DTYPES))]
-        cpu_offload_gb: Annotated[str, typed(offload_gb)]
-        cpu_offload_params: Annotated[str, typed(offload_params)]
-        tensor_parallel_size: Annotated[int, typed(checks.whole(1))]
-        enforce_eager: Flag
-        extra_args: Annotated[list[str], typed(extra_args)]
-
-    return VllmData
+    return stack_engine_schema("VllmData", ["stack", *defaults_keys(load_defaults())], {
+        "gpu": Annotated[str, typed(gpu_mode)],
+        "api_key_file": AbsPath,
+        "expose": Flag,
+        "model": Annotated[str, typed(checks.or_empty(checks.abs_path))],
+        "served_model_name": Annotated[str, typed(checks.or_empty(checks.line))],
+        "max_model_len": Annotated[int, typed(checks.whole(0))],
+        "gpu_memory_utilization": Annotated[float, typed(utilization)],
+        "kv_cache_dtype": Annotated[str, typed(checks.one_of(*KV_CACHE_DTYPES))],
+        "cpu_offload_gb": Annotated[str, typed(offload_gb)],
+        "cpu_offload_params": Annotated[str, typed(offload_params)],
+        "tensor_parallel_size": Annotated[int, typed(checks.whole(1))],
+        "enforce_eager": Flag,
+        "extra_args": Annotated[list[str], typed(extra_args)],
+    })
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Everything deploys/vllm.py needs, checked."""
+class Settings(StackEngineSettings):
+    """Everything deploys/vllm.py needs, checked: what every stack engine reads (StackEngineSettings) and vLLM's
+    own."""
 
-    stack: str
-    venv: str
-    wheelhouse: str
-    torch: str
-    stacks_root: str
-    keep: int
-    base_python: str
-    installer: str
-    service: str
-    user: str
-    restart: str
-    restart_sec: int
-    health_timeout: int
-    gpu: str
-    nvidia_root: str
     api_key_file: str
     expose: bool
-    host: str
-    port: int
     model: str
     served_model_name: str
     max_model_len: int
@@ -201,11 +174,6 @@ class Settings:
     def env_file(self) -> str:
         """VLLM_API_KEY=<the key>, made on the host from the key file (0600 root: systemd reads it, not the user)."""
         return f"{self.api_key_file}.env"
-
-    @property
-    def local_url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        return f"http://{host}:{self.port}"
 
     def offload(self, planned_gb: int = 0, planned_params: str = "") -> tuple[str, str]:
         """(--cpu-offload-gb, --cpu-offload-params) values: ``auto`` takes engine auto's plan (kv fit's verdict)."""
@@ -256,13 +224,8 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
                    "nothing: give vllm_cpu_offload_gb N (GiB per GPU) or drop vllm_cpu_offload_params")
     name = checked["served_model_name"] or PurePosixPath(checked["model"]).name
     return Settings(
-        stack=checked["stack"], venv=checked["venv"], wheelhouse=checked["wheelhouse"], torch=checked["torch"],
-        stacks_root=checked["root"], keep=checked["keep"], base_python=checked["base_python"],
-        installer=checked["installer"], service=checked["service"], user=checked["user"],
-        restart=checked["restart"], restart_sec=checked["restart_sec"], health_timeout=checked["health_timeout"],
-        gpu=checked["gpu"], nvidia_root=checked["nvidia_root"], api_key_file=checked["api_key_file"],
-        expose=checked["expose"], host=checked["host"], port=checked["port"], model=checked["model"],
-        served_model_name=name, max_model_len=checked["max_model_len"],
+        **stack_engine_settings(checked), api_key_file=checked["api_key_file"], expose=checked["expose"],
+        model=checked["model"], served_model_name=name, max_model_len=checked["max_model_len"],
         gpu_memory_utilization=checked["gpu_memory_utilization"], kv_cache_dtype=checked["kv_cache_dtype"],
         cpu_offload_gb=checked["cpu_offload_gb"], cpu_offload_params=checked["cpu_offload_params"],
         tensor_parallel_size=checked["tensor_parallel_size"], enforce_eager=checked["enforce_eager"],
