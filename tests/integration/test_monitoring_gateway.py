@@ -271,3 +271,56 @@ def test_the_users_certificate_serves_and_a_key_that_is_not_its_own_is_refused(l
     assert https(address, "/v1/models", ca, client)[0] == 200
     assert https(address, "/v1/models", ca)[0] == 401
     assert sh(lab, name, "stat -c '%a %U %G' /etc/caddy/labwright/tls/key.pem").split() == ["640", "root", "caddy"]
+
+
+SECOND = "/srv/models/tiny2.gguf"
+ROUTED = f'llamacpp_models=["{MODEL}", {{"path": "{SECOND}", "name": "second"}}]'
+
+
+def router_status(lab: Lab, name: str) -> dict[str, str]:
+    """The router's GET /models on the guest (with its key): each model's status (unloaded, loading, loaded)."""
+    script = ("import json, urllib.request\n"
+              "key = open('/etc/llama-server/api-key').read().strip()\n"
+              "request = urllib.request.Request('http://127.0.0.1:8001/models', headers={'Authorization': "
+              "'Bearer ' + key})\n"
+              "print(json.dumps({m['id']: m['status']['value'] for m in json.load(urllib.request.urlopen(request, "
+              "timeout=30))['data']}))\n")
+    result = lab.client.exec(name, ["python3", "-c", script])
+    assert result.exit_code == 0, result.stderr.decode()
+    return json.loads(result.stdout)
+
+
+def test_a_router_is_scraped_per_model_and_the_scrapes_load_nothing(lab, guest):
+    """Last in the module: the engine becomes a llama-server router with two models (llamacpp_models: the tiny GGUF
+    twice, as tests/integration/test_llamacpp_deploy.py does) and the monitoring deploy runs again. Prometheus asks
+    /metrics?model=NAME&autoload=false of each (the pinned llama.cpp's router proxies it to that model's instance):
+    a model not loaded is a target that is down and stays unloaded; once a request loads one, its counters arrive
+    labelled with its name, and the GPU script says which is loaded."""
+    name, _ = guest
+    sh(lab, name, f"cp {MODEL} {SECOND} && chmod 644 {SECOND}")
+    data = ("llamacpp_ctx_size=4096", "gateway_clients=bench,alice", "monitoring_scrape_interval=2s",
+            "monitoring_gpu_interval=2s", ROUTED, "llamacpp_fit_overhead_gb=0.1")
+    for file in ("llamacpp", "monitoring"):
+        run = run_pyinfra(f"@lxd/{name}", f"deploys/{file}.py", *data, cwd=REPO, timeout=900)
+        assert run.rc == 0, f"{file}: {run.output[-4000:]}"
+    down = wait_for("both models' targets scraped, not loaded", lambda: len(
+        query(lab, name, 'up{model=~"tiny|second"} == 0')) == 2, timeout=60, every=0.5)
+    assert down and router_status(lab, name) == {"tiny": "unloaded", "second": "unloaded"}
+    script = ("import json, urllib.request\n"
+              "key = open('/etc/llama-server/api-key').read().strip()\n"
+              "body = json.dumps({'model': 'second', 'messages': [{'role': 'user', 'content': 'hi'}], "
+              "'max_tokens': 24}).encode()\n"
+              "urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:8001/v1/chat/completions', data=body,"
+              " headers={'Authorization': 'Bearer ' + key, 'Content-Type': 'application/json'}), timeout=120).read()\n")
+    result = lab.client.exec(name, ["python3", "-c", script])
+    assert result.exit_code == 0, result.stderr.decode()
+    series = wait_for("llamacpp:tokens_predicted_total{model=second} >= 24", lambda: [
+        s for s in query(lab, name, 'llamacpp:tokens_predicted_total{model="second"}') if float(s["value"][1]) >= 24],
+        timeout=60, every=0.5)
+    assert {k: series[0]["metric"][k] for k in ("guest", "service", "model")} == {
+        "guest": f"@lxd/{name}", "service": "llama-server", "model": "second"}
+    loaded = wait_for("labwright_engine_model_loaded of both", lambda: {
+        s["metric"]["model"]: s["value"][1] for s in query(lab, name, "labwright_engine_model_loaded")} == {
+        "tiny": "0", "second": "1"}, timeout=60, every=0.5)
+    assert loaded and router_status(lab, name) == {"tiny": "unloaded", "second": "loaded"}
+    assert [s["value"][1] for s in query(lab, name, 'up{model="tiny"}')] == ["0"]
