@@ -134,9 +134,10 @@ def gpu_nodes_open(pid):
     return found
 
 
-def offloaded(service, invocation):
+def offloaded(service, invocation, settled):
     """llama.cpp's "offloaded N/M layers to GPU", from the journal of the unit's current start only: the lines since
-    the last run's cursor (kept per start in STATE), the newest such line so far remembered with it."""
+    the last run's cursor (kept per start in STATE), the newest such line so far remembered with it. ``settled``:
+    one model per start (not a router, whose models load later), so once found the journal is not read again."""
     if not invocation:
         return None
     path = os.path.join(STATE, re.sub(r"[^A-Za-z0-9_.@-]", "_", service) + ".json")
@@ -146,6 +147,8 @@ def offloaded(service, invocation):
         state = {}
     if state.get("invocation") != invocation:
         state = {"invocation": invocation}
+    elif settled and state.get("found"):
+        return tuple(state["found"])
     argv = ["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager", "-q", "--show-cursor"]
     if state.get("cursor"):
         argv.append("--after-cursor=" + state["cursor"])
@@ -232,7 +235,7 @@ def engines(lines, config):
         if not up:
             continue
         lines.append(f"labwright_engine_gpu_nodes_open{{{base}}} {gpu_nodes_open(pid)}")
-        layers = offloaded(service, unit.get("InvocationID", ""))
+        layers = offloaded(service, unit.get("InvocationID", ""), not engine.get("models"))
         if layers:
             lines.append(f"labwright_engine_layers_offloaded{{{base}}} {layers[0]}")
             lines.append(f"labwright_engine_layers_total{{{base}}} {layers[1]}")

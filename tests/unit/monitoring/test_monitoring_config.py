@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -275,6 +276,17 @@ def test_the_gpu_script_lists_a_routers_models_and_asks_only_the_loaded_ones(tmp
     assert sorted(set(asked)) == ["/models", "/slots?autoload=false&model=tiny"], asked
     reads = log.read_text().splitlines()
     assert len(reads) == 2 and "--after-cursor" not in reads[0] and "--after-cursor=c1" in reads[1], reads
+    # One model per start: once its offload line is found, later runs do not read the journal again.
+    config.write_text(json.dumps({"engines": [{"service": "llama-server", "kind": "llamacpp", "url": "",
+                                               "key_file": ""}]}))
+    log.unlink()
+    shutil.rmtree(state)
+    for _ in range(3):
+        done = subprocess.run([sys.executable, str(script), str(config), str(out)],
+                              env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert f"labwright_engine_layers_offloaded{{{base}}} 7" in out.read_text().splitlines()
+    assert len(log.read_text().splitlines()) == 1
 
 
 @pytest.mark.parametrize(("value", "args"), [
