@@ -6,30 +6,21 @@ labwright.operations.tabbyapi_deploy; see deploys/tabbyapi.py and docs/tabbyapi.
 
 from __future__ import annotations
 
-from io import StringIO
-
 from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import Directory
-from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from labwright.deploys import engine_common as engine
 from labwright.deploys import model as model_ops
 from labwright.deploys.common import install_missing, port_taken_by
 from labwright.errors import LabwrightError
 from labwright.facts.llamacpp import ReadableBy
-from labwright.facts.nvidia import NvidiaDriverMatch, NvidiaGpus
-from labwright.facts.systemd import SystemdUnits, systemd_refusal, unit_active
-from labwright.gpu.arch import capabilities_of
-from labwright.gpu.devices import GPU_GROUP
+from labwright.facts.nvidia import NvidiaDriverMatch
 from labwright.guestlock import locked
-from labwright.operations import guests, http, tabbyapi
-from labwright.operations import stack as stack_ops
+from labwright.operations import http, tabbyapi
 from labwright.operations import tabbyapi_deploy as ops
 from labwright.snapshots.deploy import check_snapshot_data
-from labwright.stacks.dependency_lock import UNPINNED_KEY, lock_dependencies, unpinned_warning
-from labwright.stacks.deploy_data import flag
-from labwright.stacks.from_matrix import plan_for_stack
 from labwright.tabbyapi.deploy_data import OOM_LINE, STARTUP_LINE, downloaded_model, settings_from
 
 
@@ -51,11 +42,7 @@ def deploy_tabbyapi() -> None:
     try:
         data, planned = downloaded_model(host.data.dict())
         s = settings_from(data)
-        # The GPUs' compute capabilities: a stack whose CUDA has no kernels for them is refused here, naming the
-        # stacks that have (a host without nvidia-smi reports none: no check).
-        caps = capabilities_of(host.get_fact(NvidiaGpus)) if s.gpu != "off" else ()
-        plan = plan_for_stack(s.stack, s.venv, root=s.stacks_root, wheelhouse=s.wheelhouse or None,
-                              torch=s.torch or None, compute_caps=caps)
+        plan = engine.stack_plan(s)
     except LabwrightError as exc:
         raise DeployError(str(exc)) from None
     if s.cache_rounded:
@@ -88,45 +75,21 @@ def deploy_tabbyapi() -> None:
             raise DeployError(f"tabbyapi_gpu: {driver['message']} (tabbyapi_gpu=check installs nothing; nothing "
                               "changed)")
 
-    unit_path = f"/etc/systemd/system/{s.service}.service"
-    # tabbyAPI runs as a systemd unit: a host without a running systemd is refused here in one line (a --dry run
-    # included), before pyinfra's own systemd facts fail the host. The answer is read in any shape pyinfra gives
-    # (labwright.facts.systemd): a `systemctl is-active` Command fact was None there, and .strip() a traceback.
-    systemd_state = host.get_fact(SystemdUnits, units=f"{s.service}.service")
-    refusal = systemd_refusal(systemd_state, host.name, f"tabbyAPI runs as the systemd unit {s.service}.service")
-    if refusal:
-        raise DeployError(refusal)
-    active = unit_active(systemd_state, f"{s.service}.service")
-    # What the stack's wheels require, pinned by a hashed lock made here (labwright.stacks.dependency_lock): the last
-    # check, since the first time it reads the wheels' requirements it downloads them (then it is cached).
-    try:
-        plan = lock_dependencies(plan, unpinned=flag(data, UNPINNED_KEY))
-    except LabwrightError as exc:
-        raise DeployError(str(exc)) from None
-    if plan.unpinned_dependencies:
-        logger.warning(unpinned_warning(plan))
+    active = engine.unit_is_active(s, "tabbyAPI")
+    plan = engine.locked_plan(plan, data)  # the last check: the first time, it downloads the wheels' requirements
 
     # --- the guest, the driver, packages, the user ----------------------------------------------------
-    guest = host.data.get("guest")
-    if guest:
-        guests.container(name="Guest matches its declaration", guest=guest, guest_host=host.name)
-    if driver is not None and driver["status"] != "no-host-driver" and s.gpu != "check":
-        guests.nvidia_userspace(name="NVIDIA userspace = host driver", root=s.nvidia_root)
+    engine.guest_and_driver(s, driver)
 
     download = model_ops.download(planned, state) if planned else None
     install_missing(s.packages, "packages")
-    # in the GPU nodes' group: a guest's nodes are 0660 group video (labwright.gpu.devices.guest_mode)
-    server.user(name=f"Service user {s.user}", user=s.user, system=True, shell="/usr/sbin/nologin",
-                home=f"/var/lib/{s.service}", create_home=True, groups=[GPU_GROUP], append=True)
+    engine.service_user(s)
     if download is not None:
         model_ops.readable_after_download(s.model_path, s.user, "model_dir", download)
 
     # --- the engine stack: built beside and ABI-verified before the swap; a running service is restarted on it
     # and health-checked, with an automatic rollback
-    stack_ops.switch(
-        name=f"Stack {plan.stack} at {s.venv}", plan=plan, keep=s.keep, base_python=s.base_python or None,
-        installer=s.installer, create=True, service=s.service if active else None,
-        health=f"{s.local_url}/health" if active else None, health_timeout=float(s.health_timeout))
+    engine.switch_stack(s, plan, active)
 
     # --- source at the pinned ref, keys, config.yml, n-gram drafting ---------------------------------
     source = ops.checkout(name=f"tabbyAPI source at {s.ref}", url=s.git_url, ref=s.ref, dest=s.source)
@@ -139,10 +102,7 @@ def deploy_tabbyapi() -> None:
              if s.ngram_match_min else None)
 
     # --- unit, (re)start on change, health -----------------------------------------------------------
-    unit = files.put(name=f"Unit {s.service}.service", src=StringIO(s.render_unit()), dest=unit_path, user="root",
-                     group="root", mode="644")
-    systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
-    systemd.service(name=f"{s.service} enabled", service=f"{s.service}.service", running=None, enabled=True)
+    unit = engine.unit(s, s.render_unit())
     changed = [op for op in (download, source, tokens, config, ngram, unit) if op is not None]
     # tabbyAPI's startup line in the journal first, then /health and /v1/models with the host's own API key; the
     # out-of-VRAM line ends the wait at once and stops the unit (else systemd restarts it into the same failure).

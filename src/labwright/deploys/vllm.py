@@ -5,32 +5,24 @@ The host data and its checks are labwright.vllm.deploy_data; see deploys/vllm.py
 
 from __future__ import annotations
 
-from io import StringIO
-
 from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import Directory, File
-from pyinfra.operations import files, server, systemd
+from pyinfra.operations import server
 from pyinfra.operations.util import any_changed
 
+from labwright.deploys import engine_common as engine
 from labwright.deploys import model as model_ops
 from labwright.deploys.common import port_taken_by
 from labwright.engine_keys import key_file_refusal
 from labwright.errors import LabwrightError
 from labwright.facts.llamacpp import ReadableBy
-from labwright.facts.nvidia import NvidiaDriverMatch, NvidiaGpus
-from labwright.facts.systemd import SystemdUnits, systemd_refusal, unit_active
-from labwright.gpu.arch import capabilities_of
-from labwright.gpu.devices import GPU_GROUP
+from labwright.facts.nvidia import NvidiaDriverMatch
 from labwright.guestlock import locked
-from labwright.operations import guests, http
+from labwright.operations import http
 from labwright.operations import secrets as secrets_ops
-from labwright.operations import stack as stack_ops
 from labwright.shell import quote
 from labwright.snapshots.deploy import check_snapshot_data
-from labwright.stacks.dependency_lock import UNPINNED_KEY, lock_dependencies, unpinned_warning
-from labwright.stacks.deploy_data import flag
-from labwright.stacks.from_matrix import plan_for_stack
 from labwright.vllm.deploy_data import STARTUP_LINE, downloaded_model, fail, settings_from
 
 
@@ -54,9 +46,7 @@ def deploy_vllm() -> None:
     try:
         data, planned = downloaded_model(data)
         s = settings_from(data)
-        caps = capabilities_of(host.get_fact(NvidiaGpus)) if s.gpu != "off" else ()
-        plan = plan_for_stack(s.stack, s.venv, root=s.stacks_root, wheelhouse=s.wheelhouse or None,
-                              torch=s.torch or None, compute_caps=caps)
+        plan = engine.stack_plan(s)
     except LabwrightError as exc:
         raise DeployError(f"{exc} (nothing was changed)" if "nothing was changed" not in str(exc) else str(exc)) \
             from None
@@ -97,36 +87,18 @@ def deploy_vllm() -> None:
         elif driver["status"] != "match" and s.gpu == "check":
             raise fail("gpu", f"{driver['message']} (vllm_gpu=check installs nothing; nothing was changed)")
 
-    unit_path = f"/etc/systemd/system/{s.service}.service"
-    systemd_state = host.get_fact(SystemdUnits, units=f"{s.service}.service")
-    refusal = systemd_refusal(systemd_state, host.name, f"vLLM runs as the systemd unit {s.service}.service")
-    if refusal:
-        raise DeployError(refusal)
-    active = unit_active(systemd_state, f"{s.service}.service")
-    try:
-        plan = lock_dependencies(plan, unpinned=flag(data, UNPINNED_KEY))
-    except LabwrightError as exc:
-        raise DeployError(str(exc)) from None
-    if plan.unpinned_dependencies:
-        logger.warning(unpinned_warning(plan))
+    active = engine.unit_is_active(s, "vLLM")
+    plan = engine.locked_plan(plan, data)
 
     # --- the guest, the driver, the user ---------------------------------------------------------------
-    guest = host.data.get("guest")
-    if guest:
-        guests.container(name="Guest matches its declaration", guest=guest, guest_host=host.name)
-    if driver is not None and driver["status"] != "no-host-driver" and s.gpu != "check":
-        guests.nvidia_userspace(name="NVIDIA userspace = host driver", root=s.nvidia_root)
+    engine.guest_and_driver(s, driver)
     download = model_ops.download(planned, state) if planned else None
-    server.user(name=f"Service user {s.user}", user=s.user, system=True, shell="/usr/sbin/nologin",
-                home=f"/var/lib/{s.service}", create_home=True, groups=[GPU_GROUP], append=True)
+    engine.service_user(s)
     if download is not None:
         model_ops.readable_after_download(s.model, s.user, "model_dir", download)
 
     # --- the engine stack: built beside and ABI-verified before the swap; a running service is restarted on it
-    stack_ops.switch(
-        name=f"Stack {plan.stack} at {s.venv}", plan=plan, keep=s.keep, base_python=s.base_python or None,
-        installer=s.installer, create=True, service=s.service if active else None,
-        health=f"{s.local_url}/health" if active else None, health_timeout=float(s.health_timeout))
+    engine.switch_stack(s, plan, active)
 
     # --- the key, made on the host; the unit reads it as VLLM_API_KEY from a root-only environment file -----
     key = secrets_ops.engine_key(name=f"API key (generated on the host, kept: {s.api_key_file})",
@@ -140,10 +112,7 @@ def deploy_vllm() -> None:
         _if=lambda: key.did_change() or not env_there)
 
     # --- unit, (re)start on change, health -----------------------------------------------------------
-    unit = files.put(name=f"Unit {s.service}.service", src=StringIO(s.render_unit(offload_gb, offload_params)),
-                     dest=unit_path, user="root", group="root", mode="644")
-    systemd.daemon_reload(name="systemd daemon-reload (unit changed)", _if=unit.did_change)
-    systemd.service(name=f"{s.service} enabled", service=f"{s.service}.service", running=None, enabled=True)
+    unit = engine.unit(s, s.render_unit(offload_gb, offload_params))
     changed = [op for op in (download, key, env, unit) if op is not None]
     # /health (unauthenticated in vLLM) first, then /v1/models with the host's own key, listing the served name.
     http.wait_healthy(

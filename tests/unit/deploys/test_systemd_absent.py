@@ -26,6 +26,7 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import DeployError
 
+from labwright.deploys import engine_common
 from labwright.deploys import tabbyapi as tabbyapi_deploy
 from labwright.facts.systemd import SystemdUnits
 from support.pinned_matrix import pinned_matrix
@@ -62,13 +63,13 @@ def plan(systemd: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[State, list[str
 
     host.get_fact = get_fact  # type: ignore[method-assign,assignment]
     switched: dict[str, Any] = {}
-    original = tabbyapi_deploy.stack_ops.switch
+    original = engine_common.stack_ops.switch  # the switch the deploy calls (through engine_common)
 
     def switch(**kwargs: Any) -> Any:
         switched.update(kwargs)
         return original(**kwargs)
 
-    monkeypatch.setattr(tabbyapi_deploy.stack_ops, "switch", switch)
+    monkeypatch.setattr(engine_common.stack_ops, "switch", switch)
     add_deploy(state, tabbyapi_deploy.deploy_tabbyapi, host=host)
     names = [name for op in state.get_op_order() for name in state.op_meta[op].names]
     return state, names, switched
