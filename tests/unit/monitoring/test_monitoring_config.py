@@ -310,3 +310,13 @@ def test_a_bad_collector_list_is_one_line(value):
                                               "collector names") as caught:
         node_collector_args(value)
     assert "\n" not in str(caught.value)
+
+
+def test_the_gpu_scripts_http_client_joins_a_chunked_body():
+    """The script asks the engine with a plain HTTP/1.0 request (no urllib.request import: half its CPU per run);
+    a chunked answer (RFC 9112 section 7.1) is joined."""
+    import runpy
+
+    script = runpy.run_path(str(TEMPLATES / "labwright-gpu-metrics.py"))
+    assert script["dechunk"](b"4\r\nWiki\r\n5;x=1\r\npedia\r\n0\r\n\r\n") == b"Wikipedia"
+    assert script["get_json"]("https://127.0.0.1:1/x", "") is None  # only plain http to this host's engine
