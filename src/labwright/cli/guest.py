@@ -109,25 +109,33 @@ def _run_each(inventory: Path, names: list[str] | None, as_json: bool, verb: str
         stdout.print(f"{changed} guest(s) {verb}, {len(specs) - changed} unchanged")
 
 
-@app.command(cls=vocab.HiddenArgumentsCommand)
-def apply(
-    inventory: Path = InventoryArgument,
-    old_inventory: Path | None = OldInventory,
-    guest: list[str] | None = GuestOption,
-    dry: bool = vocab.DryOption,
-    as_json: bool = JsonOption,
-) -> None:
-    """Make each guest match the inventory and print exactly what changed; a second run changes nothing.
+def _each_guest_command(name: str, done: str, action: Callable[[Any, GuestSpec], list[Change]],
+                        dry_run: Callable[[Path, list[str] | None, bool], object], help_text: str) -> None:
+    """Register ``guest NAME`` (the inventory, --guest, --dry, --json): ``action`` on each guest, printing what changed
+    and how many were ``done`` (:func:`_run_each`); with --dry ``dry_run(inventory, guests, as_json)`` instead."""
 
-    --dry prints what it would change (the same as `guest plan`).
+    def command(
+        inventory: Path = InventoryArgument,
+        old_inventory: Path | None = OldInventory,
+        guest: list[str] | None = GuestOption,
+        dry: bool = vocab.DryOption,
+        as_json: bool = JsonOption,
+    ) -> None:
+        inventory = vocab.inventory(inventory, old_inventory)
+        if dry:
+            dry_run(inventory, guest, as_json)
+            return
+        _run_each(inventory, guest, as_json, done, action)
 
-    Example: labwright guest apply -i inventories/lab.py
-    """
-    inventory = vocab.inventory(inventory, old_inventory)
-    if dry:
-        _plan(inventory, guest, as_json)
-        return
-    _run_each(inventory, guest, as_json, "changed", lambda backend, spec: backend.apply(spec))
+    app.command(name, cls=vocab.HiddenArgumentsCommand, help=help_text)(command)
+
+
+_each_guest_command("apply", "changed", lambda backend, spec: backend.apply(spec), _plan, """\
+Make each guest match the inventory and print exactly what changed; a second run changes nothing.
+
+--dry prints what it would change (the same as `guest plan`).
+
+Example: labwright guest apply -i inventories/lab.py""")
 
 
 @app.command(cls=vocab.HiddenArgumentsCommand)
@@ -162,36 +170,13 @@ def show(
             stdout.print(f"{info['name']}: warning: {warning}", markup=False)
 
 
-@app.command(cls=vocab.HiddenArgumentsCommand)
-def start(
-    inventory: Path = InventoryArgument,
-    old_inventory: Path | None = OldInventory,
-    guest: list[str] | None = GuestOption,
-    dry: bool = vocab.DryOption,
-    as_json: bool = JsonOption,
-) -> None:
-    """Start the guests (GPU guests get the host's /dev/nvidia-uvm created first); --dry names them only."""
-    inventory = vocab.inventory(inventory, old_inventory)
-    if dry:
-        _would(inventory, guest, as_json, "start")
-        return
-    _run_each(inventory, guest, as_json, "started", lambda backend, spec: backend.start(spec))
-
-
-@app.command(cls=vocab.HiddenArgumentsCommand)
-def stop(
-    inventory: Path = InventoryArgument,
-    old_inventory: Path | None = OldInventory,
-    guest: list[str] | None = GuestOption,
-    dry: bool = vocab.DryOption,
-    as_json: bool = JsonOption,
-) -> None:
-    """Stop the guests; --dry names them only."""
-    inventory = vocab.inventory(inventory, old_inventory)
-    if dry:
-        _would(inventory, guest, as_json, "stop")
-        return
-    _run_each(inventory, guest, as_json, "stopped", lambda backend, spec: backend.stop(spec))
+_each_guest_command("start", "started", lambda backend, spec: backend.start(spec),
+                    lambda inventory, names, as_json: _would(inventory, names, as_json, "start"),
+                    "Start the guests (GPU guests get the host's /dev/nvidia-uvm created first); --dry names them "
+                    "only.")
+_each_guest_command("stop", "stopped", lambda backend, spec: backend.stop(spec),
+                    lambda inventory, names, as_json: _would(inventory, names, as_json, "stop"),
+                    "Stop the guests; --dry names them only.")
 
 
 def _would(inventory: Path, names: list[str] | None, as_json: bool, verb: str) -> list[GuestSpec]:
