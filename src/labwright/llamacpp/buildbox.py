@@ -131,6 +131,15 @@ def box_name(profile: str, codename: str) -> str:
     return f"{profile}-build-{codename}"
 
 
+def lab_profile(client, profile: str, tool: str = "lxc") -> dict[str, Any]:
+    """The daemon's profile the box is made with; BadInput naming it when the daemon has none of that name."""
+    found = client.get_or_none(f"/1.0/profiles/{profile}")
+    if found is None:
+        raise BadInput(f"--lab-profile {profile}: the {tool} daemon has no such profile; bring the lab up first "
+                       "(labwright lab up INVENTORY) or name its profile (lab_profile)")
+    return dict(found)
+
+
 def ensure_box(client, profile: str, codename: str, tool: str = "lxc", log=print,
                remote: str | None = None) -> BuildBox:
     """The ``codename`` build box of the lab with ``profile`` on ``client``'s daemon: made from that release's lab
@@ -138,10 +147,7 @@ def ensure_box(client, profile: str, codename: str, tool: str = "lxc", log=print
     anything is made."""
     from labwright.lab import lab as lab_ops
 
-    found = client.get_or_none(f"/1.0/profiles/{profile}")
-    if found is None:
-        raise BadInput(f"--lab-profile {profile}: the {tool} daemon has no such profile; bring the lab up first "
-                       "(labwright lab up INVENTORY) or name its profile (lab_profile)")
+    found = lab_profile(client, profile, tool)
     box = BuildBox(box_name(profile, codename), profile, codename, tool, remote)
     # the lab's profile says "labwright lab NAME" (LabSpec.marker): the box is that lab's, so `lab down` removes it
     lab = str(found.get("description") or "").removeprefix("labwright lab ").strip()
@@ -242,6 +248,7 @@ def build_for_release(codename: str, client, profile: str, tool: str = "lxc", so
     with once_under_lock(cache / "manifest.json", cache.parent / f".{cache.name}.lock") as todo:
         if not todo:
             return binary
+        lab_profile(client, profile, tool)  # a profile the daemon lacks: one line before anything is downloaded
         with progress(f"build llama-server {source.version} for Debian {codename} once (in its build box; ~6 min "
                       f"on 2 idle cores; then cached in {cache})", heartbeat=False):
             staging = cache.with_name(cache.name + ".new")
