@@ -6,10 +6,12 @@ file); plain ``labwright bench --url ...`` is ``labwright bench llm --url ...``,
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -25,6 +27,7 @@ NAME = "bench"
 HELP = "Benchmark an OpenAI-compatible endpoint (prefill, decode, TTS)."
 
 app = typer.Typer(no_args_is_help=True, help=HELP)
+F = TypeVar("F", bound=Callable[..., Any])
 
 UrlOption = typer.Option(None, "--url", callback=vocab.url_option("--url"),
                          help="The API base, e.g. http://127.0.0.1:8080/v1.")
@@ -123,33 +126,6 @@ def _llm(url: str | None, model: str | None, contexts: str, decode: int, trials:
                               f"{result.errors[0]}")
 
 
-@app.callback(invoke_without_command=True)
-def _bench(
-    ctx: typer.Context,
-    url: str | None = UrlOption,
-    model: str | None = ModelOption,
-    contexts: str = ContextsOption,
-    decode: int = DecodeOption,
-    trials: int = TrialsOption,
-    endpoint: str = EndpointOption,
-    label: str | None = LabelOption,
-    api_key_env: str | None = KeyOption,
-    timeout: float = TimeoutOption,
-    as_json: bool = JsonOption,
-    as_csv: bool = CsvOption,
-    plot: Path | None = PlotOption,
-    max_spread: float = MaxSpreadOption,
-    ca: Path | None = CaOption,
-) -> None:
-    """Benchmark a server; without a subcommand, the options are those of `labwright bench llm`."""
-    if ctx.invoked_subcommand is not None:
-        if url is not None:
-            raise BadInput(f"--url before '{ctx.invoked_subcommand}': put the options after the subcommand")
-        return
-    _llm(url, model, contexts, decode, trials, endpoint, label, api_key_env, timeout, as_json, as_csv, plot,
-         max_spread, ca)
-
-
 @app.command()
 def llm(
     url: str | None = UrlOption,
@@ -176,6 +152,31 @@ def llm(
     """
     _llm(url, model, contexts, decode, trials, endpoint, label, api_key_env, timeout, as_json, as_csv, plot,
          max_spread, ca)
+
+
+def _with_options_of(command: Callable[..., Any]) -> Callable[[F], F]:
+    """The decorated function (``ctx`` and ``**options``) takes ``command``'s parameters after its own: Typer reads
+    the options from its signature, so they are declared once, on ``command``."""
+
+    def decorate(function: F) -> F:
+        own = [p for p in inspect.signature(function, eval_str=True).parameters.values() if p.kind is not p.VAR_KEYWORD]
+        theirs = list(inspect.signature(command, eval_str=True).parameters.values())
+        function.__signature__ = inspect.Signature([*own, *theirs], return_annotation=None)  # type: ignore[attr-defined]
+        function.__annotations__ = {p.name: p.annotation for p in (*own, *theirs)} | {"return": None}
+        return function
+
+    return decorate
+
+
+@app.callback(invoke_without_command=True)
+@_with_options_of(llm)
+def _bench(ctx: typer.Context, **options: Any) -> None:
+    """Benchmark a server; without a subcommand, the options are those of `labwright bench llm`."""
+    if ctx.invoked_subcommand is not None:
+        if options["url"] is not None:
+            raise BadInput(f"--url before '{ctx.invoked_subcommand}': put the options after the subcommand")
+        return
+    _llm(**options)
 
 
 @app.command()
