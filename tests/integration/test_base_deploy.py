@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import paramiko
 import pytest
 
 from labwright.lab.lab import instance_address
-from labwright.paths import verify_suite
 from labwright.testing.lab_fixture import Lab
-from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
+from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra
+from support.verify_run import run_verify
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = pytest.mark.lab
@@ -38,10 +37,8 @@ def deploy(lab: Lab, name: str, *data: str) -> DeployRun:
 
 
 def verify(lab: Lab, name: str, *options: str) -> subprocess.CompletedProcess[str]:
-    """The shipped testinfra suite against the container, as a user would run it."""
-    cmd = [sys.executable, "-m", "pytest", str(verify_suite("base")), f"--hosts=lxc://{name}", "-q",
-           "-p", "no:cacheprovider", f"--base-admin-key-file={public_key_file(lab)}", *options]
-    return subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=300)
+    """The shipped testinfra suite against the container, as a user would run it (support.verify_run)."""
+    return run_verify("base", f"lxc://{name}", f"--base-admin-key-file={public_key_file(lab)}", *options)
 
 
 def sh(lab: Lab, name: str, script: str) -> str:

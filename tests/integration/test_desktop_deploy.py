@@ -25,10 +25,10 @@ from labwright import snapshots
 from labwright.desktop import password as passwords
 from labwright.desktop.recipe import PASSWORD_ENV
 from labwright.lab.lab import instance_address, wait_ready
-from labwright.paths import verify_suite
 from labwright.testing.lab_fixture import TEMPLATE, Lab
 from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
 from support.desktop import ensure_cache, make_guest, png_pixels, rdp_client, xvfb
+from support.verify_run import run_verify
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -55,9 +55,8 @@ def deploy(name: str, *data: str, password: str | None = PASSWORD) -> DeployRun:
 
 
 def verify(name: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", str(verify_suite("desktop")), f"--hosts=lxc://{name}", "-q",
-           "-p", "no:cacheprovider"]
-    return subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=300)
+    """The shipped testinfra suite, as a user's install runs it (support.verify_run)."""
+    return run_verify("desktop", f"lxc://{name}")
 
 
 def check_cli(name: str) -> tuple[int, dict]:

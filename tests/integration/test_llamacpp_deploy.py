@@ -11,7 +11,6 @@ import json
 import re
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,9 +22,9 @@ from tests.support.elf_files import elf_needing_glibc
 from labwright.lab.lab import instance_address
 from labwright.llamacpp.build import build_llama_server
 from labwright.llamacpp.tiny_model import write_tiny_gguf
-from labwright.paths import verify_suite
 from labwright.testing.lab_fixture import Lab
-from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
+from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra
+from support.verify_run import run_verify
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -42,9 +41,8 @@ def deploy(name: str, *data: str) -> DeployRun:
 
 
 def verify(name: str, *options: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", str(verify_suite("llamacpp")), f"--hosts=lxc://{name}", "-q",
-           "-p", "no:cacheprovider", f"--llamacpp-model={MODEL}", *options]
-    return subprocess.run(cmd, cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=300)
+    """The shipped testinfra suite, as a user's install runs it (support.verify_run)."""
+    return run_verify("llamacpp", f"lxc://{name}", f"--llamacpp-model={MODEL}", *options)
 
 
 def assert_passes(result: subprocess.CompletedProcess[str]) -> None:

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING
 
 from labwright.lab.lab import instance_address
 from labwright.lxd.client import LxdClient
-from labwright.paths import verify_suite
 from labwright.testing.pyinfra_output import DeployRun, tool_env
 from support.stacks import StandinStacks
 from support.tabbyapi_standin import StandinRepo
+from support.verify_run import run_verify
 
 if TYPE_CHECKING:
     from labwright.testing.lab_fixture import Lab
@@ -151,10 +151,8 @@ class TabbyGuest:
             return 0
 
     def verify(self, *options: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "pytest", str(verify_suite("tabbyapi")), f"--hosts=lxc://{self.name}", "-q",
-               "-p", "no:cacheprovider", *options]
-        return subprocess.run(cmd, cwd=REPO, env={**tool_env(), **(env or {})}, capture_output=True, text=True,
-                              timeout=300)
+        """The shipped testinfra suite, as a user's install runs it (support.verify_run); ``env`` adds variables."""
+        return run_verify("tabbyapi", f"lxc://{self.name}", *options, env=env)
 
 
 APT_PATHS = ("var/lib/apt/lists", "var/cache/apt/archives")
