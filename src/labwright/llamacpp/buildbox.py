@@ -21,18 +21,22 @@ the guest has (deploy_data.release_build_for).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import json
 import os
 import re
 import shutil
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from labwright import paths
 from labwright.atomic import once_under_lock, write_text_atomic
 from labwright.digest import sha256_file
 from labwright.errors import BadInput, OperationFailed
@@ -164,6 +168,17 @@ def ensure_box(client, profile: str, codename: str, tool: str = "lxc", log=print
     return box
 
 
+@contextlib.contextmanager
+def box_lock(box: BuildBox) -> Iterator[None]:
+    """One build at a time in a box, from every process of this machine: the Vulkan and the CPU build share the
+    trixie box, and two apt-get runs there would fight over dpkg's lock."""
+    lock = paths.cache_path("llama", f".box-{box.target.replace(':', '_')}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def script_text(script: str = SCRIPT) -> bytes:
     return resources.files("labwright.data").joinpath(script).read_bytes()
 
@@ -213,6 +228,12 @@ def build_in_box(client, box: BuildBox, sdist: Path, source: LlamaSource, jobs: 
     remote_sdist = push_sdist(client, box, sdist, source)
     client.push_file(box.name, f"{BOX_ROOT}/{SCRIPT}", script_text(), mode=0o755)
     work = box_work(source, kind)
+    with box_lock(box):
+        return _run_build(client, box, remote_sdist, work, jobs, log, kind, packages, flags)
+
+
+def _run_build(client, box: BuildBox, remote_sdist: str, work: str, jobs: int, log: Path, kind: str,
+               packages: tuple[str, ...], flags: tuple[str, ...]) -> tuple[bytes, dict]:
     run_with_progress([box.tool, "exec", box.target, "--", "sh", f"{BOX_ROOT}/{SCRIPT}", remote_sdist, work,
                        str(jobs), " ".join(packages), *CMAKE_FLAGS, *flags],
                       f"build llama-server ({kind}) in {box.name} ({jobs} jobs)",

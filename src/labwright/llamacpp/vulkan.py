@@ -121,10 +121,11 @@ def build_in_box(client, box: BuildBox, sdist: Path, source: LlamaSource, jobs: 
             client.push_file(box.name, remote_sdist, handle)
     client.push_file(box.name, f"{BOX_ROOT}/{SCRIPT}", script_text(), mode=0o755)
     work = box_work(source)
-    run_with_progress([box.tool, "exec", box.target, "--", "sh", f"{BOX_ROOT}/{SCRIPT}", remote_sdist, work, str(jobs),
-                       *CMAKE_FLAGS, *VULKAN_FLAGS],
-                      f"build llama-server (Vulkan) in {box.name} ({jobs} jobs)",
-                      parse=lambda line: build_step(line) or install_step(line), log=log)
+    with buildbox.box_lock(box):  # the trixie box's CPU build for Debian 13 guests runs there too
+        run_with_progress([box.tool, "exec", box.target, "--", "sh", f"{BOX_ROOT}/{SCRIPT}", remote_sdist, work,
+                           str(jobs), *CMAKE_FLAGS, *VULKAN_FLAGS],
+                          f"build llama-server (Vulkan) in {box.name} ({jobs} jobs)",
+                          parse=lambda line: build_step(line) or install_step(line), log=log)
     return _pull(client, box.name, f"{work}/build/bin/llama-server"), box_toolchain(client, box.name)
 
 
