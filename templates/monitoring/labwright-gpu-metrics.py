@@ -11,18 +11,22 @@ node-exporter never reads half of it.
     "offloaded N/M layers to GPU" journal line of the current start, llama.cpp's /slots context length; a llama.cpp
     router ("models" in the config): each model loaded or not (its /models), /slots?model=NAME of the loaded ones.
 
-It runs every monitoring_gpu_interval beside the engine, so it is kept cheap: one systemctl call per engine, and the
-journal read from where the last run stopped (a cursor per unit start under /run/labwright-gpu-metrics), not whole.
+It runs every monitoring_gpu_interval beside the engine, so it is kept cheap: a unit's processes and invocation read
+from the files systemd keeps (systemctl only where they are not), the journal read from where the last run stopped
+(a cursor per unit start under /run/labwright-gpu-metrics) and not at all once one model's offload line is found,
+the engine asked over a plain socket.
 """
 
 import glob
 import json
 import os
 import re
-import subprocess
 import sys
 
 STATE = "/run/labwright-gpu-metrics"
+#: Where systemd keeps a unit's invocation ID (a symlink) and its processes (cgroup v2, or v1's hybrid / named trees)
+UNITS = "/run/systemd/units"
+CGROUPS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")
 NVIDIA_FIELDS = "index,name,memory.used,memory.total,utilization.gpu,temperature.gpu,power.draw"
 MIB = 1024 * 1024
 
@@ -44,6 +48,8 @@ def shown(value):
 
 
 def run(argv, timeout=10):
+    import subprocess  # only when something is run: a CPU host with one model runs nothing most of the time
+
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
@@ -122,9 +128,27 @@ def unit_properties(service, *names):
     return found
 
 
-def gpu_nodes_open(pid):
+def unit_state(service):
+    """The unit's processes (its cgroup's, a router's model instances included) and its invocation ID, read from
+    what systemd keeps under CGROUPS and UNITS, without starting anything; systemctl where they are not there (a
+    unit outside system.slice, another layout: its MainPID alone)."""
+    unit = f"{service}.service"
+    try:
+        invocation = os.readlink(os.path.join(UNITS, f"invocation:{unit}"))
+    except OSError:
+        invocation = None
+    for root in CGROUPS if invocation else ():
+        procs = read(os.path.join(root, "system.slice", unit, "cgroup.procs"))
+        if procs is not None:
+            return [pid for pid in procs.split() if pid.isdigit()], invocation
+    found = unit_properties(service, "MainPID", "InvocationID")
+    pid = found.get("MainPID", "")
+    return ([pid] if pid.isdigit() and int(pid) > 0 else []), found.get("InvocationID", "")
+
+
+def gpu_nodes_open(pids):
     found = 0
-    for fd in glob.glob(f"/proc/{pid}/fd/*"):
+    for fd in (fd for pid in pids for fd in glob.glob(f"/proc/{pid}/fd/*")):
         try:
             target = os.readlink(fd)
         except OSError:
@@ -256,18 +280,19 @@ def router_models(lines, base, engine):
     return best
 
 
-def engines(lines, config):
+def engines(lines, config, gpus):
+    """``gpus``: how many GPUs the host shows; with none, and none of the engine's device nodes open, a model cannot
+    be split between GPU and CPU, so the journal is not read for its offload line."""
     for engine in config.get("engines", []):
         service = engine["service"]
         base = f'service="{label(service)}",engine="{label(engine.get("kind", ""))}"'
-        unit = unit_properties(service, "MainPID", "InvocationID")
-        pid = unit.get("MainPID", "")
-        up = pid.isdigit() and int(pid) > 0
-        lines.append(f"labwright_engine_up{{{base}}} {int(up)}")
-        if not up:
+        pids, invocation = unit_state(service)
+        lines.append(f"labwright_engine_up{{{base}}} {int(bool(pids))}")
+        if not pids:
             continue
-        lines.append(f"labwright_engine_gpu_nodes_open{{{base}}} {gpu_nodes_open(pid)}")
-        layers = offloaded(service, unit.get("InvocationID", ""), not engine.get("models"))
+        nodes = gpu_nodes_open(pids)
+        lines.append(f"labwright_engine_gpu_nodes_open{{{base}}} {nodes}")
+        layers = offloaded(service, invocation, not engine.get("models")) if gpus or nodes else None
         if layers:
             lines.append(f"labwright_engine_layers_offloaded{{{base}}} {layers[0]}")
             lines.append(f"labwright_engine_layers_total{{{base}}} {layers[1]}")
@@ -288,7 +313,7 @@ def main():
     count = {"nvidia": nvidia(lines, errors), **sysfs(lines)}
     for vendor, found in count.items():
         lines.append(f'labwright_gpu_count{{vendor="{vendor}"}} {found}')
-    engines(lines, config)
+    engines(lines, config, sum(count.values()))
     for source in ("nvidia-smi",):
         lines.append(f'labwright_gpu_metrics_error{{source="{source}"}} {int(source in errors)}')
     temporary = out + ".new"

@@ -247,7 +247,7 @@ def test_the_gpu_script_lists_a_routers_models_and_asks_only_the_loaded_ones(tmp
     bin_dir.mkdir()
     log = tmp_path / "journalctl.log"
     for name, text in (("systemctl", FAKE_SYSTEMCTL.format(pid=os.getpid())),
-                       ("journalctl", FAKE_JOURNALCTL.format(log=log))):
+                       ("journalctl", FAKE_JOURNALCTL.format(log=log)), ("nvidia-smi", FAKE_SMI)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     (tmp_path / "key").write_text("lw-router-key\n")
@@ -277,6 +277,7 @@ def test_the_gpu_script_lists_a_routers_models_and_asks_only_the_loaded_ones(tmp
     reads = log.read_text().splitlines()
     assert len(reads) == 2 and "--after-cursor" not in reads[0] and "--after-cursor=c1" in reads[1], reads
     # One model per start: once its offload line is found, later runs do not read the journal again.
+    assert (bin_dir / "nvidia-smi").exists()
     config.write_text(json.dumps({"engines": [{"service": "llama-server", "kind": "llamacpp", "url": "",
                                                "key_file": ""}]}))
     log.unlink()
@@ -320,3 +321,49 @@ def test_the_gpu_scripts_http_client_joins_a_chunked_body():
     script = runpy.run_path(str(TEMPLATES / "labwright-gpu-metrics.py"))
     assert script["dechunk"](b"4\r\nWiki\r\n5;x=1\r\npedia\r\n0\r\n\r\n") == b"Wikipedia"
     assert script["get_json"]("https://127.0.0.1:1/x", "") is None  # only plain http to this host's engine
+
+
+def test_the_gpu_script_reads_a_units_processes_and_start_from_systemds_files(tmp_path):
+    """Where systemd keeps them (the unit's cgroup.procs, /run/systemd/units/invocation:UNIT), the script starts no
+    systemctl: the stand-in one here fails the test if it is run. On a host without a GPU (and the engine holding
+    no GPU node) the journal is not read at all: no model can be split there; with one, it is asked for that
+    invocation."""
+    bin_dir, cgroup, units = tmp_path / "bin", tmp_path / "cgroup", tmp_path / "units"
+    bin_dir.mkdir()
+    units.mkdir()
+    (units / "invocation:llama-server.service").symlink_to("feedfacefeedfacefeedfacefeedface")
+    procs = cgroup / "unified" / "system.slice" / "llama-server.service" / "cgroup.procs"
+    procs.parent.mkdir(parents=True)
+    procs.write_text(f"{os.getpid()}\n")
+    log = tmp_path / "journalctl.log"
+    (bin_dir / "systemctl").write_text(f"#!/bin/sh\necho systemctl >> {log}\nexit 1\n")
+    (bin_dir / "journalctl").write_text(FAKE_JOURNALCTL.format(log=log))
+    for name in ("systemctl", "journalctl"):
+        (bin_dir / name).chmod(0o755)
+    script = tmp_path / "gpu-metrics.py"
+    script.write_text((TEMPLATES / "labwright-gpu-metrics.py").read_text()
+                      .replace('STATE = "/run/labwright-gpu-metrics"', f'STATE = "{tmp_path / "state"}"')
+                      .replace('UNITS = "/run/systemd/units"', f'UNITS = "{units}"')
+                      .replace('"/sys/fs/cgroup/unified"', f'"{cgroup / "unified"}"'))
+    config = tmp_path / "gpu-metrics.json"
+    config.write_text(json.dumps({"engines": [{"service": "llama-server", "kind": "vllm", "url": "", "key_file": ""}]}))
+    out = tmp_path / "labwright.prom"
+    subprocess.run([sys.executable, str(script), str(config), str(out)], env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+                   check=True)
+    assert 'labwright_engine_up{service="llama-server",engine="vllm"} 1' in out.read_text().splitlines()
+    assert not log.exists()  # no GPU: neither systemctl nor the journal
+    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    done = subprocess.run([sys.executable, str(script), str(config), str(out)],
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = out.read_text().splitlines()
+    assert 'labwright_engine_up{service="llama-server",engine="vllm"} 1' in lines
+    assert 'labwright_engine_layers_offloaded{service="llama-server",engine="vllm"} 7' in lines
+    reads = log.read_text().splitlines()
+    assert len(reads) == 1 and "_SYSTEMD_INVOCATION_ID=feedfacefeedfacefeedfacefeedface" in reads[0], reads
+    procs.write_text("")  # the unit's cgroup without a process: down
+    subprocess.run([sys.executable, str(script), str(config), str(out)], env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+                   check=True)
+    assert 'labwright_engine_up{service="llama-server",engine="vllm"} 0' in out.read_text().splitlines()
+    assert "systemctl" not in log.read_text()
