@@ -1,4 +1,5 @@
-"""What labwright's connectors share: stdin as bytes, and put_file/get_file with the sudo/su handover.
+"""What labwright's connectors share: a shell command's steps around its run, stdin as bytes, and put_file/get_file
+with the sudo/su handover.
 
 With sudo/su a file cannot go straight to its place as the connecting user, so (as pyinfra's SSH
 connector does) it goes to a temporary path readable by the other user only, and that user copies it
@@ -8,14 +9,45 @@ into place; a download is copied out by that user first. Each connector supplies
 
 from __future__ import annotations
 
-from typing import IO, Any
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
 
 from pyinfra import logger
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.output import echo
+from pyinfra.connectors.util import (
+    CommandOutput,
+    execute_command_with_sudo_retry,
+    extract_control_arguments,
+    make_unix_command_for_host,
+)
+
+if TYPE_CHECKING:
+    from pyinfra.api.arguments import ConnectorArguments
 
 HANDOVER_ARGUMENTS = ("_sudo", "_sudo_user", "_doas", "_doas_user", "_dzdo", "_dzdo_user", "_su_user")
 OTHER_USER_ARGUMENTS = ("_su_user", "_sudo_user", "_doas_user", "_dzdo_user")
+
+
+def run_shell(connector: Any, command: StringCommand, print_input: bool, arguments: ConnectorArguments,
+              execute: Callable[[StringCommand, ConnectorArguments], tuple[int, CommandOutput]],
+              ) -> tuple[bool, int, CommandOutput]:
+    """The steps of a connector's ``run_shell_command`` around running the command: pyinfra's control arguments
+    (``_timeout``, ``_stdin``, ``_get_pty``, ``_success_exit_codes``) taken out of ``arguments``, the command made the
+    host's shell line (sudo/su, env, chdir: pyinfra's ``make_unix_command_for_host``), echoed when ``print_input``,
+    run by ``execute(line, control)``, again with the password when sudo asks for one; (ok: by
+    ``_success_exit_codes``, else exit 0; the exit code; the output)."""
+    control = extract_control_arguments(arguments)
+    success_codes = control.get("_success_exit_codes")
+
+    def attempt() -> tuple[int, CommandOutput]:
+        unix_command = make_unix_command_for_host(connector.state, connector.host, command, **arguments)
+        if print_input:
+            echo(f"{connector.host.print_prefix}>>> {unix_command}", err=True)
+        return execute(unix_command, control)
+
+    exit_code, output = execute_command_with_sudo_retry(connector.host, arguments, attempt)
+    return (exit_code in success_codes if success_codes else exit_code == 0), exit_code, output
 
 
 def stdin_bytes(stdin: Any) -> bytes:

@@ -36,13 +36,10 @@ from pyinfra.connectors.base import BaseConnector, DataMeta
 from pyinfra.connectors.util import (
     CommandOutput,
     OutputLine,
-    execute_command_with_sudo_retry,
-    extract_control_arguments,
-    make_unix_command_for_host,
 )
 from typing_extensions import TypedDict, Unpack, override
 
-from labwright.connectors._transfer import HandoverTransfer, stdin_bytes
+from labwright.connectors._transfer import HandoverTransfer, run_shell, stdin_bytes
 from labwright.connectors.names import parsed_for_pyinfra
 from labwright.errors import BadInput, LabwrightError
 from labwright.guests.declared import ensure_declared, pyinfra_dry_run, spec_for_host, wait_until
@@ -227,16 +224,9 @@ class LxdConnector(HandoverTransfer, BaseConnector):
         print_input: bool = False,
         **arguments: Unpack[ConnectorArguments],
     ) -> tuple[bool, CommandOutput]:
-        control = extract_control_arguments(arguments)
-        timeout = control.get("_timeout")
-        stdin = control.get("_stdin")
-        success_codes = control.get("_success_exit_codes")
-
-        def execute() -> tuple[int, CommandOutput]:
-            unix_command = make_unix_command_for_host(self.state, self.host, command, **arguments)
-            if print_input:
-                echo(f"{self.host.print_prefix}>>> {unix_command}", err=True)
-            result = self._run_script(unix_command.get_raw_value(), stdin, timeout, str(unix_command))
+        def execute(unix_command: StringCommand, control: ConnectorArguments) -> tuple[int, CommandOutput]:
+            result = self._run_script(unix_command.get_raw_value(), control.get("_stdin"), control.get("_timeout"),
+                                      str(unix_command))
             output = [OutputLine("stdout", line) for line in lines(result.stdout)]
             output += [OutputLine("stderr", line) for line in lines(result.stderr)]
             if print_output:
@@ -245,7 +235,7 @@ class LxdConnector(HandoverTransfer, BaseConnector):
             return result.exit_code, CommandOutput(output)
 
         try:
-            exit_code, output = execute_command_with_sudo_retry(self.host, arguments, execute)
+            ok, exit_code, output = run_shell(self, command, print_input, arguments, execute)
         except ConnectError as exc:
             # The container or its daemon went away: one line in the host's output (pyinfra prints a failed
             # command's stderr), not a traceback. A lost agent in a running container stays a ConnectError ("may
@@ -257,7 +247,6 @@ class LxdConnector(HandoverTransfer, BaseConnector):
             if not gone:
                 raise
             return False, CommandOutput([OutputLine("stderr", self._lost(str(exc)))])
-        ok = exit_code in success_codes if success_codes else exit_code == 0
         if not ok:
             dying = exit_code in (-1, 137, 143, 255) or any(
                 "Cannot fork" in line.line for line in output if line.buffer_name == "stderr")

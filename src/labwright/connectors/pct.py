@@ -50,14 +50,11 @@ from pyinfra.connectors.ssh import SSHConnector
 from pyinfra.connectors.util import (
     CommandOutput,
     OutputLine,
-    execute_command_with_sudo_retry,
-    extract_control_arguments,
-    make_unix_command_for_host,
     remove_any_sudo_askpass_file,
 )
 from typing_extensions import TypedDict, Unpack, override
 
-from labwright.connectors._transfer import HandoverTransfer, stdin_bytes
+from labwright.connectors._transfer import HandoverTransfer, run_shell, stdin_bytes
 from labwright.connectors.names import parsed_for_pyinfra
 from labwright.connectors.pct_commands import (
     DIGEST_SCRIPT,
@@ -348,18 +345,10 @@ class PctConnector(HandoverTransfer, BaseConnector):
         print_input: bool = False,
         **arguments: Unpack[ConnectorArguments],
     ) -> tuple[bool, CommandOutput]:
-        control = extract_control_arguments(arguments)
-        timeout = control.get("_timeout")
-        stdin = control.get("_stdin")
-        get_pty = bool(control.get("_get_pty"))
-        success_codes = control.get("_success_exit_codes")
-
-        def execute() -> tuple[int, CommandOutput]:
-            unix_command = make_unix_command_for_host(self.state, self.host, command, **arguments)
+        def execute(unix_command: StringCommand, control: ConnectorArguments) -> tuple[int, CommandOutput]:
             node_command = self.ct.node_command(unix_command.get_raw_value())
             logger.debug("--> Running on %s via pct exec %s: %s", self.node, self.vmid, unix_command)
-            if print_input:
-                echo(f"{self.host.print_prefix}>>> {unix_command}", err=True)
+            stdin = control.get("_stdin")
             lines: list[OutputLine] = []
 
             def emit(line: OutputLine) -> None:
@@ -371,15 +360,14 @@ class PctConnector(HandoverTransfer, BaseConnector):
             out, err = _LineSplitter("stdout", emit), _LineSplitter("stderr", emit)
             if self.node_ssh is None:
                 raise ConnectError(f"@pct/{self.node}/{self.vmid} is not connected")
-            code = self.node_ssh.stream(node_command, stdin_bytes(stdin) if stdin is not None else None, timeout,
-                                        get_pty, out.feed, err.feed)
+            code = self.node_ssh.stream(node_command, stdin_bytes(stdin) if stdin is not None else None,
+                                        control.get("_timeout"), bool(control.get("_get_pty")), out.feed, err.feed)
             out.close()
             err.close()
             logger.debug("--> Command exit status: %i", code)
             return code, CommandOutput(lines)
 
-        exit_code, output = execute_command_with_sudo_retry(self.host, arguments, execute)
-        ok = exit_code in success_codes if success_codes else exit_code == 0
+        ok, _, output = run_shell(self, command, print_input, arguments, execute)
         return ok, output
 
     # --- files --------------------------------------------------------------------------------
