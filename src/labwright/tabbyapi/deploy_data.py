@@ -17,14 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from labwright import paths
-from labwright.deploy_data import (
-    StackEngineSettings,
-    defaults_keys,
-    stack_engine_schema,
-    stack_engine_settings,
-    stack_engine_values,
-)
+from labwright import deploy_data, paths
+from labwright.deploy_data import StackEngineSettings, stack_engine_values
 from labwright.errors import BadInput
 from labwright.models.deploy_data import ModelSettings, engine_model
 from labwright.schema import checks
@@ -151,9 +145,9 @@ def data_schema() -> type[Schema]:
     def typed(check: Callable[[Any], Any]) -> Any:
         return BeforeValidator(check)
 
-    keys = defaults_keys(load_defaults())
+    keys = deploy_data.defaults_keys(load_defaults())
     keys.insert(keys.index("venv") + 1, "stack")
-    return stack_engine_schema("TabbyApiData", keys, {
+    return deploy_data.stack_engine_schema("TabbyApiData", keys, {
         "git_url": Annotated[str, typed(git_url)],
         "ref": Annotated[str, typed(git_ref)],
         "dir": ManagedDir,
@@ -234,7 +228,7 @@ class Settings(StackEngineSettings):
 
 def flat_keys(defaults: Mapping[str, Mapping[str, Any]]) -> set[str]:
     """The ``tabbyapi_<key>`` names the deploy reads (the stack's name is ``stack``, not ``tabbyapi_default``)."""
-    return set(defaults_keys(defaults))
+    return set(deploy_data.defaults_keys(defaults))
 
 
 def settings_from(data: Mapping[str, Any]) -> Settings:
@@ -249,8 +243,9 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
                    "or drop the draft model (nothing was changed)")
     requested = checked["cache_size"]
     return Settings(
-        **stack_engine_settings(checked), git_url=checked["git_url"], ref=checked["ref"], source=checked["dir"],
-        packages=checked["packages"], model_dir=checked["model_dir"], model_name=checked["model_name"],
+        **deploy_data.stack_engine_settings(checked), git_url=checked["git_url"], ref=checked["ref"],
+        source=checked["dir"], packages=checked["packages"], model_dir=checked["model_dir"],
+        model_name=checked["model_name"],
         max_seq_len=checked["max_seq_len"], cache_size=round_cache_size(requested), cache_size_requested=requested,
         cache_mode=checked["cache_mode"], chunk_size=checked["chunk_size"], max_batch_size=checked["max_batch_size"],
         sysmem_recurrent_cache=checked["sysmem_recurrent_cache"], draft_model_name=draft, ngram_match_min=ngram,

@@ -32,13 +32,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from jinja2 import Environment
 
 from labwright import deploy_data, paths
-from labwright.deploy_data import (
-    StackEngineSettings,
-    defaults_keys,
-    stack_engine_schema,
-    stack_engine_settings,
-    stack_engine_values,
-)
+from labwright.deploy_data import StackEngineSettings, stack_engine_values
 from labwright.engine_keys import is_loopback
 from labwright.errors import BadInput
 from labwright.models.deploy_data import ModelSettings, engine_model
@@ -135,7 +129,7 @@ def data_schema() -> type[Schema]:
     def typed(check: Callable[[Any], Any]) -> Any:
         return BeforeValidator(check)
 
-    return stack_engine_schema("VllmData", ["stack", *defaults_keys(load_defaults())], {
+    return deploy_data.stack_engine_schema("VllmData", ["stack", *deploy_data.defaults_keys(load_defaults())], {
         "gpu": Annotated[str, typed(gpu_mode)],
         "api_key_file": AbsPath,
         "expose": Flag,
@@ -224,7 +218,7 @@ def settings_from(data: Mapping[str, Any]) -> Settings:
                    "nothing: give vllm_cpu_offload_gb N (GiB per GPU) or drop vllm_cpu_offload_params")
     name = checked["served_model_name"] or PurePosixPath(checked["model"]).name
     return Settings(
-        **stack_engine_settings(checked), api_key_file=checked["api_key_file"], expose=checked["expose"],
+        **deploy_data.stack_engine_settings(checked), api_key_file=checked["api_key_file"], expose=checked["expose"],
         model=checked["model"], served_model_name=name, max_model_len=checked["max_model_len"],
         gpu_memory_utilization=checked["gpu_memory_utilization"], kv_cache_dtype=checked["kv_cache_dtype"],
         cpu_offload_gb=checked["cpu_offload_gb"], cpu_offload_params=checked["cpu_offload_params"],
