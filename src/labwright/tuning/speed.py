@@ -118,9 +118,23 @@ class Speed:
                 "prompt_tokens": self.prompt_tokens, "notes": list(self.notes), "sources": list(self.sources)}
 
 
-def efficiency(engine: str, memory: str) -> tuple[float, float, str]:
+#: Bits per weight from which a model's weights count as unquantized (f16, bf16, f32) rather than quantized (Q8_0 is
+#: 8.5, Q4_K_M 4.9): a CPU kernel that dequantizes does more arithmetic per byte (data/speed.toml).
+FLOAT_BITS = 12.0
+
+
+def weight_kind(bits_per_weight: float | None) -> str | None:
+    """``"float"`` (f16, bf16, f32: 12 bits a weight or more), ``"quantized"`` (fewer), or None (not known)."""
+    if bits_per_weight is None or not math.isfinite(bits_per_weight) or bits_per_weight <= 0:
+        return None
+    return "float" if bits_per_weight >= FLOAT_BITS else "quantized"
+
+
+def efficiency(engine: str, memory: str, kind: str | None = None) -> tuple[float, float, str]:
     """(weights efficiency, KV efficiency, source) for ``engine`` reading ``memory`` (vram, unified, cpu, pcie);
-    an engine without its own measurement there borrows the entry its ``fallback`` names."""
+    an engine without its own measurement there borrows the entry its ``fallback`` names. An entry measured per
+    weight kind (``float``/``quantized`` beside ``weights``) gives that kind's figure for the weights when ``kind``
+    is known; ``weights`` otherwise."""
     table = speed_data()["efficiency"]
     seen = []
     key = engine
@@ -130,7 +144,8 @@ def efficiency(engine: str, memory: str) -> tuple[float, float, str]:
         if isinstance(entry, dict):
             borrowed = "" if key == engine else f" (no {engine} measurement: {key}'s)"
             kv_value = entry["kv"] if "kv" in entry else entry["weights"]
-            return float(entry["weights"]), float(kv_value), str(entry["source"]) + borrowed
+            weights = entry[kind] if kind is not None and kind in entry else entry["weights"]
+            return float(weights), float(kv_value), str(entry["source"]) + borrowed
         key = table.get(key, {}).get("fallback", "llamacpp")
     raise BadInput(f"labwright data file speed.toml has no efficiency for {engine} on {memory}; reinstall labwright")
 
@@ -151,10 +166,14 @@ class Hardware:
 def predict(*, weights: float, active_fraction: float, kv: float, verdict: str, gpu_weights: float,
             expert_bytes: float, experts_active: float | None, engine: str, hw: Hardware,
             active_params: float | None = None, prompt_tokens: int | None = None, active_source: str = "",
-            notes: tuple[str, ...] = ()) -> Speed:
-    """Tokens per second for one request given where the fit check put the weights (``verdict``)."""
+            notes: tuple[str, ...] = (), bits_per_weight: float | None = None) -> Speed:
+    """Tokens per second for one request given where the fit check put the weights (``verdict``); the weights' bits
+    per weight (the active bytes x 8 / the active parameters, where known) choose an efficiency measured per weight
+    kind."""
     notes_out = list(notes)
     active = weights * active_fraction
+    if bits_per_weight is None and active_params:
+        bits_per_weight = active * 8 / active_params
     if verdict == "no_fit":
         placement = "none"
     elif hw.cpu or verdict == "cpu":
@@ -201,7 +220,7 @@ def predict(*, weights: float, active_fraction: float, kv: float, verdict: str, 
             missing.append(memory)
             continue
         eff_memory = ("cpu_measured" if hw.ram_measured else "cpu") if memory == "ram" else memory
-        w_eff, kv_eff, source = efficiency(engine, eff_memory)
+        w_eff, kv_eff, source = efficiency(engine, eff_memory, weight_kind(bits_per_weight))
         eff = kv_eff if what.startswith("KV") else w_eff
         parts.append(Part(what, size, memory, gbs, eff, source))
         sources[source] = None

@@ -16,9 +16,12 @@ import math
 import statistics
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from labwright.tuning import kv
-from labwright.tuning.speed import config_active, efficiency, gguf_active, speed_data
+from labwright.tuning.fit_model import FitRequest, fit_model
+from labwright.tuning.speed import Hardware, config_active, efficiency, gguf_active, predict, speed_data, weight_kind
 from support.speed_measurements import OUTLIERS, ROWS, TOLERANCE, learn
 
 HELD = [row for row in ROWS if row.kind in ("decode", "prefill")]
@@ -115,3 +118,105 @@ def test_active_share_from_a_gguf_counts_the_experts_the_router_picks(tmp_path):
     assert active.active_params == 1024 + 256 + 4096 * 2 / 8
     assert active.experts_share == 0.25
     assert active.fraction == pytest.approx((1024 + 256 + 1024) / 6400)
+
+
+# The CPU read's efficiency per weight kind (data/speed.toml [efficiency.llamacpp.cpu_measured]): the side-by-side
+# local run (benchmarks/speed_prediction.py local_run) measured a dequantizing kernel (Q8_0) reaching a smaller share
+# of the read beside it than an f16 one; the kind comes from the bits per weight.
+
+@pytest.mark.parametrize(("bits", "kind"), [(16.0, "float"), (32.0, "float"), (16.02, "float"), (8.5, "quantized"),
+                                            (4.9, "quantized"), (None, None), (0.0, None), (math.nan, None)])
+def test_the_weight_kind_follows_the_bits_per_weight(bits, kind):
+    assert weight_kind(bits) == kind
+
+
+def test_a_measured_cpu_read_has_an_efficiency_per_weight_kind():
+    entry = speed_data()["efficiency"]["llamacpp"]["cpu_measured"]
+    unknown, _, _ = efficiency("llamacpp", "cpu_measured")
+    floats, _, _ = efficiency("llamacpp", "cpu_measured", "float")
+    quantized, _, source = efficiency("llamacpp", "cpu_measured", "quantized")
+    assert (floats, quantized) == (entry["float"], entry["quantized"])
+    assert 0 < quantized < floats <= 1  # dequantizing costs arithmetic per byte: one core reads less of the bus
+    assert unknown == quantized  # a size without a parameter count: most GGUFs run on a CPU are quantized
+    assert "side by side" in source
+    # the field notes' efficiencies (against a specification's peak, GPUs) have one figure whatever the kind
+    assert efficiency("llamacpp", "vram", "quantized") == efficiency("llamacpp", "vram")
+    assert efficiency("ollama", "cpu", "float") == efficiency("ollama", "cpu")  # borrowed, unchanged
+
+
+def _cpu(weights: float, kv_bytes: float, *, gbs: float = 20.0, params: float | None = None,
+         measured: bool = True) -> float:
+    speed = predict(weights=weights, active_fraction=1.0, kv=kv_bytes, verdict="cpu", gpu_weights=0,
+                    expert_bytes=0, experts_active=None, engine="llamacpp",
+                    hw=Hardware(ram_gbs=gbs, cpu=True, ram_measured=measured), active_params=params)
+    assert speed.decode_tok_s is not None
+    return speed.decode_tok_s
+
+
+def test_a_quantized_model_on_the_cpu_is_predicted_with_the_quantized_figure():
+    # 1.44 G weights of Q8_0 (8.5 bits) against 0.82 G of f16: the benchmark's two local models
+    q8 = _cpu(1.53e9, 0, params=1.44e9)
+    f16 = _cpu(1.65e9, 0, params=0.824e9)
+    q_eff = efficiency("llamacpp", "cpu_measured", "quantized")[0]
+    f_eff = efficiency("llamacpp", "cpu_measured", "float")[0]
+    assert q8 == pytest.approx(20e9 * q_eff / 1.53e9)
+    assert f16 == pytest.approx(20e9 * f_eff / 1.65e9)
+    # against a specification's peak (no --ram-measured) the kind does not matter
+    assert _cpu(1.53e9, 0, params=1.44e9, measured=False) == pytest.approx(_cpu(1.53e9, 0, measured=False))
+
+
+@settings(max_examples=200, deadline=None)
+@given(weights=st.floats(1e6, 1e12), more=st.floats(0, 1e11), kv_bytes=st.floats(0, 1e10), more_kv=st.floats(0, 1e10),
+       gbs=st.floats(1, 5000), bits=st.sampled_from([None, 4.9, 8.5, 16.0]), measured=st.booleans())
+def test_decode_speed_falls_as_a_token_reads_more(weights, more, kv_bytes, more_kv, gbs, bits, measured):
+    """Monotonic: more weight bytes (at the same bits per weight) or more KV (a longer context) never decode faster,
+    and a faster memory never decodes slower."""
+    def at(w: float, k: float, g: float) -> float:
+        return _cpu(w, k, gbs=g, params=None if bits is None else w * 8 / bits, measured=measured)
+
+    base = at(weights, kv_bytes, gbs)
+    assert at(weights + more, kv_bytes, gbs) <= base * (1 + 1e-12)
+    assert at(weights, kv_bytes + more_kv, gbs) <= base * (1 + 1e-12)
+    assert at(weights, kv_bytes, gbs * 1.5) >= base * (1 - 1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(context=st.integers(1, 65536), extra=st.integers(1, 65536))
+def test_decode_speed_falls_with_the_context_of_a_real_gguf(tmp_path_factory, context, extra):
+    """Through the whole fit (a GGUF's tensor table and its KV layout): a longer context never decodes faster."""
+    folder = _tiny_gguf(tmp_path_factory)
+
+    def at(tokens: int) -> float:
+        result = fit_model(FitRequest(vram=None, model_dir=folder, cpu=True, ram_bandwidth=20.0, engine="llamacpp",
+                                      ram_measured=True, context=tokens))
+        assert result.speed is not None and result.speed.decode_tok_s is not None
+        return result.speed.decode_tok_s
+
+    assert at(context + extra) <= at(context)
+
+
+_TINY: dict[str, object] = {}
+
+
+def _tiny_gguf(factory):
+    if "folder" not in _TINY:
+        pytest.importorskip("gguf")
+        from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
+
+        folder = factory.mktemp("tiny-q8")
+        write_tiny_gguf(folder / "tiny.gguf", TinyModel(weights="q8_0", embedding=64, feed_forward=128))
+        _TINY["folder"] = folder
+    return _TINY["folder"]
+
+
+def test_the_kind_of_a_real_gguf_comes_from_its_tensor_table(tmp_path_factory):
+    folder = _tiny_gguf(tmp_path_factory)
+    result = fit_model(FitRequest(vram=None, model_dir=folder, cpu=True, ram_bandwidth=20.0, engine="llamacpp",
+                                  ram_measured=True))
+    assert result.speed is not None
+    # a tiny model is mostly its f32 embeddings and output: bits per weight from its bytes, whatever they are
+    active = gguf_active(folder / "tiny.gguf")
+    assert active.active_params
+    bits = result.weights * active.fraction * 8 / active.active_params
+    expected = efficiency("llamacpp", "cpu_measured", weight_kind(bits))[0]
+    assert result.speed.parts[0].efficiency == expected
