@@ -246,9 +246,8 @@ def context_tokens(url, key_file, model=None):
     """llama.cpp's /slots: the tokens in the busiest slot's context (prompt + generated), the newest task if none
     is busy. ``model``: a router's model, asked without loading it (tools/server/README.md: GET endpoints take
     ?model=NAME, ?autoload=false)."""
-    from urllib.parse import quote
-
-    slots = get_json(url + "/slots" + (f"?autoload=false&model={quote(model, safe='')}" if model else ""), key_file)
+    quoted = re.sub(r"[^A-Za-z0-9._~-]", lambda m: "".join(f"%{b:02X}" for b in m[0].encode()), model or "")
+    slots = get_json(url + "/slots" + (f"?autoload=false&model={quoted}" if model else ""), key_file)
     best = None
     for slot in slots if isinstance(slots, list) else []:
         if "id_task" not in slot:
