@@ -129,7 +129,7 @@ def test_llamacpp_probe_finds_the_real_ceiling_and_restores_the_service(lab, box
     target = llamacpp_target(guest, "llama-server", cache_spec("llamacpp", "f16"))
     result = probe_ceiling(guest, target, 8192, 262144, layout=read_layout(config))
     print(f"\nf16: ceiling {result.ceiling} after {len(result.probes)} probes, predicted {result.predicted}: "
-          + ", ".join(f"{p.candidate}:{p.outcome}" for p in result.probes))
+          + ", ".join(f"{p.candidate}:{p.outcome}:{p.seconds}s {p.steps}" for p in result.probes))
     assert result.strategy == "seeded" and result.ceiling is not None
     # Measured here: f16 under 512 MiB starts at ~120K (the development machine's notes: ~123-127K).
     assert 100_000 <= result.ceiling <= 135_000, result.ceiling
@@ -137,7 +137,9 @@ def test_llamacpp_probe_finds_the_real_ceiling_and_restores_the_service(lab, box
                                                                               for p in result.probes]
     fits = [p for p in result.probes if p.outcome == "ok"]
     assert all(p.peak_rss_bytes and p.peak_rss_bytes > 0 for p in fits)
-    assert any(p.outcome == "oom" and "OOM killer" in p.why for p in result.probes)
+    # Every start was decided within its deadline and a few seconds, thrashing or not (CI once took 53 s for a 20 s
+    # deadline, the helper's watchdog starved with the rest of the guest; the kernel's alarm now ends the start).
+    assert all(p.seconds < 20 + 15 for p in result.probes), [(p.candidate, p.seconds, p.steps) for p in result.probes]
     # The search's own evidence: the page above its answer was killed for real.
     assert any(p.candidate == result.ceiling + 256 and p.outcome in ("oom", "timeout") for p in result.probes)
     # Verify the answer again with the real server: a context 5% below the answer starts, and one 5% above is killed.
@@ -148,13 +150,15 @@ def test_llamacpp_probe_finds_the_real_ceiling_and_restores_the_service(lab, box
     once = make_probe(guest, target, 20.0, 15)
     margin = (result.ceiling // 20 // 256 + 1) * 256
 
+    checks = []
+
     def outcomes(candidate: int, wanted: set[str]) -> list[str]:
         """Up to two starts at ``candidate``; the second only when the first was not ``wanted`` (each start near
         the edge costs up to the probe's timeout)."""
-        seen = [once(candidate).outcome]
-        if seen[0] not in wanted:
-            seen.append(once(candidate).outcome)
-        return seen
+        checks.append(once(candidate))
+        if checks[-1].outcome not in wanted:
+            checks.append(once(candidate))
+        return [p.outcome for p in checks if p.candidate == candidate]
 
     try:
         well_below = result.ceiling - margin
@@ -163,6 +167,10 @@ def test_llamacpp_probe_finds_the_real_ceiling_and_restores_the_service(lab, box
         well_above = result.ceiling + margin
         above = outcomes(well_above, {"oom", "timeout"})
         assert "oom" in above or "timeout" in above, (well_above, above)
+        # The limit is the kernel's for real: some start was killed by the OOM killer (in the search, or 5% above
+        # its answer; under load the search can find the edge through starts that only thrash).
+        assert any(p.outcome == "oom" and "OOM killer" in p.why for p in result.probes + checks), \
+            [(p.candidate, p.outcome, p.why) for p in result.probes + checks]
     finally:
         # The checks went through the same unit: put it back as the probe does.
         verified = restore(guest, target, 20.0)

@@ -48,6 +48,10 @@ from labwright.agent.service import restart_unit
 POLL = 0.2
 #: How long an exit with no log line of its own waits for its lines to reach the journal.
 LINES_GRACE_S = 3.0
+#: A start still loading at its deadline while the guest's anonymous memory came this close to the guest's limit was
+#: thrashing there (every file page evicted and read back), not slow: its verdict is "oom". Measured under a 512 MiB
+#: limit: a start that fits holds about 5.5 MiB under it, one above the ceiling either is killed or thrashes.
+THRASH_MARGIN = 16 * 1024**2
 RECORD_DIR = "/var/lib/labwright/probe"
 
 
@@ -257,7 +261,14 @@ def memory(service: str, pid: str) -> dict:
 
 
 def container_memory() -> dict:
-    """The guest's own memory limit and usage (cgroup v2 or v1), for the planner's budget."""
+    """The guest's own memory limit and usage (cgroup v2 or v1), for the planner's budget and the thrash verdict.
+
+    Plain reads of the guest's own cgroup (no process started, cheap on a thrashing guest). The kernel's
+    Documentation/admin-guide/cgroup-v2.rst: ``memory.max`` (the limit, "max" for none), ``memory.current``,
+    ``memory.stat`` ``anon`` ("Amount of memory used in anonymous mappings"); cgroup-v1/memory.rst on a v1 memory
+    controller: ``memory.limit_in_bytes``, ``memory.usage_in_bytes``, ``memory.stat`` ``total_rss`` (anonymous memory
+    of the hierarchy).
+    """
     result: dict = {"limit_bytes": None, "anon_bytes": None, "usage_bytes": None}
     pairs = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat", "anon"),
              ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
@@ -286,6 +297,19 @@ def container_memory() -> dict:
     return result
 
 
+def overdue(timeout: float, how: str, lines: list[str], closest: dict) -> dict:
+    """The verdict of a start with no verdict by its deadline: "oom" when the guest's anonymous memory came within
+    THRASH_MARGIN of its limit meanwhile (it was thrashing there, and would have been killed or crawled on), else
+    "timeout"."""
+    limit, anon = closest.get("limit_bytes"), closest.get("anon_bytes")
+    if limit and anon is not None and limit - anon <= THRASH_MARGIN:
+        return {"outcome": "oom", "why": f"thrashing at the guest's memory limit: still loading after {timeout:g}s "
+                                         f"with {anon / 2**20:.1f} of {limit / 2**20:.0f} MiB anonymous ({how})",
+                "lines": lines, "overdue": True, "guest_memory": closest}
+    return {"outcome": "timeout", "why": f"no verdict within {timeout:g}s ({how})", "lines": lines, "overdue": True,
+            "guest_memory": closest or None}
+
+
 def watch(req: dict, invocation: str, started: float) -> dict:
     """Wait for our invocation's verdict: ok, oom, error or timeout."""
     service, timeout = req["service"], float(req["timeout"])
@@ -294,7 +318,11 @@ def watch(req: dict, invocation: str, started: float) -> dict:
     lines: list[str] = []
     deadline = started + timeout
     exit_seen = 0.0
+    closest: dict = {}  # the guest's memory when its anonymous part was highest during this start
     while True:
+        guest = container_memory()
+        if guest.get("anon_bytes") is not None and guest["anon_bytes"] >= (closest.get("anon_bytes") or 0):
+            closest = guest
         # Each look is bounded by the time left: near the memory limit the guest thrashes and journalctl or
         # systemctl alone can take longer than the whole startup timeout.
         left = max(deadline - time.monotonic(), 1.0)
@@ -303,8 +331,7 @@ def watch(req: dict, invocation: str, started: float) -> dict:
         exits = [e for e in entries if e.get("INVOCATION_ID") == invocation and e.get("EXIT_CODE")]
         info = props(service, timeout=left)
         if OVERDUE.is_set():  # the watchdog's SIGKILL, not the OOM killer's
-            return {"outcome": "timeout", "why": f"no verdict within {timeout:g}s (killed at the deadline)",
-                    "lines": lines}
+            return overdue(timeout, "killed at the deadline", lines, closest)
         ours_running = info.get("InvocationID") == invocation and info.get("ActiveState") == "active" \
             and info.get("SubState") == "running"
         if any(word in line for line in lines for word in oom):
@@ -322,6 +349,8 @@ def watch(req: dict, invocation: str, started: float) -> dict:
             if code == "killed" and status in ("9", "KILL"):
                 return {"outcome": "oom", "why": "SIGKILL: the OOM killer", "exit": text,
                         "lines": lines}
+            if code == "killed" and status in ("14", "ALRM"):  # the start's own deadline (tuning.probe's wrapper)
+                return {**overdue(timeout, "its deadline's SIGALRM ended it", lines, closest), "exit": text}
             # systemd's exit line and the service's own (its stdout, through journald's stream) arrive by two paths:
             # under load the exit can be in the journal before the line that says why (an out-of-memory line).
             exit_seen = exit_seen or time.monotonic()
@@ -330,7 +359,7 @@ def watch(req: dict, invocation: str, started: float) -> dict:
                 continue
             return {"outcome": "error", "why": f"main process exited ({text})", "exit": text, "lines": lines}
         if time.monotonic() > deadline:
-            return {"outcome": "timeout", "why": f"no verdict within {timeout:g}s", "lines": lines}
+            return overdue(timeout, "still running", lines, closest)
         time.sleep(POLL)
 
 
@@ -358,17 +387,38 @@ def unit_pids(service: str) -> list[int]:
     return []
 
 
+def kill_unit(service: str) -> int | str:
+    """SIGKILL every process of the unit; returns how many, or "cgroup" when its cgroup was killed whole.
+
+    ``cgroup.kill`` (kernel 5.14+, Documentation/admin-guide/cgroup-v2.rst: writing "1" kills every process of the
+    cgroup and its descendants) is one write, with nothing to read first; else each pid of ``cgroup.procs``.
+    """
+    for root in CGROUP_ROOTS:
+        try:  # never created: only the kernel's own file is written
+            fd = os.open(f"{root}/system.slice/{service}/cgroup.kill", os.O_WRONLY)
+        except OSError:
+            continue
+        try:
+            os.write(fd, b"1")
+            return "cgroup"
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    pids = unit_pids(service)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+    return len(pids)
+
+
 def watchdog(service: str, deadline: float) -> threading.Timer:
     """At ``deadline`` (monotonic), SIGKILL every process of the unit if no verdict came: a start that allocates
     near the memory limit keeps the guest thrashing (systemctl, journalctl and this waiter with it) until its
     memory is freed, and a 20-second timeout became minutes. The probe leaves the unit stopped in any case."""
     def fire() -> None:
         OVERDUE.set()
-        pids = unit_pids(service)
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, 9)
-        step(f"killed {len(pids)}")
+        step(f"killed {kill_unit(service)}")
     timer = threading.Timer(max(deadline - time.monotonic(), 0.0), fire)
     timer.daemon = True
     timer.start()
@@ -429,13 +479,11 @@ def finish(req: dict, invocation: str, started: float, dog: threading.Timer | No
     verdict = watch(req, invocation, started)
     step("verdict")
     dog.cancel()
-    if verdict["outcome"] == "timeout":
+    if verdict.pop("overdue", False):
         # Killed here at once, before halt() asks systemd: a server still allocating near the limit keeps the
         # whole guest thrashing (systemd and journald included) until its memory is freed. (Only here: restore()
         # also waits with watch() and must leave the original running.)
-        for pid in unit_pids(service):
-            with contextlib.suppress(OSError):
-                os.kill(pid, 9)
+        kill_unit(service)
     restarts = int(props(service).get("NRestarts") or 0)
     halt(service)
     step("done")
@@ -466,7 +514,7 @@ def restore(req: dict) -> dict:
         # The record stays: the original files are in place, the unit is down; a later restore starts it again.
         return {"outcome": "error", "why": f"systemctl start failed: {start_error}", "lines": [], "kept": kept}
     verdict = watch(req, invocation, started)
-    if verdict["outcome"] == "timeout":
+    if verdict.pop("overdue", False):
         verdict["outcome"] = "started"  # running, not yet healthy: leave it be, as it was before the probe
     if verdict["outcome"] in ("ok", "started"):
         drop_record(service)

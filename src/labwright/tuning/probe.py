@@ -56,6 +56,15 @@ TABBY_OOM = ("Insufficient VRAM in split for model and cache", "CUDA out of memo
 # failed allocation the server logs one of these.
 LLAMA_OOM = ("failed to allocate", "unable to allocate", "std::bad_alloc", "out of memory")
 OUTCOMES = ("ok", "oom", "timeout", "error")
+# Each llama-server candidate starts under its own deadline, kept by the kernel: the wrapper arms a real-time timer
+# and execs the server, and the timer outlives the exec ("Interval timers are preserved across an execve(2)",
+# setitimer(2); SIGALRM's default action terminates the process, signal(7)). A start that thrashes the guest at its
+# memory limit starves every process there, the probe's own watchdog and systemd included (CI: a 20 s deadline acted
+# on at 53 s); the kernel's timer needs none of them. Python restores SIGXFSZ to its default first (it ignores it;
+# SIGPIPE stays ignored, as systemd's IgnoreSIGPIPE= leaves every service). The agent reads the SIGALRM exit as
+# "timeout" (labwright.agent.probe.watch).
+DEADLINE_WRAPPER = ('/usr/bin/python3 -I -S -c "import os,signal,sys;signal.signal(signal.SIGXFSZ,signal.SIG_DFL);'
+                    'signal.setitimer(signal.ITIMER_REAL,float(sys.argv[1]));os.execvp(sys.argv[2],sys.argv[2:])"')
 
 
 @dataclass
@@ -234,7 +243,9 @@ class Target:
     health_url: str | None
     was_active: bool
     restore_actions: list[dict[str, Any]]
-    render: Callable[[int], list[dict[str, Any]]]
+    #: The files of one candidate: ``render(tokens)``, or ``render(tokens, deadline)`` for a start that the engine's
+    #: own process ends after ``deadline`` seconds where the engine allows it (llama.cpp: DEADLINE_WRAPPER).
+    render: Callable[..., list[dict[str, Any]]]
     notes: list[str] = field(default_factory=list)
 
     def restore_request(self, timeout: float) -> dict[str, Any]:
@@ -343,10 +354,12 @@ def llamacpp_target(guest: Guest, service: str, spec: CacheSpec, recover_leftove
     if ":" in host:
         host = f"[{host}]"
 
-    def render(tokens: int) -> list[dict[str, Any]]:
+    def render(tokens: int, deadline: float | None = None) -> list[dict[str, Any]]:
         command = set_flag(line, ("--ctx-size", "-c"), str(tokens))
         command = set_flag(command, ("--cache-type-k", "-ctk"), k_name)
         command = set_flag(command, ("--cache-type-v", "-ctv"), v_name)
+        if deadline is not None and command.startswith("/"):  # no systemd prefix (-, @, +, !, :) to keep in front
+            command = f"{DEADLINE_WRAPPER} {deadline:g} {command}"
         # OOMScoreAdjust: under a memory limit the kernel must pick the server, not the probe's helper.
         text = (f"{MARK} while it probes; removed when it ends.\n"
                 f"[Service]\nExecStart=\nExecStart={command}\nOOMScoreAdjust=1000\n")
@@ -388,7 +401,9 @@ def tabbyapi_target(guest: Guest, service: str, spec: CacheSpec, config_path: st
     if not isinstance(data, dict) or not isinstance(data.get("model") or {}, dict):
         raise BadInput(f"{config_path} on {guest.name}: `model:` is not a mapping")
 
-    def render(tokens: int) -> list[dict[str, Any]]:
+    def render(tokens: int, deadline: float | None = None) -> list[dict[str, Any]]:
+        # No deadline wrapper: the unit's ExecStart is not the probe's to edit here, and on a GPU CUDA refuses an
+        # allocation at once; the agent's watchdog keeps the deadline.
         candidate = {**data, "model": {**(data.get("model") or {}), "cache_size": tokens, "max_seq_len": tokens,
                                        "cache_mode": spec.name}}
         text = f"{MARK} while it probes; the original comes back when it ends.\n"
@@ -474,7 +489,7 @@ Progress = Callable[[Probe], None]
 
 def make_probe(guest: Guest, target: Target, timeout: float, tail: int) -> Callable[[int], Probe]:
     def run(tokens: int) -> Probe:
-        request = {"mode": "probe", "service": target.service, "install": target.render(tokens),
+        request = {"mode": "probe", "service": target.service, "install": target.render(tokens, timeout),
                    "daemon_reload": target.daemon_reload, "success_lines": list(target.success_lines),
                    "oom_lines": list(target.oom_lines), "health_url": target.health_url, "timeout": timeout,
                    "tail": tail, "record": {**target.restore_request(timeout), "began": time.time()}}

@@ -1,0 +1,139 @@
+"""A probe start is decided by its deadline, also when the guest thrashes at its memory limit.
+
+The llama.cpp candidate runs under DEADLINE_WRAPPER (a real-time timer that survives the exec, setitimer(2)), run
+here for real as systemd would split its ExecStart; the agent's verdict of a start with no verdict by its deadline
+(``overdue``: "oom" when the guest's anonymous memory reached its limit meanwhile, else "timeout"); the unit killed
+through its cgroup's ``cgroup.kill`` or, without it, each pid of ``cgroup.procs`` (a real child process here).
+tests/integration/test_probe_ceiling.py runs all of it against the real llama-server under a memory limit.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from labwright.agent import probe as waiter
+from labwright.tuning.probe import DEADLINE_WRAPPER, cache_spec, llamacpp_target
+
+MIB = 1024**2
+
+
+def wrapped(deadline: float, *command: str) -> list[str]:
+    """The argv systemd runs for ``ExecStart=DEADLINE_WRAPPER DEADLINE COMMAND`` (double quotes group a word, as
+    systemd.service(5) "Command lines" reads them), with this interpreter for the guest's /usr/bin/python3."""
+    argv = shlex.split(f"{DEADLINE_WRAPPER} {deadline:g} {shlex.join(command)}")
+    assert argv[0] == "/usr/bin/python3"
+    return [sys.executable, *argv[1:]]
+
+
+def test_the_wrapper_ends_the_server_with_sigalrm_at_its_deadline():
+    began = time.monotonic()
+    run = subprocess.run(wrapped(0.5, "sleep", "30"), capture_output=True, timeout=20)
+    took = time.monotonic() - began
+    assert run.returncode == -signal.SIGALRM, run  # the exec'd server itself, killed by the kernel's timer
+    assert 0.4 < took < 10, took
+
+
+def test_a_server_that_exits_in_time_is_untouched_and_keeps_its_arguments_and_signals():
+    run = subprocess.run(wrapped(20, "grep", "-e", "SigIgn", "-e", "Name", "/proc/self/status"),
+                         capture_output=True, text=True, timeout=20)
+    assert run.returncode == 0, run.stderr
+    status = dict(line.split(":\t") for line in run.stdout.splitlines())
+    assert status["Name"] == "grep"  # the server itself, exec'd in the wrapper's place (systemd's MainPID)
+    ignored = int(status["SigIgn"], 16)
+    # SIGXFSZ back to its default (Python ignores it); SIGPIPE ignored, as systemd's IgnoreSIGPIPE=yes has it.
+    assert not ignored & 1 << (signal.SIGXFSZ - 1) and ignored & 1 << (signal.SIGPIPE - 1), hex(ignored)
+
+
+@pytest.mark.parametrize(("anon_mib", "outcome"), [(505.0, "oom"), (497.0, "oom"), (480.0, "timeout")])
+def test_a_start_still_loading_at_its_deadline_is_oom_when_the_guest_sat_at_its_limit(anon_mib, outcome):
+    closest = {"limit_bytes": 512 * MIB, "anon_bytes": int(anon_mib * MIB), "usage_bytes": 512 * MIB}
+    verdict = waiter.overdue(20.0, "killed at the deadline", ["loading model"], closest)
+    assert verdict["outcome"] == outcome and verdict["overdue"] is True
+    assert verdict["guest_memory"] == closest and verdict["lines"] == ["loading model"]
+    if outcome == "oom":
+        assert verdict["why"].startswith(f"thrashing at the guest's memory limit: still loading after 20s with "
+                                         f"{anon_mib:.1f} of 512 MiB anonymous"), verdict["why"]
+    else:
+        assert verdict["why"] == "no verdict within 20s (killed at the deadline)"
+
+
+def test_without_a_memory_limit_or_a_reading_it_stays_a_timeout():
+    for closest in ({}, {"limit_bytes": None, "anon_bytes": 10 * MIB}, {"limit_bytes": 512 * MIB, "anon_bytes": None}):
+        assert waiter.overdue(3.0, "still running", [], closest)["outcome"] == "timeout"
+
+
+def test_an_alarm_exit_is_the_deadline_and_a_kill_exit_the_oom_killer(monkeypatch):
+    """watch() on systemd's "Main process exited" entries, the journal and systemctl answered from a list."""
+    exits = {"ALRM": "timeout", "14": "timeout", "KILL": "oom", "9": "oom"}
+    for status, outcome in exits.items():
+        entries = [{"_SYSTEMD_INVOCATION_ID": "inv", "MESSAGE": "load_model: loading"},
+                   {"INVOCATION_ID": "inv", "EXIT_CODE": "killed", "EXIT_STATUS": status}]
+        monkeypatch.setattr(waiter, "journal", lambda invocation, timeout=None, e=entries: e)
+        monkeypatch.setattr(waiter, "props", lambda service, timeout=None: {"InvocationID": "inv",
+                                                                            "ActiveState": "failed"})
+        monkeypatch.setattr(waiter, "container_memory", lambda: {"limit_bytes": 512 * MIB, "anon_bytes": 100 * MIB})
+        verdict = waiter.watch({"service": "llama-server.service", "timeout": 20}, "inv", time.monotonic())
+        assert verdict["outcome"] == outcome, (status, verdict)
+        assert verdict["exit"] == f"code=killed, status={status}"
+        assert verdict["lines"] == ["load_model: loading"]
+
+
+def test_the_unit_is_killed_through_cgroup_kill_when_the_kernel_has_it(tmp_path, monkeypatch):
+    unit = tmp_path / "unified" / "system.slice" / "llama-server.service"
+    unit.mkdir(parents=True)
+    (unit / "cgroup.kill").write_text("")
+    monkeypatch.setattr(waiter, "CGROUP_ROOTS", (str(tmp_path / "v2"), str(tmp_path / "unified")))
+    assert waiter.kill_unit("llama-server.service") == "cgroup"
+    assert (unit / "cgroup.kill").read_text() == "1"
+    assert not (tmp_path / "v2").exists()  # nothing created where the kernel has no such file
+
+
+def test_without_cgroup_kill_each_process_of_the_unit_is_killed(tmp_path, monkeypatch):
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        unit = tmp_path / "systemd" / "system.slice" / "llama-server.service"
+        unit.mkdir(parents=True)
+        Path(unit / "cgroup.procs").write_text(f"{child.pid}\n")
+        monkeypatch.setattr(waiter, "CGROUP_ROOTS", (str(tmp_path / "systemd"),))
+        assert waiter.kill_unit("llama-server.service") == 1
+        assert child.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+class StateGuest:
+    """A guest whose helper answers the ``state`` request with a deployed llama-server unit."""
+
+    name = "box"
+
+    def waiter(self, request: dict, timeout: float) -> dict:
+        assert request["mode"] == "state"
+        return {"systemctl": True, "leftover": None,
+                "props": {"LoadState": "loaded", "ActiveState": "active",
+                          "FragmentPath": "/etc/systemd/system/llama-server.service"},
+                "exec_start": "/usr/local/bin/llama-server --model /srv/m.gguf --port 8001"}
+
+    def read_file(self, path: str) -> bytes | None:
+        return None
+
+
+def test_each_llamacpp_start_carries_its_deadline_and_the_dry_run_shows_the_plain_line():
+    target = llamacpp_target(StateGuest(), "llama-server", cache_spec("llamacpp", "f16"))
+    [probed] = target.render(8192, 20.0)
+    text = base64.b64decode(probed["content_b64"]).decode()
+    line = next(line for line in text.splitlines() if line.startswith("ExecStart=/"))
+    assert line == (f"ExecStart={DEADLINE_WRAPPER} 20 /usr/local/bin/llama-server --model /srv/m.gguf --port 8001 "
+                    "--ctx-size 8192 --cache-type-k f16 --cache-type-v f16")
+    [dry] = target.render(8192)
+    assert "ExecStart=/usr/local/bin/llama-server --model /srv/m.gguf --port 8001 --ctx-size 8192" in \
+        base64.b64decode(dry["content_b64"]).decode()
