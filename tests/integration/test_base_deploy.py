@@ -16,6 +16,7 @@ import pytest
 from labwright.lab.lab import instance_address
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra
+from support import apt_cache
 from support.verify_run import run_verify
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 DROPIN = "/etc/ssh/sshd_config.d/00-labwright.conf"
+APT_CACHE = "base-test"  # support.apt_cache: the base packages' .debs and lists between runs
 # The issue's target for a run that has nothing to do; override on a slow or busy machine.
 
 
@@ -197,8 +199,10 @@ def test_other_data_installs_missing_packages_deploys_verifies_then_changes_noth
     """A first deploy with other data on a fresh guest that lacks packages the deploy needs: they are installed (the
     deploy's apt work only happens when a package is missing), the suite passes with the other data and fails with
     its defaults, a second run changes nothing, and the other admin logs in. (Two tests before, each deploying and
-    verifying a fresh container: the other data, then the same on one missing packages.)"""
-    reachable = apt_mirror_reachable(lab, lab_container)
+    verifying a fresh container: the other data, then the same on one missing packages.) The .debs come from apt's
+    lists and archives kept from an earlier run where there are (support.apt_cache), else from the mirror."""
+    cached = apt_cache.restore(lab.client, lab_container, APT_CACHE)
+    reachable = cached or apt_mirror_reachable(lab, lab_container)
     if reachable:  # offline, the other data is still checked; the install is not, and the test says so at the end
         sh(lab, lab_container, "SUDO_FORCE_REMOVE=yes DEBIAN_FRONTEND=noninteractive "
                                "apt-get purge -y -q sudo locales unattended-upgrades >/dev/null")
@@ -206,6 +210,8 @@ def test_other_data_installs_missing_packages_deploys_verifies_then_changes_noth
     first = deploy(lab, lab_container, *data)
     assert first.rc == 0, first.output[-4000:]
     assert ("Install missing base packages" in first.output) == reachable, first.output[-4000:]
+    if reachable and not cached:
+        apt_cache.save(lab.client, lab_container, APT_CACHE)
     assert_passes(verify(lab, lab_container, *OTHER_VERIFY))
     # The defaults no longer hold, and the suite says so.
     assert verify(lab, lab_container).returncode == 1
