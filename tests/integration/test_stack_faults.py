@@ -161,13 +161,37 @@ def switcher(service, stacks, monkeypatch) -> Switcher:
     return Switcher(service, stacks, monkeypatch)
 
 
+@pytest.fixture(scope="module")
+def switched(installed: Installed, stacks: StandinStacks) -> Iterator[Installed]:
+    """The installed container after the switch most tests start with (the bundle's ``switch`` to standin-2.10, as
+    ``Switcher.switch`` runs it), made once: each such test gets a copy of it instead of switching again."""
+    def to_2_10(service: StandinService) -> None:
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            run = Switcher(service, stacks, monkeypatch).switch("standin-2.10")
+        assert run.rc == 0, run.output
+
+    with installed.then("lwsf210base", to_2_10) as copies:
+        yield copies
+
+
+@pytest.fixture
+def on_2_10(lab: Lab, switched: Installed, stacks: StandinStacks,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[Switcher]:
+    """A switcher on a copy of ``switched``: standin-2.10 serving, the plain venv kept as "original" (``service`` and
+    ``switcher`` together, for the tests that begin on 2.10)."""
+    service = switched.service("lwsf")
+    try:
+        yield Switcher(service, stacks, monkeypatch)
+    finally:
+        lab.remove(service.name)
+
+
 def serving(service: StandinService, torch: str) -> bool:
     return service.health(timeout=2) == (200, {"torch": torch, "prefix": service.venv})
 
 
-def test_ten_switch_and_rollback_cycles_in_a_row_all_serve(service, switcher):
-    first = switcher.switch("standin-2.10")
-    assert first.rc == 0, first.output
+def test_ten_switch_and_rollback_cycles_in_a_row_all_serve(on_2_10):
+    switcher, service = on_2_10, on_2_10.service
     started = time.monotonic()
     with Watch(service) as watch:
         for cycle in range(10):
@@ -214,9 +238,9 @@ def test_a_tight_start_limit_set_by_someone_else_still_switches_and_rolls_back(s
     switcher.assert_consistent()
 
 
-def test_a_failing_stack_rolls_back_under_a_tight_start_limit(service, switcher):
+def test_a_failing_stack_rolls_back_under_a_tight_start_limit(on_2_10):
     """Switch, health failure, automatic rollback: three restarts within the limit's interval of two."""
-    assert switcher.switch("standin-2.10").rc == 0
+    switcher, service = on_2_10, on_2_10.service
     service.push_text("[Unit]\nStartLimitIntervalSec=600\nStartLimitBurst=2\n",
                       f"/etc/systemd/system/{service.unit}.service.d/limit.conf")
     service.sh("systemctl daemon-reload")
@@ -230,9 +254,9 @@ def test_a_failing_stack_rolls_back_under_a_tight_start_limit(service, switcher)
 
 def _recovery(service: StandinService, switcher: Switcher, step: str, stack: str, expect_after: str,
               expect_rc: int = 0, health_timeout: float = 20) -> tuple[float, float]:
-    """Kill a switch to ``stack`` at ``step``, check the state it leaves, re-run it; (downtime s, seconds from
-    the kill until the re-run finished with ``expect_after`` serving)."""
-    assert switcher.switch("standin-2.10").rc == 0
+    """From standin-2.10 (``on_2_10``), kill a switch to ``stack`` at ``step``, check the state it leaves, re-run it;
+    (downtime s, seconds from the kill until the re-run finished with ``expect_after`` serving)."""
+    assert switcher.state()["current"]["stack"] == "standin-2.10" and serving(service, "2.10.0")
     before = service.readlink()
     with Watch(service) as watch:
         start = time.monotonic()
@@ -265,19 +289,22 @@ def _recovery(service: StandinService, switcher: Switcher, step: str, stack: str
 
 
 @pytest.mark.parametrize("step", ["build", "verify"])
-def test_sigkill_before_the_swap_leaves_the_previous_stack_serving(service, switcher, step):
+def test_sigkill_before_the_swap_leaves_the_previous_stack_serving(on_2_10, step):
+    switcher, service = on_2_10, on_2_10.service
     down, _ = _recovery(service, switcher, step, "standin-2.9", "2.9.0")
     assert down < 30  # the only outage is the re-run's own restart
 
 
 @pytest.mark.parametrize("step", ["swap", "restart", "health"])
-def test_sigkill_after_the_swap_is_finished_by_the_next_run(service, switcher, step):
+def test_sigkill_after_the_swap_is_finished_by_the_next_run(on_2_10, step):
+    switcher, service = on_2_10, on_2_10.service
     _recovery(service, switcher, step, "standin-2.9", "2.9.0")
     assert switcher.state()["current"]["stack"] == "standin-2.9"
     assert switcher.state()["previous"]["stack"] == "standin-2.10"
 
 
-def test_sigkill_during_the_automatic_rollback_is_finished_by_the_next_run(service, switcher):
+def test_sigkill_during_the_automatic_rollback_is_finished_by_the_next_run(on_2_10):
+    switcher, service = on_2_10, on_2_10.service
     # standin-2.11 verifies but its /health answers 503: the switch rolls back, and is killed as it starts to.
     _recovery(service, switcher, "rollback", "standin-2.11", "2.10.0", expect_rc=1, health_timeout=3)
     state = switcher.state()
@@ -285,9 +312,9 @@ def test_sigkill_during_the_automatic_rollback_is_finished_by_the_next_run(servi
     assert "standin-2.11" not in service.sh(f"ls {STACKS}").output
 
 
-def test_a_killed_switch_then_rollback_returns_to_the_stack_that_served(service, switcher):
+def test_a_killed_switch_then_rollback_returns_to_the_stack_that_served(on_2_10):
     """Killed after the swap, then `rollback` instead of a re-run: back on the stack that served before."""
-    assert switcher.switch("standin-2.10").rc == 0
+    switcher, service = on_2_10, on_2_10.service
     killed = switcher.switch("standin-2.9", fault="swap")
     assert killed.rc in KILLED, killed.output
     back = switcher.rollback()
@@ -297,8 +324,8 @@ def test_a_killed_switch_then_rollback_returns_to_the_stack_that_served(service,
     assert switcher.state()["previous"]["stack"] == "standin-2.9"
 
 
-def test_disk_full_mid_build_is_one_line_and_gives_the_space_back(service, switcher):
-    assert switcher.switch("standin-2.10").rc == 0
+def test_disk_full_mid_build_is_one_line_and_gives_the_space_back(on_2_10):
+    switcher, service = on_2_10, on_2_10.service
     current = service.readlink()
     # A 1 MiB tmpfs with ~120 KiB left as the stacks root of the next switch: the venv gets created, the wheels
     # do not fit.
@@ -354,9 +381,9 @@ def test_a_second_run_on_the_guest_refuses_naming_the_holder_then_runs_once_it_i
     assert serving(service, "2.10.0")
 
 
-def test_the_pyinfra_deploy_finishes_a_switch_killed_after_its_swap(service, switcher):
+def test_the_pyinfra_deploy_finishes_a_switch_killed_after_its_swap(on_2_10):
     """The operation does not report "No change" for an environment whose restart was never confirmed."""
-    assert switcher.switch("standin-2.10").rc == 0
+    switcher, service = on_2_10, on_2_10.service
     pid = service.main_pid()
     killed = switcher.switch("standin-2.9", fault="restart")
     assert killed.rc in KILLED, killed.output

@@ -50,6 +50,31 @@ def service(lab: Lab, installed: Installed) -> Iterator[StandinService]:
         lab.remove(service.name)
 
 
+def deploy_2_10(service: StandinService) -> None:
+    """The good switch the rollback and no-space tests start from: deploys/stack.py adopts the plain venv and
+    switches it to standin-2.10 (what test_good_switch_adopts_the_plain_venv_... checks step by step)."""
+    run = service.deploy(stack="standin-2.10")
+    assert run.rc == 0, run.output[-3000:]
+
+
+@pytest.fixture(scope="module")
+def switched(installed: Installed) -> Iterator[Installed]:
+    """The installed container after ``deploy_2_10``, made once: each test that starts there gets a copy."""
+    with installed.then("lwss210base", deploy_2_10) as copies:
+        yield copies
+
+
+@pytest.fixture
+def on_2_10(lab: Lab, switched: Installed) -> Iterator[StandinService]:
+    """A copy of the installed container as ``deploy_2_10`` left it (on standin-2.10, the plain venv kept as
+    "original"), its unit started on 2.10."""
+    service = switched.service("lwss")
+    try:
+        yield service
+    finally:
+        lab.remove(service.name)
+
+
 class Watch:
     """Polls /health from the host while a block runs; records every answer."""
 
@@ -119,8 +144,8 @@ def test_a_broken_stack_is_refused_before_the_swap_and_the_service_never_blinks(
     assert "mislabelled" not in service.sh(f"ls {STACKS}").output  # the half-built environment is gone
 
 
-def test_a_failed_health_check_after_the_swap_rolls_back_by_itself(service):
-    assert service.deploy(stack="standin-2.10").rc == 0
+def test_a_failed_health_check_after_the_swap_rolls_back_by_itself(on_2_10):
+    service = on_2_10
     good = service.readlink()
     run = service.deploy(stack="standin-2.11", health_timeout=3)  # torch 2.11 without the extension: /health 503
     assert run.rc != 0
@@ -133,11 +158,11 @@ def test_a_failed_health_check_after_the_swap_rolls_back_by_itself(service):
     assert "standin-2.11" not in service.sh(f"ls {STACKS}").output
 
 
-def test_a_rollback_onto_a_stack_broken_too_says_what_is_down_and_how_to_restore_it(service):
+def test_a_rollback_onto_a_stack_broken_too_says_what_is_down_and_how_to_restore_it(on_2_10):
     # The previous stack loses its extension behind labwright's back; the new one fails its health check; the
     # automatic rollback restarts onto the previous one, which fails too: the error must say so, loudly, with the
     # symlink's target and the exact commands, never "healthy again".
-    assert service.deploy(stack="standin-2.10").rc == 0
+    service = on_2_10
     good = service.readlink()
     service.sh(f"rm -rf {good}/lib/python3*/site-packages/standin_attn")
     run = service.deploy(stack="standin-2.11", health_timeout=3)
@@ -152,8 +177,8 @@ def test_a_rollback_onto_a_stack_broken_too_says_what_is_down_and_how_to_restore
     assert service.health()[0] != 200
 
 
-def test_rollback_restores_the_previous_stack_and_show_tells_the_verifiers_truth(service):
-    assert service.deploy(stack="standin-2.10").rc == 0
+def test_rollback_restores_the_previous_stack_and_show_tells_the_verifiers_truth(on_2_10):
+    service = on_2_10
     new = service.readlink()
 
     back = service.deploy(stack_rollback="true")
@@ -250,8 +275,8 @@ def test_bad_input_is_one_line_and_leaves_the_running_stack_alone(service):
     assert [name for name in leftovers if name not in (".lock", "plans", "state")] == []
 
 
-def test_no_space_mid_build_removes_the_half_built_environment(service):
-    assert service.deploy(stack="standin-2.10").rc == 0
+def test_no_space_mid_build_removes_the_half_built_environment(on_2_10):
+    service = on_2_10
     current = service.readlink()
     # 1 MiB tmpfs with ~120 KiB left: the venv gets created, the wheels do not fit.
     service.sh("mkdir -p /mnt/small && mount -t tmpfs -o size=1m tmpfs /mnt/small && "
