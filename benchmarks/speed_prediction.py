@@ -3,15 +3,17 @@
 1. Every speed the field notes measured (tests/support/speed_measurements.py: notes 000-004), predicted by the same
    code `kv fit` runs (labwright.tuning.fit_model), its error printed per row, then the median and worst |error| of
    the rows the prediction is held to (``decode`` and ``prefill``; ``at_least``/``at_most`` rows are bounds).
-2. For real on this machine: a random-weight f16 GGUF large enough to be bandwidth-bound (~1.5 GiB; made once with
-   labwright.llamacpp.tiny_model's writer, cached), served by the pinned CPU llama-server (labwright.llamacpp.build's
-   cached build), decode measured from its own ``timings.predicted_per_second``, against `kv fit --cpu` with the RAM
-   bandwidth `kv bandwidth` measured just before. The machine is shared: the bandwidth and the decode are measured
-   back to back, three times each, medians.
+2. For real on this machine, side by side (local_runs): random-weight GGUFs large enough to be bandwidth-bound (f16
+   ~1.5 GiB, Q8_0 ~1.4 GiB; made once with labwright.llamacpp.tiny_model's writer, cached), each served by the pinned
+   CPU llama-server on one thread (labwright.llamacpp.build's cached build); trials alternate `kv bandwidth`'s
+   one-reader read with one decode of each model, the decode counted in CPU nanoseconds (a long request minus a short
+   one: the prompt and the HTTP round trip cancel). `kv fit --cpu --ram-measured` predicts from the run's best read
+   and the context the decode used; its error is against the median decode. The machine is shared and loaded: the
+   read is paired with the decodes because the load moves it (the decode per CPU second barely moves).
 3. `kv fit`'s own time: the whole computation in-process (median of 50), and `labwright kv fit --json` as a command
    (median of 5 wall times; Python start-up included, which benchmarks/cli_startup.py tracks on its own).
 
-    .venv/bin/python benchmarks/speed_prediction.py [--no-local] [--learn] [--json]
+    .venv/bin/python benchmarks/speed_prediction.py [--no-local | --local-only] [--trials N] [--learn] [--json]
 
 ``--learn`` prints the efficiencies the rows imply (the medians data/speed.toml records, with their derivation).
 """
@@ -39,8 +41,9 @@ from support.speed_measurements import OUTLIERS, ROWS, error, learn
 REPO = Path(__file__).resolve().parents[1]
 TARGET_MS = 100.0
 #: The local models, both large enough to be bandwidth-bound: f16 (2 bytes a weight), 16 layers of 2048 x 5632,
-#: ~1.5 GiB; and Q8_0 (8.5 bits), 28 such layers, ~1.4 GiB. The f16 run gives the efficiency of a measured RAM read
-#: (data/speed.toml [efficiency.llamacpp.cpu_measured]); the Q8_0 run, another weight type and kernel, checks it.
+#: ~1.5 GiB; and Q8_0 (8.5 bits), 28 such layers, ~1.4 GiB: the two weight kinds of data/speed.toml
+#: [efficiency.llamacpp.cpu_measured] (`float` and `quantized`: one core's Q8_0 kernel dequantizes, more arithmetic per
+#: byte read).
 LOCAL_MODELS = {
     "f16": {"embedding": 2048, "layers": 16, "heads": 16, "kv_heads": 16, "feed_forward": 5632},
     "q8_0": {"embedding": 2048, "layers": 28, "heads": 16, "kv_heads": 16, "feed_forward": 5632, "weights": "q8_0"},
@@ -86,17 +89,11 @@ def _post(url: str, body: dict, timeout: float = 600) -> dict:
         return json.loads(response.read())
 
 
-def local_run(kind: str = "f16", tokens: int = 32, repeats: int = 5) -> dict:
-    """One llama.cpp thread and one RAM reader: on a shared 2-core machine (load average 12 while measured) a
-    2-thread llama.cpp decode spends its time in its spin barriers (0.3-0.5 tok/s, against 3-7 with one thread), so
-    the run is one core against one core's bandwidth. Bandwidth and decode are measured in turns, ``repeats`` times
-    each. `kv bandwidth` counts the reader's CPU time (other processes take turns on the cores, not on the memory
-    bus); the decode is compared both per CPU second of llama-server (the same footing) and as llama.cpp's own
-    wall-clock timings (best and median), which the machine's load lowers."""
+def _start_server(kind: str) -> tuple[subprocess.Popen, int, Path]:
+    """The pinned CPU llama-server on the cached random-weight model of ``kind``, healthy, its weights paged in."""
     from labwright.llamacpp.build import build_llama_server
     from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
     from labwright.paths import cache_path
-    from labwright.tuning.bandwidth import measure_ram
 
     server = build_llama_server()
     folder = cache_path("bench", "speed-prediction", kind)
@@ -108,53 +105,115 @@ def local_run(kind: str = "f16", tokens: int = 32, repeats: int = 5) -> dict:
     proc = subprocess.Popen([str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-ngl", "0",
                              "-t", "1", "-c", "1024", "-np", "1", "--no-warmup"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.terminate()
+            raise SystemExit("llama-server did not become healthy")
+        time.sleep(0.5)
+    _post(f"http://127.0.0.1:{port}/completion", {"prompt": "warm", "n_predict": 4})  # pages the weights in
+    return proc, port, folder
+
+
+def _decode_trial(proc: subprocess.Popen, port: int, short: int, long: int) -> dict:
+    spent, walls, timings = {}, {}, {}
+    for n in (short, long):
+        before, began = _cpu_ns(proc.pid), time.perf_counter()
+        done = _post(f"http://127.0.0.1:{port}/completion",
+                     {"prompt": "hello", "n_predict": n, "temperature": 0, "cache_prompt": False})
+        spent[n], walls[n] = _cpu_ns(proc.pid) - before, time.perf_counter() - began
+        timings[n] = done["timings"]
+        if int(done["timings"]["predicted_n"]) != n:
+            raise SystemExit(f"llama-server decoded {done['timings']['predicted_n']} tokens, asked {n}")
+    return {"decode_on_cpu": (long - short) / ((spent[long] - spent[short]) / 1e9),
+            "decode_wall": float(timings[long]["predicted_per_second"]), "on_core": spent[long] / 1e9 / walls[long],
+            "context": int(timings[long]["prompt_n"]) + long}
+
+
+def local_runs(kinds: tuple[str, ...] = tuple(LOCAL_MODELS), short: int = 4, long: int = 36,
+               repeats: int = 5) -> list[dict]:
+    """Side by side: one llama-server per model, then ``repeats`` trials, each `kv bandwidth`'s one-reader read
+    followed by one decode of each model in turn, so that every decode has a read measured under the same load
+    beside it, and the models meet the same load. One llama.cpp thread against one reader: on a shared 2-core
+    machine a 2-thread decode spends its time in llama.cpp's spin barriers (0.3-0.5 tok/s against 3-7 with one
+    thread). Both are counted in CPU time (the machine's other processes take turns on the cores; they contend for
+    the memory bus too, which is why the two are paired): the read as `kv bandwidth` counts it, the decode as the
+    nanoseconds llama-server ran on a CPU (/proc/PID/task/*/schedstat) across a ``long``-token request minus a
+    ``short``-token one with the same prompt, so that the prompt, the HTTP round trip and the request's set-up
+    cancel: what is left is ``long - short`` decoded tokens. Each trial's implied efficiency is that rate x the
+    bytes `kv fit` says a token reads (weights from the GGUF's tensor table, the KV at the context: llama.cpp reads
+    its cache in cells of 256) / the read beside it; `kv fit`'s prediction from each trial's read is held against
+    that trial's decode."""
+    from labwright.tuning.bandwidth import measure_ram
+    from labwright.tuning.speed import gguf_active
+
+    servers: dict[str, tuple[subprocess.Popen, int, Path]] = {}
+    trials: dict[str, list[dict]] = {kind: [] for kind in kinds}
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit("llama-server did not become healthy")
-            time.sleep(0.5)
-        _post(f"http://127.0.0.1:{port}/completion", {"prompt": "warm", "n_predict": 4})  # pages the weights in
-        bandwidths, decodes, on_cpu = [], [], []
+        for kind in kinds:
+            servers[kind] = _start_server(kind)
         for _ in range(repeats):
-            bandwidths.append(measure_ram(512, 1, 5).gbs)
-            before = _cpu_seconds(proc.pid)
-            done = _post(f"http://127.0.0.1:{port}/completion",
-                         {"prompt": "hello", "n_predict": tokens, "temperature": 0, "cache_prompt": False})
-            spent = _cpu_seconds(proc.pid) - before
-            decodes.append(float(done["timings"]["predicted_per_second"]))
-            # the prompt's one pass over the weights counted as one more token's read
-            on_cpu.append((int(done["timings"]["predicted_n"]) + 1) / spent)
+            for kind in kinds:
+                ram = measure_ram(512, 1, 10)
+                proc, port, _ = servers[kind]
+                trials[kind].append({"read_gbs": ram.gbs, "load": os.getloadavg()[0],
+                                     **_decode_trial(proc, port, short, long)})
     finally:
-        proc.terminate()
-        proc.wait(30)
+        for proc, _, _ in servers.values():
+            proc.terminate()
+        for proc, _, _ in servers.values():
+            proc.wait(30)
 
-    ram = statistics.median(bandwidths)
-    result = fit_model(FitRequest(vram=None, model_dir=folder, cpu=True, ram_bandwidth=ram, engine="llamacpp",
-                                  ram_measured=True))
-    assert result.speed is not None and result.speed.parts
-    predicted = result.speed.decode_tok_s or 0.0
-    read = sum(p.bytes for p in result.speed.parts)
-    pairs = {"on_cpu": statistics.median(on_cpu), "wall_best": max(decodes), "wall_median": statistics.median(decodes)}
-    return {"kind": kind, "model_bytes": model.stat().st_size, "read_per_token": round(read), "threads": 1,
-            "ram_read_gbs": [round(b, 2) for b in bandwidths],
-            "decode_tok_s": [round(d, 2) for d in decodes], "decode_on_cpu_tok_s": [round(d, 2) for d in on_cpu],
-            "implied_efficiency": round(statistics.median(on_cpu) * read / (ram * 1e9), 3),
-            "predicted": round(predicted, 2),
-            **{name: {"measured": round(value, 2), "error_pct": round(100 * error(predicted, value), 1)}
-               for name, value in pairs.items()}}
+    # The read the run holds the decodes to: the best of all its rounds (STREAM's convention, the least disturbed
+    # read). One core's read by CPU time falls with the machine's load (16-30 GB/s on this 2-core machine: another
+    # process on the core beside it shares the core's line-fill buffers and the memory bus), while one core's decode
+    # per CPU second barely moves: the decode, partly bound by the core's arithmetic, does not follow the read.
+    best = max(t["read_gbs"] for runs in trials.values() for t in runs)
+    results = []
+    for kind in kinds:
+        runs, folder = trials[kind], servers[kind][2]
+        model = folder / f"random-{kind}.gguf"
+        result = fit_model(FitRequest(vram=None, model_dir=folder, cpu=True, ram_bandwidth=best, engine="llamacpp",
+                                      ram_measured=True, context=max(t["context"] for t in runs)))
+        speed = result.speed
+        assert speed is not None and speed.parts and speed.decode_tok_s
+        predicted = speed.decode_tok_s
+        per_token = sum(p.bytes for p in speed.parts)
+        rates = [t["decode_on_cpu"] for t in runs]
+        measured = statistics.median(rates)
+        params = gguf_active(model).active_params or 0.0
+        results.append({
+            "kind": kind, "model_bytes": model.stat().st_size, "read_per_token": round(per_token),
+            "parts": {p.what: round(p.bytes) for p in speed.parts}, "threads": 1,
+            "efficiency_used": speed.parts[0].efficiency, "best_read_gbs": round(best, 2),
+            "ram_read_gbs": [round(t["read_gbs"], 2) for t in runs],
+            "decode_on_cpu_tok_s": [round(rate, 2) for rate in rates],
+            "decode_wall_tok_s": [round(t["decode_wall"], 2) for t in runs],
+            "on_core": [round(t["on_core"], 2) for t in runs], "load": [round(t["load"], 1) for t in runs],
+            "implied_efficiency": round(measured * per_token / (best * 1e9), 3),
+            "implied_beside": [round(t["decode_on_cpu"] * per_token / (t["read_gbs"] * 1e9), 3) for t in runs],
+            "weights_per_cpu_s_g": round(measured * params / 1e9, 2),
+            "predicted": round(predicted, 2), "measured": round(measured, 2),
+            "error_pct": round(100 * error(predicted, measured), 1),
+            "trial_errors_pct": [round(100 * error(predicted, rate), 1) for rate in rates]})
+    return results
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (/proc/PID/stat fields 14 and 15, in clock ticks)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu_ns(pid: int) -> int:
+    """Nanoseconds every thread of a process has run on a CPU (/proc/PID/task/TID/schedstat's first field)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that ended between the listing and the read
+            continue
+    return total
 
 
 def fit_timing(runs: int = 50) -> dict:
@@ -192,19 +251,42 @@ def fit_timing(runs: int = 50) -> dict:
             "target_ms": TARGET_MS}
 
 
+def _local_lines(runs: list[dict]) -> list[str]:
+    lines = []
+    for local in runs:
+        lines += [
+            f"local CPU llama-server ({local['model_bytes'] / 2**30:.2f} GiB {local['kind']}, {local['threads']} "
+            f"thread, {local['read_per_token'] / 1e9:.3f} GB read per token), {len(local['load'])} trials side by "
+            f"side (load {min(local['load'])}-{max(local['load'])}; llama-server on its core "
+            f"{100 * min(local['on_core']):.0f}-{100 * max(local['on_core']):.0f}% of the time)",
+            f"  RAM read {local['ram_read_gbs']} GB/s; decode per CPU second {local['decode_on_cpu_tok_s']} tok/s "
+            f"(wall {local['decode_wall_tok_s']}); {local['weights_per_cpu_s_g']} G weights per CPU second",
+            f"  best read {local['best_read_gbs']} GB/s: implied efficiency {local['implied_efficiency']} (kv fit "
+            f"uses {local['efficiency_used']}; of the read beside each trial: {local['implied_beside']})",
+            f"  predicted {local['predicted']} vs measured {local['measured']} tok/s per CPU second "
+            f"({local['error_pct']:+.1f}%; each trial {local['trial_errors_pct']}%)"]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-local", action="store_true", help="skip the real llama-server run")
+    parser.add_argument("--local-only", action="store_true", help="only the real llama-server run")
+    parser.add_argument("--trials", type=int, default=5, help="side-by-side trials of the local run (default 5)")
     parser.add_argument("--learn", action="store_true", help="print the efficiencies the rows imply")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.learn:
         print(json.dumps(learn(), indent=2))
         return 0
+    if args.local_only:
+        local = local_runs(repeats=args.trials)
+        print(json.dumps(local, indent=2) if args.json else "\n".join(_local_lines(local)))
+        return 0
     lines, summary = field_notes()
     report = {"field_notes": summary, "rows": lines, "bounds_hold": all(line["bound_holds"] for line in lines)}
     if not args.no_local:
-        report["local_cpu"] = [local_run(kind) for kind in LOCAL_MODELS]
+        report["local_cpu"] = local_runs(repeats=args.trials)
     report["kv_fit_time"] = fit_timing()
     if args.json:
         print(json.dumps(report, indent=2))
@@ -218,16 +300,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['worst_error_pct']}% ({summary['worst_row']}); without the {summary['outliers']} outliers "
           f"(OUTLIERS, each with its reason): worst {summary['worst_without_outliers_pct']:+}% "
           f"({summary['worst_without_outliers_row']}); bounds hold: {report['bounds_hold']}")
-    for local in report.get("local_cpu", []):
-        print(f"local CPU llama-server ({local['model_bytes'] / 2**30:.2f} GiB {local['kind']}, {local['threads']} "
-              f"thread): RAM read {local['ram_read_gbs']} GB/s, decode {local['decode_tok_s']} tok/s; implied "
-              f"efficiency (per CPU second, of the measured read) {local['implied_efficiency']}")
-        share = statistics.median(local["decode_tok_s"]) / statistics.median(local["decode_on_cpu_tok_s"])
-        print(f"  decode per CPU second of llama-server {local['decode_on_cpu_tok_s']} tok/s (it had the core "
-              f"{100 * share:.0f}% of the time: the machine's other processes)")
-        for which in ("on_cpu", "wall_best", "wall_median"):
-            pair = local[which]
-            print(f"  predicted {local['predicted']} vs {which} {pair['measured']} tok/s ({pair['error_pct']:+.1f}%)")
+    print("\n".join(_local_lines(report.get("local_cpu", []))))
     timing = report["kv_fit_time"]
     print(f"kv fit: {timing['in_process_ms']} ms in-process; as a command {timing['command_cpu_ms']} ms CPU "
           f"({timing['command_wall_ms']} ms wall), {timing['beyond_start_up_cpu_ms']} ms CPU beyond `kv --help`'s "
