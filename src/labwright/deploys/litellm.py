@@ -35,7 +35,7 @@ from labwright.engine_keys import key_file_refusal
 from labwright.errors import LabwrightError
 from labwright.facts.default_keys import DefaultKeysIn
 from labwright.facts.engine_keys import KeysFileCurrent
-from labwright.facts.litellm import LitellmVersion
+from labwright.facts.litellm import LitellmVersion, PrometheusClientVersion
 from labwright.guestlock import locked
 from labwright.lab.lab import instance_address
 from labwright.litellm.config import (
@@ -50,6 +50,7 @@ from labwright.litellm.config import (
     discover_engines,
     load_defaults,
     local_keys_script,
+    metrics_refusal,
     parse_aliases,
     render_config,
     render_secrets,
@@ -196,6 +197,10 @@ def deploy_litellm() -> None:
     except LabwrightError as exc:
         raise fail("find_links", str(exc)) from None
     health_timeout, num_retries, request_timeout = typed["health_timeout"], typed["num_retries"], typed["timeout"]
+    metrics = KEYS.bool_of("metrics", data("metrics"))
+    refusal = metrics_refusal(version) if metrics else None
+    if refusal:
+        raise DeployError(refusal)
 
     try:
         # HostData is read through .get only, as a Mapping would be.
@@ -233,11 +238,14 @@ def deploy_litellm() -> None:
                 create_home=True)
     install_changed = False
     current = host.get_fact(LitellmVersion, venv=venv)
-    if current != version:
+    # prometheus-client comes with the lock (labwright.litellm.wheelhouse.METRICS): a venv made before it was there
+    # is installed again from the lock, which adds it.
+    if current != version or not host.get_fact(PrometheusClientVersion, venv=venv):
         # From PyPI: the hashed lock made here for the guest's Python (common.index_lock); from a wheelhouse, its own.
         lock_args = "" if find_links else index_lock([f"litellm[proxy]=={version}", *WHEELHOUSE_EXTRA], "",
                                                      f"{LOCKS_DIR}/{service}.lock", f"litellm[proxy]=={version}")
-        server.shell(name=f"Install litellm[proxy]=={version} in {venv} (was {current or 'absent'})",
+        server.shell(name=f"Install litellm[proxy]=={version} and prometheus-client in {venv} (was "
+                          f"{current or 'absent'})",
                      commands=install_commands(venv, version, find_links, host.name, lock_args))
         install_changed = True
 
@@ -259,7 +267,8 @@ def deploy_litellm() -> None:
                      "there)", commands=[local_keys_script(local_keys, local_env)])
         local_changed = True
     config = files.put(name=f"{config_file}: {len(gateway.models)} models", src=StringIO(
-        render_config(gateway, num_retries, request_timeout)), dest=config_file, user="root", group=user, mode="640")
+        render_config(gateway, num_retries, request_timeout, metrics)), dest=config_file, user="root", group=user,
+        mode="640")
     unit_text = JINJA.get_template("litellm.service.j2").render(user=user, home=home, config_dir=config_dir, venv=venv,
                                                                 host=listen_host, port=port)
     unit = files.put(name=f"Unit {service}.service", src=StringIO(unit_text),

@@ -92,9 +92,9 @@ def _unanswered(targets: list[Target]) -> None:
                               "llamacpp_metrics=false there to leave it unscraped (nothing was changed)")
         if status == 404 and target.job == "litellm":
             raise DeployError(f"monitoring_litellm: {target.url} on {target.guest} answers 404: the gateway runs "
-                              "without LiteLLM's prometheus callback (deploys/litellm.py does not turn it on: the "
-                              "callback needs prometheus_client, which litellm[proxy] 1.80.0 does not install; "
-                              "docs/monitoring.md \"LiteLLM\"); set monitoring_litellm=false (nothing was changed)")
+                              "without LiteLLM's prometheus callback (deployed before labwright turned it on); "
+                              "deploy it again (deploys/litellm.py, litellm_metrics=true), or set "
+                              "monitoring_litellm=false (nothing was changed)")
         if status >= 400 and status not in (401, 403):
             raise DeployError(f"{where}: {target.url} answers {status}, not metrics; check the port and path "
                               "(nothing was changed)")

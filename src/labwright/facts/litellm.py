@@ -11,3 +11,9 @@ class LitellmVersion(VenvPackageVersion, FactBase):
     """The litellm version in a venv."""
 
     package = "litellm"
+
+
+class PrometheusClientVersion(VenvPackageVersion, FactBase):
+    """The prometheus-client version in a venv: LiteLLM's prometheus callback needs it, litellm[proxy] lacks it."""
+
+    package = "prometheus_client"

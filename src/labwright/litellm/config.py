@@ -273,12 +273,40 @@ def build_gateway(engines: list[Model], cloud: list[Model], secrets: dict[str, s
     return gateway
 
 
-def render_config(gateway: Gateway, num_retries: int, timeout: int) -> str:
+def render_config(gateway: Gateway, num_retries: int, timeout: int, metrics: bool = False) -> str:
+    """config.yaml; ``metrics``: LiteLLM's prometheus callback on, its /metrics behind the master key."""
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, trim_blocks=True,
                       lstrip_blocks=True, keep_trailing_newline=True)
     models = [Model(m.name, m.model, m.api_base, m.api_key, re.sub(r"[\r\n]", " ", m.source)) for m in gateway.models]
     return env.get_template("config.yaml.j2").render(models=models, fallbacks=gateway.fallbacks,
-                                                     num_retries=num_retries, timeout=timeout)
+                                                     num_retries=num_retries, timeout=timeout, metrics=metrics)
+
+
+#: The first LiteLLM whose prometheus callback is open. 1.79.3 (the release before) imports it from
+#: litellm-enterprise 0.1.20 (litellm/litellm_core_utils/litellm_logging.py line 179), whose PrometheusLogger makes
+#: only ``litellm_not_a_premium_user_metric`` without a licence (litellm_enterprise/integrations/prometheus.py lines
+#: 47-57); 1.80.0 ships it in the open package without that check (litellm/integrations/prometheus.py lines 39-45).
+METRICS_OPEN_SINCE = "1.80.0"
+
+
+def metrics_open(version: str) -> bool:
+    """Whether LiteLLM ``version``'s prometheus callback serves metrics without a licence (a version that is not one
+    counts as open: its own check names it)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version) >= Version(METRICS_OPEN_SINCE)
+    except InvalidVersion:
+        return True
+
+
+def metrics_refusal(version: str) -> str | None:
+    """Why the gateway cannot have /metrics at LiteLLM ``version`` (one line naming litellm_metrics), or None."""
+    if metrics_open(version):
+        return None
+    return (f"litellm_metrics: LiteLLM {version}'s prometheus callback is an enterprise feature (no metrics without "
+            f"a licence); it is open from {METRICS_OPEN_SINCE}: set litellm_version={METRICS_OPEN_SINCE} or later, "
+            "or litellm_metrics=false (nothing was changed)")
 
 
 def render_secrets(secrets: dict[str, str], engine_keys: Mapping[str, str] | None = None) -> str:

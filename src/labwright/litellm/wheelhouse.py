@@ -5,6 +5,10 @@
 
 Cached under ~/.cache/labwright/litellm/<version>-py<python>/. redis (a proxy dependency) needs async-timeout on
 Python < 3.11.3 (Debian bookworm has 3.11.2), a marker pip does not evaluate for the target: it is added explicitly.
+prometheus-client is added too (METRICS): LiteLLM's prometheus callback imports it (litellm 1.80.0's wheel,
+litellm/integrations/prometheus.py lines 42 and 2209) but ``litellm[proxy]`` does not require it (the wheel's METADATA
+has no ``Requires-Dist: prometheus-client``); the pin is the one LiteLLM's own requirements.txt gives for its proxy
+("prometheus_client==0.20.0 # for /metrics endpoint on proxy"). docs/monitoring.md "LiteLLM".
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from pathlib import Path
 
 from labwright.wheelhouse import cache_root, check_versions, download_wheelhouse
 
-EXTRA = ["async-timeout>=4.0.3"]
+#: the gateway's /metrics (deploys/litellm.py, litellm_metrics): installed with the proxy whether or not it is on
+METRICS = ["prometheus-client==0.20.0"]
+EXTRA = ["async-timeout>=4.0.3", *METRICS]
 
 
 def plan(version: str, python: str, root: Path | None = None) -> tuple[list[str], Path]:

@@ -119,12 +119,31 @@ def engine_targets(hosts: Iterable[EngineHost], rules: Mapping[str, Mapping[str,
 
 
 def litellm_targets(hosts: Iterable[EngineHost], address_of: Callable[[EngineHost], str]) -> list[Target]:
-    """The LiteLLM gateway(s) of the inventory: /metrics/ with the master key (monitoring_litellm=true)."""
+    """The LiteLLM gateway(s) of the inventory: /metrics/ with the master key (monitoring_litellm=true).
+
+    deploys/litellm.py turns LiteLLM's prometheus callback on (``litellm_metrics``, on by default) with
+    ``require_auth_for_metrics_endpoint: true``: the callback mounts its ASGI app at ``/metrics`` (litellm 1.80.0's
+    wheel, litellm/integrations/prometheus.py lines 2201-2225; Starlette redirects ``/metrics`` to ``/metrics/``) and
+    PrometheusAuthMiddleware answers 401 there without a key LiteLLM accepts (the master key: it reads
+    ``Authorization: Bearer``; litellm/proxy/middleware/prometheus_auth_middleware.py lines 27-45). A gateway with
+    ``litellm_metrics=false``, or a LiteLLM older than the callback's first open release, is refused here."""
+    from labwright.litellm.config import METRICS_OPEN_SINCE, metrics_open
+
     defaults = litellm_defaults()["service"]
     found = []
     for host in hosts:
         if not any(str(k).startswith("litellm_") and k != "litellm_engine_address" for k in host.data):
             continue
+        if _off(host.data.get("litellm_metrics", defaults["metrics"])):
+            raise MonitoringError("monitoring_litellm", f"the gateway on {host.name} runs with litellm_metrics=false "
+                                  "(no /metrics); deploy it again with litellm_metrics=true, or set "
+                                  "monitoring_litellm=false (nothing was changed)")
+        version = str(host.data.get("litellm_version") or defaults["version"]).strip()
+        if not metrics_open(version):
+            raise MonitoringError("monitoring_litellm", f"the gateway on {host.name} runs LiteLLM {version}, whose "
+                                  "prometheus callback is an enterprise feature (no metrics without a licence); "
+                                  f"deploy it with litellm_version={METRICS_OPEN_SINCE} or later, or set "
+                                  "monitoring_litellm=false (nothing was changed)")
         port = _port(host.data.get("litellm_port") or defaults["port"], "litellm_port", host.name)
         config_dir = str(host.data.get("litellm_config_dir") or defaults["config_dir"]).rstrip("/")
         key = EngineKey(host.name, f"{config_dir}/master.env", "LITELLM_MASTER_KEY", key_env("litellm", host.name),

@@ -14,6 +14,7 @@ from labwright.litellm.config import (
     cloud_models,
     discover_engines,
     load_defaults,
+    metrics_refusal,
     parse_aliases,
     render_config,
     render_secrets,
@@ -73,6 +74,33 @@ def test_aliases_get_their_primary_and_fallbacks_and_render_as_yaml():
     assert config["general_settings"]["master_key"] == "os.environ/LITELLM_MASTER_KEY"
     assert "sk-or-real" not in render_config(gateway, 0, 600)
     assert render_secrets(gateway.secrets).splitlines()[-1] == 'OPENROUTER_API_KEY="sk-or-real"'
+
+
+def test_metrics_turn_on_the_prometheus_callback_behind_the_master_key():
+    """litellm_metrics (on by default): LiteLLM's prometheus callback, its /metrics only with a key LiteLLM accepts
+    (litellm 1.80.0: litellm/proxy/common_utils/callback_utils.py lines 270-273 mount it for ``callbacks``;
+    proxy_server.py lines 2301-2305 set ``require_auth_for_metrics_endpoint`` on litellm, which
+    prometheus_auth_middleware.py line 72 reads)."""
+    assert load_defaults()["service"]["metrics"] is True
+    gateway = build_gateway(engines(), [], {}, {})
+    on = yaml.safe_load(render_config(gateway, 0, 600, metrics=True))["litellm_settings"]
+    assert on == {"drop_params": True, "telemetry": False, "callbacks": ["prometheus"],
+                  "require_auth_for_metrics_endpoint": True}
+    off = yaml.safe_load(render_config(gateway, 0, 600))["litellm_settings"]
+    assert off == {"drop_params": True, "telemetry": False}
+
+
+@pytest.mark.parametrize(("version", "open_"), [("1.80.0", True), ("1.80.17", True), ("2.0", True),
+                                                ("1.79.3", False), ("1.46.0", False)])
+def test_metrics_are_refused_below_the_first_open_release(version, open_):
+    """1.79.3 takes PrometheusLogger from litellm-enterprise 0.1.20, which serves no metrics without a licence
+    (litellm_enterprise/integrations/prometheus.py lines 47-57); 1.80.0 is the first open one."""
+    refusal = metrics_refusal(version)
+    if open_:
+        assert refusal is None
+    else:
+        assert refusal is not None and refusal.startswith(f"litellm_metrics: LiteLLM {version}'s prometheus ")
+        assert "litellm_version=1.80.0 or later, or litellm_metrics=false" in refusal and "\n" not in refusal
 
 
 @pytest.mark.parametrize(("aliases", "words"), [

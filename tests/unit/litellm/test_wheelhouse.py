@@ -36,6 +36,15 @@ def test_a_wheelhouse_without_its_hashed_lock_is_not_complete(tmp_path, monkeypa
     assert (target / "requirements.lock").read_text().startswith("x==1 --hash=sha256:")
 
 
+def test_the_wheelhouse_holds_prometheus_client_pinned():
+    """The gateway's /metrics needs prometheus_client, which litellm[proxy] 1.80.0 does not require."""
+    from labwright.litellm.wheelhouse import METRICS, plan
+
+    assert METRICS == ["prometheus-client==0.20.0"]
+    requirements, _ = plan("1.80.0", "3.11.2")
+    assert requirements == ["litellm[proxy]==1.80.0", "async-timeout>=4.0.3", "prometheus-client==0.20.0"]
+
+
 @pytest.mark.parametrize(("version", "python", "words"), [
     ("1.80.0", "bookworm", "--python 'bookworm'"),
     ("latest", "3.11.2", "--version 'latest'"),

@@ -55,6 +55,39 @@ def test_engines_with_a_metrics_endpoint_are_targets_with_their_keys():
         ("http://10.99.0.8:4001/metrics/", "LITELLM_MASTER_KEY")]
 
 
+def test_the_gateway_is_scraped_with_its_master_key_file(tmp_path):
+    """monitoring_litellm=true: the gateway's /metrics/ (LiteLLM's prometheus callback, which deploys/litellm.py
+    turns on behind the master key) as one job with the master key's copy as its credentials_file; promtool takes
+    it."""
+    gateway = litellm_targets(hosts(), address)
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "engine_key_litellm_lxd_gw").write_text("sk-x")
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render_rules(5))
+    config = tmp_path / "prometheus.yml"
+    config.write_text(render_prometheus(gateway, [], "15s", str(tmp_path / "keys"), str(rules)))
+    job = yaml.safe_load(config.read_text())["scrape_configs"][0]
+    assert job == {"job_name": "litellm-lxd-gw", "metrics_path": "/metrics/", "static_configs": [
+        {"targets": ["10.99.0.8:4001"], "labels": {"guest": "@lxd/gw", "service": "litellm"}}],
+        "authorization": {"type": "Bearer", "credentials_file": str(tmp_path / "keys" / "engine_key_litellm_lxd_gw")}}
+    assert gateway[0].key is not None and (gateway[0].key.path, gateway[0].key.name) == (
+        "/etc/litellm/master.env", "LITELLM_MASTER_KEY")
+    checked = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize(("data", "words"), [
+    ({"litellm_metrics": "false"}, "the gateway on @lxd/gw runs with litellm_metrics=false (no /metrics); deploy it "
+     "again with litellm_metrics=true, or set monitoring_litellm=false"),
+    ({"litellm_version": "1.79.3"}, "the gateway on @lxd/gw runs LiteLLM 1.79.3, whose prometheus callback is an "
+     "enterprise feature"),
+])
+def test_a_gateway_without_open_metrics_is_refused_in_one_line(data, words):
+    with pytest.raises(MonitoringError, match="^monitoring_litellm: ") as caught:
+        litellm_targets([EngineHost("@lxd/gw", {"litellm_port": 4001, **data})], address)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
 @pytest.mark.parametrize(("value", "words"), [
     ("http://10.0.0.1:9400", "is not HOST:PORT or HOST:PORT/PATH"),
     ("10.0.0.1:99999", "is not a port number"),
