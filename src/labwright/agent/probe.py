@@ -50,8 +50,12 @@ POLL = 0.2
 LINES_GRACE_S = 3.0
 #: A start still loading at its deadline while the guest's anonymous memory came this close to the guest's limit was
 #: thrashing there (every file page evicted and read back), not slow: its verdict is "oom". Measured under a 512 MiB
-#: limit: a start that fits holds about 5.5 MiB under it, one above the ceiling either is killed or thrashes.
+#: limit with both cores busy (the guest's cgroup read from the host every 0.25 s): each start near the edge sits on a
+#: plateau of anonymous memory while it thrashes; those that came up in time held 489-498 MiB there, those still
+#: loading at their 20 s deadline 499-505 MiB.
 THRASH_MARGIN = 16 * 1024**2
+#: Seconds between two readings of the guest's memory while a start runs.
+MEMORY_POLL = 0.5
 RECORD_DIR = "/var/lib/labwright/probe"
 
 
@@ -310,19 +314,45 @@ def overdue(timeout: float, how: str, lines: list[str], closest: dict) -> dict:
             "guest_memory": closest or None}
 
 
+class Peak(threading.Thread):
+    """The guest's memory at its highest anonymous reading while a start runs, read by a thread of its own every
+    MEMORY_POLL seconds: on a thrashing guest one look of the verdict loop (a journal read) can span the whole
+    deadline, while a file read still gets its turn."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.seen: dict = {}
+        self.done = threading.Event()
+
+    def sample(self) -> None:
+        now = container_memory()
+        if now.get("anon_bytes") is not None and now["anon_bytes"] >= (self.seen.get("anon_bytes") or 0):
+            self.seen = now
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.sample()
+            self.done.wait(MEMORY_POLL)
+
+
 def watch(req: dict, invocation: str, started: float) -> dict:
     """Wait for our invocation's verdict: ok, oom, error or timeout."""
+    peak = Peak()
+    peak.start()
+    try:
+        return _watch(req, invocation, started, peak)
+    finally:
+        peak.done.set()
+
+
+def _watch(req: dict, invocation: str, started: float, peak: Peak) -> dict:
     service, timeout = req["service"], float(req["timeout"])
     success, oom = req.get("success_lines", []), req.get("oom_lines", [])
     url = req.get("health_url")
     lines: list[str] = []
     deadline = started + timeout
     exit_seen = 0.0
-    closest: dict = {}  # the guest's memory when its anonymous part was highest during this start
     while True:
-        guest = container_memory()
-        if guest.get("anon_bytes") is not None and guest["anon_bytes"] >= (closest.get("anon_bytes") or 0):
-            closest = guest
         # Each look is bounded by the time left: near the memory limit the guest thrashes and journalctl or
         # systemctl alone can take longer than the whole startup timeout.
         left = max(deadline - time.monotonic(), 1.0)
@@ -331,7 +361,7 @@ def watch(req: dict, invocation: str, started: float) -> dict:
         exits = [e for e in entries if e.get("INVOCATION_ID") == invocation and e.get("EXIT_CODE")]
         info = props(service, timeout=left)
         if OVERDUE.is_set():  # the watchdog's SIGKILL, not the OOM killer's
-            return overdue(timeout, "killed at the deadline", lines, closest)
+            return overdue(timeout, "killed at the deadline", lines, peak.seen)
         ours_running = info.get("InvocationID") == invocation and info.get("ActiveState") == "active" \
             and info.get("SubState") == "running"
         if any(word in line for line in lines for word in oom):
@@ -350,7 +380,7 @@ def watch(req: dict, invocation: str, started: float) -> dict:
                 return {"outcome": "oom", "why": "SIGKILL: the OOM killer", "exit": text,
                         "lines": lines}
             if code == "killed" and status in ("14", "ALRM"):  # the start's own deadline (tuning.probe's wrapper)
-                return {**overdue(timeout, "its deadline's SIGALRM ended it", lines, closest), "exit": text}
+                return {**overdue(timeout, "its deadline's SIGALRM ended it", lines, peak.seen), "exit": text}
             # systemd's exit line and the service's own (its stdout, through journald's stream) arrive by two paths:
             # under load the exit can be in the journal before the line that says why (an out-of-memory line).
             exit_seen = exit_seen or time.monotonic()
@@ -359,7 +389,7 @@ def watch(req: dict, invocation: str, started: float) -> dict:
                 continue
             return {"outcome": "error", "why": f"main process exited ({text})", "exit": text, "lines": lines}
         if time.monotonic() > deadline:
-            return overdue(timeout, "still running", lines, closest)
+            return overdue(timeout, "still running", lines, peak.seen)
         time.sleep(POLL)
 
 

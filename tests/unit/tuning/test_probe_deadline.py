@@ -86,6 +86,29 @@ def test_an_alarm_exit_is_the_deadline_and_a_kill_exit_the_oom_killer(monkeypatc
         assert verdict["lines"] == ["load_model: loading"]
 
 
+def test_a_start_thrashing_through_its_deadline_is_oom_from_the_memory_read_beside_the_loop(monkeypatch):
+    """One look of the verdict loop can span the whole deadline on a thrashing guest (here: a journal read that
+    returns only then); the guest's memory is read by a thread of its own meanwhile."""
+    readings = iter([{"limit_bytes": 512 * MIB, "anon_bytes": 40 * MIB}] * 2 +
+                    [{"limit_bytes": 512 * MIB, "anon_bytes": 504 * MIB}] * 1000)
+    monkeypatch.setattr(waiter, "MEMORY_POLL", 0.01)
+    monkeypatch.setattr(waiter, "container_memory", lambda: next(readings))
+    started = time.monotonic()
+
+    def slow_journal(invocation: str, timeout: float | None = None) -> list:
+        time.sleep(max(started + 0.5 - time.monotonic(), 0))  # the whole deadline
+        return [{"_SYSTEMD_INVOCATION_ID": "inv", "MESSAGE": "load_model: loading"}]
+
+    monkeypatch.setattr(waiter, "journal", slow_journal)
+    monkeypatch.setattr(waiter, "props", lambda service, timeout=None: {"InvocationID": "inv",
+                                                                        "ActiveState": "active",
+                                                                        "SubState": "running"})
+    verdict = waiter.watch({"service": "llama-server.service", "timeout": 0.4}, "inv", started)
+    assert verdict["outcome"] == "oom" and verdict["why"].startswith("thrashing at the guest's memory limit: "
+                                                                     "still loading after 0.4s with 504.0 of 512 MiB")
+    assert verdict["guest_memory"]["anon_bytes"] == 504 * MIB
+
+
 def test_the_unit_is_killed_through_cgroup_kill_when_the_kernel_has_it(tmp_path, monkeypatch):
     unit = tmp_path / "unified" / "system.slice" / "llama-server.service"
     unit.mkdir(parents=True)
