@@ -10,6 +10,10 @@
    one: the prompt and the HTTP round trip cancel). `kv fit --cpu --ram-measured` predicts from the run's best read
    and the context the decode used; its error is against the median decode. The machine is shared and loaded: the
    read is paired with the decodes because the load moves it (the decode per CPU second barely moves).
+   Recorded 2026-11-28 (docs/kv.md), five runs at load 6-25, one thread: one-core read 15.6-30.5 GB/s, decode f16
+   12.3-15.0 and Q8_0 7.7-11.2 tokens per CPU second; efficiency against the best read f16 0.77-0.97, Q8_0
+   0.45-0.74 (data/speed.toml keeps the first three runs' medians, 0.827 and 0.639); the two held-out runs (load
+   16-21): f16 -14.9% and -9.6%, Q8_0 -13.3% and +1.3%.
 3. `kv fit`'s own time: the whole computation in-process (median of 50), and `labwright kv fit --json` as a command
    (median of 5 wall times; Python start-up included, which benchmarks/cli_startup.py tracks on its own).
 
