@@ -11,7 +11,10 @@
   (CPython's single-byte search is glibc ``memchr``, which reads at the memory's pace); the best of a few rounds
   (STREAM's convention: the best time is the least disturbed), bytes / the slowest reader's CPU time: on a machine
   whose cores other processes share, the wall time counts their turns too (measured on a 2-core machine at load 12:
-  16-18 GB/s by CPU time in every run, 8-17 by wall time). Python only: no numpy.
+  16-18 GB/s by CPU time in every run, 8-17 by wall time). The load still lowers the read by CPU time, less: other
+  processes share the memory bus and a core's line-fill buffers (one reader on that machine, 2026-11-28: 26.6-30.5
+  GB/s at load 6-12, 15.6-27.6 at load 16-25); benchmarks/speed_prediction.py pairs its decodes with reads beside
+  them and holds them to the best. Python only: no numpy.
 """
 
 from __future__ import annotations
@@ -138,7 +141,8 @@ def measure_ram(size_mib: int = DEFAULT_SIZE_MIB, processes: int | None = None, 
     return RamBandwidth(size / cpu / 1e9, size, workers, rounds, cpu,
                         f"{workers} processes scan a {size_mib} MiB shared buffer with memchr (mmap.find), best of "
                         f"{rounds} rounds: bytes read / the slowest reader's CPU time (a busy machine's other "
-                        "processes take turns on the cores, not on the memory bus)", size / wall / 1e9)
+                        "processes' turns on the cores are not counted; their share of the memory bus is)",
+                        size / wall / 1e9)
 
 
 #: What a reader writes to the parent: a letter, then the CPU seconds of its last scan (a little-endian double).
