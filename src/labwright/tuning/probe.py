@@ -63,7 +63,8 @@ OUTCOMES = ("ok", "oom", "timeout", "error")
 # on at 53 s); the kernel's timer needs none of them. Python restores SIGXFSZ to its default first (it ignores it;
 # SIGPIPE stays ignored, as systemd's IgnoreSIGPIPE= leaves every service). The agent reads the SIGALRM exit as
 # "timeout" (labwright.agent.probe.watch).
-DEADLINE_WRAPPER = ('/usr/bin/python3 -I -S -c "import os,signal,sys;signal.signal(signal.SIGXFSZ,signal.SIG_DFL);'
+DEADLINE_PYTHON = "/usr/bin/python3"  # where the guest has none, the agent's watchdog alone keeps the deadline
+DEADLINE_WRAPPER = (f'{DEADLINE_PYTHON} -I -S -c "import os,signal,sys;signal.signal(signal.SIGXFSZ,signal.SIG_DFL);'
                     'signal.setitimer(signal.ITIMER_REAL,float(sys.argv[1]));os.execvp(sys.argv[2],sys.argv[2:])"')
 
 
@@ -261,7 +262,7 @@ def _file(path: str, content: bytes) -> dict[str, Any]:
 
 
 def _state(guest: Guest, service: str, notes: list[str], recover_leftover: bool = True) -> dict[str, Any]:
-    state = guest.waiter({"mode": "state", "service": service, "paths": []}, timeout=30)
+    state = guest.waiter({"mode": "state", "service": service, "paths": [DEADLINE_PYTHON]}, timeout=30)
     if not state.get("systemctl"):
         raise BadInput(f"--guest {guest.name}: no systemctl there; the probe restarts a systemd service")
     props = state["props"]
@@ -275,7 +276,7 @@ def _state(guest: Guest, service: str, notes: list[str], recover_leftover: bool 
                          "its original config back first")
             return state
         notes.append(recover(guest, service, leftover))
-        state = guest.waiter({"mode": "state", "service": service, "paths": []}, timeout=30)
+        state = guest.waiter({"mode": "state", "service": service, "paths": [DEADLINE_PYTHON]}, timeout=30)
     return state
 
 
@@ -335,6 +336,7 @@ def llamacpp_target(guest: Guest, service: str, spec: CacheSpec, recover_leftove
     notes: list[str] = []
     state = _state(guest, unit, notes, recover_leftover)
     props, line = state["props"], state.get("exec_start")
+    wrap = bool((state.get("paths") or {}).get(DEADLINE_PYTHON))
     if not line:
         raise BadInput(f"--service {service}: its unit has no ExecStart= line to take --ctx-size from")
     dropin_dir = f"/etc/systemd/system/{unit}.d"
@@ -358,7 +360,7 @@ def llamacpp_target(guest: Guest, service: str, spec: CacheSpec, recover_leftove
         command = set_flag(line, ("--ctx-size", "-c"), str(tokens))
         command = set_flag(command, ("--cache-type-k", "-ctk"), k_name)
         command = set_flag(command, ("--cache-type-v", "-ctv"), v_name)
-        if deadline is not None and command.startswith("/"):  # no systemd prefix (-, @, +, !, :) to keep in front
+        if deadline is not None and wrap and command.startswith("/"):  # no systemd prefix (-, @, +, !, :) to keep
             command = f"{DEADLINE_WRAPPER} {deadline:g} {command}"
         # OOMScoreAdjust: under a memory limit the kernel must pick the server, not the probe's helper.
         text = (f"{MARK} while it probes; removed when it ends.\n"

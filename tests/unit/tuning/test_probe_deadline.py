@@ -139,9 +139,12 @@ class StateGuest:
 
     name = "box"
 
+    def __init__(self, python: bool = True):
+        self.python = python
+
     def waiter(self, request: dict, timeout: float) -> dict:
-        assert request["mode"] == "state"
-        return {"systemctl": True, "leftover": None,
+        assert request["mode"] == "state" and request["paths"] == ["/usr/bin/python3"]
+        return {"systemctl": True, "leftover": None, "paths": {"/usr/bin/python3": self.python},
                 "props": {"LoadState": "loaded", "ActiveState": "active",
                           "FragmentPath": "/etc/systemd/system/llama-server.service"},
                 "exec_start": "/usr/local/bin/llama-server --model /srv/m.gguf --port 8001"}
@@ -160,3 +163,10 @@ def test_each_llamacpp_start_carries_its_deadline_and_the_dry_run_shows_the_plai
     [dry] = target.render(8192)
     assert "ExecStart=/usr/local/bin/llama-server --model /srv/m.gguf --port 8001 --ctx-size 8192" in \
         base64.b64decode(dry["content_b64"]).decode()
+
+
+def test_a_guest_without_usr_bin_python3_gets_the_plain_line_and_the_watchdog_alone():
+    target = llamacpp_target(StateGuest(python=False), "llama-server", cache_spec("llamacpp", "f16"))
+    [probed] = target.render(8192, 20.0)
+    assert "ExecStart=/usr/local/bin/llama-server --model /srv/m.gguf" in base64.b64decode(
+        probed["content_b64"]).decode()
