@@ -260,6 +260,50 @@ def test_requests_without_the_master_key_are_401(gateway):
     assert error.value.code == 401
 
 
+def metrics(address: str, key: str | None) -> tuple[int, str]:
+    """GET the gateway's /metrics/ (LiteLLM's prometheus callback mounts it at /metrics; Starlette redirects the bare
+    path), as Prometheus asks it: ``Authorization: Bearer KEY``."""
+    headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+    request = urllib.request.Request(f"http://{address}:{PORT}/metrics/", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode(errors="replace")
+
+
+def series(text: str, name: str) -> float:
+    """The sum of one counter's samples in Prometheus's text format (0: none)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def test_metrics_answer_only_with_the_master_key_and_count_a_request(gateway):
+    """litellm_metrics (on by default): the REAL LiteLLM 1.80.0's prometheus callback with
+    require_auth_for_metrics_endpoint (litellm/proxy/middleware/prometheus_auth_middleware.py lines 27-45 of the
+    wheel: 401 when the key does not pass LiteLLM's own key check), prometheus-client installed from the lock.
+    Without a key, or with a wrong one, 401; with the master key LiteLLM's own counters, moved by one request."""
+    installed = gateway.sh(gateway.gw, "/opt/litellm/bin/python -c \"import importlib.metadata as m; "
+                                       "print(m.version('prometheus_client'))\"")
+    assert installed.strip() == "0.20.0"
+    config = gateway.sh(gateway.gw, "cat /etc/litellm/config.yaml")
+    assert 'callbacks: ["prometheus"]' in config and "require_auth_for_metrics_endpoint: true" in config, config
+    assert metrics(gateway.gw_address, None)[0] in (401, 403)
+    assert metrics(gateway.gw_address, "sk-" + "w" * 43)[0] in (401, 403)
+    key = gateway.master_key()
+    status, before = metrics(gateway.gw_address, key)
+    assert status == 200, before[-2000:]
+    status, answer = gateway.chat("tiny-b", key)
+    assert status == 200, answer
+    status, after = metrics(gateway.gw_address, key)
+    assert status == 200, after[-2000:]
+    requests = "litellm_proxy_total_requests_metric_total"
+    assert series(after, requests) >= series(before, requests) + 1, after[-3000:]
+    tokens = "litellm_total_tokens_metric_total"
+    assert series(after, tokens) > series(before, tokens), after[-3000:]
+    assert key not in after
+
+
 def test_second_run_changes_nothing(gateway):
     again = gateway.deploy()
     assert again.rc == 0, again.output[-4000:]
