@@ -196,7 +196,8 @@ class StandinHub:
 
         server = http.server.ThreadingHTTPServer((self.address, 0), Handler)
         server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        # shutdown() waits for the loop's next poll: every 0.02 s, not the default 0.5 s (1 s a test for the two)
+        threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
         return server
 
     # --- routes -----------------------------------------------------------------------------------------------

@@ -60,7 +60,8 @@ def router_standin(key: str, models: dict[str, str], slots: dict[str, list[dict]
             return self.answer(404, {"error": {"message": "File Not Found"}})
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: every 0.02 s, not the default 0.5 s
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", asked

@@ -80,7 +80,8 @@ class RecordedRegistry:
 
         self._server = http.server.ThreadingHTTPServer((self.address, 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        # shutdown() waits for the loop's next poll: every 0.02 s, not the default 0.5 s
+        threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:

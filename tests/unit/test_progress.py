@@ -267,7 +267,8 @@ def test_the_sdist_download_reports_megabytes_of_the_total(tmp_path, capsys, mon
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: every 0.02 s, not the default 0.5 s
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
         monkeypatch.setenv("LABWRIGHT_PROGRESS_INTERVAL", "0")

@@ -117,7 +117,8 @@ def registry():
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: every 0.02 s, not the default 0.5 s
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     root = f"http://127.0.0.1:{server.server_address[1]}"
     state.index = f"{root}/pypi"  # type: ignore[attr-defined]

@@ -33,7 +33,8 @@ def server(tmp_path) -> Iterator[tuple[str, Path]]:
     root = tmp_path / "served"
     root.mkdir()
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: Handler(*a, directory=str(root)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: every 0.02 s, not the default 0.5 s
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}", root
     httpd.shutdown()
