@@ -144,7 +144,7 @@ def check_range(lo: int, hi: int, page: int) -> None:
 
 MAX_REFINEMENTS = 2
 #: After a refined guess did not fit: pages walked down, one at a time, before bisecting down to the last fit.
-REFINED_OVERSHOOT_PAGES = 2
+REFINED_OVERSHOOT_PAGES = 1
 
 
 def _steps() -> Iterator[int]:
@@ -213,9 +213,10 @@ def search(try_fit: Callable[[int], bool], lo: int, hi: int, page: int, predicte
         if probe(first):
             gallop_up()
             if bad is not None and good is not None and bad > good + 1 and refine:
-                # A refined guess overshot: a page or two down is the usual reading noise. Past that the readings
-                # were wrong (a loaded machine thrashes short of the limit), and with a start that fit below, the
-                # bisection that follows is never slower than walking further with doubling steps.
+                # A refined guess overshot: a page down is the usual reading noise on an idle machine. Past that the
+                # readings were wrong (a loaded guest thrashes 8-16 pages short of the limit: both single-page steps
+                # failed in 4 of 4 loaded runs), and with a start that fit below, bisecting is never slower than
+                # walking further with doubling steps.
                 gallop_down(most=REFINED_OVERSHOOT_PAGES)
         else:
             gallop_down()

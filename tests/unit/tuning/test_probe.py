@@ -151,8 +151,8 @@ def test_probe_restore_refuses_a_bad_service_name_before_any_guest(capsys):
 @given(first=st.integers(40, 900), over=st.integers(1, 400), ceiling_back=st.integers(0, 2000))
 def test_an_overshot_refined_guess_costs_no_more_than_bisecting_its_bracket(first, over, ceiling_back):
     """After a start fit at ``first`` and the refined guess above it did not, the ceiling lies in that bracket: the
-    search walks down a page or two (the usual reading noise), then bisects, so it never takes more starts than
-    bisecting the bracket plus those two, wherever the real ceiling is (CI's loaded run: a gallop with doubling steps
+    search walks down one page (the usual reading noise), then bisects, so it never takes more starts than
+    bisecting the bracket plus that one, wherever the real ceiling is (CI's loaded run: a gallop with doubling steps
     took as many starts as the blind search)."""
     first_page, guess_page = first, min(first + over, 262144 // PAGE)
     ceiling = max(first_page, guess_page - 1 - ceiling_back) * PAGE  # the guess itself does not fit
@@ -161,4 +161,4 @@ def test_an_overshot_refined_guess_costs_no_more_than_bisecting_its_bracket(firs
                     refine=lambda ok: guess_page * PAGE)
     assert result == ceiling
     after = tried[2:]  # the first start and the refined guess
-    assert len(after) <= 2 + max(1, (guess_page - first_page)).bit_length(), tried
+    assert len(after) <= 1 + max(1, (guess_page - first_page)).bit_length(), tried
