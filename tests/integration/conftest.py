@@ -17,6 +17,10 @@ def pytest_configure(config):
         "markers", "vulkan_build: needs llama.cpp's Vulkan build (labwright build llamacpp --vulkan); cold, the test "
         "builds it in the lab's Debian 13 build box (~10 min on 2 idle cores, much more under load: docs/llamacpp.md); "
         "cached, nothing. -m 'not vulkan_build' leaves it out")
+    config.addinivalue_line(
+        "markers", "box_build: needs llama-server built in the lab's build boxes of other Debian releases (labwright "
+        "build llamacpp --release CODENAME); cold, CPU builds in the trixie and bookworm boxes (~6 min each on 2 idle "
+        "cores, ~40 min at load 15); warm, ~2.5 min. -m 'not box_build' leaves it out")
 
 
 @pytest.fixture
