@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from labwright.lab.lab import instance_address
 from labwright.lxd.client import LxdClient
 from labwright.testing.pyinfra_output import DeployRun, tool_env
+from support import apt_cache
 from support.stacks import StandinStacks
 from support.tabbyapi_standin import StandinRepo
 from support.verify_run import run_verify
@@ -155,43 +156,26 @@ class TabbyGuest:
         return run_verify("tabbyapi", f"lxc://{self.name}", *options, env=env)
 
 
-APT_PATHS = ("var/lib/apt/lists", "var/cache/apt/archives")
-APT_STAMP = "/var/lib/apt/periodic/update-success-stamp"  # what pyinfra's apt.update(cache_time=...) looks at
-APT_CACHE_DAYS = 7
+APT_PATHS = apt_cache.PATHS
+APT_STAMP = apt_cache.STAMP
+APT_CACHE_DAYS = apt_cache.MAX_AGE_DAYS
+APT_CACHE = "tabbyapi-test"
 
 
 def apt_cache_file() -> Path:
     """Where the guest's apt lists and downloaded .debs are kept between test runs (one per lab image recipe)."""
-    from labwright.lab import image as lab_image
-    from support.wheels import test_env_root
-
-    name = "apt-" + lab_image.load_recipe().alias.replace("/", "-") + ".tar"
-    return test_env_root().parent / "tabbyapi-test" / name
+    return apt_cache.cache_file(APT_CACHE)
 
 
 def restore_apt_cache(guest: TabbyGuest) -> bool:
     """Put apt lists and .debs from an earlier run into a fresh guest (and mark the lists fresh), so the deploy's
     real ``apt-get install`` works from them instead of the network. False when there is no recent cache."""
-    cache = apt_cache_file()
-    if not cache.is_file() or time.time() - cache.stat().st_mtime > APT_CACHE_DAYS * 86400:
-        return False
-    with cache.open("rb") as handle:
-        guest.client.push_file(guest.name, "/tmp/apt-cache.tar", handle, mode=0o600)
-    guest.sh(f"tar -C / -xf /tmp/apt-cache.tar && rm /tmp/apt-cache.tar && mkdir -p {os.path.dirname(APT_STAMP)} && "
-             f"touch {APT_STAMP}")
-    return True
+    return apt_cache.restore(guest.client, guest.name, APT_CACHE)
 
 
 def save_apt_cache(guest: TabbyGuest) -> None:
     """Keep the guest's apt lists and the .debs the deploy downloaded, for the next run."""
-    result = guest.client.exec(guest.name, ["tar", "-C", "/", "--exclude=lock", "--exclude=partial", "-cf", "-",
-                                            *APT_PATHS])
-    if result.exit_code == 0:
-        cache = apt_cache_file()
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache.with_name(f"{cache.name}.{os.getpid()}.part")  # one per writer: two workers may save at once
-        partial.write_bytes(result.stdout)
-        partial.replace(cache)
+    apt_cache.save(guest.client, guest.name, APT_CACHE)
 
 
 def bridge_address(subnet: str) -> str:
