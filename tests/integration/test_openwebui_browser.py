@@ -5,10 +5,14 @@ generated admin credentials, sends a chat message and sees the streamed answer.
 open-webui's ~240 wheels (0.7 GB with the CPU torch) are built once into a wheelhouse under
 ~/.cache/labwright/test-envs/openwebui-wheels/ (labwright.openwebui.wheelhouse) and served to the guest over the
 lab bridge by an HTTP server on this machine: the deploy's ``openwebui_find_links`` URL path, the one an air-gapped
-user takes (lab containers cannot verify PyPI's certificate here). Open WebUI first talks to the engine directly (no
-LiteLLM gateway on this host: openwebui_backend=auto picks the inventory's engines); the last test deploys the
-LiteLLM gateway on the same guest and checks that Open WebUI switches to it. The engine stops each answer
-after 64 tokens (--n-predict): the tiny model never emits an end-of-generation token.
+user takes (lab containers cannot verify PyPI's certificate here). The guest is a copy of a cached lab container
+(support.openwebui_cache, keyed by the locks and the lab image) whose venvs already hold the dependencies of
+open-webui and litellm, installed by the same pip from the same wheelhouses and locks: the deploy's install step
+still runs pip on the whole lock and installs open-webui itself (about 85 s of the guest's CPU less per run).
+Open WebUI first talks to the engine directly (no LiteLLM gateway on this host: openwebui_backend=auto picks the
+inventory's engines); the last test deploys the LiteLLM gateway on the same guest and checks that Open WebUI
+switches to it. The engine stops each answer after 64 tokens (--n-predict): the tiny model never emits an
+end-of-generation token.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from labwright.paths import cache_root, package_dir
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
 from labwright.wheelhouse import download_wheelhouse
+from support.openwebui_cache import Venv, clone, ensure_cache
 from support.pipelines_standin import PIPELINE_ID, REQUIREMENTS, git_daemon, write_repository
 from support.tiny_engine import (
     ENGINE_PORT,
@@ -171,17 +176,31 @@ def webui(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webui]
     binary = build_llama_server()
     assert binary.is_file()
     model = write_tiny_gguf(tmp_path_factory.mktemp("model") / "tiny.gguf")
-    name = lab.fresh("lwowui")
-    server = torch_server = None
+    probe = lab.fresh("lwowuipy")  # the guest's Python, which the wheelhouse (and so the cache) is made for
+    name = ""
+    server = torch_server = gateway_server = None
     try:
         started = time.monotonic()
+        python = guest_python(lab, probe)
+        lab.remove(probe)
         torch_server, torch_url = serve(torch_cpu_page(), "127.0.0.1")
-        wheels = wheelhouse(VERSION, guest_python(lab, name), root=cache_root() / "test-envs" / "openwebui-wheels",
+        wheels = wheelhouse(VERSION, python, root=cache_root() / "test-envs" / "openwebui-wheels",
                             torch_find_links=torch_url)
         whl = list(wheels.glob("*.whl"))
         print(f"\nwheelhouse ready in {time.monotonic() - started:.1f}s: {wheels} ({len(whl)} wheels, "
               f"{sum(w.stat().st_size for w in whl) / 1e9:.2f} GB)")
         server, url = serve(wheels, str(lab.spec.subnet.ip))
+        started = time.monotonic()
+        # The last test deploys the LiteLLM gateway beside Open WebUI: its venv's dependencies are in the cache too.
+        gateway_wheels = litellm_wheelhouse(str(litellm_defaults()["service"]["version"]), python)
+        gateway_server, gateway_url = serve(gateway_wheels, str(lab.spec.subnet.ip))
+        cache, built = ensure_cache(lab, [
+            Venv(wheels, url, str(load_defaults()["service"]["venv"]), "open-webui"),
+            Venv(gateway_wheels, gateway_url, str(litellm_defaults()["service"]["venv"]), "litellm")])
+        name = clone(lab, cache, "lwowui")
+        assert guest_python(lab, name) == python
+        print(f"Open WebUI cache {cache} {'built' if built else 'reused'}, guest {name} cloned from it in "
+              f"{time.monotonic() - started:.1f}s")
         inventory = tmp_path_factory.mktemp("inventory") / "lab.py"
         inventory.write_text(INVENTORY.format(name=name, model=MODEL, alias=ALIAS, n_predict=N_PREDICT))
         deploy_tiny_engines(lab, [name], model, inventory)
@@ -193,11 +212,13 @@ def webui(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webui]
         assert state.first.rc == 0, state.first.output[-6000:]
         yield state
     finally:
-        for running in (server, torch_server):
+        for running in (server, torch_server, gateway_server):
             if running is not None:
                 running.shutdown()
                 running.server_close()
-        lab.remove(name)
+        lab.remove(probe)
+        if name:
+            lab.remove(name)
 
 
 def test_verify_fails_before_and_passes_after_the_deploy(webui: Webui) -> None:
@@ -205,6 +226,8 @@ def test_verify_fails_before_and_passes_after_the_deploy(webui: Webui) -> None:
     assert webui.before.returncode == 1, webui.before.stdout[-3000:]
     assert "test_unit_enabled_and_active" in webui.before.stdout
     assert webui.first.totals.changed > 0 and webui.first.totals.error == 0
+    # The install step ran pip on the whole lock from the wheelhouse: open-webui itself was not in the cached guest.
+    assert len(webui.first.operation(f"Install open-webui=={VERSION} in").success) == 1, webui.first.output[-3000:]
     assert len(webui.first.operation("the admin signs in and sees the models").success) == 1, \
         webui.first.output[-3000:]
     print(f"\nfirst deploy: {webui.first.seconds:.1f}s, {webui.first.totals.changed} changed")
@@ -432,6 +455,8 @@ def test_the_litellm_gateway_on_the_same_host_becomes_the_one_connection(webui: 
     gateway = run_pyinfra(str(webui.inventory), "deploys/litellm.py", "litellm_find_links=/mnt/litellm-wheels",
                           cwd=REPO, timeout=900)
     assert gateway.rc == 0, gateway.output[-4000:]
+    # Its install step installed litellm itself from its wheelhouse (the cached guest holds only its dependencies).
+    assert len(gateway.operation("Install litellm[proxy]==").success) == 1, gateway.output[-3000:]
     master = webui.sh("sed -n 's/^LITELLM_MASTER_KEY=//p' /etc/litellm/master.env").strip()
     assert master.startswith("sk-")
     run = webui.deploy()
