@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import select
 import signal
@@ -171,3 +172,109 @@ def run_cli(args: list[str], *, env: Mapping[str, str] | None = None, cwd: str |
     if code is None:
         raise subprocess.TimeoutExpired(["labwright", *argv], timeout, output=stdout, stderr=stderr)
     return subprocess.CompletedProcess(["labwright", *argv], code, stdout, stderr)
+
+
+class ForkServer:
+    """``fork_main`` done by a lean Python process of its own (started on first use, one per test process), for
+    callers that fork many children: the bad-input sweep's 1,350 cases.
+
+    Why: forking costs in proportion to the forking process's memory, and a pytest worker that collected the suite
+    and ran other tests holds 200-400 MB: copying its page tables, the child's copy-on-write faults on a scattered
+    heap and tearing it all down at exit cost ~30 ms of CPU a case more than forking from a process that imported
+    labwright and its command groups alone (~70 MB). The child is the same: forked, in its own process group, with
+    the environment (the caller's whole ``os.environ`` at the call, then ``env_changes``), cwd, ``sys.argv``,
+    stdin, stdout and stderr ``fork_main`` gives it, killed past ``timeout``; only the process it is forked from
+    differs, and that one holds no test's state (a fresh ``labwright`` holds none either). What a child imported is
+    imported in the server after it (``imported``), for the next child, as ``run_cli`` does here; the packaged
+    wheels matrix is parsed there once (``warm_packaged_matrix``)."""
+
+    def __init__(self, groups: tuple[str, ...] = tuple(GROUP_HELP), *, matrix: bool = True) -> None:
+        """``groups``: the command groups the server imports before its first child; ``matrix``: whether it parses
+        the packaged wheels matrix before each child (once, while its files are unchanged)."""
+        self._proc: subprocess.Popen[str] | None = None
+        self._setup = {"groups": list(groups), "matrix": matrix}
+
+    def _start(self) -> subprocess.Popen[str]:
+        if self._proc is None or self._proc.poll() is not None:
+            code = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "  # this process's, tests/ included
+                    "from support.cli_child import serve; serve(**json.loads(sys.argv[2]))")
+            self._proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(sys.path), json.dumps(self._setup)],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, close_fds=True)
+        return self._proc
+
+    def fork_main(self, argv: list[str], *, stdin: str | Path, stdout: str | Path, stderr: str | Path,
+                  timeout: float, cwd: str | Path | None = None,
+                  env_changes: Mapping[str, str | None] | None = None,
+                  imported: str | Path | None = None) -> int | None:
+        """``fork_main(argv, ...)`` (same arguments, same result) with the child forked by the server."""
+        proc = self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        request = {"argv": argv, "stdin": str(stdin), "stdout": str(stdout), "stderr": str(stderr),
+                   "timeout": timeout, "cwd": str(cwd if cwd is not None else os.getcwd()), "env": dict(os.environ),
+                   "env_changes": dict(env_changes or {}), "sys_argv": list(sys.argv),
+                   "imported": None if imported is None else str(imported)}
+        proc.stdin.write(json.dumps(request) + "\n")
+        proc.stdin.flush()
+        # the server answers when the child ended or was killed at ``timeout``; a server that answers nothing
+        # for longer than that is stuck, and is stopped
+        ready, _, _ = select.select([proc.stdout], [], [], timeout + 60)
+        line = proc.stdout.readline() if ready else ""
+        if not line:
+            self.close()
+            raise RuntimeError(f"the fork server for `labwright {' '.join(argv)}` ended or stopped answering")
+        code: int | None = json.loads(line)["code"]
+        return code
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            assert proc.stdin is not None
+            proc.stdin.close()  # the server's loop ends at end of input
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def warm_packaged_matrix(stamps: dict[str, object]) -> None:
+    """The wheels matrix labwright ships, parsed here (labwright.matrix.load caches it per directory), so that a
+    child reading it (matrix resolve/show/check, stack switch, wheelhouse stack: ~0.4 s of CPU a read) has it
+    already; parsed again when a file of it changed since (``stamps`` keeps what was seen). A child pointed
+    elsewhere (LABWRIGHT_MATRIX_DIR) reads that directory itself; one that cannot be read here is read, and refused,
+    by the command, as before."""
+    from labwright.matrix import load
+    from labwright.paths import packaged_matrix_dir
+
+    with contextlib.suppress(Exception):
+        root = packaged_matrix_dir()
+        stamp = [(p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(root.glob("*.toml"))]
+        if stamps.get(str(root)) != stamp:
+            load._load.cache_clear()
+            stamps[str(root)] = stamp
+        load.load_matrix(root)
+
+
+def serve(groups: list[str], matrix: bool) -> None:
+    """The fork server's loop (see ForkServer): one JSON request a line on stdin, one ``{"code": ...}`` line on
+    stdout when its child ended; ends at end of input."""
+    requests, answers = sys.stdin, sys.stdout
+    for name in groups:  # the sweep's: every group, as its walk of the app imported them in the test process
+        with contextlib.suppress(Exception):
+            importlib.import_module(f"labwright.cli.{name}")
+    stamps: dict[str, object] = {}
+    for line in requests:
+        request = json.loads(line)
+        if matrix:
+            warm_packaged_matrix(stamps)
+        sys.argv = request["sys_argv"]
+        code = fork_main(request["argv"], stdin=request["stdin"], stdout=request["stdout"], stderr=request["stderr"],
+                         timeout=request["timeout"], cwd=request["cwd"], env=request["env"],
+                         env_changes=request["env_changes"], imported=request["imported"])
+        if request["imported"] is not None:
+            path = Path(request["imported"])
+            import_modules(path.read_text().split() if path.exists() else [])
+        answers.write(json.dumps({"code": code}) + "\n")
+        answers.flush()

@@ -14,8 +14,9 @@ Classes, by what the parameter is (introspected from the typer app):
   the rest holds);
 - an unknown option.
 
-Each case runs in a forked child of this process (the groups are imported once, and what a child imported in a
-command's body is imported here after it, for the next child), in a sandbox: its own cwd, HOME,
+Each case runs in a forked child of a lean server process (support.cli_child.ForkServer: the groups are imported
+there once, what a child imported in a command's body is imported there after it, for the next child, and the
+packaged wheels matrix is parsed there once), in a sandbox: its own cwd, HOME,
 LABWRIGHT_HOME, an LXD_DIR/INCUS_DIR with no socket and LXD_CONF with no remotes (commands that need a daemon fail
 fast and never reach the real one), HTTP(S) proxies pointing at 127.0.0.1:9 (nothing listens: no registry is dialled).
 Commands that change things get their dry-run flag; `--yes` is never given; stdin is /dev/null (a confirmation aborts).
@@ -28,14 +29,14 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from support.cli_child import fork_main, import_modules
+from support.cli_child import ForkServer
 from support.cli_walk import leaf_commands
 
 #: A case that takes longer than this hangs (the loaded CI machine included: most cases take well under a second).
@@ -439,9 +440,9 @@ class Outcome:
     seconds: float
 
 
-def run_in_child(argv: list[str], sandbox: Path) -> Outcome:
-    """``labwright ARGV`` in a forked child confined to ``sandbox``; killed (with its process group) past
-    CASE_TIMEOUT_S."""
+def run_in_child(server: ForkServer, argv: list[str], sandbox: Path) -> Outcome:
+    """``labwright ARGV`` in a child forked by ``server``, confined to ``sandbox``; killed (with its process group)
+    past CASE_TIMEOUT_S."""
     out_path, err_path, modules_path = sandbox / "stdout", sandbox / "stderr", sandbox / "modules"
     env = {
         "HOME": str(sandbox / "home"), "LABWRIGHT_HOME": str(sandbox / "home" / "labwright"),
@@ -453,13 +454,12 @@ def run_in_child(argv: list[str], sandbox: Path) -> Outcome:
     }
     unset: dict[str, str | None] = {"LABWRIGHT_DEBUG": None, "LABWRIGHT_MATRIX_DIR": None}
     started = time.monotonic()
-    exit_code = fork_main(argv, stdin=os.devnull, stdout=out_path, stderr=err_path, timeout=CASE_TIMEOUT_S,
-                          cwd=sandbox / "cwd", env_changes=env | unset, imported=modules_path)
+    # What the command imported in its body (numpy, pydantic's schemas, ...) the server imports after it, so the
+    # next case's child has it already (support.cli_child.run_cli does the same here): 318 cases 55 -> 34 s of CPU.
+    exit_code = server.fork_main(argv, stdin=os.devnull, stdout=out_path, stderr=err_path, timeout=CASE_TIMEOUT_S,
+                                 cwd=sandbox / "cwd", env_changes=env | unset, imported=modules_path)
     seconds = time.monotonic() - started
     read = lambda p: p.read_text(errors="replace") if p.exists() else ""  # noqa: E731
-    # What the command imported in its body (numpy, pydantic's schemas, ...) is imported here too, so the next
-    # case's child has it already (support.cli_child.run_cli does the same): 318 cases 55 -> 34 s of CPU.
-    import_modules(read(modules_path).split())
     return Outcome(exit_code, read(out_path), read(err_path), seconds)
 
 
@@ -510,13 +510,23 @@ def _check(case: Case, argv: list[str], words: list[str], outcome: Outcome, writ
     return [f"{'; '.join(problems)}\n{said}"] if problems else []
 
 
+@pytest.fixture(scope="session")
+def server() -> Iterator[ForkServer]:
+    """The process the cases' children are forked from (support.cli_child.ForkServer: a lean one, ~30 ms of CPU a
+    case less than forking this test process); one for the session, as xdist hands the cases out one at a time
+    between other modules' tests."""
+    forks = ForkServer()
+    yield forks
+    forks.close()
+
+
 @pytest.mark.parametrize("case", ALL_CASES, ids=[f"{c.command}:{c.id}" for c in ALL_CASES])
-def test_bad_input(case: Case, tmp_path: Path):
+def test_bad_input(case: Case, tmp_path: Path, server: ForkServer):
     for sub in ("cwd", "home", "fixtures"):
         (tmp_path / sub).mkdir()
     argv, words = case.build(tmp_path)
     before = snapshot(tmp_path)
-    outcome = run_in_child(argv, tmp_path)
+    outcome = run_in_child(server, argv, tmp_path)
     after = snapshot(tmp_path)
     written = [path for path in set(after) | set(before) if before.get(path) != after.get(path)
                and path not in ("stdout", "stderr", "modules")]
