@@ -20,7 +20,7 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "box_build: needs llama-server built in the lab's build boxes of other Debian releases (labwright "
         "build llamacpp --release CODENAME); cold, CPU builds in the trixie and bookworm boxes (~6 min each on 2 idle "
-        "cores, ~40 min at load 15); warm, ~2.5 min. -m 'not box_build' leaves it out")
+        "cores, 54 min each at load 18); warm, ~1 min. -m 'not box_build' leaves it out")
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ release other than this machine's, and the deploy choosing one on its own.
   ``labwright build llamacpp --release bookworm``, nothing installed.
 
 What it costs: the marker ``box_build``. Cold (no ~/.cache/labwright/llama/VERSION/cpu-trixie/manifest.json, no
-bookworm box), two CPU builds in boxes: ~6 min each on 2 idle cores, ~40 min each on 2 cores at load 15. Warm (the
-trixie build cached, the bookworm box's build directory kept), the deploy's box build is a configure and a no-op
-ninja (~30 s) and the module ~2.5 min. ``-m "not box_build"`` leaves it out.
+bookworm box), two CPU builds in boxes: ~6 min each on 2 idle cores, 53-55 min each on 2 cores at load 18 (both at
+once, 2026-11-28). Warm (the trixie build cached, the bookworm box's build directory kept), the deploy's box build
+is a configure and a no-op ninja: the deploy 24 s, the module 54 s at load 18. ``-m "not box_build"`` leaves it out.
 """
 
 from __future__ import annotations
