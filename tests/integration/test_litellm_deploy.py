@@ -304,6 +304,18 @@ def test_metrics_answer_only_with_the_master_key_and_count_a_request(gateway):
     assert key not in after
 
 
+def test_a_venv_without_prometheus_client_gets_it_from_the_lock(gateway):
+    """A gateway deployed before prometheus-client was in the lock (its venv at the pinned litellm, without it): the
+    next run installs from the lock again, which adds it, and /metrics/ answers (else the proxy would stop at start
+    on the callback's import)."""
+    gateway.sh(gateway.gw, "/opt/litellm/bin/pip uninstall -q -y prometheus-client")
+    run = gateway.deploy()
+    assert run.rc == 0, run.output[-4000:]
+    assert len(run.operation("and prometheus-client in /opt/litellm (was 1.80.0)").success) == 1, run.output[-3000:]
+    assert metrics(gateway.gw_address, gateway.master_key())[0] == 200
+    print(f"\nprometheus-client added: {run.seconds:.1f}s")
+
+
 def test_second_run_changes_nothing(gateway):
     again = gateway.deploy()
     assert again.rc == 0, again.output[-4000:]
@@ -320,6 +332,9 @@ def test_second_run_changes_nothing(gateway):
     (["litellm_port=9099"], {}, "litellm_port", "9099 is already in use"),
     (["litellm_master_key=sk-abc"], {}, "litellm_master_key", "never taken from inventory data"),
     (["litellm_venv=/opt/litellm;reboot"], {}, "litellm_venv", "'/opt/litellm;reboot' contains ';'"),
+    (["litellm_version=1.79.3"], {}, "litellm_metrics",
+     "LiteLLM 1.79.3's prometheus callback is an enterprise feature (no metrics without a licence); it is open from "
+     "1.80.0"),
     (['litellm_cloud_models=[{"name": "haiku", "model": "openrouter/anthropic/claude-haiku-4.5", '
       '"key_env": "LW_TEST_KEY"}]'], {"LW_TEST_KEY": "sk-1234"}, "litellm_cloud_models",
      "$LW_TEST_KEY is LiteLLM's documented example master key"),

@@ -163,6 +163,17 @@ def install_commands(venv: str, version: str, find_links: str, where: str, lock_
                                            where=where)]
 
 
+def metrics_client_check(venv: str, source: str) -> str:
+    """The shell line, run after the install when ``litellm_metrics`` is on, that stops the deploy in one line when
+    the venv still has no prometheus_client (a wheelhouse made before labwright added it to the lock): else the
+    proxy would stop at every start on the callback's import (litellm/integrations/prometheus.py line 42)."""
+    why = (f"litellm_metrics: prometheus-client is not in {venv} after the install from {source} (a wheelhouse made "
+           "before labwright added it to the lock): make the wheelhouse again (labwright wheelhouse litellm --python "
+           "VERSION), or set litellm_metrics=false (the service was not restarted)")
+    python = quote(venv + "/bin/python")
+    return f"{python} -c 'import prometheus_client' 2>/dev/null || {{ echo {quote(why)} >&2; exit 1; }}"
+
+
 def master_key_command(master_env: str) -> str:
     """``LITELLM_MASTER_KEY=sk-<random>`` into ``master_env``, made on the gateway: 0600 under umask 077, moved into
     place whole (the path quoted)."""
@@ -246,7 +257,8 @@ def deploy_litellm() -> None:
                                                      f"{LOCKS_DIR}/{service}.lock", f"litellm[proxy]=={version}")
         server.shell(name=f"Install litellm[proxy]=={version} and prometheus-client in {venv} (was "
                           f"{current or 'absent'})",
-                     commands=install_commands(venv, version, find_links, host.name, lock_args))
+                     commands=[*install_commands(venv, version, find_links, host.name, lock_args),
+                               *([metrics_client_check(venv, find_links or "PyPI")] if metrics else [])])
         install_changed = True
 
     # --- keys, config, unit ---------------------------------------------------------------------------
