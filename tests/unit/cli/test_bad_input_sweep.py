@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from support.cli_child import ForkServer
+from support.cli_child import ForkServer, fork_main, import_modules
 from support.cli_walk import leaf_commands
 
 #: A case that takes longer than this hangs (the loaded CI machine included: most cases take well under a second).
@@ -440,9 +440,10 @@ class Outcome:
     seconds: float
 
 
-def run_in_child(server: ForkServer, argv: list[str], sandbox: Path) -> Outcome:
-    """``labwright ARGV`` in a child forked by ``server``, confined to ``sandbox``; killed (with its process group)
-    past CASE_TIMEOUT_S."""
+def run_in_child(argv: list[str], sandbox: Path, server: ForkServer | None = None) -> Outcome:
+    """``labwright ARGV`` in a child forked by ``server`` (None: by this process, so that it inherits what a test
+    patched here, as test_cli_properties.py's guard on connections), confined to ``sandbox``; killed (with its
+    process group) past CASE_TIMEOUT_S."""
     out_path, err_path, modules_path = sandbox / "stdout", sandbox / "stderr", sandbox / "modules"
     env = {
         "HOME": str(sandbox / "home"), "LABWRIGHT_HOME": str(sandbox / "home" / "labwright"),
@@ -454,12 +455,16 @@ def run_in_child(server: ForkServer, argv: list[str], sandbox: Path) -> Outcome:
     }
     unset: dict[str, str | None] = {"LABWRIGHT_DEBUG": None, "LABWRIGHT_MATRIX_DIR": None}
     started = time.monotonic()
-    # What the command imported in its body (numpy, pydantic's schemas, ...) the server imports after it, so the
-    # next case's child has it already (support.cli_child.run_cli does the same here): 318 cases 55 -> 34 s of CPU.
-    exit_code = server.fork_main(argv, stdin=os.devnull, stdout=out_path, stderr=err_path, timeout=CASE_TIMEOUT_S,
-                                 cwd=sandbox / "cwd", env_changes=env | unset, imported=modules_path)
+    # What the command imported in its body (numpy, pydantic's schemas, ...) is imported after it where the child
+    # was forked, so the next case's child has it already (support.cli_child.run_cli does the same): 318 cases
+    # 55 -> 34 s of CPU.
+    exit_code = (server.fork_main if server is not None else fork_main)(
+        argv, stdin=os.devnull, stdout=out_path, stderr=err_path, timeout=CASE_TIMEOUT_S, cwd=sandbox / "cwd",
+        env_changes=env | unset, imported=modules_path)
     seconds = time.monotonic() - started
     read = lambda p: p.read_text(errors="replace") if p.exists() else ""  # noqa: E731
+    if server is None:
+        import_modules(read(modules_path).split())
     return Outcome(exit_code, read(out_path), read(err_path), seconds)
 
 
@@ -526,7 +531,7 @@ def test_bad_input(case: Case, tmp_path: Path, server: ForkServer):
         (tmp_path / sub).mkdir()
     argv, words = case.build(tmp_path)
     before = snapshot(tmp_path)
-    outcome = run_in_child(server, argv, tmp_path)
+    outcome = run_in_child(argv, tmp_path, server)
     after = snapshot(tmp_path)
     written = [path for path in set(after) | set(before) if before.get(path) != after.get(path)
                and path not in ("stdout", "stderr", "modules")]
