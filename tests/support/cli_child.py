@@ -180,7 +180,7 @@ class ForkServer:
 
     Why: forking costs in proportion to the forking process's memory, and a pytest worker that collected the suite
     and ran other tests holds 200-400 MB: copying its page tables, the child's copy-on-write faults on a scattered
-    heap and tearing it all down at exit cost ~30 ms of CPU a case more than forking from a process that imported
+    heap and tearing it all down at exit cost ~20-30 ms of CPU a case more than forking from a process that imported
     labwright and its command groups alone (~70 MB). The child is the same: forked, in its own process group, with
     the environment (the caller's whole ``os.environ`` at the call, then ``env_changes``), cwd, ``sys.argv``,
     stdin, stdout and stderr ``fork_main`` gives it, killed past ``timeout``; only the process it is forked from

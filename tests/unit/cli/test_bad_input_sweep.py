@@ -517,7 +517,7 @@ def _check(case: Case, argv: list[str], words: list[str], outcome: Outcome, writ
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[ForkServer]:
-    """The process the cases' children are forked from (support.cli_child.ForkServer: a lean one, ~30 ms of CPU a
+    """The process the cases' children are forked from (support.cli_child.ForkServer: a lean one, ~20 ms of CPU a
     case less than forking this test process); one for the session, as xdist hands the cases out one at a time
     between other modules' tests."""
     forks = ForkServer()
