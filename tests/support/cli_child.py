@@ -179,7 +179,7 @@ class ForkServer:
     callers that fork many children: the bad-input sweep's 1,350 cases.
 
     Why: forking costs in proportion to the forking process's memory, and a pytest worker that collected the suite
-    and ran other tests holds 200-400 MB: copying its page tables, the child's copy-on-write faults on a scattered
+    and ran other tests holds over 200 MB: copying its page tables, the child's copy-on-write faults on a scattered
     heap and tearing it all down at exit cost ~20-30 ms of CPU a case more than forking from a process that imported
     labwright and its command groups alone (~70 MB). The child is the same: forked, in its own process group, with
     the environment (the caller's whole ``os.environ`` at the call, then ``env_changes``), cwd, ``sys.argv``,
