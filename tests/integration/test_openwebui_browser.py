@@ -303,8 +303,11 @@ def test_the_browser_signs_in_chats_and_sees_the_streamed_answer(webui: Webui, t
                 page.wait_for_timeout(250)
             page.wait_for_selector("#response-content-container", timeout=30_000)
             stable, last_text = 0, ""
-            while stable < 4:
-                assert time.monotonic() < deadline, f"the answer kept changing: {last_text[-200:]!r}"
+            # ...and Open WebUI said the answer is done (its final chat:completion event): on a loaded machine that
+            # can come seconds after the page stopped changing.
+            while stable < 4 or not any('"chat:completion"' in payload for _, payload in frames):
+                assert time.monotonic() < deadline, (f"the answer kept changing or was never completed: "
+                                                     f"{last_text[-200:]!r}")
                 page.wait_for_timeout(250)
                 text = answer.inner_text()
                 stable = stable + 1 if text == last_text else 0
