@@ -157,15 +157,16 @@ def test_wheelhouse_dry_and_a_complete_one_found_without_pip(capsys, cache):
     assert_documented("wheelhouse litellm", doc)
     target = cache / "litellm" / "1.80.0-py3.11.2"
     assert (code, doc["directory"], doc["complete"], doc["downloaded"]) == (0, str(target), False, False)
-    assert doc["requirements"] == ["litellm[proxy]==1.80.0", "async-timeout>=4.0.3"] and not cache.exists()
+    wanted = ["litellm[proxy]==1.80.0", "async-timeout>=4.0.3", "prometheus-client==0.20.0"]
+    assert doc["requirements"] == wanted and not cache.exists()
     # what a finished download leaves: the lock and the marker naming these requirements
     target.mkdir(parents=True)
     (target / "requirements.lock").write_text("")
-    (target / ".complete").write_text("litellm[proxy]==1.80.0 async-timeout>=4.0.3 for CPython 3.11.2\n")
+    (target / ".complete").write_text(f"{' '.join(wanted)} for CPython 3.11.2\n")
     code, out, err = run(capsys, "wheelhouse", "litellm", "--python", "3.11.2")
     assert (code, out, err) == (0, f"{target}\n", "")
     code, out, err = run(capsys, "wheelhouse", "requirements", "--python", "3.11.2", "--out", str(target), "--dry",
-                         "litellm[proxy]==1.80.0", "async-timeout>=4.0.3")
+                         *wanted)
     assert (code, out) == (0, f"{target}\n")
 
 
