@@ -6,9 +6,9 @@ Debian 12's (1.3.239: ``'LayerSettingEXT' is not a member of 'vk'``) and does ag
 1.4.309, glslc, spirv-headers, glslang-tools), as measured for issue 35. So the build runs on a Debian 13 machine:
 this one when it is Debian 13, else a **build box**, a Debian 13 container of the lab (``<profile>-build-trixie``,
 made from ``data/lab-image-trixie.toml`` with debootstrap and kept: labwright.llamacpp.buildbox, whose CPU build for
-Debian 13 guests uses the same box). The recipe is ``data/llama-vulkan-build.sh``
-(the apt packages of scripts/apt/llama-vulkan.list, the sdist unpacked once, CMAKE_FLAGS + VULKAN_FLAGS); the box
-keeps its build directory, so a killed build resumes where ninja stopped.
+Debian 13 guests uses the same box). The recipe is the build boxes' ``data/llama-box-build.sh``
+(with the apt packages of scripts/apt/box/llama-vulkan.list, the sdist unpacked once, CMAKE_FLAGS + VULKAN_FLAGS);
+the box keeps its build directory, so a killed build resumes where ninja stopped.
 
 The result is cached like the other builds, by source and toolchain, under
 ``~/.cache/labwright/llama/<version>/vulkan-trixie/``: ``bin/llama-server`` and ``manifest.json`` (its sha256, the
@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import subprocess
-from importlib import resources
 from pathlib import Path
 
 from labwright.atomic import once_under_lock, write_text_atomic
@@ -35,7 +34,7 @@ from labwright.digest import sha256_file
 from labwright.errors import BadInput, OperationFailed
 from labwright.llamacpp import buildbox
 from labwright.llamacpp.build import CMAKE_FLAGS, PINNED, LlamaSource, cache_dir, download_sdist
-from labwright.llamacpp.buildbox import BOX_ROOT, BuildBox
+from labwright.llamacpp.buildbox import BuildBox
 from labwright.ui import build_step, install_step, progress, run_with_progress
 
 #: On top of CMAKE_FLAGS (the CPU build's): the Vulkan backend, its shaders compiled with glslc at build time.
@@ -44,11 +43,10 @@ VULKAN_FLAGS = ("-DGGML_VULKAN=ON",)
 SUITE = "trixie"
 DEBIAN_MAJOR = 13
 BUILD_KEY = f"vulkan-{SUITE}"
-#: Debian 13 names, as scripts/apt/llama-vulkan.list and data/llama-vulkan-build.sh have them.
+#: Debian 13 names, as scripts/apt/box/llama-vulkan.list has them (data/llama-box-build.sh installs them in the box).
 BUILD_PACKAGES = ("cmake", "ninja-build", "g++", "libvulkan-dev", "glslc", "spirv-headers", "glslang-tools")
 #: What the binary needs on a guest: the Vulkan loader, Mesa's drivers (radv, anv, lavapipe), OpenMP's runtime.
 RUNTIME_PACKAGES = ("libgomp1", "libvulkan1", "mesa-vulkan-drivers")
-SCRIPT = "llama-vulkan-build.sh"
 
 
 def vulkan_cache_dir(version: str = PINNED.version) -> Path:
@@ -103,50 +101,15 @@ def ensure_box(client, profile: str, tool: str = "lxc", log=print) -> BuildBox:
     return buildbox.ensure_box(client, profile, SUITE, tool, log=log)
 
 
-def script_text() -> bytes:
-    return resources.files("labwright.data").joinpath(SCRIPT).read_bytes()
-
-
-def box_work(source: LlamaSource) -> str:
-    return f"{BOX_ROOT}/llama-{source.version}-vulkan"
-
-
 def build_in_box(client, box: BuildBox, sdist: Path, source: LlamaSource, jobs: int, log: Path) -> tuple[bytes, dict]:
-    """Run the recipe in the box; the binary's bytes and the box's toolchain (glibc, package versions)."""
-    client.exec(box.name, ["mkdir", "-p", BOX_ROOT])
-    remote_sdist = f"{BOX_ROOT}/{source.filename}"
-    have = client.exec(box.name, ["sha256sum", remote_sdist]).stdout.decode().split()
-    if not have or have[0] != source.sha256:
-        with progress(f"push {source.filename} into {box.name}", heartbeat=False), sdist.open("rb") as handle:
-            client.push_file(box.name, remote_sdist, handle)
-    client.push_file(box.name, f"{BOX_ROOT}/{SCRIPT}", script_text(), mode=0o755)
-    work = box_work(source)
-    with buildbox.box_lock(box):  # the trixie box's CPU build for Debian 13 guests runs there too
-        run_with_progress([box.tool, "exec", box.target, "--", "sh", f"{BOX_ROOT}/{SCRIPT}", remote_sdist, work,
-                           str(jobs), *CMAKE_FLAGS, *VULKAN_FLAGS],
-                          f"build llama-server (Vulkan) in {box.name} ({jobs} jobs)",
-                          parse=lambda line: build_step(line) or install_step(line), log=log)
-    return _pull(client, box.name, f"{work}/build/bin/llama-server"), box_toolchain(client, box.name)
-
-
-_pull = buildbox.pull
-
-
-TOOLCHAIN_QUERY = ("getconf GNU_LIBC_VERSION; dpkg-query -W -f '${Package} ${Version}\\n' "
-                   + " ".join(BUILD_PACKAGES))
-
-
-def box_toolchain(client, name: str) -> dict:
-    text = client.exec(name, ["sh", "-c", TOOLCHAIN_QUERY]).stdout.decode()
-    return parse_toolchain(text)
+    """Run the box recipe (labwright.llamacpp.buildbox) with the Vulkan packages and flag; the binary's bytes and the
+    box's toolchain (glibc, package versions)."""
+    return buildbox.build_in_box(client, box, sdist, source, jobs, log, kind="vulkan", packages=BUILD_PACKAGES,
+                                 flags=VULKAN_FLAGS)
 
 
 def parse_toolchain(text: str) -> dict:
-    """``getconf GNU_LIBC_VERSION`` then ``dpkg-query -W`` lines: {"glibc": "2.41", "packages": {name: version}}."""
-    lines = text.strip().splitlines()
-    glibc = lines[0].split()[-1] if lines and lines[0].startswith("glibc") else ""
-    packages = dict(line.split(" ", 1) for line in lines[1:] if " " in line)
-    return {"glibc": glibc, "packages": packages}
+    return buildbox.parse_toolchain(text)
 
 
 def build_here(sdist: Path, source: LlamaSource, jobs: int, log: Path) -> tuple[bytes, dict]:
@@ -154,15 +117,17 @@ def build_here(sdist: Path, source: LlamaSource, jobs: int, log: Path) -> tuple[
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="llama-vulkan-build-") as tmp:
-        script = Path(tmp) / SCRIPT
-        script.write_bytes(script_text())
+        script = Path(tmp) / buildbox.SCRIPT
+        script.write_bytes(buildbox.script_text())
         work = Path(tmp) / "work"
-        run_with_progress(["sh", str(script), str(sdist), str(work), str(jobs), *CMAKE_FLAGS, *VULKAN_FLAGS],
+        run_with_progress(["sh", str(script), str(sdist), str(work), str(jobs), " ".join(BUILD_PACKAGES), *CMAKE_FLAGS,
+                           *VULKAN_FLAGS],
                           f"build llama-server (Vulkan) here ({jobs} jobs)",
                           parse=lambda line: build_step(line) or install_step(line), log=log)
         binary = (work / "build" / "bin" / "llama-server").read_bytes()
-    text = subprocess.run(["sh", "-c", TOOLCHAIN_QUERY], capture_output=True, text=True, check=False).stdout
-    return binary, parse_toolchain(text)
+    text = subprocess.run(["sh", "-c", buildbox.toolchain_query(BUILD_PACKAGES)], capture_output=True, text=True,
+                          check=False).stdout
+    return binary, buildbox.parse_toolchain(text)
 
 
 def build_vulkan_server(source: LlamaSource = PINNED, jobs: int | None = None, *, client=None,
