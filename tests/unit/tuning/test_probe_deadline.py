@@ -14,6 +14,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -92,11 +93,21 @@ def test_a_start_thrashing_through_its_deadline_is_oom_from_the_memory_read_besi
     readings = iter([{"limit_bytes": 512 * MIB, "anon_bytes": 40 * MIB}] * 2 +
                     [{"limit_bytes": 512 * MIB, "anon_bytes": 504 * MIB}] * 1000)
     monkeypatch.setattr(waiter, "MEMORY_POLL", 0.01)
-    monkeypatch.setattr(waiter, "container_memory", lambda: next(readings))
+    at_limit = threading.Event()
+
+    def memory() -> dict:
+        reading = next(readings)
+        if reading["anon_bytes"] > 500 * MIB:
+            at_limit.set()
+        return reading
+
+    monkeypatch.setattr(waiter, "container_memory", memory)
     started = time.monotonic()
 
     def slow_journal(invocation: str, timeout: float | None = None) -> list:
-        time.sleep(max(started + 0.5 - time.monotonic(), 0))  # the whole deadline
+        # Returns only once the memory thread has read the limit (however loaded the machine) and the deadline passed.
+        assert at_limit.wait(30), "the memory thread never read the guest's memory at its limit"
+        time.sleep(max(started + 0.5 - time.monotonic(), 0))  # the journal read that spans the whole deadline
         return [{"_SYSTEMD_INVOCATION_ID": "inv", "MESSAGE": "load_model: loading"}]
 
     monkeypatch.setattr(waiter, "journal", slow_journal)
