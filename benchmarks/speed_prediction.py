@@ -29,7 +29,6 @@ import json
 import math
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from pathlib import Path
 import _support  # noqa: F401  (tests/support importable as `support`)
 
 from labwright.tuning.fit_model import FitRequest, fit_model
+from support.local_server import free_port, wait_healthy
 from support.speed_measurements import OUTLIERS, ROWS, error, learn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,12 +81,6 @@ def field_notes() -> tuple[list[dict], dict[str, float]]:
                    "worst_without_outliers_row": worst_usual["row"]}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _post(url: str, body: dict, timeout: float = 600) -> dict:
     request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -105,22 +99,13 @@ def _start_server(kind: str) -> tuple[subprocess.Popen, int, Path]:
     if not model.exists():
         folder.mkdir(parents=True, exist_ok=True)
         write_tiny_gguf(folder / f"random-{kind}.gguf.new", TinyModel(**LOCAL_MODELS[kind])).rename(model)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-ngl", "0",
                              "-t", "1", "-c", "1024", "-np", "1", "--no-warmup"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.terminate()
-            raise SystemExit("llama-server did not become healthy")
-        time.sleep(0.5)
+    if not wait_healthy(port, proc, 300, poll=0.5):
+        proc.terminate()
+        raise SystemExit("llama-server did not become healthy")
     _post(f"http://127.0.0.1:{port}/completion", {"prompt": "warm", "n_predict": 4})  # pages the weights in
     return proc, port, folder
 

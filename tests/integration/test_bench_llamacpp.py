@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +19,7 @@ import pytest
 
 from labwright.llamacpp.build import build_llama_server
 from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
+from support.local_server import free_port, wait_healthy
 
 pytestmark = [pytest.mark.slow]
 
@@ -29,12 +27,6 @@ CONTEXTS = (128, 512, 1024)
 DECODE = 32
 TRIALS = 3
 SERVER_CTX = 4096
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -45,17 +37,8 @@ def llama_server(binary: Path, model: Path, log: Path, *extra: str) -> Iterator[
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"llama-server did not become healthy:\n{log.read_text()[-2000:]}")
-            time.sleep(0.1)
+        if not wait_healthy(port, proc, 60):
+            raise AssertionError(f"llama-server did not become healthy:\n{log.read_text()[-2000:]}")
         yield f"http://127.0.0.1:{port}/v1", proc
     finally:
         proc.terminate()
