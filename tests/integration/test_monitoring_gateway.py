@@ -121,7 +121,9 @@ def test_prometheus_scrapes_the_cpu_llama_server(lab, guest):
         s for s in query(lab, name, "llamacpp:tokens_predicted_total") if float(s["value"][1]) >= 24], timeout=60,
         every=0.5)
     assert series[0]["metric"]["guest"] == f"@lxd/{name}" and series[0]["metric"]["service"] == "llama-server"
-    up = query(lab, name, "labwright_engine_up")
+    # The GPU script's series come through node-exporter's textfile collector, on their own timer: waited for too.
+    up = wait_for("labwright_engine_up in Prometheus (the GPU script through the node job)",
+                  lambda: query(lab, name, "labwright_engine_up"), timeout=60, every=0.5)
     assert [(s["metric"]["service"], s["value"][1]) for s in up] == [("llama-server", "1")], up
     gpus = {s["metric"]["vendor"]: s["value"][1] for s in query(lab, name, "labwright_gpu_count")}
     assert gpus == {"nvidia": "0", "amd": "0", "intel": "0"}, gpus
