@@ -14,7 +14,8 @@ Modes:
   take the InvocationID systemd gives THIS start. The verdict reads only that invocation's journal entries
   (``_SYSTEMD_INVOCATION_ID`` for the service's own lines, ``INVOCATION_ID`` for systemd's "Main process exited"
   line), so a stale process, or an automatic restart with an older config, can never be read as this candidate's
-  result. ok: a success line, or the health URL answering 200 while our invocation is still the running one. oom:
+  result. ok: a success line, or the health URL answering 200 while our invocation is still the running one, and
+  the main process's peak memory (VmHWM) read right then (one that ended before it could be read is no "ok"). oom:
   an out-of-memory line, or the main process killed by SIGKILL (the OOM killer under a cgroup limit logs nothing).
   error: any other exit. timeout: none of these within the startup timeout; then the unit is SIGKILLed. The unit is
   always left stopped.
@@ -335,17 +336,37 @@ class Peak(threading.Thread):
             self.done.wait(MEMORY_POLL)
 
 
+def measured(service: str, pid: str, lost: list[str]) -> dict | None:
+    """The memory of a start just judged healthy: the guest's, then the main process's peak (VmHWM) and its cgroup's.
+
+    None when the main process had no memory left to read (gone, or a zombie, which has no VmHWM line): it was
+    ended after it answered (the deadline's SIGALRM, the watchdog, the OOM killer), and the start is not "ok" (its
+    exit decides the verdict; ``lost`` says what happened, for the verdict's why). An "ok" always carries its peak:
+    the guest's reading comes first, so a VmHWM read afterwards proves the server was still up when it was taken.
+    """
+    guest = container_memory()
+    reading = memory(service, pid)
+    if reading["peak_rss_bytes"] is None:
+        lost[:] = [f"it answered, but its main process (PID {pid}) ended before its memory could be read"]
+        return None
+    return {**reading, "guest_memory": guest}
+
+
 def watch(req: dict, invocation: str, started: float) -> dict:
-    """Wait for our invocation's verdict: ok, oom, error or timeout."""
+    """Wait for our invocation's verdict: ok (always with the server's peak memory), oom, error or timeout."""
     peak = Peak()
     peak.start()
+    lost: list[str] = []
     try:
-        return _watch(req, invocation, started, peak)
+        verdict = _watch(req, invocation, started, peak, lost)
     finally:
         peak.done.set()
+    if lost and verdict.get("outcome") != "ok":
+        verdict["why"] = f"{verdict.get('why', '')}; {lost[0]}"
+    return verdict
 
 
-def _watch(req: dict, invocation: str, started: float, peak: Peak) -> dict:
+def _watch(req: dict, invocation: str, started: float, peak: Peak, lost: list[str]) -> dict:
     service, timeout = req["service"], float(req["timeout"])
     success, oom = req.get("success_lines", []), req.get("oom_lines", [])
     url = req.get("health_url")
@@ -367,12 +388,15 @@ def _watch(req: dict, invocation: str, started: float, peak: Peak) -> dict:
         if any(word in line for line in lines for word in oom):
             return {"outcome": "oom", "why": "out-of-memory line", "lines": lines}
         if ours_running and any(word in line for line in lines for word in success):
-            return {"outcome": "ok", "why": "success line", "lines": lines, **memory(service, info["MainPID"]),
-                    "guest_memory": container_memory()}
-        # Health answered while our invocation is the running one; check again that it still is.
-        if ours_running and url and healthy(url) and props(service).get("InvocationID") == invocation:
-            return {"outcome": "ok", "why": "health", "lines": lines, **memory(service, info["MainPID"]),
-                    "guest_memory": container_memory()}
+            reading = measured(service, info["MainPID"], lost)
+            if reading is not None:
+                return {"outcome": "ok", "why": "success line", "lines": lines, **reading}
+        # Health answered while our invocation is the running one: its memory is read at once (before the slow
+        # systemctl below, while nothing can have killed it yet), then that our invocation is still the one running.
+        if ours_running and url and healthy(url):
+            reading = measured(service, info["MainPID"], lost)
+            if reading is not None and props(service).get("InvocationID") == invocation:
+                return {"outcome": "ok", "why": "health", "lines": lines, **reading}
         if exits:
             code, status = exits[-1].get("EXIT_CODE"), str(exits[-1].get("EXIT_STATUS", ""))
             text = f"code={code}, status={status}"

@@ -501,6 +501,11 @@ def make_probe(guest: Guest, target: Target, timeout: float, tail: int) -> Calla
         outcome = str(answer.get("outcome"))
         if outcome not in OUTCOMES:
             raise OperationFailed(f"probe helper on {guest.name} answered {answer!r}")
+        if outcome == "ok" and not answer.get("peak_rss_bytes"):
+            # The helper reads the server's memory before it says "ok" (labwright.agent.probe.measured): an "ok"
+            # without it is a broken helper, never a start to count (the refined guess reads that memory).
+            raise OperationFailed(f"probe helper on {guest.name} answered ok for {target.setting} {tokens:,} without "
+                                  f"the server's peak memory (VmHWM): {answer.get('why')!r}")
         return Probe(candidate=tokens, outcome=outcome, why=str(answer.get("why", "")),
                      seconds=round(time.monotonic() - began, 2), peak_rss_bytes=answer.get("peak_rss_bytes"),
                      cgroup_peak_bytes=answer.get("cgroup_peak_bytes"), guest_memory=answer.get("guest_memory"),

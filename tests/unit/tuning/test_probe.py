@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labwright.cli import main
-from labwright.errors import BadInput
-from labwright.tuning.probe import check_range, get_flag, search, set_flag
+from labwright.errors import BadInput, OperationFailed
+from labwright.tuning.probe import Target, cache_spec, check_range, get_flag, make_probe, search, set_flag
 
 PAGE = 256
 
@@ -162,3 +162,31 @@ def test_an_overshot_refined_guess_costs_no_more_than_bisecting_its_bracket(firs
     assert result == ceiling
     after = tried[2:]  # the first start and the refined guess
     assert len(after) <= 1 + max(1, (guess_page - first_page)).bit_length(), tried
+
+
+def test_an_ok_without_the_servers_peak_memory_is_refused_not_counted():
+    """The helper reads the server's memory before it answers "ok" (tests/unit/tuning/test_probe_deadline.py); an
+    answer without it (a broken helper) stops the probe with what it got, never a fit with a silent None."""
+
+    class Answering:
+        name = "box"
+
+        def __init__(self, answer: dict) -> None:
+            self.answer = answer
+
+        def waiter(self, request: dict, timeout: float) -> dict:
+            assert request["mode"] == "probe"
+            return self.answer
+
+        def read_file(self, path: str) -> bytes | None:
+            return None
+
+    target = Target(engine="llamacpp", service="llama-server.service", spec=cache_spec("llamacpp", "f16"),
+                    setting="--ctx-size", daemon_reload=True, success_lines=(), oom_lines=(), health_url=None,
+                    was_active=True, restore_actions=[], render=lambda tokens, deadline=None: [])
+    ok = {"outcome": "ok", "why": "health", "peak_rss_bytes": 300 * 2**20, "guest_memory": {"anon_bytes": 1}}
+    assert make_probe(Answering(ok), target, 20.0, 15)(8192).peak_rss_bytes == 300 * 2**20
+    with pytest.raises(OperationFailed, match=r"answered ok for --ctx-size 8,192 without the server's peak memory"):
+        make_probe(Answering({**ok, "peak_rss_bytes": None}), target, 20.0, 15)(8192)
+    # a start that failed carries no peak (its process is gone): that is its verdict, not an error
+    assert make_probe(Answering({"outcome": "oom", "why": "SIGKILL"}), target, 20.0, 15)(8192).outcome == "oom"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -181,3 +182,119 @@ def test_a_guest_without_usr_bin_python3_gets_the_plain_line_and_the_watchdog_al
     [probed] = target.render(8192, 20.0)
     assert "ExecStart=/usr/local/bin/llama-server --model /srv/m.gguf" in base64.b64decode(
         probed["content_b64"]).decode()
+
+
+# A stand-in server: holds 16 MiB (touched, so resident) and answers every request 200, on a socket the test bound
+# (so it is reachable the moment it runs; the deadline counts from the wrapper's exec).
+SERVER = """import socket, sys
+held = bytearray(16 << 20)
+for at in range(0, len(held), 4096):
+    held[at] = 1
+listener = socket.socket(fileno=int(sys.argv[1]))
+while True:
+    conn, _ = listener.accept()
+    conn.recv(65536)
+    conn.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Length: 0\\r\\n\\r\\n")
+    conn.close()
+"""
+SERVER_DEADLINE = 3.0
+
+
+class Unit:
+    """systemd's view of one start, read off a real process (there is no systemd here): our invocation running while
+    the process runs, then its end as systemd's "Main process exited" journal entry (code=killed, status=ALRM)."""
+
+    def __init__(self, child: subprocess.Popen) -> None:
+        self.child = child
+
+    def props(self, service: str, timeout: float | None = None) -> dict:
+        if self.child.poll() is None:
+            return {"InvocationID": "inv", "ActiveState": "active", "SubState": "running",
+                    "MainPID": str(self.child.pid)}
+        return {"InvocationID": "inv", "ActiveState": "failed", "SubState": "failed", "MainPID": "0"}
+
+    def journal(self, invocation: str, timeout: float | None = None) -> list:
+        entries: list[dict] = [{"_SYSTEMD_INVOCATION_ID": "inv", "MESSAGE": "main: server is listening"}]
+        code = self.child.poll()
+        if code is not None and code < 0:
+            entries.append({"INVOCATION_ID": "inv", "EXIT_CODE": "killed",
+                            "EXIT_STATUS": signal.Signals(-code).name.removeprefix("SIG")})
+        elif code is not None:
+            entries.append({"INVOCATION_ID": "inv", "EXIT_CODE": "exited", "EXIT_STATUS": str(code)})
+        return entries
+
+
+@pytest.fixture
+def edge_server(monkeypatch):
+    """A real server under the real DEADLINE_WRAPPER (its SIGALRM SERVER_DEADLINE s after the exec), healthy at
+    once: every start judged healthy here is one the deadline's timer ends moments later, as a start near the edge
+    that came up just before its deadline. Yields the process, its Unit and the health URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    child = subprocess.Popen(wrapped(SERVER_DEADLINE, sys.executable, "-I", "-S", "-c", SERVER,
+                                     str(listener.fileno())), pass_fds=(listener.fileno(),))
+    unit = Unit(child)
+    monkeypatch.setattr(waiter, "props", unit.props)
+    monkeypatch.setattr(waiter, "journal", unit.journal)
+    monkeypatch.setattr(waiter, "container_memory", lambda: {"limit_bytes": 512 * MIB, "anon_bytes": 300 * MIB,
+                                                             "usage_bytes": 400 * MIB})
+    try:
+        yield child, unit, f"http://127.0.0.1:{listener.getsockname()[1]}/health"
+    finally:
+        listener.close()
+        if child.poll() is None:
+            child.kill()
+        child.wait(timeout=10)
+
+
+def test_an_ok_start_keeps_its_peak_when_the_deadline_ends_it_right_after_it_answered(edge_server, monkeypatch):
+    """The loaded suite's flake: a start came up just before its deadline, the helper saw its health, then waited on
+    systemctl (slow under load) while the wrapper's SIGALRM ended the server, and only then read VmHWM: "ok" with
+    peak_rss_bytes None. Here systemctl returns only once the server is gone; the peak is still there."""
+    child, unit, url = edge_server
+    answered = threading.Event()
+    real_healthy, real_props = waiter.healthy, unit.props
+
+    def healthy(address: str) -> bool:
+        ok = real_healthy(address)
+        if ok:
+            answered.set()
+        return ok
+
+    def slow_props(service: str, timeout: float | None = None) -> dict:
+        if answered.is_set():  # systemctl under load: answers after the deadline's SIGALRM ended the server
+            child.wait(timeout=30)
+        return real_props(service, timeout)
+
+    monkeypatch.setattr(waiter, "healthy", healthy)
+    monkeypatch.setattr(waiter, "props", slow_props)
+    verdict = waiter.watch({"service": "llama-server.service", "timeout": 20, "health_url": url}, "inv",
+                           time.monotonic())
+    assert child.wait(timeout=30) == -signal.SIGALRM  # the deadline did end it, after it answered
+    assert verdict["outcome"] == "ok" and verdict["why"] == "health", verdict
+    assert verdict["peak_rss_bytes"] >= 16 * MIB, verdict
+    assert verdict["guest_memory"]["anon_bytes"] == 300 * MIB
+
+
+def test_a_start_ended_before_its_memory_was_read_is_its_deadline_not_an_ok_without_a_peak(edge_server,
+                                                                                          monkeypatch):
+    """The helper is descheduled right after the health answer (a guest thrashing at its limit) until the deadline's
+    SIGALRM has ended the server: its memory can no longer be read, so the start is not "ok" (before: "ok" with
+    peak_rss_bytes None); its exit decides, and the why says what was lost."""
+    child, _, url = edge_server
+    real_healthy = waiter.healthy
+
+    def stalled_healthy(address: str) -> bool:
+        ok = real_healthy(address)
+        if ok:
+            child.wait(timeout=30)
+        return ok
+
+    monkeypatch.setattr(waiter, "healthy", stalled_healthy)
+    verdict = waiter.watch({"service": "llama-server.service", "timeout": 20, "health_url": url}, "inv",
+                           time.monotonic())
+    assert child.returncode == -signal.SIGALRM
+    assert verdict["outcome"] == "timeout" and verdict["exit"] == "code=killed, status=ALRM", verdict
+    assert "SIGALRM" in verdict["why"] and "ended before its memory could be read" in verdict["why"], verdict["why"]
+    assert verdict.get("peak_rss_bytes") is None
