@@ -142,6 +142,43 @@ def test_registry_unreachable_mid_install_then_rerun_serves(guest: Guest) -> Non
     guest.recover("registry unreachable mid-install")
 
 
+HOLDER = """import fcntl, os, time
+# as unattended-upgrades does at a fresh guest's first boot: dpkg's frontend lock held (apt takes it with fcntl
+# F_SETLK: apt-pkg/contrib/fileutl.cc GetLock), released when the test says so
+lock = open("/var/lib/dpkg/lock-frontend", "w")
+fcntl.lockf(lock, fcntl.LOCK_EX)
+open("/tmp/lw-lock-held", "w").close()
+while not os.path.exists("/tmp/lw-lock-release"):
+    time.sleep(0.05)
+"""
+
+
+def test_apt_lock_held_by_another_apt_is_waited_for_then_the_install_runs(guest: Guest) -> None:
+    """CI saw a fresh guest's unattended-upgrades hold dpkg's lock and the deploy fail as if the mirror were down.
+    The deploy's package step (deploys.common.install_missing) now waits for the holder to exit, then installs."""
+    if guest.health() != 200:
+        guest.recover("(setup)")
+    guest.sh("rm -f /tmp/lw-lock-held /tmp/lw-lock-release; DEBIAN_FRONTEND=noninteractive apt-get remove -y -q "
+             "libgomp1 >/dev/null")   # the deploy's one runtime package, so that it has something to install
+    guest.sh("cat > /tmp/lw-holder.py <<'EOF'\n" + HOLDER + "EOF\n"
+             "nohup python3 /tmp/lw-holder.py >/dev/null 2>&1 &")
+    wait_for("the lock holder to take dpkg's lock", lambda: guest.sh("test -e /tmp/lw-lock-held && echo y || true",
+                                                                    check=False).strip(), timeout=60)
+    proc = guest.start_deploy()
+    try:
+        wait_for("the deploy's apt-get to wait on the holder (tail --pid)",
+                 lambda: "tail --pid=" in guest.sh("ps -eo args", check=False) or proc.poll() is not None,
+                 timeout=300)
+        assert proc.poll() is None, (proc.communicate()[0] or "")[-3000:]   # waiting, not failed
+    finally:
+        guest.sh("touch /tmp/lw-lock-release", check=False)
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output[-4000:]
+    assert "Could not get lock" not in output, output[-3000:]
+    assert "install ok installed" in guest.sh("dpkg-query -W -f '${Status}' libgomp1")
+    wait_for(f"llama-server on {guest.name} to answer", lambda: guest.health() == 200, timeout=120)
+
+
 def test_unit_at_its_start_limit_is_restarted_by_the_next_deploy(guest: Guest) -> None:
     if guest.health() != 200:
         guest.recover("(setup)")

@@ -13,11 +13,14 @@ missing=""
 for pkg in $packages; do
   dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing="$missing $pkg"
 done
+# lw_apt: apt-get that waits for another apt's lock (unattended-upgrades in a fresh box); put here on push
+# @labwright.aptlock function@
 if [ -n "$missing" ]; then
   echo "apt-get install$missing"
-  apt-get update -q
+  if lw_apt update -q; then printf '%s\n' "$out"; else printf '%s\n' "$out" >&2; exit 1; fi
   # shellcheck disable=SC2086
-  apt-get install -y -q --no-install-recommends $missing
+  if lw_apt install -y -q --no-install-recommends $missing; then printf '%s\n' "$out"
+  else printf '%s\n' "$out" >&2; exit 1; fi
 fi
 mkdir -p "$work"
 if [ ! -e "$work/.unpacked" ]; then

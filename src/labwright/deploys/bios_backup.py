@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
-from pyinfra.operations import apt
+from pyinfra.operations import server
 
+from labwright import aptlock
 from labwright.bios.flashrom import check_programmer
 from labwright.errors import LabwrightError
 from labwright.facts.bios import FlashromPath
@@ -26,7 +27,8 @@ def deploy_bios_backup() -> None:
         raise DeployError(f"bios_programmer: {exc}") from None
 
     if host.get_fact(FlashromPath) is None:
-        apt.packages(name="Install flashrom", packages=["flashrom"], update=True, no_recommends=True)
+        # labwright.aptlock: waits for another apt (unattended-upgrades) instead of failing on its lock
+        server.shell(name="Install flashrom", commands=[aptlock.update(), aptlock.install(["flashrom"])])
 
     bios.backup(name="BIOS backup: read the chip twice, compare, copy off, verify",
                 programmer=programmer,

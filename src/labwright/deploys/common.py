@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from pyinfra import host
 from pyinfra.facts.deb import DebPackages
 
+from labwright import aptlock
 from labwright.deploy_data import DeployData
 from labwright.errors import BadInput
 from labwright.facts.llamacpp import PortListeners
@@ -143,12 +144,14 @@ def install_missing(packages: Iterable[str], what: str, name: str | None = None)
     fresh = "find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -mmin -60 2>/dev/null | grep -q ."
     # One operation: the guest snapshot (labwright.snapshots.deploy; snapshot_before/keep/required) right before apt.
     snapshot_ops.shell(name=name or f"Install {', '.join(missing)}", step="packages", commands=[
-        f"export DEBIAN_FRONTEND=noninteractive; fail() {{ printf '%s\\n' \"$out\" | tail -n 4 >&2; "
+        # lw_apt: apt-get that waits for another apt's lock (unattended-upgrades on a fresh guest; labwright.aptlock)
+        f"export DEBIAN_FRONTEND=noninteractive; {aptlock.function()}"
+        f"fail() {{ [ -z \"$lw_apt_locked\" ] || exit 1; printf '%s\\n' \"$out\" | tail -n 4 >&2; "
         f"printf {quote(fix)}'\\n' \"$1\" >&2; exit 1; }}; "
-        f"{fresh} || {{ out=$(apt-get update -q 2>&1) && ! printf '%s' \"$out\" | grep -q '^\\(W\\|E\\): "
+        f"{fresh} || {{ lw_apt update -q && ! printf '%s' \"$out\" | grep -q '^\\(W\\|E\\): "
         f"Failed to fetch' || fail update; }}; "
-        f"out=$(apt-get -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold install "
-        f"--no-install-recommends {names} 2>&1) || fail install",
+        f"lw_apt -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold install "
+        f"--no-install-recommends {names} || fail install",
     ])
 
 

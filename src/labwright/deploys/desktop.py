@@ -14,9 +14,10 @@ from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.server import Users
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from labwright import aptlock
 from labwright.deploy_data import refuse_unknown_keys
 from labwright.desktop import password as passwords
 from labwright.desktop.recipe import (
@@ -120,8 +121,10 @@ def deploy_desktop() -> None:
     if settings.firefox_source == "mozilla":
         pre = [p for p in MOZILLA_PREREQUISITES if p not in installed]
         if pre:
-            apt.update(name="Refresh apt lists (Mozilla repository prerequisites missing)", cache_time=3600)
-            apt.packages(name="Install curl, gnupg, ca-certificates", packages=pre, no_recommends=True)
+            # labwright.aptlock: each apt-get waits for another apt (unattended-upgrades) instead of failing on its lock
+            server.shell(name="Refresh apt lists (Mozilla repository prerequisites missing)",
+                         commands=[aptlock.update(cache_minutes=60)])
+            server.shell(name="Install curl, gnupg, ca-certificates", commands=[aptlock.install(pre)])
             refreshed = True
         files.directory(name="/etc/apt/keyrings", path="/etc/apt/keyrings", mode="755", user="root", group="root")
         key = files.download(name="Mozilla's apt signing key", src=MOZILLA_KEY_URL, dest=MOZILLA_KEY, mode="644")
@@ -134,16 +137,18 @@ def deploy_desktop() -> None:
                            mode="644", user="root", group="root")
         pin = files.put(name="Pin Mozilla's packages at 1000 (no snap stub)", src=StringIO(MOZILLA_PIN_TEXT),
                         dest=MOZILLA_PIN, mode="644", user="root", group="root")
-        apt.update(name="Refresh apt lists (Mozilla repository added)", _if=any_changed(key, source, pin))
+        server.shell(name="Refresh apt lists (Mozilla repository added)", commands=[aptlock.update()],
+                     _if=any_changed(key, source, pin))
     else:
         # Switching back from Mozilla's repository leaves no source or pin behind.
         for path in (MOZILLA_LIST, MOZILLA_PIN, MOZILLA_KEY):
             files.file(name=f"No {path} (firefox source {settings.firefox_source})", path=path, present=False)
     if missing:
         if not refreshed:
-            apt.update(name="Refresh apt lists (desktop packages missing)", cache_time=3600)
-        apt.packages(name=f"Install {len(missing)} desktop packages (no recommends)", packages=missing,
-                     no_recommends=True)
+            server.shell(name="Refresh apt lists (desktop packages missing)",
+                         commands=[aptlock.update(cache_minutes=60)])
+        server.shell(name=f"Install {len(missing)} desktop packages (no recommends)",
+                     commands=[aptlock.install(missing)])
     chrome = [p for p in CHROME_PACKAGES if p in installed]
     if chrome:
         print(f"{host.name}: note: {', '.join(chrome)} is installed; it reports 'offline' in an unprivileged container "

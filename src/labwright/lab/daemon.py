@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from labwright import aptlock
 from labwright.errors import OperationFailed
 from labwright.lxd.client import Endpoint, LxdClient, find_local_socket
 from labwright.ui import Reporter
@@ -123,8 +124,9 @@ def install_packages(packages: list[str], report: Reporter) -> None:
     # nftables first: the daemon must find it when it creates the bridge.
     ordered = sorted(packages, key=lambda p: 0 if p == "nftables" else 1)
     with report.step(f"apt-get install {' '.join(ordered)}"):
-        _run(["apt-get", "update", "-qq"], "apt-get update", env)
-        _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *ordered], "apt-get install", env)
+        # labwright.aptlock: each apt-get waits for another apt (unattended-upgrades) instead of failing on its lock
+        _run(aptlock.argv(["update", "-qq"]), "apt-get update", env)
+        _run(aptlock.argv(["install", "-y", "-qq", "--no-install-recommends", *ordered]), "apt-get install", env)
     report.change(f"installed {' '.join(ordered)}")
 
 

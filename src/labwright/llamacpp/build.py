@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from labwright import paths
+from labwright import aptlock, paths
 from labwright.atomic import once_under_lock, write_text_atomic
 from labwright.digest import sha256_file
 from labwright.errors import OperationFailed
@@ -161,8 +161,9 @@ def ensure_build_tools() -> None:
     if not missing:
         return
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    run_with_progress(["apt-get", "update", "-q"], "apt-get update", parse=install_step, env=env)
-    run_with_progress(["apt-get", "install", "-y", "-q", *missing], f"apt-get install {' '.join(missing)}",
+    # labwright.aptlock: each apt-get waits for another apt (unattended-upgrades) instead of failing on its lock
+    run_with_progress(aptlock.argv(["update", "-q"]), "apt-get update", parse=install_step, env=env)
+    run_with_progress(aptlock.argv(["install", "-y", "-q", *missing]), f"apt-get install {' '.join(missing)}",
                       parse=install_step, env=env)
 
 

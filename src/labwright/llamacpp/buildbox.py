@@ -36,7 +36,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from labwright import paths
+from labwright import aptlock, paths
 from labwright.atomic import once_under_lock, write_text_atomic
 from labwright.digest import sha256_file
 from labwright.errors import BadInput, OperationFailed
@@ -180,7 +180,8 @@ def box_lock(box: BuildBox) -> Iterator[None]:
 
 
 def script_text(script: str = SCRIPT) -> bytes:
-    return resources.files("labwright.data").joinpath(script).read_bytes()
+    """The build script as pushed: with labwright.aptlock's ``lw_apt`` (apt-get waiting for another apt's lock)."""
+    return aptlock.in_script(resources.files("labwright.data").joinpath(script).read_bytes())
 
 
 def push_sdist(client, box: BuildBox, sdist: Path, source: LlamaSource) -> str:
