@@ -23,7 +23,8 @@ WAIT_S = 900  # unattended-upgrades on a guest that has not been upgraded for mo
 
 
 def function(wait_s: int = WAIT_S) -> str:
-    """The ``lw_apt`` shell function (POSIX sh, one line ending in ``;``), to put before commands that call it."""
+    """The ``lw_apt`` shell function (POSIX sh, one line ending in ``;``), to put before commands that call it.
+    Call it with apt-get's command first (``lw_apt install -y ...``): its messages name ``$1``."""
     if not 0 < wait_s <= 86_400:
         raise ValueError(f"apt lock wait {wait_s!r} s is not in 1-86400")
     fix = ("let it finish (or stop it: systemctl stop unattended-upgrades apt-daily.service), then re-run "
@@ -62,7 +63,7 @@ def command(args: str, wait_s: int = WAIT_S) -> str:
 def install(packages: list[str], wait_s: int = WAIT_S) -> str:
     """``apt-get install`` of ``packages`` (no recommends, keep changed config files) with the lock wait."""
     names = join(packages)
-    return command("-y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold install "
+    return command("install -y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "
                    f"--no-install-recommends {names}", wait_s)
 
 

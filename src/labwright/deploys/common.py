@@ -150,7 +150,7 @@ def install_missing(packages: Iterable[str], what: str, name: str | None = None)
         f"printf {quote(fix)}'\\n' \"$1\" >&2; exit 1; }}; "
         f"{fresh} || {{ lw_apt update -q && ! printf '%s' \"$out\" | grep -q '^\\(W\\|E\\): "
         f"Failed to fetch' || fail update; }}; "
-        f"lw_apt -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold install "
+        f"lw_apt install -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "
         f"--no-install-recommends {names} || fail install",
     ])
 

@@ -76,7 +76,7 @@ def test_an_install_waits_for_the_holder_to_exit_then_runs(tmp_path: Path) -> No
         holder.wait()
     out, err = run.communicate(timeout=30)
     assert run.returncode == 0, err
-    assert err.splitlines() == [f"labwright: apt-get -y waits for process {holder.pid} (unattended-upgr) "
+    assert err.splitlines() == [f"labwright: apt-get install waits for process {holder.pid} (unattended-upgr) "
                                 "(/var/lib/dpkg/lock-frontend) to release the apt lock (up to 120 s)"]
     assert "Setting up" in out and len(calls(tmp_path)) == 2
 
@@ -116,7 +116,7 @@ def test_the_wait_is_bounded_when_asked_for_a_nonsense_limit() -> None:
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(old_format=st.booleans(), holder_gone=st.booleans(),
-       args=st.sampled_from(["update -q", "-y install curl", "install --no-install-recommends a b"]))
+       args=st.sampled_from(["update -q", "install -y curl", "install --no-install-recommends a b"]))
 def test_any_lock_message_shape_is_waited_out(tmp_path: Path, old_format: bool, holder_gone: bool, args: str) -> None:
     """Whatever apt's lock line looks like (apt < 1.9 names no process; the holder may exit before lw_apt looks),
     lw_apt retries until the lock is free and says so once; it never fails on a lock it could wait for."""
