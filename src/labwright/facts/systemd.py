@@ -16,7 +16,8 @@ So nothing here indexes a fact answer or calls a string method on it: ``unit_fla
 None, ``{}``, another type, or a dict without the unit. ``SystemdUnits`` asks the question directly: whether
 systemd is the init (``sd_booted``: the directory ``/run/systemd/system/`` exists; systemd's man page
 sd_booted(3), NOTES, systemd 252 as on Debian 12, and ``sd_booted()`` in src/libsystemd/sd-daemon/sd-daemon.c),
-and ``systemctl is-active`` of each unit asked for, only then.
+and ``systemctl is-active`` of each unit asked for, only then. ``SystemdServiceState`` reads one unit's states and
+how often systemd restarted it (``runs_since_started``: a crash loop never passes as running).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyinfra.api import FactBase
+from pyinfra.facts.systemd import SystemdStatus
 
 from labwright.shell import quote
 
@@ -57,6 +59,65 @@ class SystemdUnits(FactBase):
                 unit, _, state = value.partition("=")
                 result["units"][unit] = state or UNKNOWN
         return result
+
+
+class SystemdServiceState(FactBase):
+    """``{"active_state", "sub_state", "n_restarts", "main_started_us"}`` of one unit, from ``systemctl show -p
+    NRestarts,ActiveState,SubState,ExecMainStartTimestampMonotonic UNIT``: its states, how often systemd's own
+    ``Restart=`` restarted it since it was last started explicitly, and when its running process started (µs on
+    the monotonic clock; 0 when none ever did). A value systemd did not print is None: a unit that is not a
+    service has no ``NRestarts``; no ``systemctl`` (or a failed one) prints nothing, and every value is None.
+
+    systemctl prints the properties in its own order, one ``Name=value`` a line; an unknown or never-loaded unit
+    is ``inactive``/``dead`` with ``NRestarts=0`` (systemd 252, Debian 12).
+    """
+
+    def command(self, unit: str) -> str:
+        return (f"systemctl show -p NRestarts,ActiveState,SubState,ExecMainStartTimestampMonotonic {quote(unit)} "
+                "2>/dev/null || true")
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return {"active_state": None, "sub_state": None, "n_restarts": None, "main_started_us": None}
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        result = self.default()
+        for line in output:
+            key, _, value = line.strip().partition("=")
+            if key == "ActiveState" and value:
+                result["active_state"] = value
+            elif key == "SubState" and value:
+                result["sub_state"] = value
+            elif key == "NRestarts" and value.isdigit():
+                result["n_restarts"] = int(value)
+            elif key == "ExecMainStartTimestampMonotonic" and value.isdigit():
+                result["main_started_us"] = int(value)
+        return result
+
+
+def runs_since_started(answer: Any) -> bool:
+    """Whether a ``SystemdServiceState`` answer says the unit runs the process it was last started with: active,
+    in a sub-state pyinfra's ``SystemdStatus`` counts as running (``running`` for a service; pyinfra 3.10.0
+    facts/systemd.py 67, ``state_values``), and systemd has not restarted it since (``NRestarts`` 0).
+
+    ``NRestarts`` counts the restart jobs systemd's ``Restart=`` enqueued (``service_enter_restart()``: "Count the
+    jobs we enqueue for restarting"); it is zeroed by ``systemctl reset-failed`` (``service_reset_failed()``) and
+    by a start that is not an automatic one (``service_start()``: "This is not an automatic restart? Flush the
+    restart counter then", the flush armed by ``service_enter_dead()`` when no restart follows): systemd's
+    src/core/service.c (systemd/systemd at 000d6582; the behaviour checked on a Debian 12 container, systemd
+    252: 0 after ``systemctl restart``, 1, 2 ... after each automatic restart, 0 after ``reset-failed``).
+    Every start labwright makes is ``reset-failed`` then ``restart``, so ``NRestarts`` > 0 on an active unit
+    means it crashed at least once since labwright last started it: a crash loop caught between a restart and
+    its next crash, not a running service. ``activating``/``auto-restart`` (between crashes) is not active.
+    Without ``NRestarts`` (a unit that is not a service) the states alone decide. None, ``{}`` or an answer of
+    another shape is False.
+    """
+    if not isinstance(answer, Mapping):
+        return False
+    if answer.get("active_state") != "active" or answer.get("sub_state") not in SystemdStatus.state_values:
+        return False
+    restarts = answer.get("n_restarts")
+    return restarts is None or (type(restarts) is int and restarts == 0)
 
 
 def systemd_init(answer: Any) -> str:
