@@ -321,6 +321,34 @@ def test_a_binary_needing_a_newer_glibc_is_refused_before_anything_is_installed(
     assert main_pid(lab, deployed.name) == pid_before
 
 
+HOLD = "/etc/systemd/system/llama-server.service.d/50-test-hold.conf"
+
+
+def service_state(lab: Lab, name: str) -> dict[str, str]:
+    """``systemctl show`` of the unit: the properties started_owned reads."""
+    shown = sh(lab, name, "systemctl show -p NRestarts,ActiveState,SubState,ExecMainStartTimestampMonotonic "
+                          "llama-server.service")
+    return dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+
+
+def held_between_crashes(lab: Lab, name: str) -> dict[str, str]:
+    """The crash-looping unit held where systemd says "active (running)" after one of its own restarts: a drop-in
+    makes systemd's next automatic restart (RestartSec=5) run a process that stays up, and goes again once that
+    restart happened, so the unit on disk is the deploy's broken one, unchanged. Its state then (NRestarts > 0)."""
+    sh(lab, name, f"mkdir -p {Path(HOLD).parent} && printf '[Service]\\nExecStart=\\nExecStart=/bin/sleep infinity\\n' "
+                  f"> {HOLD} && systemctl daemon-reload")
+    try:
+        # A wait for systemd's own restart, bounded (60 s: RestartSec and a loaded machine), polled in the guest.
+        sh(lab, name, "for i in $(seq 600); do pid=$(systemctl show -p MainPID --value llama-server.service); "
+                      "[ \"$pid\" != 0 ] && [ \"$(cat /proc/$pid/comm 2>/dev/null)\" = sleep ] && exit 0; sleep 0.1; "
+                      "done; echo 'no automatic restart into the held process in 60 s' >&2; exit 1")
+    finally:
+        sh(lab, name, f"rm -f {HOLD} && systemctl daemon-reload")
+    state = service_state(lab, name)
+    assert (state["ActiveState"], state["SubState"]) == ("active", "running") and int(state["NRestarts"]) > 0, state
+    return state
+
+
 def test_a_server_that_does_not_come_up_fails_the_run_with_its_own_error(lab, deployed):
     # A health timeout long enough for the engine's complaint to reach the journal on a loaded machine (5 s lost it
     # there: the test must hold under load).
@@ -329,10 +357,16 @@ def test_a_server_that_does_not_come_up_fails_the_run_with_its_own_error(lab, de
     assert "not healthy after 10s" in broken.output, broken.output[-3000:]
     # The journal tail names the engine's own complaint.
     assert "invalid argument: --no-such-flag" in broken.output, broken.output[-3000:]
-    # Re-running the same broken data must not pass as "no change": the crash-looping unit is not active, so the
-    # deploy starts it and the health check fails again (the shortest timeout will do: no journal is read here).
+    # Re-running the same broken data must not pass as "no change", also when the crash loop is caught between a
+    # restart and its next crash, where systemd says "active (running)" (a loaded machine's llama-server sits there
+    # for a moment on every restart: the re-run read it there now and then). Held there, the re-run reads it every
+    # time: systemd restarted it since the deploy did (NRestarts > 0), so the deploy restarts it and the health check
+    # fails again (the shortest timeout will do: no journal is read here).
+    held = held_between_crashes(lab, deployed.name)
     again = deploy(deployed.name, 'llamacpp_extra_args=["--no-such-flag"]', "llamacpp_health_timeout=1")
     assert again.rc != 0 and "not healthy after 1s" in again.output, again.output[-3000:]
+    assert service_state(lab, deployed.name)["ExecMainStartTimestampMonotonic"] != \
+        held["ExecMainStartTimestampMonotonic"]  # the held process was restarted, not left to serve nothing
     repaired = deploy(deployed.name)
     assert repaired.rc == 0 and health_checked(repaired), repaired.output[-3000:]
     assert_passes(verify(deployed.name))

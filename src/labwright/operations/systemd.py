@@ -25,9 +25,9 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.api.exceptions import OperationError
-from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
+from pyinfra.facts.systemd import SystemdEnabled
 
-from labwright.facts.systemd import SystemdUnits, systemd_refusal, unit_flag
+from labwright.facts.systemd import SystemdServiceState, SystemdUnits, runs_since_started, systemd_refusal, unit_flag
 from labwright.operations.agent import agent_command
 from labwright.shell import quote
 from labwright.stacks.service import UNIT
@@ -89,7 +89,10 @@ def started_owned(service: str, enabled: bool = True):
     """
     A unit labwright owns enabled and running; a stopped or failed one (its start limit hit included) is started
     by the agent's ``restart`` (as ``restarted_owned``: ``systemctl reset-failed`` first). No change when it
-    already runs and is enabled.
+    already runs and is enabled. A unit systemd restarted since it was last started (``NRestarts`` > 0: it
+    crashed at least once, and a crash loop caught between a restart and its next crash says "active (running)")
+    does not run for this operation: it is restarted too, so the deploy's health check runs and names the failure
+    (:func:`labwright.facts.systemd.runs_since_started`).
 
     + service: the unit
     + enabled: also enable it at boot
@@ -101,12 +104,12 @@ def started_owned(service: str, enabled: bool = True):
         started_owned(name="llama-server running", service="llama-server")
     """
     unit = _unit(service)
-    # No running systemd: one line, before pyinfra's SystemdStatus fails the host ("could not load fact"). Its
-    # answers are then read in every shape pyinfra gives ({} without systemctl, a dict without the unit).
+    # No running systemd: one line, before a systemctl fact fails the host ("could not load fact"). The answers
+    # are then read in every shape pyinfra gives ({} without systemctl, a dict without the unit, None).
     refusal = systemd_refusal(host.get_fact(SystemdUnits), host.name, f"{unit} is a systemd unit")
     if refusal:
         raise OperationError(refusal)
-    running = unit_flag(host.get_fact(SystemdStatus, services=unit), unit)
+    running = runs_since_started(host.get_fact(SystemdServiceState, unit=unit))
     enable = enabled and not unit_flag(host.get_fact(SystemdEnabled, services=unit), unit)
     if enable:
         yield f"systemctl enable {quote(unit)}"
@@ -115,7 +118,8 @@ def started_owned(service: str, enabled: bool = True):
             # Said for every no-change run, enabled or not (pyinfra shows it with the "No change" line).
             host.noop(f"{unit} is running" + (" and enabled" if enabled else ""))
         return
-    # A stopped unit: systemctl's restart starts it, as start would (labwright's one restart, past the start limit)
+    # A stopped unit, or one systemd restarted since: systemctl's restart starts it, as start would (labwright's one
+    # restart, past the start limit; it zeroes NRestarts, so the next run of a healthy unit changes nothing)
     yield from agent_command("restart", unit)
 
 

@@ -187,9 +187,15 @@ def test_missing_fact_data_names_the_key(tmp_path: Path) -> None:
     case.write_text(json.dumps({"args": ["x"], "commands": []}))
     with pytest.raises(AssertionError, match=r'add "facts": \{"labwright.systemd.SystemdUnits": \{"": '):
         run_case(case)
-    case.write_text(json.dumps({"args": ["x"], "commands": [], "facts": {
-        "labwright.systemd.SystemdUnits": {"": {"init": "running", "units": {}}}}}))
-    with pytest.raises(AssertionError, match=r'add "facts": \{"systemd.SystemdStatus": \{"machine=None, '
+    facts = {"labwright.systemd.SystemdUnits": {"": {"init": "running", "units": {}}}}
+    case.write_text(json.dumps({"args": ["x"], "commands": [], "facts": facts}))
+    with pytest.raises(AssertionError, match=r'add "facts": \{"labwright.systemd.SystemdServiceState": '
+                                             r'\{"unit=x.service": '):
+        run_case(case)
+    # pyinfra's own fact: the key has the arguments pyinfra fills in
+    facts["labwright.systemd.SystemdServiceState"] = {"unit=x.service": None}
+    case.write_text(json.dumps({"args": ["x"], "commands": [], "facts": facts}))
+    with pytest.raises(AssertionError, match=r'add "facts": \{"systemd.SystemdEnabled": \{"machine=None, '
                                              r"services=x.service, user_mode=False, user_name=None\""):
         run_case(case)
 
