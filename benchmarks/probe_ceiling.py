@@ -20,12 +20,19 @@ import _support  # noqa: F401  (tests/support on sys.path)
 
 from labwright.testing.lab_fixture import ensure_test_lab
 from labwright.tuning.kv import read_layout
-from labwright.tuning.probe import CeilingResult, cache_spec, llamacpp_target, probe_ceiling
+from labwright.tuning.probe import CeilingResult, Probe, cache_spec, llamacpp_target, probe_ceiling
 from labwright.tuning.probe_guest import LxdGuest
 from support.probe_box import llama_box
 
 TARGET_SEEDED, TARGET_BLIND = 5, 9
 PAGE = 256
+
+
+def said(probe: Probe) -> str:
+    """``candidate:outcome``, with the guest's anonymous memory the start was judged at (MiB), and its seconds."""
+    memory = probe.guest_memory or {}
+    anon = f"@{memory['anon_bytes'] / 2**20:.1f}" if memory.get("anon_bytes") is not None else ""
+    return f"{probe.candidate}:{probe.outcome}{anon}:{probe.seconds:.0f}s"
 
 
 def run(guest: LxdGuest, cache: str, lo: int, hi: int, config: Path, blind: bool) -> tuple[CeilingResult, float]:
@@ -57,8 +64,7 @@ def main() -> int:
                 blind, blind_s = run(guest, cache, args.lo, args.hi, config, blind=True)
                 rows.append((cache, seeded, seeded_s, blind, blind_s))
                 for label, result in (("seeded", seeded), ("blind", blind)):
-                    print(f"  {cache} {label}: " + ", ".join(f"{p.candidate}:{p.outcome}" for p in result.probes),
-                          file=sys.stderr)
+                    print(f"  {cache} {label}: " + ", ".join(map(said, result.probes)), file=sys.stderr)
         finally:
             if name and not args.keep:
                 lab.remove(name)

@@ -459,10 +459,16 @@ def predict_from_baseline(layout: KvLayout, spec: CacheSpec, baseline: Probe, pa
                               f"{budget:,} B KV budget")
 
 
-# Measured (on the development machine, and this probe's own runs under a 512 MiB LXD limit): llama-server
-# starts as long as the guest's anonymous memory stays about 5.5 MiB under the limit (f16: 5.45 MiB, q8_0: 5.5 MiB
-# at the ceiling); the rest is page cache the kernel cannot take back (binaries, journal) before it kills.
-RESERVE = 5 * 1024**2
+# What the refined guess leaves under the guest's limit: the page cache and kernel memory a start needs besides its
+# anonymous memory (binaries, libraries, the journal's mapped files, slab) so as not to thrash. Measured under a 512
+# MiB LXD limit, the guest's anonymous memory as the helper read it at each verdict (benchmarks/probe_ceiling.py,
+# 2026-11-28, 4 searches, load 9-12 on 2 cores): starts that came up within their deadline held at most 498.7 MiB,
+# starts that thrashed to the deadline at least 498.9 MiB (read from the host every 0.25 s, both cores busy:
+# 489-498 fit, 499-505 thrash; labwright.agent.probe.THRASH_MARGIN); so the edge sits ~13.2 MiB under the limit.
+# 13.5 MiB aims the guess just below that band (the page it lands on is rounded down, up to a page lower still): a
+# guess a page low costs one start more, one two or more pages into the band a bisection (5 MiB, measured when the
+# edge sat 5.5 MiB under the limit, overshot by 6-7 pages in 2026-11-28's runs and cost 9-10 starts).
+RESERVE = int(13.5 * 1024**2)
 # The first probe is this share of the way from the baseline short of the planner's prediction.
 UNDERSHOOT = 0.10
 

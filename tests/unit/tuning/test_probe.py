@@ -6,13 +6,27 @@ engine has); the real engine is in tests/integration/test_probe_ceiling.py.
 
 from __future__ import annotations
 
+import base64
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labwright.cli import main
 from labwright.errors import BadInput, OperationFailed
-from labwright.tuning.probe import Target, cache_spec, check_range, get_flag, make_probe, search, set_flag
+from labwright.tuning.kv_config import layout_from_dict
+from labwright.tuning.probe import (
+    Target,
+    cache_spec,
+    check_range,
+    get_flag,
+    llamacpp_target,
+    make_probe,
+    probe_ceiling,
+    search,
+    set_flag,
+)
 
 PAGE = 256
 
@@ -190,3 +204,69 @@ def test_an_ok_without_the_servers_peak_memory_is_refused_not_counted():
         make_probe(Answering({**ok, "peak_rss_bytes": None}), target, 20.0, 15)(8192)
     # a start that failed carries no peak (its process is gone): that is its verdict, not an error
     assert make_probe(Answering({"outcome": "oom", "why": "SIGKILL"}), target, 20.0, 15)(8192).outcome == "oom"
+
+
+MIB = 2**20
+LIMIT = 512 * MIB
+# The tiny GGUF of support.probe_box as the planner reads it (4 layers x 4 KV heads x 64: 4,096 B/token at f16).
+TINY = {"model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "hidden_size": 256, "max_position_embeddings": 1 << 19}
+
+
+class EdgeGuest:
+    """A 512 MiB guest whose anonymous memory grows linearly with the context (from ``base_mib`` at 8,192 tokens by
+    ``per_token`` bytes) and where a start comes up while that memory stays at or under ``edge_mib``: the line and the
+    edge benchmarks/probe_ceiling.py measured on the real llama-server (docs/probe.md)."""
+
+    name = "box"
+
+    def __init__(self, base_mib: float, per_token: float, edge_mib: float) -> None:
+        self.base, self.per_token, self.edge = base_mib * MIB, per_token, edge_mib * MIB
+        self.started: list[int] = []
+
+    def anon(self, tokens: int) -> int:
+        return int(self.base + self.per_token * (tokens - 8192))
+
+    def waiter(self, request: dict, timeout: float) -> dict:
+        if request["mode"] == "state":
+            return {"systemctl": True, "leftover": None, "paths": {"/usr/bin/python3": True},
+                    "props": {"LoadState": "loaded", "ActiveState": "active",
+                              "FragmentPath": "/etc/systemd/system/llama-server.service"},
+                    "exec_start": "/usr/local/bin/llama-server --model /srv/m.gguf --port 8001"}
+        if request["mode"] == "restore":
+            return {"outcome": "ok"}
+        text = base64.b64decode(request["install"][0]["content_b64"]).decode()
+        tokens = int(re.search(r"--ctx-size (\d+)", text).group(1))  # type: ignore[union-attr]
+        self.started.append(tokens)
+        anon = self.anon(tokens)
+        if anon > self.edge:
+            return {"outcome": "oom", "why": "SIGKILL: the OOM killer"}
+        return {"outcome": "ok", "why": "health", "peak_rss_bytes": anon - 40 * MIB,
+                "guest_memory": {"limit_bytes": LIMIT, "anon_bytes": anon, "usage_bytes": anon + 12 * MIB}}
+
+    def read_file(self, path: str) -> bytes | None:
+        return None
+
+
+# benchmarks/probe_ceiling.py, 2026-11-28: the baseline's anonymous memory, the bytes each token adds (between the
+# baseline and the first guess), and the highest reading of a start that came up (every start over 498.9 MiB thrashed).
+MEASURED = {"f16": (65.2, 4148.0, 498.7), "q8_0": (50.3, 2228.7, 498.6)}
+
+
+@pytest.mark.parametrize("cache", ["f16", "q8_0"])
+@pytest.mark.parametrize("edge_shift_mib", [-0.5, 0.0, 0.3])
+def test_the_seeded_search_meets_its_target_on_the_measured_edge(cache, edge_shift_mib):
+    """docs/probe.md's target, on a guest shaped like the measured one: at most 5 starts (the blind search: 12).
+    The refined guess aims under the band where starts thrash, so the search walks up a page from a fit rather than
+    bisecting down from a thrash; a 5 MiB reserve (the old one) overshot by 6-7 pages and took 9 starts."""
+    base, per_token, edge = MEASURED[cache]
+    guest = EdgeGuest(base, per_token, edge + edge_shift_mib)
+    target = llamacpp_target(guest, "llama-server", cache_spec("llamacpp", cache))
+    result = probe_ceiling(guest, target, 8192, 262144, layout=layout_from_dict(TINY))
+    ceiling = max(t for t in range(8192, 262145, PAGE) if guest.anon(t) <= guest.edge)
+    assert result.ceiling == ceiling and result.strategy == "seeded"
+    assert len(result.probes) <= 5, guest.started
+    blind = EdgeGuest(base, per_token, edge + edge_shift_mib)
+    assert probe_ceiling(blind, llamacpp_target(blind, "llama-server", cache_spec("llamacpp", cache)), 8192, 262144,
+                         layout=layout_from_dict(TINY), blind=True).ceiling == ceiling
+    assert len(blind.started) >= 9
