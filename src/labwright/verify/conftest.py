@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,8 +173,12 @@ def llamacpp_expected_from(config: pytest.Config) -> LlamacppExpected:
                             open_text.strip().lower() in ("1", "true", "yes", "on"))
 
 
-#: How often a command through ``lxc exec`` is asked again when its answer was lost (see steady_lxc_run).
-LXC_TRIES = 3
+#: How often a command through ``lxc exec`` is asked when its answer was lost (see steady_lxc_run), and the pause
+#: before the second try, doubled before each next one (0.2 + 0.4 + 0.8 + 1.6 s): a loaded host loses answers in
+#: bursts, and three tries at once were all lost in a loaded suite run (testinfra then read ``uname -s`` as ''
+#: and raised NotImplementedError for the service module).
+LXC_TRIES = 5
+LXC_RETRY_PAUSE = 0.2
 #: The line each command run through ``lxc exec`` ends its stderr with: its absence means the answer was lost.
 END_MARK = "@@labwright-verify-end"
 
@@ -191,16 +196,18 @@ def steady_lxc_run(self, command: str, *args: str, **kwargs: object):
     client = getattr(self, "CLIENT", "lxc")
     marked = f"( {cmd}\n); lw_rc=$?; echo {END_MARK} >&2; exit $lw_rc"
     tail = f"{END_MARK}\n".encode()
-    out = None
-    for _ in range(LXC_TRIES):
+    for attempt in range(LXC_TRIES):
+        if attempt:
+            time.sleep(LXC_RETRY_PAUSE * 2 ** (attempt - 1))
         out = self.run_local(f"{client} exec %s --mode=non-interactive -- /bin/sh -c %s", self.name, marked)
         err = out.stderr_bytes
         if err.endswith(tail):
             out._stderr = err[: -len(tail)]
-            break
-    assert out is not None
-    out.command = self.encode(cmd)
-    return out
+            out.command = self.encode(cmd)
+            return out
+    # Not an empty answer testinfra would misread (an empty `uname -s` is "no known system type"): say what happened.
+    raise RuntimeError(f"{client} exec {self.name}: the daemon lost the answer to {cmd!r} {LXC_TRIES} times in a row "
+                       f"(no output, no end mark: a loaded host); re-run the verify suite")
 
 
 steady_lxc_run.steady = True  # type: ignore[attr-defined]
