@@ -1,6 +1,6 @@
 """The suite on several worker processes (pytest-xdist, ``--dist loadgroup``), safely (issue 29, item 3).
 
-Three rules, applied at collection and around each test:
+Four rules, applied at collection, in the controller's scheduler and around each test:
 
 1. **A lab module stays in one worker.** Under ``--dist loadgroup`` the controller schedules with ``LabModules``
    (``pytest_xdist_make_scheduler``): a module under ``tests/integration`` is one unit of work, so the module's own
@@ -18,6 +18,13 @@ Three rules, applied at collection and around each test:
    the LXD daemon) holds it *exclusively*, so no other lab test runs meanwhile. ``lab_resource("name")`` serialises
    the tests that name the same resource (a fixed port, a daemon-wide setting) across workers, and leaves the rest
    parallel. A waiting exclusive holder closes a gate first, so shared holders cannot starve it.
+4. **From four workers on, one of them fills the idle CPU.** At most all workers but one hold lab modules at a time
+   (``lab_cap``, in ``LabModules``): a worker asking for work while the others hold lab modules is sent a unit test
+   instead, and with no unit test left, nothing until a lab module ends (four lab modules side by side were slower
+   than three: docs/testing.md). Three lab modules side by side leave about a quarter of two cores idle (waiting on
+   their containers); the unit tests run there, beside them, instead of last, three CPU-bound workers on two cores.
+   A unit test runs ``FILLER_NICE`` nicer than a lab test (``prioritise``, root only), so it takes the CPU a lab
+   test leaves rather than the CPU it needs.
 
 The locks are ``flock(2)`` on files under /run/lock (tempdir where that is not writable), so they hold across the
 worker processes and across two test runs on one machine, and the kernel drops them when a worker dies.
@@ -42,6 +49,11 @@ INTEGRATION = "tests/integration/"
 UNKNOWN_GROUP_S = 30.0
 #: A unit test not measured yet.
 UNKNOWN_TEST_S = 0.2
+#: Rule 4 from this many workers on: one fewer of them may hold lab modules at a time.
+FILLER_FROM = 4
+#: How much nicer (lower CPU priority) a unit test runs than a lab test in such a run (root only: only root may
+#: raise a priority again, for the lab test after it).
+FILLER_NICE = 10
 
 MARKERS = (
     "lab_exclusive: restarts or stops the shared LXD daemon: runs while no other lab test runs (support/parallel.py)",
@@ -95,7 +107,43 @@ def make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
 
+        def __init__(self, config: pytest.Config, log=None) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(config, log)
+            self.waiting: set = set()  # workers rule 4 sent nothing: asked again when a test ends anywhere
+
+        def _assign_work_unit(self, node) -> None:  # type: ignore[no-untyped-def]
+            """Rule 4: while ``lab_cap`` other workers hold a lab module, a unit test goes first; with none left,
+            nothing (the worker waits for a lab module to end, or for the end of the run)."""
+            cap = lab_cap(len(self.assigned_work))
+            if cap is not None:
+                busy = sum(holds_lab(work) for other, work in self.assigned_work.items() if other is not node)
+                if busy >= cap:
+                    filler = next((scope for scope in self.workqueue if not scope.startswith(INTEGRATION)), None)
+                    if filler is None:
+                        self.waiting.add(node)
+                        return
+                    self.workqueue.move_to_end(filler, last=False)
+            self.waiting.discard(node)
+            super()._assign_work_unit(node)
+
+        def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:  # type: ignore[no-untyped-def]
+            super().mark_test_complete(node, item_index, duration)
+            for other in [n for n in self.waiting if n is not node and n in self.assigned_work]:
+                self.waiting.discard(other)
+                self._reschedule(other)  # its next unit, or (the queue empty) its shutdown
+
     return LabModules(config, log)
+
+
+def lab_cap(workers: int) -> int | None:
+    """How many workers may hold lab modules at once: all but one from ``FILLER_FROM`` workers on (that one takes the
+    unit tests, which use the CPU a lab test leaves idle while it waits on its container), else no cap."""
+    return workers - 1 if workers >= FILLER_FROM else None
+
+
+def holds_lab(work: dict[str, dict[str, bool]]) -> bool:
+    """A worker's assigned work (xdist: scope -> {node id: done}) has a lab module not finished yet."""
+    return any(scope.startswith(INTEGRATION) and not all(tests.values()) for scope, tests in work.items())
 
 
 def grouping(config: pytest.Config) -> bool:
@@ -111,22 +159,27 @@ def configure_controller(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
+def unit_costs(nodeids: list[str], known: dict[str, float]) -> dict[str, float]:
+    """Each unit of work's seconds by ``known`` (tests/durations.json), in the order the units first appear."""
+    cost: dict[str, float] = {}
+    measured: set[str] = set()
+    for nodeid in nodeids:
+        unit = unit_of(nodeid)
+        if nodeid in known:
+            measured.add(unit)
+        cost[unit] = cost.get(unit, 0.0) + known.get(nodeid, UNKNOWN_TEST_S)
+    for unit in cost:
+        if unit not in measured and unit.startswith(INTEGRATION) and "::" not in unit:  # a lab module never measured
+            cost[unit] = max(cost[unit], UNKNOWN_GROUP_S)
+    return cost
+
+
 def order(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Rule 2 (only under --dist loadgroup: a plain run keeps pytest's order): units longest first, each unit's own
     tests in their order."""
     if not grouping(config):
         return
-    known = load_durations()
-    cost: dict[str, float] = {}
-    measured: set[str] = set()
-    for item in items:
-        unit = unit_of(item.nodeid)
-        if item.nodeid in known:
-            measured.add(unit)
-        cost[unit] = cost.get(unit, 0.0) + known.get(item.nodeid, UNKNOWN_TEST_S)
-    for unit in cost:
-        if unit not in measured and unit.startswith(INTEGRATION) and "::" not in unit:  # a lab module never measured
-            cost[unit] = max(cost[unit], UNKNOWN_GROUP_S)
+    cost = unit_costs([item.nodeid for item in items], load_durations())
     first_seen: dict[str, int] = {}
     for i, item in enumerate(items):
         first_seen.setdefault(unit_of(item.nodeid), i)
@@ -146,6 +199,24 @@ def resources(item: pytest.Item) -> list[tuple[str, bool]]:
         for name in mark.args:
             wanted[f"res-{name}"] = True
     return sorted(wanted.items())
+
+
+_base_priority: list[int] = []  # this worker's own priority, read once
+
+
+def prioritise(config: pytest.Config, nodeid: str) -> int | None:
+    """Rule 4 in a worker: a unit test at ``FILLER_NICE`` below the worker's own priority, a lab test at it, so the
+    unit tests take the CPU the lab tests leave idle rather than the CPU they need; the nice value set, None where
+    the rule does not apply (fewer than ``FILLER_FROM`` workers, not grouped, not root)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not grouping(config) or lab_cap(int(workers) if workers.isdigit() else 0) is None or os.geteuid() != 0:
+        return None
+    if not _base_priority:
+        _base_priority.append(os.getpriority(os.PRIO_PROCESS, 0))
+    wanted = _base_priority[0] if nodeid.startswith(INTEGRATION) else min(_base_priority[0] + FILLER_NICE, 19)
+    if os.getpriority(os.PRIO_PROCESS, 0) != wanted:
+        os.setpriority(os.PRIO_PROCESS, 0, wanted)
+    return wanted
 
 
 @contextlib.contextmanager
@@ -177,6 +248,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
-    """Each test holds the shared resources it declares from set-up to tear-down."""
+    """Each test holds the shared resources it declares from set-up to tear-down, at its priority (rule 4)."""
+    prioritise(item.config, item.nodeid)
     with holding(item):
         return (yield)

@@ -27,7 +27,7 @@ def test_a_worker_count_that_is_not_1_to_99_is_one_line_exit_2(workers):
         # a good value goes on to set-up and pytest: only the script's own check is run here (empty: the default)
         check = run(["bash", "-c", 'set -eu; source <(sed -n "/^workers=/,/^fi$/p" scripts/test); echo "ok $workers"'],
                     workers)
-        assert check.returncode == 0 and check.stdout == f"ok {workers or 3}\n", check
+        assert check.returncode == 0 and check.stdout == f"ok {workers or 4}\n", check
         return
     result = run([str(REPO / "scripts" / "test")], workers)  # the real script: it stops before installing anything
     assert result.returncode == 2 and result.stdout == "", result

@@ -208,3 +208,107 @@ def test_real_xdist_keeps_each_lab_module_in_one_worker_in_order_and_spreads_uni
         assert [name for _, name in ran] == [f"{module}.{i}" for i in range(6)], ran  # in order
     assert {worker for worker, name, _ in rows if name.startswith("u.")} == {"gw0", "gw1"}
 
+
+
+class Node:
+    """The part of xdist's WorkerController its scheduler uses: the indexes of the tests it is sent to run."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.gateway = SimpleNamespace(id=name)
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indexes):
+        self.sent.extend(indexes)
+
+    def shutdown(self):
+        self.shutting_down = True
+
+    def __repr__(self):
+        return self.name
+
+
+def scheduler_with(workers: int, collection: list[str]):
+    """parallel.make_scheduler's LabModules (xdist's LoadScopeScheduling) on ``workers`` nodes that collected
+    ``collection``, its work handed out (LoadScopeScheduling.schedule)."""
+    config = SimpleNamespace(option=SimpleNamespace(dist="loadgroup", loadscopereorder=False),
+                             getvalue=lambda name: [f"{workers}*popen"] if name == "tx" else None)
+    scheduler = parallel.make_scheduler(config, None)  # type: ignore[arg-type]
+    nodes = [Node(f"gw{i}") for i in range(workers)]
+    for node in nodes:
+        scheduler.add_node(node)
+    for node in nodes:
+        scheduler.add_node_collection(node, collection)
+    scheduler.schedule()
+    return scheduler, nodes
+
+
+def sent(node: Node, collection: list[str]) -> list[str]:
+    return [collection[i] for i in node.sent]
+
+
+LAB = [f"tests/integration/test_{m}.py::test_{i}" for m in "abcd" for i in range(3)]  # four modules, longest first
+UNIT = [f"tests/unit/test_u.py::test_{i}" for i in range(6)]
+
+
+def test_from_four_workers_one_fewer_holds_lab_modules():
+    """Rule 4: three workers get the first three lab modules; the fourth gets unit tests (not module d) while those
+    three hold theirs; d goes to the first lab worker whose module is nearly done. With no unit test to give, the
+    fourth gets nothing while three hold lab modules, and is shut down (not left waiting) once nothing is left."""
+    scheduler, (gw0, gw1, gw2, gw3) = scheduler_with(4, LAB + UNIT)
+    assert [sent(n, LAB + UNIT) for n in (gw0, gw1, gw2)] == [LAB[0:3], LAB[3:6], LAB[6:9]]
+    assert sent(gw3, LAB + UNIT) == UNIT[0:2]  # not test_d: a unit test, and a second one (xdist's start)
+    scheduler.mark_test_complete(gw3, (LAB + UNIT).index(UNIT[0]))
+    assert sent(gw3, LAB + UNIT) == UNIT[0:3]  # still unit tests: the other three hold their modules
+    scheduler.mark_test_complete(gw0, 0)  # two of test_a's tests left: gw0 is sent the next unit, test_d
+    assert sent(gw0, LAB + UNIT) == LAB[0:3] + LAB[9:12]
+    for i in (1, 2, 3):  # gw3 runs out of unit tests: the last two go to it, nothing else is left
+        scheduler.mark_test_complete(gw3, (LAB + UNIT).index(UNIT[i]))
+    assert sent(gw3, LAB + UNIT) == UNIT and not scheduler.workqueue
+
+    scheduler, (gw0, gw1, gw2, gw3) = scheduler_with(4, LAB)  # no unit tests
+    assert [sent(n, LAB) for n in (gw0, gw1, gw2, gw3)] == [LAB[0:3], LAB[3:6], LAB[6:9], []]
+    scheduler.mark_test_complete(gw1, 3)
+    assert sent(gw1, LAB) == LAB[3:6] + LAB[9:12] and sent(gw3, LAB) == []  # gw1 still holds a module: d to it
+    assert gw3.shutting_down and not scheduler.workqueue  # nothing left for it: it ends
+
+
+def test_below_four_workers_the_next_unit_goes_to_whoever_asks():
+    scheduler, (gw0, gw1, gw2) = scheduler_with(3, LAB + UNIT)
+    assert [sent(n, LAB + UNIT) for n in (gw0, gw1, gw2)] == [LAB[0:3], LAB[3:6], LAB[6:9]]
+    scheduler.mark_test_complete(gw2, 6)
+    assert sent(gw2, LAB + UNIT) == LAB[6:12]  # test_d as before rule 4: three lab modules at once is no cap here
+
+
+def test_a_unit_test_runs_nicer_than_a_lab_test_in_a_four_worker_run(monkeypatch):
+    """Rule 4's priority, in a thread of its own (Linux keeps the nice value per thread): a unit test at
+    FILLER_NICE above the worker's own value, a lab test back at it; fewer workers or no --dist loadgroup: left
+    alone. Only root may lower a nice value again, so elsewhere it is always left alone."""
+    monkeypatch.setattr(parallel, "_base_priority", [])
+    seen: list[tuple[int | None, int]] = []
+
+    def run(workers: str, dist: str, nodeids: list[str]) -> None:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", workers)
+        for nodeid in nodeids:
+            set_to = parallel.prioritise(config(dist), nodeid)  # type: ignore[arg-type]
+            seen.append((set_to, os.getpriority(os.PRIO_PROCESS, 0)))
+
+    def in_a_thread(*args) -> None:
+        thread = threading.Thread(target=run, args=args)
+        thread.start()
+        thread.join(30)
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    in_a_thread("4", "loadgroup", ["tests/unit/test_u.py::t", "tests/integration/test_a.py::t", "tests/unit/x.py::t"])
+    if os.geteuid() != 0:
+        assert seen == [(None, base)] * 3
+        return
+    nicer = min(base + parallel.FILLER_NICE, 19)
+    assert seen == [(nicer, nicer), (base, base), (nicer, nicer)]
+    seen.clear()
+    parallel._base_priority.clear()
+    in_a_thread("3", "loadgroup", ["tests/unit/test_u.py::t"])
+    in_a_thread("4", "no", ["tests/unit/test_u.py::t"])
+    assert seen == [(None, base), (None, base)]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base  # this thread's own value never moved
