@@ -113,13 +113,15 @@ def make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
         def __init__(self, config: pytest.Config, log=None) -> None:  # type: ignore[no-untyped-def]
             super().__init__(config, log)
             self.waiting: set = set()  # workers rule 4 sent nothing: asked again when a test ends anywhere
+            self.lab_units: dict = {}  # worker -> the lab modules it was sent (not its thousands of unit tests)
 
         def _assign_work_unit(self, node) -> None:  # type: ignore[no-untyped-def]
             """Rule 4: while ``lab_cap`` other workers hold a lab module, a unit test goes first; with none left,
             nothing (the worker waits for a lab module to end, or for the end of the run)."""
             cap = lab_cap(len(self.assigned_work))
             if cap is not None:
-                busy = sum(holds_lab(work) for other, work in self.assigned_work.items() if other is not node)
+                busy = sum(holds_lab({unit: work[unit] for unit in self.lab_units.get(other, ())})
+                           for other, work in self.assigned_work.items() if other is not node)
                 if busy >= cap:
                     filler = next((scope for scope in self.workqueue if not scope.startswith(INTEGRATION)), None)
                     if filler is None:
@@ -127,7 +129,10 @@ def make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
                         return
                     self.workqueue.move_to_end(filler, last=False)
             self.waiting.discard(node)
+            unit = next(iter(self.workqueue))
             super()._assign_work_unit(node)
+            if unit.startswith(INTEGRATION):
+                self.lab_units.setdefault(node, []).append(unit)
 
         def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:  # type: ignore[no-untyped-def]
             super().mark_test_complete(node, item_index, duration)
