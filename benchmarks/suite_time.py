@@ -22,7 +22,8 @@ priority. A failed test fails the benchmark (exit 1): a suite that is fast but w
 longest first: tests/support/parallel.py), with the commit they were measured on. ``--record-from LOG`` writes it
 from the output of a whole run made with ``--durations=0`` instead (``scripts/test --durations=0 > LOG``), without
 running anything; ``--table LOG`` prints the same run as Markdown tables (per module, and the slowest items with
-their set-up, call and tear-down), as docs/testing.md keeps them.
+their set-up, call and tear-down), as docs/testing.md keeps them. ``benchmarks/suite_schedule.py`` predicts the
+wall time from tests/durations.json instead, per worker count, without running anything.
 """
 
 from __future__ import annotations
