@@ -462,14 +462,14 @@ def predict_from_baseline(layout: KvLayout, spec: CacheSpec, baseline: Probe, pa
 # What the refined guess leaves under the guest's limit: the page cache and kernel memory a start needs besides its
 # anonymous memory (binaries, libraries, the journal's mapped files, slab) so as not to thrash. Measured under a 512
 # MiB LXD limit, the guest's anonymous memory as the helper read it at each verdict (benchmarks/probe_ceiling.py,
-# 2026-11-28, 8 searches at load 9-13 on 2 cores): the highest start that came up in each search held 497.5-499.1
-# MiB, the lowest that thrashed to its deadline 498.6-499.9 MiB (read from the host every 0.25 s, both cores busy:
-# 489-498 fit, 499-505 thrash; labwright.agent.probe.THRASH_MARGIN). The edge is fuzzy between 498.6 and 499.1 MiB
-# (the same start fit at one time and thrashed at another): 13.25 MiB aims the guess at 498.75, in the lower half of
-# that, and the page it lands on is rounded down (up to a page lower still). A guess a page low costs one start
-# more, one two or more pages into the band a bisection down from the first guess: the old 5 MiB (measured when the
-# edge sat 5.5 MiB under the limit) overshot by 6-7 pages and cost 9-10 starts; 13.5 MiB (498.5) cost 7 for q8_0,
-# whose 256-token page is only 0.54 MiB here, when that run's edge sat at 499.1.
+# 2026-11-28, 12 searches at load 9-13 on 2 cores): the highest start that came up held 497.5-500.7 MiB (in 10 of
+# them; two met an OOM kill at ~489 and ~493 MiB), the lowest that thrashed or was killed 498.6-500.0 MiB (the
+# host's own sampling, both cores busy: 489-498 fit, 499-505 thrash; labwright.agent.probe.THRASH_MARGIN). Between
+# 498.6 and 500.7 MiB the same start fit one time and failed another. 13.25 MiB aims the guess at 498.75, the low end
+# of that band, and the page it lands on is rounded down: a guess a page low costs one start more, one two or more
+# pages into the band a bisection down from the first guess. The old 5 MiB (measured when the edge sat 5.5 MiB
+# under the limit) overshot by 6-7 pages and cost 9-10 starts; 13.5 MiB (498.5) cost 7 for q8_0, whose 256-token
+# page is only 0.54 MiB here.
 RESERVE = int(13.25 * 1024**2)
 # The first probe is this share of the way from the baseline short of the planner's prediction.
 UNDERSHOOT = 0.10

@@ -257,10 +257,10 @@ MEASURED = {"f16": (65.2, 4148.0), "q8_0": (50.3, 2228.7)}
 @pytest.mark.parametrize("edge_mib", [498.6, 498.85, 499.1])
 def test_the_seeded_search_meets_its_target_on_the_measured_edge(cache, edge_mib):
     """docs/probe.md's target, on a guest shaped like the measured one: at most 5 starts (the blind search: 12),
-    wherever in the measured fuzzy edge (the same start fit at 498.6-499.1 MiB one time and thrashed another) the
-    edge sits. The refined guess aims inside it, rounded down, so the search walks up a page from a fit rather than
-    bisecting down from a thrash; the old 5 MiB reserve overshot by 6-7 pages and took the 9-10 starts the real runs
-    took."""
+    with the edge anywhere in the low part of the measured band (between 498.6 and 500.7 MiB the same start fit one
+    time and failed another). The refined guess aims at 498.75 MiB, rounded down, so the search walks up a page
+    from a fit rather than bisecting down from a thrash; the old 5 MiB reserve overshot by 6-7 pages and took the
+    9-10 starts the real runs took."""
     base, per_token = MEASURED[cache]
     guest = EdgeGuest(base, per_token, edge_mib)
     target = llamacpp_target(guest, "llama-server", cache_spec("llamacpp", cache))
