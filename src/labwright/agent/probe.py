@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -483,6 +484,55 @@ def pid_file(service: str) -> str:
     return f"/run/labwright-probe-{service}.pid"
 
 
+def fence_file(service: str) -> str:
+    return f"/run/labwright-probe-{service}.restored"
+
+
+def lock_file(service: str) -> str:
+    return f"/run/labwright-probe-{service}.lock"
+
+
+@contextlib.contextmanager
+def service_lock(service: str):
+    """One helper at a time passes the gate below for ``service`` (flock: released when its holder dies)."""
+    with open(lock_file(service), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def enter(service: str, run: str | None) -> bool:
+    """A probe or watch helper's gate: False when the probe run ``run`` was already restored (its control machine
+    was interrupted and put the original back); else this helper is the unit's waiter (its pid file written).
+
+    The control machine's exec of the next candidate can reach the guest after the restore it sent on Ctrl-C (an
+    exec LXD had accepted starts late on a loaded host): without this gate it installed its candidate over the
+    restored original and halted the unit (a loaded suite run: the restored llama-server found "inactive" with the
+    probe's drop-in back). Checked and pid written under the lock the restore takes to fence, so either the
+    restore sees this helper's pid (and kills it) or this helper sees the fence."""
+    with service_lock(service):
+        if run:
+            with contextlib.suppress(OSError), open(fence_file(service)) as handle:
+                if handle.read().strip() == run:
+                    return False
+        stop_other_waiter(service)
+        with open(pid_file(service), "w") as handle:
+            handle.write(str(os.getpid()))
+    return True
+
+
+def fence(service: str, run: str | None) -> None:
+    """The restore's side of :func:`enter`: no helper of run ``run`` acts on the unit from now on; the one acting
+    now (its pid file) is killed."""
+    with service_lock(service):
+        if run:
+            write_atomic(fence_file(service), run.encode(), 0o600)
+        stop_other_waiter(service)
+
+
+CANCELLED = {"outcome": "error", "why": "cancelled: this probe run was already restored (Ctrl-C on the control "
+             "machine); the unit was not touched", "lines": [], "invocation": ""}
+
+
 def stop_other_waiter(service: str) -> None:
     """A waiter still running for this unit (its control machine was interrupted) must not halt it later."""
     try:
@@ -500,9 +550,8 @@ def stop_other_waiter(service: str) -> None:
 def probe(req: dict) -> dict:
     service = req["service"]
     started = time.monotonic()
-    stop_other_waiter(service)
-    with open(pid_file(service), "w") as handle:
-        handle.write(str(os.getpid()))
+    if not enter(service, req.get("run")):
+        return dict(CANCELLED)
     if req.get("record"):
         save_record(service, req["record"])  # before the first change: what puts the original back
     halt(service)
@@ -549,7 +598,7 @@ def finish(req: dict, invocation: str, started: float, dog: threading.Timer | No
 
 def restore(req: dict) -> dict:
     service = req["service"]
-    stop_other_waiter(service)
+    fence(service, req.get("run"))
     with contextlib.suppress(OSError):
         os.unlink(pid_file(service))
     halt(service)
@@ -588,9 +637,10 @@ def main(argv: list[str]) -> int:
     elif mode == "watch":
         # A second look after the first waiter was killed: time already spent is taken off the timeout.
         req["timeout"] = max(0.0, float(req["timeout"]) - float(req.get("spent", 0)))
-        with open(pid_file(req["service"]), "w") as handle:
-            handle.write(str(os.getpid()))
-        result = finish(req, req["invocation"], time.monotonic())
+        if enter(req["service"], req.get("run")):
+            result = finish(req, req["invocation"], time.monotonic())
+        else:
+            result = dict(CANCELLED)
     elif mode == "restore":
         result = restore(req)
     elif mode == "leftovers":

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import math
 import re
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -249,13 +250,17 @@ class Target:
     #: own process ends after ``deadline`` seconds where the engine allows it (llama.cpp: DEADLINE_WRAPPER).
     render: Callable[..., list[dict[str, Any]]]
     notes: list[str] = field(default_factory=list)
+    #: This probe run's id: every helper request carries it, and the restore fences it in the guest, so that a
+    #: candidate's helper that reaches the guest after the restore (Ctrl-C) leaves the unit alone
+    #: (labwright.agent.probe.enter).
+    run: str = field(default_factory=lambda: secrets.token_hex(8))
 
     def restore_request(self, timeout: float) -> dict[str, Any]:
         """The waiter's ``restore`` request that puts the original back: also the record saved before any change."""
         return {"mode": "restore", "service": self.service, "engine": self.engine, "install": self.restore_actions,
                 "daemon_reload": self.daemon_reload, "start": self.was_active,
                 "success_lines": list(self.success_lines), "oom_lines": list(self.oom_lines),
-                "health_url": self.health_url, "timeout": timeout}
+                "health_url": self.health_url, "timeout": timeout, "run": self.run}
 
 
 def _file(path: str, content: bytes) -> dict[str, Any]:
@@ -503,7 +508,8 @@ def make_probe(guest: Guest, target: Target, timeout: float, tail: int) -> Calla
         request = {"mode": "probe", "service": target.service, "install": target.render(tokens, timeout),
                    "daemon_reload": target.daemon_reload, "success_lines": list(target.success_lines),
                    "oom_lines": list(target.oom_lines), "health_url": target.health_url, "timeout": timeout,
-                   "tail": tail, "record": {**target.restore_request(timeout), "began": time.time()}}
+                   "tail": tail, "record": {**target.restore_request(timeout), "began": time.time()},
+                   "run": target.run}
         began = time.monotonic()
         answer = guest.waiter(request, timeout=timeout + 60)
         outcome = str(answer.get("outcome"))
@@ -536,6 +542,9 @@ def restore(guest: Guest, target: Target, timeout: float) -> str:
     the command that tries again (the guest keeps the record until it is back).
     """
     answer = guest.waiter(target.restore_request(timeout), timeout=timeout + 60)
+    # The restore fenced this run in the guest (a late helper of it leaves the unit alone): the target's later
+    # probes (a re-check after the search) are a run of their own.
+    target.run = secrets.token_hex(8)
     return _restored(answer, guest, target.service)
 
 

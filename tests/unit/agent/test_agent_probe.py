@@ -76,3 +76,39 @@ def test_the_probe_subcommand_runs_from_the_zipapp_in_a_bare_interpreter(tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"error": "unknown mode nothing"}
     assert probe_waiter.restart_unit.__module__ == "labwright.agent.service"  # labwright's one restart
+
+
+@pytest.fixture
+def gate(tmp_path, monkeypatch) -> Path:
+    """The fence's files under tmp_path instead of /run."""
+    for name in ("pid_file", "fence_file", "lock_file"):
+        monkeypatch.setattr(probe_waiter, name, lambda service, n=name: str(tmp_path / f"{service}.{n}"))
+    return tmp_path
+
+
+def test_a_helper_of_a_restored_run_leaves_the_unit_alone(gate):
+    """A loaded suite run: the candidate's exec reached the guest after the Ctrl-C restore, installed its drop-in
+    over the restored original and halted the unit. The restore fences its run; that run's helpers stop at the gate
+    (no pid file written, so it never becomes the unit's waiter); another run's helpers pass."""
+    probe_waiter.fence("llama-server.service", "run-a")
+    assert probe_waiter.enter("llama-server.service", "run-a") is False
+    assert not (gate / "llama-server.service.pid_file").exists()
+    assert probe_waiter.probe({"service": "llama-server.service", "run": "run-a", "timeout": 5}) == \
+        probe_waiter.CANCELLED   # before any change: no record, no halt, no install
+    assert probe_waiter.enter("llama-server.service", "run-b") is True
+    assert (gate / "llama-server.service.pid_file").read_text() == str(os.getpid())
+    assert probe_waiter.enter("other.service", "run-a") is True   # fenced per unit
+
+
+def test_the_restore_kills_the_helper_that_passed_the_gate_before_it(gate):
+    """The other order: a helper passed the gate first (its pid file written); the restore's fence ends it."""
+    helper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "agent-0.pyz", "probe", "{}"],
+                              stdin=subprocess.PIPE)
+    try:
+        (gate / "llama-server.service.pid_file").write_text(str(helper.pid))
+        probe_waiter.fence("llama-server.service", "run-a")
+        assert helper.wait(timeout=30) == -9
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+    assert probe_waiter.enter("llama-server.service", "run-a") is False

@@ -272,3 +272,34 @@ def test_the_seeded_search_meets_its_target_on_the_measured_edge(cache, edge_mib
     assert probe_ceiling(blind, llamacpp_target(blind, "llama-server", cache_spec("llamacpp", cache)), 8192, 262144,
                          layout=layout_from_dict(TINY), blind=True).ceiling == ceiling
     assert len(blind.started) >= 9
+
+
+def test_every_request_of_a_run_carries_its_id_and_the_restore_starts_a_new_run():
+    """The guest fences a restored run (labwright.agent.probe.enter): the probes and the restore of one run carry
+    one id; after the restore the target's next probes are a new run, so a re-check after a search still runs."""
+    from labwright.tuning.probe import restore
+
+    seen: list[dict] = []
+
+    class Recording:
+        name = "box"
+
+        def waiter(self, request: dict, timeout: float) -> dict:
+            seen.append(request)
+            return {"outcome": "ok", "why": "health", "peak_rss_bytes": 1, "guest_memory": {}}
+
+    target = Target(engine="llamacpp", service="llama-server.service", spec=cache_spec("llamacpp", "f16"),
+                    setting="--ctx-size", daemon_reload=True, success_lines=(), oom_lines=(), health_url=None,
+                    was_active=True, restore_actions=[], render=lambda tokens, deadline=None: [])
+    run = make_probe(Recording(), target, 20.0, 15)
+    run(8192)
+    run(16384)
+    restore(Recording(), target, 20.0)  # type: ignore[arg-type]
+    run(8192)
+    ids = [request["run"] for request in seen]
+    assert [request["mode"] for request in seen] == ["probe", "probe", "restore", "probe"]
+    assert ids[0] == ids[1] == ids[2] != ids[3] and len(ids[0]) == 16
+    assert seen[0]["record"]["run"] == ids[0]
+    assert Target(**{**target.__dict__, "run": "x"}).run == "x" and target.run != Target(
+        engine="e", service="s", spec=target.spec, setting="", daemon_reload=False, success_lines=(), oom_lines=(),
+        health_url=None, was_active=False, restore_actions=[], render=target.render).run
