@@ -99,7 +99,7 @@ def _ensure_cache(lab: Lab, log) -> tuple[str, DeployRun | None]:
             raise OperationFailed(f"desktop cache build failed:\n{run.output[-3000:]}")
         # The downloaded .debs go; the apt lists stay (apt-cache policy shows where Firefox came from).
         lab.client.exec(name, ["sh", "-c", "apt-get clean; rm -rf /tmp/*"])
-        lab.client.set_state(name, "stop", timeout=60)
+        lab.stop(name, timeout=60)
         _set_config(lab.client, name, {CACHE_KEY: name, lab_ops.LAB_KEY: lab.spec.name})
     except BaseException:
         lab.remove(name)

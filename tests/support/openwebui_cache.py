@@ -120,7 +120,7 @@ def _build(lab: Lab, name: str, venvs: Sequence[Venv]) -> None:
         if result.exit_code != 0:
             raise OperationFailed(f"Open WebUI cache build failed ({result.exit_code}):\n"
                                   f"{result.stdout.decode()[-2000:]}{result.stderr.decode()[-3000:]}")
-        lab.client.set_state(builder, "stop", timeout=120)
+        lab.stop(builder)
         instance = lab.client.instance(builder)
         config = {k: v for k, v in (instance.get("config") or {}).items() if k != OWNER_KEY}
         lab.client.request("PUT", f"/1.0/instances/{builder}", {**_writable(instance), "config": {

@@ -160,7 +160,7 @@ def installed_copies(lab: Lab, stacks: StandinStacks, prefix: str) -> Iterator[I
         base = StandinService(lab.client, name, stacks)
         base.push_wheelhouse()
         base.install("standin-2.9")  # a plain venv, as a tabbyAPI install leaves it
-        lab.client.set_state(name, "stop", timeout=120)
+        lab.stop(name)
         yield Installed(lab, name, stacks)
     finally:
         lab.remove(name)
@@ -201,7 +201,7 @@ class Installed:
         service = self.service(prefix)
         try:
             step(service)
-            self.lab.client.set_state(service.name, "stop", timeout=120)
+            self.lab.stop(service.name)
             yield Installed(self.lab, service.name, self.stacks)
         finally:
             self.lab.remove(service.name)
