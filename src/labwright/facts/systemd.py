@@ -62,23 +62,21 @@ class SystemdUnits(FactBase):
 
 
 class SystemdServiceState(FactBase):
-    """``{"active_state", "sub_state", "n_restarts", "main_started_us"}`` of one unit, from ``systemctl show -p
-    NRestarts,ActiveState,SubState,ExecMainStartTimestampMonotonic UNIT``: its states, how often systemd's own
-    ``Restart=`` restarted it since it was last started explicitly, and when its running process started (µs on
-    the monotonic clock; 0 when none ever did). A value systemd did not print is None: a unit that is not a
-    service has no ``NRestarts``; no ``systemctl`` (or a failed one) prints nothing, and every value is None.
+    """``{"active_state", "sub_state", "n_restarts"}`` of one unit, from ``systemctl show -p
+    NRestarts,ActiveState,SubState UNIT``: its states, and how often systemd's own ``Restart=`` restarted it since
+    it was last started explicitly. A value systemd did not print is None: a unit that is not a service has no
+    ``NRestarts``; no ``systemctl`` (or a failed one) prints nothing, and every value is None.
 
     systemctl prints the properties in its own order, one ``Name=value`` a line; an unknown or never-loaded unit
     is ``inactive``/``dead`` with ``NRestarts=0`` (systemd 252, Debian 12).
     """
 
     def command(self, unit: str) -> str:
-        return (f"systemctl show -p NRestarts,ActiveState,SubState,ExecMainStartTimestampMonotonic {quote(unit)} "
-                "2>/dev/null || true")
+        return f"systemctl show -p NRestarts,ActiveState,SubState {quote(unit)} 2>/dev/null || true"
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"active_state": None, "sub_state": None, "n_restarts": None, "main_started_us": None}
+        return {"active_state": None, "sub_state": None, "n_restarts": None}
 
     def process(self, output: list[str]) -> dict[str, Any]:
         result = self.default()
@@ -90,8 +88,6 @@ class SystemdServiceState(FactBase):
                 result["sub_state"] = value
             elif key == "NRestarts" and value.isdigit():
                 result["n_restarts"] = int(value)
-            elif key == "ExecMainStartTimestampMonotonic" and value.isdigit():
-                result["main_started_us"] = int(value)
         return result
 
 
