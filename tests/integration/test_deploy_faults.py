@@ -142,14 +142,13 @@ def test_registry_unreachable_mid_install_then_rerun_serves(guest: Guest) -> Non
     guest.recover("registry unreachable mid-install")
 
 
-HOLDER = """import fcntl, os, time
+HOLDER = """import fcntl
 # as unattended-upgrades does at a fresh guest's first boot: dpkg's frontend lock held (apt takes it with fcntl
-# F_SETLK: apt-pkg/contrib/fileutl.cc GetLock), released when the test says so
+# F_SETLK: apt-pkg/contrib/fileutl.cc GetLock), released when the test writes to the FIFO this read blocks on
 lock = open("/var/lib/dpkg/lock-frontend", "w")
 fcntl.lockf(lock, fcntl.LOCK_EX)
 open("/tmp/lw-lock-held", "w").close()
-while not os.path.exists("/tmp/lw-lock-release"):
-    time.sleep(0.05)
+open("/tmp/lw-lock-release").read()
 """
 
 
@@ -158,8 +157,9 @@ def test_apt_lock_held_by_another_apt_is_waited_for_then_the_install_runs(guest:
     The deploy's package step (deploys.common.install_missing) now waits for the holder to exit, then installs."""
     if guest.health() != 200:
         guest.recover("(setup)")
-    guest.sh("rm -f /tmp/lw-lock-held /tmp/lw-lock-release; DEBIAN_FRONTEND=noninteractive apt-get remove -y -q "
-             "libgomp1 >/dev/null")   # the deploy's one runtime package, so that it has something to install
+    guest.sh("rm -f /tmp/lw-lock-held /tmp/lw-lock-release; mkfifo /tmp/lw-lock-release; "
+             # the deploy's one runtime package, so that it has something to install
+             "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q libgomp1 >/dev/null")
     guest.sh("cat > /tmp/lw-holder.py <<'EOF'\n" + HOLDER + "EOF\n"
              "nohup python3 /tmp/lw-holder.py >/dev/null 2>&1 &")
     wait_for("the lock holder to take dpkg's lock", lambda: guest.sh("test -e /tmp/lw-lock-held && echo y || true",
@@ -171,7 +171,8 @@ def test_apt_lock_held_by_another_apt_is_waited_for_then_the_install_runs(guest:
                  timeout=300)
         assert proc.poll() is None, (proc.communicate()[0] or "")[-3000:]   # waiting, not failed
     finally:
-        guest.sh("touch /tmp/lw-lock-release", check=False)
+        # the holder reads the FIFO and exits (bounded: a holder already gone has no reader to open it)
+        guest.sh("timeout 30 sh -c 'echo go > /tmp/lw-lock-release'", check=False)
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, output[-4000:]
     assert "Could not get lock" not in output, output[-3000:]

@@ -142,7 +142,6 @@ class Lab:
                         raise
         return name
 
-
     def stop(self, name: str, timeout: int = 120) -> None:
         """Shut ``name`` down cleanly (its systemd stops its units), for a copy or an image to be made of it; when
         that fails, as LXD 5.0 answers "shutting down the container failed" on a loaded machine (seen in a loaded
