@@ -194,15 +194,17 @@ def steady_lxc_run(self, command: str, *args: str, **kwargs: object):
     (labwright.verify.hostspec.IncusBackend) runs the same through ``incus exec``: its ``CLIENT``."""
     cmd = self.get_command(command, *args)
     client = getattr(self, "CLIENT", "lxc")
-    marked = f"( {cmd}\n); lw_rc=$?; echo {END_MARK} >&2; exit $lw_rc"
+    # The mark on both streams: LXD can lose one stream's websocket and deliver the other (a loaded full run read
+    # `stat -Lc %a` as '' with stderr's mark intact).
+    marked = f"( {cmd}\n); lw_rc=$?; echo {END_MARK}; echo {END_MARK} >&2; exit $lw_rc"
     tail = f"{END_MARK}\n".encode()
     for attempt in range(LXC_TRIES):
         if attempt:
             time.sleep(LXC_RETRY_PAUSE * 2 ** (attempt - 1))
         out = self.run_local(f"{client} exec %s --mode=non-interactive -- /bin/sh -c %s", self.name, marked)
-        err = out.stderr_bytes
-        if err.endswith(tail):
-            out._stderr = err[: -len(tail)]
+        err, std = out.stderr_bytes, out.stdout_bytes
+        if err.endswith(tail) and std.endswith(tail):
+            out._stderr, out._stdout = err[: -len(tail)], std[: -len(tail)]
             out.command = self.encode(cmd)
             return out
     # Not an empty answer testinfra would misread (an empty `uname -s` is "no known system type"): say what happened.

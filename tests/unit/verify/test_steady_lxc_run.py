@@ -6,6 +6,7 @@ lost answer is LXD's (exit 0, nothing on either stream)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -22,9 +23,9 @@ PREFIX = "lxc exec %s --mode=non-interactive -- "
 class Local(LxcBackend):
     """LxcBackend whose ``lxc exec`` runs the command here; the first ``lose`` answers are lost, as LXD loses them."""
 
-    def __init__(self, lose: int = 0):
+    def __init__(self, lose: int = 0, lose_stdout: int = 0):
         super().__init__("g1")
-        self.lose, self.asked = lose, 0
+        self.lose, self.lose_stdout, self.asked = lose, lose_stdout, 0
 
     def run_local(self, command: str, *args: str) -> CommandResult:
         assert command.startswith(PREFIX)
@@ -34,6 +35,9 @@ class Local(LxcBackend):
             return self.result(0, b"", b"", b"")
         line = self.quote(command.removeprefix(PREFIX), *args[1:])
         done = subprocess.run(line, shell=True, capture_output=True, timeout=30)
+        if self.lose_stdout:   # one stream's websocket lost, the other delivered
+            self.lose_stdout -= 1
+            return self.result(done.returncode, line.encode(), b"", done.stderr)
         return self.result(done.returncode, line.encode(), done.stdout, done.stderr)
 
 
@@ -82,3 +86,11 @@ def test_any_answer_reaches_testinfra_unchanged(stdout, stderr, rc):
     backend = Local()
     out = run(backend, "printf %%s %s; printf %%s %s >&2; exit " + str(rc), stdout, stderr)
     assert (out.rc, out.stdout, out.stderr) == (rc, stdout, stderr)
+
+
+def test_a_lost_stdout_with_stderr_delivered_is_asked_again(monkeypatch):
+    """A loaded full run read ``stat -Lc %a`` as '' while stderr's mark came through: both streams carry the mark."""
+    monkeypatch.setattr("labwright.verify.conftest.LXC_RETRY_PAUSE", 0.001)
+    backend = Local(lose_stdout=1)
+    out = run(backend, "stat -Lc %a /etc")
+    assert backend.asked == 2 and out.stdout.strip() == f"{os.stat('/etc').st_mode & 0o7777:o}"
