@@ -483,8 +483,13 @@ UNDERSHOOT = 0.10
 def _refiner(base: Probe, probes: list[Probe], per_token_kv: int, cap: int) -> Callable[[int], int | None]:
     """After a start fits: the ceiling its measured memory per token implies (secant from the baseline).
 
-    A token never costs less than its KV (the planner's bytes/token), and the answer is never past the planner's
-    own prediction (the budget with only KV in it): a reading outside those bounds is not trusted (None).
+    A token never costs less than its KV (the planner's bytes/token). A guess past the planner's own prediction
+    (the budget with only KV in it) is that prediction: the prediction is read from one start's memory too, and
+    under load that reading sits a page or two above the steady one, so the real ceiling can lie past it (CI's
+    loaded run: predicted 208,896, ceiling 212,992). Dropping such a guess (the old rule) left the search walking
+    single pages up from the first start, 9 starts where the blind search takes 8. Once the prediction itself has
+    fit it bounds nothing: the guess is what the fit's own memory says is left (never less than KV per token, so
+    never further than the memory left would hold).
     """
     def refine(tokens: int) -> int | None:
         fit = next((p for p in reversed(probes) if p.candidate == tokens and p.fits), None)
@@ -496,7 +501,7 @@ def _refiner(base: Probe, probes: list[Probe], per_token_kv: int, cap: int) -> C
             return None
         per_token = max((used - used_base) / (tokens - base.candidate), per_token_kv)
         guess = tokens + int((limit - RESERVE - used) / per_token)
-        return guess if guess <= cap else None
+        return guess if tokens >= cap else min(guess, cap)
     return refine
 
 
