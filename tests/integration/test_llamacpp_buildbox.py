@@ -190,3 +190,51 @@ def test_the_deploy_builds_for_a_debian_12_guest_in_the_bookworm_box(lab: Lab, d
     assert again.rc == 0 and again.totals.changed == 0, again.output[-3000:]
     assert "building the CPU build" not in again.output
     print(f"\ndeploy with the bookworm box build: {first:.0f}s; again, unchanged: {time.monotonic() - started:.0f}s")
+
+
+# A Debian 13 controller's glibc (trixie's libc6 2.41), answered to the deploy's os.confstr in its own process: the
+# rest of that process (and the guest, the box, the build) is this Debian 12 machine's, for real.
+DEBIAN_13_GLIBC = '''\
+import os
+_confstr = os.confstr
+
+
+def confstr(name):
+    if name in ("CS_GNU_LIBC_VERSION", os.confstr_names.get("CS_GNU_LIBC_VERSION")):
+        return "glibc 2.41"
+    return _confstr(name)
+
+
+os.confstr = confstr
+'''
+
+
+def test_a_debian_13_controller_with_nothing_built_builds_only_the_guest_s(lab: Lab, debian12_guest: str,
+                                                                          tmp_path: Path) -> None:
+    """No llama-server built yet on a Debian 13 controller, a Debian 12 guest: the deploy builds the guest's
+    release's build in the box (deploy_data.first_build_for) and never this machine's own, which the guest could
+    not run anyway (a cold Debian 13 fresh-check built both: docs/fresh-check.md)."""
+    cache = tmp_path / "cache"
+    llama = cache / "llama" / PINNED.version
+    llama.mkdir(parents=True)
+    real = paths.cache_root()
+    if (real / "images").is_dir():
+        (cache / "images").symlink_to(real / "images")
+    if (cache_dir() / PINNED.filename).is_file():
+        (llama / PINNED.filename).symlink_to(cache_dir() / PINNED.filename)
+    bookworm = buildbox.release_cache_dir("bookworm")
+    if (bookworm / "manifest.json").is_file():  # the box's build, as it would make it again (see the module cost)
+        shutil.copytree(bookworm, llama / bookworm.name, symlinks=True)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(DEBIAN_13_GLIBC)
+    run = run_pyinfra(lab.host(debian12_guest), "deploys/llamacpp.py", f"llamacpp_model={MODEL}",
+                      "llamacpp_ctx_size=4096", cwd=REPO, timeout=3000,
+                      env={"LABWRIGHT_CACHE": str(cache), "PYTHONPATH": str(site)})
+    assert run.rc == 0, run.output[-5000:]
+    assert re.search(r"no llama-server built yet; this machine's glibc 2\.41 is newer than glibc 2\.36: building it "
+                     r"for Debian bookworm in the lab's build box, not here", run.output), run.output[-3000:]
+    assert not (llama / "llama-server").exists(), "this machine's own build was made too"
+    manifest = json.loads((llama / "cpu-bookworm" / "manifest.json").read_text())
+    assert sh(lab, debian12_guest, f"sha256sum {INSTALLED}").split()[0] == manifest["files"]["bin/llama-server"]
+    assert sh(lab, debian12_guest, "systemctl is-active llama-server").strip() == "active"

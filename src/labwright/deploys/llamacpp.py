@@ -8,6 +8,7 @@ labwright.llamacpp.deploy_data; see deploys/llamacpp.py and docs/llamacpp.md for
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from io import StringIO
 from typing import Any
@@ -29,13 +30,17 @@ from labwright.facts.llamacpp import GlibcVersion, OllamaPresent, ReadableBy
 from labwright.facts.nvidia import NvidiaGpus
 from labwright.gpu.devices import GPU_GROUP
 from labwright.guestlock import locked
+from labwright.llamacpp import build as llama_build
 from labwright.llamacpp import buildbox, router
 from labwright.llamacpp import router_deploy as llamacpp_router
 from labwright.llamacpp.deploy_data import (
     KEYS,
     OLLAMA_DROPIN,
+    BuildChoice,
+    HostBuildMissing,
     LlamacppSettings,
     downloaded_model,
+    first_build_for,
     glibc_needed,
     glibc_refusal,
     ollama_environment,
@@ -81,7 +86,11 @@ def deploy_llamacpp() -> None:
         raise DeployError(f"{exc} (nothing was changed)") from None
     # llamacpp_host=auto: loopback when only the gateway on this guest uses the engine (the whole inventory is read)
     alone = gateway_only(data, [other.data.dict() for other in inventory if other.name != host.name])
-    s = settings_from(data, host.get_fact(NvidiaGpus), gateway_only=alone)
+    gpus = host.get_fact(NvidiaGpus)
+    try:
+        s = settings_from(data, gpus, gateway_only=alone)
+    except HostBuildMissing:  # every other check passed: the first CPU build, made where the guest can run it
+        s = settings_from(data, gpus, gateway_only=alone, release=first_build())
     # every file pushed (CPU, CUDA, Vulkan, a given binary, the libraries beside it) needs the glibc its ELF names:
     # one built on a newer Debian than the guest's would not start there; refused here, before anything is installed
     # This machine's CPU build needing a newer glibc than the guest's (a Debian 13 controller, a Debian 12 guest) is
@@ -210,6 +219,51 @@ def lab_daemon() -> tuple[Any, str, str | None, str] | None:
         str(profile)
 
 
+def first_build() -> str:
+    """No CPU build on this machine yet: make it, for the guest's Debian release in the lab's build box of that
+    release where this machine's glibc is newer than the guest's (deploy_data.first_build_for: the codename is
+    returned), else here, as `labwright build llamacpp` does ("" returned). Either way once, then cached."""
+    guest_glibc = host.get_fact(GlibcVersion)
+    controller = os.confstr("CS_GNU_LIBC_VERSION") if "CS_GNU_LIBC_VERSION" in os.confstr_names else None
+    choice = BuildChoice("cpu")
+    codename = first_build_for(choice, controller, guest_glibc, host.get_fact(LinuxDistribution)["release_meta"])
+    if codename is not None and lab_daemon() is not None:
+        logger.info(f"{host.print_prefix}no llama-server built yet; this machine's {controller} is newer than "
+                    f"{guest_glibc}: building it for Debian {codename} in the lab's build box, not here")
+        release_build(codename, choice, guest_glibc)
+        return codename
+    logger.info(f"{host.print_prefix}no llama-server built yet: building the {choice.describe()} on this machine once "
+                f"(~6 min on 2 cores; then cached in {llama_build.cache_dir()})")
+    try:
+        llama_build.build_llama_server()
+    except LabwrightError as exc:
+        raise DeployError(f"llamacpp_build: cpu: the first build on this machine failed: {exc} (nothing was "
+                          "changed)") from None
+    return ""
+
+
+def release_build(codename: str, choice: BuildChoice, guest_glibc: str | None, refusal: str | None = None) -> None:
+    """The CPU build for Debian ``codename``, made in that release's build box on the guest's own lab daemon unless
+    cached. ``refusal``: the line to give where no lab daemon is there (default: the command that builds it)."""
+    if (buildbox.release_cache_dir(codename) / "manifest.json").is_file():
+        return
+    wanted = replace(choice, release=codename)
+    daemon = lab_daemon()
+    if daemon is None:
+        raise DeployError(refusal or f"llamacpp_build: {choice.kind}: the {wanted.describe()} is not built yet and "
+                          f"{host.name} is not a guest of a lab daemon here; build it with `labwright build llamacpp "
+                          f"--release {codename}` (nothing was changed)")
+    client, tool, remote, profile = daemon
+    logger.info(f"{host.print_prefix}building the {wanted.describe()} in the lab's build box "
+                f"{buildbox.box_name(profile, codename)} (once; then cached in {buildbox.release_cache_dir(codename)})")
+    try:
+        buildbox.build_for_release(codename, client, profile, tool, remote=remote, log=logger.info)
+    except LabwrightError as exc:
+        raise DeployError(f"llamacpp_build: {choice.kind}: the {wanted.describe()} for {host.name} (its glibc "
+                          f"{guest_glibc or 'unknown'} is older than this machine's build needs): {exc} (nothing was "
+                          "changed)") from None
+
+
 def for_guest_release(s: LlamacppSettings, data: dict[str, Any], needed: tuple[tuple[int, int], str] | None,
                       guest_glibc: str | None, refusal: str) -> LlamacppSettings:
     """``s`` with the build made for the guest's Debian release (deploy_data.release_build_for: only where this
@@ -220,20 +274,10 @@ def for_guest_release(s: LlamacppSettings, data: dict[str, Any], needed: tuple[t
     if codename is None:
         raise DeployError(refusal)
     choice = replace(s.build, release=codename)
-    if not (buildbox.release_cache_dir(codename) / "manifest.json").is_file():
-        daemon = lab_daemon()
-        if daemon is None:
-            raise DeployError(glibc_refusal(s.build, needed, guest_glibc, host.name, release=codename) or refusal)
-        client, tool, remote, profile = daemon
-        logger.info(f"{host.print_prefix}this machine's llama-server ({s.build.describe()}) needs a newer glibc than "
-                    f"{guest_glibc or 'the guest has'}: building the {choice.describe()} in the lab's build box "
-                    f"{buildbox.box_name(profile, codename)} (once; then cached in "
-                    f"{buildbox.release_cache_dir(codename)})")
-        try:
-            buildbox.build_for_release(codename, client, profile, tool, remote=remote, log=logger.info)
-        except LabwrightError as exc:
-            raise DeployError(f"llamacpp_build: {s.build.kind}: the {choice.describe()} for {host.name} (its glibc is "
-                              f"older than this machine's build needs): {exc} (nothing was changed)") from None
+    logger.info(f"{host.print_prefix}this machine's llama-server ({s.build.describe()}) needs a newer glibc than "
+                f"{guest_glibc or 'the guest has'}: the {choice.describe()} is pushed instead")
+    release_build(codename, s.build, guest_glibc,
+                  glibc_refusal(s.build, needed, guest_glibc, host.name, release=codename) or refusal)
     files = server_files(choice, data, s.binary)
     last = glibc_refusal(choice, glibc_needed(files), guest_glibc, host.name)
     if last:

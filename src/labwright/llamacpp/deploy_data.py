@@ -13,7 +13,7 @@ import re
 import shlex
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any
@@ -203,6 +203,10 @@ def systemd_quote(arg: str) -> str:
     return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+class HostBuildMissing(DeployError):
+    """This machine's CPU build is wanted and not built yet: the deploy builds it (first_build_for says where)."""
+
+
 def local_binary(data: Mapping[str, Any], builds: Path | None = None) -> tuple[str, str]:
     """The binary to push and its sha256, checked here so a corrupt cache never reaches a guest."""
     keys = KEYS.over(data)
@@ -216,8 +220,9 @@ def local_binary(data: Mapping[str, Any], builds: Path | None = None) -> tuple[s
         raise keys.fail("binary_src", f"{str(src)[:80]}: {exc.strerror}; give the llama-server binary on this "
                         "machine") from None
     if not there:
-        raise keys.fail("binary_src", f"{src} does not exist; build it with `labwright build llamacpp` "
-                        "or pass --data llamacpp_binary_src=PATH")
+        error = HostBuildMissing if given_src is None else DeployError
+        raise error(f"llamacpp_binary_src: {src} does not exist; build it with `labwright build llamacpp` "
+                    "or pass --data llamacpp_binary_src=PATH")
     given = data.get("llamacpp_binary_sha256")
     # --data parses an all-digit digest as a number (dropping leading zeros): spell it back as 64 digits.
     expected = f"{given:064d}" if isinstance(given, int) and not isinstance(given, bool) else str(given or "").lower()
@@ -386,6 +391,27 @@ def release_build_for(choice: BuildChoice, needed: tuple[tuple[int, int], str] |
     return codename if codename in buildbox.release_recipes() else None
 
 
+def host_build_missing(choice: BuildChoice, builds: Path | None = None) -> bool:
+    """This machine's own CPU build is the one wanted and it is not built yet (nothing given, nothing cached)."""
+    return choice.kind == "cpu" and not choice.release and not ((builds or cache_dir()) / "llama-server").is_file()
+
+
+def first_build_for(choice: BuildChoice, controller_glibc: str | None, guest_glibc: str | None,
+                    guest_release: Mapping[str, Any] | None) -> str | None:
+    """Where the first CPU build goes when none is cached (host_build_missing): the guest's Debian release
+    (its codename: built in that release's box) when this machine's glibc (``controller_glibc``, "glibc 2.41") is
+    newer than the guest's, else None (built here, as ``labwright build llamacpp`` does).
+
+    A build here links this machine's glibc at most, so it always fits a guest with the same or a newer one; with
+    an older one it may not (a Debian 13 controller's build needs GLIBC_2.38, a Debian 12 guest has 2.36), and
+    building here first only to find that out cost a cold Debian 13 run a second build (docs/fresh-check.md). The
+    same rule as release_build_for, with this machine's glibc standing in for the build not yet made."""
+    mine = vulkan_build.glibc_tuple(controller_glibc or "")
+    if len(mine) != 2:
+        return None
+    return release_build_for(choice, ((mine[0], mine[1]), "this machine's glibc"), guest_glibc, guest_release)
+
+
 def glibc_refusal(choice: BuildChoice, needed: tuple[tuple[int, int], str] | None, guest_glibc: str | None,
                   host_name: str, release: str = "") -> str | None:
     """One line when a guest's glibc (``getconf GNU_LIBC_VERSION``: "glibc 2.36"; None: not glibc) is older than
@@ -495,10 +521,11 @@ def data_keys() -> set[str]:
 
 
 def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = None,
-                  gateway_only: bool = False) -> LlamacppSettings:
+                  gateway_only: bool = False, release: str = "") -> LlamacppSettings:
     """Read and check the host data (names, paths, flags, extra args, the local build for the host's GPUs: the
     NvidiaGpus fact, None for none), in the deploy's order. ``gateway_only``: only the gateway on this guest uses
-    the engine (labwright.engine_keys.gateway_only), so ``host = "auto"`` is 127.0.0.1; else 0.0.0.0."""
+    the engine (labwright.engine_keys.gateway_only), so ``host = "auto"`` is 127.0.0.1; else 0.0.0.0.
+    ``release``: the CPU build is the one made in that Debian release's build box (first_build_for)."""
     refuse_unknown_keys(data, "llamacpp", data_keys(), "templates/llamacpp/defaults.toml")
     keys = KEYS.over(data)
     fail, get = keys.fail, keys.get
@@ -537,6 +564,8 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
             isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", p) for p in packages):
         raise fail("runtime_packages", f"{packages!r} is not a list of Debian package names, e.g. libgomp1,curl")
     choice = build_choice(data, gpus)
+    if release and choice.kind in buildbox.BOX_KINDS:
+        choice = replace(choice, release=release)
     if typed["vulkan_device"] != "auto" and choice.kind != "vulkan":
         raise fail("vulkan_device", f"{typed['vulkan_device']}: only the Vulkan build reads it; set "
                    "llamacpp_build=vulkan, or drop llamacpp_vulkan_device")

@@ -26,9 +26,13 @@ from labwright.llamacpp import buildbox
 from labwright.llamacpp.build import BUILD_TOOLS
 from labwright.llamacpp.deploy_data import (
     BuildChoice,
+    HostBuildMissing,
+    first_build_for,
     glibc_fits,
     glibc_needed,
     glibc_refusal,
+    host_build_missing,
+    local_binary,
     release_build_for,
     server_files,
 )
@@ -59,6 +63,36 @@ def test_a_box_builds_only_where_this_machine_s_build_would_not_start(need, have
     if answer is not None:  # the box's build that still does not fit is refused naming its cache (the last guard)
         last = glibc_refusal(BuildChoice(kind, release=answer), needed, f"glibc 2.{have}", "g")
         assert last is not None and f"remove {buildbox.release_cache_dir(answer)} and re-run" in last
+
+
+@given(mine=minors, have=minors, kind=st.sampled_from(KINDS), guest=releases,
+       spelled=st.sampled_from(["glibc 2.{}", "2.{}", "glibc 2.{}.1"]))
+def test_the_first_build_goes_where_the_guest_can_run_it(mine, have, kind, guest, spelled) -> None:
+    """No build cached yet (a cold Debian 13 controller): built in the guest release's box when this machine's
+    glibc is newer than the guest's, else here. A cold run used to build here first, find that build needs
+    GLIBC_2.38 on a glibc 2.36 guest, then build again in the box (two builds, ~20 min each on a loaded 2 cores)."""
+    answer = first_build_for(BuildChoice(kind), spelled.format(mine), f"glibc 2.{have}", guest)
+    codename = guest.get("VERSION_CODENAME") if guest.get("ID") == "debian" else None
+    assert answer == (codename if (kind == "cpu" and mine > have and codename in ("bookworm", "trixie")) else None)
+    # never a box build for a glibc this machine does not report (not glibc: musl, or junk)
+    assert first_build_for(BuildChoice(kind), None, f"glibc 2.{have}", guest) is None
+    assert first_build_for(BuildChoice(kind), "musl", f"glibc 2.{have}", guest) is None
+
+
+def test_only_this_machine_s_missing_cpu_build_is_built_by_the_deploy(tmp_path: Path) -> None:
+    """The deploy builds what is missing only for the CPU build with nothing given; a given binary that is missing
+    stays the user's error, with its key."""
+    assert host_build_missing(BuildChoice("cpu"), tmp_path)
+    for choice in (BuildChoice("cpu", release="bookworm"), BuildChoice("given"), BuildChoice("vulkan"),
+                   BuildChoice("cuda", ("86",), ("8.6",))):
+        assert not host_build_missing(choice, tmp_path)
+    (tmp_path / "llama-server").write_bytes(b"\x7fELF")
+    assert not host_build_missing(BuildChoice("cpu"), tmp_path)
+    with pytest.raises(HostBuildMissing, match=r"llamacpp_binary_src: .* does not exist; build it with"):
+        local_binary({}, tmp_path / "empty")
+    with pytest.raises(DeployError, match=r"llamacpp_binary_src: .* does not exist") as given:
+        local_binary({"llamacpp_binary_src": str(tmp_path / "nope")}, tmp_path)
+    assert not isinstance(given.value, HostBuildMissing)
 
 
 @given(need=minors, kind=st.sampled_from(KINDS), guest=releases)
