@@ -176,7 +176,7 @@ class Installed:
         """A running copy of the installed container, its unit started and healthy; the caller removes it
         (``lab.remove``)."""
         name = f"{prefix}-{os.urandom(3).hex()}"
-        self.lab.client.create_instance({
+        self.lab.copy_instance({
             "name": name, "type": "container", "source": {"type": "copy", "source": self.source},
             "profiles": [self.lab.spec.profile],
             "config": {lab_ops.LAB_KEY: self.lab.spec.name, OWNER_KEY: process_token(os.getpid())}})

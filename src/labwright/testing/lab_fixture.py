@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import secrets
 import sys
 import tempfile
@@ -110,6 +111,18 @@ class Lab:
         lab_ops.wait_ready(self.client, name)
         return name
 
+    def copy_instance(self, spec: dict[str, object]) -> None:
+        """``create_instance`` of a copy (``spec["source"]["type"] == "copy"``), made once more when LXD's own walk
+        of the source tree failed for a moment (COPY_WALK_FAILED), after removing what the first try left."""
+        try:
+            self.client.create_instance(spec)
+        except LxdError as exc:
+            if not COPY_WALK_FAILED.search(str(exc)):
+                raise
+            print(f"\nlab: LXD's copy walk failed once ({exc}); copying {spec['name']} again", file=sys.stderr)
+            self.remove(str(spec["name"]))
+            self.client.create_instance(spec)
+
     def _copy_template(self, name: str, pool: str | None = None) -> None:
         spec: dict[str, object] = {
             "name": name,
@@ -120,7 +133,7 @@ class Lab:
         }
         if pool is not None:
             spec["devices"] = {"root": {"type": "disk", "path": "/", "pool": pool}}
-        self.client.create_instance(spec)
+        self.copy_instance(spec)
 
     def extra_pool(self, driver: str) -> str:
         """A storage pool of ``driver`` beside the lab's own (``lwtest-dir``, ``lwtest-zfs``), made once and kept like
@@ -169,6 +182,15 @@ class Lab:
         if inst["status"] != "Stopped":  # Running, or Frozen by a test (a forced stop thaws it)
             self.force_stop(name)
         self.client.delete_instance(name)
+
+
+#: LXD's copy of a STOPPED container failing in its own walk of the source tree, seen once in a CI-style run of the
+#: suite on the btrfs lab pool (LXD 5.0.2, 2026-11-28: "Create instance from copy: readdirent
+#: .../containers/lwsf210base-78856c/rootfs/usr/share/doc: bad file descriptor"; nothing wrote to that source then);
+#: the same walk racing is canonical/lxd#11682 ("Create instance snapshot: lstat ... no such file or directory").
+#: Not what any test is about: the copy is made again, once; any other failure of a copy is raised as it is.
+COPY_WALK_FAILED = re.compile(r"Create instance from copy: (?:readdirent|lstat|open) \S+: "
+                              r"(?:bad file descriptor|no such file or directory)")
 
 
 def zfs_refusal() -> str:
