@@ -42,8 +42,12 @@ def pytest_configure(config):
 
     if PROFILE not in PROFILES:
         raise pytest.UsageError(f"LABWRIGHT_HYPOTHESIS_PROFILE={PROFILE}: give one of {', '.join(PROFILES)}")
-    settings.register_profile("deep", max_examples=DEEP_DEFAULT)
-    settings.load_profile(PROFILE)
+    # No deadline on any example: a test that times its examples fails under load for the time alone (CI-style run,
+    # 2026-11-28: a dkms property example took 252 ms against hypothesis's default 200 ms, 15 ms when re-run).
+    # Speed is held to in benchmarks/, never in a test (docs/testing.md).
+    settings.register_profile("suite", deadline=None)
+    settings.register_profile("deep", parent=settings.get_profile("suite"), max_examples=DEEP_DEFAULT)
+    settings.load_profile("suite" if PROFILE == "default" else PROFILE)
 
 
 def pytest_collection_modifyitems(config, items):
