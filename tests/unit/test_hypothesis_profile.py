@@ -7,23 +7,15 @@ in benchmarks/, never in a test."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import settings
 
 TESTS = Path(__file__).resolve().parents[1]
 
 
 def test_the_loaded_profile_has_no_deadline():
     assert settings().deadline is None
-
-
-@settings(max_examples=2)
-@given(st.integers())
-def test_a_slow_example_under_a_test_s_own_settings_is_not_failed_for_its_time(number):
-    time.sleep(0.25)  # longer than hypothesis's default deadline (200 ms): what a loaded machine makes of 15 ms
 
 
 def test_no_test_sets_a_deadline_of_its_own():
