@@ -34,6 +34,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
+from labwright.textio import loads_json
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 LOCK_NAME = "requirements.lock"
@@ -88,7 +89,7 @@ def resolve(requirements: list[str], python: str, platforms: list[str], index_ur
             errors = [line for line in lines if line.startswith("ERROR:")]
             raise OperationFailed(f"cannot resolve {' '.join(requirements)} for CPython {python} from {index_url}: "
                                   f"{(errors or lines or ['pip said nothing'])[-1]}")
-        return list(json.loads(report.read_text()).get("install", []))
+        return list(loads_json(report.read_text()).get("install", []))
 
 
 def hash_mismatch(lines: list[str], index_url: str, lock: Path | None = None) -> str:

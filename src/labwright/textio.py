@@ -112,6 +112,31 @@ def read_text(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -
     return decode_text(read_bytes(path, what, max_bytes=max_bytes), path, what)
 
 
+def loads_json(text: str | bytes | bytearray) -> Any:
+    """``json.loads`` for input labwright did not write itself (files, state, a server's or a tool's answer): the
+    two ways the standard parser fails outside ``JSONDecodeError`` (nesting deeper than the recursion limit:
+    RecursionError; a number past the 4,300-digit int limit: a bare ValueError) are a ``JSONDecodeError`` too, so
+    every caller's ``except ValueError`` (or ``JSONDecodeError``) answers them in its own words. Every module that
+    runs in labwright's own process parses JSON through this (tests/unit/test_json_entry.py)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", _as_text(text), 0) from None
+    except ValueError as exc:
+        raise json.JSONDecodeError(str(exc).split(";")[0], _as_text(text), 0) from None
+
+
+def load_json(stream: Any) -> Any:
+    """``json.load`` through ``loads_json``."""
+    return loads_json(stream.read())
+
+
+def _as_text(text: str | bytes | bytearray) -> str:
+    return text if isinstance(text, str) else bytes(text[:200]).decode("utf-8", "replace")
+
+
 def parse_json(text: str, path: Path | str, what: str) -> Any:
     try:
         return json.loads(text)
@@ -120,6 +145,9 @@ def parse_json(text: str, path: Path | str, what: str) -> Any:
                        f"expected {what}); fix or replace the file") from None
     except RecursionError:
         raise BadInput(f"{path} is nested too deeply to be {what}; give the right file") from None
+    except ValueError as exc:   # a number past Python's digit limit for int() (4,300 digits)
+        raise BadInput(f"{path} is not valid JSON ({str(exc).split(';')[0]}; expected {what}); fix or replace the "
+                       "file") from None
 
 
 def read_json(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> Any:
@@ -144,6 +172,9 @@ def parse_toml(text: str, path: Path | str, what: str) -> dict[str, Any]:
         raise BadInput(f"{path} is not valid TOML ({exc}; expected {what}); fix or replace the file") from None
     except RecursionError:
         raise BadInput(f"{path} is nested too deeply to be {what}; give the right file") from None
+    except ValueError as exc:   # a number past Python's digit limit for int() (4,300 digits)
+        raise BadInput(f"{path} is not valid JSON ({str(exc).split(';')[0]}; expected {what}); fix or replace the "
+                       "file") from None
 
 
 def read_toml(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> dict[str, Any]:

@@ -91,7 +91,8 @@ def test_the_scan_finds_the_pipes_it_is_about():
     assert not early_readers("# tail | grep -q in a comment\n")
     assert not early_readers("[ -z \"$a\" ] || grep -q x <<<\"$a\"\n")  # the || operator, not a pipe
     # a later `|| true` of another command does not let this pipeline go (scripts/setup's incus check had one)
-    assert early_readers("if printf '%s' \"$x\" | grep -qE '^a(\\||$)' && ! grep -q b <<<\"$(c || true)\"; then :; fi\n")
+    assert early_readers("if printf '%s' \"$x\" | grep -qE '^a(\\||$)' && ! grep -q b <<<\"$(c || true)\"; "
+                         "then :; fi\n")
 
 
 def test_the_failure_is_real_and_the_fix_holds():

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from labwright.bench.sse import BadAnswer, MalformedStream, iter_events
 from labwright.errors import BadInput, OperationFailed
+from labwright.textio import loads_json
 
 if TYPE_CHECKING:
     from labwright.bench.answers import ModelEntry, Timings, Usage
@@ -114,7 +115,7 @@ def _error_message(body: bytes) -> str:
     """The server's error message as one printable line (no newline or escape sequence of its own reaches ours)."""
     text = body.decode("utf-8", "replace").strip()
     try:
-        doc = json.loads(text)
+        doc = loads_json(text)
     except json.JSONDecodeError:
         return _one_line(text)
     error = doc.get("error", doc) if isinstance(doc, dict) else doc
@@ -231,7 +232,7 @@ class Client:
             return None
         check_status(self.endpoint, path, status, body)
         try:
-            doc = json.loads(body)
+            doc = loads_json(body)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return None
         if not isinstance(doc, dict) or "data" not in doc:
@@ -258,7 +259,7 @@ class Client:
             if status != 200:
                 continue
             try:
-                doc = json.loads(body)
+                doc = loads_json(body)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
             count = parse(TokenCount, doc, f"{self.endpoint.origin}{path} answered").value \

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labwright.errors import OperationFailed
+from labwright.textio import loads_json
 
 DONE = "[DONE]"
 KNOWN_FIELDS = ("data", "event", "id", "retry")
@@ -39,7 +40,7 @@ class Event:
 
     def json(self) -> dict[str, Any]:
         try:
-            value = json.loads(self.data)
+            value = loads_json(self.data)
         except json.JSONDecodeError as exc:
             raise MalformedStream(
                 f"malformed stream: event data is not JSON ({exc.msg}): {self.data[:120]!r}") from None

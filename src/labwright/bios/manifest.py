@@ -8,6 +8,7 @@ from typing import Any
 
 from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput
+from labwright.textio import loads_json
 
 SCHEMA = "labwright.bios-backup/1"
 
@@ -23,7 +24,7 @@ def write(path: Path, manifest: dict[str, Any]) -> None:
 
 def load(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = loads_json(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise BadInput(f"{path}: not UTF-8 text (byte at offset {exc.start}), not a labwright manifest; move it "
                        "away or restore it from the backup copy") from None

@@ -24,6 +24,7 @@ from labwright import paths
 from labwright.cli import vocab
 from labwright.cli.vocab import DryOption
 from labwright.errors import BadInput, OperationFailed
+from labwright.textio import loads_json
 
 NAME = "model"
 HELP = ("Models on this machine: fetch one from the Hugging Face Hub (verified), plan the engine for one, write the "
@@ -129,7 +130,7 @@ def fetch(
     marker: dict[str, Any] = {}
     if complete:
         with contextlib.suppress(OSError, ValueError):
-            marker = json.loads(runner.marker_path(models, spec["name"]).read_text(encoding="utf-8"))
+            marker = loads_json(runner.marker_path(models, spec["name"]).read_text(encoding="utf-8"))
     files = marker.get("files") or {}
     size = sum(entry.get("size", 0) for entry in files.values()) if files else None
     link = models / spec["name"]

@@ -26,6 +26,7 @@ import typer
 
 from labwright.errors import BadInput
 from labwright.paths import VERIFY_SUITES, verify_suite
+from labwright.textio import load_json
 from labwright.verify import hostspec
 
 NAME = "verify"
@@ -94,7 +95,7 @@ def json_report(suite: str, hosts: str | None, translated: str | None, code: int
     and each test's outcome (labwright.verify.report; empty when pytest ended before any test ran)."""
     try:
         with open(report_file, encoding="utf-8") as stream:
-            outcomes = json.load(stream)
+            outcomes = load_json(stream)
     except (OSError, ValueError, RecursionError):
         outcomes = {}
     if not isinstance(outcomes, dict) or not isinstance(outcomes.get("tests", []), list) \

@@ -18,6 +18,7 @@ from labwright.desktop.recipe import CHROME_PACKAGES, DEFAULT_PORT, DEFAULT_USER
 from labwright.facts.desktop import parse_ini_section
 from labwright.hosts import Host
 from labwright.shell import quote
+from labwright.textio import loads_json
 
 XRDP_INI = "/etc/xrdp/xrdp.ini"
 SESMAN_LOG = "/var/log/xrdp-sesman.log"
@@ -58,7 +59,7 @@ def read_record(host: Host, overrides: dict[str, Any] | None = None) -> Expected
     record: dict[str, Any] = {}
     if result.ok and result.stdout.strip():
         try:
-            record = json.loads(result.stdout)
+            record = loads_json(result.stdout)
         except json.JSONDecodeError:
             record = {}
     values: dict[str, Any] = {k: record[k] for k in ("user", "port", "listen", "firefox_source") if k in record}

@@ -17,6 +17,7 @@ from pyinfra.api import FactBase
 from labwright.agent import default_keys as default_keys_scan
 from labwright.default_keys import KNOWN_DEFAULT_KEYS
 from labwright.shell import quote
+from labwright.textio import loads_json
 
 # Runs on the host with its python3: the agent's default-keys scan (labwright.agent.default_keys, standard library
 # only), sent as source. A fact runs before any operation, so it cannot count on the pushed agent being there yet.
@@ -38,4 +39,4 @@ class DefaultKeysIn(FactBase):
         return []
 
     def process(self, output: list[str]) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in output if line.startswith("{")]
+        return [loads_json(line) for line in output if line.startswith("{")]

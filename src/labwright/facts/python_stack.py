@@ -14,7 +14,6 @@ connector. The stack switch operation compares it with the plan: same environmen
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pyinfra.api import FactBase
@@ -22,6 +21,7 @@ from pyinfra.api import FactBase
 from labwright.shell import quote
 from labwright.stacks.layout import STATE_SCHEMA, Layout
 from labwright.stacks.plan import DEFAULT_ROOT
+from labwright.textio import loads_json
 
 _MARK = "@@labwright-stack-"
 
@@ -60,7 +60,7 @@ class PythonStack(FactBase[Any]):
         text = "\n".join(sections.get("state", [])).strip()
         if text:
             try:
-                state = json.loads(text)
+                state = loads_json(text)
             except ValueError:
                 state = None
         if not isinstance(state, dict) or state.get("schema") != STATE_SCHEMA:

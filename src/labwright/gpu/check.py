@@ -19,7 +19,6 @@ on a Proxmox node, this machine); everything else is pure, so the rules are unit
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from collections.abc import Iterable
@@ -34,6 +33,7 @@ from labwright.gpu.nvidia.driver import check_driver_match, userspace_listing, u
 from labwright.gpu.nvidia.smi import SMI_QUERY, GpuInfo, gpus_of, parse_query
 from labwright.hosts import Host
 from labwright.shell import quote
+from labwright.textio import loads_json
 
 _MARK = "@@labwright-gpu-"
 GPU_NODE = re.compile(r"^/dev/nvidia\d+$")
@@ -333,7 +333,7 @@ request = urllib.request.Request(url.rstrip("/") + "/completions", data=body, he
 started = time.monotonic()
 try:
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        answer = json.loads(response.read())
+        answer = loads_json(response.read())
 except Exception as exc:
     print(json.dumps({"error": type(exc).__name__ + ": " + str(exc)[:300]}))
     raise SystemExit(0)
@@ -403,7 +403,7 @@ def decode_check(output: str, floor: float, url: str) -> Check:
     """The timed completion's result (DECODE_SCRIPT's JSON line) against the CPU bound in tokens/s."""
     name = "decode faster than a CPU"
     try:
-        result = json.loads(output.strip().splitlines()[-1])
+        result = loads_json(output.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return Check(name, False, f"no result from the timed request to {url}: {output.strip()[-200:]}",
                      "python3 missing in the guest, or the request could not run", "check `python3 -V` in the guest")

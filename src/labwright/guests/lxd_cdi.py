@@ -18,7 +18,6 @@ id (``id=nvidia.com/gpu=0``) or stays today's ``gpu``/``unix-char`` wiring, and 
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -28,7 +27,7 @@ import yaml
 
 from labwright.hosts import Host
 from labwright.lxd.client import ServerInfo
-from labwright.textio import yaml_load
+from labwright.textio import loads_json, yaml_load
 
 #: The API extension that makes LXD's gpu device take a CDI id (shared/version/api.go).
 CDI_EXTENSION = "gpu_cdi"
@@ -63,7 +62,7 @@ def read_spec(host: Host) -> CdiSpec | None:
         for path in files:
             try:
                 text = host.read_text(path)
-                doc: Any = json.loads(text) if path.endswith(".json") else yaml_load(text)
+                doc: Any = loads_json(text) if path.endswith(".json") else yaml_load(text)
             except (OSError, ValueError, RecursionError, yaml.YAMLError):  # ValueError: also an alias bomb
                 continue  # an unreadable spec is no offer: today's wiring stays
             if not isinstance(doc, dict) or doc.get("kind") != CDI_KIND:

@@ -6,7 +6,6 @@ restore`` (a Proxmox container's node over SSH, for its run lock).
 
 from __future__ import annotations
 
-import json
 import re
 import types
 import typing
@@ -15,6 +14,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from labwright.errors import BadInput
+from labwright.textio import loads_json
 
 #: Connectors that reach their host over pyinfra's SSH connector and so read its ssh_* data too.
 _OVER_SSH = ("ssh", "dockerssh", "podmanssh", "pct")
@@ -104,7 +104,7 @@ def _typed(item: str, key: str, value: str, kind: Any) -> Any:
         return seconds
     if base is dict:
         try:
-            parsed = json.loads(value)
+            parsed = loads_json(value)
         except ValueError:
             parsed = None
         if not isinstance(parsed, dict):

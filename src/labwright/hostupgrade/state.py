@@ -42,6 +42,7 @@ from labwright.gpu.nvidia.boot_unit import BOOT_UNIT
 from labwright.hosts.local import LocalHost
 from labwright.hostupgrade.plan import Plan, Step
 from labwright.shell import quote
+from labwright.textio import loads_json
 
 STATE_PATH = "/var/lib/labwright/host-upgrade.json"
 ENV_PATH = "/var/lib/labwright/host-upgrade.env"
@@ -130,7 +131,7 @@ def load(node: LocalHost) -> Saved | None:
     path = state_file(node)
     fix = "look at it, restore guests by hand if needed, then remove it"
     try:
-        data = json.loads(path.read_text())
+        data = loads_json(path.read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError, RecursionError) as exc:

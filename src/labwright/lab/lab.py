@@ -27,6 +27,7 @@ from labwright.lab.keys import ensure_lab_key
 from labwright.lab.spec import LabSpec
 from labwright.lxd.client import LxdClient
 from labwright.snapshots.lxd import freeze_note
+from labwright.textio import loads_json
 from labwright.ui import Reporter
 
 LAB_KEY = "user.labwright.lab"
@@ -39,7 +40,7 @@ def host_networks(exclude_dev: str) -> list[tuple[str, ipaddress.IPv4Network]]:
     """Networks the host already routes (device, network), except on ``exclude_dev``."""
     proc = subprocess.run(["ip", "-j", "-4", "route", "show", "table", "all"], capture_output=True, text=True)
     found = []
-    for route in json.loads(proc.stdout or "[]"):
+    for route in loads_json(proc.stdout or "[]"):
         dst, dev = route.get("dst", ""), route.get("dev", "")
         if dev == exclude_dev or dst in ("default", "") or route.get("type") in ("local", "broadcast"):
             continue

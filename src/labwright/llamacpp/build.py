@@ -40,6 +40,7 @@ from labwright.digest import sha256_file
 from labwright.errors import OperationFailed
 from labwright.llamacpp import cuda as cuda_toolkit
 from labwright.llamacpp.cuda import CudaToolchain
+from labwright.textio import load_json, loads_json
 from labwright.ui import build_step, copy_with_progress, install_step, progress, run_with_progress
 
 SIMPLE_API = "https://pypi.org/simple/llama-cpp-python/"
@@ -116,7 +117,7 @@ def pypi_url(project: str, filename: str, sha256: str) -> str:
     request = urllib.request.Request(f"https://pypi.org/simple/{project}/",
                                      headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(request, timeout=60) as response:
-        index = json.load(response)
+        index = load_json(response)
     for entry in index["files"]:
         if entry["filename"] == filename:
             listed = entry.get("hashes", {}).get("sha256")
@@ -232,7 +233,7 @@ def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None, *,
 
 def manifest_of(build_dir: Path) -> dict:
     """A CUDA build's ``manifest.json``: the binary and each library, relative path and sha256."""
-    return json.loads((build_dir / "manifest.json").read_text())
+    return loads_json((build_dir / "manifest.json").read_text())
 
 
 def build_cuda_server(cuda: CudaToolchain, archs: Sequence[str], source: LlamaSource = PINNED,

@@ -38,6 +38,7 @@ from labwright.llamacpp.build import CUDA_LIB_DIR, cache_dir
 from labwright.matrix import elfsyms
 from labwright.models.deploy_data import ModelSettings, engine_model
 from labwright.schema import checks
+from labwright.textio import loads_json
 
 if TYPE_CHECKING:
     from labwright.schema.model import Schema
@@ -164,7 +165,7 @@ def flag_values(data: Mapping[str, Any]) -> dict[str, Any]:
     kwargs = values["chat_template_kwargs"]
     if isinstance(kwargs, str) and kwargs.strip():
         try:
-            kwargs = json.loads(kwargs)
+            kwargs = loads_json(kwargs)
         except json.JSONDecodeError:
             raise fail("chat_template_kwargs", f"{kwargs!r} is not a JSON object") from None
     if kwargs and not isinstance(kwargs, dict):
@@ -328,7 +329,7 @@ def server_files(choice: BuildChoice, data: Mapping[str, Any], binary: str,
         raise keys.fail("build", f"this host's GPUs need the {choice.describe()}, not built on this machine yet "
                         f"({directory}); build it once with `labwright build llamacpp {wanted}`, or use "
                         "llamacpp_build=cpu (nothing was changed)")
-    recorded = json.loads(manifest_path.read_text())["files"]
+    recorded = loads_json(manifest_path.read_text())["files"]
     lib_dir = guest_lib_dir(binary)
     planned = []
     for rel, sha256 in recorded.items():
@@ -345,7 +346,7 @@ def server_files(choice: BuildChoice, data: Mapping[str, Any], binary: str,
 def vulkan_manifest(builds: Path | None = None) -> dict[str, Any]:
     """The cached Vulkan build's manifest.json ({} when not built)."""
     path = (builds or cache_dir()) / vulkan_build.BUILD_KEY / "manifest.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return loads_json(path.read_text()) if path.is_file() else {}
 
 
 def glibc_needed(files: Sequence[ServerFile]) -> tuple[tuple[int, int], str] | None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from labwright.errors import BadInput, LxdError, LxdNotFound, OperationFailed, OperationTimeout
+from labwright.textio import loads_json
 
 #: Where the local daemon's socket lives, first match wins. The order is the clients' own (client/connection.go
 #: ConnectLXDUnixWithContext in canonical/lxd, ConnectIncusUnixWithContext in lxc/incus): ``LXD_SOCKET`` /
@@ -322,7 +323,7 @@ class LxdClient:
 
     def _handle(self, method: str, path: str, status: int, data: bytes, wait: bool) -> Any:
         try:
-            doc = json.loads(data) if data else {}
+            doc = loads_json(data) if data else {}
         except ValueError as exc:
             raise LxdError(f"{method} {path}: non-JSON answer (HTTP {status})", status) from exc
         if not isinstance(doc, dict):
@@ -448,7 +449,7 @@ class LxdClient:
 
     def _handle_async(self, resp: http.client.HTTPResponse, what: str) -> str:
         try:
-            doc = json.loads(resp.read() or b"{}")
+            doc = loads_json(resp.read() or b"{}")
         except (ValueError, OSError) as exc:  # a daemon restarting mid-answer: cut or non-JSON bodies
             ep = self.endpoint
             raise LxdError(f"{what}: no usable answer from {ep.title} (HTTP {resp.status}: {exc}); is the daemon "

@@ -41,6 +41,7 @@ from typing import Any
 from labwright.errors import LabwrightError, OperationFailed
 from labwright.lxd.client import ExecResult, LxdClient
 from labwright.lxd.websocket import OP_BINARY, WebSocket
+from labwright.textio import loads_json
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +243,7 @@ def main():
         state = {"started": False}
         rid = raw = None
         try:
-            req = json.loads(body.decode("utf-8"))
+            req = loads_json(body.decode("utf-8"))
             rid = req.get("id")
             answer, raw = run(req, state)
             answer["id"] = rid
@@ -503,7 +504,7 @@ class AgentSession:
         body = bytes(stream[4:4 + size])
         del stream[:4 + size]
         try:
-            doc = json.loads(body)
+            doc = loads_json(body)
         except ValueError as exc:
             raise OperationFailed(f"exec agent sent a malformed document: {exc}") from None
         if not isinstance(doc, dict):

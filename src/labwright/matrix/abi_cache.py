@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from labwright import paths
+from labwright.textio import loads_json
 
 VERSION = "v1"
 
@@ -160,7 +161,7 @@ class AbiCache:
         if not self.enabled:
             return None
         try:
-            return json.loads((self.root / name).read_text())
+            return loads_json((self.root / name).read_text())
         except (OSError, ValueError):
             return None  # absent or torn: recompute
 

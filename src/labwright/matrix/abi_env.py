@@ -3,7 +3,6 @@ and which installed distribution (with which version label) each file came from.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 from labwright.errors import BadInput
 from labwright.matrix.elfsyms import SHARED_OBJECT, is_elf
+from labwright.textio import loads_json
 
 # Asks the environment's own Python where it looks for packages and where torch is, without importing torch
 # (find_spec on a top-level name only searches sys.path).
@@ -58,7 +58,7 @@ def environment_for_python(python: str) -> Environment:
     interpreter = _interpreter(Path(python))
     try:
         proc = subprocess.run([str(interpreter), "-I", "-c", PROBE], capture_output=True, text=True, timeout=60)
-        probe = json.loads(proc.stdout)
+        probe = loads_json(proc.stdout)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         raise not_a_python(python, _first_line(exc)) from exc
     return environment_from_probe(python, interpreter, probe)

@@ -41,6 +41,7 @@ from labwright.matrix.refresh import (
     wheel_from_listed,
 )
 from labwright.matrix.wheelname import WheelNameError, parse_wheel_filename
+from labwright.textio import loads_json
 
 PYTORCH_INDEX = "https://download.pytorch.org"
 GITHUB_API = "https://api.github.com"
@@ -116,7 +117,7 @@ def parse_simple(body: bytes, content_type: str, page_url: str, source: str) -> 
     text = body.decode("utf-8", "replace")
     if "json" in content_type:
         try:
-            data = json.loads(text)
+            data = loads_json(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"malformed PEP 691 JSON ({exc.msg})") from None
         files = data.get("files") if isinstance(data, dict) else None
@@ -281,7 +282,7 @@ def _parse(feed: OutsideFeed, url: str, answer, pre: bool, timeout: float) -> tu
     page, body, link = 1, answer.body, answer.link
     while True:
         try:
-            found, said = parse_github_releases(json.loads(body), feed.source, pre)
+            found, said = parse_github_releases(loads_json(body), feed.source, pre)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise registry.Unreachable(f"malformed JSON on page {page}") from None
         except ValueError as exc:

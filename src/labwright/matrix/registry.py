@@ -55,6 +55,7 @@ from labwright.matrix.refresh import (
 )
 from labwright.matrix.wheelinspect import linux_requirements
 from labwright.matrix.wheelname import WheelNameError, parse_wheel_filename
+from labwright.textio import loads_json
 
 DEFAULT_INDEX = "https://pypi.org/pypi"
 STATE_FILE = "registry-state.json"
@@ -305,7 +306,7 @@ def read_state(out_dir: Path) -> dict:
         return {"sources": {}, "built_against": {}}
     fix = f"remove it (the next refresh fetches everything again) or restore it from {STATE_FILE}.prev"
     try:
-        data = json.loads(textio.read_text(path, "the registry state of `matrix refresh`"))
+        data = loads_json(textio.read_text(path, "the registry state of `matrix refresh`"))
     except (json.JSONDecodeError, RecursionError):
         raise BadInput(f"{path}: not the JSON `matrix refresh` writes: {fix}") from None
     from labwright.schema.files import RegistryState, check  # pydantic: only where the file is read
@@ -637,7 +638,7 @@ def _refresh_one(feed: Feed, out_dir: Path, components: dict[str, Component], in
         if answer.status == 304:
             raise Unreachable("HTTP 304 to a request without validators")
         try:
-            data = json.loads(answer.body)
+            data = loads_json(answer.body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise Unreachable(f"malformed JSON ({exc.msg if isinstance(exc, json.JSONDecodeError) else exc})") from None
         listed, lines, newest, sdists = parse_project(data, feed, components, pre, url)

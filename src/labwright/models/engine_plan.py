@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from labwright.errors import BadInput
+from labwright.textio import loads_json
 from labwright.tuning.fit import FitResult, format_info, formats
 from labwright.tuning.fit_model import FitRequest, fit_model
 from labwright.tuning.units import GIB, gib
@@ -218,12 +219,11 @@ def plan_hub(spec: Any, endpoint: str, memory: Memory, context: int | None = Non
                     raise BadInput(f"engine auto: {label}: {name} cannot be read: {fetch._one_line(exc)} (nothing was "
                                    "deployed)") from None
                 config = Path(got) if name == "config.json" else config
-        import json
 
         from labwright.tuning.model_dir import detect_format
 
         try:
-            config_doc = json.loads(config.read_text()) if config else None
+            config_doc = loads_json(config.read_text()) if config else None
         except ValueError:
             raise BadInput(f"engine auto: {label}: config.json is not JSON (nothing was deployed)") from None
         fmt, reason = detect_format(folder, config_doc if isinstance(config_doc, dict) else None, False)

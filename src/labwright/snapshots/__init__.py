@@ -45,6 +45,7 @@ from labwright.snapshots.model import (
     step_slug,
     to_prune,
 )
+from labwright.textio import loads_json
 
 __all__ = ["DEFAULT_KEEP", "PREFIX", "Before", "RestoreResult", "Snapshot", "SnapshotBackend", "SnapshotsUnsupported",
            "Support", "TakeResult", "backend_for", "before", "guest_name", "list_snapshots", "restore", "take"]
@@ -204,7 +205,7 @@ RATES_FILE = "snapshot-copy-rates.json"
 def _rates() -> dict[str, float]:
     path = cache_path(RATES_FILE)
     try:
-        data = json.loads(path.read_text())
+        data = loads_json(path.read_text())
     except FileNotFoundError:
         return {}
     except (OSError, ValueError):

@@ -34,6 +34,7 @@ REMOTE_PATH = "/opt/labwright/lib/labwright-stack.pyz"
 # (from_matrix, bundle itself) import the matrix loader, typer or pyinfra and stay out.
 MODULES = (
     "__init__.py", "atomic.py", "errors.py", "paths.py", "guestlock.py", "ui.py", "shell.py",
+    "textio.py",  # every JSON the target reads back (state, manifests, tool answers) parses through it
     "schema/__init__.py", "schema/env.py",  # ui reads its progress variables through schema.env
     "agent/__init__.py", "agent/service.py",
     "matrix/__init__.py", "matrix/abi.py", "matrix/abi_cache.py", "matrix/abi_env.py", "matrix/abi_import.py",

@@ -21,6 +21,7 @@ from typing import Any
 from labwright.atomic import write_text_atomic
 from labwright.errors import BadInput, OperationFailed
 from labwright.stacks.plan import SAFE
+from labwright.textio import loads_json
 
 STATE_SCHEMA = "labwright.stack-state/1"
 MANIFEST = "stack.json"
@@ -171,7 +172,7 @@ class Layout:
         the file when it is labwright's (an object) of the wrong shape."""
         path = Path(venv_dir).parent / MANIFEST
         try:
-            data = json.loads(path.read_text())
+            data = loads_json(path.read_text())
         except (OSError, ValueError, RecursionError):
             return None
         if not isinstance(data, dict):
@@ -216,18 +217,26 @@ class Layout:
         """The state file of the managed path, its shape checked (one line naming the file and the key otherwise:
         nothing is used or written back from a file half right)."""
         try:
-            data = json.loads(self.state_file.read_text())
+            data = loads_json(self.state_file.read_text())
         except FileNotFoundError:
             return State(venv=str(self.venv))
-        except (OSError, ValueError) as exc:
-            raise OperationFailed(f"{self.state_file}: unreadable ({exc}); fix or remove it (the environments "
-                                  "stay; `stack show` lists them)") from exc
+        except NotADirectoryError:
+            # junk where the root should be: the stack root (--root / stack_root) names a file
+            raise BadInput(f"stack root {self.root}: {_first_file(self.state_file)} is a file, not a directory; "
+                           "give a directory as the stack root (--root), or move the file away") from None
+        except ValueError as exc:   # not UTF-8, not JSON (labwright.textio.loads_json: every parse failure)
+            raise BadInput(f"{self.state_file}: unreadable ({str(exc)[:120]}); fix or remove it (the environments "
+                           "stay; `stack show` lists them)") from None
+        except OSError as exc:
+            raise OperationFailed(f"{self.state_file}: unreadable ({exc.strerror or exc}); fix its permissions") \
+                from exc
+        # junk in the state file is bad input (exit 2), as for every file labwright reads back
         if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
-            raise OperationFailed(f"{self.state_file}: not a {STATE_SCHEMA} file; move it away")
+            raise BadInput(f"{self.state_file}: not a {STATE_SCHEMA} file; move it away")
         wrong = state_problem(data)
         if wrong:
-            raise OperationFailed(f"{self.state_file}: not a {STATE_SCHEMA} file labwright can read ({wrong}); "
-                                  "fix or remove it (the environments stay; `stack show` lists them)")
+            raise BadInput(f"{self.state_file}: not a {STATE_SCHEMA} file labwright can read ({wrong}); "
+                           "fix or remove it (the environments stay; `stack show` lists them)")
 
         def entry(raw: Any) -> Entry | None:
             return Entry(**{k: v for k, v in raw.items() if k in _ENTRY_KEYS}) if raw is not None else None
@@ -384,3 +393,11 @@ def remove_tree(path: Path) -> None:
     except OSError:
         doomed = path
     shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _first_file(path: Path) -> Path:
+    """The first component of ``path`` that exists and is not a directory (what a NotADirectoryError tripped on)."""
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            return parent
+    return path

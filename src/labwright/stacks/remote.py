@@ -22,6 +22,7 @@ from labwright.stacks import show as show_module
 from labwright.stacks.plan import DEFAULT_ROOT, check_root, check_venv_path, plan_from_json
 from labwright.stacks.service import HealthCheck
 from labwright.stacks.switch import Options, build_only, rollback, switch
+from labwright.textio import loads_json
 
 
 def log(line: str) -> None:
@@ -89,7 +90,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "switch":
         text = _decode(sys.stdin.buffer.read(), "-") if args.plan == "-" else _read(args.plan)
         try:
-            data = json.loads(text)
+            data = loads_json(text)
         except ValueError as exc:
             raise BadInput(f"--plan {args.plan}: not JSON ({exc})") from None
         plan = plan_from_json(data, args.plan)

@@ -42,6 +42,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from labwright.textio import loads_json
+
 RESULT_PREFIX = '{"plan"'
 """How pyinfra's ``--json`` line starts (``print_run_json`` puts "plan" first)."""
 
@@ -241,7 +243,7 @@ def parse_pyinfra_json(output: str, rc: int | None = None) -> PyinfraResult:
     if line is None:
         raise no_result(output, rc)
     try:
-        document = json.loads(line)
+        document = loads_json(line)
     except json.JSONDecodeError as exc:
         raise UnreadableResult(f"pyinfra's --json line is not valid JSON ({exc}); it was: {_tail(line, 600)}") \
             from None

@@ -16,15 +16,15 @@ such key is planned as full attention on every layer, with a note saying so.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from labwright.errors import BadInput
-from labwright.textio import read_text
+from labwright.textio import parse_json, read_text
 from labwright.tuning.data import kv_data
 from labwright.tuning.kv_layout import KvLayout, Layer
+from labwright.tuning.kv_limits import MAX_LAYERS, MAX_VALUE, count, short
 
 __all__ = ["KvLayout", "Layer", "layout_from_dict", "load_json", "read_layout"]
 
@@ -42,10 +42,16 @@ class _Config:
         self.where = ""
         self.section = top
         for key in data["config"]["nested"]:
+            if top.get(key) is not None and not isinstance(top[key], dict):
+                raise self.fail(f"{key} is a JSON {type(top[key]).__name__}, not an object; {_FIX}")
             if isinstance(top.get(key), dict):
                 self.section, self.where = top[key], f" (in {key})"
                 break
-        self.model_type = str(self.section.get("model_type") or top.get("model_type") or "")
+        model_type = self.section.get("model_type") or top.get("model_type") or ""
+        if not isinstance(model_type, str) or not model_type.isprintable() or len(model_type) > 64:
+            raise self.fail(f"model_type is {short(model_type)} ({type(model_type).__name__}), not a model type "
+                            f"name; {_FIX}")
+        self.model_type = model_type
         defaults = data["model_defaults"]
         self.defaults: dict[str, Any] = defaults.get(self.model_type) or defaults.get(str(top.get("model_type"))) or {}
         self.notes: list[str] = []
@@ -65,7 +71,7 @@ class _Config:
     def fail(self, text: str) -> BadInput:
         return BadInput(f"config {self.path}: {text}")
 
-    def integer(self, key: str, required: bool = True, fix: str = _FIX) -> int:
+    def integer(self, key: str, required: bool = True, fix: str = _FIX, maximum: int = MAX_VALUE) -> int:
         value = self.raw(key)
         if value is None:
             if required:
@@ -74,13 +80,16 @@ class _Config:
         if value == 0 and not required and not isinstance(value, bool):
             return 0    # an optional count or size written as 0 (Gemma 4's num_kv_shared_layers: 0): not set
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise self.fail(f"{key} is {value!r}{self.where}, not a positive integer; {_FIX}")
-        return value
+            raise self.fail(f"{key} is {short(value)}{self.where}, not a positive integer; {_FIX}")
+        try:
+            return count(value, key, maximum=maximum)   # the bound every metadata number has (kv_limits)
+        except ValueError as exc:
+            raise self.fail(f"{exc}{self.where}; {_FIX}") from None
 
-    def first_integer(self, keys: list[str]) -> int:
+    def first_integer(self, keys: list[str], maximum: int = MAX_VALUE) -> int:
         for key in keys:
             if self.has(key):
-                return self.integer(key)
+                return self.integer(key, maximum=maximum)
         raise self.fail(f"missing {keys[0]}{self.where}; {_FIX}")
 
     def sequence(self, key: str, layers: int, chars: bool = False) -> list[Any]:
@@ -92,6 +101,11 @@ class _Config:
         if len(value) != layers:
             raise self.fail(f"{key} has {len(value)} entries but num_hidden_layers is {layers}{self.where}: the "
                             "two contradict each other; " + _FIX)
+        # one layer's entry is a name, a number or a flag (transformers writes nothing else here)
+        odd = next((v for v in value if not isinstance(v, (str, int)) or (isinstance(v, str) and len(v) > 64)), None)
+        if odd is not None:
+            raise self.fail(f"{key} holds {short(odd)} ({type(odd).__name__}), not a layer's kind{self.where}; "
+                            + _FIX)
         return value
 
 
@@ -102,11 +116,7 @@ def load_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
         path = path / "config.json"
     # Missing, a directory, a device, binary or not UTF-8, too large: one line naming the file (labwright.textio).
     text = read_text(path, "the model's Hugging Face config.json (or a .gguf file)", max_bytes=_MAX_CONFIG_BYTES)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"config {path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
-                       f"{_FIX}") from exc
+    doc = parse_json(text, f"config {path}", f"the model's Hugging Face config.json; {_FIX}")
     if not isinstance(doc, dict):
         raise BadInput(f"config {path}: the top level is a JSON {type(doc).__name__}, not an object; {_FIX}")
     if "weight_map" in doc:
@@ -145,10 +155,12 @@ def _layer_count(cfg: _Config) -> int:
     if not any(cfg.has(key) for key in keys) and isinstance(cfg.raw("layers_block_type"), list):
         # transformers NemotronHConfig (v5): num_hidden_layers is deprecated, the count is len(layers_block_type);
         # Nemotron 3 Ultra's config.json has no num_hidden_layers at all.
-        count = len(cfg.raw("layers_block_type"))
-        cfg.notes.append(f"no num_hidden_layers: {count} layers, the length of layers_block_type (as transformers)")
-        return count
-    return cfg.first_integer(keys)
+        layers = len(cfg.raw("layers_block_type"))
+        if not 0 < layers <= MAX_LAYERS:
+            raise cfg.fail(f"layers_block_type has {layers:,} entries, not a layer count (1 to {MAX_LAYERS:,}); {_FIX}")
+        cfg.notes.append(f"no num_hidden_layers: {layers} layers, the length of layers_block_type (as transformers)")
+        return layers
+    return cfg.first_integer(keys, maximum=MAX_LAYERS)
 
 
 # --- which kind each layer is ------------------------------------------------------------------------------------

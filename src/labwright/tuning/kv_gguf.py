@@ -26,6 +26,7 @@ from typing import Any
 from labwright.errors import BadInput
 from labwright.tuning.data import kv_data
 from labwright.tuning.kv_layout import KvLayout, Layer
+from labwright.tuning.kv_limits import MAX_LAYERS, MAX_VALUE, count
 from labwright.tuning.kv_state import gguf_state_bytes
 
 MAGIC = b"GGUF"
@@ -217,19 +218,74 @@ def _per_layer(value: Any, layers: int, key: str, path: Path) -> list[int]:
     return [int(value)] * layers
 
 
+#: The ``{arch}.*`` keys the planner reads (here and in labwright.tuning.kv_state): each is a number, a bool or an
+#: array of them, checked once by ``_checked`` before anything is built from it.
+READ_KEYS = frozenset({
+    "block_count", "context_length", "embedding_length", "feed_forward_length", "full_attention_interval",
+    "nextn_predict_layers", "rope.dimension_count", "token_shift_count",
+    "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.key_length_swa",
+    "attention.value_length", "attention.value_length_swa", "attention.kv_lora_rank", "attention.recurrent_layers",
+    "attention.shared_kv_layers", "attention.sliding_window", "attention.sliding_window_pattern",
+    "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count", "wkv.head_size", "shortconv.l_cache"})
+
+
+#: Of those, the ones llama.cpp reads per layer (an array is one entry per layer) or as the max of an array (the
+#: recurrent state's sizes, labwright.tuning.kv_state); every other one is a single number.
+ARRAY_KEYS = frozenset({"attention.head_count", "attention.head_count_kv", "feed_forward_length",
+                        "attention.recurrent_layers", "attention.sliding_window_pattern", "ssm.conv_kernel",
+                        "ssm.inner_size", "ssm.state_size", "ssm.group_count", "wkv.head_size", "shortconv.l_cache",
+                        "token_shift_count"})
+
+
+def _checked(metadata: dict[str, Any], arch: str, path: Path) -> dict[str, Any]:
+    """``metadata`` with every key the planner reads checked where it enters: a whole number in range (labwright.
+    tuning.kv_limits), a bool, or an array of them no longer than a model can be deep; anything else is one line
+    naming the key."""
+    checked = dict(metadata)
+    for suffix in READ_KEYS:
+        key = f"{arch}.{suffix}"
+        value = metadata.get(key)
+        if value is None:
+            checked.pop(key, None)     # not in the file, as far as the planner is concerned
+            continue
+        if isinstance(value, bool):
+            continue
+        try:
+            if isinstance(value, list) and suffix not in ARRAY_KEYS:
+                raise ValueError(f"{key} is an array, not one number")
+            if isinstance(value, list):
+                if len(value) > MAX_LAYERS:
+                    raise ValueError(f"{key} has {len(value):,} entries, more than any model has layers "
+                                     f"(at most {MAX_LAYERS:,})")
+                checked[key] = [v if isinstance(v, bool) else count(v, f"{key}[{i}]") for i, v in enumerate(value)]
+            else:
+                checked[key] = count(value, key, maximum=MAX_LAYERS if suffix == "block_count" else MAX_VALUE)
+        except ValueError as exc:
+            raise BadInput(f"GGUF {path}: {exc}; {_FIX}") from None
+    return checked
+
+
 def layout_from_metadata(metadata: dict[str, Any], path: str | Path = "model.gguf") -> KvLayout:
     """The per-layer cache of a GGUF model from its metadata, as llama.cpp reads it."""
     path = Path(path)
-    arch = str(metadata.get("general.architecture") or "")
+    arch = metadata.get("general.architecture") or ""
+    if not isinstance(arch, str):
+        raise BadInput(f"GGUF {path}: general.architecture is a {type(arch).__name__} ({arch!r}), not a string; "
+                       f"{_FIX}")
     if not arch:
         raise BadInput(f"GGUF {path}: no general.architecture in its metadata; {_FIX}")
+    if not arch.isprintable() or len(arch) > 64:
+        raise BadInput(f"GGUF {path}: general.architecture {arch[:64]!r} is not an architecture name; {_FIX}")
+    metadata = _checked(metadata, arch, path)
 
     def get(name: str, default: Any = None) -> Any:
         return metadata.get(f"{arch}.{name}", default)
 
     if get("block_count") is None:
         raise BadInput(f"GGUF {path}: no {arch}.block_count in its metadata; {_FIX}")
-    layers = int(get("block_count"))
+    if isinstance(get("block_count"), (bool, list)) or not get("block_count"):
+        raise BadInput(f"GGUF {path}: {arch}.block_count is {get('block_count')!r}, not a layer count; {_FIX}")
+    layers = get("block_count")
     data = kv_data()["gguf"]
     notes: list[str] = []
     if arch in data["recurrent"]:

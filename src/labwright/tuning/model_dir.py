@@ -8,7 +8,6 @@ quantization_config.json exllamav3 writes beside it; else unquantized safetensor
 
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -16,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from labwright.errors import BadInput
+from labwright.textio import loads_json
 from labwright.tuning.data import fit_data
 from labwright.tuning.kv_config import load_json
+from labwright.tuning.kv_limits import short
 
 _SHARD = re.compile(r"^(?P<stem>.+)-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
 _LFS = b"version https://git-lfs"
@@ -73,15 +74,24 @@ def _safetensors_bytes(path: Path, size: int) -> int:
             raise BadInput(f"{where}: its header length ({length:,} bytes) runs past the file ({size:,} bytes): "
                            "truncated or not a safetensors file; download it again")
         try:
-            header = json.loads(fh.read(length))
+            header = loads_json(fh.read(length))
         except ValueError:
             raise BadInput(f"{where}: its header is not JSON: not a safetensors file, or damaged; download it "
                            "again") from None
     if not isinstance(header, dict):
         raise BadInput(f"{where}: its header is not a JSON object: not a safetensors file; download it again")
-    ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"
-            and isinstance(entry, dict) and isinstance(entry.get("data_offsets"), list)
-            and len(entry["data_offsets"]) == 2 and isinstance(entry["data_offsets"][1], int)]
+    ends = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        # the format's own rule (safetensors: 0 <= begin <= end; an end past the file is truncation, said below)
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1]):
+            raise BadInput(f"{where}: tensor {str(name)[:60]!r} has data_offsets {str(offsets)[:40]}, not a byte "
+                           "range: damaged or not a safetensors file; download it again")
+        ends.append(offsets[1])
     if not ends:
         raise BadInput(f"{where} holds no tensors, not a model's weights; download it again")
     return 8 + length + max(ends)
@@ -107,9 +117,17 @@ def _safetensors_files(directory: Path) -> list[Path]:
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            values = list(loads_json(index.read_text())["weight_map"].values())
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BadInput(f"model dir {directory}: {index.name} is unreadable ({exc}); download it again") from exc
+        # each weight file is a plain file name beside the index (transformers writes them so): not a path out
+        # of the model directory, not a number
+        odd = next((v for v in values if not isinstance(v, str) or not v or "/" in v or "\\" in v
+                    or v in (".", "..") or not v.isprintable()), None)
+        if odd is not None or not values:
+            said = f"names {short(odd)}, not a file name beside it" if values else "is empty"
+            raise BadInput(f"model dir {directory}: {index.name}'s weight_map {said}; download the index again")
+        names = sorted(set(values))
         missing = [name for name in names if not (directory / name).is_file()]
         if missing:
             raise BadInput(f"model dir {directory}: {index.name} names {missing[0]}, which is missing; "
@@ -126,13 +144,16 @@ def detect_format(directory: Path, config: dict[str, Any] | None, has_gguf: bool
         return "gguf", "*.gguf files"
     methods = fit_data()["quant_methods"]
     quant = (config or {}).get("quantization_config")
+    if quant is not None and not isinstance(quant, dict):
+        raise BadInput(f"model dir {directory}: config.json's quantization_config is a JSON {type(quant).__name__}, "
+                       "not an object; download config.json again")
     if isinstance(quant, dict) and quant.get("quant_method"):
         method = str(quant["quant_method"]).lower()
         return methods.get(method, method), f"config.json quantization_config.quant_method = {method!r}"
     sidecar = directory / "quantization_config.json"
     if sidecar.is_file():
         try:
-            method = str(json.loads(sidecar.read_text()).get("quant_method", "")).lower()
+            method = str(loads_json(sidecar.read_text()).get("quant_method", "")).lower()
         except (OSError, ValueError, AttributeError):
             method = ""
         if method:

@@ -17,6 +17,7 @@ from labwright.hostnames import BadHostName, lxd_guest
 from labwright.hosts import agent
 from labwright.hosts.lxd import LxdHost
 from labwright.lxd.client import LxdClient
+from labwright.textio import loads_json
 
 
 class Guest(Protocol):
@@ -112,7 +113,7 @@ def _documents(stdout: bytes) -> list[dict[str, Any]]:
         line = line.strip()
         if line.startswith("{"):
             try:
-                docs.append(json.loads(line))
+                docs.append(loads_json(line))
             except ValueError:
                 continue
     return docs

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from labwright import paths
+from labwright.textio import loads_json
 
 # option name -> (environment variable, default, help); None: the default is computed (see expected_from)
 BASE_OPTIONS = {
@@ -142,7 +143,7 @@ class LlamacppExpected:
 
 def parse_flag_value(text: str) -> object:
     try:
-        return json.loads(text)
+        return loads_json(text)
     except json.JSONDecodeError:
         return text
 

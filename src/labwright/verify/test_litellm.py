@@ -11,7 +11,6 @@ is read there as root and never printed.
 
 from __future__ import annotations
 
-import json
 import os
 import tomllib
 
@@ -20,6 +19,7 @@ import pytest
 from labwright import paths
 from labwright.default_keys import find_default_keys
 from labwright.shell import quote
+from labwright.textio import loads_json
 from labwright.verify.service_checks import assert_root_only, assert_runs_as, assert_unit_enabled_and_running
 
 DEFAULTS = tomllib.loads((paths.templates_dir("litellm") / "defaults.toml")
@@ -108,7 +108,7 @@ def test_models_need_the_master_key(host):
 def test_models_listed_with_the_key(host):
     status, body = http_get(host, "/v1/models", with_key=True)
     assert status == 200, body[:500]
-    ids = {str(m.get("id")) for m in json.loads(body).get("data", [])}
+    ids = {str(m.get("id")) for m in loads_json(body).get("data", [])}
     assert ids, "the gateway serves no models"
     missing = sorted(set(MODELS) - ids)
     assert not missing, f"/v1/models lacks {missing}; lists {sorted(ids)}"

@@ -20,6 +20,7 @@ import pytest
 from labwright.gpu.check import engine_on_gpu
 from labwright.hosts.testinfra import TestinfraHost
 from labwright.shell import quote
+from labwright.textio import loads_json
 
 HTTP_GET = (
     "import sys, urllib.request\n"
@@ -100,7 +101,7 @@ def flag_mismatches(expected: dict[str, object], cmdline: list[str]) -> list[str
                 problems.append(f"{option} has a value {following!r}, expected a bare switch")
         elif isinstance(want, dict | list):
             try:
-                got = json.loads(following or "")
+                got = loads_json(following or "")
             except json.JSONDecodeError:
                 got = following
             if got != want:
@@ -168,14 +169,14 @@ def test_answers_only_with_its_key(host, llamacpp_expected, cmdline):
 def test_health_ok(host, llamacpp_expected):
     status, body = http_get(host, llamacpp_expected.url + "/health")
     assert status == 200
-    assert json.loads(body).get("status") == "ok", body
+    assert loads_json(body).get("status") == "ok", body
 
 
 def test_models_lists_the_model(host, llamacpp_expected, cmdline):
     key_file = cmdline[cmdline.index("--api-key-file") + 1] if "--api-key-file" in cmdline else ""
     status, body = http_get(host, llamacpp_expected.url + "/v1/models", key_file)
     assert status == 200
-    ids = [str(model.get("id")) for model in json.loads(body).get("data", [])]
+    ids = [str(model.get("id")) for model in loads_json(body).get("data", [])]
     model = llamacpp_expected.model
     wanted = {llamacpp_expected.alias} if llamacpp_expected.alias else {model, model.rsplit("/", 1)[-1]}
     assert wanted & set(ids), f"/v1/models lists {ids}, expected one of {sorted(wanted)}"

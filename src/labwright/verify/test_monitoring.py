@@ -10,7 +10,6 @@ loopback; every scrape target must be up, and promtool must accept the config an
 
 from __future__ import annotations
 
-import json
 import os
 import tomllib
 
@@ -18,6 +17,7 @@ import pytest
 
 from labwright import paths
 from labwright.shell import quote
+from labwright.textio import loads_json
 from labwright.verify.service_checks import assert_runs_as, assert_unit_enabled_and_running
 
 DEFAULTS = tomllib.loads((paths.templates_dir("monitoring") / "defaults.toml").read_text())["service"]
@@ -34,14 +34,14 @@ URL = f"http://{'127.0.0.1' if ADDRESS in ('0.0.0.0', '::', '[::]') else ADDRESS
 GET_JSON = """
 import json, sys, urllib.request
 with urllib.request.urlopen(sys.argv[1], timeout=30) as answer:
-    print(json.dumps(json.load(answer)))
+    print(json.dumps(load_json(answer)))
 """
 
 
 def api(host, path: str) -> dict:
     result = host.run(f"python3 -c {quote(GET_JSON)} {quote(URL + path)}")
     assert result.rc == 0, f"GET {path} on the host failed: {result.stderr.strip()[-500:]}"
-    return json.loads(result.stdout)
+    return loads_json(result.stdout)
 
 
 @pytest.mark.parametrize("service", ["prometheus", "prometheus-node-exporter"])

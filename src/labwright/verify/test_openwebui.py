@@ -21,6 +21,7 @@ from labwright import paths
 from labwright.default_keys import find_default_keys
 from labwright.openwebui.config import OFFLINE_SETTINGS, SIGNIN_CHECK
 from labwright.shell import quote
+from labwright.textio import loads_json
 from labwright.verify.service_checks import assert_root_only, assert_runs_as, assert_unit_enabled_and_running
 
 DEFAULTS = tomllib.loads((paths.templates_dir("openwebui") / "defaults.toml").read_text())["service"]
@@ -96,7 +97,7 @@ def test_health_ok(host):
 def test_admin_signs_in_and_sees_the_models(host):
     result = run_python(host, SIGNIN_CHECK, URL, CONFIG_DIR)
     assert result.rc == 0, result.stderr.strip()[-500:]
-    models = json.loads(result.stdout.strip().splitlines()[-1])["models"]
+    models = loads_json(result.stdout.strip().splitlines()[-1])["models"]
     missing = sorted(set(MODELS) - set(models))
     assert models and not missing, f"the admin sees {models}; missing {missing}"
 

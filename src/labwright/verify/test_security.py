@@ -25,13 +25,13 @@ Exit codes as for every suite: 0 all passed (warnings listed), 1 a check failed,
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 import warnings
 
 from labwright import paths
 from labwright.shell import join, quote
+from labwright.textio import loads_json
 
 TABBYAPI_DIR = str(tomllib.loads((paths.templates_dir("tabbyapi") / "defaults.toml").read_text())
                    ["source"]["dir"])
@@ -74,7 +74,7 @@ def unpinned_environments(listing: str) -> list[str]:
             continue
         where = path.rsplit("/", 1)[0]
         try:
-            manifest = json.loads(text)
+            manifest = loads_json(text)
         except ValueError:
             found.append(f"{where}: its stack.json is not JSON")
             continue
@@ -127,7 +127,7 @@ for address, port in zip(args[::2], args[1::2]):
         with urllib.request.urlopen(f"http://{host}:{port}/v1/models", timeout=5) as r:
             body = r.read(1 << 20)
             try:
-                data = json.loads(body)
+                data = loads_json(body)
             except ValueError:
                 data = None
             out[port] = [r.status, isinstance(data, dict) and isinstance(data.get("data"), list)]
@@ -155,7 +155,7 @@ def test_no_model_endpoint_answers_the_network_without_a_key(host, security_expe
     pairs = [str(x) for port, address in sorted(ports.items()) for x in (ask_address(address), port)]
     asked = host.run(f"python3 -c {quote(ASK)} {join(pairs)}")
     assert asked.rc == 0, f"asking the ports failed: {asked.stderr.strip()[-300:]}"
-    answers = json.loads(asked.stdout)
+    answers = loads_json(asked.stdout)
     exposed = []
     for port in sorted(ports):
         status, shaped = answers.get(str(port), [None, False])
@@ -237,7 +237,7 @@ def test_secret_files_are_readable_only_by_their_owner_and_group(host, security_
     run = host.run(f"python3 -c {quote(STAT)} {join(patterns)}")
     assert run.rc == 0, f"reading the secret files' modes failed: {run.stderr.strip()[-300:]}"
     wrong = []
-    for path, mode, owner, regular in json.loads(run.stdout):
+    for path, mode, owner, regular in loads_json(run.stdout):
         if not regular:
             wrong.append(f"{path} is not a regular file")
         elif mode & 0o007:

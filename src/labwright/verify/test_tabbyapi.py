@@ -26,7 +26,7 @@ from labwright import paths
 from labwright.gpu.check import engine_on_gpu
 from labwright.hosts.testinfra import TestinfraHost
 from labwright.shell import quote
-from labwright.textio import yaml_load
+from labwright.textio import loads_json, yaml_load
 
 DEFAULTS_FILE = paths.templates_dir("tabbyapi") / "defaults.toml"
 BUNDLE = "/opt/labwright/lib/labwright-stack.pyz"
@@ -51,7 +51,7 @@ def expected() -> dict[str, Any]:
         raw = os.environ.get(f"LABWRIGHT_TABBYAPI_{key.upper()}")
         if raw is not None:
             try:
-                values[key] = json.loads(raw)
+                values[key] = loads_json(raw)
             except json.JSONDecodeError:
                 values[key] = raw
     values["cache_size"] = -(-int(values["cache_size"]) // 256) * 256
@@ -86,7 +86,7 @@ def http_get(host, want, path: str) -> tuple[int, Any]:
     result = host.run(f"python3 -c {quote(HTTP_GET)} {quote(url)} {quote(tokens)}")
     assert result.rc == 0, f"GET {url} failed on the host: {result.stderr.strip()[-500:]}"
     status, _, body = result.stdout.partition("\n")
-    return int(status), json.loads(body)
+    return int(status), loads_json(body)
 
 
 def test_unit_enabled_and_active(host, want):
@@ -161,7 +161,7 @@ def test_stack_verifies_clean(host, want):
     result = host.run(f"python3 {BUNDLE} show --venv {quote(want['venv'])} --root {quote(want['root'])} "
                       "--json")
     assert result.rc == 0, result.stderr[-2000:]
-    current = json.loads(result.stdout)["environments"][0]
+    current = loads_json(result.stdout)["environments"][0]
     assert current["role"] == "current" and current["ok"], current
     assert all(p["verdict"] in ("ok", "no-extension", "absent") for p in current["packages"]), current["packages"]
 

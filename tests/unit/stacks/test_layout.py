@@ -102,10 +102,21 @@ def test_state_round_trips_and_history_keeps_the_latest_first(layout):
     assert layout.state_file.parent.name == "state" and layout.state_file.name.endswith(".json")
 
 
-def test_a_corrupt_state_file_is_named_not_ignored(layout):
+@pytest.mark.parametrize("junk", ["{not json", "[1, 2]", "[" * 100_000 + "]" * 100_000, "1" * 5000, "\udcff",
+                                  '{"schema": "labwright.stack-state/1", "venv": "/x", "history": "x"}'])
+def test_a_corrupt_state_file_is_named_not_ignored(layout, junk):
+    # junk in a state file is bad input: one line naming the file, exit 2 (BadInput), never an internal error
     layout.state_file.parent.mkdir(parents=True)
-    layout.state_file.write_text("{not json")
-    with pytest.raises(OperationFailed, match=str(layout.state_file)):
+    layout.state_file.write_text(junk, errors="surrogateescape")
+    with pytest.raises(BadInput, match=str(layout.state_file)) as refused:
+        layout.read_state()
+    assert "\n" not in str(refused.value)
+
+
+def test_a_file_given_as_the_stack_root_is_named(layout):
+    layout.root.parent.mkdir(parents=True, exist_ok=True)
+    layout.root.write_text("not a directory")
+    with pytest.raises(BadInput, match=f"stack root {layout.root}: {layout.root} is a file, not a directory"):
         layout.read_state()
 
 

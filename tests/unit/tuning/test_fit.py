@@ -294,3 +294,36 @@ def test_model_dir_with_a_broken_config(tmp_path):
     sparse(tmp_path / "model.safetensors", gb(1))
     with pytest.raises(BadInput, match="top level is a JSON list"):
         read_model_dir(tmp_path)
+
+
+CONFIG = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 8}
+
+
+def _safetensors(path: Path, header: dict) -> None:
+    body = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(body)) + body + b"\0" * 64)
+
+
+@pytest.mark.parametrize("files, said", [
+    ({"model.safetensors.index.json": {"weight_map": {"a": 5}}}, "weight_map names 5"),
+    ({"model.safetensors.index.json": {"weight_map": {"a": "../../../../etc/passwd"}}}, "not a file name beside it"),
+    ({"model.safetensors.index.json": {"weight_map": {}}}, "weight_map is empty"),
+    ({"model.safetensors": {"w": {"dtype": "F16", "shape": [1], "data_offsets": [0, -100]}}}, "not a byte range"),
+    ({"model.safetensors": {"w": {"dtype": "F16", "shape": [1], "data_offsets": [True, 2]}}}, "not a byte range"),
+    ({"config.json": {**CONFIG, "quantization_config": "awq"},
+      "model.safetensors": {"w": {"dtype": "F16", "shape": [32], "data_offsets": [0, 64]}}},
+     "quantization_config is a JSON str"),
+])
+def test_a_model_dirs_index_and_headers_are_shape_checked(tmp_path, files, said):
+    """CLI sweep at 2b91fd1: an index naming a path out of the directory counted /etc/passwd as weights; an int name
+    was a TypeError; a negative offset planned 0 bytes of weights; a string quantization_config was ignored."""
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    for name, doc in files.items():
+        if name.endswith(".safetensors"):
+            _safetensors(tmp_path / name, doc)
+        else:
+            (tmp_path / name).write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match=said) as refused:
+        read_model_dir(tmp_path)
+    assert "\n" not in str(refused.value)
