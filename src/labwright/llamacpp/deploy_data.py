@@ -29,6 +29,7 @@ from labwright.deploy_data import (
     jinja,
     one_value_problem,
     refuse_unknown_keys,
+    restart_policy,
 )
 from labwright.errors import BadInput
 from labwright.gpu.arch import capabilities_of
@@ -51,6 +52,15 @@ KEYS = DeployData("llamacpp", DEFAULTS)
 # llama-server's own key options (common/arg.cpp): a key given through extra_args would bypass the one made on the
 # host, or put it on the command line.
 KEY_OPTIONS = ("--api-key", "--api-key-file")
+#: What the deploy sets from its own keys (the unit, the health check and the gateway read them): extra_args may not
+#: set them again (llama-server takes the last of a repeated flag: --port 9 after --port 8001 leaves the health
+#: check waiting on 8001).
+OWN_OPTIONS = ("-m", "--model", "-a", "--alias", "--port", "--host", "-c", "--ctx-size", "-np", "--parallel",
+               "-b", "--batch-size", "-ub", "--ubatch-size", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
+               "-fa", "--flash-attn", "--metrics", "--jinja")
+#: llama.cpp keeps n_ctx, n_batch, n_ubatch and n_parallel in int32 (common/common.h common_params)
+INT32 = 2**31 - 1
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 VERBOSITY_OPTIONS = ("-lv", "--verbosity", "--log-verbosity")
 
 
@@ -120,15 +130,17 @@ def data_schema() -> type[Schema]:
     class LlamacppData(Schema):
         service: Annotated[str, Check(checks.service_user)]
         user: Annotated[str, Check(checks.service_user)]
-        binary: Annotated[str, Check(guest_path)]
+        binary: Annotated[str, Check(checks.program_path)]
+        alias: Annotated[str, Check(checks.or_empty(checks.line))]
+        restart: Annotated[str, Check(restart_policy)]
         model: Annotated[str, Check(guest_path)]
         flash_attn: Annotated[str, Check(flash_attn_mode)]
         cache_type_k: Annotated[str, Check(cache_type)]
         cache_type_v: Annotated[str, Check(cache_type)]
-        ctx_size: Annotated[int, Check(checks.whole(0))]
-        parallel: Annotated[int, Check(checks.whole(1))]
-        batch_size: Annotated[int, Check(checks.whole(1))]
-        ubatch_size: Annotated[int, Check(checks.whole(1))]
+        ctx_size: Annotated[int, Check(checks.whole(0, INT32))]
+        parallel: Annotated[int, Check(checks.whole(1, 4096))]
+        batch_size: Annotated[int, Check(checks.whole(1, INT32))]
+        ubatch_size: Annotated[int, Check(checks.whole(1, INT32))]
         port: Annotated[int, Check(checks.whole(1, 65535))]
         host: Annotated[str, Check(listen_or_auto)]
         metrics: Flag
@@ -170,6 +182,12 @@ def flag_values(data: Mapping[str, Any]) -> dict[str, Any]:
             raise fail("chat_template_kwargs", f"{kwargs!r} is not a JSON object") from None
     if kwargs and not isinstance(kwargs, dict):
         raise fail("chat_template_kwargs", "must be a table/JSON object such as {\"enable_thinking\": false}")
+    if kwargs:
+        try:   # what reaches llama-server's command line is strict JSON: no NaN or Infinity
+            json.dumps(kwargs, allow_nan=False)
+        except (ValueError, TypeError) as exc:
+            raise fail("chat_template_kwargs", f"is not plain JSON ({exc}); give numbers, strings, true/false") \
+                from None
     values["chat_template_kwargs"] = kwargs
     return values
 
@@ -532,7 +550,7 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
     fail, get = keys.fail, keys.get
     typed = typed_values(data)
     service, user, binary, model = typed["service"], typed["user"], typed["binary"], typed["model"]
-    alias = str(get("alias") or "")
+    alias = typed["alias"]
     flags = flag_values(data)
     clash = conflict_error(data, {"llamacpp_port": flags["port"]})
     if clash is not None:
@@ -545,6 +563,11 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
     if not all(isinstance(word, str) for word in extra):
         raise fail("extra_args", "must be a list of command-line words")
     for word in extra:
+        if _CONTROL.search(word):
+            raise fail("extra_args", f"{word[:60]!r} holds a control character; give one word per item")
+        if word.split("=", 1)[0] in OWN_OPTIONS:
+            raise fail("extra_args", f"{word.split('=', 1)[0]} is set by the deploy's own keys (llamacpp_port, "
+                       "llamacpp_ctx_size ...); set that key instead")
         if word.split("=", 1)[0] in KEY_OPTIONS:
             raise fail("extra_args", f"{word.split('=', 1)[0]}: the API key is made on the host and passed as "
                        "--api-key-file by labwright (a key on the command line is readable by every user in ps); "
@@ -580,7 +603,7 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
             extra = [*extra, "--log-verbosity", "4"]
     return LlamacppSettings(
         service=service, user=user, binary=binary, model=model, alias=alias, flags=flags, extra=list(extra),
-        health_timeout=health_timeout, restart=str(get("restart")), restart_sec=restart_sec,
+        health_timeout=health_timeout, restart=typed["restart"], restart_sec=restart_sec,
         runtime_packages=list(packages), binary_src=files[0].src, binary_sha256=files[0].sha256, build=choice,
         files=tuple(files), api_key_file=api_key_file, open=open_engine,
         environment=tuple(unit_environment(choice, typed["vulkan_device"]).items()))

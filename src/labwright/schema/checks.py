@@ -166,12 +166,53 @@ def user_name(value: Any) -> str:
     return text
 
 
+#: Users and units the OS already has, which a deploy would take over (rewrite the unit, restart it as the engine;
+#: add the account to groups, give it the API key): Debian's base-passwd users (base-passwd 3.6 README, the static
+#: ids 0-99 and 65534), the accounts and units of a Debian/Ubuntu/Proxmox base system, and any ``systemd-*``.
+SYSTEM_NAMES = frozenset({
+    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy", "www-data",
+    "backup", "list", "irc", "gnats", "nobody", "nogroup", "_apt", "messagebus", "sshd", "ssh", "cron", "dbus",
+    "networking", "getty", "rsyslog", "udev", "polkit", "polkitd", "tss", "lxd", "incus", "docker", "containerd",
+    "pveproxy", "pvedaemon", "pvestatd", "pve-cluster", "pve-firewall", "corosync", "apparmor", "ufw", "chrony",
+    "ntp", "postfix", "unattended-upgrades", "dnsmasq", "avahi", "avahi-daemon", "lightdm", "gdm", "xrdp",
+    "xrdp-sesman", "login", "sudo", "users", "adm", "tty", "disk", "kmem", "dialout", "cdrom", "floppy", "tape",
+    "audio", "video", "render", "plugdev", "staff", "shadow", "utmp", "operator", "src", "input", "kvm", "netdev",
+})
+
+
 def service_user(value: Any) -> str:
-    """A user (or unit) name a service runs as: :func:`user_name`, and never root."""
+    """A user (or unit) name a service runs as: :func:`user_name`, never root nor a user or unit the OS already
+    has (:data:`SYSTEM_NAMES`): a deploy writes its unit, adds the user to groups and gives it the API key."""
     name = user_name(value)
     if name == "root":
         raise ValueError(f"{name!r} is not a valid name (lowercase letters, digits, _ and -; not root)")
+    if name in SYSTEM_NAMES or name.startswith("systemd-"):
+        raise ValueError(f"{name!r} is a user or service the system already has, which the deploy would take over; "
+                         "give a name of the service's own (e.g. llama-server)")
     return name
+
+
+#: Directories a deploy may install a program into although they are system directories (it writes only its own
+#: file there, by name); every other parent must be a directory the service can own (:func:`managed_dir`).
+PROGRAM_DIRS = frozenset({"/usr/local/bin", "/usr/local/sbin"})
+
+
+def program_path(value: Any) -> str:
+    """The path a deploy installs its own program at (moved over what is there): an :func:`abs_path` in
+    /usr/local/bin (or sbin) or in a directory the service can own, never a system directory's program
+    (/usr/bin/python3) nor a directory."""
+    path = abs_path(value)
+    parent = posixpath.dirname(path)
+    if path in SYSTEM_DIRS or (parent not in PROGRAM_DIRS and _system_dir(parent)):
+        raise ValueError(f"{_show(path)} is in (or is) a system directory, whose programs belong to the system; "
+                         "install at /usr/local/bin/NAME or under a directory of the service's own (/opt/NAME)")
+    return path
+
+
+def _system_dir(path: str) -> bool:
+    return path in SYSTEM_DIRS or any(path == root or path.startswith(f"{root}/") for root in KERNEL_DIRS) or \
+        any(path.startswith(f"{root}/") for root in ("/etc", "/boot", "/usr/bin", "/usr/sbin", "/bin", "/sbin",
+                                                      "/usr/lib", "/lib"))
 
 
 def size(value: Any) -> int:

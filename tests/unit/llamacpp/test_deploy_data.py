@@ -75,12 +75,32 @@ def test_false_and_empty_flags_are_left_out(binary):
     ({"extra_args": [1, 2]}, "extra_args", "list of command-line words"),
     ({"binary_sha256": "abc"}, "binary_sha256", "not a sha256"),
     ({"binary_sha256": "0" * 64}, "binary_sha256", "has sha256"),
+    # deploy-data sweep at 2b91fd1: each of these was a dry run with exit 0
+    ({"alias": "a\nExecStartPre=/bin/touch /tmp/pwned\nX=\""}, "alias", "control character"),
+    ({"llamacpp_binary": "/usr/bin/python3"}, "binary", "system directory"),
+    ({"llamacpp_binary": "/etc"}, "binary", "system directory"),
+    ({"service": "ssh"}, "service", "the system already has"),
+    ({"service": "systemd-networkd"}, "service", "the system already has"),
+    ({"user": "nobody"}, "user", "the system already has"),
+    ({"restart": "sometimes"}, "restart", "sometimes"),
+    ({"extra_args": ["--port", "9"]}, "extra_args", "--port is set by the deploy's own keys"),
+    ({"extra_args": ["--ctx-size=9"]}, "extra_args", "--ctx-size is set by the deploy's own keys"),
+    ({"extra_args": ["a\nb"]}, "extra_args", "control character"),
+    ({"chat_template_kwargs": {"enable_thinking": float("nan")}}, "chat_template_kwargs", "not plain JSON"),
+    ({"ctx_size": 99999999999999999999}, "ctx_size", "out of range"),
+    ({"parallel": 10**6}, "parallel", "out of range"),
 ])
 def test_refusals_are_one_line_naming_the_key(binary, more, key, words):
     with pytest.raises(DeployError) as error:
-        settings_from(data(binary, **more))
+        settings_from({**data(binary), **{k if k.startswith("llamacpp_") else f"llamacpp_{k}": v
+                                           for k, v in more.items()}})
     message = str(error.value)
     assert message.startswith(f"llamacpp_{key}: ") and words in message and "\n" not in message
+
+
+def test_a_program_of_its_own_may_live_in_usr_local_or_an_owned_directory(binary):
+    for path in ("/usr/local/bin/llama-server", "/opt/llama/bin/llama-server", "/srv/llama/llama-server"):
+        assert settings_from({**data(binary), "llamacpp_binary": path}).binary == path
 
 
 def test_a_missing_binary_says_how_to_build_it(tmp_path):
