@@ -494,9 +494,20 @@ def locked(name: str) -> Callable[[Callable[..., Any]], Any]:
 
         @functools.wraps(function)
         def body(*args: Any, **kwargs: Any) -> Any:
+            from pyinfra.api.exceptions import DeployError
+
+            from labwright.errors import LabwrightError
+
             take_lock, give_back = lock_operations(name)
             take_lock()
-            result = function(*args, **kwargs)
+            try:
+                result = function(*args, **kwargs)
+            except DeployError:
+                raise
+            except LabwrightError as exc:
+                # a refusal raised anywhere in the deploy's body (a data check after a fact, a host answer) is the
+                # one line pyinfra prints for a DeployError, never a traceback (sweep at 2b91fd1: vllm_model typo)
+                raise DeployError(str(exc)) from None
             give_back()
             return result
 

@@ -28,6 +28,7 @@ from labwright.hosts.local import LocalHost
 from labwright.hosts.lxd import LxdHost
 from labwright.hosts.options import SSH_OPTIONS
 from labwright.hosts.ssh import SshHost
+from labwright.schema.checks import host_problem, port
 
 __all__ = ["NodeRunner", "Result", "runner_from_data"]
 
@@ -99,7 +100,17 @@ def runner_from_data(name: str, data: Mapping[str, Any]) -> NodeRunner:
     if data.get("cluster_local"):
         return NodeRunner(name, "local")
     ssh_data = {key: data[key] for key in SSH_OPTIONS if data.get(key) is not None}
-    return NodeRunner(name, "ssh", str(data.get("ssh_hostname") or name), user=str(data.get("ssh_user") or "root"),
-                      port=int(data["ssh_port"]) if data.get("ssh_port") else None,
+    # checked where the inventory enters, before any node is dialled (sweep at 2b91fd1: ssh_port 'abc' was a
+    # traceback, 99999 accepted; a host name starting with '-' reaches ssh as an option)
+    hostname = str(data.get("ssh_hostname") or name)
+    problem = host_problem(hostname)
+    if problem is not None:
+        raise BadInput(f"node {name}: ssh_hostname {problem}; give the node's address or DNS name")
+    try:
+        port_number = port(data["ssh_port"]) if data.get("ssh_port") not in (None, "") else None
+    except ValueError as exc:
+        raise BadInput(f"node {name}: ssh_port: {exc}") from None
+    return NodeRunner(name, "ssh", hostname, user=str(data.get("ssh_user") or "root"),
+                      port=port_number,
                       key=os.path.expanduser(str(data["ssh_key"])) if data.get("ssh_key") else "",
                       known_hosts=os.path.expanduser(str(data.get("ssh_known_hosts_file") or "")), ssh_data=ssh_data)

@@ -13,6 +13,7 @@ from pyinfra.operations import python
 from labwright.cluster.doctor import HEALTHY, doctor, load_cluster
 from labwright.cluster.rejoin import check, plan_steps, rejoin
 from labwright.errors import LabwrightError
+from labwright.schema.checks import host_problem
 from labwright.ui import Reporter
 
 
@@ -26,6 +27,13 @@ def deploy_cluster_rejoin() -> None:
                                 ("lead", lead, "10.140.3.10")):
         if not value:
             raise DeployError(f"{key}: required, e.g. --data {key}={example}")
+        if not isinstance(value, str):
+            raise DeployError(f"{key}: {value!r} is a {type(value).__name__}, not one value; give e.g. "
+                              f"--data {key}={example}")
+    # checked before any node is dialled (sweep at 2b91fd1: lead=999.1.1.1 was reported as "not quorate")
+    problem = host_problem(lead.strip())
+    if problem is not None:
+        raise DeployError(f"lead: {problem}; give the quorate node's address or name (nothing was changed)")
 
     try:
         runners = load_cluster(str(inventory))

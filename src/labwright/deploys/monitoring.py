@@ -63,11 +63,15 @@ def _address_of(engine: EngineHost) -> str:
 
 
 def _listen(key: str, value: Any) -> tuple[str, int]:
+    """``key`` (without the monitoring_ prefix, which fail adds) as ADDRESS:PORT; an IPv6 address in brackets."""
     text = str(value).strip()
     address, _, port = text.rpartition(":")
-    if not address or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise fail(key, f"{value!r} is not ADDRESS:PORT, e.g. 127.0.0.1:9090")
-    KEYS.checked(key, address.strip("[]"), checks.listen_address)
+    bracketed = address.startswith("[") and address.endswith("]") and len(address) > 2
+    if not address or not port.isdigit() or not 1 <= int(port) <= 65535 or (
+            (":" in address or "[" in address or "]" in address) and not bracketed):
+        raise fail(key, f"{value!r} is not ADDRESS:PORT (an IPv6 address in brackets: [::1]:9090), e.g. "
+                   "127.0.0.1:9090")
+    KEYS.checked(key, address[1:-1] if bracketed else address, checks.listen_address)
     return address, int(port)
 
 
@@ -145,7 +149,7 @@ def deploy_monitoring() -> None:
     here = host.data.dict()
     hosts = _hosts()
     server_host = is_monitoring(here)
-    textfile_dir = KEYS.path_of("textfile_dir", data("textfile_dir"))
+    textfile_dir = KEYS.managed_of("textfile_dir", data("textfile_dir"))   # chgrp'd and made group-writable
     try:
         packages = package_list(data("packages"), "monitoring_packages")
         local = [t for t in engine_targets(hosts, DEFAULTS["targets"], _address_of) if t.guest == host.name]
@@ -175,12 +179,15 @@ def deploy_monitoring() -> None:
     # --- the Prometheus host: read and check everything before touching anything -------------------
     refuse_unknown_keys(here, "monitoring", keys_of(DEFAULTS["service"]), "docs/monitoring.md and "
                         "templates/monitoring/defaults.toml")
-    address, port = _listen("monitoring_listen", data("listen"))
+    address, port = _listen("listen", data("listen"))
     node_listen = str(data("node_listen"))
     node_listen = f"127.0.0.1:{node_port}" if node_listen == "auto" else node_listen
-    node_address, node_own_port = _listen("monitoring_node_listen", node_listen)
+    node_address, node_own_port = _listen("node_listen", node_listen)
+    if port == node_own_port:
+        raise fail("listen", f"port {port} is node-exporter's too (monitoring_node_listen / monitoring_node_port "
+                   f"{node_own_port}); give the two services different ports")
     node_address = "127.0.0.1" if node_address in ("0.0.0.0", "::", "[::]") else node_address
-    key_dir = KEYS.path_of("key_dir", data("key_dir"))
+    key_dir = KEYS.managed_of("key_dir", data("key_dir"))   # made root:prometheus 0750: never / or /etc
     try:
         retention = duration(data("retention"), "monitoring_retention")
     except MonitoringError as exc:

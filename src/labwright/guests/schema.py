@@ -212,6 +212,22 @@ def guest_schema() -> type[Schema]:
                                                                             "hyphens)")))] = None
         shift: flag = False
 
+        @model_validator(mode="after")
+        def _not_the_system(self) -> Mount:
+            # sweep at 2b91fd1: the host's / read-write at the guest's /proc was accepted. A guest path on a kernel
+            # filesystem hides the guest's own; a host system directory writable from a guest is the host's root.
+            from labwright.schema.checks import KERNEL_DIRS, SYSTEM_DIRS
+            guest = self.guest.rstrip("/") or "/"
+            if guest == "/" or any(guest == d or guest.startswith(f"{d}/") for d in KERNEL_DIRS):
+                raise ValueError(f"guest {self.guest!r} is the guest's root or a kernel filesystem (/proc, /sys, "
+                                 "/dev); mount at a directory of its own, e.g. /srv/models")
+            host = self.host.rstrip("/") or "/"
+            if not self.readonly and (host in SYSTEM_DIRS or any(host == d or host.startswith(f"{d}/")
+                                                                  for d in KERNEL_DIRS)):
+                raise ValueError(f"host {self.host!r} is a system directory; a guest may only read it (readonly: "
+                                 "true), or mount a directory of its own such as /srv/models")
+            return self
+
     class Interface(Schema):
         name: Annotated[str | None, Check(optional(fields.interface_name))] = None
         bridge: Annotated[str, Check(fields.bridge_name)] = None  # type: ignore[assignment]  # checked: required

@@ -572,14 +572,8 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
             raise fail("extra_args", f"{word.split('=', 1)[0]}: the API key is made on the host and passed as "
                        "--api-key-file by labwright (a key on the command line is readable by every user in ps); "
                        "drop it (llamacpp_open=true runs without a key on purpose)")
-    api_key_file = keys.path_of("api_key_file", get("api_key_file"))
-    if api_key_file.rstrip("/") in ("", "/") or api_key_file.endswith("/") or api_key_file.count("/") < 2:
-        raise fail("api_key_file", f"{api_key_file!r} must be a file in a directory of its own, e.g. "
-                   "/etc/llama-server/api-key (the directory is made root:<user> 0750)")
-    try:  # that directory is the service's: never /etc, /usr/bin ... (labwright.schema.checks.managed_dir)
-        checks.managed_dir(str(PurePosixPath(api_key_file).parent))
-    except ValueError as error:
-        raise fail("api_key_file", f"{api_key_file!r}: its directory {error}") from None
+    # a file in a directory of the service's own: never /etc/shadow, / ... (labwright.schema.checks.key_file)
+    api_key_file = keys.checked("api_key_file", get("api_key_file"), checks.key_file)
     open_engine, health_timeout, restart_sec = typed["open"], typed["health_timeout"], typed["restart_sec"]
     packages = get("runtime_packages")
     if isinstance(packages, str):  # --data llamacpp_runtime_packages=libgomp1,curl

@@ -157,6 +157,22 @@ def managed_dir(value: Any) -> str:
     return path
 
 
+def key_file(value: Any) -> str:
+    """A secret file a deploy makes and owns with its directory (``mkdir -p DIR; chown root:USER DIR; chmod 750``,
+    then the file 0640): an :func:`abs_path` in a directory of its own that the service can own
+    (:func:`managed_dir`), never /etc/shadow or a file directly in /."""
+    path = abs_path(value)
+    parent = posixpath.dirname(path)
+    if parent == "/" or str(value).strip().endswith("/"):
+        raise ValueError(f"{_show(path)} must be a file in a directory of its own, e.g. /etc/NAME/api-key (the "
+                         "directory is made root:<user> 0750)")
+    try:
+        managed_dir(parent)
+    except ValueError as error:
+        raise ValueError(f"{_show(path)}: its directory {error}") from None
+    return path
+
+
 def user_name(value: Any) -> str:
     """A Linux user or group name (:data:`USER_NAME`)."""
     text = _text(value, "a user name")

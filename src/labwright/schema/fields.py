@@ -24,6 +24,7 @@ from labwright.schema.checks import (
     duration,
     flag,
     host_problem,
+    key_file,
     line,
     listen_address,
     managed_dir,
@@ -48,6 +49,7 @@ __all__ = [
     "AbsPath",
     "Duration",
     "Flag",
+    "KeyFile",
     "Line",
     "ListenAddress",
     "ManagedDir",
@@ -84,6 +86,7 @@ ListenAddress = Annotated[str, BeforeValidator(listen_address)]
 Port = Annotated[int, BeforeValidator(port)]
 AbsPath = Annotated[str, BeforeValidator(abs_path)]
 ManagedDir = Annotated[str, BeforeValidator(managed_dir)]
+KeyFile = Annotated[str, BeforeValidator(key_file)]
 UserName = Annotated[str, BeforeValidator(user_name)]
 Size = Annotated[int, BeforeValidator(size)]
 Duration = Annotated[float, BeforeValidator(duration)]

@@ -124,14 +124,14 @@ def data_schema() -> type[Schema]:
     stack engine's (labwright.deploy_data.stack_engine_schema)."""
     from pydantic import BeforeValidator
 
-    from labwright.schema.fields import AbsPath, Flag
+    from labwright.schema.fields import Flag, KeyFile
 
     def typed(check: Callable[[Any], Any]) -> Any:
         return BeforeValidator(check)
 
     return deploy_data.stack_engine_schema("VllmData", ["stack", *deploy_data.defaults_keys(load_defaults())], {
         "gpu": Annotated[str, typed(gpu_mode)],
-        "api_key_file": AbsPath,
+        "api_key_file": KeyFile,
         "expose": Flag,
         "model": Annotated[str, typed(checks.or_empty(checks.abs_path))],
         "served_model_name": Annotated[str, typed(checks.or_empty(checks.line))],

@@ -53,6 +53,12 @@ def test_unattended_and_extra_sshd_lines(pub):
     ({"locale": "en US"}, "locale", "not a locale name"),
     ({"unattended_upgrades": "sometimes"}, "unattended_upgrades", "not a boolean"),
     ({"sshd_extra_config": [1]}, "sshd_extra_config", "list of sshd_config lines"),
+    # sweep at 2b91fd1: a Match block in the drop-in swallowed the main file's later lines; a break inside an item
+    ({"sshd_extra_config": ["Match all", "PasswordAuthentication yes"]}, "sshd_extra_config", "a Match line here"),
+    ({"sshd_extra_config": "match User x\nPermitRootLogin yes"}, "sshd_extra_config", "a match line here"),
+    ({"sshd_extra_config": ["Include /tmp/x.conf"]}, "sshd_extra_config", "an Include line"),
+    ({"sshd_extra_config": ["MaxSessions 4\nPermitRootLogin yes"]}, "sshd_extra_config", "line break"),
+    ({"admin_user": "nobody"}, "admin_user", "the system already has"),
     ({"sshd_permit_root_login": "yes"}, "sshd_permit_root_login", "not one of no, prohibit-password"),
     ({"sshd_permit_root_login": "no;reboot"}, "sshd_permit_root_login", "not one of"),
     ({"admin_ssh_public_key_file": "/nonexistent.pub"}, "admin_ssh_public_key_file", "does not exist"),

@@ -1,10 +1,13 @@
 """Verdict logic on facts parsed from real-format tool output (the live behaviour is covered by the netns
 cluster tests); and the SSH command line a production node gets."""
 
+import pytest
+
 from labwright.cluster.conf import parse_conf
 from labwright.cluster.doctor import QUORUM_LOST, STALE, NodeFacts, diagnose
 from labwright.cluster.parse import log_signs, parse_cmap, parse_quorum_status
 from labwright.cluster.runner import runner_from_data
+from labwright.errors import BadInput
 from labwright.hosts.ssh import SshHost
 from support.corosync_netns import make_conf
 
@@ -74,3 +77,17 @@ def test_an_unreachable_ssh_node_is_exit_255_with_one_line(tmp_path):
     result = r.run("true", timeout=5)
     assert result.rc == 255 and "cannot reach node pve7 over SSH at root@127.0.0.1:1" in result.stderr
     assert "\n" not in result.stderr
+
+
+@pytest.mark.parametrize("data, said", [
+    ({"ssh_hostname": "127.0.0.1", "ssh_port": "abc"}, "ssh_port"),
+    ({"ssh_hostname": "127.0.0.1", "ssh_port": 99999}, "ssh_port"),
+    ({"ssh_hostname": "127.0.0.1", "ssh_port": True}, "ssh_port"),
+    ({"ssh_hostname": "-oProxyCommand=touch /tmp/x"}, "ssh_hostname"),
+    ({"ssh_hostname": "999.1.1.1"}, "ssh_hostname"),
+])
+def test_a_nodes_ssh_data_is_checked_before_it_is_dialled(data, said):
+    """Sweep at 2b91fd1: ssh_port 'abc' was a ValueError traceback; 99999 and an option-like host were accepted."""
+    with pytest.raises(BadInput, match=f"^node pve7: {said}") as refused:
+        runner_from_data("pve7", data)
+    assert "\n" not in str(refused.value)

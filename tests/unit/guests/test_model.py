@@ -137,6 +137,11 @@ def test_vmid_edges_are_accepted():
     ("a", {**PVE, "mounts": [{"host": "tank", "guest": "/models"}]}, "mounts[0].host: 'tank' must be an absolute path"),
     ("a", {**PVE, "mounts": [{"host": "/a", "guest": "/m"}, {"host": "/b", "guest": "/m/"}]}, "share a guest path"),
     ("a", {**PVE, "mounts": {"host": "/a"}}, "is not a list"),
+    # sweep at 2b91fd1: the host's / read-write at the guest's /proc was accepted
+    ("a", {**PVE, "mounts": [{"host": "/", "guest": "/proc"}]}, "the guest's root or a kernel filesystem"),
+    ("a", {**PVE, "mounts": [{"host": "/srv/m", "guest": "/sys/x"}]}, "the guest's root or a kernel filesystem"),
+    ("a", {**PVE, "mounts": [{"host": "/etc", "guest": "/m"}]}, "host '/etc' is a system directory"),
+    ("a", {**PVE, "mounts": [{"host": "/", "guest": "/m", "readonly": False}]}, "host '/' is a system directory"),
     ("a", {**PVE, "mounts": [{"host": "/a", "guest": "/m", "ro": True}]},
      "mounts[0].ro: unknown key (known keys: guest, host, name, readonly, required, shift)"),
     ("a", {**PVE, "net": {"ip": "dhcp"}}, "net[0].bridge: None is missing"),

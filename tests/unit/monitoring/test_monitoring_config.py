@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from labwright.litellm.config import EngineHost
 from labwright.monitoring.config import (
@@ -400,3 +402,28 @@ def test_the_gpu_script_reads_a_units_processes_and_start_from_systemds_files(tm
                    check=True)
     assert 'labwright_engine_up{service="llama-server",engine="vllm"} 0' in out.read_text().splitlines()
     assert "systemctl" not in log.read_text()
+
+
+@pytest.mark.parametrize("value", ["[::1:9090", "::1:9090", "0.0.0.0:0", "localhost", "[]:9090", "127.0.0.1:99999",
+                                   "a]:1", "999.1.1.1:9090"])
+def test_a_listen_address_is_refused_naming_the_key_once(value):
+    """Sweep at 2b91fd1: '[::1:9090' was accepted ('[]' stripped); the message named monitoring_monitoring_listen."""
+    from pyinfra.api.exceptions import DeployError
+
+    from labwright.deploys.monitoring import _listen
+    with pytest.raises(DeployError) as refused:
+        _listen("listen", value)
+    assert str(refused.value).startswith("monitoring_listen: ") and "monitoring_monitoring" not in str(refused.value)
+
+
+@given(st.text(alphabet="0123456789.:[]abf", max_size=24))
+def test_any_listen_text_is_an_address_and_port_or_one_refusal(value):
+    from pyinfra.api.exceptions import DeployError
+
+    from labwright.deploys.monitoring import _listen
+    try:
+        address, port = _listen("listen", value)
+    except DeployError as refused:
+        assert "\n" not in str(refused)
+        return
+    assert 1 <= port <= 65535 and (":" not in address or (address[0], address[-1]) == ("[", "]"))

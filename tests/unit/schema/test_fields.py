@@ -10,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labwright.errors import BadInput
-from labwright.schema import fields
+from labwright.schema import checks, fields
 from labwright.schema.fields import (
     AbsPath,
     Duration,
+    KeyFile,
     ListenAddress,
     ManagedDir,
     PackageName,
@@ -36,6 +37,7 @@ class One(Schema):
     port: Port = 5000
     path: AbsPath = "/srv/x"
     data_dir: ManagedDir = "/srv/x"
+    api_key_file: KeyFile = "/etc/svc/api-key"
     user: UserName = "lab"
     size: Size = 0
     wait: Duration = 30
@@ -122,6 +124,30 @@ def test_managed_dir_accepted() -> None:
     assert accepted("data_dir", "/etc/labwright") == "/etc/labwright"
 
 
+@pytest.mark.parametrize("value", ["/etc/shadow", "/etc/", "/api-key", "/usr/bin/k", "/proc/1/k", "/var/lib/k",
+                                   "/etc/svc/"])
+def test_a_key_file_is_in_a_directory_the_service_can_own(value: str) -> None:
+    # deploy-data sweep at 2b91fd1: vllm_api_key_file=/etc/shadow passed (the deploy would chown /etc and the file)
+    refusal("api_key_file", value)
+
+
+def test_key_file_accepted() -> None:
+    assert accepted("api_key_file", "/etc/vllm//api-key") == "/etc/vllm/api-key"
+
+
+@pytest.mark.parametrize("value", ["/usr/bin/python3", "/bin/sh", "/etc", "/etc/x", "/sbin/init", "/usr/lib/x/y",
+                                   "/proc/self/exe", "/", "/usr/local/bin"])
+def test_a_program_path_is_never_the_systems(value: str) -> None:
+    with pytest.raises(ValueError, match="system directory"):
+        checks.program_path(value)
+
+
+@pytest.mark.parametrize("value", ["ssh", "sshd", "nobody", "www-data", "systemd-resolved", "cron", "root"])
+def test_a_service_or_user_name_the_system_has_is_refused(value: str) -> None:
+    with pytest.raises(ValueError):
+        checks.service_user(value)
+
+
 @pytest.mark.parametrize("value", ["Root", "1abc", "a b", "x" * 33, "", "a$", "-a", True])
 def test_user_name_refused(value: Any) -> None:
     refusal("user", value)
@@ -192,7 +218,8 @@ JUNK = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(m
                  st.from_regex(r"https?://[a-z0-9.:\[\]-]{0,20}(:\d{1,6})?/?", fullmatch=True),
                  st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 CHECKS = [fields.url, fields.listen_address, fields.port, fields.abs_path, fields.managed_dir, fields.user_name,
-          fields.size, fields.duration, fields.version, fields.package_name, fields.secret, fields.strict_bool]
+          fields.size, fields.duration, fields.version, fields.package_name, fields.secret, fields.strict_bool,
+          fields.key_file, checks.program_path, checks.service_user]
 
 
 @settings(max_examples=300, deadline=None)
