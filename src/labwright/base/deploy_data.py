@@ -102,13 +102,15 @@ def extra_sshd_lines(found: Any) -> list[str]:
     if lines is None or not all(isinstance(line, str) for line in lines):
         raise ValueError("must be a list of sshd_config lines")
     for line in lines:
-        if any(ord(char) < 32 and char != "\t" or ord(char) == 127 for char in line):
+        if any((ord(char) < 32 and char != "\t") or ord(char) == 127 for char in line):
             raise ValueError(f"{line[:60]!r} holds a line break or control character; give one sshd_config line "
                              "per item")
         # sshd_config.d is included at the top of Debian's sshd_config: a Match block here would swallow every
         # later line of the main file, and Include pulls in what this deploy never checked (sshd_config(5))
-        if line.strip().split(None, 1)[:1] and line.strip().split(None, 1)[0].lower() in ("match", "include"):
-            raise ValueError(f"{line.strip()[:60]!r}: {'an' if line.split()[0].lower() == 'include' else 'a'} {line.split()[0]} line here would change what the hardened "
+        word = (line.split() or [""])[0]
+        if word.lower() in ("match", "include"):
+            article = "an" if word.lower() == "include" else "a"
+            raise ValueError(f"{line.strip()[:60]!r}: {article} {word} line here would change what the hardened "
                              "options above it mean; put it in a file of your own under /etc/ssh/sshd_config.d")
     return [line.strip() for line in lines if line.strip()]
 
