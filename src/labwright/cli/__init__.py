@@ -8,6 +8,7 @@ with where it happened (LABWRIGHT_DEBUG=1 prints the traceback as well).
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 
@@ -87,9 +88,15 @@ def _load_group(name: str) -> Any:
     return _no_empty_paths(typer.main.get_group(holder).commands[name])
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _no_empty_paths(command: Any) -> Any:
-    """Every path parameter of ``command`` (and of its subcommands) refuses ``''`` naming the parameter: typer makes
-    it ``Path('.')``, the current directory, and the command's own check could then only say "." (issue 33)."""
+    """Every text or path parameter of ``command`` (and of its subcommands) is one line of something, where it
+    enters: ``''`` is refused naming the parameter (typer makes an empty path ``Path('.')``, the current directory;
+    an empty text option was taken as "not given": the CLI sweep at 2b91fd1 met ten such options), and so is a
+    control character (a newline in ``--url`` split the progress line). An option that means "none" by ``''`` says so
+    with a choice of its own, never by an empty string (issue 33)."""
     if getattr(command, "_labwright_no_empty_paths", False):
         return command
     command._labwright_no_empty_paths = True
@@ -97,14 +104,28 @@ def _no_empty_paths(command: Any) -> Any:
         _no_empty_paths(sub)
     for param in getattr(command, "params", []):
         descriptor = getattr(param, "type_descriptor", None)
-        if descriptor is None or "Path" not in repr(getattr(descriptor, "annotation", None)):
+        annotation = repr(getattr(descriptor, "annotation", None)) if descriptor is not None else ""
+        is_path = "Path" in annotation
+        if not is_path and "str" not in annotation:
             continue
         name = param.opts[0] if getattr(param, "param_type_name", "") == "option" and param.opts else \
             (param.metavar or param.name or "PATH").upper()
 
-        def process_value(ctx: Any, value: Any, _inner: Any = param.process_value, _name: str = name) -> Any:
-            if value == "" or (isinstance(value, list | tuple) and "" in value):
-                raise BadInput(f"{_name} '': an empty path; give a file or directory")
+        def process_value(ctx: Any, value: Any, _inner: Any = param.process_value, _name: str = name,
+                          _path: bool = is_path, _key: str | None = param.name) -> Any:
+            # what the user typed (or exported), never a default: by name, as typer vendors its own click
+            given = getattr(ctx.get_parameter_source(_key), "name", "") in ("COMMANDLINE", "ENVIRONMENT")
+            for item in (value if isinstance(value, list | tuple) else [value]) if given else ():
+                if not isinstance(item, str):
+                    continue
+                if not item.strip():
+                    what = "an empty path; give a file or directory" if _path else \
+                        "empty; give a value, or leave the option out"
+                    raise BadInput(f"{_name} {item!r}: {what}")
+                found = _CONTROL.search(item)
+                if found:
+                    raise BadInput(f"{_name} {item[:60]!r} holds the control character {found.group()!r}; give "
+                                   "one line")
             return _inner(ctx, value)
 
         param.process_value = process_value
