@@ -21,12 +21,37 @@ from pathlib import Path
 CACHE_ENV = "LABWRIGHT_CACHE"
 
 
+def _root(variable: str, fallback: str) -> Path:
+    """The directory ``$variable`` names, checked where it enters (every caller, a pyinfra deploy included, reads
+    it here): a relative XDG path is ignored, as the XDG Base Directory spec says ("consider the path invalid and
+    ignore it"); a control character, a relative LABWRIGHT_CACHE, or a path whose nearest existing part is a file or
+    a kernel filesystem is one line naming the variable (sweep at 2b91fd1: XDG_CACHE_HOME=/proc/nope was a
+    FileNotFoundError traceback in the llama.cpp deploy, XDG_CACHE_HOME=relative/cache resolved against the cwd)."""
+    from labwright.errors import BadInput
+
+    value = os.environ.get(variable) or ""
+    if not value or (variable.startswith("XDG_") and not os.path.isabs(value)):
+        return Path(os.path.expanduser(fallback))
+    fix = f"set {variable} to a directory you can write, or unset it"
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise BadInput(f"{variable}={value[:60]!r} holds a control character; {fix}")
+    path = Path(os.path.expanduser(value))
+    if not path.is_absolute():
+        raise BadInput(f"{variable}={value!r} is not an absolute path; {fix}")
+    if path.parts[1:2] in (("proc",), ("sys",), ("dev",)):
+        raise BadInput(f"{variable}={value!r} is on a kernel filesystem; {fix}")
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+    if not existing.is_dir():
+        raise BadInput(f"{variable}={value!r}: {existing} is {'a file' if existing.is_file() else 'not a directory'}"
+                       f"; {fix}")
+    return path
+
+
 def cache_root() -> Path:
     """The one cache root (see the module docstring); not created here."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "labwright"
+    if os.environ.get(CACHE_ENV):
+        return _root(CACHE_ENV, "~/.cache/labwright")
+    return _root("XDG_CACHE_HOME", "~/.cache") / "labwright"
 
 
 def cache_path(*parts: str) -> Path:
@@ -36,7 +61,7 @@ def cache_path(*parts: str) -> Path:
 
 def data_root() -> Path:
     """The user's own labwright data directory (XDG data home)."""
-    return Path(os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")) / "labwright"
+    return _root("XDG_DATA_HOME", "~/.local/share") / "labwright"
 
 
 def package_dir(package: str) -> Path:

@@ -333,7 +333,7 @@ request = urllib.request.Request(url.rstrip("/") + "/completions", data=body, he
 started = time.monotonic()
 try:
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        answer = loads_json(response.read())
+        answer = json.loads(response.read())
 except Exception as exc:
     print(json.dumps({"error": type(exc).__name__ + ": " + str(exc)[:300]}))
     raise SystemExit(0)

@@ -243,7 +243,7 @@ def main():
         state = {"started": False}
         rid = raw = None
         try:
-            req = loads_json(body.decode("utf-8"))
+            req = json.loads(body.decode("utf-8"))
             rid = req.get("id")
             answer, raw = run(req, state)
             answer["id"] = rid

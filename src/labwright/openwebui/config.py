@@ -188,7 +188,7 @@ def call(path, body=None, token=None):
         headers["Authorization"] = "Bearer " + token
     data = json.dumps(body).encode() if body is not None else None
     with urllib.request.urlopen(urllib.request.Request(url + path, data=data, headers=headers), timeout=60) as r:
-        return load_json(r)
+        return json.load(r)
 try:
     token = call("/api/v1/auths/signin", {"email": env["WEBUI_ADMIN_EMAIL"],
                                           "password": env["WEBUI_ADMIN_PASSWORD"]})["token"]

@@ -34,7 +34,7 @@ URL = f"http://{'127.0.0.1' if ADDRESS in ('0.0.0.0', '::', '[::]') else ADDRESS
 GET_JSON = """
 import json, sys, urllib.request
 with urllib.request.urlopen(sys.argv[1], timeout=30) as answer:
-    print(json.dumps(load_json(answer)))
+    print(json.dumps(json.load(answer)))
 """
 
 

@@ -127,7 +127,7 @@ for address, port in zip(args[::2], args[1::2]):
         with urllib.request.urlopen(f"http://{host}:{port}/v1/models", timeout=5) as r:
             body = r.read(1 << 20)
             try:
-                data = loads_json(body)
+                data = json.loads(body)
             except ValueError:
                 data = None
             out[port] = [r.status, isinstance(data, dict) and isinstance(data.get("data"), list)]
