@@ -94,6 +94,12 @@ def url(value: Any, schemes: tuple[str, ...] = ("http", "https")) -> str:
         if "Port" in why:
             why = "the port is not a number 1-65535"
         raise ValueError(f"{_show(text)} is not a URL: {why[0].lower()}{why[1:]} ({example})") from None
+    if "@" in parts.netloc:
+        # never echoed (it may hold a password), never sent: the clients here take keys from the environment
+        shown = f"{parts.scheme}://***@{parts.netloc.rpartition('@')[2]}{parts.path}"
+        raise ValueError(f"{_show(shown)} holds a user name or password: credentials never go in a URL (an "
+                         "inventory or a shell history keeps them); give the key through the environment "
+                         "(e.g. --api-key-env) and the URL without it")
     if parts.scheme.lower() not in schemes:
         raise ValueError(f"{_show(text)} is not a {' or '.join(schemes)} URL ({example})")
     host = parts.hostname or ""

@@ -71,9 +71,16 @@ def test_url_refused(text: str) -> None:
 
 
 @pytest.mark.parametrize("text", ["http://127.0.0.1:5000/v1", "https://[::1]:8443/", "http://gpu-01.lan",
-                                  "http://user:pw@h:65535/x?y=1", "http://localhost:1"])
+                                  "http://h:65535/x?y=1", "http://localhost:1"])
 def test_url_accepted(text: str) -> None:
     assert accepted("url", text) == text
+
+
+@pytest.mark.parametrize("text", ["http://user:s3cret@h:65535/x?y=1", "https://tok3n@127.0.0.1/v1", "http://:s3cret@h/"])
+def test_a_url_with_credentials_is_refused_without_echoing_them(text: str) -> None:
+    # CLI sweep at 2b91fd1: bench --url http://u:p@... printed the password in its progress line and sent nothing
+    line = refusal("url", text)
+    assert "credentials never go in a URL" in line and "s3cret" not in line and "tok3n" not in line
 
 
 def test_url_messages_name_the_problem() -> None:
