@@ -32,6 +32,7 @@ from typing import Any
 from labwright.errors import BadInput
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TRUE = frozenset({"1", "true", "yes"})
 _FALSE = frozenset({"0", "false", "no"})
 
@@ -153,6 +154,9 @@ def read(name: str, environ: Mapping[str, str] | None = None, kind: str | None =
     if var is None or (kind is not None and kind != var.kind):
         if kind is None:
             raise KeyError(f"{name} is not declared in labwright.schema.env.VARS")
+        if not _NAME.fullmatch(name):   # a variable the user named: a name export accepts (POSIX: portable names)
+            raise BadInput(f"{name[:60]!r} is not an environment variable name (letters, digits and _, not "
+                           "starting with a digit, e.g. LLAMA_API_KEY)")
         var = Var(name, kind, "")
     raw = (os.environ if environ is None else environ).get(name)
     return None if raw is None else _typed(var, raw)

@@ -172,3 +172,10 @@ def test_labwright_debug_0_prints_no_traceback(tmp_path):
     done = subprocess.run([str(Path(os.sys.executable).parent / "labwright"), "guest", "snapshots", "@lxd/x1"],
                           capture_output=True, text=True, env={**environ, "LABWRIGHT_DEBUG": "1"}, timeout=120)
     assert "Traceback" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["BAD=NAME", "1KEY", "A B", "KEY-1", "ü"])
+def test_a_variable_name_the_user_gives_is_a_name(name):
+    """CLI sweep at 2b91fd1: --api-key-env BAD=NAME said 'export BAD=NAME=KEY first'."""
+    with pytest.raises(BadInput, match="is not an environment variable name"):
+        env.read(name, {}, kind="secret")
