@@ -238,6 +238,10 @@ def tiny(
         raise BadInput(f"--seed {seed}: give 0 to {MAX_SEED}")
     if out.is_dir():
         raise BadInput(f"{out} is a directory: give the GGUF file's path, e.g. {out / 'tiny.gguf'}")
+    if os.path.lexists(out) and not out.is_file():
+        # the file is written beside and renamed over PATH: never over a device, a pipe or a socket (sweep at
+        # 2b91fd1: `model tiny /dev/null --dry` said "would write: /dev/null")
+        raise BadInput(f"{out} exists and is not a regular file (a device, pipe or socket); give a file's path")
     _directory("PATH", out.parent)  # made when missing
     if not dry:
         if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("numpy") is None:

@@ -90,6 +90,9 @@ def test_model_tiny_writes_the_gguf_and_dry_writes_nothing(capsys, tmp_path):
     code, out, err = run(capsys, "model", "tiny", str(tmp_path))
     assert code == 2 and out == "" and err == (f"labwright: error: {tmp_path} is a directory: give the GGUF file's "
                                                f"path, e.g. {tmp_path / 'tiny.gguf'}\n")
+    # a device, dry or not (the file is renamed over PATH): refused before anything is said
+    code, out, err = run(capsys, "model", "tiny", "/dev/null", "--dry")
+    assert code == 2 and out == "" and "/dev/null exists and is not a regular file" in err and err.count("\n") == 1
 
 
 def test_model_fetch_downloads_verifies_and_finds_it_complete(capsys, tmp_path, monkeypatch):
