@@ -77,7 +77,12 @@ def command(
         proc = subprocess.run(argv, stderr=subprocess.PIPE, text=True, errors="replace", env=env,
                               stdout=sys.stderr if as_json else None)
         if proc.returncode == USAGE_ERROR:
-            raise BadInput(f"verify {suite}: {usage_error(proc.stderr)}; see `labwright verify {suite} --help` "
+            said = usage_error(proc.stderr)
+            if hostspec.UNREACHABLE in said:   # the suite's own first step (conftest): a host that did not answer
+                from labwright.errors import OperationFailed
+
+                raise OperationFailed(f"verify {suite}: {said}")
+            raise BadInput(f"verify {suite}: {said}; see `labwright verify {suite} --help` "
                            "(the suite's options) and --hosts")
         sys.stderr.write(proc.stderr)
         code = proc.returncode if proc.returncode in (0, 1) else 2
@@ -121,3 +126,4 @@ def usage_error(stderr: str) -> str:
         if line.startswith("ERROR: ") and not line.startswith("ERROR: usage:"):
             return line[len("ERROR: "):]
     return lines[-1] if lines else "pytest refused the arguments"
+

@@ -260,6 +260,13 @@ def pytest_configure(config: pytest.Config) -> None:
     expected_from(config)
     llamacpp_expected_from(config)
     security_expected_from(config)
+    # then each host once: a wrong or unreachable --hosts is one line before any test, not an error per test
+    from labwright.verify.hostspec import reach
+
+    for given in (h.strip() for h in str(config.getoption("hosts", None) or "").split(",") if h.strip()):
+        problem = reach(given)
+        if problem is not None:
+            raise pytest.UsageError(problem)
     # pyinfra's host names (@lxd/NAME, @incus/NAME, @pct/NODE/VMID, @ssh/HOST) as testinfra's, for a suite run by
     # pytest itself (labwright verify translates them before pytest starts); @pct and @incus hosts through labwright's
     # backends.

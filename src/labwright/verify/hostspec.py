@@ -136,3 +136,29 @@ def __getattr__(name: str) -> Any:
     if name == "IncusBackend":
         return _incus_backend()
     raise AttributeError(name)
+
+
+#: How the suites say a host did not answer (labwright verify turns it into exit 1, any other usage error exit 2).
+UNREACHABLE = "cannot reach it"
+
+
+def reach(given: str) -> str | None:
+    """Why the host testinfra names ``given`` (one --hosts entry, translated) does not answer a ``true``, as one
+    line naming it; None when it does. A missing instance says "no such host" (bad input), anything else
+    :data:`UNREACHABLE`. The suites ask this once per host before any test (conftest.pytest_configure), so a
+    wrong --hosts is one line, not an error per test (CLI sweep at 2b91fd1: 1,456 lines for @lxd/nosuch)."""
+    import testinfra
+
+    register_pct_backend()
+    try:
+        answer = testinfra.get_host(given).run("true")
+        code, said = answer.rc, (answer.stderr or answer.stdout or "").strip()
+    except Exception as exc:  # a backend's own failure to connect (ssh's 255 is raised with its result)
+        result = next((arg for arg in exc.args if hasattr(arg, "stderr")), None)
+        code, said = 255, str(result.stderr if result is not None else exc).strip()
+    if code == 0:
+        return None
+    last = said.splitlines()[-1] if said else f"exit {code}"
+    if "not found" in last.lower() or "no such" in last.lower():
+        return f"--hosts {given}: no such host ({last}); give an existing one"
+    return f"--hosts {given}: {UNREACHABLE} ({last}); nothing was checked"

@@ -184,3 +184,13 @@ def test_verify_pytest_usage_errors_are_one_line(cli_env, tmp_path):
         assert proc.returncode == 2, (args, proc.stderr)
         assert proc.stderr == (f"labwright: error: verify {args[1]}: {words}; see `labwright verify {args[1]} --help` "
                                "(the suite's options) and --hosts\n"), proc.stderr
+
+
+def test_verify_a_host_that_does_not_answer_is_one_line_before_any_test(cli_env, tmp_path):
+    """CLI sweep at 2b91fd1: an unreachable host was ~1,450 lines of per-test errors; now the suite asks each host
+    once (labwright.verify.hostspec.reach) and says it in one line, exit 1 (a closed port on this machine)."""
+    proc = run(cli_env, "verify", "base", "--hosts", "@ssh/127.0.0.1:9", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == ("labwright: error: verify base: --hosts ssh://127.0.0.1:9: cannot reach it (ssh: connect "
+                           "to host 127.0.0.1 port 9: Connection refused); nothing was checked\n"), proc.stderr
+    assert "passed" not in proc.stdout and "error" not in proc.stdout.lower(), proc.stdout[-500:]
