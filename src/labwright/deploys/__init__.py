@@ -53,8 +53,17 @@ def engine_host(engine: str) -> bool:
     other host is skipped with one line saying why."""
     from pyinfra import host, logger
 
+    from pyinfra.api.exceptions import DeployError
+
+    from labwright.models.engine_plan import ENGINES
+
     data = host.data.dict()
     declared = data.get("engine")
+    # a value of the wrong type or an unknown engine stops the host: skipping it would report success for a deploy
+    # that never ran (sweep at 2b91fd1: engine: ["llamacpp"] was skipped with exit 0)
+    if declared is not None and (not isinstance(declared, str) or declared.strip() not in (*ENGINES, "auto")):
+        raise DeployError(f"engine: {declared!r} is not one of {', '.join(ENGINES)}, auto; set one of them (a "
+                          "single word) in the host's data")
     if declared is not None and str(declared) == "auto":
         plan = auto_plan()
         if plan.engine != engine:

@@ -222,3 +222,17 @@ def test_engine_auto_through_the_shim_is_one_line_before_any_operation(hub, tmp_
     lines = [line for line in output.splitlines() if "engine auto:" in line]
     assert len(lines) == 1 and "fits nowhere on no GPU" in lines[0], output
     assert "Traceback" not in output and "Beginning operation run" not in output
+
+
+@pytest.mark.parametrize("declared", [["llamacpp"], "llama.cpp", "", 5, {"engine": "vllm"}, "ollama"])
+def test_an_engine_of_the_wrong_type_or_unknown_stops_the_host(declared):
+    """Sweep at 2b91fd1: engine: ["llamacpp"] skipped the host with exit 0, a deploy reported done that never ran."""
+    from pyinfra.api.exceptions import DeployError
+
+    with pytest.raises(DeployError, match=r"^engine: .* is not one of llamacpp, tabbyapi, vllm, auto"):
+        _engine_host_on_local({"engine": declared}, "llamacpp")
+
+
+def test_a_known_engine_for_another_deploy_is_skipped():
+    assert _engine_host_on_local({"engine": "tabbyapi"}, "llamacpp") is False
+    assert _engine_host_on_local({"engine": "llamacpp"}, "llamacpp") is True
