@@ -52,7 +52,6 @@ def engine_host(engine: str) -> bool:
     engine's own data (a ``<engine>`` dict or ``<engine>_*`` keys, e.g. ``--data tabbyapi_model_name=...``). Any
     other host is skipped with one line saying why."""
     from pyinfra import host, logger
-
     from pyinfra.api.exceptions import DeployError
 
     from labwright.models.engine_plan import ENGINES

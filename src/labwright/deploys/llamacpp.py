@@ -39,6 +39,7 @@ from labwright.llamacpp.deploy_data import (
     BuildChoice,
     HostBuildMissing,
     LlamacppSettings,
+    check_data,
     downloaded_model,
     first_build_for,
     glibc_needed,
@@ -86,6 +87,9 @@ def deploy_llamacpp() -> None:
         raise DeployError(f"{exc} (nothing was changed)") from None
     # llamacpp_host=auto: loopback when only the gateway on this guest uses the engine (the whole inventory is read)
     alone = gateway_only(data, [other.data.dict() for other in inventory if other.name != host.name])
+    # the checks that need no host, before the first fact (sweep at 2b91fd1: llamacpp_port=0 ran nvidia-smi on the
+    # host first; the Ollama keys were checked only where Ollama was found)
+    check_data(data)
     gpus = host.get_fact(NvidiaGpus)
     try:
         s = settings_from(data, gpus, gateway_only=alone)

@@ -168,6 +168,14 @@ def typed_values(data: Mapping[str, Any]) -> dict[str, Any]:
     return typed
 
 
+def check_data(data: Mapping[str, Any]) -> None:
+    """Every check of the host data that needs no host (unknown keys, the typed keys, the flags, the Ollama drop-in's
+    keys whether or not the host turns out to have Ollama): a deploy runs it before its first fact."""
+    refuse_unknown_keys(data, "llamacpp", data_keys(), "templates/llamacpp/defaults.toml")
+    flag_values(data)
+    ollama_environment(data)
+
+
 def flag_values(data: Mapping[str, Any]) -> dict[str, Any]:
     """The [flags] table with host overrides applied; false/""/None drop a flag, unknown keys need extra_args."""
     keys = KEYS.over(data)

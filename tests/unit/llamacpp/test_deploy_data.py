@@ -145,3 +145,16 @@ def test_typed_keys_and_clashes_are_one_line(more, line):
     with pytest.raises(DeployError) as caught:
         settings_from(more)
     assert str(caught.value).startswith(line) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("more", "key"), [({"ollama_kv_cache_type": "q5_0"}, "ollama_kv_cache_type"),
+                                           ({"ollama_context_length": -1}, "ollama_context_length"),
+                                           ({"port": 0}, "port"), ({"prot": 8001}, "prot")])
+def test_the_checks_that_need_no_host_run_on_the_data_alone(binary, more, key):
+    """Sweep at 2b91fd1: the Ollama keys were checked only where Ollama was found, and every llama.cpp refusal came
+    after nvidia-smi had run on the host; check_data is what the deploy runs before its first fact."""
+    from labwright.llamacpp.deploy_data import check_data
+
+    with pytest.raises(DeployError, match=f"^llamacpp_{key}"):
+        check_data(data(binary, **more))
+    check_data(data(binary))
