@@ -55,7 +55,7 @@ def _remove_orphans(target: Path) -> None:
         if not name.startswith(prefix):
             continue
         pid_text = name[len(prefix):].split(".", 1)[0]
-        if pid_text.isdigit() and int(pid_text) != os.getpid() and not pid_alive(int(pid_text)):
+        if pid_text.isdecimal() and int(pid_text) != os.getpid() and not pid_alive(int(pid_text)):
             with contextlib.suppress(OSError):
                 (target.parent / name).unlink()
 

@@ -51,7 +51,7 @@ def listening_pid(port: int, proc: Path = Path("/proc")) -> int | None:
     if not inodes:
         return None
     for entry in proc.iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdecimal():
             continue
         try:
             for fd in (entry / "fd").iterdir():

@@ -79,7 +79,7 @@ def parse_contexts(text: str) -> tuple[int, ...]:
             continue
         scale = 1024 if part.endswith("k") else 1
         number = part.removesuffix("k")
-        if not number.isdigit():
+        if not number.isdecimal():
             raise BadInput(f"--contexts {text!r}: {part!r} is not a whole number of tokens (e.g. 512,4096,16k)")
         values.append(int(number) * scale)
     if not values:

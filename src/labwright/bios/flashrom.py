@@ -176,7 +176,7 @@ def read(target: Target, spec: str, path: str) -> tuple[Chip, str]:
 
 def flash_size(target: Target, spec: str) -> int:
     result = target.run(command(spec, "--flash-size") + " 2>&1")
-    numbers = [line.strip() for line in result.stdout.splitlines() if line.strip().isdigit()]
+    numbers = [line.strip() for line in result.stdout.splitlines() if line.strip().isdecimal()]
     if not result.ok or not numbers:
         raise OperationFailed(f"{target.label}: flashrom --flash-size failed (exit {result.rc}): "
                               f"{_reason(result.stdout)}")

@@ -48,7 +48,7 @@ def check_address(value: str, option: str) -> str:
         pass
     labels = text.rstrip(".").split(".")
     if not text or len(text) > 253 or not all(_HOST_LABEL.match(label) for label in labels) \
-            or labels[-1].isdigit():
+            or labels[-1].isdecimal():
         raise BadInput(f"{option} {value!r}: not an IP address or host name; give the address of a quorate member, "
                        "e.g. 10.140.3.10")
     return text

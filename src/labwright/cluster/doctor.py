@@ -101,7 +101,7 @@ class NodeFacts:
     @property
     def running_version(self) -> int | None:
         v = self.cmap.get("totem.config_version")
-        return int(v) if v and v.isdigit() else None
+        return int(v) if v and v.isdecimal() else None
 
 
 def gather(runner: NodeRunner, timeout: float = 30) -> NodeFacts:

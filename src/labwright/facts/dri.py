@@ -34,11 +34,11 @@ class DriRenderNodes(FactBase[Any]):
         groups: dict[int, str] = {}
         for line in output:
             kind, _, rest = line.partition(" ")
-            if kind == "node" and len(rest.split()) == 2 and rest.split()[1].isdigit():
+            if kind == "node" and len(rest.split()) == 2 and rest.split()[1].isdecimal():
                 path, gid = rest.split()
                 nodes[path] = int(gid)
             elif kind == "group":
                 fields = rest.split(":")
-                if len(fields) > 2 and fields[2].isdigit():
+                if len(fields) > 2 and fields[2].isdecimal():
                     groups[int(fields[2])] = fields[0]
         return {"render_nodes": nodes, "groups": groups}

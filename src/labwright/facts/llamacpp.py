@@ -30,7 +30,7 @@ def parse_listeners(lines: list[str]) -> dict[str, Any]:
     for line in lines:
         if line.startswith(_MAIN):
             value = line.removeprefix(_MAIN).strip()
-            main_pid = int(value) if value.isdigit() else 0
+            main_pid = int(value) if value.isdecimal() else 0
             continue
         pids.update(int(p) for p in _PID.findall(line))
         names.update(re.findall(r'\(\("([^"]+)"', line))

@@ -39,5 +39,5 @@ def answers(urls: tuple[str, ...], lines: list[str]) -> dict[str, int | str]:
     result: dict[str, int | str] = {}
     for index, url in enumerate(urls):
         line = lines[index].strip() if index < len(lines) else "error no answer"
-        result[url] = int(line) if line.isdigit() else line.removeprefix("error ").strip()
+        result[url] = int(line) if line.isdecimal() else line.removeprefix("error ").strip()
     return result

@@ -86,7 +86,7 @@ class SystemdServiceState(FactBase):
                 result["active_state"] = value
             elif key == "SubState" and value:
                 result["sub_state"] = value
-            elif key == "NRestarts" and value.isdigit():
+            elif key == "NRestarts" and value.isdecimal():
                 result["n_restarts"] = int(value)
         return result
 

@@ -156,13 +156,13 @@ def engine_command(service: str) -> str:
 def parse_engine(service: str, output: str) -> EngineState:
     parts = sections(output.splitlines(), _MARK)
     pid_lines = [line.strip() for line in parts.get("pid", []) if line.strip()]
-    pid = int(pid_lines[0]) if pid_lines and pid_lines[0].isdigit() else 0
+    pid = int(pid_lines[0]) if pid_lines and pid_lines[0].isdecimal() else 0
     ids = {line.split(":", 1)[0]: line.split(":", 1)[1].split() for line in parts.get("ids", []) if ":" in line}
     uid = ids.get("Uid", [])
     return EngineState(service, pid, [line.strip() for line in parts.get("fds", []) if line.strip()],
                        "\n".join(parts.get("log", [])), [line for line in parts.get("cmdline", []) if line],
-                       int(uid[1]) if len(uid) > 1 and uid[1].isdigit() else None,
-                       tuple(int(g) for g in ids.get("Groups", []) if g.isdigit()))
+                       int(uid[1]) if len(uid) > 1 and uid[1].isdecimal() else None,
+                       tuple(int(g) for g in ids.get("Groups", []) if g.isdecimal()))
 
 
 # --- the rules (pure) ---------------------------------------------------------------------------------------------
@@ -388,7 +388,7 @@ def engine_url(engine: EngineState) -> str:
             port = engine.cmdline[i + 1]
         elif arg.startswith("--port="):
             port = arg.split("=", 1)[1]
-    if port is None or not port.isdigit():
+    if port is None or not port.isdecimal():
         port = str(decode_settings().ports.get(engine.service.removesuffix(".service"), 8001))
     return f"http://127.0.0.1:{port}/v1"
 

@@ -61,7 +61,7 @@ def parse_proc_devices(text: str) -> dict[str, int]:
             section = stripped.split()[0].lower()
             continue
         parts = stripped.split(None, 1)
-        if section == "character" and len(parts) == 2 and parts[0].isdigit():
+        if section == "character" and len(parts) == 2 and parts[0].isdecimal():
             majors.setdefault(parts[1], int(parts[0]))
     return majors
 

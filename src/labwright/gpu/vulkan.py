@@ -137,7 +137,7 @@ def parse_dri_guest(output: str) -> DriGuest:
         fields = line.split()
         if len(fields) >= 3:
             nodes[fields[0]] = (int(fields[1], 16), int(fields[2], 16))
-        if len(fields) >= 4 and fields[3].isdigit():
+        if len(fields) >= 4 and fields[3].isdecimal():
             gids[fields[0]] = int(fields[3])
     summary = None if "no-vulkaninfo" in parts else "\n".join(parts.get("vulkan", []))
     return DriGuest(nodes, summary, gids)

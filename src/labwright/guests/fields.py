@@ -102,7 +102,7 @@ def gib(value: Any) -> int:
     """Disk sizes: a bare number is GiB (as Proxmox's ``local-lvm:64``); units accepted."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = f"{value}G"
-    elif isinstance(value, str) and value.strip().replace(".", "", 1).isdigit():
+    elif isinstance(value, str) and value.strip().replace(".", "", 1).isdecimal():
         value = value.strip() + "G"
     found = mib(value)
     if found == 0 or found % 1024:

@@ -135,7 +135,7 @@ class LxdBackend(GuestBackend):
         except LxdError:
             return RENDER_GID
         fields = result.stdout.decode(errors="replace").strip().split(":")
-        return int(fields[2]) if result.exit_code == 0 and len(fields) > 2 and fields[2].isdigit() else RENDER_GID
+        return int(fields[2]) if result.exit_code == 0 and len(fields) > 2 and fields[2].isdecimal() else RENDER_GID
 
     def _gpu(self, spec: GuestSpec, current: dict[str, Any] | None = None) -> GpuWiring:
         if spec.wants_dri:

@@ -245,7 +245,7 @@ class ProxmoxBackend(GuestBackend):
             return RENDER_GID
         result = self.pve_node.run(["pct", "exec", str(spec.vmid), "--", "getent", "group", RENDER_GROUP])
         fields = result.stdout.strip().split(":")
-        return int(fields[2]) if result.ok and len(fields) > 2 and fields[2].isdigit() else RENDER_GID
+        return int(fields[2]) if result.ok and len(fields) > 2 and fields[2].isdecimal() else RENDER_GID
 
     def _state(self, spec: GuestSpec) -> _State:
         spec = self.resolved(spec)

@@ -77,7 +77,7 @@ class ConnectorHost(CommandFiles):
         # The marker ends the last line; output without a final newline shares that line with it.
         if stdout_lines and RC_MARK in stdout_lines[-1]:
             before, _, code = stdout_lines.pop().rpartition(RC_MARK)
-            rc = int(code) if code.strip().isdigit() else 255
+            rc = int(code) if code.strip().isdecimal() else 255
             if before:
                 stdout_lines.append(before)
         return Result(rc, "\n".join(stdout_lines), "\n".join(output.stderr_lines))

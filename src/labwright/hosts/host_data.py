@@ -40,7 +40,7 @@ def check_hostname(target: str) -> str:
         shown = target if len(target) <= 60 else target[:57] + "..."
         raise BadInput(f"HOST {shown!r}: not a host name or IP address (DNS labels of 1-63 letters, digits and "
                        "hyphens, 253 characters in all); give the SSH host, or @local / @lxd/NAME")
-    if name.rsplit(".", 1)[-1].isdigit():  # '0', '999.1.1.1': no name ends in digits (RFC 1123), no IPv4 either
+    if name.rsplit(".", 1)[-1].isdecimal():  # '0', '999.1.1.1': no name ends in digits (RFC 1123), no IPv4 either
         shown = target if len(target) <= 60 else target[:57] + "..."
         raise BadInput(f"HOST {shown!r}: not a valid IP address (each IPv4 part is 0-255, e.g. 10.99.0.10) nor a "
                        "host name (its last label cannot be all digits); give the SSH host, or @local / @lxd/NAME")

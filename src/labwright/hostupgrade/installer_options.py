@@ -65,7 +65,7 @@ UNLOAD = "modprobe -r nvidia_uvm nvidia_drm nvidia_modeset nvidia"
 def version_key(version: str) -> tuple[int, ...]:
     """Numbers compared as numbers: 535.216.01 < 545.23.06 < 550.54.14; NVIDIA's old 1.0-6106 is (1, 0, 6106),
     older than every 71.x and later."""
-    return tuple(int(part) for part in re.split(r"[.-]", version) if part.isdigit())
+    return tuple(int(part) for part in re.split(r"[.-]", version) if part.isdecimal())
 
 
 def knows(version: str, name: str) -> bool:

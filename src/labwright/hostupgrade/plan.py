@@ -77,7 +77,7 @@ def version_key(version: str) -> tuple[int, ...]:
 
 def kernel_key(kernel: str) -> tuple[tuple[int, str], ...]:
     """Sort key for kernel release strings (6.8.12-4-pve < 6.8.12-10-pve < 6.11.0-2-pve): numbers as numbers."""
-    return tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"[.-]", kernel))
+    return tuple((int(p), "") if p.isdecimal() else (-1, p) for p in re.split(r"[.-]", kernel))
 
 
 def headers_package(kernel: str) -> str:

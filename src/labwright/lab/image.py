@@ -116,7 +116,7 @@ def remove_abandoned_builds(log=print) -> list[Path]:
     removed = []
     for work in cache_dir().glob("labwright-image-*"):
         pid_text = work.name.removeprefix("labwright-image-").split("-", 1)[0]
-        if work.is_dir() and (not pid_text.isdigit() or not pid_alive(int(pid_text))):
+        if work.is_dir() and (not pid_text.isdecimal() or not pid_alive(int(pid_text))):
             shutil.rmtree(work, ignore_errors=True)
             removed.append(work)
             log(f"removed {work} (left by an image build that was killed)")

@@ -147,7 +147,7 @@ def download_sdist(dest: Path, source: LlamaSource = PINNED, url: str | None = N
     with progress(f"download {source.filename}") as step, \
             urllib.request.urlopen(url or sdist_url(source), timeout=300) as response, partial.open("wb") as out:
         length = response.headers.get("Content-Length")
-        copy_with_progress(response, out, step, total=int(length) if length and length.isdigit() else None)
+        copy_with_progress(response, out, step, total=int(length) if length and length.isdecimal() else None)
     actual = sha256_of(partial)
     if actual != source.sha256:
         partial.unlink()

@@ -113,7 +113,7 @@ def vulkan_device(value: Any) -> str:
     if text == "auto":
         return text
     parts = [part.strip() for part in text.split(",")]
-    if not all(part.isdigit() and len(part) <= 3 for part in parts):
+    if not all(part.isdecimal() and len(part) <= 3 for part in parts):
         raise ValueError(f"{text!r} is not auto or vulkaninfo's device index (0) or indexes (0,1)")
     return ",".join(str(int(part)) for part in parts)
 

@@ -56,7 +56,7 @@ def vulkan_cache_dir(version: str = PINNED.version) -> Path:
 def debian_major(os_release: str) -> int | None:
     """VERSION_ID of an /etc/os-release text when it is Debian's, else None."""
     fields = dict(re.findall(r'^(\w+)="?([^"\n]*)"?$', os_release, re.M))
-    if fields.get("ID") != "debian" or not fields.get("VERSION_ID", "").isdigit():
+    if fields.get("ID") != "debian" or not fields.get("VERSION_ID", "").isdecimal():
         return None
     return int(fields["VERSION_ID"])
 

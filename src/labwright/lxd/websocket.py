@@ -121,7 +121,7 @@ def handshake(sock: socket.socket, host: str, resource: str, headers: Mapping[st
     head, rest = _read_http_head(sock)
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
     parts = status_line.split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdecimal():
         raise WebSocketError(f"websocket handshake: not an HTTP answer: {status_line[:100]!r}")
     answer: dict[str, str] = {}
     for line in header_lines:

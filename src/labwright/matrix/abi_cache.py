@@ -225,7 +225,7 @@ def recorded_hashes(package_dir: Path, under: str = "") -> dict[Path, tuple[str,
     out = {}
     prefix = f"{package_dir.name}/{under}" if under else f"{package_dir.name}/"
     for row in csv.reader(line for line in text.splitlines() if line.startswith(prefix)):
-        if len(row) != 3 or not row[1].startswith("sha256=") or not row[2].isdigit():
+        if len(row) != 3 or not row[1].startswith("sha256=") or not row[2].isdecimal():
             continue
         try:
             digest = base64.urlsafe_b64decode(row[1][len("sha256="):] + "==").hex()

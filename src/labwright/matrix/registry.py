@@ -227,7 +227,7 @@ def fetch_range(url: str, first: int | None, last: int | None, timeout: float) -
             body = response.read(MAX_BODY + 1)
             if len(body) > MAX_BODY:
                 raise Unreachable(f"range answer larger than {MAX_BODY // (1024 * 1024)} MiB")
-            return body, int(total) if total.isdigit() else 0
+            return body, int(total) if total.isdecimal() else 0
     except urllib.error.HTTPError as exc:
         raise Unreachable(f"HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:

@@ -107,7 +107,7 @@ def _preference(wheel: Wheel, torch_cuda: str, torch_abi: str) -> tuple:
 
 
 def _listing(values: set[str], limit: int = 6) -> str:
-    ordered = sorted(values, key=lambda v: [int(x) if x.isdigit() else x for x in re.split(r"[.t]", v) if x])
+    ordered = sorted(values, key=lambda v: [int(x) if x.isdecimal() else x for x in re.split(r"[.t]", v) if x])
     shown = ordered[-limit:]
     return ("..., " if len(ordered) > limit else "") + ", ".join(shown)
 
@@ -116,7 +116,7 @@ Stage = tuple[Callable[[Wheel], bool], Callable[[list[Wheel]], str]]
 
 
 def _minor_key(torch_mm: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in torch_mm.split(".") if x.isdigit())
+    return tuple(int(x) for x in torch_mm.split(".") if x.isdecimal())
 
 
 def _nearest_torch(display: str, candidates: list[Wheel], torch_mm: str) -> str:

@@ -128,7 +128,7 @@ _LABEL = re.compile(
 
 def cuda_from_label(digits: str) -> str:
     """`128` -> `12.8`, `130` -> `13.0`, `12` -> `12` (major only, as Dao-AILab labels), `92` -> `9.2`."""
-    if not digits.isdigit():
+    if not digits.isdecimal():
         raise ValueError(f"cu{digits}: not a CUDA label")
     if digits[0] == "1":
         major, minor = digits[:2], digits[2:]

@@ -84,7 +84,7 @@ def is_monitoring(data: Mapping[str, Any]) -> bool:
 
 def _port(value: Any, key: str, host: str) -> int:
     text = str(value).strip()
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
+    if not text.isdecimal() or not 1 <= int(text) <= 65535:
         raise MonitoringError(key, f"{value!r} on {host} is not a port number (1..65535)")
     return int(text)
 

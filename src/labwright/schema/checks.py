@@ -74,7 +74,7 @@ def host_problem(text: str) -> str | None:
     if not name or len(name) > 253 or not all(_LABEL.match(label) for label in labels):
         return (f"{_show(text)} is not an IP address or a host name (letters, digits, hyphens and dots, "
                 "e.g. 127.0.0.1, ::1 or gpu-01.lan)")
-    if labels[-1].isdigit():
+    if labels[-1].isdecimal():
         return f"{_show(text)} is not a valid IP address (each IPv4 part is 0-255, e.g. 10.99.0.10)"
     return None
 

@@ -248,7 +248,7 @@ class LxdSnapshots(SnapshotBackend):
         except LxdError:
             return None
         head = result.stdout.decode(errors="replace").split()
-        return int(head[0]) if head and head[0].isdigit() else None
+        return int(head[0]) if head and head[0].isdecimal() else None
 
     def list(self) -> list[Snapshot]:
         self._instance()

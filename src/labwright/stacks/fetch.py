@@ -113,7 +113,7 @@ def _download(wheel: PlannedWheel, path: Path, log: Callable[[str], None]) -> tu
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response, open(path, "wb") as out, \
                 ui.progress(f"download {wheel.filename}") as step:
             length = response.headers.get("Content-Length")
-            total = int(length) if length and length.isdigit() else None
+            total = int(length) if length and length.isdecimal() else None
             size = ui.copy_with_progress(response, out, step, total=total, chunk=CHUNK, each=digest.update)
     except urllib.error.HTTPError as exc:
         raise BadInput(f"{wheel.package} {wheel.version}: {wheel.source} answered HTTP {exc.code} {exc.reason}; "

@@ -253,7 +253,7 @@ def plan_patch(source: str, path: str = MODEL_PY, match_min: int = DEFAULT_MATCH
 
 def _update_existing(source: str, path: str, value: list[tokenize.TokenInfo], match_min: int,
                      offsets: list[int], label: str) -> NgramChange:
-    if len(value) != 1 or value[0].type != tokenize.NUMBER or not value[0].string.isdigit():
+    if len(value) != 1 or value[0].type != tokenize.NUMBER or not value[0].string.isdecimal():
         shown = " ".join(t.string for t in value) or "nothing"
         return _unrecognised(path, f"the `{CALL}(` call already passes {KEYWORD}={shown}, not a number")
     if int(value[0].string) == match_min:

@@ -255,7 +255,7 @@ def process_token(pid: int) -> str:
 
 def owner_alive(token: str) -> bool:
     pid, _, _ = token.partition(":")
-    return pid.isdigit() and process_token(int(pid)) == token
+    return pid.isdecimal() and process_token(int(pid)) == token
 
 
 def ensure_test_lab(data: dict[str, str] | None = None, template: str = TEMPLATE) -> Lab:

@@ -234,7 +234,7 @@ def security_expected_from(config: pytest.Config) -> SecurityExpected:
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
-        if not item.isdigit() or not 0 < int(item) < 65536:
+        if not item.isdecimal() or not 0 < int(item) < 65536:
             raise pytest.UsageError(f"{name}: {text!r} is not a list of TCP ports ({item!r}); give port numbers "
                                     "separated by commas, e.g. 8001,8880")
         ports.add(int(item))

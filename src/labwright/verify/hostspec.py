@@ -88,7 +88,7 @@ def _pct_backend() -> type:
         NAME = "pct"
 
         def __init__(self, hostspec: str, container: str | None = None, *args: Any, **kwargs: Any) -> None:
-            if container is None or not container.isdigit():
+            if container is None or not container.isdecimal():
                 raise RuntimeError(f"pct://{hostspec}: needs ?container=VMID (labwright verify --hosts "
                                    "@pct/NODE/VMID writes it)")
             self.vmid = container

@@ -49,7 +49,7 @@ with urllib.request.urlopen(request, timeout=120) as r:
 
 def main_pid(host) -> str:
     pid = host.run(f"systemctl show -p MainPID --value {SERVICE}.service").stdout.strip()
-    assert pid.isdigit() and pid != "0", f"{SERVICE}.service has no running main process"
+    assert pid.isdecimal() and pid != "0", f"{SERVICE}.service has no running main process"
     return pid
 
 

@@ -44,7 +44,7 @@ def http_get(host, url: str, key_file: str = "") -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def main_pid(host, llamacpp_expected) -> int:
     pid = host.run(f"systemctl show -p MainPID --value {quote(llamacpp_expected.service)}.service")
-    if pid.rc != 0 or not pid.stdout.strip().isdigit() or int(pid.stdout) == 0:
+    if pid.rc != 0 or not pid.stdout.strip().isdecimal() or int(pid.stdout) == 0:
         pytest.fail(f"{llamacpp_expected.service}.service has no running main process", pytrace=False)
     return int(pid.stdout)
 

@@ -104,7 +104,7 @@ def listeners(ss_output: str) -> dict[int, str]:
             continue
         address, _, port = fields[3].rpartition(":")
         address = address.strip("[]").split("%", 1)[0]
-        if not port.isdigit() or address.startswith("127.") or address == "::1":
+        if not port.isdecimal() or address.startswith("127.") or address == "::1":
             continue
         found.setdefault(int(port), address or "*")
     return found

@@ -74,7 +74,7 @@ def config(host, want) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def main_pid(host, want) -> int:
     pid = host.run(f"systemctl show -p MainPID --value {quote(want['service'])}.service")
-    if pid.rc != 0 or not pid.stdout.strip().isdigit() or int(pid.stdout) == 0:
+    if pid.rc != 0 or not pid.stdout.strip().isdecimal() or int(pid.stdout) == 0:
         pytest.fail(f"{want['service']}.service has no running main process", pytrace=False)
     return int(pid.stdout)
 

@@ -121,7 +121,7 @@ def unit_paths(text: str | None) -> list[str]:
         if "-u" in args:
             paths += LAZY_NODES
             continue
-        paths += [("/dev/nvidiactl" if v == "255" else f"/dev/nvidia{v}") for v in values if v.isdigit()]
+        paths += [("/dev/nvidiactl" if v == "255" else f"/dev/nvidia{v}") for v in values if v.isdecimal()]
         paths += [caps[v] for v in values if v in caps]
         paths += ["/dev/nvidia-modeset"] if "-m" in args else []
     return paths

@@ -89,7 +89,7 @@ def parse_query(text: str, fields: tuple[str, ...] = FIELDS) -> SmiQuery:
             rejected.append(line.removeprefix(MARK + "rejected ").strip())
         elif line.startswith(MARK + "exit "):
             value = line.removeprefix(MARK + "exit ").strip()
-            code = int(value) if value.isdigit() else None
+            code = int(value) if value.isdecimal() else None
         else:
             own.append(line)
     names = fields if asked is None else asked
@@ -100,7 +100,7 @@ def parse_query(text: str, fields: tuple[str, ...] = FIELDS) -> SmiQuery:
         parts = [p.strip() for p in line.split(", ")]
         if REJECTED.match(line) or len(parts) != len(names):
             continue
-        if "index" in names and not parts[names.index("index")].isdigit():
+        if "index" in names and not parts[names.index("index")].isdecimal():
             continue
         rows.append({name: _value(part) for name, part in zip(names, parts, strict=True)})
     return SmiQuery(names, tuple(rejected), code, body, rows)
@@ -133,7 +133,7 @@ def gpus_of(query: SmiQuery) -> list[GpuInfo]:
             source = "name" if cap else ""
         memory = row.get("memory.total")
         mib = re.match(r"^(\d+)", memory) if memory else None
-        gpus.append(GpuInfo(int(index) if index and index.isdigit() else position, name, row.get("uuid") or "",
+        gpus.append(GpuInfo(int(index) if index and index.isdecimal() else position, name, row.get("uuid") or "",
                             cap, row.get("driver_version"), int(mib.group(1)) if mib else None, source))
     return gpus
 
