@@ -306,6 +306,15 @@ def check(
     if not lines:
         raise BadInput("nothing to check: pass requirements (flash_attn==2.8.3+cu130torch2.11) or -r FILE")
     verdicts = check_requirements(lines, torch, load_matrix(), cuda=cuda, python=python, platform=platform)
+    # a requirements file may hold unpinned lines (they are not wheels to check); an argument given alone is meant
+    # as a pin, and a check that checked nothing is not a pass (sweep at 2b91fd1: `garbage` exited 0, silent)
+    checked = {v.origin for v in verdicts}
+    loose = next(((origin, text) for origin, text in lines if origin.startswith("argument ") and origin not in checked),
+                 None)
+    if loose is not None or not verdicts:
+        origin, text = loose or lines[0]
+        raise BadInput(f"{origin} {text!r} is not a pinned wheel, so nothing was checked; give "
+                       "name==version+label (flash_attn==2.8.3+cu130torch2.11), a wheel file name or its URL")
     if as_json:
         typer.echo(json.dumps({"torch": torch, "pins": [{"origin": v.origin, "text": v.text, "name": v.name,
                                                          "version": v.version, "status": v.status,

@@ -62,6 +62,10 @@ def test_resolve_human_output_is_a_table(cli_env):
         (["resolve", "--stack", "E"], "labwright: error: stack 'E' is unknown"),
         (["check", "--torch", "banana", FA_29], "labwright: error: --torch 'banana' is not a torch version"),
         (["check", "--torch", "2.11.0"], "labwright: error: nothing to check"),
+        # sweep at 2b91fd1: an argument that is no pin was skipped and the check passed with nothing checked
+        (["check", "--torch", "2.11.0", "garbage"], "labwright: error: argument 1 'garbage' is not a pinned wheel"),
+        (["check", "--torch", "2.11.0", "flash-attn==2.8.3+cu130torch2.11", "numpy"],
+         "labwright: error: argument 2 'numpy' is not a pinned wheel"),
         (["check", "--torch", "2.11.0", "-r", "/nonexistent/req.txt"],
          "labwright: error: /nonexistent/req.txt: no such file or directory (expected a requirements file (-r))"),
         (["check", "--torch", "2.11.0", "-r", "/dev/zero"],
