@@ -15,7 +15,7 @@ from typing import Any
 
 from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.files import File
+from pyinfra.facts.files import Directory, File
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
@@ -109,6 +109,9 @@ def deploy_llamacpp() -> None:
     # guest, the model checks below run after the download instead.
     state = model_ops.probe(planned) if planned else "complete"
     if routed is None and planned is None and not host.get_fact(File, path=s.model):
+        if host.get_fact(Directory, path=s.model):
+            raise KEYS.fail("model", f"{s.model} is a directory on {host.name}, not a GGUF file; name the .gguf file "
+                            "in it (nothing was changed)")
         raise KEYS.fail("model", f"{s.model} does not exist on {host.name}; copy the GGUF there first (nothing was "
                         "changed)")
     if routed is None and state == "complete" and not host.get_fact(ReadableBy, path=s.model, user=s.user):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 import shlex
 import tomllib
@@ -67,10 +68,18 @@ VERBOSITY_OPTIONS = ("-lv", "--verbosity", "--log-verbosity")
 
 
 def guest_path(value: Any) -> str:
-    text = str(value)
-    if not PurePosixPath(text).is_absolute():
-        raise ValueError(f"{text!r} must be an absolute path on the guest")
-    return text
+    """An absolute path on the guest, one spelling of it: no '..' part, no control character, no space at either end
+    (sweep at 2b91fd1: 'm.gguf ' was reported as missing with the space invisible; '/x/../x/m.gguf' went into the
+    unit as written)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a path")
+    if value != value.strip() or any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise ValueError(f"{value!r} has a space at an end or a control character; give the path alone")
+    if not PurePosixPath(value).is_absolute():
+        raise ValueError(f"{value!r} must be an absolute path on the guest")
+    if ".." in value.split("/"):
+        raise ValueError(f"{value!r} holds a '..' part; give the file's own path")
+    return "/" + posixpath.normpath(value).lstrip("/")
 
 
 def flash_attn_mode(value: Any) -> str:
