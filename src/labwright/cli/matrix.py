@@ -350,6 +350,12 @@ def show(
         given = [name for name, value in (("--component", component), ("--torch", torch), ("--python", python))
                  if value]
         raise BadInput(f"--stack {stack} with {', '.join(given)}: show one stack, or one component's wheels, not both")
+    filters = [name for name, value in (("--torch", torch), ("--python", python),
+                                        ("--platform", None if platform == "linux_x86_64" else platform)) if value]
+    if filters and not component and not stack:
+        # the summary has nothing to filter: an option that would do nothing is refused, not ignored (sweep at
+        # 2b91fd1: `matrix show --torch x` printed the summary and never read x)
+        raise BadInput(f"{', '.join(filters)} filter one component's wheels: add --component NAME (e.g. flash_attn)")
     matrix = load_matrix()
     if stack:
         named = get_stack(stack, matrix)

@@ -82,6 +82,9 @@ def test_resolve_human_output_is_a_table(cli_env):
         (["show", "--stack", "A", "--component", "torch"], "labwright: error: --stack A with --component: show one"),
         (["show", "--component", "flash_attn", "--limit", "-1"], "labwright: error: --limit -1: give a number"),
         (["show", "--component", "xformers"], "labwright: error: --component 'xformers' is unknown"),
+        (["show", "--torch", "x"], "labwright: error: --torch filter one component's wheels: add --component"),
+        (["show", "--python", "abc", "--platform", "nosuch"],
+         "labwright: error: --python, --platform filter one component's wheels"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(cli_env, args, message):
