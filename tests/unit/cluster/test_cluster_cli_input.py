@@ -22,7 +22,7 @@ def inventory(tmp_path, monkeypatch):
     (["doctor", "-i", "INV", "--prevent", "pve2", "--last-version", str(2**64)], "not a corosync config_version"),
     (["rejoin", "pve1", "--lead", "a b", "-i", "INV"], "--lead 'a b': not an IP address or host name"),
     (["rejoin", "pve1", "--lead", "@lxd/$(id)", "-i", "INV"], "--lead '@lxd/$(id)': not an IP address"),
-    (["rejoin", "pve1", "--lead", "", "-i", "INV"], "--lead '': not an IP address"),
+    (["rejoin", "pve1", "--lead", "", "-i", "INV"], "--lead '': empty; give a value, or leave the option out"),
     (["rejoin", "pve1", "--lead", "n" * 300, "-i", "INV"], "not an IP address or host name"),
     (["rejoin", "pve1", "--lead", "10.1.2.300", "-i", "INV"], "--lead '10.1.2.300': not an IP address"),
 ])

@@ -116,7 +116,7 @@ def test_bad_ranges(lo, hi, page, words):
     (["--engine", "llamacpp", "--page", "-256"], "--page -256"),
     (["--engine", "llamacpp", "--service", "../../etc/passwd"], "--service '../../etc/passwd' is not a systemd "
                                                                  "service name"),
-    (["--engine", "llamacpp", "--service", ""], "--service '' is not a systemd service name"),
+    (["--engine", "llamacpp", "--service", ""], "--service '': empty; give a value, or leave the option out"),
     (["--engine", "tabbyapi", "--config-path", "config.yml"], "--config-path config.yml: give the absolute path"),
 ])
 def test_bad_input_is_one_line_exit_2_before_any_guest_is_reached(capsys, args, words):
