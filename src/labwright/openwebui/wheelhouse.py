@@ -38,17 +38,18 @@ def plan(version: str, python: str, root: Path | None = None, torch_find_links: 
 def wheelhouse(version: str, python: str, root: Path | None = None, torch_find_links: str = "") -> Path:
     """The cached wheelhouse for ``open-webui==version`` on CPython ``python`` (e.g. 3.11.2), built if missing."""
     requirements, target = plan(version, python, root, torch_find_links)
-    previous = os.environ.get("PIP_FIND_LINKS")
+    # Only the CPU torch page counts, never the machine's own PIP_FIND_LINKS: a local directory of wheels publishes
+    # no sha256, so the hashed lock cannot pin what pip would take from it (this machine's PIP_FIND_LINKS=/opt/wheels
+    # holds torch-2.13.0+cpu: the lock refused it and every Open WebUI test errored at setup, 2026-11-28).
+    previous = os.environ.pop("PIP_FIND_LINKS", None)
     if torch_find_links:
-        os.environ["PIP_FIND_LINKS"] = " ".join(filter(None, [previous, torch_find_links]))
+        os.environ["PIP_FIND_LINKS"] = torch_find_links
     try:
         return download_wheelhouse(requirements, python, target)
     finally:
-        if torch_find_links:
-            if previous is None:
-                os.environ.pop("PIP_FIND_LINKS", None)
-            else:
-                os.environ["PIP_FIND_LINKS"] = previous
+        os.environ.pop("PIP_FIND_LINKS", None)
+        if previous is not None:
+            os.environ["PIP_FIND_LINKS"] = previous
 
 
 def main(argv: list[str] | None = None) -> int:
