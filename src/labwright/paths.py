@@ -28,12 +28,13 @@ def _root(variable: str, fallback: str) -> Path:
     a kernel filesystem is one line naming the variable (sweep at 2b91fd1: XDG_CACHE_HOME=/proc/nope was a
     FileNotFoundError traceback in the llama.cpp deploy, XDG_CACHE_HOME=relative/cache resolved against the cwd)."""
     from labwright.errors import BadInput
+    from labwright.schema.checks import control_character
 
     value = os.environ.get(variable) or ""
     if not value or (variable.startswith("XDG_") and not os.path.isabs(value)):
         return Path(os.path.expanduser(fallback))
     fix = f"set {variable} to a directory you can write, or unset it"
-    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+    if control_character(value):
         raise BadInput(f"{variable}={value[:60]!r} holds a control character; {fix}")
     path = Path(os.path.expanduser(value))
     if not path.is_absolute():

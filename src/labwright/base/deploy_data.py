@@ -23,7 +23,7 @@ from labwright import paths
 from labwright.deploy_data import jinja
 from labwright.lab.keys import lab_key_path
 from labwright.schema import checks
-from labwright.schema.checks import service_user
+from labwright.schema.checks import control_character, service_user
 from labwright.shell import quote
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def extra_sshd_lines(found: Any) -> list[str]:
     if lines is None or not all(isinstance(line, str) for line in lines):
         raise ValueError("must be a list of sshd_config lines")
     for line in lines:
-        if any((ord(char) < 32 and char != "\t") or ord(char) == 127 for char in line):
+        if control_character(line.replace("\t", " ")):   # a tab separates keyword and value in sshd_config
             raise ValueError(f"{line[:60]!r} holds a line break or control character; give one sshd_config line "
                              "per item")
         # sshd_config.d is included at the top of Debian's sshd_config: a Match block here would swallow every

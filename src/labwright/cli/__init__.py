@@ -8,7 +8,6 @@ with where it happened (LABWRIGHT_DEBUG=1 prints the traceback as well).
 
 from __future__ import annotations
 
-import re
 import signal
 import sys
 
@@ -88,9 +87,6 @@ def _load_group(name: str) -> Any:
     return _no_empty_paths(typer.main.get_group(holder).commands[name])
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def _no_empty_paths(command: Any) -> Any:
     """Every text or path parameter of ``command`` (and of its subcommands) is one line of something, where it
     enters: ``''`` is refused naming the parameter (typer makes an empty path ``Path('.')``, the current directory;
@@ -113,6 +109,8 @@ def _no_empty_paths(command: Any) -> Any:
 
         def process_value(ctx: Any, value: Any, _inner: Any = param.process_value, _name: str = name,
                           _path: bool = is_path, _key: str | None = param.name) -> Any:
+            from labwright.schema.checks import control_character
+
             # what the user typed (or exported), never a default: by name, as typer vendors its own click
             given = getattr(ctx.get_parameter_source(_key), "name", "") in ("COMMANDLINE", "ENVIRONMENT")
             for item in (value if isinstance(value, list | tuple) else [value]) if given else ():
@@ -122,10 +120,9 @@ def _no_empty_paths(command: Any) -> Any:
                     what = "an empty path; give a file or directory" if _path else \
                         "empty; give a value, or leave the option out"
                     raise BadInput(f"{_name} {item!r}: {what}")
-                found = _CONTROL.search(item)
+                found = control_character(item)
                 if found:
-                    raise BadInput(f"{_name} {item[:60]!r} holds the control character {found.group()!r}; give "
-                                   "one line")
+                    raise BadInput(f"{_name} {item[:60]!r} holds the control character {found!r}; give one line")
             return _inner(ctx, value)
 
         param.process_value = process_value

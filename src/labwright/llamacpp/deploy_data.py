@@ -61,7 +61,6 @@ OWN_OPTIONS = ("-m", "--model", "-a", "--alias", "--port", "--host", "-c", "--ct
                "-fa", "--flash-attn", "--metrics", "--jinja")
 #: llama.cpp keeps n_ctx, n_batch, n_ubatch and n_parallel in int32 (common/common.h common_params)
 INT32 = 2**31 - 1
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 VERBOSITY_OPTIONS = ("-lv", "--verbosity", "--log-verbosity")
 
 
@@ -73,7 +72,7 @@ def guest_path(value: Any) -> str:
     unit as written)."""
     if not isinstance(value, str):
         raise ValueError(f"{value!r} is not a path")
-    if value != value.strip() or any(ord(char) < 32 or ord(char) == 127 for char in value):
+    if value != value.strip() or checks.control_character(value):
         raise ValueError(f"{value!r} has a space at an end or a control character; give the path alone")
     if not PurePosixPath(value).is_absolute():
         raise ValueError(f"{value!r} must be an absolute path on the guest")
@@ -580,7 +579,7 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
     if not all(isinstance(word, str) for word in extra):
         raise fail("extra_args", "must be a list of command-line words")
     for word in extra:
-        if _CONTROL.search(word):
+        if checks.control_character(word):
             raise fail("extra_args", f"{word[:60]!r} holds a control character; give one word per item")
         if word.split("=", 1)[0] in OWN_OPTIONS:
             raise fail("extra_args", f"{word.split('=', 1)[0]} is set by the deploy's own keys (llamacpp_port, "

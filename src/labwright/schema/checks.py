@@ -46,6 +46,13 @@ MAX_DURATION = 366 * 86400
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+def control_character(text: str) -> str | None:
+    """The first control character in ``text`` (C0, DEL or C1), or None: the one definition every check of "one
+    line of text" uses."""
+    found = _CONTROL.search(text)
+    return found.group() if found else None
+
+
 def _show(value: Any) -> str:
     """``value`` as the message shows it: its repr, cut to 80 characters (a message stays one readable line)."""
     text = repr(value)
