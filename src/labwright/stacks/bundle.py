@@ -36,12 +36,27 @@ MODULES = (
     "__init__.py", "atomic.py", "errors.py", "paths.py", "guestlock.py", "ui.py", "shell.py",
     "textio.py",  # every JSON the target reads back (state, manifests, tool answers) parses through it
     "schema/__init__.py", "schema/env.py",  # ui reads its progress variables through schema.env
+    "schema/checks.py",  # paths checks the cache root's value with checks.control_character
     "agent/__init__.py", "agent/service.py",
     "matrix/__init__.py", "matrix/abi.py", "matrix/abi_cache.py", "matrix/abi_env.py", "matrix/abi_import.py",
     "matrix/demangle.py", "matrix/elfsyms.py",
     "stacks/__init__.py", "stacks/plan.py", "stacks/layout.py", "stacks/fetch.py", "stacks/build.py",
     "stacks/service.py", "stacks/switch.py", "stacks/show.py", "stacks/remote.py",
 )
+# labwright imports inside bundled modules that only the controller's side of them reaches (a function the target
+# never calls); every other labwright import a bundled module makes, at any depth, must be bundled: the unit test
+# walks their imports (CI at 6d041d3: paths started importing schema.checks, and every stack switch in a guest died
+# with ModuleNotFoundError).
+CONTROLLER_ONLY = {
+    "labwright.hosts": "guestlock's annotations (TYPE_CHECKING)",
+    "labwright.hosts.agent": "guestlock's controller side (guest_command, _call)",
+    "labwright.hosts.connector": "guestlock's controller side (_pyinfra_host)",
+    "labwright.schema.fields": "schema.env's url kind: the progress variables the target reads are no URLs",
+    "labwright.tuning.units": "schema.checks' size check: deploy data, read on the controller",
+    "pyinfra": "guestlock's controller side (the current host's name)",
+    "rich": "ui's tables and consoles: the target's ui writes plain lines",
+    "yaml": "textio's YAML readers: the target reads JSON only",
+}
 THIRD_PARTY = ("elftools", "packaging")
 OPTIONAL = ("pip",)  # without pip on the controller the target needs uv (or pip) of its own
 MAIN = "import sys\n\nfrom labwright.stacks.remote import main\n\nsys.exit(main())\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import subprocess
 import sys
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from labwright.stacks.bundle import MODULES, build_bundle
+import labwright
+from labwright.stacks.bundle import CONTROLLER_ONLY, MODULES, OPTIONAL, THIRD_PARTY, build_bundle
 
 
 def bare(*args: str) -> subprocess.CompletedProcess[str]:
@@ -51,6 +53,42 @@ def test_a_target_of_another_python_compiles_the_sources_instead(tmp_path, cache
     assert show.returncode == 0 and "(absent)" in show.stdout, show.stderr
     pip = bare(str(foreign), "pip", "--version")
     assert pip.returncode == 0 and pip.stdout.startswith("pip "), pip.stderr
+
+
+def _imports(source: str) -> list[tuple[int, str]]:
+    """Every absolute module name an import statement names, at any depth (a function's own imports included: the
+    target reaches them only when it calls that function, which an import test never does)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def test_every_import_a_bundled_module_makes_is_bundled_or_declared_controller_only():
+    """The class behind CI at 6d041d3 (paths imported schema.checks inside a function; the bundle lacked it and every
+    stack switch in a guest died with ModuleNotFoundError): any labwright module a bundled one imports is bundled
+    too, unless bundle.CONTROLLER_ONLY names it with the reason; third-party imports are bundled packages, the
+    standard library, or controller-only (pyinfra)."""
+    package = Path(labwright.__file__).parent
+    bundled = {f"labwright.{m[:-3].replace('/', '.')}".removesuffix(".__init__") for m in MODULES}
+    carried = {*THIRD_PARTY, *OPTIONAL}
+    missing = []
+    for module in MODULES:
+        for line, name in _imports((package / module).read_text()):
+            top = name.split(".")[0]
+            if top == "labwright":
+                path = package.joinpath(*name.split(".")[1:])
+                is_module = path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+                if is_module and name not in bundled and name not in CONTROLLER_ONLY:
+                    missing.append(f"{module}:{line} imports {name}")
+            elif top not in sys.stdlib_module_names and top not in carried and top not in CONTROLLER_ONLY:
+                missing.append(f"{module}:{line} imports {name} (third party, not carried)")
+    assert not missing, "add to bundle.MODULES (or CONTROLLER_ONLY, with the reason): " + "; ".join(missing)
+    assert not bundled & set(CONTROLLER_ONLY), "a bundled module cannot be controller-only"
 
 
 def test_every_target_module_imports_from_the_bundle_alone(cache):
