@@ -14,6 +14,7 @@ code that runs without rich (the stack bundle on a guest) can use it as well.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -361,15 +362,16 @@ def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], 
                     watchdog.daemon = True
                     watchdog.start()
                 assert proc.stdout is not None
-                for line in proc.stdout:
-                    if handle is not None:
-                        handle.write(line)
-                    line = line.rstrip("\n")
-                    tail.append(line)
-                    detail = parse(line) if parse is not None else None
-                    if detail:
-                        step.update(detail)
-                code = proc.wait()
+                with _stopped_on_terminate(proc):
+                    for line in proc.stdout:
+                        if handle is not None:
+                            handle.write(line)
+                        line = line.rstrip("\n")
+                        tail.append(line)
+                        detail = parse(line) if parse is not None else None
+                        if detail:
+                            step.update(detail)
+                    code = proc.wait()
             except BaseException:
                 _stop_group(proc)
                 raise
@@ -393,6 +395,42 @@ def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], 
         if handle is not None:
             handle.close()
     return list(tail)
+
+
+_in_flight: set[int] = set()  # the process groups of the steps now running (run_with_progress)
+
+
+@contextmanager
+def _stopped_on_terminate(proc: subprocess.Popen[str]) -> Iterator[None]:
+    """SIGTERM (a timeout, systemd, ``kill``) stops the tool's process group before the process ends. Python's
+    default for SIGTERM ends the process at once, and the tool, started in a session of its own, went on alone (a
+    cmake build orphaned for minutes, sweep at 6d041d3). The handler kills the groups in flight itself, then ends the
+    process as the default would (exit by SIGTERM): no exception has to find its way out of pyinfra's greenlets.
+    Only where SIGTERM has its default handler (or this one), and only where a handler can be set (the main thread)."""
+    import signal
+
+    def terminate(signum: int, frame: object) -> None:
+        for group in list(_in_flight):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    current = signal.getsignal(signal.SIGTERM)
+    ours = current == signal.SIG_DFL or getattr(current, "__name__", "") == "terminate"
+    try:
+        if ours:
+            signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread
+        ours = False
+    _in_flight.add(proc.pid)
+    try:
+        yield
+    finally:
+        _in_flight.discard(proc.pid)
+        if ours and not _in_flight:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:

@@ -302,6 +302,29 @@ def test_a_model_the_service_user_cannot_read_is_refused(lab, deployed):
         sh(lab, deployed.name, f"chmod 644 {MODEL}")
 
 
+def test_with_no_build_yet_the_host_is_checked_before_a_build_and_dry_builds_nothing(lab, deployed, tmp_path):
+    """No llama-server built on this machine yet (an empty cache): a model missing on the guest is refused before the
+    first build starts (sweep at 6d041d3: the run built for 6 minutes, then said the model was missing), and a
+    ``--dry`` run with good data says the build is due and builds nothing. The run's own timeout (2 min, the build
+    takes ~6) is what a build started too early would run into."""
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    env = {"LABWRIGHT_CACHE": str(cache)}
+    pid_before = main_pid(lab, deployed.name)
+    missing = run_pyinfra(f"@lxd/{deployed.name}", "deploys/llamacpp.py", "llamacpp_model=/srv/models/absent.gguf",
+                          cwd=REPO, timeout=120, env=env)
+    assert missing.rc != 0, missing.output[-3000:]
+    lines = [line for line in missing.output.splitlines() if "llamacpp_model: " in line]
+    assert len(lines) == 1 and "/srv/models/absent.gguf does not exist" in lines[0], missing.output[-3000:]
+    assert "building" not in missing.output and "no llama-server built yet" not in missing.output
+    dry = run_pyinfra(f"@lxd/{deployed.name}", "deploys/llamacpp.py", f"llamacpp_model={MODEL}", cwd=REPO,
+                      timeout=120, env=env, args=("--dry",))
+    assert dry.rc == 0, dry.output[-3000:]
+    assert "--dry: no llama-server is built on this machine yet" in dry.output, dry.output[-3000:]
+    assert not (cache / "llama").exists() or not any((cache / "llama").rglob("llama-server")), "--dry built"
+    assert main_pid(lab, deployed.name) == pid_before
+
+
 def test_a_binary_needing_a_newer_glibc_is_refused_before_anything_is_installed(lab, deployed, tmp_path):
     """A llama-server built against a newer glibc than the guest's (the Debian 13 controller's build on this Debian 12
     guest: ``GLIBC_2.38' not found``, then a 120 s health wait) is refused in one line, nothing pushed or restarted;

@@ -350,3 +350,46 @@ def test_an_interrupted_step_stops_the_tool_and_what_it_started(tmp_path):
         return state in ("Z", "X")  # killed, waiting for its new parent to reap it
 
     wait_for(f"the grandchild {seen[0]} to be killed with the step", gone, timeout=60)
+
+
+@pytest.mark.parametrize("runner", ["python", "pyinfra"])
+def test_sigterm_during_a_step_stops_the_tool_and_what_it_started(tmp_path, runner):
+    """SIGTERM (a timeout, systemd, kill) to labwright or to a pyinfra run in the middle of a build: Python's default
+    ended the process at once and the tool, in a session of its own, went on compiling alone (sweep at 6d041d3).
+    Both runners for real: a plain Python process, and pyinfra's CLI (gevent; the deploy prepares in a greenlet that
+    is not the main thread)."""
+    pidfile = tmp_path / "pids"
+    step = (f"from labwright.ui import run_with_progress\n"
+            f"run_with_progress(['sh', '-c', 'sleep 600 & echo $$ $! > {pidfile}; wait'], 'build demo')\n")
+    if runner == "python":
+        argv = [sys.executable, "-c", step]
+    else:
+        deploy = tmp_path / "deploy.py"
+        deploy.write_text(step)
+        argv = [str(Path(sys.executable).with_name("pyinfra")), "-y", "@local", str(deploy)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        wait_for("the step's tool to start", lambda: pidfile.is_file() and len(pidfile.read_text().split()) == 2,
+                 timeout=120)
+        proc.terminate()
+        assert proc.wait(timeout=60) == -15, proc.stderr.read() if proc.stderr else ""  # ended as SIGTERM ends it
+    finally:
+        proc.kill()
+        proc.wait()
+
+    def gone(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        return state in ("Z", "X")
+
+    for pid in map(int, pidfile.read_text().split()):  # the tool (sh) and what it started (sleep)
+        wait_for(f"{pid} to be killed with the step", lambda pid=pid: gone(pid), timeout=60)
+
+
+def test_after_a_step_sigterm_has_its_default_handler_again():
+    import signal
+
+    ui.run_with_progress([sys.executable, "-c", "print('done')"], "short step", stream=io.StringIO())
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

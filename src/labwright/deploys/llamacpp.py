@@ -22,7 +22,7 @@ from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import FALSE, TRUE
 from labwright.deploys import model as model_ops
-from labwright.deploys.common import install_missing, port_taken_by
+from labwright.deploys.common import dry_run, install_missing, port_taken_by
 from labwright.engine_keys import gateway_only, key_file_refusal
 from labwright.errors import BadInput, LabwrightError
 from labwright.facts.dri import DriRenderNodes
@@ -93,17 +93,10 @@ def deploy_llamacpp() -> None:
     gpus = host.get_fact(NvidiaGpus)
     try:
         s = settings_from(data, gpus, gateway_only=alone)
-    except HostBuildMissing:  # every other check passed: the first CPU build, made where the guest can run it
-        s = settings_from(data, gpus, gateway_only=alone, release=first_build())
-    # every file pushed (CPU, CUDA, Vulkan, a given binary, the libraries beside it) needs the glibc its ELF names:
-    # one built on a newer Debian than the guest's would not start there; refused here, before anything is installed
-    # This machine's CPU build needing a newer glibc than the guest's (a Debian 13 controller, a Debian 12 guest) is
-    # built for the guest's release instead, in that release's build box of the lab (labwright.llamacpp.buildbox)
-    needed = glibc_needed(s.files)
-    guest_glibc = host.get_fact(GlibcVersion) if needed else None
-    too_old = glibc_refusal(s.build, needed, guest_glibc, host.name) if needed else None
-    if too_old:
-        s = for_guest_release(s, data, needed, guest_glibc, too_old)
+        build_pending = False
+    except HostBuildMissing:  # every other check passed: the first CPU build is made once the host's checks pass
+        s = settings_from(data, gpus, gateway_only=alone, pending=True)
+        build_pending = True
     # A model named with deploys/model.py's keys is downloaded first (verified, resumable, into the shared cache);
     # a repo, revision or file the Hub does not have stops the run here with one line. Until it is complete on the
     # guest, the model checks below run after the download instead.
@@ -143,6 +136,29 @@ def deploy_llamacpp() -> None:
     dri = host.get_fact(DriRenderNodes)
     ollama_env = ollama_environment(data, vulkan=bool(dri["render_nodes"])) if apply_ollama else {}
     ollama_groups = vulkan_ops.render_groups(dri)[0] if dri["render_nodes"] else []
+
+    # --- the build: this machine's first CPU build, made where the guest can run it, only now that every check
+    # of the data and the host passed (sweep at 6d041d3: a --dry run with a missing model built for 6 minutes and
+    # only then said the model was missing); a --dry run builds nothing and says so ---------------------------
+    if build_pending:
+        if dry_run():
+            logger.info(f"{host.print_prefix}--dry: no llama-server is built on this machine yet; a real run builds "
+                        f"the {s.build.describe()} first (~6 min on 2 cores, once), then installs it: the steps after "
+                        "it are not planned here")
+            return
+        s = settings_from(data, gpus, gateway_only=alone, release=first_build())
+    # every file pushed (CPU, CUDA, Vulkan, a given binary, the libraries beside it) needs the glibc its ELF names:
+    # one built on a newer Debian than the guest's would not start there; refused here, before anything is installed
+    # This machine's CPU build needing a newer glibc than the guest's (a Debian 13 controller, a Debian 12 guest) is
+    # built for the guest's release instead, in that release's build box of the lab (labwright.llamacpp.buildbox)
+    needed = glibc_needed(s.files)
+    guest_glibc = host.get_fact(GlibcVersion) if needed else None
+    too_old = glibc_refusal(s.build, needed, guest_glibc, host.name) if needed else None
+    if too_old:
+        fitting = for_guest_release(s, data, needed, guest_glibc, too_old)
+        if fitting is None:  # --dry, and the build for the guest's release is not made yet
+            return
+        s = fitting
 
     # --- the model first, when named by deploys/model.py's keys -------------------------------------
     download = model_ops.download(planned, state) if planned else None
@@ -249,13 +265,18 @@ def first_build() -> str:
     return ""
 
 
-def release_build(codename: str, choice: BuildChoice, guest_glibc: str | None, refusal: str | None = None) -> None:
+def release_build(codename: str, choice: BuildChoice, guest_glibc: str | None, refusal: str | None = None) -> bool:
     """The CPU build for Debian ``codename``, made in that release's build box on the guest's own lab daemon unless
-    cached. ``refusal``: the line to give where no lab daemon is there (default: the command that builds it)."""
+    cached. ``refusal``: the line to give where no lab daemon is there (default: the command that builds it).
+    False: a --dry run, which builds nothing (said in one line)."""
     if (buildbox.release_cache_dir(codename) / "manifest.json").is_file():
-        return
+        return True
     wanted = replace(choice, release=codename)
     daemon = lab_daemon()
+    if daemon is not None and dry_run():
+        logger.info(f"{host.print_prefix}--dry: the {wanted.describe()} is not built yet; a real run builds it in "
+                    f"the lab's build box first (once), then installs it: the steps after it are not planned here")
+        return False
     if daemon is None:
         raise DeployError(refusal or f"llamacpp_build: {choice.kind}: the {wanted.describe()} is not built yet and "
                           f"{host.name} is not a guest of a lab daemon here; build it with `labwright build llamacpp "
@@ -269,10 +290,11 @@ def release_build(codename: str, choice: BuildChoice, guest_glibc: str | None, r
         raise DeployError(f"llamacpp_build: {choice.kind}: the {wanted.describe()} for {host.name} (its glibc "
                           f"{guest_glibc or 'unknown'} is older than this machine's build needs): {exc} (nothing was "
                           "changed)") from None
+    return True
 
 
 def for_guest_release(s: LlamacppSettings, data: dict[str, Any], needed: tuple[tuple[int, int], str] | None,
-                      guest_glibc: str | None, refusal: str) -> LlamacppSettings:
+                      guest_glibc: str | None, refusal: str) -> LlamacppSettings | None:
     """``s`` with the build made for the guest's Debian release (deploy_data.release_build_for: only where this
     machine's would not start there), from the cache or built now in that release's build box on the guest's own
     daemon; its files checked against the guest's glibc again (the last guard). ``refusal`` (glibc_refusal's line)
@@ -283,8 +305,9 @@ def for_guest_release(s: LlamacppSettings, data: dict[str, Any], needed: tuple[t
     choice = replace(s.build, release=codename)
     logger.info(f"{host.print_prefix}this machine's llama-server ({s.build.describe()}) needs a newer glibc than "
                 f"{guest_glibc or 'the guest has'}: the {choice.describe()} is pushed instead")
-    release_build(codename, s.build, guest_glibc,
-                  glibc_refusal(s.build, needed, guest_glibc, host.name, release=codename) or refusal)
+    if not release_build(codename, s.build, guest_glibc,
+                         glibc_refusal(s.build, needed, guest_glibc, host.name, release=codename) or refusal):
+        return None
     files = server_files(choice, data, s.binary)
     last = glibc_refusal(choice, glibc_needed(files), guest_glibc, host.name)
     if last:

@@ -556,11 +556,13 @@ def data_keys() -> set[str]:
 
 
 def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = None,
-                  gateway_only: bool = False, release: str = "") -> LlamacppSettings:
+                  gateway_only: bool = False, release: str = "", pending: bool = False) -> LlamacppSettings:
     """Read and check the host data (names, paths, flags, extra args, the local build for the host's GPUs: the
     NvidiaGpus fact, None for none), in the deploy's order. ``gateway_only``: only the gateway on this guest uses
     the engine (labwright.engine_keys.gateway_only), so ``host = "auto"`` is 127.0.0.1; else 0.0.0.0.
-    ``release``: the CPU build is the one made in that Debian release's build box (first_build_for)."""
+    ``release``: the CPU build is the one made in that Debian release's build box (first_build_for). ``pending``:
+    this machine's first CPU build is still to be made (HostBuildMissing): everything else is checked, with no files
+    yet, so the deploy can ask the host its questions before it spends minutes on a build."""
     refuse_unknown_keys(data, "llamacpp", data_keys(), "templates/llamacpp/defaults.toml")
     keys = KEYS.over(data)
     fail, get = keys.fail, keys.get
@@ -603,7 +605,12 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
     if typed["vulkan_device"] != "auto" and choice.kind != "vulkan":
         raise fail("vulkan_device", f"{typed['vulkan_device']}: only the Vulkan build reads it; set "
                    "llamacpp_build=vulkan, or drop llamacpp_vulkan_device")
-    files = server_files(choice, data, binary)
+    try:
+        files = server_files(choice, data, binary)
+    except HostBuildMissing:
+        if not pending:
+            raise
+        files = [ServerFile("", binary, "")]
     if choice.kind == "vulkan":  # the loader and Mesa's drivers (radv, anv, lavapipe) beside OpenMP's runtime
         packages = [*packages, *(p for p in vulkan_build.RUNTIME_PACKAGES if p not in packages)]
         # The pinned llama-server logs its Vulkan device ("using device Vulkan0 (...)") and "offloaded N/M layers"
