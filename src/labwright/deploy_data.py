@@ -285,6 +285,62 @@ def refuse_unknown_keys(data: Mapping[str, Any], prefix: str, known: Iterable[st
         raise DeployError(str(error))
 
 
+def _spelling(key: str) -> str:
+    return key.lower().replace("-", "").replace("_", "")
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """``a`` is ``b`` with one letter added, dropped, changed, or two neighbours swapped (Damerau distance 1)."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]]
+                                  and a[diff[1]] == b[diff[0]])
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+
+
+def misspelt_key(key: str, known: Iterable[str]) -> str | None:
+    """The key of ``known`` that ``key`` misspells, else None: the same letters cased or separated otherwise
+    (``time_zone``, ``Admin-User``), or, for keys of 5 letters or more, one letter added, dropped, changed or two
+    swapped (``admin_usr``, ``stack_rolback``). The plural of a one-word key (``services``) is taken as a name of
+    the user's own, not a typo."""
+    if not isinstance(key, str):
+        return None
+    for name in known:
+        if key == name:
+            return None
+    for name in sorted(known):
+        if _spelling(key) == _spelling(name):
+            return name
+        plural = key == f"{name}s" and "_" not in name
+        if len(name) >= 5 and not plural and _one_edit(key, name):
+            return name
+    return None
+
+
+def misspelt_key_error(data: Mapping[str, Any], known: Iterable[str], where: str) -> BadInput | None:
+    """For a deploy whose keys carry no prefix (base: ``timezone``, stack: ``venv``, cluster rejoin: ``lead``), where
+    the host's other data cannot be told apart from an unknown key: the first key that misspells one of ``known``
+    (:func:`misspelt_key`), as one line; None when there is none. A misspelt key was silently ignored and its
+    default used (sweep at 2b91fd1: ``admin_usr=ops`` made the admin ``labadmin``)."""
+    names = sorted(set(known))
+    for key in sorted(str(k) for k in data):
+        near = misspelt_key(key, names)
+        if near is not None:
+            return BadInput(f"{key}: unknown data key for this deploy (did you mean {near}?); fix or remove it "
+                            f"(nothing was changed; its keys are listed in {where})")
+    return None
+
+
+def refuse_misspelt_keys(data: Mapping[str, Any], known: Iterable[str], where: str) -> None:
+    """Raise :func:`misspelt_key_error`'s line as a DeployError (pyinfra prints it without a traceback)."""
+    error = misspelt_key_error(data, known, where)
+    if error is not None:
+        raise DeployError(str(error))
+
+
 #: The ports the services of one host listen on (``openwebui_litellm_port`` is the gateway it calls: not one).
 PORT_KEYS = ("llamacpp_port", "tabbyapi_port", "litellm_port", "openwebui_port", "openwebui_pipelines_port",
              "kokoro_port", "vllm_port")

@@ -226,8 +226,10 @@ class BaseSettings:
 
 def settings_from(data: Mapping[str, Any]) -> BaseSettings:
     """Read and check the host data, in the deploy's order (the first bad key is the one reported)."""
+    from labwright.deploy_data import refuse_misspelt_keys
     from labwright.schema.model import parse
 
+    refuse_misspelt_keys(data, DEFAULTS, "docs/base.md")
     c = parse(data_schema(), {key: value(data, key) for key in DEFAULTS}, error=DeployError).model_dump()
     admin_keys = public_key_lines(data)
     return BaseSettings(c["admin_user"], admin_keys, c["timezone"], c["locale"], c["unattended_upgrades"],

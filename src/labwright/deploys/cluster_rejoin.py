@@ -12,6 +12,7 @@ from pyinfra.operations import python
 
 from labwright.cluster.doctor import HEALTHY, doctor, load_cluster
 from labwright.cluster.rejoin import check, plan_steps, rejoin
+from labwright.deploy_data import refuse_misspelt_keys
 from labwright.errors import LabwrightError
 from labwright.schema.checks import host_problem
 from labwright.ui import Reporter
@@ -20,6 +21,7 @@ from labwright.ui import Reporter
 @deploy("Cluster rejoin")
 def deploy_cluster_rejoin() -> None:
     """Cluster rejoin: a corosync node with a stale config rejoins through a quorate lead."""
+    refuse_misspelt_keys(host.data.dict(), ("cluster_inventory", "node", "lead"), "docs/cluster.md")
     inventory = host.data.get("cluster_inventory")
     node = host.data.get("node")
     lead = host.data.get("lead")

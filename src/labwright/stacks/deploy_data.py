@@ -2,7 +2,8 @@
 (``host.data.dict()``): one line naming a bad key, before anything is contacted.
 
 The stack deploy's keys carry no prefix (``venv``, ``stack``, ``keep``...; docs/stacks.md), so the host's other data
-(``ssh_*``, other deploys' keys) is not refused as unknown here: only the keys of the schema are read and typed.
+(``ssh_*``, other deploys' keys) is not refused as unknown here: only the keys of the schema are read and typed, and a
+key that misspells one of them (``stack_rolback``) is refused (labwright.deploy_data.misspelt_key).
 """
 
 from __future__ import annotations
@@ -94,8 +95,11 @@ def settings(data: Mapping[str, Any]) -> Any:
     DeployError, one line naming the key; ``stacks_root`` inside ``venv`` (replaced by a link to the stack) too."""
     from labwright.schema.model import parse
 
+    from labwright.deploy_data import refuse_misspelt_keys
+
     model = data_schema()
     keys = [field.alias or name for name, field in model.model_fields.items()]
+    refuse_misspelt_keys(data, keys, "docs/stacks.md")
     typed: Any = parse(model, {key: data[key] for key in keys if data.get(key) is not None}, error=DeployError)
     venv, root = typed.venv, typed.stacks_root
     if venv and (root.startswith(venv.rstrip("/") + "/") or root == venv):

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from pyinfra.api.exceptions import DeployError
 
 from labwright.deploy_data import unknown_key_error
@@ -64,6 +66,9 @@ def test_no_near_key_points_at_the_list() -> None:
     ("deploys/desktop.py", "desktop_usr=alice", "desktop_user"),
     ("deploys/tabbyapi.py", "tabbyapi_cache_sise=65536", "tabbyapi_cache_size"),
     ("deploys/guest.py", "guests_inventry=inventories/lab.py", "guests_inventory"),
+    ("deploys/base.py", "admin_usr=ops", "admin_user"),
+    ("deploys/stack.py", "stack_rolback=true", "stack_rollback"),
+    ("deploys/cluster_rejoin.py", "cluster_inventroy=inventories/cluster.py", "cluster_inventory"),
 ])
 def test_pyinfra_run_refuses_before_anything(deploy: str, typo: str, nearest: str, tmp_path: Path) -> None:
     """Through pyinfra itself (`--dry @local`): one line, no traceback, refused while pyinfra prepares."""
@@ -113,3 +118,77 @@ def test_bad_lock_settings_are_one_line_before_anything(item: str) -> None:
     shown = value if value.lstrip("-").isdigit() else repr(value)   # pyinfra's --data makes -1 an int
     assert result.returncode != 0 and f"{key}: {shown} is not a number of seconds (0 or more)" in output, output
     assert "Traceback" not in output
+
+
+# --- deploys whose keys carry no prefix: a misspelt key is refused, the host's other data is left alone ----------
+
+def _unprefixed_deploys() -> dict[str, tuple[list[str], object]]:
+    """Each unprefixed deploy's keys and the function that reads its data (raising on a misspelt key)."""
+    from labwright.base.deploy_data import DEFAULTS as BASE
+    from labwright.base.deploy_data import settings_from as base_settings
+    from labwright.deploy_data import refuse_misspelt_keys
+    from labwright.stacks.deploy_data import data_schema
+    from labwright.stacks.deploy_data import settings as stack_settings
+
+    stack = [field.alias or name for name, field in data_schema().model_fields.items()]
+    cluster = ["cluster_inventory", "node", "lead"]
+    return {"base": (list(BASE), base_settings), "stack": (stack, stack_settings),
+            "cluster_rejoin": (cluster, lambda data: refuse_misspelt_keys(data, cluster, "docs/cluster.md"))}
+
+
+DEPLOYS = _unprefixed_deploys()
+
+
+def _edits(draw, key: str) -> str:
+    """One letter dropped, added, changed, or two neighbours swapped, or the separators/case changed."""
+    kind = draw(st.sampled_from(["drop", "add", "change", "swap", "case"]))
+    i = draw(st.integers(0, len(key) - 1))
+    letter = draw(st.sampled_from("abcdefghijklmnopqrstuvwxyz_"))
+    if kind == "drop":
+        return key[:i] + key[i + 1:]
+    if kind == "add":
+        return key[:i] + letter + key[i:]
+    if kind == "change":
+        return key[:i] + letter + key[i + 1:]
+    if kind == "swap" and i + 1 < len(key):
+        return key[:i] + key[i + 1] + key[i] + key[i + 2:]
+    return key.replace("_", draw(st.sampled_from(["-", "", "_"]))).upper() if "_" in key else key.upper()
+
+
+@given(data=st.data())
+def test_a_misspelt_key_of_an_unprefixed_deploy_is_refused_with_the_key_it_misspells(data) -> None:
+    """base, stack and cluster rejoin read unprefixed keys (``timezone``, ``venv``, ``lead``): an unknown key cannot
+    be refused there (the host's other data looks the same), but one that misspells a key of the deploy is (sweep at
+    2b91fd1: ``admin_usr=ops`` was ignored and the admin made ``labadmin``)."""
+    deploy = data.draw(st.sampled_from(sorted(DEPLOYS)))
+    keys, read = DEPLOYS[deploy]
+    key = data.draw(st.sampled_from([k for k in keys if len(k) >= 5]))
+    typo = _edits(data.draw, key)
+    assume(typo not in keys and not (typo == f"{key}s" and "_" not in key))
+    assume(len(key) >= 5 or typo.lower().replace("-", "_").replace("_", "") == key.replace("_", ""))
+    with pytest.raises(DeployError) as caught:
+        read({typo: "x"})
+    line = str(caught.value)
+    assert line.startswith(f"{typo}: unknown data key for this deploy (did you mean ") and "\n" not in line
+
+
+@given(other=st.sampled_from(sorted({
+    "ssh_user", "ssh_port", "ssh_hostname", "ssh_key", "_sudo", "lxd_remote", "proxmox_api_url", "snapshot_keep",
+    "gpu", "guest", "services", "locales", "nodes", "stacks", "llamacpp_port", "tabbyapi_ref", "model_repo",
+    "cluster_rejoin", "admin_email", "timezones", "venvs"})))
+def test_the_hosts_other_data_passes_every_unprefixed_deploy(other) -> None:
+    """pyinfra's connector keys, the other deploys' keys and a user's own names are never taken for typos."""
+    from labwright.deploy_data import misspelt_key
+
+    for keys, _read in DEPLOYS.values():
+        assert misspelt_key(other, keys) is None, other
+
+
+def test_no_key_of_one_labwright_deploy_reads_as_a_typo_of_another():
+    """One host runs several deploys: each deploy's own keys pass the others' check."""
+    from labwright.deploy_data import misspelt_key
+
+    for name, (keys, _read) in DEPLOYS.items():
+        for other, (other_keys, _) in DEPLOYS.items():
+            if other != name:
+                assert not [k for k in other_keys if misspelt_key(k, keys)], (name, other)
