@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
-import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -34,21 +32,15 @@ DryOption = typer.Option(False, "--dry", help="Print the plan; change nothing (t
 
 #: corosync's config_version is a 64-bit unsigned counter (corosync totemconfig.c, totem.config_version).
 CONFIG_VERSION_MAX = 2**64 - 1
-#: A DNS host name (RFC 1123 labels) for --lead; an IP address is taken as ipaddress parses it.
-_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 
 
 def check_address(value: str, option: str) -> str:
-    """An IP address or DNS host name, or BadInput naming ``option`` (checked before any node is contacted)."""
+    """An IP address or DNS host name (labwright.schema.checks.host_problem), or BadInput naming ``option``
+    (checked before any node is contacted)."""
+    from labwright.schema.checks import host_problem
+
     text = value.strip()
-    try:
-        ipaddress.ip_address(text)
-        return text
-    except ValueError:
-        pass
-    labels = text.rstrip(".").split(".")
-    if not text or len(text) > 253 or not all(_HOST_LABEL.match(label) for label in labels) \
-            or labels[-1].isdecimal():
+    if host_problem(text) is not None:
         raise BadInput(f"{option} {value!r}: not an IP address or host name; give the address of a quorate member, "
                        "e.g. 10.140.3.10")
     return text

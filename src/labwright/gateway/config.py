@@ -6,7 +6,6 @@ can be wrong in them is a ``GatewayError`` naming the data key, raised before th
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import tomllib
 import unicodedata
@@ -18,12 +17,11 @@ from labwright import paths
 from labwright.deploy_data import jinja
 from labwright.litellm.config import KEY_VALUE, EngineHost, EngineKey, discover_engines, key_env
 from labwright.litellm.config import load_defaults as litellm_defaults
+from labwright.schema import checks
 from labwright.shell import quote
 
 TEMPLATES = paths.templates_dir("gateway")
 CLIENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
-NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}"
-                  r"[A-Za-z0-9])?)*$")
 KEY_SCRIPT = "import secrets; print('lw-' + secrets.token_urlsafe(32))"
 
 
@@ -105,12 +103,9 @@ def names_of(value: Any, default: Iterable[str]) -> list[str]:
         if bad:
             raise GatewayError("gateway_names", f"'{_shown(name)}' contains a control character ({bad}) (nothing was "
                                "changed)")
-        try:
-            ipaddress.ip_address(name.strip("[]"))
-        except ValueError:
-            if not NAME.match(name):
-                raise GatewayError("gateway_names", f"{name!r} is neither an IP address nor a DNS name (nothing was "
-                                   "changed)") from None
+        if not isinstance(name, str) or checks.host_problem(name, brackets=True) is not None:
+            raise GatewayError("gateway_names", f"{name!r} is neither an IP address nor a DNS name (nothing was "
+                               "changed)")
         if name not in names:
             names.append(name)
     return names

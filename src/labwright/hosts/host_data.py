@@ -21,30 +21,23 @@ _OVER_SSH = ("ssh", "dockerssh", "podmanssh", "pct")
 _KEY = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
-
-
 def check_hostname(target: str) -> str:
-    """BadInput unless ``target`` is an IP address or a DNS name (labels of 1-63 characters, 253 in all): a longer
-    one reached the resolver and failed there (idna UnicodeError, a traceback)."""
-    import ipaddress
+    """BadInput unless ``target`` is an IP address or a DNS name (labels of 1-63 characters, 253 in all;
+    labwright.schema.checks.host_problem, the one parser of hosts): a longer one reached the resolver and failed
+    there (idna UnicodeError, a traceback)."""
+    from labwright.schema.checks import host_problem
 
     host = target.rsplit("@", 1)[-1]  # user@host, as ssh takes it
-    try:
-        ipaddress.ip_address(host.strip("[]"))
+    # an ssh_config alias may hold underscores (Host my_box): taken as the letters a DNS label allows
+    problem = host_problem(host.replace("_", "-"), brackets=True)
+    if problem is None:
         return target
-    except ValueError:
-        pass
-    name = host.rstrip(".")
-    if not name or len(name) > 253 or not all(_LABEL.match(label) for label in name.split(".")):
-        shown = target if len(target) <= 60 else target[:57] + "..."
-        raise BadInput(f"HOST {shown!r}: not a host name or IP address (DNS labels of 1-63 letters, digits and "
-                       "hyphens, 253 characters in all); give the SSH host, or @local / @lxd/NAME")
-    if name.rsplit(".", 1)[-1].isdecimal():  # '0', '999.1.1.1': no name ends in digits (RFC 1123), no IPv4 either
-        shown = target if len(target) <= 60 else target[:57] + "..."
+    shown = target if len(target) <= 60 else target[:57] + "..."
+    if "valid IP address" in problem:  # '0', '999.1.1.1': no name ends in digits (RFC 1123), no IPv4 either
         raise BadInput(f"HOST {shown!r}: not a valid IP address (each IPv4 part is 0-255, e.g. 10.99.0.10) nor a "
                        "host name (its last label cannot be all digits); give the SSH host, or @local / @lxd/NAME")
-    return target
+    raise BadInput(f"HOST {shown!r}: not a host name or IP address (DNS labels of 1-63 letters, digits and "
+                   "hyphens, 253 characters in all); give the SSH host, or @local / @lxd/NAME")
 
 
 def connector_name(target: str) -> str:

@@ -20,6 +20,7 @@ from labwright import paths
 from labwright.deploy_data import jinja
 from labwright.litellm.config import EngineHost, EngineKey, engine_key, key_env
 from labwright.litellm.config import load_defaults as litellm_defaults
+from labwright.schema import checks
 
 TEMPLATES = paths.templates_dir("monitoring")
 TARGET = re.compile(r"^(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})"
@@ -168,6 +169,9 @@ def extra_targets(value: Any, guest: str) -> list[Target]:
         if not match:
             raise MonitoringError("monitoring_targets", f"{text!r} is not HOST:PORT or HOST:PORT/PATH (letters, "
                                   "digits, .-, no scheme, no control characters)")
+        problem = checks.host_problem(match["host"], brackets=True)  # the one parser of hosts (999.1.1.1, [::g])
+        if problem is not None:
+            raise MonitoringError("monitoring_targets", f"{text!r}: {problem}")
         _port(match["port"], "monitoring_targets", guest)
         found.append(Target("extra", match["host"], match["host"].strip("[]"), int(match["port"]),
                             match["path"] or "/metrics"))

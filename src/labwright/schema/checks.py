@@ -68,9 +68,22 @@ def _text(value: Any, what: str) -> str:
     raise ValueError(f"{_show(value)} is not {what}")
 
 
-def host_problem(text: str) -> str | None:
+def host_problem(text: str, brackets: bool = False) -> str | None:
     """Why ``text`` is neither an IP address nor an RFC 1123 host name (None: it is one). ``999.1.1.1`` looks
-    like an IPv4 address but is not one: a name whose last label is all digits is refused."""
+    like an IPv4 address but is not one: a name whose last label is all digits is refused. ``brackets``: an IPv6
+    address may also come in brackets, as in a URL or a Caddy site address (``[::1]``); only a whole pair around an
+    IPv6 address (``[::1`` and ``[10.0.0.1]`` are refused). Every host or address labwright reads is checked here
+    (deploy data, inventories, CLI options), never by a copy of its own (sweep at 6d041d3: the gateway's copy took
+    ``[::1``)."""
+    if not isinstance(text, str):
+        return f"{_show(text)} is not an IP address or a host name"
+    if brackets and text.startswith("[") and text.endswith("]"):
+        try:
+            if ipaddress.ip_address(text[1:-1]).version == 6:
+                return None
+        except ValueError:
+            pass
+        return f"{_show(text)} is not an IPv6 address in brackets (e.g. [::1])"
     try:
         ipaddress.ip_address(text)
         return None

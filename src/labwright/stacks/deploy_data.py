@@ -93,9 +93,8 @@ def data_schema() -> type[Schema]:
 def settings(data: Mapping[str, Any]) -> Any:
     """The stack deploy's keys of ``data`` typed (``data_schema``; absent or None: the default); a bad value is a
     DeployError, one line naming the key; ``stacks_root`` inside ``venv`` (replaced by a link to the stack) too."""
-    from labwright.schema.model import parse
-
     from labwright.deploy_data import refuse_misspelt_keys
+    from labwright.schema.model import parse
 
     model = data_schema()
     keys = [field.alias or name for name, field in model.model_fields.items()]
