@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 
 DEFAULTS = load_defaults()
 JINJA = jinja(TEMPLATES)
-UNSAFE = re.compile(r"[\s'\"$`\\;]")
 GIT_REF = re.compile(r"^[0-9a-f]{7,40}$|^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
 # Secrets are made on the guest only; a value for one of these in inventory data is refused.
 SECRET_KEYS = ("secret_key", "admin_password", "pipelines_api_key")
@@ -138,8 +137,10 @@ def deploy_openwebui() -> None:
     if clash is not None:
         raise DeployError(clash)
     if pipelines:
-        if UNSAFE.search(pipelines_repo) or not pipelines_repo or pipelines_repo.startswith("-"):
-            raise fail("pipelines_repo", f"{pipelines_repo!r} is not a git URL or path")
+        try:  # the one check of a git URL (schema.checks.git_url), as for tabbyapi_git_url
+            pipelines_repo = checks.git_url(pipelines_repo)
+        except ValueError as error:
+            raise fail("pipelines_repo", str(error)) from None
         if not GIT_REF.match(pipelines_ref) or ".." in pipelines_ref:
             raise fail("pipelines_ref", f"{pipelines_ref!r} is not a plain git commit, tag or branch")
         if pipelines_port == port:

@@ -99,10 +99,12 @@ def host_problem(text: str, brackets: bool = False) -> str | None:
     return None
 
 
-def url(value: Any, schemes: tuple[str, ...] = ("http", "https")) -> str:
+def url(value: Any, schemes: tuple[str, ...] = ("http", "https"), example: str = "e.g. http://127.0.0.1:8080/v1",
+        user_schemes: tuple[str, ...] = (),
+        credentials: str = "give the key through the environment (e.g. --api-key-env) and the URL without it") -> str:
     """A URL with one of ``schemes``, a host (an IP address, IPv6 in brackets, or a host name) and, if given, a port
-    1-65535, parsed by urllib.parse and ipaddress: ``http://[::1/v1`` and ``http://h:0`` are refused."""
-    example = "e.g. http://127.0.0.1:8080/v1"
+    1-65535, parsed by urllib.parse and ipaddress: ``http://[::1/v1`` and ``http://h:0`` are refused. A user name
+    (never a password) only for ``user_schemes`` (``ssh://git@host/...``); ``credentials``: where they go instead."""
     text = _text(value, f"a URL ({example})")
     if _CONTROL.search(text) or re.search(r"\s", text):
         raise ValueError(f"{_show(text)} is not a URL: it holds spaces or control characters ({example})")
@@ -114,12 +116,11 @@ def url(value: Any, schemes: tuple[str, ...] = ("http", "https")) -> str:
         if "Port" in why:
             why = "the port is not a number 1-65535"
         raise ValueError(f"{_show(text)} is not a URL: {why[0].lower()}{why[1:]} ({example})") from None
-    if "@" in parts.netloc:
+    if "@" in parts.netloc and not (parts.scheme.lower() in user_schemes and parts.password is None):
         # never echoed (it may hold a password), never sent: the clients here take keys from the environment
         shown = f"{parts.scheme}://***@{parts.netloc.rpartition('@')[2]}{parts.path}"
         raise ValueError(f"{_show(shown)} holds a user name or password: credentials never go in a URL (an "
-                         "inventory or a shell history keeps them); give the key through the environment "
-                         "(e.g. --api-key-env) and the URL without it")
+                         f"inventory or a shell history keeps them); {credentials}")
     if parts.scheme.lower() not in schemes:
         raise ValueError(f"{_show(text)} is not a {' or '.join(schemes)} URL ({example})")
     host = parts.hostname or ""
@@ -138,6 +139,38 @@ def url(value: Any, schemes: tuple[str, ...] = ("http", "https")) -> str:
     if port is not None and not 1 <= port <= 65535:
         raise ValueError(f"{_show(text)} is not a URL: port {port} is not 1-65535 ({example})")
     return text
+
+
+def git_url(value: Any) -> str:
+    """Where git fetches a repository from: an https, http, git, ssh or file URL, or scp-like ``user@host:path``
+    (git-clone(1) "GIT URLS"); the host checked as every host is (:func:`host_problem`). Refused: credentials (a
+    password or token in the URL: an inventory keeps them; give the guest a credential helper or an SSH key), a
+    fragment (git ignores it: a ``#ref`` was meant as ``tabbyapi_ref``), an option (``--upload-pack=...``) and git's
+    remote helpers (``ext::``)."""
+    example = "e.g. https://github.com/theroyallab/tabbyAPI.git"
+    text = _text(value, f"a git URL ({example})")
+    if _CONTROL.search(text) or re.search(r"[\s'\"]", text):
+        raise ValueError(f"{_show(text)} is not a git URL: it holds spaces, quotes or control characters ({example})")
+    if text.startswith("-") or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*::", text):
+        raise ValueError(f"{_show(text)} is not a git URL: options and git's remote helpers (ext::) are refused "
+                         f"({example})")
+    if "#" in text:
+        raise ValueError(f"{_show(text)} is not a git URL: git ignores a #fragment; name the tag, branch or commit "
+                         f"with the ref key instead ({example})")
+    scp = re.fullmatch(r"(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[^/:@]+):(?P<path>(?!//).+)", text)
+    if scp and "://" not in text:
+        problem = host_problem(scp["host"])
+        if problem is not None:
+            raise ValueError(f"{_show(text)} is not a git URL: its host {problem}")
+        return text
+    if text.startswith(("file://", "/")):  # a repository on the guest's own disk
+        if not text.startswith(("file:///", "/")) or text.startswith("//") or ".." in text.split("/"):
+            raise ValueError(f"{_show(text)} is not a git URL: a file URL names an absolute path (file:///srv/git/"
+                             "tabbyAPI.git)")
+        return text
+    return url(text, ("https", "http", "git", "ssh"), example, user_schemes=("ssh",),
+               credentials="give the guest a git credential helper or an SSH key (ssh://git@host/...), and the URL "
+                           "without them")
 
 
 def listen_address(value: Any) -> str:

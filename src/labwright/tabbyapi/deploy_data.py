@@ -87,11 +87,7 @@ def git_ref(value: Any) -> str:
     return ref
 
 
-def git_url(value: Any) -> str:
-    text = checks.line(value)
-    if not text or any(c in text for c in " '\""):
-        raise ValueError(f"{text!r} is not a git URL")
-    return text
+git_url = checks.git_url  # the one check of a git URL (schema.checks): no credentials, no fragment, no option
 
 
 def apt_packages(value: Any) -> list[str]:
