@@ -76,12 +76,14 @@ def deploy_desktop() -> None:
     try:
         settings = parse_settings({k: host.data.get(k) for k in DATA_KEYS}, host.name)
         check_guest_data(host.data.get("guest"), host.name)
+        # the environment is input too: checked before the first fact (sweep at 2b91fd1: a newline in the password
+        # was reported only after the container's confinement)
+        given_password = check_password(os.environ.get(PASSWORD_ENV), host.name)
         guest = host.get_fact(DesktopGuest)
         distro = parse_os_release(guest["os_release"])
         check_distro(distro, settings.firefox_source, host.name)
         check_confinement(guest["uid_map"], guest["seccomp"], guest["apparmor_enabled"], guest["apparmor_label"],
                           host.name)
-        given_password = check_password(os.environ.get(PASSWORD_ENV), host.name)
     except LabwrightError as exc:
         raise DeployError(str(exc)) from None
 

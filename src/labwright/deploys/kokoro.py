@@ -70,7 +70,7 @@ def data_schema() -> type[Schema]:
     """Kokoro's own ``kokoro_*`` values, typed (built on first use: pydantic loads only with the data)."""
     from pydantic import BeforeValidator
 
-    from labwright.schema.fields import Flag, ListenAddress, ManagedDir, Port
+    from labwright.schema.fields import Flag, ListenAddress, ManagedDir, Packages, Port
     from labwright.schema.model import Schema
 
     class KokoroData(Schema):
@@ -84,6 +84,7 @@ def data_schema() -> type[Schema]:
         health_timeout: Annotated[int, BeforeValidator(checks.whole(1))]
         extra_index_url: Annotated[str, BeforeValidator(checks.or_empty(https_url))]
         patch_streaming: Flag
+        runtime_packages: Packages
 
     return KokoroData
 
@@ -191,7 +192,7 @@ def deploy_kokoro() -> None:
         raise fail("port", f"{port} is already in use on {host.name} by {holder} (nothing was changed)")
 
     # --- packages, user, the checkout ------------------------------------------------------------------
-    install_missing(data("runtime_packages"), "runtime packages")
+    install_missing(typed["runtime_packages"], "runtime packages")
     home = f"/var/lib/{service}"
     # on the GPU, in the nodes' group: a guest's nodes are 0660 group video (labwright.gpu.devices.guest_mode)
     server.user(name=f"Service user {user}", user=user, system=True, shell="/usr/sbin/nologin", home=home,

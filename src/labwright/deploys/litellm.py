@@ -81,7 +81,7 @@ def data_schema() -> type[Schema]:
     """The gateway's own ``litellm_*`` values, typed (built on first use: pydantic loads only with the data)."""
     from pydantic import BeforeValidator
 
-    from labwright.schema.fields import ListenAddress, ManagedDir, Port
+    from labwright.schema.fields import ListenAddress, ManagedDir, Packages, Port
     from labwright.schema.model import Schema
 
     class LitellmData(Schema):
@@ -92,6 +92,7 @@ def data_schema() -> type[Schema]:
         health_timeout: Annotated[int, BeforeValidator(checks.whole(1))]
         num_retries: Annotated[int, BeforeValidator(checks.whole(0))]
         timeout: Annotated[int, BeforeValidator(checks.whole(1))]
+        runtime_packages: Packages
 
     return LitellmData
 
@@ -243,7 +244,7 @@ def deploy_litellm() -> None:
     local_env = f"{config_dir}/engines-local.env"
 
     # --- runtime, user, the venv at the pinned version ------------------------------------------------
-    install_missing(data("runtime_packages"), "python3-venv")
+    install_missing(typed["runtime_packages"], "python3-venv")
     home = f"/var/lib/{service}"
     server.user(name=f"Service user {user}", user=user, system=True, shell="/usr/sbin/nologin", home=home,
                 create_home=True)

@@ -73,7 +73,7 @@ def data_schema() -> type[Schema]:
     """Open WebUI's own ``openwebui_*`` values, typed (built on first use: pydantic loads only with the data)."""
     from pydantic import BeforeValidator
 
-    from labwright.schema.fields import Flag, ListenAddress, ManagedDir, Port
+    from labwright.schema.fields import Flag, ListenAddress, ManagedDir, Packages, Port
     from labwright.schema.model import Schema
 
     class OpenwebuiData(Schema):
@@ -87,6 +87,8 @@ def data_schema() -> type[Schema]:
         health_timeout: Annotated[int, BeforeValidator(checks.whole(1))]
         pipelines: Flag
         pipelines_port: Port
+        runtime_packages: Packages
+        backend: Annotated[str, BeforeValidator(checks.one_of("auto", "gateway", "engines"))]
 
     return OpenwebuiData
 
@@ -130,19 +132,21 @@ def deploy_openwebui() -> None:
     pipelines_ref = str(data("pipelines_ref"))
     own: dict[str, Any] = {"openwebui_port": port, "openwebui_venv": venv, "openwebui_data_dir": data_dir,
                            "openwebui_config_dir": config_dir}
+    # the pipelines keys are checked whether or not the pipelines are on: a bad value is refused when it is written,
+    # not on the day openwebui_pipelines=true is set
+    pipelines_dir = KEYS.managed_of("pipelines_dir", pipelines_dir)
+    try:  # the one check of a git URL (schema.checks.git_url), as for tabbyapi_git_url
+        pipelines_repo = checks.git_url(pipelines_repo)
+    except ValueError as error:
+        raise fail("pipelines_repo", str(error)) from None
+    if not GIT_REF.match(pipelines_ref) or ".." in pipelines_ref:
+        raise fail("pipelines_ref", f"{pipelines_ref!r} is not a plain git commit, tag or branch")
     if pipelines:
-        pipelines_dir = KEYS.managed_of("pipelines_dir", pipelines_dir)
         own.update(openwebui_pipelines_port=pipelines_port, openwebui_pipelines_dir=pipelines_dir)
     clash = conflict_error(host.data.dict(), own)
     if clash is not None:
         raise DeployError(clash)
     if pipelines:
-        try:  # the one check of a git URL (schema.checks.git_url), as for tabbyapi_git_url
-            pipelines_repo = checks.git_url(pipelines_repo)
-        except ValueError as error:
-            raise fail("pipelines_repo", str(error)) from None
-        if not GIT_REF.match(pipelines_ref) or ".." in pipelines_ref:
-            raise fail("pipelines_ref", f"{pipelines_ref!r} is not a plain git commit, tag or branch")
         if pipelines_port == port:
             raise fail("pipelines_port", f"{pipelines_port} is Open WebUI's own port (openwebui_port)")
         if not pipelines_find_links:
@@ -166,7 +170,7 @@ def deploy_openwebui() -> None:
         admin_name = check_name(str(data("admin_name")))
         hosts = [EngineHost(h.name, cast(Mapping[str, Any], h.data), h.name == host.name) for h in inventory]
         gateway_here = bool(host.get_fact(File, path="/etc/litellm/master.env"))
-        connections = choose_backend(str(data("backend")), gateway_here, litellm_port, hosts,
+        connections = choose_backend(typed["backend"], gateway_here, litellm_port, hosts,
                                      litellm_defaults()["engines"], address_of,
                                      engines_env=f"{config_dir}/engines.env")
         through_gateway = any(c.key_var == "LITELLM_MASTER_KEY" for c in connections)
@@ -197,7 +201,7 @@ def deploy_openwebui() -> None:
                        "was changed)")
 
     # --- runtime, user, the venv at the pinned version ------------------------------------------------
-    install_missing([*data("runtime_packages"), *(["git"] if pipelines else [])], "Open WebUI's runtime")
+    install_missing([*typed["runtime_packages"], *(["git"] if pipelines else [])], "Open WebUI's runtime")
     server.user(name=f"Service user {user}", user=user, system=True, shell="/usr/sbin/nologin", home=data_dir,
                 create_home=True)
     files.directory(name=f"{data_dir} ({user} 0750)", path=data_dir, user=user, group=user, mode="750")

@@ -179,8 +179,7 @@ def typed_values(data: Mapping[str, Any]) -> dict[str, Any]:
 def check_data(data: Mapping[str, Any]) -> None:
     """Every check of the host data that needs no host (unknown keys, the typed keys, the flags, the Ollama drop-in's
     keys whether or not the host turns out to have Ollama): a deploy runs it before its first fact."""
-    refuse_unknown_keys(data, "llamacpp", data_keys(), "templates/llamacpp/defaults.toml")
-    flag_values(data)
+    _data_values(data)  # the unknown keys first, then every typed key, the flags, extra args, key file, packages
     ollama_environment(data)
 
 
@@ -555,14 +554,10 @@ def data_keys() -> set[str]:
             | {f"ollama_{key}" for key in DEFAULTS["ollama"]})
 
 
-def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = None,
-                  gateway_only: bool = False, release: str = "", pending: bool = False) -> LlamacppSettings:
-    """Read and check the host data (names, paths, flags, extra args, the local build for the host's GPUs: the
-    NvidiaGpus fact, None for none), in the deploy's order. ``gateway_only``: only the gateway on this guest uses
-    the engine (labwright.engine_keys.gateway_only), so ``host = "auto"`` is 127.0.0.1; else 0.0.0.0.
-    ``release``: the CPU build is the one made in that Debian release's build box (first_build_for). ``pending``:
-    this machine's first CPU build is still to be made (HostBuildMissing): everything else is checked, with no files
-    yet, so the deploy can ask the host its questions before it spends minutes on a build."""
+def _data_values(data: Mapping[str, Any], gateway_only: bool = False) -> dict[str, Any]:
+    """Every value of the host data that needs no host and no build, checked in the deploy's order (the first bad
+    key is the one reported): :func:`check_data` runs it before the deploy's first fact, :func:`settings_from`
+    builds on it."""
     refuse_unknown_keys(data, "llamacpp", data_keys(), "templates/llamacpp/defaults.toml")
     keys = KEYS.over(data)
     fail, get = keys.fail, keys.get
@@ -593,18 +588,29 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
     # a file in a directory of the service's own: never /etc/shadow, / ... (labwright.schema.checks.key_file)
     api_key_file = keys.checked("api_key_file", get("api_key_file"), checks.key_file)
     open_engine, health_timeout, restart_sec = typed["open"], typed["health_timeout"], typed["restart_sec"]
-    packages = get("runtime_packages")
-    if isinstance(packages, str):  # --data llamacpp_runtime_packages=libgomp1,curl
-        packages = [word for word in re.split(r"[,\s]+", packages) if word]
-    if not isinstance(packages, list | tuple) or not all(
-            isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", p) for p in packages):
-        raise fail("runtime_packages", f"{packages!r} is not a list of Debian package names, e.g. libgomp1,curl")
+    packages = keys.checked("runtime_packages", get("runtime_packages"), checks.debian_packages)
+    return {"service": service, "user": user, "binary": binary, "model": model, "alias": alias, "flags": flags,
+            "extra": list(extra), "api_key_file": api_key_file, "open": open_engine, "health_timeout": health_timeout,
+            "restart": typed["restart"], "restart_sec": restart_sec, "packages": list(packages),
+            "vulkan_device": typed["vulkan_device"]}
+
+
+def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = None,
+                  gateway_only: bool = False, release: str = "", pending: bool = False) -> LlamacppSettings:
+    """Read and check the host data (names, paths, flags, extra args, the local build for the host's GPUs: the
+    NvidiaGpus fact, None for none), in the deploy's order. ``gateway_only``: only the gateway on this guest uses
+    the engine (labwright.engine_keys.gateway_only), so ``host = "auto"`` is 127.0.0.1; else 0.0.0.0.
+    ``release``: the CPU build is the one made in that Debian release's build box (first_build_for). ``pending``:
+    this machine's first CPU build is still to be made (HostBuildMissing): everything else is checked, with no files
+    yet, so the deploy can ask the host its questions before it spends minutes on a build."""
+    v = _data_values(data, gateway_only)
+    extra, packages, binary = v["extra"], v["packages"], v["binary"]
     choice = build_choice(data, gpus)
     if release and choice.kind in buildbox.BOX_KINDS:
         choice = replace(choice, release=release)
-    if typed["vulkan_device"] != "auto" and choice.kind != "vulkan":
-        raise fail("vulkan_device", f"{typed['vulkan_device']}: only the Vulkan build reads it; set "
-                   "llamacpp_build=vulkan, or drop llamacpp_vulkan_device")
+    if v["vulkan_device"] != "auto" and choice.kind != "vulkan":
+        raise KEYS.fail("vulkan_device", f"{v['vulkan_device']}: only the Vulkan build reads it; set "
+                        "llamacpp_build=vulkan, or drop llamacpp_vulkan_device")
     try:
         files = server_files(choice, data, binary)
     except HostBuildMissing:
@@ -619,11 +625,11 @@ def settings_from(data: Mapping[str, Any], gpus: list[dict[str, Any]] | None = N
         if not any(word.split("=", 1)[0] in VERBOSITY_OPTIONS for word in extra):
             extra = [*extra, "--log-verbosity", "4"]
     return LlamacppSettings(
-        service=service, user=user, binary=binary, model=model, alias=alias, flags=flags, extra=list(extra),
-        health_timeout=health_timeout, restart=typed["restart"], restart_sec=restart_sec,
+        service=v["service"], user=v["user"], binary=binary, model=v["model"], alias=v["alias"], flags=v["flags"],
+        extra=list(extra), health_timeout=v["health_timeout"], restart=v["restart"], restart_sec=v["restart_sec"],
         runtime_packages=list(packages), binary_src=files[0].src, binary_sha256=files[0].sha256, build=choice,
-        files=tuple(files), api_key_file=api_key_file, open=open_engine,
-        environment=tuple(unit_environment(choice, typed["vulkan_device"]).items()))
+        files=tuple(files), api_key_file=v["api_key_file"], open=v["open"],
+        environment=tuple(unit_environment(choice, v["vulkan_device"]).items()))
 
 
 def ollama_mode(data: Mapping[str, Any]) -> str:

@@ -84,12 +84,10 @@ class ModelSettings:
 
 
 def _list_of(key: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value] if value.strip() else []
-    if not isinstance(value, (list, tuple)) or not all(
-            isinstance(item, str) and re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", item) for item in value):
-        raise _fail(key, f"{value!r} is not a list of Debian package names, e.g. [\"python3-venv\"]")
-    return tuple(value)
+    try:
+        return tuple(checks.debian_packages(value))
+    except ValueError as error:
+        raise _fail(key, str(error)) from None
 
 
 def settings(data: Mapping[str, Any]) -> ModelSettings:

@@ -179,13 +179,14 @@ def extra_targets(value: Any, guest: str) -> list[Target]:
 
 
 def package_list(value: Any, key: str) -> list[str]:
-    """Debian package names from a list or a comma/space separated string (``--data KEY=prometheus,curl``)."""
-    names = [w for w in re.split(r"[,\s]+", value) if w] if isinstance(value, str) else value
-    if not isinstance(names, list | tuple) or not names or not all(
-            isinstance(n, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", n) for n in names):
-        raise MonitoringError(key, f"{value!r} is not a list of Debian package names, e.g. prometheus,"
-                              "prometheus-node-exporter")
-    return list(names)
+    """Debian package names (labwright.schema.checks.debian_packages), at least one: a refusal names ``key``."""
+    try:
+        names = checks.debian_packages(value)
+    except ValueError as error:
+        raise MonitoringError(key, str(error)) from None
+    if not names:
+        raise MonitoringError(key, "is empty: the service needs its packages, e.g. prometheus,prometheus-node-exporter")
+    return names
 
 
 def node_collector_args(value: Any, key: str = "monitoring_node_collectors") -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from labwright import paths
 from labwright.default_keys import is_default_key
 from labwright.litellm.config import READ_KEY, ConfigError, EngineHost, discover_engines
+from labwright.schema import checks
 from labwright.shell import quote
 
 TEMPLATES = paths.templates_dir("openwebui")
@@ -107,8 +108,10 @@ def check_email(email: str) -> str:
 
 
 def check_name(name: str) -> str:
-    if not name.strip() or len(name) > 64 or not SAFE_VALUE.match(name.replace(" ", "")):
-        raise ConfigError("openwebui_admin_name", f"{name!r}: 1-64 characters without quotes, $, `, ; or \\")
+    if not name.strip() or len(name) > 64 or not SAFE_VALUE.match(name.replace(" ", "")) \
+            or checks.control_character(name):
+        raise ConfigError("openwebui_admin_name", f"{name!r}: 1-64 characters without quotes, $, `, ; , \\ or "
+                          "control characters")
     return name
 
 

@@ -341,6 +341,28 @@ def version(value: Any) -> str:
     return text
 
 
+DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+
+
+def debian_packages(value: Any) -> list[str]:
+    """Debian package names, from a list or a comma/space separated string (``--data KEY=libgomp1,curl``): as
+    Debian policy 5.6.1 spells them (lower-case letters, digits, ``+ - .``, two characters or more, starting with a
+    letter or digit), 200 at most; an empty list is no packages. The one reading of every ``*_packages`` key: five
+    hand-written copies had drifted, and three deploys did not check theirs at all (sweep at 6d041d3: a string was
+    taken letter by letter as package names)."""
+    names = [word for word in re.split(r"[,\s]+", value) if word] if isinstance(value, str) else value
+    example = "e.g. libgomp1,curl"
+    if not isinstance(names, list | tuple):
+        raise ValueError(f"{_show(value)} is not a list of Debian package names ({example})")
+    if len(names) > 200:
+        raise ValueError(f"{len(names)} packages: more than 200 is no package list ({example})")
+    for name in names:
+        if not isinstance(name, str) or not DEBIAN_PACKAGE.fullmatch(name):
+            raise ValueError(f"{_show(name)} is not a Debian package name (lower-case letters, digits, + - ., at "
+                             f"least two characters) ({example})")
+    return list(names)
+
+
 def package_name(value: Any) -> str:
     """A Python package name as PEP 508 (packaging) reads it: letters, digits, ``._-``, alphanumeric at both ends;
     no version, extras or markers."""

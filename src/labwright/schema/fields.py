@@ -21,6 +21,7 @@ from labwright.schema.checks import (
     SYSTEM_DIRS,
     USER_NAME,
     abs_path,
+    debian_packages,
     duration,
     flag,
     host_problem,
@@ -54,6 +55,7 @@ __all__ = [
     "ListenAddress",
     "ManagedDir",
     "PackageName",
+    "Packages",
     "Port",
     "Secret",
     "Size",
@@ -92,6 +94,8 @@ Size = Annotated[int, BeforeValidator(size)]
 Duration = Annotated[float, BeforeValidator(duration)]
 Version = Annotated[str, BeforeValidator(version)]
 PackageName = Annotated[str, BeforeValidator(package_name)]
+#: Debian package names (a list, or ``a,b c`` from --data): every ``*_packages`` key
+Packages = Annotated[list[str], BeforeValidator(debian_packages)]
 Secret = Annotated[str, BeforeValidator(secret)]
 StrictBool = Annotated[bool, BeforeValidator(strict_bool)]
 Line = Annotated[str, BeforeValidator(line)]

@@ -90,12 +90,7 @@ def git_ref(value: Any) -> str:
 git_url = checks.git_url  # the one check of a git URL (schema.checks): no credentials, no fragment, no option
 
 
-def apt_packages(value: Any) -> list[str]:
-    packages = [p for p in re.split(r"[,\s]+", value) if p] if isinstance(value, str) else value
-    if not isinstance(packages, list) or not all(isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", p)
-                                                 for p in packages):
-        raise ValueError(f"{str(packages)[:80]!r} is not a list of Debian package names")
-    return list(packages)
+apt_packages = checks.debian_packages  # the one reading of a package list (schema.checks)
 
 
 def gpu_mode(value: Any) -> str:

@@ -104,7 +104,7 @@ def test_llamacpp_runtime_packages_from_data_text_is_a_list_of_names(tmp_path: P
     base = {"llamacpp_model": "/srv/m.gguf", "llamacpp_binary_src": str(binary)}
     settings = llamacpp_settings({**base, "llamacpp_runtime_packages": "libgomp1, curl"})
     assert settings.runtime_packages == ["libgomp1", "curl"]   # was ['l', 'i', 'b', ...]
-    with pytest.raises(DeployError, match=r"^llamacpp_runtime_packages: \['Bad;rm'\] is not a list of Debian"):
+    with pytest.raises(DeployError, match=r"^llamacpp_runtime_packages: 'Bad;rm' is not a Debian package name"):
         llamacpp_settings({**base, "llamacpp_runtime_packages": "Bad;rm"})
 
 

@@ -218,7 +218,7 @@ def test_packages_from_data_text_are_a_list_of_names():
 
     assert package_list("prometheus,prometheus-node-exporter", "k") == ["prometheus", "prometheus-node-exporter"]
     assert package_list(["caddy"], "k") == ["caddy"]
-    with pytest.raises(MonitoringError, match=r"^monitoring_packages: 'prometheus;id' is not a list of Debian"):
+    with pytest.raises(MonitoringError, match=r"^monitoring_packages: 'prometheus;id' is not a Debian package name"):
         package_list("prometheus;id", "monitoring_packages")
 
 

@@ -12,7 +12,7 @@ from labwright.schema.checks import git_url
 from labwright.tabbyapi.deploy_data import settings_from as tabbyapi_settings
 
 WORD = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,12}", fullmatch=True)
-HOST = st.one_of(st.from_regex(r"[a-z][a-z0-9-]{0,8}(\.[a-z]{2,5}){1,2}", fullmatch=True),
+HOST = st.one_of(st.from_regex(r"[a-z]([a-z0-9-]{0,6}[a-z0-9])?(\.[a-z]{2,5}){1,2}", fullmatch=True),
                  st.ip_addresses(v=4).map(str), st.ip_addresses(v=6).map(lambda a: f"[{a}]"))
 PATH = st.lists(WORD, min_size=1, max_size=3).map("/".join)
 
