@@ -127,9 +127,9 @@ def deploy_gateway() -> None:
         packages = package_list(data("packages"), "gateway_packages")
     except (GatewayError, MonitoringError) as exc:
         raise DeployError(str(exc)) from None
-    for key in ("cert_file", "key_file", "ca_file"):  # each path as written, before the pair is judged
-        if data(key):
-            KEYS.path_of(key, data(key), absolute=False)
+    for path_key in ("cert_file", "key_file", "ca_file"):  # each path as written, before the pair is judged
+        if data(path_key):
+            KEYS.path_of(path_key, data(path_key), absolute=False)
     cert_given, key_given = bool(data("cert_file")), bool(data("key_file"))
     if cert_given != key_given:
         raise fail("key_file" if cert_given else "cert_file", "give both gateway_cert_file and gateway_key_file, or "
