@@ -138,6 +138,7 @@ def _make_inventory(filename: str, cwd: str, extra_group_data: list[str],
     attrs, code_names, _ = _exec_file(filename)
     groups: dict[str, Any] = {key: value for key, value in attrs.items() if _is_inventory_group(key, value)}
     declared = set(groups)
+    _refuse_host_data_twice(groups)
     file_groupname = Path(filename).name.rsplit(".", 1)[0]
 
     all_data: dict[str, Any] = {}
@@ -184,6 +185,22 @@ def _make_inventory(filename: str, cwd: str, extra_group_data: list[str],
     for name, leftover in group_data.items():  # groups only a connector adds (`@lxd`) may have group_data too
         groups[name] = ([], leftover)
     return Inventory(groups.pop("all"), override_data=override_data, **groups), declared
+
+
+def _refuse_host_data_twice(groups: Mapping[str, Any]) -> None:
+    """A host listed with data of its own (``("@lxd/web", {...})``) more than once: pyinfra keeps the last data and
+    drops the rest without a word (sweep at 2b91fd1: one guest declared with ``clone`` and again with ``image`` was
+    planned as the second alone). Listing a host in several groups without data of its own stays fine."""
+    seen: dict[str, str] = {}
+    for group, hosts in groups.items():
+        for item in _first(hosts) if isinstance(_first(hosts), list | tuple) else ():
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], Mapping) and item[1]:
+                name = str(item[0])
+                if name in seen:
+                    where = f"group {group}" if seen[name] == group else f"groups {seen[name]} and {group}"
+                    raise BadInput(f"host {name} is given data of its own twice (in {where}); pyinfra would keep "
+                                   "only the last: declare it once, or move the shared part to a group's data")
+                seen[name] = group
 
 
 def _first(item: Any) -> Any:

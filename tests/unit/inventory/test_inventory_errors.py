@@ -130,3 +130,24 @@ def test_os_exit_is_the_real_one_again_after_an_inventory_loads(tmp_path, source
     with contextlib.suppress(inventory._UserCodeFailed):
         inventory._exec_file(str(path))
     assert os._exit is real
+
+
+@pytest.mark.parametrize(("source", "where"), [
+    ('lab = [("@lxd/web", {"guest": {"clone": "a"}}), ("@lxd/web", {"guest": {"image": "b"}})]', "in group lab"),
+    ('a = [("@lxd/web", {"x": 1})]\nb = [("@lxd/web", {"y": 2})]', "in groups a and b"),
+])
+def test_a_host_given_its_own_data_twice_is_refused(tmp_path, source, where):
+    """pyinfra keeps the last data of a host listed twice with data of its own and drops the first silently (sweep at
+    2b91fd1: a guest declared with clone and again with image was planned from the second alone)."""
+    path = tmp_path / "inv.py"
+    path.write_text(source + "\n")
+    with pytest.raises(BadInput) as caught:
+        load_inventory(path)
+    assert f"host @lxd/web is given data of its own twice ({where})" in str(caught.value)
+
+
+def test_a_host_in_several_groups_without_data_of_its_own_loads(tmp_path):
+    path = tmp_path / "inv.py"
+    path.write_text('a = [("@lxd/web", {"x": 1})]\nb = (["@lxd/web"], {"y": 2})\nc = ["@lxd/web"]\n')
+    [host] = load_inventory(path)
+    assert host.data["x"] == 1 and host.data["y"] == 2
