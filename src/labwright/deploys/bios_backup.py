@@ -34,8 +34,9 @@ def deploy_bios_backup() -> None:
         raise DeployError(f"bios_programmer: {exc}") from None
     out = host.data.get("bios_out") or "backups/bios"
     try:   # a directory of the controller's that the backups fill: never /etc, / or a kernel filesystem
-        if not isinstance(out, str) or path_problem(out, False) is not None:
-            raise ValueError(path_problem(str(out), False) or f"{out!r} is not a path")
+        problem = path_problem(out, False) if isinstance(out, str) else f"{out!r} is not a path"
+        if problem is not None:
+            raise ValueError(problem)
         managed_dir(str(Path(out).resolve()))
     except ValueError as exc:
         raise DeployError(f"bios_out: {exc}; give a directory of its own, e.g. backups/bios or /srv/backups/bios") \
