@@ -210,6 +210,12 @@ def spec_from_group(hosts: list[Any], group_data: Mapping[str, Any], source: str
         if len(prefixes) > 1:
             raise BadInput(f"{source}: lab host {host!r}: the lab's hosts mix @lxd/ and @incus/; one lab lives on "
                            "one daemon: write them all with one prefix (and set lab_backend)")
+        # lab_* are the lab group's settings: one host's own value would be silently ignored (sweep at 2b91fd1:
+        # lab_cpu=-4 on a host went unchecked and `lab up` went on to the daemon)
+        for key in sorted(str(k) for k in host_data if str(k).startswith("lab_")):
+            if key not in data or host_data[key] != data[key]:
+                raise BadInput(f"{source}: {key} is given to the host {host}, but lab_* are settings of the whole lab: "
+                               "move it to the lab group's data (lab = ([...], {...})) or remove it")
         name = parsed.instance
         if name in seen:
             raise BadInput(f"{source}: container {name!r} is declared twice in the lab group")

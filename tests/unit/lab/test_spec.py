@@ -109,3 +109,19 @@ def test_group_data_overrides_defaults():
 def test_lxd_forms_of_cpu_and_memory_are_accepted(tmp_path, cpu, memory):
     spec = load_lab_spec(write(tmp_path, f"lab = (['@lxd/a'], {{'lab_cpu': {cpu!r}, 'lab_memory': {memory!r}}})\n"))
     assert (spec.cpu, spec.memory) == (str(cpu), memory)
+
+
+@pytest.mark.parametrize("host_data", ["{'lab_cpu': -4}", "{'lab_memory': 'lots'}", "{'lab_subnet': '10.98.0.1/24'}"])
+def test_a_lab_setting_given_to_one_host_is_refused_before_the_daemon(tmp_path, host_data):
+    """lab_* belong to the lab group; one host's own value was ignored without a word (sweep at 2b91fd1)."""
+    path = tmp_path / "lab.py"
+    path.write_text(f"lab = ([('@lxd/lw-a', {host_data})], {{'lab_name': 'x'}})\n")
+    key = host_data.split("'")[1]
+    with pytest.raises(BadInput, match=f"{key} is given to the host @lxd/lw-a, but lab_\\* are settings of the whole"):
+        load_lab_spec(path)
+
+
+def test_the_groups_own_settings_seen_through_a_host_pass(tmp_path):
+    path = tmp_path / "lab.py"
+    path.write_text("lab = ([('@lxd/lw-a', {'guest_note': 1}), '@lxd/lw-b'], {'lab_name': 'x', 'lab_cpu': '1'})\n")
+    assert load_lab_spec(path).cpu == "1"
