@@ -22,23 +22,6 @@ from labwright.snapshots import deploy as snapshot_ops
 RELEASE = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")  # a PyPI release such as 0.12.4 or 1.80.0rc1
 
 
-def dry_run() -> bool:
-    """Whether this pyinfra run is ``--dry`` (pyinfra's CLI tells a deploy nothing of it while it prepares, and its
-    click context is not reachable from the deploy's greenlet): the run's own command line, parsed by pyinfra's own
-    click command, so ``--dry`` as a word after ``exec --`` is no dry run. False outside pyinfra's CLI (a deploy
-    called from Python)."""
-    import sys
-
-    main = sys.modules.get("pyinfra_cli.cli")  # imported by the pyinfra command (and `python -m pyinfra`) only
-    if main is None:
-        return False
-    try:
-        context = main.cli.make_context("pyinfra", list(sys.argv[1:]), resilient_parsing=True)
-    except Exception:  # an argument list pyinfra's parser refuses: pyinfra itself would have stopped first
-        return False
-    return bool(context.params.get("dry"))
-
-
 def service_user_version(keys: DeployData, package: str, example: str) -> tuple[str, str, str]:
     """The ``service``, ``user`` and ``version`` data of a pip-installed service, checked: plain names (never root)
     and a release of ``package`` such as ``example``; a refusal names the data key."""

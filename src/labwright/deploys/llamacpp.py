@@ -22,7 +22,7 @@ from pyinfra.operations.util import any_changed
 
 from labwright.deploy_data import FALSE, TRUE
 from labwright.deploys import model as model_ops
-from labwright.deploys.common import dry_run, install_missing, port_taken_by
+from labwright.deploys.common import install_missing, port_taken_by
 from labwright.engine_keys import gateway_only, key_file_refusal
 from labwright.errors import BadInput, LabwrightError
 from labwright.facts.dri import DriRenderNodes
@@ -30,6 +30,7 @@ from labwright.facts.llamacpp import GlibcVersion, OllamaPresent, ReadableBy
 from labwright.facts.nvidia import NvidiaGpus
 from labwright.gpu.devices import GPU_GROUP
 from labwright.guestlock import locked
+from labwright.guests.declared import pyinfra_dry_run
 from labwright.llamacpp import build as llama_build
 from labwright.llamacpp import buildbox, router
 from labwright.llamacpp import router_deploy as llamacpp_router
@@ -141,7 +142,7 @@ def deploy_llamacpp() -> None:
     # of the data and the host passed (sweep at 6d041d3: a --dry run with a missing model built for 6 minutes and
     # only then said the model was missing); a --dry run builds nothing and says so ---------------------------
     if build_pending:
-        if dry_run():
+        if pyinfra_dry_run():
             logger.info(f"{host.print_prefix}--dry: no llama-server is built on this machine yet; a real run builds "
                         f"the {s.build.describe()} first (~6 min on 2 cores, once), then installs it: the steps after "
                         "it are not planned here")
@@ -273,7 +274,7 @@ def release_build(codename: str, choice: BuildChoice, guest_glibc: str | None, r
         return True
     wanted = replace(choice, release=codename)
     daemon = lab_daemon()
-    if daemon is not None and dry_run():
+    if daemon is not None and pyinfra_dry_run():
         logger.info(f"{host.print_prefix}--dry: the {wanted.describe()} is not built yet; a real run builds it in "
                     f"the lab's build box first (once), then installs it: the steps after it are not planned here")
         return False

@@ -62,12 +62,14 @@ def spec_for_host(host: Host, inventory: Inventory | None = None) -> GuestSpec |
 
 
 def pyinfra_dry_run() -> bool:
-    """Whether the pyinfra CLI running us was given ``--dry``.
+    """Whether the pyinfra CLI running us was given ``--dry`` (a connector's or a deploy's question alike).
 
-    pyinfra keeps the flag in its click command's parameters and passes it to nothing a connector can see
-    (pyinfra_cli/cli.py 3.10: ``if dry: ... _exit()`` after the connect stage), and connectors run in gevent greenlets
-    where click's context stack is empty, so the command line is read: the pyinfra CLI's own argv."""
-    if "pyinfra_cli" not in sys.modules:
+    pyinfra keeps the flag in its click command's parameters and passes it to nothing a connector or a deploy can see
+    (pyinfra_cli/cli.py 3.10: ``if dry: ... _exit()`` after the connect stage), and both run in gevent greenlets
+    where click's context stack is empty, so the pyinfra CLI's own argv is parsed again by its own click command
+    (``--dry`` as a word after ``exec --`` is no dry run). False outside pyinfra's CLI (a deploy called from Python)."""
+    main = sys.modules.get("pyinfra_cli.cli")  # imported by the pyinfra command (and `python -m pyinfra`) only
+    if main is None:
         return False
     try:
         import click
@@ -79,8 +81,12 @@ def pyinfra_dry_run() -> bool:
         if context.params.get("dry"):
             return True
         context = context.parent
-    args = sys.argv[1:]
-    return "--dry" in args[: args.index("--")] if "--" in args else "--dry" in args
+    try:
+        parsed = main.cli.make_context("pyinfra", list(sys.argv[1:]), resilient_parsing=True)
+    except Exception:  # an argument list pyinfra's parser refuses: pyinfra itself would have stopped first
+        args = sys.argv[1:]
+        return "--dry" in args[: args.index("--")] if "--" in args else "--dry" in args
+    return bool(parsed.params.get("dry"))
 
 
 def describe(plan: Plan) -> str:
