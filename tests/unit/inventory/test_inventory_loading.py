@@ -22,7 +22,7 @@ INVENTORY = """
     from pathlib import Path  # an import is no group and no data
 
     lab = (
-        ["@lxd/a1", ("@lxd/b2", {"lab_cpu": "8", "color": "host"})],
+        ["@lxd/a1", ("@lxd/b2", {"size": "8", "color": "host"})],
         {"lab_subnet": "10.99.8.1/24", "lab_cpu": "4", "color": "group"},
     )
     pve_nodes = ([("pve1", {"ssh_hostname": "10.0.0.11"}), "pve2"], {"ssh_user": "admin"})
@@ -90,7 +90,7 @@ def test_the_hosts_groups_and_data_are_pyinfras(tmp_path, cli_env):
     groups, a1 = ours["@lxd/a1"]
     assert groups == ["lab", "both", "inv", "@lxd"]
     assert (a1["color"], a1["lab_cpu"], a1["lab_memory"], a1["timezone"]) == ("both", "4", "3GiB", "Etc/UTC")
-    assert ours["@lxd/b2"][1]["color"] == "host" and ours["@lxd/b2"][1]["lab_cpu"] == "8"
+    assert ours["@lxd/b2"][1]["color"] == "host" and ours["@lxd/b2"][1]["size"] == "8"
     assert ours["pve2"][1]["corosync_name_prefix"] == "node-" and "not_exported" not in ours["pve2"][1]
     assert ours["@pct/pve1/201"][1]["pct_ssh_user"] == "root" and ours["@pct/pve1/201"][1]["pct_vmid"] == 201
     assert ours["@lxd/llm1"][1]["guest"]["gpu"] == "nvidia"
