@@ -7,7 +7,8 @@ import pytest
 
 from labwright.testing.pyinfra_output import tool_env
 
-pytest_plugins = ["labwright.testing.lab_fixture", "support.parallel"]  # parallel: xdist scheduling, shared locks
+pytest_plugins = ["labwright.testing.lab_fixture", "support.parallel",  # parallel: xdist scheduling, shared locks
+                  "support.report_fallback"]  # a report CPython 3.11's ast bug would turn into an INTERNALERROR
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,3 +58,4 @@ def pytest_collection_modifyitems(config, items):
             kept = {id(i) for i in keep}
             config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
             items[:] = keep
+

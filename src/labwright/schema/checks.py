@@ -350,8 +350,11 @@ def debian_packages(value: Any) -> list[str]:
     letter or digit), 200 at most; an empty list is no packages. The one reading of every ``*_packages`` key: five
     hand-written copies had drifted, and three deploys did not check theirs at all (sweep at 6d041d3: a string was
     taken letter by letter as package names)."""
-    names = [word for word in re.split(r"[,\s]+", value) if word] if isinstance(value, str) else value
     example = "e.g. libgomp1,curl"
+    if isinstance(value, str) and control_character(value.replace(" ", "")):
+        raise ValueError(f"{_show(value)} holds a control character; give package names separated by commas or "
+                         f"spaces ({example})")
+    names = [word for word in re.split(r"[, ]+", value) if word] if isinstance(value, str) else value
     if not isinstance(names, list | tuple):
         raise ValueError(f"{_show(value)} is not a list of Debian package names ({example})")
     if len(names) > 200:
