@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 
 #: What a path given as data may not hold: shell operators and expansions (;|&<>$`), quotes and backslashes,
 #: whitespace (a unit's ExecStart= splits on it) and control characters (line breaks end a command or a unit line).
-UNSAFE_PATH = re.compile(r"[;|&<>$`'\"\\\s\x00-\x1f\x7f]")
+UNSAFE_PATH = re.compile(r"[;|&<>$`'\"\\\s\x00-\x1f\x7f-\x9f]")  # control: C0, DEL and C1, as checks.control_character
 NAMES = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", " ": "a space", "\x00": "a NUL byte"}
 
 

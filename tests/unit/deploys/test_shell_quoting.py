@@ -70,7 +70,8 @@ def test_quote_and_join_give_sh_exactly_the_values(values: list[str]) -> None:
 @given(TEXT)
 @settings(max_examples=300, deadline=None)
 def test_a_path_with_shell_characters_is_refused_in_one_line_naming_the_key(value: str) -> None:
-    bad = any(c in value for c in ";|&<>$`'\"\\") or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value)
+    bad = any(c in value for c in ";|&<>$`'\"\\") or any(c.isspace() or ord(c) < 32 or 127 <= ord(c) <= 159
+                                                          for c in value)  # control: C0, DEL and C1
     for keys, key in ((litellm.KEYS, "venv"), (litellm.KEYS, "config_dir"), (kokoro.KEYS, "dir"),
                       (kokoro.KEYS, "venv"), (litellm.KEYS, "find_links")):
         path = "/" + value

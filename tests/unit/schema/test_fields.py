@@ -282,3 +282,29 @@ def test_junk_keys_in_list_items_are_one_line_naming_the_item_key(key: str, valu
         parse(Holder, {"mounts": items})
     line = str(caught.value)
     assert "\n" not in line and line.startswith(f"mounts[{index}].") and "unknown key" in line, line
+
+
+TEXT_CHECKS = [fields.url, fields.listen_address, fields.abs_path, fields.managed_dir, fields.user_name,
+               fields.version, fields.package_name, fields.key_file, checks.program_path, checks.service_user,
+               checks.line, checks.git_url, checks.debian_packages, checks.or_empty(checks.abs_path),
+               checks.or_empty(checks.line), checks.or_empty(checks.url)]
+GOOD_TEXT = {"url": "http://127.0.0.1:8080/v1", "listen_address": "127.0.0.1", "abs_path": "/srv/x",
+             "managed_dir": "/opt/svc", "user_name": "svc", "version": "1.2.3", "package_name": "open-webui",
+             "key_file": "/etc/svc/key", "program_path": "/opt/svc/bin/x", "service_user": "svc", "line": "one line",
+             "git_url": "https://example.org/x.git", "debian_packages": "curl"}
+
+
+@given(check=st.sampled_from(TEXT_CHECKS), control=st.sampled_from([chr(c) for c in (*range(0, 32), *range(127, 160))]),
+       where=st.sampled_from(["start", "end", "alone"]))
+def test_a_control_character_at_either_end_is_never_stripped_away(check: Any, control: str, where: str) -> None:
+    """str.strip() takes away \\x0b, \\x1c-\\x1f and \\x85 at the ends: a value of one of them read as "not set", a
+    good value with one at its end passed as the good value (sweep at 6d041d3: ``tabbyapi_wheelhouse=\\x1c``)."""
+    name = getattr(check, "__name__", "")
+    good = next((text for key, text in GOOD_TEXT.items() if key in name), GOOD_TEXT["abs_path"])
+    value = control if where == "alone" else control + good if where == "start" else good + control
+    try:
+        checked = check(value)
+    except ValueError:
+        return
+    assert control not in str(checked), f"{name}({value!r}) -> {checked!r}"
+    assert checked not in ("", []), f"{name}({value!r}) read as empty"
