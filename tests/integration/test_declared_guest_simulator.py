@@ -98,16 +98,21 @@ def test_a_host_without_guest_data_declares_nothing():
     assert spec_for_host(inventory.get_host("@pct/pve1/300"), inventory) is None
 
 
-def test_dry_is_read_from_the_pyinfra_command_line(monkeypatch):
+def test_dry_is_read_from_the_pyinfra_command_line(tmp_path):
+    """The real pyinfra command runs a deploy that asks (importing pyinfra's CLI here would monkey-patch this test
+    process with gevent): --dry, no --dry, and --dry only as a --data value."""
+    import subprocess
     import sys
+    from pathlib import Path
 
-    monkeypatch.setitem(sys.modules, "pyinfra_cli", sys.modules.get("pyinfra_cli") or object())
-    monkeypatch.setattr(sys, "argv", ["pyinfra", "inv.py", "deploy.py", "--dry"])
-    assert pyinfra_dry_run()
-    monkeypatch.setattr(sys, "argv", ["pyinfra", "inv.py", "exec", "--", "echo", "--dry"])
-    assert not pyinfra_dry_run()
-    monkeypatch.setattr(sys, "argv", ["pyinfra", "inv.py", "deploy.py"])
-    assert not pyinfra_dry_run()
+    deploy = tmp_path / "ask.py"
+    deploy.write_text("from labwright.guests.declared import pyinfra_dry_run\nprint('DRY', pyinfra_dry_run())\n")
+    pyinfra = str(Path(sys.executable).with_name("pyinfra"))
+    for args, expected in ((["--dry", "@local", str(deploy)], "DRY True"), (["-y", "@local", str(deploy)], "DRY False"),
+                           (["-y", "@local", str(deploy), "--data", "x=--dry"], "DRY False")):
+        run = subprocess.run([pyinfra, *args], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert expected in run.stdout + run.stderr, (args, (run.stdout + run.stderr)[-2000:])
+    assert not pyinfra_dry_run()  # outside pyinfra's CLI
 
 
 def test_wrong_credentials_are_one_line_naming_the_variables(sim, monkeypatch):

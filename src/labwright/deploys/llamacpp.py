@@ -98,6 +98,15 @@ def deploy_llamacpp() -> None:
     except HostBuildMissing:  # every other check passed: the first CPU build is made once the host's checks pass
         s = settings_from(data, gpus, gateway_only=alone, pending=True)
         build_pending = True
+    # A build the guest's glibc cannot run, with no build box to make one it can (a Vulkan build for a Debian 12
+    # guest): refused here, before the host's other checks; a build a box can make is made below, after them
+    if not build_pending:
+        early_needed = glibc_needed(s.files)
+        early_glibc = host.get_fact(GlibcVersion) if early_needed else None
+        early_refusal = glibc_refusal(s.build, early_needed, early_glibc, host.name) if early_needed else None
+        if early_refusal and release_build_for(s.build, early_needed, early_glibc,
+                                               host.get_fact(LinuxDistribution)["release_meta"]) is None:
+            raise DeployError(early_refusal)
     # A model named with deploys/model.py's keys is downloaded first (verified, resumable, into the shared cache);
     # a repo, revision or file the Hub does not have stops the run here with one line. Until it is complete on the
     # guest, the model checks below run after the download instead.
