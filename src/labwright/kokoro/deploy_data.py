@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from labwright import paths
+from labwright.schema.checks import control_character
 
 TEMPLATES = paths.templates_dir("kokoro")
 
@@ -21,12 +22,15 @@ def load_defaults() -> dict[str, Any]:
 
 def choose_device(use: str, device: str, choice: Mapping[str, str]) -> str:
     """``device`` when set (cpu|gpu), else the [choice] table's device for ``use``."""
-    device = device.strip().lower()
+    if control_character(device) or control_character(use):  # str.strip() would take \x0b away unseen
+        key, value = ("kokoro_device", device) if control_character(device) else ("kokoro_use", use)
+        raise DataError(f"{key}: {value[:40]!r} holds a control character; give one word")
+    device = device.strip(" ").lower()
     if device:
         if device not in ("cpu", "gpu"):
             raise DataError(f"kokoro_device: {device!r} is not cpu or gpu (or leave it empty to choose by kokoro_use)")
         return device
-    use = use.strip().lower().replace("-", "_")
+    use = use.strip(" ").lower().replace("-", "_")
     if use not in choice:
         raise DataError(f"kokoro_use: {use!r} is not one of {', '.join(choice)} (CPU for conversational use, GPU "
                         "for long-form reading, as field note 002 measured)")

@@ -94,7 +94,7 @@ apt_packages = checks.debian_packages  # the one reading of a package list (sche
 
 
 def gpu_mode(value: Any) -> str:
-    gpu = str(value).strip().lower()
+    gpu = checks.line(str(value)).lower()  # no control character (str.strip() would take \x0b away unseen)
     gpu = "required" if gpu in TRUE else "off" if gpu in FALSE else gpu
     if gpu not in GPU_MODES:
         raise ValueError(f"{gpu[:80]!r} is not one of {', '.join(GPU_MODES)}")

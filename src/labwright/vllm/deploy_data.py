@@ -99,7 +99,10 @@ def offload_gb(value: Any) -> str:
 
 def offload_params(value: Any) -> str:
     """``auto``, "" or parameter name segments (vllm/config/offload.py 34-44: "experts" matches mlp.experts.*)."""
-    items = value if isinstance(value, list) else str(value).replace(",", " ").split()
+    if isinstance(value, str) and checks.control_character(value):  # split() would read \x0b as a separator
+        raise ValueError(f"{value[:80]!r} holds a control character: give auto, or parameter name segments")
+    items = value if isinstance(value, list) else str(value).replace(",", " ").split(" ")
+    items = [item for item in items if item != ""] if not isinstance(value, list) else items
     if items == ["auto"]:
         return "auto"
     if not all(isinstance(i, str) and re.fullmatch(r"[A-Za-z0-9_.]+", i) for i in items):
