@@ -306,12 +306,10 @@ def misspelt_key(key: str, known: Iterable[str]) -> str | None:
     (``time_zone``, ``Admin-User``), or, for keys of 5 letters or more, one letter added, dropped, changed or two
     swapped (``admin_usr``, ``stack_rolback``). The plural of a one-word key (``services``) is taken as a name of
     the user's own, not a typo."""
-    if not isinstance(key, str):
+    known = sorted(known)
+    if not isinstance(key, str) or key in known:
         return None
     for name in known:
-        if key == name:
-            return None
-    for name in sorted(known):
         if _spelling(key) == _spelling(name):
             return name
         plural = key == f"{name}s" and "_" not in name

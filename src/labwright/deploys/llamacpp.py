@@ -100,13 +100,10 @@ def deploy_llamacpp() -> None:
         build_pending = True
     # A build the guest's glibc cannot run, with no build box to make one it can (a Vulkan build for a Debian 12
     # guest): refused here, before the host's other checks; a build a box can make is made below, after them
-    if not build_pending:
-        early_needed = glibc_needed(s.files)
-        early_glibc = host.get_fact(GlibcVersion) if early_needed else None
-        early_refusal = glibc_refusal(s.build, early_needed, early_glibc, host.name) if early_needed else None
-        if early_refusal and release_build_for(s.build, early_needed, early_glibc,
-                                               host.get_fact(LinuxDistribution)["release_meta"]) is None:
-            raise DeployError(early_refusal)
+    needed, guest_glibc, too_old = glibc_of(s) if not build_pending else (None, None, None)
+    if too_old and release_build_for(s.build, needed, guest_glibc,
+                                     host.get_fact(LinuxDistribution)["release_meta"]) is None:
+        raise DeployError(too_old)
     # A model named with deploys/model.py's keys is downloaded first (verified, resumable, into the shared cache);
     # a repo, revision or file the Hub does not have stops the run here with one line. Until it is complete on the
     # guest, the model checks below run after the download instead.
@@ -157,13 +154,9 @@ def deploy_llamacpp() -> None:
                         "it are not planned here")
             return
         s = settings_from(data, gpus, gateway_only=alone, release=first_build())
-    # every file pushed (CPU, CUDA, Vulkan, a given binary, the libraries beside it) needs the glibc its ELF names:
-    # one built on a newer Debian than the guest's would not start there; refused here, before anything is installed
+        needed, guest_glibc, too_old = glibc_of(s)
     # This machine's CPU build needing a newer glibc than the guest's (a Debian 13 controller, a Debian 12 guest) is
     # built for the guest's release instead, in that release's build box of the lab (labwright.llamacpp.buildbox)
-    needed = glibc_needed(s.files)
-    guest_glibc = host.get_fact(GlibcVersion) if needed else None
-    too_old = glibc_refusal(s.build, needed, guest_glibc, host.name) if needed else None
     if too_old:
         fitting = for_guest_release(s, data, needed, guest_glibc, too_old)
         if fitting is None:  # --dry, and the build for the guest's release is not made yet
@@ -228,6 +221,15 @@ def deploy_llamacpp() -> None:
     # try-restart: a stopped Ollama stays stopped, a running one picks up the new environment.
     systemd_ops.restarted_foreign(name="Restart Ollama if running (drop-in changed)", service="ollama.service",
                                   running_only=True, _if=lambda: dropin.did_change() and bool(ollama["unit"]))
+
+
+def glibc_of(s: LlamacppSettings) -> tuple[tuple[tuple[int, int], str] | None, str | None, str | None]:
+    """(the newest glibc the files' ELF need, the guest's glibc, the refusal when the guest's is older): every file
+    pushed (CPU, CUDA, Vulkan, a given binary, the libraries beside it) needs the glibc its ELF names, and one built
+    on a newer Debian than the guest's would not start there."""
+    needed = glibc_needed(s.files)
+    guest_glibc = host.get_fact(GlibcVersion) if needed else None
+    return needed, guest_glibc, glibc_refusal(s.build, needed, guest_glibc, host.name) if needed else None
 
 
 def lab_daemon() -> tuple[Any, str, str | None, str] | None:

@@ -103,7 +103,7 @@ def names_of(value: Any, default: Iterable[str]) -> list[str]:
         if bad:
             raise GatewayError("gateway_names", f"'{_shown(name)}' contains a control character ({bad}) (nothing was "
                                "changed)")
-        if not isinstance(name, str) or checks.host_problem(name, brackets=True) is not None:
+        if checks.host_problem(name, brackets=True) is not None:  # a non-string too
             raise GatewayError("gateway_names", f"{name!r} is neither an IP address nor a DNS name (nothing was "
                                "changed)")
         if name not in names:
