@@ -47,9 +47,11 @@ KEY_FILE = "/etc/llama-server/api-key"
 
 def deploy(lab: Lab, name: str, *data: str) -> DeployRun:
     """A 4096-token context: lavapipe allocates the production 131072 (field note 004's) in ~1 min on 2 loaded cores
-    and decodes it at ~3 tok/s (flash attention, q4_0 KV on the CPU through Vulkan), which tells nothing more."""
+    and decodes it at ~3 tok/s (flash attention, q4_0 KV on the CPU through Vulkan), which tells nothing more. Health
+    is waited for up to 10 min, not the default 2: lavapipe's warm-up run (llama-server's empty decode before it
+    answers /health) took over 120 s on two cores shared with three other workers (a full run at 8677e66)."""
     return run_pyinfra(lab.host(name), "deploys/llamacpp.py", f"llamacpp_model={MODEL}", "llamacpp_build=vulkan",
-                       "llamacpp_ctx_size=4096", *data, cwd=REPO, timeout=1200)
+                       "llamacpp_ctx_size=4096", "llamacpp_health_timeout=600", *data, cwd=REPO, timeout=1200)
 
 
 def sh(lab: Lab, name: str, script: str) -> str:

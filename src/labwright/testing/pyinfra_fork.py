@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from labwright.textio import loads_json
+
 #: Variables read while an interpreter starts (or while gevent and pyinfra import): a run whose environment differs
 #: from a server's in these gets a server of its own.
 STARTUP_PREFIXES = ("PYTHON", "LC_", "GEVENT", "PYINFRA")
@@ -233,7 +235,7 @@ class _Call:
                         control += chunk
                         lines = control.split(b"\n")
                         for line in lines[:-1]:
-                            message = json.loads(line)
+                            message = loads_json(line)
                             pid = message.get("pid", pid)
                             status = message.get("status", status)
                         control = lines[-1]
@@ -303,7 +305,7 @@ def _serve(path: str, bin_dir: str) -> None:
                 if not chunk:
                     raise OSError("short request")
                 body += chunk
-            request = json.loads(body)
+            request = loads_json(body)
         except (OSError, ValueError, struct.error):
             conn.close()
             continue
