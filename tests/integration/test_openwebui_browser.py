@@ -262,6 +262,7 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 def test_the_browser_signs_in_chats_and_sees_the_streamed_answer(webui: Webui, tmp_path: Path) -> None:
     from PIL import Image
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     password = webui.env_value("admin.env", "WEBUI_ADMIN_PASSWORD")
@@ -292,9 +293,14 @@ def test_the_browser_signs_in_chats_and_sees_the_streamed_answer(webui: Webui, t
             sent = time.monotonic()
             page.locator("#send-message-button").click()
             answer = page.locator("#response-content-container").last
-            page.wait_for_function(
-                "() => { const all = document.querySelectorAll('#response-content-container');"
-                " return all.length && all[all.length - 1].innerText.trim().length > 0; }", timeout=120_000)
+            try:
+                page.wait_for_function(
+                    "() => { const all = document.querySelectorAll('#response-content-container');"
+                    " return all.length && all[all.length - 1].innerText.trim().length > 0; }", timeout=120_000)
+            except PlaywrightTimeout:  # say what the page and its socket had by then (a run at load ~6 had nothing)
+                pytest.fail(f"no answer text {time.monotonic() - sent:.0f} s after sending; "
+                            f"{len(frames)} websocket frames, the last: {[f[1][:300] for f in frames[-4:]]}; "
+                            f"page text: {page.inner_text('body')[-600:]!r}")
             first_token = time.monotonic()
             # The answer is complete when the engine has generated N_PREDICT more tokens and the page stopped changing.
             deadline = time.monotonic() + 180
