@@ -75,11 +75,7 @@ class _Server:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-        for name in ("s",):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.dir, name))
-        with contextlib.suppress(OSError):
-            os.rmdir(self.dir)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @atexit.register

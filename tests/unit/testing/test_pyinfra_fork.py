@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labwright.testing import pyinfra_fork
+from labwright.testing.waiting import wait_for
 from support.hypothesis_budget import examples
 
 PYINFRA = str(Path(sys.executable).parent / "pyinfra")
@@ -98,19 +99,16 @@ def test_the_callers_priority_is_the_runs(deploy, tmp_path) -> None:
 
 
 def test_a_timeout_kills_the_run_and_raises_as_subprocess_does(tmp_path) -> None:
-    marker = tmp_path / "still-running"
-    (tmp_path / "slow.py").write_text("import time, pathlib\n"
-                                      f"for _ in range(600):\n    pathlib.Path({str(marker)!r}).touch()\n"
-                                      "    time.sleep(0.05)\n")
+    pidfile = tmp_path / "pid"
+    (tmp_path / "slow.py").write_text("import os, pathlib, signal\n"
+                                      f"pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))\n"
+                                      "signal.pause()  # blocks until killed\n")
     started = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
         pyinfra_fork.run([PYINFRA, "-y", "@local", "slow.py"], capture_output=True, cwd=tmp_path, timeout=3)
     assert time.monotonic() - started < 30
-    marker.unlink(missing_ok=True)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not marker.exists():  # a killed run touches it no more
-        time.sleep(0.2)
-    assert not marker.exists(), "the timed-out run went on"
+    pid = int(pidfile.read_text())
+    wait_for(f"the timed-out run (pid {pid}) to be gone", lambda: not Path(f"/proc/{pid}").exists(), timeout=30)
 
 
 def test_what_it_cannot_serve_is_spawned(tmp_path) -> None:
