@@ -268,13 +268,69 @@ def unknown_key_error(data: Mapping[str, Any], prefix: str, known: Iterable[str]
     """The first ``PREFIX_KEY`` in the host data that the deploy does not read, as one line with the nearest known key
     (a typo such as ``tabbyapi_cache_sise=65536`` is refused, not silently ignored); None when every key is known.
 
-    ``where`` tells the user where the keys are listed (a defaults.toml, a doc)."""
+    ``where`` tells the user where the keys are listed (a defaults.toml, a doc). A ``PREFIX_KEY`` given on pyinfra's
+    command line as text pyinfra read lossily (:func:`cli_data_error`) is refused here too, first."""
+    lossy = cli_data_error(prefix)
+    if lossy is not None:
+        return lossy
     names = sorted(f"{prefix}_{key}" for key in set(known))
     for key in sorted(str(k) for k in data):
         if key.startswith(f"{prefix}_") and key not in names:
             near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
             hint = f"did you mean {near[0]}?" if near else f"the {prefix}_* keys are listed in {where}"
             return BadInput(f"{key}: unknown data key for this deploy ({hint}); fix or remove it (nothing was changed)")
+    return None
+
+
+def cli_data(argv: list[str] | None = None) -> dict[str, str]:
+    """The ``--data KEY=VALUE`` texts of the pyinfra command line this process runs (``argv``: sys.argv), as typed;
+    empty outside pyinfra's CLI (the API, a test process)."""
+    import sys
+
+    if argv is None:
+        if "pyinfra_cli.main" not in sys.modules:
+            return {}
+        argv = sys.argv
+    found: dict[str, str] = {}
+    words = iter(argv[1:])
+    for word in words:
+        if word == "--":
+            break
+        item = next(words, None) if word == "--data" else word[len("--data="):] if word.startswith("--data=") \
+            else None
+        if item is not None and "=" in item:
+            key, value = item.split("=", 1)
+            found[key] = value
+    return found
+
+
+def cli_data_error(prefix: str, argv: list[str] | None = None) -> BadInput | None:
+    """A ``PREFIX_KEY`` value on pyinfra's command line that pyinfra reads as something other than what was typed.
+    pyinfra (pyinfra_cli/util.py ``parse_cli_arg``, 3.x) tries ``int(text)``, then ``json.loads(text)``, else keeps
+    the text: ``int()`` also takes other white space at the ends (``\\x0b1`` is 1), other scripts' digits and ``1_0``,
+    JSON takes a tab or line break around a number, so the deploy's own checks saw a clean number (a sweep at
+    1a05899: ``gateway_admin_port=\\x0b1`` taken as port 1). Text kept as text is checked by the deploy itself."""
+    import json
+    import re
+
+    for key, text in sorted(cli_data(argv).items()):
+        if not key.startswith(f"{prefix}_"):
+            continue
+        try:
+            read: Any = int(text)
+        except ValueError:
+            try:
+                read = json.loads(text)
+            except ValueError:
+                continue
+        clean = text.strip(" ")
+        if isinstance(read, bool) or isinstance(read, int) and re.fullmatch(r"[-+]?[0-9]+", clean) or (
+                not isinstance(read, int) and clean == text.strip() and text.isascii()):
+            continue
+        odd = next((c for c in text if not (c.isascii() and c.isprintable()) and c not in "\t\n\r"), None) \
+            or next((c for c in (clean[:1], clean[-1:]) if c and not c.isprintable()), None) or "_"
+        return BadInput(f"{key}: {text[:60]!r} holds {odd!r}, which pyinfra drops (it reads {str(read)[:40]!r}); "
+                        f"write the value alone, e.g. {key}={str(read)[:40]} (nothing was changed)")
     return None
 
 

@@ -92,7 +92,8 @@ def _no_empty_paths(command: Any) -> Any:
     enters: ``''`` is refused naming the parameter (typer makes an empty path ``Path('.')``, the current directory;
     an empty text option was taken as "not given": the CLI sweep at 2b91fd1 met ten such options), and so is a
     control character (a newline in ``--url`` split the progress line). An option that means "none" by ``''`` says so
-    with a choice of its own, never by an empty string (issue 33)."""
+    with a choice of its own, never by an empty string (issue 33). A number (int or float) is ASCII text: int() and
+    pydantic take other white space at its ends (``--context $'\\x0b4096'`` read as 4096, ``\\xa0``, ``\\u2028``)."""
     if getattr(command, "_labwright_no_empty_paths", False):
         return command
     command._labwright_no_empty_paths = True
@@ -102,13 +103,14 @@ def _no_empty_paths(command: Any) -> Any:
         descriptor = getattr(param, "type_descriptor", None)
         annotation = repr(getattr(descriptor, "annotation", None)) if descriptor is not None else ""
         is_path = "Path" in annotation
-        if not is_path and "str" not in annotation:
+        is_number = not is_path and "str" not in annotation and ("int" in annotation or "float" in annotation)
+        if not is_path and not is_number and "str" not in annotation:
             continue
         name = param.opts[0] if getattr(param, "param_type_name", "") == "option" and param.opts else \
             (param.metavar or param.name or "PATH").upper()
 
         def process_value(ctx: Any, value: Any, _inner: Any = param.process_value, _name: str = name,
-                          _path: bool = is_path, _key: str | None = param.name) -> Any:
+                          _path: bool = is_path, _key: str | None = param.name, _number: bool = is_number) -> Any:
             from labwright.schema.checks import control_character
 
             # what the user typed (or exported), never a default: by name, as typer vendors its own click
@@ -123,6 +125,8 @@ def _no_empty_paths(command: Any) -> Any:
                 found = control_character(item)
                 if found:
                     raise BadInput(f"{_name} {item[:60]!r} holds the control character {found!r}; give one line")
+                if _number and not (item.isascii() and item.isprintable()):
+                    raise BadInput(f"{_name} {item[:60]!r} is not a number: give it in ASCII digits, e.g. 4096")
             return _inner(ctx, value)
 
         param.process_value = process_value

@@ -39,7 +39,7 @@ KERNEL_DIRS = ("/proc", "/sys", "/dev")
 USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 #: One DNS label (RFC 1123 section 2.1: letters, digits, hyphens, not at either end, 63 characters at most).
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 #: A longer wait or lifetime than a year is a typo (a unit missing, digits too many).
 MAX_DURATION = 366 * 86400
@@ -72,6 +72,14 @@ def _text(value: Any, what: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     raise ValueError(f"{_show(value)} is not {what}")
+
+
+def _digits(value: str, pattern: str, what: str) -> int | str:
+    """``value``'s number when it is ASCII digits matching ``pattern`` (spaces around allowed); else ``value`` itself,
+    for the caller's own refusal. Never ``int(value)`` directly: it also takes other whitespace at the ends
+    (``"\\x0b1"`` read as 1, a sweep at 1a05899), other scripts' digits (``"٨٠٨٠"`` as 8080) and ``"1_0"``."""
+    text = _text(value, what)
+    return int(text) if re.fullmatch(pattern, text) else value
 
 
 def host_problem(text: str, brackets: bool = False) -> str | None:
@@ -190,8 +198,8 @@ def listen_address(value: Any) -> str:
 
 def port(value: Any) -> int:
     """A TCP/UDP port 1-65535, given as a number or its digits (``"8080"``); a bool or ``8080.5`` is refused."""
-    if isinstance(value, str) and re.fullmatch(r"\s*\d{1,6}\s*", value):
-        value = int(value)
+    if isinstance(value, str):
+        value = _digits(value, r"[0-9]{1,6}", "a port number (a whole number 1-65535, e.g. 8080)")
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"{_show(value)} is not a port number (a whole number 1-65535, e.g. 8080)")
     if not 1 <= value <= 65535:
@@ -228,7 +236,7 @@ def key_file(value: Any) -> str:
     (:func:`managed_dir`), never /etc/shadow or a file directly in /."""
     path = abs_path(value)
     parent = posixpath.dirname(path)
-    if parent == "/" or str(value).strip().endswith("/"):
+    if parent == "/" or str(value).strip(" ").endswith("/"):
         raise ValueError(f"{_show(path)} must be a file in a directory of its own, e.g. /etc/NAME/api-key (the "
                          "directory is made root:<user> 0750)")
     try:
@@ -321,7 +329,7 @@ def duration(value: Any) -> float:
         seconds = float(value)
     else:
         text = _text(value, f"a duration ({example})").lower().replace(" ", "")
-        if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", text):
             seconds = float(text)
         elif text and _DURATION_PART.sub("", text) == "":
             seconds = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
@@ -415,8 +423,8 @@ def whole(low: int | None = None, high: int | None = None) -> Callable[[Any], in
     ``"-1"``); a bool, ``1.5`` or ``"1e3"`` is refused: ``Annotated[int, BeforeValidator(whole(1))]``."""
 
     def check(value: Any) -> int:
-        if isinstance(value, str) and re.fullmatch(r"\s*[-+]?\d{1,30}\s*", value):
-            value = int(value)
+        if isinstance(value, str):
+            value = _digits(value, r"[-+]?[0-9]{1,30}", "a whole number")
         if not isinstance(value, int) or isinstance(value, bool):
             raise ValueError(f"{_show(value)} is not a whole number")
         if (low is not None and value < low) or (high is not None and value > high):
@@ -460,7 +468,7 @@ def flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str | int):
-        text = str(value).strip().lower()
+        text = _text(value, "a boolean (use true or false)").lower()
         if text in FLAG_TRUE or text in FLAG_FALSE:
             return text in FLAG_TRUE
     raise ValueError(f"{_show(value)} is not a boolean (use true or false)")

@@ -104,7 +104,9 @@ def _refuse(name: str, shown: str, why: str, fix: str) -> BadInput:
 def _typed(var: Var, raw: str) -> Any:
     """``raw`` as ``var`` reads it (None: unset), or BadInput naming the variable and the fix."""
     name, kind = var.name, var.kind
-    value = raw.strip() if var.strip or kind in ("bool", "choice", "seconds", "url") else raw
+    # Never str.strip(): it also takes \x0b, \x0c, \x1c-\x1f and \x85 at the ends, which then passed the control-
+    # character check below unseen ("\x0b1" read as 1). A ``strip`` variable drops what reading a file leaves.
+    value = raw.strip(" \t\r\n") if var.strip else raw.strip(" ") if kind in ("bool", "choice", "seconds", "url") else raw
     if not value:
         return None
     shown = "" if kind == "secret" else f"={_show(raw)}"
@@ -128,8 +130,8 @@ def _typed(var: Var, raw: str) -> Any:
         raise _refuse(name, shown, f"is not one of {', '.join(var.choices)}", f"set {name}={var.choices[0]}, or "
                       "unset it")
     if kind == "seconds":
-        try:
-            seconds = float(value)
+        try:  # ASCII digits only: float() also reads "1_0", other scripts' digits and "inf"
+            seconds = float(value) if re.fullmatch(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+", value) else -1.0
         except ValueError:
             seconds = -1.0
         if not 0 <= seconds <= 86400:  # also nan

@@ -179,3 +179,22 @@ def test_a_variable_name_the_user_gives_is_a_name(name):
     """CLI sweep at 2b91fd1: --api-key-env BAD=NAME said 'export BAD=NAME=KEY first'."""
     with pytest.raises(BadInput, match="is not an environment variable name"):
         env.read(name, {}, kind="secret")
+
+
+_GOOD = {"bool": "1", "seconds": "10", "url": "http://127.0.0.1:8080", "secret": "abc", "path": "/srv/x", "line": "abc"}
+
+
+@settings(max_examples=80)
+@given(var=_DECLARED, odd=st.sampled_from([chr(c) for c in (*range(1, 32), 0x7f, 0x85)]),
+       where=st.sampled_from(["start", "end"]))
+def test_a_control_character_at_either_end_is_refused_not_stripped(var, odd, where):
+    """A sweep at 1a05899 found deploy data read "\\x0b1" as 1 (str.strip() takes \\x0b); the variables stripped
+    the same way. Only what reading a file leaves (a line break, a tab) is dropped, and only where ``strip`` says."""
+    good = var.choices[0] if var.kind == "choice" else _GOOD.get(var.kind, "abc")
+    raw = odd + good if where == "start" else good + odd
+    if var.strip and odd in "\t\r\n":
+        assert env.read(var.name, {var.name: raw}) == env.read(var.name, {var.name: good})
+        return
+    with pytest.raises(BadInput) as refused:
+        env.read(var.name, {var.name: raw})
+    assert str(refused.value).startswith(f"environment variable {var.name}")

@@ -308,3 +308,48 @@ def test_a_control_character_at_either_end_is_never_stripped_away(check: Any, co
         return
     assert control not in str(checked), f"{name}({value!r}) -> {checked!r}"
     assert checked not in ("", []), f"{name}({value!r}) read as empty"
+
+
+#: The checks that read a number or an on/off word out of text, with a value each accepts.
+NUMBER_CHECKS: dict[str, tuple[Any, str]] = {
+    "port": (checks.port, "8080"), "whole": (checks.whole(), "-12"), "whole(1)": (checks.whole(1), "3"),
+    "flag": (checks.flag, "true"), "duration": (checks.duration, "30"), "duration-units": (checks.duration, "1h30m")}
+#: What int(), float(), str.strip() and regex \s, \d take beside spaces and ASCII digits: other white space and
+#: control characters (\x0b, \x1c-\x1f, \x85, \xa0, \u2028), other scripts' digits (Arabic-Indic, fullwidth).
+ODD = st.characters(codec="utf-8").filter(lambda c: c != " " and (c.isspace() or not c.isprintable() or (
+    c.isdecimal() and c not in "0123456789")))
+
+
+@given(name=st.sampled_from(sorted(NUMBER_CHECKS)), odd=ODD, where=st.sampled_from(["start", "end", "both"]))
+def test_a_number_or_flag_with_other_white_space_or_digits_around_it_is_refused(name: str, odd: str,
+                                                                                where: str) -> None:
+    """A sweep at 1a05899: ``gateway_admin_port=\\x0b1`` was read as port 1 and ``kokoro_open=\\x0b1`` as true
+    (int() and str.strip() take \\x0b at the ends), so the deploy went on to ask the host its facts."""
+    check, good = NUMBER_CHECKS[name]
+    value = odd + good if where == "start" else good + odd if where == "end" else odd + good + odd
+    with pytest.raises(ValueError):
+        check(value)
+    assert check(f" {good} ") == check(good)  # spaces around are still forgiven
+
+
+@given(name=st.sampled_from(sorted(NUMBER_CHECKS)), text=st.text(max_size=10))
+def test_what_a_number_or_flag_check_accepts_is_spaces_and_ascii_only(name: str, text: str) -> None:
+    check, _ = NUMBER_CHECKS[name]
+    try:
+        value = check(text)
+    except ValueError:
+        return
+    core = text.strip(" ")
+    assert core.isascii() and core.isprintable(), f"{name}({text!r}) -> {value!r}"
+    if name.startswith(("port", "whole")):
+        assert int(core) == value
+    if name == "flag":
+        assert core.lower() in checks.FLAG_TRUE + checks.FLAG_FALSE
+
+
+def test_the_digits_of_other_scripts_are_not_a_port() -> None:
+    for text in ("\u0668\u0660\u0668\u0660", "\uff18\uff10\uff18\uff10", "8_080"):
+        with pytest.raises(ValueError):
+            checks.port(text)
+    with pytest.raises(ValueError):
+        checks.duration("\u0663\u0660")
