@@ -324,7 +324,7 @@ def cli_data_error(prefix: str, argv: list[str] | None = None) -> BadInput | Non
             except ValueError:
                 continue
         clean = text.strip(" ")
-        if isinstance(read, bool) or isinstance(read, int) and re.fullmatch(r"[-+]?[0-9]+", clean) or (
+        if isinstance(read, bool) or (isinstance(read, int) and re.fullmatch(r"[-+]?[0-9]+", clean)) or (
                 not isinstance(read, int) and clean == text.strip() and text.isascii()):
             continue
         odd = next((c for c in text if not (c.isascii() and c.isprintable()) and c not in "\t\n\r"), None) \

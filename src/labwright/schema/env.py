@@ -106,7 +106,8 @@ def _typed(var: Var, raw: str) -> Any:
     name, kind = var.name, var.kind
     # Never str.strip(): it also takes \x0b, \x0c, \x1c-\x1f and \x85 at the ends, which then passed the control-
     # character check below unseen ("\x0b1" read as 1). A ``strip`` variable drops what reading a file leaves.
-    value = raw.strip(" \t\r\n") if var.strip else raw.strip(" ") if kind in ("bool", "choice", "seconds", "url") else raw
+    loose = kind in ("bool", "choice", "seconds", "url")
+    value = raw.strip(" \t\r\n") if var.strip else raw.strip(" ") if loose else raw
     if not value:
         return None
     shown = "" if kind == "secret" else f"={_show(raw)}"
