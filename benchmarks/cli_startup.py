@@ -64,14 +64,20 @@ def baseline_source(rev: str, into: Path) -> Path:
     return into / "src"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=15, help="runs of each command (default 15)")
-    parser.add_argument("--baseline", metavar="REV", help="also time `python -m labwright --help` at git revision REV")
+def arguments(doc: str, runs: int, baseline: str) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The options these timing benchmarks share: ``--runs`` (default ``runs``), ``--baseline REV``, ``--json``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=runs, help=f"runs of each command (default {runs})")
+    parser.add_argument("--baseline", metavar="REV", help=baseline)
     parser.add_argument("--json", action="store_true", help="the medians as one JSON object on stdout")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: give 1 or more")
+    return parser, args
+
+
+def main() -> int:
+    parser, args = arguments(__doc__, 15, "also time `python -m labwright --help` at git revision REV")
 
     commands = [(label, argv, held, None) for label, argv, held in COMMANDS]
     with tempfile.TemporaryDirectory(prefix="cli-startup-") as tmp:

@@ -16,7 +16,6 @@ commit before both changes (dee2a9d), at most 0.65x the baseline (measured 0.57x
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -26,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli_startup import baseline_source, timed  # the same timing, from the same directory
+from cli_startup import arguments, baseline_source, timed  # the same timing, from the same directory
 
 BIN = Path(sys.executable).parent
 COMMANDS = {"matrix stacks": ["matrix", "stacks"], "matrix show --json": ["matrix", "show", "--json"],
@@ -36,13 +35,7 @@ WARM_TARGET, BASELINE_TARGET = 0.7, 0.65
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=9, help="runs of each command and way (default 9)")
-    parser.add_argument("--baseline", metavar="REV", help="also run the commands from git revision REV's source")
-    parser.add_argument("--json", action="store_true", help="the medians as one JSON object on stdout")
-    args = parser.parse_args()
-    if args.runs < 1:
-        parser.error(f"--runs {args.runs}: give 1 or more")
+    parser, args = arguments(__doc__, 9, "also run the commands from git revision REV's source")
     with tempfile.TemporaryDirectory(prefix="matrix-read-") as tmp:
         # Bytecode written once for every way (the untimed first runs): with PYTHONDONTWRITEBYTECODE=1 each run
         # compiled what had no .pyc yet, the baseline's extracted source all of labwright.
