@@ -268,9 +268,9 @@ def unknown_key_error(data: Mapping[str, Any], prefix: str, known: Iterable[str]
     """The first ``PREFIX_KEY`` in the host data that the deploy does not read, as one line with the nearest known key
     (a typo such as ``tabbyapi_cache_sise=65536`` is refused, not silently ignored); None when every key is known.
 
-    ``where`` tells the user where the keys are listed (a defaults.toml, a doc). A ``PREFIX_KEY`` given on pyinfra's
-    command line as text pyinfra read lossily (:func:`cli_data_error`) is refused here too, first."""
-    lossy = cli_data_error(prefix)
+    ``where`` tells the user where the keys are listed (a defaults.toml, a doc). A key given on pyinfra's command
+    line as text pyinfra read lossily (:func:`cli_data_error`) is refused here too, first."""
+    lossy = cli_data_error()
     if lossy is not None:
         return lossy
     names = sorted(f"{prefix}_{key}" for key in set(known))
@@ -304,8 +304,9 @@ def cli_data(argv: list[str] | None = None) -> dict[str, str]:
     return found
 
 
-def cli_data_error(prefix: str, argv: list[str] | None = None) -> BadInput | None:
-    """A ``PREFIX_KEY`` value on pyinfra's command line that pyinfra reads as something other than what was typed.
+def cli_data_error(argv: list[str] | None = None) -> BadInput | None:
+    """A ``--data KEY=VALUE`` on pyinfra's command line (any key: junk is junk whichever deploy reads it) that pyinfra
+    reads as something other than what was typed.
     pyinfra (pyinfra_cli/util.py ``parse_cli_arg``, 3.x) tries ``int(text)``, then ``json.loads(text)``, else keeps
     the text: ``int()`` also takes other white space at the ends (``\\x0b1`` is 1), other scripts' digits and ``1_0``,
     JSON takes a tab or line break around a number, so the deploy's own checks saw a clean number (a sweep at
@@ -314,8 +315,6 @@ def cli_data_error(prefix: str, argv: list[str] | None = None) -> BadInput | Non
     import re
 
     for key, text in sorted(cli_data(argv).items()):
-        if not key.startswith(f"{prefix}_"):
-            continue
         try:
             read: Any = int(text)
         except ValueError:
@@ -378,7 +377,11 @@ def misspelt_key_error(data: Mapping[str, Any], known: Iterable[str], where: str
     """For a deploy whose keys carry no prefix (base: ``timezone``, stack: ``venv``, cluster rejoin: ``lead``), where
     the host's other data cannot be told apart from an unknown key: the first key that misspells one of ``known``
     (:func:`misspelt_key`), as one line; None when there is none. A misspelt key was silently ignored and its
-    default used (sweep at 2b91fd1: ``admin_usr=ops`` made the admin ``labadmin``)."""
+    default used (sweep at 2b91fd1: ``admin_usr=ops`` made the admin ``labadmin``). A value pyinfra read lossily
+    from its command line (:func:`cli_data_error`) first."""
+    lossy = cli_data_error()
+    if lossy is not None:
+        return lossy
     names = sorted(set(known))
     for key in sorted(str(k) for k in data):
         near = misspelt_key(key, names)
