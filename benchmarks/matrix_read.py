@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cli_startup import arguments, baseline_source, timed  # the same timing, from the same directory
+from cli_startup import arguments, baseline_source, bytecode_env, timed  # the same timing, from the same directory
 
 BIN = Path(sys.executable).parent
 COMMANDS = {"matrix stacks": ["matrix", "stacks"], "matrix show --json": ["matrix", "show", "--json"],
@@ -37,11 +37,8 @@ WARM_TARGET, BASELINE_TARGET = 0.7, 0.65
 def main() -> int:
     parser, args = arguments(__doc__, 9, "also run the commands from git revision REV's source")
     with tempfile.TemporaryDirectory(prefix="matrix-read-") as tmp:
-        # Bytecode written once for every way (the untimed first runs): with PYTHONDONTWRITEBYTECODE=1 each run
-        # compiled what had no .pyc yet, the baseline's extracted source all of labwright.
-        base_env = {k: v for k, v in os.environ.items() if k not in ("LABWRIGHT_CACHE", "LABWRIGHT_MATRIX_DIR",
-                                                                     "PYTHONDONTWRITEBYTECODE")}
-        base_env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+        base_env = {k: v for k, v in bytecode_env(Path(tmp)).items() if k not in ("LABWRIGHT_CACHE",
+                                                                                   "LABWRIGHT_MATRIX_DIR")}
         warm = {**base_env, "XDG_CACHE_HOME": str(Path(tmp) / "warm")}
         ways: list[tuple[str, list[str], dict[str, str] | None]] = [("warm", [str(BIN / "labwright")], warm),
                                                                     ("cold", [str(BIN / "labwright")], None)]
