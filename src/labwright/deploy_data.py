@@ -322,9 +322,11 @@ def cli_data_error(argv: list[str] | None = None) -> BadInput | None:
                 read = json.loads(text)
             except ValueError:
                 continue
+        # Text, lists, objects and true/false come through JSON as written (its strings keep every character, its
+        # white space is only spaces, tabs and line breaks); a number must be a number as typed.
         clean = text.strip(" ")
-        if isinstance(read, bool) or (isinstance(read, int) and re.fullmatch(r"[-+]?[0-9]+", clean)) or (
-                not isinstance(read, int) and clean == text.strip() and text.isascii()):
+        if isinstance(read, bool) or not isinstance(read, int | float) or re.fullmatch(
+                r"[-+]?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?", clean):
             continue
         odd = next((c for c in text if not (c.isascii() and c.isprintable()) and c not in "\t\n\r"), None) \
             or next((c for c in (clean[:1], clean[-1:]) if c and not c.isprintable()), None) or "_"
