@@ -311,15 +311,16 @@ def cli_data_error(argv: list[str] | None = None) -> BadInput | None:
     the text: ``int()`` also takes other white space at the ends (``\\x0b1`` is 1), other scripts' digits and ``1_0``,
     JSON takes a tab or line break around a number, so the deploy's own checks saw a clean number (a sweep at
     1a05899: ``gateway_admin_port=\\x0b1`` taken as port 1). Text kept as text is checked by the deploy itself."""
-    import json
     import re
+
+    from labwright.textio import loads_json
 
     for key, text in sorted(cli_data(argv).items()):
         try:
             read: Any = int(text)
         except ValueError:
             try:
-                read = json.loads(text)
+                read = loads_json(text)
             except ValueError:
                 continue
         # Text, lists, objects and true/false come through JSON as written (its strings keep every character, its

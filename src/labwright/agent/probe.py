@@ -109,11 +109,14 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+TMP_SUFFIX = ".labwright-probe-new"
+
+
 def write_atomic(path: str, data: bytes, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
     """Temporary file beside ``path``, fsync, rename over it, fsync the directory: old bytes or new, never a mix."""
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.labwright-probe-new"
+    tmp = f"{path}{TMP_SUFFIX}"
     try:
         with open(tmp, "wb") as handle:
             handle.write(data)
@@ -139,6 +142,10 @@ def install(actions: list[dict]) -> list[str]:
     kept = []
     for action in actions:
         path = action["path"]
+        # A helper killed while writing this file (the restore's fence SIGKILLs it) left its temporary beside it: a
+        # suite run found llama-server.service.d/90-labwright-probe.conf.labwright-probe-new after a Ctrl-C restore.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{TMP_SUFFIX}")
         if action.get("remove"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -545,6 +552,20 @@ def stop_other_waiter(service: str) -> None:
     if mine:
         with contextlib.suppress(OSError):
             os.kill(pid, 9)
+        # Gone before the caller goes on: a syscall it was in (creating a candidate's temporary file) completes after
+        # the kill is sent, and the restore's install removes what it left only once it can add nothing more.
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{pid}") and _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` runs (a zombie, killed and not yet reaped by its parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def probe(req: dict) -> dict:

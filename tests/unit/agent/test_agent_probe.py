@@ -107,8 +107,26 @@ def test_the_restore_kills_the_helper_that_passed_the_gate_before_it(gate):
     try:
         (gate / "llama-server.service.pid_file").write_text(str(helper.pid))
         probe_waiter.fence("llama-server.service", "run-a")
+        assert not probe_waiter._alive(helper.pid)  # dead when fence returns (a zombie until reaped), not later
         assert helper.wait(timeout=30) == -9
     finally:
         if helper.poll() is None:
             helper.kill()
     assert probe_waiter.enter("llama-server.service", "run-a") is False
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_restore(tmp_path):
+    """A suite run: Ctrl-C while the helper wrote the next candidate's drop-in; the fence killed it mid-write and
+    ``90-labwright-probe.conf.labwright-probe-new`` stayed in llama-server.service.d after the restore."""
+    dropin = tmp_path / "llama-server.service.d" / "90-labwright-probe.conf"
+    dropin.parent.mkdir()
+    dropin.write_text("[Service]\n")
+    leftover = Path(f"{dropin}{probe_waiter.TMP_SUFFIX}")
+    leftover.write_text("[Service]\nExecStart=half")
+    probe_waiter.install([{"path": str(dropin), "remove": True}])
+    assert list(dropin.parent.iterdir()) == []
+    config = tmp_path / "config.yml"
+    Path(f"{config}{probe_waiter.TMP_SUFFIX}").write_text("half")
+    probe_waiter.install([{"path": str(config), "content_b64": b64(b"original")}])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yml", "llama-server.service.d"]
+    assert config.read_bytes() == b"original"

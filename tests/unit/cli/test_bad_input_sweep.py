@@ -433,6 +433,18 @@ def snapshot(root: Path) -> dict[str, str]:
     return seen
 
 
+#: The TOML parse cache (labwright.textio.parse_toml_cached) under the sandbox's HOME: a cache of package data any
+#: command that reads the matrix fills, never state a refusal could leave half-done; the directories made for it too.
+PARSE_CACHE = "home/.cache/labwright/toml"
+
+
+def written_paths(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """What a run changed in its sandbox (two :func:`snapshot`s): not its own output files, not the parse cache."""
+    return [path for path in set(after) | set(before) if before.get(path) != after.get(path)
+            and path not in ("stdout", "stderr", "modules")
+            and not (path == PARSE_CACHE or path.startswith(PARSE_CACHE + "/") or PARSE_CACHE.startswith(path + "/"))]
+
+
 @dataclass
 class Outcome:
     code: int | None
@@ -534,8 +546,7 @@ def test_bad_input(case: Case, tmp_path: Path, server: ForkServer):
     before = snapshot(tmp_path)
     outcome = run_in_child(argv, tmp_path, server)
     after = snapshot(tmp_path)
-    written = [path for path in set(after) | set(before) if before.get(path) != after.get(path)
-               and path not in ("stdout", "stderr", "modules")]
+    written = written_paths(before, after)
     problems = _check(case, argv, words, outcome, written)
     pending = KNOWN_OWNERS_PENDING.get((case.command, case.id))
     if pending is not None:

@@ -243,8 +243,7 @@ def _run(command: Any, param: Any, value: str) -> None:
                 # checkout's matrix cannot switch to), which the value never reached.
                 baseline = SWEEP.run_in_child(fillers_only, sandbox)
         after = SWEEP.snapshot(sandbox)
-        written = [path for path in set(after) | set(before) if before.get(path) != after.get(path)
-                   and path not in ("stdout", "stderr", "modules")]
+        written = SWEEP.written_paths(before, after)
         contacts = contacts_log.read_text().splitlines() if contacts_log.exists() else []
         contacts_log.unlink(missing_ok=True)
         dialled = (sandbox / "dialled").read_text().splitlines() if (sandbox / "dialled").exists() else []
