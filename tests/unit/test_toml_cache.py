@@ -129,14 +129,13 @@ def test_a_date_is_never_kept_and_bad_toml_is_one_line(cache: Path, tmp_path: Pa
     assert entries(cache) == []
 
 
-def test_the_newest_entries_are_kept(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(textio, "TOML_CACHE_ENTRIES", 3)
+def test_the_newest_entries_are_kept(cache: Path, tmp_path: Path) -> None:
     path = tmp_path / "doc.toml"
-    for n in range(5):
+    for n in range(textio.TOML_CACHE_ENTRIES + 2):
         path.write_text(PAD + f"n = {n}\n")
         textio.read_toml(path, "x")
     kept = {json.loads(e.read_text())["n"] for e in entries(cache)}
-    assert len(entries(cache)) == 3 and 4 in kept
+    assert len(kept) == textio.TOML_CACHE_ENTRIES and textio.TOML_CACHE_ENTRIES + 1 in kept and 0 not in kept
 
 
 def test_the_key_is_the_content_and_the_python(cache: Path, tmp_path: Path) -> None:

@@ -94,6 +94,8 @@ def _no_empty_paths(command: Any) -> Any:
     control character (a newline in ``--url`` split the progress line). An option that means "none" by ``''`` says so
     with a choice of its own, never by an empty string (issue 33). A number (int or float) is ASCII text: int() and
     pydantic take other white space at its ends (``--context $'\\x0b4096'`` read as 4096, ``\\xa0``, ``\\u2028``)."""
+    import re
+
     if getattr(command, "_labwright_no_empty_paths", False):
         return command
     command._labwright_no_empty_paths = True
@@ -103,7 +105,7 @@ def _no_empty_paths(command: Any) -> Any:
         descriptor = getattr(param, "type_descriptor", None)
         annotation = repr(getattr(descriptor, "annotation", None)) if descriptor is not None else ""
         is_path = "Path" in annotation
-        is_number = not is_path and "str" not in annotation and ("int" in annotation or "float" in annotation)
+        is_number = not is_path and "str" not in annotation and re.search(r"\b(?:int|float)\b", annotation) is not None
         if not is_path and not is_number and "str" not in annotation:
             continue
         name = param.opts[0] if getattr(param, "param_type_name", "") == "option" and param.opts else \
