@@ -48,6 +48,13 @@ def speed_option(option: str) -> Any:
     return callback
 
 
+def threads_option(value: int | None) -> int | None:
+    """``--cpu-threads``: 1 to 1,024, refused in one line otherwise."""
+    from labwright.tuning import speed
+
+    return None if value is None else speed.check_threads(value)
+
+
 def _specs(cache_mode: str | None, cache_type: str | None, engine: str | None, count_scales: bool,
            swa_full: bool) -> list[kv_modes.CacheSpec]:
     spec = kv_modes.resolve(cache_mode, cache_type, engine, count_scales, swa_full)
@@ -149,6 +156,10 @@ def fit(
                                                  help="Parameters read per token in billions (a MoE's active: 3.3)."),
     gpu: str | None = typer.Option(None, "--gpu", callback=vocab.line_option("--gpu"), help="The GPU by name (RTX "
                                    "4090, Vega 8): bandwidth and memory from labwright's table."),
+    cpu_threads: int | None = typer.Option(None, "--cpu-threads", callback=threads_option,
+                                           help="Threads decoding the CPU's layers (llama.cpp's --threads): a few "
+                                           "cores can limit a CPU decode before the RAM does. Default: the read "
+                                           "alone limits."),
     as_json: bool = JsonOption,
 ) -> None:
     """Weights + KV + overhead against VRAM: fits, MoE expert offload, split (PCIe-bound), CPU, or does not fit;
@@ -171,7 +182,7 @@ def fit(
         overhead=size(overhead_gb, "--overhead-gb", positive=False), ram=size(ram_gb, "--ram-gb"), moe=moe,
         weight_format=weight_format, page=page, count_scales=count_scales, swa_full=swa_full,
         bandwidth=bandwidth_gbs, ram_bandwidth=ram_bandwidth_gbs, unified=unified, cpu=cpu, params_b=params_b,
-        active_params_b=active_params_b, gpu=gpu, engine=engine, ram_measured=ram_measured)
+        active_params_b=active_params_b, gpu=gpu, engine=engine, ram_measured=ram_measured, cpu_threads=cpu_threads)
     result = fit_model(request)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
@@ -210,8 +221,12 @@ def _print_speed(speed: Speed) -> None:
     if speed.parts:
         rows = [[escape(p.what), gib(p.bytes), escape(p.memory), f"{p.gbs:g}", f"{p.efficiency:.2f}",
                  f"{p.seconds * 1000:.2f}"] for p in speed.parts]
-        stdout.print(table(escape(f"read per token ({speed.engine}, {speed.placement})"),
-                           ["", "GiB", "memory", "GB/s", "efficiency", "ms"], rows))
+        columns = ["", "GiB", "memory", "GB/s", "efficiency", "ms"]
+        if any(p.arithmetic_s is not None for p in speed.parts):  # --cpu-threads: which bound each part meets
+            columns.append("bound")
+            for row, part in zip(rows, speed.parts, strict=True):
+                row.append(part.bound)
+        stdout.print(table(escape(f"read per token ({speed.engine}, {speed.placement})"), columns, rows))
     if speed.decode_tok_s is not None:
         stdout.print(f"[bold]decode: {speed.decode_tok_s:.1f} tok/s[/] for one request "
                      f"({escape(speed.active_source)})")

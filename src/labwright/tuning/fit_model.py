@@ -15,7 +15,16 @@ from labwright.tuning import kv, kv_modes
 from labwright.tuning.fit import FitResult, check_fit, format_info, formats, max_context_in_vram
 from labwright.tuning.model_dir import read_model_dir
 from labwright.tuning.moe import expert_fraction, is_moe
-from labwright.tuning.speed import Active, Hardware, config_active, find_gpu, gguf_active, given_active, predict
+from labwright.tuning.speed import (
+    Active,
+    Hardware,
+    check_threads,
+    config_active,
+    find_gpu,
+    gguf_active,
+    given_active,
+    predict,
+)
 from labwright.tuning.units import GIB, group
 
 
@@ -46,6 +55,7 @@ class FitRequest:
     engine: str | None = None
     prompt_tokens: int | None = None  # for the time to first token; default: the context
     ram_measured: bool = False
+    cpu_threads: int | None = None  # threads computing the CPU's layers (llama.cpp --threads); None: not modelled
 
 
 def _kv(request: FitRequest, layout: kv.KvLayout | None, spec: kv_modes.CacheSpec | None) -> tuple[int, str]:
@@ -120,6 +130,8 @@ def _hardware(request: FitRequest) -> tuple[Hardware, int]:
     if request.ram_measured and request.ram_bandwidth is None and not (request.cpu and request.bandwidth):
         raise BadInput("--ram-measured says --ram-bandwidth-gbs was measured, but none is given: pass "
                        "--ram-bandwidth-gbs with what `labwright kv bandwidth` printed")
+    if request.cpu_threads is not None:
+        check_threads(request.cpu_threads)
     if request.unified and request.cpu:
         raise BadInput("--unified and --cpu contradict each other: --unified is a GPU reading shared system RAM (an "
                        "APU), --cpu runs every layer on the CPU; give one of them")
@@ -135,7 +147,8 @@ def _hardware(request: FitRequest) -> tuple[Hardware, int]:
             raise BadInput(f"--cpu with --bandwidth-gbs {request.bandwidth:g} and --ram-bandwidth-gbs "
                            f"{request.ram_bandwidth:g}: with --cpu both are the RAM's; give one of them")
         ram_gbs = request.ram_bandwidth if request.ram_bandwidth is not None else request.bandwidth
-        return Hardware(None, ram_gbs, cpu=True, ram_measured=request.ram_measured), request.vram or 0
+        return Hardware(None, ram_gbs, cpu=True, ram_measured=request.ram_measured,
+                        cpu_threads=request.cpu_threads), request.vram or 0
     if unified:
         gbs = request.bandwidth if request.bandwidth is not None else (
             request.ram_bandwidth if request.ram_bandwidth is not None else table_gbs)
@@ -144,13 +157,15 @@ def _hardware(request: FitRequest) -> tuple[Hardware, int]:
         if vram is None:
             raise BadInput("--unified: give the memory the GPU may use with --vram-gb (or the RAM with --ram-gb): on "
                            "an APU the GPU's memory is system RAM")
-        return Hardware(gbs, ram_gbs, unified=True, ram_measured=request.ram_measured), vram
+        return Hardware(gbs, ram_gbs, unified=True, ram_measured=request.ram_measured,
+                        cpu_threads=request.cpu_threads), vram
     vram = request.vram or (int(float(row["memory_gib"]) * GIB) if row.get("memory_gib") else None)
     if vram is None:
         raise BadInput("no GPU memory: pass --vram-gb N (or --gpu NAME, or --cpu to run on the CPU)")
     gbs = request.bandwidth if request.bandwidth is not None else table_gbs
     tflops = row.get("fp16_tflops") if row and request.bandwidth in (None, table_gbs) else None
-    return Hardware(gbs, request.ram_bandwidth, fp16_tflops=tflops, ram_measured=request.ram_measured), vram
+    return Hardware(gbs, request.ram_bandwidth, fp16_tflops=tflops, ram_measured=request.ram_measured,
+                    cpu_threads=request.cpu_threads), vram
 
 
 def _active(request: FitRequest, config_path: Path | None, section: dict) -> Active:

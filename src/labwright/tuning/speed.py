@@ -49,6 +49,18 @@ def check_bandwidth(value: float, option: str) -> float:
     return float(value)
 
 
+#: More decode threads than any CPU a homelab runs has cores (a dual-socket EPYC: 384 threads); more is a typo.
+MAX_CPU_THREADS = 1024
+
+
+def check_threads(value: int, option: str = "--cpu-threads") -> int:
+    """A whole count of decode threads, 1 to 1,024 (llama.cpp's ``--threads``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_CPU_THREADS:
+        raise BadInput(f"{option} {value}: give the threads the engine decodes with on the CPU (llama.cpp's "
+                       f"--threads), a whole number from 1 to {MAX_CPU_THREADS:,}; e.g. 8 for an 8-core CPU")
+    return value
+
+
 def check_params(value: float, option: str) -> float:
     if not (isinstance(value, int | float) and 0 < value <= MAX_PARAMS_B):
         raise BadInput(f"{option} {value:g}: give billions of parameters, above 0 and at most {MAX_PARAMS_B:,.0f} "
@@ -85,14 +97,27 @@ class Part:
     gbs: float
     efficiency: float
     source: str = ""
+    #: seconds the CPU's arithmetic takes for this part (``--cpu-threads``), where that is known: the part takes the
+    #: longer of its read and its arithmetic (a roofline)
+    arithmetic_s: float | None = None
+
+    @property
+    def read_seconds(self) -> float:
+        return self.bytes / (self.gbs * GB * self.efficiency) if self.bytes else 0.0
 
     @property
     def seconds(self) -> float:
-        return self.bytes / (self.gbs * GB * self.efficiency) if self.bytes else 0.0
+        return max(self.read_seconds, self.arithmetic_s or 0.0)
+
+    @property
+    def bound(self) -> str:
+        """What limits the part: ``memory`` (its read) or ``arithmetic`` (the CPU threads computing it)."""
+        return "arithmetic" if (self.arithmetic_s or 0.0) > self.read_seconds else "memory"
 
     def to_json(self) -> dict[str, Any]:
         return {"what": self.what, "bytes": round(self.bytes), "memory": self.memory, "bandwidth_gbs": self.gbs,
-                "efficiency": self.efficiency, "ms_per_token": round(self.seconds * 1000, 3)}
+                "efficiency": self.efficiency, "ms_per_token": round(self.seconds * 1000, 3), "bound": self.bound,
+                "arithmetic_ms_per_token": None if self.arithmetic_s is None else round(self.arithmetic_s * 1000, 3)}
 
 
 @dataclass(frozen=True)
@@ -161,6 +186,18 @@ class Hardware:
     fp16_tflops: float | None = None
     #: the RAM figure is `kv bandwidth`'s measured read, not a specification's peak: its own efficiency
     ram_measured: bool = False
+    #: threads computing the CPU's parts (``--cpu-threads``; None: the arithmetic is not modelled, the read limits)
+    cpu_threads: int | None = None
+
+
+def core_rate(kind: str | None) -> tuple[float | None, str]:
+    """Weights one CPU core decodes per second when its read does not limit it, for the weight ``kind`` (float or
+    quantized: a dequantizing kernel does more arithmetic per weight read; None when the kind is not known), and the
+    measurement's source (data/speed.toml [cpu_arithmetic])."""
+    entry = speed_data()["cpu_arithmetic"]
+    if kind is None:
+        return None, str(entry["source"])
+    return float(entry[kind]) * GB, str(entry["source"])
 
 
 def predict(*, weights: float, active_fraction: float, kv: float, verdict: str, gpu_weights: float,
@@ -212,6 +249,8 @@ def predict(*, weights: float, active_fraction: float, kv: float, verdict: str, 
     parts: list[Part] = []
     sources: dict[str, None] = {}
     missing: list[str] = []
+    kind = weight_kind(bits_per_weight)
+    rate, rate_source = core_rate(kind) if hw.cpu_threads else (None, "")
     for what, size, memory in pieces:
         if size <= 0:
             continue
@@ -220,10 +259,17 @@ def predict(*, weights: float, active_fraction: float, kv: float, verdict: str, 
             missing.append(memory)
             continue
         eff_memory = ("cpu_measured" if hw.ram_measured else "cpu") if memory == "ram" else memory
-        w_eff, kv_eff, source = efficiency(engine, eff_memory, weight_kind(bits_per_weight))
+        w_eff, kv_eff, source = efficiency(engine, eff_memory, kind)
         eff = kv_eff if what.startswith("KV") else w_eff
-        parts.append(Part(what, size, memory, gbs, eff, source))
+        arithmetic = None
+        if rate and hw.cpu_threads and memory == "ram" and not what.startswith("KV") and bits_per_weight:
+            # the CPU computes these weights: each thread one core's rate (llama.cpp splits a layer's rows evenly)
+            arithmetic = size * 8 / bits_per_weight / (hw.cpu_threads * rate)
+            sources[rate_source] = None
+        parts.append(Part(what, size, memory, gbs, eff, source, arithmetic))
         sources[source] = None
+    if hw.cpu_threads:
+        notes_out.extend(_threads_notes(hw.cpu_threads, parts, kind, rate))
     if missing:
         need = {"vram": "--bandwidth-gbs or --gpu NAME", "unified": "--bandwidth-gbs (or --gpu NAME)",
                 "ram": "--ram-bandwidth-gbs (measure it: labwright kv bandwidth)", "pcie": "--ram-bandwidth-gbs"}
@@ -252,6 +298,22 @@ def predict(*, weights: float, active_fraction: float, kv: float, verdict: str, 
         decode = None
     return Speed(decode, placement, engine, tuple(parts), active_fraction, active_source, ttft, prefill,
                  prompt_tokens, tuple(notes_out), tuple(sources))
+
+
+def _threads_notes(threads: int, parts: list[Part], kind: str | None, rate: float | None) -> list[str]:
+    """What ``--cpu-threads`` changed, in a line: nothing on the CPU, no parameter count, or which bound holds."""
+    on_cpu = [p for p in parts if p.memory == "ram" and not p.what.startswith("KV")]
+    if not on_cpu:
+        return [f"--cpu-threads {threads}: no weight is computed on the CPU here, so the threads change nothing"]
+    if rate is None:
+        return [f"--cpu-threads {threads}: the CPU's arithmetic is not counted: the parameter count is not known "
+                "(pass --params-b, or give a GGUF or config.json with --model-dir)"]
+    bound = [p for p in on_cpu if p.bound == "arithmetic"]
+    per_core = f"{rate / GB:g} G {kind} weights a second a core"
+    if bound:
+        return [f"the CPU's {threads} thread(s) limit its layers, not the read ({per_core}, measured on an AVX2 "
+                "core: data/speed.toml); more threads, up to the physical cores, decode faster"]
+    return [f"the CPU's {threads} thread(s) keep up with the read ({per_core}): the memory bandwidth limits"]
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,20 @@ def test_cpu_only_reads_ram(cli_env):
     assert any("--ram-bandwidth-gbs" in n for n in no_bandwidth["speed"]["notes"])
 
 
+def test_a_cpu_decode_on_few_threads_is_limited_by_their_arithmetic(cli_env):
+    # the same 9B Q8_0 on 90 GB/s, computed by an LXC's 2 cores: the threads, not the RAM, set the pace
+    args = ("fit", "--weights-gb", "8.93", "--format", "gguf", "--cpu", "--ram-bandwidth-gbs", "90", "--params-b", "9")
+    alone = ok_json(cli_env, *args)
+    two = ok_json(cli_env, *args, "--cpu-threads", "2")
+    many = ok_json(cli_env, *args, "--cpu-threads", "16")
+    assert two["decode_tok_s"] < alone["decode_tok_s"] == many["decode_tok_s"]
+    assert [p["bound"] for p in two["speed"]["parts"] if p["what"] == "weights"] == ["arithmetic"]
+    assert [p["bound"] for p in many["speed"]["parts"] if p["what"] == "weights"] == ["memory"]
+    assert any("thread(s) limit" in n for n in two["speed"]["notes"])
+    table = run(cli_env, *args, "--cpu-threads", "2")
+    assert table.returncode == 0 and "bound" in table.stdout and "arithmetic" in table.stdout, table.stderr
+
+
 def test_a_split_reads_the_cpu_layers_from_ram(cli_env):
     # field notes 000/002: Qwen3.5-27B Q4 on the 8 GB RTX 4070 laptop spills to DDR5: ~3 tok/s
     doc = ok_json(cli_env, "fit", "--weights-gb", "16.2", "--format", "gguf", "--gpu", "RTX 4070 Laptop GPU",
@@ -126,6 +140,11 @@ def test_moe_expert_offload_reads_only_the_routed_experts_the_router_picks(cli_e
     (["--gpu", "RTX 9999"], ("--gpu 'RTX 9999'", "not in labwright's GPU table", "--bandwidth-gbs")),
     (["--cpu", "--gpu", "RTX 4090"], ("--cpu with --gpu RTX 4090",)),
     (["--cpu", "--bandwidth-gbs", "50", "--ram-bandwidth-gbs", "60"], ("give one of them",)),
+    (["--cpu-threads", "0"], ("--cpu-threads 0", "from 1 to 1,024")),
+    (["--cpu-threads", "-4"], ("--cpu-threads -4", "from 1 to 1,024")),
+    (["--cpu-threads", "4096"], ("--cpu-threads 4096", "from 1 to 1,024")),
+    (["--cpu-threads", "four"], ("--cpu-threads",)),
+    (["--cpu-threads", "2.5"], ("--cpu-threads",)),
 ])
 def test_bad_speed_input_is_one_line_naming_the_option_and_the_fix(cli_env, args, words):
     one_line_exit_2(run(cli_env, "fit", "--weights-gb", "8", "--vram-gb", "24", *args), *words)

@@ -219,3 +219,80 @@ def test_the_kind_of_a_real_gguf_comes_from_its_tensor_table(tmp_path_factory):
     bits = result.weights * active.fraction * 8 / active.active_params
     expected = efficiency("llamacpp", "cpu_measured", weight_kind(bits))[0]
     assert result.speed.parts[0].efficiency == expected
+
+
+# --cpu-threads: the CPU's arithmetic as a second limit (a roofline). A part the CPU computes takes the longer of its
+# read and its weights / (threads x one core's rate) (data/speed.toml [cpu_arithmetic], per weight kind); the KV, the
+# GPU's parts and a model without a parameter count are left to the read.
+
+def _speed(threads: int | None, *, weights: float = 9.6e9, params: float | None = 9e9, gbs: float = 90.0,
+           verdict: str = "cpu", measured: bool = False, kv_bytes: float = 0.0):
+    cpu = verdict == "cpu"
+    return predict(weights=weights, active_fraction=1.0, kv=kv_bytes, verdict=verdict, gpu_weights=weights / 2,
+                   expert_bytes=0, experts_active=None, engine="llamacpp",
+                   hw=Hardware(vram_gbs=None if cpu else 1008.0, ram_gbs=gbs, cpu=cpu, ram_measured=measured,
+                               cpu_threads=threads), active_params=params)
+
+
+def test_few_threads_limit_a_cpu_decode_by_one_cores_rate():
+    # field note 000's "Fully CPU Q8_0 9B" (9.6 GB of 8.5-bit weights) on 90 GB/s of DDR5: two threads cannot keep up
+    rate = speed_data()["cpu_arithmetic"]["quantized"] * 1e9
+    two = _speed(2)
+    assert two.decode_tok_s == pytest.approx(2 * rate / 9e9)
+    assert two.parts[0].bound == "arithmetic" and two.parts[0].to_json()["bound"] == "arithmetic"
+    assert any("thread(s) limit its layers" in note for note in two.notes)
+    # sixteen threads keep up: the read limits, the prediction is the bandwidth's alone
+    many, alone = _speed(16), _speed(None)
+    assert many.decode_tok_s == pytest.approx(alone.decode_tok_s)
+    assert many.parts[0].bound == "memory" and any("keep up with the read" in note for note in many.notes)
+    assert alone.parts[0].arithmetic_s is None and alone.parts[0].to_json()["arithmetic_ms_per_token"] is None
+    assert not any("thread" in note for note in alone.notes)
+    assert any("[cpu_arithmetic]" in s or "one core" in s for s in two.sources)
+
+
+def test_threads_change_nothing_where_nothing_runs_on_the_cpu_or_the_parameters_are_unknown():
+    gpu, gpu_alone = _speed(1, verdict="fits"), _speed(None, verdict="fits")
+    assert gpu.decode_tok_s == pytest.approx(gpu_alone.decode_tok_s)
+    assert any("no weight is computed on the CPU" in note for note in gpu.notes)
+    unknown = _speed(1, params=None)
+    assert unknown.decode_tok_s == pytest.approx(_speed(None, params=None).decode_tok_s)
+    assert any("parameter count is not known" in note and "--params-b" in note for note in unknown.notes)
+    # a split: only the CPU's layers meet the threads' limit
+    split = _speed(1, verdict="split")
+    assert [p.arithmetic_s is not None for p in split.parts] == [p.memory == "ram" and not p.what.startswith("KV")
+                                                                 for p in split.parts]
+
+
+@settings(max_examples=300, deadline=None)
+@given(weights=st.floats(1e7, 1e12), bits=st.sampled_from([2.6, 4.9, 8.5, 16.0, 32.0]), gbs=st.floats(1, 5000),
+       threads=st.integers(1, 1024), more=st.integers(1, 1024), kv_bytes=st.floats(0, 1e10),
+       verdict=st.sampled_from(["cpu", "split", "fits", "moe_offload"]), measured=st.booleans())
+def test_threads_only_ever_slow_a_prediction_and_more_threads_never_slow_it(weights, bits, gbs, threads, more,
+                                                                           kv_bytes, verdict, measured):
+    """Generated: a thread limit never predicts faster than the read alone; more threads never slower; a part is as
+    slow as its slower bound, and the decode is the inverse of the parts' time."""
+    params = weights * 8 / bits
+
+    def at(count: int | None):
+        speed = _speed(count, weights=weights, params=params, gbs=gbs, verdict=verdict, measured=measured,
+                       kv_bytes=kv_bytes)
+        assert speed.decode_tok_s is not None and speed.decode_tok_s > 0
+        return speed
+
+    alone, few, most = at(None), at(threads), at(threads + more)
+    assert few.decode_tok_s <= alone.decode_tok_s * (1 + 1e-9)
+    assert few.decode_tok_s <= most.decode_tok_s * (1 + 1e-9)
+    for part in few.parts:
+        assert part.seconds == max(part.read_seconds, part.arithmetic_s or 0.0)
+    assert few.decode_tok_s == pytest.approx(1 / sum(p.seconds for p in few.parts))
+
+
+@pytest.mark.parametrize("value", [0, -1, 1025, 10**9, True, 2.0])
+def test_a_thread_count_out_of_range_is_refused_naming_the_option(value):
+    from labwright.errors import BadInput
+    from labwright.tuning.speed import check_threads
+
+    with pytest.raises(BadInput, match=r"^--cpu-threads .*: give the threads .* from 1 to 1,024"):
+        check_threads(value)
+    with pytest.raises(BadInput, match="--cpu-threads"):
+        fit_model(FitRequest(vram=None, weights=10**9, cpu=True, ram_bandwidth=20.0, cpu_threads=value))
