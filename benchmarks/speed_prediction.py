@@ -17,7 +17,11 @@
 3. `kv fit`'s own time: the whole computation in-process (median of 50), and `labwright kv fit --json` as a command
    (median of 5 wall times; Python start-up included, which benchmarks/cli_startup.py tracks on its own).
 
-    .venv/bin/python benchmarks/speed_prediction.py [--no-local | --local-only] [--trials N] [--learn] [--json]
+    .venv/bin/python benchmarks/speed_prediction.py [--no-local | --local-only | --threads] [--trials N] [--learn]
+        [--json]
+
+``--threads``: `kv fit --cpu-threads` for real (threads_runs): the read by every CPU, as `kv bandwidth` prints it,
+and llama-server decoding each model with 1 and then 2 threads, predicted with and without the threads' limit.
 
 ``--learn`` prints the efficiencies the rows imply (the medians data/speed.toml records, with their derivation).
 """
@@ -87,8 +91,9 @@ def _post(url: str, body: dict, timeout: float = 600) -> dict:
         return json.loads(response.read())
 
 
-def _start_server(kind: str) -> tuple[subprocess.Popen, int, Path]:
-    """The pinned CPU llama-server on the cached random-weight model of ``kind``, healthy, its weights paged in."""
+def _start_server(kind: str, threads: int = 1) -> tuple[subprocess.Popen, int, Path]:
+    """The pinned CPU llama-server on the cached random-weight model of ``kind`` decoding with ``threads``, healthy,
+    its weights paged in."""
     from labwright.llamacpp.build import build_llama_server
     from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
     from labwright.paths import cache_path
@@ -101,7 +106,7 @@ def _start_server(kind: str) -> tuple[subprocess.Popen, int, Path]:
         write_tiny_gguf(folder / f"random-{kind}.gguf.new", TinyModel(**LOCAL_MODELS[kind])).rename(model)
     port = free_port()
     proc = subprocess.Popen([str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-ngl", "0",
-                             "-t", "1", "-c", "1024", "-np", "1", "--no-warmup"],
+                             "-t", str(threads), "-c", "1024", "-np", "1", "--no-warmup"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     if not wait_healthy(port, proc, 300, poll=0.5):
         proc.terminate()
@@ -194,6 +199,46 @@ def local_runs(kinds: tuple[str, ...] = tuple(LOCAL_MODELS), short: int = 4, lon
     return results
 
 
+def threads_runs(kinds: tuple[str, ...] = tuple(LOCAL_MODELS), threads: tuple[int, ...] = (1, 2),
+                 repeats: int = 3) -> list[dict]:
+    """`kv fit --cpu-threads` for real, as a user runs it: `kv bandwidth`'s read by every CPU (its default, the
+    figure it prints for --ram-bandwidth-gbs ... --ram-measured), and llama-server decoding with each thread count
+    in turn; the decode counted in wall time (tokens / time generating, llama.cpp's own timings), each trial beside a
+    read. Predicted with and without --cpu-threads from the run's best read; errors against the median decode."""
+    from labwright.tuning.bandwidth import measure_ram
+
+    results = []
+    for kind in kinds:
+        for count in threads:
+            proc, port, folder = _start_server(kind, count)
+            trials = []
+            try:
+                for _ in range(repeats):
+                    read = measure_ram(512, None, 5).gbs
+                    trials.append({"read_gbs": read, "load": os.getloadavg()[0],
+                                   **_decode_trial(proc, port, 4, 36)})
+            finally:
+                proc.terminate()
+                proc.wait(30)
+            best = max(t["read_gbs"] for t in trials)
+            measured = statistics.median(t["decode_wall"] for t in trials)
+            predicted = {}
+            for name, value in (("without", None), ("with", count)):
+                speed = fit_model(FitRequest(vram=None, model_dir=folder, cpu=True, ram_bandwidth=best,
+                                             engine="llamacpp", ram_measured=True, cpu_threads=value,
+                                             context=max(t["context"] for t in trials))).speed
+                assert speed is not None and speed.decode_tok_s
+                predicted[name] = (speed.decode_tok_s, speed.parts[0].bound)
+            results.append({"kind": kind, "threads": count, "best_read_gbs": round(best, 2),
+                            "decode_wall_tok_s": [round(t["decode_wall"], 2) for t in trials],
+                            "load": [round(t["load"], 1) for t in trials], "measured": round(measured, 2),
+                            "predicted_without": round(predicted["without"][0], 2),
+                            "predicted_with": round(predicted["with"][0], 2), "bound_with": predicted["with"][1],
+                            "error_without_pct": round(100 * error(predicted["without"][0], measured), 1),
+                            "error_with_pct": round(100 * error(predicted["with"][0], measured), 1)})
+    return results
+
+
 def _cpu_ns(pid: int) -> int:
     """Nanoseconds every thread of a process has run on a CPU (/proc/PID/task/TID/schedstat's first field)."""
     total = 0
@@ -263,10 +308,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-only", action="store_true", help="only the real llama-server run")
     parser.add_argument("--trials", type=int, default=5, help="side-by-side trials of the local run (default 5)")
     parser.add_argument("--learn", action="store_true", help="print the efficiencies the rows imply")
+    parser.add_argument("--threads", action="store_true", help="only kv fit --cpu-threads against llama-server "
+                        "decoding with 1 and 2 threads, the read by every CPU")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.learn:
         print(json.dumps(learn(), indent=2))
+        return 0
+    if args.threads:
+        runs = threads_runs(repeats=args.trials)
+        if args.json:
+            print(json.dumps(runs, indent=2))
+            return 0
+        for run in runs:
+            print(f"{run['kind']} on {run['threads']} thread(s): read {run['best_read_gbs']} GB/s by every CPU; "
+                  f"decode {run['measured']} tok/s (trials {run['decode_wall_tok_s']}, load {run['load']}); "
+                  f"predicted {run['predicted_without']} without --cpu-threads ({run['error_without_pct']:+.1f}%), "
+                  f"{run['predicted_with']} with ({run['error_with_pct']:+.1f}%, {run['bound_with']}-bound)")
         return 0
     if args.local_only:
         local = local_runs(repeats=args.trials)
