@@ -20,6 +20,8 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
+from labwright.textio import ascii_digits
+
 PREVIOUS_SUFFIX = ".prev"
 _TMP_MARK = ".labwright."
 
@@ -55,7 +57,7 @@ def _remove_orphans(target: Path) -> None:
         if not name.startswith(prefix):
             continue
         pid_text = name[len(prefix):].split(".", 1)[0]
-        if pid_text.isdecimal() and int(pid_text) != os.getpid() and not pid_alive(int(pid_text)):
+        if ascii_digits(pid_text) and int(pid_text) != os.getpid() and not pid_alive(int(pid_text)):
             with contextlib.suppress(OSError):
                 (target.parent / name).unlink()
 

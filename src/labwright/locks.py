@@ -34,7 +34,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
-from labwright.textio import loads_json
+from labwright.textio import loads_json, read_sealed, seal
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 LOCK_NAME = "requirements.lock"
@@ -231,7 +231,7 @@ def cached_lock(requirements: list[str], python: str, platforms: list[str], inde
     (``~/.cache/labwright/locks/``): a deploy that installs from the index, not a wheelhouse, puts it on the guest
     and installs from it alone, so every later deploy installs exactly the same files."""
     from labwright import paths
-    from labwright.atomic import write_text_atomic
+    from labwright.atomic import write_bytes_atomic
 
     parts: list[object] = [sorted(requirements), python, platforms, index_url, list(extra_index_urls)]
     if exclude:  # only then: the keys of the service locks already cached stay as they were
@@ -239,9 +239,12 @@ def cached_lock(requirements: list[str], python: str, platforms: list[str], inde
     key = json.dumps(parts)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     path = (root or paths.cache_root() / "locks") / f"{digest}.lock"
-    if not path.is_file():
+    if read_sealed(path) is None:  # absent, or not whole as it was written (emptied, cut short, replaced): made again
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, make_lock(requirements, python, platforms, index_url, extra_index_urls, exclude))
+        if path.is_dir() and not path.is_symlink():
+            raise BadInput(f"{path} is a directory where labwright keeps a lock: remove it and run again")
+        lock = make_lock(requirements, python, platforms, index_url, extra_index_urls, exclude)
+        write_bytes_atomic(path, seal(lock.encode()))
     return path
 
 

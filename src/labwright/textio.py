@@ -194,14 +194,15 @@ def read_toml(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -
 TOML_CACHE_MIN_CHARS = 32 * 1024
 #: Entries kept; the oldest beyond this go when a new one is written (a refreshed matrix leaves its old files).
 TOML_CACHE_ENTRIES = 64
-_TOML_CACHE_FORMAT = "toml-json-1"
+_TOML_CACHE_FORMAT = "toml-json-2"  # 2: sealed (textio.seal)
 
 
 def parse_toml_cached(text: str, path: Path | str, what: str) -> dict[str, Any]:
     """``parse_toml(text, ...)``, from a JSON copy of an earlier parse of the same text where one is kept. The copy is
-    a cache, never state: one that is missing, unreadable, junk or not an object is parsed again and rewritten
-    (atomically); a cache directory that cannot be written is skipped; a document JSON cannot hold as it is (a TOML
-    date or time) is never kept. What it returns is what tomllib returns: JSON keeps str, int, float (nan and inf
+    a cache, never state, sealed with its sha256 (:func:`seal`): one that is missing, unreadable, junk, not an object
+    or whose seal does not hold (``{}`` written over it) is parsed again and rewritten (atomically); a cache
+    directory that cannot be written is skipped; a document JSON cannot hold as it is (a TOML date or time) is never
+    kept. What it returns is what tomllib returns: JSON keeps str, int, float (nan and inf
     included), bool, list and dict exactly."""
     import hashlib
     import sys
@@ -213,11 +214,12 @@ def parse_toml_cached(text: str, path: Path | str, what: str) -> dict[str, Any]:
         entry = cache_path("toml", f"{key.hexdigest()}.json")
     except BadInput:   # a cache root the environment names wrongly is reported by whatever writes there
         return parse_toml(text, path, what)
+    sealed = read_sealed(entry)
     try:
-        kept = json.loads(entry.read_bytes())
+        kept = json.loads(sealed) if sealed is not None else None
         if isinstance(kept, dict):
             return kept
-    except (OSError, ValueError, RecursionError):
+    except (ValueError, RecursionError):
         pass
     data = parse_toml(text, path, what)
     try:
@@ -228,7 +230,9 @@ def parse_toml_cached(text: str, path: Path | str, what: str) -> dict[str, Any]:
         from labwright.atomic import write_bytes_atomic
 
         entry.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(entry, copy, mode=0o644)
+        if entry.is_dir() and not entry.is_symlink():
+            entry.rmdir()  # an empty directory in the entry's place (a full one stays: the write below fails)
+        write_bytes_atomic(entry, seal(copy), mode=0o644)
         _prune(entry.parent, TOML_CACHE_ENTRIES)
     except OSError:
         pass
@@ -299,7 +303,8 @@ def _expanded_nodes(root: Any) -> tuple[int, int]:
 def yaml_load(text: str, loader: type | None = None) -> Any:
     """The one YAML loader of labwright: ``yaml.safe_load`` (or ``loader``, a ``yaml.SafeLoader`` subclass) with
     alias expansion bounded. Raises yaml.YAMLError, RecursionError, or YamlExpansionError (a phrase: "expands its
-    aliases to ... nodes ...") before anything is built from a document that expands past the bound."""
+    aliases to ... nodes ...") before anything is built from a document that expands past the bound; a scalar Python
+    cannot build (an int of over 4,300 digits, a date that is none) is a yaml.YAMLError too."""
     import yaml
 
     reader = (loader or yaml.SafeLoader)(text)
@@ -313,7 +318,13 @@ def yaml_load(text: str, loader: type | None = None) -> Any:
             shown = f"{expanded:,}" if expanded < 1 << 62 else "more than 10^18"
             raise YamlExpansionError(f"expands its aliases to {shown} nodes from {spelled:,} written (at most "
                                      f"{limit:,}: a nested-alias bomb?)")
-        return reader.construct_document(node)
+        try:
+            return reader.construct_document(node)
+        except (ValueError, OverflowError) as exc:
+            # a scalar PyYAML's resolver typed but Python cannot build: an int of over 4,300 digits, a date like
+            # 2024-13-45; a YAMLError, as every other malformed document
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise yaml.YAMLError(f"a value Python cannot hold ({first[:120]})") from None
     finally:
         reader.dispose()
 
@@ -339,3 +350,54 @@ def read_yaml(path: Path | str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -
     """``path`` parsed as YAML (:func:`yaml_load`), or one BadInput line (reading errors, or the YAML error with its
     line and column)."""
     return parse_yaml(read_text(path, what, max_bytes=max_bytes), path, what)
+
+
+#: Longest run of digits a number in a tool's or server's answer may have: more than any count, size in bytes or
+#: nanosecond stamp (2^64 is 20 digits); int() refuses over 4,300 with a ValueError a parser may not expect.
+MAX_DIGITS = 40
+
+
+def ascii_digits(text: str) -> bool:
+    """True for a run of ASCII digits 0-9, at most MAX_DIGITS of them. ``str.isdecimal()`` holds for other scripts'
+    digits too ('١٢' is 12 to int()) and for any length; every digit check in labwright goes through here."""
+    return 0 < len(text) <= MAX_DIGITS and text.isascii() and text.isdecimal()
+
+
+#: The first line of a cache entry labwright wrote (``seal``): a comment to pip, TOML, YAML and shell alike.
+_SEAL = b"# labwright-sealed sha256="
+
+
+def seal(payload: bytes) -> bytes:
+    """``payload`` behind one line with its sha256: what labwright writes into a cache, so that an entry cut short,
+    overwritten or replaced by anything else (``{}``, an empty file, junk) reads as absent (:func:`unseal`) and is
+    made again, never taken for what was cached."""
+    import hashlib
+
+    return _SEAL + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def unseal(data: bytes) -> bytes | None:
+    """The payload of a :func:`seal`-ed cache entry, or None when ``data`` is not one whose seal holds."""
+    import hashlib
+
+    head, newline, payload = data.partition(b"\n")
+    if not newline or head != _SEAL + hashlib.sha256(payload).hexdigest().encode():
+        return None
+    return payload
+
+
+def read_sealed(path: Path | str) -> bytes | None:
+    """The payload of the sealed cache entry at ``path``; None when it is absent, unreadable, not a regular file
+    (a directory, a loop of links) or its seal does not hold: the caller makes it again."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a named pipe: no wait for a writer
+    except (OSError, ValueError):
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            data = handle.read(MAX_TEXT_BYTES + 1)
+    except (OSError, ValueError):
+        return None
+    return unseal(data) if len(data) <= MAX_TEXT_BYTES else None

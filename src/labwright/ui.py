@@ -289,8 +289,8 @@ def _is_terminal(stream: IO[str]) -> bool:
 
 # What the long-running tools print, turned into a progress detail (None: a line that says nothing about progress).
 
-_STEP = re.compile(r"^\[\s*(\d+)\s*/\s*(\d+)\s*\]")  # ninja: [120/287] Building CXX object ...
-_PERCENT = re.compile(r"^\[\s*(\d{1,3})%\]")  # cmake's Makefiles: [ 42%] Building CXX object ...
+_STEP = re.compile(r"(?a)^\[\s*(\d+)\s*/\s*(\d+)\s*\]")  # ninja: [120/287] Building CXX object ...
+_PERCENT = re.compile(r"(?a)^\[\s*(\d{1,3})%\]")  # cmake's Makefiles: [ 42%] Building CXX object ...
 
 
 def build_step(line: str) -> str | None:
@@ -492,9 +492,9 @@ class InstallProgress:
     (845.3MiB)``, ``Resolved N packages``, ``Prepared N packages``, ``Installed N packages``; anything else
     ``install_step`` knows (apt, debootstrap)."""
 
-    _SIZE = re.compile(r"\(([\d.]+)\s*(k|M|G|Ki|Mi|Gi)?i?B\)\s*$")
+    _SIZE = re.compile(r"(?a)\(([\d.]+)\s*(k|M|G|Ki|Mi|Gi)?i?B\)\s*$")
     _UNIT = {None: 1, "k": 1e3, "M": 1e6, "G": 1e9, "Ki": 1024, "Mi": 1 << 20, "Gi": 1 << 30}
-    _COUNT = re.compile(r"^(Resolved|Prepared|Installed|Downloaded|Uninstalled) (\d+) packages?")
+    _COUNT = re.compile(r"(?a)^(Resolved|Prepared|Installed|Downloaded|Uninstalled) (\d+) packages?")
 
     def __init__(self, total: int | None = None):
         self.total = total

@@ -34,16 +34,16 @@ def cache_root() -> Path:
 def check_versions(package: str, version: str, example: str, python: str) -> None:
     """``version`` is a release of ``package`` (such as ``example``) and ``python`` a CPython 3 version, or BadInput
     naming the option."""
-    if not re.fullmatch(r"\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?", version):
+    if not re.fullmatch(r"(?a)\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?", version):
         article = "an" if package[:1] in "aeiou" else "a"
         raise BadInput(f"--version {version!r}: not {article} {package} release, e.g. {example}")
-    if not re.fullmatch(r"3\.\d{1,2}(\.\d{1,3})?", python):
+    if not re.fullmatch(r"(?a)3\.\d{1,2}(\.\d{1,3})?", python):
         raise BadInput(f"--python {python!r}: not a CPython 3 version; give the guest's, e.g. 3.11.2")
 
 
 def check_python(python: str) -> None:
     """``python`` is a guest's Python version (3.11.2), or BadInput naming --python."""
-    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", python):
+    if not re.fullmatch(r"(?a)\d+\.\d+(\.\d+)?", python):
         raise BadInput(f"--python {python!r}: give the guest's Python version, e.g. 3.11.2 (python3 --version)")
 
 

@@ -5,6 +5,7 @@ The shell steps run for real here (``sh``, ``python3``) in a temporary directory
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import stat
@@ -44,6 +45,8 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     version = build.cache_dir()
     version.mkdir(parents=True)
     (version / "llama-server").write_bytes(b"cpu build")
+    # its sha256 beside it, as every build leaves it (a binary without one is never trusted: build.cached_build_problem)
+    (version / "llama-server.sha256").write_text(hashlib.sha256(b"cpu build").hexdigest() + "\n")
     return version
 
 

@@ -85,13 +85,23 @@ def test_the_kept_copy_is_what_a_warm_read_returns(cache: Path, tmp_path: Path) 
     path.write_text(PAD + "a = 1\n")
     assert textio.read_toml(path, "x") == {"a": 1}
     [entry] = entries(cache)
-    entry.write_text('{"a": 2}')  # proves the read comes from the copy (a copy is never edited in real use)
+    entry.write_bytes(textio.seal(b'{"a": 2}'))  # proves the read comes from the copy (never edited in real use)
     assert textio.read_toml(path, "x") == {"a": 2}
     path.write_text(PAD + "a = 3\n")  # another content: another key
     assert textio.read_toml(path, "x") == {"a": 3}
 
 
-@pytest.mark.parametrize("junk", [b"\xff\xfe junk", b"[1, 2]", b'{"a": ', b"", b"null"])
+def kept_copy(entry: Path) -> object:
+    payload = textio.unseal(entry.read_bytes())
+    assert payload is not None, "a kept copy is sealed"
+    return json.loads(payload)
+
+
+# Junk in an entry's place: the sweep at 77a5710 wrote `{}` and `{"a": NaN}` there (any JSON object was taken for the
+# parse: `matrix show` then listed no wheels, exit 0), a directory (never replaced), and the unsealed copy the
+# previous format wrote; each is read as absent, parsed again, and the entry made whole.
+@pytest.mark.parametrize("junk", [b"\xff\xfe junk", b"[1, 2]", b'{"a": ', b"", b"null", b"{}", b'{"a": NaN}',
+                                  b'{"name": "x"}', textio.seal(b"[1, 2]")[:-1], textio.seal(b'{"name": "y"}')[1:]])
 def test_a_junk_entry_is_parsed_again_and_repaired(junk: bytes, cache: Path, tmp_path: Path) -> None:
     path = tmp_path / "doc.toml"
     path.write_text(PAD + 'name = "x"\n')
@@ -99,7 +109,28 @@ def test_a_junk_entry_is_parsed_again_and_repaired(junk: bytes, cache: Path, tmp
     [entry] = entries(cache)
     entry.write_bytes(junk)
     assert textio.read_toml(path, "x") == {"name": "x"}
-    assert json.loads(entry.read_text()) == {"name": "x"}
+    assert kept_copy(entry) == {"name": "x"}
+
+
+@pytest.mark.parametrize("kind", ["directory", "loop", "dangling", "fifo"])
+def test_no_file_in_the_entrys_place_is_read_and_an_empty_directory_is_replaced(kind: str, cache: Path,
+                                                                                tmp_path: Path) -> None:
+    path = tmp_path / "doc.toml"
+    path.write_text(PAD + 'name = "x"\n')
+    textio.read_toml(path, "x")
+    [entry] = entries(cache)
+    entry.unlink()
+    if kind == "directory":
+        entry.mkdir()
+    elif kind == "loop":
+        entry.symlink_to(entry)
+    elif kind == "dangling":
+        entry.symlink_to(tmp_path / "nowhere")
+    else:
+        os.mkfifo(entry)  # nobody writes to it: a read that waited on it would hang
+    assert textio.read_toml(path, "x") == {"name": "x"}
+    if kind in ("directory", "dangling", "fifo"):
+        assert kept_copy(entry) == {"name": "x"}
 
 
 def test_a_cache_that_cannot_be_written_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,7 +165,7 @@ def test_the_newest_entries_are_kept(cache: Path, tmp_path: Path) -> None:
     for n in range(textio.TOML_CACHE_ENTRIES + 2):
         path.write_text(PAD + f"n = {n}\n")
         textio.read_toml(path, "x")
-    kept = {json.loads(e.read_text())["n"] for e in entries(cache)}
+    kept = {kept_copy(e)["n"] for e in entries(cache)}
     assert len(kept) == textio.TOML_CACHE_ENTRIES and textio.TOML_CACHE_ENTRIES + 1 in kept and 0 not in kept
 
 
@@ -143,5 +174,18 @@ def test_the_key_is_the_content_and_the_python(cache: Path, tmp_path: Path) -> N
     text = PAD + "a = 1\n"
     path.write_text(text)
     textio.read_toml(path, "x")
-    key = hashlib.sha256(f"toml-json-1 {sys.version_info[:2]}\n{text}".encode()).hexdigest()
+    key = hashlib.sha256(f"toml-json-2 {sys.version_info[:2]}\n{text}".encode()).hexdigest()
     assert [e.name for e in entries(cache)] == [f"{key}.json"]
+
+
+@settings(max_examples=200)
+@given(payload=st.binary(max_size=200), junk=st.binary(max_size=80), cut=st.integers(0, 300))
+def test_a_seal_holds_for_its_payload_alone(payload: bytes, junk: bytes, cut: int) -> None:
+    """Generated: the payload comes back whole from its seal; cut short, extended or written over, it does not."""
+    sealed = textio.seal(payload)
+    assert textio.unseal(sealed) == payload
+    if cut < len(sealed):
+        assert textio.unseal(sealed[:cut]) is None
+    if junk:
+        assert textio.unseal(sealed + junk) is None
+        assert textio.unseal(junk) is None or junk.startswith(b"# labwright-sealed sha256=")

@@ -65,7 +65,8 @@ JINJA = jinja(paths.templates_dir("base"))
 
 TIMEZONE = re.compile(r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$")
 LOCALE = re.compile(r"^[A-Za-z0-9_.@-]+$")
-PUBLIC_KEY = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-[a-z0-9-]+@openssh\.com)\s+[A-Za-z0-9+/=]+")
+PUBLIC_KEY = re.compile(r"(?a)^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-[a-z0-9-]+@openssh\.com)"
+                        r"\s+[A-Za-z0-9+/=]+")
 
 
 def fail(key: str, message: str) -> DeployError:

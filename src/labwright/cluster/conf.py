@@ -7,6 +7,7 @@ the line and the fix.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,11 +90,33 @@ def _one(block: Block, name: str) -> Block:
     return items[0] if isinstance(items, list) and items else {}
 
 
-def _int(value: Any, what: str, source: str) -> int:
-    try:
-        return int(str(value), 0)
-    except ValueError:
-        raise ConfError(f"{source}: {what} is {value!r}, not a number; fix the file") from None
+_NUMBER = re.compile(r"[0-9]{1,20}|0x[0-9a-fA-F]{1,16}")
+
+
+def _int(value: Any, what: str, source: str, minimum: int = 0, maximum: int = 2**64 - 1) -> int:
+    """A number as corosync reads it (decimal or 0x hex, ASCII digits), from ``minimum`` to ``maximum``."""
+    text = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else ""
+    number = int(text, 0) if _NUMBER.fullmatch(text) else None
+    if number is None or not minimum <= number <= maximum:
+        raise ConfError(f"{source}: {what} is {value!r}, not a whole number from {minimum} to {maximum}; fix the "
+                        "file")
+    return number
+
+
+def _nodes(tree: Block, source: str) -> list[Block]:
+    """The nodelist's ``node { }`` blocks; a ``node: value`` line where a block belongs is refused."""
+    items = _one(tree, "nodelist").get("node", [])
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ConfError(f"{source}: nodelist's node is {items!r}, not a block; write each node as `node {{` with its "
+                        "name, nodeid and ring0_addr inside")
+    return items
+
+
+def _text(raw: Block, key: str, what: str, source: str) -> str:
+    value = raw.get(key, "")
+    if not isinstance(value, str):
+        raise ConfError(f"{source}: {what}'s {key} is a block, not a value; write `{key}: VALUE`")
+    return value
 
 
 def parse_conf(text: str, source: str = "corosync.conf") -> CorosyncConf:
@@ -102,21 +125,24 @@ def parse_conf(text: str, source: str = "corosync.conf") -> CorosyncConf:
         raise ConfError(f"{source}: no totem {{ }} block; this is not a corosync.conf")
     totem = _one(tree, "totem")
     nodes: list[ConfNode] = []
-    for i, raw in enumerate(_one(tree, "nodelist").get("node", []) or []):
-        name = raw.get("name") or raw.get("ring0_addr")
+    for i, raw in enumerate(_nodes(tree, source)):
+        where = f"nodelist node #{i + 1}"
+        name = _text(raw, "name", where, source) or _text(raw, "ring0_addr", where, source)
         if not name:
-            raise ConfError(f"{source}: nodelist node #{i + 1} has neither name nor ring0_addr; add `name: NODE`")
-        nodeid = _int(raw.get("nodeid", i + 1), f"node {name} nodeid", source)
-        addresses = tuple(str(raw[f"ring{link}_addr"]) for link in range(8) if raw.get(f"ring{link}_addr"))
-        nodes.append(ConfNode(str(name), nodeid, str(raw.get("ring0_addr", "")),
-                              _int(raw.get("quorum_votes", 1), f"node {name} quorum_votes", source), addresses))
+            raise ConfError(f"{source}: {where} has neither name nor ring0_addr; add `name: NODE`")
+        nodeid = _int(raw.get("nodeid", str(i + 1)), f"node {name} nodeid", source, 1, 2**32 - 1)
+        addresses = tuple(_text(raw, f"ring{link}_addr", where, source) for link in range(8)
+                          if raw.get(f"ring{link}_addr"))
+        nodes.append(ConfNode(name, nodeid, _text(raw, "ring0_addr", where, source),
+                              _int(raw.get("quorum_votes", "1"), f"node {name} quorum_votes", source, 0, 2**32 - 1),
+                              addresses))
     names = [n.name for n in nodes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfError(f"{source}: node {dupes[0]} is listed twice in the nodelist; keep one entry")
     return CorosyncConf(
         source=source,
-        config_version=_int(totem.get("config_version", 0), "totem.config_version", source),
+        config_version=_int(totem.get("config_version", "0"), "totem.config_version", source),
         cluster_name=str(totem.get("cluster_name", "")),
         nodes=nodes,
         totem={k: v for k, v in totem.items() if not isinstance(v, list)},

@@ -27,6 +27,7 @@ from labwright.cluster.parse import (
 from labwright.cluster.runner import NodeRunner, runner_from_data
 from labwright.errors import BadInput
 from labwright.inventory import InventoryHost, LoadedInventory, load_inventory
+from labwright.textio import ascii_digits
 
 HEALTHY = "healthy"
 STALE = "stale config"
@@ -101,7 +102,7 @@ class NodeFacts:
     @property
     def running_version(self) -> int | None:
         v = self.cmap.get("totem.config_version")
-        return int(v) if v and v.isdecimal() else None
+        return int(v) if v and ascii_digits(v) else None
 
 
 def gather(runner: NodeRunner, timeout: float = 30) -> NodeFacts:

@@ -21,7 +21,7 @@ from labwright.ui import Reporter
 NODES = "/etc/pve/nodes"
 # Storages that live on the node itself: their disks die with the node.
 LOCAL_STORAGES = {"local", "local-lvm", "local-zfs", "local-btrfs"}
-_DISK_KEY = re.compile(r"^(?:(?:ide|sata|scsi|virtio|efidisk|tpmstate|unused|mp)\d+|rootfs)$")
+_DISK_KEY = re.compile(r"(?a)^(?:(?:ide|sata|scsi|virtio|efidisk|tpmstate|unused|mp)\d+|rootfs)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$")
 UNKNOWN_HOST = "is not a known host of the cluster"
 _CMAP_IPS = re.compile(r"ip\(([^)]*)\)")

@@ -62,24 +62,25 @@ _HEADERS = {
     ("Nodeid", "Votes", "Qdevice", "Name"): True,
     ("Nodeid", "Name"): False,  # quorum provider other than votequorum (v_handle unset)
 }
-_NODEID = r"(?:0x[0-9a-f]{8}|\d{1,10})"
+_NODEID = r"(?:0x[0-9a-f]{8}|[0-9]{1,10})"
 _QDEVICE_FLAGS = r"(?:N?A,N?V,N?MW|NR)"
 # A member row: nodeid, votes, [qdevice flags], then the name part: "NAME[, ADDR...][ [EXTRA]][ (local)]".
 _ROW = {
-    False: re.compile(rf"^\s*(?P<id>{_NODEID}) +(?P<votes>\d+)(?: (?P<rest>.*))?$"),
-    True: re.compile(rf"^\s*(?P<id>{_NODEID}) +(?P<votes>\d+) +(?P<qd>{_QDEVICE_FLAGS})(?: (?P<rest>.*))?$"),
+    False: re.compile(rf"^\s*(?P<id>{_NODEID}) +(?P<votes>[0-9]{{1,10}})(?: (?P<rest>.*))?$"),
+    True: re.compile(rf"^\s*(?P<id>{_NODEID}) +(?P<votes>[0-9]{{1,10}}) +(?P<qd>{_QDEVICE_FLAGS})(?: (?P<rest>.*))?$"),
 }
 _ROW_NO_VOTES = re.compile(rf"^\s*(?P<id>{_NODEID})(?: (?P<rest>.*))?$")
 # The quorum device row (nodeid VOTEQUORUM_QDEVICE_NODEID = 0): lines 635-656; its Qdevice column is 11 spaces.
-_QDEVICE_ROW = re.compile(r"^\s*(?:0x0{8}|0) +(?P<votes>\d+) {12}(?P<name>\S+)(?: \(votes (?P<cfg>\d+)\))?$")
-_NO_ADDRESS = re.compile(r"^Unable to get node address for nodeid \d+: ")
+_QDEVICE_ROW = re.compile(r"(?a)^\s*(?:0x0{8}|0) +(?P<votes>\d{1,10}) {12}(?P<name>\S+)"
+                          r"(?: \(votes (?P<cfg>\d{1,10})\))?$")
+_NO_ADDRESS = re.compile(r"(?a)^Unable to get node address for nodeid \d+: ")
 _NAME_PART = re.compile(r"^(?P<names>[^\s\[\](),]*(?:, [^\s,]+)*)(?: \[(?P<extra>.*)\])?(?P<local> \(local\))?$")
 
 
 def _opt_int(value: str | None) -> int | None:
     if value is None:
         return None
-    m = re.match(r"\s*(0x[0-9a-fA-F]+|\d+)", value)
+    m = re.match(r"(?a)\s*(0x[0-9a-fA-F]{1,16}(?![0-9a-fA-F])|\d{1,20}(?![0-9]))", value)
     return int(m.group(1), 0) if m else None
 
 
@@ -138,7 +139,7 @@ def parse_quorum_status(text: str, what: str = "corosync-quorumtool -s") -> Quor
             seen_membership = True
             break
         # stdout, display_nodes_data() line 544: that node's votes are then unknown
-        if re.match(r"^Unable to get node \d+ info$", line.strip()):
+        if re.match(r"(?a)^Unable to get node \d+ info$", line.strip()):
             raise UnknownOutput(f"{what}: {line.strip()!r}: the member votes it printed are not reliable; "
                                 "nothing was changed")
         if m := _KV.match(line.strip()):
@@ -196,7 +197,7 @@ class CmapMember:
 
 def cmap_members(cmap: dict[str, str]) -> dict[int, CmapMember]:
     """runtime.members.N.*: what this instance knows of each member (its config_version, joined/left)."""
-    ids = sorted({int(k.split(".")[2]) for k in cmap if re.match(r"runtime\.members\.\d+\.", k)})
+    ids = sorted({int(k.split(".")[2]) for k in cmap if re.match(r"(?a)runtime\.members\.\d{1,10}\.", k)})
     out: dict[int, CmapMember] = {}
     for nid in ids:
         p = f"runtime.members.{nid}."
@@ -224,12 +225,13 @@ class LogSigns:
 
 
 _START = re.compile(r"Corosync Cluster Engine .*starting up")
-_MEMBERS = re.compile(r"\[QUORUM\] Members\[(\d+)\]:((?:\s+\d+)*)")
+_MEMBERS = re.compile(r"(?a)\[QUORUM\] Members\[(\d{1,10})\]:((?:\s+\d{1,10}(?![0-9]))*)")
 # kronosnet prints "from %s:%s" with getnameinfo(NI_NUMERICHOST) (libknet/threads_rx.c lines 942 and 1006,
 # netutils.c knet_addrtostr() lines 106-135): an IPv6 address has no brackets, so the port is after the LAST colon.
-_REJECTED = re.compile(r"Packet rejected from \[?([0-9a-fA-F.:]+?)\]?:(\d+)(?![\d.:]*\d)")
-_DECRYPT = re.compile(r"Unable to decrypt packet from \[?([0-9a-fA-F.:]+?)\]?:(\d+)(?![\d.:]*\d)")
-_VERSION_EXIT = re.compile(r"Received config version \((\d+)\) is different than my config version \((\d+)\)")
+_REJECTED = re.compile(r"(?a)Packet rejected from \[?([0-9a-fA-F.:]+?)\]?:(\d{1,10})(?![\d.:]*\d)")
+_DECRYPT = re.compile(r"(?a)Unable to decrypt packet from \[?([0-9a-fA-F.:]+?)\]?:(\d{1,10})(?![\d.:]*\d)")
+_VERSION_EXIT = re.compile(r"(?a)Received config version \((\d{1,20})\) is different than "
+                           r"my config version \((\d{1,20})\)")
 
 
 def current_run(log: str) -> list[str]:
@@ -270,7 +272,7 @@ def log_signs(log: str) -> LogSigns:
 # warning(s)!" (pve-common src/PVE/RESTEnvironment.pm lines 489-498). Only a finished join prints the last line
 # "successfully added node 'NAME' to cluster." (pve-cluster src/PVE/Cluster/Setup.pm line 819).
 _ADDED = re.compile(r"^successfully added node '([^']*)' to cluster\.$", re.M)
-_TASK_WARNINGS = re.compile(r"^Task finished with (\d+) warning\(s\)!$", re.M)
+_TASK_WARNINGS = re.compile(r"(?a)^Task finished with (\d{1,10}) warning\(s\)!$", re.M)
 
 
 @dataclass(frozen=True)

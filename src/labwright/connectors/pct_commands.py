@@ -76,9 +76,9 @@ def parse_pct_status(stdout: str) -> str | None:
 
 # --- what pct says (checked against pve-container 6.1.10 / pve-common 9.2.1; docs/connectors.md and
 # tests/conformance/pct/ name the lines) ------------------------------------------------------------------
-TASK_WARNINGS_LINE = re.compile(r"^Task finished with (\d+) warning\(s\)!$")
+TASK_WARNINGS_LINE = re.compile(r"(?a)^Task finished with (\d{1,10}) warning\(s\)!$")
 NOT_RUNNING_LINES = (
-    re.compile(r"^container '\d+' not running!$"),  # pct exec/enter since pve-container 4.0-2
+    re.compile(r"(?a)^container '\d+' not running!$"),  # pct exec/enter since pve-container 4.0-2
     re.compile(r"^can only (push files to|pull files from) a running (CT|VM)\b"),  # pct push/pull
     re.compile(r"lxc-attach: .*Failed to get init pid"),  # pct exec before 4.0-2: lxc-attach's own line
 )
@@ -157,7 +157,7 @@ mv -f "$t" "$d" || fail "cannot move the pushed copy over $2"
 
 def parse_size_and_sha256(stdout: str) -> tuple[int, str] | None:
     """(size, sha256) from a "SIZE SHA256" line; None if there is none."""
-    match = re.search(r"^(\d+) ([0-9a-f]{64})$", stdout, re.MULTILINE)
+    match = re.search(r"(?a)^(\d{1,20}) ([0-9a-f]{64})$", stdout, re.MULTILINE)
     return (int(match.group(1)), match.group(2)) if match else None
 
 

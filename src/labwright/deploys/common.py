@@ -19,7 +19,7 @@ from labwright.schema.checks import service_user  # a systemd unit / system user
 from labwright.shell import join, quote
 from labwright.snapshots import deploy as snapshot_ops
 
-RELEASE = re.compile(r"^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")  # a PyPI release such as 0.12.4 or 1.80.0rc1
+RELEASE = re.compile(r"(?a)^\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?$")  # a PyPI release such as 0.12.4 or 1.80.0rc1
 
 
 def service_user_version(keys: DeployData, package: str, example: str) -> tuple[str, str, str]:
@@ -88,7 +88,7 @@ def index_lock(requirements: list[str], extra_index_url: str, dest: str, what: s
     from labwright.wheelhouse import PLATFORMS
 
     python = str(host.get_fact(Command, command=GUEST_PYTHON) or "").strip()
-    if not re.fullmatch(r"3\.\d+\.\d+", python):
+    if not re.fullmatch(r"(?a)3\.\d+\.\d+", python):
         raise DeployError(f"{host.name}: python3 answered {python!r}, not a CPython 3 version: the hashed lock for "
                           f"{what} is made for the guest's Python (install python3 there, or use a wheelhouse)")
     try:

@@ -42,6 +42,7 @@ from labwright.operations import http
 from labwright.operations import systemd as systemd_ops
 from labwright.operations.secrets import secret_file
 from labwright.schema import checks
+from labwright.textio import ascii_digits
 
 DEFAULTS = load_defaults()
 JINJA = jinja(TEMPLATES)
@@ -67,7 +68,7 @@ def _listen(key: str, value: Any) -> tuple[str, int]:
     text = str(value).strip()
     address, _, port = text.rpartition(":")
     bracketed = address.startswith("[") and address.endswith("]") and len(address) > 2
-    if not address or not port.isdecimal() or not 1 <= int(port) <= 65535 or (
+    if not address or not ascii_digits(port) or not 1 <= int(port) <= 65535 or (
             (":" in address or "[" in address or "]" in address) and not bracketed):
         raise fail(key, f"{value!r} is not ADDRESS:PORT (an IPv6 address in brackets: [::1]:9090), e.g. "
                    "127.0.0.1:9090")

@@ -77,12 +77,12 @@ def policy_origins(policy: str) -> tuple[str | None, int | None, list[str]]:
     sources: list[str] = []
     inside = False
     for line in policy.splitlines():
-        star = re.match(r"^ \*\*\* (\S+) (-?\d+)", line)
+        star = re.match(r"(?a)^ \*\*\* (\S+) (-?\d+)", line)
         if star:
             inside, priority = True, int(star.group(2))
             continue
         if inside:
-            entry = re.match(r"^\s{6,}(-?\d+) (\S+)", line)
+            entry = re.match(r"(?a)^\s{6,}(-?\d+) (\S+)", line)
             if entry and not line.startswith(" " * 5 + "**"):
                 if entry.group(2) != "/var/lib/dpkg/status":
                     sources.append(entry.group(2))

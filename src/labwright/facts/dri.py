@@ -17,6 +17,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from labwright.gpu.dri import RENDER_GROUP
+from labwright.textio import ascii_digits
 
 
 class DriRenderNodes(FactBase[Any]):
@@ -34,11 +35,11 @@ class DriRenderNodes(FactBase[Any]):
         groups: dict[int, str] = {}
         for line in output:
             kind, _, rest = line.partition(" ")
-            if kind == "node" and len(rest.split()) == 2 and rest.split()[1].isdecimal():
+            if kind == "node" and len(rest.split()) == 2 and ascii_digits(rest.split()[1]):
                 path, gid = rest.split()
                 nodes[path] = int(gid)
             elif kind == "group":
                 fields = rest.split(":")
-                if len(fields) > 2 and fields[2].isdecimal():
+                if len(fields) > 2 and ascii_digits(fields[2]):
                     groups[int(fields[2])] = fields[0]
         return {"render_nodes": nodes, "groups": groups}

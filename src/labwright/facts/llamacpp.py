@@ -17,8 +17,9 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from labwright.shell import quote
+from labwright.textio import ascii_digits
 
-_PID = re.compile(r"pid=(\d+)")
+_PID = re.compile(r"(?a)pid=(\d{1,10})(?![0-9])")
 _MAIN = "@@labwright-mainpid="
 
 
@@ -30,7 +31,7 @@ def parse_listeners(lines: list[str]) -> dict[str, Any]:
     for line in lines:
         if line.startswith(_MAIN):
             value = line.removeprefix(_MAIN).strip()
-            main_pid = int(value) if value.isdecimal() else 0
+            main_pid = int(value) if ascii_digits(value) else 0
             continue
         pids.update(int(p) for p in _PID.findall(line))
         names.update(re.findall(r'\(\("([^"]+)"', line))

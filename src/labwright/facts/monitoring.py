@@ -8,6 +8,7 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 
 from labwright.shell import quote
+from labwright.textio import ascii_digits
 
 # Run on the host: one line per URL in argv: "<status>" or "error <reason>".
 ANSWER_SCRIPT = r"""
@@ -39,5 +40,5 @@ def answers(urls: tuple[str, ...], lines: list[str]) -> dict[str, int | str]:
     result: dict[str, int | str] = {}
     for index, url in enumerate(urls):
         line = lines[index].strip() if index < len(lines) else "error no answer"
-        result[url] = int(line) if line.isdecimal() else line.removeprefix("error ").strip()
+        result[url] = int(line) if ascii_digits(line) else line.removeprefix("error ").strip()
     return result

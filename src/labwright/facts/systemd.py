@@ -29,6 +29,7 @@ from pyinfra.api import FactBase
 from pyinfra.facts.systemd import SystemdStatus
 
 from labwright.shell import quote
+from labwright.textio import ascii_digits
 
 #: ``init`` values: systemd is PID 1; systemctl is there but systemd is not running; no systemctl; not known.
 RUNNING, OFFLINE, ABSENT, UNKNOWN = "running", "offline", "absent", "unknown"
@@ -86,7 +87,7 @@ class SystemdServiceState(FactBase):
                 result["active_state"] = value
             elif key == "SubState" and value:
                 result["sub_state"] = value
-            elif key == "NRestarts" and value.isdecimal():
+            elif key == "NRestarts" and ascii_digits(value):
                 result["n_restarts"] = int(value)
         return result
 

@@ -16,8 +16,8 @@ from importlib import resources
 
 from labwright.errors import BadInput
 
-_CAPABILITY = re.compile(r"^\s*(?:sm_?)?(\d{1,2})\.?(\d)\s*$", re.IGNORECASE)
-_CUDA = re.compile(r"^\s*(?:cu(?:da)?\s*)?(\d{1,2})(?:\.(\d{1,2}))?(?:\.\d+)?\s*$", re.IGNORECASE)
+_CAPABILITY = re.compile(r"(?a)^\s*(?:sm_?)?(\d{1,2})\.?(\d)\s*$", re.IGNORECASE)
+_CUDA = re.compile(r"(?a)^\s*(?:cu(?:da)?\s*)?(\d{1,2})(?:\.(\d{1,2}))?(?:\.\d+)?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def parse_capability(text: str) -> str:
 def parse_cuda(text: str) -> tuple[int, int | None]:
     """``12.8``, ``12.8.1`` and the wheel label ``cu128`` -> (12, 8); a major only (``12``, ``cu12``) -> (12, None)."""
     raw = str(text).strip()
-    label = re.fullmatch(r"cu(\d{2})(\d)", raw, re.IGNORECASE)
+    label = re.fullmatch(r"(?a)cu(\d{2})(\d)", raw, re.IGNORECASE)
     if label:
         return int(label.group(1)), int(label.group(2))
     match = _CUDA.match(raw)

@@ -19,6 +19,7 @@ on a Proxmox node, this machine); everything else is pure, so the rules are unit
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Iterable
@@ -28,15 +29,15 @@ from importlib import resources
 
 from labwright import paths
 from labwright.desktop.checks import Check
-from labwright.gpu.devices import DeviceNode
+from labwright.gpu.devices import DeviceNode, stat_numbers
 from labwright.gpu.nvidia.driver import check_driver_match, userspace_listing, userspace_versions
 from labwright.gpu.nvidia.smi import SMI_QUERY, GpuInfo, gpus_of, parse_query
 from labwright.hosts import Host
 from labwright.shell import quote
-from labwright.textio import loads_json
+from labwright.textio import ascii_digits, loads_json
 
 _MARK = "@@labwright-gpu-"
-GPU_NODE = re.compile(r"^/dev/nvidia\d+$")
+GPU_NODE = re.compile(r"(?a)^/dev/nvidia\d+$")
 
 # --- what engines log when they do not use the GPU ----------------------------------------------------------------
 #: (pattern, reason) in the order they are tried; the first match names the reason of a CPU fallback.
@@ -71,9 +72,9 @@ FALLBACK_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
      "the engine's build has no kernels for this GPU's compute capability (see `labwright matrix` / gpu-arch.toml)"),
     (re.compile(r"CUDA initialization: (?P<detail>.+)"), "PyTorch could not initialize CUDA: {detail}"),
 )
-OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+OFFLOADED = re.compile(r"(?a)offloaded (\d{1,6})/(\d{1,6}) layers to GPU")
 #: llama.cpp's per-buffer lines ("load_tensors:        CUDA0 model buffer size =  ... MiB").
-GPU_BUFFER = re.compile(r"\b(CUDA\d+|ROCm\d+|Vulkan\d+)\s+model buffer size")
+GPU_BUFFER = re.compile(r"(?a)\b(CUDA\d+|ROCm\d+|Vulkan\d+)\s+model buffer size")
 
 
 @dataclass
@@ -130,8 +131,9 @@ def parse_guest(output: str) -> GuestGpu:
     nodes = {}
     for line in parts.get("nodes", []):
         fields = line.split()
-        if len(fields) == 3:
-            nodes[fields[0]] = (int(fields[1], 16), int(fields[2], 16))
+        numbers = stat_numbers(fields[1:], "xx") if len(fields) == 3 and fields[0].startswith("/dev/") else None
+        if numbers is not None:
+            nodes[fields[0]] = (numbers[0], numbers[1])
     smi_lines = parts.get("smi", [])
     smi = None if "no-smi" in parts else "\n".join(smi_lines)
     query = parse_query(smi or "")
@@ -156,13 +158,13 @@ def engine_command(service: str) -> str:
 def parse_engine(service: str, output: str) -> EngineState:
     parts = sections(output.splitlines(), _MARK)
     pid_lines = [line.strip() for line in parts.get("pid", []) if line.strip()]
-    pid = int(pid_lines[0]) if pid_lines and pid_lines[0].isdecimal() else 0
+    pid = int(pid_lines[0]) if pid_lines and ascii_digits(pid_lines[0]) else 0
     ids = {line.split(":", 1)[0]: line.split(":", 1)[1].split() for line in parts.get("ids", []) if ":" in line}
     uid = ids.get("Uid", [])
     return EngineState(service, pid, [line.strip() for line in parts.get("fds", []) if line.strip()],
                        "\n".join(parts.get("log", [])), [line for line in parts.get("cmdline", []) if line],
-                       int(uid[1]) if len(uid) > 1 and uid[1].isdecimal() else None,
-                       tuple(int(g) for g in ids.get("Groups", []) if g.isdecimal()))
+                       int(uid[1]) if len(uid) > 1 and ascii_digits(uid[1]) else None,
+                       tuple(int(g) for g in ids.get("Groups", []) if ascii_digits(g)))
 
 
 # --- the rules (pure) ---------------------------------------------------------------------------------------------
@@ -388,7 +390,7 @@ def engine_url(engine: EngineState) -> str:
             port = engine.cmdline[i + 1]
         elif arg.startswith("--port="):
             port = arg.split("=", 1)[1]
-    if port is None or not port.isdecimal():
+    if port is None or not ascii_digits(port):
         port = str(decode_settings().ports.get(engine.service.removesuffix(".service"), 8001))
     return f"http://127.0.0.1:{port}/v1"
 
@@ -407,11 +409,16 @@ def decode_check(output: str, floor: float, url: str) -> Check:
     except (ValueError, IndexError):
         return Check(name, False, f"no result from the timed request to {url}: {output.strip()[-200:]}",
                      "python3 missing in the guest, or the request could not run", "check `python3 -V` in the guest")
+    if not isinstance(result, dict):
+        return Check(name, False, f"the timed request to {url} printed {output.strip()[-200:]!r}, not its result",
+                     "the guest's python3 printed something else", "run the check again with LABWRIGHT_DEBUG=1")
     if "error" in result:
         return Check(name, False, f"POST {url}/completions failed: {result['error']}", "the engine did not answer",
                      "check the engine's port (--decode-url) and API key (--api-key-file)")
-    tokens, seconds = result.get("tokens"), float(result.get("seconds") or 0)
-    if not tokens or seconds <= 0:
+    tokens, seconds = result.get("tokens"), result.get("seconds")
+    # the server's usage.completion_tokens and the guest's clock: a whole count above 0 and finite seconds above 0
+    if (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0 or isinstance(seconds, bool)
+            or not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0):
         return Check(name, False, f"{url} answered without usage.completion_tokens", "not an OpenAI completion",
                      "give the engine's OpenAI base URL with --decode-url")
     rate = tokens / seconds

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from labwright.textio import ascii_digits
 
 #: The group the GPU nodes get inside a guest: ``video``, gid 44 on Debian and Ubuntu (base-passwd's fixed
 #: entry; community-scripts and PVE's own examples pass GPU nodes with gid=44 too). The engine deploys put their
@@ -23,6 +26,27 @@ GPU_GROUP = "video"
 GPU_GID = 44
 #: The most a node gets inside a guest: owner and group only, never others.
 GUEST_MODE_MASK = 0o660
+
+
+#: A number as `stat -c` prints it for a device node, by the letter `stat_numbers` takes: %t/%T the major and minor in
+#: hex (the kernel's majors are 12 bits, minors 20), %a the mode in octal, %g the group id in decimal.
+_STAT_NUMBER = {"x": (re.compile(r"[0-9a-f]{1,8}"), 16), "o": (re.compile(r"[0-7]{1,6}"), 8),
+                "d": (re.compile(r"[0-9]{1,10}"), 10)}
+
+
+def stat_numbers(fields: list[str], kinds: str) -> tuple[int, ...] | None:
+    """The numbers of a `stat -c` line for a device node, each read as ``kinds`` says (``x`` hex, ``o`` octal, ``d``
+    decimal: ``"xxd"`` for '%t %T %g'); None when a field is missing or not such a number (a `stat: cannot statx`
+    line, a node gone between the listing and the stat, junk). The one reader of the four GPU node listings."""
+    if len(fields) < len(kinds):
+        return None
+    numbers = []
+    for text, kind in zip(fields, kinds, strict=False):
+        pattern, base = _STAT_NUMBER[kind]
+        if not pattern.fullmatch(text):
+            return None
+        numbers.append(int(text, base))
+    return tuple(numbers)
 
 
 @dataclass(frozen=True)
@@ -61,7 +85,7 @@ def parse_proc_devices(text: str) -> dict[str, int]:
             section = stripped.split()[0].lower()
             continue
         parts = stripped.split(None, 1)
-        if section == "character" and len(parts) == 2 and parts[0].isdecimal():
+        if section == "character" and len(parts) == 2 and ascii_digits(parts[0]):
             majors.setdefault(parts[1], int(parts[0]))
     return majors
 

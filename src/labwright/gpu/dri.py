@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from labwright.errors import BadInput
-from labwright.gpu.devices import GPU_GID, DeviceNode, register
+from labwright.gpu.devices import GPU_GID, DeviceNode, register, stat_numbers
 from labwright.hosts import Host
 from labwright.hosts.local import LocalHost, local_path
 
@@ -44,7 +44,7 @@ KFD = "/dev/kfd"
 RENDER_GROUP = "render"
 #: The render gid when the guest's own cannot be read yet (it does not exist or does not run).
 RENDER_GID = 104
-_DRM_NAME = re.compile(r"^(card|renderD)(\d+)$")
+_DRM_NAME = re.compile(r"(?a)^(card|renderD)(\d+)$")
 
 
 def vendor_of_id(vendor_id: int | None) -> str | None:
@@ -166,14 +166,14 @@ def parse_dri_facts(output: str) -> DriFacts:
         except ValueError:
             vendor_id = None
         node = None
-        if len(fields) >= 6:
-            node = DeviceNode(f"/dev/dri/{name}", f"/dev/dri/{name}", int(fields[3], 16), int(fields[4], 16),
-                              int(fields[5], 8))
+        numbers = stat_numbers(fields[3:], "xxo")
+        if numbers is not None:
+            node = DeviceNode(f"/dev/dri/{name}", f"/dev/dri/{name}", *numbers)
         devices.append(DrmDevice(name, vendor_id, "" if pci == "-" else pci, node))
     kfd = None
-    kfd_fields = tail.replace("@@nvidia", "").split()
-    if len(kfd_fields) >= 3:
-        kfd = DeviceNode(KFD, KFD, int(kfd_fields[0], 16), int(kfd_fields[1], 16), int(kfd_fields[2], 8))
+    kfd_numbers = stat_numbers(tail.replace("@@nvidia", "").split(), "xxo")
+    if kfd_numbers is not None:
+        kfd = DeviceNode(KFD, KFD, *kfd_numbers)
     return DriFacts(tuple(sorted(devices, key=lambda d: _sort_key(d.name))), kfd, "@@nvidia" in tail)
 
 

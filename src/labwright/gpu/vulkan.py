@@ -46,12 +46,12 @@ from labwright.gpu.check import (
     requested_gpu_layers,
     sections,
 )
-from labwright.gpu.devices import DeviceNode
+from labwright.gpu.devices import DeviceNode, stat_numbers
 from labwright.gpu.dri import DRI_VENDORS, KFD, VENDOR_NAMES, DriFacts, vendor_of_id
 from labwright.hosts import Host
 
 _MARK = "@@labwright-vk-"
-RENDER_NODE = re.compile(r"^/dev/dri/renderD\d+$")
+RENDER_NODE = re.compile(r"(?a)^/dev/dri/renderD\d+$")
 CPU_TYPE = "PHYSICAL_DEVICE_TYPE_CPU"
 #: What the guest needs for Vulkan on an AMD/Intel GPU (Debian/Ubuntu package names).
 PACKAGES = "mesa-vulkan-drivers vulkan-tools"
@@ -93,7 +93,7 @@ def parse_summary(text: str) -> list[VulkanDevice]:
         return devices
     current: dict[str, str] | None = None
     for line in rest.splitlines():
-        header = re.match(r"^GPU(\d+):\s*$", line)
+        header = re.match(r"(?a)^GPU(\d{1,6}):\s*$", line)
         if header:
             current = {}
             devices.append(VulkanDevice(int(header.group(1)), current))
@@ -135,10 +135,13 @@ def parse_dri_guest(output: str) -> DriGuest:
     nodes, gids = {}, {}
     for line in parts.get("nodes", []):
         fields = line.split()
-        if len(fields) >= 3:
-            nodes[fields[0]] = (int(fields[1], 16), int(fields[2], 16))
-        if len(fields) >= 4 and fields[3].isdecimal():
-            gids[fields[0]] = int(fields[3])
+        numbers = stat_numbers(fields[1:], "xx")
+        if numbers is None or not fields[0].startswith("/dev/"):
+            continue
+        nodes[fields[0]] = (numbers[0], numbers[1])
+        gid = stat_numbers(fields[3:], "d")
+        if gid is not None:
+            gids[fields[0]] = gid[0]
     summary = None if "no-vulkaninfo" in parts else "\n".join(parts.get("vulkan", []))
     return DriGuest(nodes, summary, gids)
 
@@ -178,8 +181,8 @@ def vulkan_device_check(guest: DriGuest) -> Check:
     return Check(name, True, listed)
 
 
-_USING = re.compile(r"using device (Vulkan\d+) \((?P<desc>.*)\) \((?P<id>[^()]*)\) - \d+ MiB free")
-_GGML_DEVICE = re.compile(r"ggml_vulkan: (\d+) = (?P<name>.+) \((?P<driver>[^()]*)\) \| uma:")
+_USING = re.compile(r"(?a)using device (Vulkan\d+) \((?P<desc>.*)\) \((?P<id>[^()]*)\) - \d+ MiB free")
+_GGML_DEVICE = re.compile(r"(?a)ggml_vulkan: (\d{1,6}) = (?P<name>.+) \((?P<driver>[^()]*)\) \| uma:")
 _NO_DEVICES = "ggml_vulkan: No devices found."
 _NO_GPU = "no usable GPU found, --gpu-layers option will be ignored"
 _CPU_WARNING = "ggml_vulkan: Warning: Device type is CPU"

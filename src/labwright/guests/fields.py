@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labwright.errors import BadInput
+from labwright.textio import ascii_digits
 
 #: Container features as Proxmox names them (`features: nesting=1,keyctl=1,...`); `mount` takes fs types.
 FEATURES: tuple[str, ...] = ("nesting", "keyctl", "fuse", "mknod", "force_rw_sys", "mount")
@@ -20,7 +21,7 @@ MEMORY_FLOOR_MIB = 64
 #: Above this (4 TiB) a number is almost surely bytes.
 MEMORY_CEILING_MIB = 4 * 1024 * 1024
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.I)
+_SIZE = re.compile(r"(?a)^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.I)
 _UNIT_MIB = {"k": 1 / 1024, "m": 1, "": 1, "g": 1024, "t": 1024 * 1024}
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$")
 _BRIDGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")
@@ -102,7 +103,7 @@ def gib(value: Any) -> int:
     """Disk sizes: a bare number is GiB (as Proxmox's ``local-lvm:64``); units accepted."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = f"{value}G"
-    elif isinstance(value, str) and value.strip().replace(".", "", 1).isdecimal():
+    elif isinstance(value, str) and ascii_digits(value.strip().replace(".", "", 1)):
         value = value.strip() + "G"
     found = mib(value)
     if found == 0 or found % 1024:

@@ -43,6 +43,7 @@ from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import load_client_config, resolve_endpoint
 from labwright.shell import join, quote
 from labwright.snapshots.lxd import freeze_note
+from labwright.textio import ascii_digits
 
 
 class LxdBackend(GuestBackend):
@@ -135,7 +136,7 @@ class LxdBackend(GuestBackend):
         except LxdError:
             return RENDER_GID
         fields = result.stdout.decode(errors="replace").strip().split(":")
-        return int(fields[2]) if result.exit_code == 0 and len(fields) > 2 and fields[2].isdecimal() else RENDER_GID
+        return int(fields[2]) if result.exit_code == 0 and len(fields) > 2 and ascii_digits(fields[2]) else RENDER_GID
 
     def _gpu(self, spec: GuestSpec, current: dict[str, Any] | None = None) -> GpuWiring:
         if spec.wants_dri:

@@ -68,7 +68,7 @@ def read_spec(host: Host) -> CdiSpec | None:
             if not isinstance(doc, dict) or doc.get("kind") != CDI_KIND:
                 continue
             names = [str(d.get("name")) for d in doc.get("devices") or [] if isinstance(d, dict)]
-            indexes = tuple(sorted((n for n in names if re.fullmatch(r"\d+", n)), key=int))
+            indexes = tuple(sorted((n for n in names if re.fullmatch(r"(?a)\d+", n)), key=int))
             if indexes:
                 found = CdiSpec(path, indexes)
     return found

@@ -130,7 +130,7 @@ def _resolve_classic(spec: GuestSpec, host: GpuHost | None, lxd_nvidia_cards: in
             nodes[name] = DeviceNode(f"/dev/{name}", host.host_path(f"/dev/{name}"), majors["nvidia-uvm"], minor)
             notes.append(f"/dev/{name} is missing on the host; passed as optional (major {majors['nvidia-uvm']} "
                          "from /proc/devices), it appears when the host creates it")
-    if not any(re.fullmatch(r"nvidia\d+", name) for name in nodes):
+    if not any(re.fullmatch(r"(?a)nvidia\d+", name) for name in nodes):
         raise BadInput(f"{spec.where}: gpu: nvidia, but the host has no /dev/nvidia0; load the driver "
                        "(nvidia-modprobe -c 0) or set gpu: none")
     return GpuWiring("unix-char", nodes=tuple(nodes.values()), preflight=tuple(host.preflight_commands()),

@@ -60,6 +60,7 @@ from labwright.guests.proxmox_render import (
 )
 from labwright.guests.pve_node import PveNode, SshPveNode
 from labwright.hostnames import VMID_MAX, VMID_MIN
+from labwright.textio import ascii_digits
 
 if TYPE_CHECKING:
     from labwright.guests.proxmox_vm import VmOps
@@ -245,7 +246,7 @@ class ProxmoxBackend(GuestBackend):
             return RENDER_GID
         result = self.pve_node.run(["pct", "exec", str(spec.vmid), "--", "getent", "group", RENDER_GROUP])
         fields = result.stdout.strip().split(":")
-        return int(fields[2]) if result.ok and len(fields) > 2 and fields[2].isdecimal() else RENDER_GID
+        return int(fields[2]) if result.ok and len(fields) > 2 and ascii_digits(fields[2]) else RENDER_GID
 
     def _state(self, spec: GuestSpec) -> _State:
         spec = self.resolved(spec)
@@ -281,7 +282,7 @@ class ProxmoxBackend(GuestBackend):
         wanted = [props(v, "path")["path"] for v in wiring.devices]
         wanted += [v.split(" ", 1)[0] for k, v in wiring.lxc if k == MOUNT]
         have_devs = [props(v, "path")["path"] for k, v in (state.config or {}).items()
-                     if re.fullmatch(r"dev\d+", k) and is_gpu_device(v)]
+                     if re.fullmatch(r"(?a)dev\d+", k) and is_gpu_device(v)]
         state.missing = missing_paths([*have_devs, *wanted], [n.path for n in facts.nodes])
         if not self._unit_read:
             self._unit_text, self._unit_read = installed_unit(self.pve_node), True
@@ -371,7 +372,7 @@ class ProxmoxBackend(GuestBackend):
         if not state.missing:
             return []
         nodes = ", ".join(state.missing)
-        have_devs = any(re.fullmatch(r"dev\d+", k) and is_gpu_device(v) for k, v in (state.config or {}).items())
+        have_devs = any(re.fullmatch(r"(?a)dev\d+", k) and is_gpu_device(v) for k, v in (state.config or {}).items())
         if state.desired.wiring.mode == "dev" or have_devs:
             what = (f"CT {spec.vmid} cannot start while {nodes} {'is' if len(state.missing) == 1 else 'are'} missing "
                     f"on node {self.node} (PVE stats every devN path when a container starts; after a host reboot "

@@ -59,7 +59,7 @@ def props(value: Any, default_key: str | None = None) -> dict[str, str]:
 
 def pve_version(text: str) -> tuple[int, int]:
     """``8.2.4`` / ``7.4-3`` -> (8, 2)."""
-    numbers = [int(n) for n in re.findall(r"\d+", text)[:2]] + [0, 0]
+    numbers = [int(n) for n in re.findall(r"(?a)\d+", text)[:2]] + [0, 0]
     return numbers[0], numbers[1]
 
 
@@ -84,7 +84,7 @@ _CONTROL_ORDER = ("/dev/nvidiactl", "/dev/nvidia-modeset", *LAZY)
 
 def _node_order(path: str) -> tuple[int, int, str]:
     """GPUs by number, then nvidiactl, modeset, uvm, uvm-tools, then anything else, then the caps."""
-    match = re.fullmatch(r"/dev/nvidia(\d+)", path)
+    match = re.fullmatch(r"(?a)/dev/nvidia(\d+)", path)
     if match:
         return 0, int(match.group(1)), path
     if path in _CONTROL_ORDER:
@@ -105,7 +105,7 @@ def resolve_gpu(spec: GuestSpec, version: tuple[int, int], facts: NodeGpu | None
         raise BadInput(f"{spec.where}: gpu_mode dev needs Proxmox VE 8.1 or later ({spec.node} runs "
                        f"{version[0]}.{version[1]}); use gpu_mode classic or auto")
     paths = {n.path: n for n in facts.nodes}
-    if not any(re.fullmatch(r"/dev/nvidia\d+", p) for p in paths):
+    if not any(re.fullmatch(r"(?a)/dev/nvidia\d+", p) for p in paths):
         raise BadInput(f"{spec.where}: gpu: nvidia, but {node_label} has no /dev/nvidia0; load the driver "
                        "(nvidia-modprobe -c 0) or set gpu: none")
     ordered = sorted(set(paths) | set(LAZY), key=_node_order)
@@ -162,7 +162,7 @@ def is_gpu_device(value: Any, prefixes: tuple[str, ...] = NVIDIA_PREFIXES) -> bo
 
 
 def _allow_major(key: str, value: str) -> int | None:
-    match = re.fullmatch(r"c (\d+):\* rwm", value.strip())
+    match = re.fullmatch(r"(?a)c (\d+):\* rwm", value.strip())
     return int(match.group(1)) if key == ALLOW and match else None
 
 
@@ -227,9 +227,9 @@ def render(spec: GuestSpec, wiring: Wiring, rootfs_storage: str) -> Desired:
 def root_only(key: str, value: str, privileged: bool = False) -> bool:
     """What ``check_ct_modify_config_perm`` (pve-container src/PVE/LXC.pm) lets only root@pam set: devN,
     non-volume mpN, features other than nesting, and on a privileged container any features at all."""
-    if re.fullmatch(r"dev\d+", key):
+    if re.fullmatch(r"(?a)dev\d+", key):
         return True
-    if re.fullmatch(r"mp\d+", key):
+    if re.fullmatch(r"(?a)mp\d+", key):
         return str(props(value, "volume").get("volume", "")).startswith("/")
     if key == "features":
         return privileged or bool(set(props(value)) - {"nesting"})
@@ -257,7 +257,7 @@ def indexed(prefix: str, current: Mapping[str, Any], wanted: list[str], managed:
     """Match wanted values to existing ``prefixN`` keys by ``identity`` (a property such as the path, or a function
     of the value); keep indices stable. A matched value is rewritten only when it means something else to PVE
     (``fmt``: booleans, key order, defaults)."""
-    existing = {int(k[len(prefix):]): str(v) for k, v in current.items() if re.fullmatch(rf"{prefix}\d+", k)}
+    existing = {int(k[len(prefix):]): str(v) for k, v in current.items() if re.fullmatch(rf"{prefix}[0-9]+", k)}
     ours = {i: v for i, v in existing.items() if managed(v)}
     key = identity if callable(identity) else (lambda v: parse(v, fmt).get(identity))
     by_id = {key(v): i for i, v in ours.items()}

@@ -95,7 +95,7 @@ def _machine_same(have: Any, want: str) -> bool:
     text = str(have or "")
     if text == want:
         return True
-    pinned = {"q35": r"pc-q35-\d", "pc": r"pc-(?:i440fx-)?\d"}.get(want)
+    pinned = {"q35": r"pc-q35-[0-9]", "pc": r"pc-(?:i440fx-)?[0-9]"}.get(want)
     return bool(pinned and re.match(pinned, text))
 
 
@@ -143,7 +143,7 @@ def disk_note(spec: GuestSpec, current: Mapping[str, Any]) -> str | None:
     if not (vm.disk and vm.disk.size_gib) or not current.get(BOOT_DISK):
         return None
     size = parse(current[BOOT_DISK], default_key="file").get("size", "")
-    match = re.fullmatch(r"(\d+)([KMGT]?)", size)
+    match = re.fullmatch(r"(?a)(\d+)([KMGT]?)", size)
     if not match:
         return None
     gib = int(match.group(1)) / {"K": 1024**2, "M": 1024, "G": 1, "T": 1 / 1024, "": 1024**3}[match.group(2)]

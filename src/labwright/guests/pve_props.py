@@ -71,9 +71,9 @@ def _typed(prop: Prop | None, value: str) -> str:
         return value
     if prop.type == "boolean":
         value = parse_boolean(value) or value
-    elif prop.type == "integer" and re.fullmatch(r"[+-]?\d+", value):
+    elif prop.type == "integer" and re.fullmatch(r"(?a)[+-]?\d{1,20}", value):  # longer: kept as written
         value = str(int(value))
-    elif prop.type == "number" and re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", value):
+    elif prop.type == "number" and re.fullmatch(r"(?a)[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", value):
         number = float(value)
         value = str(int(number)) if number.is_integer() else repr(number)
     return prop.normalize(value) if prop.normalize else value

@@ -32,7 +32,7 @@ PCI_ID = re.compile(r"^(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}(?:\.[a-f0-9])?$
 MAPPING_ID = re.compile(r"^[a-z][a-z0-9_-]+$", re.I)
 OSTYPES = ("other", "wxp", "w2k", "w2k3", "w2k8", "wvista", "win7", "win8", "win10", "win11", "l24", "l26", "solaris")
 BIOSES = ("seabios", "ovmf")
-MACHINE = re.compile(r"^(?:q35|pc|pc-q35-\d+(?:\.\d+)+(?:\+pve\d+)?|pc(?:-i440fx)?-\d+(?:\.\d+)+(?:\+pve\d+)?)$")
+MACHINE = re.compile(r"(?a)^(?:q35|pc|pc-q35-\d+(?:\.\d+)+(?:\+pve\d+)?|pc(?:-i440fx)?-\d+(?:\.\d+)+(?:\+pve\d+)?)$")
 #: Keys only a VM takes, and the container keys a VM refuses (with what to write instead).
 VM_KEYS = frozenset({"kind", "hostpci", "ostype", "bios", "machine", "disk"})
 CONTAINER_ONLY = {

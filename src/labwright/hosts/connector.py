@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Self
 from labwright.errors import BadInput
 from labwright.hosts import CommandFiles, Result, Source, shell_line, source_bytes
 from labwright.shell import quote
+from labwright.textio import ascii_digits
 
 if TYPE_CHECKING:
     from pyinfra.api.host import Host as PyinfraHost
@@ -77,7 +78,7 @@ class ConnectorHost(CommandFiles):
         # The marker ends the last line; output without a final newline shares that line with it.
         if stdout_lines and RC_MARK in stdout_lines[-1]:
             before, _, code = stdout_lines.pop().rpartition(RC_MARK)
-            rc = int(code) if code.strip().isdecimal() else 255
+            rc = int(code) if ascii_digits(code.strip()) else 255
             if before:
                 stdout_lines.append(before)
         return Result(rc, "\n".join(stdout_lines), "\n".join(output.stderr_lines))

@@ -26,6 +26,7 @@ from pyinfra.connectors.ssh import connector_data_meta as PYINFRA_SSH_OPTIONS
 from pyinfra.connectors.sshuserclient.client import get_ssh_config
 
 from labwright.errors import BadInput
+from labwright.textio import ascii_digits
 
 #: The option set (pyinfra's declaration, with labwright's defaults where they differ).
 SSH_OPTIONS: dict[str, DataMeta] = {
@@ -103,7 +104,7 @@ def ssh_options(data: Mapping[str, Any], default_hostname: str,
 def port_number(key: str, value: Any) -> int:
     """A TCP port from host data (an int, or the text ``--data`` and inventories give), or one line naming ``key``."""
     text = str(value).strip()
-    if isinstance(value, bool) or not text.isdecimal() or not 1 <= int(text) <= 65535:
+    if isinstance(value, bool) or not ascii_digits(text) or not 1 <= int(text) <= 65535:
         raise BadInput(f"{key}={value!r}: not a TCP port; use a whole number from 1 to 65535, e.g. {key}=2222")
     return int(text)
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from labwright.textio import ascii_digits
+
 
 @dataclass(frozen=True)
 class InstallerOption:
@@ -65,7 +67,7 @@ UNLOAD = "modprobe -r nvidia_uvm nvidia_drm nvidia_modeset nvidia"
 def version_key(version: str) -> tuple[int, ...]:
     """Numbers compared as numbers: 535.216.01 < 545.23.06 < 550.54.14; NVIDIA's old 1.0-6106 is (1, 0, 6106),
     older than every 71.x and later."""
-    return tuple(int(part) for part in re.split(r"[.-]", version) if part.isdecimal())
+    return tuple(int(part) for part in re.split(r"[.-]", version) if ascii_digits(part))
 
 
 def knows(version: str, name: str) -> bool:

@@ -11,8 +11,9 @@ from typing import Any
 
 from labwright.errors import BadInput, SafetyCheckFailed
 from labwright.hostupgrade.installer_options import BY_NAME, MODULE_LOADED, UNLOAD, knows, refusal
+from labwright.textio import ascii_digits
 
-_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
+_VERSION = re.compile(r"(?a)^\d+\.\d+(?:\.\d+)?$")
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def version_key(version: str) -> tuple[int, ...]:
 
 def kernel_key(kernel: str) -> tuple[tuple[int, str], ...]:
     """Sort key for kernel release strings (6.8.12-4-pve < 6.8.12-10-pve < 6.11.0-2-pve): numbers as numbers."""
-    return tuple((int(p), "") if p.isdecimal() else (-1, p) for p in re.split(r"[.-]", kernel))
+    return tuple((int(p), "") if ascii_digits(p) else (-1, p) for p in re.split(r"[.-]", kernel))
 
 
 def headers_package(kernel: str) -> str:

@@ -71,10 +71,10 @@ from labwright.snapshots.proxmox import PveSnapshots
 
 ALLOW = "lxc.cgroup2.devices.allow"
 MOUNT = "lxc.mount.entry"
-_DEV_KEY = re.compile(r"^dev\d+$")
-_ALLOW_VALUE = re.compile(r"^c (\d+):(\S+) (\S+)$")
+_DEV_KEY = re.compile(r"(?a)^dev\d+$")
+_ALLOW_VALUE = re.compile(r"(?a)^c (\d+):(\S+) (\S+)$")
 #: An allow line in the config file: ``lxc.cgroup2.devices.allow: c 509:* rwm`` (``=`` also parses, as in LXC).
-_ALLOW_LINE = re.compile(r"^(lxc\.cgroup2\.devices\.allow\s*[:=]\s*c )(\d+)(:\S+ \S+\s*)$")
+_ALLOW_LINE = re.compile(r"(?a)^(lxc\.cgroup2\.devices\.allow\s*[:=]\s*c )(\d+)(:\S+ \S+\s*)$")
 
 
 @dataclass(frozen=True)

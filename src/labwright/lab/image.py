@@ -22,7 +22,7 @@ from pathlib import Path
 from labwright import paths
 from labwright.atomic import pid_alive
 from labwright.errors import BadInput, OperationFailed
-from labwright.textio import read_text
+from labwright.textio import ascii_digits, read_text
 from labwright.ui import install_step, run_with_progress
 
 BUILDER_VERSION = "1"  # bump when this module changes how images are made
@@ -116,7 +116,7 @@ def remove_abandoned_builds(log=print) -> list[Path]:
     removed = []
     for work in cache_dir().glob("labwright-image-*"):
         pid_text = work.name.removeprefix("labwright-image-").split("-", 1)[0]
-        if work.is_dir() and (not pid_text.isdecimal() or not pid_alive(int(pid_text))):
+        if work.is_dir() and (not ascii_digits(pid_text) or not pid_alive(int(pid_text))):
             shutil.rmtree(work, ignore_errors=True)
             removed.append(work)
             log(f"removed {work} (left by an image build that was killed)")

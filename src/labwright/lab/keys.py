@@ -1,15 +1,28 @@
-"""The lab's SSH key: generated once, randomly, kept on this machine only."""
+"""The lab's SSH key: generated once, randomly, kept on this machine only.
+
+The private key is the key; the public one beside it (``lab_ed25519.pub``) is derived from it and never trusted for
+being there: it is used only when it is one line ``ssh-ed25519 <base64>[ comment]`` whose key is the private key's
+public half, and written again from the private key (atomically) otherwise.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from labwright import paths
+from labwright.atomic import write_bytes_atomic
 from labwright.errors import BadInput
+from labwright.textio import describe_oserror
+
+#: Longer than any public key line (an ed25519 one is ~100 bytes with its comment): anything longer is not one.
+MAX_PUBLIC_BYTES = 64 * 1024
 
 
 def data_dir(create: bool = False) -> Path:
@@ -43,34 +56,87 @@ def _write_new(path: Path, data: bytes, mode: int) -> bool:
 
 
 def _public_line(private: Path) -> bytes:
-    key = serialization.load_ssh_private_key(private.read_bytes(), password=None)
+    """``ssh-ed25519 <base64> labwright-lab\n`` for the private key at ``private``, or one BadInput line."""
+    fix = "move it away and run again to make a new lab key"
+    try:
+        key = serialization.load_ssh_private_key(private.read_bytes(), password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm, OSError) as exc:  # TypeError: one with a passphrase
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc).strip() or type(exc).__name__
+        reason = " ".join(reason.split())  # one line
+        raise BadInput(f"{private}: not a readable OpenSSH private key ({reason}); {fix}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise BadInput(f"{private}: not an ed25519 key (a {type(key).__name__.removeprefix('_')}); {fix}")
     pub = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     return pub + b" labwright-lab\n"
 
 
-def ensure_lab_key() -> tuple[Path, str, bool]:
-    """Return (private key path, public key line, created?). Never overwrites an existing key; a run killed
-    between the two files leaves the private key whole, and the public one is derived from it on the next run."""
-    private = data_dir(create=True) / "lab_ed25519"
+def _read_public(public: Path) -> bytes | None:
+    """The bytes of the public key file (at most MAX_PUBLIC_BYTES + 1: one longer is not one), None where there is
+    none; something there that is no regular file (a directory, a link loop) or cannot be read is one BadInput."""
+    fix = "remove it and run again (labwright derives it from the private key beside it)"
+    what = "the lab SSH public key"
+    try:
+        fd = os.open(public, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a pipe must not block the open
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BadInput(f"{describe_oserror(exc, public, what).rsplit(';', 1)[0]}; {fix}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise BadInput(f"{public} is {kind} (expected {what}); {fix}")
+    with open(fd, "rb") as handle:
+        try:
+            return handle.read(MAX_PUBLIC_BYTES + 1)
+        except OSError as exc:
+            raise BadInput(f"{describe_oserror(exc, public, what).rsplit(';', 1)[0]}; {fix}") from None
+
+
+def public_line_of(data: bytes | None, derived: bytes) -> str | None:
+    """The public key line ``data`` holds when it is one line ``ssh-ed25519 <base64>[ comment]`` with the key of
+    ``derived`` (what the private key gives); None for anything else."""
+    if data is None or len(data) > MAX_PUBLIC_BYTES:
+        return None
+    try:
+        line = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return None
+    if not line.isprintable():  # a second line, a tab, a NUL or another control character
+        return None
+    kind, blob = derived.decode().split()[:2]
+    parts = line.split(" ")
+    return line if len(parts) >= 2 and parts[0] == kind and parts[1] == blob else None
+
+
+def ensure_lab_key(say: Callable[[str], None] | None = None) -> tuple[Path, str, bool]:
+    """Return (private key path, public key line, created?). Never overwrites an existing private key; a run killed
+    between the two files leaves the private key whole, and the public one is derived from it on the next run. A
+    public key file that is not the private key's public half is written again from it (``say`` is told so)."""
+    try:
+        private = data_dir(create=True) / "lab_ed25519"
+    except OSError as exc:
+        raise BadInput(describe_oserror(exc, what="the lab's data directory")) from None
     public = private.with_suffix(".pub")
     created = False
-    if not private.exists():
+    if not os.path.lexists(private):
         key = Ed25519PrivateKey.generate()
         pem = key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
         )
-        created = _write_new(private, pem, 0o600)
-    try:
-        line = public.read_text().strip()
-    except FileNotFoundError:
-        line = ""
-    if not line:
         try:
-            derived = _public_line(private)
-        except (ValueError, OSError) as exc:
-            raise BadInput(f"{private}: not a readable OpenSSH private key ({exc}); move it away and run again "
-                           "to make a new lab key") from None
-        public.unlink(missing_ok=True)
-        _write_new(public, derived, 0o644)
-        line = public.read_text().strip()
+            created = _write_new(private, pem, 0o600)
+        except OSError as exc:
+            raise BadInput(describe_oserror(exc, private, "the lab SSH private key")) from None
+    derived = _public_line(private)
+    kept = _read_public(public)
+    line = public_line_of(kept, derived)
+    if line is None:
+        try:
+            write_bytes_atomic(public, derived, mode=0o644)
+        except OSError as exc:
+            raise BadInput(describe_oserror(exc, public, "the lab SSH public key")) from None
+        if kept is not None and say is not None:
+            say(f"{public} was not the public half of {private}; wrote it again from the private key")
+        line = derived.decode().strip()
     return private, line, created

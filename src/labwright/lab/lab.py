@@ -329,7 +329,7 @@ def up(spec: LabSpec, report: Reporter, dry_run: bool = False) -> list[str]:
             report.change(f"{kind[:-1]} {obj['name']}" + (f" ({obj['driver']})" if kind == "storage-pools" else ""))
     else:
         report.unchanged(f"bridge {spec.bridge} {spec.subnet}, pool {spec.pool}, profile {spec.profile}")
-    _, public_key, key_created = ensure_lab_key()
+    _, public_key, key_created = ensure_lab_key(say=report.change)  # a .pub rewritten from the private key
     if key_created:
         report.change("generated the lab SSH key")
     alias = ensure_image(client, report) if any(i is None for i in existing.values()) else ""

@@ -82,10 +82,10 @@ IFNAME_MAX = 15
 #: multicast and public networks would shadow a real route or never work as a bridge.
 PRIVATE_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 #: LXD limits.cpu: a count (2) or a CPU set (0-3, 0,2,4-5) (lxd/instance/drivers/driver_lxc.go, limits.cpu).
-_CPU = re.compile(r"^(?:[1-9]\d{0,3}|\d{1,4}(?:-\d{1,4})?(?:,\d{1,4}(?:-\d{1,4})?)*)$")
+_CPU = re.compile(r"(?a)^(?:[1-9]\d{0,3}|\d{1,4}(?:-\d{1,4})?(?:,\d{1,4}(?:-\d{1,4})?)*)$")
 #: LXD limits.memory: bytes with an optional unit (kB..EB, KiB..EiB) or a percentage of the host's memory
 #: (shared/units ParseByteSizeString, LXD documentation "limits.memory").
-_MEMORY = re.compile(r"^(?:(\d+(?:\.\d+)?)(B|kB|MB|GB|TB|PB|EB|KiB|MiB|GiB|TiB|PiB|EiB)?|([1-9]\d?|100)%)$")
+_MEMORY = re.compile(r"(?a)^(?:(\d+(?:\.\d+)?)(B|kB|MB|GB|TB|PB|EB|KiB|MiB|GiB|TiB|PiB|EiB)?|([1-9]\d?|100)%)$")
 _MEMORY_BYTES = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15, "EB": 10**18,
                  "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50, "EiB": 2**60, None: 1}
 

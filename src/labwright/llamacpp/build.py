@@ -23,24 +23,28 @@ and ``manifest.json`` (each file's sha256). The toolkit is NVIDIA's pip wheels (
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import re
 import shutil
+import stat
 import sys
 import tarfile
 import tempfile
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from labwright import aptlock, paths
 from labwright.atomic import once_under_lock, write_text_atomic
 from labwright.digest import sha256_file
-from labwright.errors import OperationFailed
+from labwright.errors import BadInput, OperationFailed
 from labwright.llamacpp import cuda as cuda_toolkit
 from labwright.llamacpp.cuda import CudaToolchain
-from labwright.textio import load_json, loads_json
+from labwright.textio import ascii_digits, load_json, loads_json, read_text
 from labwright.ui import build_step, copy_with_progress, install_step, progress, run_with_progress
 
 SIMPLE_API = "https://pypi.org/simple/llama-cpp-python/"
@@ -111,6 +115,86 @@ def cuda_cache_dir(cuda: CudaToolchain, cmake_archs: Sequence[str], version: str
 
 sha256_of = sha256_file
 
+#: What cached_build_problem says of a cache entry with nothing at the binary's path: not built yet, nothing damaged.
+NOT_BUILT = "is not built yet"
+#: A sidecar is one digest and a newline (what build_llama_server writes); anything much longer is not one.
+SIDECAR_MAX_BYTES = 4096
+_DIGEST_LINE = re.compile(r"([0-9a-f]{64})\n?")  # fullmatch: "\n" alone is no digest
+# sha256sum's own line ("DIGEST  NAME", "DIGEST *NAME"): accepted beside a binary the user gives, never in the cache
+_SHA256SUM_LINE = re.compile(r"([0-9a-f]{64})(?:[ \t][^\n]*)?\n?")
+
+
+def sidecar_path(binary: Path) -> Path:
+    """Where a binary's sha256 is kept beside it: ``NAME.sha256``."""
+    return binary.with_name(binary.name + ".sha256")
+
+
+def read_sidecar(sidecar: Path, *, sha256sum_line: bool = False) -> str:
+    """The sha256 a sidecar holds: exactly one lowercase 64-hex digest, a newline after it or not (what
+    build_llama_server writes), read through labwright.textio.read_text; ``sha256sum_line``: sha256sum's line
+    ("DIGEST  NAME") too. Anything else (missing, unreadable, binary, not UTF-8, empty, uppercase, another
+    length, other scripts' digits, more text) is one BadInput line naming the file."""
+    what = "the sha256 of the file beside it (64 lowercase hex digits)"
+    text = read_text(sidecar, what, max_bytes=SIDECAR_MAX_BYTES)
+    match = (_SHA256SUM_LINE if sha256sum_line else _DIGEST_LINE).fullmatch(text)
+    if match is None:
+        shown = text.strip()[:80]
+        raise BadInput(f"{sidecar} holds {shown!r}, not one sha256 (expected {what}); write the right digest or "
+                       "remove the file")
+    return match.group(1)
+
+
+def cached_build_problem(binary: Path) -> str | None:
+    """Whether the cached build at ``binary`` can be used: None when it is a regular file whose sha256 is the one
+    its sidecar (``llama-server.sha256``, sidecar_path) holds; else what is wrong, a phrase to follow the path
+    (NOT_BUILT: nothing there). The one test of the CPU build's cache: ``labwright build llamacpp`` (cached, or
+    built again), build_llama_server and the deploy (labwright.llamacpp.deploy_data.local_binary) all ask it, so
+    an empty, truncated or junk binary, a directory in its place, or a missing or junk sidecar is never trusted."""
+    try:
+        info = binary.stat()
+    except FileNotFoundError:
+        return NOT_BUILT
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or type(exc).__name__})"
+    if stat.S_ISDIR(info.st_mode):
+        return "is a directory, not the binary"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    if info.st_size == 0:
+        return "is empty"
+    sidecar = sidecar_path(binary)
+    if not os.path.lexists(sidecar):
+        return f"has no {sidecar.name} beside it (its build's record of its sha256)"
+    try:
+        expected = read_sidecar(sidecar)
+    except BadInput as exc:
+        return f"has no valid sha256 beside it ({exc})"
+    try:
+        actual = sha256_of(binary)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or type(exc).__name__})"
+    if actual != expected:
+        return f"has sha256 {actual}, not the {expected} its build recorded in {sidecar.name}"
+    return None
+
+
+def remove_cache_entry(path: Path) -> None:
+    """Remove whatever is at ``path`` (a file, a link, a directory tree); nothing there is fine."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+@contextlib.contextmanager
+def _exclusive(lock: Path) -> Iterator[None]:
+    """An exclusive flock on ``lock`` (created with its directories) for the block: one build per cache entry."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
 
 def pypi_url(project: str, filename: str, sha256: str) -> str:
     """A file's URL from PyPI's simple JSON API; its listed sha256 must match the pin, or PyPI changed under us."""
@@ -147,7 +231,7 @@ def download_sdist(dest: Path, source: LlamaSource = PINNED, url: str | None = N
     with progress(f"download {source.filename}") as step, \
             urllib.request.urlopen(url or sdist_url(source), timeout=300) as response, partial.open("wb") as out:
         length = response.headers.get("Content-Length")
-        copy_with_progress(response, out, step, total=int(length) if length and length.isdecimal() else None)
+        copy_with_progress(response, out, step, total=int(length) if length and ascii_digits(length) else None)
     actual = sha256_of(partial)
     if actual != source.sha256:
         partial.unlink()
@@ -205,15 +289,25 @@ def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None, *,
     (build_cuda_server); a GPU the toolkit cannot compile for is refused (BadInput) before anything is downloaded.
 
     A file lock keeps parallel test runs from building twice; the binary is moved in place only when complete, so a
-    killed build never leaves a half-written binary that later runs would trust.
+    killed build never leaves a half-written binary that later runs would trust. The cache counts only as
+    cached_build_problem says (the binary's sha256 is its sidecar's): a damaged entry (emptied, truncated, junk, a
+    directory, no or a junk sidecar) is said on stderr, removed under the lock and built again.
     """
     if cuda is not None or archs:
         return build_cuda_server(cuda or cuda_toolkit.DEFAULT, archs, source, jobs)
     cache = cache_dir(source.version)
     binary = cache / "llama-server"
-    with once_under_lock(binary, cache / ".lock") as todo:
-        if not todo:
+    if cached_build_problem(binary) is None:
+        return binary
+    with _exclusive(cache / ".lock"):
+        problem = cached_build_problem(binary)
+        if problem is None:  # another run built it while this one waited for the lock
             return binary
+        if problem != NOT_BUILT:
+            # a damaged entry goes first: a build that fails or is killed leaves nothing a later run could trust
+            print(f"labwright: the cached build {binary} {problem}: building it again", file=sys.stderr, flush=True)
+            remove_cache_entry(binary)
+            remove_cache_entry(sidecar_path(binary))
         with progress(f"build llama-server {source.version} once (download + compile, ~6 min on 2 cores; then "
                       f"cached in {cache})", heartbeat=False):
             ensure_build_tools()
@@ -223,10 +317,11 @@ def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None, *,
                 built = compile_target(vendor, Path(tmp) / "build", "llama-server", jobs or os.cpu_count() or 2,
                                        cache / "build.log")
                 staged = cache / "llama-server.new"
+                remove_cache_entry(staged)  # a killed build's leftover (a directory would swallow the copy)
                 shutil.copy2(built, staged)
-                # the sidecar first: a binary in place always has its sha256 beside it (deploy_data reads both)
-                write_text_atomic(cache / "llama-server.sha256", sha256_of(staged) + "\n")
-                staged.rename(binary)
+                # the sidecar first: a binary in place always has its sha256 beside it (cached_build_problem)
+                write_text_atomic(sidecar_path(binary), sha256_of(staged) + "\n")
+                os.replace(staged, binary)
             sdist.unlink()  # 76 MB of source is not worth keeping once the binary exists
     return binary
 

@@ -142,7 +142,7 @@ def installed_version(root: Path) -> str | None:
     if not nvcc.is_file():
         return None
     out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=False).stdout
-    match = re.search(r"release (\d+\.\d+)", out)
+    match = re.search(r"(?a)release (\d+\.\d+)", out)
     return match.group(1) if match else None
 
 
@@ -152,7 +152,7 @@ def cmake_architecture(capability: str) -> str:
     cap = arch.parse_capability(capability)
     major, minor = cap.split(".")
     number = f"{major}{minor}"
-    suffix = "a" if re.fullmatch(r"12\d", number) else ""
+    suffix = "a" if re.fullmatch(r"(?a)12\d", number) else ""
     return f"{number}{suffix}-real"
 
 
@@ -265,4 +265,4 @@ def sass_architectures(path: Path, root: Path) -> list[str]:
                             env={**os.environ, "LC_ALL": "C"})
     if result.returncode != 0:
         raise OperationFailed(f"cuobjdump --list-elf {path}: {result.stderr.strip() or result.stdout.strip()}")
-    return sorted(set(re.findall(r"\.(sm_\d+[af]?)\.cubin", result.stdout)))
+    return sorted(set(re.findall(r"(?a)\.(sm_\d+[af]?)\.cubin", result.stdout)))

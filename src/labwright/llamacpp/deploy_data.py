@@ -36,11 +36,19 @@ from labwright.errors import BadInput
 from labwright.gpu.arch import capabilities_of
 from labwright.llamacpp import buildbox, cuda
 from labwright.llamacpp import vulkan as vulkan_build
-from labwright.llamacpp.build import CUDA_LIB_DIR, cache_dir
+from labwright.llamacpp.build import (
+    CUDA_LIB_DIR,
+    NOT_BUILT,
+    cache_dir,
+    cached_build_problem,
+    read_sidecar,
+    sha256_of,
+    sidecar_path,
+)
 from labwright.matrix import elfsyms
 from labwright.models.deploy_data import ModelSettings, engine_model
 from labwright.schema import checks
-from labwright.textio import loads_json
+from labwright.textio import ascii_digits, loads_json
 
 if TYPE_CHECKING:
     from labwright.schema.model import Schema
@@ -121,7 +129,7 @@ def vulkan_device(value: Any) -> str:
     if text == "auto":
         return text
     parts = [part.strip() for part in text.split(",")]
-    if not all(part.isdecimal() and len(part) <= 3 for part in parts):
+    if not all(ascii_digits(part) and len(part) <= 3 for part in parts):
         raise ValueError(f"{text!r} is not auto or vulkaninfo's device index (0) or indexes (0,1)")
     return ",".join(str(int(part)) for part in parts)
 
@@ -242,7 +250,13 @@ class HostBuildMissing(DeployError):
 
 
 def local_binary(data: Mapping[str, Any], builds: Path | None = None) -> tuple[str, str]:
-    """The binary to push and its sha256, checked here so a corrupt cache never reaches a guest."""
+    """The binary to push and its sha256, checked here so a corrupt cache never reaches a guest.
+
+    The cached build (no llamacpp_binary_src) counts only as labwright.llamacpp.build.cached_build_problem says: a
+    regular file whose sha256 is the one its build recorded beside it; a damaged entry is one line naming the cache
+    and the command that builds it again, never a data key the user did not set. A binary the user gives
+    (llamacpp_binary_src) is checked against llamacpp_binary_sha256, else against its sidecar (``NAME.sha256``,
+    sha256sum's line) when there is one."""
     keys = KEYS.over(data)
     given_src = keys.get("binary_src")
     if given_src is not None and not isinstance(given_src, str | Path):
@@ -253,22 +267,46 @@ def local_binary(data: Mapping[str, Any], builds: Path | None = None) -> tuple[s
     except OSError as exc:  # a name too long, a loop of links
         raise keys.fail("binary_src", f"{str(src)[:80]}: {exc.strerror}; give the llama-server binary on this "
                         "machine") from None
-    if not there:
-        error = HostBuildMissing if given_src is None else DeployError
-        raise error(f"llamacpp_binary_src: {src} does not exist; build it with `labwright build llamacpp` "
-                    "or pass --data llamacpp_binary_src=PATH")
     given = data.get("llamacpp_binary_sha256")
     # --data parses an all-digit digest as a number (dropping leading zeros): spell it back as 64 digits.
     expected = f"{given:064d}" if isinstance(given, int) and not isinstance(given, bool) else str(given or "").lower()
+    if given_src is None:
+        problem = cached_build_problem(src)
+        if problem == NOT_BUILT:
+            raise HostBuildMissing(f"llamacpp_binary_src: {src} does not exist; build it with `labwright build "
+                                   "llamacpp` or pass --data llamacpp_binary_src=PATH")
+        if problem is not None and not (there and expected):  # a digest the user gave vouches for the file itself
+            raise DeployError(f"the cached llama-server build {src} {problem}: build it again with `labwright "
+                              f"build llamacpp` (or remove {src.parent}, and the deploy builds it) (nothing was "
+                              "changed)")
+    elif not there:
+        raise DeployError(f"llamacpp_binary_src: {src} does not exist; build it with `labwright build llamacpp` "
+                          "or pass --data llamacpp_binary_src=PATH")
     if expected and not re.fullmatch(r"[0-9a-f]{64}", expected):
         raise keys.fail("binary_sha256", f"{given!r} is not a sha256 (64 hex digits)")
-    sidecar = src.with_name(src.name + ".sha256")
-    if not expected and sidecar.is_file():
-        expected = sidecar.read_text().split()[0]
-    actual = hashlib.sha256(src.read_bytes()).hexdigest()
+    if not expected and given_src is not None:
+        expected = user_sidecar_digest(src, keys)
+    try:
+        actual = sha256_of(src)
+    except OSError as exc:
+        raise DeployError(f"llamacpp_binary_src: {src}: {exc.strerror or type(exc).__name__}; give a readable "
+                          "llama-server binary (nothing was changed)") from None
     if expected and actual != expected:
         raise keys.fail("binary_sha256", f"{src} has sha256 {actual}, expected {expected}")
     return str(src), actual
+
+
+def user_sidecar_digest(src: Path, keys: DeployData) -> str:
+    """The sha256 in the sidecar beside a binary the user gave (``NAME.sha256``: the digest, or sha256sum's line);
+    "" when there is none; a sidecar that is there but holds no digest is one line naming it."""
+    sidecar = sidecar_path(src)
+    try:
+        if not sidecar.is_file():
+            return ""
+        return read_sidecar(sidecar, sha256sum_line=True)
+    except (OSError, BadInput) as exc:
+        raise keys.fail("binary_src", f"{exc}; or pass --data llamacpp_binary_sha256=DIGEST (nothing was "
+                        "changed)") from None
 
 
 @dataclass(frozen=True)
@@ -427,7 +465,8 @@ def release_build_for(choice: BuildChoice, needed: tuple[tuple[int, int], str] |
 
 def host_build_missing(choice: BuildChoice, builds: Path | None = None) -> bool:
     """This machine's own CPU build is the one wanted and it is not built yet (nothing given, nothing cached)."""
-    return choice.kind == "cpu" and not choice.release and not ((builds or cache_dir()) / "llama-server").is_file()
+    return choice.kind == "cpu" and not choice.release and \
+        cached_build_problem((builds or cache_dir()) / "llama-server") == NOT_BUILT
 
 
 def first_build_for(choice: BuildChoice, controller_glibc: str | None, guest_glibc: str | None,

@@ -35,6 +35,7 @@ from labwright.errors import BadInput, OperationFailed
 from labwright.llamacpp import buildbox
 from labwright.llamacpp.build import CMAKE_FLAGS, PINNED, LlamaSource, cache_dir, download_sdist
 from labwright.llamacpp.buildbox import BuildBox
+from labwright.textio import ascii_digits
 from labwright.ui import build_step, install_step, progress, run_with_progress
 
 #: On top of CMAKE_FLAGS (the CPU build's): the Vulkan backend, its shaders compiled with glslc at build time.
@@ -56,7 +57,7 @@ def vulkan_cache_dir(version: str = PINNED.version) -> Path:
 def debian_major(os_release: str) -> int | None:
     """VERSION_ID of an /etc/os-release text when it is Debian's, else None."""
     fields = dict(re.findall(r'^(\w+)="?([^"\n]*)"?$', os_release, re.M))
-    if fields.get("ID") != "debian" or not fields.get("VERSION_ID", "").isdecimal():
+    if fields.get("ID") != "debian" or not ascii_digits(fields.get("VERSION_ID", "")):
         return None
     return int(fields["VERSION_ID"])
 
@@ -78,7 +79,7 @@ def needed_glibc(binary: bytes) -> str:
 
 
 def glibc_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
+    return tuple(int(part) for part in re.findall(r"(?a)\d+", text)[:2])
 
 
 def box_name(profile: str) -> str:

@@ -84,6 +84,15 @@ def _unix_socket(path: str, timeout: float | None) -> socket.socket:
     return sock
 
 
+
+def _operation_path(doc: dict[str, Any], what: str, title: str) -> str:
+    """The ``operation`` an async answer names (``/1.0/operations/UUID``); LxdError when it names none."""
+    operation = doc.get("operation")
+    if not isinstance(operation, str) or not operation.startswith("/1.0/operations/"):
+        raise LxdError(f"{what}: {title} answered an async operation without its path ({operation!r}); run again "
+                       "once it answers as LXD does")
+    return operation
+
 class _UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float):
         super().__init__("localhost", timeout=timeout)
@@ -338,7 +347,7 @@ class LxdClient:
             cls = LxdNotFound if status == 404 else LxdError
             raise cls(f"{method} {path}: {message}", status)
         if doc.get("type") == "async" and wait:
-            return self.wait_operation(doc["operation"])
+            return self.wait_operation(_operation_path(doc, f"{method} {path}", self.endpoint.title))
         return doc.get("metadata")
 
     def wait_operation(self, operation: str, timeout: float | None = None, what: str = "",
@@ -370,7 +379,14 @@ class LxdClient:
                 if "deadline exceeded" not in str(exc):
                     raise
                 meta = {"status_code": 103}
-            code = int(meta.get("status_code") or 0)
+            if not isinstance(meta, dict):
+                raise LxdError(f"operation {operation}: {self.endpoint.title} answered {type(meta).__name__} "
+                               "metadata, not an operation; run again once it answers as LXD does")
+            status = meta.get("status_code") or 0
+            if isinstance(status, bool) or not isinstance(status, int):  # LXD's api.StatusCode is an int
+                raise LxdError(f"operation {operation}: status_code {status!r} is not a number; run again once "
+                               f"{self.endpoint.title} answers as LXD does")
+            code = status
             if code == 200:
                 return meta
             if code >= 400:
@@ -461,7 +477,7 @@ class LxdClient:
         if doc.get("type") == "error" or resp.status >= 400:
             cls = LxdNotFound if resp.status == 404 else LxdError
             raise cls(f"{what}: {doc.get('error') or 'HTTP ' + str(resp.status)}", resp.status)
-        return str(doc["operation"])
+        return _operation_path(doc, what, self.endpoint.title)
 
     def _fetch_log(self, path: str | None) -> bytes:
         if not path:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from labwright.errors import OperationFailed
+from labwright.textio import ascii_digits
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -121,7 +122,7 @@ def handshake(sock: socket.socket, host: str, resource: str, headers: Mapping[st
     head, rest = _read_http_head(sock)
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
     parts = status_line.split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdecimal():
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not ascii_digits(parts[1]):
         raise WebSocketError(f"websocket handshake: not an HTTP answer: {status_line[:100]!r}")
     answer: dict[str, str] = {}
     for line in header_lines:

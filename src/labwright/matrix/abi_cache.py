@@ -7,11 +7,14 @@ index does: pip replaces a file on install (new inode), so an upgrade always mis
 
 Layout under ``$LABWRIGHT_CACHE/abi`` (default ``~/.cache/labwright/abi``)::
 
-    v1/hashes.json           path -> [size, mtime_ns, inode, ctime_ns, sha256 or null: "does not need torch"]
-    v1/elf/<sha>.json        what one shared object needs/exports (DynamicInfo, exports left out)
-    v1/exports/<sha>.txt     the exported dynamic symbols of one torch library, one per line
-    v1/verdict/<key>.json    one extension's static check against one torch library set
-    v1/import/<key>.json     one extension's import result with one Python and one torch library set
+    v2/hashes.json           path -> [size, mtime_ns, inode, ctime_ns, sha256 or null: "does not need torch"]
+    v2/elf/<sha>.json        what one shared object needs/exports (DynamicInfo, exports left out)
+    v2/exports/<sha>.txt     the exported dynamic symbols of one torch library, one per line
+    v2/verdict/<key>.json    one extension's static check against one torch library set
+    v2/import/<key>.json     one extension's import result with one Python and one torch library set
+
+Each entry is sealed with its sha256 (``labwright.textio.seal``): one cut short, emptied or written over (``{}``, an
+empty file, junk) reads as absent and is computed again, never taken for a verdict.
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from labwright import paths
-from labwright.textio import loads_json
+from labwright.textio import ascii_digits, loads_json, read_sealed, seal
 
-VERSION = "v1"
+VERSION = "v2"  # v2: every entry sealed (textio.seal)
 
 
 def cache_root() -> Path:
@@ -160,10 +163,11 @@ class AbiCache:
     def load_json(self, name: str) -> Any:
         if not self.enabled:
             return None
+        payload = read_sealed(self.root / name)
         try:
-            return loads_json((self.root / name).read_text())
-        except (OSError, ValueError):
-            return None  # absent or torn: recompute
+            return None if payload is None else loads_json(payload.decode())
+        except ValueError:  # UnicodeDecodeError too
+            return None  # absent, torn or not ours (its seal does not hold): recompute
 
     def load_as(self, name: str, shape: Any) -> Any:
         """The cached entry ``name`` checked as ``shape`` (a dataclass, or ``list[...]`` of one), or None: absent,
@@ -182,11 +186,12 @@ class AbiCache:
     def load_lines(self, name: str) -> list[str] | None:
         if not self.enabled:
             return None
+        payload = read_sealed(self.root / name)
         try:
-            text = (self.root / name).read_text()
-        except OSError:
+            text = None if payload is None else payload.decode()
+        except ValueError:
             return None
-        return text.split("\n") if text else []
+        return None if text is None else text.split("\n") if text else []
 
     def store_lines(self, name: str, lines: list[str]) -> None:
         self._write(name, "\n".join(lines))
@@ -202,8 +207,8 @@ class AbiCache:
         except OSError:
             return  # a read-only cache dir only costs speed, never a wrong verdict
         try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(seal(text.encode()))  # read back only while its seal holds (textio.read_sealed)
             os.replace(tmp, target)
         except OSError:
             with contextlib.suppress(OSError):
@@ -225,7 +230,7 @@ def recorded_hashes(package_dir: Path, under: str = "") -> dict[Path, tuple[str,
     out = {}
     prefix = f"{package_dir.name}/{under}" if under else f"{package_dir.name}/"
     for row in csv.reader(line for line in text.splitlines() if line.startswith(prefix)):
-        if len(row) != 3 or not row[1].startswith("sha256=") or not row[2].isdecimal():
+        if len(row) != 3 or not row[1].startswith("sha256=") or not ascii_digits(row[2]):
             continue
         try:
             digest = base64.urlsafe_b64decode(row[1][len("sha256="):] + "==").hex()

@@ -23,7 +23,7 @@ print(json.dumps({"executable": sys.executable, "version": "%d.%d.%d" % sys.vers
                   "stdlib": [sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")], "torch": locations}))
 """
 
-LOCAL_TORCH = re.compile(r"(?:torch|pt)(\d+\.\d+(?:\.\d+)?)")
+LOCAL_TORCH = re.compile(r"(?a)(?:torch|pt)(\d+\.\d+(?:\.\d+)?)")
 PRUNE = re.compile(r"^(?:__pycache__|.*\.dist-info|.*\.egg-info)$")
 
 
@@ -109,7 +109,7 @@ def python_for_site_packages(site_packages: Path) -> str | None:
                 if candidate.exists():
                     return str(candidate)
     # A system or pyenv layout: <prefix>/lib/python3.X/site-packages with <prefix>/bin/python3.X
-    if len(site_packages.parents) >= 3 and re.fullmatch(r"python\d+\.\d+", site_packages.parent.name):
+    if len(site_packages.parents) >= 3 and re.fullmatch(r"(?a)python\d+\.\d+", site_packages.parent.name):
         candidate = site_packages.parents[2] / "bin" / site_packages.parent.name
         if candidate.exists():
             return str(candidate)

@@ -34,9 +34,9 @@ ELF_MAGIC = b"\x7fELF"
 # the Python binding helpers (THP*) and the AOTInductor shim (aoti_torch_*).
 _TORCH_NAMESPACES = "3c10|2at|5torch|6caffe2"
 TORCH_SYMBOL = re.compile(rf"^(?:_ZZ?(?:T[IVSTHW]|GV)?N[VKRO]*(?:{_TORCH_NAMESPACES})|THP|aoti_torch_)")
-TORCH_LIBRARY = re.compile(r"^lib(?:c10|torch|caffe2|shm)[\w.-]*\.so(?:\.\d+)*$")
-CUDA_RUNTIME = re.compile(r"^libcudart\.so\.(\d+)")
-SHARED_OBJECT = re.compile(r"\.so(?:\.\d+)*$")
+TORCH_LIBRARY = re.compile(r"(?a)^lib(?:c10|torch|caffe2|shm)[\w.-]*\.so(?:\.\d+)*$")
+CUDA_RUNTIME = re.compile(r"(?a)^libcudart\.so\.(\d+)")
+SHARED_OBJECT = re.compile(r"(?a)\.so(?:\.\d+)*$")
 # std::string under the C++11 ABI is mangled std::__cxx11::basic_string, and functions returning one carry the
 # abi tag B5cxx11; under the old ABI it is the abbreviation Ss or std::basic_string spelled out without __cxx11.
 # Either one in an extension's undefined torch symbols tells which ABI it was compiled for, whatever its wheel's
@@ -261,7 +261,7 @@ def nested_name(symbol: str) -> str | None:
     while at < len(symbol):
         if symbol[at] == "E":
             return "".join(parts) if len(parts) > 1 else None
-        digits = re.match(r"\d+", symbol[at:])
+        digits = re.match(r"(?a)\d+", symbol[at:])
         if digits:
             length = int(digits.group())
             at += len(digits.group())
@@ -278,7 +278,7 @@ def nested_name(symbol: str) -> str | None:
 
 
 #: GLIBC_2.38, GLIBC_2.2.5: a glibc symbol version (GLIBC_PRIVATE and the like are no release).
-GLIBC_VERSION = re.compile(r"^GLIBC_(\d+)\.(\d+)(?:\.\d+)?$")
+GLIBC_VERSION = re.compile(r"(?a)^GLIBC_(\d+)\.(\d+)(?:\.\d+)?$")
 
 
 def version_needs(path: Path) -> dict[str, list[str]]:

@@ -27,9 +27,9 @@ def parse_torch(text: str) -> Version:
 def parse_cuda(text: str) -> str:
     """`13.0`, `13`, `cu130` -> `13.0` / `13`."""
     raw = text.strip().lower()
-    if re.fullmatch(r"cu\d{2,4}", raw):
+    if re.fullmatch(r"(?a)cu\d{2,4}", raw):
         return cuda_from_label(raw[2:])
-    if re.fullmatch(r"\d{1,2}(\.\d{1,2})?", raw):
+    if re.fullmatch(r"(?a)\d{1,2}(\.\d{1,2})?", raw):
         major, _, minor = raw.partition(".")
         return f"{int(major)}.{int(minor)}" if minor else str(int(major))
     raise BadInput(f"--cuda {text!r} is not a CUDA version: give one like 13.0 (or cu130)")
@@ -38,7 +38,7 @@ def parse_cuda(text: str) -> str:
 def parse_python(text: str) -> str:
     """`3.12`, `3.14t` (free-threaded), `cp312` -> `3.12`."""
     raw = text.strip().lower()
-    match = re.fullmatch(r"(?:cp3(\d{1,2})|3\.(\d{1,2})(?:\.\d+)?)(t?)", raw)
+    match = re.fullmatch(r"(?a)(?:cp3(\d{1,2})|3\.(\d{1,2})(?:\.\d+)?)(t?)", raw)
     if not match:
         raise BadInput(f"--python {text!r} is not a CPython version: give one like 3.12")
     return f"3.{int(match[1] or match[2])}{match[3]}"
@@ -46,7 +46,7 @@ def parse_python(text: str) -> str:
 
 def parse_driver(text: str) -> tuple[int, ...]:
     """`580.65.06` -> (580, 65, 6)."""
-    if not re.fullmatch(r"\d{2,4}(\.\d{1,3}){0,2}", text.strip()):
+    if not re.fullmatch(r"(?a)\d{2,4}(\.\d{1,3}){0,2}", text.strip()):
         raise BadInput(f"--driver {text!r} is not an NVIDIA driver version: give one like 580.65.06 (nvidia-smi)")
     return tuple(int(p) for p in text.strip().split("."))
 

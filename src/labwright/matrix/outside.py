@@ -130,7 +130,11 @@ def parse_simple(body: bytes, content_type: str, page_url: str, source: str) -> 
             if item.get("yanked"):
                 yanked += 1
                 continue
-            digest = str((item.get("hashes") or {}).get("sha256", "")).lower()
+            hashes = item.get("hashes") or {}
+            if not isinstance(hashes, dict):
+                raise ValueError(f"`hashes` of {str(item.get('filename'))[:80]!r} is {type(hashes).__name__}, not "
+                                 "the object PEP 691 gives")
+            digest = str(hashes.get("sha256", "")).lower()
             listed.append(Listed(url=urljoin(page_url, str(item.get("url", ""))), sha256=digest, source=source))
         return listed, yanked
     parser = _YankAwareAnchors()
@@ -162,7 +166,10 @@ def parse_github_releases(data: object, source: str, pre: bool) -> tuple[list[Li
         if release.get("prerelease") and not pre:
             pres.append(tag)
             continue
-        for asset in release.get("assets") or []:
+        assets = release.get("assets") or []
+        if not isinstance(assets, list):
+            raise ValueError(f"release {tag[:80]!r}: `assets` is {type(assets).__name__}, not the list GitHub gives")
+        for asset in assets:
             if not isinstance(asset, dict) or not str(asset.get("name", "")).endswith(".whl"):
                 continue
             digest = str(asset.get("digest") or "")

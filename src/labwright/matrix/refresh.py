@@ -59,7 +59,7 @@ def guess_kind(path: Path) -> str:
     return "wheel-list"
 
 
-_LINK = re.compile(r"\[Download\d+\((?P<release>[^)]*)\)\]\((?P<url>[^)\s]+\.whl)\)")
+_LINK = re.compile(r"(?a)\[Download\d+\((?P<release>[^)]*)\)\]\((?P<url>[^)\s]+\.whl)\)")
 
 
 def parse_prebuilt_markdown(text: str) -> tuple[list[Listed], list[str]]:
@@ -202,7 +202,7 @@ def wheel_from_listed(item: Listed, components: dict[str, Component]) -> Wheel |
 def _sort_key(wheel: Wheel) -> tuple:
     release = re.sub(r"[^0-9.]", "", wheel.release).strip(".") or "0"
     return (wheel.package, Version(wheel.public_version), wheel.version, wheel.python, wheel.platform,
-            Version(release) if re.fullmatch(r"\d+(\.\d+)*", release) else Version("0"), wheel.url)
+            Version(release) if re.fullmatch(r"(?a)\d+(\.\d+)*", release) else Version("0"), wheel.url)
 
 
 def toml_string(value: str) -> str:

@@ -36,7 +36,7 @@ from typing import TypeVar
 from urllib.parse import urljoin
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from labwright import textio
 from labwright.atomic import write_text_atomic
@@ -55,7 +55,7 @@ from labwright.matrix.refresh import (
 )
 from labwright.matrix.wheelinspect import linux_requirements
 from labwright.matrix.wheelname import WheelNameError, parse_wheel_filename
-from labwright.textio import loads_json
+from labwright.textio import ascii_digits, loads_json
 
 DEFAULT_INDEX = "https://pypi.org/pypi"
 STATE_FILE = "registry-state.json"
@@ -227,7 +227,7 @@ def fetch_range(url: str, first: int | None, last: int | None, timeout: float) -
             body = response.read(MAX_BODY + 1)
             if len(body) > MAX_BODY:
                 raise Unreachable(f"range answer larger than {MAX_BODY // (1024 * 1024)} MiB")
-            return body, int(total) if total.isdecimal() else 0
+            return body, int(total) if ascii_digits(total) else 0
     except urllib.error.HTTPError as exc:
         raise Unreachable(f"HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
@@ -328,7 +328,7 @@ def write_state(out_dir: Path, state: dict) -> None:
 
 
 # -- parsing --------------------------------------------------------------------------------------------------------
-_CUDA_PACKAGES = re.compile(r"^(cuda-toolkit|nvidia-cuda-runtime(-cu\d+)?)$")
+_CUDA_PACKAGES = re.compile(r"(?a)^(cuda-toolkit|nvidia-cuda-runtime(-cu\d+)?)$")
 
 
 def built_against(metadata: str) -> dict[str, str]:
@@ -376,7 +376,7 @@ def parse_project(data: object, feed: Feed, components: dict[str, Component], pr
     for release, files in data["releases"].items():
         try:
             version = Version(release)
-        except InvalidVersion:
+        except ValueError:  # InvalidVersion, and int()'s refusal of a release of over 4,300 digits
             lines.append(f"{feed.package} release {release!r}: not a PEP 440 version: skipped")
             continue
         if version < floor or not isinstance(files, list) or not files:
@@ -399,7 +399,11 @@ def parse_project(data: object, feed: Feed, components: dict[str, Component], pr
             except WheelNameError as exc:
                 lines.append(f"{feed.package} {release}: {exc}")
                 continue
-            if Version(name.public_version) != version:
+            try:
+                named = Version(name.public_version)
+            except ValueError:
+                named = None
+            if named != version:
                 lines.append(f"{feed.package} {release}: {filename} is listed under release {release} but its name "
                              f"says {name.version}: skipped")
                 continue
@@ -409,7 +413,11 @@ def parse_project(data: object, feed: Feed, components: dict[str, Component], pr
             if not _linux(name.platform_tag):
                 continue
             url = canonical_file_url(urljoin(json_url, str(item.get("url", ""))))
-            digest = str((item.get("digests") or {}).get("sha256", "")).lower()
+            digests = item.get("digests") or {}
+            if not isinstance(digests, dict):
+                raise Unreachable(f"{feed.package} {release}: `digests` of {filename[:80]!r} is "
+                                  f"{type(digests).__name__}, not the object PyPI's JSON API gives")
+            digest = str(digests.get("sha256", "")).lower()
             listed.append((Listed(url=url, sha256=digest, source="pypi.org"), release))
             newest = max(newest, version) if newest else version
     if pres:

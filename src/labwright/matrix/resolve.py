@@ -29,6 +29,7 @@ from labwright.matrix import inputs
 from labwright.matrix.load import load_matrix
 from labwright.matrix.model import Component, Matrix, Wheel
 from labwright.matrix.wheelname import cuda_major, cuda_to_label, platform_matches, python_matches, python_tag_for
+from labwright.textio import ascii_digits
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class Resolution:
 
 def _release_key(release: str) -> Version:
     digits = re.sub(r"[^0-9.]", "", release).strip(".")
-    return Version(digits) if re.fullmatch(r"\d+(\.\d+)*", digits) else Version("0")
+    return Version(digits) if re.fullmatch(r"(?a)\d+(\.\d+)*", digits) else Version("0")
 
 
 def _cuda_closeness(wheel_cuda: str, torch_cuda: str) -> int:
@@ -108,7 +109,7 @@ def _preference(wheel: Wheel, torch_cuda: str, torch_abi: str) -> tuple:
 
 
 def _listing(values: set[str], limit: int = 6) -> str:
-    ordered = sorted(values, key=lambda v: [int(x) if x.isdecimal() else x for x in re.split(r"[.t]", v) if x])
+    ordered = sorted(values, key=lambda v: [int(x) if ascii_digits(x) else x for x in re.split(r"[.t]", v) if x])
     shown = ordered[-limit:]
     return ("..., " if len(ordered) > limit else "") + ", ".join(shown)
 
@@ -117,7 +118,7 @@ Stage = tuple[Callable[[Wheel], bool], Callable[[list[Wheel]], str]]
 
 
 def _minor_key(torch_mm: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in torch_mm.split(".") if x.isdecimal())
+    return tuple(int(x) for x in torch_mm.split(".") if ascii_digits(x))
 
 
 def _nearest_torch(display: str, candidates: list[Wheel], torch_mm: str) -> str:

@@ -17,6 +17,7 @@ from packaging.utils import parse_wheel_filename as _packaging_parse
 from packaging.version import InvalidVersion, Version
 
 from labwright.errors import BadInput
+from labwright.textio import ascii_digits
 
 
 class WheelNameError(BadInput):
@@ -118,7 +119,7 @@ def parse_wheel_filename(filename: str) -> WheelName:
 # One pass over the (lower-cased) label: accelerator, then torch, then the ABI flag; separators between tokens are
 # optional because upstreams write `cu128torch2.9`, `cu128.torch2.9.0` and `cu128_torch2.9` for the same thing.
 _LABEL = re.compile(
-    r"""^(?:(?P<cpu>cpu)|cu(?P<cu>\d+)|rocm(?P<rocm>\d+(?:\.\d+)*))?
+    r"""(?a)^(?:(?P<cpu>cpu)|cu(?P<cu>\d+)|rocm(?P<rocm>\d+(?:\.\d+)*))?
         [._]?(?:torch(?P<torch>\d+(?:\.\d+){1,2}))?
         [._]?(?:cxx11abi(?P<abi>true|false))?
         [._]?(?P<rest>.*)$""",
@@ -128,7 +129,7 @@ _LABEL = re.compile(
 
 def cuda_from_label(digits: str) -> str:
     """`128` -> `12.8`, `130` -> `13.0`, `12` -> `12` (major only, as Dao-AILab labels), `92` -> `9.2`."""
-    if not digits.isdecimal():
+    if not ascii_digits(digits):
         raise ValueError(f"cu{digits}: not a CUDA label")
     if digits[0] == "1":
         major, minor = digits[:2], digits[2:]

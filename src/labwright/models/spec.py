@@ -145,7 +145,7 @@ def check_endpoint(value: Any) -> str:
         valid = True
     except ValueError:
         valid = False
-    if not valid or not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?(/[A-Za-z0-9._~/\-]*)?", text):
+    if not valid or not re.fullmatch(r"(?a)https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?(/[A-Za-z0-9._~/\-]*)?", text):
         raise _fail("endpoint", f"{value!r} is not a Hub URL: http(s)://HOST[:PORT][/PATH], e.g. "
                     f"{DEFAULT_ENDPOINT} or a mirror")
     return text

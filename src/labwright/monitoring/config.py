@@ -21,9 +21,10 @@ from labwright.deploy_data import jinja
 from labwright.litellm.config import EngineHost, EngineKey, engine_key, key_env
 from labwright.litellm.config import load_defaults as litellm_defaults
 from labwright.schema import checks
+from labwright.textio import ascii_digits
 
 TEMPLATES = paths.templates_dir("monitoring")
-TARGET = re.compile(r"^(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})"
+TARGET = re.compile(r"(?a)^(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})"
                     r"(?P<path>/[A-Za-z0-9._~/-]*)?$")
 DURATION = re.compile(r"^[1-9][0-9]{0,5}(ms|s|m|h|d|w|y)$")
 #: decode speed by context: the buckets of labwright:decode_tokens_per_second:by_context (tokens in the context)
@@ -85,7 +86,7 @@ def is_monitoring(data: Mapping[str, Any]) -> bool:
 
 def _port(value: Any, key: str, host: str) -> int:
     text = str(value).strip()
-    if not text.isdecimal() or not 1 <= int(text) <= 65535:
+    if not ascii_digits(text) or not 1 <= int(text) <= 65535:
         raise MonitoringError(key, f"{value!r} on {host} is not a port number (1..65535)")
     return int(text)
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from labwright.shell import path_problem
+from labwright.textio import ascii_digits
 
 #: Directories a service may never own (its data directory, venv, models, stack root): deleting, chowning or
 #: filling one breaks the host. Compared after normalisation (``/etc/`` and ``/usr/./`` are ``/etc``, ``/usr``);
@@ -108,7 +109,7 @@ def host_problem(text: str, brackets: bool = False) -> str | None:
     if not name or len(name) > 253 or not all(_LABEL.match(label) for label in labels):
         return (f"{_show(text)} is not an IP address or a host name (letters, digits, hyphens and dots, "
                 "e.g. 127.0.0.1, ::1 or gpu-01.lan)")
-    if labels[-1].isdecimal():
+    if ascii_digits(labels[-1]):
         return f"{_show(text)} is not a valid IP address (each IPv4 part is 0-255, e.g. 10.99.0.10)"
     return None
 

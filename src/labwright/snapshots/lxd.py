@@ -38,6 +38,7 @@ from labwright.hostnames import LxdName
 from labwright.lxd.client import LxdClient
 from labwright.lxd.remotes import resolve_endpoint
 from labwright.snapshots.model import Snapshot, SnapshotBackend, Support, snapshot_from
+from labwright.textio import ascii_digits
 
 #: driver -> how an instance snapshot is made on it.
 DRIVERS = {
@@ -248,7 +249,7 @@ class LxdSnapshots(SnapshotBackend):
         except LxdError:
             return None
         head = result.stdout.decode(errors="replace").split()
-        return int(head[0]) if head and head[0].isdecimal() else None
+        return int(head[0]) if head and ascii_digits(head[0]) else None
 
     def list(self) -> list[Snapshot]:
         self._instance()

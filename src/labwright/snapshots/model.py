@@ -27,7 +27,7 @@ STAMP = "%Y%m%dT%H%M%SZ"
 _STAMP_LEN = len("20261124T062441Z")
 #: Room left for the step in a 40-character name: ``labwright-`` + step + ``-`` + stamp.
 STEP_MAX = 40 - len(PREFIX) - 1 - _STAMP_LEN
-_OURS = re.compile(rf"^{PREFIX}(?P<step>[a-z0-9-]+)-(?P<stamp>\d{{8}}T\d{{6}}Z)$")
+_OURS = re.compile(rf"^{PREFIX}(?P<step>[a-z0-9-]+)-(?P<stamp>[0-9]{{8}}T[0-9]{{6}}Z)$")
 DEFAULT_KEEP = 3
 #: More kept snapshots than this is a typo (each one holds a copy of what changed since; on LXD's dir pool, the
 #: whole guest).

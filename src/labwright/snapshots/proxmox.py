@@ -45,9 +45,9 @@ from labwright.snapshots.model import Snapshot, SnapshotBackend, Support, snapsh
 #: PVE storage types whose container volumes (raw, subvol) can be snapshotted.
 SNAPSHOT_TYPES = {"zfspool": "native (ZFS)", "lvmthin": "native (LVM-thin)", "rbd": "native (Ceph RBD)",
                   "btrfs": "native (btrfs)", "zfs": "native (ZFS over iSCSI)"}
-_VOLUME_KEY = re.compile(r"^(rootfs|mp\d+)$")
+_VOLUME_KEY = re.compile(r"(?a)^(rootfs|mp\d+)$")
 #: A VM's disks (qemu-server src/PVE/QemuServer/Drive.pm ``valid_drive_names``).
-_VM_DISK_KEY = re.compile(r"^(?:ide|sata|scsi|virtio)\d+$|^efidisk0$|^tpmstate0$")
+_VM_DISK_KEY = re.compile(r"(?a)^(?:ide|sata|scsi|virtio)\d+$|^efidisk0$|^tpmstate0$")
 #: Storage types that hold disks as files: a VM disk there snapshots as qcow2 only (pve-storage Plugin.pm).
 FILE_TYPES = frozenset({"dir", "nfs", "cifs", "glusterfs", "cephfs"})
 

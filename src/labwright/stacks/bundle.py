@@ -9,6 +9,11 @@ packaging and pip (the fallback installer) as pure Python, so one ``files.put`` 
 over ``@lxd``, ``@pct``, ``@ssh`` or locally. It is built deterministically (sorted entries, fixed times), so
 pushing it again is a no-op for pyinfra's checksum comparison, and cached by the digest of its inputs.
 
+The cached file is never trusted for being there: beside it ``NAME.sha256`` records the sha256 of the bytes built,
+and the bundle is used only when it is a regular file whose bytes have that sha256; anything else there (empty,
+truncated, junk, a missing or junk record) is built again (~3 s, the bytecode; in memory, then written atomically
+with its record). Something in its place that is no file (a directory, a link loop) is one BadInput line naming it.
+
 Each module is carried twice: its source and its bytecode for this interpreter (``.pyc`` beside the ``.py``, an
 unchecked hash-based pyc, PEP 552). zipimport cannot write bytecode, so without it every run on the target compiles
 pip and the rest from source again (~3 s of CPU a pip run on a lab container); with it a target of the same Python
@@ -18,8 +23,10 @@ that is not its own and compiles the source as before (zipimport tries the ``.py
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import io
 import marshal
 import os
 import warnings
@@ -28,6 +35,10 @@ from pathlib import Path
 
 import labwright
 from labwright import paths
+from labwright.agent.zipapp import describe_cache_error, read_cached
+from labwright.atomic import pid_alive, write_files_atomic
+from labwright.errors import BadInput
+from labwright.textio import ascii_digits
 
 REMOTE_PATH = "/opt/labwright/lib/labwright-stack.pyz"
 # labwright modules the target runs (relative to the labwright package); the controller-only ones
@@ -91,8 +102,14 @@ def inputs() -> list[tuple[str, Path]]:
     return sorted(files)
 
 
+#: What the bundle is called in messages; the largest file that can be it (it is ~6 MB with pip).
+WHAT = "the stack bundle"
+MAX_BYTES = 256 * 1024 * 1024
+
+
 def build_bundle(cache_dir: Path | None = None) -> Path:
-    """The zipapp for the current sources, built once per content digest."""
+    """The zipapp for the current sources, built once per content digest and used again only while its bytes are
+    the ones built (its ``.sha256`` record)."""
     files = inputs()
     digest = hashlib.sha256(MAIN.encode() + importlib.util.MAGIC_NUMBER)  # the bytecode is this interpreter's
     contents = []
@@ -102,23 +119,57 @@ def build_bundle(cache_dir: Path | None = None) -> Path:
         contents.append((arcname, data))
     cache = cache_dir or _cache_root()
     target = cache / f"labwright-stack-{digest.hexdigest()[:16]}.pyz"
-    if target.is_file():
+    record = record_path(target)
+    kept = read_cached(target, WHAT, max_bytes=MAX_BYTES)
+    recorded = read_cached(record, f"the sha256 record of {WHAT}", max_bytes=1024)
+    if kept is not None and recorded is not None and recorded.strip() == hashlib.sha256(kept).hexdigest().encode():
         return target
     contents = sorted(contents + [(arcname + "c", bytecode(arcname, data)) for arcname, data in contents
                                   if arcname.endswith(".py")])
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+    built = archive(contents)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        # the bundle before its record: a run killed between the two finds the old record (or none) and builds again
+        write_files_atomic({target: built, record: hashlib.sha256(built).hexdigest().encode() + b"\n"}, mode=0o644)
+    except OSError as exc:
+        where = Path(exc.filename) if isinstance(exc.filename, str) else target
+        if where.name.startswith("."):  # a temporary file beside the target: say the target
+            where = target
+        raise BadInput(describe_cache_error(where, exc, f"{WHAT}, a cache file")) from None
+    _remove_others(cache, target)
+    return target
+
+
+def record_path(bundle: Path) -> Path:
+    """Where the sha256 of the bytes built for ``bundle`` is kept."""
+    return bundle.with_name(bundle.name + ".sha256")
+
+
+def archive(contents: list[tuple[str, bytes]]) -> bytes:
+    """The zipapp's bytes: ``__main__.py`` then ``contents`` in their order, fixed times and modes."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as built:
         for arcname, data in [("__main__.py", MAIN.encode()), *contents]:
             info = zipfile.ZipInfo(arcname, date_time=FIXED_TIME)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, data)
-    os.replace(tmp, target)
-    for old in cache.glob("labwright-stack-*.pyz"):
-        if old != target:  # bundles of older sources: nothing refers to them by name
-            old.unlink(missing_ok=True)
-    return target
+            built.writestr(info, data)
+    return buffer.getvalue()
+
+
+def _remove_others(cache: Path, target: Path) -> None:
+    """Bundles of older sources and their records (nothing refers to them by name), and the temporary files of
+    builds whose process is gone (``.NAME.PID.tmp`` of earlier labwrights); whatever cannot be removed stays."""
+    keep = {target.name, record_path(target).name}
+    for old in [*cache.glob("labwright-stack-*.pyz"), *cache.glob("labwright-stack-*.pyz.sha256")]:
+        if old.name not in keep:
+            with contextlib.suppress(OSError):
+                old.unlink()
+    for tmp in cache.glob(".labwright-stack-*.pyz.*.tmp"):
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if ascii_digits(pid) and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
 def bytecode(arcname: str, source: bytes) -> bytes:

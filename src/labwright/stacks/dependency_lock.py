@@ -102,7 +102,7 @@ def lock_dependencies(plan: SwitchPlan, *, unpinned: bool = False, index_url: st
     except LabwrightError as exc:
         reason = " ".join(str(exc).split())
         reason = reason.split(f" from {index_url}: ", 1)[-1]  # pip's own line, without the long requirement list
-        gone = re.search(r"HTTP error (\d{3})", reason)
+        gone = re.search(r"(?a)HTTP error (\d{3})", reason)
         stale = next((w for w in plan.wheels if w.source.split("#", 1)[0] in reason), None) if gone else None
         if gone and stale is not None:  # the matrix row, not the index: said as the target's download says it
             raise BadInput(f"{stale.package} {stale.version}: {stale.source} answered HTTP {gone[1]}; the matrix row "

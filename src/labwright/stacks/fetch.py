@@ -22,6 +22,7 @@ from pathlib import Path
 from labwright import ui
 from labwright.errors import BadInput, OperationFailed, SafetyCheckFailed
 from labwright.stacks.plan import PlannedWheel
+from labwright.textio import ascii_digits
 
 CHUNK = 1 << 20
 TIMEOUT_S = 60.0
@@ -113,7 +114,7 @@ def _download(wheel: PlannedWheel, path: Path, log: Callable[[str], None]) -> tu
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response, open(path, "wb") as out, \
                 ui.progress(f"download {wheel.filename}") as step:
             length = response.headers.get("Content-Length")
-            total = int(length) if length and length.isdecimal() else None
+            total = int(length) if length and ascii_digits(length) else None
             size = ui.copy_with_progress(response, out, step, total=total, chunk=CHUNK, each=digest.update)
     except urllib.error.HTTPError as exc:
         raise BadInput(f"{wheel.package} {wheel.version}: {wheel.source} answered HTTP {exc.code} {exc.reason}; "

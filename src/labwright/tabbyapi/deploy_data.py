@@ -63,7 +63,7 @@ def cache_mode(value: Any) -> str:
     if text.upper() in LEGACY_CACHE_MODES:
         return text.upper()
     fix = 'use "K,V" bits from 2 to 8 such as "8,4" (field note 001) or "4,4", or FP16/Q4/Q6/Q8'
-    match = re.fullmatch(r"(\d+),(\d+)", text)
+    match = re.fullmatch(r"(?a)(\d+),(\d+)", text)
     if not match:
         raise ValueError(f"{str(value)[:80]!r} is not a cache mode: {fix}")
     bits = [int(b) for b in match.groups()]

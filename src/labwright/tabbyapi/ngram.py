@@ -34,6 +34,7 @@ from labwright.tabbyapi.pycall import (
     tokens_of,
     top_level,
 )
+from labwright.textio import ascii_digits
 
 MODEL_PY = "backends/exllamav3/model.py"
 CONFIG_SAMPLE = "config_sample.yml"
@@ -253,7 +254,7 @@ def plan_patch(source: str, path: str = MODEL_PY, match_min: int = DEFAULT_MATCH
 
 def _update_existing(source: str, path: str, value: list[tokenize.TokenInfo], match_min: int,
                      offsets: list[int], label: str) -> NgramChange:
-    if len(value) != 1 or value[0].type != tokenize.NUMBER or not value[0].string.isdecimal():
+    if len(value) != 1 or value[0].type != tokenize.NUMBER or not ascii_digits(value[0].string):
         shown = " ".join(t.string for t in value) or "nothing"
         return _unrecognised(path, f"the `{CALL}(` call already passes {KEYWORD}={shown}, not a number")
     if int(value[0].string) == match_min:

@@ -46,6 +46,7 @@ from labwright.lab.keys import ensure_lab_key
 from labwright.lab.spec import LabSpec, spec_from_group
 from labwright.lxd.client import LxdClient
 from labwright.testing.waiting import wait_for
+from labwright.textio import ascii_digits
 from labwright.ui import Reporter
 
 TEST_LAB_DATA = {
@@ -255,7 +256,7 @@ def process_token(pid: int) -> str:
 
 def owner_alive(token: str) -> bool:
     pid, _, _ = token.partition(":")
-    return pid.isdecimal() and process_token(int(pid)) == token
+    return ascii_digits(pid) and process_token(int(pid)) == token
 
 
 def ensure_test_lab(data: dict[str, str] | None = None, template: str = TEMPLATE) -> Lab:

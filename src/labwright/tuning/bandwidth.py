@@ -52,15 +52,18 @@ class GpuBandwidth:
 
 
 def _number(text: str | None) -> float | None:
-    match = re.match(r"\s*(\d+(?:\.\d+)?)", text or "")
-    return float(match.group(1)) if match else None
+    """A field of nvidia-smi's nounits CSV as a number above 0: ASCII digits, at most 12 before the point (no clock,
+    bus width or MiB comes near), else None ('[N/A]', junk, a run of digits no card has)."""
+    match = re.fullmatch(r"(?a)\s*(\d{1,12}(?:\.\d{1,6})?)\s*", text or "")
+    value = float(match.group(1)) if match else None
+    return value if value else None
 
 
 def gpus_from_smi(text: str) -> tuple[list[GpuBandwidth], tuple[str, ...]]:
     """nvidia-smi's rows (``query_command(SMI_FIELDS, nounits=True)``'s output) as bandwidths, and the fields the
     driver refused; a GPU without a clock or bus width is looked up by name in data/gpu-memory.toml."""
     from labwright.gpu.nvidia.smi import parse_query
-    from labwright.tuning.speed import find_gpu
+    from labwright.tuning.speed import MAX_BANDWIDTH_GBS, find_gpu
 
     query = parse_query(text, SMI_FIELDS)
     found = []
@@ -69,13 +72,18 @@ def gpus_from_smi(text: str) -> tuple[list[GpuBandwidth], tuple[str, ...]]:
         clock, width = _number(row.get("clocks.max.memory")), _number(row.get("memory.bus_width"))
         memory = _number(row.get("memory.total"))
         gbs: float | None
-        if clock and width:
-            gbs = round(clock * 2 * width / 8 / 1000, 1)
+        computed = clock * 2 * width / 8 / 1000 if clock and width else None
+        if computed is not None and computed > MAX_BANDWIDTH_GBS:  # no memory reads faster: a field is nonsense
+            clock = width = None
+        if clock and width and computed is not None:
+            gbs = round(computed, 1)
             how = f"nvidia-smi: max memory clock {clock:g} MHz x 2 x {width:g}-bit bus / 8"
         else:
             table = find_gpu(name, option="")
             gbs = float(table["bandwidth_gbs"]) if table else None
-            missing = ", ".join(f for f in ("clocks.max.memory", "memory.bus_width") if not row.get(f))
+            missing = ", ".join(f for f, v in (("clocks.max.memory", clock), ("memory.bus_width", width)) if not v)
+            if computed is not None and computed > MAX_BANDWIDTH_GBS:
+                missing = f"plausible clock and bus width ({computed:,.0f} GB/s from them)"
             how = (f"data/gpu-memory.toml ({table['source']}): nvidia-smi gave no {missing}" if table else
                    f"unknown: nvidia-smi gave no {missing} and {name!r} is not in data/gpu-memory.toml; pass "
                    "--bandwidth-gbs from the card's specification")

@@ -266,7 +266,11 @@ def _from_periods(cfg: _Config, layers: int, window: int) -> list[Layer]:
         return [Layer("chunked") if (i + 1) % chunk_interval else Layer("full") for i in range(layers)]
     if cfg.has("attn_layer_period"):
         # Jamba: layer i is attention when i % period == offset, Mamba otherwise.
-        period, offset = cfg.integer("attn_layer_period"), int(cfg.raw("attn_layer_offset") or 0)
+        period, offset = cfg.integer("attn_layer_period"), cfg.raw("attn_layer_offset")
+        offset = 0 if offset is None else offset
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < period:
+            raise cfg.fail(f"attn_layer_offset is {short(offset)}{cfg.where}, not a whole number from 0 to "
+                           f"{period - 1} (attn_layer_period {period}: else no layer is attention); {_FIX}")
         return [Layer("full") if i % period == offset else Layer("state", name="mamba") for i in range(layers)]
     if cfg.has("full_attention_interval"):
         interval = cfg.integer("full_attention_interval")

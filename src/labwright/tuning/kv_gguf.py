@@ -177,11 +177,20 @@ def _parse(path: Path, view: memoryview, size: int,
         key = reader.string()
         code = reader.u32()
         metadata[key] = reader.value(code, keep=not key.startswith("tokenizer."))
-    end_of_data = _tensor_table(reader, tensors, int(metadata.get("general.alignment") or 32), collect)
+    end_of_data = _tensor_table(reader, tensors, _alignment(metadata.get("general.alignment", 32), path), collect)
     if end_of_data > size:
         raise BadInput(f"GGUF {path}: truncated: its tensor table needs {end_of_data:,} bytes but the file has "
                        f"{size:,} ({end_of_data - size:,} missing); {_FIX}")
     return metadata, tensors
+
+
+def _alignment(value: Any, path: Path) -> int:
+    """``general.alignment``: a power of two (ggml/src/gguf.cpp refuses the file otherwise: "alignment %zu is not a
+    power of 2"); 32 when the key is absent."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1 << 31 or value & (value - 1):
+        raise BadInput(f"GGUF {path}: general.alignment {value!r} is not a power of two (llama.cpp refuses this file "
+                       f"too); {_FIX}")
+    return value
 
 
 def _tensor_table(reader: _Header, tensors: int, alignment: int,

@@ -15,7 +15,7 @@ from typing import Any
 from labwright.errors import BadInput
 from labwright.tuning.data import kv_data
 
-_KV_BITS = re.compile(r"^\s*(\d+)\s*,\s*(\d+)\s*$")
+_KV_BITS = re.compile(r"(?a)^\s*(\d+)\s*,\s*(\d+)\s*$")
 
 
 @dataclass(frozen=True)

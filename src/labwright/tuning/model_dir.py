@@ -20,7 +20,7 @@ from labwright.tuning.data import fit_data
 from labwright.tuning.kv_config import load_json
 from labwright.tuning.kv_limits import short
 
-_SHARD = re.compile(r"^(?P<stem>.+)-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
+_SHARD = re.compile(r"(?a)^(?P<stem>.+)-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
 _LFS = b"version https://git-lfs"
 
 

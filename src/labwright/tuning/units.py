@@ -8,6 +8,7 @@ A bare number is bytes, so an SI size can still be given exactly: --budget 24000
 
 from __future__ import annotations
 
+import math
 import re
 
 from labwright.errors import BadInput
@@ -16,7 +17,7 @@ GIB = 1024**3
 MIB = 1024**2
 
 _POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:([KMGT])(?:I?B)?|(B))?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"(?a)^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:([KMGT])(?:I?B)?|(B))?\s*$", re.IGNORECASE)
 
 
 # No GPU, RAM or KV budget is a pebibyte: a larger size is a typo (a missing unit, digits too many).
@@ -36,7 +37,8 @@ def parse_size(text: str, what: str, bare_unit: str = "B", positive: bool = Fals
     number, prefix, _ = match.groups()
     if prefix is None:
         prefix = "" if bare_unit.upper() == "B" else bare_unit[0]
-    value = int(float(number) * 1024 ** _POWERS[prefix.upper()])
+    scaled = float(number) * 1024 ** _POWERS[prefix.upper()]  # inf for a run of digits no size has
+    value = int(scaled) if math.isfinite(scaled) else MAX_SIZE + 1
     if value > MAX_SIZE:
         raise BadInput(f"{what} {text!r} is more than 1 PiB, larger than any GPU, RAM or cache: write the size with "
                        f"its unit, e.g. {example}")

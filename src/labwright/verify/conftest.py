@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from labwright import paths
-from labwright.textio import loads_json
+from labwright.textio import ascii_digits, loads_json
 
 # option name -> (environment variable, default, help); None: the default is computed (see expected_from)
 BASE_OPTIONS = {
@@ -234,7 +234,7 @@ def security_expected_from(config: pytest.Config) -> SecurityExpected:
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
-        if not item.isdecimal() or not 0 < int(item) < 65536:
+        if not ascii_digits(item) or not 0 < int(item) < 65536:
             raise pytest.UsageError(f"{name}: {text!r} is not a list of TCP ports ({item!r}); give port numbers "
                                     "separated by commas, e.g. 8001,8880")
         ports.add(int(item))

@@ -22,6 +22,7 @@ from typing import Any
 
 from labwright.errors import BadInput
 from labwright.hostnames import BadHostName, LxdName, PctName, parse_host_name
+from labwright.textio import ascii_digits
 
 #: What --hosts takes, for the error lines.
 FORMS = ("@lxd/NAME, @incus/NAME, @pct/NODE/VMID, @ssh/HOST (or testinfra's lxc://NAME, ssh://HOST), "
@@ -88,7 +89,7 @@ def _pct_backend() -> type:
         NAME = "pct"
 
         def __init__(self, hostspec: str, container: str | None = None, *args: Any, **kwargs: Any) -> None:
-            if container is None or not container.isdecimal():
+            if container is None or not ascii_digits(container):
                 raise RuntimeError(f"pct://{hostspec}: needs ?container=VMID (labwright verify --hosts "
                                    "@pct/NODE/VMID writes it)")
             self.vmid = container

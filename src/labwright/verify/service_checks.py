@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from labwright.shell import quote
+from labwright.textio import ascii_digits
 
 
 def assert_unit_enabled_and_running(host: Any, service: str) -> None:
@@ -17,7 +18,7 @@ def assert_unit_enabled_and_running(host: Any, service: str) -> None:
 def assert_runs_as(host: Any, service: str, user: str) -> None:
     """The unit's main process runs as ``user``, never root."""
     pid = host.run(f"systemctl show -p MainPID --value {quote(service + '.service')}").stdout.strip()
-    assert pid.isdecimal() and pid != "0", f"{service}.service has no main process"
+    assert ascii_digits(pid) and pid != "0", f"{service}.service has no main process"
     owner = host.run(f"ps -o user= -p {pid}").stdout.strip()
     assert owner == user and owner != "root", f"{service}.service runs as {owner!r}, not {user!r}"
 

@@ -94,8 +94,8 @@ def test_without_a_client_key_401_with_one_200(host):
 def test_engines_behind_it_are_not_on_every_address(host):
     """Every upstream on this host (127.0.0.1:PORT in the Caddyfile) listens on loopback only, not 0.0.0.0/::."""
     caddyfile = host.file("/etc/caddy/Caddyfile").content_string
-    for port in sorted(set(re.findall(r"reverse_proxy 127\.0\.0\.1:(\d+)", caddyfile))):
+    for port in sorted(set(re.findall(r"(?a)reverse_proxy 127\.0\.0\.1:(\d+)", caddyfile))):
         listeners = host.run(f"ss -Hltn 'sport = :{port}'").stdout
         assert listeners.strip(), f"nothing listens on {port} (an engine behind the gateway)"
-        wide = [line for line in listeners.splitlines() if re.search(r"\s(0\.0\.0\.0|\*|\[::\]):\d+\s", line)]
+        wide = [line for line in listeners.splitlines() if re.search(r"(?a)\s(0\.0\.0\.0|\*|\[::\]):\d+\s", line)]
         assert not wide, f"port {port} listens on every address: reachable without the gateway: {wide}"

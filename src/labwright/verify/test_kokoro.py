@@ -19,6 +19,7 @@ import warnings
 from labwright import paths
 from labwright.kokoro.streaming import KOKORO_V1, TTS_SERVICE, KokoroTexts, plan_streaming
 from labwright.shell import quote
+from labwright.textio import ascii_digits
 
 DEFAULTS = tomllib.loads((paths.templates_dir("kokoro") / "defaults.toml").read_text())
 
@@ -49,7 +50,7 @@ with urllib.request.urlopen(request, timeout=120) as r:
 
 def main_pid(host) -> str:
     pid = host.run(f"systemctl show -p MainPID --value {SERVICE}.service").stdout.strip()
-    assert pid.isdecimal() and pid != "0", f"{SERVICE}.service has no running main process"
+    assert ascii_digits(pid) and pid != "0", f"{SERVICE}.service has no running main process"
     return pid
 
 

@@ -20,7 +20,7 @@ import pytest
 from labwright.gpu.check import engine_on_gpu
 from labwright.hosts.testinfra import TestinfraHost
 from labwright.shell import quote
-from labwright.textio import loads_json
+from labwright.textio import ascii_digits, loads_json
 
 HTTP_GET = (
     "import sys, urllib.request\n"
@@ -44,7 +44,7 @@ def http_get(host, url: str, key_file: str = "") -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def main_pid(host, llamacpp_expected) -> int:
     pid = host.run(f"systemctl show -p MainPID --value {quote(llamacpp_expected.service)}.service")
-    if pid.rc != 0 or not pid.stdout.strip().isdecimal() or int(pid.stdout) == 0:
+    if pid.rc != 0 or not ascii_digits(pid.stdout.strip()) or int(pid.stdout) == 0:
         pytest.fail(f"{llamacpp_expected.service}.service has no running main process", pytrace=False)
     return int(pid.stdout)
 

@@ -31,7 +31,7 @@ import warnings
 
 from labwright import paths
 from labwright.shell import join, quote
-from labwright.textio import loads_json
+from labwright.textio import ascii_digits, loads_json
 
 TABBYAPI_DIR = str(tomllib.loads((paths.templates_dir("tabbyapi") / "defaults.toml").read_text())
                    ["source"]["dir"])
@@ -104,7 +104,7 @@ def listeners(ss_output: str) -> dict[int, str]:
             continue
         address, _, port = fields[3].rpartition(":")
         address = address.strip("[]").split("%", 1)[0]
-        if not port.isdecimal() or address.startswith("127.") or address == "::1":
+        if not ascii_digits(port) or address.startswith("127.") or address == "::1":
             continue
         found.setdefault(int(port), address or "*")
     return found

@@ -26,7 +26,7 @@ from labwright import paths
 from labwright.gpu.check import engine_on_gpu
 from labwright.hosts.testinfra import TestinfraHost
 from labwright.shell import quote
-from labwright.textio import loads_json, yaml_load
+from labwright.textio import ascii_digits, loads_json, yaml_load
 
 DEFAULTS_FILE = paths.templates_dir("tabbyapi") / "defaults.toml"
 BUNDLE = "/opt/labwright/lib/labwright-stack.pyz"
@@ -74,7 +74,7 @@ def config(host, want) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def main_pid(host, want) -> int:
     pid = host.run(f"systemctl show -p MainPID --value {quote(want['service'])}.service")
-    if pid.rc != 0 or not pid.stdout.strip().isdecimal() or int(pid.stdout) == 0:
+    if pid.rc != 0 or not ascii_digits(pid.stdout.strip()) or int(pid.stdout) == 0:
         pytest.fail(f"{want['service']}.service has no running main process", pytrace=False)
     return int(pid.stdout)
 
@@ -146,7 +146,7 @@ def test_ngram_drafting_state(host, want, config):
     model_py = host.file(f"{want['dir']}/{MODEL_PY}").content_string
     draft = config.get("draft_model") or {}
     if n == 0:
-        assert draft.get("draft_mode") != "ngram" and not re.search(r"ngram_match_min=\d+,", model_py)
+        assert draft.get("draft_mode") != "ngram" and not re.search(r"(?a)ngram_match_min=\d+,", model_py)
     elif "ngram_match_min=self.ngram_match_min" in model_py:
         # config era: the source untouched, the config carries it
         assert draft.get("draft_mode") == "ngram" and draft.get("ngram_match_min") == n, draft
@@ -171,7 +171,7 @@ def test_driver_versions_equal(host, want):
     version_file = host.file(f"{root}/proc/driver/nvidia/version")
     if not version_file.exists:
         pytest.skip(f"no NVIDIA driver on this host ({root or ''}/proc/driver/nvidia/version): nothing to match")
-    found = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", version_file.content_string)
+    found = re.search(r"(?a)Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", version_file.content_string)
     assert found, version_file.content_string
     libs = host.run(f"ls -1 {root}/usr/lib/x86_64-linux-gnu {root}/usr/lib64 {root}/usr/lib 2>/dev/null | "
                     "grep -E '^lib(cuda|nvidia-ml)[.]so[.][0-9]+[.][0-9]+' || true").stdout.split()

@@ -4,6 +4,7 @@ still working for one release with one deprecation line."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -44,6 +45,7 @@ def test_build_llamacpp_dry_says_where_and_whether_cached(capsys, cache):
     # a build in the cache: found, not built again (nothing to download or compile)
     binary.parent.mkdir(parents=True)
     binary.write_bytes(b"\x7fELF")
+    binary.with_name("llama-server.sha256").write_text(hashlib.sha256(b"\x7fELF").hexdigest() + "\n")
     code, out, err = run(capsys, "build", "llamacpp", "--json")
     assert code == 0 and json.loads(out) | {"binary": ""} == {"binary": "", "cached": True, "built": False,
                                                              "dry": False, "cuda": None, "architectures": [],

@@ -25,6 +25,7 @@ def test_a_cached_binary_is_reused_without_network_or_tools(cache_home, monkeypa
     binary = llama_build.cache_dir() / "llama-server"
     binary.parent.mkdir(parents=True)
     binary.write_bytes(b"\x7fELF")
+    (binary.parent / "llama-server.sha256").write_text(hashlib.sha256(b"\x7fELF").hexdigest() + "\n")
 
     def no(*args, **kwargs):
         raise AssertionError("must not download or build when the binary is cached")

@@ -24,6 +24,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     version = build.cache_dir()
     version.mkdir(parents=True)
     (version / "llama-server").write_bytes(b"cpu build")
+    (version / "llama-server.sha256").write_text(hashlib.sha256(b"cpu build").hexdigest() + "\n")  # as the build
     cuda_dir = build.cuda_cache_dir(cuda.DEFAULT, ["86-real"])
     files = {"bin/llama-server": b"cuda build", **{f"lib/llama-server/{n}": n.encode() for n in cuda.RUNTIME_LIBRARIES}}
     for rel, content in files.items():

@@ -43,6 +43,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     version = build.cache_dir()
     version.mkdir(parents=True)
     (version / "llama-server").write_bytes(b"cpu build")
+    (version / "llama-server.sha256").write_text(hashlib.sha256(b"cpu build").hexdigest() + "\n")  # as the build
     return version
 
 

@@ -212,3 +212,38 @@ def test_freeze_note_says_what_holds_a_guest_and_how_to_thaw_it(status, running_
     note = lxd_snapshots.freeze_note(client, "g1", status)
     assert (note == "") == (not needles)
     assert all(n in note for n in needles) and "\n" not in note
+
+
+# A daemon's nonsense in an operation's answer (the parser fuzz at 77a5710): a status_code that is no number, and
+# metadata that is no object, were a ValueError/TypeError/AttributeError out of wait_operation; each is an LxdError
+# naming the operation now. Generated: whatever the metadata holds, the wait ends in its answer or an LxdError.
+@pytest.mark.parametrize("meta", [{"status_code": "x"}, {"status_code": [1]}, {"status_code": float("inf")},
+                                  {"status_code": True}, ["a"], "text", 7])
+def test_an_operation_answer_that_is_no_operation_is_an_lxd_error(meta):
+    client = Scripted([meta])
+    with pytest.raises(LxdError, match="operation /1.0/operations/op1"):
+        client.wait_operation("/1.0/operations/op1", timeout=5)
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=12), c, max_size=3),
+                    max_leaves=8)
+       | st.fixed_dictionaries({"status_code": st.integers(-10, 600) | st.floats() | st.text(max_size=3)}))
+def test_any_operation_metadata_ends_in_its_answer_or_an_lxd_error(meta):
+    client = Scripted([meta, {"status_code": 200}])
+    try:
+        answer = client.wait_operation("/1.0/operations/op1", timeout=5)
+    except (LxdError, OperationTimeout):
+        return
+    assert isinstance(answer, dict) and answer.get("status_code") == 200
+
+
+@pytest.mark.parametrize("doc", [{"type": "async"}, {"type": "async", "operation": 5},
+                                 {"type": "async", "operation": "elsewhere"}])
+def test_an_async_answer_without_its_operation_is_an_lxd_error(doc):
+    from labwright.lxd.client import _operation_path
+
+    with pytest.raises(LxdError, match="async operation without its path"):
+        _operation_path(doc, "POST /1.0/instances", "LXD")
+    assert _operation_path({"operation": "/1.0/operations/1a2b"}, "POST /1.0/instances", "LXD") == \
+        "/1.0/operations/1a2b"

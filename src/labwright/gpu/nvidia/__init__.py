@@ -19,7 +19,7 @@ import re
 
 from labwright.gpu.devices import register
 
-_GPU_NODE = re.compile(r"^/dev/nvidia\d+$")
+_GPU_NODE = re.compile(r"(?a)^/dev/nvidia\d+$")
 
 
 class Nvidia:

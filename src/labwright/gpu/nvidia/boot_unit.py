@@ -14,6 +14,7 @@ from typing import Protocol
 
 from labwright.errors import OperationFailed
 from labwright.hosts import Result
+from labwright.textio import ascii_digits
 
 #: The systemd unit labwright installs on a GPU host so that the nodes its GPU guests pass exist after every
 #: boot, before Proxmox's pve-guests (onboot containers), pve-ha-lrm or the LXC/LXD/Incus autostart run.
@@ -63,7 +64,7 @@ def boot_commands(paths: Iterable[str]) -> tuple[list[tuple[str, ...]], list[str
     /dev/nvidia-uvm-tools (minor 1) with nvidia-uvm's major from /proc/devices; ``-f PROC`` makes a capability
     node. ``-u`` and plain ``-c`` are different branches of one if/else, hence separate calls."""
     wanted = set(paths)
-    minors = sorted(int(m.group(1)) for p in wanted if (m := re.fullmatch(r"/dev/nvidia(\d+)", p)))
+    minors = sorted(int(m.group(1)) for p in wanted if (m := re.fullmatch(r"(?a)/dev/nvidia(\d+)", p)))
     commands: list[tuple[str, ...]] = []
     covered: set[str] = set()
     gpus = [arg for minor in [*minors, *([255] if "/dev/nvidiactl" in wanted else [])] for arg in ("-c", str(minor))]
@@ -121,7 +122,7 @@ def unit_paths(text: str | None) -> list[str]:
         if "-u" in args:
             paths += LAZY_NODES
             continue
-        paths += [("/dev/nvidiactl" if v == "255" else f"/dev/nvidia{v}") for v in values if v.isdecimal()]
+        paths += [("/dev/nvidiactl" if v == "255" else f"/dev/nvidia{v}") for v in values if ascii_digits(v)]
         paths += [caps[v] for v in values if v in caps]
         paths += ["/dev/nvidia-modeset"] if "-m" in args else []
     return paths

@@ -32,7 +32,7 @@ LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/loc
 #: x86-64) => /opt/nvidia/lib/libcuda.so.1"): what a CUDA program really loads, wherever an installer put it.
 _LOADER_DIRS = ("ldconfig -p 2>/dev/null | sed -nE 's#^.* => (/.*)/lib(cuda|nvidia-ml)[.]so.*#\\1#p' | sort -u")
 
-_VERSION = r"(\d+\.\d+(?:\.\d+)?)"
+_VERSION = r"([0-9]+\.[0-9]+(?:\.[0-9]+)?)"
 _DRIVER_LINE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+" + _VERSION)
 _LIBRARY = re.compile(r"^(lib(?:cuda|nvidia-ml)\.so)\." + _VERSION + r"$")
 _SMI_VERSION = re.compile(r"Driver Version:\s*" + _VERSION)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from labwright.errors import OperationFailed
-from labwright.gpu.devices import DeviceNode, parse_proc_devices
+from labwright.gpu.devices import DeviceNode, parse_proc_devices, stat_numbers
 from labwright.gpu.nvidia.driver import parse_driver_version
 from labwright.hosts import Host, Result
 from labwright.hosts.local import LocalHost, local_path
@@ -29,7 +29,7 @@ from labwright.hosts.local import LocalHost, local_path
 UVM_PREFLIGHT = ("nvidia-modprobe", "-u", "-c", "0")
 CONTAINER_TOOLS = ("/usr/bin/nvidia-container-cli", "/usr/local/bin/nvidia-container-cli")
 VERSION_FILE = "/proc/driver/nvidia/version"
-_NODE_ORDER = re.compile(r"^nvidia(\d+)$")
+_NODE_ORDER = re.compile(r"(?a)^nvidia(\d+)$")
 
 
 class Shell(Protocol):
@@ -159,6 +159,7 @@ def parse_node_facts(output: str) -> NodeGpu:
     nodes = []
     for line in nodes_text.splitlines():
         parts = line.split(" ", 2)
-        if len(parts) == 3:
-            nodes.append(DeviceNode(parts[2], parts[2], int(parts[0], 16), int(parts[1], 16)))
+        numbers = stat_numbers(parts, "xx") if len(parts) == 3 and parts[2].startswith("/dev/") else None
+        if numbers is not None:
+            nodes.append(DeviceNode(parts[2], parts[2], numbers[0], numbers[1]))
     return NodeGpu(parse_driver_version(version_text), majors, tuple(nodes))

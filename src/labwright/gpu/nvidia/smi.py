@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 from labwright.gpu.arch import capability_from_name
 from labwright.shell import quote
+from labwright.textio import ascii_digits
 
 FIELDS = ("index", "name", "uuid", "compute_cap", "driver_version", "memory.total")
-_CAP = re.compile(r"^\d{1,2}\.\d$")
+_CAP = re.compile(r"(?a)^\d{1,2}\.\d$")
 #: nvidia-smi's refusal of a field it does not know (the whole query fails; exit 2).
 REJECTED = re.compile(r'^Field "(?P<field>[^"\n]*)" is not a valid field to query\.\s*$', re.M)
 #: The lines ``query_command`` adds to nvidia-smi's output (none of nvidia-smi's own lines starts with "@@").
@@ -89,7 +90,7 @@ def parse_query(text: str, fields: tuple[str, ...] = FIELDS) -> SmiQuery:
             rejected.append(line.removeprefix(MARK + "rejected ").strip())
         elif line.startswith(MARK + "exit "):
             value = line.removeprefix(MARK + "exit ").strip()
-            code = int(value) if value.isdecimal() else None
+            code = int(value) if ascii_digits(value) else None
         else:
             own.append(line)
     names = fields if asked is None else asked
@@ -100,7 +101,7 @@ def parse_query(text: str, fields: tuple[str, ...] = FIELDS) -> SmiQuery:
         parts = [p.strip() for p in line.split(", ")]
         if REJECTED.match(line) or len(parts) != len(names):
             continue
-        if "index" in names and not parts[names.index("index")].isdecimal():
+        if "index" in names and not ascii_digits(parts[names.index("index")]):
             continue
         rows.append({name: _value(part) for name, part in zip(names, parts, strict=True)})
     return SmiQuery(names, tuple(rejected), code, body, rows)
@@ -132,8 +133,8 @@ def gpus_of(query: SmiQuery) -> list[GpuInfo]:
             cap = capability_from_name(name) if name else None
             source = "name" if cap else ""
         memory = row.get("memory.total")
-        mib = re.match(r"^(\d+)", memory) if memory else None
-        gpus.append(GpuInfo(int(index) if index and index.isdecimal() else position, name, row.get("uuid") or "",
+        mib = re.match(r"(?a)^(\d{1,12})(?![0-9])", memory) if memory else None
+        gpus.append(GpuInfo(int(index) if index and ascii_digits(index) else position, name, row.get("uuid") or "",
                             cap, row.get("driver_version"), int(mib.group(1)) if mib else None, source))
     return gpus
 

@@ -37,7 +37,7 @@ from labwright.shell import join
 from labwright.snapshots.lxd import LxdSnapshots
 
 REPOSITORY = "/var/cache/labwright/nvidia"
-_INSTALLER = re.compile(r"^NVIDIA-Linux-x86_64-(\d+\.\d+(?:\.\d+)?)\.run$")
+_INSTALLER = re.compile(r"(?a)^NVIDIA-Linux-x86_64-(\d+\.\d+(?:\.\d+)?)\.run$")
 MODULE_FILE = re.compile(r"^nvidia\.ko(\.xz|\.zst|\.gz)?$")  # nvidia.ko, compressed or not (dkms set_module_suffix)
 
 
