@@ -17,7 +17,7 @@ import contextlib
 import fcntl
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from labwright.textio import ascii_digits
@@ -156,13 +156,17 @@ def write_text_atomic(target: Path, text: str, *, keep_previous: bool = False, m
 
 
 @contextlib.contextmanager
-def once_under_lock(done: Path, lock: Path) -> Iterator[bool]:
+def once_under_lock(done: Path, lock: Path, valid: Callable[[Path], bool] | None = None) -> Iterator[bool]:
     """Work done once per cache entry by whichever of several parallel runs comes first: yields False when ``done``
-    exists (already, or once the lock is ours), else True while this run holds an exclusive flock on ``lock``."""
-    if done.exists():
+    exists (already, or once the lock is ours) and ``valid(done)`` holds where given, else True while this run holds
+    an exclusive flock on ``lock`` (an entry there that is not valid is made again: the caller replaces it)."""
+    def finished() -> bool:
+        return done.exists() and (valid is None or valid(done))
+
+    if finished():
         yield False
         return
     lock.parent.mkdir(parents=True, exist_ok=True)
     with lock.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
-        yield not done.exists()
+        yield not finished()

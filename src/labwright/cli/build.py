@@ -74,10 +74,10 @@ def llamacpp(
     if release is not None:
         release = box_release(release)
         binary = release_build(release, lab_profile, jobs, dry=True)
-        done = (binary.parent.parent / "manifest.json").is_file()
+        done = _whole(binary, dry)
     elif vulkan:
         binary = vulkan_build(lab_profile, jobs, dry)
-        done = (binary.parent.parent / "manifest.json").is_file()
+        done = _whole(binary, dry)
     elif arch or cuda or cuda_root is not None:
         toolchain = cuda_toolkit.toolchain(cuda, cuda_root)  # a bad --cuda/--cuda-root is named first
         if not arch:
@@ -85,7 +85,7 @@ def llamacpp(
                            "--query-gpu=compute_cap), e.g. --arch 8.6")
         cmake_archs = cuda_toolkit.architectures(arch, toolchain)  # refused before any download
         binary = llama_build.cuda_cache_dir(toolchain, cmake_archs) / "bin" / "llama-server"
-        done = (binary.parent.parent / "manifest.json").is_file()
+        done = _whole(binary, dry)
     else:
         binary = llama_build.cache_dir() / "llama-server"
         problem = llama_build.cached_build_problem(binary)  # a binary whose sha256 is its sidecar's, or built again
@@ -111,13 +111,26 @@ def llamacpp(
         typer.echo(str(binary))
 
 
+def _whole(binary: Path, dry: bool) -> bool:
+    """A GPU or release build cached whole (its manifest and every file it lists: manifest_problem); with ``dry``,
+    one stderr line when something is there but not whole (a real run builds it again)."""
+    from labwright.llamacpp import build as llama_build
+
+    directory = binary.parent.parent
+    problem = llama_build.manifest_problem(directory)
+    if dry and problem is not None and (directory / "manifest.json").exists():
+        typer.echo(f"labwright: the cached build {directory} is not whole ({problem}): a real run builds it again",
+                   err=True)
+    return problem is None
+
+
 def vulkan_build(profile: str, jobs: int | None, dry: bool) -> Path:
     """The Vulkan build's binary path (``dry``: where it is or would be), building it when missing: here on Debian 13,
     else in the build box of the lab with ``profile`` on the local LXD/Incus daemon."""
     from labwright.llamacpp import vulkan as vk
 
     binary = vk.vulkan_cache_dir() / "bin" / "llama-server"
-    if dry or (binary.parent.parent / "manifest.json").is_file():
+    if dry or _whole(binary, dry=False):
         return binary
     if (vk.local_debian_major() or 0) >= vk.DEBIAN_MAJOR:
         return vk.build_vulkan_server(jobs=jobs)
@@ -145,7 +158,7 @@ def release_build(codename: str, profile: str, jobs: int | None, dry: bool) -> P
     from labwright.llamacpp import buildbox
 
     binary = buildbox.release_cache_dir(codename) / "bin" / "llama-server"
-    if dry or (binary.parent.parent / "manifest.json").is_file():
+    if dry or _whole(binary, dry=False):
         return binary
     from labwright.lxd.client import LxdClient
 

@@ -44,7 +44,7 @@ from labwright.digest import sha256_file
 from labwright.errors import BadInput, OperationFailed
 from labwright.llamacpp import cuda as cuda_toolkit
 from labwright.llamacpp.cuda import CudaToolchain
-from labwright.textio import ascii_digits, load_json, loads_json, read_text
+from labwright.textio import ascii_digits, load_json, loads_json, read_json, read_text
 from labwright.ui import build_step, copy_with_progress, install_step, progress, run_with_progress
 
 SIMPLE_API = "https://pypi.org/simple/llama-cpp-python/"
@@ -176,6 +176,47 @@ def cached_build_problem(binary: Path) -> str | None:
     if actual != expected:
         return f"has sha256 {actual}, not the {expected} its build recorded in {sidecar.name}"
     return None
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def manifest_files(directory: Path) -> dict[str, str]:
+    """What a cached GPU or release build's ``manifest.json`` records: relative path -> sha256, ``bin/llama-server``
+    among them. BadInput naming the manifest when it is missing, unreadable, not JSON or of another shape (a cache
+    entry emptied, cut short or written over)."""
+    path = directory / "manifest.json"
+    try:
+        doc = read_json(path, "a build's manifest.json")
+    except BadInput as exc:  # missing, unreadable, not UTF-8, not JSON: what read_json says, with a cache's fix
+        reason = str(exc).removeprefix(str(path)).strip().split(";")[0].strip(" (")
+        raise BadInput(f"{path} is not a build's manifest ({reason}): remove {directory} and build it again") from None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if (not isinstance(files, dict) or "bin/llama-server" not in files
+            or not all(isinstance(rel, str) and rel and not rel.startswith("/") and ".." not in Path(rel).parts
+                       and isinstance(digest, str) and _SHA256.fullmatch(digest) for rel, digest in files.items())):
+        raise BadInput(f"{path} is not a build's manifest (its files, each with its sha256, bin/llama-server among "
+                       f"them): remove {directory} and build it again")
+    return files
+
+
+def manifest_problem(directory: Path) -> str | None:
+    """None when the build cached in ``directory`` can be used: its manifest well-formed (manifest_files) and every
+    file it lists a regular file there; else what is wrong, to follow the directory's name. The deploy hashes each
+    file against the manifest before it pushes it; this is the cheap test every build asks before it says cached."""
+    try:
+        files = manifest_files(directory)
+    except BadInput as exc:
+        return str(exc)
+    for rel in files:
+        if not (directory / rel).is_file():
+            return f"lacks {rel}, which its manifest lists"
+    return None
+
+
+def manifest_ok(done: Path) -> bool:
+    """For once_under_lock: the build whose ``manifest.json`` is ``done`` is whole (manifest_problem)."""
+    return manifest_problem(done.parent) is None
 
 
 def remove_cache_entry(path: Path) -> None:
@@ -339,7 +380,7 @@ def build_cuda_server(cuda: CudaToolchain, archs: Sequence[str], source: LlamaSo
     cmake_archs = cuda_toolkit.architectures(archs, cuda)
     cache = cuda_cache_dir(cuda, cmake_archs, source.version)
     binary = cache / "bin" / "llama-server"
-    with once_under_lock(cache / "manifest.json", cache.parent / f".{cache.name}.lock") as todo:
+    with once_under_lock(cache / "manifest.json", cache.parent / f".{cache.name}.lock", manifest_ok) as todo:
         if not todo:
             return binary
         with progress(f"build llama-server {source.version} for CUDA {cuda.version} {' '.join(cmake_archs)} once "

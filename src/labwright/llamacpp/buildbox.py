@@ -40,7 +40,7 @@ from labwright import aptlock, paths
 from labwright.atomic import once_under_lock, write_text_atomic
 from labwright.digest import sha256_file
 from labwright.errors import BadInput, OperationFailed
-from labwright.llamacpp.build import CMAKE_FLAGS, PINNED, LlamaSource, cache_dir, download_sdist
+from labwright.llamacpp.build import CMAKE_FLAGS, PINNED, LlamaSource, cache_dir, download_sdist, manifest_ok
 from labwright.matrix import elfsyms
 from labwright.ui import build_step, install_step, progress, run_with_progress
 
@@ -267,7 +267,7 @@ def build_for_release(codename: str, client, profile: str, tool: str = "lxc", so
     recipe_for(codename)  # a release the lab has no image of: one line before anything is made
     cache = release_cache_dir(codename, source.version)
     binary = cache / "bin" / "llama-server"
-    with once_under_lock(cache / "manifest.json", cache.parent / f".{cache.name}.lock") as todo:
+    with once_under_lock(cache / "manifest.json", cache.parent / f".{cache.name}.lock", manifest_ok) as todo:
         if not todo:
             return binary
         lab_profile(client, profile, tool)  # a profile the daemon lacks: one line before anything is downloaded

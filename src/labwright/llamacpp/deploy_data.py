@@ -41,6 +41,8 @@ from labwright.llamacpp.build import (
     NOT_BUILT,
     cache_dir,
     cached_build_problem,
+    manifest_files,
+    manifest_problem,
     read_sidecar,
     sha256_of,
     sidecar_path,
@@ -400,7 +402,10 @@ def server_files(choice: BuildChoice, data: Mapping[str, Any], binary: str,
         raise keys.fail("build", f"this host's GPUs need the {choice.describe()}, not built on this machine yet "
                         f"({directory}); build it once with `labwright build llamacpp {wanted}`, or use "
                         "llamacpp_build=cpu (nothing was changed)")
-    recorded = loads_json(manifest_path.read_text())["files"]
+    try:
+        recorded = manifest_files(directory)
+    except BadInput as exc:
+        raise keys.fail("build", f"{exc} (nothing was changed)") from None
     lib_dir = guest_lib_dir(binary)
     planned = []
     for rel, sha256 in recorded.items():
@@ -417,7 +422,9 @@ def server_files(choice: BuildChoice, data: Mapping[str, Any], binary: str,
 def vulkan_manifest(builds: Path | None = None) -> dict[str, Any]:
     """The cached Vulkan build's manifest.json ({} when not built)."""
     path = (builds or cache_dir()) / vulkan_build.BUILD_KEY / "manifest.json"
-    return loads_json(path.read_text()) if path.is_file() else {}
+    if manifest_problem(path.parent) is not None:  # not built, or not whole: as not built
+        return {}
+    return loads_json(path.read_text())
 
 
 def glibc_needed(files: Sequence[ServerFile]) -> tuple[tuple[int, int], str] | None:

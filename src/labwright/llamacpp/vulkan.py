@@ -33,7 +33,7 @@ from labwright.atomic import once_under_lock, write_text_atomic
 from labwright.digest import sha256_file
 from labwright.errors import BadInput, OperationFailed
 from labwright.llamacpp import buildbox
-from labwright.llamacpp.build import CMAKE_FLAGS, PINNED, LlamaSource, cache_dir, download_sdist
+from labwright.llamacpp.build import CMAKE_FLAGS, PINNED, LlamaSource, cache_dir, download_sdist, manifest_ok
 from labwright.llamacpp.buildbox import BuildBox
 from labwright.textio import ascii_digits
 from labwright.ui import build_step, install_step, progress, run_with_progress
@@ -137,7 +137,7 @@ def build_vulkan_server(source: LlamaSource = PINNED, jobs: int | None = None, *
     Debian 13 build box (``client``: its daemon; made when missing). Locked and staged like the CUDA build."""
     cache = vulkan_cache_dir(source.version)
     binary = cache / "bin" / "llama-server"
-    with once_under_lock(cache / "manifest.json", cache.parent / f".{cache.name}.lock") as todo:
+    with once_under_lock(cache / "manifest.json", cache.parent / f".{cache.name}.lock", manifest_ok) as todo:
         if not todo:
             return binary
         here = (local_debian_major() or 0) >= DEBIAN_MAJOR

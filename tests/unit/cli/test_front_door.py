@@ -66,10 +66,12 @@ def test_build_llamacpp_vulkan_dry_says_where_and_builds_nothing(capsys, cache):
     assert not cache.exists()
     # a cached build (its manifest written last) is found and not built again: no build box is asked for
     manifest = cache / "llama" / "0.3.36" / "vulkan-trixie" / "manifest.json"
-    manifest.parent.mkdir(parents=True)
-    manifest.write_text("{}")
+    (manifest.parent / "bin").mkdir(parents=True)
+    (manifest.parent / "bin" / "llama-server").write_bytes(b"\x7fELF")
+    manifest.write_text(json.dumps({"files": {"bin/llama-server": hashlib.sha256(b"\x7fELF").hexdigest()}}))
     code, out, err = run(capsys, "build", "llamacpp", "--vulkan")
     assert (code, out) == (0, f"{manifest.parent}/bin/llama-server\n")
+    assert not (manifest.parent.parent / "llama_cpp_python-0.3.36.tar.gz").exists()  # nothing fetched, nothing built
 
 
 def test_build_llamacpp_vulkan_with_cuda_options_is_one_line(capsys, cache):

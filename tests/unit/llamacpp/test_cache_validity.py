@@ -296,3 +296,85 @@ def test_a_missing_build_is_built_without_a_damage_line(cache: Path, builds: lis
     assert builds == ["download", "compile"] and cached_build_problem(binary) is None
     assert "building it again" not in capsys.readouterr().err
     assert llama_build.build_llama_server() == binary and builds == ["download", "compile"]
+
+
+# --- the GPU and release builds: a manifest.json and the files it lists ------------------------------------------
+# The same class for the builds kept as a directory (CUDA, Vulkan, --release): their manifest was trusted for
+# existing (atomic.once_under_lock, `build llamacpp` saying "cached"), and the deploy read it with a bare ["files"].
+
+def whole_build(directory: Path) -> Path:
+    """A cached GPU/release build as the builds leave it: bin/llama-server, a library, manifest.json with both."""
+    (directory / "bin").mkdir(parents=True)
+    (directory / "lib" / "llama-server").mkdir(parents=True)
+    (directory / "bin" / "llama-server").write_bytes(CONTENT)
+    (directory / "lib" / "llama-server" / "libcudart.so.13").write_bytes(b"lib")
+    files = {"bin/llama-server": DIGEST, "lib/llama-server/libcudart.so.13": hashlib.sha256(b"lib").hexdigest()}
+    (directory / "manifest.json").write_text(json.dumps({"files": files}))
+    return directory
+
+
+@pytest.mark.parametrize(("junk", "words"), [
+    (b"", "is not valid JSON"), (b"{}", "not a build's manifest"), (b"[1, 2]", "not a build's manifest"),
+    (b'{"files": {"bin/llama-server": "xyz"}}', "not a build's manifest"),
+    (b'{"files": {"lib/a.so": "' + b"a" * 64 + b'"}}', "not a build's manifest"),
+    (b'{"files": {"../../etc/passwd": "' + b"a" * 64 + b'", "bin/llama-server": "' + b"a" * 64 + b'"}}',
+     "not a build's manifest"),
+    (b"\xff\xfe", "not UTF-8"), (b'{"files": ', "not valid JSON"),
+])
+def test_a_manifest_that_is_no_manifest_is_no_build(tmp_path: Path, junk: bytes, words: str) -> None:
+    directory = whole_build(tmp_path / "cuda13.0-sm86")
+    assert llama_build.manifest_problem(directory) is None
+    (directory / "manifest.json").write_bytes(junk)
+    problem = llama_build.manifest_problem(directory)
+    assert problem is not None and words in problem and "build it again" in problem
+    with pytest.raises(BadInput, match=re.escape(str(directory / "manifest.json"))):
+        llama_build.manifest_files(directory)
+
+
+def test_a_file_the_manifest_lists_that_is_gone_is_no_build(tmp_path: Path) -> None:
+    directory = whole_build(tmp_path / "vulkan")
+    (directory / "lib" / "llama-server" / "libcudart.so.13").unlink()
+    assert llama_build.manifest_problem(directory) == "lacks lib/llama-server/libcudart.so.13, which its manifest lists"
+    (directory / "lib" / "llama-server" / "libcudart.so.13").mkdir()
+    assert "lacks" in (llama_build.manifest_problem(directory) or "")
+
+
+def test_once_under_lock_makes_again_what_is_there_but_not_whole(tmp_path: Path) -> None:
+    from labwright.atomic import once_under_lock
+
+    directory = whole_build(tmp_path / "vulkan")
+    done, lock = directory / "manifest.json", tmp_path / ".vulkan.lock"
+    with once_under_lock(done, lock, llama_build.manifest_ok) as todo:
+        assert todo is False
+    done.write_text("{}")
+    with once_under_lock(done, lock, llama_build.manifest_ok) as todo:
+        assert todo is True
+    with once_under_lock(done, lock) as todo:  # without a validity test: there is there (the .complete markers)
+        assert todo is False
+
+
+def test_the_deploy_refuses_a_junk_manifest_in_one_line(cache: Path) -> None:
+    from labwright.llamacpp import vulkan as vulkan_build
+    from labwright.llamacpp.deploy_data import BuildChoice, server_files, vulkan_manifest
+
+    directory = whole_build(cache / vulkan_build.BUILD_KEY)
+    assert vulkan_manifest(cache)["files"]
+    (directory / "manifest.json").write_text('{"files": 5}')
+    assert vulkan_manifest(cache) == {}
+    with pytest.raises(DeployError) as refused:
+        server_files(BuildChoice("vulkan"), {}, "/opt/llama/bin/llama-server", cache)
+    line = str(refused.value)
+    assert "\n" not in line and "manifest.json is not a build's manifest" in line and "build it again" in line
+
+
+def test_build_dry_says_a_junk_gpu_build_is_due(cache: Path, capsys, monkeypatch) -> None:
+    from labwright.llamacpp import vulkan as vulkan_build
+
+    monkeypatch.setattr(vulkan_build, "local_debian_major", lambda: 13)
+    directory = whole_build(vulkan_build.vulkan_cache_dir())
+    code, doc, err = run(capsys, "--vulkan", "--dry", "--json")
+    assert code == 0 and doc["cached"] is True and err == ""
+    (directory / "manifest.json").write_text("{}")
+    code, doc, err = run(capsys, "--vulkan", "--dry", "--json")
+    assert code == 0 and doc["cached"] is False and doc["built"] is False
+    assert err.count("\n") == 1 and "is not whole" in err and "a real run builds it again" in err
