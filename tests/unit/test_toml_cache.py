@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from labwright import textio
 from labwright.errors import BadInput
+from support import non_files
 
 PAD = "# " + "x" * textio.TOML_CACHE_MIN_CHARS + "\n"  # past the threshold: the file is cached
 
@@ -112,7 +113,7 @@ def test_a_junk_entry_is_parsed_again_and_repaired(junk: bytes, cache: Path, tmp
     assert kept_copy(entry) == {"name": "x"}
 
 
-@pytest.mark.parametrize("kind", ["directory", "loop", "dangling", "fifo"])
+@pytest.mark.parametrize("kind", ["directory", "symlink loop", "dangling", "fifo"])
 def test_no_file_in_the_entrys_place_is_read_and_an_empty_directory_is_replaced(kind: str, cache: Path,
                                                                                 tmp_path: Path) -> None:
     path = tmp_path / "doc.toml"
@@ -120,14 +121,7 @@ def test_no_file_in_the_entrys_place_is_read_and_an_empty_directory_is_replaced(
     textio.read_toml(path, "x")
     [entry] = entries(cache)
     entry.unlink()
-    if kind == "directory":
-        entry.mkdir()
-    elif kind == "loop":
-        entry.symlink_to(entry)
-    elif kind == "dangling":
-        entry.symlink_to(tmp_path / "nowhere")
-    else:
-        os.mkfifo(entry)  # nobody writes to it: a read that waited on it would hang
+    non_files.put(entry, kind)
     assert textio.read_toml(path, "x") == {"name": "x"}
     if kind in ("directory", "dangling", "fifo"):
         assert kept_copy(entry) == {"name": "x"}

@@ -44,39 +44,30 @@ def mutated(draw: Any, sample: str) -> str:
     """``sample`` with 1-4 of its tokens (split at separators) replaced, removed, doubled or swapped, or lines
     replaced, removed or doubled."""
     if draw(st.booleans()):
-        tokens = SEPARATORS.split(sample) or [""]
-        for _ in range(draw(st.integers(1, 4))):
-            i = draw(st.integers(0, max(0, len(tokens) - 1)))
-            op = draw(st.sampled_from(["nasty", "nasty", "delete", "dup", "text", "swap"]))
-            if not tokens:
-                tokens = [""]
-                i = 0
-            if op == "nasty":
-                tokens[i] = draw(st.sampled_from(NASTY))
-            elif op == "delete":
-                del tokens[i]
-            elif op == "dup":
-                tokens.insert(i, tokens[i])
-            elif op == "text":
-                tokens[i] = draw(st.text(max_size=6))
-            else:
-                j = draw(st.integers(0, len(tokens) - 1))
-                tokens[i], tokens[j] = tokens[j], tokens[i]
-        return "".join(tokens)
-    lines = sample.splitlines() or [""]
-    for _ in range(draw(st.integers(1, 3))):
-        i = draw(st.integers(0, max(0, len(lines) - 1)))
-        op = draw(st.sampled_from(["nasty", "delete", "dup"]))
-        if not lines:
-            lines = [""]
-            i = 0
+        return "".join(_edit(draw, SEPARATORS.split(sample), 4, ["nasty", "nasty", "delete", "dup", "text", "swap"]))
+    return "\n".join(_edit(draw, sample.splitlines(), 3, ["nasty", "delete", "dup"]))
+
+
+def _edit(draw: Any, parts: list[str], most: int, ops: list[str]) -> list[str]:
+    """``parts`` with 1 to ``most`` of them replaced by junk or text, removed, doubled or swapped (``ops``)."""
+    parts = parts or [""]
+    for _ in range(draw(st.integers(1, most))):
+        if not parts:
+            parts = [""]
+        i = draw(st.integers(0, len(parts) - 1))
+        op = draw(st.sampled_from(ops))
         if op == "nasty":
-            lines[i] = draw(st.sampled_from(NASTY))
+            parts[i] = draw(st.sampled_from(NASTY))
         elif op == "delete":
-            del lines[i]
+            del parts[i]
+        elif op == "dup":
+            parts.insert(i, parts[i])
+        elif op == "text":
+            parts[i] = draw(st.text(max_size=6))
         else:
-            lines.insert(i, lines[i])
-    return "\n".join(lines)
+            j = draw(st.integers(0, len(parts) - 1))
+            parts[i], parts[j] = parts[j], parts[i]
+    return parts
 
 
 def answers(sample: str) -> st.SearchStrategy[str]:

@@ -85,26 +85,29 @@ def local_file(cache: Path) -> Path:
 CACHE_FIX = "remove it and run again (labwright builds it anew)"
 
 
-def read_cached(path: Path, what: str, *, max_bytes: int) -> bytes | None:
-    """The bytes of the cache file ``path`` (``what`` labwright built there), or None where there is none (a dangling
-    link included) or one longer than ``max_bytes`` (not what was built: built again). Something there that is no
-    regular file (a directory, a link loop, a device, a pipe) or cannot be read is one BadInput line naming it."""
+def read_cached(path: Path, what: str, *, max_bytes: int, fix: str = CACHE_FIX,
+                kind_of_file: str = "a cache file") -> bytes | None:
+    """The bytes of the file ``path`` (``what`` labwright made there, ``kind_of_file``), or None where there is none
+    (a dangling link included) or one longer than ``max_bytes`` (not what was made: made again). Something there that
+    is no regular file (a directory, a link loop, a device, a pipe) or cannot be read is one BadInput line naming it
+    and ``fix``."""
+    expected = f"{what}, {kind_of_file}"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a pipe must not block the open
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise BadInput(describe_cache_error(path, exc, f"{what}, a cache file")) from None
+        raise BadInput(describe_cache_error(path, exc, expected, fix)) from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
         kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise BadInput(f"{path} is {kind} (expected {what}, a cache file); {CACHE_FIX}")
+        raise BadInput(f"{path} is {kind} (expected {expected}); {fix}")
     with open(fd, "rb") as handle:
         try:
             data = handle.read(max_bytes + 1)
         except OSError as exc:
-            raise BadInput(describe_cache_error(path, exc, f"{what}, a cache file")) from None
+            raise BadInput(describe_cache_error(path, exc, expected, fix)) from None
     return data if len(data) <= max_bytes else None
 
 
@@ -130,9 +133,9 @@ def write_cached(path: Path, data: bytes, what: str) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def describe_cache_error(path: Path, exc: OSError, expected: str) -> str:
+def describe_cache_error(path: Path, exc: OSError, expected: str, otherwise: str = CACHE_FIX) -> str:
     """One line for an OSError at the cache file (or directory) ``path``: the path, the reason, the fix."""
     reason = exc.strerror or type(exc).__name__
     fix = {errno.ENOSPC: "free space there and run again",
-           errno.EROFS: "set LABWRIGHT_CACHE to a writable directory and run again"}.get(exc.errno or 0, CACHE_FIX)
+           errno.EROFS: "set LABWRIGHT_CACHE to a writable directory and run again"}.get(exc.errno or 0, otherwise)
     return f"{path}: {reason[:1].lower() + reason[1:]} (expected {expected}); {fix}"

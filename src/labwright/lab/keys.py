@@ -8,7 +8,6 @@ public half, and written again from the private key (atomically) otherwise.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,26 +70,13 @@ def _public_line(private: Path) -> bytes:
 
 
 def _read_public(public: Path) -> bytes | None:
-    """The bytes of the public key file (at most MAX_PUBLIC_BYTES + 1: one longer is not one), None where there is
-    none; something there that is no regular file (a directory, a link loop) or cannot be read is one BadInput."""
-    fix = "remove it and run again (labwright derives it from the private key beside it)"
-    what = "the lab SSH public key"
-    try:
-        fd = os.open(public, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a pipe must not block the open
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise BadInput(f"{describe_oserror(exc, public, what).rsplit(';', 1)[0]}; {fix}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise BadInput(f"{public} is {kind} (expected {what}); {fix}")
-    with open(fd, "rb") as handle:
-        try:
-            return handle.read(MAX_PUBLIC_BYTES + 1)
-        except OSError as exc:
-            raise BadInput(f"{describe_oserror(exc, public, what).rsplit(';', 1)[0]}; {fix}") from None
+    """The bytes of the public key file, None where there is none or one too long to be one (written again from the
+    private key); something there that is no regular file (a directory, a link loop) or cannot be read is one
+    BadInput."""
+    from labwright.agent.zipapp import read_cached
+
+    return read_cached(public, "the lab SSH public key", max_bytes=MAX_PUBLIC_BYTES, kind_of_file="a key file",
+                       fix="remove it and run again (labwright derives it from the private key beside it)")
 
 
 def public_line_of(data: bytes | None, derived: bytes) -> str | None:
@@ -129,6 +115,7 @@ def ensure_lab_key(say: Callable[[str], None] | None = None) -> tuple[Path, str,
         except OSError as exc:
             raise BadInput(describe_oserror(exc, private, "the lab SSH private key")) from None
     derived = _public_line(private)
+    existed = public.exists()  # something there (not a dangling link): rewriting it is worth a line
     kept = _read_public(public)
     line = public_line_of(kept, derived)
     if line is None:
@@ -136,7 +123,7 @@ def ensure_lab_key(say: Callable[[str], None] | None = None) -> tuple[Path, str,
             write_bytes_atomic(public, derived, mode=0o644)
         except OSError as exc:
             raise BadInput(describe_oserror(exc, public, "the lab SSH public key")) from None
-        if kept is not None and say is not None:
+        if existed and say is not None:
             say(f"{public} was not the public half of {private}; wrote it again from the private key")
         line = derived.decode().strip()
     return private, line, created

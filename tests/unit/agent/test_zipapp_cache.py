@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import io
-import os
 import tempfile
 import zipfile
 from pathlib import Path
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 
 from labwright.agent import zipapp
 from labwright.errors import BadInput
+from support import non_files
 
 
 def target_in(cache: Path) -> Path:
@@ -76,14 +76,7 @@ def test_the_right_file_is_kept_as_it_is(tmp_path):
 @pytest.mark.parametrize("kind", ["directory", "symlink loop", "fifo", "directory with a file"])
 def test_no_file_in_its_place_is_one_line(tmp_path, kind):
     target = target_in(tmp_path)
-    if kind == "symlink loop":
-        target.symlink_to(target.name)
-    elif kind == "fifo":
-        os.mkfifo(target)
-    else:
-        target.mkdir()
-        if kind == "directory with a file":
-            (target / "x").write_text("x")
+    non_files.put(target, kind)
     with pytest.raises(BadInput) as caught:
         zipapp.local_file(tmp_path)
     assert_one_line(caught.value, target)
@@ -103,10 +96,7 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch, failure)
     target = target_in(tmp_path)
     target.write_bytes(b"junk")
 
-    def fail(*_args):
-        raise failure
-
-    monkeypatch.setattr(os, "fsync", fail)
+    non_files.fail_fsync(monkeypatch, failure)
     with pytest.raises(BadInput if isinstance(failure, OSError) else KeyboardInterrupt) as caught:
         zipapp.local_file(tmp_path)
     if isinstance(failure, OSError):

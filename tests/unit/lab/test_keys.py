@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from labwright.errors import BadInput
 from labwright.lab.keys import MAX_PUBLIC_BYTES, ensure_lab_key
+from support import non_files
 
 
 def public_of(private: Path) -> str:
@@ -182,13 +183,7 @@ def test_no_file_as_the_public_half_is_one_line(tmp_path, monkeypatch, kind):
     private, _, _ = ensure_lab_key()
     pub = private.with_suffix(".pub")
     pub.unlink()
-    if kind == "directory":
-        pub.mkdir()
-        (pub / "x").write_text("x")
-    elif kind == "symlink loop":
-        pub.symlink_to(pub.name)
-    else:
-        os.mkfifo(pub)
+    non_files.put(pub, "directory with a file" if kind == "directory" else kind)
     with pytest.raises(BadInput) as caught:
         ensure_lab_key()
     message = str(caught.value)

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import labwright
 from labwright.errors import BadInput
 from labwright.stacks import bundle
+from support import non_files
 
 PACKAGE = Path(labwright.__file__).parent
 SMALL = [("labwright/__init__.py", PACKAGE / "__init__.py"), ("labwright/errors.py", PACKAGE / "errors.py")]
@@ -123,13 +124,7 @@ def test_no_file_in_its_place_is_one_line(tmp_path, small, where, kind):
     if where == "record":
         target.write_bytes(built_bytes())
     path = target if where == "bundle" else bundle.record_path(target)
-    if kind == "directory":
-        path.mkdir()
-        (path / "x").write_text("x")
-    elif kind == "symlink loop":
-        path.symlink_to(path.name)
-    else:
-        os.mkfifo(path)
+    non_files.put(path, "directory with a file" if kind == "directory" else kind)
     with pytest.raises(BadInput) as caught:
         bundle.build_bundle(tmp_path)
     assert_one_line(caught.value, path)
@@ -149,10 +144,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path, small
     target = place(tmp_path)
     target.write_bytes(b"junk")
 
-    def fail(*_args):
-        raise failure
-
-    monkeypatch.setattr(os, "fsync", fail)
+    non_files.fail_fsync(monkeypatch, failure)
     with pytest.raises(BadInput if isinstance(failure, OSError) else KeyboardInterrupt) as caught:
         bundle.build_bundle(tmp_path)
     if isinstance(failure, OSError):
