@@ -23,6 +23,7 @@ from labwright.cli import main
 from labwright.lab import image as lab_image
 from labwright.lab.lab import instance_address
 from support.corosync_netns import DOUBLES
+from support.lxc_cli import guest_output
 
 pytestmark = pytest.mark.lab
 
@@ -129,7 +130,7 @@ def node(lab, tmp_path_factory) -> Iterator[tuple[str, Path]]:
                 tmp.rename(debs) if not debs.exists() else shutil.rmtree(tmp)
         # Reached over real SSH (the production path): the lab key, the container's host key pinned.
         address = instance_address(lab.client, name)
-        host_key = lxc("exec", name, "--", "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()
+        host_key = guest_output(name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()
         d = tmp_path_factory.mktemp("ghosts")
         (d / "known_hosts").write_text(f"{address} {host_key[0]} {host_key[1]}\n")
         inv = d / "cluster_inventory.py"
@@ -156,7 +157,7 @@ def cli(inv: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def node_dirs(name: str) -> list[str]:
-    return lxc("exec", name, "--", "ls", "/etc/pve/nodes").stdout.split()
+    return guest_output(name, "ls", "/etc/pve/nodes").split()
 
 
 def error_line(p: subprocess.CompletedProcess[str]) -> str:
@@ -216,7 +217,7 @@ def test_remove_refuses_without_yes_and_for_members_and_unknown_names(tree):
     p = cli(inv, "--remove", "../etc", "--yes")
     assert p.returncode == 2 and "not a node name" in error_line(p)
     assert node_dirs(name) == ["pve1", "pve8", "pve9"]
-    assert "lives-here" in lxc("exec", name, "--", "cat", "/etc/pve/nodes/pve1/qemu-server/100.conf").stdout
+    assert "lives-here" in guest_output(name, "cat", "/etc/pve/nodes/pve1/qemu-server/100.conf")
 
 
 def test_remove_ghost_with_guests_falls_back_after_pvecm_standin_says_unknown(tree):
@@ -227,7 +228,7 @@ def test_remove_ghost_with_guests_falls_back_after_pvecm_standin_says_unknown(tr
     assert rep["removed"] == "pve9" and "is not a known host of the cluster" in rep["message"]
     assert node_dirs(name) == ["pve1", "pve8"]
     # The nodelist was not touched (delnode refused); a second run finds only pve8.
-    assert lxc("exec", name, "--", "cat", "/etc/pve/corosync.conf").stdout == CONF
+    assert guest_output(name, "cat", "/etc/pve/corosync.conf") == CONF
     p = cli(inv, "--json")
     assert [g["name"] for g in json.loads(p.stdout)["ghosts"]] == ["pve8"]
 
