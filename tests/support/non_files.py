@@ -32,3 +32,17 @@ def fail_fsync(monkeypatch, failure: BaseException) -> None:
         raise failure
 
     monkeypatch.setattr(os, "fsync", fail)
+
+
+def refused_in_one_line(make, cache: Path) -> str:
+    """``make(cache)`` with a regular file where its cache directory goes: one BadInput line naming it (returned)."""
+    import pytest
+
+    from labwright.errors import BadInput
+
+    cache.write_text("not a directory")
+    with pytest.raises(BadInput) as caught:
+        make(cache)
+    line = str(caught.value)
+    assert "\n" not in line and str(cache) in line, line
+    return line

@@ -132,11 +132,7 @@ def test_no_file_in_its_place_is_one_line(tmp_path, small, where, kind):
 
 
 def test_a_cache_directory_that_is_a_file_is_one_line(tmp_path, small):
-    cache = tmp_path / "bundles"
-    cache.write_text("not a directory")
-    with pytest.raises(BadInput) as caught:
-        bundle.build_bundle(cache)
-    assert "\n" not in str(caught.value) and str(cache) in str(caught.value)
+    non_files.refused_in_one_line(bundle.build_bundle, tmp_path / "bundles")
 
 
 @pytest.mark.parametrize("failure", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()])
