@@ -24,7 +24,6 @@ and ``manifest.json`` (each file's sha256). The toolkit is NVIDIA's pip wheels (
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -34,7 +33,7 @@ import sys
 import tarfile
 import tempfile
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,15 +227,6 @@ def remove_cache_entry(path: Path) -> None:
             path.unlink()
 
 
-@contextlib.contextmanager
-def _exclusive(lock: Path) -> Iterator[None]:
-    """An exclusive flock on ``lock`` (created with its directories) for the block: one build per cache entry."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 def pypi_url(project: str, filename: str, sha256: str) -> str:
     """A file's URL from PyPI's simple JSON API; its listed sha256 must match the pin, or PyPI changed under us."""
     request = urllib.request.Request(f"https://pypi.org/simple/{project}/",
@@ -338,12 +328,10 @@ def build_llama_server(source: LlamaSource = PINNED, jobs: int | None = None, *,
         return build_cuda_server(cuda or cuda_toolkit.DEFAULT, archs, source, jobs)
     cache = cache_dir(source.version)
     binary = cache / "llama-server"
-    if cached_build_problem(binary) is None:
-        return binary
-    with _exclusive(cache / ".lock"):
-        problem = cached_build_problem(binary)
-        if problem is None:  # another run built it while this one waited for the lock
+    with once_under_lock(binary, cache / ".lock", lambda built: cached_build_problem(built) is None) as todo:
+        if not todo:  # whole, already or built by another run while this one waited for the lock
             return binary
+        problem = cached_build_problem(binary)
         if problem != NOT_BUILT:
             # a damaged entry goes first: a build that fails or is killed leaves nothing a later run could trust
             print(f"labwright: the cached build {binary} {problem}: building it again", file=sys.stderr, flush=True)
