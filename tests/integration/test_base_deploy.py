@@ -16,7 +16,7 @@ import pytest
 from labwright.lab.lab import instance_address
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra
-from support import apt_cache
+from support import apt_cache, guest_apt
 from support.verify_run import run_verify
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
@@ -193,7 +193,7 @@ OTHER_VERIFY = ["--base-admin-user=ops", "--base-timezone=Europe/Berlin", "--bas
 
 
 def apt_mirror_reachable(lab: Lab, name: str) -> bool:
-    return lab.client.exec(name, ["sh", "-c", "timeout 60 apt-get update -qq"]).exit_code == 0
+    return guest_apt.mirror_reachable(lab.client, name)
 
 
 def test_other_data_installs_missing_packages_deploys_verifies_then_changes_nothing(lab, lab_container):
@@ -205,8 +205,8 @@ def test_other_data_installs_missing_packages_deploys_verifies_then_changes_noth
     cached = apt_cache.restore(lab.client, lab_container, APT_CACHE)
     reachable = cached or apt_mirror_reachable(lab, lab_container)
     if reachable:  # offline, the other data is still checked; the install is not, and the test says so at the end
-        sh(lab, lab_container, "SUDO_FORCE_REMOVE=yes DEBIAN_FRONTEND=noninteractive "
-                               "apt-get purge -y -q sudo locales unattended-upgrades >/dev/null")
+        sh(lab, lab_container, "export SUDO_FORCE_REMOVE=yes; "
+           + guest_apt.command("purge -y -q sudo locales unattended-upgrades") + " >/dev/null")
     data = [f"{k}={v}" for k, v in OTHER.items()]
     first = deploy(lab, lab_container, *data)
     assert first.rc == 0, first.output[-4000:]

@@ -22,6 +22,7 @@ import pytest
 from labwright.cli import main
 from labwright.lab import image as lab_image
 from labwright.lab.lab import instance_address
+from support import guest_apt
 from support.corosync_netns import DOUBLES
 from support.lxc_cli import guest_output
 
@@ -64,10 +65,11 @@ SETUP = f"""
 set -e
 export DEBIAN_FRONTEND=noninteractive
 if ls /tmp/debs/*.deb >/dev/null 2>&1; then
-  apt-get install -y --no-install-recommends /tmp/debs/*.deb >/tmp/apt.log 2>&1
+  {guest_apt.command("install -y --no-install-recommends /tmp/debs/*.deb")} >/tmp/apt.log 2>&1
 else
-  apt-get install -y --no-install-recommends corosync >/tmp/apt.log 2>&1 || \
-    {{ apt-get update >/tmp/apt.log 2>&1 && apt-get install -y --no-install-recommends corosync >>/tmp/apt.log 2>&1; }}
+  {guest_apt.command("install -y --no-install-recommends corosync")} >/tmp/apt.log 2>&1 || \
+    {{ {guest_apt.command("update")} >/tmp/apt.log 2>&1 && \
+      {guest_apt.command("install -y --no-install-recommends corosync")} >>/tmp/apt.log 2>&1; }}
 fi
 corosync-keygen >/dev/null 2>&1
 cat > /etc/corosync/corosync.conf <<'EOF'

@@ -30,6 +30,7 @@ from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
 from labwright.testing.waiting import wait_for
 from labwright.ui import Reporter
+from support import guest_apt
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -124,7 +125,7 @@ def guest(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guest]
 def test_registry_unreachable_mid_install_then_rerun_serves(guest: Guest) -> None:
     if "install ok installed" in guest.sh("dpkg-query -W -f '${Status}' libgomp1 2>/dev/null || true", check=False):
         pytest.skip("libgomp1 is already in the lab image: the deploy installs nothing")
-    if guest.lab.client.exec(guest.name, ["sh", "-c", "timeout 60 apt-get update -qq"]).exit_code != 0:
+    if not guest_apt.mirror_reachable(guest.lab.client, guest.name):
         pytest.skip("the container cannot reach a Debian mirror at all")
     # the package registry goes away (an HTTP proxy on a closed loopback port) after the lists were fetched
     guest.sh(f"echo 'Acquire::http::Proxy \"http://127.0.0.1:9\";' > {APT_PROXY}; rm -rf /var/lib/apt/lists/*")
@@ -159,7 +160,7 @@ def test_apt_lock_held_by_another_apt_is_waited_for_then_the_install_runs(guest:
         guest.recover("(setup)")
     guest.sh("rm -f /tmp/lw-lock-held /tmp/lw-lock-release; mkfifo /tmp/lw-lock-release; "
              # the deploy's one runtime package, so that it has something to install
-             "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q libgomp1 >/dev/null")
+             + guest_apt.command("remove -y -q libgomp1") + " >/dev/null")
     guest.sh("cat > /tmp/lw-holder.py <<'EOF'\n" + HOLDER + "EOF\n"
              "nohup python3 /tmp/lw-holder.py >/dev/null 2>&1 &")
     wait_for("the lock holder to take dpkg's lock", lambda: guest.sh("test -e /tmp/lw-lock-held && echo y || true",

@@ -32,6 +32,7 @@ from labwright.paths import verify_suite
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import DeployRun, run_pyinfra, tool_env
 from labwright.testing.waiting import wait_for
+from support import guest_apt
 
 pytest_plugins = ["labwright.testing.lab_fixture"]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -78,7 +79,7 @@ def guest(lab: Lab, tmp_path_factory: pytest.TempPathFactory):
         sh(lab, name, "mkdir -p /srv/models")
         with model.open("rb") as handle:
             lab.client.push_file(name, MODEL, handle, mode=0o644)
-        if lab.client.exec(name, ["sh", "-c", "timeout 60 apt-get update -qq"]).exit_code != 0:
+        if not guest_apt.mirror_reachable(lab.client, name):
             pytest.skip("the container cannot reach a Debian mirror (prometheus, caddy)")
         for file in ("llamacpp", "monitoring", "gateway"):
             run = deploy(name, file)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from labwright.lxd.client import LxdClient
+from support.guest_apt import while_apt_idle
 
 PATHS = ("var/lib/apt/lists", "var/cache/apt/archives")
 STAMP = "/var/lib/apt/periodic/update-success-stamp"  # what pyinfra's apt.update(cache_time=...) looks at
@@ -36,9 +37,10 @@ def restore(client: LxdClient, guest: str, use: str) -> bool:
         return False
     with cache.open("rb") as handle:
         client.push_file(guest, "/tmp/apt-cache.tar", handle, mode=0o600)
-    result = client.exec(guest, ["sh", "-c", f"tar -C / -xf /tmp/apt-cache.tar && rm /tmp/apt-cache.tar && "
-                                             f"mkdir -p {os.path.dirname(STAMP)} && touch {STAMP} && "
-                                             "find /var/lib/apt/lists -maxdepth 1 -type f -exec touch {} +"])
+    # under apt's locks: a fresh guest's apt-daily may be rewriting the same lists (support.guest_apt)
+    result = client.exec(guest, ["sh", "-c", while_apt_idle(
+        f"tar -C / -xf /tmp/apt-cache.tar && rm /tmp/apt-cache.tar && mkdir -p {os.path.dirname(STAMP)} && "
+        f"touch {STAMP} && find /var/lib/apt/lists -maxdepth 1 -type f -exec touch {{}} +")])
     if result.exit_code != 0:
         raise AssertionError(f"restoring the apt cache in {guest} failed: {result.stderr.decode(errors='replace')}")
     return True
@@ -46,7 +48,8 @@ def restore(client: LxdClient, guest: str, use: str) -> bool:
 
 def save(client: LxdClient, guest: str, use: str) -> None:
     """Keep ``guest``'s apt lists and the .debs it downloaded, for the next run."""
-    result = client.exec(guest, ["tar", "-C", "/", "--exclude=lock", "--exclude=partial", "-cf", "-", *PATHS])
+    result = client.exec(guest, ["sh", "-c", while_apt_idle(
+        "tar -C / --exclude=lock --exclude=partial -cf - " + " ".join(PATHS))])
     if result.exit_code == 0:
         cache = cache_file(use)
         cache.parent.mkdir(parents=True, exist_ok=True)

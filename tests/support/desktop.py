@@ -34,6 +34,7 @@ from labwright.lab import lab as lab_ops
 from labwright.lxd.client import LxdClient
 from labwright.testing.lab_fixture import TEMPLATE, Lab
 from labwright.testing.pyinfra_output import DeployRun, run_pyinfra
+from support import guest_apt
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE_PREFIX = "lwtest-desktop-"
@@ -98,7 +99,7 @@ def _ensure_cache(lab: Lab, log) -> tuple[str, DeployRun | None]:
         if run.rc != 0:
             raise OperationFailed(f"desktop cache build failed:\n{run.output[-3000:]}")
         # The downloaded .debs go; the apt lists stay (apt-cache policy shows where Firefox came from).
-        lab.client.exec(name, ["sh", "-c", "apt-get clean; rm -rf /tmp/*"])
+        lab.client.exec(name, ["sh", "-c", guest_apt.command("clean") + "; rm -rf /tmp/*"])
         lab.stop(name, timeout=60)
         _set_config(lab.client, name, {CACHE_KEY: name, lab_ops.LAB_KEY: lab.spec.name})
     except BaseException:

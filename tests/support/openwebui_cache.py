@@ -41,6 +41,7 @@ from labwright.lab import lab as lab_ops
 from labwright.locks import LOCK_NAME
 from labwright.shell import quote
 from labwright.testing.lab_fixture import OWNER_KEY, Lab
+from support import guest_apt
 
 CACHE_PREFIX = "lwtest-openwebui-"
 CACHE_KEY = "user.labwright.openwebui-cache"
@@ -104,8 +105,8 @@ def _build(lab: Lab, name: str, venvs: Sequence[Venv]) -> None:
     try:
         steps = ["export DEBIAN_FRONTEND=noninteractive",
                  "had=$(dpkg -s python3-venv >/dev/null 2>&1 && echo yes || true)",
-                 "{ [ -n \"$had\" ] || { apt-get update -q >/dev/null && apt-get install -y -q "
-                 "--no-install-recommends python3-venv >/dev/null; }; }"]
+                 "{ [ -n \"$had\" ] || { " + guest_apt.command("update -q") + " >/dev/null && "
+                 + guest_apt.command("install -y -q --no-install-recommends python3-venv") + " >/dev/null; }; }"]
         for number, venv in enumerate(venvs):
             lock = f"/root/dependencies-{number}.lock"
             text = dependencies_lock((venv.wheels / LOCK_NAME).read_text(), venv.package)
@@ -114,8 +115,8 @@ def _build(lab: Lab, name: str, venvs: Sequence[Venv]) -> None:
             steps += [f"mkdir -p {quote(str(PurePosixPath(venv.path).parent))}", venv_create(venv.path),
                       f"{quote(venv.path + '/bin/pip')} install -q --disable-pip-version-check {source} "
                       f"--require-hashes -r {lock}", f"rm {lock}"]
-        steps += ["{ [ -n \"$had\" ] || apt-get purge -y -q --autoremove python3-venv >/dev/null; }",
-                  "apt-get clean", "rm -rf /root/.cache/pip"]
+        steps += ["{ [ -n \"$had\" ] || " + guest_apt.command("purge -y -q --autoremove python3-venv")
+                  + " >/dev/null; }", guest_apt.command("clean") + " >/dev/null", "rm -rf /root/.cache/pip"]
         result = lab.client.exec(builder, ["sh", "-c", " && ".join(steps)])
         if result.exit_code != 0:
             raise OperationFailed(f"Open WebUI cache build failed ({result.exit_code}):\n"

@@ -16,6 +16,7 @@ from labwright.llamacpp.build import build_llama_server
 from labwright.llamacpp.tiny_model import TinyModel, write_tiny_gguf
 from labwright.testing.lab_fixture import Lab
 from labwright.testing.pyinfra_output import run_pyinfra
+from support import guest_apt
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "/srv/models/tiny.gguf"
@@ -59,8 +60,8 @@ def _prepare(lab: Lab, name: str, model: Path, memory: str = MEMORY) -> None:
     sh(lab, name, "mkdir -p /srv/models")
     with model.open("rb") as handle:
         lab.client.push_file(name, MODEL, handle, mode=0o644)
-    sh(lab, name, "dpkg-query -W libgomp1 >/dev/null 2>&1 || "
-                  "{ timeout 120 apt-get update -qq && apt-get install -y -qq libgomp1; }")
+    install = guest_apt.command("update -qq") + " && " + guest_apt.command("install -y -qq libgomp1")
+    sh(lab, name, "dpkg-query -W libgomp1 >/dev/null 2>&1 || { " + install + "; }")
     run = run_pyinfra(f"@lxd/{name}", "deploys/llamacpp.py", f"llamacpp_model={MODEL}", "llamacpp_ctx_size=8192",
                       cwd=REPO, timeout=900)
     if run.rc != 0:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from labwright.lab.lab import instance_address
 from labwright.lxd.client import LxdClient
 from labwright.testing.pyinfra_output import DeployRun, tool_env
-from support import apt_cache
+from support import apt_cache, guest_apt
 from support.stacks import StandinStacks
 from support.tabbyapi_standin import StandinRepo
 from support.verify_run import run_verify
@@ -205,7 +205,7 @@ def deployed_guest(lab: Lab, stacks: StandinStacks, repo: StandinRepo, prefix: s
             started = time.monotonic()
             guest.prepare()
             cached = restore_apt_cache(guest)
-            if not cached and lab.client.exec(name, ["sh", "-c", "timeout 60 apt-get update -qq"]).exit_code != 0:
+            if not cached and not guest_apt.mirror_reachable(lab.client, name):
                 pytest.skip("the container cannot reach a Debian mirror for git")
             if before is not None:
                 before(guest)
