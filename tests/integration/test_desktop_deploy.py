@@ -27,6 +27,7 @@ from labwright.desktop.recipe import PASSWORD_ENV
 from labwright.lab.lab import instance_address, wait_ready
 from labwright.testing.lab_fixture import TEMPLATE, Lab
 from labwright.testing.pyinfra_output import Deployed, DeployRun, run_pyinfra, tool_env
+from support import guest_apt
 from support.desktop import ensure_cache, make_guest, png_pixels, rdp_client, xvfb
 from support.verify_run import run_verify
 
@@ -133,7 +134,7 @@ def test_a_missing_package_is_installed_after_a_snapshot_the_guest_can_be_restor
     # docs/snapshots.md: a desktop deploy that is about to install packages snapshots the guest first. x11-utils (a
     # leaf of the recipe) is removed behind the deploy's back; the next run puts it back, after a snapshot taken
     # before any package changed (the guest at that moment: without x11-utils).
-    sh(lab, deployed.name, "dpkg -r --force-depends x11-utils >/dev/null")
+    sh(lab, deployed.name, guest_apt.dpkg("-r --force-depends x11-utils") + " >/dev/null")
     before = set(snapshot_names(lab, deployed.name))
     run = deploy(deployed.name)
     assert run.rc == 0, run.output[-4000:]

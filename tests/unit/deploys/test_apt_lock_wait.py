@@ -149,6 +149,10 @@ APT_COMMAND = re.compile(
     r"(?m)(^\s*|[;&|{(]\s*|\$\(|\btimeout\s+[0-9]+[smh]?\s+)(sudo\s+)?([A-Za-z_]+=\S*\s+)*apt-get\s+"
     r"(-\S+\s+)*((update|clean|autoclean|check)(?=\s*($|[;&|)}>]|-))|[a-z-]+\b[^`\n]*\s-(y|-yes|qq?y)\b)")
 
+# dpkg changing what is installed (it takes dpkg's locks and fails at once when apt holds them)
+DPKG_COMMAND = re.compile(r"(?m)(^\s*|[;&|{(]\s*|\$\()(sudo\s+)?([A-Za-z_]+=\S*\s+)*dpkg\s+(-\S+\s+)*"
+                          r"(-[a-zA-Z]*[riPa]\b|--(remove|install|purge|configure|unpack)\b)")
+
 
 def _strings_and_argvs(tree: ast.AST) -> tuple[list[str], list[str]]:
     """The string constants (docstrings left out) and the argv literals' first words of a module."""
@@ -214,8 +218,20 @@ def test_no_test_runs_apt_get_in_a_guest_without_the_lock_wait() -> None:
         strings, argvs = _strings_and_argvs(ast.parse(path.read_text()))
         rel = path.relative_to(TESTS)
         offenders += [f"{rel}: argv {word!r}" for word in argvs if word == "apt-get"]
-        offenders += [f"{rel}: {s[:60]!r}" for s in strings if APT_COMMAND.search(s)]
+        offenders += [f"{rel}: {s[:60]!r}" for s in strings if APT_COMMAND.search(s) or DPKG_COMMAND.search(s)]
     assert offenders == []
+
+
+@pytest.mark.parametrize("text", ["dpkg -r --force-depends x11-utils >/dev/null", "x; dpkg --configure -a",
+                                  "sudo dpkg -i /tmp/x.deb", "DEBIAN_FRONTEND=noninteractive dpkg --purge x"])
+def test_the_scan_sees_a_dpkg_that_changes_packages(text: str) -> None:
+    assert DPKG_COMMAND.search(text), text
+
+
+@pytest.mark.parametrize("text", ["dpkg -s x11-utils | grep -q ok", "dpkg-query -W libgomp1", "dpkg -l",
+                                  "dpkg -S /bin/sh", "dpkg --print-architecture", "dpkg -L x"])
+def test_the_scan_leaves_dpkg_queries_alone(text: str) -> None:
+    assert not DPKG_COMMAND.search(text), text
 
 
 @pytest.mark.parametrize("text", [
