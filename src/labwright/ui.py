@@ -343,26 +343,27 @@ def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], 
     handle = log.open("w", encoding="utf-8") if log is not None else None
     try:
         with progress(what, **options) as step:
-            try:
+            def spawn() -> subprocess.Popen[str]:
                 # its own process group: an interrupted step stops the tool and everything it started (cmake's
                 # ninja and compilers), not only the tool
-                proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        errors="replace", bufsize=1, cwd=cwd, env=env, start_new_session=True)
-            except OSError as exc:
-                raise OperationFailed(f"{what}: cannot run {argv[0]} ({exc.strerror or exc})") from None
+                try:
+                    return subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                            errors="replace", bufsize=1, cwd=cwd, env=env, start_new_session=True)
+                except OSError as exc:
+                    raise OperationFailed(f"{what}: cannot run {argv[0]} ({exc.strerror or exc})") from None
+
             expired = threading.Event()
+            with _stopped_on_terminate(spawn) as proc:
+                def expire() -> None:
+                    expired.set()
+                    _kill_group(proc)
 
-            def expire() -> None:
-                expired.set()
-                _kill_group(proc)
-
-            watchdog = threading.Timer(timeout, expire) if timeout is not None else None
-            try:
-                if watchdog is not None:
-                    watchdog.daemon = True
-                    watchdog.start()
-                assert proc.stdout is not None
-                with _stopped_on_terminate(proc):
+                watchdog = threading.Timer(timeout, expire) if timeout is not None else None
+                try:
+                    if watchdog is not None:
+                        watchdog.daemon = True
+                        watchdog.start()
+                    assert proc.stdout is not None
                     for line in proc.stdout:
                         if handle is not None:
                             handle.write(line)
@@ -372,12 +373,12 @@ def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], 
                         if detail:
                             step.update(detail)
                     code = proc.wait()
-            except BaseException:
-                _stop_group(proc)
-                raise
-            finally:
-                if watchdog is not None:
-                    watchdog.cancel()
+                except BaseException:
+                    _stop_group(proc)
+                    raise
+                finally:
+                    if watchdog is not None:
+                        watchdog.cancel()
             if expired.is_set():
                 raise OperationFailed(f"{what}: still running after {format_duration(timeout or 0)}; stopped it")
             if code != 0:
@@ -398,22 +399,31 @@ def run_with_progress(argv: Sequence[str], what: str, *, parse: Callable[[str], 
 
 
 _in_flight: set[int] = set()  # the process groups of the steps now running (run_with_progress)
+_spawning: list[int] = []  # one entry per step whose tool is being started: its group is not known yet
+_pending: list[int] = []  # a SIGTERM that came while a tool was being started
 
 
 @contextmanager
-def _stopped_on_terminate(proc: subprocess.Popen[str]) -> Iterator[None]:
-    """SIGTERM (a timeout, systemd, ``kill``) stops the tool's process group before the process ends. Python's
-    default for SIGTERM ends the process at once, and the tool, started in a session of its own, went on alone (a
-    cmake build orphaned for minutes, sweep at 6d041d3). The handler kills the groups in flight itself, then ends the
-    process as the default would (exit by SIGTERM): no exception has to find its way out of pyinfra's greenlets.
-    Only where SIGTERM has its default handler (or this one), and only where a handler can be set (the main thread)."""
+def _stopped_on_terminate(spawn: Callable[[], subprocess.Popen[str]]) -> Iterator[subprocess.Popen[str]]:
+    """Start the step's tool (``spawn``) so that SIGTERM (a timeout, systemd, ``kill``) stops its process group
+    before the process ends. Python's default for SIGTERM ends the process at once, and the tool, started in a
+    session of its own, went on alone (a cmake build orphaned for minutes, sweep at 6d041d3). The handler kills the
+    groups in flight itself, then ends the process as the default would (exit by SIGTERM): no exception has to find
+    its way out of pyinfra's greenlets. It is in place before the tool starts, and a SIGTERM that comes while the
+    tool is being started waits until its group is known (the suite's run at 94dc8bc saw the window: the signal came
+    after the tool had started, before the handler was set, and the tool ran on). Only where SIGTERM has its default
+    handler (or this one), and only where a handler can be set (the main thread)."""
     import signal
 
     def terminate(signum: int, frame: object) -> None:
+        if _spawning:  # a tool is being started: end as soon as its group can be killed with the others
+            _pending.append(signum)
+            return
         for group in list(_in_flight):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(group, signal.SIGKILL)
-        signal.signal(signum, signal.SIG_DFL)
+        with contextlib.suppress(ValueError):  # not the main thread: the signal sent again finds this handler there
+            signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
     current = signal.getsignal(signal.SIGTERM)
@@ -423,12 +433,21 @@ def _stopped_on_terminate(proc: subprocess.Popen[str]) -> Iterator[None]:
             signal.signal(signal.SIGTERM, terminate)
     except ValueError:  # not the main thread
         ours = False
-    _in_flight.add(proc.pid)
+    proc: subprocess.Popen[str] | None = None
     try:
-        yield
+        _spawning.append(1)
+        try:
+            proc = spawn()
+            _in_flight.add(proc.pid)
+        finally:
+            _spawning.pop()
+            if _pending and not _spawning:
+                terminate(_pending.pop(), None)  # kills every group in flight, this one too, and ends the process
+        yield proc
     finally:
-        _in_flight.discard(proc.pid)
-        if ours and not _in_flight:
+        if proc is not None:
+            _in_flight.discard(proc.pid)
+        if ours and not _in_flight and not _spawning:
             with contextlib.suppress(ValueError):
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
 

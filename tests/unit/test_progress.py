@@ -377,15 +377,56 @@ def test_sigterm_during_a_step_stops_the_tool_and_what_it_started(tmp_path, runn
         proc.kill()
         proc.wait()
 
-    def gone(pid: int) -> bool:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        return state in ("Z", "X")
-
     for pid in map(int, pidfile.read_text().split()):  # the tool (sh) and what it started (sleep)
-        wait_for(f"{pid} to be killed with the step", lambda pid=pid: gone(pid), timeout=60)
+        wait_for(f"{pid} to be killed with the step", lambda pid=pid: _gone(pid), timeout=60)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+# Popen for the script below: the real one, then SIGTERM to this process once the tool has started and before
+# run_with_progress has the Popen object back (the window the suite's run at 94dc8bc hit under load)
+LATE_SIGTERM = """import os, signal, subprocess, sys
+real = subprocess.Popen
+PIDFILE = sys.argv[1]
+
+class SignalledWhileStarting(real):
+    def __init__(self, *args, **kwargs):
+        if sys.argv[2] == "fails":  # the tool cannot be started (a missing program), and the signal came first
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise OSError(2, "No such file or directory")
+        super().__init__(*args, **kwargs)
+        with open(PIDFILE + ".fifo") as fifo:  # the tool writes its pids here once it runs
+            open(PIDFILE, "w").write(fifo.read())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+subprocess.Popen = SignalledWhileStarting
+from labwright.ui import run_with_progress
+run_with_progress(["sh", "-c", "sleep 600 & echo $$ $! > " + PIDFILE + ".fifo; wait"], "build demo")
+"""
+
+
+@pytest.mark.parametrize("spawn", ["starts", "fails"])
+def test_sigterm_while_the_tool_is_being_started_still_stops_it(tmp_path, spawn):
+    """The signal can come after the tool started and before its group is known to the handler: it waits until the
+    group is known, then the tool and what it started are killed and the process ends by SIGTERM (before the fix the
+    handler was set after the tool started, and a SIGTERM in between ended labwright and left the tool running). A
+    tool that cannot be started while the signal is pending: the process still ends by SIGTERM."""
+    pidfile = tmp_path / "pids"
+    os.mkfifo(f"{pidfile}.fifo")
+    proc = subprocess.run([sys.executable, "-c", LATE_SIGTERM, str(pidfile), spawn], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == -15, proc.stderr[-2000:]  # ended as SIGTERM ends it, not by an error
+    if spawn == "starts":
+        pids = list(map(int, pidfile.read_text().split()))
+        assert len(pids) == 2
+        for pid in pids:  # the tool (sh) and what it started (sleep)
+            wait_for(f"{pid} to be killed with the step", lambda pid=pid: _gone(pid), timeout=60)
 
 
 def test_after_a_step_sigterm_has_its_default_handler_again():
