@@ -6,6 +6,7 @@ alias, so an unchanged recipe is never rebuilt and a changed one always is.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import re
@@ -15,6 +16,7 @@ import tarfile
 import tempfile
 import time
 import tomllib
+import zlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -110,6 +112,45 @@ def cached_tarball(recipe: ImageRecipe) -> Path:
     return cache_dir() / f"{recipe.name}-{recipe.digest}.tar.gz"
 
 
+def tarball_record(tarball: Path) -> Path:
+    """Where the sha256 of the tarball as it was built is kept (``NAME.tar.gz.sha256``)."""
+    return tarball.with_name(tarball.name + ".sha256")
+
+
+def cached_image(recipe: ImageRecipe) -> Path | None:
+    """The cached tarball of ``recipe`` when it is whole: a regular file whose sha256 is its record's, or, where the
+    record is missing or does not match (a tarball of an earlier labwright, which kept none; a record written over),
+    one that reads through (gzip's CRC, tar's headers) and names this recipe, whose record is written then. One cut
+    short or damaged is not (None: built again). Something that is no file in its place is BadInput naming it."""
+    target = cached_tarball(recipe)
+    if not target.exists() and not target.is_symlink():
+        return None
+    if not target.is_file():
+        raise BadInput(f"{target} is not a file (the lab image's cache); remove it and run again")
+    from labwright.agent.zipapp import read_cached
+    from labwright.atomic import write_bytes_atomic
+    from labwright.digest import sha256_file
+
+    record = tarball_record(target)
+    recorded = read_cached(record, "the lab image's sha256 record", max_bytes=1024)
+    digest = sha256_file(target)
+    if recorded is not None and recorded.strip() == digest.encode():
+        return target
+    try:
+        with gzip.open(target) as stream:  # one pass: tar's headers, then gzip's CRC and length at its end
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
+                names = [member.name for member in tar]
+            while stream.read(1 << 20):  # tar stops at its own end blocks, before gzip's trailer
+                pass
+        whole = "metadata.yaml" in names and tarball_recipe_digest(target) == recipe.digest
+    except (OSError, tarfile.TarError, EOFError, ValueError, zlib.error):
+        whole = False
+    if not whole:
+        return None
+    write_bytes_atomic(record, digest.encode() + b"\n", mode=0o644)
+    return target
+
+
 def remove_abandoned_builds(log=print) -> list[Path]:
     """Remove the work directories of image builds whose process is gone (a killed `lab up` leaves a
     debootstrap tree of ~200 MB behind): the space is given back on the next build."""
@@ -126,7 +167,7 @@ def remove_abandoned_builds(log=print) -> list[Path]:
 def build_image(recipe: ImageRecipe, mirror: str | None = None, log=print) -> Path:
     """Return the cached tarball for ``recipe``, building it with debootstrap if missing."""
     target = cached_tarball(recipe)
-    if target.exists():
+    if cached_image(recipe) is not None:
         return target
     if shutil.which("debootstrap") is None:
         raise OperationFailed("debootstrap is not installed; run `apt-get install debootstrap`")
@@ -169,7 +210,13 @@ def build_image(recipe: ImageRecipe, mirror: str | None = None, log=print) -> Pa
             raise OperationFailed(f"packing the image failed: {proc.stderr.strip()[:200]}")
         with open(partial, "rb") as packed:
             os.fsync(packed.fileno())  # whole on disk before it takes the cached name
+        from labwright.atomic import write_bytes_atomic
+        from labwright.digest import sha256_file
+
+        digest = sha256_file(partial)
+        tarball_record(target).unlink(missing_ok=True)  # a kill between the two renames: no record, checked whole
         os.replace(partial, target)
+        write_bytes_atomic(tarball_record(target), digest.encode() + b"\n", mode=0o644)
         return target
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -265,10 +265,10 @@ def ensure_image(client: LxdClient, report: Reporter) -> str:
     if client.image_alias(recipe.alias):
         report.unchanged(f"image {recipe.alias}")
         return recipe.alias
-    tarball = lab_image.cached_tarball(recipe)
-    if not tarball.exists():
+    tarball = lab_image.cached_image(recipe)  # the one built, not one cut short or written over since
+    if tarball is None:
         with report.step(f"build image {recipe.alias} with debootstrap (about a minute)"):
-            lab_image.build_image(recipe, log=report.info)
+            tarball = lab_image.build_image(recipe, log=report.info)
     with report.step(f"import image {recipe.alias}"):
         client.import_image(str(tarball), recipe.alias, {"labwright.recipe": recipe.digest})
     report.change(f"image {recipe.alias} imported")

@@ -109,9 +109,7 @@ def ensure_image(client, codename: str, log=print) -> str:
 
     recipe = recipe_for(codename)
     if client.image_alias(recipe.alias) is None:
-        tarball = lab_image.cached_tarball(recipe)
-        if not tarball.exists():
-            tarball = lab_image.build_image(recipe, log=log)
+        tarball = lab_image.cached_image(recipe) or lab_image.build_image(recipe, log=log)
         client.import_image(str(tarball), recipe.alias, {"labwright.recipe": recipe.digest})
     return str(recipe.alias)
 
