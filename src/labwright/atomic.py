@@ -156,12 +156,13 @@ def write_text_atomic(target: Path, text: str, *, keep_previous: bool = False, m
 
 
 @contextlib.contextmanager
-def once_under_lock(done: Path, lock: Path, valid: Callable[[Path], bool] | None = None) -> Iterator[bool]:
+def once_under_lock(done: Path, lock: Path, valid: Callable[[Path], bool]) -> Iterator[bool]:
     """Work done once per cache entry by whichever of several parallel runs comes first: yields False when ``done``
-    exists (already, or once the lock is ours) and ``valid(done)`` holds where given, else True while this run holds
-    an exclusive flock on ``lock`` (an entry there that is not valid is made again: the caller replaces it)."""
+    exists (already, or once the lock is ours) and ``valid(done)`` holds, else True while this run holds an exclusive
+    flock on ``lock`` (an entry there that is not valid is made again: the caller replaces it). ``valid`` is not
+    optional: an entry is never trusted for existing (docs/reliability.md class 26)."""
     def finished() -> bool:
-        return done.exists() and (valid is None or valid(done))
+        return done.exists() and valid(done)
 
     if finished():
         yield False

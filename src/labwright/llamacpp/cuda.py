@@ -203,6 +203,17 @@ def _unpack(wheel_path: Path, into: Path) -> None:
                 target.chmod(mode)
 
 
+def toolkit_ok(marker: Path, version: str) -> bool:
+    """Whether the unpacked toolkit beside ``marker`` (its ``.complete``) is whole: the marker names ``version``
+    (written last, in the staging tree renamed into place) and its nvcc runs and says that version. A marker that
+    exists is not enough (class 26 of docs/reliability.md): emptied, written over, or an nvcc gone since, the toolkit
+    is unpacked again."""
+    from labwright.agent.zipapp import read_cached
+
+    recorded = read_cached(marker, f"the CUDA {version} toolkit's completion marker", max_bytes=64)
+    return recorded is not None and recorded.strip() == version.encode() and installed_version(marker.parent) == version
+
+
 def _link_layout(root: Path) -> None:
     """What FindCUDAToolkit and nvcc.profile look for that the wheels do not ship: lib64 and the unversioned
     sonames (symlinks)."""
@@ -219,11 +230,12 @@ def ensure_toolkit(cuda: CudaToolchain = DEFAULT) -> Path:
     ``~/.cache/labwright/cuda/pip-VERSION`` (each sha256 checked against the pin and PyPI's index; a lock keeps
     parallel runs from unpacking twice; the tree is renamed into place only when complete)."""
     root = cuda.toolkit_dir()
-    if cuda.root is not None or (root / ".complete").exists():
+    if cuda.root is not None or toolkit_ok(root / ".complete", cuda.version):
         return root
     from labwright.llamacpp.build import download_pinned  # build imports this module
 
-    with once_under_lock(root / ".complete", root.parent / f".pip-{cuda.version}.lock") as todo:
+    with once_under_lock(root / ".complete", root.parent / f".pip-{cuda.version}.lock",
+                         lambda marker: toolkit_ok(marker, cuda.version)) as todo:
         if not todo:
             return root
         total = sum(w.size for w in cuda.wheels) / 1e6

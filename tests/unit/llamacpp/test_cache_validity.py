@@ -349,8 +349,8 @@ def test_once_under_lock_makes_again_what_is_there_but_not_whole(tmp_path: Path)
     done.write_text("{}")
     with once_under_lock(done, lock, llama_build.manifest_ok) as todo:
         assert todo is True
-    with once_under_lock(done, lock) as todo:  # without a validity test: there is there (the .complete markers)
-        assert todo is False
+    with pytest.raises(TypeError):  # no caller can ask for an entry trusted for being there
+        once_under_lock(done, lock).__enter__()  # type: ignore[call-arg]
 
 
 def test_the_deploy_refuses_a_junk_manifest_in_one_line(cache: Path) -> None:

@@ -177,3 +177,47 @@ def test_an_installed_cuda_12_ships_its_own_major_s_libraries(tmp_path: Path) ->
     assert cuda.library_path(tmp_path, "libcudart.so.12") == tmp_path / "targets/x86_64-linux/lib/libcudart.so.12"
     with pytest.raises(OperationFailed, match=r"libcublas.so.12 is not in .*: not a complete toolkit"):
         cuda.library_path(tmp_path, "libcublas.so.12")
+
+
+class _Unpacked(Exception):
+    """ensure_toolkit went on to download and unpack the wheels (stopped there: no network in a unit test)."""
+
+
+@pytest.mark.parametrize(("marker", "nvcc_says", "kept"), [
+    (b"13.0\n", "release 13.0, V13.0.88", True),
+    (b"", "release 13.0, V13.0.88", False),           # emptied
+    (b"12.9\n", "release 13.0, V13.0.88", False),     # another version's
+    (b"13.0\n", "release 12.9, V12.9.86", False),     # an nvcc written over
+    (b"13.0\n", None, False),                         # nvcc gone
+    (b"13.0" + b"\0" * 100, "release 13.0, V13.0.88", False),
+])
+def test_the_unpacked_toolkit_is_reused_only_when_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        marker: bytes, nvcc_says: str | None, kept: bool) -> None:
+    """A `.complete` marker that exists is not enough: it must name the version, and nvcc must run and say it."""
+    monkeypatch.setenv("LABWRIGHT_CACHE", str(tmp_path / "cache"))
+    toolchain = cuda.TOOLCHAINS["13.0"]
+    root = toolchain.toolkit_dir()
+    (root / "bin").mkdir(parents=True)
+    (root / ".complete").write_bytes(marker)
+    if nvcc_says is not None:
+        (root / "bin" / "nvcc").write_text(f"#!/bin/sh\necho 'Cuda compilation tools, {nvcc_says}'\n")
+        (root / "bin" / "nvcc").chmod(0o755)
+
+    def unpack(*args: object, **kwargs: object) -> Path:
+        raise _Unpacked
+
+    monkeypatch.setattr(build, "download_pinned", unpack)
+    if kept:
+        assert cuda.ensure_toolkit(toolchain) == root
+    else:
+        with pytest.raises(_Unpacked):
+            cuda.ensure_toolkit(toolchain)
+
+
+def test_something_that_is_no_file_in_the_markers_place_is_one_line(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LABWRIGHT_CACHE", str(tmp_path / "cache"))
+    root = cuda.TOOLCHAINS["13.0"].toolkit_dir()
+    (root / ".complete").mkdir(parents=True)
+    with pytest.raises(BadInput, match=r"\.complete"):
+        cuda.ensure_toolkit(cuda.TOOLCHAINS["13.0"])
