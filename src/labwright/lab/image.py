@@ -22,7 +22,9 @@ from importlib import resources
 from pathlib import Path
 
 from labwright import paths
-from labwright.atomic import pid_alive
+from labwright.agent.zipapp import read_cached
+from labwright.atomic import pid_alive, write_bytes_atomic
+from labwright.digest import sha256_file
 from labwright.errors import BadInput, OperationFailed
 from labwright.textio import ascii_digits, read_text
 from labwright.ui import install_step, run_with_progress
@@ -127,10 +129,6 @@ def cached_image(recipe: ImageRecipe) -> Path | None:
         return None
     if not target.is_file():
         raise BadInput(f"{target} is not a file (the lab image's cache); remove it and run again")
-    from labwright.agent.zipapp import read_cached
-    from labwright.atomic import write_bytes_atomic
-    from labwright.digest import sha256_file
-
     record = tarball_record(target)
     recorded = read_cached(record, "the lab image's sha256 record", max_bytes=1024)
     digest = sha256_file(target)
@@ -210,9 +208,6 @@ def build_image(recipe: ImageRecipe, mirror: str | None = None, log=print) -> Pa
             raise OperationFailed(f"packing the image failed: {proc.stderr.strip()[:200]}")
         with open(partial, "rb") as packed:
             os.fsync(packed.fileno())  # whole on disk before it takes the cached name
-        from labwright.atomic import write_bytes_atomic
-        from labwright.digest import sha256_file
-
         digest = sha256_file(partial)
         tarball_record(target).unlink(missing_ok=True)  # a kill between the two renames: no record, checked whole
         os.replace(partial, target)
