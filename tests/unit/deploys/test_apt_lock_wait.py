@@ -6,7 +6,6 @@ docstring). The holder is a real process of the test's; the wait ends when it ex
 from __future__ import annotations
 
 import ast
-import os
 import re
 import subprocess
 import time
@@ -18,49 +17,7 @@ from hypothesis import strategies as st
 
 from labwright import aptlock
 from labwright.testing.waiting import wait_for
-
-STAND_IN = """#!/bin/sh
-# apt-get as apt 2.6 answers: a lock message while the process in $HOLDER_FILE lives, else success
-echo "$*" >> "$CALLS"
-pid=$(cat "$HOLDER_FILE" 2>/dev/null)
-if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-  echo "Reading package lists..."
-  if [ -n "$OLD_FORMAT" ]; then
-    echo "E: Could not get lock /var/lib/dpkg/lock-frontend - open (11: Resource temporarily unavailable)"
-  else
-    echo "E: Could not get lock $LOCK. It is held by process $pid (unattended-upgr)"
-  fi
-  echo "E: Unable to acquire the dpkg frontend lock ($LOCK), is another process using it?"
-  exit 100
-fi
-if [ -n "$BROKEN" ]; then echo "E: Unable to locate package nosuch"; exit 100; fi
-echo "Setting up $*"
-"""
-
-
-def stand_in(tmp_path: Path, **env: str) -> dict[str, str]:
-    bindir = tmp_path / "bin"
-    bindir.mkdir(exist_ok=True)
-    (bindir / "apt-get").write_text(STAND_IN)
-    (bindir / "apt-get").chmod(0o755)
-    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls"),
-            "HOLDER_FILE": str(tmp_path / "holder"), "LOCK": "/var/lib/dpkg/lock-frontend", **env}
-
-
-def calls(tmp_path: Path) -> list[str]:
-    path = tmp_path / "calls"
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def tail_waiting_on(pid: int) -> bool:
-    """A ``tail --pid=PID`` is running: lw_apt waits on the holder's exit."""
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and f"--pid={pid}".encode() in (proc / "cmdline").read_bytes():
-                return True
-        except OSError:
-            continue
-    return False
+from support.apt_stand_in import calls, stand_in, tail_waiting_on
 
 
 def test_an_install_waits_for_the_holder_to_exit_then_runs(tmp_path: Path) -> None:

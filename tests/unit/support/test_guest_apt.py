@@ -1,6 +1,6 @@
 """support.guest_apt, the tests' own apt calls in a guest: they wait for another apt as labwright's deploys do
 (stop 43: a test's ``apt-get remove`` met a fresh guest's unattended-upgrades). Run by sh here against the apt-get
-stand-in of tests/unit/deploys/test_apt_lock_wait.py; the lock holders are real processes of the test's."""
+stand-in of support.apt_stand_in; the lock holders are real processes of the test's."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from pathlib import Path
 
 from labwright.testing.waiting import wait_for
 from support import guest_apt
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploys"))
-from test_apt_lock_wait import calls, stand_in, tail_waiting_on
+from support.apt_stand_in import calls, stand_in, tail_waiting_on
 
 
 def test_an_apt_command_in_a_script_waits_for_the_holder_and_the_script_goes_on(tmp_path: Path) -> None:
